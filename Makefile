@@ -1,0 +1,10 @@
+.PHONY: demo test build
+
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh
+
+build:
+	swift build

@@ -1,0 +1,40 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// C libraries come from Debian's -dev packages; each shim target wraps the
+/// variadic and macro APIs Swift cannot import in prefixed `static inline` functions.
+func systemLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
+    .systemLibrary(name: name, path: "Sources/\(name)", pkgConfig: pkgConfig, providers: [.apt(apt)])
+}
+
+let package = Package(
+    name: "pushd",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "pushd", targets: ["pushd"]),
+        .executable(name: "apns-mock", targets: ["apns-mock"]),
+        .library(name: "APNs", targets: ["APNs"]),
+        .library(name: "QueueStore", targets: ["QueueStore"]),
+        .library(name: "Metrics", targets: ["Metrics"]),
+    ],
+    targets: [
+        systemLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
+        systemLibrary("COpenSSL", pkgConfig: "openssl", apt: ["libssl-dev"]),
+        systemLibrary("CLibPQ", pkgConfig: "libpq", apt: ["libpq-dev"]),
+        systemLibrary("CNghttp2", pkgConfig: "libnghttp2", apt: ["libnghttp2-dev"]),
+        systemLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: ["libmicrohttpd-dev"]),
+        systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: ["libyaml-dev"]),
+
+        .target(name: "APNs", dependencies: ["COpenSSL"]),
+        .target(name: "QueueStore", dependencies: ["CLibPQ"]),
+        .target(name: "Metrics", dependencies: ["CMicroHTTPD"]),
+        .target(name: "Dispatcher", dependencies: ["APNs", "QueueStore", "Metrics", "CCurl"]),
+        .target(name: "APNsMock", dependencies: ["APNs", "CNghttp2", "COpenSSL"]),
+        .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML"]),
+
+        .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
+        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,51 @@
+/* Typed wrappers for libcurl's variadic and macro APIs, which Swift cannot import.
+ * Every symbol is prefixed pushd_curl_. */
+#ifndef PUSHD_CCURL_SHIM_H
+#define PUSHD_CCURL_SHIM_H
+
+#include <curl/curl.h>
+#include <stdint.h>
+
+typedef size_t (*pushd_curl_data_cb)(char *data, size_t size, size_t nmemb, void *userdata);
+typedef int (*pushd_curl_socket_cb)(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
+typedef int (*pushd_curl_timer_cb)(CURLM *multi, long timeout_ms, void *userp);
+
+/* curl_easy_setopt */
+static inline CURLcode pushd_curl_easy_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode pushd_curl_easy_setopt_off(CURL *h, CURLoption o, curl_off_t v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode pushd_curl_easy_setopt_ptr(CURL *h, CURLoption o, void *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode pushd_curl_easy_setopt_string(CURL *h, CURLoption o, const char *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode pushd_curl_easy_setopt_slist(CURL *h, CURLoption o, struct curl_slist *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode pushd_curl_easy_setopt_url(CURL *h, CURLU *v) { return curl_easy_setopt(h, CURLOPT_CURLU, v); }
+static inline CURLcode pushd_curl_easy_setopt_data_cb(CURL *h, CURLoption o, pushd_curl_data_cb v) { return curl_easy_setopt(h, o, v); }
+
+/* curl_multi_setopt */
+static inline CURLMcode pushd_curl_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
+static inline CURLMcode pushd_curl_multi_setopt_ptr(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }
+static inline CURLMcode pushd_curl_multi_setopt_socket_cb(CURLM *m, pushd_curl_socket_cb v) { return curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, v); }
+static inline CURLMcode pushd_curl_multi_setopt_timer_cb(CURLM *m, pushd_curl_timer_cb v) { return curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, v); }
+
+/* curl_easy_getinfo */
+static inline CURLcode pushd_curl_easy_getinfo_long(CURL *h, CURLINFO i, long *out) { return curl_easy_getinfo(h, i, out); }
+static inline CURLcode pushd_curl_easy_getinfo_off(CURL *h, CURLINFO i, curl_off_t *out) { return curl_easy_getinfo(h, i, out); }
+static inline CURLcode pushd_curl_easy_getinfo_double(CURL *h, CURLINFO i, double *out) { return curl_easy_getinfo(h, i, out); }
+static inline CURLcode pushd_curl_easy_getinfo_ptr(CURL *h, CURLINFO i, void **out) { return curl_easy_getinfo(h, i, out); }
+static inline CURLcode pushd_curl_easy_getinfo_string(CURL *h, CURLINFO i, char **out) { return curl_easy_getinfo(h, i, out); }
+
+/* Macros and constants that do not import cleanly. */
+static inline long pushd_curl_global_all(void) { return CURL_GLOBAL_ALL; }
+static inline curl_socket_t pushd_curl_socket_timeout(void) { return CURL_SOCKET_TIMEOUT; }
+static inline long pushd_curl_http_version_2tls(void) { return CURL_HTTP_VERSION_2TLS; }
+static inline long pushd_curl_pipe_multiplex(void) { return CURLPIPE_MULTIPLEX; }
+static inline int pushd_curl_poll_in(void) { return CURL_POLL_IN; }
+static inline int pushd_curl_poll_out(void) { return CURL_POLL_OUT; }
+static inline int pushd_curl_poll_inout(void) { return CURL_POLL_INOUT; }
+static inline int pushd_curl_poll_remove(void) { return CURL_POLL_REMOVE; }
+static inline int pushd_curl_cselect_in(void) { return CURL_CSELECT_IN; }
+static inline int pushd_curl_cselect_out(void) { return CURL_CSELECT_OUT; }
+static inline int pushd_curl_cselect_err(void) { return CURL_CSELECT_ERR; }
+
+static inline const curl_version_info_data *pushd_curl_version_info(void) { return curl_version_info(CURLVERSION_NOW); }
+static inline int pushd_curl_version_has_http2(const curl_version_info_data *v) { return (v->features & CURL_VERSION_HTTP2) != 0; }
+
+#endif

@@ -1,0 +1,34 @@
+/* Typed wrappers for libmicrohttpd's variadic start call. Every symbol is prefixed pushd_mhd_. */
+#ifndef PUSHD_CMICROHTTPD_SHIM_H
+#define PUSHD_CMICROHTTPD_SHIM_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <microhttpd.h>
+
+/* Starts a daemon with its own polling thread bound to addr, with a bounded
+ * number of connections and an idle timeout in seconds. */
+static inline struct MHD_Daemon *pushd_mhd_start(unsigned int flags,
+                                                 const struct sockaddr *addr,
+                                                 MHD_AccessHandlerCallback handler, void *handler_cls,
+                                                 unsigned int connection_limit,
+                                                 unsigned int connection_timeout_seconds) {
+    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_SOCK_ADDR, addr,
+                            MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
+                            MHD_OPTION_END);
+}
+
+static inline unsigned int pushd_mhd_flags_internal_thread(void) {
+    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+}
+static inline const char *pushd_mhd_version_string(void) { return MHD_get_version(); }
+static inline uint16_t pushd_mhd_bound_port(struct MHD_Daemon *d) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}
+
+#endif

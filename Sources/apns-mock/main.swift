@@ -1,0 +1,3 @@
+import APNsMock
+
+print("apns-mock (nghttp2 \(HTTP2Library.version))")
