@@ -1,0 +1,202 @@
+import Foundation
+
+/// Turns the YAML configuration file into a `PushdConfig`, applying environment
+/// overrides, and lists every problem with its setting and line.
+///
+/// Environment overrides: `PUSHD_DATABASE_URL`, `PUSHD_LOG_LEVEL`, and per app
+/// (name upper-cased, other characters as `_`): `PUSHD_APP_<NAME>_KEY_FILE`,
+/// `PUSHD_APP_<NAME>_P12_PASSWORD`.
+enum ConfigLoader {
+    static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> (PushdConfig, [ConfigProblem]) {
+        let text: String
+        do {
+            text = try String(contentsOfFile: file, encoding: .utf8)
+        } catch {
+            throw ConfigError(file: file, problems: [ConfigProblem(severity: .error, path: "file", line: 0,
+                                                                    message: "cannot read \(file): \(error.localizedDescription)")])
+        }
+        return try parse(text, file: file, environment: environment)
+    }
+
+    static func parse(_ text: String, file: String = "config", environment: [String: String]) throws -> (PushdConfig, [ConfigProblem]) {
+        let root: YAMLNode
+        do {
+            root = try YAMLLibrary.parse(text)
+        } catch {
+            throw ConfigError(file: file, problems: [ConfigProblem(severity: .error, path: "file", line: error.line,
+                                                                    message: "not valid YAML: \(error.message)")])
+        }
+        let reader = ConfigReader()
+        let top = ConfigReader.Section(reader: reader, path: "", node: root)
+
+        let database = top.section("database")
+        var databaseURL = database.string("url")
+        database.rejectUnknownKeys()
+        if let override = environment["PUSHD_DATABASE_URL"], !override.isEmpty { databaseURL = override }
+        if databaseURL == nil {
+            reader.error("database.url", line: database.line, "missing: set database.url or PUSHD_DATABASE_URL")
+        } else if let url = databaseURL, !(url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") || url.contains("=")) {
+            reader.error("database.url", line: database.line, "expected a postgresql:// URL or a libpq keyword string")
+        }
+
+        var config = PushdConfig(databaseURL: databaseURL ?? "", apps: [])
+
+        let metrics = top.section("metrics")
+        if let listen = metrics.string("listen") {
+            if parseListenAddress(listen) == nil {
+                reader.error("metrics.listen", line: metrics.line, "'\(listen)' is not host:port (for example 127.0.0.1:9464)")
+            } else {
+                config.metricsListen = listen
+            }
+        }
+        metrics.rejectUnknownKeys()
+
+        let log = top.section("log")
+        config.logLevel = log.choice("level", default: PushdConfig.LogLevel.info)
+        config.logFile = log.string("file")
+        log.rejectUnknownKeys()
+        if let level = environment["PUSHD_LOG_LEVEL"], !level.isEmpty {
+            if let parsed = PushdConfig.LogLevel(rawValue: level.lowercased()) {
+                config.logLevel = parsed
+            } else {
+                reader.error("PUSHD_LOG_LEVEL", line: 0, "'\(level)' is not one of: debug, info, notice, warning, error")
+            }
+        }
+
+        let apns = top.section("apns")
+        config.apns.hostOverride = apns.string("host")
+        config.apns.caFile = apns.string("ca_file")
+        config.apns.proxy = apns.string("proxy")
+        config.apns.alternatePort = apns.bool("alternate_port", default: false)
+        config.apns.threads = apns.int("threads", default: config.apns.threads, range: 1...64)
+        config.apns.connectionsPerApp = apns.int("connections_per_app", default: config.apns.connectionsPerApp, range: 1...64)
+        config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.maxInFlight, range: 1...1_000_000)
+        config.apns.connectTimeoutMilliseconds = apns.int("connect_timeout_ms", default: config.apns.connectTimeoutMilliseconds, range: 100...600_000)
+        config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)
+        apns.rejectUnknownKeys()
+
+        let retry = top.section("retry")
+        config.retry.maxAttempts = retry.int("max_attempts", default: config.retry.maxAttempts, range: 1...1000)
+        config.retry.baseDelayMilliseconds = retry.int("base_delay_ms", default: config.retry.baseDelayMilliseconds, range: 1...3_600_000)
+        config.retry.maxDelayMilliseconds = retry.int("max_delay_ms", default: config.retry.maxDelayMilliseconds, range: 1...86_400_000)
+        if config.retry.maxDelayMilliseconds < config.retry.baseDelayMilliseconds {
+            reader.error("retry.max_delay_ms", line: retry.line, "must not be smaller than retry.base_delay_ms")
+        }
+        retry.rejectUnknownKeys()
+
+        let campaigns = top.section("campaigns")
+        config.campaignChunkSize = campaigns.int("chunk_size", default: config.campaignChunkSize, range: 10...100_000)
+        let rate = campaigns.int("default_rate", default: 0, range: 0...10_000_000)
+        config.defaultCampaignRate = rate == 0 ? nil : rate
+        campaigns.rejectUnknownKeys()
+
+        let shutdown = top.section("shutdown")
+        config.drainTimeoutSeconds = shutdown.int("drain_timeout_s", default: config.drainTimeoutSeconds, range: 1...3600)
+        shutdown.rejectUnknownKeys()
+
+        let apps = top.list("apps")
+        if apps.isEmpty {
+            reader.error("apps", line: top.line, "missing: at least one app with its bundle id and credentials")
+        }
+        for (path, node) in apps {
+            if let app = readApp(ConfigReader.Section(reader: reader, path: path, node: node), environment: environment) {
+                if config.apps.contains(where: { $0.name == app.name }) {
+                    reader.error("\(path).name", line: node.line, "app '\(app.name)' is defined twice")
+                }
+                config.apps.append(app)
+            }
+        }
+        top.rejectUnknownKeys()
+
+        if reader.hasErrors { throw ConfigError(file: file, problems: reader.problems) }
+        return (config, reader.problems)
+    }
+
+    private static func readApp(_ section: ConfigReader.Section, environment: [String: String]) -> PushdConfig.App? {
+        let reader = section.reader
+        let name = section.requiredString("name", what: "the app's name, as used in pushd.jobs.app")
+        if let name, !isValidAppName(name) {
+            reader.error(section.childPath("name"), line: section.line, "'\(name)' must be 1–64 characters of a–z, 0–9, '_' or '-'")
+        }
+        let bundleID = section.requiredString("bundle_id", what: "the app's bundle id (the apns-topic)")
+        if let bundleID, !isValidBundleID(bundleID) {
+            reader.error(section.childPath("bundle_id"), line: section.line, "'\(bundleID)' is not a bundle id like com.example.app")
+        }
+        let environmentSetting = section.choice("environment", default: PushdConfig.Environment.production)
+        let rate = section.int("campaign_rate", default: 0, range: 0...10_000_000)
+        let prefix = "PUSHD_APP_" + String((name ?? "").uppercased().map { $0.isLetter || $0.isNumber ? $0 : "_" }) + "_"
+
+        let hasToken = section.node("token") != nil
+        let hasCertificate = section.node("certificate") != nil
+        var credentials: PushdConfig.Credentials?
+        switch (hasToken, hasCertificate) {
+        case (true, true):
+            reader.error(section.path, line: section.line, "set either token or certificate credentials, not both")
+        case (false, false):
+            reader.error(section.path, line: section.line, "missing credentials: a token (team_id, key_id, key_file) or a certificate")
+        case (true, false):
+            let token = section.section("token")
+            let teamID = token.requiredString("team_id", what: "the 10-character Apple team id")
+            let keyID = token.requiredString("key_id", what: "the 10-character key id of the .p8 key")
+            var keyFile = token.string("key_file")
+            if let override = environment[prefix + "KEY_FILE"], !override.isEmpty { keyFile = override }
+            if keyFile == nil {
+                reader.error(token.childPath("key_file"), line: token.line, "missing: path of the .p8 signing key (or \(prefix)KEY_FILE)")
+            }
+            for (label, value) in [("team_id", teamID), ("key_id", keyID)] {
+                if let value, !isAppleID(value) {
+                    reader.error(token.childPath(label), line: token.line, "'\(value)' must be exactly 10 characters of A–Z and 0–9")
+                }
+            }
+            token.rejectUnknownKeys()
+            if let teamID, let keyID, let keyFile {
+                credentials = .token(teamID: teamID, keyID: keyID, keyFile: keyFile)
+            }
+        case (false, true):
+            let certificate = section.section("certificate")
+            let certificateFile = certificate.string("cert_file")
+            let keyFile = certificate.string("key_file")
+            let pkcs12File = certificate.string("p12_file")
+            var password = certificate.string("p12_password")
+            if let override = environment[prefix + "P12_PASSWORD"] { password = override }
+            if pkcs12File == nil && certificateFile == nil {
+                reader.error(certificate.path, line: certificate.line, "missing: cert_file (PEM, with key_file) or p12_file (PKCS#12)")
+            }
+            if pkcs12File != nil && certificateFile != nil {
+                reader.error(certificate.path, line: certificate.line, "set either cert_file or p12_file, not both")
+            }
+            certificate.rejectUnknownKeys()
+            credentials = .certificate(certificateFile: certificateFile, keyFile: keyFile, pkcs12File: pkcs12File, password: password)
+        }
+        section.rejectUnknownKeys()
+        guard let name, let bundleID, let credentials else { return nil }
+        return PushdConfig.App(name: name, bundleID: bundleID, environment: environmentSetting,
+                               credentials: credentials, campaignRate: rate == 0 ? nil : rate)
+    }
+
+    static func isValidAppName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy {
+            ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 95 || $0 == 45
+        }
+    }
+
+    static func isValidBundleID(_ id: String) -> Bool {
+        let parts = id.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count >= 2 && parts.allSatisfy { part in
+            !part.isEmpty && part.utf8.allSatisfy { ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 45 || $0 == 95 }
+        }
+    }
+
+    static func isAppleID(_ id: String) -> Bool {
+        id.utf8.count == 10 && id.utf8.allSatisfy { ($0 >= 65 && $0 <= 90) || ($0 >= 48 && $0 <= 57) }
+    }
+
+    /// `host:port` or `[v6]:port` → (host, port).
+    static func parseListenAddress(_ text: String) -> (host: String, port: UInt16)? {
+        guard let colon = text.lastIndex(of: ":") else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty, let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        return (host, port)
+    }
+}

@@ -1,0 +1,58 @@
+/// Everything pushd reads from its configuration file, after environment overrides.
+struct PushdConfig: Sendable, Equatable {
+    enum Environment: String, Sendable, CaseIterable { case production, sandbox }
+    enum LogLevel: String, Sendable, CaseIterable, Comparable {
+        case debug, info, notice, warning, error
+        static func < (a: LogLevel, b: LogLevel) -> Bool {
+            allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)!
+        }
+    }
+
+    enum Credentials: Sendable, Equatable {
+        /// Token-based auth: a `.p8` signing key, its key id and the team id.
+        case token(teamID: String, keyID: String, keyFile: String)
+        /// Certificate-based auth: PEM certificate and key, or a PKCS#12 bundle.
+        case certificate(certificateFile: String?, keyFile: String?, pkcs12File: String?, password: String?)
+    }
+
+    struct App: Sendable, Equatable {
+        var name: String
+        var bundleID: String
+        var environment: Environment
+        var credentials: Credentials
+        /// Sends per second for this app's campaigns when the campaign sets none; nil is unlimited.
+        var campaignRate: Int?
+    }
+
+    struct APNs: Sendable, Equatable {
+        /// `host[:port]` replacing Apple's hosts, for apns-mock.
+        var hostOverride: String?
+        /// Extra CA to trust (PEM), for apns-mock's throwaway CA. TLS verification stays on.
+        var caFile: String?
+        var proxy: String?
+        /// Use port 2197 instead of 443.
+        var alternatePort: Bool = false
+        var threads: Int = 2
+        var connectionsPerApp: Int = 2
+        var maxInFlight: Int = 4000
+        var connectTimeoutMilliseconds: Int = 10_000
+        var requestTimeoutMilliseconds: Int = 30_000
+    }
+
+    struct Retry: Sendable, Equatable {
+        var maxAttempts: Int = 8
+        var baseDelayMilliseconds: Int = 1_000
+        var maxDelayMilliseconds: Int = 600_000
+    }
+
+    var databaseURL: String
+    var metricsListen: String = "127.0.0.1:9464"
+    var logLevel: LogLevel = .info
+    var logFile: String?
+    var apns = APNs()
+    var retry = Retry()
+    var campaignChunkSize: Int = 1000
+    var defaultCampaignRate: Int?
+    var drainTimeoutSeconds: Int = 20
+    var apps: [App]
+}

@@ -1,0 +1,116 @@
+import Testing
+@testable import pushd
+
+@Suite struct ConfigLoaderTests {
+    static let valid = """
+    database:
+      url: postgresql://pushd@127.0.0.1:5432/pushd
+    metrics:
+      listen: 127.0.0.1:9500
+    log:
+      level: debug
+    apns:
+      host: 127.0.0.1:8443
+      ca_file: /tmp/ca.pem
+      threads: 2
+      max_in_flight: 2_000
+    retry:
+      max_attempts: 5
+    apps:
+      - name: shop
+        bundle_id: com.example.shop
+        environment: sandbox
+        token:
+          team_id: ABCDE12345
+          key_id: KEY1234567
+          key_file: /etc/pushd/shop.p8
+      - name: legacy
+        bundle_id: com.example.legacy
+        certificate:
+          p12_file: /etc/pushd/legacy.p12
+          p12_password: from-file
+    """
+
+    @Test func readsEveryKindOfSetting() throws {
+        let (config, warnings) = try ConfigLoader.parse(Self.valid, environment: [:])
+        #expect(warnings.isEmpty)
+        #expect(config.databaseURL == "postgresql://pushd@127.0.0.1:5432/pushd")
+        #expect(config.metricsListen == "127.0.0.1:9500")
+        #expect(config.logLevel == .debug)
+        #expect(config.apns.hostOverride == "127.0.0.1:8443")
+        #expect(config.apns.maxInFlight == 2000)
+        #expect(config.retry.maxAttempts == 5)
+        #expect(config.apps.count == 2)
+        #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
+                                                   credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/etc/pushd/shop.p8"),
+                                                   campaignRate: nil))
+        #expect(config.apps[1].environment == .production)
+        #expect(config.apps[1].credentials == .certificate(certificateFile: nil, keyFile: nil, pkcs12File: "/etc/pushd/legacy.p12", password: "from-file"))
+    }
+
+    @Test func environmentOverridesDatabaseURLAndSecrets() throws {
+        let (config, _) = try ConfigLoader.parse(Self.valid, environment: [
+            "PUSHD_DATABASE_URL": "postgresql://other@db/pushd",
+            "PUSHD_APP_LEGACY_P12_PASSWORD": "from-env",
+            "PUSHD_APP_SHOP_KEY_FILE": "/run/secrets/shop.p8",
+            "PUSHD_LOG_LEVEL": "WARNING",
+        ])
+        #expect(config.databaseURL == "postgresql://other@db/pushd")
+        #expect(config.logLevel == .warning)
+        #expect(config.apps[0].credentials == .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/run/secrets/shop.p8"))
+        #expect(config.apps[1].credentials == .certificate(certificateFile: nil, keyFile: nil, pkcs12File: "/etc/pushd/legacy.p12", password: "from-env"))
+    }
+
+    static func problems(_ text: String, environment: [String: String] = [:]) -> [String] {
+        do {
+            _ = try ConfigLoader.parse(text, environment: environment)
+            return []
+        } catch let error as ConfigError {
+            return error.problems.map(\.description)
+        } catch {
+            return ["unexpected \(error)"]
+        }
+    }
+
+    @Test(arguments: [
+        ("database: {url: x}\napps: []", "database.url (line 1): expected a postgresql:// URL"),
+        ("apps: []", "database.url: missing"),
+        ("database: {url: 'postgresql://h/d'}", "apps (line 1): missing: at least one app"),
+        ("database: {url: 'postgresql://h/d'}\ndatabse: 1\napps: []", "databse (line 2): unknown setting (did you mean 'database'?)"),
+        ("database: [1]\napps: []", "database (line 1): expected a mapping"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: Shop!\n    bundle_id: com.x.y\n    token: {team_id: ABCDE12345, key_id: KEY1234567, key_file: k}",
+         "apps[0].name (line 3): 'Shop!' must be 1–64 characters"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: nodots\n    token: {team_id: ABCDE12345, key_id: KEY1234567, key_file: k}",
+         "'nodots' is not a bundle id"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    token: {team_id: short, key_id: KEY1234567, key_file: k}",
+         "apps[0].token.team_id (line 5): 'short' must be exactly 10 characters"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    token: {team_id: ABCDE12345, key_id: key1234567, key_file: k}",
+         "apps[0].token.key_id (line 5): 'key1234567' must be exactly 10 characters of A–Z"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    token: {team_id: ABCDE12345, key_id: KEY1234567}",
+         "apps[0].token.key_file (line 5): missing: path of the .p8 signing key"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b",
+         "apps[0] (line 3): missing credentials"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    environment: staging\n    token: {team_id: ABCDE12345, key_id: KEY1234567, key_file: k}",
+         "'staging' is not one of: production, sandbox"),
+        ("database: {url: 'postgresql://h/d'}\napns: {threads: 0}\napps: []", "apns.threads (line 2): 0 is out of range: expected 1…64"),
+        ("database: {url: 'postgresql://h/d'}\napns: {threads: many}\napps: []", "apns.threads (line 2): expected a whole number"),
+        ("database: {url: 'postgresql://h/d'}\nmetrics: {listen: nowhere}\napps: []", "metrics.listen (line 2): 'nowhere' is not host:port"),
+        ("database: {url: 'postgresql://h/d'}\nretry: {base_delay_ms: 5000, max_delay_ms: 10}\napps: []", "retry.max_delay_ms (line 2): must not be smaller"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",
+         "set either cert_file or p12_file, not both"),
+        ("database: {url: 'postgresql://h/d'}\napps:\n  - {name: s, bundle_id: a.b, certificate: {p12_file: p}}\n  - {name: s, bundle_id: a.c, certificate: {p12_file: p}}",
+         "app 's' is defined twice"),
+        ("database:\n  url: [unclosed", "not valid YAML"),
+        ("a: 1\na: 2", "key 'a' appears twice"),
+    ])
+    func eachKindOfMistakeIsNamedWithItsPlace(text: String, expected: String) {
+        let found = Self.problems(text)
+        #expect(found.contains { $0.contains(expected) }, "got \(found)")
+    }
+
+    @Test func everyProblemIsReportedAtOnce() {
+        let found = Self.problems("apns: {threads: 0, colour: red}\napps: [{name: '', bundle_id: x}]")
+        #expect(found.count >= 4, "\(found)")
+        #expect(found.allSatisfy { $0.hasPrefix("error: ") })
+    }
+}
