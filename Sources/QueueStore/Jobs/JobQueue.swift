@@ -25,19 +25,17 @@ public struct JobQueue: Sendable {
         """
 
     // One index range per priority, highest first, each stopping at the first future
-    // run_at; the outer LIMIT stops the later branches once the batch is full.
+    // run_at. The branches are CTEs because FOR UPDATE cannot sit under UNION; CTE scans
+    // run on demand, so once the outer LIMIT is met the later priorities are not read.
     static let claimSQL = """
+        WITH p10 AS (SELECT id FROM pushd.jobs WHERE priority = 10 AND run_at <= now() AND app <> ALL ($2::text[])
+                     ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+             p5 AS (SELECT id FROM pushd.jobs WHERE priority = 5 AND run_at <= now() AND app <> ALL ($2::text[])
+                    ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+             p1 AS (SELECT id FROM pushd.jobs WHERE priority = 1 AND run_at <= now() AND app <> ALL ($2::text[])
+                    ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
         DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
-            SELECT id FROM (
-                (SELECT id FROM pushd.jobs WHERE priority = 10 AND run_at <= now() AND app <> ALL ($2::text[])
-                 ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-                UNION ALL
-                (SELECT id FROM pushd.jobs WHERE priority = 5 AND run_at <= now() AND app <> ALL ($2::text[])
-                 ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-                UNION ALL
-                (SELECT id FROM pushd.jobs WHERE priority = 1 AND run_at <= now() AND app <> ALL ($2::text[])
-                 ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-            ) due LIMIT $1))
+            SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
         RETURNING \(columns)
         """
 

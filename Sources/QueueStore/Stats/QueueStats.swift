@@ -24,6 +24,18 @@ public struct CampaignProgress: Sendable, Hashable {
     public var failed: Int
     public var pruned: Int
     public var remaining: Int { max(0, targets - sent - failed) }
+
+    public init(id: Int64, app: String, name: String, status: CampaignStatus, targets: Int, sent: Int,
+                failed: Int, pruned: Int) {
+        self.id = id
+        self.app = app
+        self.name = name
+        self.status = status
+        self.targets = targets
+        self.sent = sent
+        self.failed = failed
+        self.pruned = pruned
+    }
 }
 
 /// Everything the metrics need from the database, read in one statement.
