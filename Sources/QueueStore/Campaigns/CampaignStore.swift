@@ -4,10 +4,23 @@ import Glibc
 /// Campaigns: creation, audience import, the status machine, chunk leases and
 /// checkpoints. Progress is written once per checkpoint of a chunk (about a
 /// thousand targets), never per target.
+///
+/// Lease and checkpoint statements commit with `synchronous_commit = off` unless
+/// `synchronousBookkeeping` is set: they are re-done by design (a lost checkpoint
+/// resends from the previous one, a lost lease lets the chunk be leased again), so a
+/// database crash can only add duplicates already allowed by at-least-once delivery,
+/// and a worker does not wait for a WAL flush (several milliseconds on ordinary
+/// disks) for every thousand targets. Imports and status changes stay synchronous.
 public struct CampaignStore: Sendable {
     public static let defaultChunkSize = 1000
 
-    public init() {}
+    public var synchronousBookkeeping: Bool
+
+    public init(synchronousBookkeeping: Bool = false) {
+        self.synchronousBookkeeping = synchronousBookkeeping
+    }
+
+    static let asyncCommit = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 
     // MARK: Creation and status
 
@@ -243,25 +256,35 @@ public struct CampaignStore: Sendable {
 
     // MARK: Chunk leases
 
-    static let leaseSQL = """
+    static func leaseSQL(synchronous: Bool) -> String {
+        """
+        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2))
         SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
                k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
                t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :]
-        FROM pushd.lease_campaign_chunk($1, $2) l
+        FROM l
         JOIN pushd.campaigns k ON k.id = l.leased_campaign
         JOIN pushd.campaign_targets t ON t.campaign_id = l.leased_campaign AND t.chunk = l.leased_chunk
+        \(synchronous ? "" : "CROSS JOIN " + asyncCommit)
         """
+    }
 
     /// Leases the next chunk of a running campaign for `leaseSeconds`, or returns nil when
     /// nothing is ready. `owner` must be unique per worker. A chunk whose lease expired
     /// (its worker vanished) is handed out again from its last checkpoint.
     public func leaseChunk(_ connection: PGConnection, owner: String, leaseSeconds: Double) throws -> CampaignChunk? {
         guard leaseSeconds > 0 else { throw QueueError("lease duration must be positive, got \(leaseSeconds)") }
-        let result = try connection.query(connection.prepared(Self.leaseSQL), [owner, leaseSeconds])
+        let result = try connection.query(connection.prepared(Self.leaseSQL(synchronous: synchronousBookkeeping)), [owner, leaseSeconds])
         guard result.rowCount == 1 else { return nil }
         let row = result[0]
         let start: Int = try row.require(3)
-        let tokens: [String] = try row.get(13) ?? []
+        let tokens = try result.withBytes(row: 0, column: 13) { bytes -> [String] in
+            guard let bytes else { return [] }
+            guard let tokens = Self.parseTokenArray(bytes) else {
+                throw QueueError("the device tokens of chunk \(try row.require(1, as: Int.self)) of campaign \(try row.require(0, as: Int64.self)) are not a readable array")
+            }
+            return tokens
+        }
         let payloads: [String?] = try result.withBytes(row: 0, column: 14) { bytes in
             guard let bytes else { return [] }
             guard let items = PGArrayLiteral.parse(bytes) else {
@@ -282,7 +305,23 @@ public struct CampaignStore: Sendable {
                              payload: try row.get(11), rateLimit: try row.get(12), targets: targets)
     }
 
-    static let recordSQL = """
+    /// Splits `{hex,hex,…}`; tokens are validated hex, so no element is quoted or NULL.
+    static func parseTokenArray(_ bytes: UnsafeBufferPointer<UInt8>) -> [String]? {
+        guard bytes.count >= 2, bytes.first == UInt8(ascii: "{"), bytes.last == UInt8(ascii: "}") else { return nil }
+        if bytes.count == 2 { return [] }
+        var tokens = [String]()
+        var start = 1
+        let end = bytes.count - 1
+        for index in 1...end where index == end || bytes[index] == UInt8(ascii: ",") {
+            guard index > start, bytes[start] != UInt8(ascii: "\""), bytes[start] != UInt8(ascii: "N") else { return nil }
+            tokens.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+            start = index + 1
+        }
+        return tokens
+    }
+
+    static func recordSQL(synchronous: Bool) -> String {
+        """
         WITH ch AS (
             UPDATE pushd.campaign_chunks
             SET checkpoint = $3,
@@ -305,8 +344,9 @@ public struct CampaignStore: Sendable {
             FROM ch WHERE k.id = ch.campaign_id
             RETURNING k.status
         )
-        SELECT status FROM k
+        SELECT status FROM k\(synchronous ? "" : " CROSS JOIN " + asyncCommit)
         """
+    }
 
     /// Records progress and extends the lease by `leaseSeconds`.
     public func checkpoint(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
@@ -336,7 +376,7 @@ public struct CampaignStore: Sendable {
             throw QueueError("checkpoint position \(progress.position) is outside chunk \(chunk.chunk) of campaign \(chunk.campaignID) (size \(chunk.size))")
         }
         let reasons = progress.failedByReason.keys.sorted()
-        let result = try connection.query(connection.prepared(Self.recordSQL), [
+        let result = try connection.query(connection.prepared(Self.recordSQL(synchronous: synchronousBookkeeping)), [
             chunk.campaignID, chunk.chunk, progress.position, chunk.owner, mode, leaseSeconds,
             progress.sent, progress.failed, progress.pruned, reasons, reasons.map { progress.failedByReason[$0]! },
         ])

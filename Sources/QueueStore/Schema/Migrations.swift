@@ -9,8 +9,9 @@ extension Migrator {
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
-    /// wrong, because a bare CHECK failure only names the constraint. Each function
-    /// first runs the cheap test and only builds a message on failure.
+    /// wrong, because a bare CHECK failure only names the constraint. Each CHECK runs
+    /// the cheap inline test first and calls the function only when that fails (OR
+    /// stops at the first true operand), so valid rows pay no PL/pgSQL call.
     static let jobsV1 = #"""
     CREATE FUNCTION pushd.fail_check(label text, constraint_name text, message text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE AS $$
@@ -30,7 +31,10 @@ extension Migrator {
     LANGUAGE plpgsql IMMUTABLE AS $$
     DECLARE bad text;
     BEGIN
-        IF value IS NULL OR value ~ '^([0-9a-f][0-9a-f]){32,100}$' THEN RETURN true; END IF;
+        -- A bounded repetition like {32,100} makes the regex engine build a large automaton; length tests are cheap.
+        IF value IS NULL OR (length(value) BETWEEN 64 AND 200 AND length(value) % 2 = 0 AND value !~ '[^0-9a-f]') THEN
+            RETURN true;
+        END IF;
         bad := substring(value FROM '[^0-9a-fA-F]');
         IF bad IS NOT NULL THEN
             RETURN pushd.fail_check(label, constraint_name,
@@ -129,13 +133,13 @@ extension Migrator {
         attempts     integer NOT NULL DEFAULT 0,
         last_error   text,
         created_at   timestamptz NOT NULL DEFAULT now(),
-        CONSTRAINT jobs_app_valid CHECK (pushd.check_app(app, 'pushd.jobs.app', 'jobs_app_valid')),
-        CONSTRAINT jobs_device_token_hex CHECK (pushd.check_device_token(device_token, 'pushd.jobs.device_token', 'jobs_device_token_hex')),
+        CONSTRAINT jobs_app_valid CHECK (app ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' OR pushd.check_app(app, 'pushd.jobs.app', 'jobs_app_valid')),
+        CONSTRAINT jobs_device_token_hex CHECK ((length(device_token) BETWEEN 64 AND 200 AND length(device_token) % 2 = 0 AND device_token !~ '[^0-9a-f]') OR pushd.check_device_token(device_token, 'pushd.jobs.device_token', 'jobs_device_token_hex')),
         CONSTRAINT jobs_payload_json_object CHECK (pushd.check_json_object(payload, 'pushd.jobs.payload', 'jobs_payload_json_object')),
-        CONSTRAINT jobs_push_type_known CHECK (pushd.check_push_type(push_type, 'pushd.jobs.push_type', 'jobs_push_type_known')),
-        CONSTRAINT jobs_priority_valid CHECK (pushd.check_priority(priority, 'pushd.jobs.priority', 'jobs_priority_valid')),
-        CONSTRAINT jobs_collapse_id_length CHECK (pushd.check_collapse_id(collapse_id, 'pushd.jobs.collapse_id', 'jobs_collapse_id_length')),
-        CONSTRAINT jobs_environment_valid CHECK (pushd.check_environment(environment, 'pushd.jobs.environment', 'jobs_environment_valid')),
+        CONSTRAINT jobs_push_type_known CHECK (push_type IN ('alert', 'background', 'location', 'voip', 'complication', 'fileprovider', 'mdm', 'liveactivity', 'pushtotalk', 'widgets', 'controls') OR pushd.check_push_type(push_type, 'pushd.jobs.push_type', 'jobs_push_type_known')),
+        CONSTRAINT jobs_priority_valid CHECK (priority IN (10, 5, 1) OR pushd.check_priority(priority, 'pushd.jobs.priority', 'jobs_priority_valid')),
+        CONSTRAINT jobs_collapse_id_length CHECK (collapse_id IS NULL OR octet_length(collapse_id) <= 64 OR pushd.check_collapse_id(collapse_id, 'pushd.jobs.collapse_id', 'jobs_collapse_id_length')),
+        CONSTRAINT jobs_environment_valid CHECK (environment IS NULL OR environment IN ('production', 'sandbox') OR pushd.check_environment(environment, 'pushd.jobs.environment', 'jobs_environment_valid')),
         CONSTRAINT jobs_attempts_valid CHECK (attempts >= 0)
     ) WITH (
         autovacuum_vacuum_scale_factor = 0.0,
@@ -198,9 +202,9 @@ extension Migrator {
         invalidated_at timestamptz,
         invalid_reason text,
         PRIMARY KEY (app, token),
-        CONSTRAINT device_tokens_app_valid CHECK (pushd.check_app(app, 'pushd.device_tokens.app', 'device_tokens_app_valid')),
-        CONSTRAINT device_tokens_token_hex CHECK (pushd.check_device_token(token, 'pushd.device_tokens.token', 'device_tokens_token_hex')),
-        CONSTRAINT device_tokens_environment_valid CHECK (pushd.check_environment(environment, 'pushd.device_tokens.environment', 'device_tokens_environment_valid'))
+        CONSTRAINT device_tokens_app_valid CHECK (app ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' OR pushd.check_app(app, 'pushd.device_tokens.app', 'device_tokens_app_valid')),
+        CONSTRAINT device_tokens_token_hex CHECK ((length(token) BETWEEN 64 AND 200 AND length(token) % 2 = 0 AND token !~ '[^0-9a-f]') OR pushd.check_device_token(token, 'pushd.device_tokens.token', 'device_tokens_token_hex')),
+        CONSTRAINT device_tokens_environment_valid CHECK (environment IS NULL OR environment IN ('production', 'sandbox') OR pushd.check_environment(environment, 'pushd.device_tokens.environment', 'device_tokens_environment_valid'))
     ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.05);
 
     CREATE INDEX device_tokens_live_user ON pushd.device_tokens (app, user_id)
@@ -289,13 +293,13 @@ extension Migrator {
         created_at       timestamptz NOT NULL DEFAULT now(),
         started_at       timestamptz,
         finished_at      timestamptz,
-        CONSTRAINT campaigns_app_valid CHECK (pushd.check_app(app, 'pushd.campaigns.app', 'campaigns_app_valid')),
+        CONSTRAINT campaigns_app_valid CHECK (app ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$' OR pushd.check_app(app, 'pushd.campaigns.app', 'campaigns_app_valid')),
         CONSTRAINT campaigns_name_present CHECK (length(name) BETWEEN 1 AND 200),
-        CONSTRAINT campaigns_push_type_known CHECK (pushd.check_push_type(push_type, 'pushd.campaigns.push_type', 'campaigns_push_type_known')),
-        CONSTRAINT campaigns_priority_valid CHECK (pushd.check_priority(priority, 'pushd.campaigns.priority', 'campaigns_priority_valid')),
-        CONSTRAINT campaigns_environment_valid CHECK (pushd.check_environment(environment, 'pushd.campaigns.environment', 'campaigns_environment_valid')),
+        CONSTRAINT campaigns_push_type_known CHECK (push_type IN ('alert', 'background', 'location', 'voip', 'complication', 'fileprovider', 'mdm', 'liveactivity', 'pushtotalk', 'widgets', 'controls') OR pushd.check_push_type(push_type, 'pushd.campaigns.push_type', 'campaigns_push_type_known')),
+        CONSTRAINT campaigns_priority_valid CHECK (priority IN (10, 5, 1) OR pushd.check_priority(priority, 'pushd.campaigns.priority', 'campaigns_priority_valid')),
+        CONSTRAINT campaigns_environment_valid CHECK (environment IS NULL OR environment IN ('production', 'sandbox') OR pushd.check_environment(environment, 'pushd.campaigns.environment', 'campaigns_environment_valid')),
         CONSTRAINT campaigns_payload_json_object CHECK (pushd.check_json_object(payload, 'pushd.campaigns.payload', 'campaigns_payload_json_object')),
-        CONSTRAINT campaigns_collapse_id_length CHECK (pushd.check_collapse_id(collapse_id, 'pushd.campaigns.collapse_id', 'campaigns_collapse_id_length')),
+        CONSTRAINT campaigns_collapse_id_length CHECK (collapse_id IS NULL OR octet_length(collapse_id) <= 64 OR pushd.check_collapse_id(collapse_id, 'pushd.campaigns.collapse_id', 'campaigns_collapse_id_length')),
         CONSTRAINT campaigns_status_known CHECK (status IN ('draft', 'scheduled', 'running', 'paused', 'done', 'cancelled')),
         CONSTRAINT campaigns_rate_limit_positive CHECK (rate_limit IS NULL OR rate_limit > 0)
     ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000);
