@@ -30,6 +30,7 @@ public struct PGStatement: Sendable, Hashable {
 public final class PGConnection {
     private var handle: OpaquePointer?
     private var statementCounter = 0
+    private var statementCache: [String: PGStatement] = [:]
 
     /// The libpq version linked into this process, for example 150020 for 15.20.
     public static var libpqVersion: Int { Int(PQlibVersion()) }
@@ -122,6 +123,15 @@ public final class PGConnection {
         _ = try check(PQprepare(connection, name, sql, 0, nil), statement: sql)
         let description = try check(PQdescribePrepared(connection, name), statement: sql)
         return PGStatement(name: name, parameterCount: description.parameterCount)
+    }
+
+    /// The statement prepared for `sql` on this connection, prepared on first use.
+    /// For the hot statements of long-lived sessions; the cache lives as long as the connection.
+    public func prepared(_ sql: String) throws -> PGStatement {
+        if let statement = statementCache[sql] { return statement }
+        let statement = try prepare(sql)
+        statementCache[sql] = statement
+        return statement
     }
 
     /// Runs a prepared statement.

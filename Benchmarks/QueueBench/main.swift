@@ -1,0 +1,411 @@
+import Foundation
+import Glibc
+import QueueStore
+import Synchronization
+
+// QueueBench: the PostgreSQL queue's figures, each next to a reference run in the same
+// process: campaign import (against a plain one-row-per-target COPY), campaign reads,
+// transactional claim + ack (against a bare DELETE … RETURNING loop), LISTEN/NOTIFY
+// latency, and throughput after many jobs have passed through the table.
+//
+//   scripts/with-postgres.sh .build/release/QueueBench [--targets N] [--jobs N] [--bloat-jobs N]
+//                                                    [--latency-count N] [--rate N] [--database-url URL]
+
+struct Options {
+    var url = ProcessInfo.processInfo.environment["PUSHD_DATABASE_URL"] ?? ""
+    var targets = 1_000_000
+    var jobs = 200_000
+    var bloatJobs = 1_000_000
+    var latencyCount = 10_000
+    var rate = 1_000
+    var batch = 500
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        var options = Options()
+        var index = 0
+        func value(_ name: String) throws -> String {
+            guard index + 1 < arguments.count else { throw QueueError("\(name) needs a value") }
+            index += 1
+            return arguments[index]
+        }
+        func number(_ name: String) throws -> Int {
+            let text = try value(name)
+            guard let number = Int(text.replacingOccurrences(of: "_", with: "")), number > 0 else {
+                throw QueueError("\(name) must be a positive whole number, got '\(text)'")
+            }
+            return number
+        }
+        while index < arguments.count {
+            switch arguments[index] {
+            case "--database-url": options.url = try value("--database-url")
+            case "--targets": options.targets = try number("--targets")
+            case "--jobs": options.jobs = try number("--jobs")
+            case "--bloat-jobs": options.bloatJobs = try number("--bloat-jobs")
+            case "--latency-count": options.latencyCount = try number("--latency-count")
+            case "--rate": options.rate = try number("--rate")
+            case "--batch": options.batch = try number("--batch")
+            default: throw QueueError("unknown argument '\(arguments[index])'")
+            }
+            index += 1
+        }
+        guard !options.url.isEmpty else { throw QueueError("no database: pass --database-url or set PUSHD_DATABASE_URL") }
+        return options
+    }
+}
+
+func now() -> Double {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+}
+
+func figure(_ value: Double, _ decimals: Int = 0) -> String { String(format: "%.\(decimals)f", value) }
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
+}
+
+func token(_ n: Int) -> String {
+    let hex = String(n, radix: 16)
+    return String(repeating: "0", count: 64 - hex.count) + hex
+}
+
+func databaseURL(_ url: String, name: String) -> String {
+    guard let scheme = url.range(of: "://"), let slash = url[scheme.upperBound...].firstIndex(of: "/") else { return url + "/" + name }
+    let query = url[slash...].firstIndex(of: "?").map { String(url[$0...]) } ?? ""
+    return String(url[..<slash]) + "/" + name + query
+}
+
+func count(_ connection: PGConnection, _ sql: String) throws -> Int {
+    try connection.query(sql).require(Int.self, row: 0, column: 0)
+}
+
+// MARK: Campaign import and read
+
+func campaignBenchmark(_ url: String, _ options: Options) throws {
+    let connection = try QueueSession.connect(url: url, applicationName: "queuebench", settings: ["statement_timeout": "0"])
+    let path = NSTemporaryDirectory() + "queuebench-targets-\(getpid()).txt"
+    defer { unlink(path) }
+    do {
+        guard let file = fopen(path, "w") else { throw QueueError("cannot write \(path)") }
+        for n in 1...options.targets { fputs(token(n) + "\n", file) }
+        fclose(file)
+    }
+    print("campaign import: \(options.targets) targets from a file")
+    try connection.execute(script: "CHECKPOINT")
+
+    let store = CampaignStore()
+    let id = try store.create(connection, NewCampaign(app: "bench", name: "import", payload: #"{"aps":{"alert":"Sale"}}"#))
+    var start = now()
+    let imported = try store.importTargets(connection, campaignID: id, fromFile: path)
+    let importSeconds = now() - start
+    let importRate = Double(imported) / importSeconds
+    try connection.execute(script: "CHECKPOINT")
+
+    try connection.execute(script: "CREATE TABLE bench_plain_targets (campaign_id bigint, token text)")
+    start = now()
+    try connection.transaction {
+        try connection.copyIn("COPY bench_plain_targets (campaign_id, token) FROM STDIN") { writer in
+            guard let file = fopen(path, "r") else { throw QueueError("cannot read \(path)") }
+            defer { fclose(file) }
+            var line = [CChar](repeating: 0, count: 256)
+            let prefix = Array("\(id)\t".utf8)
+            while fgets(&line, Int32(line.count), file) != nil {
+                let length = strlen(line)
+                try writer.writeRaw(prefix + line[0..<length].map { UInt8(bitPattern: $0) })
+            }
+        }
+    }
+    let plainSeconds = now() - start
+    let plainRate = Double(options.targets) / plainSeconds
+    let chunkBytes = try count(connection, "SELECT pg_total_relation_size('pushd.campaign_targets') + pg_total_relation_size('pushd.campaign_chunks')")
+    let plainBytes = try count(connection, "SELECT pg_total_relation_size('bench_plain_targets')")
+    try connection.execute(script: "DROP TABLE bench_plain_targets")
+    print("  pushd chunked import: \(figure(importSeconds, 2)) s, \(figure(importRate)) targets/s, \(chunkBytes / 1_048_576) MiB on disk")
+    print("  reference plain COPY (one row per target, no index): \(figure(plainSeconds, 2)) s, \(figure(plainRate)) rows/s, \(plainBytes / 1_048_576) MiB")
+    print("  ratio pushd/reference: \(figure(importRate / plainRate, 2))  (target ≥ 200000 targets/s)")
+
+    try store.start(connection, id: id)
+    let figures = try readCampaign(connection, id: id, store: store)
+    print("campaign read: \(figures.targets) targets in \(figures.chunks) chunks from one connection, lease and checkpoint commits asynchronous (pushd's default)")
+    print("  lease + read: \(figure(figures.leaseRate)) targets/s (target ≥ 500000), \(figure(figures.leaseMilliseconds, 3)) ms per chunk")
+    print("  with two checkpoints per chunk (one mid-way, one finishing): \(figure(figures.cycleRate)) targets/s; checkpoint \(figure(figures.checkpointMilliseconds, 3)) ms each")
+    let campaign = try store.campaign(connection, id: id)
+    print("  status afterwards: \(campaign?.status.rawValue ?? "?"), sent \(campaign?.sent ?? 0) of \(campaign?.targets ?? 0)")
+    start = now()
+    let dropped = try store.dropTargets(connection, id: id)
+    print("  dropping the \(dropped) targets of the finished campaign: \(figure((now() - start) * 1000, 1)) ms")
+
+    let syncStore = CampaignStore(synchronousBookkeeping: true)
+    let syncID = try syncStore.create(connection, NewCampaign(app: "bench", name: "sync", payload: #"{"aps":{"alert":"Sale"}}"#))
+    try syncStore.importTargets(connection, campaignID: syncID, targets: (1...min(options.targets, 100_000)).map { (token($0), nil) })
+    try syncStore.start(connection, id: syncID)
+    start = now()
+    let synchronous = try readCampaign(connection, id: syncID, store: syncStore)
+    print("  reference with every lease and checkpoint committed synchronously (\(synchronous.targets) targets): lease + read \(figure(synchronous.leaseRate)) targets/s, full cycle \(figure(synchronous.cycleRate)) targets/s, checkpoint \(figure(synchronous.checkpointMilliseconds, 3)) ms each")
+}
+
+struct ReadFigures {
+    var targets = 0
+    var chunks = 0
+    var leaseRate = 0.0
+    var leaseMilliseconds = 0.0
+    var cycleRate = 0.0
+    var checkpointMilliseconds = 0.0
+}
+
+func readCampaign(_ connection: PGConnection, id: Int64, store: CampaignStore) throws -> ReadFigures {
+    var figures = ReadFigures()
+    var checkpointSeconds = 0.0
+    var leaseSeconds = 0.0
+    let start = now()
+    while true {
+        let leaseStart = now()
+        guard let chunk = try store.leaseChunk(connection, owner: "bench", leaseSeconds: 60) else { break }
+        leaseSeconds += now() - leaseStart
+        figures.targets += chunk.targets.count
+        figures.chunks += 1
+        let half = chunk.size / 2
+        let checkpointStart = now()
+        _ = try store.checkpoint(connection, chunk, ChunkProgress(position: half, sent: half), leaseSeconds: 60)
+        _ = try store.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size - half))
+        checkpointSeconds += now() - checkpointStart
+    }
+    let total = now() - start
+    figures.leaseRate = Double(figures.targets) / leaseSeconds
+    figures.leaseMilliseconds = leaseSeconds / Double(max(1, figures.chunks)) * 1000
+    figures.cycleRate = Double(figures.targets) / total
+    figures.checkpointMilliseconds = checkpointSeconds / Double(max(1, figures.chunks)) / 2 * 1000
+    return figures
+}
+
+// MARK: Transactional lane
+
+func insertJobs(_ connection: PGConnection, _ count: Int) throws {
+    var remaining = count
+    var offset = 0
+    while remaining > 0 {
+        let size = min(remaining, 100_000)
+        try connection.query("""
+            INSERT INTO pushd.jobs (app, device_token, payload)
+            SELECT 'bench', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":{"title":"Shipped","body":"Order on its way"}}}'
+            FROM generate_series($1::bigint, $2::bigint) g
+            """, [offset + 1, offset + size])
+        offset += size
+        remaining -= size
+    }
+}
+
+/// Claim + settle (all delivered) until the lane is empty; returns jobs per second.
+func drainWithQueue(_ connection: PGConnection, batch: Int) throws -> (jobs: Int, seconds: Double) {
+    let queue = JobQueue()
+    var total = 0
+    let start = now()
+    while true {
+        let claimed = try queue.claim(connection, limit: batch)
+        if claimed.isEmpty { break }
+        try queue.finish(connection, claimed, JobOutcomes(delivered: claimed.jobs.map(\.id)))
+        total += claimed.jobs.count
+    }
+    return (total, now() - start)
+}
+
+/// The reference: the textbook single-statement dequeue, autocommit, reading one
+/// priority (every benchmark job has priority 10) in index order.
+func drainWithBareDelete(_ connection: PGConnection, batch: Int) throws -> (jobs: Int, seconds: Double) {
+    let statement = try connection.prepare("""
+        DELETE FROM pushd.jobs WHERE id IN (
+            SELECT id FROM pushd.jobs WHERE priority = 10 AND run_at <= now() ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+        RETURNING id, app, device_token, payload, push_type, priority, expiration, collapse_id, apns_id,
+                  dedupe_key, user_id, environment, run_at, attempts, last_error, created_at
+        """)
+    var total = 0
+    let start = now()
+    while true {
+        let result = try connection.query(statement, [batch])
+        if result.rowCount == 0 { break }
+        for row in result.rows { _ = try row.require(0, as: Int64.self); _ = try row.require(3, as: String.self) }
+        total += result.rowCount
+    }
+    return (total, now() - start)
+}
+
+func claimBenchmark(_ url: String, _ options: Options) throws -> Double {
+    let connection = try QueueSession.connect(url: url, applicationName: "queuebench", settings: ["statement_timeout": "0"])
+    print("transactional claim + ack: \(options.jobs) jobs per run, batches of \(options.batch), one connection")
+    var start = now()
+    try insertJobs(connection, options.jobs)
+    print("  insert (INSERT … SELECT, constraints and triggers): \(figure(Double(options.jobs) / (now() - start))) rows/s")
+    try connection.execute(script: "VACUUM ANALYZE pushd.jobs")
+    var ours = [Double]()
+    var reference = [Double]()
+    for round in 0..<4 {
+        if round > 0 {
+            try insertJobs(connection, options.jobs)
+            try connection.execute(script: "VACUUM ANALYZE pushd.jobs")
+        }
+        if round % 2 == 0 {
+            let run = try drainWithQueue(connection, batch: options.batch)
+            ours.append(Double(run.jobs) / run.seconds)
+        } else {
+            let run = try drainWithBareDelete(connection, batch: options.batch)
+            reference.append(Double(run.jobs) / run.seconds)
+        }
+    }
+    start = now()
+    let best = ours.max() ?? 0
+    let bestReference = reference.max() ?? 0
+    print("  pushd claim (DELETE … RETURNING in a transaction) + finish: \(ours.map { figure($0) }.joined(separator: ", ")) jobs/s")
+    print("  reference bare DELETE … IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING loop: \(reference.map { figure($0) }.joined(separator: ", ")) jobs/s")
+    print("  best pushd \(figure(best)) jobs/s (target ≥ 50000), ratio pushd/reference \(figure(best / bestReference, 2)) (target ≥ 0.8)")
+    return best
+}
+
+// MARK: LISTEN/NOTIFY latency
+
+func latencyBenchmark(_ url: String, _ options: Options) throws {
+    let inserters = 4
+    let claimers = 2
+    print("insert-to-claim latency: \(options.latencyCount) single-row autocommit inserts at \(options.rate)/s from \(inserters) connections; \(claimers) claimers woken by LISTEN/NOTIFY")
+    let sentAt = Mutex<[Int64: (sent: Double, committed: Double)]>([:])
+    let claimedAt = Mutex<[Int64: Double]>([:])
+    let done = Atomic<Bool>(false)
+    let failure = Mutex<String?>(nil)
+    let ready = DispatchSemaphore(value: 0)
+    let finished = DispatchGroup()
+
+    for claimer in 0..<claimers {
+        finished.enter()
+        Thread.detachNewThread {
+            defer { finished.leave() }
+            do {
+                let connection = try QueueSession.connect(url: url, applicationName: "queuebench-claimer-\(claimer)")
+                let queue = JobQueue()
+                try queue.listen(connection)
+                ready.signal()
+                while !done.load(ordering: .acquiring) {
+                    _ = try connection.waitForNotifications(timeoutMilliseconds: 50)
+                    while true {
+                        let batch = try queue.claim(connection, limit: 500)
+                        if batch.isEmpty { break }
+                        let time = now()
+                        claimedAt.withLock { map in for job in batch.jobs { map[job.id] = time } }
+                        try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+                    }
+                }
+            } catch {
+                failure.withLock { $0 = "claimer: \(error)" }
+                ready.signal()
+            }
+        }
+    }
+    for _ in 0..<claimers { ready.wait() }
+    let interval = Double(inserters) / Double(options.rate)
+    let perInserter = options.latencyCount / inserters
+    let begin = now() + 0.2
+    let inserted = DispatchGroup()
+    for inserter in 0..<inserters {
+        inserted.enter()
+        Thread.detachNewThread {
+            defer { inserted.leave() }
+            do {
+                let connection = try QueueSession.connect(url: url, applicationName: "queuebench-inserter-\(inserter)")
+                let insert = try connection.prepare("""
+                    INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', $1, '{"aps":{"alert":"ping"}}') RETURNING id
+                    """)
+                for n in 0..<perInserter {
+                    let due = begin + (Double(n) + Double(inserter) / Double(inserters)) * interval
+                    let wait = due - now()
+                    if wait > 0 { usleep(useconds_t(wait * 1e6)) }
+                    let sent = now()
+                    let id = try connection.query(insert, [token(n * inserters + inserter + 1)]).require(Int64.self, row: 0, column: 0)
+                    let committed = now()
+                    sentAt.withLock { $0[id] = (sent, committed) }
+                }
+            } catch {
+                failure.withLock { $0 = "inserter: \(error)" }
+            }
+        }
+    }
+    inserted.wait()
+    let elapsed = now() - begin
+    let total = perInserter * inserters
+    let deadline = now() + 5
+    while now() < deadline, claimedAt.withLock({ $0.count }) < total { usleep(10_000) }
+    done.store(true, ordering: .releasing)
+    finished.wait()
+    if let message = failure.withLock({ $0 }) { throw QueueError(message) }
+    let sent = sentAt.withLock { $0 }
+    let claimed = claimedAt.withLock { $0 }
+    var fromCommit = [Double]()
+    var fromSend = [Double]()
+    for (id, times) in sent {
+        guard let claim = claimed[id] else { continue }
+        fromCommit.append(max(0, claim - times.committed) * 1000)
+        fromSend.append((claim - times.sent) * 1000)
+    }
+    fromCommit.sort()
+    fromSend.sort()
+    let commits = sent.values.map { ($0.committed - $0.sent) * 1000 }.sorted()
+    print("  claimed \(fromCommit.count) of \(total) at \(figure(Double(total) / elapsed)) inserts/s; the INSERT's own commit took p50 \(figure(percentile(commits, 0.5), 2)) ms (a WAL flush)")
+    print("  commit acknowledged → claimed: p50 \(figure(percentile(fromCommit, 0.5), 2)) ms, p99 \(figure(percentile(fromCommit, 0.99), 2)) ms, max \(figure(fromCommit.last ?? .nan, 2)) ms (target p99 ≤ 5 ms)")
+    print("  INSERT sent → claimed (commit included): p50 \(figure(percentile(fromSend, 0.5), 2)) ms, p99 \(figure(percentile(fromSend, 0.99), 2)) ms")
+}
+
+// MARK: Bloat
+
+func bloatBenchmark(_ url: String, _ options: Options, baseline: Double) throws {
+    let connection = try QueueSession.connect(url: url, applicationName: "queuebench", settings: ["statement_timeout": "0"])
+    print("throughput after \(options.bloatJobs) jobs passed through pushd.jobs (insert 100000, drain, repeat; autovacuum as configured)")
+    let sizeBefore = try count(connection, "SELECT pg_total_relation_size('pushd.jobs')")
+    var passed = 0
+    let start = now()
+    var lastReport = start
+    while passed < options.bloatJobs {
+        let size = min(100_000, options.bloatJobs - passed)
+        try insertJobs(connection, size)
+        _ = try drainWithQueue(connection, batch: options.batch)
+        passed += size
+        if now() - lastReport > 30 {
+            lastReport = now()
+            print("  … \(passed) jobs so far, \(figure(lastReport - start)) s")
+        }
+    }
+    let sizeAfter = try count(connection, "SELECT pg_total_relation_size('pushd.jobs')")
+    let dead = try count(connection, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'pushd.jobs'::regclass")
+    let vacuums = try count(connection, "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'pushd.jobs'::regclass")
+    try insertJobs(connection, options.jobs)
+    let run = try drainWithQueue(connection, batch: options.batch)
+    let after = Double(run.jobs) / run.seconds
+    print("  passed \(passed) jobs in \(figure(now() - start)) s; table + indexes \(sizeBefore / 1024) KiB before, \(sizeAfter / 1024) KiB after; \(dead) dead tuples; \(vacuums) autovacuums")
+    print("  claim + ack afterwards: \(figure(after)) jobs/s vs \(figure(baseline)) at the start: ratio \(figure(after / baseline, 2)) (target ≥ 0.8)")
+}
+
+func main() throws {
+    let options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
+    let admin = try PGConnection(url: options.url, applicationName: "queuebench-admin")
+    let name = "pushd_bench_\(getpid())"
+    try admin.execute(script: "CREATE DATABASE \(name)")
+    defer { _ = try? admin.execute(script: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+    let url = databaseURL(options.url, name: name)
+    try Migrator().migrate(try PGConnection(url: url))
+    let settings = try admin.query("SELECT current_setting('fsync') || ' fsync, synchronous_commit ' || current_setting('synchronous_commit') || ', shared_buffers ' || current_setting('shared_buffers')")
+    print("QueueBench on PostgreSQL \(admin.serverVersion) (\(try settings.require(String.self, row: 0, column: 0))), \(ProcessInfo.processInfo.activeProcessorCount) cores")
+    try campaignBenchmark(url, options)
+    let baseline = try claimBenchmark(url, options)
+    try latencyBenchmark(url, options)
+    try bloatBenchmark(url, options, baseline: baseline)
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    print("process: peak RSS \(usage.ru_maxrss / 1024) MiB, CPU \(figure(cpu, 1)) s")
+}
+
+do {
+    try main()
+} catch {
+    var message = Array("QueueBench: \(error)\n".utf8)
+    message.withUnsafeMutableBytes { _ = write(2, $0.baseAddress, $0.count) }
+    exit(1)
+}

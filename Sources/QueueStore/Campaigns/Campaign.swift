@@ -1,0 +1,130 @@
+import Foundation
+
+public enum CampaignStatus: String, Sendable, Hashable, CaseIterable {
+    case draft, scheduled, running, paused, done, cancelled
+
+    /// No more sending will happen; its targets may be dropped.
+    public var isFinal: Bool { self == .done || self == .cancelled }
+}
+
+/// What to create: everything a campaign is except its audience and counters.
+public struct NewCampaign: Sendable, Hashable {
+    public var app: String
+    public var name: String
+    public var pushType: String
+    public var priority: Int
+    public var environment: String?
+    /// The payload sent to every target without one of its own; nil when every target has one.
+    public var payload: String?
+    public var collapseID: String?
+    public var expiration: Date?
+    /// Sending does not begin before this time.
+    public var startAt: Date?
+    /// Notifications per second across all pushd instances; nil is unlimited.
+    public var rateLimit: Int?
+
+    public init(app: String, name: String, pushType: String = "alert", priority: Int = 10,
+                environment: String? = nil, payload: String?, collapseID: String? = nil, expiration: Date? = nil,
+                startAt: Date? = nil, rateLimit: Int? = nil) {
+        self.app = app
+        self.name = name
+        self.pushType = pushType
+        self.priority = priority
+        self.environment = environment
+        self.payload = payload
+        self.collapseID = collapseID
+        self.expiration = expiration
+        self.startAt = startAt
+        self.rateLimit = rateLimit
+    }
+}
+
+/// A campaign with its counters, as `CampaignStore.campaign` reads it.
+public struct Campaign: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    public var name: String
+    public var status: CampaignStatus
+    public var pushType: String
+    public var priority: Int
+    public var payload: String?
+    public var startAt: Date?
+    public var rateLimit: Int?
+    public var targets: Int
+    public var sent: Int
+    public var failed: Int
+    public var failedByReason: [String: Int]
+    public var pruned: Int
+    public var chunksTotal: Int
+    public var chunksDone: Int
+    public var createdAt: Date
+    public var startedAt: Date?
+    public var finishedAt: Date?
+
+    /// Targets neither sent nor failed yet.
+    public var remaining: Int { max(0, targets - sent - failed) }
+}
+
+/// One recipient of a campaign chunk.
+public struct CampaignTarget: Sendable, Hashable {
+    /// Position within the chunk, the unit of checkpoints.
+    public var index: Int
+    public var token: String
+    /// Overrides the campaign's payload when present.
+    public var payload: String?
+
+    public init(index: Int, token: String, payload: String?) {
+        self.index = index
+        self.token = token
+        self.payload = payload
+    }
+}
+
+/// A leased chunk: the targets from its last checkpoint on, and what to send them.
+public struct CampaignChunk: Sendable, Hashable {
+    public var campaignID: Int64
+    public var chunk: Int
+    public var owner: String
+    public var leaseUntil: Date
+    public var size: Int
+    /// The checkpoint the chunk resumed from (0 for a fresh chunk).
+    public var startIndex: Int
+    public var app: String
+    public var pushType: String
+    public var priority: Int
+    public var environment: String?
+    public var collapseID: String?
+    public var expiration: Date?
+    public var payload: String?
+    public var rateLimit: Int?
+    public var targets: [CampaignTarget]
+}
+
+/// Outcomes since the previous checkpoint of a chunk (deltas, not totals).
+public struct ChunkProgress: Sendable, Hashable {
+    /// Every target before this index has an outcome.
+    public var position: Int
+    public var sent: Int
+    public var failedByReason: [String: Int]
+    /// Of the failures, how many pruned a token.
+    public var pruned: Int
+
+    public init(position: Int, sent: Int = 0, failedByReason: [String: Int] = [:], pruned: Int = 0) {
+        self.position = position
+        self.sent = sent
+        self.failedByReason = failedByReason
+        self.pruned = pruned
+    }
+
+    public var failed: Int { failedByReason.values.reduce(0, +) }
+}
+
+/// What a worker should do after recording progress.
+public enum ChunkDirective: Sendable, Hashable {
+    /// Keep sending this chunk.
+    case proceed
+    /// The campaign is paused, cancelled or done: release the chunk and stop.
+    case stop(CampaignStatus)
+    /// The lease expired and another worker took the chunk: stop without recording more.
+    case leaseLost
+}

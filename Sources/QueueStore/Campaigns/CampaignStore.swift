@@ -1,0 +1,388 @@
+import Foundation
+import Glibc
+
+/// Campaigns: creation, audience import, the status machine, chunk leases and
+/// checkpoints. Progress is written once per checkpoint of a chunk (about a
+/// thousand targets), never per target.
+///
+/// Lease and checkpoint statements commit with `synchronous_commit = off` unless
+/// `synchronousBookkeeping` is set: they are re-done by design (a lost checkpoint
+/// resends from the previous one, a lost lease lets the chunk be leased again), so a
+/// database crash can only add duplicates already allowed by at-least-once delivery,
+/// and a worker does not wait for a WAL flush (several milliseconds on ordinary
+/// disks) for every thousand targets. Imports and status changes stay synchronous.
+public struct CampaignStore: Sendable {
+    public static let defaultChunkSize = 1000
+
+    public var synchronousBookkeeping: Bool
+
+    public init(synchronousBookkeeping: Bool = false) {
+        self.synchronousBookkeeping = synchronousBookkeeping
+    }
+
+    static let asyncCommit = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
+
+    // MARK: Creation and status
+
+    public func create(_ connection: PGConnection, _ campaign: NewCampaign) throws -> Int64 {
+        try connection.query("""
+            INSERT INTO pushd.campaigns (app, name, push_type, priority, environment, payload, collapse_id,
+                                         expiration, start_at, rate_limit)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id
+            """, [campaign.app, campaign.name, campaign.pushType, campaign.priority, campaign.environment,
+                  campaign.payload, campaign.collapseID, campaign.expiration, campaign.startAt,
+                  campaign.rateLimit]).require(Int64.self, row: 0, column: 0)
+    }
+
+    public func campaign(_ connection: PGConnection, id: Int64) throws -> Campaign? {
+        let result = try connection.query("""
+            SELECT id, app, name, status, push_type, priority, payload, start_at, rate_limit, targets, sent, failed,
+                   ARRAY(SELECT key FROM jsonb_each_text(failed_by_reason) ORDER BY key),
+                   ARRAY(SELECT value::bigint FROM jsonb_each_text(failed_by_reason) ORDER BY key),
+                   pruned, chunks_total, chunks_done, created_at, started_at, finished_at
+            FROM pushd.campaigns WHERE id = $1
+            """, [id])
+        guard result.rowCount == 1 else { return nil }
+        let row = result[0]
+        let reasons: [String] = try row.require(12)
+        let counts: [Int] = try row.require(13)
+        let statusText: String = try row.require(3)
+        guard let status = CampaignStatus(rawValue: statusText) else {
+            throw QueueError("campaign \(id) has unknown status '\(statusText)'")
+        }
+        return Campaign(id: try row.require(0), app: try row.require(1), name: try row.require(2), status: status,
+                        pushType: try row.require(4), priority: try row.require(5), payload: try row.get(6),
+                        startAt: try row.get(7), rateLimit: try row.get(8), targets: try row.require(9),
+                        sent: try row.require(10), failed: try row.require(11),
+                        failedByReason: Dictionary(uniqueKeysWithValues: zip(reasons, counts)),
+                        pruned: try row.require(14), chunksTotal: try row.require(15), chunksDone: try row.require(16),
+                        createdAt: try row.require(17), startedAt: try row.get(18), finishedAt: try row.get(19))
+    }
+
+    /// draft → running, or scheduled when its start time is in the future.
+    @discardableResult
+    public func start(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
+        try transition(connection, id: id, action: "start", from: [.draft], sql: """
+            UPDATE pushd.campaigns
+            SET status = CASE WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
+                started_at = CASE WHEN start_at > now() THEN NULL ELSE now() END
+            WHERE id = $1 AND status = 'draft' AND targets > 0 RETURNING status
+            """, extra: { campaign in
+                campaign.targets == 0 ? "campaign \(id) has no targets; import targets before starting it" : nil
+            })
+    }
+
+    /// running or scheduled → paused. Workers stop at their next checkpoint.
+    @discardableResult
+    public func pause(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
+        try transition(connection, id: id, action: "pause", from: [.running, .scheduled], sql: """
+            UPDATE pushd.campaigns SET status = 'paused'
+            WHERE id = $1 AND status IN ('running', 'scheduled') RETURNING status
+            """)
+    }
+
+    /// paused → running (or scheduled, or done if its last chunk finished while paused).
+    @discardableResult
+    public func resume(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
+        try transition(connection, id: id, action: "resume", from: [.paused], sql: """
+            UPDATE pushd.campaigns
+            SET status = CASE WHEN chunks_done >= chunks_total THEN 'done'
+                              WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
+                started_at = CASE WHEN start_at > now() THEN started_at ELSE coalesce(started_at, now()) END,
+                finished_at = CASE WHEN chunks_done >= chunks_total THEN now() END
+            WHERE id = $1 AND status = 'paused' RETURNING status
+            """)
+    }
+
+    /// Any unfinished campaign → cancelled. Nothing more is leased; workers stop at their next checkpoint.
+    @discardableResult
+    public func cancel(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
+        try transition(connection, id: id, action: "cancel", from: [.draft, .scheduled, .running, .paused], sql: """
+            UPDATE pushd.campaigns SET status = 'cancelled', finished_at = now(), next_lease_at = NULL
+            WHERE id = $1 AND status IN ('draft', 'scheduled', 'running', 'paused') RETURNING status
+            """)
+    }
+
+    /// Deletes the audience of a done or cancelled campaign (a few rows per thousand
+    /// targets); the campaign and its counters stay. Returns the targets dropped.
+    @discardableResult
+    public func dropTargets(_ connection: PGConnection, id: Int64) throws -> Int {
+        try connection.transaction {
+            guard let campaign = try campaign(connection, id: id) else { throw QueueError("campaign \(id) does not exist") }
+            guard campaign.status.isFinal else {
+                throw QueueError("campaign \(id) is \(campaign.status.rawValue); only the targets of a done or cancelled campaign can be dropped")
+            }
+            let dropped = try connection.query("""
+                WITH t AS (DELETE FROM pushd.campaign_targets WHERE campaign_id = $1 RETURNING cardinality(tokens) AS n)
+                SELECT coalesce(sum(n), 0)::bigint FROM t
+                """, [id]).require(Int.self, row: 0, column: 0)
+            try connection.query("DELETE FROM pushd.campaign_chunks WHERE campaign_id = $1", [id])
+            return dropped
+        }
+    }
+
+    private func transition(_ connection: PGConnection, id: Int64, action: String, from: [CampaignStatus], sql: String,
+                            extra: (Campaign) -> String? = { _ in nil }) throws -> CampaignStatus {
+        let result = try connection.query(sql, [id])
+        if result.rowCount == 1, let status = CampaignStatus(rawValue: try result.require(String.self, row: 0, column: 0)) {
+            return status
+        }
+        guard let campaign = try campaign(connection, id: id) else { throw QueueError("cannot \(action) campaign \(id): it does not exist") }
+        if let message = extra(campaign) { throw QueueError("cannot \(action) campaign \(id): \(message)") }
+        throw QueueError("cannot \(action) campaign \(id): it is \(campaign.status.rawValue), and only a campaign that is \(from.map(\.rawValue).joined(separator: " or ")) can be")
+    }
+
+    // MARK: Audience import
+
+    /// Imports targets from a file of `token[,payload]` lines, in one transaction.
+    @discardableResult
+    public func importTargets(_ connection: PGConnection, campaignID: Int64, fromFile path: String,
+                              chunkSize: Int = defaultChunkSize) throws -> Int {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw QueueError("cannot open the target file \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { Glibc.close(descriptor) }
+        return try importTargets(connection, campaignID: campaignID, fromDescriptor: descriptor, sourceName: path,
+                                 chunkSize: chunkSize)
+    }
+
+    /// Imports targets from an open descriptor (standard input is 0) until end of file.
+    @discardableResult
+    public func importTargets(_ connection: PGConnection, campaignID: Int64, fromDescriptor descriptor: Int32,
+                              sourceName: String, chunkSize: Int = defaultChunkSize) throws -> Int {
+        let parser = TargetLineParser(sourceName: sourceName)
+        return try importChunks(connection, campaignID: campaignID, chunkSize: chunkSize) { emit in
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var carry = [UInt8]()
+            var lineNumber = 0
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    throw QueueError("reading \(sourceName) failed: \(String(cString: strerror(errno)))")
+                }
+                if count == 0 { break }
+                var lineStart = 0
+                for index in 0..<count where buffer[index] == 10 {
+                    lineNumber += 1
+                    if carry.isEmpty {
+                        if let line = try parser.parse(buffer[lineStart..<index], lineNumber: lineNumber) {
+                            try emit(line.token, line.payload)
+                        }
+                    } else {
+                        carry.append(contentsOf: buffer[lineStart..<index])
+                        if let line = try parser.parse(carry[...], lineNumber: lineNumber) { try emit(line.token, line.payload) }
+                        carry.removeAll(keepingCapacity: true)
+                    }
+                    lineStart = index + 1
+                }
+                carry.append(contentsOf: buffer[lineStart..<count])
+            }
+            if !carry.isEmpty, let line = try parser.parse(carry[...], lineNumber: lineNumber + 1) {
+                try emit(line.token, line.payload)
+            }
+        }
+    }
+
+    /// Imports targets given in memory (`payload` nil uses the campaign's payload).
+    @discardableResult
+    public func importTargets(_ connection: PGConnection, campaignID: Int64,
+                              targets: [(token: String, payload: String?)],
+                              chunkSize: Int = defaultChunkSize) throws -> Int {
+        let parser = TargetLineParser(sourceName: "target list")
+        return try importChunks(connection, campaignID: campaignID, chunkSize: chunkSize) { emit in
+            for (index, target) in targets.enumerated() {
+                guard let line = try parser.parse(Array(target.token.utf8)[...], lineNumber: index + 1) else {
+                    throw QueueError("target list entry \(index + 1): the device token is empty")
+                }
+                if let payload = target.payload, payload.contains("\0") {
+                    throw QueueError("target list entry \(index + 1): the payload contains a NUL byte")
+                }
+                try emit(line.token, target.payload.map { Array($0.utf8) })
+            }
+        }
+    }
+
+    /// Adds every live registered token of the campaign's app that matches the filter
+    /// (tokens pruned before now are left out). Returns the targets added.
+    @discardableResult
+    public func importFromDeviceTokens(_ connection: PGConnection, campaignID: Int64, environment: String? = nil,
+                                       userIDs: [String]? = nil, updatedSince: Date? = nil,
+                                       chunkSize: Int = defaultChunkSize) throws -> Int {
+        try connection.query("SELECT pushd.campaign_import_tokens($1, $2, $3, $4, $5)",
+                             [campaignID, environment, userIDs, updatedSince, chunkSize]).require(Int.self, row: 0, column: 0)
+    }
+
+    private func importChunks(_ connection: PGConnection, campaignID: Int64, chunkSize: Int,
+                              _ produce: (_ emit: (_ token: [UInt8], _ payload: [UInt8]?) throws -> Void) throws -> Void) throws -> Int {
+        guard (1...100_000).contains(chunkSize) else {
+            throw QueueError("chunk size must be between 1 and 100000, got \(chunkSize)")
+        }
+        return try connection.transaction {
+            let head = try connection.query("""
+                SELECT status, (SELECT coalesce(max(chunk) + 1, 0) FROM pushd.campaign_chunks WHERE campaign_id = $1)
+                FROM pushd.campaigns WHERE id = $1 FOR UPDATE
+                """, [campaignID])
+            guard head.rowCount == 1 else { throw QueueError("cannot import targets: campaign \(campaignID) does not exist") }
+            let status: String = try head.require(row: 0, column: 0)
+            if status == CampaignStatus.done.rawValue || status == CampaignStatus.cancelled.rawValue {
+                throw QueueError("cannot import targets: campaign \(campaignID) is \(status)")
+            }
+            var encoder = ChunkRowEncoder(campaignID: campaignID, chunkSize: chunkSize,
+                                          firstChunk: try head.require(row: 0, column: 1))
+            let firstChunk = encoder.nextChunk
+            var total = 0
+            try connection.copyIn("COPY pushd.campaign_targets (campaign_id, chunk, tokens, payloads) FROM STDIN") { writer in
+                try produce { token, payload in
+                    total += 1
+                    if let line = encoder.add(token: token, payload: payload) { try writer.writeRaw(line) }
+                }
+                if let line = encoder.flush() { try writer.writeRaw(line) }
+            }
+            let sizes = encoder.chunkSizes
+            if !sizes.isEmpty {
+                try connection.query("""
+                    INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size)
+                    SELECT $1, $2 + ordinality::integer - 1, size FROM unnest($3::integer[]) WITH ORDINALITY AS s(size, ordinality)
+                    """, [campaignID, firstChunk, sizes])
+                try connection.query("""
+                    UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
+                    """, [campaignID, total, sizes.count])
+            }
+            return total
+        }
+    }
+
+    // MARK: Chunk leases
+
+    static func leaseSQL(synchronous: Bool) -> String {
+        """
+        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2))
+        SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
+               k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
+               t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :]
+        FROM l
+        JOIN pushd.campaigns k ON k.id = l.leased_campaign
+        JOIN pushd.campaign_targets t ON t.campaign_id = l.leased_campaign AND t.chunk = l.leased_chunk
+        \(synchronous ? "" : "CROSS JOIN " + asyncCommit)
+        """
+    }
+
+    /// Leases the next chunk of a running campaign for `leaseSeconds`, or returns nil when
+    /// nothing is ready. `owner` must be unique per worker. A chunk whose lease expired
+    /// (its worker vanished) is handed out again from its last checkpoint.
+    public func leaseChunk(_ connection: PGConnection, owner: String, leaseSeconds: Double) throws -> CampaignChunk? {
+        guard leaseSeconds > 0 else { throw QueueError("lease duration must be positive, got \(leaseSeconds)") }
+        let result = try connection.query(connection.prepared(Self.leaseSQL(synchronous: synchronousBookkeeping)), [owner, leaseSeconds])
+        guard result.rowCount == 1 else { return nil }
+        let row = result[0]
+        let start: Int = try row.require(3)
+        let tokens = try result.withBytes(row: 0, column: 13) { bytes -> [String] in
+            guard let bytes else { return [] }
+            guard let tokens = Self.parseTokenArray(bytes) else {
+                throw QueueError("the device tokens of chunk \(try row.require(1, as: Int.self)) of campaign \(try row.require(0, as: Int64.self)) are not a readable array")
+            }
+            return tokens
+        }
+        let payloads: [String?] = try result.withBytes(row: 0, column: 14) { bytes in
+            guard let bytes else { return [] }
+            guard let items = PGArrayLiteral.parse(bytes) else {
+                throw QueueError("the per-target payloads of a campaign chunk are not a readable array")
+            }
+            return items
+        }
+        var targets = [CampaignTarget]()
+        targets.reserveCapacity(tokens.count)
+        for (offset, token) in tokens.enumerated() {
+            targets.append(CampaignTarget(index: start + offset, token: token,
+                                          payload: offset < payloads.count ? payloads[offset] : nil))
+        }
+        return CampaignChunk(campaignID: try row.require(0), chunk: try row.require(1), owner: owner,
+                             leaseUntil: try row.require(4), size: try row.require(2), startIndex: start,
+                             app: try row.require(5), pushType: try row.require(6), priority: try row.require(7),
+                             environment: try row.get(8), collapseID: try row.get(9), expiration: try row.get(10),
+                             payload: try row.get(11), rateLimit: try row.get(12), targets: targets)
+    }
+
+    /// Splits `{hex,hex,…}`; tokens are validated hex, so no element is quoted or NULL.
+    static func parseTokenArray(_ bytes: UnsafeBufferPointer<UInt8>) -> [String]? {
+        guard bytes.count >= 2, bytes.first == UInt8(ascii: "{"), bytes.last == UInt8(ascii: "}") else { return nil }
+        if bytes.count == 2 { return [] }
+        var tokens = [String]()
+        var start = 1
+        let end = bytes.count - 1
+        for index in 1...end where index == end || bytes[index] == UInt8(ascii: ",") {
+            guard index > start, bytes[start] != UInt8(ascii: "\""), bytes[start] != UInt8(ascii: "N") else { return nil }
+            tokens.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+            start = index + 1
+        }
+        return tokens
+    }
+
+    static func recordSQL(synchronous: Bool) -> String {
+        """
+        WITH ch AS (
+            UPDATE pushd.campaign_chunks
+            SET checkpoint = $3,
+                lease_owner = CASE WHEN $5 = 'release' THEN NULL ELSE lease_owner END,
+                lease_until = CASE WHEN $5 = 'release' THEN NULL ELSE now() + make_interval(secs => $6) END,
+                finished_at = CASE WHEN $5 = 'finish' THEN now() END
+            WHERE campaign_id = $1 AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
+            RETURNING campaign_id
+        ), k AS (
+            UPDATE pushd.campaigns k
+            SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9,
+                failed_by_reason = CASE WHEN cardinality($10::text[]) = 0 THEN k.failed_by_reason
+                    ELSE pushd.add_counts(k.failed_by_reason,
+                        (SELECT jsonb_object_agg(r, n) FROM unnest($10::text[], $11::bigint[]) AS u(r, n))) END,
+                chunks_done = k.chunks_done + CASE WHEN $5 = 'finish' THEN 1 ELSE 0 END,
+                status = CASE WHEN $5 = 'finish' AND k.chunks_done + 1 >= k.chunks_total AND k.status = 'running'
+                              THEN 'done' ELSE k.status END,
+                finished_at = CASE WHEN $5 = 'finish' AND k.chunks_done + 1 >= k.chunks_total AND k.status = 'running'
+                                   THEN now() ELSE k.finished_at END
+            FROM ch WHERE k.id = ch.campaign_id
+            RETURNING k.status
+        )
+        SELECT status FROM k\(synchronous ? "" : " CROSS JOIN " + asyncCommit)
+        """
+    }
+
+    /// Records progress and extends the lease by `leaseSeconds`.
+    public func checkpoint(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
+                           leaseSeconds: Double) throws -> ChunkDirective {
+        try record(connection, chunk, progress, mode: "checkpoint", leaseSeconds: leaseSeconds)
+    }
+
+    /// Records the last outcomes and marks the chunk finished; the campaign becomes done
+    /// with its last chunk.
+    @discardableResult
+    public func finish(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress) throws -> ChunkDirective {
+        var complete = progress
+        complete.position = chunk.size
+        return try record(connection, chunk, complete, mode: "finish", leaseSeconds: 0)
+    }
+
+    /// Records progress and gives the chunk up so that it can be leased again at once
+    /// (after a pause, or on shutdown).
+    @discardableResult
+    public func release(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress) throws -> ChunkDirective {
+        try record(connection, chunk, progress, mode: "release", leaseSeconds: 0)
+    }
+
+    private func record(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
+                        mode: String, leaseSeconds: Double) throws -> ChunkDirective {
+        guard (0...chunk.size).contains(progress.position) else {
+            throw QueueError("checkpoint position \(progress.position) is outside chunk \(chunk.chunk) of campaign \(chunk.campaignID) (size \(chunk.size))")
+        }
+        let reasons = progress.failedByReason.keys.sorted()
+        let result = try connection.query(connection.prepared(Self.recordSQL(synchronous: synchronousBookkeeping)), [
+            chunk.campaignID, chunk.chunk, progress.position, chunk.owner, mode, leaseSeconds,
+            progress.sent, progress.failed, progress.pruned, reasons, reasons.map { progress.failedByReason[$0]! },
+        ])
+        guard result.rowCount == 1 else { return .leaseLost }
+        let text: String = try result.require(row: 0, column: 0)
+        guard let status = CampaignStatus(rawValue: text) else { throw QueueError("campaign \(chunk.campaignID) has unknown status '\(text)'") }
+        return status == .running ? .proceed : .stop(status)
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+
+/// One row of `pushd.jobs` as handed to a sender.
+public struct Job: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    /// Lower-case hexadecimal.
+    public var deviceToken: String
+    /// The JSON object exactly as the application stored it.
+    public var payload: String
+    /// One of APNs' push types (`alert`, `background`, …).
+    public var pushType: String
+    /// 10, 5 or 1.
+    public var priority: Int
+    public var expiration: Date?
+    public var collapseID: String?
+    public var apnsID: UUID?
+    public var dedupeKey: String?
+    public var userID: String?
+    /// `production` or `sandbox`; nil means the app's configured environment.
+    public var environment: String?
+    public var runAt: Date
+    /// Failed attempts so far.
+    public var attempts: Int
+    public var lastError: String?
+    public var createdAt: Date
+
+    public init(id: Int64, app: String, deviceToken: String, payload: String, pushType: String = "alert",
+                priority: Int = 10, expiration: Date? = nil, collapseID: String? = nil, apnsID: UUID? = nil,
+                dedupeKey: String? = nil, userID: String? = nil, environment: String? = nil,
+                runAt: Date, attempts: Int = 0, lastError: String? = nil, createdAt: Date) {
+        self.id = id
+        self.app = app
+        self.deviceToken = deviceToken
+        self.payload = payload
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsID = apnsID
+        self.dedupeKey = dedupeKey
+        self.userID = userID
+        self.environment = environment
+        self.runAt = runAt
+        self.attempts = attempts
+        self.lastError = lastError
+        self.createdAt = createdAt
+    }
+}
+
+/// A job to try again later.
+public struct JobRetry: Sendable, Hashable {
+    public var id: Int64
+    public var runAt: Date
+    public var error: String
+
+    public init(id: Int64, runAt: Date, error: String) {
+        self.id = id
+        self.runAt = runAt
+        self.error = error
+    }
+}
+
+/// A job that can never succeed, kept in `pushd.dead_jobs`.
+public struct JobFailure: Sendable, Hashable {
+    public var id: Int64
+    /// The HTTP status APNs answered, nil when pushd itself refused the job.
+    public var status: Int?
+    public var reason: String
+
+    public init(id: Int64, status: Int?, reason: String) {
+        self.id = id
+        self.status = status
+        self.reason = reason
+    }
+}
+
+/// What happened to every job of a claimed batch. Each claimed job must appear in
+/// exactly one of the three lists.
+public struct JobOutcomes: Sendable, Hashable {
+    public var delivered: [Int64]
+    public var retries: [JobRetry]
+    public var failures: [JobFailure]
+
+    public init(delivered: [Int64] = [], retries: [JobRetry] = [], failures: [JobFailure] = []) {
+        self.delivered = delivered
+        self.retries = retries
+        self.failures = failures
+    }
+}
+
+/// A batch taken from the transactional lane. Its jobs are deleted in a transaction
+/// that stays open on the claiming connection until `JobQueue.finish` or
+/// `JobQueue.abandon`; if the connection dies first, the jobs are back in the queue.
+public struct ClaimedJobs: Sendable, Hashable {
+    public var jobs: [Job]
+    public var isEmpty: Bool { jobs.isEmpty }
+
+    public init(jobs: [Job]) { self.jobs = jobs }
+}
+
+/// A misuse of the queue API that pushd can report precisely.
+public struct QueueError: Error, CustomStringConvertible, Sendable, Hashable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}

@@ -1,0 +1,160 @@
+import Foundation
+
+/// The transactional lane: claim, then settle, a batch of `pushd.jobs`.
+///
+/// Design: the claim *is* the delete. `claim` opens a transaction and runs
+/// `DELETE … WHERE id = ANY(ARRAY(SELECT … FOR UPDATE SKIP LOCKED)) RETURNING`;
+/// `finish` re-inserts the retries (same id, attempts + 1, later run_at), copies the
+/// dead jobs to `pushd.dead_jobs` and commits. A delivered job therefore costs one
+/// row write (the delete) and nothing else — the same as a bare `DELETE … RETURNING`
+/// loop — and a retried one two. Other claimers skip rows deleted by an open
+/// transaction, and if the claimer dies (kill -9, network cut,
+/// `pg_terminate_backend`, idle-in-transaction timeout) the transaction aborts and
+/// every job of the batch is visible again, with no lease to wait for. The price
+/// is that a batch holds its connection until it is settled, so batches should be
+/// sent and settled within seconds.
+public struct JobQueue: Sendable {
+    /// The channel the statement-level trigger notifies on every insert.
+    public static let channel = "pushd_jobs"
+
+    public init() {}
+
+    static let columns = """
+        id, app, device_token, payload, push_type, priority, expiration, collapse_id, apns_id,
+        dedupe_key, user_id, environment, run_at, attempts, last_error, created_at
+        """
+
+    // One index range per priority, highest first, each stopping at the first future
+    // run_at. The branches are CTEs because FOR UPDATE cannot sit under UNION; CTE scans
+    // run on demand, so once the outer LIMIT is met the later priorities are not read.
+    static let claimSQL = """
+        WITH p10 AS (SELECT id FROM pushd.jobs WHERE priority = 10 AND run_at <= now() AND app <> ALL ($2::text[])
+                     ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+             p5 AS (SELECT id FROM pushd.jobs WHERE priority = 5 AND run_at <= now() AND app <> ALL ($2::text[])
+                    ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED),
+             p1 AS (SELECT id FROM pushd.jobs WHERE priority = 1 AND run_at <= now() AND app <> ALL ($2::text[])
+                    ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+        DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
+            SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
+        RETURNING \(columns)
+        """
+
+    static let retrySQL = """
+        INSERT INTO pushd.jobs (\(columns)) OVERRIDING SYSTEM VALUE
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[],
+                             $7::timestamptz[], $8::text[], $9::uuid[], $10::text[], $11::text[], $12::text[],
+                             $13::timestamptz[], $14::integer[], $15::text[], $16::timestamptz[])
+        """
+
+    static let deadSQL = """
+        INSERT INTO pushd.dead_jobs (\(columns), status, reason)
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[],
+                             $7::timestamptz[], $8::text[], $9::uuid[], $10::text[], $11::text[], $12::text[],
+                             $13::timestamptz[], $14::integer[], $15::text[], $16::timestamptz[],
+                             $17::integer[], $18::text[])
+        """
+
+    /// Takes up to `limit` due jobs, highest priority first, then oldest `run_at`.
+    ///
+    /// On a non-empty result the connection is left inside the claiming transaction:
+    /// settle it with `finish` (or `abandon`) on the same connection. An empty result
+    /// leaves no transaction open. Jobs of `excludingApps` stay queued (for an app
+    /// whose credentials are broken).
+    public func claim(_ connection: PGConnection, limit: Int, excludingApps: [String] = []) throws -> ClaimedJobs {
+        guard limit > 0 else { throw QueueError("claim limit must be positive, got \(limit)") }
+        let statement = try connection.prepared(Self.claimSQL)
+        try connection.execute(script: "BEGIN")
+        do {
+            let result = try connection.query(statement, [limit, excludingApps])
+            if result.rowCount == 0 {
+                try connection.execute(script: "COMMIT")
+                return ClaimedJobs(jobs: [])
+            }
+            var jobs = [Job]()
+            jobs.reserveCapacity(result.rowCount)
+            for row in result.rows { jobs.append(try Self.decode(row)) }
+            return ClaimedJobs(jobs: jobs)
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Settles a claimed batch and commits: delivered jobs stay deleted, retries go
+    /// back with `attempts + 1`, failures move to `pushd.dead_jobs`. Throws, and
+    /// rolls the whole batch back into the queue, if an id is missing, unknown or
+    /// listed twice.
+    public func finish(_ connection: PGConnection, _ batch: ClaimedJobs, _ outcomes: JobOutcomes) throws {
+        do {
+            try Self.checkCovers(batch, outcomes)
+            let byID = Dictionary(uniqueKeysWithValues: batch.jobs.map { ($0.id, $0) })
+            if !outcomes.retries.isEmpty {
+                let jobs = outcomes.retries.map { retry -> Job in
+                    var job = byID[retry.id]!
+                    job.attempts += 1
+                    job.runAt = retry.runAt
+                    job.lastError = retry.error
+                    return job
+                }
+                try connection.query(connection.prepared(Self.retrySQL), Self.columnArrays(jobs))
+            }
+            if !outcomes.failures.isEmpty {
+                let jobs = outcomes.failures.map { failure -> Job in
+                    var job = byID[failure.id]!
+                    job.attempts += 1
+                    return job
+                }
+                try connection.query(connection.prepared(Self.deadSQL),
+                                     Self.columnArrays(jobs) + [outcomes.failures.map { $0.status },
+                                                                outcomes.failures.map { $0.reason }])
+            }
+            try connection.execute(script: "COMMIT")
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Puts every job of the batch back untouched (for a shutdown before sending).
+    public func abandon(_ connection: PGConnection) throws {
+        try connection.execute(script: "ROLLBACK")
+    }
+
+    /// Waits for the insert notification for up to `timeoutMilliseconds`; call
+    /// `listen` once first on a connection used only for this.
+    public func waitForJobs(_ connection: PGConnection, timeoutMilliseconds: Int32) throws -> Bool {
+        !(try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds)).isEmpty
+    }
+
+    public func listen(_ connection: PGConnection) throws {
+        try connection.listen(Self.channel)
+    }
+
+    static func checkCovers(_ batch: ClaimedJobs, _ outcomes: JobOutcomes) throws {
+        var pending = Set(batch.jobs.map(\.id))
+        for id in outcomes.delivered + outcomes.retries.map(\.id) + outcomes.failures.map(\.id) {
+            guard pending.remove(id) != nil else {
+                throw QueueError("job \(id) is not in the claimed batch or has two outcomes; the batch was returned to the queue")
+            }
+        }
+        guard pending.isEmpty else {
+            throw QueueError("jobs \(pending.sorted().prefix(10).map(String.init).joined(separator: ", ")) of the claimed batch have no outcome; the batch was returned to the queue")
+        }
+    }
+
+    static func columnArrays(_ jobs: [Job]) -> [any PGParameter] {
+        [jobs.map(\.id), jobs.map(\.app), jobs.map(\.deviceToken), jobs.map(\.payload), jobs.map(\.pushType),
+         jobs.map { Int16($0.priority) }, jobs.map(\.expiration), jobs.map(\.collapseID), jobs.map(\.apnsID),
+         jobs.map(\.dedupeKey), jobs.map(\.userID), jobs.map(\.environment), jobs.map(\.runAt),
+         jobs.map { Int32(clamping: $0.attempts) }, jobs.map(\.lastError), jobs.map(\.createdAt)]
+    }
+
+    static func decode(_ row: PGRow) throws -> Job {
+        Job(id: try row.require(0), app: try row.require(1), deviceToken: try row.require(2),
+            payload: try row.require(3), pushType: try row.require(4), priority: try row.require(5),
+            expiration: try row.get(6), collapseID: try row.get(7), apnsID: try row.get(8),
+            dedupeKey: try row.get(9), userID: try row.get(10), environment: try row.get(11),
+            runAt: try row.require(12), attempts: try row.require(13), lastError: try row.get(14),
+            createdAt: try row.require(15))
+    }
+}

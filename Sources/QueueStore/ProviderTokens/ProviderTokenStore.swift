@@ -1,0 +1,58 @@
+import Foundation
+
+/// A provider JWT shared by every pushd instance using the same signing key.
+public struct ProviderToken: Sendable, Hashable {
+    public var token: String
+    public var issuedAt: Date
+    /// True when this call minted it (and stored it for the others).
+    public var minted: Bool
+
+    public init(token: String, issuedAt: Date, minted: Bool) {
+        self.token = token
+        self.issuedAt = issuedAt
+        self.minted = minted
+    }
+}
+
+/// `pushd.provider_tokens`: one JWT per (key id, team id) cluster-wide.
+///
+/// APNs refuses tokens that change more often than every 20 minutes on a connection
+/// and expires them after 60, so instances must agree on one. A fresh token is
+/// read without locking; a stale one is replaced under the row's lock, so of several
+/// instances noticing at once, one mints and the others read its token.
+public struct ProviderTokenStore: Sendable {
+    public init() {}
+
+    /// Returns the stored token if it is younger than `maxAge` seconds (measured on the
+    /// database's clock), otherwise calls `mint` once under the row lock and stores its result.
+    public func providerToken(_ connection: PGConnection, keyID: String, teamID: String, maxAge: TimeInterval,
+                              instance: String = "pushd",
+                              mint: () throws -> (token: String, issuedAt: Date)) throws -> ProviderToken {
+        guard maxAge > 0 else { throw QueueError("provider token maxAge must be positive, got \(maxAge)") }
+        let read = """
+            SELECT token, issued_at, extract(epoch FROM now() - issued_at)::float8
+            FROM pushd.provider_tokens WHERE key_id = $1 AND team_id = $2
+            """
+        if let fresh = try Self.fresh(connection.query(read, [keyID, teamID]), maxAge: maxAge) { return fresh }
+        return try connection.transaction {
+            try connection.query("""
+                INSERT INTO pushd.provider_tokens (key_id, team_id) VALUES ($1, $2) ON CONFLICT DO NOTHING
+                """, [keyID, teamID])
+            let locked = try connection.query(read + " FOR UPDATE", [keyID, teamID])
+            if let fresh = try Self.fresh(locked, maxAge: maxAge) { return fresh }
+            let minted = try mint()
+            try connection.query("""
+                UPDATE pushd.provider_tokens SET token = $3, issued_at = $4, minted_by = $5
+                WHERE key_id = $1 AND team_id = $2
+                """, [keyID, teamID, minted.token, minted.issuedAt, instance])
+            return ProviderToken(token: minted.token, issuedAt: minted.issuedAt, minted: true)
+        }
+    }
+
+    private static func fresh(_ result: PGResult, maxAge: TimeInterval) throws -> ProviderToken? {
+        guard result.rowCount == 1, let token = try result.get(String.self, row: 0, column: 0),
+              let issuedAt = try result.get(Date.self, row: 0, column: 1),
+              let age = try result.get(Double.self, row: 0, column: 2), age < maxAge, age > -60 else { return nil }
+        return ProviderToken(token: token, issuedAt: issuedAt, minted: false)
+    }
+}

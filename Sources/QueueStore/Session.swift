@@ -1,0 +1,19 @@
+/// How pushd's own database sessions are opened.
+///
+/// A claimed batch of transactional jobs is an open transaction (see `JobQueue`), so
+/// `idle_in_transaction_session_timeout` is what returns the jobs of a hung worker
+/// to the queue; `statement_timeout` bounds any single statement.
+public enum QueueSession {
+    public static let defaultSettings: [String: String] = [
+        "statement_timeout": "30s",
+        "idle_in_transaction_session_timeout": "60s",
+        "lock_timeout": "10s",
+    ]
+
+    /// Connects with `defaultSettings`, overridden key by key by `settings`.
+    public static func connect(url: String, applicationName: String = "pushd",
+                               settings: [String: String] = [:]) throws -> PGConnection {
+        try PGConnection(url: url, applicationName: applicationName,
+                         settings: defaultSettings.merging(settings) { _, override in override })
+    }
+}

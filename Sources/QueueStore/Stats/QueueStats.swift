@@ -1,0 +1,82 @@
+import Foundation
+
+/// Depth of one lane for one app.
+public struct LaneDepth: Sendable, Hashable {
+    public enum Lane: String, Sendable, Hashable { case transactional, campaign }
+    public var lane: Lane
+    public var app: String
+    /// Due now (jobs) or not yet sent (targets of unfinished campaigns).
+    public var depth: Int
+    /// Jobs whose run_at is in the future.
+    public var scheduled: Int
+    /// Seconds since the oldest due job became due, or since the oldest running campaign started.
+    public var oldestAge: Double
+}
+
+/// Progress of a campaign that is not over.
+public struct CampaignProgress: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    public var name: String
+    public var status: CampaignStatus
+    public var targets: Int
+    public var sent: Int
+    public var failed: Int
+    public var pruned: Int
+    public var remaining: Int { max(0, targets - sent - failed) }
+
+    public init(id: Int64, app: String, name: String, status: CampaignStatus, targets: Int, sent: Int,
+                failed: Int, pruned: Int) {
+        self.id = id
+        self.app = app
+        self.name = name
+        self.status = status
+        self.targets = targets
+        self.sent = sent
+        self.failed = failed
+        self.pruned = pruned
+    }
+}
+
+/// Everything the metrics need from the database, read in one statement.
+public struct QueueStats: Sendable, Hashable {
+    public var lanes: [LaneDepth]
+    public var campaigns: [CampaignProgress]
+
+    static let sql = """
+        SELECT 'transactional', app, count(*) FILTER (WHERE run_at <= now()), count(*) FILTER (WHERE run_at > now()),
+               coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8,
+               NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
+        FROM pushd.jobs GROUP BY app
+        UNION ALL
+        SELECT 'campaign', app, sum(greatest(targets - sent - failed, 0))::bigint, 0,
+               coalesce(extract(epoch FROM now() - min(started_at) FILTER (WHERE status = 'running')), 0)::float8,
+               NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused') GROUP BY app
+        UNION ALL
+        SELECT 'progress', app, 0, 0, 0, id, name, status, targets, sent, failed, pruned
+        FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused')
+        """
+
+    public static func read(_ connection: PGConnection) throws -> QueueStats {
+        let result = try connection.query(connection.prepared(sql))
+        var stats = QueueStats(lanes: [], campaigns: [])
+        for row in result.rows {
+            let kind: String = try row.require(0)
+            if kind == "progress" {
+                let status: String = try row.require(7)
+                stats.campaigns.append(CampaignProgress(
+                    id: try row.require(5), app: try row.require(1), name: try row.require(6),
+                    status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(8),
+                    sent: try row.require(9), failed: try row.require(10), pruned: try row.require(11)))
+            } else {
+                stats.lanes.append(LaneDepth(lane: kind == "campaign" ? .campaign : .transactional,
+                                             app: try row.require(1), depth: try row.require(2),
+                                             scheduled: try row.require(3), oldestAge: try row.require(4)))
+            }
+        }
+        stats.lanes.sort { ($0.lane.rawValue, $0.app) < ($1.lane.rawValue, $1.app) }
+        stats.campaigns.sort { $0.id < $1.id }
+        return stats
+    }
+}

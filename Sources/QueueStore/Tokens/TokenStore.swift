@@ -1,0 +1,89 @@
+import Foundation
+
+/// A row of `pushd.device_tokens`.
+public struct DeviceToken: Sendable, Hashable {
+    public var app: String
+    public var token: String
+    public var environment: String
+    public var userID: String?
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var invalidatedAt: Date?
+    public var invalidReason: String?
+
+    public var isLive: Bool { invalidatedAt == nil }
+}
+
+/// A token APNs reported as unusable.
+public struct TokenPrune: Sendable, Hashable {
+    public var app: String
+    public var token: String
+    /// The APNs reason, for example `Unregistered` or `BadDeviceToken`.
+    public var reason: String
+    /// The 410 answer's timestamp: the token is kept if it was registered again after it.
+    /// nil (400 BadDeviceToken, DeviceTokenNotForTopic) prunes unconditionally.
+    public var apnsTimestamp: Date?
+
+    public init(app: String, token: String, reason: String, apnsTimestamp: Date?) {
+        self.app = app
+        self.token = token
+        self.reason = reason
+        self.apnsTimestamp = apnsTimestamp
+    }
+}
+
+/// Registered device tokens: the upsert applications call, and pruning.
+public struct TokenStore: Sendable {
+    public init() {}
+
+    /// The same upsert applications run with `SELECT pushd.register_token(…)`.
+    public func register(_ connection: PGConnection, app: String, token: String, userID: String? = nil,
+                         environment: String = "production") throws {
+        try connection.query("SELECT pushd.register_token($1, $2, $3, $4)", [app, token, userID, environment])
+    }
+
+    /// Marks a token invalid unless it was registered again after APNs' timestamp.
+    /// Returns true when the token was pruned by this call.
+    @discardableResult
+    public func prune(_ connection: PGConnection, app: String, token: String, reason: String,
+                      apnsTimestamp: Date?) throws -> Bool {
+        try prune(connection, [TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: apnsTimestamp)]) == 1
+    }
+
+    static let pruneSQL = """
+        UPDATE pushd.device_tokens d
+        SET invalidated_at = now(), invalid_reason = p.reason
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS p(app, token, reason, apns_timestamp)
+        WHERE d.app = p.app AND d.token = lower(p.token) AND d.invalidated_at IS NULL
+          AND (p.apns_timestamp IS NULL OR d.updated_at <= p.apns_timestamp)
+        """
+
+    /// Prunes a batch in one statement; returns how many tokens were invalidated.
+    @discardableResult
+    public func prune(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> Int {
+        guard !prunes.isEmpty else { return 0 }
+        return try connection.query(connection.prepared(Self.pruneSQL),
+                                    [prunes.map(\.app), prunes.map(\.token), prunes.map(\.reason),
+                                     prunes.map(\.apnsTimestamp)]).affectedRows
+    }
+
+    public func token(_ connection: PGConnection, app: String, token: String) throws -> DeviceToken? {
+        let result = try connection.query("""
+            SELECT app, token, environment, user_id, created_at, updated_at, invalidated_at, invalid_reason
+            FROM pushd.device_tokens WHERE app = $1 AND token = lower($2)
+            """, [app, token])
+        guard result.rowCount == 1 else { return nil }
+        let row = result[0]
+        return DeviceToken(app: try row.require(0), token: try row.require(1), environment: try row.require(2),
+                           userID: try row.get(3), createdAt: try row.require(4), updatedAt: try row.require(5),
+                           invalidatedAt: try row.get(6), invalidReason: try row.get(7))
+    }
+
+    /// The live tokens of a user, as `pushd.notify_user` would address them.
+    public func liveTokens(_ connection: PGConnection, app: String, userID: String) throws -> [String] {
+        try connection.query("""
+            SELECT token FROM pushd.device_tokens
+            WHERE app = $1 AND user_id = $2 AND invalidated_at IS NULL ORDER BY token
+            """, [app, userID]).rows.map { try $0.require(0) }
+    }
+}

@@ -1,0 +1,244 @@
+import Foundation
+import QueueStore
+import Testing
+
+@Suite struct CampaignStoreTests {
+    let campaigns = CampaignStore()
+
+    func makeCampaign(_ connection: PGConnection, targets: Int, chunkSize: Int = 1000, rateLimit: Int? = nil,
+                      startAt: Date? = nil) throws -> Int64 {
+        let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "winter sale", payload: Fixtures.payload,
+                                                              startAt: startAt, rateLimit: rateLimit))
+        try campaigns.importTargets(connection, campaignID: id, targets: (1...targets).map { (Fixtures.token($0), nil) },
+                                    chunkSize: chunkSize)
+        return id
+    }
+
+    func writeFile(_ text: String) throws -> String {
+        let path = NSTemporaryDirectory() + "pushd-targets-\(UUID().uuidString).csv"
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test func importFromAFileChunksTargetsWithPerTargetPayloads() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "news", payload: Fixtures.payload))
+            let lines = ["# audience exported on Monday", Fixtures.token(1).uppercased(),
+                         "\(Fixtures.token(2)),{\"aps\":{\"alert\":\"Hi\\tAnna, \\\"20%\\\" off\"}}\r", "",
+                         "\(Fixtures.token(3))\t{\"aps\":{\"badge\":3}}", Fixtures.token(4), Fixtures.token(5)]
+            let path = try writeFile(lines.joined(separator: "\n"))
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            #expect(try campaigns.importTargets(connection, campaignID: id, fromFile: path, chunkSize: 2) == 5)
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.targets == 5)
+            #expect(campaign.chunksTotal == 3)
+            try campaigns.start(connection, id: id)
+            var seen = [CampaignTarget]()
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) {
+                seen += chunk.targets
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.targets.count))
+            }
+            #expect(seen.map(\.token) == (1...5).map { Fixtures.token($0) })
+            #expect(seen[1].payload == "{\"aps\":{\"alert\":\"Hi\\tAnna, \\\"20%\\\" off\"}}")
+            #expect(seen[2].payload == "{\"aps\":{\"badge\":3}}")
+            #expect(seen[0].payload == nil && seen[3].payload == nil)
+            let done = try #require(try campaigns.campaign(connection, id: id))
+            #expect(done.status == .done)
+            #expect(done.sent == 5 && done.remaining == 0 && done.finishedAt != nil)
+        }
+    }
+
+    @Test func importNamesTheFileAndLineOfABadTargetAndAddsNothing() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "news", payload: Fixtures.payload))
+            let path = try writeFile([Fixtures.token(1), Fixtures.token(2), "\(Fixtures.token(3).dropLast())x"].joined(separator: "\n"))
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let error = Fixtures.queueError { try campaigns.importTargets(connection, campaignID: id, fromFile: path) }
+            #expect(error?.message == "\(path) line 3: the device token must be hexadecimal, found 'x' at column 64")
+            let payloadPath = try writeFile("\(Fixtures.token(1)),[1]\n")
+            defer { try? FileManager.default.removeItem(atPath: payloadPath) }
+            let payloadError = Fixtures.queueError { try campaigns.importTargets(connection, campaignID: id, fromFile: payloadPath) }
+            #expect(payloadError?.message.contains("line 1: the payload after the token must be a JSON object") == true)
+            let brokenJSON = Fixtures.pgError {
+                try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(1), "{\"aps\":}")])
+            }
+            #expect(brokenJSON?.message.hasPrefix("pushd.campaign_targets.payloads[1] must be a JSON object but is not valid JSON") == true)
+            #expect(try campaigns.campaign(connection, id: id)?.targets == 0)
+            #expect(Fixtures.queueError { try campaigns.start(connection, id: id) }?.message
+                    == "cannot start campaign \(id): campaign \(id) has no targets; import targets before starting it")
+        }
+    }
+
+    @Test func workersRunACampaignToDoneWithCountersByReason() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 2500)
+            #expect(try campaigns.start(connection, id: id) == .running)
+            var chunks = 0
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) {
+                chunks += 1
+                let half = chunk.size / 2
+                #expect(try campaigns.checkpoint(connection, chunk, ChunkProgress(position: half, sent: half - 2,
+                                                                                    failedByReason: ["Unregistered": 2], pruned: 2),
+                                                 leaseSeconds: 30) == .proceed)
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size - half - 1,
+                                                                      failedByReason: ["BadDeviceToken": 1]))
+            }
+            #expect(chunks == 3)
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.status == .done)
+            #expect(campaign.targets == 2500)
+            #expect(campaign.sent == 2500 - 9)
+            #expect(campaign.failed == 9)
+            #expect(campaign.failedByReason == ["Unregistered": 6, "BadDeviceToken": 3])
+            #expect(campaign.pruned == 6)
+            #expect(campaign.remaining == 0)
+            #expect(campaign.startedAt != nil && campaign.finishedAt != nil)
+        }
+    }
+
+    @Test func aVanishedWorkersChunkIsFinishedByAnotherFromItsLastCheckpoint() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 1000)
+            try campaigns.start(connection, id: id)
+            let lost = try #require(try campaigns.leaseChunk(connection, owner: "worker-a", leaseSeconds: 0.5))
+            #expect(try campaigns.checkpoint(connection, lost, ChunkProgress(position: 300, sent: 300), leaseSeconds: 0.5) == .proceed)
+            #expect(try campaigns.leaseChunk(connection, owner: "worker-b", leaseSeconds: 30) == nil)
+            usleep(700_000)
+            let taken = try #require(try campaigns.leaseChunk(connection, owner: "worker-b", leaseSeconds: 30))
+            #expect(taken.chunk == lost.chunk)
+            #expect(taken.startIndex == 300)
+            #expect(taken.targets.first?.index == 300)
+            #expect(taken.targets.first?.token == Fixtures.token(301))
+            #expect(taken.targets.count == 700)
+            #expect(try campaigns.checkpoint(connection, lost, ChunkProgress(position: 600, sent: 300), leaseSeconds: 30) == .leaseLost)
+            #expect(try campaigns.finish(connection, taken, ChunkProgress(position: 1000, sent: 700)) == .stop(.done))
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.status == .done && campaign.sent == 1000)
+        }
+    }
+
+    @Test func pauseStopsWorkersAndLeasingAndResumeContinuesWhereItStopped() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 3000)
+            try campaigns.start(connection, id: id)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            #expect(try campaigns.pause(connection, id: id) == .paused)
+            let directive = try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 400, sent: 400), leaseSeconds: 30)
+            #expect(directive == .stop(.paused))
+            try campaigns.release(connection, chunk, ChunkProgress(position: 400))
+            #expect(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) == nil)
+            #expect(Fixtures.queueError { try campaigns.pause(connection, id: id) }?.message
+                    == "cannot pause campaign \(id): it is paused, and only a campaign that is running or scheduled can be")
+            #expect(try campaigns.resume(connection, id: id) == .running)
+            let resumed = try #require(try campaigns.leaseChunk(connection, owner: "w2", leaseSeconds: 30))
+            #expect(resumed.chunk == chunk.chunk && resumed.startIndex == 400)
+            #expect(try campaigns.campaign(connection, id: id)?.sent == 400)
+        }
+    }
+
+    @Test func cancelStopsTheCampaignAndItsTargetsCanThenBeDropped() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 2500)
+            try campaigns.start(connection, id: id)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            #expect(Fixtures.queueError { try campaigns.dropTargets(connection, id: id) }?.message
+                    == "campaign \(id) is running; only the targets of a done or cancelled campaign can be dropped")
+            #expect(try campaigns.cancel(connection, id: id) == .cancelled)
+            #expect(try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 10, sent: 10), leaseSeconds: 30) == .stop(.cancelled))
+            #expect(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) == nil)
+            #expect(Fixtures.queueError { try campaigns.resume(connection, id: id) } != nil)
+            #expect(try campaigns.dropTargets(connection, id: id) == 2500)
+            #expect(try connection.query("SELECT count(*) FROM pushd.campaign_targets").require(Int.self, row: 0, column: 0) == 0)
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.status == .cancelled && campaign.targets == 2500 && campaign.sent == 10)
+            #expect(Fixtures.queueError { try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(1), nil)]) }?
+                .message == "cannot import targets: campaign \(id) is cancelled")
+        }
+    }
+
+    @Test func aScheduledCampaignIsNotLeasedBeforeItsStartTime() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 10, startAt: Date().addingTimeInterval(3600))
+            #expect(try campaigns.start(connection, id: id) == .scheduled)
+            #expect(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) == nil)
+            try connection.query("UPDATE pushd.campaigns SET start_at = now() - interval '1 second' WHERE id = $1", [id])
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            #expect(chunk.campaignID == id)
+            #expect(try campaigns.campaign(connection, id: id)?.status == .running)
+        }
+    }
+
+    @Test func aRateCappedCampaignHandsOutTheNextChunkOnlyWhenTheCapAllows() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 300, chunkSize: 100, rateLimit: 100)
+            try campaigns.start(connection, id: id)
+            let first = try #require(try campaigns.leaseChunk(connection, owner: "w1", leaseSeconds: 30))
+            #expect(first.rateLimit == 100)
+            #expect(try campaigns.leaseChunk(connection, owner: "w2", leaseSeconds: 30) == nil)
+            let wait = try connection.query("""
+                SELECT extract(epoch FROM next_lease_at - now())::float8 FROM pushd.campaigns WHERE id = $1
+                """, [id]).require(Double.self, row: 0, column: 0)
+            #expect(wait > 0.9 && wait <= 1.0)
+        }
+    }
+
+    @Test func importFromRegisteredTokensTakesLiveTokensMatchingTheFilter() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let tokens = TokenStore()
+            for seed in 1...25 {
+                try tokens.register(connection, app: "shop", token: Fixtures.token(seed), userID: "u\(seed % 5)",
+                                    environment: seed % 2 == 0 ? "sandbox" : "production")
+            }
+            try tokens.register(connection, app: "blog", token: Fixtures.token(99))
+            try tokens.prune(connection, app: "shop", token: Fixtures.token(1), reason: "Unregistered", apnsTimestamp: Date().addingTimeInterval(60))
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "all", payload: Fixtures.payload))
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, environment: "production", chunkSize: 4) == 12)
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, userIDs: ["u0"]) == 5)
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.targets == 17 && campaign.chunksTotal == 4)
+            try campaigns.start(connection, id: id)
+            var all = [String]()
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) {
+                all += chunk.targets.map(\.token)
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size))
+            }
+            #expect(all.count == 17)
+            #expect(!all.contains(Fixtures.token(1)) && !all.contains(Fixtures.token(99)))
+        }
+    }
+
+    @Test func queueStatsReportDepthOldestAgeAndCampaignProgressInOneRead() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, run_at)
+                SELECT CASE WHEN g <= 3 THEN 'shop' ELSE 'blog' END, lpad(to_hex(g), 64, '0'), '{}',
+                       CASE WHEN g = 5 THEN now() + interval '1 hour' ELSE now() - interval '30 seconds' END
+                FROM generate_series(1, 5) g
+                """)
+            let id = try makeCampaign(connection, targets: 50)
+            try campaigns.start(connection, id: id)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            _ = try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 20, sent: 18, failedByReason: ["Unregistered": 2], pruned: 2),
+                                         leaseSeconds: 30)
+            let stats = try QueueStats.read(connection)
+            let shop = try #require(stats.lanes.first { $0.lane == .transactional && $0.app == "shop" })
+            #expect(shop.depth == 3 && shop.scheduled == 0 && shop.oldestAge >= 30)
+            let blog = try #require(stats.lanes.first { $0.lane == .transactional && $0.app == "blog" })
+            #expect(blog.depth == 1 && blog.scheduled == 1)
+            let lane = try #require(stats.lanes.first { $0.lane == .campaign })
+            #expect(lane.app == "shop" && lane.depth == 30)
+            #expect(stats.campaigns == [CampaignProgress(id: id, app: "shop", name: "winter sale", status: .running,
+                                                         targets: 50, sent: 18, failed: 2, pruned: 2)])
+        }
+    }
+}

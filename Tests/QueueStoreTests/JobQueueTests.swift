@@ -1,0 +1,302 @@
+import Foundation
+import QueueStore
+import Synchronization
+import Testing
+
+@Suite struct JobQueueTests {
+    let queue = JobQueue()
+
+    func insertJobs(_ connection: PGConnection, count: Int, app: String = "shop", priority: Int? = nil,
+                    runAtOffset: Int = 0) throws {
+        try connection.query("""
+            INSERT INTO pushd.jobs (app, device_token, payload, priority, run_at)
+            SELECT $1, lpad(to_hex(g), 64, '0'), $2, $3, now() + make_interval(secs => $4)
+            FROM generate_series(1, $5) g
+            """, [app, Fixtures.payload, priority, runAtOffset, count])
+    }
+
+    @Test func applicationInsertGetsDefaultsAndALowerCaseToken() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)",
+                                 [Fixtures.token(0xABC).uppercased(), Fixtures.payload])
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, push_type) VALUES ('shop', $1, '{"aps":{"content-available":1}}', 'background')
+                """, [Fixtures.token(2)])
+            let batch = try queue.claim(connection, limit: 10)
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            let alert = try #require(batch.jobs.first { $0.pushType == "alert" })
+            #expect(alert.deviceToken == Fixtures.token(0xABC))
+            #expect(alert.payload == Fixtures.payload)
+            #expect(alert.priority == 10)
+            #expect(alert.attempts == 0)
+            let background = try #require(batch.jobs.first { $0.pushType == "background" })
+            #expect(background.priority == 5)
+        }
+    }
+
+    @Test func badRowsAreRejectedAtInsertWithMessagesSayingWhatIsWrong() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let good = Fixtures.token(1)
+            let cases: [(String, [any PGParameter], String, String)] = [
+                ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)",
+                 [String(good.dropLast(2)) + "zz", Fixtures.payload], "jobs_device_token_hex",
+                 "pushd.jobs.device_token must be hexadecimal, found 'z' at position 63"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)",
+                 [String(good.prefix(62)), Fixtures.payload], "jobs_device_token_hex",
+                 "pushd.jobs.device_token must be an even number of hexadecimal digits from 64 to 200, got 62"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)",
+                 [good, "[1,2]"], "jobs_payload_json_object", "pushd.jobs.payload must be a JSON object, got a JSON array"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)",
+                 [good, "{\"aps\":"], "jobs_payload_json_object", "pushd.jobs.payload must be a JSON object but is not valid JSON"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload, push_type) VALUES ('shop', $1, $2, 'banner')",
+                 [good, Fixtures.payload], "jobs_push_type_known", "pushd.jobs.push_type must be one of alert, background"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload, priority) VALUES ('shop', $1, $2, 7)",
+                 [good, Fixtures.payload], "jobs_priority_valid", "pushd.jobs.priority must be 10, 5 or 1, got 7"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload, collapse_id) VALUES ('shop', $1, $2, repeat('x', 65))",
+                 [good, Fixtures.payload], "jobs_collapse_id_length", "pushd.jobs.collapse_id must be at most 64 bytes, got 65"),
+                ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('', $1, $2)",
+                 [good, Fixtures.payload], "jobs_app_valid", "pushd.jobs.app must be 1 to 64 letters"),
+            ]
+            for (sql, parameters, constraint, message) in cases {
+                let error = Fixtures.pgError { try connection.query(sql, parameters) }
+                #expect(error?.code == .checkViolation, "\(message)")
+                #expect(error?.constraint == constraint)
+                #expect(error?.message.hasPrefix(message) == true, "got: \(error?.message ?? "no error")")
+            }
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
+    @Test func claimTakesHighestPriorityFirstThenOldestRunAtAndLeavesFutureJobs() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, priority, run_at) VALUES
+                  ('shop', $1, '{}', 5, now() - interval '3 minutes'),
+                  ('shop', $2, '{}', 10, now() - interval '1 minute'),
+                  ('shop', $3, '{}', 10, now() - interval '2 minutes'),
+                  ('shop', $4, '{}', 1, now() - interval '5 minutes'),
+                  ('shop', $5, '{}', 10, now() + interval '1 hour')
+                """, [Fixtures.token(1), Fixtures.token(2), Fixtures.token(3), Fixtures.token(4), Fixtures.token(5)])
+            let first = try queue.claim(connection, limit: 2)
+            #expect(first.jobs.map(\.deviceToken).sorted() == [Fixtures.token(2), Fixtures.token(3)])
+            try queue.finish(connection, first, JobOutcomes(delivered: first.jobs.map(\.id)))
+            let second = try queue.claim(connection, limit: 10)
+            #expect(Set(second.jobs.map(\.deviceToken)) == [Fixtures.token(1), Fixtures.token(4)])
+            try queue.finish(connection, second, JobOutcomes(delivered: second.jobs.map(\.id)))
+            #expect(try queue.claim(connection, limit: 10).isEmpty)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 1)
+        }
+    }
+
+    @Test func finishDeletesDeliveredReschedulesRetriesAndMovesFailuresToDeadJobs() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try insertJobs(connection, count: 6)
+            try connection.query("UPDATE pushd.jobs SET dedupe_key = 'k' || id, collapse_id = 'c', apns_id = gen_random_uuid()")
+            let batch = try queue.claim(connection, limit: 10)
+            #expect(batch.jobs.count == 6)
+            let ids = batch.jobs.map(\.id).sorted()
+            let later = Date().addingTimeInterval(600)
+            try queue.finish(connection, batch, JobOutcomes(
+                delivered: Array(ids[0..<3]),
+                retries: [JobRetry(id: ids[3], runAt: later, error: "503 ServiceUnavailable")],
+                failures: [JobFailure(id: ids[4], status: 400, reason: "BadTopic"),
+                           JobFailure(id: ids[5], status: nil, reason: "payload is 5000 bytes, over the 4096 limit")]))
+            let retried = try connection.query("""
+                SELECT id, attempts, last_error, extract(epoch FROM run_at)::float8, dedupe_key, apns_id IS NOT NULL FROM pushd.jobs
+                """)
+            #expect(retried.rowCount == 1)
+            #expect(try retried.require(Int64.self, row: 0, column: 0) == ids[3])
+            #expect(try retried.require(Int.self, row: 0, column: 1) == 1)
+            #expect(try retried.require(String.self, row: 0, column: 2) == "503 ServiceUnavailable")
+            #expect(abs(try retried.require(Double.self, row: 0, column: 3) - later.timeIntervalSince1970) < 0.001)
+            #expect(try retried.require(String.self, row: 0, column: 4) == "k\(ids[3])")
+            #expect(try retried.require(Bool.self, row: 0, column: 5))
+            let dead = try connection.query("""
+                SELECT id, status, reason, payload, device_token, attempts, failed_at <= now() FROM pushd.dead_jobs ORDER BY id
+                """)
+            #expect(dead.rowCount == 2)
+            #expect(try dead.require(Int64.self, row: 0, column: 0) == ids[4])
+            #expect(try dead.get(Int.self, row: 0, column: 1) == 400)
+            #expect(try dead.require(String.self, row: 0, column: 2) == "BadTopic")
+            #expect(try dead.require(String.self, row: 0, column: 3) == Fixtures.payload)
+            #expect(try dead.get(Int.self, row: 1, column: 1) == nil)
+            #expect(try dead.require(Int.self, row: 1, column: 5) == 1)
+        }
+    }
+
+    @Test func finishWithAnOutcomeMissingRefusesAndReturnsTheWholeBatch() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try insertJobs(connection, count: 3)
+            let batch = try queue.claim(connection, limit: 10)
+            let error = Fixtures.queueError {
+                try queue.finish(connection, batch, JobOutcomes(delivered: Array(batch.jobs.map(\.id).prefix(2))))
+            }
+            #expect(error?.message.contains("have no outcome") == true)
+            #expect(try queue.claim(connection, limit: 10).jobs.count == 3)
+            try queue.abandon(connection)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 3)
+        }
+    }
+
+    @Test func twoConcurrentClaimersNeverGetTheSameJob() throws {
+        try IsolatedDatabase.with { database in
+            let setup = try database.connect()
+            try insertJobs(setup, count: 4000)
+            let claimed = Mutex<[[Int64]]>([[], []])
+            let failures = Mutex<[String]>([])
+            DispatchQueue.concurrentPerform(iterations: 2) { worker in
+                do {
+                    let connection = try database.connect()
+                    while true {
+                        let batch = try queue.claim(connection, limit: 50)
+                        if batch.isEmpty { break }
+                        try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+                        claimed.withLock { $0[worker].append(contentsOf: batch.jobs.map(\.id)) }
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+            #expect(failures.withLock { $0 } == [])
+            let (first, second) = claimed.withLock { ($0[0], $0[1]) }
+            #expect(Set(first).isDisjoint(with: Set(second)))
+            #expect(first.count + second.count == 4000)
+            #expect(Set(first + second).count == 4000)
+        }
+    }
+
+    @Test func claimerWhoseBackendIsTerminatedMidBatchLosesNothing() throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            try insertJobs(admin, count: 20)
+            let doomed = try database.connect()
+            let batch = try queue.claim(doomed, limit: 15)
+            #expect(batch.jobs.count == 15)
+            let survivor = try database.connect()
+            let rest = try queue.claim(survivor, limit: 100)
+            #expect(rest.jobs.count == 5)
+            try queue.abandon(survivor)
+            #expect(try admin.query("SELECT pg_terminate_backend($1)", [doomed.backendPID]).require(Bool.self, row: 0, column: 0))
+            #expect(Fixtures.pgError { try queue.finish(doomed, batch, JobOutcomes(delivered: batch.jobs.map(\.id))) } != nil)
+            var recovered = [Int64]()
+            for _ in 0..<50 {
+                let again = try queue.claim(survivor, limit: 100)
+                recovered = again.jobs.map(\.id)
+                try queue.abandon(survivor)
+                if recovered.count == 20 { break }
+                usleep(20_000)
+            }
+            #expect(Set(recovered).isSuperset(of: batch.jobs.map(\.id)))
+            #expect(recovered.count == 20)
+        }
+    }
+
+    @Test func abandonedBatchIsClaimableAgainUnchanged() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try insertJobs(connection, count: 4)
+            let batch = try queue.claim(connection, limit: 10)
+            try queue.abandon(connection)
+            let again = try queue.claim(connection, limit: 10)
+            #expect(Set(again.jobs) == Set(batch.jobs))
+            try queue.abandon(connection)
+        }
+    }
+
+    @Test func dedupeKeyIsUniqueWhilePendingAndReusableAfterDelivery() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let insert = """
+                INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('shop', $1, $2, 'order-1042-shipped')
+                """
+            try connection.query(insert, [Fixtures.token(1), Fixtures.payload])
+            let duplicate = Fixtures.pgError { try connection.query(insert, [Fixtures.token(1), Fixtures.payload]) }
+            #expect(duplicate?.code == .uniqueViolation)
+            #expect(duplicate?.constraint == "jobs_dedupe")
+            let ignored = try connection.query(insert + " ON CONFLICT DO NOTHING", [Fixtures.token(1), Fixtures.payload])
+            #expect(ignored.affectedRows == 0)
+            try connection.query(insert, [Fixtures.token(2), Fixtures.payload])
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('blog', $1, $2, 'order-1042-shipped')",
+                                 [Fixtures.token(1), Fixtures.payload])
+            let batch = try queue.claim(connection, limit: 10)
+            #expect(batch.jobs.count == 3)
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            try connection.query(insert, [Fixtures.token(1), Fixtures.payload])
+        }
+    }
+
+    @Test func insertStatementNotifiesTheListenerOnceWithAConstantPayload() throws {
+        try IsolatedDatabase.with { database in
+            let listener = try database.connect()
+            try queue.listen(listener)
+            let writer = try database.connect()
+            try insertJobs(writer, count: 100)
+            let notifications = try listener.waitForNotifications(timeoutMilliseconds: 5000)
+            #expect(notifications.count == 1)
+            #expect(notifications.first?.channel == "pushd_jobs")
+            #expect(notifications.first?.payload == "")
+            #expect(try listener.waitForNotifications(timeoutMilliseconds: 100).isEmpty)
+        }
+    }
+
+    @Test func jobsOfExcludedAppsStayQueued() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try insertJobs(connection, count: 3, app: "shop")
+            try insertJobs(connection, count: 2, app: "blog")
+            let batch = try queue.claim(connection, limit: 10, excludingApps: ["shop"])
+            #expect(batch.jobs.map(\.app) == ["blog", "blog"])
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs WHERE app = 'shop'").require(Int.self, row: 0, column: 0) == 3)
+        }
+    }
+
+    @Test func notifyUserFansOutToEveryLiveTokenOfTheUserOnce() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let tokens = TokenStore()
+            try tokens.register(connection, app: "shop", token: Fixtures.token(1), userID: "u1")
+            try tokens.register(connection, app: "shop", token: Fixtures.token(2), userID: "u1", environment: "sandbox")
+            try tokens.register(connection, app: "shop", token: Fixtures.token(3), userID: "u1")
+            try tokens.register(connection, app: "shop", token: Fixtures.token(4), userID: "u2")
+            try tokens.register(connection, app: "blog", token: Fixtures.token(5), userID: "u1")
+            try tokens.prune(connection, app: "shop", token: Fixtures.token(3), reason: "BadDeviceToken", apnsTimestamp: nil)
+            let sql = "SELECT pushd.notify_user('shop', 'u1', $1, p_dedupe_key => 'welcome')"
+            #expect(try connection.query(sql, [Fixtures.payload]).require(Int.self, row: 0, column: 0) == 2)
+            #expect(try connection.query(sql, [Fixtures.payload]).require(Int.self, row: 0, column: 0) == 0)
+            let batch = try queue.claim(connection, limit: 10)
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            #expect(batch.jobs.map(\.deviceToken).sorted() == [Fixtures.token(1), Fixtures.token(2)])
+            #expect(batch.jobs.allSatisfy { $0.userID == "u1" && $0.dedupeKey == "welcome" })
+            #expect(batch.jobs.first { $0.deviceToken == Fixtures.token(2) }?.environment == "sandbox")
+        }
+    }
+
+    @Test func claimWorkHandsOutDueJobsBeforeAnyCampaignChunk() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let campaigns = CampaignStore()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "sale", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: id, targets: (1...10).map { (Fixtures.token($0), nil) })
+            try campaigns.start(connection, id: id)
+            try insertJobs(connection, count: 3)
+            let source = WorkSource()
+            guard case .jobs(let batch) = try source.claimWork(connection, jobLimit: 10, owner: "w1", leaseSeconds: 30) else {
+                Issue.record("expected jobs first")
+                return
+            }
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            guard case .chunk(let chunk) = try source.claimWork(connection, jobLimit: 10, owner: "w1", leaseSeconds: 30) else {
+                Issue.record("expected the campaign chunk once no job was due")
+                return
+            }
+            #expect(chunk.targets.count == 10)
+            #expect(try source.claimWork(connection, jobLimit: 10, owner: "w2", leaseSeconds: 30) == .none)
+        }
+    }
+}

@@ -1,0 +1,29 @@
+import QueueStore
+import Testing
+
+@Suite struct TargetLineParserTests {
+    let parser = TargetLineParser(sourceName: "audience.csv")
+
+    func parse(_ text: String) throws -> TargetLineParser.Line? {
+        try parser.parse(Array(text.utf8)[...], lineNumber: 4)
+    }
+
+    @Test func tokensAreLowerCasedAndPayloadsFollowACommaOrTab() throws {
+        let token = Fixtures.token(0xBEEF)
+        #expect(try parse(token.uppercased())?.token == Array(token.utf8))
+        #expect(try parse("  \(token) , {\"a\":1} \r")?.payload == Array("{\"a\":1}".utf8))
+        #expect(try parse("\(token)\t{\"a\":1}")?.payload == Array("{\"a\":1}".utf8))
+        #expect(try parse("\(token),")?.payload == nil)
+        #expect(try parse("") == nil)
+        #expect(try parse("# comment") == nil)
+        #expect(try parse(String(repeating: "ab", count: 100))?.token.count == 200)
+    }
+
+    @Test func badLinesNameTheSourceLineAndProblem() {
+        func message(_ text: String) -> String? { Fixtures.queueError { _ = try parse(text) }?.message }
+        #expect(message(String(repeating: "a", count: 63)) == "audience.csv line 4: the device token must be an even number of hexadecimal digits from 64 to 200, got 63")
+        #expect(message(String(repeating: "ab", count: 101)) == "audience.csv line 4: the device token must be an even number of hexadecimal digits from 64 to 200, got 202")
+        #expect(message("g" + String(repeating: "a", count: 63)) == "audience.csv line 4: the device token must be hexadecimal, found 'g' at column 1")
+        #expect(message(Fixtures.token(1) + ",\"text\"") == "audience.csv line 4: the payload after the token must be a JSON object ({…})")
+    }
+}

@@ -1,0 +1,91 @@
+import Foundation
+import QueueStore
+import Testing
+
+@Suite struct TokenStoreTests {
+    let tokens = TokenStore()
+
+    func updatedAt(_ connection: PGConnection, _ token: String) throws -> Date {
+        try #require(try tokens.token(connection, app: "shop", token: token)).updatedAt
+    }
+
+    @Test func registrationUpsertsAndRevivesAPrunedToken() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let token = Fixtures.token(7)
+            try connection.query("SELECT pushd.register_token('shop', $1, 'u1')", [token.uppercased()])
+            var row = try #require(try tokens.token(connection, app: "shop", token: token))
+            #expect(row.token == token)
+            #expect(row.userID == "u1")
+            #expect(row.environment == "production")
+            #expect(try tokens.prune(connection, app: "shop", token: token, reason: "BadDeviceToken", apnsTimestamp: nil))
+            row = try #require(try tokens.token(connection, app: "shop", token: token))
+            #expect(!row.isLive)
+            #expect(row.invalidReason == "BadDeviceToken")
+            try tokens.register(connection, app: "shop", token: token, userID: "u2", environment: "sandbox")
+            row = try #require(try tokens.token(connection, app: "shop", token: token))
+            #expect(row.isLive)
+            #expect(row.invalidReason == nil)
+            #expect(row.userID == "u2")
+            #expect(row.environment == "sandbox")
+            #expect(try connection.query("SELECT count(*) FROM pushd.device_tokens").require(Int.self, row: 0, column: 0) == 1)
+        }
+    }
+
+    @Test func unregisteredWithATimestampBeforeTheLastRegistrationKeepsTheToken() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let token = Fixtures.token(8)
+            try tokens.register(connection, app: "shop", token: token)
+            let registered = try updatedAt(connection, token)
+            let pruned = try tokens.prune(connection, app: "shop", token: token, reason: "Unregistered",
+                                          apnsTimestamp: registered.addingTimeInterval(-1))
+            #expect(!pruned)
+            #expect(try tokens.token(connection, app: "shop", token: token)?.isLive == true)
+        }
+    }
+
+    @Test func unregisteredWithATimestampAfterTheLastRegistrationInvalidatesTheToken() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let token = Fixtures.token(9)
+            try tokens.register(connection, app: "shop", token: token)
+            let registered = try updatedAt(connection, token)
+            let pruned = try tokens.prune(connection, app: "shop", token: token.uppercased(), reason: "Unregistered",
+                                          apnsTimestamp: registered.addingTimeInterval(1))
+            #expect(pruned)
+            let row = try #require(try tokens.token(connection, app: "shop", token: token))
+            #expect(row.invalidReason == "Unregistered")
+            #expect(row.invalidatedAt != nil)
+        }
+    }
+
+    @Test func batchPruneAppliesTheTimestampRulePerToken() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            for seed in 1...3 { try tokens.register(connection, app: "shop", token: Fixtures.token(seed)) }
+            let registered = try updatedAt(connection, Fixtures.token(1))
+            let count = try tokens.prune(connection, [
+                TokenPrune(app: "shop", token: Fixtures.token(1), reason: "Unregistered", apnsTimestamp: registered.addingTimeInterval(-5)),
+                TokenPrune(app: "shop", token: Fixtures.token(2), reason: "ExpiredToken", apnsTimestamp: registered.addingTimeInterval(5)),
+                TokenPrune(app: "shop", token: Fixtures.token(3), reason: "DeviceTokenNotForTopic", apnsTimestamp: nil),
+                TokenPrune(app: "blog", token: Fixtures.token(3), reason: "BadDeviceToken", apnsTimestamp: nil),
+            ])
+            #expect(count == 2)
+            #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(1))?.isLive == true)
+            #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(2))?.isLive == false)
+            #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(3))?.isLive == false)
+        }
+    }
+
+    @Test func registeringAMalformedTokenNamesTheColumnAndTheProblem() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let error = Fixtures.pgError { try tokens.register(connection, app: "shop", token: "not-a-token") }
+            #expect(error?.code == .checkViolation)
+            #expect(error?.message.hasPrefix("pushd.device_tokens.token must be hexadecimal, found 'n'") == true)
+            let environment = Fixtures.pgError { try tokens.register(connection, app: "shop", token: Fixtures.token(1), environment: "staging") }
+            #expect(environment?.message.hasPrefix("pushd.device_tokens.environment must be production or sandbox") == true)
+        }
+    }
+}
