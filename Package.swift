@@ -35,6 +35,8 @@ let package = Package(
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
+        .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
+        .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
     ],
     swiftLanguageModes: [.v6]
 )
