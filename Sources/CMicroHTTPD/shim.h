@@ -52,4 +52,10 @@ static inline enum MHD_Result pushd_mhd_respond(struct MHD_Connection *connectio
     return queued;
 }
 
+/* A listening thread plus one thread per connection (bounded by the connection limit),
+ * so that one slow request cannot hold up the others. */
+static inline unsigned int pushd_mhd_flags_thread_per_connection(void) {
+    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+}
+
 #endif

@@ -53,6 +53,34 @@ import Testing
         #expect(lost.body == "not ready: database unreachable: connection refused\n")
     }
 
+    @Test func slowScrapeDoesNotHoldUpHealthz() throws {
+        let registry = MetricRegistry()
+        let released = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let finished = Tally()
+        try registry.callbackGauge("pushd_slow_depth", help: "S.").setValueSource {
+            entered.signal()
+            _ = released.wait(timeout: .now() + 5)
+            _ = finished.next()
+            return 1
+        }
+        let server = try startServer(registry)
+        defer { server.stop() }
+        let port = server.port
+        let scrapeDone = DispatchSemaphore(value: 0)
+        Thread {
+            _ = try? RawHTTP.request(port: port, path: "/metrics")
+            scrapeDone.signal()
+        }.start()
+        #expect(entered.wait(timeout: .now() + 10) == .success)
+
+        let health = try RawHTTP.request(port: port, path: "/healthz")
+        #expect(finished.value == 0, "/healthz was answered only after the slow scrape finished")
+        released.signal()
+        #expect(health.status == 200)
+        #expect(scrapeDone.wait(timeout: .now() + 10) == .success)
+    }
+
     @Test func stoppedServerRefusesConnectionsAndStopIsIdempotent() throws {
         let server = try startServer()
         let port = server.port

@@ -45,9 +45,10 @@ public enum MetricsServerError: Error, Equatable, Sendable, CustomStringConverti
 
 /// The HTTP endpoint serving `GET /metrics`, `/healthz` and `/readyz` on libmicrohttpd.
 ///
-/// Threads: libmicrohttpd answers requests on its own internal thread, which reads only
-/// `routes` (immutable or locked). The daemon handle is touched only under `daemon`'s
-/// lock, by `init` and `stop`; `stop` joins that thread, so `routes` outlives every
+/// Threads: libmicrohttpd answers each connection on a thread of its own, so a scrape
+/// waiting on a slow scrape-time source never holds up `/healthz`; those threads read
+/// only `routes` (immutable or locked). The daemon handle is touched only under `daemon`'s
+/// lock, by `init` and `stop`; `stop` joins those threads, so `routes` outlives every
 /// request, and it must not be called from a request.
 public final class MetricsServer: Sendable {
     private let daemon: Mutex<OpaquePointer?>
@@ -76,7 +77,7 @@ public final class MetricsServer: Sendable {
             ipv4.sin_port = configuration.port.bigEndian
             started = withUnsafePointer(to: &ipv4) { address in
                 address.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    pushd_mhd_start(pushd_mhd_flags_internal_thread(), $0, handleRequest, context, limit, timeout)
+                    pushd_mhd_start(pushd_mhd_flags_thread_per_connection(), $0, handleRequest, context, limit, timeout)
                 }
             }
         } else if inet_pton(AF_INET6, host, &ipv6.sin6_addr) == 1 {
@@ -84,7 +85,7 @@ public final class MetricsServer: Sendable {
             ipv6.sin6_port = configuration.port.bigEndian
             started = withUnsafePointer(to: &ipv6) { address in
                 address.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    pushd_mhd_start(pushd_mhd_flags_internal_thread() | pushd_mhd_flag_ipv6(), $0, handleRequest, context, limit, timeout)
+                    pushd_mhd_start(pushd_mhd_flags_thread_per_connection() | pushd_mhd_flag_ipv6(), $0, handleRequest, context, limit, timeout)
                 }
             }
         } else {
@@ -126,7 +127,7 @@ public final class MetricsServer: Sendable {
     }
 }
 
-/// libmicrohttpd calls this on its thread once the request headers are in; GET and HEAD
+/// libmicrohttpd calls this on the connection's thread once the request headers are in; GET and HEAD
 /// carry no body, and anything else is refused at once, so the first call answers.
 private let handleRequest: MHD_AccessHandlerCallback = { context, connection, url, method, _, _, _, _ in
     guard let context, let connection else { return MHD_Result(rawValue: 0)! }
