@@ -81,6 +81,23 @@ import Testing
         #expect(scrapeDone.wait(timeout: .now() + 10) == .success)
     }
 
+    @Test func connectionsBeyondTheLimitAreRefusedAndIdleOnesAreClosed() throws {
+        let server = try MetricsServer(registry: MetricRegistry(), configuration: MetricsServerConfiguration(
+            port: 0, connectionLimit: 1, connectionTimeoutSeconds: 1))
+        defer { server.stop() }
+        let idle = try RawHTTP.connectIdle(port: server.port)
+        defer { close(idle) }
+        #expect(throws: RawHTTP.Failure.self) { _ = try RawHTTP.request(port: server.port, path: "/healthz") }
+        #expect(RawHTTP.waitForServerClose(idle, seconds: 10), "the idle connection was not closed after its 1 s timeout")
+        // The server frees the slot once the connection's thread has finished; poll briefly.
+        var answer: RawHTTPResponse?
+        for _ in 0..<50 where answer == nil {
+            answer = try? RawHTTP.request(port: server.port, path: "/healthz")
+            if answer == nil { usleep(100_000) }
+        }
+        #expect(answer?.status == 200)
+    }
+
     @Test func stoppedServerRefusesConnectionsAndStopIsIdempotent() throws {
         let server = try startServer()
         let port = server.port
