@@ -70,6 +70,8 @@ public final class MetricsServer: Sendable {
         let timeout = UInt32(configuration.connectionTimeoutSeconds)
 
         let started: OpaquePointer?
+        // Cleared so that a failure below reports bind's errno, not an older one.
+        errno = 0
         var ipv4 = sockaddr_in()
         var ipv6 = sockaddr_in6()
         if inet_pton(AF_INET, host, &ipv4.sin_addr) == 1 {
