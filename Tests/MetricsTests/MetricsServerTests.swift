@@ -22,7 +22,7 @@ import Testing
         #expect(response.body.contains("pushd_served_total{app=\"shop\"} 7\n"))
     }
 
-    @Test func healthzAnswersOkAndUnknownPathsAnswer404() throws {
+    @Test func healthzAnswersOkUnknownPathsAnswer404AndOtherMethods405() throws {
         let server = try startServer()
         defer { server.stop() }
         let health = try RawHTTP.request(port: server.port, path: "/healthz")
@@ -33,6 +33,9 @@ import Testing
         #expect(missing.body == "not found: /metrics/extra\n")
         let posted = try RawHTTP.request(port: server.port, method: "POST", path: "/metrics")
         #expect(posted.status == 405)
+        let head = try RawHTTP.request(port: server.port, method: "HEAD", path: "/healthz")
+        #expect(head.status == 200)
+        #expect(head.body.isEmpty)
     }
 
     @Test func readyzFollowsWhatTheDaemonSets() throws {
