@@ -58,4 +58,7 @@ static inline unsigned int pushd_mhd_flags_thread_per_connection(void) {
     return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_AUTO;
 }
 
+/* The access handler's "drop this connection" answer, for requests it cannot serve. */
+static inline enum MHD_Result pushd_mhd_refuse(void) { return MHD_NO; }
+
 #endif

@@ -132,7 +132,7 @@ public final class MetricsServer: Sendable {
 /// libmicrohttpd calls this on the connection's thread once the request headers are in; GET and HEAD
 /// carry no body, and anything else is refused at once, so the first call answers.
 private let handleRequest: MHD_AccessHandlerCallback = { context, connection, url, method, _, _, _, _ in
-    guard let context, let connection else { return MHD_Result(rawValue: 0)! }
+    guard let context, let connection else { return pushd_mhd_refuse() }
     let routes = Unmanaged<EndpointRoutes>.fromOpaque(context).takeUnretainedValue()
     let path = url.map { String(cString: $0) } ?? "/"
     let verb = method.map { String(cString: $0) } ?? ""
