@@ -73,49 +73,62 @@ public final class HistogramFamily: Sendable {
 }
 
 /// One histogram time series: a relaxed atomic count per bucket (not cumulative; summed
-/// at scrape time) and the sum as the bit pattern of a double.
+/// at scrape time) and the sum as the bit pattern of a double, all of it repeated in a
+/// few stripes on separate cache lines. Each thread writes to the stripe of its
+/// `ThreadStripe` number, so threads observing the same series at once do not fight
+/// over one line (the sum is a compare-and-swap loop, which contention makes retry);
+/// a scrape adds the stripes up.
 ///
 /// `@unchecked Sendable`: the two buffers are allocated and filled in `init`, never
 /// reallocated, and freed in `deinit`; after `init` the bounds are only read and the
-/// counts are only touched through their atomics, from any thread.
+/// cells are only touched through their atomics, from any thread.
 public final class Histogram: @unchecked Sendable {
     let labelText: String
-    @usableFromInline let boundCount: Int
-    @usableFromInline let upperBounds: UnsafeMutablePointer<Double>
-    /// `boundCount + 1` cells; the last one is the +Inf bucket.
-    @usableFromInline let bucketCounts: UnsafeMutablePointer<Atomic<UInt64>>
-    @usableFromInline let sumBits = Atomic<UInt64>(0)
+    private let boundCount: Int
+    private let upperBounds: UnsafeMutablePointer<Double>
+    /// Cells of one stripe: `boundCount + 1` bucket counts (the last one is +Inf), then
+    /// the sum; padded to whole pairs of cache lines, which is also the alignment.
+    private let stripeStride: Int
+    private let stripeMask: Int
+    private let threadStripe = ThreadStripe.shared
+    private let cells: UnsafeMutablePointer<Atomic<UInt64>>
+    private static let stripeAlignment = 128
 
     init(labelText: String, upperBounds bounds: [Double]) {
         self.labelText = labelText
         boundCount = bounds.count
         upperBounds = .allocate(capacity: max(bounds.count, 1))
         upperBounds.initialize(from: bounds, count: bounds.count)
-        bucketCounts = .allocate(capacity: bounds.count + 1)
-        for index in 0...bounds.count {
-            (bucketCounts + index).initialize(to: Atomic<UInt64>(0))
+        let cellsPerLinePair = Histogram.stripeAlignment / MemoryLayout<UInt64>.stride
+        stripeStride = (bounds.count + 2 + cellsPerLinePair - 1) / cellsPerLinePair * cellsPerLinePair
+        stripeMask = ThreadStripe.stripeCount - 1
+        let cellCount = stripeStride * ThreadStripe.stripeCount
+        cells = UnsafeMutableRawPointer
+            .allocate(byteCount: cellCount * MemoryLayout<Atomic<UInt64>>.stride, alignment: Histogram.stripeAlignment)
+            .bindMemory(to: Atomic<UInt64>.self, capacity: cellCount)
+        for index in 0..<cellCount {
+            (cells + index).initialize(to: Atomic<UInt64>(0))
         }
     }
 
     deinit {
-        bucketCounts.deinitialize(count: boundCount + 1)
-        bucketCounts.deallocate()
+        cells.deinitialize(count: stripeStride * (stripeMask + 1))
+        UnsafeMutableRawPointer(cells).deallocate()
         upperBounds.deinitialize(count: boundCount)
         upperBounds.deallocate()
     }
 
     /// Records one observation. NaN is ignored: it would turn the sum into NaN for good.
-    @inlinable
     public func observe(_ value: Double) {
         guard !value.isNaN else { return }
         var index = 0
         while index < boundCount && value > upperBounds[index] { index += 1 }
-        bucketCounts[index].wrappingAdd(1, ordering: .relaxed)
-        AtomicDouble.add(value, to: sumBits)
+        let stripe = cells + Int(threadStripe.current() & UInt(stripeMask)) * stripeStride
+        stripe[index].wrappingAdd(1, ordering: .relaxed)
+        AtomicDouble.add(value, to: stripe[boundCount + 1])
     }
 
     /// Records a duration in seconds.
-    @inlinable
     public func observe(_ duration: Duration) {
         let (seconds, attoseconds) = duration.components
         observe(Double(seconds) + Double(attoseconds) * 1e-18)
@@ -125,13 +138,20 @@ public final class Histogram: @unchecked Sendable {
     public var cumulativeCounts: [UInt64] {
         var running: UInt64 = 0
         return (0...boundCount).map { index in
-            running &+= bucketCounts[index].load(ordering: .relaxed)
+            for stripe in 0...stripeMask {
+                running &+= cells[stripe * stripeStride + index].load(ordering: .relaxed)
+            }
             return running
         }
     }
 
     public var count: UInt64 { cumulativeCounts.last ?? 0 }
-    public var sum: Double { Double(bitPattern: sumBits.load(ordering: .relaxed)) }
+
+    public var sum: Double {
+        (0...stripeMask).reduce(0) { total, stripe in
+            total + Double(bitPattern: cells[stripe * stripeStride + boundCount + 1].load(ordering: .relaxed))
+        }
+    }
 }
 
 extension HistogramFamily: RegisteredFamily {
