@@ -6,6 +6,7 @@ import Metrics
 import Synchronization
 
 let iterations = 20_000_000
+let runs = 3
 
 /// The reference: what one relaxed atomic add costs on this machine.
 final class BareAtomic: Sendable {
@@ -57,6 +58,12 @@ func measure(threads: Int, _ body: @escaping @Sendable (Int) -> Void) -> (cpu: D
     return (cpu, wall)
 }
 
+/// The best of a few runs: other processes on the machine only ever add time.
+func best(threads: Int, _ body: @escaping @Sendable (Int) -> Void) -> (cpu: Double, wall: Double) {
+    let runs = (0..<runs).map { _ in measure(threads: threads, body) }
+    return (runs.map(\.cpu).min() ?? 0, runs.map(\.wall).min() ?? 0)
+}
+
 let registry = MetricRegistry()
 let metrics = try PushdMetrics(registry: registry, version: "bench")
 let counter = metrics.sent(app: "shop", environment: "production", pushType: "alert", lane: "transactional")
@@ -80,14 +87,14 @@ bareAdd(1_000_000); increment(1_000_000); observe(1_000_000)
 
 var loadAverage = [Double](repeating: 0, count: 3)
 _ = getloadavg(&loadAverage, 3)
-print("MetricsBench: \(iterations) updates per thread, \(ProcessInfo.processInfo.activeProcessorCount) CPUs, load average \(String(format: "%.2f", loadAverage[0]))")
+print("MetricsBench: \(iterations) updates per thread, best of \(runs) runs, \(ProcessInfo.processInfo.activeProcessorCount) CPUs, load average \(String(format: "%.2f", loadAverage[0]))")
 print("ns per update: CPU time of the updating thread (wall time per thread in brackets); ratio to the bare atomic add")
 print("threads    bare atomic add       counter.increment              histogram.observe")
 var singleCounter = 0.0, singleHistogram = 0.0
 for threads in [1, 2] {
-    let reference = measure(threads: threads) { bareAdd($0) }
-    let counterNs = measure(threads: threads) { increment($0) }
-    let histogramNs = measure(threads: threads) { observe($0) }
+    let reference = best(threads: threads) { bareAdd($0) }
+    let counterNs = best(threads: threads) { increment($0) }
+    let histogramNs = best(threads: threads) { observe($0) }
     if threads == 1 { (singleCounter, singleHistogram) = (counterNs.cpu, histogramNs.cpu) }
     print(String(format: "%-10@ %6.2f (%6.2f)      %6.2f (%6.2f) %5.2fx        %6.2f (%6.2f) %5.2fx",
                  "\(threads) thread\(threads == 1 ? "" : "s")", reference.cpu, reference.wall,
@@ -96,5 +103,5 @@ for threads in [1, 2] {
 }
 print(String(format: "target: counter < 20 ns (%@), histogram < 50 ns (%@) on one thread",
              singleCounter < 20 ? "met" : "missed", singleHistogram < 50 ? "met" : "missed"))
-let expected = UInt64(iterations) * 3 + 1_000_000
+let expected = UInt64(iterations * runs) * 3 + 1_000_000
 print("check: counter total \(counter.value) (expected \(expected)), histogram count \(histogram.count) (expected \(expected))")
