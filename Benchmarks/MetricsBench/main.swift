@@ -148,3 +148,20 @@ print(String(format: "target: counter < 20 ns (%@), histogram < 50 ns (%@) on on
              singleCounter < 20 ? "met" : "missed", singleHistogram < 50 ? "met" : "missed"))
 let expected = UInt64(iterations * runs) * 3 + 1_000_000
 print("check: counter total \(counter.value) (expected \(expected)), histogram count \(histogram.count) (expected \(expected))")
+
+// A scrape of the catalog with 100 APNs response series and 10 latency histograms, the size of a busy
+// deployment with a few apps.
+for app in 0..<10 {
+    for reason in ["none", "BadDeviceToken", "Unregistered", "TooManyRequests", "InternalServerError",
+                   "ServiceUnavailable", "ExpiredProviderToken", "PayloadTooLarge", "DeviceTokenNotForTopic", "timeout"] {
+        metrics.apnsResponse(app: "app\(app)", environment: "production", status: "400", reason: reason).increment()
+    }
+    metrics.requestDuration(app: "app\(app)", environment: "production").observe(0.02)
+}
+let scrapes = 1_000
+let clock = ContinuousClock()
+let scrapeStart = clock.now
+var bytes = 0
+for _ in 0..<scrapes { bytes = registry.exposition().count }
+let scrapeMicroseconds = nanoseconds(clock.now - scrapeStart) / Double(scrapes) / 1_000
+print(String(format: "scrape: %.1f µs for %d bytes (process metrics from /proc included)", scrapeMicroseconds, bytes))
