@@ -38,6 +38,8 @@ let package = Package(
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
+        .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
+        .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
     ],
     swiftLanguageModes: [.v6]
 )

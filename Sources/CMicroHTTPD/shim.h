@@ -31,4 +31,34 @@ static inline uint16_t pushd_mhd_bound_port(struct MHD_Daemon *d) {
     return info ? info->port : 0;
 }
 
+/* Flag that makes the daemon listen on the IPv6 address given to pushd_mhd_start. */
+static inline unsigned int pushd_mhd_flag_ipv6(void) { return MHD_USE_IPv6; }
+
+/* Answers a request with a copy of body, so the caller's buffer may go away at once.
+ * Returns MHD_NO when the response could not be built or queued, which makes the
+ * daemon close the connection. */
+static inline enum MHD_Result pushd_mhd_respond(struct MHD_Connection *connection, unsigned int status,
+                                                const char *content_type,
+                                                const void *body, size_t body_length) {
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(body_length, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (response == NULL) return MHD_NO;
+    if (MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES) {
+        MHD_destroy_response(response);
+        return MHD_NO;
+    }
+    enum MHD_Result queued = MHD_queue_response(connection, status, response);
+    MHD_destroy_response(response);
+    return queued;
+}
+
+/* A listening thread plus one thread per connection (bounded by the connection limit),
+ * so that one slow request cannot hold up the others. */
+static inline unsigned int pushd_mhd_flags_thread_per_connection(void) {
+    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+}
+
+/* The access handler's "drop this connection" answer, for requests it cannot serve. */
+static inline enum MHD_Result pushd_mhd_refuse(void) { return MHD_NO; }
+
 #endif

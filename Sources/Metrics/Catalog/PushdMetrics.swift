@@ -1,0 +1,187 @@
+/// Every metric pushd exposes, registered in one registry. The daemon builds one of
+/// these at start-up and hands it to the Dispatcher and QueueStore wiring; each stage
+/// binds its label values once (for example per app at connection-pool creation) and
+/// keeps the returned child for the hot path. docs/metrics.md lists the same catalog.
+///
+/// Label names come only from the closed set in `allowedLabels`; values are never a
+/// device token, user id or campaign id, which would make series unbounded.
+public struct PushdMetrics: Sendable {
+    /// Label names a pushd metric may carry.
+    public static let allowedLabels: Set<String> = ["app", "environment", "push_type", "status", "reason", "lane"]
+
+    public let registry: MetricRegistry
+
+    // Sending
+    public let notificationsSent: CounterFamily
+    public let apnsResponses: CounterFamily
+    public let apnsRequestDuration: HistogramFamily
+    public let apnsStreamsInFlight: GaugeFamily
+    public let apnsConnections: GaugeFamily
+    public let apnsConnectionErrors: CounterFamily
+    public let retries: CounterFamily
+    public let deadLetters: CounterFamily
+    public let tokensPruned: CounterFamily
+
+    // Provider tokens
+    public let jwtRefreshes: CounterFamily
+    public let jwtAge: CallbackFamily
+
+    // Queue
+    public let jobsClaimed: CounterFamily
+    public let queueDepth: CallbackFamily
+    public let queueOldestAge: CallbackFamily
+
+    // Campaigns
+    public let campaigns: CallbackFamily
+    public let campaignTargetsProcessed: CounterFamily
+    public let campaignTargetsRemaining: CallbackFamily
+
+    // Database and process
+    public let databaseErrors: CounterFamily
+    public let buildInfo: GaugeFamily
+
+    /// Registers the catalog (and the standard process metrics) in `registry` and sets
+    /// `pushd_build_info{version}` to 1.
+    public init(registry: MetricRegistry = MetricRegistry(), version: String) throws(MetricError) {
+        self.registry = registry
+        let target = ["app", "environment"]
+
+        notificationsSent = try registry.counter(
+            "pushd_notifications_sent_total",
+            help: "Notifications accepted by APNs (HTTP 200).",
+            labels: ["app", "environment", "push_type", "lane"])
+        apnsResponses = try registry.counter(
+            "pushd_apns_responses_total",
+            help: "APNs answers and failed attempts by HTTP status (none when no answer arrived) and reason (none on success), retried ones included.",
+            labels: target + ["status", "reason"])
+        apnsRequestDuration = try registry.histogram(
+            "pushd_apns_request_duration_seconds",
+            help: "Time from handing a request to the HTTP/2 client to its complete response.",
+            unit: "seconds", labels: target, buckets: HistogramBuckets.apnsLatency)
+        apnsStreamsInFlight = try registry.gauge(
+            "pushd_apns_streams_in_flight",
+            help: "HTTP/2 streams sent to APNs and not yet answered.",
+            labels: target)
+        apnsConnections = try registry.gauge(
+            "pushd_apns_connections",
+            help: "Open HTTP/2 connections to APNs.",
+            labels: target)
+        apnsConnectionErrors = try registry.counter(
+            "pushd_apns_connection_errors_total",
+            help: "Connections to APNs that failed or were closed by the server (reason: connect, tls, goaway, reset, timeout).",
+            labels: target + ["reason"])
+        retries = try registry.counter(
+            "pushd_retries_total",
+            help: "Notifications rescheduled for another attempt, by the reason of the failed one.",
+            labels: ["app", "lane", "reason"])
+        deadLetters = try registry.counter(
+            "pushd_dead_letters_total",
+            help: "Notifications given up on and written to pushd.dead_jobs, by reason.",
+            labels: ["app", "lane", "reason"])
+        tokensPruned = try registry.counter(
+            "pushd_tokens_pruned_total",
+            help: "Device tokens marked invalid because APNs rejected them, by reason.",
+            labels: target + ["reason"])
+
+        jwtRefreshes = try registry.counter(
+            "pushd_jwt_refreshes_total",
+            help: "Provider tokens (JWT) minted or picked up from the shared table.",
+            labels: ["app"])
+        jwtAge = try registry.callbackGauge(
+            "pushd_jwt_age_seconds",
+            help: "Age of the provider token (JWT) in use; APNs rejects tokens older than 3600 s.",
+            unit: "seconds", labels: ["app"])
+
+        jobsClaimed = try registry.counter(
+            "pushd_jobs_claimed_total",
+            help: "Jobs claimed from the queue for sending.",
+            labels: ["lane"])
+        queueDepth = try registry.callbackGauge(
+            "pushd_queue_depth",
+            help: "Jobs waiting in the queue and due now.",
+            labels: ["lane"])
+        queueOldestAge = try registry.callbackGauge(
+            "pushd_queue_oldest_age_seconds",
+            help: "How long the oldest due job has been waiting.",
+            unit: "seconds", labels: ["lane"])
+
+        campaigns = try registry.callbackGauge(
+            "pushd_campaigns",
+            help: "Campaigns by status (draft, scheduled, running, paused, done, cancelled).",
+            labels: ["status"])
+        campaignTargetsProcessed = try registry.counter(
+            "pushd_campaign_targets_processed_total",
+            help: "Campaign targets checkpointed as sent or failed, counted per completed chunk.",
+            labels: ["app", "status"])
+        campaignTargetsRemaining = try registry.callbackGauge(
+            "pushd_campaign_targets_remaining",
+            help: "Targets of running and paused campaigns not yet processed.",
+            labels: ["app"])
+
+        databaseErrors = try registry.counter(
+            "pushd_database_errors_total",
+            help: "Failed PostgreSQL operations, by reason (connection, or the SQLSTATE class such as 40 or 57).",
+            labels: ["reason"])
+        buildInfo = try registry.gauge(
+            "pushd_build_info",
+            help: "Always 1; the version label says which pushd build is running.",
+            labels: ["version"])
+        buildInfo.bound([version]).set(1)
+
+        try ProcessMetrics.register(in: registry)
+    }
+
+    // Typed binders, so the label order cannot be mixed up at call sites.
+
+    public func sent(app: String, environment: String, pushType: String, lane: String) -> Counter {
+        notificationsSent.bound([app, environment, pushType, lane])
+    }
+
+    public func apnsResponse(app: String, environment: String, status: String, reason: String) -> Counter {
+        apnsResponses.bound([app, environment, status, reason])
+    }
+
+    public func requestDuration(app: String, environment: String) -> Histogram {
+        apnsRequestDuration.bound([app, environment])
+    }
+
+    public func streamsInFlight(app: String, environment: String) -> Gauge {
+        apnsStreamsInFlight.bound([app, environment])
+    }
+
+    public func connections(app: String, environment: String) -> Gauge {
+        apnsConnections.bound([app, environment])
+    }
+
+    public func connectionError(app: String, environment: String, reason: String) -> Counter {
+        apnsConnectionErrors.bound([app, environment, reason])
+    }
+
+    public func retry(app: String, lane: String, reason: String) -> Counter {
+        retries.bound([app, lane, reason])
+    }
+
+    public func deadLetter(app: String, lane: String, reason: String) -> Counter {
+        deadLetters.bound([app, lane, reason])
+    }
+
+    public func tokenPruned(app: String, environment: String, reason: String) -> Counter {
+        tokensPruned.bound([app, environment, reason])
+    }
+
+    public func jwtRefresh(app: String) -> Counter {
+        jwtRefreshes.bound([app])
+    }
+
+    public func claimed(lane: String) -> Counter {
+        jobsClaimed.bound([lane])
+    }
+
+    public func campaignTargets(app: String, status: String) -> Counter {
+        campaignTargetsProcessed.bound([app, status])
+    }
+
+    public func databaseError(reason: String) -> Counter {
+        databaseErrors.bound([reason])
+    }
+}
