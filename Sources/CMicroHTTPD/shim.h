@@ -53,9 +53,10 @@ static inline enum MHD_Result pushd_mhd_respond(struct MHD_Connection *connectio
 }
 
 /* A listening thread plus one thread per connection (bounded by the connection limit),
- * so that one slow request cannot hold up the others. */
+ * so that one slow request cannot hold up the others. Without MHD_USE_ERROR_LOG: the
+ * caller reports failures itself, and stray lines on stderr would break JSON logs. */
 static inline unsigned int pushd_mhd_flags_thread_per_connection(void) {
-    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO;
 }
 
 /* The access handler's "drop this connection" answer, for requests it cannot serve. */
