@@ -1,0 +1,40 @@
+import Foundation
+import QueueStore
+
+/// What a command needs from its surroundings: where output goes and how to find
+/// the configuration and the database. Commands return an exit code: 0 ok, 1 failure
+/// (2, usage, comes from the parser).
+struct CommandContext {
+    var environment: [String: String] = ProcessInfo.processInfo.environment
+    var output: @Sendable (String) -> Void = { print($0) }
+    var errorOutput: @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
+
+    static let defaultConfigPath = "/etc/pushd/pushd.yml"
+
+    /// A failure to report on one line (exit code 1).
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    func loadConfig(_ parsed: ParsedCommand) throws -> PushdConfig {
+        let path = parsed.value("config") ?? Self.defaultConfigPath
+        let (config, warnings) = try ConfigLoader.load(file: path, environment: environment)
+        for warning in warnings { errorOutput("\(path): \(warning)") }
+        return config
+    }
+
+    /// `--database-url`, else `$PUSHD_DATABASE_URL`, else the configuration file's.
+    func databaseURL(_ parsed: ParsedCommand) throws -> String {
+        if let url = parsed.value("database-url"), !url.isEmpty { return url }
+        if let url = environment["PUSHD_DATABASE_URL"], !url.isEmpty { return url }
+        if parsed.value("config") != nil || FileManager.default.fileExists(atPath: Self.defaultConfigPath) {
+            return try loadConfig(parsed).databaseURL
+        }
+        throw Failure("no database: pass --database-url, set PUSHD_DATABASE_URL or give --config FILE")
+    }
+
+    func connect(_ parsed: ParsedCommand, applicationName: String) throws -> PGConnection {
+        try QueueSession.connect(url: databaseURL(parsed), applicationName: applicationName)
+    }
+}

@@ -1,0 +1,80 @@
+/// The command tree of `pushd`: every command, its options and its help text.
+enum Commands {
+    static let configOption = OptionSpec.value("config", short: "c", "FILE", "configuration file (default: /etc/pushd/pushd.yml)")
+    static let databaseOption = OptionSpec.value("database-url", "URL", "PostgreSQL URL (default: the configuration's, or $PUSHD_DATABASE_URL)")
+
+    static let root = CommandSpec(
+        name: "pushd",
+        summary: "pushd sends Apple push notifications queued in PostgreSQL.",
+        subcommands: [
+            CommandSpec(name: "run", summary: "run the daemon: claim, send, record, serve /metrics", options: [
+                configOption,
+                .flag("migrate", "apply pending schema migrations before starting"),
+            ]),
+            CommandSpec(name: "migrate", summary: "apply pending schema migrations to schema pushd", options: [
+                configOption, databaseOption,
+            ]),
+            CommandSpec(name: "check-config", summary: "validate a configuration without sending anything", options: [
+                .flag("no-database", "do not try to reach the database"),
+            ], positionals: [("FILE", "the configuration file (default: /etc/pushd/pushd.yml)", false)]),
+            CommandSpec(name: "send", summary: "send one notification now and print APNs's answer", options: [
+                configOption,
+                .value("app", "NAME", "the app (from the configuration) to send as"),
+                .value("token", "HEX", "the device token"),
+                .value("alert", "TEXT", "an alert body (builds the payload)"),
+                .value("title", "TEXT", "an alert title (with --alert)"),
+                .value("badge", "N", "a badge number"),
+                .value("sound", "NAME", "a sound name"),
+                .value("payload", "JSON", "the whole payload as JSON (instead of --alert …)"),
+                .value("payload-file", "FILE", "read the payload from a file ('-' for stdin)"),
+                .value("push-type", "TYPE", "apns-push-type (default: alert, or background for content-available)"),
+                .value("priority", "N", "apns-priority: 10, 5 or 1"),
+                .value("topic", "TOPIC", "apns-topic (default: the app's bundle id plus the push type's suffix)"),
+                .value("collapse-id", "ID", "apns-collapse-id"),
+                .value("expiration", "EPOCH", "apns-expiration in seconds since the epoch (0: deliver once)"),
+                .value("apns-id", "UUID", "apns-id (default: chosen by APNs)"),
+            ]),
+            CommandSpec(name: "campaign", summary: "create and steer campaigns", subcommands: [
+                CommandSpec(name: "create", summary: "create a campaign in draft (prints its id)", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "the app"),
+                    .value("name", "NAME", "a name for people"),
+                    .value("payload", "JSON", "the payload sent to every target without its own"),
+                    .value("payload-file", "FILE", "read the payload from a file"),
+                    .value("push-type", "TYPE", "apns-push-type (default: alert)"),
+                    .value("priority", "N", "apns-priority: 10, 5 or 1 (default: 10)"),
+                    .value("collapse-id", "ID", "apns-collapse-id"),
+                    .value("start-at", "TIME", "start time, ISO 8601 (default: when started)"),
+                    .value("rate", "N", "at most N notifications per second"),
+                ]),
+                CommandSpec(name: "import", summary: "add targets: a file of 'token[<TAB>payload]' lines, '-' for stdin, or registered tokens", options: [
+                    configOption, databaseOption,
+                    .flag("from-tokens", "every live token of the campaign's app in pushd.device_tokens"),
+                    .value("environment", "ENV", "with --from-tokens: only production or sandbox tokens"),
+                ], positionals: [("ID", "the campaign id", true), ("FILE", "the targets file, or - for stdin", false)]),
+                CommandSpec(name: "start", summary: "start (or schedule) a campaign", options: [configOption, databaseOption],
+                            positionals: [("ID", "the campaign id", true)]),
+                CommandSpec(name: "pause", summary: "pause a running campaign", options: [configOption, databaseOption],
+                            positionals: [("ID", "the campaign id", true)]),
+                CommandSpec(name: "resume", summary: "resume a paused campaign", options: [configOption, databaseOption],
+                            positionals: [("ID", "the campaign id", true)]),
+                CommandSpec(name: "cancel", summary: "cancel a campaign; its unsent targets are dropped", options: [configOption, databaseOption],
+                            positionals: [("ID", "the campaign id", true)]),
+                CommandSpec(name: "status", summary: "show a campaign's progress", options: [
+                    configOption, databaseOption,
+                    .flag("watch", "keep showing progress until the campaign ends"),
+                ], positionals: [("ID", "the campaign id", true)]),
+                CommandSpec(name: "list", summary: "list campaigns", options: [configOption, databaseOption]),
+            ]),
+            CommandSpec(name: "tokens", summary: "device tokens", subcommands: [
+                CommandSpec(name: "prune-stats", summary: "how many tokens were pruned, by app and reason", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "only this app"),
+                ]),
+            ]),
+            CommandSpec(name: "demo", summary: "run the end-to-end demo against a throwaway database and apns-mock", options: [
+                .value("targets", "N", "campaign size (default: 200000)"),
+            ]),
+            CommandSpec(name: "version", summary: "print the version and the libraries pushd runs on"),
+        ])
+}
