@@ -36,6 +36,7 @@ let package = Package(
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
+        .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
     ],
     swiftLanguageModes: [.v6]
 )
