@@ -40,6 +40,7 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
+        .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
     ],
     swiftLanguageModes: [.v6]
 )
