@@ -1,0 +1,140 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Decides the answer to each request on one connection: protocol checks, authentication,
+/// then injected faults. Holds the connection's own state (stream counts, concurrency).
+///
+/// A plain value driven by the connection's loop thread; time and randomness come in through
+/// `clock` and `random` so tests can pin them.
+struct ConnectionLogic {
+    let connectionID: UInt64
+    let settings: LogicSettings
+    private(set) var completedStreams = 0
+    private(set) var concurrencyLowered = false
+    private(set) var random: SplitMix64
+    let clock: @Sendable () -> Double
+
+    init(connectionID: UInt64, settings: LogicSettings, seed: UInt64, clock: @escaping @Sendable () -> Double) {
+        self.connectionID = connectionID
+        self.settings = settings
+        self.random = SplitMix64(seed: seed)
+        self.clock = clock
+    }
+
+    var initialMaxConcurrentStreams: Int { settings.maxConcurrentStreams }
+
+    mutating func handle(_ request: IncomingRequest, faults: FaultConfiguration) -> Verdict {
+        completedStreams += 1
+        if let limit = faults.resetAfterStreams, completedStreams >= limit { return .resetConnection }
+        if faults.resetRate > 0 && random.nextUnit() < faults.resetRate { return .resetConnection }
+
+        var answer = decide(request, faults: faults)
+        answer.delayMilliseconds = UInt64(faults.delayMilliseconds)
+        if faults.randomDelayMilliseconds > 0 {
+            answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
+        }
+        if faults.lowerConcurrencyAfterError {
+            if answer.status != 200 && !concurrencyLowered {
+                concurrencyLowered = true
+                answer.newMaxConcurrentStreams = 1
+            } else if answer.status == 200 && concurrencyLowered {
+                concurrencyLowered = false
+                answer.newMaxConcurrentStreams = settings.maxConcurrentStreams
+            }
+        }
+        return .answer(answer)
+    }
+
+    private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration) -> Answer {
+        let fallbackID = request.header("apns-id")?.lowercased() ?? ""
+        if request.bodyTruncated { return reject(413, "PayloadTooLarge", apnsID: fallbackID.isEmpty ? makeID() : fallbackID) }
+        let checked: CheckedRequest
+        switch RequestCheck.check(request, allowedTopics: settings.allowedTopics) {
+        case .rejected(let status, let reason):
+            return reject(status, reason, apnsID: fallbackID.isEmpty ? makeID() : fallbackID)
+        case .accepted(let value):
+            checked = value
+        }
+        let apnsID = checked.apnsID ?? makeID()
+        let token = checked.token
+
+        if let timestamp = faults.unregisteredTokens[token] {
+            var answer = reject(410, "Unregistered", apnsID: apnsID, token: token)
+            answer.timestamp = timestamp
+            return answer
+        }
+        if faults.badDeviceTokens.contains(token) { return reject(400, "BadDeviceToken", apnsID: apnsID, token: token) }
+        if faults.tokensNotForTopic.contains(token) { return reject(400, "DeviceTokenNotForTopic", apnsID: apnsID, token: token) }
+
+        let roll = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate > 0
+            ? random.nextUnit() : 1
+        if roll < faults.tooManyRequestsRate { return reject(429, "TooManyRequests", apnsID: apnsID, token: token) }
+        if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate {
+            return reject(500, "InternalServerError", apnsID: apnsID, token: token)
+        }
+        if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate {
+            return reject(503, "ServiceUnavailable", apnsID: apnsID, token: token)
+        }
+
+        var answer = Answer(status: 200, apnsID: apnsID, token: token)
+        answer.accepted = AcceptedNotification(
+            apnsID: apnsID, token: token, topic: checked.topic,
+            payloadSHA256: settings.logsAccepted ? PayloadDigest.sha256Hex(request.body) : "",
+            connectionID: connectionID, streamID: request.streamID)
+        return answer
+    }
+
+    private func reject(_ status: Int, _ reason: String, apnsID: String, token: String? = nil) -> Answer {
+        Answer(status: status, apnsID: apnsID, reason: reason, token: token)
+    }
+
+    private mutating func makeID() -> String {
+        let high = random.next()
+        let low = random.next()
+        return UUIDText.lowercased(high: (high & ~0xF000) | 0x4000, low: (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000)
+    }
+}
+
+/// Server-wide settings the logic reads; fixed at start.
+struct LogicSettings: Sendable {
+    var maxConcurrentStreams: Int
+    var allowedTopics: [String]
+    var logsAccepted: Bool
+}
+
+/// A small fast generator: fault rates are rolled on every request and need no cryptographic
+/// quality.
+struct SplitMix64 {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    mutating func nextUnit() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}
+
+enum UUIDText {
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    static func lowercased(high: UInt64, low: UInt64) -> String {
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(36)
+        for (index, shift) in stride(from: 60, through: 0, by: -4).enumerated() {
+            if index == 8 || index == 12 { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(hex[Int((high >> UInt64(shift)) & 0xF)])
+        }
+        for (index, shift) in stride(from: 60, through: 0, by: -4).enumerated() {
+            if index == 0 || index == 4 { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(hex[Int((low >> UInt64(shift)) & 0xF)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

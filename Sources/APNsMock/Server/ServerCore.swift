@@ -1,0 +1,42 @@
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What every loop and connection of one server shares.
+final class ServerCore: Sendable {
+    let configuration: MockConfiguration
+    let tls: TLSServerContext
+    let faultStore: FaultStore
+    let accounting: Accounting
+    private let connectionCounter = Atomic<UInt64>(0)
+    private let settings: LogicSettings
+
+    init(configuration: MockConfiguration) throws(MockServerError) {
+        self.configuration = configuration
+        var clientCA: String?
+        if case .certificate(let file) = configuration.authentication { clientCA = file }
+        tls = try TLSServerContext(
+            certificateChainFile: configuration.certificateChainFile,
+            privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA)
+        faultStore = FaultStore(configuration.faults)
+        accounting = Accounting(countsPerToken: configuration.countsPerToken, logsAccepted: configuration.logsAccepted)
+        settings = LogicSettings(
+            maxConcurrentStreams: configuration.maxConcurrentStreams,
+            allowedTopics: configuration.allowedTopics, logsAccepted: configuration.logsAccepted)
+    }
+
+    func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }
+
+    func makeLogic(connectionID: UInt64) -> ConnectionLogic {
+        ConnectionLogic(
+            connectionID: connectionID, settings: settings,
+            seed: UInt64.random(in: 0...UInt64.max), clock: { ServerCore.wallClockSeconds() })
+    }
+
+    static func wallClockSeconds() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+}
