@@ -35,6 +35,7 @@ let package = Package(
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
     ],
     swiftLanguageModes: [.v6]
