@@ -158,7 +158,7 @@ public enum MockCommandLine {
         configuration.port = port
         configuration.loopThreads = threads
         configuration.maxConcurrentStreams = maxStreams
-        configuration.allowedTopics = topics
+        configuration.allowedBundleIDs = topics
         configuration.controlPort = controlPort
         configuration.logsAccepted = logAccepted
         configuration.countsPerToken = perToken

@@ -66,8 +66,14 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// No faults: every valid request is accepted at once.
     public static let none = FaultConfiguration()
 
-    /// Checks ranges; the error names the field and the rule.
+    /// Checks ranges and lowercases tokens (APNs tokens are case-insensitive); the error
+    /// names the field and the rule.
     public func validated() throws(MockServerError) -> FaultConfiguration {
+        var normalized = self
+        normalized.unregisteredTokens = Dictionary(
+            unregisteredTokens.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        normalized.badDeviceTokens = Set(badDeviceTokens.map { $0.lowercased() })
+        normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
         let rates: [(String, Double)] = [
             ("tooManyRequestsRate", tooManyRequestsRate), ("internalServerErrorRate", internalServerErrorRate),
             ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate),
@@ -90,7 +96,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         if delayMilliseconds < 0 || randomDelayMilliseconds < 0 {
             throw .configuration("faults delayMilliseconds and randomDelayMilliseconds must not be negative")
         }
-        return self
+        return normalized
     }
 
     private enum CodingKeys: String, CodingKey {

@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import APNs
 
 /// Decides the answer to each request on one connection: protocol checks, authentication,
 /// then injected faults. Holds the connection's own state (stream counts, concurrency).
@@ -12,7 +10,10 @@ struct ConnectionLogic {
     let settings: LogicSettings
     private(set) var completedStreams = 0
     private(set) var concurrencyLowered = false
+    private(set) var hasValidToken = false
+    private(set) var tokens = ProviderTokenState()
     private(set) var random: SplitMix64
+    private var announcedMaxStreams: Int
     let clock: @Sendable () -> Double
 
     init(connectionID: UInt64, settings: LogicSettings, seed: UInt64, clock: @escaping @Sendable () -> Double) {
@@ -20,9 +21,11 @@ struct ConnectionLogic {
         self.settings = settings
         self.random = SplitMix64(seed: seed)
         self.clock = clock
+        announcedMaxStreams = settings.tokenVerifier != nil && settings.startAtOneStream ? 1 : settings.maxConcurrentStreams
     }
 
-    var initialMaxConcurrentStreams: Int { settings.maxConcurrentStreams }
+    /// MAX_CONCURRENT_STREAMS of the connection's first SETTINGS frame.
+    var initialMaxConcurrentStreams: Int { announcedMaxStreams }
 
     mutating func handle(_ request: IncomingRequest, faults: FaultConfiguration) -> Verdict {
         completedStreams += 1
@@ -35,58 +38,67 @@ struct ConnectionLogic {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
         }
         if faults.lowerConcurrencyAfterError {
-            if answer.status != 200 && !concurrencyLowered {
-                concurrencyLowered = true
-                answer.newMaxConcurrentStreams = 1
-            } else if answer.status == 200 && concurrencyLowered {
-                concurrencyLowered = false
-                answer.newMaxConcurrentStreams = settings.maxConcurrentStreams
-            }
+            if answer.status != 200 { concurrencyLowered = true } else { concurrencyLowered = false }
+        } else {
+            concurrencyLowered = false
+        }
+        let waitingForToken = settings.tokenVerifier != nil && settings.startAtOneStream && !hasValidToken
+        let wanted = waitingForToken || concurrencyLowered ? 1 : settings.maxConcurrentStreams
+        if wanted != announcedMaxStreams {
+            announcedMaxStreams = wanted
+            answer.newMaxConcurrentStreams = wanted
         }
         return .answer(answer)
     }
 
     private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration) -> Answer {
-        let fallbackID = request.header("apns-id")?.lowercased() ?? ""
-        if request.bodyTruncated { return reject(413, "PayloadTooLarge", apnsID: fallbackID.isEmpty ? makeID() : fallbackID) }
-        let checked: CheckedRequest
-        switch RequestCheck.check(request, allowedTopics: settings.allowedTopics) {
+        let requestedID = request.header(APNsHeader.id).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil }
+        if request.bodyTruncated { return reject(413, .payloadTooLarge, apnsID: requestedID ?? makeID()) }
+        let accepted: AcceptedRequest
+        switch settings.validator.validate(method: request.method, path: request.path, headers: request.headers, body: request.body) {
         case .rejected(let status, let reason):
-            return reject(status, reason, apnsID: fallbackID.isEmpty ? makeID() : fallbackID)
+            return reject(status, reason, apnsID: requestedID ?? makeID())
         case .accepted(let value):
-            checked = value
+            accepted = value
         }
-        let apnsID = checked.apnsID ?? makeID()
-        let token = checked.token
+        let apnsID = accepted.apnsID ?? makeID()
+        let token = accepted.token.hex
+
+        if let verifier = settings.tokenVerifier {
+            switch tokens.authorize(accepted.authorization, now: Int64(clock()), verifier: verifier) {
+            case .rejected(let status, let reason):
+                return reject(status, reason, apnsID: apnsID, token: token)
+            case .accepted:
+                hasValidToken = true
+            }
+        }
 
         if let timestamp = faults.unregisteredTokens[token] {
-            var answer = reject(410, "Unregistered", apnsID: apnsID, token: token)
+            var answer = reject(410, .unregistered, apnsID: apnsID, token: token)
             answer.timestamp = timestamp
             return answer
         }
-        if faults.badDeviceTokens.contains(token) { return reject(400, "BadDeviceToken", apnsID: apnsID, token: token) }
-        if faults.tokensNotForTopic.contains(token) { return reject(400, "DeviceTokenNotForTopic", apnsID: apnsID, token: token) }
+        if faults.badDeviceTokens.contains(token) { return reject(400, .badDeviceToken, apnsID: apnsID, token: token) }
+        if faults.tokensNotForTopic.contains(token) { return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token) }
 
-        let roll = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate > 0
-            ? random.nextUnit() : 1
-        if roll < faults.tooManyRequestsRate { return reject(429, "TooManyRequests", apnsID: apnsID, token: token) }
+        let errorRates = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate
+        let roll = errorRates > 0 ? random.nextUnit() : 1
+        if roll < faults.tooManyRequestsRate { return reject(429, .tooManyRequests, apnsID: apnsID, token: token) }
         if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate {
-            return reject(500, "InternalServerError", apnsID: apnsID, token: token)
+            return reject(500, .internalServerError, apnsID: apnsID, token: token)
         }
-        if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate {
-            return reject(503, "ServiceUnavailable", apnsID: apnsID, token: token)
-        }
+        if roll < errorRates { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
 
         var answer = Answer(status: 200, apnsID: apnsID, token: token)
         answer.accepted = AcceptedNotification(
-            apnsID: apnsID, token: token, topic: checked.topic,
+            apnsID: apnsID, token: token, topic: accepted.topic,
             payloadSHA256: settings.logsAccepted ? PayloadDigest.sha256Hex(request.body) : "",
             connectionID: connectionID, streamID: request.streamID)
         return answer
     }
 
-    private func reject(_ status: Int, _ reason: String, apnsID: String, token: String? = nil) -> Answer {
-        Answer(status: status, apnsID: apnsID, reason: reason, token: token)
+    private func reject(_ status: Int, _ reason: APNsReason, apnsID: String, token: String? = nil) -> Answer {
+        Answer(status: status, apnsID: apnsID, reason: reason.rawValue, token: token)
     }
 
     private mutating func makeID() -> String {
@@ -99,7 +111,10 @@ struct ConnectionLogic {
 /// Server-wide settings the logic reads; fixed at start.
 struct LogicSettings: Sendable {
     var maxConcurrentStreams: Int
-    var allowedTopics: [String]
+    var validator: APNsRequestValidator
+    /// Set in token-auth mode.
+    var tokenVerifier: ProviderTokenVerifier?
+    var startAtOneStream: Bool
     var logsAccepted: Bool
 }
 

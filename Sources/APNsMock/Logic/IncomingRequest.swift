@@ -1,8 +1,4 @@
-/// One header as received, lowercase name.
-struct HeaderField: Sendable, Equatable {
-    var name: String
-    var value: String
-}
+import APNs
 
 /// A complete HTTP/2 request as the transport hands it to the logic.
 struct IncomingRequest: Sendable {

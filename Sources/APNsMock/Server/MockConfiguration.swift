@@ -34,8 +34,9 @@ public struct MockConfiguration: Sendable {
     public var authentication: MockAuthentication = .none
     /// MAX_CONCURRENT_STREAMS announced once a connection is trusted.
     public var maxConcurrentStreams: Int = 1000
-    /// Topics a client may post to; empty means any.
-    public var allowedTopics: [String] = []
+    /// Bundle ids a client may post to (a topic is allowed when its bundle id, the topic
+    /// without the push type's suffix, is listed); empty means any (TopicDisallowed otherwise).
+    public var allowedBundleIDs: [String] = []
     /// Event-loop threads, each with its own SO_REUSEPORT listener.
     public var loopThreads: Int = 1
     public var faults: FaultConfiguration = .none

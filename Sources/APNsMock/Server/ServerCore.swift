@@ -1,3 +1,4 @@
+import APNs
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -21,9 +22,25 @@ final class ServerCore: Sendable {
             privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA)
         faultStore = FaultStore(configuration.faults)
         accounting = Accounting(countsPerToken: configuration.countsPerToken, logsAccepted: configuration.logsAccepted)
+        var verifier: ProviderTokenVerifier?
+        var startAtOne = false
+        if case .token(let keys, let startAtOneStream) = configuration.authentication {
+            var trusted: [String: ProviderTokenVerifier.TrustedKey] = [:]
+            for key in keys {
+                do {
+                    trusted[key.keyID] = .init(teamID: key.teamID, publicKey: try ES256PublicKey(pem: key.publicKeyPEM))
+                } catch {
+                    throw .configuration("provider key \(key.keyID) (team \(key.teamID)): \(error)")
+                }
+            }
+            verifier = ProviderTokenVerifier(keys: trusted)
+            startAtOne = startAtOneStream
+        }
         settings = LogicSettings(
             maxConcurrentStreams: configuration.maxConcurrentStreams,
-            allowedTopics: configuration.allowedTopics, logsAccepted: configuration.logsAccepted)
+            validator: APNsRequestValidator(
+                allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
+            tokenVerifier: verifier, startAtOneStream: startAtOne, logsAccepted: configuration.logsAccepted)
     }
 
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }

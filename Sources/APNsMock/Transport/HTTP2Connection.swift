@@ -1,4 +1,5 @@
 internal import CNghttp2
+import APNs
 #if canImport(Glibc)
 import Glibc
 #endif
