@@ -20,6 +20,11 @@ public struct GoawayRecord: Sendable, Hashable, Codable {
 public struct TokenCounts: Sendable, Hashable, Codable {
     public var accepted: Int = 0
     public var rejected: Int = 0
+
+    public init(accepted: Int = 0, rejected: Int = 0) {
+        self.accepted = accepted
+        self.rejected = rejected
+    }
 }
 
 /// Everything the mock counted since start (or the last reset).
