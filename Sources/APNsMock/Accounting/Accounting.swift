@@ -35,6 +35,7 @@ final class Accounting: Sendable {
     func recordConnectionAccepted() { state.withLock { $0.stats.connectionsAccepted += 1 } }
     func recordConnectionClosed() { state.withLock { $0.stats.connectionsClosed += 1 } }
     func recordReset() { state.withLock { $0.stats.connectionsReset += 1 } }
+    func recordTokenVerifications(_ count: Int) { state.withLock { $0.stats.providerTokenVerifications += count } }
     func recordRefusedStream() { state.withLock { $0.stats.streamsRefused += 1 } }
     func recordGoaway(connectionID: UInt64, lastStreamID: Int32) {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }

@@ -14,6 +14,11 @@ public struct AcceptedNotification: Sendable, Hashable, Codable {
 public struct GoawayRecord: Sendable, Hashable, Codable {
     public var connectionID: UInt64
     public var lastStreamID: Int32
+
+    public init(connectionID: UInt64, lastStreamID: Int32) {
+        self.connectionID = connectionID
+        self.lastStreamID = lastStreamID
+    }
 }
 
 /// Answers given to one device token.
@@ -42,6 +47,8 @@ public struct MockStats: Sendable, Equatable, Codable {
     /// Streams refused because they arrived after a GOAWAY's last stream.
     public var streamsRefused: Int = 0
     public var goaways: [GoawayRecord] = []
+    /// ES256 signature checks made: one per distinct token per connection, not per request.
+    public var providerTokenVerifications: Int = 0
 
     /// The number of error answers with this reason.
     public func rejected(_ reason: String) -> Int {

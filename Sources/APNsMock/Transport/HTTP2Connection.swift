@@ -205,7 +205,12 @@ final class HTTP2Connection: EventLoopHandler {
             return
         }
         faults.refresh()
-        switch logic.handle(stream.request, faults: faults.faults) {
+        let checksBefore = logic.tokens.signatureChecks
+        let verdict = logic.handle(stream.request, faults: faults.faults)
+        if logic.tokens.signatureChecks != checksBefore {
+            core.accounting.recordTokenVerifications(logic.tokens.signatureChecks - checksBefore)
+        }
+        switch verdict {
         case .resetConnection:
             core.accounting.recordReset()
             resetConnection()
