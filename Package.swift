@@ -33,6 +33,8 @@ let package = Package(
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML"]),
 
+        .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
+
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),

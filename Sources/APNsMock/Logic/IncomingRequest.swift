@@ -13,7 +13,10 @@ struct IncomingRequest: Sendable {
     /// Bodies beyond this are not buffered: APNs's largest payload is 5120 bytes.
     static let maximumBodyBytes = 16 * 1024
 
-    init(streamID: Int32) { self.streamID = streamID }
+    init(streamID: Int32) {
+        self.streamID = streamID
+        headers.reserveCapacity(6)
+    }
 
     func header(_ name: String) -> String? {
         headers.first { $0.name == name }?.value

@@ -28,6 +28,7 @@ final class HTTP2Connection: EventLoopHandler {
     private var streamsBegun = 0
     private var goawayLastStreamID: Int32?
     private var drainTimer: EventLoop.TimerID?
+    private var cachedAuthorization: (bytes: [UInt8], text: String)?
     private let onClose: (HTTP2Connection) -> Void
 
     fileprivate final class StreamState {
@@ -95,11 +96,21 @@ final class HTTP2Connection: EventLoopHandler {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+        var options: OpaquePointer?
+        guard nghttp2_option_new(&options) == 0, let options else { return false }
+        defer { nghttp2_option_del(options) }
+        nghttp2_option_set_no_closed_streams(options, 1)
         var newSession: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
-        guard nghttp2_session_server_new(&newSession, callbacks, userData) == 0, let newSession else { return false }
+        guard nghttp2_session_server_new2(&newSession, callbacks, userData, options) == 0, let newSession else { return false }
         session = newSession
-        return submitMaxConcurrentStreams(logic.initialMaxConcurrentStreams)
+        // APNs clients never use stream priorities; opting out spares nghttp2 its priority tree.
+        var entries = [
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(logic.initialMaxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
+        ]
+        return nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0
     }
 
     @discardableResult
@@ -179,12 +190,34 @@ final class HTTP2Connection: EventLoopHandler {
         }
     }
 
-    fileprivate func addHeader(_ streamID: Int32, name: String, value: String) {
-        guard let stream = streams[streamID] else { return }
-        switch name {
-        case ":method": stream.request.method = value
-        case ":path": stream.request.path = value
-        default: stream.request.headers.append(HeaderField(name: name, value: value))
+    /// Keeps only what APNs reads (`:method`, `:path`, `authorization`, `apns-*`) and reuses
+    /// the previous request's `authorization` string when the bytes repeat: a client sends the
+    /// same ~200-byte token on every stream.
+    fileprivate func addHeader(_ streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        guard let stream = streams[streamID], let first = name.first, let nameStart = name.baseAddress else { return }
+        if first == UInt8(ascii: ":") {
+            if name.count == 7 && memcmp(nameStart, HeaderNames.method.utf8Start, 7) == 0 {
+                stream.request.method = String(decoding: value, as: UTF8.self)
+            } else if name.count == 5 && memcmp(nameStart, HeaderNames.path.utf8Start, 5) == 0 {
+                stream.request.path = String(decoding: value, as: UTF8.self)
+            }
+            return
+        }
+        if name.count == 13 && memcmp(nameStart, HeaderNames.authorization.utf8Start, 13) == 0 {
+            let text: String
+            if let cached = cachedAuthorization, cached.bytes.count == value.count,
+               cached.bytes.withUnsafeBufferPointer({ memcmp($0.baseAddress!, value.baseAddress!, value.count) == 0 }) {
+                text = cached.text
+            } else {
+                text = String(decoding: value, as: UTF8.self)
+                cachedAuthorization = (Array(value), text)
+            }
+            stream.request.headers.append(HeaderField(name: "authorization", value: text))
+            return
+        }
+        if name.count > 5 && memcmp(nameStart, HeaderNames.apnsPrefix.utf8Start, 5) == 0 {
+            stream.request.headers.append(HeaderField(
+                name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
         }
     }
 
@@ -345,6 +378,14 @@ private func withHeaderList(
     return body(list, fields.count)
 }
 
+/// Header names compared byte-wise on every request.
+private enum HeaderNames {
+    static let method: StaticString = ":method"
+    static let path: StaticString = ":path"
+    static let authorization: StaticString = "authorization"
+    static let apnsPrefix: StaticString = "apns-"
+}
+
 private func connection(_ userData: UnsafeMutableRawPointer?) -> HTTP2Connection {
     Unmanaged<HTTP2Connection>.fromOpaque(userData!).takeUnretainedValue()
 }
@@ -360,8 +401,8 @@ private let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength,
     guard let frame, let name, let value, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
     connection(userData).addHeader(
         frame.pointee.hd.stream_id,
-        name: String(decoding: UnsafeBufferPointer(start: name, count: nameLength), as: UTF8.self),
-        value: String(decoding: UnsafeBufferPointer(start: value, count: valueLength), as: UTF8.self))
+        name: UnsafeBufferPointer(start: name, count: nameLength),
+        value: UnsafeBufferPointer(start: value, count: valueLength))
     return 0
 }
 
