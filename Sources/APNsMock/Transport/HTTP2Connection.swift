@@ -365,6 +365,8 @@ private func withHeaderList(
         bytes.deallocate()
         list.deallocate()
     }
+    // Every apns-id is new: indexing it would only churn the HPACK table.
+    let noIndex = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
     var offset = 0
     for (index, (name, value)) in fields.enumerated() {
         let nameStart = bytes + offset
@@ -373,7 +375,7 @@ private func withHeaderList(
         for byte in value.utf8 { bytes[offset] = byte; offset += 1 }
         (list + index).initialize(to: nghttp2_nv(
             name: nameStart, value: valueStart, namelen: name.utf8.count, valuelen: value.utf8.count,
-            flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+            flags: name == "apns-id" ? noIndex : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
     }
     return body(list, fields.count)
 }
