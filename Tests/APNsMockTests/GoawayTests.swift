@@ -42,7 +42,7 @@ struct GoawayTests {
             #expect(response.status == 200)
             #expect(server.stats.goaways == [GoawayRecord(connectionID: 1, lastStreamID: 1)])
             #expect(server.stats.accepted == 1)
-            #expect(server.stats.connectionsClosed == 1)
+            #expect(eventually { server.stats.connectionsClosed == 1 })
         }
     }
 

@@ -38,3 +38,14 @@ func deviceToken(_ seed: Int) -> String {
 }
 
 let examplePayload = Array(#"{"aps":{"alert":{"title":"Order shipped","body":"Your parcel is on its way"},"badge":1,"sound":"default"},"orderID":"A-1042"}"#.utf8)
+
+/// Polls `condition` until it holds or `seconds` pass; for state the server updates after the
+/// client has already seen its answer (connection close, for example).
+func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if condition() { return true }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    return condition()
+}
