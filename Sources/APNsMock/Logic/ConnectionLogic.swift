@@ -3,8 +3,8 @@ import APNs
 /// Decides the answer to each request on one connection: protocol checks, authentication,
 /// then injected faults. Holds the connection's own state (stream counts, concurrency).
 ///
-/// A plain value driven by the connection's loop thread; time and randomness come in through
-/// `clock` and `random` so tests can pin them.
+/// A plain value driven by the connection's loop thread; time comes in with each request and
+/// randomness from a seeded generator, so tests can pin both.
 struct ConnectionLogic {
     let connectionID: UInt64
     let settings: LogicSettings
@@ -14,25 +14,24 @@ struct ConnectionLogic {
     private(set) var tokens = ProviderTokenState()
     private(set) var random: SplitMix64
     private var announcedMaxStreams: Int
-    let clock: @Sendable () -> Double
 
-    init(connectionID: UInt64, settings: LogicSettings, seed: UInt64, clock: @escaping @Sendable () -> Double) {
+    init(connectionID: UInt64, settings: LogicSettings, seed: UInt64) {
         self.connectionID = connectionID
         self.settings = settings
         self.random = SplitMix64(seed: seed)
-        self.clock = clock
         announcedMaxStreams = settings.tokenVerifier != nil && settings.startAtOneStream ? 1 : settings.maxConcurrentStreams
     }
 
     /// MAX_CONCURRENT_STREAMS of the connection's first SETTINGS frame.
     var initialMaxConcurrentStreams: Int { announcedMaxStreams }
 
-    mutating func handle(_ request: IncomingRequest, faults: FaultConfiguration) -> Verdict {
+    /// `now` is seconds since 1970, for the provider token's age.
+    mutating func handle(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Verdict {
         completedStreams += 1
         if let limit = faults.resetAfterStreams, completedStreams >= limit { return .resetConnection }
         if faults.resetRate > 0 && random.nextUnit() < faults.resetRate { return .resetConnection }
 
-        var answer = decide(request, faults: faults)
+        var answer = decide(request, faults: faults, now: now)
         answer.delayMilliseconds = UInt64(faults.delayMilliseconds)
         if faults.randomDelayMilliseconds > 0 {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
@@ -51,7 +50,7 @@ struct ConnectionLogic {
         return .answer(answer)
     }
 
-    private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration) -> Answer {
+    private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Answer {
         let requestedID = request.header(APNsHeader.id).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil }
         if request.bodyTruncated { return reject(413, .payloadTooLarge, apnsID: requestedID ?? makeID()) }
         let accepted: AcceptedRequest
@@ -65,7 +64,7 @@ struct ConnectionLogic {
         let token = accepted.token.hex
 
         if let verifier = settings.tokenVerifier {
-            switch tokens.authorize(accepted.authorization, now: Int64(clock()), verifier: verifier) {
+            switch tokens.authorize(accepted.authorization, now: now, verifier: verifier) {
             case .rejected(let status, let reason):
                 return reject(status, reason, apnsID: apnsID, token: token)
             case .accepted:

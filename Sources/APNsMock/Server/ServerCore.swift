@@ -46,14 +46,12 @@ final class ServerCore: Sendable {
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }
 
     func makeLogic(connectionID: UInt64) -> ConnectionLogic {
-        ConnectionLogic(
-            connectionID: connectionID, settings: settings,
-            seed: UInt64.random(in: 0...UInt64.max), clock: { ServerCore.wallClockSeconds() })
+        ConnectionLogic(connectionID: connectionID, settings: settings, seed: UInt64.random(in: 0...UInt64.max))
     }
 
-    static func wallClockSeconds() -> Double {
+    static func wallClockSeconds() -> Int64 {
         var spec = timespec()
-        clock_gettime(CLOCK_REALTIME, &spec)
-        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+        clock_gettime(CLOCK_REALTIME_COARSE, &spec)
+        return Int64(spec.tv_sec)
     }
 }

@@ -239,7 +239,7 @@ final class HTTP2Connection: EventLoopHandler {
         }
         faults.refresh()
         let checksBefore = logic.tokens.signatureChecks
-        let verdict = logic.handle(stream.request, faults: faults.faults)
+        let verdict = logic.handle(stream.request, faults: faults.faults, now: ServerCore.wallClockSeconds())
         if logic.tokens.signatureChecks != checksBefore {
             core.accounting.recordTokenVerifications(logic.tokens.signatureChecks - checksBefore)
         }
