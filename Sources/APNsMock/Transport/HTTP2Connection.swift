@@ -21,6 +21,9 @@ final class HTTP2Connection: EventLoopHandler {
     private var logic: ConnectionLogic
     private var faults: FaultView
     private var streams: [Int32: StreamState] = [:]
+    /// Header and data callbacks arrive in runs for one stream; remembering the last one
+    /// spares a dictionary lookup per header.
+    private var recentStream: StreamState?
     private var readBuffer = [UInt8](repeating: 0, count: 32 * 1024)
     private var output: [UInt8] = []
     private var outputOffset = 0
@@ -32,11 +35,15 @@ final class HTTP2Connection: EventLoopHandler {
     private let onClose: (HTTP2Connection) -> Void
 
     fileprivate final class StreamState {
+        let id: Int32
         var request: IncomingRequest
         var refused = false
         var responseBody: [UInt8] = []
         var responseOffset = 0
-        init(streamID: Int32) { request = IncomingRequest(streamID: streamID) }
+        init(streamID: Int32) {
+            id = streamID
+            request = IncomingRequest(streamID: streamID)
+        }
     }
 
     init(id: UInt64, fd: Int32, tls: TLSSession, loop: EventLoop, core: ServerCore,
@@ -182,6 +189,7 @@ final class HTTP2Connection: EventLoopHandler {
         let stream = StreamState(streamID: streamID)
         if let last = goawayLastStreamID, streamID > last { stream.refused = true }
         streams[streamID] = stream
+        recentStream = stream
         guard !stream.refused else { return }
         streamsBegun += 1
         faults.refresh()
@@ -194,7 +202,7 @@ final class HTTP2Connection: EventLoopHandler {
     /// the previous request's `authorization` string when the bytes repeat: a client sends the
     /// same ~200-byte token on every stream.
     fileprivate func addHeader(_ streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        guard let stream = streams[streamID], let first = name.first, let nameStart = name.baseAddress else { return }
+        guard let stream = lookUp(streamID), let first = name.first, let nameStart = name.baseAddress else { return }
         if first == UInt8(ascii: ":") {
             if name.count == 7 && memcmp(nameStart, HeaderNames.method.utf8Start, 7) == 0 {
                 stream.request.method = String(decoding: value, as: UTF8.self)
@@ -221,8 +229,15 @@ final class HTTP2Connection: EventLoopHandler {
         }
     }
 
+    private func lookUp(_ streamID: Int32) -> StreamState? {
+        if let recent = recentStream, recent.id == streamID { return recent }
+        let found = streams[streamID]
+        recentStream = found
+        return found
+    }
+
     fileprivate func addBody(_ streamID: Int32, _ bytes: UnsafeBufferPointer<UInt8>) {
-        guard let stream = streams[streamID] else { return }
+        guard let stream = lookUp(streamID) else { return }
         if stream.request.body.count + bytes.count > IncomingRequest.maximumBodyBytes {
             stream.request.bodyTruncated = true
         } else {
@@ -231,7 +246,7 @@ final class HTTP2Connection: EventLoopHandler {
     }
 
     fileprivate func completeRequest(_ streamID: Int32) {
-        guard let stream = streams[streamID] else { return }
+        guard let stream = lookUp(streamID) else { return }
         if stream.refused {
             core.accounting.recordRefusedStream()
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue)
@@ -261,11 +276,12 @@ final class HTTP2Connection: EventLoopHandler {
     }
 
     fileprivate func streamClosed(_ streamID: Int32) {
+        if recentStream?.id == streamID { recentStream = nil }
         streams[streamID] = nil
     }
 
     private func respond(_ streamID: Int32, _ answer: Answer) {
-        guard let stream = streams[streamID], let session else { return }
+        guard let stream = lookUp(streamID), let session else { return }
         if let accepted = answer.accepted {
             core.accounting.recordAccepted(accepted, token: accepted.token)
         } else if let reason = answer.reason {
@@ -288,7 +304,7 @@ final class HTTP2Connection: EventLoopHandler {
     }
 
     fileprivate func responseBody(_ streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, capacity: Int) -> (Int, Bool) {
-        guard let stream = streams[streamID] else { return (0, true) }
+        guard let stream = lookUp(streamID) else { return (0, true) }
         let count = min(capacity, stream.responseBody.count - stream.responseOffset)
         stream.responseBody.withUnsafeBufferPointer { source in
             buffer.update(from: source.baseAddress! + stream.responseOffset, count: count)
@@ -344,6 +360,7 @@ final class HTTP2Connection: EventLoopHandler {
     func close() {
         guard phase != .closed else { return }
         phase = .closed
+        recentStream = nil
         if let drainTimer { loop.cancel(drainTimer) }
         loop.unregister(fd: fd)
         Glibc.close(fd)
@@ -353,31 +370,30 @@ final class HTTP2Connection: EventLoopHandler {
     }
 }
 
-/// Builds nghttp2's name/value array in one allocation for the duration of `body`; nghttp2
-/// copies the bytes before returning.
+/// Builds nghttp2's name/value array on the stack for the duration of `body`; nghttp2 copies
+/// the bytes before returning.
 private func withHeaderList(
     _ fields: [(String, String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> Int32
 ) -> Int32 {
     let total = fields.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count }
-    let bytes = UnsafeMutablePointer<UInt8>.allocate(capacity: max(total, 1))
-    let list = UnsafeMutablePointer<nghttp2_nv>.allocate(capacity: fields.count)
-    defer {
-        bytes.deallocate()
-        list.deallocate()
+    return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(total, 1)) { bytes in
+        withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: fields.count) { list in
+            // Every apns-id is new: indexing it would only churn the HPACK table.
+            let noIndex = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
+            let base = bytes.baseAddress!
+            var offset = 0
+            for (index, (name, value)) in fields.enumerated() {
+                let nameStart = base + offset
+                for byte in name.utf8 { base[offset] = byte; offset += 1 }
+                let valueStart = base + offset
+                for byte in value.utf8 { base[offset] = byte; offset += 1 }
+                list.initializeElement(at: index, to: nghttp2_nv(
+                    name: nameStart, value: valueStart, namelen: name.utf8.count, valuelen: value.utf8.count,
+                    flags: name == "apns-id" ? noIndex : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+            }
+            return body(list.baseAddress!, fields.count)
+        }
     }
-    // Every apns-id is new: indexing it would only churn the HPACK table.
-    let noIndex = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
-    var offset = 0
-    for (index, (name, value)) in fields.enumerated() {
-        let nameStart = bytes + offset
-        for byte in name.utf8 { bytes[offset] = byte; offset += 1 }
-        let valueStart = bytes + offset
-        for byte in value.utf8 { bytes[offset] = byte; offset += 1 }
-        (list + index).initialize(to: nghttp2_nv(
-            name: nameStart, value: valueStart, namelen: name.utf8.count, valuelen: value.utf8.count,
-            flags: name == "apns-id" ? noIndex : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
-    }
-    return body(list, fields.count)
 }
 
 /// Header names compared byte-wise on every request.
