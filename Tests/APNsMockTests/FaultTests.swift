@@ -114,6 +114,19 @@ struct FaultTests {
         }
     }
 
+    @Test func countsOnlyAnswersTheClientCouldReceiveWhenConnectionsAreReset() throws {
+        try withMockServer({ $0.faults.resetRate = 0.05 }) { server, port in
+            var options = H2Client.Options()
+            options.maxConnections = 2
+            let responses = try H2Client.send((0..<200).map { .push(token: deviceToken($0)) }, port: port, options: options)
+            let answered = responses.filter { $0.status == 200 }.compactMap(\.apnsID)
+            #expect(server.stats.connectionsReset >= 1)
+            #expect(Set(server.acceptedLog.map(\.apnsID)).isSuperset(of: Set(answered)))
+            #expect(server.stats.accepted == server.acceptedLog.count)
+            #expect(Set(server.acceptedLog.map(\.apnsID)).count == server.acceptedLog.count)
+        }
+    }
+
     @Test func lowersMaxConcurrentStreamsToOneAfterAnErrorAndRaisesItAfterSuccess() throws {
         let bad = deviceToken(0xbad)
         try withMockServer({

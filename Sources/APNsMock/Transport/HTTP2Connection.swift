@@ -130,8 +130,12 @@ final class HTTP2Connection: EventLoopHandler {
 
     // MARK: reading
 
+    /// Reads at most a few buffers per wake-up so one busy client cannot starve the others;
+    /// epoll is level-triggered and calls again while input remains.
     private func readAvailable() {
-        while phase == .open {
+        var reads = 0
+        while phase == .open && reads < 16 {
+            reads += 1
             switch tls.read(into: &readBuffer) {
             case .bytes(let count):
                 let consumed = readBuffer.withUnsafeBufferPointer { nghttp2_session_mem_recv(session, $0.baseAddress, count) }
@@ -186,6 +190,7 @@ final class HTTP2Connection: EventLoopHandler {
     // MARK: requests
 
     fileprivate func beginStream(_ streamID: Int32) {
+        guard phase == .open else { return }
         let stream = StreamState(streamID: streamID)
         if let last = goawayLastStreamID, streamID > last { stream.refused = true }
         streams[streamID] = stream
@@ -246,7 +251,9 @@ final class HTTP2Connection: EventLoopHandler {
     }
 
     fileprivate func completeRequest(_ streamID: Int32) {
-        guard let stream = lookUp(streamID) else { return }
+        // After a reset, nghttp2 may still deliver the rest of the buffer it was parsing; those
+        // requests were never answered and must not be counted.
+        guard phase == .open, let stream = lookUp(streamID) else { return }
         if stream.refused {
             core.accounting.recordRefusedStream()
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue)
@@ -281,7 +288,7 @@ final class HTTP2Connection: EventLoopHandler {
     }
 
     private func respond(_ streamID: Int32, _ answer: Answer) {
-        guard let stream = lookUp(streamID), let session else { return }
+        guard phase == .open, let stream = lookUp(streamID), let session else { return }
         if let accepted = answer.accepted {
             core.accounting.recordAccepted(accepted, token: accepted.token)
         } else if let reason = answer.reason {
