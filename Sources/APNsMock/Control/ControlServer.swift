@@ -29,7 +29,7 @@ final class ControlServer: @unchecked Sendable {
         let router = ControlRouter(server: server)
         let listenFD = self.listenFD
         let wakeFD = self.wakeFD
-        thread = try LoopThread(name: "apns-mock-ctl") {
+        thread = try LoopThread {
             ControlServer.serve(listenFD: listenFD, wakeFD: wakeFD, router: router)
         }
     }

@@ -27,13 +27,13 @@ public final class APNsMockServer: Sendable {
         var loops: [ServerLoop] = []
         var port = configuration.port
         do {
-            for index in 0..<configuration.loopThreads {
+            for _ in 0..<configuration.loopThreads {
                 let listener = try SocketHelpers.listen(
                     host: configuration.host, port: port, reusePort: configuration.loopThreads > 1)
                 port = listener.port
                 let loop = try ServerLoop(listenFD: listener.fd, core: core)
                 loops.append(loop)
-                try loop.start(index: index)
+                try loop.start()
             }
             var control: ControlServer?
             if let controlPort = configuration.controlPort {

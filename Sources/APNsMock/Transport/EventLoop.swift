@@ -58,8 +58,8 @@ final class EventLoop: @unchecked Sendable {
         close(epollFD)
     }
 
-    func start(name: String) throws(MockServerError) {
-        thread = try LoopThread(name: name) { [self] in run() }
+    func start() throws(MockServerError) {
+        thread = try LoopThread { [self] in run() }
     }
 
     /// Stops the loop after the current iteration and waits for its thread.

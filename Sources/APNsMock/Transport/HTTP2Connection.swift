@@ -131,10 +131,11 @@ final class HTTP2Connection: EventLoopHandler {
     // MARK: reading
 
     /// Reads at most a few buffers per wake-up so one busy client cannot starve the others;
-    /// epoll is level-triggered and calls again while input remains.
+    /// epoll is level-triggered and calls again while the socket has input. Bytes OpenSSL
+    /// already holds are not visible to epoll, so those are always drained.
     private func readAvailable() {
         var reads = 0
-        while phase == .open && reads < 16 {
+        while phase == .open && (reads < 16 || tls.hasBufferedInput) {
             reads += 1
             switch tls.read(into: &readBuffer) {
             case .bytes(let count):

@@ -5,16 +5,15 @@ import Glibc
 /// A joinable POSIX thread running one closure; Foundation's `Thread` cannot be joined.
 final class LoopThread: @unchecked Sendable {
     private final class Body {
-        let name: String
         let work: () -> Void
-        init(name: String, work: @escaping () -> Void) { self.name = name; self.work = work }
+        init(work: @escaping () -> Void) { self.work = work }
     }
 
     private var handle: pthread_t
     private var joined = false
 
-    init(name: String, _ work: @escaping () -> Void) throws(MockServerError) {
-        let body = Unmanaged.passRetained(Body(name: name, work: work)).toOpaque()
+    init(_ work: @escaping () -> Void) throws(MockServerError) {
+        let body = Unmanaged.passRetained(Body(work: work)).toOpaque()
         var thread = pthread_t()
         let result = pthread_create(&thread, nil, { raw in
             let body = Unmanaged<Body>.fromOpaque(raw!).takeRetainedValue()

@@ -20,8 +20,8 @@ final class ServerLoop: EventLoopHandler, @unchecked Sendable {
         try loop.register(fd: listenFD, handler: self)
     }
 
-    func start(index: Int) throws(MockServerError) {
-        try loop.start(name: "apns-mock-\(index)")
+    func start() throws(MockServerError) {
+        try loop.start()
     }
 
     /// Stops the loop thread, then closes every connection and the listener.

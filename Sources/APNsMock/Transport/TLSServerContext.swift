@@ -124,6 +124,9 @@ final class TLSSession {
         return SSL_get_verify_result(ssl) == X509_V_OK
     }
 
+    /// Decrypted or undecrypted bytes OpenSSL holds that the socket no longer shows.
+    var hasBufferedInput: Bool { SSL_has_pending(ssl) == 1 }
+
     func read(into buffer: inout [UInt8]) -> Transfer {
         ERR_clear_error()
         let result = buffer.withUnsafeMutableBytes { SSL_read(ssl, $0.baseAddress, Int32($0.count)) }
