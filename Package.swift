@@ -34,6 +34,8 @@ let package = Package(
         .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
 
+        .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
+
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd"]),
@@ -41,6 +43,7 @@ let package = Package(
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
+        .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
     ],
     swiftLanguageModes: [.v6]
 )
