@@ -35,6 +35,7 @@ let package = Package(
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
     ],
     swiftLanguageModes: [.v6]
 )
