@@ -44,6 +44,7 @@ let package = Package(
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
         .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
     ],
     swiftLanguageModes: [.v6]
 )
