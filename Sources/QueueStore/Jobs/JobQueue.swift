@@ -91,7 +91,7 @@ public struct JobQueue: Sendable {
             if !outcomes.retries.isEmpty {
                 let jobs = outcomes.retries.map { retry -> Job in
                     var job = byID[retry.id]!
-                    job.attempts += 1
+                    if retry.countsAsAttempt { job.attempts += 1 }
                     job.runAt = retry.runAt
                     job.lastError = retry.error
                     return job

@@ -84,6 +84,12 @@ enum ConfigLoader {
         }
         retry.rejectUnknownKeys()
 
+        let workers = top.section("workers")
+        config.transactionalWorkers = workers.int("transactional", default: config.transactionalWorkers, range: 1...64)
+        config.batchSize = workers.int("batch_size", default: config.batchSize, range: 1...10_000)
+        config.campaignWorkers = workers.int("campaign", default: config.campaignWorkers, range: 0...64)
+        workers.rejectUnknownKeys()
+
         let campaigns = top.section("campaigns")
         config.campaignChunkSize = campaigns.int("chunk_size", default: config.campaignChunkSize, range: 10...100_000)
         let rate = campaigns.int("default_rate", default: 0, range: 0...10_000_000)

@@ -51,6 +51,12 @@ struct PushdConfig: Sendable, Equatable {
     var logFile: String?
     var apns = APNs()
     var retry = Retry()
+    /// Threads claiming transactional batches, each with its own connection.
+    var transactionalWorkers: Int = 4
+    /// Jobs per transactional batch.
+    var batchSize: Int = 500
+    /// Threads sending campaign chunks, each with its own connection.
+    var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000
     var defaultCampaignRate: Int?
     var drainTimeoutSeconds: Int = 20
