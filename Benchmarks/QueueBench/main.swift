@@ -263,13 +263,14 @@ func claimBenchmark(_ url: String, _ options: Options) throws -> Double {
 
 // MARK: LISTEN/NOTIFY latency
 
-func latencyBenchmark(_ url: String, _ options: Options) throws {
-    let inserters = 32
-    let claimers = 3
-    print("insert-to-claim latency: \(options.latencyCount) single-row autocommit inserts at \(options.rate)/s from \(inserters) connections; \(claimers) claimers woken by LISTEN/NOTIFY")
+func latencyBenchmark(_ url: String, _ options: Options, policy: JobWaitPolicy, label: String) throws {
+    let inserters = 16
+    let claimers = 4
+    print("insert-to-claim latency, \(label): \(options.latencyCount) single-row autocommit inserts at \(options.rate)/s from \(inserters) connections, \(claimers) claimers")
     let sentAt = Mutex<[Int64: (sent: Double, committed: Double)]>([:])
     let claimedAt = Mutex<[Int64: Double]>([:])
     let done = Atomic<Bool>(false)
+    let sleeps = Atomic<Int>(0)
     let failure = Mutex<String?>(nil)
     let ready = DispatchSemaphore(value: 0)
     let finished = DispatchGroup()
@@ -283,14 +284,22 @@ func latencyBenchmark(_ url: String, _ options: Options) throws {
                 let queue = JobQueue()
                 try queue.listen(connection)
                 ready.signal()
+                var lastWork = now()
                 while !done.load(ordering: .acquiring) {
-                    _ = try connection.waitForNotifications(timeoutMilliseconds: 50)
-                    while true {
-                        let batch = try queue.claim(connection, limit: 500)
-                        if batch.isEmpty { break }
+                    let batch = try queue.claim(connection, limit: 500)
+                    if !batch.isEmpty {
                         let time = now()
                         claimedAt.withLock { map in for job in batch.jobs { map[job.id] = time } }
                         try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+                        lastWork = now()
+                        continue
+                    }
+                    switch policy.step(idleSeconds: now() - lastWork) {
+                    case .poll(let microseconds):
+                        while !done.load(ordering: .acquiring), try !queue.hasDueJobs(connection) { usleep(microseconds) }
+                    case .sleep(let milliseconds):
+                        sleeps.add(1, ordering: .relaxed)
+                        if try queue.sleepUntilJobs(connection, timeoutMilliseconds: min(milliseconds, 100)) { lastWork = now() }
                     }
                 }
             } catch {
@@ -349,6 +358,7 @@ func latencyBenchmark(_ url: String, _ options: Options) throws {
     let commits = sent.values.map { ($0.committed - $0.sent) * 1000 }.sorted()
     print("  claimed \(fromCommit.count) of \(total) at \(figure(Double(total) / elapsed)) inserts/s; the INSERT's own commit took p50 \(figure(percentile(commits, 0.5), 2)) ms (a WAL flush)")
     print("  commit acknowledged → claimed: p50 \(figure(percentile(fromCommit, 0.5), 2)) ms, p99 \(figure(percentile(fromCommit, 0.99), 2)) ms, max \(figure(fromCommit.last ?? .nan, 2)) ms (target p99 ≤ 5 ms)")
+    print("  claimers went to sleep on LISTEN \(sleeps.load(ordering: .relaxed)) times")
     print("  INSERT sent → claimed (commit included): p50 \(figure(percentile(fromSend, 0.5), 2)) ms, p99 \(figure(percentile(fromSend, 0.99), 2)) ms")
 }
 
@@ -397,7 +407,8 @@ func main() throws {
     print("QueueBench on PostgreSQL \(admin.serverVersion) (\(try settings.require(String.self, row: 0, column: 0))), \(ProcessInfo.processInfo.activeProcessorCount) cores")
     try campaignBenchmark(url, options)
     let baseline = try claimBenchmark(url, options)
-    try latencyBenchmark(url, options)
+    try latencyBenchmark(url, options, policy: JobWaitPolicy(), label: "pushd's claimers (poll every 2 ms for 1 s after work, then sleep on LISTEN/NOTIFY)")
+    try latencyBenchmark(url, options, policy: JobWaitPolicy(busyWindow: 0), label: "reference: claimers always asleep on LISTEN/NOTIFY, every insert notifies")
     try bloatBenchmark(url, options, baseline: baseline)
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
