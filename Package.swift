@@ -37,7 +37,8 @@ let package = Package(
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
-        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
+        .target(name: "PushdTestSupport", dependencies: ["QueueStore"], path: "Tests/Support"),
+        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),

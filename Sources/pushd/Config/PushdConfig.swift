@@ -37,6 +37,8 @@ struct PushdConfig: Sendable, Equatable {
         var maxInFlight: Int = 4000
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
+        /// Age at which a provider token is replaced; APNs refuses tokens over 60 minutes old.
+        var providerTokenRefreshSeconds: Int = 3000
     }
 
     struct Retry: Sendable, Equatable {

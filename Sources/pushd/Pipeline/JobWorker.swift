@@ -45,13 +45,13 @@ final class JobWorker: @unchecked Sendable {
         while !context.isStopping {
             do {
                 let connection = try connectIfNeeded()
-                let seen = context.doorbell.current
                 let batch = try queue.claim(connection, limit: batchSize, excludingApps: context.pausedApps())
                 failures = 0
                 if batch.isEmpty {
-                    // LISTEN/NOTIFY rings the bell within milliseconds of a COMMIT; the
-                    // time-out is the fallback for scheduled jobs and a lost listener.
-                    context.doorbell.wait(after: seen, timeout: 1)
+                    // An insert notifies sleeping claimers within milliseconds of its COMMIT;
+                    // the time-out is the fallback for scheduled jobs and bounds how long
+                    // shutdown waits for this thread.
+                    _ = try queue.sleepUntilJobs(connection, timeoutMilliseconds: 1000)
                     continue
                 }
                 try process(batch, on: connection)
@@ -75,6 +75,7 @@ final class JobWorker: @unchecked Sendable {
         let idle = max(120, context.config.apns.requestTimeoutMilliseconds * 3 / 1000)
         let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-jobs-\(index)",
                                              settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
+        try queue.listen(fresh)
         connection = fresh
         return fresh
     }

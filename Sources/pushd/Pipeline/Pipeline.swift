@@ -6,14 +6,13 @@ import QueueStore
 import Synchronization
 
 /// The daemon's moving parts, built from the configuration: one HTTP/2 dispatcher per
-/// app, the provider-token service, the transactional and campaign workers, the
-/// LISTEN thread, and the scrape-time gauges read from the database.
+/// app, the provider-token service, the transactional and campaign workers, and the
+/// scrape-time gauges read from the database.
 final class Pipeline: @unchecked Sendable {
     // Immutable after init; the stats connection is used only under its mutex.
     let context: PipelineContext
     private let jobWorkers: [JobWorker]
     private let campaignWorkers: [CampaignWorker]
-    private let listener: JobListener
     private let tokens: ProviderTokenService
     private let statsConnection = Mutex<PGConnection?>(nil)
 
@@ -37,7 +36,8 @@ final class Pipeline: @unchecked Sendable {
             return (ProviderTokenService.Key(keyID: keyID, teamID: teamID), app.name)
         }, uniquingKeysWith: { first, _ in first })
         tokens = ProviderTokenService(
-            databaseURL: config.databaseURL, instance: instance, signers: signers, logger: logger,
+            databaseURL: config.databaseURL, instance: instance, signers: signers,
+            refreshAge: Int64(config.apns.providerTokenRefreshSeconds), logger: logger,
             onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
             onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
 
@@ -65,7 +65,6 @@ final class Pipeline: @unchecked Sendable {
             CampaignWorker(context: context, index: config.transactionalWorkers + $0,
                            completions: queues[config.transactionalWorkers + $0], limiter: limiter)
         }
-        listener = JobListener(context: context)
         registerGauges(appByKey: appByKey)
     }
 
@@ -102,7 +101,6 @@ final class Pipeline: @unchecked Sendable {
     }
 
     func start() {
-        listener.start()
         for worker in jobWorkers { worker.start() }
         for worker in campaignWorkers { worker.start() }
     }
@@ -115,7 +113,6 @@ final class Pipeline: @unchecked Sendable {
         context.doorbell.ring()
         for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
-        _ = listener.finished.wait(timeout: .now() + 1)
         for sender in context.senders.values { sender.dispatcher.shutdown(drainTimeoutMilliseconds: 1000) }
         tokens.close()
         statsConnection.withLock { connection in

@@ -70,7 +70,7 @@ final class ProviderTokenService: @unchecked Sendable {
                            ("key_id", .string(key.keyID)))
             return
         }
-        _ = try? refresh(key, maxAge: max(1, age - 5))
+        _ = try? refresh(key, maxAge: refreshAge, rejected: current.jwt)
     }
 
     /// Age in seconds of the token in use per key, for the `pushd_jwt_age_seconds` gauge.
@@ -79,13 +79,13 @@ final class ProviderTokenService: @unchecked Sendable {
         return state.withLock { $0.map { ($0.key, Double(now - $0.value.issuedAt)) } }
     }
 
-    private func refresh(_ key: Key, maxAge: Int64) throws -> Current {
+    private func refresh(_ key: Key, maxAge: Int64, rejected: String? = nil) throws -> Current {
         guard let signer = signers[key] else {
             throw CommandContext.Failure("no signing key \(key.keyID) for team \(key.teamID) is configured")
         }
         return try database.withLock { connection -> Current in
             let now = Self.now()
-            if let current = state.withLock({ $0[key] }), now - current.issuedAt < maxAge {
+            if let current = state.withLock({ $0[key] }), now - current.issuedAt < maxAge, current.jwt != rejected {
                 return current
             }
             let mint = { () throws -> (token: String, issuedAt: Date) in
@@ -97,9 +97,20 @@ final class ProviderTokenService: @unchecked Sendable {
                 if connection == nil {
                     connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-tokens")
                 }
-                let shared = try ProviderTokenStore().providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
-                                                                     maxAge: TimeInterval(maxAge), instance: instance, mint: mint)
-                fresh = Current(jwt: shared.token, issuedAt: Int64(shared.issuedAt.timeIntervalSince1970.rounded()))
+                let store = ProviderTokenStore()
+                var shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
+                                                     maxAge: TimeInterval(maxAge), instance: instance,
+                                                     rejected: rejected, mint: mint)
+                // The token's own `iat` is what APNs judges, so ages are measured from it; a
+                // stored token whose row looks fresh but whose `iat` is old is replaced.
+                var issuedAt = Self.issuedAt(of: shared)
+                if now - issuedAt >= maxAge {
+                    shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
+                                                     maxAge: TimeInterval(maxAge), instance: instance,
+                                                     rejected: shared.token, mint: mint)
+                    issuedAt = Self.issuedAt(of: shared)
+                }
+                fresh = Current(jwt: shared.token, issuedAt: issuedAt)
                 if shared.minted {
                     logger.info("minted a provider token and shared it", ("key_id", .string(key.keyID)))
                 }
@@ -122,6 +133,10 @@ final class ProviderTokenService: @unchecked Sendable {
             if changed { onRefresh(key) }
             return fresh
         }
+    }
+
+    private static func issuedAt(of token: QueueStore.ProviderToken) -> Int64 {
+        (try? DecodedProviderToken(jwt: token.token).issuedAt) ?? Int64(token.issuedAt.timeIntervalSince1970.rounded())
     }
 
     func close() {
