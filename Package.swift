@@ -40,6 +40,7 @@ let package = Package(
         .target(name: "PushdTestSupport", dependencies: ["QueueStore"], path: "Tests/Support"),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd"]),
+        .testTarget(name: "DaemonTests", dependencies: ["pushd", "APNs", "APNsMock", "QueueStore", "Metrics", "PushdTestSupport"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
