@@ -70,6 +70,15 @@ public final class SigningKey: @unchecked Sendable {
 
     deinit { EVP_PKEY_free(pkey) }
 
+    /// A warning when the key file can be read by its group or by others, nil otherwise (and
+    /// when the file cannot be inspected: loading it will report that).
+    public static func permissionWarning(forKeyFile path: String) -> String? {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue else { return nil }
+        guard mode & 0o044 != 0 else { return nil }
+        return "signing key file \(path) is readable by \(mode & 0o004 != 0 ? "every user" : "its group") (mode \(String(mode & 0o777, radix: 8))); restrict it with chmod 600"
+    }
+
     /// ES256 over `message`: SHA-256, ECDSA P-256, returned as the 64-byte r‖s JWS requires.
     public func sign(_ message: [UInt8]) throws(SigningKeyError) -> [UInt8] {
         guard let ctx = EVP_MD_CTX_new() else { throw .signingFailed("out of memory") }
