@@ -94,6 +94,15 @@ import Testing
         }
     }
 
+    @Test func devicesAndDirectoriesAreNotReadAsKeys() {
+        #expect(throws: SigningKeyError.unreadableFile(path: "/dev/zero", detail: "it is not a regular file")) {
+            try SigningKey(contentsOfFile: "/dev/zero", keyID: Self.keyID, teamID: Self.teamID)
+        }
+        #expect(throws: SigningKeyError.unreadableFile(path: "/tmp", detail: "it is a directory")) {
+            try SigningKey(contentsOfFile: "/tmp", keyID: Self.keyID, teamID: Self.teamID)
+        }
+    }
+
     @Test func keyFilesReadableByOthersAreFlagged() throws {
         let generated = try TestSupport.generateKey()
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: generated.privateKeyPath)
