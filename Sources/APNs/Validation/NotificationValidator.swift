@@ -5,16 +5,20 @@
 /// dictionary is the only part turned into values. Never traps on any input.
 public enum NotificationValidator {
     /// Every issue found; empty when the notification may be sent.
-    public static func issues(in notification: Notification) -> [ValidationIssue] {
+    public static func issues(in notification: Notification, authentication: AuthenticationMode = .token) -> [ValidationIssue] {
         var found = [ValidationIssue]()
         checkHeaders(notification, into: &found)
+        if authentication == .certificate && !notification.pushType.supportsCertificateAuthentication {
+            found.append(.init(field: "apns-push-type", rule: .tokenAuthenticationRequired,
+                               message: "APNs accepts \(notification.pushType) pushes only with token (JWT) authentication"))
+        }
         checkPayload(notification, into: &found)
         return found
     }
 
     /// Throws the issues found, if any.
-    public static func validate(_ notification: Notification) throws(NotificationValidationError) {
-        let found = issues(in: notification)
+    public static func validate(_ notification: Notification, authentication: AuthenticationMode = .token) throws(NotificationValidationError) {
+        let found = issues(in: notification, authentication: authentication)
         if !found.isEmpty { throw NotificationValidationError(issues: found) }
     }
 
