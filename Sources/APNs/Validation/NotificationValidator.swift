@@ -74,6 +74,8 @@ public enum NotificationValidator {
         if payload.count > limit {
             found.append(.init(field: "payload", rule: .payloadTooLarge,
                                message: "\(payload.count) bytes; \(n.pushType) payloads may have at most \(limit)"))
+            // Far beyond any limit the content no longer matters; do not spend time reading it.
+            if payload.count > 16 * limit { return }
         }
         let top: TopLevel
         do {
