@@ -39,6 +39,28 @@ import Testing
         }
     }
 
+    @Test func oneKeySignsFromManyThreadsAtOnce() async throws {
+        let (key, _) = try Self.loadKey()
+        let publicKey = try key.publicKey
+        let signer = ProviderTokenSigner(key: key)
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for t in 0..<8 {
+                group.addTask {
+                    var ok = true
+                    for i in 0..<40 {
+                        let decoded = try DecodedProviderToken(jwt: try signer.makeToken(issuedAt: Int64(t * 1000 + i)).jwt)
+                        ok = ok && publicKey.verify(signature: decoded.signature, message: decoded.signingInput)
+                    }
+                    return ok
+                }
+            }
+            var all = [Bool]()
+            for try await ok in group { all.append(ok) }
+            return all
+        }
+        #expect(results == Array(repeating: true, count: 8))
+    }
+
     @Test func aDifferentKeyDoesNotVerify() throws {
         let (key, _) = try Self.loadKey()
         let (other, _) = try Self.loadKey()

@@ -88,6 +88,28 @@ import Testing
         #expect(accepted > 0, "some random objects are valid payloads")
     }
 
+    /// Anything the sending-side validator lets through, the APNs-side check accepts.
+    @Test func clientValidationIsAtLeastAsStrictAsTheServer() {
+        var rng = SeededGenerator(seed: 0xC0_DE)
+        var checked = 0
+        for i in 0..<3000 {
+            let pushType = PushType.allCases[i % PushType.allCases.count]
+            var object = Self.randomJSON(&rng, depth: 1).objectValue ?? JSONObject()
+            if Bool.random(using: &rng) { object.set("aps", ["content-available": 1, "timestamp": 1, "event": "end"]) }
+            if pushType == .mdm { object.set("mdm", "magic") }
+            let priority = Priority.allCases[Int.random(in: 0..<3, using: &rng)]
+            let n = APNsNotification(token: Self.token, topic: pushType.topic(forBundleID: "com.example.app") ?? "com.apple.mgmt.x",
+                                     pushType: pushType, priority: priority, expiration: Int64.random(in: 0...2_000_000_000, using: &rng),
+                                     collapseID: Bool.random(using: &rng) ? Self.randomString(&rng) : nil, apnsID: .init(),
+                                     payload: JSONValue.object(object).compactBytes)
+            guard NotificationValidator.issues(in: n).isEmpty else { continue }
+            checked += 1
+            let verdict = APNsRequestValidator().validate(method: "POST", path: n.path, headers: n.headerFields(authorization: nil), body: n.payload)
+            if case .rejected = verdict { Issue.record("client accepted what the server rejects: \(verdict) for \(n)") }
+        }
+        #expect(checked > 100)
+    }
+
     @Test func mutatedValidPayloadsNeverCrash() {
         var rng = SeededGenerator(seed: 0x3E_ED)
         let seeds: [[UInt8]] = [
