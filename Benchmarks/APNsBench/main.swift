@@ -89,6 +89,14 @@ report("NotificationValidator, live activity payload", liveValidation)
 report("reference: JSONSerialization parse, small payload", smallFoundation)
 report("reference: JSONSerialization parse, large payload", bigFoundation)
 
+
+print("")
+print("— request building (per send)")
+let smallPayload = Payload(aps: APS(alert: .fields(Alert(title: "Game Request", subtitle: "Five Card Draw", body: "Bob wants to play poker")),
+                                    sound: .default, category: "GAME_INVITATION")).with("gameID", "12345678")
+report("Payload render, small payload", measure { smallPayload.bytes.count })
+report("Notification path + headerFields", measure { small.path.utf8.count &+ small.headerFields(authorization: "bearer x").count })
+
 print("")
 print("— server-side request validation (apns-mock, per request)")
 let headers = small.headerFields(authorization: "bearer x")
