@@ -243,6 +243,13 @@ import Testing
         #expect(cache.mintCount == 2)
     }
 
+    @Test func tokensReadBackFromTheirText() throws {
+        let cache = try Self.makeCache()
+        let minted = try cache.token(now: 1_700_000_000)
+        #expect(try ProviderToken(jwt: minted.jwt) == minted)
+        #expect(throws: ProviderTokenDecodingError.self) { try ProviderToken(jwt: "x.y.z") }
+    }
+
     @Test func adoptsNewerTokensFromElsewhere() throws {
         let cache = try Self.makeCache()
         let mine = try cache.token(now: 1000)
