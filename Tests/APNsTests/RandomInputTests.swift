@@ -110,6 +110,32 @@ import Testing
         #expect(checked > 100)
     }
 
+    /// Whatever strings and numbers go into the builder, the bytes are one valid JSON object
+    /// that reads back to the same values.
+    @Test func builtPayloadsAreAlwaysValidJSON() throws {
+        var rng = SeededGenerator(seed: 0xB1_7D)
+        func maybe<T>(_ make: () -> T) -> T? { Bool.random(using: &rng) ? make() : nil }
+        for _ in 0..<1500 {
+            let alert: AlertContent? = Bool.random(using: &rng)
+                ? .text(Self.randomString(&rng))
+                : .fields(Alert(title: maybe { Self.randomString(&rng) }, subtitle: maybe { Self.randomString(&rng) },
+                                body: maybe { Self.randomString(&rng) }, locKey: maybe { Self.randomString(&rng) },
+                                locArgs: maybe { [Self.randomString(&rng), Self.randomString(&rng)] }))
+            let aps = APS(
+                alert: alert, badge: maybe { Int.random(in: 0...1000, using: &rng) },
+                sound: maybe { .critical(CriticalSound(name: Self.randomString(&rng), volume: Double.random(in: 0...1, using: &rng))) },
+                threadID: maybe { Self.randomString(&rng) }, category: maybe { Self.randomString(&rng) },
+                mutableContent: Bool.random(using: &rng), interruptionLevel: InterruptionLevel.allCases.randomElement(using: &rng),
+                relevanceScore: maybe { Double.random(in: 0...1, using: &rng) })
+            let payload = Payload(aps: aps).with(Self.randomString(&rng), Self.randomJSON(&rng, depth: 2))
+            let parsed = try JSONValue.parse(payload.bytes)
+            #expect(parsed == .object(payload.jsonObject))
+            let n = APNsNotification(token: Self.token, topic: "com.example.app", pushType: .alert, priority: .immediate, payload: payload)
+            let issues = NotificationValidator.issues(in: n).filter { $0.rule != .payloadTooLarge }
+            #expect(issues.isEmpty, "\(issues)")
+        }
+    }
+
     @Test func mutatedValidPayloadsNeverCrash() {
         var rng = SeededGenerator(seed: 0x3E_ED)
         let seeds: [[UInt8]] = [
