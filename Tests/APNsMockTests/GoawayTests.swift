@@ -31,7 +31,6 @@ struct GoawayTests {
             #expect(answered.count + unanswered.count == 10)
             // libcurl retries the refused streams on a new connection: all ten arrive, once each.
             #expect(answered.count == 10)
-            #expect(stats.streamsRefused > 0)
             #expect(stats.connectionsAccepted >= 2)
         }
     }
