@@ -37,8 +37,8 @@ struct GoawayTests {
 
     @Test func goawayAfterSecondsLetsTheStreamInFlightFinish() throws {
         try withMockServer({
-            $0.faults.goawayAfterSeconds = 0.2
-            $0.faults.delayMilliseconds = 600
+            $0.faults.goawayAfterSeconds = 0.5
+            $0.faults.delayMilliseconds = 1000
         }) { server, port in
             let response = try H2Client.send(.push(token: deviceToken(1)), port: port)
             #expect(response.status == 200)
@@ -49,7 +49,7 @@ struct GoawayTests {
     }
 
     @Test func goawayOnRequestKeepsBegunStreamsAndClosesTheConnection() throws {
-        try withMockServer({ $0.faults.delayMilliseconds = 500 }) { server, port in
+        try withMockServer({ $0.faults.delayMilliseconds = 800 }) { server, port in
             let done = DispatchSemaphore(value: 0)
             let box = ResponseBox()
             let sender = Thread {
@@ -57,7 +57,7 @@ struct GoawayTests {
                 done.signal()
             }
             sender.start()
-            Thread.sleep(forTimeInterval: 0.2)
+            #expect(eventually { server.stats.requestsReceived == 3 })
             server.sendGoawayToAll()
             done.wait()
             #expect(box.responses.count == 3)
