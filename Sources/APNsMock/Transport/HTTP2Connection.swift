@@ -117,7 +117,10 @@ final class HTTP2Connection: EventLoopHandler {
                 settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(logic.initialMaxConcurrentStreams)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
         ]
-        return nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0
+        guard nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else { return false }
+        // A thousand streams of small payloads outrun the 64 KiB connection window; a large one
+        // keeps clients from stalling on WINDOW_UPDATE round trips.
+        return nghttp2_session_set_local_window_size(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 * 1024 * 1024) == 0
     }
 
     @discardableResult
