@@ -39,6 +39,7 @@ let package = Package(
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
+        .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
     ],
     swiftLanguageModes: [.v6]
 )

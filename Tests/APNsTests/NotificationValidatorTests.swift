@@ -130,6 +130,15 @@ import Testing
         #expect(Set(Self.valid.map(\.0)) == Set(PushType.allCases))
     }
 
+    @Test(arguments: PushType.allCases)
+    func certificateConnectionsCannotSendLocationOrLiveActivityPushes(type: PushType) {
+        let n = APNsNotification(token: TestSupport.token(), topic: type.topic(forBundleID: "com.example.app") ?? "com.apple.mgmt.x",
+                                 pushType: type, priority: .conservePower, payload: Array("{}".utf8))
+        let refused = NotificationValidator.issues(in: n, authentication: .certificate).contains { $0.rule == .tokenAuthenticationRequired }
+        #expect(refused == (type == .location || type == .liveactivity))
+        #expect(!NotificationValidator.issues(in: n, authentication: .token).contains { $0.rule == .tokenAuthenticationRequired })
+    }
+
     @Test func allIssuesAreReportedTogether() {
         let n = APNsNotification(token: TestSupport.token(), topic: "", pushType: .background, priority: .immediate,
                                  payload: Array(#"{"aps":{"alert":"x","badge":-1}}"#.utf8))

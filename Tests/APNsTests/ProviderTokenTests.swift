@@ -94,6 +94,30 @@ import Testing
         }
     }
 
+    @Test func devicesAndDirectoriesAreNotReadAsKeys() {
+        #expect(throws: SigningKeyError.unreadableFile(path: "/dev/zero", detail: "it is not a regular file")) {
+            try SigningKey(contentsOfFile: "/dev/zero", keyID: Self.keyID, teamID: Self.teamID)
+        }
+        #expect(throws: SigningKeyError.unreadableFile(path: "/tmp", detail: "it is a directory")) {
+            try SigningKey(contentsOfFile: "/tmp", keyID: Self.keyID, teamID: Self.teamID)
+        }
+    }
+
+    @Test func keyFilesReadableByOthersAreFlagged() throws {
+        let generated = try TestSupport.generateKey()
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: generated.privateKeyPath)
+        #expect(SigningKey.permissionWarning(forKeyFile: generated.privateKeyPath) == nil)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: generated.privateKeyPath)
+        #expect(SigningKey.permissionWarning(forKeyFile: generated.privateKeyPath)?.contains("every user") == true)
+    }
+
+    @Test func encryptedKeyFailsInsteadOfPromptingForAPassword() throws {
+        let generated = try TestSupport.generateKey()
+        let encrypted = generated.directory.appendingPathComponent("encrypted.p8").path
+        try TestSupport.run(TestSupport.openssl, ["pkcs8", "-topk8", "-in", generated.privateKeyPath, "-out", encrypted, "-passout", "pass:secret"])
+        #expect(throws: SigningKeyError.self) { try SigningKey(contentsOfFile: encrypted, keyID: Self.keyID, teamID: Self.teamID) }
+    }
+
     @Test func keyThatIsNotP256IsRejected() throws {
         let p384 = try TestSupport.generateKey(algorithm: ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"])
         do {

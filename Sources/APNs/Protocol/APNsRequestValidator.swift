@@ -21,16 +21,21 @@ public struct APNsRequestValidator: Sendable {
 
     public func validate(method: String, path: String, headers: [HeaderField], body: [UInt8]) -> APNsRequestVerdict {
         guard method == "POST" else { return .rejected(status: 405, reason: .methodNotAllowed) }
-        guard path.hasPrefix(APNsRequestValidator.devicePathPrefix) else { return .rejected(status: 404, reason: .badPath) }
-        let tokenText = path.dropFirst(APNsRequestValidator.devicePathPrefix.count)
-        if tokenText.isEmpty { return .rejected(status: 400, reason: .missingDeviceToken) }
-        if tokenText.contains("/") || tokenText.contains("?") { return .rejected(status: 404, reason: .badPath) }
-        guard let token = try? DeviceToken(String(tokenText)) else { return .rejected(status: 400, reason: .badDeviceToken) }
+        let prefix = APNsRequestValidator.devicePathPrefix.utf8
+        guard path.utf8.starts(with: prefix) else { return .rejected(status: 404, reason: .badPath) }
+        let tokenBytes = path.utf8.dropFirst(prefix.count)
+        if tokenBytes.isEmpty { return .rejected(status: 400, reason: .missingDeviceToken) }
+        if tokenBytes.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") }) {
+            return .rejected(status: 404, reason: .badPath)
+        }
+        guard let token = try? DeviceToken(String(decoding: tokenBytes, as: UTF8.self)) else {
+            return .rejected(status: 400, reason: .badDeviceToken)
+        }
 
         var slots = Slots()
         for field in headers {
             let slot: WritableKeyPath<Slots, String?>
-            switch field.name.lowercased() {
+            switch HeaderField.hasUppercase(field.name) ? field.name.lowercased() : field.name {
             case APNsHeader.authorization: slot = \.authorization
             case APNsHeader.topic: slot = \.topic
             case APNsHeader.pushType: slot = \.pushType

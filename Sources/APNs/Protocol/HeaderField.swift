@@ -11,6 +11,11 @@ public struct HeaderField: Sendable, Hashable, CustomStringConvertible {
     /// "name: value", the form libcurl's header list takes.
     public var line: String { name + ": " + value }
     public var description: String { line }
+
+    /// HTTP/2 requires lowercase names; checking first avoids an allocation per header.
+    static func hasUppercase(_ name: String) -> Bool {
+        name.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }
+    }
 }
 
 /// The request header names APNs reads.

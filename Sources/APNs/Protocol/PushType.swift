@@ -49,7 +49,15 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
             // "app.voip" reaches the VoIP token space and APNs refuses or misroutes it.
             return !topic.isEmpty && PushType.typeOwningSuffix(of: topic) == nil
         }
-        return topic.utf8.count > suffix.utf8.count && topic.hasSuffix(suffix)
+        return PushType.hasSuffix(topic, suffix)
+    }
+
+    /// Byte-wise and strictly longer than the suffix: topics are ASCII, and String.hasSuffix's
+    /// Unicode comparison is needlessly slow on the send path.
+    static func hasSuffix(_ topic: String, _ suffix: String) -> Bool {
+        let t = topic.utf8
+        let s = suffix.utf8
+        return t.count > s.count && t.suffix(s.count).elementsEqual(s)
     }
 
     /// The push type whose suffix `topic` ends with, if any (the longest suffix wins, so
@@ -57,8 +65,7 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
     public static func typeOwningSuffix(of topic: String) -> PushType? {
         var best: (PushType, Int)?
         for type in PushType.allCases {
-            guard let suffix = type.topicSuffix, !suffix.isEmpty, topic.hasSuffix(suffix),
-                  topic.utf8.count > suffix.utf8.count else { continue }
+            guard let suffix = type.topicSuffix, !suffix.isEmpty, hasSuffix(topic, suffix) else { continue }
             if best == nil || suffix.utf8.count > best!.1 { best = (type, suffix.utf8.count) }
         }
         return best?.0
@@ -68,8 +75,21 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
     /// topic does not fit the push type.
     public func bundleID(fromTopic topic: String) -> String? {
         guard accepts(topic: topic), let suffix = topicSuffix else { return nil }
-        return String(topic.dropLast(suffix.count))
+        return String(decoding: topic.utf8.dropLast(suffix.utf8.count), as: UTF8.self)
+    }
+
+    /// Location queries and Live Activity updates are refused on certificate connections.
+    public var supportsCertificateAuthentication: Bool {
+        self != .location && self != .liveactivity
     }
 
     public var description: String { rawValue }
+}
+
+/// How a connection proves who is sending.
+public enum AuthenticationMode: String, Sendable, Hashable, CaseIterable {
+    /// A provider token (JWT signed with the team's .p8 key) on every request.
+    case token
+    /// A TLS client certificate for one app.
+    case certificate
 }

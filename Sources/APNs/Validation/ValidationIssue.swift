@@ -43,6 +43,7 @@ public struct ValidationRule: Sendable, Hashable, CustomStringConvertible, Expre
     public static let liveActivityAttributes: ValidationRule = "liveactivity-attributes"
     public static let criticalSoundVolume: ValidationRule = "critical-sound-volume"
     public static let mdmPushMagic: ValidationRule = "mdm-push-magic"
+    public static let tokenAuthenticationRequired: ValidationRule = "token-authentication-required"
 }
 
 /// A notification that must not be sent, with every issue found.
