@@ -318,8 +318,10 @@ final class HTTP2Connection: EventLoopHandler {
     fileprivate func responseBody(_ streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, capacity: Int) -> (Int, Bool) {
         guard let stream = lookUp(streamID) else { return (0, true) }
         let count = min(capacity, stream.responseBody.count - stream.responseOffset)
-        stream.responseBody.withUnsafeBufferPointer { source in
-            buffer.update(from: source.baseAddress! + stream.responseOffset, count: count)
+        if count > 0 {
+            stream.responseBody.withUnsafeBufferPointer { source in
+                buffer.update(from: source.baseAddress! + stream.responseOffset, count: count)
+            }
         }
         stream.responseOffset += count
         return (count, stream.responseOffset == stream.responseBody.count)
