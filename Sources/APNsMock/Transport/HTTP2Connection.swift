@@ -75,6 +75,14 @@ final class HTTP2Connection: EventLoopHandler {
 
     // MARK: handshake
 
+    /// A client that never finishes the TLS handshake would otherwise hold its socket forever.
+    func armHandshakeTimeout(milliseconds: UInt64) {
+        loop.schedule(afterMilliseconds: milliseconds) { [weak self] in
+            guard let self, self.phase == .handshaking else { return }
+            self.close()
+        }
+    }
+
     private func continueHandshake() {
         switch tls.handshake() {
         case .done:

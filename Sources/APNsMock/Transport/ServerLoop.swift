@@ -57,6 +57,7 @@ final class ServerLoop: EventLoopHandler, @unchecked Sendable {
                 continue
             }
             connections[id] = connection
+            connection.armHandshakeTimeout(milliseconds: UInt64(core.configuration.handshakeTimeoutMilliseconds))
             core.accounting.recordConnectionAccepted()
         }
     }
