@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "pushd", targets: ["pushd"]),
         .executable(name: "apns-mock", targets: ["apns-mock"]),
+        .executable(name: "DispatcherBench", targets: ["DispatcherBench"]),
         .library(name: "APNs", targets: ["APNs"]),
         .library(name: "QueueStore", targets: ["QueueStore"]),
         .library(name: "Metrics", targets: ["Metrics"]),
@@ -36,6 +37,7 @@ let package = Package(
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
+        .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
     ],
     swiftLanguageModes: [.v6]
 )
