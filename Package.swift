@@ -38,6 +38,8 @@ let package = Package(
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
         .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
+        .testTarget(name: "APNsTests", dependencies: ["APNs"]),
+        .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,54 @@
+/// Limits APNs enforces on request headers.
+public enum NotificationLimits {
+    /// `apns-collapse-id` may not exceed 64 bytes.
+    public static let maxCollapseIDBytes = 64
+    /// Topics are bundle ids plus a suffix; bundle ids are at most 155 characters.
+    public static let maxTopicBytes = 255
+}
+
+/// The `apns-id` format: a canonical UUID, 8-4-4-4-12 hexadecimal digits.
+public enum APNsID {
+    /// Accepts either case (APNs does); `Notification` always sends lowercase.
+    public static func isCanonical(_ text: String) -> Bool {
+        let utf8 = text.utf8
+        guard utf8.count == 36 else { return false }
+        var i = 0
+        for byte in utf8 {
+            switch i {
+            case 8, 13, 18, 23:
+                if byte != UInt8(ascii: "-") { return false }
+            default:
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
+                     UInt8(ascii: "A")...UInt8(ascii: "F"): break
+                default: return false
+                }
+            }
+            i += 1
+        }
+        return true
+    }
+}
+
+/// `apns-topic` shape rules.
+public enum TopicRules {
+    /// Printable ASCII without spaces, at most `NotificationLimits.maxTopicBytes`: bundle ids
+    /// allow only letters, digits, '-' and '.', and MDM topics look like "com.apple.mgmt.…".
+    public static func isWellFormed(_ topic: String) -> Bool {
+        let utf8 = topic.utf8
+        guard !utf8.isEmpty, utf8.count <= NotificationLimits.maxTopicBytes else { return false }
+        for byte in utf8 where byte <= 0x20 || byte >= 0x7f { return false }
+        return true
+    }
+}
+
+/// `apns-expiration` syntax.
+public enum ExpirationRules {
+    /// A non-negative decimal integer of epoch seconds (0 = do not store); nil otherwise.
+    public static func parse(_ text: String) -> Int64? {
+        let utf8 = text.utf8
+        guard !utf8.isEmpty, utf8.count <= 19 else { return nil }
+        for byte in utf8 where byte < UInt8(ascii: "0") || byte > UInt8(ascii: "9") { return nil }
+        return Int64(text)
+    }
+}

@@ -1,0 +1,82 @@
+/// The `apns-push-type` header value, which also decides the topic suffix and the payload limit.
+public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    case alert
+    case background
+    case voip
+    case complication
+    case fileprovider
+    case mdm
+    case location
+    case liveactivity
+    case pushtotalk
+    case widgets
+    case controls
+
+    /// What APNs expects after the bundle id in `apns-topic`. Empty for types addressed to the
+    /// bundle id itself; nil for `mdm`, whose topic comes from the MDM push certificate and so
+    /// cannot be checked against a bundle id.
+    public var topicSuffix: String? {
+        switch self {
+        case .alert, .background: return ""
+        case .voip: return ".voip"
+        case .complication: return ".complication"
+        case .fileprovider: return ".pushkit.fileprovider"
+        case .mdm: return nil
+        case .location: return ".location-query"
+        case .liveactivity: return ".push-type.liveactivity"
+        case .pushtotalk: return ".voip-ptt"
+        case .widgets: return ".push-type.widgets"
+        case .controls: return ".push-type.controls"
+        }
+    }
+
+    /// The largest payload APNs accepts for this push type, in bytes.
+    public var maxPayloadSize: Int {
+        self == .voip ? 5120 : 4096
+    }
+
+    /// The topic APNs expects for this push type when the app's bundle id is `bundleID`;
+    /// nil for `mdm`.
+    public func topic(forBundleID bundleID: String) -> String? {
+        topicSuffix.map { bundleID + $0 }
+    }
+
+    /// Whether `topic` has the shape this push type requires (for `mdm`, any non-empty topic).
+    public func accepts(topic: String) -> Bool {
+        guard let suffix = topicSuffix else { return !topic.isEmpty }
+        if suffix.isEmpty {
+            // A bundle-id topic must not carry another push type's suffix: an alert sent to
+            // "app.voip" reaches the VoIP token space and APNs refuses or misroutes it.
+            return !topic.isEmpty && PushType.typeOwningSuffix(of: topic) == nil
+        }
+        return PushType.hasSuffix(topic, suffix)
+    }
+
+    /// Byte-wise and strictly longer than the suffix: topics are ASCII, and String.hasSuffix's
+    /// Unicode comparison is needlessly slow on the send path.
+    static func hasSuffix(_ topic: String, _ suffix: String) -> Bool {
+        let t = topic.utf8
+        let s = suffix.utf8
+        return t.count > s.count && t.suffix(s.count).elementsEqual(s)
+    }
+
+    /// The push type whose suffix `topic` ends with, if any (the longest suffix wins, so
+    /// ".voip-ptt" is not mistaken for ".voip").
+    public static func typeOwningSuffix(of topic: String) -> PushType? {
+        var best: (PushType, Int)?
+        for type in PushType.allCases {
+            guard let suffix = type.topicSuffix, !suffix.isEmpty, hasSuffix(topic, suffix) else { continue }
+            if best == nil || suffix.utf8.count > best!.1 { best = (type, suffix.utf8.count) }
+        }
+        return best?.0
+    }
+
+    /// The bundle id a topic addresses once this push type's suffix is removed; nil when the
+    /// topic does not fit the push type.
+    public func bundleID(fromTopic topic: String) -> String? {
+        guard accepts(topic: topic), let suffix = topicSuffix else { return nil }
+        return String(decoding: topic.utf8.dropLast(suffix.utf8.count), as: UTF8.self)
+    }
+
+    public var description: String { rawValue }
+}

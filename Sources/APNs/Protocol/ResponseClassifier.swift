@@ -1,0 +1,65 @@
+/// Decides what a response means for the job that produced it.
+///
+/// The reason decides, not the status: APNs documents each reason with exactly one status, and
+/// when the two disagree the reason is the more specific statement.
+public enum ResponseClassifier {
+    public static func classify(status: Int, reason: APNsReason?, timestamp: Int64?) -> ResponseAction {
+        if status == 200 { return .delivered }
+        guard let reason else { return classifyWithoutReason(status: status) }
+        switch reason {
+        case .badDeviceToken, .deviceTokenNotForTopic:
+            return .pruneToken(timestamp: nil)
+        case .unregistered, .expiredToken:
+            return .pruneToken(timestamp: timestamp)
+
+        case .badCollapseId, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
+             .duplicateHeaders, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty:
+            return .deadLetter(why: "APNs rejected the request as malformed (\(reason)); fix the sender, retrying cannot help")
+        case .topicDisallowed:
+            return .deadLetter(why: "APNs does not allow these credentials to push to this topic (TopicDisallowed); check the app's topic and key", flagsConfiguration: true)
+        case .badPath, .methodNotAllowed:
+            return .deadLetter(why: "APNs rejected the request line (\(reason)); this is a sender bug")
+        case .payloadTooLarge:
+            return .deadLetter(why: "payload larger than APNs accepts for this push type (PayloadTooLarge)")
+
+        case .expiredProviderToken:
+            return .refreshProviderTokenThenRetry
+        case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
+             .badEnvironmentKeyInToken, .badEnvironmentKeyIdInToken, .unrelatedKeyIdInToken, .forbidden:
+            return .configurationError(reason: reason)
+
+        case .idleTimeout, .serviceUnavailable, .shutdown:
+            return .reconnectThenRetry
+        // APNs counts token changes per connection; a fresh connection with the cached token
+        // (the cache never re-mints within 20 minutes) stops the complaint.
+        case .tooManyProviderTokenUpdates:
+            return .reconnectThenRetry
+        case .tooManyRequests, .internalServerError:
+            return .retry
+
+        default:
+            // A reason APNs added after this code was written: retry, with the smaller attempt
+            // budget `RetryPolicy` gives unknown reasons, so a permanent error still ends up in
+            // dead letters instead of looping.
+            return .retry
+        }
+    }
+
+    /// A response that failed before any status arrived (connection reset, GOAWAY before the
+    /// stream was processed, timeout): the notification may not have reached APNs.
+    public static let transportFailure: ResponseAction = .reconnectThenRetry
+
+    private static func classifyWithoutReason(status: Int) -> ResponseAction {
+        switch status {
+        case 413:
+            return .deadLetter(why: "payload larger than APNs accepts (HTTP 413)")
+        case 405:
+            return .deadLetter(why: "APNs rejected the method (HTTP 405); this is a sender bug")
+        case 503:
+            return .reconnectThenRetry
+        default:
+            // Unreadable bodies are treated like unknown reasons: a limited number of retries.
+            return .retry
+        }
+    }
+}

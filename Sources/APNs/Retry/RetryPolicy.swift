@@ -1,0 +1,92 @@
+import Foundation
+
+/// When to try a failed notification again, and when to stop.
+///
+/// Exponential backoff with full jitter: the delay before attempt n+1 is uniform in
+/// [0, min(maxDelay, baseDelay · 2^(n−1))]. Full jitter spreads a burst of failures (an APNs
+/// outage fails thousands of streams at once) evenly over the window instead of sending them
+/// back together. A pure function: the caller supplies the clock and the random source.
+public struct RetryPolicy: Sendable, Hashable {
+    /// Ceiling of the first retry's delay, in seconds.
+    public var baseDelay: Double
+    /// No delay exceeds this, in seconds.
+    public var maxDelay: Double
+    /// Ceiling of the first delay after TooManyRequests / TooManyProviderTokenUpdates: APNs
+    /// throttles per device and per connection for longer than a transient error lasts.
+    public var throttledBaseDelay: Double
+    /// Attempts in total, the first send included.
+    public var maxAttempts: Int
+    /// Attempts in total for a reason this code does not know, or an unreadable error body:
+    /// enough to ride out a transient oddity, few enough that a permanent one ends up in
+    /// dead letters quickly.
+    public var maxAttemptsForUnknownReasons: Int
+    /// With `apns-expiration: 0` ("deliver once, do not store") a retry still makes sense, but
+    /// only shortly after the first attempt: a call notification minutes late is worse than none.
+    public var expirationZeroWindow: Double
+
+    public init(
+        baseDelay: Double = 1,
+        maxDelay: Double = 300,
+        throttledBaseDelay: Double = 10,
+        maxAttempts: Int = 8,
+        maxAttemptsForUnknownReasons: Int = 3,
+        expirationZeroWindow: Double = 30
+    ) {
+        self.baseDelay = baseDelay
+        self.maxDelay = maxDelay
+        self.throttledBaseDelay = throttledBaseDelay
+        self.maxAttempts = maxAttempts
+        self.maxAttemptsForUnknownReasons = maxAttemptsForUnknownReasons
+        self.expirationZeroWindow = expirationZeroWindow
+    }
+
+    /// - Parameters:
+    ///   - attempt: attempts already made, the failed one included (1 after the first failure).
+    ///   - reason: the APNs reason; nil for a transport failure (no response at all).
+    ///   - now: the current time.
+    ///   - expiration: the notification's `apns-expiration` (epoch seconds), if any.
+    ///   - firstAttemptAt: when the notification was first sent; bounds retries of `expiration: 0`.
+    public func decide<Random: RandomNumberGenerator>(
+        attempt: Int,
+        reason: APNsReason?,
+        now: Date,
+        expiration: Int64?,
+        firstAttemptAt: Date? = nil,
+        random: inout Random
+    ) -> RetryDecision {
+        let limit = reason.map { $0.isKnown ? maxAttempts : maxAttemptsForUnknownReasons } ?? maxAttempts
+        if attempt >= limit {
+            return .giveUp(why: "gave up after \(attempt) attempts" + (reason.map { " (last reason \($0))" } ?? " (last failure: no response)"))
+        }
+        let delay = delayBeforeRetry(attempt: attempt, reason: reason, random: &random)
+        let next = now.addingTimeInterval(delay)
+        if let expiration {
+            if expiration == 0 {
+                if let firstAttemptAt, next.timeIntervalSince(firstAttemptAt) > expirationZeroWindow {
+                    return .giveUp(why: "apns-expiration 0 (deliver once) and the retry window of \(Int(expirationZeroWindow))s has passed")
+                }
+            } else if Double(expiration) <= next.timeIntervalSince1970 {
+                return .giveUp(why: "the notification expires (apns-expiration \(expiration)) before the next attempt could be made")
+            }
+        }
+        return .retry(after: delay, at: next)
+    }
+
+    /// The jittered delay in seconds before the retry that follows attempt `attempt`.
+    public func delayBeforeRetry<Random: RandomNumberGenerator>(attempt: Int, reason: APNsReason?, random: inout Random) -> Double {
+        let base = (reason == .tooManyRequests || reason == .tooManyProviderTokenUpdates) ? throttledBaseDelay : baseDelay
+        let exponent = Double(min(max(attempt, 1) - 1, 62))
+        let ceiling = min(maxDelay, base * pow(2, exponent))
+        guard ceiling.isFinite, ceiling > 0 else { return 0 }
+        // One draw of 53 bits: uniform in [0, 1) and never a rejection loop, whatever the generator.
+        let unit = Double(random.next() >> 11) * 0x1p-53
+        return unit * ceiling
+    }
+}
+
+public enum RetryDecision: Sendable, Hashable {
+    /// Try again `after` seconds from now, that is at `at`.
+    case retry(after: Double, at: Date)
+    /// Stop; the job goes to dead letters with `why`.
+    case giveUp(why: String)
+}

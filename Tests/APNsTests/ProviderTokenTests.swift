@@ -1,0 +1,236 @@
+import APNs
+import Foundation
+import Testing
+
+@Suite struct ProviderTokenTests {
+    static let keyID = "ABC123DEFG"
+    static let teamID = "DEF123GHIJ"
+
+    static func loadKey() throws -> (SigningKey, TestSupport.GeneratedKey) {
+        let generated = try TestSupport.generateKey()
+        return (try SigningKey(contentsOfFile: generated.privateKeyPath, keyID: keyID, teamID: teamID), generated)
+    }
+
+    @Test func tokenHasTheDocumentedHeaderAndClaims() throws {
+        let (key, _) = try Self.loadKey()
+        let token = try ProviderTokenSigner(key: key).makeToken(issuedAt: 1_700_000_000)
+        let parts = token.jwt.split(separator: ".", omittingEmptySubsequences: false)
+        #expect(parts.count == 3)
+        #expect(Base64URL.decode(String(parts[0])) == Array(#"{"alg":"ES256","kid":"ABC123DEFG"}"#.utf8))
+        #expect(Base64URL.decode(String(parts[1])) == Array(#"{"iss":"DEF123GHIJ","iat":1700000000}"#.utf8))
+        #expect(Base64URL.decode(String(parts[2]))?.count == 64)
+        #expect(!token.jwt.contains("="))
+        #expect(token.authorizationValue.hasPrefix("bearer "))
+    }
+
+    @Test func tokenVerifiesWithThePublicKeyFromPEMThroughEVPDigestVerify() throws {
+        let (key, generated) = try Self.loadKey()
+        let publicKey = try ES256PublicKey(pem: generated.publicPEM)
+        for issuedAt in Int64(1_700_000_000)..<1_700_000_020 {
+            let decoded = try DecodedProviderToken(jwt: try ProviderTokenSigner(key: key).makeToken(issuedAt: issuedAt).jwt)
+            #expect(decoded.algorithm == "ES256")
+            #expect(decoded.keyID == Self.keyID)
+            #expect(decoded.issuer == Self.teamID)
+            #expect(decoded.issuedAt == issuedAt)
+            #expect(publicKey.verify(signature: decoded.signature, message: decoded.signingInput))
+            var tampered = decoded.signingInput
+            tampered[tampered.count - 1] ^= 1
+            #expect(!publicKey.verify(signature: decoded.signature, message: tampered))
+        }
+    }
+
+    @Test func aDifferentKeyDoesNotVerify() throws {
+        let (key, _) = try Self.loadKey()
+        let (other, _) = try Self.loadKey()
+        let decoded = try DecodedProviderToken(jwt: try ProviderTokenSigner(key: key).makeToken(issuedAt: 1).jwt)
+        #expect(!(try other.publicKey).verify(signature: decoded.signature, message: decoded.signingInput))
+        #expect(try key.publicKey.verify(signature: decoded.signature, message: decoded.signingInput))
+    }
+
+    /// The openssl command checks the DER form of the same signature: proof that r‖s was
+    /// produced and padded correctly, independent of this module's own verifier.
+    @Test func opensslCommandVerifiesTheToken() throws {
+        let (key, generated) = try Self.loadKey()
+        for issuedAt in Int64(1_700_000_000)..<1_700_000_005 {
+            let decoded = try DecodedProviderToken(jwt: try ProviderTokenSigner(key: key).makeToken(issuedAt: issuedAt).jwt)
+            let der = try #require(ECDSASignature.derFromRaw(decoded.signature))
+            let dir = generated.directory
+            let messagePath = dir.appendingPathComponent("input-\(issuedAt)").path
+            let signaturePath = dir.appendingPathComponent("signature-\(issuedAt).der").path
+            try Data(decoded.signingInput).write(to: URL(fileURLWithPath: messagePath))
+            try Data(der).write(to: URL(fileURLWithPath: signaturePath))
+            let output = try TestSupport.run(TestSupport.openssl, ["dgst", "-sha256", "-verify", generated.publicKeyPath, "-signature", signaturePath, messagePath])
+            #expect(String(decoding: output, as: UTF8.self).contains("Verified OK"))
+        }
+    }
+
+    /// The other direction: a signature made by the openssl command verifies here.
+    @Test func opensslCommandSignatureVerifiesAfterConversionToRaw() throws {
+        let generated = try TestSupport.generateKey()
+        let message = Array("header.claims".utf8)
+        let messagePath = generated.directory.appendingPathComponent("m").path
+        try Data(message).write(to: URL(fileURLWithPath: messagePath))
+        let der = try TestSupport.run(TestSupport.openssl, ["dgst", "-sha256", "-sign", generated.privateKeyPath, messagePath])
+        let raw = try #require(ECDSASignature.rawFromDER(der))
+        #expect(raw.count == 64)
+        #expect(try ES256PublicKey(pem: generated.publicPEM).verify(signature: raw, message: message))
+    }
+
+    @Test func derConversionPadsShortIntegers() throws {
+        var raw = [UInt8](repeating: 0, count: 64)
+        raw[31] = 1
+        raw[32] = 0x80
+        let der = try #require(ECDSASignature.derFromRaw(raw))
+        #expect(der[0...4] == [0x30, 0x26, 0x02, 0x01, 0x01])
+        #expect(der[5...7] == [0x02, 0x21, 0x00])
+        #expect(ECDSASignature.rawFromDER(der) == raw)
+        #expect(ECDSASignature.derFromRaw([1, 2]) == nil)
+        #expect(ECDSASignature.rawFromDER([0x30, 0x02, 0x02, 0x00]) == nil)
+    }
+
+    @Test func missingFileIsAClearError() {
+        #expect(throws: SigningKeyError.fileNotFound(path: "/nonexistent/AuthKey.p8")) {
+            try SigningKey(contentsOfFile: "/nonexistent/AuthKey.p8", keyID: Self.keyID, teamID: Self.teamID)
+        }
+    }
+
+    @Test func keyFilesReadableByOthersAreFlagged() throws {
+        let generated = try TestSupport.generateKey()
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: generated.privateKeyPath)
+        #expect(SigningKey.permissionWarning(forKeyFile: generated.privateKeyPath) == nil)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: generated.privateKeyPath)
+        #expect(SigningKey.permissionWarning(forKeyFile: generated.privateKeyPath)?.contains("every user") == true)
+    }
+
+    @Test func encryptedKeyFailsInsteadOfPromptingForAPassword() throws {
+        let generated = try TestSupport.generateKey()
+        let encrypted = generated.directory.appendingPathComponent("encrypted.p8").path
+        try TestSupport.run(TestSupport.openssl, ["pkcs8", "-topk8", "-in", generated.privateKeyPath, "-out", encrypted, "-passout", "pass:secret"])
+        #expect(throws: SigningKeyError.self) { try SigningKey(contentsOfFile: encrypted, keyID: Self.keyID, teamID: Self.teamID) }
+    }
+
+    @Test func keyThatIsNotP256IsRejected() throws {
+        let p384 = try TestSupport.generateKey(algorithm: ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"])
+        do {
+            _ = try SigningKey(pem: p384.privatePEM, keyID: Self.keyID, teamID: Self.teamID)
+            Issue.record("P-384 key accepted")
+        } catch {
+            #expect(error.description.contains("secp384r1"))
+            #expect(error.description.contains("P-256"))
+        }
+        let rsa = try TestSupport.generateKey(algorithm: ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"])
+        #expect(throws: SigningKeyError.self) { try SigningKey(pem: rsa.privatePEM, keyID: Self.keyID, teamID: Self.teamID) }
+        #expect(throws: ES256PublicKeyError.self) { try ES256PublicKey(pem: rsa.publicPEM) }
+    }
+
+    @Test func garbageIsNotAKey() {
+        #expect(throws: SigningKeyError.self) { try SigningKey(pem: "hello", keyID: Self.keyID, teamID: Self.teamID) }
+        #expect(throws: ES256PublicKeyError.self) { try ES256PublicKey(pem: "hello") }
+        #expect(throws: ES256PublicKeyError.self) { try ES256PublicKey(subjectPublicKeyInfoDER: [0x30, 0x00]) }
+    }
+
+    @Test(arguments: ["ABC123DEF", "ABC123DEFGH", "ABC123DEF!", ""])
+    func malformedKeyIDAndTeamIDAreRejected(bad: String) throws {
+        let generated = try TestSupport.generateKey()
+        #expect(throws: SigningKeyError.invalidKeyID(bad)) { try SigningKey(pem: generated.privatePEM, keyID: bad, teamID: Self.teamID) }
+        #expect(throws: SigningKeyError.invalidTeamID(bad)) { try SigningKey(pem: generated.privatePEM, keyID: Self.keyID, teamID: bad) }
+    }
+
+    @Test func verifierAnswersLikeAPNs() throws {
+        let (key, _) = try Self.loadKey()
+        let (stranger, _) = try Self.loadKey()
+        let verifier = ProviderTokenVerifier(keys: [Self.keyID: .init(teamID: Self.teamID, publicKey: try key.publicKey)])
+        let now: Int64 = 1_700_000_000
+        let good = try ProviderTokenSigner(key: key).makeToken(issuedAt: now - 10)
+        #expect(verifier.check(authorization: good.authorizationValue, now: now) == nil)
+        #expect(verifier.check(authorization: "Bearer " + good.jwt, now: now) == nil)
+        #expect(verifier.check(authorization: nil, now: now) == .missingProviderToken)
+        #expect(verifier.check(authorization: "bearer abc.def", now: now) == .invalidProviderToken)
+        #expect(verifier.check(authorization: good.jwt, now: now) == .invalidProviderToken)
+        #expect(verifier.check(authorization: good.authorizationValue, now: now + 3700) == .expiredProviderToken)
+        #expect(verifier.check(authorization: good.authorizationValue, now: now - 3600) == .invalidProviderToken)
+        let forged = try ProviderTokenSigner(key: stranger).makeToken(issuedAt: now)
+        #expect(verifier.check(authorization: forged.authorizationValue, now: now) == .invalidProviderToken)
+        let otherTeam = try SigningKey(pem: try String(contentsOfFile: TestSupport.generateKey().privateKeyPath, encoding: .utf8), keyID: Self.keyID, teamID: "ZZZZZZZZZZ")
+        #expect(verifier.check(authorization: try ProviderTokenSigner(key: otherTeam).makeToken(issuedAt: now).authorizationValue, now: now) == .invalidProviderToken)
+    }
+
+    @Test(arguments: ["", "a", "a.b", "a.b.c.d", "....", "e30.e30.", "!!.!!.!!"])
+    func decodingMalformedTokensFailsCleanly(jwt: String) {
+        #expect(throws: ProviderTokenDecodingError.self) { try DecodedProviderToken(jwt: jwt) }
+    }
+
+    @Test func base64URLRoundTripsEveryLength() {
+        var generator = SeededGenerator(seed: 7)
+        for length in 0..<70 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let text = Base64URL.encode(bytes)
+            #expect(!text.contains("=") && !text.contains("+") && !text.contains("/"))
+            #expect(Base64URL.decode(text) == bytes)
+        }
+        #expect(Base64URL.decode("A") == nil)
+        #expect(Base64URL.decode("AB==") == nil)
+        #expect(Base64URL.decode("AA") == [0])
+        #expect(Base64URL.decode("AB") == nil, "non-zero trailing bits")
+    }
+}
+
+@Suite struct ProviderTokenCacheTests {
+    static func makeCache(reuse: Int64 = 3000, minimum: Int64 = 1200) throws -> ProviderTokenCache {
+        let generated = try TestSupport.generateKey()
+        return ProviderTokenCache(key: try SigningKey(pem: generated.privatePEM, keyID: "ABC123DEFG", teamID: "DEF123GHIJ"),
+                                  reuseSeconds: reuse, minimumReissueSeconds: minimum)
+    }
+
+    @Test func sameTokenUntilFiftyMinutesOld() throws {
+        let cache = try Self.makeCache()
+        let t0: Int64 = 1_700_000_000
+        let first = try cache.token(now: t0)
+        #expect(try cache.token(now: t0 + 2999) == first)
+        let second = try cache.token(now: t0 + 3000)
+        #expect(second != first)
+        #expect(second.issuedAt == t0 + 3000)
+        #expect(cache.mintCount == 2)
+    }
+
+    @Test func neverMintsWithinTwentyMinutesEvenIfReuseIsShorter() throws {
+        let cache = try Self.makeCache(reuse: 60)
+        let t0: Int64 = 1_700_000_000
+        let first = try cache.token(now: t0)
+        #expect(try cache.token(now: t0 + 1199) == first)
+        #expect(try cache.token(now: t0 + 1200) != first)
+    }
+
+    @Test func expiredProviderTokenForcesAMintOnlyForAnOldCurrentToken() throws {
+        let cache = try Self.makeCache()
+        let t0: Int64 = 1_700_000_000
+        let first = try cache.token(now: t0)
+        #expect(try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 600) == first, "too young to replace")
+        let second = try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 1300)
+        #expect(second != first)
+        #expect(try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 1400) == second, "already replaced")
+        #expect(cache.mintCount == 2)
+    }
+
+    @Test func adoptsNewerTokensFromElsewhere() throws {
+        let cache = try Self.makeCache()
+        let mine = try cache.token(now: 1000)
+        cache.adopt(ProviderToken(jwt: "older", keyID: mine.keyID, teamID: mine.teamID, issuedAt: 900))
+        #expect(cache.current == mine)
+        let newer = ProviderToken(jwt: "newer", keyID: mine.keyID, teamID: mine.teamID, issuedAt: 1100)
+        cache.adopt(newer)
+        #expect(try cache.token(now: 1200) == newer)
+    }
+
+    @Test func manyThreadsGetOneToken() async throws {
+        let cache = try Self.makeCache()
+        let tokens = try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<64 { group.addTask { try cache.token(now: 1_700_000_000).jwt } }
+            var all = Set<String>()
+            for try await jwt in group { all.insert(jwt) }
+            return all
+        }
+        #expect(tokens.count == 1)
+        #expect(cache.mintCount == 1)
+    }
+}

@@ -1,0 +1,83 @@
+import APNs
+import Testing
+
+@Suite struct ResponseClassifierTests {
+    enum Expected: Sendable {
+        case prune, deadLetter, deadLetterFlaggingConfiguration, retry, refreshToken, reconnect, configuration
+    }
+
+    /// DESIGN.md section 4, one row per reason.
+    static let table: [(Int, APNsReason, Expected)] = [
+        (400, .badDeviceToken, .prune), (400, .deviceTokenNotForTopic, .prune),
+        (400, .badCollapseId, .deadLetter), (400, .badExpirationDate, .deadLetter), (400, .badMessageId, .deadLetter),
+        (400, .badPriority, .deadLetter), (400, .badTopic, .deadLetter), (400, .duplicateHeaders, .deadLetter),
+        (400, .invalidPushType, .deadLetter), (400, .missingDeviceToken, .deadLetter), (400, .missingTopic, .deadLetter),
+        (400, .payloadEmpty, .deadLetter),
+        (400, .idleTimeout, .reconnect),
+        (400, .topicDisallowed, .deadLetterFlaggingConfiguration),
+        (403, .expiredProviderToken, .refreshToken),
+        (403, .invalidProviderToken, .configuration), (403, .missingProviderToken, .configuration),
+        (403, .badCertificate, .configuration), (403, .badCertificateEnvironment, .configuration),
+        (403, .badEnvironmentKeyInToken, .configuration), (403, .badEnvironmentKeyIdInToken, .configuration),
+        (403, .unrelatedKeyIdInToken, .configuration), (403, .forbidden, .configuration),
+        (404, .badPath, .deadLetter), (405, .methodNotAllowed, .deadLetter),
+        (410, .unregistered, .prune), (410, .expiredToken, .prune),
+        (413, .payloadTooLarge, .deadLetter),
+        (429, .tooManyRequests, .retry), (429, .tooManyProviderTokenUpdates, .reconnect),
+        (500, .internalServerError, .retry),
+        (503, .serviceUnavailable, .reconnect), (503, .shutdown, .reconnect),
+    ]
+
+    @Test func tableCoversEveryKnownReason() {
+        #expect(Set(ResponseClassifierTests.table.map(\.1)) == Set(APNsReason.known.map(\.reason)))
+        for (status, reason, _) in ResponseClassifierTests.table {
+            #expect(reason.status == status, "\(reason)")
+            #expect(reason.isKnown)
+        }
+    }
+
+    @Test(arguments: ResponseClassifierTests.table)
+    func everyReasonHasItsAction(status: Int, reason: APNsReason, expected: Expected) {
+        let action = ResponseClassifier.classify(status: status, reason: reason, timestamp: 1_700_000_000_000)
+        switch (expected, action) {
+        case (.prune, .pruneToken(let ts)):
+            #expect(ts == (status == 410 ? 1_700_000_000_000 : nil))
+        case (.deadLetter, .deadLetter(let why, let flags)):
+            #expect(!flags)
+            #expect(!why.isEmpty)
+        case (.deadLetterFlaggingConfiguration, .deadLetter(_, let flags)):
+            #expect(flags)
+        case (.retry, .retry), (.refreshToken, .refreshProviderTokenThenRetry), (.reconnect, .reconnectThenRetry):
+            #expect(action.retries)
+        case (.configuration, .configurationError(let r)):
+            #expect(r == reason)
+        default:
+            Issue.record("\(status) \(reason): expected \(expected), got \(action)")
+        }
+    }
+
+    @Test func successIsDelivered() {
+        #expect(ResponseClassifier.classify(status: 200, reason: nil, timestamp: nil) == .delivered)
+    }
+
+    @Test func unregisteredWithoutTimestampStillPrunes() {
+        #expect(ResponseClassifier.classify(status: 410, reason: .unregistered, timestamp: nil) == .pruneToken(timestamp: nil))
+    }
+
+    @Test(arguments: [400, 403, 404, 410, 429, 500, 502, 503, 418])
+    func unknownReasonsAreRetriedNeverDropped(status: Int) {
+        let action = ResponseClassifier.classify(status: status, reason: APNsReason("SomethingNew"), timestamp: nil)
+        #expect(action == .retry)
+        #expect(!APNsReason("SomethingNew").isKnown)
+    }
+
+    @Test func missingReasonFallsBackOnStatus() {
+        #expect(ResponseClassifier.classify(status: 503, reason: nil, timestamp: nil) == .reconnectThenRetry)
+        #expect(ResponseClassifier.classify(status: 500, reason: nil, timestamp: nil) == .retry)
+        #expect(!ResponseClassifier.classify(status: 413, reason: nil, timestamp: nil).retries)
+    }
+
+    @Test func transportFailuresReconnect() {
+        #expect(ResponseClassifier.transportFailure == .reconnectThenRetry)
+    }
+}
