@@ -34,12 +34,15 @@ let package = Package(
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML"]),
 
+        .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
+
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
         .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
+        .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
     ],
     swiftLanguageModes: [.v6]
 )
