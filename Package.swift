@@ -38,7 +38,7 @@ let package = Package(
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
-        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "APNs", "APNsMock"]),
         .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),

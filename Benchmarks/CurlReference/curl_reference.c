@@ -4,7 +4,7 @@
  * pre-parsed URL, a bounded number of transfers inside libcurl, and completions read and
  * replaced before every wait.
  *
- * usage: curl_reference PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS
+ * usage: curl_reference PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS [PATH]
  * prints: requests=N ok=N seconds=S rate=R cpu_us_per_request=C peak_rss_kb=K */
 #include <curl/curl.h>
 #include <pthread.h>
@@ -43,6 +43,7 @@ struct loop {
     int in_curl;
 };
 
+static const char *request_path = "/ok";
 static const char body[] = "{\"aps\":{\"alert\":\"hello\"}}";
 
 static long now_ms(void) {
@@ -93,7 +94,7 @@ static void refill(struct loop *loop, long *sequence) {
         int index = loop->free_list[--loop->free_count];
         struct transfer *t = &loop->transfers[index];
         long n = (*sequence)++;
-        curl_url_set(t->url, CURLUPART_PATH, "/ok", 0);
+        curl_url_set(t->url, CURLUPART_PATH, request_path, 0);
         snprintf(t->lines[0], sizeof t->lines[0], "apns-topic: com.example.app");
         snprintf(t->lines[1], sizeof t->lines[1], "apns-push-type: alert");
         snprintf(t->lines[2], sizeof t->lines[2], "apns-id: 00000000-0000-0000-0000-%012ld", n % 10000);
@@ -167,8 +168,8 @@ static double cpu_seconds(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS\n", argv[0]);
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: %s PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS [PATH]\n", argv[0]);
         return 2;
     }
     int port = atoi(argv[1]);
@@ -176,6 +177,7 @@ int main(int argc, char **argv) {
     int threads = atoi(argv[4]);
     int connections = atoi(argv[5]);
     int streams = atoi(argv[6]);
+    if (argc == 8) request_path = argv[7];
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_ALL);
     char base[128];
