@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "pushd", targets: ["pushd"]),
         .executable(name: "apns-mock", targets: ["apns-mock"]),
+        .executable(name: "DispatcherBench", targets: ["DispatcherBench"]),
         .library(name: "APNs", targets: ["APNs"]),
         .library(name: "QueueStore", targets: ["QueueStore"]),
         .library(name: "Metrics", targets: ["Metrics"]),
@@ -41,6 +42,9 @@ let package = Package(
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd"]),
         .testTarget(name: "DaemonTests", dependencies: ["pushd", "APNs", "APNsMock", "QueueStore", "Metrics", "PushdTestSupport"]),
+        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "APNs", "APNsMock"]),
+        .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
