@@ -34,7 +34,6 @@ let package = Package(
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
-
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
@@ -42,7 +41,6 @@ let package = Package(
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd"]),
         .testTarget(name: "DaemonTests", dependencies: ["pushd", "APNs", "APNsMock", "QueueStore", "Metrics", "PushdTestSupport"]),
-        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
         .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "APNs", "APNsMock"]),
         .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
@@ -50,7 +48,6 @@ let package = Package(
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
         .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
-        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
     ],
     swiftLanguageModes: [.v6]
 )
