@@ -109,7 +109,7 @@ final class DaemonHarness: @unchecked Sendable {
 
     func pipeline(_ config: PushdConfig? = nil, instance: String = "test") throws -> Pipeline {
         let metrics = try PushdMetrics(version: "test")
-        let logger = Logger(level: .warning, sink: MemoryLogSink())
+        let logger = Logger(level: .warning, sink: FileLogSink(path: nil))
         return try Pipeline(config: config ?? self.config(), metrics: metrics, logger: logger, instance: instance)
     }
 
