@@ -364,6 +364,7 @@ final class HTTP2Connection: EventLoopHandler {
     private func beginDraining() {
         guard phase == .open else { return }
         phase = .draining
+        tls.sendCloseNotify()
         _ = shutdown(fd, Int32(SHUT_WR))
         drainTimer = loop.schedule(afterMilliseconds: 2000) { [weak self] in self?.close() }
         discardUntilEOF()
