@@ -36,11 +36,7 @@ struct ConnectionLogic {
         if faults.randomDelayMilliseconds > 0 {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
         }
-        if faults.lowerConcurrencyAfterError {
-            if answer.status != 200 { concurrencyLowered = true } else { concurrencyLowered = false }
-        } else {
-            concurrencyLowered = false
-        }
+        concurrencyLowered = faults.lowerConcurrencyAfterError && answer.status != 200
         let waitingForToken = settings.tokenVerifier != nil && settings.startAtOneStream && !hasValidToken
         let wanted = waitingForToken || concurrencyLowered ? 1 : settings.maxConcurrentStreams
         if wanted != announcedMaxStreams {
