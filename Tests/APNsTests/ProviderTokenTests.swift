@@ -39,6 +39,28 @@ import Testing
         }
     }
 
+    @Test func oneKeySignsFromManyThreadsAtOnce() async throws {
+        let (key, _) = try Self.loadKey()
+        let publicKey = try key.publicKey
+        let signer = ProviderTokenSigner(key: key)
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for t in 0..<8 {
+                group.addTask {
+                    var ok = true
+                    for i in 0..<40 {
+                        let decoded = try DecodedProviderToken(jwt: try signer.makeToken(issuedAt: Int64(t * 1000 + i)).jwt)
+                        ok = ok && publicKey.verify(signature: decoded.signature, message: decoded.signingInput)
+                    }
+                    return ok
+                }
+            }
+            var all = [Bool]()
+            for try await ok in group { all.append(ok) }
+            return all
+        }
+        #expect(results == Array(repeating: true, count: 8))
+    }
+
     @Test func aDifferentKeyDoesNotVerify() throws {
         let (key, _) = try Self.loadKey()
         let (other, _) = try Self.loadKey()
@@ -219,6 +241,23 @@ import Testing
         #expect(second != first)
         #expect(try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 1400) == second, "already replaced")
         #expect(cache.mintCount == 2)
+    }
+
+    @Test func clockSteppingFarBackReplacesATokenFromTheFuture() throws {
+        let cache = try Self.makeCache()
+        let first = try cache.token(now: 1_700_000_000)
+        #expect(try cache.token(now: 1_700_000_000 - 60) == first, "a small step back keeps the token")
+        let second = try cache.token(now: 1_700_000_000 - 3600)
+        #expect(second != first)
+        #expect(second.issuedAt == 1_700_000_000 - 3600)
+        #expect(try cache.token(now: 1_700_000_000 - 3500) == second)
+    }
+
+    @Test func tokensReadBackFromTheirText() throws {
+        let cache = try Self.makeCache()
+        let minted = try cache.token(now: 1_700_000_000)
+        #expect(try ProviderToken(jwt: minted.jwt) == minted)
+        #expect(throws: ProviderTokenDecodingError.self) { try ProviderToken(jwt: "x.y.z") }
     }
 
     @Test func adoptsNewerTokensFromElsewhere() throws {

@@ -42,9 +42,15 @@ public enum NotificationValidator {
             }
             found.append(.init(field: "apns-topic", rule: .topicSuffix, message: message))
         }
-        if let collapseID = n.collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {
-            found.append(.init(field: "apns-collapse-id", rule: .collapseIDTooLong,
-                               message: "\(collapseID.utf8.count) bytes; at most \(NotificationLimits.maxCollapseIDBytes) are allowed"))
+        if let collapseID = n.collapseID {
+            if collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {
+                found.append(.init(field: "apns-collapse-id", rule: .collapseIDTooLong,
+                                   message: "\(collapseID.utf8.count) bytes; at most \(NotificationLimits.maxCollapseIDBytes) are allowed"))
+            }
+            if !HeaderRules.isSafeValue(collapseID) {
+                found.append(.init(field: "apns-collapse-id", rule: .collapseIDMalformed,
+                                   message: "contains a control character; header values cannot carry them"))
+            }
         }
         if let expiration = n.expiration, expiration < 0 {
             found.append(.init(field: "apns-expiration", rule: .expirationNegative,
