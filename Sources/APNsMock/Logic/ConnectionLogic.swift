@@ -89,10 +89,11 @@ struct ConnectionLogic {
         if roll < errorRates { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
 
         var answer = Answer(status: 200, apnsID: apnsID, token: token)
-        answer.accepted = AcceptedNotification(
-            apnsID: apnsID, token: token, topic: accepted.topic,
-            payloadSHA256: settings.logsAccepted ? PayloadDigest.sha256Hex(request.body) : "",
-            connectionID: connectionID, streamID: request.streamID)
+        if settings.logsAccepted {
+            answer.logEntry = AcceptedNotification(
+                apnsID: apnsID, token: token, topic: accepted.topic, payloadSHA256: PayloadDigest.sha256Hex(request.body),
+                connectionID: connectionID, streamID: request.streamID)
+        }
         return answer
     }
 

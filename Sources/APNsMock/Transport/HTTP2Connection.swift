@@ -312,8 +312,8 @@ final class HTTP2Connection: EventLoopHandler {
 
     private func respond(_ streamID: Int32, _ answer: Answer) {
         guard phase == .open, let stream = lookUp(streamID), let session else { return }
-        if let accepted = answer.accepted {
-            core.accounting.recordAccepted(accepted, token: accepted.token)
+        if answer.status == 200 {
+            core.accounting.recordAccepted(answer.logEntry, token: answer.token)
         } else if let reason = answer.reason {
             core.accounting.recordRejected(status: answer.status, reason: reason, token: answer.token)
         }
