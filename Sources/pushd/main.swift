@@ -7,6 +7,7 @@ do {
     switch parsed.path.dropFirst().joined(separator: " ") {
     case "version": context.output(VersionCommand.report()); exitCode = 0
     case "migrate": exitCode = try MigrateCommand.run(parsed, context)
+    case "check-config": exitCode = try CheckConfigCommand.run(parsed, context)
     case let other: throw CommandContext.Failure("'\(other)' is not available in this build")
     }
 } catch let help as HelpRequest {
