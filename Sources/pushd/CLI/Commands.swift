@@ -63,8 +63,14 @@ enum Commands {
                 CommandSpec(name: "status", summary: "show a campaign's progress", options: [
                     configOption, databaseOption,
                     .flag("watch", "keep showing progress until the campaign ends"),
+                    .value("interval", "SECONDS", "with --watch: time between samples (default: 1 on a terminal, 5 otherwise)"),
                 ], positionals: [("ID", "the campaign id", true)]),
-                CommandSpec(name: "list", summary: "list campaigns", options: [configOption, databaseOption]),
+                CommandSpec(name: "list", summary: "list campaigns, newest first", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "only this app's campaigns"),
+                    .value("status", "STATUS", "only campaigns in this status (draft, scheduled, running, paused, done, cancelled)"),
+                    .value("limit", "N", "at most N campaigns (default: 50)"),
+                ]),
             ]),
             CommandSpec(name: "tokens", summary: "device tokens", subcommands: [
                 CommandSpec(name: "prune-stats", summary: "how many tokens were pruned, by app and reason", options: [
