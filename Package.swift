@@ -34,13 +34,18 @@ let package = Package(
         .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
 
+        .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
+
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
-        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore"]),
-        .testTarget(name: "PushdTests", dependencies: ["pushd"]),
+        .target(name: "PushdTestSupport", dependencies: ["QueueStore"], path: "Tests/Support"),
+        .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
+        .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
+        .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
     ],
     swiftLanguageModes: [.v6]
 )

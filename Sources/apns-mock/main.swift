@@ -1,3 +1,58 @@
 import APNsMock
+import Dispatch
+import Foundation
 
-print("apns-mock (nghttp2 \(HTTP2Library.version))")
+/// Writes a line unbuffered, so a script waiting for "listening" sees it at once.
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// Runs until SIGINT or SIGTERM; SIGHUP reloads the faults file.
+func serve(_ configuration: MockConfiguration, faultsFile: String?) throws {
+    let server = try APNsMockServer(configuration: configuration)
+    let port = try server.start()
+    var line = "apns-mock listening on \(configuration.host):\(port) (nghttp2 \(HTTP2Library.version))"
+    if let control = server.controlPort { line += ", control on 127.0.0.1:\(control)" }
+    say(line)
+
+    for signalNumber in [SIGINT, SIGTERM, SIGHUP] { signal(signalNumber, SIG_IGN) }
+    let queue = DispatchQueue(label: "apns-mock.signals")
+    let done = DispatchSemaphore(value: 0)
+    var sources: [DispatchSourceSignal] = []
+    for signalNumber in [SIGINT, SIGTERM] {
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
+        source.setEventHandler { done.signal() }
+        source.resume()
+        sources.append(source)
+    }
+    let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: queue)
+    reload.setEventHandler {
+        guard let faultsFile else { return }
+        do {
+            try server.setFaults(MockCommandLine.loadFaults(faultsFile))
+            say("apns-mock: reloaded faults from \(faultsFile)")
+        } catch {
+            say("apns-mock: kept the previous faults: \(error)")
+        }
+    }
+    reload.resume()
+    sources.append(reload)
+    done.wait()
+    server.stop()
+    print(server.metricsText, terminator: "")
+}
+
+do {
+    switch try MockCommandLine.parse(Array(CommandLine.arguments.dropFirst())) {
+    case .help:
+        print(MockCommandLine.usage)
+    case .generateCertificates(let directory):
+        let files = try CertificateGenerator.generate(into: directory)
+        print("wrote \(files.caCertificate), \(files.serverCertificate), \(files.serverKey), \(files.clientCertificate), \(files.clientKey)")
+    case .serve(let configuration, let faultsFile):
+        try serve(configuration, faultsFile: faultsFile)
+    }
+} catch {
+    FileHandle.standardError.write(Data("apns-mock: \(error)\n".utf8))
+    exit(2)
+}

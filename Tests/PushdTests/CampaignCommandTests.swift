@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import QueueStore
 import Testing
 @testable import pushd
@@ -9,18 +10,18 @@ import Testing
 
     static func token(_ seed: Int) -> String { String(format: "%064x", seed) }
 
-    static func run(_ arguments: [String], _ database: CommandTestDatabase,
+    static func run(_ arguments: [String], _ database: IsolatedDatabase,
                     _ command: (ParsedCommand, CommandContext) throws -> Int32) throws -> CommandRun {
         try CommandRun(["campaign"] + arguments + ["--database-url", database.url], command)
     }
 
-    static func create(_ database: CommandTestDatabase, _ extra: [String] = []) throws -> Int64 {
+    static func create(_ database: IsolatedDatabase, _ extra: [String] = []) throws -> Int64 {
         let run = try Self.run(["create", "--app", "shop", "--payload", payload] + extra, database) { try CampaignCommand.create($0, $1) }
         #expect(run.exitCode == 0, "\(run.output.errorText)")
         return try #require(Int64(run.output.text))
     }
 
-    static func importTokens(_ database: CommandTestDatabase, _ id: Int64, count: Int, files: FileFixture) throws -> CommandRun {
+    static func importTokens(_ database: IsolatedDatabase, _ id: Int64, count: Int, files: FileFixture) throws -> CommandRun {
         let list = (0..<count).map { token($0) }.joined(separator: "\n") + "\n"
         let file = try files.write("targets.txt", list)
         return try run(["import", String(id), file], database, CampaignCommand.importTargets)
@@ -29,7 +30,7 @@ import Testing
     // MARK: create
 
     @Test func createPrintsOnlyTheIdAndStoresEveryOption() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let id = try Self.create(database, ["--name", "Spring sale", "--priority", "5", "--collapse-id", "sale",
                                                 "--rate", "250", "--start-at", "2099-01-02T03:04:05Z"])
             let campaign = try #require(try CampaignStore().campaign(try database.connect(), id: id))
@@ -45,7 +46,7 @@ import Testing
     }
 
     @Test func createReadsThePayloadFromAFileOrStandardInput() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let file = try files.write("payload.json", "{\"aps\":{\"badge\":3}}\n")
             let fromFile = try Self.run(["create", "--app", "shop", "--payload-file", file], database) { try CampaignCommand.create($0, $1) }
@@ -76,7 +77,7 @@ import Testing
         (["--payload", "{}", "--collapse-id", String(repeating: "c", count: 65)], "--collapse-id is 65 bytes; APNs allows at most 64"),
     ])
     func createRefusesWhatAPNsOrTheDatabaseWouldRefuse(arguments: [String], expected: String) throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let run = try Self.run(["create", "--app", "shop"] + arguments, database) { try CampaignCommand.create($0, $1) }
             #expect(run.exitCode == 1)
             #expect(run.output.errorText.contains(expected), "\(run.output.errorText)")
@@ -85,7 +86,7 @@ import Testing
     }
 
     @Test func createNeedsAnApp() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let run = try Self.run(["create", "--payload", "{}"], database) { try CampaignCommand.create($0, $1) }
             #expect(run.exitCode == 1)
             #expect(run.output.errorText.contains("campaign create needs --app NAME"))
@@ -93,7 +94,7 @@ import Testing
     }
 
     @Test func createChecksTheAppAndTopicAgainstTheConfiguration() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let config = try CheckConfigCommandTests.writeConfig(files, database: database.url, extra: "campaigns:\n  default_rate: 900")
             let unknown = try CommandRun(["campaign", "create", "--config", config, "--app", "nope", "--payload", "{}"]) { try CampaignCommand.create($0, $1) }
@@ -108,7 +109,7 @@ import Testing
     }
 
     @Test func aCampaignWithoutPayloadSaysTargetsNeedTheirOwn() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let run = try Self.run(["create", "--app", "shop"], database) { try CampaignCommand.create($0, $1) }
             #expect(run.exitCode == 0)
             #expect(run.output.errorText.contains("has no payload of its own: every imported target needs one"))
@@ -118,7 +119,7 @@ import Testing
     // MARK: import
 
     @Test func importFromAFileReportsRowsAndTime() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let id = try Self.create(database)
             let run = try Self.importTokens(database, id, count: 2500, files: files)
@@ -131,7 +132,7 @@ import Testing
     }
 
     @Test func importNamesTheBadLineOfAFile() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let id = try Self.create(database)
             let file = try files.write("targets.txt", "\(Self.token(1))\nnot-a-token\n")
@@ -143,7 +144,7 @@ import Testing
     }
 
     @Test func importFromRegisteredTokensFiltersByEnvironment() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let connection = try database.connect()
             for seed in 0..<5 { try TokenStore().register(connection, app: "shop", token: Self.token(seed)) }
             for seed in 5..<7 { try TokenStore().register(connection, app: "shop", token: Self.token(seed), environment: "sandbox") }
@@ -167,7 +168,7 @@ import Testing
         (["import", "12345", "/nonexistent/targets.txt"], "cannot open the target file /nonexistent/targets.txt"),
     ])
     func importExplainsWrongRequests(arguments: [String], expected: String) throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let run = try Self.run(arguments, database, CampaignCommand.importTargets)
             #expect(run.exitCode == 1)
             #expect(run.output.errorText.contains(expected), "\(run.output.errorText)")
@@ -177,7 +178,7 @@ import Testing
     // MARK: state changes
 
     @Test func startPauseResumeCancelFollowTheStatusMachine() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let id = try Self.create(database)
             let empty = try Self.run(["start", String(id)], database, CampaignCommand.start)
@@ -205,7 +206,7 @@ import Testing
     }
 
     @Test func aCampaignWithAFutureStartIsScheduled() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let id = try Self.create(database, ["--start-at", "2099-06-01T12:00:00Z"])
             _ = try Self.importTokens(database, id, count: 3, files: files)
@@ -216,7 +217,7 @@ import Testing
 
     @Test(arguments: ["start", "pause", "resume", "cancel", "status"])
     func aMissingCampaignIsNamed(command: String) throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let function: (ParsedCommand, CommandContext) throws -> Int32 = switch command {
             case "start": CampaignCommand.start
             case "pause": CampaignCommand.pause
@@ -242,7 +243,7 @@ import Testing
     }
 
     @Test func statusShowsCountersFailuresByReasonAndRate() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let id = try Self.create(database, ["--name", "Counted"])
             _ = try Self.importTokens(database, id, count: 2500, files: files)
@@ -266,7 +267,7 @@ import Testing
     }
 
     @Test func watchWritesPlainLinesUntilTheCampaignIsDone() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let id = try Self.create(database)
             _ = try Self.importTokens(database, id, count: 3000, files: files)
@@ -298,7 +299,7 @@ import Testing
     }
 
     @Test func listShowsNewestFirstWithFilters() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let first = try Self.create(database, ["--name", "First"])
             let second = try Self.create(database, ["--name", "Second"])
             _ = try Self.run(["cancel", String(first)], database, CampaignCommand.cancel)
@@ -317,7 +318,7 @@ import Testing
     }
 
     @Test func theBinaryCreatesImportsFromStandardInputAndExitsOneOnBadIds() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let environment = ["PUSHD_DATABASE_URL": database.url]
             let created = try PushdBinary.run(["campaign", "create", "--app", "shop", "--payload", Self.payload], environment: environment)
             #expect(created.status == 0, "\(created.errors)")

@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import QueueStore
 import Testing
 @testable import pushd
@@ -46,7 +47,7 @@ import Testing
     }
 
     @Test func aCompleteValidConfigurationPassesWithOneLinePerCheck() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             try files.signingKey("shop.p8")
             try files.certificate("pem")
@@ -316,7 +317,7 @@ import Testing
     }
 
     @Test func anUnmigratedDatabaseAsksForMigrate() throws {
-        try CommandTestDatabase.with(migrated: false) { database in
+        try IsolatedDatabase.with(migrated: false) { database in
             let files = try FileFixture()
             let config = try Self.writeConfig(files, database: database.url)
             let run = try Self.check(config, database: true)
@@ -326,7 +327,7 @@ import Testing
     }
 
     @Test func theDatabaseURLFromTheEnvironmentIsTheOneChecked() throws {
-        try CommandTestDatabase.with { database in
+        try IsolatedDatabase.with { database in
             let files = try FileFixture()
             let config = try Self.writeConfig(files, database: "postgresql://pushd@127.0.0.1:1/none")
             let run = try Self.check(config, database: true, environment: ["PUSHD_DATABASE_URL": database.url])

@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import QueueStore
 import Synchronization
 import Testing
@@ -38,50 +39,6 @@ struct CommandRun {
             context.errorOutput("pushd: \(error)")
             exitCode = 1
         }
-    }
-}
-
-/// A database of its own for one test on the throwaway server, migrated unless asked not to,
-/// and dropped afterwards.
-struct CommandTestDatabase {
-    let name: String
-    let url: String
-
-    struct Missing: Error, CustomStringConvertible {
-        var description: String {
-            "PUSHD_TEST_DATABASE_URL is not set: run the tests with scripts/with-postgres.sh (or make test), which starts a throwaway PostgreSQL"
-        }
-    }
-
-    static func serverURL() throws -> String {
-        guard let url = ProcessInfo.processInfo.environment["PUSHD_TEST_DATABASE_URL"], !url.isEmpty else { throw Missing() }
-        return url
-    }
-
-    static func with<T>(migrated: Bool = true, _ body: (CommandTestDatabase) throws -> T) throws -> T {
-        let server = try serverURL()
-        let name = "pushd_cli_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(12).lowercased()
-        let admin = try PGConnection(url: server, applicationName: "pushd-cli-tests-admin")
-        try admin.execute(script: "CREATE DATABASE \(name)")
-        defer { _ = try? admin.execute(script: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
-        let database = CommandTestDatabase(name: name, url: replacingDatabase(in: server, with: name))
-        if migrated {
-            let connection = try database.connect()
-            try Migrator().migrate(connection)
-            connection.close()
-        }
-        return try body(database)
-    }
-
-    func connect() throws -> PGConnection {
-        try QueueSession.connect(url: url, applicationName: "pushd-cli-tests")
-    }
-
-    static func replacingDatabase(in url: String, with name: String) -> String {
-        guard let scheme = url.range(of: "://"),
-              let slash = url[scheme.upperBound...].firstIndex(of: "/") else { return url + "/" + name }
-        let query = url[slash...].firstIndex(of: "?").map { String(url[$0...]) } ?? ""
-        return String(url[..<slash]) + "/" + name + query
     }
 }
 

@@ -1,3 +1,4 @@
+import PushdTestSupport
 import Foundation
 import QueueStore
 import Synchronization
@@ -230,11 +231,14 @@ import Testing
         }
     }
 
-    @Test func insertStatementNotifiesTheListenerOnceWithAConstantPayload() throws {
+    @Test func insertsNotifyOnlyWhileAClaimerSleepsOncePerStatementWithAConstantPayload() throws {
         try IsolatedDatabase.with { database in
             let listener = try database.connect()
             try queue.listen(listener)
             let writer = try database.connect()
+            try insertJobs(writer, count: 10)
+            #expect(try listener.waitForNotifications(timeoutMilliseconds: 200).isEmpty)
+            try listener.query("INSERT INTO pushd.job_waiters (pid) VALUES (pg_backend_pid())")
             try insertJobs(writer, count: 100)
             let notifications = try listener.waitForNotifications(timeoutMilliseconds: 5000)
             #expect(notifications.count == 1)
@@ -242,6 +246,72 @@ import Testing
             #expect(notifications.first?.payload == "")
             #expect(try listener.waitForNotifications(timeoutMilliseconds: 100).isEmpty)
         }
+    }
+
+    @Test func aSleepingClaimerIsWokenByAnInsertAndDeregistersAfterwards() throws {
+        try IsolatedDatabase.with { database in
+            let woken = Mutex<Bool?>(nil)
+            let registered = DispatchSemaphore(value: 0)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                defer { done.signal() }
+                do {
+                    let connection = try database.connect()
+                    try queue.listen(connection)
+                    registered.signal()
+                    let result = try queue.sleepUntilJobs(connection, timeoutMilliseconds: 20_000)
+                    woken.withLock { $0 = result }
+                } catch {
+                    Issue.record("sleeping claimer failed: \(error)")
+                }
+            }
+            registered.wait()
+            let writer = try database.connect()
+            var waiting = 0
+            for _ in 0..<200 where waiting == 0 {
+                usleep(10_000)
+                waiting = try writer.query("SELECT count(*) FROM pushd.job_waiters").require(Int.self, row: 0, column: 0)
+            }
+            #expect(waiting == 1)
+            try insertJobs(writer, count: 1)
+            #expect(done.wait(timeout: .now() + 10) == .success)
+            #expect(woken.withLock { $0 } == true)
+            #expect(try writer.query("SELECT count(*) FROM pushd.job_waiters").require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
+    @Test func sleepUntilJobsReturnsAtOnceWhenJobsAreAlreadyDueAndTimesOutOtherwise() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try queue.listen(connection)
+            #expect(try queue.sleepUntilJobs(connection, timeoutMilliseconds: 50) == false)
+            try insertJobs(connection, count: 1, runAtOffset: 3600)
+            #expect(try queue.sleepUntilJobs(connection, timeoutMilliseconds: 50) == false)
+            try insertJobs(connection, count: 1)
+            #expect(try queue.sleepUntilJobs(connection, timeoutMilliseconds: 20_000) == true)
+        }
+    }
+
+    @Test func hasDueJobsIgnoresJobsHeldInAnotherClaimersOpenBatch() throws {
+        try IsolatedDatabase.with { database in
+            let claimer = try database.connect()
+            let poller = try database.connect()
+            try insertJobs(claimer, count: 3)
+            #expect(try queue.hasDueJobs(poller))
+            let batch = try queue.claim(claimer, limit: 10)
+            #expect(batch.jobs.count == 3)
+            #expect(try queue.hasDueJobs(poller) == false)
+            try queue.finish(claimer, batch, JobOutcomes(retries: batch.jobs.map { JobRetry(id: $0.id, runAt: Date(), error: "429") }))
+            #expect(try queue.hasDueJobs(poller))
+        }
+    }
+
+    @Test func waitPolicyPollsRightAfterWorkAndSleepsOnceIdle() {
+        let policy = JobWaitPolicy(pollInterval: 0.002, busyWindow: 1, sleepTimeout: 1.5)
+        #expect(policy.step(idleSeconds: 0) == .poll(microseconds: 2000))
+        #expect(policy.step(idleSeconds: 0.999) == .poll(microseconds: 2000))
+        #expect(policy.step(idleSeconds: 1) == .sleep(milliseconds: 1500))
+        #expect(policy.step(idleSeconds: 3600) == .sleep(milliseconds: 1500))
     }
 
     @Test func jobsOfExcludedAppsStayQueued() throws {

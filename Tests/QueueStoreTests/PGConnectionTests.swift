@@ -1,3 +1,4 @@
+import PushdTestSupport
 import Foundation
 import QueueStore
 import Testing

@@ -1,3 +1,4 @@
+import PushdTestSupport
 import QueueStore
 import Testing
 

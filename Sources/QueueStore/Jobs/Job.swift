@@ -53,11 +53,15 @@ public struct JobRetry: Sendable, Hashable {
     public var id: Int64
     public var runAt: Date
     public var error: String
+    /// False for a job put back without being tried (its app is paused): it keeps its
+    /// attempt budget for when the app works again.
+    public var countsAsAttempt: Bool
 
-    public init(id: Int64, runAt: Date, error: String) {
+    public init(id: Int64, runAt: Date, error: String, countsAsAttempt: Bool = true) {
         self.id = id
         self.runAt = runAt
         self.error = error
+        self.countsAsAttempt = countsAsAttempt
     }
 }
 

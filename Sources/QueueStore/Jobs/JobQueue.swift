@@ -91,7 +91,7 @@ public struct JobQueue: Sendable {
             if !outcomes.retries.isEmpty {
                 let jobs = outcomes.retries.map { retry -> Job in
                     var job = byID[retry.id]!
-                    job.attempts += 1
+                    if retry.countsAsAttempt { job.attempts += 1 }
                     job.runAt = retry.runAt
                     job.lastError = retry.error
                     return job
@@ -120,14 +120,49 @@ public struct JobQueue: Sendable {
         try connection.execute(script: "ROLLBACK")
     }
 
-    /// Waits for the insert notification for up to `timeoutMilliseconds`; call
-    /// `listen` once first on a connection used only for this.
-    public func waitForJobs(_ connection: PGConnection, timeoutMilliseconds: Int32) throws -> Bool {
-        !(try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds)).isEmpty
-    }
+    /// The advisory lock inserts hold shared while deciding whether to notify: "pushdwak".
+    public static let wakeupLockKey: Int64 = 0x7075_7368_6477_616B
 
+    /// Subscribes the connection to insert notifications; once per connection, before
+    /// the first `sleepUntilJobs`.
     public func listen(_ connection: PGConnection) throws {
         try connection.listen(Self.channel)
+    }
+
+    /// One index probe per priority: true when some job is due and not held by another
+    /// claimer's open batch (`xmax = 0`: no deleter or locker). This is the cheap poll
+    /// for a claimer that found work recently, since inserts do not notify busy claimers.
+    /// Rows left with the xmax of an aborted claim are not seen here; the fallback
+    /// time-out of `sleepUntilJobs` picks them up.
+    public func hasDueJobs(_ connection: PGConnection) throws -> Bool {
+        try connection.query(connection.prepared("""
+            SELECT EXISTS (SELECT 1 FROM pushd.jobs WHERE priority = 10 AND run_at <= now() AND xmax = '0'::xid)
+                OR EXISTS (SELECT 1 FROM pushd.jobs WHERE priority = 5 AND run_at <= now() AND xmax = '0'::xid)
+                OR EXISTS (SELECT 1 FROM pushd.jobs WHERE priority = 1 AND run_at <= now() AND xmax = '0'::xid)
+            """)).require(Bool.self, row: 0, column: 0)
+    }
+
+    /// Sleeps until an insert notifies or `timeoutMilliseconds` pass (the fallback poll,
+    /// which also catches jobs scheduled for later). Returns true when woken by an
+    /// insert or when jobs were already due.
+    ///
+    /// The connection registers as a sleeping claimer so that inserts notify, then
+    /// waits on the advisory lock for inserts that decided not to notify before the
+    /// registration was visible, then checks for due jobs, and only then sleeps.
+    public func sleepUntilJobs(_ connection: PGConnection, timeoutMilliseconds: Int32) throws -> Bool {
+        try connection.query(connection.prepared("""
+            WITH stale AS (
+                DELETE FROM pushd.job_waiters w
+                WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid)
+            )
+            INSERT INTO pushd.job_waiters (pid) VALUES (pg_backend_pid())
+            ON CONFLICT (pid) DO UPDATE SET since = now()
+            """))
+        defer { _ = try? connection.query("DELETE FROM pushd.job_waiters WHERE pid = pg_backend_pid()") }
+        try connection.query("SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", [Self.wakeupLockKey])
+        _ = try connection.pendingNotifications()
+        if try hasDueJobs(connection) { return true }
+        return !(try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds)).isEmpty
     }
 
     static func checkCovers(_ batch: ClaimedJobs, _ outcomes: JobOutcomes) throws {

@@ -25,21 +25,22 @@ public struct ProviderTokenStore: Sendable {
 
     /// Returns the stored token if it is younger than `maxAge` seconds (measured on the
     /// database's clock), otherwise calls `mint` once under the row lock and stores its result.
+    /// A stored token equal to `rejected` (APNs called it expired) is replaced whatever its age.
     public func providerToken(_ connection: PGConnection, keyID: String, teamID: String, maxAge: TimeInterval,
-                              instance: String = "pushd",
+                              instance: String = "pushd", rejected: String? = nil,
                               mint: () throws -> (token: String, issuedAt: Date)) throws -> ProviderToken {
         guard maxAge > 0 else { throw QueueError("provider token maxAge must be positive, got \(maxAge)") }
         let read = """
             SELECT token, issued_at, extract(epoch FROM now() - issued_at)::float8
             FROM pushd.provider_tokens WHERE key_id = $1 AND team_id = $2
             """
-        if let fresh = try Self.fresh(connection.query(read, [keyID, teamID]), maxAge: maxAge) { return fresh }
+        if let fresh = try Self.fresh(connection.query(read, [keyID, teamID]), maxAge: maxAge, rejected: rejected) { return fresh }
         return try connection.transaction {
             try connection.query("""
                 INSERT INTO pushd.provider_tokens (key_id, team_id) VALUES ($1, $2) ON CONFLICT DO NOTHING
                 """, [keyID, teamID])
             let locked = try connection.query(read + " FOR UPDATE", [keyID, teamID])
-            if let fresh = try Self.fresh(locked, maxAge: maxAge) { return fresh }
+            if let fresh = try Self.fresh(locked, maxAge: maxAge, rejected: rejected) { return fresh }
             let minted = try mint()
             try connection.query("""
                 UPDATE pushd.provider_tokens SET token = $3, issued_at = $4, minted_by = $5
@@ -49,8 +50,8 @@ public struct ProviderTokenStore: Sendable {
         }
     }
 
-    private static func fresh(_ result: PGResult, maxAge: TimeInterval) throws -> ProviderToken? {
-        guard result.rowCount == 1, let token = try result.get(String.self, row: 0, column: 0),
+    private static func fresh(_ result: PGResult, maxAge: TimeInterval, rejected: String?) throws -> ProviderToken? {
+        guard result.rowCount == 1, let token = try result.get(String.self, row: 0, column: 0), token != rejected,
               let issuedAt = try result.get(Date.self, row: 0, column: 1),
               let age = try result.get(Double.self, row: 0, column: 2), age < maxAge, age > -60 else { return nil }
         return ProviderToken(token: token, issuedAt: issuedAt, minted: false)

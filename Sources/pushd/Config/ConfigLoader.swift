@@ -73,6 +73,10 @@ enum ConfigLoader {
         config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.maxInFlight, range: 1...1_000_000)
         config.apns.connectTimeoutMilliseconds = apns.int("connect_timeout_ms", default: config.apns.connectTimeoutMilliseconds, range: 100...600_000)
         config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)
+        config.apns.providerTokenRefreshSeconds = apns.int("provider_token_refresh_s", default: config.apns.providerTokenRefreshSeconds, range: 60...7200)
+        if config.apns.providerTokenRefreshSeconds > 3300 {
+            reader.warning("apns.provider_token_refresh_s", line: apns.line, "over 3300 s: APNs answers ExpiredProviderToken to tokens over 3600 s old")
+        }
         apns.rejectUnknownKeys()
 
         let retry = top.section("retry")
@@ -83,6 +87,12 @@ enum ConfigLoader {
             reader.error("retry.max_delay_ms", line: retry.line, "must not be smaller than retry.base_delay_ms")
         }
         retry.rejectUnknownKeys()
+
+        let workers = top.section("workers")
+        config.transactionalWorkers = workers.int("transactional", default: config.transactionalWorkers, range: 1...64)
+        config.batchSize = workers.int("batch_size", default: config.batchSize, range: 1...10_000)
+        config.campaignWorkers = workers.int("campaign", default: config.campaignWorkers, range: 0...64)
+        workers.rejectUnknownKeys()
 
         let campaigns = top.section("campaigns")
         config.campaignChunkSize = campaigns.int("chunk_size", default: config.campaignChunkSize, range: 10...100_000)

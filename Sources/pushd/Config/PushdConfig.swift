@@ -37,6 +37,8 @@ struct PushdConfig: Sendable, Equatable {
         var maxInFlight: Int = 4000
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
+        /// Age at which a provider token is replaced; APNs refuses tokens over 60 minutes old.
+        var providerTokenRefreshSeconds: Int = 3000
     }
 
     struct Retry: Sendable, Equatable {
@@ -51,6 +53,12 @@ struct PushdConfig: Sendable, Equatable {
     var logFile: String?
     var apns = APNs()
     var retry = Retry()
+    /// Threads claiming transactional batches, each with its own connection.
+    var transactionalWorkers: Int = 4
+    /// Jobs per transactional batch.
+    var batchSize: Int = 500
+    /// Threads sending campaign chunks, each with its own connection.
+    var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000
     var defaultCampaignRate: Int?
     var drainTimeoutSeconds: Int = 20

@@ -1,0 +1,48 @@
+import Synchronization
+
+/// Counts answers for the whole server; shared by all loop threads.
+final class Accounting: Sendable {
+    private struct State {
+        var stats = MockStats()
+        var log: [AcceptedNotification] = []
+    }
+
+    private let state = Mutex(State())
+    let countsPerToken: Bool
+    let logsAccepted: Bool
+
+    init(countsPerToken: Bool, logsAccepted: Bool) {
+        self.countsPerToken = countsPerToken
+        self.logsAccepted = logsAccepted
+    }
+
+    func recordAccepted(_ notification: @autoclosure () -> AcceptedNotification, token: String) {
+        let entry = logsAccepted ? notification() : nil
+        state.withLock { state in
+            state.stats.accepted += 1
+            if countsPerToken { state.stats.perToken[token, default: TokenCounts()].accepted += 1 }
+            if let entry { state.log.append(entry) }
+        }
+    }
+
+    func recordRejected(status: Int, reason: String, token: String?) {
+        state.withLock { state in
+            state.stats.rejected["\(status) \(reason)", default: 0] += 1
+            if countsPerToken, let token { state.stats.perToken[token, default: TokenCounts()].rejected += 1 }
+        }
+    }
+
+    func recordConnectionAccepted() { state.withLock { $0.stats.connectionsAccepted += 1 } }
+    func recordConnectionClosed() { state.withLock { $0.stats.connectionsClosed += 1 } }
+    func recordReset() { state.withLock { $0.stats.connectionsReset += 1 } }
+    func recordTokenVerifications(_ count: Int) { state.withLock { $0.stats.providerTokenVerifications += count } }
+    func recordRefusedStream() { state.withLock { $0.stats.streamsRefused += 1 } }
+    func recordGoaway(connectionID: UInt64, lastStreamID: Int32) {
+        state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }
+    }
+
+    var stats: MockStats { state.withLock { $0.stats } }
+    var acceptedLog: [AcceptedNotification] { state.withLock { $0.log } }
+
+    func reset() { state.withLock { $0 = State() } }
+}

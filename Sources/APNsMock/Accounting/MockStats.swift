@@ -1,0 +1,57 @@
+/// One notification the mock accepted, for proving that nothing was lost or sent twice.
+public struct AcceptedNotification: Sendable, Hashable, Codable {
+    public var apnsID: String
+    public var token: String
+    public var topic: String
+    /// SHA-256 of the payload bytes, lowercase hex.
+    public var payloadSHA256: String
+    /// Which connection (numbered from 1 in accept order) and stream carried it.
+    public var connectionID: UInt64
+    public var streamID: Int32
+}
+
+/// A GOAWAY the mock sent: on which connection, and the last stream it promised to process.
+public struct GoawayRecord: Sendable, Hashable, Codable {
+    public var connectionID: UInt64
+    public var lastStreamID: Int32
+
+    public init(connectionID: UInt64, lastStreamID: Int32) {
+        self.connectionID = connectionID
+        self.lastStreamID = lastStreamID
+    }
+}
+
+/// Answers given to one device token.
+public struct TokenCounts: Sendable, Hashable, Codable {
+    public var accepted: Int = 0
+    public var rejected: Int = 0
+
+    public init(accepted: Int = 0, rejected: Int = 0) {
+        self.accepted = accepted
+        self.rejected = rejected
+    }
+}
+
+/// Everything the mock counted since start (or the last reset).
+public struct MockStats: Sendable, Equatable, Codable {
+    /// Notifications answered 200.
+    public var accepted: Int = 0
+    /// Error answers by "status reason", for example "410 Unregistered".
+    public var rejected: [String: Int] = [:]
+    /// Answers per device token, filled only when the server counts per token.
+    public var perToken: [String: TokenCounts] = [:]
+    public var connectionsAccepted: Int = 0
+    public var connectionsClosed: Int = 0
+    /// Connections reset on purpose (fault injection).
+    public var connectionsReset: Int = 0
+    /// Streams refused because they arrived after a GOAWAY's last stream.
+    public var streamsRefused: Int = 0
+    public var goaways: [GoawayRecord] = []
+    /// ES256 signature checks made: one per distinct token per connection, not per request.
+    public var providerTokenVerifications: Int = 0
+
+    /// The number of error answers with this reason.
+    public func rejected(_ reason: String) -> Int {
+        rejected.reduce(0) { sum, entry in entry.key.hasSuffix(" " + reason) ? sum + entry.value : sum }
+    }
+}

@@ -1,0 +1,29 @@
+/// Renders stats in the Prometheus text format, so the mock can be scraped like pushd.
+enum StatsText {
+    static func render(_ stats: MockStats) -> String {
+        var out = ""
+        out += "# HELP apns_mock_accepted_total Notifications answered 200.\n"
+        out += "# TYPE apns_mock_accepted_total counter\n"
+        out += "apns_mock_accepted_total \(stats.accepted)\n"
+        out += "# HELP apns_mock_rejected_total Error answers by status and reason.\n"
+        out += "# TYPE apns_mock_rejected_total counter\n"
+        for key in stats.rejected.keys.sorted() {
+            let parts = key.split(separator: " ", maxSplits: 1)
+            let status = parts.first.map(String.init) ?? ""
+            let reason = parts.count > 1 ? String(parts[1]) : ""
+            out += "apns_mock_rejected_total{status=\"\(status)\",reason=\"\(reason)\"} \(stats.rejected[key] ?? 0)\n"
+        }
+        let counters: [(String, String, Int)] = [
+            ("apns_mock_connections_accepted_total", "TLS connections accepted.", stats.connectionsAccepted),
+            ("apns_mock_connections_closed_total", "Connections closed.", stats.connectionsClosed),
+            ("apns_mock_connections_reset_total", "Connections reset by fault injection.", stats.connectionsReset),
+            ("apns_mock_streams_refused_total", "Streams left unprocessed after a GOAWAY.", stats.streamsRefused),
+            ("apns_mock_goaways_sent_total", "GOAWAY frames sent.", stats.goaways.count),
+            ("apns_mock_provider_token_verifications_total", "ES256 signature checks of provider tokens.", stats.providerTokenVerifications),
+        ]
+        for (name, help, value) in counters {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n\(name) \(value)\n"
+        }
+        return out
+    }
+}

@@ -1,0 +1,73 @@
+import Foundation
+
+/// Files written by `CertificateGenerator.generate(into:)`.
+public struct GeneratedCertificates: Sendable, Equatable {
+    public var directory: String
+    public var caCertificate: String { directory + "/ca.pem" }
+    public var caKey: String { directory + "/ca.key" }
+    /// Server certificate for localhost and 127.0.0.1, followed by nothing else (the CA is separate).
+    public var serverCertificate: String { directory + "/server.pem" }
+    public var serverKey: String { directory + "/server.key" }
+    /// Client certificate for the certificate-auth mode.
+    public var clientCertificate: String { directory + "/client.pem" }
+    public var clientKey: String { directory + "/client.key" }
+}
+
+/// Makes a throwaway CA, a server certificate for localhost/127.0.0.1 and a client
+/// certificate with the `openssl` command, for tests and the demo. Never for production.
+public enum CertificateGenerator {
+    public static func generate(into directory: String, openssl: String = "/usr/bin/openssl") throws(MockServerError) -> GeneratedCertificates {
+        let files = GeneratedCertificates(directory: directory)
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw .configuration("cannot create certificate directory \(directory): \(error.localizedDescription)")
+        }
+        let serverExtensions = directory + "/server.ext"
+        let clientExtensions = directory + "/client.ext"
+        do {
+            try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n"
+                .write(toFile: serverExtensions, atomically: true, encoding: .utf8)
+            try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
+                .write(toFile: clientExtensions, atomically: true, encoding: .utf8)
+        } catch {
+            throw .configuration("cannot write into \(directory): \(error.localizedDescription)")
+        }
+        let ecKey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"]
+        try run(openssl, ecKey + [files.caKey])
+        try run(openssl, ["req", "-x509", "-new", "-key", files.caKey, "-sha256", "-days", "3650",
+                          "-subj", "/CN=apns-mock test CA", "-out", files.caCertificate])
+        for (name, key, certificate, extensions) in [
+            ("localhost", files.serverKey, files.serverCertificate, serverExtensions),
+            ("apns-mock client", files.clientKey, files.clientCertificate, clientExtensions),
+        ] {
+            let request = certificate + ".csr"
+            try run(openssl, ecKey + [key])
+            try run(openssl, ["req", "-new", "-key", key, "-subj", "/CN=\(name)", "-out", request])
+            try run(openssl, ["x509", "-req", "-in", request, "-CA", files.caCertificate, "-CAkey", files.caKey,
+                              "-CAcreateserial", "-days", "825", "-sha256", "-extfile", extensions, "-out", certificate])
+            try? FileManager.default.removeItem(atPath: request)
+        }
+        for file in [serverExtensions, clientExtensions, directory + "/ca.srl"] { try? FileManager.default.removeItem(atPath: file) }
+        return files
+    }
+
+    private static func run(_ executable: String, _ arguments: [String]) throws(MockServerError) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        do {
+            try process.run()
+        } catch {
+            throw .configuration("cannot run \(executable): \(error.localizedDescription)")
+        }
+        let message = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        if process.terminationStatus != 0 {
+            throw .configuration("\(executable) \(arguments.prefix(2).joined(separator: " ")) failed: \(String(decoding: message, as: UTF8.self))")
+        }
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+
+/// What `apns-mock` was asked to do.
+public enum MockCommand: Sendable {
+    case help
+    case generateCertificates(directory: String)
+    case serve(MockConfiguration, faultsFile: String?)
+}
+
+/// Parses `apns-mock`'s arguments; every error names the flag and what it expected.
+public enum MockCommandLine {
+    public static let usage = """
+    apns-mock — an APNs look-alike HTTP/2 server for tests, demos and load tests
+
+    USAGE
+      apns-mock gen-certs DIR         write ca.pem, server.pem/.key (localhost, 127.0.0.1), client.pem/.key
+      apns-mock [serve] --cert FILE --key FILE [options]
+
+    SERVER
+      --host ADDR                     IPv4 address to listen on (default 127.0.0.1)
+      --port N                        port (default 2197; 0 picks a free one)
+      --threads N                     event-loop threads, one SO_REUSEPORT listener each (default 1)
+      --max-streams N                 MAX_CONCURRENT_STREAMS (default 1000)
+      --topic BUNDLE_ID               allowed bundle id; repeat; none means any
+      --control-port N                plain-HTTP control endpoint on 127.0.0.1 (/metrics, /stats,
+                                      /accepted, /faults GET|PUT, /goaway, /reset)
+      --log-accepted                  keep a log of accepted notifications (GET /accepted)
+      --count-per-token               count answers per device token
+
+    AUTHENTICATION (default: none)
+      --provider-key KID:TEAM:FILE    trust this ES256 public key (PEM) for token auth; repeat
+      --no-start-at-one-stream        with token auth, announce --max-streams from the start
+      --client-ca FILE                certificate auth: require a client certificate from this CA
+
+    FAULTS (also from --faults FILE, a JSON object with the same names; SIGHUP reloads it)
+      --faults FILE                   JSON fault configuration
+      --unregistered TOKEN[:MS]       answer 410 Unregistered (timestamp MS, default now)
+      --bad-device-token TOKEN        answer 400 BadDeviceToken
+      --not-for-topic TOKEN           answer 400 DeviceTokenNotForTopic
+      --rate-429 R, --rate-500 R, --rate-503 R
+                                      share (0…1) answered TooManyRequests / InternalServerError /
+                                      ServiceUnavailable
+      --goaway-after-streams N        GOAWAY once a connection has begun N streams
+      --goaway-after-seconds S        GOAWAY S seconds after a connection starts
+      --reset-after-streams N         TCP reset when a connection completes N streams
+      --reset-rate R                  share (0…1) of requests answered with a TCP reset
+      --delay-ms N                    fixed delay before each answer
+      --random-delay-ms N             extra uniform random delay 0…N
+      --lower-concurrency-after-error drop MAX_CONCURRENT_STREAMS to 1 after an error answer
+    """
+
+    public static func parse(_ arguments: [String], now: Date = Date()) throws(MockServerError) -> MockCommand {
+        var remaining = arguments[...]
+        if remaining.first == "--help" || remaining.first == "-h" || remaining.first == "help" { return .help }
+        if remaining.first == "gen-certs" {
+            remaining.removeFirst()
+            guard let directory = remaining.first, remaining.count == 1 else {
+                throw .configuration("gen-certs takes exactly one argument, the output directory")
+            }
+            return .generateCertificates(directory: directory)
+        }
+        if remaining.first == "serve" { remaining.removeFirst() }
+
+        var certificate: String?
+        var key: String?
+        var host = "127.0.0.1"
+        var port: UInt16 = 2197
+        var threads = 1
+        var maxStreams = 1000
+        var topics: [String] = []
+        var controlPort: UInt16?
+        var logAccepted = false
+        var perToken = false
+        var providerKeys: [ProviderKey] = []
+        var startAtOne = true
+        var clientCA: String?
+        var faultsFile: String?
+        var faults = FaultConfiguration()
+
+        while let flag = remaining.popFirst() {
+            func value() throws(MockServerError) -> String {
+                guard let next = remaining.popFirst() else { throw .configuration("\(flag) needs a value") }
+                return next
+            }
+            func integer<T: FixedWidthInteger>(_: T.Type) throws(MockServerError) -> T {
+                let text = try value()
+                guard let parsed = T(text) else { throw .configuration("\(flag) expects an integer, got \(text)") }
+                return parsed
+            }
+            func rate() throws(MockServerError) -> Double {
+                let text = try value()
+                guard let parsed = Double(text), (0...1).contains(parsed) else {
+                    throw .configuration("\(flag) expects a share between 0 and 1, got \(text)")
+                }
+                return parsed
+            }
+            switch flag {
+            case "--help", "-h": return .help
+            case "--cert": certificate = try value()
+            case "--key": key = try value()
+            case "--host": host = try value()
+            case "--port": port = try integer(UInt16.self)
+            case "--threads": threads = try integer(Int.self)
+            case "--max-streams": maxStreams = try integer(Int.self)
+            case "--topic": topics.append(try value())
+            case "--control-port": controlPort = try integer(UInt16.self)
+            case "--log-accepted": logAccepted = true
+            case "--count-per-token": perToken = true
+            case "--provider-key":
+                let text = try value()
+                let parts = text.split(separator: ":", maxSplits: 2).map(String.init)
+                guard parts.count == 3 else { throw .configuration("--provider-key expects KEY_ID:TEAM_ID:PEM_FILE, got \(text)") }
+                guard let pem = try? String(contentsOfFile: parts[2], encoding: .utf8) else {
+                    throw .configuration("--provider-key: cannot read the public key file \(parts[2])")
+                }
+                providerKeys.append(ProviderKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem))
+            case "--no-start-at-one-stream": startAtOne = false
+            case "--client-ca": clientCA = try value()
+            case "--faults":
+                let file = try value()
+                faultsFile = file
+                faults = try loadFaults(file)
+            case "--unregistered":
+                let text = try value()
+                let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
+                var timestamp = Int64(now.timeIntervalSince1970 * 1000)
+                if parts.count == 2 {
+                    guard let parsed = Int64(parts[1]) else { throw .configuration("--unregistered expects TOKEN[:MILLISECONDS], got \(text)") }
+                    timestamp = parsed
+                }
+                faults.unregisteredTokens[parts[0].lowercased()] = timestamp
+            case "--bad-device-token": faults.badDeviceTokens.insert(try value().lowercased())
+            case "--not-for-topic": faults.tokensNotForTopic.insert(try value().lowercased())
+            case "--rate-429": faults.tooManyRequestsRate = try rate()
+            case "--rate-500": faults.internalServerErrorRate = try rate()
+            case "--rate-503": faults.serviceUnavailableRate = try rate()
+            case "--goaway-after-streams": faults.goawayAfterStreams = try integer(Int.self)
+            case "--goaway-after-seconds":
+                let text = try value()
+                guard let seconds = Double(text), seconds > 0 else { throw .configuration("--goaway-after-seconds expects a positive number, got \(text)") }
+                faults.goawayAfterSeconds = seconds
+            case "--reset-after-streams": faults.resetAfterStreams = try integer(Int.self)
+            case "--reset-rate": faults.resetRate = try rate()
+            case "--delay-ms": faults.delayMilliseconds = try integer(Int.self)
+            case "--random-delay-ms": faults.randomDelayMilliseconds = try integer(Int.self)
+            case "--lower-concurrency-after-error": faults.lowerConcurrencyAfterError = true
+            default: throw .configuration("unknown option \(flag); see apns-mock --help")
+            }
+        }
+        guard let certificate, let key else {
+            throw .configuration("serving needs --cert FILE and --key FILE (make a pair with: apns-mock gen-certs DIR)")
+        }
+        if clientCA != nil && !providerKeys.isEmpty {
+            throw .configuration("--client-ca and --provider-key are exclusive: a connection uses certificate or token auth")
+        }
+        var configuration = MockConfiguration(certificateChainFile: certificate, privateKeyFile: key)
+        configuration.host = host
+        configuration.port = port
+        configuration.loopThreads = threads
+        configuration.maxConcurrentStreams = maxStreams
+        configuration.allowedBundleIDs = topics
+        configuration.controlPort = controlPort
+        configuration.logsAccepted = logAccepted
+        configuration.countsPerToken = perToken
+        configuration.faults = try faults.validated()
+        if let clientCA {
+            configuration.authentication = .certificate(clientCAFile: clientCA)
+        } else if !providerKeys.isEmpty {
+            configuration.authentication = .token(keys: providerKeys, startAtOneStream: startAtOne)
+        }
+        return .serve(try configuration.validated(), faultsFile: faultsFile)
+    }
+
+    /// Reads a fault file (JSON); the error names the file and what was wrong.
+    public static func loadFaults(_ file: String) throws(MockServerError) -> FaultConfiguration {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw .configuration("cannot read the faults file \(file)")
+        }
+        do {
+            return try JSONDecoder().decode(FaultConfiguration.self, from: data).validated()
+        } catch let error as MockServerError {
+            throw .configuration("faults file \(file): \(error)")
+        } catch {
+            throw .configuration("faults file \(file) is not a valid fault JSON object: \(error)")
+        }
+    }
+}

@@ -1,0 +1,125 @@
+/// Faults the mock injects, set at start and replaceable at run time.
+///
+/// Encoded as JSON for the config file and the control endpoint; every field is optional in
+/// the JSON so a file names only the faults it wants.
+public struct FaultConfiguration: Sendable, Equatable, Codable {
+    /// Tokens answering 410 Unregistered, with the time (milliseconds since 1970) APNs reports
+    /// the token stopped being valid.
+    public var unregisteredTokens: [String: Int64]
+    /// Tokens answering 400 BadDeviceToken.
+    public var badDeviceTokens: Set<String>
+    /// Tokens answering 400 DeviceTokenNotForTopic.
+    public var tokensNotForTopic: Set<String>
+    /// Share of otherwise valid requests answered 429 TooManyRequests (0…1).
+    public var tooManyRequestsRate: Double
+    /// Share answered 500 InternalServerError (0…1).
+    public var internalServerErrorRate: Double
+    /// Share answered 503 ServiceUnavailable (0…1).
+    public var serviceUnavailableRate: Double
+    /// Send GOAWAY once a connection has begun this many streams; later streams are left
+    /// unprocessed so the client retries them elsewhere.
+    public var goawayAfterStreams: Int?
+    /// Send GOAWAY this many seconds after a connection starts.
+    public var goawayAfterSeconds: Double?
+    /// Reset the TCP connection (RST, no answer) when this many streams have completed.
+    public var resetAfterStreams: Int?
+    /// Share of requests on which the TCP connection is reset instead of answered (0…1).
+    public var resetRate: Double
+    /// Fixed delay before every answer, in milliseconds.
+    public var delayMilliseconds: Int
+    /// Extra random delay, uniform in 0…this, in milliseconds.
+    public var randomDelayMilliseconds: Int
+    /// Like APNs, drop the connection's MAX_CONCURRENT_STREAMS to 1 after an error answer and
+    /// raise it again after the next accepted notification.
+    public var lowerConcurrencyAfterError: Bool
+
+    public init(
+        unregisteredTokens: [String: Int64] = [:],
+        badDeviceTokens: Set<String> = [],
+        tokensNotForTopic: Set<String> = [],
+        tooManyRequestsRate: Double = 0,
+        internalServerErrorRate: Double = 0,
+        serviceUnavailableRate: Double = 0,
+        goawayAfterStreams: Int? = nil,
+        goawayAfterSeconds: Double? = nil,
+        resetAfterStreams: Int? = nil,
+        resetRate: Double = 0,
+        delayMilliseconds: Int = 0,
+        randomDelayMilliseconds: Int = 0,
+        lowerConcurrencyAfterError: Bool = false
+    ) {
+        self.unregisteredTokens = unregisteredTokens
+        self.badDeviceTokens = badDeviceTokens
+        self.tokensNotForTopic = tokensNotForTopic
+        self.tooManyRequestsRate = tooManyRequestsRate
+        self.internalServerErrorRate = internalServerErrorRate
+        self.serviceUnavailableRate = serviceUnavailableRate
+        self.goawayAfterStreams = goawayAfterStreams
+        self.goawayAfterSeconds = goawayAfterSeconds
+        self.resetAfterStreams = resetAfterStreams
+        self.resetRate = resetRate
+        self.delayMilliseconds = delayMilliseconds
+        self.randomDelayMilliseconds = randomDelayMilliseconds
+        self.lowerConcurrencyAfterError = lowerConcurrencyAfterError
+    }
+
+    /// No faults: every valid request is accepted at once.
+    public static let none = FaultConfiguration()
+
+    /// Checks ranges and lowercases tokens (APNs tokens are case-insensitive); the error
+    /// names the field and the rule.
+    public func validated() throws(MockServerError) -> FaultConfiguration {
+        var normalized = self
+        normalized.unregisteredTokens = Dictionary(
+            unregisteredTokens.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        normalized.badDeviceTokens = Set(badDeviceTokens.map { $0.lowercased() })
+        normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
+        let rates: [(String, Double)] = [
+            ("tooManyRequestsRate", tooManyRequestsRate), ("internalServerErrorRate", internalServerErrorRate),
+            ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate),
+        ]
+        for (name, value) in rates where !(0...1).contains(value) {
+            throw .configuration("fault \(name) must be between 0 and 1, got \(value)")
+        }
+        if tooManyRequestsRate + internalServerErrorRate + serviceUnavailableRate > 1 {
+            throw .configuration("faults tooManyRequestsRate + internalServerErrorRate + serviceUnavailableRate must not exceed 1")
+        }
+        if let goawayAfterStreams, goawayAfterStreams < 1 {
+            throw .configuration("fault goawayAfterStreams must be at least 1, got \(goawayAfterStreams)")
+        }
+        if let goawayAfterSeconds, !(goawayAfterSeconds > 0) {
+            throw .configuration("fault goawayAfterSeconds must be positive, got \(goawayAfterSeconds)")
+        }
+        if let resetAfterStreams, resetAfterStreams < 1 {
+            throw .configuration("fault resetAfterStreams must be at least 1, got \(resetAfterStreams)")
+        }
+        if delayMilliseconds < 0 || randomDelayMilliseconds < 0 {
+            throw .configuration("faults delayMilliseconds and randomDelayMilliseconds must not be negative")
+        }
+        return normalized
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tooManyRequestsRate, internalServerErrorRate
+        case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
+        case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            unregisteredTokens: try c.decodeIfPresent([String: Int64].self, forKey: .unregisteredTokens) ?? [:],
+            badDeviceTokens: try c.decodeIfPresent(Set<String>.self, forKey: .badDeviceTokens) ?? [],
+            tokensNotForTopic: try c.decodeIfPresent(Set<String>.self, forKey: .tokensNotForTopic) ?? [],
+            tooManyRequestsRate: try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsRate) ?? 0,
+            internalServerErrorRate: try c.decodeIfPresent(Double.self, forKey: .internalServerErrorRate) ?? 0,
+            serviceUnavailableRate: try c.decodeIfPresent(Double.self, forKey: .serviceUnavailableRate) ?? 0,
+            goawayAfterStreams: try c.decodeIfPresent(Int.self, forKey: .goawayAfterStreams),
+            goawayAfterSeconds: try c.decodeIfPresent(Double.self, forKey: .goawayAfterSeconds),
+            resetAfterStreams: try c.decodeIfPresent(Int.self, forKey: .resetAfterStreams),
+            resetRate: try c.decodeIfPresent(Double.self, forKey: .resetRate) ?? 0,
+            delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds) ?? 0,
+            randomDelayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .randomDelayMilliseconds) ?? 0,
+            lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false)
+    }
+}

@@ -1,0 +1,154 @@
+import APNs
+
+/// Decides the answer to each request on one connection: protocol checks, authentication,
+/// then injected faults. Holds the connection's own state (stream counts, concurrency).
+///
+/// A plain value driven by the connection's loop thread; time comes in with each request and
+/// randomness from a seeded generator, so tests can pin both.
+struct ConnectionLogic {
+    let connectionID: UInt64
+    let settings: LogicSettings
+    private(set) var completedStreams = 0
+    private(set) var concurrencyLowered = false
+    private(set) var hasValidToken = false
+    private(set) var tokens = ProviderTokenState()
+    private(set) var random: SplitMix64
+    private var announcedMaxStreams: Int
+
+    init(connectionID: UInt64, settings: LogicSettings, seed: UInt64) {
+        self.connectionID = connectionID
+        self.settings = settings
+        self.random = SplitMix64(seed: seed)
+        announcedMaxStreams = settings.tokenVerifier != nil && settings.startAtOneStream ? 1 : settings.maxConcurrentStreams
+    }
+
+    /// MAX_CONCURRENT_STREAMS of the connection's first SETTINGS frame.
+    var initialMaxConcurrentStreams: Int { announcedMaxStreams }
+
+    /// `now` is seconds since 1970, for the provider token's age.
+    mutating func handle(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Verdict {
+        completedStreams += 1
+        if let limit = faults.resetAfterStreams, completedStreams >= limit { return .resetConnection }
+        if faults.resetRate > 0 && random.nextUnit() < faults.resetRate { return .resetConnection }
+
+        var answer = decide(request, faults: faults, now: now)
+        answer.delayMilliseconds = UInt64(faults.delayMilliseconds)
+        if faults.randomDelayMilliseconds > 0 {
+            answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
+        }
+        if faults.lowerConcurrencyAfterError {
+            if answer.status != 200 { concurrencyLowered = true } else { concurrencyLowered = false }
+        } else {
+            concurrencyLowered = false
+        }
+        let waitingForToken = settings.tokenVerifier != nil && settings.startAtOneStream && !hasValidToken
+        let wanted = waitingForToken || concurrencyLowered ? 1 : settings.maxConcurrentStreams
+        if wanted != announcedMaxStreams {
+            announcedMaxStreams = wanted
+            answer.newMaxConcurrentStreams = wanted
+        }
+        return .answer(answer)
+    }
+
+    private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Answer {
+        let requestedID = request.header(APNsHeader.id).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil }
+        if request.bodyTruncated { return reject(413, .payloadTooLarge, apnsID: requestedID ?? makeID()) }
+        let accepted: AcceptedRequest
+        switch settings.validator.validate(method: request.method, path: request.path, headers: request.headers, body: request.body) {
+        case .rejected(let status, let reason):
+            return reject(status, reason, apnsID: requestedID ?? makeID())
+        case .accepted(let value):
+            accepted = value
+        }
+        let apnsID = accepted.apnsID ?? makeID()
+        let token = accepted.token.hex
+
+        if let verifier = settings.tokenVerifier {
+            switch tokens.authorize(accepted.authorization, now: now, verifier: verifier) {
+            case .rejected(let status, let reason):
+                return reject(status, reason, apnsID: apnsID, token: token)
+            case .accepted:
+                hasValidToken = true
+            }
+        }
+
+        if let timestamp = faults.unregisteredTokens[token] {
+            var answer = reject(410, .unregistered, apnsID: apnsID, token: token)
+            answer.timestamp = timestamp
+            return answer
+        }
+        if faults.badDeviceTokens.contains(token) { return reject(400, .badDeviceToken, apnsID: apnsID, token: token) }
+        if faults.tokensNotForTopic.contains(token) { return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token) }
+
+        let errorRates = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate
+        let roll = errorRates > 0 ? random.nextUnit() : 1
+        if roll < faults.tooManyRequestsRate { return reject(429, .tooManyRequests, apnsID: apnsID, token: token) }
+        if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate {
+            return reject(500, .internalServerError, apnsID: apnsID, token: token)
+        }
+        if roll < errorRates { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
+
+        var answer = Answer(status: 200, apnsID: apnsID, token: token)
+        answer.accepted = AcceptedNotification(
+            apnsID: apnsID, token: token, topic: accepted.topic,
+            payloadSHA256: settings.logsAccepted ? PayloadDigest.sha256Hex(request.body) : "",
+            connectionID: connectionID, streamID: request.streamID)
+        return answer
+    }
+
+    private func reject(_ status: Int, _ reason: APNsReason, apnsID: String, token: String? = nil) -> Answer {
+        Answer(status: status, apnsID: apnsID, reason: reason.rawValue, token: token)
+    }
+
+    private mutating func makeID() -> String {
+        let high = random.next()
+        let low = random.next()
+        return UUIDText.lowercased(high: (high & ~0xF000) | 0x4000, low: (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000)
+    }
+}
+
+/// Server-wide settings the logic reads; fixed at start.
+struct LogicSettings: Sendable {
+    var maxConcurrentStreams: Int
+    var validator: APNsRequestValidator
+    /// Set in token-auth mode.
+    var tokenVerifier: ProviderTokenVerifier?
+    var startAtOneStream: Bool
+    var logsAccepted: Bool
+}
+
+/// A small fast generator: fault rates are rolled on every request and need no cryptographic
+/// quality.
+struct SplitMix64 {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    mutating func nextUnit() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}
+
+enum UUIDText {
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    static func lowercased(high: UInt64, low: UInt64) -> String {
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(36)
+        for (index, shift) in stride(from: 60, through: 0, by: -4).enumerated() {
+            if index == 8 || index == 12 { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(hex[Int((high >> UInt64(shift)) & 0xF)])
+        }
+        for (index, shift) in stride(from: 60, through: 0, by: -4).enumerated() {
+            if index == 0 || index == 4 { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(hex[Int((low >> UInt64(shift)) & 0xF)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

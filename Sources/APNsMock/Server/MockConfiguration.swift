@@ -1,0 +1,63 @@
+/// A provider key the mock trusts for token authentication: the `kid` of the JWT, the team
+/// that must be its `iss`, and the P-256 public key (PEM) its signature must verify with.
+public struct ProviderKey: Sendable, Equatable, Codable {
+    public var keyID: String
+    public var teamID: String
+    public var publicKeyPEM: String
+
+    public init(keyID: String, teamID: String, publicKeyPEM: String) {
+        self.keyID = keyID
+        self.teamID = teamID
+        self.publicKeyPEM = publicKeyPEM
+    }
+}
+
+/// How clients prove who they are, as in APNs's two modes.
+public enum MockAuthentication: Sendable, Equatable {
+    /// No check at all, for load tests that only want the transport.
+    case none
+    /// `authorization: bearer <JWT>` signed by one of `keys`. With `startAtOneStream`, a
+    /// connection starts at MAX_CONCURRENT_STREAMS 1 and is raised after the first valid token.
+    case token(keys: [ProviderKey], startAtOneStream: Bool)
+    /// A TLS client certificate that chains to the CA in `clientCAFile`.
+    case certificate(clientCAFile: String)
+}
+
+/// Everything the mock needs to start.
+public struct MockConfiguration: Sendable {
+    /// Address to listen on; loopback unless told otherwise.
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port; read it back from `APNsMockServer.port`.
+    public var port: UInt16 = 0
+    public var certificateChainFile: String
+    public var privateKeyFile: String
+    public var authentication: MockAuthentication = .none
+    /// MAX_CONCURRENT_STREAMS announced once a connection is trusted.
+    public var maxConcurrentStreams: Int = 1000
+    /// Bundle ids a client may post to (a topic is allowed when its bundle id, the topic
+    /// without the push type's suffix, is listed); empty means any (TopicDisallowed otherwise).
+    public var allowedBundleIDs: [String] = []
+    /// Event-loop threads, each with its own SO_REUSEPORT listener.
+    public var loopThreads: Int = 1
+    public var faults: FaultConfiguration = .none
+    public var countsPerToken: Bool = false
+    public var logsAccepted: Bool = false
+    /// Port of the plain-HTTP control endpoint on 127.0.0.1 (0 picks one); nil disables it.
+    public var controlPort: UInt16? = nil
+
+    public init(certificateChainFile: String, privateKeyFile: String) {
+        self.certificateChainFile = certificateChainFile
+        self.privateKeyFile = privateKeyFile
+    }
+
+    func validated() throws(MockServerError) -> MockConfiguration {
+        if maxConcurrentStreams < 1 || maxConcurrentStreams > Int(Int32.max) {
+            throw .configuration("maxConcurrentStreams must be between 1 and \(Int32.max), got \(maxConcurrentStreams)")
+        }
+        if loopThreads < 1 || loopThreads > 64 {
+            throw .configuration("loopThreads must be between 1 and 64, got \(loopThreads)")
+        }
+        _ = try faults.validated()
+        return self
+    }
+}

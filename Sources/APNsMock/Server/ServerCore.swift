@@ -1,0 +1,57 @@
+import APNs
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What every loop and connection of one server shares.
+final class ServerCore: Sendable {
+    let configuration: MockConfiguration
+    let tls: TLSServerContext
+    let faultStore: FaultStore
+    let accounting: Accounting
+    private let connectionCounter = Atomic<UInt64>(0)
+    private let settings: LogicSettings
+
+    init(configuration: MockConfiguration) throws(MockServerError) {
+        self.configuration = configuration
+        var clientCA: String?
+        if case .certificate(let file) = configuration.authentication { clientCA = file }
+        tls = try TLSServerContext(
+            certificateChainFile: configuration.certificateChainFile,
+            privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA)
+        faultStore = FaultStore(configuration.faults)
+        accounting = Accounting(countsPerToken: configuration.countsPerToken, logsAccepted: configuration.logsAccepted)
+        var verifier: ProviderTokenVerifier?
+        var startAtOne = false
+        if case .token(let keys, let startAtOneStream) = configuration.authentication {
+            var trusted: [String: ProviderTokenVerifier.TrustedKey] = [:]
+            for key in keys {
+                do {
+                    trusted[key.keyID] = .init(teamID: key.teamID, publicKey: try ES256PublicKey(pem: key.publicKeyPEM))
+                } catch {
+                    throw .configuration("provider key \(key.keyID) (team \(key.teamID)): \(error)")
+                }
+            }
+            verifier = ProviderTokenVerifier(keys: trusted)
+            startAtOne = startAtOneStream
+        }
+        settings = LogicSettings(
+            maxConcurrentStreams: configuration.maxConcurrentStreams,
+            validator: APNsRequestValidator(
+                allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
+            tokenVerifier: verifier, startAtOneStream: startAtOne, logsAccepted: configuration.logsAccepted)
+    }
+
+    func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }
+
+    func makeLogic(connectionID: UInt64) -> ConnectionLogic {
+        ConnectionLogic(connectionID: connectionID, settings: settings, seed: UInt64.random(in: 0...UInt64.max))
+    }
+
+    static func wallClockSeconds() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &spec)
+        return Int64(spec.tv_sec)
+    }
+}

@@ -1,0 +1,461 @@
+internal import CNghttp2
+import APNs
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One client connection: TLS handshake, then an nghttp2 server session fed from the socket.
+///
+/// Thread ownership: created, driven and closed on one event-loop thread; nghttp2 calls back
+/// into it only from inside `nghttp2_session_mem_recv`/`mem_send` on that thread.
+final class HTTP2Connection: EventLoopHandler {
+    private enum Phase { case handshaking, open, draining, closed }
+
+    let id: UInt64
+    private let fd: Int32
+    private unowned let loop: EventLoop
+    private let core: ServerCore
+    private let tls: TLSSession
+    private var session: OpaquePointer?
+    private var phase = Phase.handshaking
+    private var logic: ConnectionLogic
+    private var faults: FaultView
+    private var streams: [Int32: StreamState] = [:]
+    /// Header and data callbacks arrive in runs for one stream; remembering the last one
+    /// spares a dictionary lookup per header.
+    private var recentStream: StreamState?
+    private var readBuffer = [UInt8](repeating: 0, count: 32 * 1024)
+    private var output: [UInt8] = []
+    private var outputOffset = 0
+    private var wantsWritable = false
+    private var streamsBegun = 0
+    private var goawayLastStreamID: Int32?
+    private var drainTimer: EventLoop.TimerID?
+    private var cachedAuthorization: (bytes: [UInt8], text: String)?
+    private let onClose: (HTTP2Connection) -> Void
+
+    fileprivate final class StreamState {
+        let id: Int32
+        var request: IncomingRequest
+        var refused = false
+        var responseBody: [UInt8] = []
+        var responseOffset = 0
+        init(streamID: Int32) {
+            id = streamID
+            request = IncomingRequest(streamID: streamID)
+        }
+    }
+
+    init(id: UInt64, fd: Int32, tls: TLSSession, loop: EventLoop, core: ServerCore,
+         onClose: @escaping (HTTP2Connection) -> Void) {
+        self.id = id
+        self.fd = fd
+        self.tls = tls
+        self.loop = loop
+        self.core = core
+        self.onClose = onClose
+        self.logic = core.makeLogic(connectionID: id)
+        self.faults = FaultView(store: core.faultStore)
+    }
+
+    deinit {
+        if let session { nghttp2_session_del(session) }
+    }
+
+    func handleEvents(readable: Bool, writable: Bool, hangup: Bool) {
+        switch phase {
+        case .handshaking: continueHandshake()
+        case .open:
+            if readable || hangup { readAvailable() }
+            if phase == .open { flush() }
+        case .draining: discardUntilEOF()
+        case .closed: break
+        }
+    }
+
+    // MARK: handshake
+
+    private func continueHandshake() {
+        switch tls.handshake() {
+        case .done:
+            guard tls.negotiatedH2 else { return close() }
+            if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate { return close() }
+            guard startSession() else { return close() }
+            phase = .open
+            faults.refresh()
+            if let seconds = faults.faults.goawayAfterSeconds {
+                loop.schedule(afterMilliseconds: UInt64(seconds * 1000)) { [weak self] in self?.sendGoawayAfterLastProcessed() }
+            }
+            readAvailable()
+            if phase == .open { flush() }
+        case .wantRead: setWritableInterest(false)
+        case .wantWrite: setWritableInterest(true)
+        case .failed: close()
+        }
+    }
+
+    private func startSession() -> Bool {
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return false }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+        var options: OpaquePointer?
+        guard nghttp2_option_new(&options) == 0, let options else { return false }
+        defer { nghttp2_option_del(options) }
+        nghttp2_option_set_no_closed_streams(options, 1)
+        var newSession: OpaquePointer?
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        guard nghttp2_session_server_new2(&newSession, callbacks, userData, options) == 0, let newSession else { return false }
+        session = newSession
+        // APNs clients never use stream priorities; opting out spares nghttp2 its priority tree.
+        var entries = [
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(logic.initialMaxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
+        ]
+        return nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0
+    }
+
+    @discardableResult
+    private func submitMaxConcurrentStreams(_ value: Int) -> Bool {
+        guard let session else { return false }
+        var entry = nghttp2_settings_entry(
+            settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(value))
+        return nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1) == 0
+    }
+
+    // MARK: reading
+
+    /// Reads at most a few buffers per wake-up so one busy client cannot starve the others;
+    /// epoll is level-triggered and calls again while the socket has input. Bytes OpenSSL
+    /// already holds are not visible to epoll, so those are always drained.
+    private func readAvailable() {
+        var reads = 0
+        while phase == .open && (reads < 16 || tls.hasBufferedInput) {
+            reads += 1
+            switch tls.read(into: &readBuffer) {
+            case .bytes(let count):
+                let consumed = readBuffer.withUnsafeBufferPointer { nghttp2_session_mem_recv(session, $0.baseAddress, count) }
+                if consumed < 0 { return close() }
+            case .wantRead: return
+            case .wantWrite: return setWritableInterest(true)
+            case .closed, .failed: return close()
+            }
+        }
+    }
+
+    // MARK: writing
+
+    private func flush() {
+        guard phase == .open, let session else { return }
+        while true {
+            if outputOffset < output.count {
+                switch tls.write(output, from: outputOffset) {
+                case .bytes(let written):
+                    outputOffset += written
+                    if outputOffset < output.count { continue }
+                    output.removeAll(keepingCapacity: true)
+                    outputOffset = 0
+                case .wantWrite, .wantRead: return setWritableInterest(true)
+                case .closed, .failed: return close()
+                }
+            }
+            var chunk: UnsafePointer<UInt8>?
+            let length = nghttp2_session_mem_send(session, &chunk)
+            if length < 0 { return close() }
+            if length == 0 { break }
+            if let chunk { output.append(contentsOf: UnsafeBufferPointer(start: chunk, count: length)) }
+            while output.count < 64 * 1024 {
+                let more = nghttp2_session_mem_send(session, &chunk)
+                if more < 0 { return close() }
+                if more == 0 { break }
+                if let chunk { output.append(contentsOf: UnsafeBufferPointer(start: chunk, count: more)) }
+            }
+        }
+        setWritableInterest(false)
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            beginDraining()
+        }
+    }
+
+    private func setWritableInterest(_ writable: Bool) {
+        guard writable != wantsWritable, phase != .closed else { return }
+        wantsWritable = writable
+        loop.setWritableInterest(fd: fd, writable)
+    }
+
+    // MARK: requests
+
+    fileprivate func beginStream(_ streamID: Int32) {
+        guard phase == .open else { return }
+        let stream = StreamState(streamID: streamID)
+        if let last = goawayLastStreamID, streamID > last { stream.refused = true }
+        streams[streamID] = stream
+        recentStream = stream
+        guard !stream.refused else { return }
+        streamsBegun += 1
+        faults.refresh()
+        if let limit = faults.faults.goawayAfterStreams, streamsBegun >= limit, goawayLastStreamID == nil {
+            submitGoaway(lastStreamID: streamID)
+        }
+    }
+
+    /// Keeps only what APNs reads (`:method`, `:path`, `authorization`, `apns-*`) and reuses
+    /// the previous request's `authorization` string when the bytes repeat: a client sends the
+    /// same ~200-byte token on every stream.
+    fileprivate func addHeader(_ streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+        guard let stream = lookUp(streamID), let first = name.first, let nameStart = name.baseAddress else { return }
+        if first == UInt8(ascii: ":") {
+            if name.count == 7 && memcmp(nameStart, HeaderNames.method.utf8Start, 7) == 0 {
+                stream.request.method = String(decoding: value, as: UTF8.self)
+            } else if name.count == 5 && memcmp(nameStart, HeaderNames.path.utf8Start, 5) == 0 {
+                stream.request.path = String(decoding: value, as: UTF8.self)
+            }
+            return
+        }
+        if name.count == 13 && memcmp(nameStart, HeaderNames.authorization.utf8Start, 13) == 0 {
+            let text: String
+            if let cached = cachedAuthorization, cached.bytes.count == value.count,
+               cached.bytes.withUnsafeBufferPointer({ memcmp($0.baseAddress!, value.baseAddress!, value.count) == 0 }) {
+                text = cached.text
+            } else {
+                text = String(decoding: value, as: UTF8.self)
+                cachedAuthorization = (Array(value), text)
+            }
+            stream.request.headers.append(HeaderField(name: "authorization", value: text))
+            return
+        }
+        if name.count > 5 && memcmp(nameStart, HeaderNames.apnsPrefix.utf8Start, 5) == 0 {
+            stream.request.headers.append(HeaderField(
+                name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+        }
+    }
+
+    private func lookUp(_ streamID: Int32) -> StreamState? {
+        if let recent = recentStream, recent.id == streamID { return recent }
+        let found = streams[streamID]
+        recentStream = found
+        return found
+    }
+
+    fileprivate func addBody(_ streamID: Int32, _ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let stream = lookUp(streamID) else { return }
+        if stream.request.body.count + bytes.count > IncomingRequest.maximumBodyBytes {
+            stream.request.bodyTruncated = true
+        } else {
+            stream.request.body.append(contentsOf: bytes)
+        }
+    }
+
+    fileprivate func completeRequest(_ streamID: Int32) {
+        // After a reset, nghttp2 may still deliver the rest of the buffer it was parsing; those
+        // requests were never answered and must not be counted.
+        guard phase == .open, let stream = lookUp(streamID) else { return }
+        if stream.refused {
+            core.accounting.recordRefusedStream()
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue)
+            return
+        }
+        faults.refresh()
+        let checksBefore = logic.tokens.signatureChecks
+        let verdict = logic.handle(stream.request, faults: faults.faults, now: ServerCore.wallClockSeconds())
+        if logic.tokens.signatureChecks != checksBefore {
+            core.accounting.recordTokenVerifications(logic.tokens.signatureChecks - checksBefore)
+        }
+        switch verdict {
+        case .resetConnection:
+            core.accounting.recordReset()
+            resetConnection()
+        case .answer(let answer):
+            if answer.delayMilliseconds == 0 {
+                respond(streamID, answer)
+            } else {
+                loop.schedule(afterMilliseconds: answer.delayMilliseconds) { [weak self] in
+                    guard let self, self.phase == .open else { return }
+                    self.respond(streamID, answer)
+                    self.flush()
+                }
+            }
+        }
+    }
+
+    fileprivate func streamClosed(_ streamID: Int32) {
+        if recentStream?.id == streamID { recentStream = nil }
+        streams[streamID] = nil
+    }
+
+    private func respond(_ streamID: Int32, _ answer: Answer) {
+        guard phase == .open, let stream = lookUp(streamID), let session else { return }
+        if let accepted = answer.accepted {
+            core.accounting.recordAccepted(accepted, token: accepted.token)
+        } else if let reason = answer.reason {
+            core.accounting.recordRejected(status: answer.status, reason: reason, token: answer.token)
+        }
+        var fields: [(String, String)] = [(":status", String(answer.status)), ("apns-id", answer.apnsID)]
+        let result: Int32
+        if let body = answer.body {
+            fields.append(("content-type", "application/json"))
+            fields.append(("content-length", String(body.count)))
+            stream.responseBody = body
+            stream.responseOffset = 0
+            var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: readResponseBody)
+            result = withHeaderList(fields) { nghttp2_submit_response(session, streamID, $0, $1, &provider) }
+        } else {
+            result = withHeaderList(fields) { nghttp2_submit_response(session, streamID, $0, $1, nil) }
+        }
+        if result != 0 { return close() }
+        if let newLimit = answer.newMaxConcurrentStreams { submitMaxConcurrentStreams(newLimit) }
+    }
+
+    fileprivate func responseBody(_ streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, capacity: Int) -> (Int, Bool) {
+        guard let stream = lookUp(streamID) else { return (0, true) }
+        let count = min(capacity, stream.responseBody.count - stream.responseOffset)
+        stream.responseBody.withUnsafeBufferPointer { source in
+            buffer.update(from: source.baseAddress! + stream.responseOffset, count: count)
+        }
+        stream.responseOffset += count
+        return (count, stream.responseOffset == stream.responseBody.count)
+    }
+
+    // MARK: GOAWAY, reset, close
+
+    private func submitGoaway(lastStreamID: Int32) {
+        guard let session, goawayLastStreamID == nil else { return }
+        goawayLastStreamID = lastStreamID
+        core.accounting.recordGoaway(connectionID: id, lastStreamID: lastStreamID)
+        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, NGHTTP2_NO_ERROR.rawValue, nil, 0)
+    }
+
+    private func sendGoawayAfterLastProcessed() {
+        guard phase == .open, let session else { return }
+        submitGoaway(lastStreamID: nghttp2_session_get_last_proc_stream_id(session))
+        flush()
+    }
+
+    /// Sends GOAWAY now, keeping every stream already begun (for the control API).
+    func goawayNow() { sendGoawayAfterLastProcessed() }
+
+    private func resetConnection() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+        close()
+    }
+
+    /// Half-closes and reads until the peer closes, so the last frames are not lost to an RST
+    /// that closing with unread input would send.
+    private func beginDraining() {
+        guard phase == .open else { return }
+        phase = .draining
+        _ = shutdown(fd, Int32(SHUT_WR))
+        drainTimer = loop.schedule(afterMilliseconds: 2000) { [weak self] in self?.close() }
+        discardUntilEOF()
+    }
+
+    private func discardUntilEOF() {
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count > 0 { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) { return }
+            return close()
+        }
+    }
+
+    func close() {
+        guard phase != .closed else { return }
+        phase = .closed
+        recentStream = nil
+        if let drainTimer { loop.cancel(drainTimer) }
+        loop.unregister(fd: fd)
+        Glibc.close(fd)
+        streams.removeAll()
+        core.accounting.recordConnectionClosed()
+        onClose(self)
+    }
+}
+
+/// Builds nghttp2's name/value array on the stack for the duration of `body`; nghttp2 copies
+/// the bytes before returning.
+private func withHeaderList(
+    _ fields: [(String, String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> Int32
+) -> Int32 {
+    let total = fields.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count }
+    return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(total, 1)) { bytes in
+        withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: fields.count) { list in
+            // Every apns-id is new: indexing it would only churn the HPACK table.
+            let noIndex = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
+            let base = bytes.baseAddress!
+            var offset = 0
+            for (index, (name, value)) in fields.enumerated() {
+                let nameStart = base + offset
+                for byte in name.utf8 { base[offset] = byte; offset += 1 }
+                let valueStart = base + offset
+                for byte in value.utf8 { base[offset] = byte; offset += 1 }
+                list.initializeElement(at: index, to: nghttp2_nv(
+                    name: nameStart, value: valueStart, namelen: name.utf8.count, valuelen: value.utf8.count,
+                    flags: name == "apns-id" ? noIndex : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+            }
+            return body(list.baseAddress!, fields.count)
+        }
+    }
+}
+
+/// Header names compared byte-wise on every request.
+private enum HeaderNames {
+    static let method: StaticString = ":method"
+    static let path: StaticString = ":path"
+    static let authorization: StaticString = "authorization"
+    static let apnsPrefix: StaticString = "apns-"
+}
+
+private func connection(_ userData: UnsafeMutableRawPointer?) -> HTTP2Connection {
+    Unmanaged<HTTP2Connection>.fromOpaque(userData!).takeUnretainedValue()
+}
+
+private let onBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, userData in
+    guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
+          frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
+    connection(userData).beginStream(frame.pointee.hd.stream_id)
+    return 0
+}
+
+private let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
+    guard let frame, let name, let value, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+    connection(userData).addHeader(
+        frame.pointee.hd.stream_id,
+        name: UnsafeBufferPointer(start: name, count: nameLength),
+        value: UnsafeBufferPointer(start: value, count: valueLength))
+    return 0
+}
+
+private let onDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, streamID, data, length, userData in
+    guard let data else { return 0 }
+    connection(userData).addBody(streamID, UnsafeBufferPointer(start: data, count: length))
+    return 0
+}
+
+private let onFrameReceived: nghttp2_on_frame_recv_callback = { _, frame, userData in
+    guard let frame else { return 0 }
+    let type = frame.pointee.hd.type
+    let endsStream = frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+    if endsStream && (type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue)) {
+        connection(userData).completeRequest(frame.pointee.hd.stream_id)
+    }
+    return 0
+}
+
+private let onStreamClose: nghttp2_on_stream_close_callback = { _, streamID, _, userData in
+    connection(userData).streamClosed(streamID)
+    return 0
+}
+
+private let readResponseBody: nghttp2_data_source_read_callback = { _, streamID, buffer, length, flags, _, userData in
+    guard let buffer, let flags else { return 0 }
+    let (count, finished) = connection(userData).responseBody(streamID, into: buffer, capacity: length)
+    if finished { flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue) }
+    return count
+}

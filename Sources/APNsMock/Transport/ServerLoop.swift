@@ -1,0 +1,62 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One event loop with its own listening socket (SO_REUSEPORT spreads connections over loops)
+/// and the connections it accepted.
+///
+/// Thread ownership: `connections` and the listening socket belong to the loop thread; other
+/// threads reach them only through `loop.execute`.
+final class ServerLoop: EventLoopHandler, @unchecked Sendable {
+    let loop: EventLoop
+    private let listenFD: Int32
+    private let core: ServerCore
+    private var connections: [UInt64: HTTP2Connection] = [:]
+
+    init(listenFD: Int32, core: ServerCore) throws(MockServerError) {
+        self.loop = try EventLoop()
+        self.listenFD = listenFD
+        self.core = core
+        try loop.register(fd: listenFD, handler: self)
+    }
+
+    func start() throws(MockServerError) {
+        try loop.start()
+    }
+
+    /// Stops the loop thread, then closes every connection and the listener.
+    func stop() {
+        loop.stop()
+        for connection in connections.values { connection.close() }
+        connections.removeAll()
+        close(listenFD)
+    }
+
+    func handleEvents(readable: Bool, writable: Bool, hangup: Bool) {
+        while let fd = SocketHelpers.acceptNonBlocking(listenFD) {
+            guard let tls = core.tls.makeSession(fd: fd) else {
+                close(fd)
+                continue
+            }
+            let id = core.nextConnectionID()
+            let connection = HTTP2Connection(id: id, fd: fd, tls: tls, loop: loop, core: core) { [weak self] closed in
+                self?.connections[closed.id] = nil
+            }
+            do {
+                try loop.register(fd: fd, handler: connection)
+            } catch {
+                close(fd)
+                continue
+            }
+            connections[id] = connection
+            core.accounting.recordConnectionAccepted()
+        }
+    }
+
+    /// Sends GOAWAY on every open connection of this loop (from the control API).
+    func goawayAll() {
+        loop.execute { [self] in
+            for connection in connections.values { connection.goawayNow() }
+        }
+    }
+}

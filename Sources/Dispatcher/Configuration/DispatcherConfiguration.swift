@@ -1,0 +1,138 @@
+import Glibc
+
+/// Where a dispatcher sends and how it authenticates: one pool of connections per
+/// (credential, environment, host), so one `DispatcherConfiguration` per such triple.
+public struct DispatcherConfiguration: Sendable {
+    /// Scheme is always https; TLS peer and host verification are always on.
+    public var host: String
+    public var port: Int
+    public var credential: ClientCredential
+    /// PEM file of CAs to trust instead of the system store (for apns-mock or a private CA).
+    public var trustedCAFile: String?
+    /// `http://host:port` or `https://host:port` proxy; nil for a direct connection.
+    public var proxy: String?
+    /// PEM file of CAs for an HTTPS proxy's certificate.
+    public var proxyCAFile: String?
+
+    /// Event-loop threads, each with its own multi handle, connections and easy handles.
+    public var threads: Int
+    /// Connections per thread that carry requests.
+    public var connectionsPerThread: Int
+    /// The most streams used per connection; the server's SETTINGS may lower it at any time and
+    /// libcurl follows that, but transfers beyond the server's limit wait inside libcurl.
+    public var streamsPerConnection: Int
+    /// Requests accepted but not yet completed, across all threads; `submit` blocks beyond it.
+    public var maxOutstanding: Int
+
+    public var connectTimeoutMilliseconds: Int
+    /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
+    public var requestTimeoutMilliseconds: Int
+    /// Keep-alive probes on connections idle this long (TCP keep-alive; see CurlEventLoop).
+    public var keepAliveIntervalMilliseconds: Int
+    /// Connections idle longer than this are not reused and are closed.
+    public var idleCloseSeconds: Int
+    /// Transport attempts per request, counting the first; retries are transparent.
+    public var maxAttempts: Int
+    public var reconnectBackoff: ReconnectBackoff
+
+    public init(host: String, port: Int = 443, credential: ClientCredential = .token,
+                trustedCAFile: String? = nil, proxy: String? = nil, proxyCAFile: String? = nil,
+                threads: Int = DispatcherConfiguration.defaultThreads, connectionsPerThread: Int = 1,
+                streamsPerConnection: Int = 1000, maxOutstanding: Int? = nil,
+                connectTimeoutMilliseconds: Int = 10_000, requestTimeoutMilliseconds: Int = 30_000,
+                keepAliveIntervalMilliseconds: Int = 60_000, idleCloseSeconds: Int = 600,
+                maxAttempts: Int = 3, reconnectBackoff: ReconnectBackoff = ReconnectBackoff()) {
+        self.host = host
+        self.port = port
+        self.credential = credential
+        self.trustedCAFile = trustedCAFile
+        self.proxy = proxy
+        self.proxyCAFile = proxyCAFile
+        self.threads = threads
+        self.connectionsPerThread = connectionsPerThread
+        self.streamsPerConnection = streamsPerConnection
+        self.maxOutstanding = maxOutstanding ?? threads * connectionsPerThread * streamsPerConnection * 2
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
+        self.keepAliveIntervalMilliseconds = keepAliveIntervalMilliseconds
+        self.idleCloseSeconds = idleCloseSeconds
+        self.maxAttempts = maxAttempts
+        self.reconnectBackoff = reconnectBackoff
+    }
+
+    public static var defaultThreads: Int {
+        let count = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+        return count > 0 ? count : 1
+    }
+
+    /// Requests one thread keeps inside libcurl; the rest of its share waits in the engine's queue,
+    /// where waiting is cheap.
+    var inFlightPerThread: Int { connectionsPerThread * streamsPerConnection }
+
+    /// Checks every field and names the first one that is wrong.
+    public func validate() throws(DispatcherConfigurationError) {
+        if host.isEmpty || host.utf8.contains(where: { $0 <= 0x20 || $0 == UInt8(ascii: "/") }) {
+            throw .invalid(field: "host", value: host, expected: "a host name or address without spaces or slashes")
+        }
+        if !(1...65535).contains(port) { throw .invalid(field: "port", value: String(port), expected: "1…65535 (APNs uses 443 or 2197)") }
+        if threads < 1 || threads > 256 { throw .invalid(field: "threads", value: String(threads), expected: "1…256") }
+        if connectionsPerThread < 1 || connectionsPerThread > 64 {
+            throw .invalid(field: "connectionsPerThread", value: String(connectionsPerThread), expected: "1…64")
+        }
+        if streamsPerConnection < 1 || streamsPerConnection > 100_000 {
+            throw .invalid(field: "streamsPerConnection", value: String(streamsPerConnection), expected: "1…100000")
+        }
+        if maxOutstanding < threads {
+            throw .invalid(field: "maxOutstanding", value: String(maxOutstanding), expected: "at least one per thread (\(threads))")
+        }
+        if connectTimeoutMilliseconds < 1 {
+            throw .invalid(field: "connectTimeoutMilliseconds", value: String(connectTimeoutMilliseconds), expected: "a positive number")
+        }
+        if requestTimeoutMilliseconds < 0 {
+            throw .invalid(field: "requestTimeoutMilliseconds", value: String(requestTimeoutMilliseconds), expected: "0 (none) or more")
+        }
+        if keepAliveIntervalMilliseconds < 1 {
+            throw .invalid(field: "keepAliveIntervalMilliseconds", value: String(keepAliveIntervalMilliseconds), expected: "a positive number")
+        }
+        if idleCloseSeconds < 1 { throw .invalid(field: "idleCloseSeconds", value: String(idleCloseSeconds), expected: "a positive number") }
+        if maxAttempts < 1 { throw .invalid(field: "maxAttempts", value: String(maxAttempts), expected: "1 or more") }
+        if let proxy, !(proxy.hasPrefix("http://") || proxy.hasPrefix("https://")) {
+            throw .invalid(field: "proxy", value: proxy, expected: "an http:// or https:// URL")
+        }
+        for (field, path) in [("trustedCAFile", trustedCAFile), ("proxyCAFile", proxyCAFile)] {
+            if let path, access(path, R_OK) != 0 { throw .unreadableFile(field: field, path: path) }
+        }
+        switch credential {
+        case .token: break
+        case .pemCertificate(let certificate, let key, _):
+            if access(certificate, R_OK) != 0 { throw .unreadableFile(field: "credential.certificateFile", path: certificate) }
+            if access(key, R_OK) != 0 { throw .unreadableFile(field: "credential.privateKeyFile", path: key) }
+        case .pkcs12(let path, _):
+            if access(path, R_OK) != 0 { throw .unreadableFile(field: "credential.pkcs12File", path: path) }
+        }
+    }
+}
+
+/// How the TLS connection authenticates to APNs.
+public enum ClientCredential: Sendable, Equatable {
+    /// Provider-token auth: each request carries its own `authorization: bearer …` header.
+    case token
+    /// TLS client certificate and key in PEM files; the key may be encrypted with `passphrase`.
+    case pemCertificate(certificateFile: String, privateKeyFile: String, passphrase: String?)
+    /// TLS client certificate and key in one PKCS#12 file.
+    case pkcs12(file: String, password: String?)
+}
+
+public enum DispatcherConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+    case invalid(field: String, value: String, expected: String)
+    case unreadableFile(field: String, path: String)
+    case transportRejected(setting: String, message: String)
+
+    public var description: String {
+        switch self {
+        case .invalid(let field, let value, let expected): return "dispatcher setting \(field) = \"\(value)\" is invalid: expected \(expected)"
+        case .unreadableFile(let field, let path): return "dispatcher setting \(field): cannot read file \"\(path)\""
+        case .transportRejected(let setting, let message): return "libcurl rejected \(setting): \(message)"
+        }
+    }
+}

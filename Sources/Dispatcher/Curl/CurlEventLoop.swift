@@ -1,0 +1,691 @@
+internal import CCurl
+import Dispatch
+import Foundation
+import Glibc
+import Synchronization
+
+/// A request waiting in, or travelling through, one event loop.
+struct PendingRequest: Sendable {
+    var request: DispatchRequest
+    var tag: UInt64
+    var continuation: CheckedContinuation<DispatchResult, Never>?
+    var submittedAt: UInt64
+    var attempts: Int
+}
+
+/// Where a loop hands finished requests; shared by all loops of one engine.
+struct CompletionSink: Sendable {
+    let onResult: @Sendable (DispatchResult) -> Void
+    let window: DispatchSemaphore
+    let metrics: any DispatcherMetricsHook
+    let counters: DispatcherCounters
+}
+
+/// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
+/// Its options that never change are set once at creation and kept across reuse.
+private final class CurlTransfer {
+    let index: Int
+    let easy: UnsafeMutableRawPointer
+    let url: OpaquePointer
+    /// Path and header lines of the current request, NUL-terminated, then the body.
+    var buffer: UnsafeMutableRawPointer
+    var bufferCapacity: Int
+    /// Header list nodes pointing into `buffer`; libcurl only reads the list, so no per-request malloc.
+    var nodes: UnsafeMutablePointer<curl_slist>
+    var nodeCapacity: Int
+    let errorBuffer: UnsafeMutablePointer<CChar>
+    var method: DispatchRequest.Method = .post
+    var headersAttached = true
+    var freshConnect = false
+    var pending: PendingRequest?
+    var responseBody: [UInt8] = []
+    var apnsID: UUID?
+    /// From the status line, so the body of a success is never copied.
+    var status = 0
+
+    init(index: Int, easy: UnsafeMutableRawPointer, url: OpaquePointer) {
+        self.index = index
+        self.easy = easy
+        self.url = url
+        bufferCapacity = 1024
+        buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
+        nodeCapacity = 16
+        nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
+        nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
+        errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(pushd_curl_max_errorsize()))
+        errorBuffer.initialize(repeating: 0, count: Int(pushd_curl_max_errorsize()))
+    }
+
+    deinit {
+        curl_easy_cleanup(easy)
+        curl_url_cleanup(url)
+        buffer.deallocate()
+        nodes.deallocate()
+        errorBuffer.deallocate()
+    }
+
+    func ensureCapacity(bytes: Int, headers: Int) {
+        if bytes > bufferCapacity {
+            buffer.deallocate()
+            bufferCapacity = max(bytes, bufferCapacity * 2)
+            buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
+        }
+        if headers > nodeCapacity {
+            nodes.deallocate()
+            nodeCapacity = max(headers, nodeCapacity * 2)
+            nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
+            nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
+            // The list head moved: libcurl must be told again.
+            headersAttached = false
+        }
+    }
+}
+
+/// One event-loop thread: a multi handle driven through epoll with
+/// `curl_multi_socket_action`, its own connections and its own pool of easy handles.
+///
+/// Thread rule: the CURLM, every CURL/CURLU handle, the transfers, the backlog and the epoll
+/// descriptor are touched only on this loop's thread (after `init` returns). Other threads
+/// reach the loop only through `inbox`, `stopRequested` and a write to the eventfd.
+final class CurlEventLoop: @unchecked Sendable {
+    private struct Inbox {
+        var items: [PendingRequest] = []
+        var wakePending = false
+    }
+
+    private let configuration: DispatcherConfiguration
+    private let sink: CompletionSink
+    private let multi: UnsafeMutableRawPointer
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private let inbox = Mutex(Inbox())
+    private let stopRequested = Atomic<Bool>(false)
+    private var thread: pthread_t?
+
+    private var transfers: [CurlTransfer] = []
+    private var freeTransfers: [Int] = []
+    private var backlog = RingBuffer<PendingRequest>(capacity: 1024)
+    private var drained: [PendingRequest] = []
+    private var inCurl = 0
+    private let inCurlLimit: Int
+    private var timerDeadline = UInt64.max
+    private var socketMasks: [UInt32] = []
+    private var backoffUntil: UInt64 = 0
+    private var consecutiveConnectFailures = 0
+    private var replaceConnectionPending = false
+    private var everConnected = false
+    private var random = SystemRandomNumberGenerator()
+
+    init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
+        self.configuration = configuration
+        self.sink = sink
+        inCurlLimit = configuration.inFlightPerThread
+        guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
+        self.multi = multi
+        epollFD = pushd_curl_epoll_create()
+        wakeFD = pushd_curl_eventfd()
+        guard epollFD >= 0, wakeFD >= 0 else {
+            let message = String(cString: strerror(errno))
+            if epollFD >= 0 { close(epollFD) }
+            if wakeFD >= 0 { close(wakeFD) }
+            curl_multi_cleanup(multi)
+            throw .transportRejected(setting: "epoll/eventfd", message: message)
+        }
+        _ = pushd_curl_epoll_update(epollFD, 0, wakeFD, pushd_curl_epoll_in())
+
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, pushd_curl_pipe_multiplex())
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, configuration.connectionsPerThread + 2)
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.streamsPerConnection)
+        _ = pushd_curl_multi_setopt_socket_cb(multi, curlSocketCallback)
+        _ = pushd_curl_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me)
+        _ = pushd_curl_multi_setopt_timer_cb(multi, curlTimerCallback)
+        _ = pushd_curl_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
+        // The first easy handle is made now so a rejected option surfaces at start-up, not on a request.
+        do {
+            try freeTransfers.append(makeTransfer().index)
+        } catch {
+            cleanup()
+            throw error
+        }
+    }
+
+    deinit {
+        cleanup()
+    }
+
+    private func cleanup() {
+        transfers.removeAll()
+        curl_multi_cleanup(multi)
+        close(epollFD)
+        close(wakeFD)
+    }
+
+    // MARK: - Cross-thread entry points
+
+    func start() {
+        let retained = Unmanaged.passRetained(self).toOpaque()
+        var tid = pthread_t()
+        pthread_create(&tid, nil, { argument in
+            let loop = Unmanaged<CurlEventLoop>.fromOpaque(argument!).takeRetainedValue()
+            loop.run()
+            return nil
+        }, retained)
+        thread = tid
+    }
+
+    /// Any thread. Never blocks on the loop: a lock around an append and, for the first
+    /// request since the loop last looked, one eventfd write.
+    func enqueue(_ request: PendingRequest) {
+        let wake = inbox.withLock { inbox -> Bool in
+            inbox.items.append(request)
+            defer { inbox.wakePending = true }
+            return !inbox.wakePending
+        }
+        if wake { wakeUp() }
+    }
+
+    func stop() {
+        stopRequested.store(true, ordering: .releasing)
+        wakeUp()
+        if let thread { pthread_join(thread, nil) }
+        thread = nil
+    }
+
+    private func wakeUp() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    // MARK: - Loop
+
+    private func run() {
+        var readyFDs = [Int32](repeating: 0, count: 256)
+        var readyMasks = [UInt32](repeating: 0, count: 256)
+        let epollIn = pushd_curl_epoll_in() | pushd_curl_epoll_hup()
+        let epollOut = pushd_curl_epoll_out()
+        let epollErr = pushd_curl_epoll_err()
+        var running: Int32 = 0
+        while !stopRequested.load(ordering: .acquiring) {
+            takeInbox()
+            refill()
+            let now = monotonicNanoseconds()
+            if timerDeadline <= now {
+                timerDeadline = .max
+                curl_multi_socket_action(multi, pushd_curl_socket_timeout(), 0, &running)
+                readCompletions()
+                continue
+            }
+            let timeout = waitMilliseconds(now: now)
+            let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
+                readyMasks.withUnsafeMutableBufferPointer { masks in
+                    pushd_curl_epoll_wait(epollFD, fds.baseAddress, masks.baseAddress, 256, timeout)
+                }
+            }
+            if ready > 0 {
+                for slot in 0..<Int(ready) {
+                    let fd = readyFDs[slot]
+                    let events = readyMasks[slot]
+                    if fd == wakeFD {
+                        var value: UInt64 = 0
+                        _ = read(wakeFD, &value, 8)
+                        continue
+                    }
+                    var mask: Int32 = 0
+                    if events & epollIn != 0 { mask |= pushd_curl_cselect_in() }
+                    if events & epollOut != 0 { mask |= pushd_curl_cselect_out() }
+                    if events & epollErr != 0 { mask |= pushd_curl_cselect_err() }
+                    curl_multi_socket_action(multi, fd, mask, &running)
+                }
+            }
+            if monotonicNanoseconds() >= timerDeadline {
+                timerDeadline = .max
+                curl_multi_socket_action(multi, pushd_curl_socket_timeout(), 0, &running)
+            }
+            readCompletions()
+        }
+        shutDownTransfers()
+    }
+
+    private func waitMilliseconds(now: UInt64) -> Int32 {
+        var wait = Int64.max
+        if timerDeadline != .max { wait = Int64((timerDeadline - now + 999_999) / 1_000_000) }
+        if !backlog.isEmpty, backoffUntil > now { wait = min(wait, Int64((backoffUntil - now + 999_999) / 1_000_000)) }
+        return wait == .max ? -1 : Int32(clamping: wait)
+    }
+
+    private func takeInbox() {
+        inbox.withLock { inbox in
+            if !inbox.items.isEmpty { swap(&inbox.items, &drained) }
+            inbox.wakePending = false
+        }
+        guard !drained.isEmpty else { return }
+        for request in drained { backlog.pushBack(request) }
+        drained.removeAll(keepingCapacity: true)
+    }
+
+    /// Moves requests from the backlog into libcurl up to the loop's in-flight limit. Called before
+    /// every wait so that finished streams are replaced at once, not after the next poll.
+    private func refill() {
+        guard !backlog.isEmpty, inCurl < inCurlLimit else { return }
+        if backoffUntil != 0 {
+            guard monotonicNanoseconds() >= backoffUntil else { return }
+            backoffUntil = 0
+        }
+        var added = 0
+        while inCurl < inCurlLimit, !backlog.isEmpty {
+            let transfer: CurlTransfer
+            if let index = freeTransfers.popLast() {
+                transfer = transfers[index]
+            } else {
+                do {
+                    transfer = try makeTransfer()
+                } catch {
+                    break
+                }
+            }
+            guard var request = backlog.popFront() else { break }
+            request.attempts += 1
+            if let failure = prepare(transfer, for: request) {
+                freeTransfers.append(transfer.index)
+                deliver(request, outcome: .transportFailure(failure))
+                continue
+            }
+            transfer.pending = request
+            let code = curl_multi_add_handle(multi, transfer.easy)
+            if code != CURLM_OK {
+                transfer.pending = nil
+                freeTransfers.append(transfer.index)
+                deliver(request, outcome: .transportFailure(TransportError(code: -Int(code.rawValue),
+                                                                            message: String(cString: curl_multi_strerror(code)))))
+                continue
+            }
+            inCurl += 1
+            added += 1
+        }
+        if added > 0 { sink.metrics.inFlightChanged(by: added) }
+    }
+
+    private func prepare(_ transfer: CurlTransfer, for pending: PendingRequest) -> TransportError? {
+        let request = pending.request
+        let easy = transfer.easy
+        let packedCount = request.packed.count
+        let bodyCount = request.body.count
+        transfer.ensureCapacity(bytes: packedCount + bodyCount, headers: request.headerCount)
+        let base = transfer.buffer
+        request.packed.withUnsafeBytes { base.copyMemory(from: $0.baseAddress!, byteCount: packedCount) }
+        if bodyCount > 0 { request.body.withUnsafeBytes { (base + packedCount).copyMemory(from: $0.baseAddress!, byteCount: bodyCount) } }
+
+        let path = base.assumingMemoryBound(to: CChar.self)
+        let urlCode = curl_url_set(transfer.url, CURLUPART_PATH, path, 0)
+        if urlCode != CURLUE_OK {
+            return TransportError(code: -Int(urlCode.rawValue), message: "request path rejected: \(String(cString: curl_url_strerror(urlCode)))")
+        }
+        var lineStart = request.pathLength + 1
+        for index in 0..<request.headerCount {
+            transfer.nodes[index].data = (base + lineStart).assumingMemoryBound(to: CChar.self)
+            transfer.nodes[index].next = index + 1 < request.headerCount ? transfer.nodes + index + 1 : nil
+            lineStart += strlen((base + lineStart).assumingMemoryBound(to: CChar.self)) + 1
+        }
+        if request.headerCount == 0 {
+            if transfer.headersAttached {
+                _ = pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil)
+                transfer.headersAttached = false
+            }
+        } else if !transfer.headersAttached {
+            _ = pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, transfer.nodes)
+            transfer.headersAttached = true
+        }
+        if request.method != transfer.method {
+            switch request.method {
+            case .post:
+                _ = pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+                _ = pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, nil)
+            case .get:
+                _ = pushd_curl_easy_setopt_long(easy, CURLOPT_HTTPGET, 1)
+                _ = pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, nil)
+            case .put, .delete:
+                _ = pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1)
+                _ = pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method.rawValue)
+            }
+            transfer.method = request.method
+        }
+        if request.method != .get {
+            _ = pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, base + packedCount)
+            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, bodyCount)
+        }
+        if replaceConnectionPending != transfer.freshConnect {
+            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, replaceConnectionPending ? 1 : 0)
+            transfer.freshConnect = replaceConnectionPending
+        }
+        replaceConnectionPending = false
+        transfer.errorBuffer[0] = 0
+        transfer.apnsID = nil
+        transfer.status = 0
+        return nil
+    }
+
+    private func readCompletions() {
+        var remaining: Int32 = 0
+        var finished = 0
+        while let message = curl_multi_info_read(multi, &remaining) {
+            guard pushd_curl_msg_is_done(message) != 0, let easy = message.pointee.easy_handle else { continue }
+            let code = pushd_curl_msg_result(message)
+            var privateData: UnsafeMutableRawPointer?
+            _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
+            var status = 0
+            _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+            curl_multi_remove_handle(multi, easy)
+            inCurl -= 1
+            finished += 1
+            let transfer = transfers[Int(bitPattern: privateData) - 1]
+            finish(transfer, code: code, status: status)
+        }
+        if finished > 0 { sink.metrics.inFlightChanged(by: -finished) }
+    }
+
+    private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
+        guard let pending = transfer.pending else { return }
+        transfer.pending = nil
+        freeTransfers.append(transfer.index)
+        let curlCode = Int(code.rawValue)
+        let disposition = TransferDisposition.decide(
+            curlCode: curlCode, status: status,
+            reason: { ResponseBodyScanner.stringValue(of: "reason", in: transfer.responseBody) },
+            attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
+        if disposition.connectFailed {
+            consecutiveConnectFailures += 1
+            sink.counters.connectFailures.add(1, ordering: .relaxed)
+            let delay = configuration.reconnectBackoff.delayMilliseconds(afterFailures: consecutiveConnectFailures,
+                                                                          unitRandom: Double.random(in: 0..<1, using: &random))
+            backoffUntil = monotonicNanoseconds() + UInt64(delay) * 1_000_000
+        } else if status != 0 {
+            consecutiveConnectFailures = 0
+        }
+        if disposition.replaceConnection {
+            replaceConnectionPending = true
+            sink.counters.connectionReplacements.add(1, ordering: .relaxed)
+            sink.metrics.connectionReplacementRequested()
+        }
+        if disposition.retry {
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            sink.counters.retried.add(1, ordering: .relaxed)
+            sink.metrics.requestRetried()
+            if !disposition.connectFailed { sink.metrics.connectionLost() }
+            backlog.pushFront(pending)
+            return
+        }
+        let outcome: DispatchResult.Outcome
+        if curlCode == 0 || status != 0 {
+            let body = transfer.responseBody
+            if !body.isEmpty { transfer.responseBody = [] }
+            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body))
+        } else {
+            let message = transfer.errorBuffer[0] != 0 ? String(cString: transfer.errorBuffer) : String(cString: curl_easy_strerror(code))
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            outcome = .transportFailure(TransportError(code: curlCode, message: message))
+        }
+        deliver(pending, outcome: outcome)
+    }
+
+    private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
+        let latency = monotonicNanoseconds() &- pending.submittedAt
+        let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts)
+        let status: Int
+        if case .response(let response) = outcome { status = response.status } else { status = 0 }
+        sink.metrics.requestCompleted(status: status, latencyNanoseconds: latency)
+        sink.counters.completed.add(1, ordering: .relaxed)
+        if let continuation = pending.continuation {
+            continuation.resume(returning: result)
+        } else {
+            sink.onResult(result)
+        }
+        sink.window.signal()
+    }
+
+    private func shutDownTransfers() {
+        for transfer in transfers {
+            guard let pending = transfer.pending else { continue }
+            curl_multi_remove_handle(multi, transfer.easy)
+            transfer.pending = nil
+            deliver(pending, outcome: .transportFailure(.engineStopped))
+        }
+        takeInbox()
+        while let pending = backlog.popFront() { deliver(pending, outcome: .transportFailure(.engineStopped)) }
+    }
+
+    // MARK: - Easy handles
+
+    private func makeTransfer() throws(DispatcherConfigurationError) -> CurlTransfer {
+        guard let easy = curl_easy_init(), let url = curl_url() else {
+            throw .transportRejected(setting: "curl_easy_init", message: "out of memory")
+        }
+        let transfer = CurlTransfer(index: transfers.count, easy: easy, url: url)
+        let config = configuration
+        var failure: DispatcherConfigurationError?
+        func check(_ code: CURLcode, _ setting: String) {
+            if code != CURLE_OK, failure == nil {
+                failure = .transportRejected(setting: setting, message: String(cString: curl_easy_strerror(code)))
+            }
+        }
+        let urlCode = curl_url_set(url, CURLUPART_URL, "https://\(hostForURL(config.host)):\(config.port)/", 0)
+        if urlCode != CURLUE_OK {
+            throw .invalid(field: "host", value: config.host, expected: "a valid host (\(String(cString: curl_url_strerror(urlCode))))")
+        }
+        let transferPointer = Unmanaged.passUnretained(transfer).toOpaque()
+        let loopPointer = Unmanaged.passUnretained(self).toOpaque()
+        check(pushd_curl_easy_setopt_url(easy, url), "CURLOPT_CURLU")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PRIVATE, UnsafeMutableRawPointer(bitPattern: transfer.index + 1)), "CURLOPT_PRIVATE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, pushd_curl_http_version_2tls()), "CURLOPT_HTTP_VERSION")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1), "CURLOPT_PIPEWAIT")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1), "CURLOPT_TCP_NODELAY")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "CURLOPT_SSL_VERIFYHOST")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1), "CURLOPT_POST")
+        check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, transfer.nodes), "CURLOPT_HTTPHEADER")
+        check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback), "CURLOPT_WRITEFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, transferPointer), "CURLOPT_WRITEDATA")
+        check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback), "CURLOPT_HEADERFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, transferPointer), "CURLOPT_HEADERDATA")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, transfer.errorBuffer), "CURLOPT_ERRORBUFFER")
+        check(pushd_curl_easy_setopt_opensocket_cb(easy, curlOpenSocketCallback), "CURLOPT_OPENSOCKETFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_OPENSOCKETDATA, loopPointer), "CURLOPT_OPENSOCKETDATA")
+        check(pushd_curl_easy_setopt_closesocket_cb(easy, curlCloseSocketCallback), "CURLOPT_CLOSESOCKETFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_CLOSESOCKETDATA, loopPointer), "CURLOPT_CLOSESOCKETDATA")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, config.connectTimeoutMilliseconds), "CURLOPT_CONNECTTIMEOUT_MS")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, config.requestTimeoutMilliseconds), "CURLOPT_TIMEOUT_MS")
+        // libcurl 7.88's curl_easy_upkeep (HTTP/2 PING) only reaches connections of the easy
+        // interface, never those of a multi handle; TCP keep-alive keeps idle connections and the
+        // middleboxes' state alive instead.
+        let keepAliveSeconds = max(1, config.keepAliveIntervalMilliseconds / 1000)
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "CURLOPT_TCP_KEEPALIVE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, keepAliveSeconds), "CURLOPT_TCP_KEEPIDLE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, keepAliveSeconds), "CURLOPT_TCP_KEEPINTVL")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_UPKEEP_INTERVAL_MS, config.keepAliveIntervalMilliseconds), "CURLOPT_UPKEEP_INTERVAL_MS")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_MAXAGE_CONN, config.idleCloseSeconds), "CURLOPT_MAXAGE_CONN")
+        if let ca = config.trustedCAFile { check(pushd_curl_easy_setopt_string(easy, CURLOPT_CAINFO, ca), "CURLOPT_CAINFO") }
+        if let proxy = config.proxy { check(pushd_curl_easy_setopt_string(easy, CURLOPT_PROXY, proxy), "CURLOPT_PROXY") }
+        if let proxyCA = config.proxyCAFile { check(pushd_curl_easy_setopt_string(easy, CURLOPT_PROXY_CAINFO, proxyCA), "CURLOPT_PROXY_CAINFO") }
+        switch config.credential {
+        case .token:
+            break
+        case .pemCertificate(let certificate, let key, let passphrase):
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "PEM"), "CURLOPT_SSLCERTTYPE")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, certificate), "CURLOPT_SSLCERT")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEYTYPE, "PEM"), "CURLOPT_SSLKEYTYPE")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEY, key), "CURLOPT_SSLKEY")
+            if let passphrase { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, passphrase), "CURLOPT_KEYPASSWD") }
+        case .pkcs12(let file, let password):
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "P12"), "CURLOPT_SSLCERTTYPE")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, file), "CURLOPT_SSLCERT")
+            if let password { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, password), "CURLOPT_KEYPASSWD") }
+        }
+        // libcurl's own trace on stderr, for diagnosing a deployment; never on by default.
+        if getenv("PUSHD_CURL_VERBOSE") != nil { check(pushd_curl_easy_setopt_long(easy, CURLOPT_VERBOSE, 1), "CURLOPT_VERBOSE") }
+        if let failure { throw failure }
+        transfers.append(transfer)
+        return transfer
+    }
+
+    private func hostForURL(_ host: String) -> String {
+        host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+    }
+
+    // MARK: - Callbacks from libcurl, on this loop's thread
+
+    fileprivate func socketChanged(_ fd: Int32, what: Int32) {
+        let index = Int(fd)
+        if index >= socketMasks.count { socketMasks += [UInt32](repeating: 0, count: index + 64 - socketMasks.count) }
+        let current = socketMasks[index]
+        if what == pushd_curl_poll_remove() {
+            if current != 0 {
+                _ = pushd_curl_epoll_update(epollFD, 2, fd, 0)
+                socketMasks[index] = 0
+            }
+            return
+        }
+        var wanted: UInt32 = 0
+        if what & pushd_curl_poll_in() != 0 { wanted |= pushd_curl_epoll_in() }
+        if what & pushd_curl_poll_out() != 0 { wanted |= pushd_curl_epoll_out() }
+        // Only a change of interest costs an epoll_ctl: most stream starts and ends leave it alone.
+        guard wanted != current else { return }
+        if current == 0 {
+            if pushd_curl_epoll_update(epollFD, 0, fd, wanted) == EEXIST {
+                _ = pushd_curl_epoll_update(epollFD, 1, fd, wanted)
+            }
+        } else if wanted == 0 {
+            _ = pushd_curl_epoll_update(epollFD, 2, fd, 0)
+        } else {
+            _ = pushd_curl_epoll_update(epollFD, 1, fd, wanted)
+        }
+        socketMasks[index] = wanted
+    }
+
+    fileprivate func timerChanged(milliseconds: Int) {
+        timerDeadline = milliseconds < 0 ? .max : monotonicNanoseconds() + UInt64(milliseconds) * 1_000_000
+    }
+
+    fileprivate func socketOpened() {
+        sink.counters.connectionsOpened.add(1, ordering: .relaxed)
+        sink.metrics.connectionOpened(reconnect: everConnected)
+        everConnected = true
+    }
+
+    fileprivate func socketClosed(_ fd: Int32) {
+        let index = Int(fd)
+        if index < socketMasks.count, socketMasks[index] != 0 {
+            _ = pushd_curl_epoll_update(epollFD, 2, fd, 0)
+            socketMasks[index] = 0
+        }
+        sink.counters.connectionsClosed.add(1, ordering: .relaxed)
+        sink.metrics.connectionClosed()
+    }
+}
+
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+private let curlSocketCallback: pushd_curl_socket_cb = { _, fd, what, userData, _ in
+    Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketChanged(fd, what: what)
+    return 0
+}
+
+private let curlTimerCallback: pushd_curl_timer_cb = { _, milliseconds, userData in
+    Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().timerChanged(milliseconds: milliseconds)
+    return 0
+}
+
+private let curlOpenSocketCallback: pushd_curl_opensocket_cb = { userData, _, address in
+    guard let address else { return pushd_curl_bad_socket() }
+    let fd = socket(pushd_curl_sockaddr_family(address), pushd_curl_sockaddr_socktype(address) | Int32(SOCK_CLOEXEC.rawValue),
+                    pushd_curl_sockaddr_protocol(address))
+    if fd >= 0 { Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketOpened() }
+    return fd >= 0 ? fd : pushd_curl_bad_socket()
+}
+
+private let curlCloseSocketCallback: pushd_curl_closesocket_cb = { userData, fd in
+    Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketClosed(fd)
+    return close(fd)
+}
+
+private let curlWriteCallback: pushd_curl_data_cb = { data, size, count, userData in
+    let bytes = size * count
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+    // Success bodies are not APNs's business and are dropped; error bodies are tiny, and
+    // anything past 64 KiB is not an APNs answer and is not kept.
+    if bytes > 0, !(200..<300).contains(transfer.status), transfer.responseBody.count < 65_536, let data {
+        transfer.responseBody.append(contentsOf: UnsafeRawBufferPointer(start: data, count: min(bytes, 65_536 - transfer.responseBody.count)))
+    }
+    return bytes
+}
+
+private let curlHeaderCallback: pushd_curl_data_cb = { data, size, count, userData in
+    let bytes = size * count
+    guard bytes >= 12, let data else { return bytes }
+    let line = UnsafeRawBufferPointer(start: data, count: bytes)
+    // "HTTP/2 200": a status line starts every header block (also of a 100-continue).
+    if line[0] == UInt8(ascii: "H"), line[1] == UInt8(ascii: "T"), line[4] == UInt8(ascii: "/") {
+        var index = 5
+        while index < bytes, line[index] != 0x20 { index += 1 }
+        var status = 0
+        var digits = 0
+        index += 1
+        while index < bytes, digits < 3, line[index] >= UInt8(ascii: "0"), line[index] <= UInt8(ascii: "9") {
+            status = status * 10 + Int(line[index] - UInt8(ascii: "0"))
+            digits += 1
+            index += 1
+        }
+        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().status = status
+        return bytes
+    }
+    guard bytes >= 44 else { return bytes }
+    // "apns-id:" in any case, then optional spaces and a 36-character UUID.
+    let name: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0x61, 0x70, 0x6E, 0x73, 0x2D, 0x69, 0x64, 0x3A)
+    // Setting bit 0x20 lowercases the letters and leaves '-' and ':' as they are.
+    let matches = withUnsafeBytes(of: name) { expected in (0..<8).allSatisfy { line[$0] | 0x20 == expected[$0] } }
+    guard matches else { return bytes }
+    var start = 8
+    while start < bytes, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+    guard start + 36 <= bytes else { return bytes }
+    Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().apnsID = parseUUID(UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
+    return bytes
+}
+
+private func parseUUID(_ text: UnsafeRawBufferPointer) -> UUID? {
+    var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    let complete = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
+        var out = 0
+        var high: UInt8?
+        for (position, character) in text.enumerated() {
+            if position == 8 || position == 13 || position == 18 || position == 23 {
+                guard character == UInt8(ascii: "-") else { return false }
+                continue
+            }
+            let nibble: UInt8
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = character - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = character - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): nibble = character - UInt8(ascii: "A") + 10
+            default: return false
+            }
+            if let value = high {
+                bytes[out] = value << 4 | nibble
+                out += 1
+                high = nil
+            } else {
+                high = nibble
+            }
+        }
+        return out == 16
+    }
+    return complete ? UUID(uuid: uuid) : nil
+}
+
+func usleepMilliseconds(_ milliseconds: Int) {
+    usleep(UInt32(milliseconds * 1000))
+}

@@ -1,0 +1,112 @@
+import Dispatch
+import Synchronization
+
+/// Sends requests over HTTP/2 to one host with one credential, on `threads` event loops, and
+/// reports each result exactly once.
+///
+/// Results of `submit` go to the `onResult` handler given at creation, called on an event-loop
+/// thread with the caller's tag: no per-request closure, box or continuation. `send` is the
+/// convenience for callers that want to await one result.
+///
+/// Thread rule: the public methods may be called from any thread. Each loop owns its libcurl
+/// handles; this class only holds immutable references, the window semaphore and atomics.
+public final class HTTP2Dispatcher: @unchecked Sendable {
+    public typealias ResultHandler = @Sendable (DispatchResult) -> Void
+
+    public let configuration: DispatcherConfiguration
+    private let loops: [CurlEventLoop]
+    private let window: DispatchSemaphore
+    private let counters = DispatcherCounters()
+    private let nextLoop = Atomic<Int>(0)
+    private let state = Mutex(State.running)
+
+    private enum State {
+        case running
+        case stopping
+        case stopped
+    }
+
+    public init(configuration: DispatcherConfiguration, metrics: any DispatcherMetricsHook = NoDispatcherMetrics(),
+                onResult: @escaping ResultHandler = { _ in }) throws(DispatcherConfigurationError) {
+        try configuration.validate()
+        guard CurlRuntime.initialize() else { throw .transportRejected(setting: "curl_global_init", message: "libcurl failed to initialise") }
+        guard CurlRuntime.info.supportsHTTP2 else { throw .transportRejected(setting: "HTTP/2", message: "the linked libcurl lacks HTTP/2 support") }
+        self.configuration = configuration
+        window = DispatchSemaphore(value: configuration.maxOutstanding)
+        let sink = CompletionSink(onResult: onResult, window: window, metrics: metrics, counters: counters)
+        var loops: [CurlEventLoop] = []
+        for _ in 0..<configuration.threads {
+            loops.append(try CurlEventLoop(configuration: configuration, sink: sink))
+        }
+        self.loops = loops
+        for loop in loops { loop.start() }
+    }
+
+    deinit {
+        stopLoops()
+    }
+
+    /// Queues `request`; blocks while `maxOutstanding` requests are unfinished. The result
+    /// reaches `onResult` with `tag`. After `shutdown` the result is `.engineStopped`.
+    public func submit(_ request: DispatchRequest, tag: UInt64) {
+        window.wait()
+        dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
+    }
+
+    /// Queues `request` unless the window is full; returns false (and does nothing) when it is.
+    public func trySubmit(_ request: DispatchRequest, tag: UInt64) -> Bool {
+        guard window.wait(timeout: .now()) == .success else { return false }
+        dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
+        return true
+    }
+
+    /// Sends one request and waits for its result without blocking a thread; while the window is
+    /// full it waits in short sleeps. Bulk senders should use `submit`.
+    public func send(_ request: DispatchRequest, tag: UInt64 = 0) async -> DispatchResult {
+        while window.wait(timeout: .now()) != .success {
+            try? await Task.sleep(nanoseconds: 1_000_000)
+        }
+        return await withCheckedContinuation { continuation in
+            dispatch(PendingRequest(request: request, tag: tag, continuation: continuation, submittedAt: monotonicNanoseconds(), attempts: 0))
+        }
+    }
+
+    private func dispatch(_ pending: PendingRequest) {
+        counters.submitted.add(1, ordering: .relaxed)
+        let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
+        loops[(index & Int.max) % loops.count].enqueue(pending)
+    }
+
+    /// Requests submitted and not yet reported.
+    public var outstanding: Int {
+        counters.submitted.load(ordering: .relaxed) - counters.completed.load(ordering: .relaxed)
+    }
+
+    public var statistics: DispatcherStatistics { counters.snapshot }
+
+    /// Waits up to `drainTimeoutMilliseconds` for outstanding requests to finish, then stops the
+    /// loops; whatever is still unfinished is reported as `.engineStopped`. Idempotent.
+    public func shutdown(drainTimeoutMilliseconds: Int = 10_000) {
+        let proceed = state.withLock { state -> Bool in
+            guard case .running = state else { return false }
+            state = .stopping
+            return true
+        }
+        guard proceed else { return }
+        let deadline = monotonicNanoseconds() + UInt64(max(0, drainTimeoutMilliseconds)) * 1_000_000
+        while outstanding > 0, monotonicNanoseconds() < deadline {
+            usleepMilliseconds(2)
+        }
+        stopLoops()
+    }
+
+    private func stopLoops() {
+        let proceed = state.withLock { state -> Bool in
+            if case .stopped = state { return false }
+            state = .stopped
+            return true
+        }
+        guard proceed else { return }
+        for loop in loops { loop.stop() }
+    }
+}

@@ -1,0 +1,42 @@
+/// A growable FIFO with O(1) push/pop at both ends, for the per-thread backlog: retried
+/// requests go back to the front so they keep their place.
+struct RingBuffer<Element> {
+    private var storage: [Element?]
+    private var head = 0
+    private(set) var count = 0
+
+    init(capacity: Int = 16) {
+        storage = Array(repeating: nil, count: max(1, capacity))
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func pushBack(_ element: Element) {
+        if count == storage.count { grow() }
+        storage[(head + count) % storage.count] = element
+        count += 1
+    }
+
+    mutating func pushFront(_ element: Element) {
+        if count == storage.count { grow() }
+        head = (head - 1 + storage.count) % storage.count
+        storage[head] = element
+        count += 1
+    }
+
+    mutating func popFront() -> Element? {
+        guard count > 0 else { return nil }
+        let element = storage[head]
+        storage[head] = nil
+        head = (head + 1) % storage.count
+        count -= 1
+        return element
+    }
+
+    private mutating func grow() {
+        var bigger = [Element?](repeating: nil, count: storage.count * 2)
+        for offset in 0..<count { bigger[offset] = storage[(head + offset) % storage.count] }
+        storage = bigger
+        head = 0
+    }
+}

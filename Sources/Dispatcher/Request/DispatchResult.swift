@@ -1,0 +1,64 @@
+import Foundation
+
+/// What became of one request: the server's answer or the transport failure that ended it.
+public struct DispatchResult: Sendable {
+    /// The caller's tag given at submission.
+    public var tag: UInt64
+    public var outcome: Outcome
+    /// From submission to completion, including time spent waiting in the engine's own queue.
+    public var latencyNanoseconds: UInt64
+    /// How many times the request was handed to the transport (1 + transparent retries).
+    public var attempts: Int
+
+    public enum Outcome: Sendable, Equatable {
+        case response(Response)
+        case transportFailure(TransportError)
+    }
+
+    public var response: Response? {
+        if case .response(let response) = outcome { return response }
+        return nil
+    }
+
+    public var transportError: TransportError? {
+        if case .transportFailure(let error) = outcome { return error }
+        return nil
+    }
+}
+
+/// An HTTP response as APNs gives it: status, the `apns-id` response header and the body.
+public struct Response: Sendable, Equatable {
+    public var status: Int
+    public var apnsID: UUID?
+    /// Empty for a 200; APNs puts `{"reason": …}` (and on 410 `"timestamp"`) in error bodies.
+    public var body: [UInt8]
+
+    public init(status: Int, apnsID: UUID?, body: [UInt8]) {
+        self.status = status
+        self.apnsID = apnsID
+        self.body = body
+    }
+
+    /// The `reason` string of an APNs error body, or nil when there is none.
+    public var reason: String? { ResponseBodyScanner.stringValue(of: "reason", in: body) }
+
+    /// The `timestamp` (milliseconds since the epoch) of a 410 body, or nil when there is none.
+    public var timestampMilliseconds: Int64? { ResponseBodyScanner.integerValue(of: "timestamp", in: body) }
+}
+
+/// A failure below HTTP: libcurl's error code and its message.
+public struct TransportError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// libcurl's CURLcode.
+    public var code: Int
+    public var message: String
+
+    public init(code: Int, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "transport error \(code): \(message)" }
+
+    /// The engine was stopped before the request completed.
+    public static let engineStopped = TransportError(code: -1, message: "dispatcher stopped before the request completed")
+}

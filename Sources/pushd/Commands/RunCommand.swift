@@ -1,0 +1,140 @@
+import Dispatch
+import Foundation
+import Glibc
+import Metrics
+import QueueStore
+import Synchronization
+
+/// `pushd run`: the daemon.
+///
+/// Start-up: metrics endpoint first (so `/healthz` answers and `/readyz` says why it is
+/// not ready), then the database (retried with backoff until it answers), the schema
+/// check, the credentials, the pipeline; then ready. SIGTERM or SIGINT: not ready, stop
+/// claiming, settle what is in flight within `shutdown.drain_timeout_s`, exit 0. A
+/// second signal exits at once; nothing is lost either way, since unsettled work is
+/// claimed again. SIGHUP reopens the log file and resumes apps paused for their credentials.
+enum RunCommand {
+    static func run(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        let config = try context.loadConfig(parsed)
+        let sink = FileLogSink(path: config.logFile)
+        let logger = Logger(level: config.logLevel, sink: sink)
+        let metrics = try PushdMetrics(version: VersionCommand.pushdVersion)
+        guard let listen = ConfigLoader.parseListenAddress(config.metricsListen) else {
+            throw CommandContext.Failure("metrics.listen '\(config.metricsListen)' is not host:port")
+        }
+        let server = try MetricsServer(registry: metrics.registry,
+                                       configuration: MetricsServerConfiguration(host: listen.host, port: listen.port))
+        server.setReady(false, detail: "starting: connecting to the database")
+        let signals = SignalWatcher([SIGTERM, SIGINT, SIGHUP])
+        let instance = "\(Self.hostName())/\(getpid())"
+        logger.info("pushd \(VersionCommand.pushdVersion) starting", ("instance", .string(instance)),
+                    ("metrics", .string("\(server.host):\(server.port)")), ("apps", .int(Int64(config.apps.count))))
+
+        let state = RunState()
+        let signalTask = Task.detached {
+            for await number in signals.signals {
+                switch number {
+                case SIGHUP:
+                    sink.reopen()
+                    logger.notice("SIGHUP: reopened the log; paused apps will be resumed")
+                    state.hangups.wrappingAdd(1, ordering: .relaxed)
+                default:
+                    let count = state.stops.wrappingAdd(1, ordering: .relaxed).newValue
+                    if count >= 2 {
+                        logger.warning("\(SignalWatcher.name(number)) again: exiting at once; unsettled work will be claimed again")
+                        exit(1)
+                    }
+                    logger.notice("\(SignalWatcher.name(number)): draining (up to \(config.drainTimeoutSeconds)s)")
+                }
+            }
+        }
+        defer { signalTask.cancel() }
+
+        // The database, with backoff, until it answers or we are told to stop.
+        var attempt = 0
+        while true {
+            if state.stops.load(ordering: .relaxed) > 0 {
+                server.stop()
+                return 0
+            }
+            do {
+                let connection = try QueueSession.connect(url: config.databaseURL, applicationName: "pushd-startup")
+                defer { connection.close() }
+                let migrator = Migrator()
+                if parsed.has("migrate") {
+                    let applied = try migrator.migrate(connection)
+                    if !applied.isEmpty { logger.notice("applied schema migrations \(applied.map(String.init).joined(separator: ", "))") }
+                }
+                guard try !migrator.appliedVersions(connection).isEmpty else {
+                    throw CommandContext.Failure("the database has no pushd schema: run `pushd migrate` (or `pushd run --migrate`)")
+                }
+                break
+            } catch let failure as CommandContext.Failure {
+                server.stop()
+                throw failure
+            } catch {
+                attempt += 1
+                let delay = min(30.0, 0.5 * pow(2.0, Double(min(attempt, 6))))
+                server.setReady(false, detail: "database unreachable: \(error)")
+                logger.warning("database unreachable, retrying in \(String(format: "%.1f", delay))s: \(error)")
+                Thread.sleep(forTimeInterval: delay)
+            }
+        }
+
+        let pipeline: Pipeline
+        do {
+            pipeline = try Pipeline(config: config, metrics: metrics, logger: logger, instance: instance)
+        } catch {
+            server.stop()
+            throw error
+        }
+        pipeline.start()
+        server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
+        logger.info("pushd is running", ("apps", .string(config.apps.map(\.name).joined(separator: ","))))
+
+        var hangupsSeen = state.hangups.load(ordering: .relaxed)
+        var lastHealthCheck = Date.distantPast
+        while state.stops.load(ordering: .relaxed) == 0 {
+            Thread.sleep(forTimeInterval: 0.1)
+            let hangups = state.hangups.load(ordering: .relaxed)
+            if hangups != hangupsSeen {
+                hangupsSeen = hangups
+                pipeline.resumePausedApps()
+            }
+            if Date().timeIntervalSince(lastHealthCheck) >= 5 {
+                lastHealthCheck = Date()
+                do {
+                    _ = try pipeline.readStats()
+                    server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
+                } catch {
+                    server.setReady(false, detail: "database unreachable: \(error)")
+                }
+            }
+        }
+        server.setReady(false, detail: "draining")
+        let deadline = Date().addingTimeInterval(Double(config.drainTimeoutSeconds))
+        pipeline.stop(deadline: deadline)
+        let tally = pipeline.context.tally
+        logger.info("pushd stopped", ("sent", .int(Int64(tally.sent.load(ordering: .relaxed)))),
+                    ("retried", .int(Int64(tally.retried.load(ordering: .relaxed)))),
+                    ("dead", .int(Int64(tally.dead.load(ordering: .relaxed)))),
+                    ("pruned", .int(Int64(tally.pruned.load(ordering: .relaxed)))))
+        server.stop()
+        signals.cancel()
+        return 0
+    }
+
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "pushd" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// What the signal task tells the main loop, which acts on it between its short sleeps.
+final class RunState: Sendable {
+    /// SIGTERM and SIGINT received.
+    let stops = Atomic<Int>(0)
+    /// SIGHUP received.
+    let hangups = Atomic<Int>(0)
+}

@@ -1,0 +1,116 @@
+import APNs
+import Dispatcher
+import Foundation
+import Metrics
+import Synchronization
+
+/// Everything needed to send for one configured app: its HTTP/2 dispatcher (one pool
+/// of connections for its credentials and environment), how to authenticate each
+/// request, whether it is paused, and its metric children bound once.
+///
+/// Thread rule: immutable after init except `pause`, which is under a mutex; any
+/// worker thread may use it.
+final class AppSender: @unchecked Sendable {
+    let app: PushdConfig.App
+    let factory: NotificationFactory
+    let dispatcher: HTTP2Dispatcher
+    let tokenKey: ProviderTokenService.Key?
+    let tokens: ProviderTokenService
+    let environmentLabel: String
+    private let pause = Mutex<(until: Date, reason: String)?>(nil)
+    private let metrics: PushdMetrics
+    private let sentCounters: [String: Counter]
+    private let acceptedResponses: Counter
+    let latency: Histogram
+
+    init(app: PushdConfig.App, dispatcher: HTTP2Dispatcher, tokens: ProviderTokenService, metrics: PushdMetrics) {
+        self.app = app
+        self.factory = NotificationFactory(bundleID: app.bundleID)
+        self.dispatcher = dispatcher
+        self.tokens = tokens
+        self.metrics = metrics
+        environmentLabel = app.environment.rawValue
+        if case .token(let teamID, let keyID, _) = app.credentials {
+            tokenKey = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+        } else {
+            tokenKey = nil
+        }
+        var counters = [String: Counter]()
+        for type in PushType.allCases {
+            for lane in ["transactional", "campaign"] {
+                counters[type.rawValue + "/" + lane] = metrics.sent(app: app.name, environment: app.environment.rawValue,
+                                                                   pushType: type.rawValue, lane: lane)
+            }
+        }
+        sentCounters = counters
+        acceptedResponses = metrics.apnsResponse(app: app.name, environment: app.environment.rawValue, status: "200", reason: "none")
+        latency = metrics.requestDuration(app: app.name, environment: app.environment.rawValue)
+    }
+
+    /// The HTTP/2 request for a notification, with a provider token when the app uses token auth.
+    func request(for notification: APNsNotification) throws -> DispatchRequest {
+        let authorization = try tokenKey.map { try tokens.authorization($0) }
+        return try DispatchRequest(path: notification.path,
+                                   headerLines: notification.headerFields(authorization: authorization).map(\.line),
+                                   body: notification.payload)
+    }
+
+    // MARK: Pausing
+
+    /// Stops sending for the app until `until` (or a reload): its credentials were rejected.
+    /// Returns true when this call paused it (so the caller logs once).
+    @discardableResult
+    func pauseSending(reason: String, until: Date) -> Bool {
+        pause.withLock { current in
+            let wasRunning = current == nil || current!.until <= Date()
+            current = (until, reason)
+            return wasRunning
+        }
+    }
+
+    func resumeSending() { pause.withLock { $0 = nil } }
+
+    /// The reason the app is paused, or nil when it may send.
+    var pausedReason: String? {
+        pause.withLock { current in
+            guard let current, current.until > Date() else { return nil }
+            return current.reason
+        }
+    }
+
+    // MARK: Metrics
+
+    func countSent(pushType: String, lane: String) {
+        sentCounters[pushType + "/" + lane]?.increment()
+    }
+
+    func countResponse(status: Int?, reason: String) {
+        if status == 200 {
+            acceptedResponses.increment()
+            return
+        }
+        metrics.apnsResponse(app: app.name, environment: environmentLabel,
+                             status: status.map(String.init) ?? "none", reason: reason).increment()
+    }
+}
+
+/// Feeds the dispatcher's engine events into one app's metric children.
+struct AppDispatcherMetrics: DispatcherMetricsHook {
+    let inFlight: Gauge
+    let connections: Gauge
+    let lost: Counter
+    let failedConnects: Counter
+
+    init(app: String, environment: String, metrics: PushdMetrics) {
+        inFlight = metrics.streamsInFlight(app: app, environment: environment)
+        connections = metrics.connections(app: app, environment: environment)
+        lost = metrics.connectionError(app: app, environment: environment, reason: "lost")
+        failedConnects = metrics.connectionError(app: app, environment: environment, reason: "replaced")
+    }
+
+    func inFlightChanged(by delta: Int) { inFlight.add(Double(delta)) }
+    func connectionOpened(reconnect: Bool) { connections.increment() }
+    func connectionClosed() { connections.decrement() }
+    func connectionLost() { lost.increment() }
+    func connectionReplacementRequested() { failedConnects.increment() }
+}

@@ -1,0 +1,214 @@
+import APNs
+import Dispatch
+import Dispatcher
+import Foundation
+import QueueStore
+
+/// One worker of the transactional lane, on its own thread with its own database
+/// connection: claim a batch (its transaction stays open), send every job, wait for
+/// the answers, settle the batch (delete delivered, reschedule retries, dead-letter,
+/// prune tokens) and commit. If the process dies in between, the transaction aborts
+/// and the whole batch is claimable again.
+final class JobWorker: @unchecked Sendable {
+    // Everything below is touched only on the worker's own thread, except `completions`
+    // (pushed to by dispatcher threads) and the context's shared, thread-safe parts.
+    private let context: PipelineContext
+    private let index: Int
+    private let completions: CompletionQueue
+    private let batchSize: Int
+    private var connection: PGConnection?
+    private var generation: UInt32 = 0
+    private var random = SystemRandomNumberGenerator()
+    private let queue = JobQueue()
+    private var thread: Thread?
+    let finished = DispatchSemaphore(value: 0)
+
+    init(context: PipelineContext, index: Int, completions: CompletionQueue, batchSize: Int) {
+        self.context = context
+        self.index = index
+        self.completions = completions
+        self.batchSize = batchSize
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            finished.signal()
+        }
+        thread.name = "pushd-jobs-\(index)"
+        self.thread = thread
+        thread.start()
+    }
+
+    private func run() {
+        var failures = 0
+        while !context.isStopping {
+            do {
+                let connection = try connectIfNeeded()
+                let batch = try queue.claim(connection, limit: batchSize, excludingApps: context.pausedApps())
+                failures = 0
+                if batch.isEmpty {
+                    // An insert notifies sleeping claimers within milliseconds of its COMMIT;
+                    // the time-out is the fallback for scheduled jobs and bounds how long
+                    // shutdown waits for this thread.
+                    _ = try queue.sleepUntilJobs(connection, timeoutMilliseconds: 1000)
+                    continue
+                }
+                try process(batch, on: connection)
+            } catch {
+                failures += 1
+                context.databaseError(error)
+                context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
+                connection?.close()
+                connection = nil
+                let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
+                Thread.sleep(forTimeInterval: delay * Double.random(in: 0.5...1.0))
+            }
+        }
+        connection?.close()
+        connection = nil
+    }
+
+    private func connectIfNeeded() throws -> PGConnection {
+        if let connection, connection.isOpen { return connection }
+        // The batch's transaction waits on APNs; give it more than a request's time-out.
+        let idle = max(120, context.config.apns.requestTimeoutMilliseconds * 3 / 1000)
+        let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-jobs-\(index)",
+                                             settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
+        try queue.listen(fresh)
+        connection = fresh
+        return fresh
+    }
+
+    private struct InFlight {
+        var job: Job
+        var sender: AppSender
+        var pushType: String
+    }
+
+    private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
+        context.metrics.claimed(lane: "transactional").increment(by: UInt64(batch.jobs.count))
+        generation &+= 1
+        let now = Date()
+        var outcomes = JobOutcomes()
+        var prunes = [TokenPrune]()
+        var inFlight = [Int: InFlight]()
+
+        for (position, job) in batch.jobs.enumerated() {
+            guard let sender = context.senders[job.app] else {
+                dead(job, status: nil, reason: "UnknownApp: no app named '\(job.app)' in pushd's configuration", into: &outcomes)
+                continue
+            }
+            if let paused = sender.pausedReason {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(30),
+                                                 error: "app paused: \(paused)", countsAsAttempt: false))
+                continue
+            }
+            let notification: APNsNotification
+            do {
+                notification = try sender.factory.notification(.init(
+                    token: job.deviceToken, pushType: job.pushType, priority: job.priority, expiration: job.expiration,
+                    collapseID: job.collapseID, apnsID: job.apnsID, payload: job.payload))
+            } catch {
+                dead(job, status: nil, reason: error.reason, into: &outcomes, sender: sender)
+                continue
+            }
+            let request: DispatchRequest
+            do {
+                request = try sender.request(for: notification)
+            } catch {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
+                                                 error: "could not authenticate: \(error)", countsAsAttempt: false))
+                context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
+                continue
+            }
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType)
+            sender.dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+        }
+
+        let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
+        let deadline = DispatchTime.now() + timeout
+        while !inFlight.isEmpty {
+            let results = completions.take(until: deadline)
+            if results.isEmpty { break }
+            for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
+                guard let item = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
+                settle(item, result, into: &outcomes, prunes: &prunes)
+            }
+        }
+        for item in inFlight.values {
+            // No answer in time: the request may or may not have reached APNs; retrying
+            // keeps the at-least-once promise.
+            outcomes.retries.append(JobRetry(id: item.job.id, runAt: Date().addingTimeInterval(5),
+                                             error: "no answer within \(Int(timeout))s"))
+            context.tally.add(context.tally.retried)
+        }
+
+        if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
+        try queue.finish(connection, batch, outcomes)
+    }
+
+    private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
+        let job = item.job
+        let sender = item.sender
+        let outcome: SendOutcome
+        switch result.outcome {
+        case .response(let response):
+            outcome = .response(status: response.status, body: response.body)
+            sender.latency.observe(Double(result.latencyNanoseconds) / 1e9)
+        case .transportFailure(let error):
+            outcome = .transportFailure(error.message)
+        }
+        let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
+                                             expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
+                                             firstAttemptAt: job.createdAt, now: Date(), random: &random)
+        switch verdict {
+        case .delivered:
+            outcomes.delivered.append(job.id)
+            sender.countResponse(status: 200, reason: "none")
+            sender.countSent(pushType: item.pushType, lane: "transactional")
+            context.tally.add(context.tally.sent)
+        case .prune(let status, let reason, let timestamp):
+            outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
+            prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp))
+            sender.countResponse(status: status, reason: reason)
+            context.metrics.tokenPruned(app: job.app, environment: sender.environmentLabel, reason: reason).increment()
+            context.tally.add(context.tally.pruned)
+        case .retry(let at, let reason, let refresh):
+            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason))
+            countAnswer(outcome, sender: sender)
+            context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
+            context.tally.add(context.tally.retried)
+            if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
+        case .dead(let status, let reason):
+            countAnswer(outcome, sender: sender)
+            dead(job, status: status, reason: reason, into: &outcomes, sender: sender)
+        case .pauseApp(let reason):
+            countAnswer(outcome, sender: sender)
+            context.pause(sender, reason: reason)
+            outcomes.retries.append(JobRetry(id: job.id, runAt: Date().addingTimeInterval(30),
+                                             error: "app paused: \(reason)", countsAsAttempt: false))
+        }
+    }
+
+    private func countAnswer(_ outcome: SendOutcome, sender: AppSender) {
+        switch outcome {
+        case .response(let status, let body):
+            sender.countResponse(status: status, reason: APNsResponse(status: status, body: body).reason?.rawValue ?? "none")
+        case .transportFailure:
+            sender.countResponse(status: nil, reason: "transport")
+        }
+    }
+
+    private func dead(_ job: Job, status: Int?, reason: String, into outcomes: inout JobOutcomes, sender: AppSender? = nil) {
+        outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
+        context.metrics.deadLetter(app: sender?.app.name ?? "unknown", lane: "transactional", reason: Self.label(reason)).increment()
+        context.tally.add(context.tally.dead)
+    }
+
+    /// The reason's first word (`BadCollapseId`, `transport`, `Invalid`…): a closed set fit for a label.
+    static func label(_ reason: String) -> String {
+        let word = reason.prefix { $0.isLetter || $0.isNumber }
+        return word.isEmpty ? "other" : String(word.prefix(40))
+    }
+}

@@ -1,0 +1,53 @@
+import APNs
+import Foundation
+
+/// Builds the APNs request for a job or a campaign target, or says why it can never
+/// be sent (that job goes to dead letters with the reason, it is never dropped).
+struct NotificationFactory: Sendable {
+    struct Rejection: Error, Equatable, CustomStringConvertible {
+        var reason: String
+        var description: String { reason }
+    }
+
+    /// The fields a job or campaign target carries, as stored.
+    struct Fields: Sendable {
+        var token: String
+        var pushType: String
+        var priority: Int
+        var expiration: Date?
+        var collapseID: String?
+        var apnsID: UUID?
+        var payload: String
+    }
+
+    let bundleID: String
+
+    func notification(_ fields: Fields) throws(Rejection) -> APNsNotification {
+        let token: APNs.DeviceToken
+        do {
+            token = try APNs.DeviceToken(fields.token)
+        } catch {
+            throw Rejection(reason: "BadDeviceToken: \(error)")
+        }
+        guard let pushType = PushType(rawValue: fields.pushType) else {
+            throw Rejection(reason: "InvalidPushType: '\(fields.pushType)' is not an APNs push type")
+        }
+        guard let priority = Priority(rawValue: fields.priority) else {
+            throw Rejection(reason: "BadPriority: \(fields.priority) is not 10, 5 or 1")
+        }
+        let notification = APNsNotification(
+            token: token,
+            topic: pushType.topic(forBundleID: bundleID) ?? bundleID,
+            pushType: pushType,
+            priority: priority,
+            expiration: fields.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
+            collapseID: fields.collapseID,
+            apnsID: fields.apnsID,
+            payload: Array(fields.payload.utf8))
+        let issues = NotificationValidator.issues(in: notification)
+        if !issues.isEmpty {
+            throw Rejection(reason: "Invalid: " + issues.map(\.description).joined(separator: "; "))
+        }
+        return notification
+    }
+}

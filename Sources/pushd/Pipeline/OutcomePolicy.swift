@@ -1,0 +1,74 @@
+import APNs
+import Foundation
+
+/// What came back for one send: APNs's answer, or no answer at all.
+enum SendOutcome: Sendable, Equatable {
+    case response(status: Int, body: [UInt8])
+    case transportFailure(String)
+}
+
+/// What pushd does with a job (or campaign target) after one send.
+enum Verdict: Sendable, Equatable {
+    case delivered
+    /// The token is dead: record the job as failed with `reason` and prune the token
+    /// (unless it was registered again after `apnsTimestamp`).
+    case prune(status: Int, reason: String, apnsTimestamp: Date?)
+    /// Send again at `at`. `refreshProviderToken` asks for a new JWT first.
+    case retry(at: Date, reason: String, refreshProviderToken: Bool)
+    /// Give up: the job goes to dead letters with `reason`.
+    case dead(status: Int?, reason: String)
+    /// The app's credentials are rejected: stop sending for the app and keep the job.
+    case pauseApp(reason: String)
+}
+
+/// Turns an outcome into a verdict: APNs's classification of the reason, then the
+/// retry policy's backoff and attempt budget. A pure function of its inputs.
+struct OutcomePolicy: Sendable {
+    var retry: RetryPolicy
+
+    /// - Parameters:
+    ///   - attempt: sends made so far, this one included (1 after the first).
+    ///   - expiration: the notification's apns-expiration, if any.
+    func verdict<Random: RandomNumberGenerator>(for outcome: SendOutcome, attempt: Int, expiration: Int64?,
+                                                firstAttemptAt: Date?, now: Date, random: inout Random) -> Verdict {
+        let action: ResponseAction
+        let reason: APNsReason?
+        let status: Int?
+        let label: String
+        switch outcome {
+        case .transportFailure(let message):
+            action = ResponseClassifier.transportFailure
+            reason = nil
+            status = nil
+            label = "transport: \(message)"
+        case .response(let code, let body):
+            let response = APNsResponse(status: code, body: body)
+            action = response.action
+            reason = response.reason
+            status = code
+            label = response.reason?.rawValue ?? "HTTP \(code)"
+            if case .pruneToken(let timestamp) = action {
+                return .prune(status: code, reason: label,
+                              apnsTimestamp: timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) })
+            }
+        }
+        switch action {
+        case .delivered:
+            return .delivered
+        case .pruneToken:
+            return .dead(status: status, reason: label)
+        case .deadLetter(let why, _):
+            return .dead(status: status, reason: "\(label): \(why)")
+        case .configurationError(let configurationReason):
+            return .pauseApp(reason: configurationReason.rawValue)
+        case .retry, .reconnectThenRetry, .refreshProviderTokenThenRetry:
+            switch retry.decide(attempt: attempt, reason: reason, now: now, expiration: expiration,
+                                firstAttemptAt: firstAttemptAt, random: &random) {
+            case .retry(_, let at):
+                return .retry(at: at, reason: label, refreshProviderToken: action == .refreshProviderTokenThenRetry)
+            case .giveUp(let why):
+                return .dead(status: status, reason: "\(label): \(why)")
+            }
+        }
+    }
+}

@@ -1,0 +1,184 @@
+import APNs
+import Dispatcher
+import Foundation
+import Metrics
+import QueueStore
+import Synchronization
+
+/// The daemon's moving parts, built from the configuration: one HTTP/2 dispatcher per
+/// app, the provider-token service, the transactional and campaign workers, and the
+/// scrape-time gauges read from the database.
+final class Pipeline: @unchecked Sendable {
+    // Immutable after init; the stats connection is used only under its mutex.
+    let context: PipelineContext
+    private let jobWorkers: [JobWorker]
+    private let campaignWorkers: [CampaignWorker]
+    private let tokens: ProviderTokenService
+    private let statsConnection = Mutex<PGConnection?>(nil)
+
+    struct SetupError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    init(config: PushdConfig, metrics: PushdMetrics, logger: Logger, instance: String) throws {
+        var signers = [ProviderTokenService.Key: ProviderTokenSigner]()
+        for app in config.apps {
+            guard case .token(let teamID, let keyID, let keyFile) = app.credentials else { continue }
+            do {
+                let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
+                signers[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = ProviderTokenSigner(key: key)
+            } catch {
+                throw SetupError(description: "app \(app.name): cannot load the signing key \(keyFile): \(error)")
+            }
+        }
+        let appByKey = Dictionary(config.apps.compactMap { app -> (ProviderTokenService.Key, String)? in
+            guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
+            return (ProviderTokenService.Key(keyID: keyID, teamID: teamID), app.name)
+        }, uniquingKeysWith: { first, _ in first })
+        tokens = ProviderTokenService(
+            databaseURL: config.databaseURL, instance: instance, signers: signers,
+            refreshAge: Int64(config.apns.providerTokenRefreshSeconds), logger: logger,
+            onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
+            onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
+
+        let queues = (0..<(config.transactionalWorkers + config.campaignWorkers)).map { _ in CompletionQueue() }
+        let router = ResultRouter(queues: queues)
+        var senders = [String: AppSender]()
+        for app in config.apps {
+            let dispatcher: HTTP2Dispatcher
+            do {
+                dispatcher = try HTTP2Dispatcher(configuration: Self.dispatcherConfiguration(for: app, config: config),
+                                                 metrics: AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics),
+                                                 onResult: { router.deliver($0) })
+            } catch {
+                throw SetupError(description: "app \(app.name): \(error)")
+            }
+            senders[app.name] = AppSender(app: app, dispatcher: dispatcher, tokens: tokens, metrics: metrics)
+        }
+        let context = PipelineContext(config: config, instance: instance, senders: senders, metrics: metrics, logger: logger)
+        self.context = context
+        jobWorkers = (0..<config.transactionalWorkers).map {
+            JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize)
+        }
+        let limiter = RateLimiter()
+        campaignWorkers = (0..<config.campaignWorkers).map {
+            CampaignWorker(context: context, index: config.transactionalWorkers + $0,
+                           completions: queues[config.transactionalWorkers + $0], limiter: limiter)
+        }
+        registerGauges(appByKey: appByKey)
+    }
+
+    static func dispatcherConfiguration(for app: PushdConfig.App, config: PushdConfig) -> DispatcherConfiguration {
+        let environment: APNsEnvironment = app.environment == .production ? .production : .sandbox
+        var host = environment.host
+        var port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
+        if let override = config.apns.hostOverride {
+            if let parsed = ConfigLoader.parseListenAddress(override) {
+                host = parsed.host
+                port = Int(parsed.port)
+            } else {
+                host = override
+            }
+        }
+        let credential: ClientCredential
+        switch app.credentials {
+        case .token:
+            credential = .token
+        case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
+            if let pkcs12File {
+                credential = .pkcs12(file: pkcs12File, password: password)
+            } else {
+                credential = .pemCertificate(certificateFile: certificateFile ?? "", privateKeyFile: keyFile ?? certificateFile ?? "",
+                                             passphrase: password)
+            }
+        }
+        return DispatcherConfiguration(
+            host: host, port: port, credential: credential, trustedCAFile: config.apns.caFile, proxy: config.apns.proxy,
+            threads: config.apns.threads, connectionsPerThread: config.apns.connectionsPerApp,
+            maxOutstanding: config.apns.maxInFlight,
+            connectTimeoutMilliseconds: config.apns.connectTimeoutMilliseconds,
+            requestTimeoutMilliseconds: config.apns.requestTimeoutMilliseconds)
+    }
+
+    func start() {
+        for worker in jobWorkers { worker.start() }
+        for worker in campaignWorkers { worker.start() }
+    }
+
+    /// Tells the workers to stop claiming, waits up to `deadline` for them to settle what
+    /// they hold, then stops the dispatchers. Work not settled by then stays in the queue
+    /// (an open transaction aborts; a chunk's lease expires) and is sent again later.
+    func stop(deadline: Date) {
+        context.stopping.store(true, ordering: .relaxed)
+        context.doorbell.ring()
+        for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
+        for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
+        for sender in context.senders.values { sender.dispatcher.shutdown(drainTimeoutMilliseconds: 1000) }
+        tokens.close()
+        statsConnection.withLock { connection in
+            connection?.close()
+            connection = nil
+        }
+    }
+
+    static func dispatchTime(_ date: Date) -> DispatchTime {
+        .now() + max(0, date.timeIntervalSinceNow)
+    }
+
+    /// Resumes every paused app (after the operator fixed its credentials and sent SIGHUP).
+    func resumePausedApps() {
+        for sender in context.senders.values where sender.pausedReason != nil {
+            sender.resumeSending()
+            context.logger.notice("resumed sending for app \(sender.app.name)", ("app", .string(sender.app.name)))
+        }
+        context.doorbell.ring()
+    }
+
+    /// Reads queue statistics on the pipeline's own stats connection.
+    func readStats() throws -> QueueStats {
+        try statsConnection.withLock { connection -> QueueStats in
+            do {
+                if connection == nil {
+                    connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-stats")
+                }
+                return try QueueStats.read(connection!)
+            } catch {
+                connection?.close()
+                connection = nil
+                context.databaseError(error)
+                throw error
+            }
+        }
+    }
+
+    private func registerGauges(appByKey: [ProviderTokenService.Key: String]) {
+        let metrics = context.metrics
+        let cache = Duration.seconds(2)
+        metrics.queueDepth.setSource(cacheFor: cache) { [self] in
+            let stats = try readStats()
+            return ["transactional", "campaign"].map { lane in
+                MetricSample(labelValues: [lane], value: Double(stats.lanes.filter { $0.lane.rawValue == lane }.reduce(0) { $0 + $1.depth }))
+            }
+        }
+        metrics.queueOldestAge.setSource(cacheFor: cache) { [self] in
+            let stats = try readStats()
+            return ["transactional", "campaign"].map { lane in
+                MetricSample(labelValues: [lane], value: stats.lanes.filter { $0.lane.rawValue == lane }.map(\.oldestAge).max() ?? 0)
+            }
+        }
+        metrics.campaigns.setSource(cacheFor: cache) { [self] in
+            let stats = try readStats()
+            return CampaignStatus.allCases.map { status in
+                MetricSample(labelValues: [status.rawValue], value: Double(stats.campaigns.filter { $0.status == status }.count))
+            }
+        }
+        metrics.campaignTargetsRemaining.setSource(cacheFor: cache) { [self] in
+            let stats = try readStats()
+            return Dictionary(grouping: stats.campaigns, by: \.app).map { app, campaigns in
+                MetricSample(labelValues: [app], value: Double(campaigns.reduce(0) { $0 + $1.remaining }))
+            }
+        }
+        let tokens = self.tokens
+        metrics.jwtAge.setSource { tokens.ages().map { MetricSample(labelValues: [appByKey[$0.0] ?? $0.0.keyID], value: $0.1) } }
+    }
+}

@@ -1,0 +1,71 @@
+import APNs
+import Foundation
+import Metrics
+import QueueStore
+import Synchronization
+
+/// What every worker of one pushd process shares.
+///
+/// Thread rule: immutable after init except the atomics and the mutex-guarded tallies.
+final class PipelineContext: @unchecked Sendable {
+    let config: PushdConfig
+    let instance: String
+    let senders: [String: AppSender]
+    let policy: OutcomePolicy
+    let metrics: PushdMetrics
+    let logger: Logger
+    let doorbell = Doorbell()
+    let tally = Tally()
+    /// Set when shutdown begins: workers stop claiming and finish what they hold.
+    let stopping = Atomic<Bool>(false)
+    /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
+    let pauseDuration: TimeInterval = 300
+
+    init(config: PushdConfig, instance: String, senders: [String: AppSender], metrics: PushdMetrics, logger: Logger) {
+        self.config = config
+        self.instance = instance
+        self.senders = senders
+        self.metrics = metrics
+        self.logger = logger
+        policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
+                                                  maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
+                                                  maxAttempts: config.retry.maxAttempts))
+    }
+
+    var isStopping: Bool { stopping.load(ordering: .relaxed) }
+
+    /// Apps whose jobs stay queued for now.
+    func pausedApps() -> [String] {
+        senders.values.compactMap { $0.pausedReason == nil ? nil : $0.app.name }
+    }
+
+    func pause(_ sender: AppSender, reason: String) {
+        if sender.pauseSending(reason: reason, until: Date().addingTimeInterval(pauseDuration)) {
+            logger.error("APNs rejected the credentials of app \(sender.app.name) (\(reason)): sending for this app is paused and its jobs are kept; fix its configuration and send SIGHUP",
+                         ("app", .string(sender.app.name)), ("reason", .string(reason)))
+        }
+    }
+
+    func databaseError(_ error: any Error) {
+        let reason: String
+        if let error = error as? PGError {
+            reason = error.code.isConnectionLoss ? "connection" : String(error.code.raw.prefix(2))
+        } else {
+            reason = "other"
+        }
+        metrics.databaseError(reason: reason).increment()
+    }
+}
+
+/// Running totals of what this process did, for `pushd demo`'s report and the logs.
+final class Tally: @unchecked Sendable {
+    let sent = Atomic<Int>(0)
+    let retried = Atomic<Int>(0)
+    let dead = Atomic<Int>(0)
+    let pruned = Atomic<Int>(0)
+    let failed = Atomic<Int>(0)
+
+    func add(_ counter: borrowing Atomic<Int>, _ amount: Int = 1) {
+        counter.wrappingAdd(amount, ordering: .relaxed)
+    }
+}

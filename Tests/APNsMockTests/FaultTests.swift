@@ -1,0 +1,142 @@
+import APNsMock
+import Foundation
+import Testing
+
+@Suite("apns-mock faults")
+struct FaultTests {
+    @Test func unregisteredTokenAnswers410WithItsTimestamp() throws {
+        let token = deviceToken(0x410)
+        try withMockServer({ $0.faults.unregisteredTokens = [token.uppercased(): 1_700_000_000_123] }) { server, port in
+            let response = try H2Client.send(.push(token: token), port: port)
+            #expect(response.status == 410)
+            #expect(response.body == #"{"reason":"Unregistered","timestamp":1700000000123}"#)
+            #expect(server.stats.perToken[token] == TokenCounts(accepted: 0, rejected: 1))
+            #expect(try H2Client.send(.push(token: deviceToken(1)), port: port).status == 200)
+        }
+    }
+
+    @Test func badDeviceTokenAndNotForTopicFaultsAnswer400() throws {
+        let bad = deviceToken(0xbad)
+        let other = deviceToken(0x70c)
+        try withMockServer({
+            $0.faults.badDeviceTokens = [bad]
+            $0.faults.tokensNotForTopic = [other]
+        }) { server, port in
+            let responses = try H2Client.send([.push(token: bad), .push(token: other), .push(token: deviceToken(5))], port: port)
+            #expect(responses.map(\.status) == [400, 400, 200])
+            #expect(responses.map(\.reason) == ["BadDeviceToken", "DeviceTokenNotForTopic", nil])
+            #expect(server.stats.rejected == ["400 BadDeviceToken": 1, "400 DeviceTokenNotForTopic": 1])
+        }
+    }
+
+    @Test(arguments: [
+        (FaultConfiguration(tooManyRequestsRate: 1), 429, "TooManyRequests"),
+        (FaultConfiguration(internalServerErrorRate: 1), 500, "InternalServerError"),
+        (FaultConfiguration(serviceUnavailableRate: 1), 503, "ServiceUnavailable"),
+    ])
+    func errorRateOfOneAnswersEveryRequestWithThatError(faults: FaultConfiguration, status: Int, reason: String) throws {
+        try withMockServer({ $0.faults = faults }) { server, port in
+            let responses = try H2Client.send((0..<20).map { .push(token: deviceToken($0)) }, port: port)
+            #expect(responses.allSatisfy { $0.status == status && $0.reason == reason })
+            #expect(server.stats.rejected(reason) == 20)
+            #expect(server.stats.accepted == 0)
+        }
+    }
+
+    @Test func partialErrorRatesSplitAnswersBetweenErrorsAndAccepted() throws {
+        try withMockServer({ $0.faults = FaultConfiguration(tooManyRequestsRate: 0.25, serviceUnavailableRate: 0.25) }) { server, port in
+            let responses = try H2Client.send((0..<400).map { .push(token: deviceToken($0)) }, port: port)
+            let statuses = Dictionary(grouping: responses, by: \.status).mapValues(\.count)
+            #expect(Set(statuses.keys) == [200, 429, 503])
+            #expect(statuses.values.reduce(0, +) == 400)
+            #expect(server.stats.accepted == statuses[200])
+            #expect(server.stats.rejected("TooManyRequests") == statuses[429])
+        }
+    }
+
+    @Test func faultsChangeWhileRunning() throws {
+        try withMockServer { server, port in
+            #expect(try H2Client.send(.push(token: deviceToken(9)), port: port).status == 200)
+            try server.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            #expect(try H2Client.send(.push(token: deviceToken(9)), port: port).status == 503)
+            try server.setFaults(.none)
+            #expect(try H2Client.send(.push(token: deviceToken(9)), port: port).status == 200)
+        }
+    }
+
+    @Test func invalidFaultsAreRefusedWithTheFieldNamed() throws {
+        try withMockServer { server, _ in
+            #expect {
+                try server.setFaults(FaultConfiguration(resetRate: 1.5))
+            } throws: { error in
+                "\(error)".contains("resetRate")
+            }
+            #expect(server.faults == .none)
+        }
+    }
+
+    @Test func fixedDelayHoldsTheAnswerWithoutBlockingOtherConnections() throws {
+        try withMockServer({ $0.faults.delayMilliseconds = 300 }) { server, port in
+            let started = Date()
+            var options = H2Client.Options()
+            options.maxConnections = 4
+            let responses = try H2Client.send((0..<8).map { .push(token: deviceToken($0)) }, port: port, options: options)
+            let elapsed = Date().timeIntervalSince(started)
+            #expect(responses.allSatisfy { $0.status == 200 })
+            #expect(elapsed >= 0.3)
+            #expect(server.stats.accepted == 8)
+        }
+    }
+
+    @Test func randomDelayStillAnswersEveryRequest() throws {
+        try withMockServer({ $0.faults.randomDelayMilliseconds = 50 }) { server, port in
+            let responses = try H2Client.send((0..<50).map { .push(token: deviceToken($0)) }, port: port)
+            #expect(responses.allSatisfy { $0.status == 200 })
+            #expect(Set(server.acceptedLog.map(\.apnsID)).count == 50)
+        }
+    }
+
+    @Test func resetAfterStreamsDropsTheConnectionWithoutAnswering() throws {
+        try withMockServer({ $0.faults.resetAfterStreams = 1 }) { server, port in
+            let response = try H2Client.send(.push(token: deviceToken(1)), port: port)
+            #expect(response.curlCode != 0)
+            #expect(response.status == 0)
+            #expect(server.stats.connectionsReset >= 1)
+            #expect(server.stats.accepted == 0)
+        }
+    }
+
+    @Test func resetRateOfOneResetsEveryConnection() throws {
+        try withMockServer({ $0.faults.resetRate = 1 }) { server, port in
+            let response = try H2Client.send(.push(token: deviceToken(1)), port: port)
+            #expect(response.curlCode != 0)
+            #expect(server.stats.connectionsReset >= 1)
+        }
+    }
+
+    @Test func countsOnlyAnswersTheClientCouldReceiveWhenConnectionsAreReset() throws {
+        try withMockServer({ $0.faults.resetRate = 0.05 }) { server, port in
+            var options = H2Client.Options()
+            options.maxConnections = 2
+            let responses = try H2Client.send((0..<200).map { .push(token: deviceToken($0)) }, port: port, options: options)
+            let answered = responses.filter { $0.status == 200 }.compactMap(\.apnsID)
+            #expect(server.stats.connectionsReset >= 1)
+            #expect(Set(server.acceptedLog.map(\.apnsID)).isSuperset(of: Set(answered)))
+            #expect(server.stats.accepted == server.acceptedLog.count)
+            #expect(Set(server.acceptedLog.map(\.apnsID)).count == server.acceptedLog.count)
+        }
+    }
+
+    @Test func lowersMaxConcurrentStreamsToOneAfterAnErrorAndRaisesItAfterSuccess() throws {
+        let bad = deviceToken(0xbad)
+        try withMockServer({
+            $0.maxConcurrentStreams = 50
+            $0.faults.badDeviceTokens = [bad]
+            $0.faults.lowerConcurrencyAfterError = true
+        }) { _, port in
+            let frames = try runNghttp(port: port, tokens: [bad, deviceToken(1)])
+            let limits = frames.maxConcurrentStreamsReceived
+            #expect(limits == [50, 1, 50])
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import APNsMock
+import Foundation
+import Testing
+
+@Suite("apns-mock GOAWAY")
+struct GoawayTests {
+    @Test func goawayAfterStreamsProcessesExactlyTheStreamsUpToLastStreamID() throws {
+        try withMockServer({ $0.faults.goawayAfterStreams = 4 }) { server, port in
+            let ids = (0..<10).map { _ in UUID().uuidString.lowercased() }
+            let requests = ids.enumerated().map { index, id in TestRequest.push(token: deviceToken(index), headers: ["apns-id: \(id)"]) }
+            let responses = try H2Client.send(requests, port: port)
+            let stats = server.stats
+            let log = server.acceptedLog
+
+            let first = try #require(stats.goaways.first { $0.connectionID == 1 })
+            let onFirst = log.filter { $0.connectionID == 1 }
+            #expect(onFirst.map(\.streamID).sorted() == [1, 3, 5, 7], "the four streams begun before GOAWAY")
+            #expect(first.lastStreamID == 7)
+            for goaway in stats.goaways {
+                #expect(log.filter { $0.connectionID == goaway.connectionID }.allSatisfy { $0.streamID <= goaway.lastStreamID })
+            }
+
+            // Streams above last-stream-id were never processed, so the client could retry them:
+            // every notification answered 200 is in the log exactly once, nothing twice.
+            let answered = responses.filter { $0.status == 200 }.compactMap(\.apnsID)
+            #expect(Set(log.map(\.apnsID)).count == log.count, "no notification accepted twice")
+            #expect(Set(answered) == Set(log.map(\.apnsID)))
+            #expect(Set(answered).isSubset(of: Set(ids)))
+            let unanswered = responses.filter { $0.status != 200 }
+            #expect(unanswered.allSatisfy { $0.curlCode != 0 }, "a stream is either answered or failed, never both")
+            #expect(answered.count + unanswered.count == 10)
+            // libcurl retries the refused streams on a new connection: all ten arrive, once each.
+            #expect(answered.count == 10)
+            #expect(stats.streamsRefused > 0)
+            #expect(stats.connectionsAccepted >= 2)
+        }
+    }
+
+    @Test func goawayAfterSecondsLetsTheStreamInFlightFinish() throws {
+        try withMockServer({
+            $0.faults.goawayAfterSeconds = 0.2
+            $0.faults.delayMilliseconds = 600
+        }) { server, port in
+            let response = try H2Client.send(.push(token: deviceToken(1)), port: port)
+            #expect(response.status == 200)
+            #expect(server.stats.goaways == [GoawayRecord(connectionID: 1, lastStreamID: 1)])
+            #expect(server.stats.accepted == 1)
+            #expect(eventually { server.stats.connectionsClosed == 1 })
+        }
+    }
+
+    @Test func goawayOnRequestKeepsBegunStreamsAndClosesTheConnection() throws {
+        try withMockServer({ $0.faults.delayMilliseconds = 500 }) { server, port in
+            let done = DispatchSemaphore(value: 0)
+            let box = ResponseBox()
+            let sender = Thread {
+                box.responses = (try? H2Client.send((0..<3).map { .push(token: deviceToken($0)) }, port: port)) ?? []
+                done.signal()
+            }
+            sender.start()
+            Thread.sleep(forTimeInterval: 0.2)
+            server.sendGoawayToAll()
+            done.wait()
+            #expect(box.responses.count == 3)
+            #expect(box.responses.allSatisfy { $0.status == 200 })
+            #expect(server.stats.goaways.count == 1)
+            #expect(server.stats.goaways.first?.lastStreamID == 5)
+        }
+    }
+}
+
+final class ResponseBox: @unchecked Sendable {
+    var responses: [TestResponse] = []
+}

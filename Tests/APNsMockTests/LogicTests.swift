@@ -1,0 +1,294 @@
+import APNs
+@testable import APNsMock
+import Foundation
+import Testing
+
+@Suite("apns-mock decisions as plain values")
+struct LogicTests {
+    static let now: Int64 = 1_800_000_000
+
+    private func request(token: String = deviceToken(1), headers: [HeaderField] = [], streamID: Int32 = 1) -> IncomingRequest {
+        var request = IncomingRequest(streamID: streamID)
+        request.method = "POST"
+        request.path = "/3/device/" + token
+        request.headers = [HeaderField(name: "apns-topic", value: "com.example.app")] + headers
+        request.body = examplePayload
+        return request
+    }
+
+    private func settings(verifier: ProviderTokenVerifier? = nil, startAtOne: Bool = false) -> LogicSettings {
+        LogicSettings(maxConcurrentStreams: 500, validator: APNsRequestValidator(), tokenVerifier: verifier,
+                      startAtOneStream: startAtOne, logsAccepted: true)
+    }
+
+    private func answer(_ verdict: Verdict) -> Answer? {
+        if case .answer(let answer) = verdict { return answer }
+        return nil
+    }
+
+    private func verifier(_ key: TestProviderKey) throws -> ProviderTokenVerifier {
+        ProviderTokenVerifier(keys: [key.keyID: .init(teamID: key.teamID, publicKey: try ES256PublicKey(pem: key.publicKeyPEM))])
+    }
+
+    private func bearer(_ key: TestProviderKey, issuedAt: Int64) throws -> String {
+        try key.signer.makeToken(issuedAt: issuedAt).authorizationValue
+    }
+
+    @Test func verifiesEachDistinctTokenOncePerConnection() throws {
+        let key = try TestProviderKey()
+        let verifier = try verifier(key)
+        var state = ProviderTokenState()
+        let token = try bearer(key, issuedAt: Self.now - 5)
+        for offset in 0..<100 {
+            #expect(state.authorize(token, now: Self.now + Int64(offset), verifier: verifier) == .accepted(first: offset == 0))
+        }
+        #expect(state.signatureChecks == 1)
+        let forged = try bearer(TestProviderKey(keyID: key.keyID, teamID: key.teamID), issuedAt: Self.now)
+        for _ in 0..<10 {
+            #expect(state.authorize(forged, now: Self.now, verifier: verifier) == .rejected(status: 403, reason: .invalidProviderToken))
+        }
+        #expect(state.signatureChecks == 2)
+    }
+
+    @Test func aTokenInUseExpiresAfterAnHour() throws {
+        let key = try TestProviderKey()
+        let verifier = try verifier(key)
+        var state = ProviderTokenState()
+        let token = try bearer(key, issuedAt: Self.now)
+        #expect(state.authorize(token, now: Self.now, verifier: verifier) == .accepted(first: true))
+        #expect(state.authorize(token, now: Self.now + 3600, verifier: verifier) == .accepted(first: false))
+        #expect(state.authorize(token, now: Self.now + 3601, verifier: verifier) == .rejected(status: 403, reason: .expiredProviderToken))
+    }
+
+    @Test func tokenUpdatesAreLimitedToOneEveryTwentyMinutes() throws {
+        let key = try TestProviderKey()
+        let verifier = try verifier(key)
+        var state = ProviderTokenState()
+        let first = try bearer(key, issuedAt: Self.now)
+        let second = try bearer(key, issuedAt: Self.now + 60)
+        let third = try bearer(key, issuedAt: Self.now + 1300)
+        #expect(state.authorize(first, now: Self.now, verifier: verifier) == .accepted(first: true))
+        #expect(state.authorize(second, now: Self.now + 60, verifier: verifier) == .rejected(status: 429, reason: .tooManyProviderTokenUpdates))
+        #expect(state.authorize(first, now: Self.now + 61, verifier: verifier) == .accepted(first: false), "the old token still works")
+        #expect(state.authorize(third, now: Self.now + 1300, verifier: verifier) == .accepted(first: false))
+    }
+
+    @Test func replacingAnExpiredTokenIsNeverTooManyUpdates() throws {
+        let key = try TestProviderKey()
+        let verifier = try verifier(key)
+        var state = ProviderTokenState()
+        let old = try bearer(key, issuedAt: Self.now - 3500)
+        #expect(state.authorize(old, now: Self.now, verifier: verifier) == .accepted(first: true))
+        let fresh = try bearer(key, issuedAt: Self.now + 200)
+        #expect(state.authorize(fresh, now: Self.now + 200, verifier: verifier) == .accepted(first: false))
+    }
+
+    @Test func missingAndMalformedAuthorization() throws {
+        let verifier = try verifier(TestProviderKey())
+        var state = ProviderTokenState()
+        #expect(state.authorize(nil, now: Self.now, verifier: verifier) == .rejected(status: 403, reason: .missingProviderToken))
+        #expect(state.authorize("", now: Self.now, verifier: verifier) == .rejected(status: 403, reason: .missingProviderToken))
+        #expect(state.authorize("bearer x.y.z", now: Self.now, verifier: verifier) == .rejected(status: 403, reason: .invalidProviderToken))
+    }
+
+    @Test func startsAtOneStreamUntilAValidTokenThenRaisesOnce() throws {
+        let key = try TestProviderKey()
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(verifier: try verifier(key), startAtOne: true), seed: 1)
+        #expect(logic.initialMaxConcurrentStreams == 1)
+        let rejected = answer(logic.handle(request(), faults: .none, now: Self.now))
+        #expect(rejected?.reason == "MissingProviderToken")
+        #expect(rejected?.newMaxConcurrentStreams == nil)
+        let auth = HeaderField(name: "authorization", value: try bearer(key, issuedAt: Self.now))
+        let first = answer(logic.handle(request(headers: [auth]), faults: .none, now: Self.now))
+        #expect(first?.status == 200)
+        #expect(first?.newMaxConcurrentStreams == 500)
+        let second = answer(logic.handle(request(headers: [auth]), faults: .none, now: Self.now))
+        #expect(second?.newMaxConcurrentStreams == nil)
+    }
+
+    @Test func lowersConcurrencyAfterAnErrorOnlyWhenAsked() {
+        var faults = FaultConfiguration(badDeviceTokens: [deviceToken(9)])
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
+        #expect(answer(logic.handle(request(token: deviceToken(9)), faults: faults, now: Self.now))?.newMaxConcurrentStreams == nil)
+        faults.lowerConcurrencyAfterError = true
+        #expect(answer(logic.handle(request(token: deviceToken(9)), faults: faults, now: Self.now))?.newMaxConcurrentStreams == 1)
+        #expect(answer(logic.handle(request(token: deviceToken(9)), faults: faults, now: Self.now))?.newMaxConcurrentStreams == nil)
+        #expect(answer(logic.handle(request(), faults: faults, now: Self.now))?.newMaxConcurrentStreams == 500)
+    }
+
+    @Test func resetAfterStreamsCountsCompletedStreams() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
+        let faults = FaultConfiguration(resetAfterStreams: 3)
+        #expect(answer(logic.handle(request(), faults: faults, now: Self.now)) != nil)
+        #expect(answer(logic.handle(request(), faults: faults, now: Self.now)) != nil)
+        #expect(logic.handle(request(), faults: faults, now: Self.now) == .resetConnection)
+    }
+
+    @Test func errorRatesFollowTheSeededRollsAndSumToTheRequestCount() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 42)
+        let faults = FaultConfiguration(tooManyRequestsRate: 0.2, internalServerErrorRate: 0.1, serviceUnavailableRate: 0.1)
+        var statuses: [Int: Int] = [:]
+        for _ in 0..<10_000 {
+            statuses[answer(logic.handle(request(), faults: faults, now: Self.now))?.status ?? 0, default: 0] += 1
+        }
+        #expect(statuses.values.reduce(0, +) == 10_000)
+        #expect((1800...2200).contains(statuses[429] ?? 0))
+        #expect((800...1200).contains(statuses[500] ?? 0))
+        #expect((800...1200).contains(statuses[503] ?? 0))
+        #expect((5600...6400).contains(statuses[200] ?? 0))
+    }
+
+    @Test func delaysStayWithinTheFixedPlusRandomBound() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 7)
+        let faults = FaultConfiguration(delayMilliseconds: 100, randomDelayMilliseconds: 50)
+        let delays = (0..<500).compactMap { _ in answer(logic.handle(request(), faults: faults, now: Self.now))?.delayMilliseconds }
+        #expect(delays.allSatisfy { (100...150).contains($0) })
+        #expect(Set(delays).count > 10)
+    }
+
+    @Test func perTokenFaultsComeAfterValidationAndBeforeRates() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
+        let faults = FaultConfiguration(unregisteredTokens: [deviceToken(3): 99], serviceUnavailableRate: 1)
+        let gone = answer(logic.handle(request(token: deviceToken(3)), faults: faults, now: Self.now))
+        #expect(gone?.status == 410)
+        #expect(gone?.body == Array(#"{"reason":"Unregistered","timestamp":99}"#.utf8))
+        var invalid = request(token: deviceToken(3))
+        invalid.method = "GET"
+        #expect(answer(logic.handle(invalid, faults: faults, now: Self.now))?.status == 405)
+        #expect(answer(logic.handle(request(), faults: faults, now: Self.now))?.status == 503)
+    }
+
+    @Test func generatedApnsIDsAreLowercaseVersion4UUIDs() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 3)
+        let ids = (0..<200).compactMap { _ in answer(logic.handle(request(), faults: .none, now: Self.now))?.apnsID }
+        #expect(Set(ids).count == 200)
+        for id in ids {
+            let uuid = UUID(uuidString: id)
+            #expect(uuid != nil)
+            #expect(id == id.lowercased())
+            #expect(Array(id)[14] == "4")
+            #expect("89ab".contains(Array(id)[19]))
+        }
+    }
+
+    @Test func acceptedEntriesCarryConnectionStreamAndPayloadDigest() {
+        var logic = ConnectionLogic(connectionID: 7, settings: settings(), seed: 3)
+        let accepted = answer(logic.handle(request(streamID: 11), faults: .none, now: Self.now))?.accepted
+        #expect(accepted?.connectionID == 7)
+        #expect(accepted?.streamID == 11)
+        #expect(accepted?.payloadSHA256 == sha256Hex(examplePayload))
+        #expect(accepted?.topic == "com.example.app")
+    }
+}
+
+@Suite("apns-mock configuration and text")
+struct ConfigurationTests {
+    @Test func faultJSONMayNameOnlySomeFieldsAndTokensAreLowercased() throws {
+        let json = #"{"badDeviceTokens":["ABCDEF"],"serviceUnavailableRate":0.5,"goawayAfterStreams":10}"#
+        let faults = try JSONDecoder().decode(FaultConfiguration.self, from: Data(json.utf8)).validated()
+        #expect(faults.badDeviceTokens == ["abcdef"])
+        #expect(faults.serviceUnavailableRate == 0.5)
+        #expect(faults.goawayAfterStreams == 10)
+        #expect(faults.delayMilliseconds == 0)
+    }
+
+    @Test(arguments: [
+        (FaultConfiguration(tooManyRequestsRate: -0.1), "tooManyRequestsRate"),
+        (FaultConfiguration(tooManyRequestsRate: 0.6, internalServerErrorRate: 0.6), "must not exceed 1"),
+        (FaultConfiguration(goawayAfterStreams: 0), "goawayAfterStreams"),
+        (FaultConfiguration(goawayAfterSeconds: 0), "goawayAfterSeconds"),
+        (FaultConfiguration(resetAfterStreams: -1), "resetAfterStreams"),
+        (FaultConfiguration(delayMilliseconds: -5), "delayMilliseconds"),
+    ])
+    func invalidFaultsNameTheField(faults: FaultConfiguration, mention: String) {
+        #expect {
+            _ = try faults.validated()
+        } throws: { error in
+            "\(error)".contains(mention)
+        }
+    }
+
+    @Test func metricsTextListsCountersInPrometheusFormat() {
+        var stats = MockStats()
+        stats.accepted = 12
+        stats.rejected = ["410 Unregistered": 2, "400 BadDeviceToken": 1]
+        stats.goaways = [GoawayRecord(connectionID: 1, lastStreamID: 7)]
+        let text = StatsText.render(stats)
+        #expect(text.contains("apns_mock_accepted_total 12\n"))
+        #expect(text.contains("apns_mock_rejected_total{status=\"400\",reason=\"BadDeviceToken\"} 1\napns_mock_rejected_total{status=\"410\",reason=\"Unregistered\"} 2\n"))
+        #expect(text.contains("apns_mock_goaways_sent_total 1\n"))
+        #expect(text.contains("# TYPE apns_mock_accepted_total counter\n"))
+    }
+
+    @Test func controlRequestHeadIsParsedOnceTheBlankLineArrives() {
+        #expect(HTTPRequestHead.parse(Array("PUT /faults HTTP/1.1\r\nContent-Length: 2\r\n".utf8)) == nil)
+        let head = HTTPRequestHead.parse(Array("PUT /faults HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}".utf8))
+        #expect(head == HTTPRequestHead(method: "PUT", path: "/faults", contentLength: 2, bodyOffset: 52))
+    }
+
+    @Test func timerHeapPopsInDeadlineOrder() {
+        var heap = TimerHeap()
+        for (index, deadline) in [50, 10, 40, 10, 30, 20].enumerated() { heap.push(deadline: UInt64(deadline), id: UInt64(index)) }
+        var order: [UInt64] = []
+        while let entry = heap.pop() { order.append(entry.deadline) }
+        #expect(order == [10, 10, 20, 30, 40, 50])
+    }
+
+    @Test func commandLineBuildsTheServerConfiguration() throws {
+        let command = try MockCommandLine.parse([
+            "--cert", "s.pem", "--key", "s.key", "--port", "0", "--threads", "2", "--max-streams", "64",
+            "--topic", "com.example.app", "--control-port", "0", "--log-accepted", "--count-per-token",
+            "--unregistered", "ABCD:1234", "--bad-device-token", "EF01", "--rate-503", "0.25",
+            "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error",
+        ])
+        guard case .serve(let configuration, let faultsFile) = command else {
+            Issue.record("expected serve, got \(command)")
+            return
+        }
+        #expect(faultsFile == nil)
+        #expect(configuration.port == 0)
+        #expect(configuration.loopThreads == 2)
+        #expect(configuration.maxConcurrentStreams == 64)
+        #expect(configuration.allowedBundleIDs == ["com.example.app"])
+        #expect(configuration.controlPort == 0)
+        #expect(configuration.logsAccepted && configuration.countsPerToken)
+        #expect(configuration.faults.unregisteredTokens == ["abcd": 1234])
+        #expect(configuration.faults.badDeviceTokens == ["ef01"])
+        #expect(configuration.faults.serviceUnavailableRate == 0.25)
+        #expect(configuration.faults.goawayAfterStreams == 100)
+        #expect(configuration.faults.delayMilliseconds == 5)
+        #expect(configuration.faults.lowerConcurrencyAfterError)
+        #expect(configuration.authentication == .none)
+    }
+
+    @Test(arguments: [
+        (["--cert", "a"], "--key"),
+        (["--cert", "a", "--key", "b", "--port", "http"], "--port expects an integer"),
+        (["--cert", "a", "--key", "b", "--rate-429", "2"], "--rate-429 expects a share"),
+        (["--cert", "a", "--key", "b", "--bogus"], "unknown option --bogus"),
+        (["--cert", "a", "--key", "b", "--provider-key", "KEY"], "KEY_ID:TEAM_ID:PEM_FILE"),
+        (["--cert", "a", "--key", "b", "--faults", "/nonexistent/faults.json"], "/nonexistent/faults.json"),
+        (["gen-certs"], "output directory"),
+        (["--cert", "a", "--key", "b", "--max-streams", "0"], "maxConcurrentStreams"),
+    ])
+    func commandLineErrorsSayWhatWasWrong(arguments: [String], mention: String) {
+        #expect {
+            _ = try MockCommandLine.parse(arguments)
+        } throws: { error in
+            "\(error)".contains(mention)
+        }
+    }
+
+    @Test func helpAndGenCertsAreRecognised() throws {
+        guard case .help = try MockCommandLine.parse(["--help"]) else {
+            Issue.record("--help not recognised")
+            return
+        }
+        guard case .generateCertificates(let directory) = try MockCommandLine.parse(["gen-certs", "/tmp/x"]) else {
+            Issue.record("gen-certs not recognised")
+            return
+        }
+        #expect(directory == "/tmp/x")
+        #expect(MockCommandLine.usage.contains("--goaway-after-streams"))
+    }
+}

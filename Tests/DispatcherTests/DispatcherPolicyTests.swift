@@ -1,0 +1,147 @@
+@testable import Dispatcher
+import Testing
+
+@Suite struct ReconnectBackoffTests {
+    @Test func delayDoublesPerFailureUpToTheCap() {
+        let backoff = ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0)
+        #expect(backoff.delayMilliseconds(afterFailures: 0, unitRandom: 0.3) == 0)
+        #expect(backoff.delayMilliseconds(afterFailures: 1, unitRandom: 0.3) == 100)
+        #expect(backoff.delayMilliseconds(afterFailures: 2, unitRandom: 0.3) == 200)
+        #expect(backoff.delayMilliseconds(afterFailures: 4, unitRandom: 0.3) == 800)
+        #expect(backoff.delayMilliseconds(afterFailures: 5, unitRandom: 0.3) == 1000)
+        #expect(backoff.delayMilliseconds(afterFailures: 500, unitRandom: 0.3) == 1000)
+    }
+
+    @Test func jitterSpreadsTheDelayBelowTheFullValueButNeverUnderItsLowerBound() {
+        let backoff = ReconnectBackoff(initialMilliseconds: 1000, maxMilliseconds: 60_000, jitter: 0.5)
+        #expect(backoff.delayMilliseconds(afterFailures: 1, unitRandom: 0) == 1000)
+        #expect(backoff.delayMilliseconds(afterFailures: 1, unitRandom: 0.5) == 750)
+        #expect(backoff.delayMilliseconds(afterFailures: 1, unitRandom: 0.999_999) == 500)
+        #expect(backoff.delayMilliseconds(afterFailures: 1, unitRandom: 7) == 500)
+    }
+}
+
+@Suite struct TransferDispositionTests {
+    private func decide(code: Int = 0, status: Int, reason: String? = nil, attempts: Int = 1, max: Int = 3) -> TransferDisposition {
+        TransferDisposition.decide(curlCode: code, status: status, reason: { reason }, attempts: attempts, maxAttempts: max)
+    }
+
+    @Test func answeredRequestsAreDeliveredAsTheyAre() {
+        #expect(decide(status: 200) == .deliver)
+        #expect(decide(status: 400, reason: "BadDeviceToken") == .deliver)
+        #expect(decide(status: 410, reason: "Unregistered") == .deliver)
+        #expect(decide(status: 429, reason: "TooManyRequests") == .deliver)
+        #expect(decide(status: 500, reason: "InternalServerError") == .deliver)
+    }
+
+    @Test func answersThatCondemnTheConnectionAskForAFreshOneAndAreStillDelivered() {
+        for (status, reason) in [(503, "ServiceUnavailable"), (503, "Shutdown"), (400, "IdleTimeout"),
+                                 (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates")] {
+            let disposition = decide(status: status, reason: reason)
+            #expect(disposition.replaceConnection, "\(status) \(reason)")
+            #expect(!disposition.retry, "\(status) \(reason)")
+        }
+    }
+
+    @Test func reasonIsReadOnlyForStatusesThatDependOnIt() {
+        var reads = 0
+        _ = TransferDisposition.decide(curlCode: 0, status: 200, reason: { reads += 1; return nil }, attempts: 1, maxAttempts: 3)
+        _ = TransferDisposition.decide(curlCode: 0, status: 410, reason: { reads += 1; return nil }, attempts: 1, maxAttempts: 3)
+        #expect(reads == 0)
+    }
+
+    @Test func unansweredStreamsAreRetriedUntilAttemptsRunOut() {
+        for code in [16, 92, 55, 56, 52, 18] {
+            #expect(decide(code: code, status: 0, attempts: 1) == TransferDisposition(retry: true, replaceConnection: false, connectFailed: false))
+            #expect(decide(code: code, status: 0, attempts: 3) == .deliver)
+        }
+    }
+
+    @Test func connectFailuresBackOffAndRetry() {
+        for code in [5, 6, 7, 35] {
+            #expect(decide(code: code, status: 0, attempts: 1) == TransferDisposition(retry: true, replaceConnection: false, connectFailed: true))
+            #expect(decide(code: code, status: 0, attempts: 3).connectFailed)
+            #expect(!decide(code: code, status: 0, attempts: 3).retry)
+        }
+    }
+
+    @Test func certificateProblemsAreNotRetried() {
+        #expect(decide(code: 60, status: 0) == .deliver)
+        #expect(decide(code: 58, status: 0) == .deliver)
+    }
+
+    @Test func aTransportErrorAfterTheResponseHeaderIsNotRetried() {
+        #expect(decide(code: 56, status: 200) == .deliver)
+    }
+}
+
+@Suite struct ResponseBodyScannerTests {
+    @Test func readsReasonAndTimestampOfAnAPNsErrorBody() {
+        let body = Array(#"{"reason":"Unregistered","timestamp":1700000000123}"#.utf8)
+        let response = Response(status: 410, apnsID: nil, body: body)
+        #expect(response.reason == "Unregistered")
+        #expect(response.timestampMilliseconds == 1_700_000_000_123)
+    }
+
+    @Test func toleratesWhitespaceEscapesAndNestedKeysOfTheSameName() {
+        let body = Array(#"{ "other": {"reason": "inner"}, "note": "reason", "reason" : "Bad\"Topic" }"#.utf8)
+        #expect(ResponseBodyScanner.stringValue(of: "reason", in: body) == "Bad\"Topic")
+    }
+
+    @Test func missingOrMalformedValuesGiveNil() {
+        #expect(Response(status: 200, apnsID: nil, body: []).reason == nil)
+        #expect(ResponseBodyScanner.stringValue(of: "reason", in: Array(#"{"reason":12}"#.utf8)) == nil)
+        #expect(ResponseBodyScanner.stringValue(of: "reason", in: Array(#"{"reason":"unterminated"#.utf8)) == nil)
+        #expect(ResponseBodyScanner.integerValue(of: "timestamp", in: Array(#"{"timestamp":"x"}"#.utf8)) == nil)
+        #expect(ResponseBodyScanner.integerValue(of: "timestamp", in: Array(#"{"timestamp":99999999999999999999999}"#.utf8)) == nil)
+    }
+}
+
+@Suite struct DispatchRequestTests {
+    @Test func packsPathAndHeaderLinesAndKeepsThemReadable() throws {
+        let request = try DispatchRequest(path: "/3/device/abc", headerLines: ["apns-topic: com.example", "apns-push-type: alert"], body: [1, 2])
+        #expect(request.path == "/3/device/abc")
+        #expect(request.headerLines == ["apns-topic: com.example", "apns-push-type: alert"])
+        #expect(request.body == [1, 2])
+    }
+
+    @Test func rejectsMalformedPathsAndHeadersNamingThem() {
+        #expect(throws: DispatchRequestError.pathNotAbsolute("3/device")) { try DispatchRequest(path: "3/device", headerLines: [], body: []) }
+        #expect(throws: DispatchRequestError.invalidPathByte("/a b")) { try DispatchRequest(path: "/a b", headerLines: [], body: []) }
+        #expect(throws: DispatchRequestError.malformedHeaderLine(index: 1, line: "novalue")) {
+            try DispatchRequest(path: "/", headerLines: ["a: b", "novalue"], body: [])
+        }
+        #expect(throws: DispatchRequestError.malformedHeaderLine(index: 0, line: "a: b\r\nx: y")) {
+            try DispatchRequest(path: "/", headerLines: ["a: b\r\nx: y"], body: [])
+        }
+    }
+}
+
+@Suite struct RingBufferTests {
+    @Test func keepsOrderAcrossGrowthAndFrontInsertion() {
+        var ring = RingBuffer<Int>(capacity: 2)
+        for value in 1...5 { ring.pushBack(value) }
+        ring.pushFront(0)
+        var seen: [Int] = []
+        while let value = ring.popFront() { seen.append(value) }
+        #expect(seen == [0, 1, 2, 3, 4, 5])
+        #expect(ring.isEmpty)
+    }
+}
+
+@Suite struct DispatcherConfigurationTests {
+    @Test func invalidSettingsNameTheField() {
+        #expect(throws: DispatcherConfigurationError.invalid(field: "port", value: "0", expected: "1…65535 (APNs uses 443 or 2197)")) {
+            try DispatcherConfiguration(host: "127.0.0.1", port: 0).validate()
+        }
+        #expect(throws: DispatcherConfigurationError.invalid(field: "proxy", value: "socks5://x", expected: "an http:// or https:// URL")) {
+            try DispatcherConfiguration(host: "127.0.0.1", proxy: "socks5://x").validate()
+        }
+        #expect(throws: DispatcherConfigurationError.unreadableFile(field: "trustedCAFile", path: "/nonexistent/ca.pem")) {
+            try DispatcherConfiguration(host: "127.0.0.1", trustedCAFile: "/nonexistent/ca.pem").validate()
+        }
+        #expect(throws: DispatcherConfigurationError.unreadableFile(field: "credential.pkcs12File", path: "/nonexistent/c.p12")) {
+            try DispatcherConfiguration(host: "127.0.0.1", credential: .pkcs12(file: "/nonexistent/c.p12", password: nil)).validate()
+        }
+    }
+}

@@ -1,0 +1,128 @@
+@testable import Dispatcher
+import Glibc
+import Synchronization
+import Testing
+
+/// The engine against nghttpd: real TLS, real HTTP/2, on 127.0.0.1.
+@Suite struct NghttpdDispatchTests {
+    private func configuration(_ server: NghttpdServer, threads: Int = 2, connections: Int = 1, streams: Int = 100,
+                               maxOutstanding: Int? = nil, credential: ClientCredential = .token) -> DispatcherConfiguration {
+        DispatcherConfiguration(host: "127.0.0.1", port: server.port, credential: credential,
+                                trustedCAFile: server.certificates.serverCertificate, threads: threads,
+                                connectionsPerThread: connections, streamsPerConnection: streams, maxOutstanding: maxOutstanding,
+                                connectTimeoutMilliseconds: 5000, requestTimeoutMilliseconds: 20_000)
+    }
+
+    private static let okRequest = try! DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app", "apns-push-type: alert"],
+                                                        body: Array(#"{"aps":{"alert":"hi"}}"#.utf8))
+
+    @Test func manyRequestsEachReportedExactlyOnceWithinTheWindow() throws {
+        let server = try NghttpdServer(maxConcurrentStreams: 100)
+        let collector = ResultCollector()
+        let maxOutstanding = 300
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, maxOutstanding: maxOutstanding), onResult: collector.handler)
+        defer { dispatcher.shutdown() }
+        let total = 20_000
+        var peakOutstanding = 0
+        for tag in 0..<total {
+            dispatcher.submit(Self.okRequest, tag: UInt64(tag))
+            peakOutstanding = max(peakOutstanding, dispatcher.outstanding)
+        }
+        #expect(collector.wait(for: total) == total)
+        let summary = collector.snapshot()
+        #expect(summary.timesReported.count == total)
+        #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+        #expect(summary.results.values.allSatisfy { $0.response?.status == 200 })
+        #expect(peakOutstanding <= maxOutstanding)
+        #expect(dispatcher.statistics.completed == total)
+        #expect(dispatcher.statistics.connectionsOpened == 2)
+    }
+
+    @Test func errorStatusesAndBodiesAreReportedAsTheServerSentThem() async throws {
+        let server = try NghttpdServer()
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, threads: 1))
+        defer { dispatcher.shutdown() }
+        let missing = try DispatchRequest(method: .get, path: "/3/device/0123abcd", headerLines: [], body: [])
+        let result = await dispatcher.send(missing, tag: 7)
+        #expect(result.tag == 7)
+        #expect(result.attempts == 1)
+        #expect(result.response?.status == 404)
+        #expect(result.response.map { String(decoding: $0.body, as: UTF8.self).contains("404") } == true)
+        let found = await dispatcher.send(Self.okRequest, tag: 8)
+        #expect(found.response?.status == 200)
+        #expect(found.response?.body.isEmpty == true)
+        #expect(found.latencyNanoseconds > 0)
+    }
+
+    @Test func fullWindowRefusesTrySubmitAndShutdownReportsWhatNeverFinished() throws {
+        // A listener that accepts and never speaks: every request hangs in the TLS handshake.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        listen(listener, 16)
+        let certificates = try TestCertificates.get()
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(
+            configuration: DispatcherConfiguration(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)),
+                                                   trustedCAFile: certificates.serverCertificate, threads: 1, streamsPerConnection: 2,
+                                                   maxOutstanding: 5),
+            onResult: collector.handler)
+        for tag in 0..<5 { #expect(dispatcher.trySubmit(Self.okRequest, tag: UInt64(tag))) }
+        #expect(!dispatcher.trySubmit(Self.okRequest, tag: 99))
+        #expect(dispatcher.outstanding == 5)
+        dispatcher.shutdown(drainTimeoutMilliseconds: 100)
+        let summary = collector.snapshot()
+        #expect(summary.count == 5)
+        #expect(summary.results.values.allSatisfy { $0.transportError == .engineStopped })
+        #expect(summary.timesReported[99] == nil)
+    }
+
+    @Test func refusedConnectionsAreRetriedWithBackoffThenReportedAsTransportErrors() async throws {
+        let certificates = try TestCertificates.get()
+        let dispatcher = try HTTP2Dispatcher(configuration: DispatcherConfiguration(
+            host: "127.0.0.1", port: freeLoopbackPort(), trustedCAFile: certificates.serverCertificate, threads: 1,
+            maxAttempts: 3, reconnectBackoff: ReconnectBackoff(initialMilliseconds: 10, maxMilliseconds: 50)))
+        defer { dispatcher.shutdown() }
+        let result = await dispatcher.send(Self.okRequest)
+        #expect(result.transportError?.code == 7)
+        #expect(result.attempts == 3)
+        #expect(dispatcher.statistics.connectFailures == 3)
+        #expect(dispatcher.statistics.retried == 2)
+    }
+
+    @Test func anUntrustedServerCertificateFailsWithoutRetry() async throws {
+        let server = try NghttpdServer()
+        let untrusted = TestCertificates.shared.map { $0.clientCertificate }
+        var settings = configuration(server, threads: 1)
+        settings.trustedCAFile = try untrusted.get()
+        let dispatcher = try HTTP2Dispatcher(configuration: settings)
+        defer { dispatcher.shutdown() }
+        let result = await dispatcher.send(Self.okRequest)
+        #expect(result.transportError?.code == 60)
+        #expect(result.transportError?.message.isEmpty == false)
+        #expect(result.attempts == 1)
+    }
+
+    @Test func certificateAuthenticationWorksWithPEMAndPKCS12() async throws {
+        let server = try NghttpdServer(requireClientCertificate: true)
+        let certificates = server.certificates
+        for credential in [ClientCredential.pemCertificate(certificateFile: certificates.clientCertificate,
+                                                           privateKeyFile: certificates.clientKey, passphrase: nil),
+                           .pkcs12(file: certificates.clientPKCS12, password: TestCertificates.pkcs12Password)] {
+            let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, threads: 1, credential: credential))
+            let result = await dispatcher.send(Self.okRequest)
+            #expect(result.response?.status == 200, "\(credential)")
+            dispatcher.shutdown()
+        }
+        let withoutCertificate = try HTTP2Dispatcher(configuration: configuration(server, threads: 1))
+        defer { withoutCertificate.shutdown() }
+        let refused = await withoutCertificate.send(Self.okRequest)
+        #expect(refused.response == nil)
+        #expect(refused.transportError != nil)
+    }
+}

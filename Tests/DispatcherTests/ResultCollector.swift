@@ -1,0 +1,36 @@
+@testable import Dispatcher
+import Glibc
+import Synchronization
+
+/// Records every result the engine reports, so tests can prove none was lost or reported twice.
+final class ResultCollector: Sendable {
+    struct Summary {
+        var timesReported: [UInt64: Int] = [:]
+        var results: [UInt64: DispatchResult] = [:]
+        var count = 0
+    }
+
+    let summary = Mutex(Summary())
+
+    var handler: HTTP2Dispatcher.ResultHandler {
+        { result in
+            self.summary.withLock { summary in
+                summary.timesReported[result.tag, default: 0] += 1
+                summary.results[result.tag] = result
+                summary.count += 1
+            }
+        }
+    }
+
+    var count: Int { summary.withLock { $0.count } }
+
+    /// Waits until `expected` results arrived or `seconds` passed; returns the count seen.
+    @discardableResult
+    func wait(for expected: Int, seconds: Double = 60) -> Int {
+        let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
+        while count < expected, monotonicNanoseconds() < deadline { usleep(2000) }
+        return count
+    }
+
+    func snapshot() -> Summary { summary.withLock { $0 } }
+}

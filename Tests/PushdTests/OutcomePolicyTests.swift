@@ -1,0 +1,156 @@
+import APNs
+import Foundation
+import Testing
+@testable import pushd
+
+/// A generator that always draws the same value, so backoffs are predictable.
+struct FixedRandom: RandomNumberGenerator {
+    var value: UInt64
+    mutating func next() -> UInt64 { value }
+}
+
+@Suite struct OutcomePolicyTests {
+    let policy = OutcomePolicy(retry: RetryPolicy(baseDelay: 1, maxDelay: 60, throttledBaseDelay: 10, maxAttempts: 4,
+                                                  maxAttemptsForUnknownReasons: 2))
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    func verdict(_ outcome: SendOutcome, attempt: Int = 1, expiration: Int64? = nil) -> Verdict {
+        var random = FixedRandom(value: UInt64.max)
+        return policy.verdict(for: outcome, attempt: attempt, expiration: expiration, firstAttemptAt: now, now: now, random: &random)
+    }
+
+    static func body(_ json: String) -> [UInt8] { Array(json.utf8) }
+
+    @Test func successIsDelivered() {
+        #expect(verdict(.response(status: 200, body: [])) == .delivered)
+    }
+
+    @Test func unregisteredPrunesWithTheTimestamp() {
+        let result = verdict(.response(status: 410, body: Self.body(#"{"reason":"Unregistered","timestamp":1700000000123}"#)))
+        #expect(result == .prune(status: 410, reason: "Unregistered", apnsTimestamp: Date(timeIntervalSince1970: 1_700_000_000.123)))
+    }
+
+    @Test func badDeviceTokenPrunesAsOfNow() {
+        #expect(verdict(.response(status: 400, body: Self.body(#"{"reason":"BadDeviceToken"}"#)))
+                == .prune(status: 400, reason: "BadDeviceToken", apnsTimestamp: nil))
+    }
+
+    @Test func malformedRequestsAreDeadLettersWithTheirReason() {
+        guard case .dead(let status, let reason) = verdict(.response(status: 400, body: Self.body(#"{"reason":"BadCollapseId"}"#))) else {
+            Issue.record("not dead")
+            return
+        }
+        #expect(status == 400)
+        #expect(reason.hasPrefix("BadCollapseId: "))
+    }
+
+    @Test func rejectedCredentialsPauseTheApp() {
+        #expect(verdict(.response(status: 403, body: Self.body(#"{"reason":"InvalidProviderToken"}"#))) == .pauseApp(reason: "InvalidProviderToken"))
+        #expect(verdict(.response(status: 403, body: Self.body(#"{"reason":"BadEnvironmentKeyIdInToken"}"#))) == .pauseApp(reason: "BadEnvironmentKeyIdInToken"))
+    }
+
+    @Test func expiredProviderTokenRetriesWithARefresh() {
+        guard case .retry(let at, let reason, let refresh) = verdict(.response(status: 403, body: Self.body(#"{"reason":"ExpiredProviderToken"}"#))) else {
+            Issue.record("not a retry")
+            return
+        }
+        #expect(refresh)
+        #expect(reason == "ExpiredProviderToken")
+        #expect(at >= now && at <= now.addingTimeInterval(1))
+    }
+
+    @Test func serverErrorsBackOffExponentiallyUntilTheBudgetIsSpent() throws {
+        let busy = SendOutcome.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#))
+        guard case .retry(let first, _, false) = verdict(busy, attempt: 1),
+              case .retry(let third, _, false) = verdict(busy, attempt: 3) else {
+            Issue.record("not retries")
+            return
+        }
+        #expect(third.timeIntervalSince(now) > first.timeIntervalSince(now))
+        guard case .dead(503, let why) = verdict(busy, attempt: 4) else {
+            Issue.record("attempt 4 of 4 should give up")
+            return
+        }
+        #expect(why.contains("gave up after 4 attempts"))
+    }
+
+    @Test func tooManyRequestsWaitsLongerThanAServerError() {
+        guard case .retry(let throttled, _, _) = verdict(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))),
+              case .retry(let failed, _, _) = verdict(.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#))) else {
+            Issue.record("not retries")
+            return
+        }
+        #expect(throttled > failed)
+    }
+
+    @Test func transportFailuresRetryAndThenDieNamingTheError() {
+        guard case .retry(_, let reason, false) = verdict(.transportFailure("connection reset")) else {
+            Issue.record("not a retry")
+            return
+        }
+        #expect(reason == "transport: connection reset")
+        guard case .dead(nil, let why) = verdict(.transportFailure("connection reset"), attempt: 4) else {
+            Issue.record("not dead")
+            return
+        }
+        #expect(why.hasPrefix("transport: connection reset"))
+    }
+
+    @Test func unknownReasonsGetTheSmallerBudget() {
+        let odd = SendOutcome.response(status: 400, body: Self.body(#"{"reason":"SomethingNew"}"#))
+        guard case .retry = verdict(odd, attempt: 1) else { Issue.record("first should retry"); return }
+        guard case .dead(400, _) = verdict(odd, attempt: 2) else { Issue.record("second should give up"); return }
+    }
+
+    @Test func expiredNotificationsAreNotRetried() {
+        guard case .dead(_, let why) = verdict(.response(status: 500, body: []), attempt: 1,
+                                               expiration: Int64(now.timeIntervalSince1970)) else {
+            Issue.record("not dead")
+            return
+        }
+        #expect(why.contains("expires"))
+    }
+
+    @Test func garbageBodiesNeverCrash() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            let body = (0..<Int.random(in: 0...64, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            _ = verdict(.response(status: [400, 403, 410, 429, 500, 503, 999].randomElement()!, body: body))
+        }
+    }
+}
+
+@Suite struct NotificationFactoryTests {
+    let factory = NotificationFactory(bundleID: "com.example.shop")
+    let token = String(repeating: "ab", count: 32)
+
+    func fields(token: String? = nil, pushType: String = "alert", priority: Int = 10,
+                payload: String = #"{"aps":{"alert":"hi"}}"#) -> NotificationFactory.Fields {
+        .init(token: token ?? self.token, pushType: pushType, priority: priority, expiration: nil,
+              collapseID: nil, apnsID: nil, payload: payload)
+    }
+
+    @Test func buildsTheTopicFromThePushType() throws {
+        #expect(try factory.notification(fields()).topic == "com.example.shop")
+        #expect(try factory.notification(fields(pushType: "voip", payload: "{}")).topic == "com.example.shop.voip")
+        #expect(try factory.notification(fields(pushType: "liveactivity",
+                                                payload: #"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#)).topic
+                == "com.example.shop.push-type.liveactivity")
+    }
+
+    @Test(arguments: [
+        ("zz", "alert", 10, #"{"aps":{}}"#, "BadDeviceToken"),
+        (nil, "banner", 10, #"{"aps":{}}"#, "InvalidPushType: 'banner'"),
+        (nil, "alert", 7, #"{"aps":{}}"#, "BadPriority: 7"),
+        (nil, "alert", 10, "[1,2]", "Invalid: payload"),
+        (nil, "background", 5, #"{"aps":{"alert":"x","content-available":1}}"#, "Invalid:"),
+    ] as [(String?, String, Int, String, String)])
+    func rejectsWhatAPNsWouldRefuseWithAReason(token: String?, pushType: String, priority: Int, payload: String, expected: String) {
+        do {
+            _ = try factory.notification(fields(token: token, pushType: pushType, priority: priority, payload: payload))
+            Issue.record("accepted")
+        } catch {
+            #expect(error.reason.hasPrefix(expected), "\(error.reason)")
+        }
+    }
+}
