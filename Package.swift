@@ -39,7 +39,7 @@ let package = Package(
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .target(name: "PushdTestSupport", dependencies: ["QueueStore"], path: "Tests/Support"),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
-        .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport"]),
+        .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport", "APNsMock"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),

@@ -17,6 +17,7 @@ do {
     case "campaign status": exitCode = try CampaignCommand.status(parsed, context)
     case "campaign list": exitCode = try CampaignCommand.list(parsed, context)
     case "tokens prune-stats": exitCode = try TokensCommand.pruneStats(parsed, context)
+    case "send": exitCode = try SendCommand.run(parsed, context)
     case "run": exitCode = try RunCommand.run(parsed, context)
     case let other: throw CommandContext.Failure("'\(other)' is not available in this build")
     }
