@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "pushd", targets: ["pushd"]),
         .executable(name: "apns-mock", targets: ["apns-mock"]),
+        .executable(name: "DispatcherBench", targets: ["DispatcherBench"]),
         .library(name: "APNs", targets: ["APNs"]),
         .library(name: "QueueStore", targets: ["QueueStore"]),
         .library(name: "Metrics", targets: ["Metrics"]),
@@ -33,19 +34,20 @@ let package = Package(
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
-
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
         .target(name: "PushdTestSupport", dependencies: ["QueueStore"], path: "Tests/Support"),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport"]),
         .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport", "APNsMock"]),
+        .testTarget(name: "DaemonTests", dependencies: ["pushd", "APNs", "APNsMock", "QueueStore", "Metrics", "PushdTestSupport"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "APNs", "APNsMock"]),
+        .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics"], path: "Benchmarks/MetricsBench"),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
         .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
-        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher"]),
     ],
     swiftLanguageModes: [.v6]
 )

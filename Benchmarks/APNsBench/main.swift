@@ -8,6 +8,8 @@ import Foundation
 
 let secondsPerMeasurement = 1.0
 
+/// Rates are per second of user CPU time, as `openssl speed` reports them: on a machine
+/// shared with other work, wall-clock rates measure the neighbours as much as the code.
 struct Measurement {
     var operations: Int
     var seconds: Double
@@ -15,20 +17,24 @@ struct Measurement {
     var microseconds: Double { seconds * 1e6 / Double(operations) }
 }
 
+func userCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) * 1e-6
+}
+
 /// Runs `body` in batches until the time is up; `body` returns a value folded into a sink so
 /// the optimiser cannot drop the work.
 func measure(_ body: () -> Int) -> Measurement {
     var sink = 0
     for _ in 0..<100 { sink &+= body() }
-    let clock = ContinuousClock()
-    let start = clock.now
+    let start = userCPUSeconds()
     var operations = 0
     var elapsed = 0.0
     while elapsed < secondsPerMeasurement {
         for _ in 0..<200 { sink &+= body() }
         operations += 200
-        let d = clock.now - start
-        elapsed = Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+        elapsed = userCPUSeconds() - start
     }
     if sink == 42 { print("") }
     return Measurement(operations: operations, seconds: elapsed)
@@ -73,7 +79,7 @@ let live = APNsNotification(
     token: token, topic: "com.example.app.push-type.liveactivity", pushType: .liveactivity, priority: .immediate,
     payload: Payload(aps: APS(timestamp: 1_700_000_000, event: .update, contentState: JSONObject(["eta": 5, "driver": "Anne", "stops": [1, 2, 3]]))))
 
-print("APNsBench — \(ProcessInfo.processInfo.processorCount) cores, \(OpenSSLRuntime.version)")
+print("APNsBench — \(ProcessInfo.processInfo.processorCount) cores, \(OpenSSLRuntime.version); rates per second of user CPU time")
 print("payload sizes: small \(small.payload.count) B, large \(big.payload.count) B, live activity \(live.payload.count) B")
 precondition(NotificationValidator.issues(in: small).isEmpty && NotificationValidator.issues(in: big).isEmpty && NotificationValidator.issues(in: live).isEmpty)
 print("")
@@ -88,6 +94,14 @@ report("NotificationValidator, large payload", bigValidation, reference: bigFoun
 report("NotificationValidator, live activity payload", liveValidation)
 report("reference: JSONSerialization parse, small payload", smallFoundation)
 report("reference: JSONSerialization parse, large payload", bigFoundation)
+
+
+print("")
+print("— request building (per send)")
+let smallPayload = Payload(aps: APS(alert: .fields(Alert(title: "Game Request", subtitle: "Five Card Draw", body: "Bob wants to play poker")),
+                                    sound: .default, category: "GAME_INVITATION")).with("gameID", "12345678")
+report("Payload render, small payload", measure { smallPayload.bytes.count })
+report("Notification path + headerFields", measure { small.path.utf8.count &+ small.headerFields(authorization: "bearer x").count })
 
 print("")
 print("— server-side request validation (apns-mock, per request)")
@@ -115,27 +129,43 @@ guard run(["/usr/bin/openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_pa
 let key = try SigningKey(contentsOfFile: keyPath, keyID: "ABC123DEFG", teamID: "DEF123GHIJ")
 let signer = ProviderTokenSigner(key: key)
 var iat: Int64 = 1_700_000_000
-let signing = measure {
-    iat += 1
-    return (try? signer.makeToken(issuedAt: iat))?.jwt.utf8.count ?? 0
-}
 let publicKey = try key.publicKey
 let sample = try DecodedProviderToken(jwt: signer.makeToken(issuedAt: 1_700_000_000).jwt)
-let verifying = measure { publicKey.verify(signature: sample.signature, message: sample.signingInput) ? 1 : 0 }
-let cache = ProviderTokenCache(key: key)
-let cached = measure { (try? cache.token(now: 1_700_000_000))?.jwt.utf8.count ?? 0 }
 
 // OpenSSL's own rate: "256 bits ecdsa (nistp256) <sign s> <verify s> <sign/s> <verify/s>".
+func opensslSpeed() -> (sign: Measurement, verify: Measurement)? {
+    guard let output = run(["/usr/bin/openssl", "speed", "-seconds", "1", "ecdsap256"]),
+          let line = output.split(separator: "\n").last(where: { $0.contains("nistp256") }) else { return nil }
+    let numbers = line.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: CharacterSet(charactersIn: "s"))) }
+    guard numbers.count >= 5 else { return nil }
+    return (Measurement(operations: Int(numbers[numbers.count - 2]), seconds: 1),
+            Measurement(operations: Int(numbers[numbers.count - 1]), seconds: 1))
+}
+
+func best(_ a: Measurement?, _ b: Measurement) -> Measurement {
+    guard let a else { return b }
+    return a.perSecond >= b.perSecond ? a : b
+}
+
+// Alternating rounds, best of each: even CPU time stretches when other processes thrash the
+// caches, and the best round is the closest to the undisturbed rate.
+var signing = Measurement(operations: 0, seconds: 1)
+var verifying = Measurement(operations: 0, seconds: 1)
 var opensslSign: Measurement?
 var opensslVerify: Measurement?
-if let output = run(["/usr/bin/openssl", "speed", "-seconds", "2", "ecdsap256"]),
-   let line = output.split(separator: "\n").last(where: { $0.contains("nistp256") }) {
-    let numbers = line.split(separator: " ").compactMap { Double($0.trimmingCharacters(in: CharacterSet(charactersIn: "s"))) }
-    if numbers.count >= 5 {
-        opensslSign = Measurement(operations: Int(numbers[numbers.count - 2]), seconds: 1)
-        opensslVerify = Measurement(operations: Int(numbers[numbers.count - 1]), seconds: 1)
+for _ in 0..<2 {
+    if let reference = opensslSpeed() {
+        opensslSign = best(opensslSign, reference.sign)
+        opensslVerify = best(opensslVerify, reference.verify)
     }
+    signing = best(signing, measure {
+        iat += 1
+        return (try? signer.makeToken(issuedAt: iat))?.jwt.utf8.count ?? 0
+    })
+    verifying = best(verifying, measure { publicKey.verify(signature: sample.signature, message: sample.signingInput) ? 1 : 0 })
 }
+let cache = ProviderTokenCache(key: key)
+let cached = measure { (try? cache.token(now: 1_700_000_000))?.jwt.utf8.count ?? 0 }
 report("JWT mint (header, claims, ES256, base64url)", signing, reference: opensslSign, referenceName: "openssl speed ecdsap256 sign")
 report("ES256 verify (r‖s → DER, EVP_DigestVerify)", verifying, reference: opensslVerify, referenceName: "openssl speed ecdsap256 verify")
 report("ProviderTokenCache hit (mutex)", cached)

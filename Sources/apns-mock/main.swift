@@ -7,14 +7,10 @@ func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
-/// Runs until SIGINT or SIGTERM; SIGHUP reloads the faults file.
+/// Runs until SIGINT or SIGTERM; SIGHUP reloads the faults file. Signals are routed before
+/// the "listening" line is printed, so a script may signal as soon as it sees it.
 func serve(_ configuration: MockConfiguration, faultsFile: String?) throws {
     let server = try APNsMockServer(configuration: configuration)
-    let port = try server.start()
-    var line = "apns-mock listening on \(configuration.host):\(port) (nghttp2 \(HTTP2Library.version))"
-    if let control = server.controlPort { line += ", control on 127.0.0.1:\(control)" }
-    say(line)
-
     for signalNumber in [SIGINT, SIGTERM, SIGHUP] { signal(signalNumber, SIG_IGN) }
     let queue = DispatchQueue(label: "apns-mock.signals")
     let done = DispatchSemaphore(value: 0)
@@ -37,9 +33,15 @@ func serve(_ configuration: MockConfiguration, faultsFile: String?) throws {
     }
     reload.resume()
     sources.append(reload)
+
+    let port = try server.start()
+    var line = "apns-mock listening on \(configuration.host):\(port) (nghttp2 \(HTTP2Library.version))"
+    if let control = server.controlPort { line += ", control on 127.0.0.1:\(control)" }
+    say(line)
     done.wait()
     server.stop()
-    print(server.metricsText, terminator: "")
+    say(server.metricsText)
+    for source in sources { source.cancel() }
 }
 
 do {

@@ -65,7 +65,7 @@ struct ControlTests {
     @Test func postGoawayClosesIdleConnections() throws {
         try withMockServer({
             $0.controlPort = 0
-            $0.faults.delayMilliseconds = 400
+            $0.faults.delayMilliseconds = 800
         }) { server, port in
             let controlPort = try #require(server.controlPort)
             let box = ResponseBox()
@@ -75,8 +75,7 @@ struct ControlTests {
                 done.signal()
             }
             sender.start()
-            #expect(eventually { server.stats.connectionsAccepted == 1 })
-            Thread.sleep(forTimeInterval: 0.1)
+            #expect(eventually { server.stats.requestsReceived == 1 })
             #expect(try control(controlPort, "POST", "/goaway").status == 200)
             done.wait()
             #expect(box.responses.first?.status == 200)
@@ -120,7 +119,9 @@ struct ControlTests {
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
         let rest = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(rest.contains("apns_mock_accepted_total 1"))
+        // Requests polled while the reload was in flight may have been accepted too.
+        let acceptedLine = rest.split(separator: "\n").first { $0.hasPrefix("apns_mock_accepted_total ") }
+        #expect((acceptedLine.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0) >= 1)
         #expect(rest.contains(#"reason="BadDeviceToken""#))
         try? FileManager.default.removeItem(atPath: directory)
     }

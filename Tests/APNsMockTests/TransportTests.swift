@@ -89,6 +89,25 @@ struct TransportTests {
         #expect(after.status == 0)
     }
 
+    @Test func closesConnectionsThatNeverFinishTheHandshake() throws {
+        try withMockServer({ $0.handshakeTimeoutMilliseconds = 200 }) { server, port in
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            #expect(connected == 0)
+            #expect(eventually { server.stats.connectionsAccepted == 1 })
+            #expect(eventually { server.stats.connectionsClosed == 1 })
+            var byte: UInt8 = 0
+            #expect(recv(fd, &byte, 1, 0) == 0, "the server closed the socket")
+        }
+    }
+
     @Test func severalLoopThreadsShareOnePort() throws {
         try withMockServer({ $0.loopThreads = 2 }) { server, port in
             var options = H2Client.Options()

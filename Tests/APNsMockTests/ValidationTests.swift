@@ -1,3 +1,4 @@
+import APNs
 import APNsMock
 import Testing
 
@@ -56,6 +57,49 @@ struct ValidationTests {
                 #expect(server.stats.accepted == 0)
             } else {
                 #expect(server.stats.accepted == 1)
+            }
+        }
+    }
+
+    @Test(arguments: PushType.allCases)
+    func everyPushTypeIsAcceptedOnItsOwnTopicAndRefusedOnTheBareBundleID(_ pushType: PushType) throws {
+        try withMockServer { server, port in
+            let topic = pushType.topic(forBundleID: "com.example.app") ?? "com.apple.mgmt.External.1b2c3d4e"
+            var headers = ["apns-push-type: \(pushType.rawValue)"]
+            if pushType == .background { headers.append("apns-priority: 5") }
+            let body = Array(#"{"aps":{"content-available":1}}"#.utf8)
+            let good = try H2Client.send(.push(token: deviceToken(1), topic: topic, headers: headers, body: body), port: port)
+            #expect(good.status == 200, "\(pushType) on \(topic): \(good.body)")
+            if let suffix = pushType.topicSuffix, !suffix.isEmpty {
+                let bare = try H2Client.send(.push(token: deviceToken(1), topic: "com.example.app", headers: headers, body: body), port: port)
+                #expect(bare.status == 400)
+                #expect(bare.reason == "BadTopic")
+            }
+            #expect(server.stats.accepted == 1)
+        }
+    }
+
+    @Test func voipPayloadsMayReach5120Bytes() throws {
+        try withMockServer { _, port in
+            let body = Array(("{\"aps\":{},\"x\":\"" + String(repeating: "v", count: 5000) + "\"}").utf8)
+            let voip = try H2Client.send(.push(token: deviceToken(1), topic: "com.example.app.voip", headers: ["apns-push-type: voip"], body: body), port: port)
+            #expect(voip.status == 200)
+            let alert = try H2Client.send(.push(token: deviceToken(1), body: body), port: port)
+            #expect(alert.status == 413)
+        }
+    }
+
+    @Test func certificateConnectionsCannotSendLocationOrLiveActivityPushes() throws {
+        let files = try TestCertificates.files()
+        try withMockServer({ $0.authentication = .certificate(clientCAFile: files.caCertificate) }) { _, port in
+            var options = H2Client.Options()
+            options.clientCertificate = (files.clientCertificate, files.clientKey)
+            for pushType in [PushType.location, .liveactivity] {
+                let topic = try #require(pushType.topic(forBundleID: "com.example.app"))
+                let response = try H2Client.send(
+                    .push(token: deviceToken(1), topic: topic, headers: ["apns-push-type: \(pushType.rawValue)"]), port: port, options: options)
+                #expect(response.status == 400)
+                #expect(response.reason == "InvalidPushType")
             }
         }
     }

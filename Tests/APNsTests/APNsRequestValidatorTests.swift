@@ -54,6 +54,7 @@ import Testing
         ("POST", path, base + [("apns-expiration", "-1")], body, 400, .badExpirationDate),
         ("POST", path, base + [("apns-expiration", "soon")], body, 400, .badExpirationDate),
         ("POST", path, base + [("apns-collapse-id", String(repeating: "c", count: 65))], body, 400, .badCollapseId),
+        ("POST", path, base + [("apns-collapse-id", "a\u{0}b")], body, 400, .badCollapseId),
         ("POST", path, base, [], 400, .payloadEmpty),
         ("POST", path, base, Array(repeating: 0x20, count: 4097), 413, .payloadTooLarge),
         ("POST", path, base, Array("[1]".utf8), 400, .payloadEmpty),

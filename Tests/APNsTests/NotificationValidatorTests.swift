@@ -24,6 +24,7 @@ import Testing
         Case(name: "voip without suffix", pushType: .voip, payload: "{}", field: "apns-topic", rule: .topicSuffix),
         Case(name: "alert to voip topic", topic: "com.example.app.voip", payload: "{}", field: "apns-topic", rule: .topicSuffix),
         Case(name: "collapse id 65 bytes", collapseID: String(repeating: "é", count: 33), payload: "{}", field: "apns-collapse-id", rule: .collapseIDTooLong),
+        Case(name: "collapse id with newline", collapseID: "a\r\napns-priority: 10", payload: "{}", field: "apns-collapse-id", rule: .collapseIDMalformed),
         Case(name: "negative expiration", expiration: -5, payload: "{}", field: "apns-expiration", rule: .expirationNegative),
         Case(name: "empty payload", payload: "", field: "payload", rule: .payloadEmpty),
         Case(name: "payload over 4096", payload: #"{"x":""# + String(repeating: "a", count: 4090) + #""}"#, field: "payload", rule: .payloadTooLarge),
@@ -126,8 +127,29 @@ import Testing
         try NotificationValidator.validate(n)
     }
 
+    /// What passes here must pass the server-side check too: the two validators agree.
+    @Test(arguments: 0..<NotificationValidatorTests.valid.count)
+    func validExamplesAreAcceptedServerSide(row: Int) {
+        let (type, topic, priority, payload) = Self.valid[row]
+        let n = APNsNotification(token: TestSupport.token(), topic: topic, pushType: type, priority: priority,
+                                 expiration: 0, collapseID: String(repeating: "c", count: 64), apnsID: .init(), payload: Array(payload.utf8))
+        let verdict = APNsRequestValidator().validate(method: "POST", path: n.path, headers: n.headerFields(authorization: "bearer t"), body: n.payload)
+        guard case .accepted(let request) = verdict else { Issue.record("\(type): \(verdict)"); return }
+        #expect(request.pushType == type)
+        #expect(request.apnsID == n.apnsIDString)
+    }
+
     @Test func pushTypeTableCoversAllTypes() {
         #expect(Set(Self.valid.map(\.0)) == Set(PushType.allCases))
+    }
+
+    @Test(arguments: PushType.allCases)
+    func certificateConnectionsCannotSendLocationOrLiveActivityPushes(type: PushType) {
+        let n = APNsNotification(token: TestSupport.token(), topic: type.topic(forBundleID: "com.example.app") ?? "com.apple.mgmt.x",
+                                 pushType: type, priority: .conservePower, payload: Array("{}".utf8))
+        let refused = NotificationValidator.issues(in: n, authentication: .certificate).contains { $0.rule == .tokenAuthenticationRequired }
+        #expect(refused == (type == .location || type == .liveactivity))
+        #expect(!NotificationValidator.issues(in: n, authentication: .token).contains { $0.rule == .tokenAuthenticationRequired })
     }
 
     @Test func allIssuesAreReportedTogether() {

@@ -39,6 +39,28 @@ import Testing
         }
     }
 
+    @Test func oneKeySignsFromManyThreadsAtOnce() async throws {
+        let (key, _) = try Self.loadKey()
+        let publicKey = try key.publicKey
+        let signer = ProviderTokenSigner(key: key)
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for t in 0..<8 {
+                group.addTask {
+                    var ok = true
+                    for i in 0..<40 {
+                        let decoded = try DecodedProviderToken(jwt: try signer.makeToken(issuedAt: Int64(t * 1000 + i)).jwt)
+                        ok = ok && publicKey.verify(signature: decoded.signature, message: decoded.signingInput)
+                    }
+                    return ok
+                }
+            }
+            var all = [Bool]()
+            for try await ok in group { all.append(ok) }
+            return all
+        }
+        #expect(results == Array(repeating: true, count: 8))
+    }
+
     @Test func aDifferentKeyDoesNotVerify() throws {
         let (key, _) = try Self.loadKey()
         let (other, _) = try Self.loadKey()
@@ -92,6 +114,30 @@ import Testing
         #expect(throws: SigningKeyError.fileNotFound(path: "/nonexistent/AuthKey.p8")) {
             try SigningKey(contentsOfFile: "/nonexistent/AuthKey.p8", keyID: Self.keyID, teamID: Self.teamID)
         }
+    }
+
+    @Test func devicesAndDirectoriesAreNotReadAsKeys() {
+        #expect(throws: SigningKeyError.unreadableFile(path: "/dev/zero", detail: "it is not a regular file")) {
+            try SigningKey(contentsOfFile: "/dev/zero", keyID: Self.keyID, teamID: Self.teamID)
+        }
+        #expect(throws: SigningKeyError.unreadableFile(path: "/tmp", detail: "it is a directory")) {
+            try SigningKey(contentsOfFile: "/tmp", keyID: Self.keyID, teamID: Self.teamID)
+        }
+    }
+
+    @Test func keyFilesReadableByOthersAreFlagged() throws {
+        let generated = try TestSupport.generateKey()
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: generated.privateKeyPath)
+        #expect(SigningKey.permissionWarning(forKeyFile: generated.privateKeyPath) == nil)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: generated.privateKeyPath)
+        #expect(SigningKey.permissionWarning(forKeyFile: generated.privateKeyPath)?.contains("every user") == true)
+    }
+
+    @Test func encryptedKeyFailsInsteadOfPromptingForAPassword() throws {
+        let generated = try TestSupport.generateKey()
+        let encrypted = generated.directory.appendingPathComponent("encrypted.p8").path
+        try TestSupport.run(TestSupport.openssl, ["pkcs8", "-topk8", "-in", generated.privateKeyPath, "-out", encrypted, "-passout", "pass:secret"])
+        #expect(throws: SigningKeyError.self) { try SigningKey(contentsOfFile: encrypted, keyID: Self.keyID, teamID: Self.teamID) }
     }
 
     @Test func keyThatIsNotP256IsRejected() throws {
@@ -195,6 +241,13 @@ import Testing
         #expect(second != first)
         #expect(try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 1400) == second, "already replaced")
         #expect(cache.mintCount == 2)
+    }
+
+    @Test func tokensReadBackFromTheirText() throws {
+        let cache = try Self.makeCache()
+        let minted = try cache.token(now: 1_700_000_000)
+        #expect(try ProviderToken(jwt: minted.jwt) == minted)
+        #expect(throws: ProviderTokenDecodingError.self) { try ProviderToken(jwt: "x.y.z") }
     }
 
     @Test func adoptsNewerTokensFromElsewhere() throws {

@@ -88,6 +88,54 @@ import Testing
         #expect(accepted > 0, "some random objects are valid payloads")
     }
 
+    /// Anything the sending-side validator lets through, the APNs-side check accepts.
+    @Test func clientValidationIsAtLeastAsStrictAsTheServer() {
+        var rng = SeededGenerator(seed: 0xC0_DE)
+        var checked = 0
+        for i in 0..<3000 {
+            let pushType = PushType.allCases[i % PushType.allCases.count]
+            var object = Self.randomJSON(&rng, depth: 1).objectValue ?? JSONObject()
+            if Bool.random(using: &rng) { object.set("aps", ["content-available": 1, "timestamp": 1, "event": "end"]) }
+            if pushType == .mdm { object.set("mdm", "magic") }
+            let priority = Priority.allCases[Int.random(in: 0..<3, using: &rng)]
+            let n = APNsNotification(token: Self.token, topic: pushType.topic(forBundleID: "com.example.app") ?? "com.apple.mgmt.x",
+                                     pushType: pushType, priority: priority, expiration: Int64.random(in: 0...2_000_000_000, using: &rng),
+                                     collapseID: Bool.random(using: &rng) ? Self.randomString(&rng) : nil, apnsID: .init(),
+                                     payload: JSONValue.object(object).compactBytes)
+            guard NotificationValidator.issues(in: n).isEmpty else { continue }
+            checked += 1
+            let verdict = APNsRequestValidator().validate(method: "POST", path: n.path, headers: n.headerFields(authorization: nil), body: n.payload)
+            if case .rejected = verdict { Issue.record("client accepted what the server rejects: \(verdict) for \(n)") }
+        }
+        #expect(checked > 100)
+    }
+
+    /// Whatever strings and numbers go into the builder, the bytes are one valid JSON object
+    /// that reads back to the same values.
+    @Test func builtPayloadsAreAlwaysValidJSON() throws {
+        var rng = SeededGenerator(seed: 0xB1_7D)
+        func maybe<T>(_ make: () -> T) -> T? { Bool.random(using: &rng) ? make() : nil }
+        for _ in 0..<1500 {
+            let alert: AlertContent? = Bool.random(using: &rng)
+                ? .text(Self.randomString(&rng))
+                : .fields(Alert(title: maybe { Self.randomString(&rng) }, subtitle: maybe { Self.randomString(&rng) },
+                                body: maybe { Self.randomString(&rng) }, locKey: maybe { Self.randomString(&rng) },
+                                locArgs: maybe { [Self.randomString(&rng), Self.randomString(&rng)] }))
+            let aps = APS(
+                alert: alert, badge: maybe { Int.random(in: 0...1000, using: &rng) },
+                sound: maybe { .critical(CriticalSound(name: Self.randomString(&rng), volume: Double.random(in: 0...1, using: &rng))) },
+                threadID: maybe { Self.randomString(&rng) }, category: maybe { Self.randomString(&rng) },
+                mutableContent: Bool.random(using: &rng), interruptionLevel: InterruptionLevel.allCases.randomElement(using: &rng),
+                relevanceScore: maybe { Double.random(in: 0...1, using: &rng) })
+            let payload = Payload(aps: aps).with(Self.randomString(&rng), Self.randomJSON(&rng, depth: 2))
+            let parsed = try JSONValue.parse(payload.bytes)
+            #expect(parsed == .object(payload.jsonObject))
+            let n = APNsNotification(token: Self.token, topic: "com.example.app", pushType: .alert, priority: .immediate, payload: payload)
+            let issues = NotificationValidator.issues(in: n).filter { $0.rule != .payloadTooLarge }
+            #expect(issues.isEmpty, "\(issues)")
+        }
+    }
+
     @Test func mutatedValidPayloadsNeverCrash() {
         var rng = SeededGenerator(seed: 0x3E_ED)
         let seeds: [[UInt8]] = [

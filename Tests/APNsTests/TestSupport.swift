@@ -40,9 +40,18 @@ enum TestSupport {
 
     static let openssl = "/usr/bin/openssl"
 
-    /// A fresh directory under the system temporary directory.
+    /// One folder per test process, removed when the process exits, so that keys and
+    /// certificates made for the tests never pile up in the temporary directory.
+    static let processDirectory: URL = {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("apns-tests-\(getpid())-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        atexit { try? FileManager.default.removeItem(at: TestSupport.processDirectory) }
+        return url
+    }()
+
+    /// A fresh directory inside the process's temporary folder.
     static func temporaryDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("apns-tests-\(UUID().uuidString)")
+        let url = processDirectory.appendingPathComponent(UUID().uuidString)
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         return url
     }

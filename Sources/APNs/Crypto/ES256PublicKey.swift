@@ -12,6 +12,7 @@ public final class ES256PublicKey: @unchecked Sendable {
         OpenSSLRuntime.initialize()
         ERR_clear_error()
         let bytes = Array(pem.utf8)
+        guard bytes.count <= 64 * 1024 else { throw .invalidKey("\(bytes.count) bytes is far too large for a PEM public key") }
         guard let loaded = bytes.withUnsafeBytes({ raw -> OpaquePointer? in
             guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
             defer { BIO_free(bio) }
@@ -40,7 +41,7 @@ public final class ES256PublicKey: @unchecked Sendable {
         var nameLength = 0
         let isEC = EVP_PKEY_get_base_id(loaded) == pushd_openssl_pkey_ec()
         let named = isEC && EVP_PKEY_get_group_name(loaded, &nameBuffer, nameBuffer.count, &nameLength) == 1
-        let curve = named ? String(decoding: nameBuffer[..<nameLength].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
+        let curve = named ? String(decoding: nameBuffer[..<min(nameLength, nameBuffer.count)].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
         guard curve == "prime256v1" || curve == "P-256" else {
             EVP_PKEY_free(loaded)
             ERR_clear_error()

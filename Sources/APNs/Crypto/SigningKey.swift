@@ -16,6 +16,15 @@ public final class SigningKey: @unchecked Sendable {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw .fileNotFound(path: path) }
         guard !isDirectory.boolValue else { throw .unreadableFile(path: path, detail: "it is a directory") }
+        // Reading a device or a huge file by mistake would block or exhaust memory.
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
+            if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
+                throw .unreadableFile(path: path, detail: "it is not a regular file")
+            }
+            if let size = (attributes[.size] as? NSNumber)?.intValue, size > SigningKey.maximumPEMSize {
+                throw .unreadableFile(path: path, detail: "\(size) bytes is far too large for a key file")
+            }
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw .unreadableFile(path: path, detail: "permission denied or I/O error")
         }
@@ -35,6 +44,10 @@ public final class SigningKey: @unchecked Sendable {
     private init(pemBytes: [UInt8], keyID: String, teamID: String, source: String) throws(SigningKeyError) {
         guard AppleIdentifier.isValid(keyID) else { throw .invalidKeyID(keyID) }
         guard AppleIdentifier.isValid(teamID) else { throw .invalidTeamID(teamID) }
+        // A .p8 is about 250 bytes; anything near BIO's Int32 length limit is the wrong file.
+        guard pemBytes.count <= SigningKey.maximumPEMSize else {
+            throw .notAPrivateKey(source: source, detail: "\(pemBytes.count) bytes is far too large for a key file")
+        }
         OpenSSLRuntime.initialize()
         ERR_clear_error()
         guard let loaded = pemBytes.withUnsafeBytes({ raw -> OpaquePointer? in
@@ -54,7 +67,7 @@ public final class SigningKey: @unchecked Sendable {
         var nameLength = 0
         let curve: String
         if EVP_PKEY_get_group_name(loaded, &nameBuffer, nameBuffer.count, &nameLength) == 1 {
-            curve = String(decoding: nameBuffer[..<nameLength].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            curve = String(decoding: nameBuffer[..<min(nameLength, nameBuffer.count)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         } else {
             curve = "an unnamed curve"
         }
@@ -69,6 +82,17 @@ public final class SigningKey: @unchecked Sendable {
     }
 
     deinit { EVP_PKEY_free(pkey) }
+
+    static let maximumPEMSize = 64 * 1024
+
+    /// A warning when the key file can be read by its group or by others, nil otherwise (and
+    /// when the file cannot be inspected: loading it will report that).
+    public static func permissionWarning(forKeyFile path: String) -> String? {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue else { return nil }
+        guard mode & 0o044 != 0 else { return nil }
+        return "signing key file \(path) is readable by \(mode & 0o004 != 0 ? "every user" : "its group") (mode \(String(mode & 0o777, radix: 8))); restrict it with chmod 600"
+    }
 
     /// ES256 over `message`: SHA-256, ECDSA P-256, returned as the 64-byte r‖s JWS requires.
     public func sign(_ message: [UInt8]) throws(SigningKeyError) -> [UInt8] {

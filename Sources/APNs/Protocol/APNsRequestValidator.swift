@@ -90,7 +90,7 @@ public struct APNsRequestValidator: Sendable {
             expiration = parsed
         }
 
-        if let collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {
+        if let collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes || !HeaderRules.isSafeValue(collapseID) {
             return .rejected(status: 400, reason: .badCollapseId)
         }
 

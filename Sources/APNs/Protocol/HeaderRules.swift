@@ -42,6 +42,15 @@ public enum TopicRules {
     }
 }
 
+/// Header value rules shared by both sides.
+public enum HeaderRules {
+    /// No control characters: CR and LF would split a header line (libcurl takes headers as
+    /// "name: value" lines) and HTTP/2 forbids NUL, CR and LF in field values.
+    public static func isSafeValue(_ value: String) -> Bool {
+        !value.utf8.contains { $0 < 0x20 || $0 == 0x7f }
+    }
+}
+
 /// `apns-expiration` syntax.
 public enum ExpirationRules {
     /// A non-negative decimal integer of epoch seconds (0 = do not store); nil otherwise.

@@ -78,5 +78,18 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
         return String(decoding: topic.utf8.dropLast(suffix.utf8.count), as: UTF8.self)
     }
 
+    /// Location queries and Live Activity updates are refused on certificate connections.
+    public var supportsCertificateAuthentication: Bool {
+        self != .location && self != .liveactivity
+    }
+
     public var description: String { rawValue }
+}
+
+/// How a connection proves who is sending.
+public enum AuthenticationMode: String, Sendable, Hashable, CaseIterable {
+    /// A provider token (JWT signed with the team's .p8 key) on every request.
+    case token
+    /// A TLS client certificate for one app.
+    case certificate
 }

@@ -14,6 +14,14 @@ public struct ProviderToken: Sendable, Hashable, CustomStringConvertible {
         self.issuedAt = issuedAt
     }
 
+    /// Reads kid, iss and iat back out of a token minted elsewhere (another instance, via the
+    /// shared store), so it can be handed to `ProviderTokenCache.adopt`.
+    public init(jwt: String) throws(ProviderTokenDecodingError) {
+        let decoded = try DecodedProviderToken(jwt: jwt)
+        guard decoded.algorithm == "ES256" else { throw .malformed("the algorithm is \(decoded.algorithm), not ES256") }
+        self.init(jwt: jwt, keyID: decoded.keyID, teamID: decoded.issuer, issuedAt: decoded.issuedAt)
+    }
+
     /// The `authorization` header value.
     public var authorizationValue: String { "bearer " + jwt }
 

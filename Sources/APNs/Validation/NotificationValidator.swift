@@ -5,16 +5,20 @@
 /// dictionary is the only part turned into values. Never traps on any input.
 public enum NotificationValidator {
     /// Every issue found; empty when the notification may be sent.
-    public static func issues(in notification: Notification) -> [ValidationIssue] {
+    public static func issues(in notification: Notification, authentication: AuthenticationMode = .token) -> [ValidationIssue] {
         var found = [ValidationIssue]()
         checkHeaders(notification, into: &found)
+        if authentication == .certificate && !notification.pushType.supportsCertificateAuthentication {
+            found.append(.init(field: "apns-push-type", rule: .tokenAuthenticationRequired,
+                               message: "APNs accepts \(notification.pushType) pushes only with token (JWT) authentication"))
+        }
         checkPayload(notification, into: &found)
         return found
     }
 
     /// Throws the issues found, if any.
-    public static func validate(_ notification: Notification) throws(NotificationValidationError) {
-        let found = issues(in: notification)
+    public static func validate(_ notification: Notification, authentication: AuthenticationMode = .token) throws(NotificationValidationError) {
+        let found = issues(in: notification, authentication: authentication)
         if !found.isEmpty { throw NotificationValidationError(issues: found) }
     }
 
@@ -38,9 +42,15 @@ public enum NotificationValidator {
             }
             found.append(.init(field: "apns-topic", rule: .topicSuffix, message: message))
         }
-        if let collapseID = n.collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {
-            found.append(.init(field: "apns-collapse-id", rule: .collapseIDTooLong,
-                               message: "\(collapseID.utf8.count) bytes; at most \(NotificationLimits.maxCollapseIDBytes) are allowed"))
+        if let collapseID = n.collapseID {
+            if collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {
+                found.append(.init(field: "apns-collapse-id", rule: .collapseIDTooLong,
+                                   message: "\(collapseID.utf8.count) bytes; at most \(NotificationLimits.maxCollapseIDBytes) are allowed"))
+            }
+            if !HeaderRules.isSafeValue(collapseID) {
+                found.append(.init(field: "apns-collapse-id", rule: .collapseIDMalformed,
+                                   message: "contains a control character; header values cannot carry them"))
+            }
         }
         if let expiration = n.expiration, expiration < 0 {
             found.append(.init(field: "apns-expiration", rule: .expirationNegative,
@@ -70,6 +80,8 @@ public enum NotificationValidator {
         if payload.count > limit {
             found.append(.init(field: "payload", rule: .payloadTooLarge,
                                message: "\(payload.count) bytes; \(n.pushType) payloads may have at most \(limit)"))
+            // Far beyond any limit the content no longer matters; do not spend time reading it.
+            if payload.count > 16 * limit { return }
         }
         let top: TopLevel
         do {
@@ -150,51 +162,26 @@ struct APSChecker {
             issue("aps", .wrongType, "must be an object, found \(apsValue.typeName)")
             return
         }
-        checkAlert(aps["alert"])
-        if let badge = aps["badge"] { checkNonNegativeInteger(badge, field: "aps.badge") }
-        checkSound(aps["sound"])
-        for key in ["thread-id", "category", "target-content-id", "filter-criteria", "attributes-type"] {
-            if let value = aps[key] { checkString(value, field: "aps." + key) }
-        }
-        for key in ["content-available", "mutable-content", "input-push-token"] {
-            if let value = aps[key] { checkFlag(value, field: "aps." + key) }
-        }
-        if let level = aps["interruption-level"] {
-            if case .string(let s) = level {
-                if InterruptionLevel(rawValue: s) == nil {
-                    issue("aps.interruption-level", .unknownValue,
-                          "\"\(s)\" is not one of passive, active, time-sensitive, critical")
-                }
-            } else {
-                issue("aps.interruption-level", .wrongType, "must be a string, found \(level.typeName)")
-            }
-        }
-        if let score = aps["relevance-score"] {
-            if case .number(let n) = score {
-                let d = n.doubleValue
-                // Live Activities rank by any number; notification summaries need 0…1.
-                if !d.isFinite || (type != .liveactivity && !(0...1).contains(d)) {
-                    issue("aps.relevance-score", .outOfRange, "\(n) must be between 0 and 1")
-                }
-            } else {
-                issue("aps.relevance-score", .wrongType, "must be a number, found \(score.typeName)")
-            }
-        }
-        for key in ["timestamp", "stale-date", "dismissal-date"] {
-            if let value = aps[key] { checkNonNegativeInteger(value, field: "aps." + key) }
-        }
-        for key in ["content-state", "attributes"] {
-            if let value = aps[key], value.objectValue == nil {
-                issue("aps." + key, .wrongType, "must be an object, found \(value.typeName)")
-            }
-        }
-        if let event = aps["event"] {
-            if case .string(let s) = event {
-                if LiveActivityEvent(rawValue: s) == nil {
-                    issue("aps.event", .liveActivityEvent, "\"\(s)\" is not one of start, update, end")
-                }
-            } else {
-                issue("aps.event", .wrongType, "must be a string, found \(event.typeName)")
+        // One pass over the members: this runs on every send, and a lookup per documented key
+        // would compare every key against some twenty names.
+        for member in aps.members {
+            let value = member.value
+            switch member.key {
+            case "alert": checkAlert(value)
+            case "badge": checkNonNegativeInteger(value, field: "aps.badge")
+            case "sound": checkSound(value)
+            case "thread-id", "category", "target-content-id", "filter-criteria", "attributes-type":
+                checkString(value, field: "aps." + member.key)
+            case "content-available", "mutable-content", "input-push-token":
+                checkFlag(value, field: "aps." + member.key)
+            case "interruption-level": checkInterruptionLevel(value)
+            case "relevance-score": checkRelevanceScore(value)
+            case "timestamp", "stale-date", "dismissal-date":
+                checkNonNegativeInteger(value, field: "aps." + member.key)
+            case "content-state", "attributes":
+                if value.objectValue == nil { issue("aps." + member.key, .wrongType, "must be an object, found \(value.typeName)") }
+            case "event": checkEvent(value)
+            default: break
             }
         }
 
@@ -202,6 +189,38 @@ struct APSChecker {
         case .background: checkBackground(aps)
         case .liveactivity: checkLiveActivity(aps)
         default: break
+        }
+    }
+
+    mutating func checkInterruptionLevel(_ level: JSONValue) {
+        if case .string(let s) = level {
+            if InterruptionLevel(rawValue: s) == nil {
+                issue("aps.interruption-level", .unknownValue, "\"\(s)\" is not one of passive, active, time-sensitive, critical")
+            }
+        } else {
+            issue("aps.interruption-level", .wrongType, "must be a string, found \(level.typeName)")
+        }
+    }
+
+    mutating func checkRelevanceScore(_ score: JSONValue) {
+        guard case .number(let n) = score else {
+            issue("aps.relevance-score", .wrongType, "must be a number, found \(score.typeName)")
+            return
+        }
+        let d = n.doubleValue
+        // Live Activities rank by any number; notification summaries need 0…1.
+        if !d.isFinite || (type != .liveactivity && !(0...1).contains(d)) {
+            issue("aps.relevance-score", .outOfRange, "\(n) must be between 0 and 1")
+        }
+    }
+
+    mutating func checkEvent(_ event: JSONValue) {
+        if case .string(let s) = event {
+            if LiveActivityEvent(rawValue: s) == nil {
+                issue("aps.event", .liveActivityEvent, "\"\(s)\" is not one of start, update, end")
+            }
+        } else {
+            issue("aps.event", .wrongType, "must be a string, found \(event.typeName)")
         }
     }
 

@@ -26,6 +26,7 @@ public struct ValidationRule: Sendable, Hashable, CustomStringConvertible, Expre
     public static let topicMalformed: ValidationRule = "topic-malformed"
     public static let topicSuffix: ValidationRule = "topic-suffix"
     public static let collapseIDTooLong: ValidationRule = "collapse-id-too-long"
+    public static let collapseIDMalformed: ValidationRule = "collapse-id-malformed"
     public static let expirationNegative: ValidationRule = "expiration-negative"
     public static let payloadEmpty: ValidationRule = "payload-empty"
     public static let payloadTooLarge: ValidationRule = "payload-too-large"
@@ -43,6 +44,7 @@ public struct ValidationRule: Sendable, Hashable, CustomStringConvertible, Expre
     public static let liveActivityAttributes: ValidationRule = "liveactivity-attributes"
     public static let criticalSoundVolume: ValidationRule = "critical-sound-volume"
     public static let mdmPushMagic: ValidationRule = "mdm-push-magic"
+    public static let tokenAuthenticationRequired: ValidationRule = "token-authentication-required"
 }
 
 /// A notification that must not be sent, with every issue found.

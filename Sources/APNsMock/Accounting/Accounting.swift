@@ -8,6 +8,8 @@ final class Accounting: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Counted on every request, so a relaxed atomic rather than the lock.
+    private let received = Atomic<Int>(0)
     let countsPerToken: Bool
     let logsAccepted: Bool
 
@@ -41,8 +43,17 @@ final class Accounting: Sendable {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }
     }
 
-    var stats: MockStats { state.withLock { $0.stats } }
+    func recordRequestReceived() { received.add(1, ordering: .relaxed) }
+
+    var stats: MockStats {
+        var stats = state.withLock { $0.stats }
+        stats.requestsReceived = received.load(ordering: .relaxed)
+        return stats
+    }
     var acceptedLog: [AcceptedNotification] { state.withLock { $0.log } }
 
-    func reset() { state.withLock { $0 = State() } }
+    func reset() {
+        state.withLock { $0 = State() }
+        received.store(0, ordering: .relaxed)
+    }
 }

@@ -34,6 +34,8 @@ public struct TokenCounts: Sendable, Hashable, Codable {
 
 /// Everything the mock counted since start (or the last reset).
 public struct MockStats: Sendable, Equatable, Codable {
+    /// Complete requests received and handed to the logic (answered, delayed or reset).
+    public var requestsReceived: Int = 0
     /// Notifications answered 200.
     public var accepted: Int = 0
     /// Error answers by "status reason", for example "410 Unregistered".

@@ -14,6 +14,7 @@ enum StatsText {
             out += "apns_mock_rejected_total{status=\"\(status)\",reason=\"\(reason)\"} \(stats.rejected[key] ?? 0)\n"
         }
         let counters: [(String, String, Int)] = [
+            ("apns_mock_requests_received_total", "Complete requests received.", stats.requestsReceived),
             ("apns_mock_connections_accepted_total", "TLS connections accepted.", stats.connectionsAccepted),
             ("apns_mock_connections_closed_total", "Connections closed.", stats.connectionsClosed),
             ("apns_mock_connections_reset_total", "Connections reset by fault injection.", stats.connectionsReset),

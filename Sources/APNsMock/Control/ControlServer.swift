@@ -48,9 +48,14 @@ final class ControlServer: @unchecked Sendable {
         while true {
             if poll(&fds, 2, -1) < 0 && errno != EINTR { return }
             if fds[1].revents != 0 { return }
-            guard fds[0].revents != 0, let client = SocketHelpers.acceptNonBlocking(listenFD) else { continue }
-            handle(client: client, router: router)
-            close(client)
+            guard fds[0].revents != 0 else { continue }
+            switch SocketHelpers.acceptNonBlocking(listenFD) {
+            case .connection(let client):
+                handle(client: client, router: router)
+                close(client)
+            case .none: continue
+            case .exhausted: usleep(100_000)
+            }
         }
     }
 

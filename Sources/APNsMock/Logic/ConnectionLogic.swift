@@ -62,6 +62,10 @@ struct ConnectionLogic {
         }
         let apnsID = accepted.apnsID ?? makeID()
         let token = accepted.token.hex
+        if settings.certificateMode && !accepted.pushType.supportsCertificateAuthentication {
+            // APNs documents no reason for this; InvalidPushType is what a client can act on.
+            return reject(400, .invalidPushType, apnsID: apnsID, token: token)
+        }
 
         if let verifier = settings.tokenVerifier {
             switch tokens.authorize(accepted.authorization, now: now, verifier: verifier) {
@@ -114,6 +118,8 @@ struct LogicSettings: Sendable {
     /// Set in token-auth mode.
     var tokenVerifier: ProviderTokenVerifier?
     var startAtOneStream: Bool
+    /// Certificate-auth mode, where location and Live Activity pushes are refused.
+    var certificateMode: Bool = false
     var logsAccepted: Bool
 }
 

@@ -42,6 +42,8 @@ public struct MockConfiguration: Sendable {
     public var faults: FaultConfiguration = .none
     public var countsPerToken: Bool = false
     public var logsAccepted: Bool = false
+    /// Connections that have not completed TLS within this time are closed.
+    public var handshakeTimeoutMilliseconds: Int = 10_000
     /// Port of the plain-HTTP control endpoint on 127.0.0.1 (0 picks one); nil disables it.
     public var controlPort: UInt16? = nil
 
@@ -56,6 +58,9 @@ public struct MockConfiguration: Sendable {
         }
         if loopThreads < 1 || loopThreads > 64 {
             throw .configuration("loopThreads must be between 1 and 64, got \(loopThreads)")
+        }
+        if handshakeTimeoutMilliseconds < 1 {
+            throw .configuration("handshakeTimeoutMilliseconds must be positive, got \(handshakeTimeoutMilliseconds)")
         }
         _ = try faults.validated()
         return self

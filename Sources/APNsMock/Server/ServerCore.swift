@@ -40,7 +40,8 @@ final class ServerCore: Sendable {
             maxConcurrentStreams: configuration.maxConcurrentStreams,
             validator: APNsRequestValidator(
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
-            tokenVerifier: verifier, startAtOneStream: startAtOne, logsAccepted: configuration.logsAccepted)
+            tokenVerifier: verifier, startAtOneStream: startAtOne, certificateMode: clientCA != nil,
+            logsAccepted: configuration.logsAccepted)
     }
 
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }

@@ -75,6 +75,14 @@ final class HTTP2Connection: EventLoopHandler {
 
     // MARK: handshake
 
+    /// A client that never finishes the TLS handshake would otherwise hold its socket forever.
+    func armHandshakeTimeout(milliseconds: UInt64) {
+        loop.schedule(afterMilliseconds: milliseconds) { [weak self] in
+            guard let self, self.phase == .handshaking else { return }
+            self.close()
+        }
+    }
+
     private func continueHandshake() {
         switch tls.handshake() {
         case .done:
@@ -117,7 +125,10 @@ final class HTTP2Connection: EventLoopHandler {
                 settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(logic.initialMaxConcurrentStreams)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
         ]
-        return nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0
+        guard nghttp2_submit_settings(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else { return false }
+        // A thousand streams of small payloads outrun the 64 KiB connection window; a large one
+        // keeps clients from stalling on WINDOW_UPDATE round trips.
+        return nghttp2_session_set_local_window_size(newSession, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 * 1024 * 1024) == 0
     }
 
     @discardableResult
@@ -260,6 +271,7 @@ final class HTTP2Connection: EventLoopHandler {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue)
             return
         }
+        core.accounting.recordRequestReceived()
         faults.refresh()
         let checksBefore = logic.tokens.signatureChecks
         let verdict = logic.handle(stream.request, faults: faults.faults, now: ServerCore.wallClockSeconds())
@@ -314,8 +326,10 @@ final class HTTP2Connection: EventLoopHandler {
     fileprivate func responseBody(_ streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, capacity: Int) -> (Int, Bool) {
         guard let stream = lookUp(streamID) else { return (0, true) }
         let count = min(capacity, stream.responseBody.count - stream.responseOffset)
-        stream.responseBody.withUnsafeBufferPointer { source in
-            buffer.update(from: source.baseAddress! + stream.responseOffset, count: count)
+        if count > 0 {
+            stream.responseBody.withUnsafeBufferPointer { source in
+                buffer.update(from: source.baseAddress! + stream.responseOffset, count: count)
+            }
         }
         stream.responseOffset += count
         return (count, stream.responseOffset == stream.responseBody.count)

@@ -33,7 +33,15 @@ final class ServerLoop: EventLoopHandler, @unchecked Sendable {
     }
 
     func handleEvents(readable: Bool, writable: Bool, hangup: Bool) {
-        while let fd = SocketHelpers.acceptNonBlocking(listenFD) {
+        while true {
+            let fd: Int32
+            switch SocketHelpers.acceptNonBlocking(listenFD) {
+            case .connection(let accepted): fd = accepted
+            case .none: return
+            case .exhausted:
+                pauseAccepting()
+                return
+            }
             guard let tls = core.tls.makeSession(fd: fd) else {
                 close(fd)
                 continue
@@ -49,7 +57,18 @@ final class ServerLoop: EventLoopHandler, @unchecked Sendable {
                 continue
             }
             connections[id] = connection
+            connection.armHandshakeTimeout(milliseconds: UInt64(core.configuration.handshakeTimeoutMilliseconds))
             core.accounting.recordConnectionAccepted()
+        }
+    }
+
+    /// Out of descriptors the listener stays readable; stop watching it for a moment instead of
+    /// spinning, and let closing connections free some.
+    private func pauseAccepting() {
+        loop.unregister(fd: listenFD)
+        loop.schedule(afterMilliseconds: 100) { [weak self] in
+            guard let self else { return }
+            try? self.loop.register(fd: self.listenFD, handler: self)
         }
     }
 

@@ -39,14 +39,28 @@ enum SocketHelpers {
         return (fd, UInt16(bigEndian: actual.sin_port))
     }
 
-    /// Accepts one pending connection as a non-blocking socket with Nagle off; nil when none waits.
-    static func acceptNonBlocking(_ listenFD: Int32) -> Int32? {
+    enum Accepted {
+        case connection(Int32)
+        /// Nothing pending (or the client gave up before we got to it).
+        case none
+        /// The process is out of descriptors or memory; retrying at once would spin.
+        case exhausted(Int32)
+    }
+
+    /// Accepts one pending connection as a non-blocking socket with Nagle off.
+    static func acceptNonBlocking(_ listenFD: Int32) -> Accepted {
         let fd = accept(listenFD, nil, nil)
-        if fd < 0 { return nil }
+        if fd < 0 {
+            let code = errno
+            switch code {
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .exhausted(code)
+            default: return .none
+            }
+        }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         var one: Int32 = 1
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        return fd
+        return .connection(fd)
     }
 }

@@ -114,6 +114,12 @@ final class CurlEventLoop: @unchecked Sendable {
     private var consecutiveConnectFailures = 0
     private var replaceConnectionPending = false
     private var everConnected = false
+    /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown.
+    /// Until then libcurl assumes 100 streams, while APNs starts token connections at 1 and
+    /// refuses the rest; libcurl answers a refused stream by closing the whole connection and
+    /// resending everything unanswered on it, which can duplicate what the server processed.
+    /// So while cold, only one request at a time goes into libcurl.
+    private var coldConnection = false
     private var random = SystemRandomNumberGenerator()
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
@@ -268,13 +274,13 @@ final class CurlEventLoop: @unchecked Sendable {
     /// Moves requests from the backlog into libcurl up to the loop's in-flight limit. Called before
     /// every wait so that finished streams are replaced at once, not after the next poll.
     private func refill() {
-        guard !backlog.isEmpty, inCurl < inCurlLimit else { return }
+        guard !backlog.isEmpty, inCurl < (coldConnection ? 1 : inCurlLimit) else { return }
         if backoffUntil != 0 {
             guard monotonicNanoseconds() >= backoffUntil else { return }
             backoffUntil = 0
         }
         var added = 0
-        while inCurl < inCurlLimit, !backlog.isEmpty {
+        while inCurl < (coldConnection ? 1 : inCurlLimit), !backlog.isEmpty {
             let transfer: CurlTransfer
             if let index = freeTransfers.popLast() {
                 transfer = transfers[index]
@@ -402,6 +408,7 @@ final class CurlEventLoop: @unchecked Sendable {
             backoffUntil = monotonicNanoseconds() + UInt64(delay) * 1_000_000
         } else if status != 0 {
             consecutiveConnectFailures = 0
+            coldConnection = false
         }
         if disposition.replaceConnection {
             replaceConnectionPending = true
@@ -568,6 +575,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     fileprivate func socketOpened() {
+        coldConnection = true
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
         sink.metrics.connectionOpened(reconnect: everConnected)
         everConnected = true

@@ -96,6 +96,7 @@ enum ConfigLoader {
 
         let campaigns = top.section("campaigns")
         config.campaignChunkSize = campaigns.int("chunk_size", default: config.campaignChunkSize, range: 10...100_000)
+        config.campaignLeaseSeconds = campaigns.int("lease_s", default: config.campaignLeaseSeconds, range: 3...3600)
         let rate = campaigns.int("default_rate", default: 0, range: 0...10_000_000)
         config.defaultCampaignRate = rate == 0 ? nil : rate
         campaigns.rejectUnknownKeys()

@@ -60,6 +60,9 @@ struct PushdConfig: Sendable, Equatable {
     /// Threads sending campaign chunks, each with its own connection.
     var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000
+    /// How long a leased campaign chunk stays with its worker without a checkpoint; a
+    /// dead worker's chunk is taken over after this.
+    var campaignLeaseSeconds: Int = 60
     var defaultCampaignRate: Int?
     var drainTimeoutSeconds: Int = 20
     var apps: [App]

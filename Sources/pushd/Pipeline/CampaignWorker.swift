@@ -20,7 +20,9 @@ final class CampaignWorker: @unchecked Sendable {
     private var connection: PGConnection?
     private var generation: UInt32 = 0
     private var random = SystemRandomNumberGenerator()
-    private let leaseSeconds = 60.0
+    private let leaseSeconds: Double
+    /// Progress is checkpointed (and the lease extended) this often.
+    private let checkpointInterval: Double
     let finished = DispatchSemaphore(value: 0)
 
     init(context: PipelineContext, index: Int, completions: CompletionQueue, limiter: RateLimiter) {
@@ -28,6 +30,8 @@ final class CampaignWorker: @unchecked Sendable {
         self.index = index
         self.completions = completions
         self.limiter = limiter
+        leaseSeconds = Double(context.config.campaignLeaseSeconds)
+        checkpointInterval = min(2, leaseSeconds / 3)
         // A chunk holds its lease while it retries: keep campaign backoffs short.
         var retry = context.policy.retry
         retry.maxDelay = min(retry.maxDelay, 30)
@@ -251,7 +255,7 @@ final class CampaignWorker: @unchecked Sendable {
                     stopSubmitting = true
                 }
             }
-            if !leaseLost, RateLimiter.monotonicSeconds() - lastCheckpoint >= 2 { try checkpoint() }
+            if !leaseLost, RateLimiter.monotonicSeconds() - lastCheckpoint >= checkpointInterval { try checkpoint() }
         }
 
         if leaseLost { return }

@@ -1,0 +1,134 @@
+// Transport-only throughput of the Dispatcher engine against a local HTTP/2 TLS server.
+//
+// usage: DispatcherBench --port P --ca FILE [--requests 500000] [--threads 2]
+//                        [--connections 1] [--streams 100] [--label TEXT]
+// Requests are built before timing starts (10,000 distinct ones, sent in turn) so only the
+// engine and libcurl are measured. Prints one line of key=value figures; the bench script
+// puts it beside the C reference's line from the same run.
+import Dispatcher
+import Glibc
+import Synchronization
+
+struct Options {
+    var port = 0
+    var ca = ""
+    var requests = 500_000
+    var threads = 2
+    var connections = 1
+    var streams = 100
+    var label = "dispatcher"
+}
+
+func parseOptions() -> Options {
+    var options = Options()
+    var arguments = CommandLine.arguments.dropFirst().makeIterator()
+    func fail(_ message: String) -> Never {
+        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT]")
+        exit(2)
+    }
+    while let flag = arguments.next() {
+        guard let value = arguments.next() else { fail("\(flag) needs a value") }
+        func number() -> Int {
+            guard let parsed = Int(value), parsed > 0 else { fail("\(flag) must be a positive whole number, got \"\(value)\"") }
+            return parsed
+        }
+        switch flag {
+        case "--port": options.port = number()
+        case "--ca": options.ca = value
+        case "--requests": options.requests = number()
+        case "--threads": options.threads = number()
+        case "--connections": options.connections = number()
+        case "--streams": options.streams = number()
+        case "--label": options.label = value
+        default: fail("unknown option \(flag)")
+        }
+    }
+    if options.port == 0 || options.ca.isEmpty { fail("--port and --ca are required") }
+    return options
+}
+
+func printError(_ message: String) {
+    var line = message + "\n"
+    line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
+
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+func peakRSSKilobytes() -> Int {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return usage.ru_maxrss
+}
+
+func monotonicSeconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+let options = parseOptions()
+let body = Array(#"{"aps":{"alert":"hello"}}"#.utf8)
+let prebuilt: [DispatchRequest]
+do {
+    prebuilt = try (0..<10_000).map { index in
+        try DispatchRequest(path: "/ok", headerLines: [
+            "apns-topic: com.example.app",
+            "apns-push-type: alert",
+            "apns-id: 00000000-0000-0000-0000-" + String(String(index).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0),
+        ], body: body)
+    }
+} catch {
+    printError("DispatcherBench: \(error)")
+    exit(1)
+}
+
+final class Tally: Sendable {
+    let ok = Atomic<Int>(0)
+    let failed = Atomic<Int>(0)
+    let latencyTotal = Atomic<Int>(0)
+}
+let tally = Tally()
+let dispatcher: HTTP2Dispatcher
+do {
+    dispatcher = try HTTP2Dispatcher(
+        configuration: DispatcherConfiguration(host: "127.0.0.1", port: options.port, trustedCAFile: options.ca,
+                                               threads: options.threads, connectionsPerThread: options.connections,
+                                               streamsPerConnection: options.streams),
+        onResult: { result in
+            if result.response?.status == 200 {
+                tally.ok.add(1, ordering: .relaxed)
+            } else {
+                tally.failed.add(1, ordering: .relaxed)
+            }
+            tally.latencyTotal.add(Int(result.latencyNanoseconds), ordering: .relaxed)
+        })
+} catch {
+    printError("DispatcherBench: \(error)")
+    exit(1)
+}
+
+let cpuBefore = cpuSeconds()
+let start = monotonicSeconds()
+for index in 0..<options.requests {
+    dispatcher.submit(prebuilt[index % prebuilt.count], tag: UInt64(index))
+}
+while tally.ok.load(ordering: .relaxed) + tally.failed.load(ordering: .relaxed) < options.requests {
+    usleep(1000)
+}
+let seconds = monotonicSeconds() - start
+let cpu = cpuSeconds() - cpuBefore
+let done = options.requests
+let statistics = dispatcher.statistics
+dispatcher.shutdown()
+print("label=\(options.label) requests=\(done) ok=\(tally.ok.load(ordering: .relaxed)) seconds=\(format3(seconds)) "
+      + "rate=\(Int(Double(done) / seconds)) cpu_us_per_request=\(format2(cpu * 1e6 / Double(done))) "
+      + "peak_rss_kb=\(peakRSSKilobytes()) mean_latency_ms=\(format2(Double(tally.latencyTotal.load(ordering: .relaxed)) / Double(done) / 1e6)) "
+      + "retried=\(statistics.retried) connections=\(statistics.connectionsOpened)")
+exit(tally.failed.load(ordering: .relaxed) == 0 ? 0 : 1)
+
+func format2(_ value: Double) -> String { String(Double(Int(value * 100)) / 100) }
+func format3(_ value: Double) -> String { String(Double(Int(value * 1000)) / 1000) }

@@ -1,0 +1,217 @@
+internal import COpenSSL
+import Foundation
+
+/// What an APNs TLS client certificate says about itself, read with OpenSSL so that a wrong,
+/// expired or mismatched certificate is reported when the configuration is checked, not as a
+/// TLS handshake failure at the first send.
+public struct ClientCertificateInfo: Sendable, Hashable {
+    public var commonName: String?
+    /// The subject's UID: the bundle id the certificate was issued for.
+    public var userID: String?
+    public var notBefore: Date
+    public var notAfter: Date
+    /// From Apple's extensions: development (sandbox), production, or both for a universal
+    /// certificate. Empty for certificates without them (self-made test certificates).
+    public var environments: Set<APNsEnvironment>
+    /// Topics this certificate may push to: the topics extension of a universal certificate,
+    /// or else the subject's UID.
+    public var topics: [String]
+
+    /// Why the certificate cannot serve `topic` in `environment` at `now`; empty when it can.
+    public func problems(environment: APNsEnvironment, topic: String?, now: Date = Date()) -> [String] {
+        var found = [String]()
+        if now < notBefore { found.append("the certificate is not valid before \(notBefore)") }
+        if now > notAfter { found.append("the certificate expired on \(notAfter)") }
+        if !environments.isEmpty && !environments.contains(environment) {
+            found.append("the certificate is for \(environments.map(\.rawValue).sorted().joined(separator: ", ")), not \(environment)")
+        }
+        if let topic, !topics.isEmpty {
+            let bundle = PushType.typeOwningSuffix(of: topic).flatMap { $0.bundleID(fromTopic: topic) } ?? topic
+            if !topics.contains(topic) && !topics.contains(bundle) {
+                found.append("the certificate covers \(topics.joined(separator: ", ")), not \(topic)")
+            }
+        }
+        return found
+    }
+}
+
+/// Reads APNs client certificates: PEM (certificate and key in one file or two) or PKCS#12.
+/// The private key must match the certificate; key material never appears in errors.
+public enum ClientCertificate {
+    /// Apple's extension marking a development (sandbox) push certificate.
+    static let developmentOID = "1.2.840.113635.100.6.3.1"
+    /// Apple's extension marking a production push certificate.
+    static let productionOID = "1.2.840.113635.100.6.3.2"
+    /// Apple's extension listing the topics of a universal certificate.
+    static let topicsOID = "1.2.840.113635.100.6.3.6"
+    static let maximumFileSize = 1024 * 1024
+
+    public static func inspectPEM(certificateFile: String, keyFile: String? = nil) throws(ClientCertificateError) -> ClientCertificateInfo {
+        let certificateBytes = try read(certificateFile)
+        let keyBytes = try keyFile.map { (path: String) throws(ClientCertificateError) -> [UInt8] in try read(path) } ?? certificateBytes
+        return try inspectPEM(certificate: certificateBytes, key: keyBytes, source: certificateFile)
+    }
+
+    public static func inspectPEM(certificate: [UInt8], key: [UInt8], source: String = "PEM text") throws(ClientCertificateError) -> ClientCertificateInfo {
+        OpenSSLRuntime.initialize()
+        ERR_clear_error()
+        guard let cert = withBIO(certificate, { PEM_read_bio_X509($0, nil, { _, _, _, _ in 0 }, nil) }) else {
+            throw .notACertificate(source: source, detail: takeOpenSSLErrors(default: "no PEM certificate found"))
+        }
+        defer { X509_free(cert) }
+        guard let pkey = withBIO(key, { PEM_read_bio_PrivateKey($0, nil, { _, _, _, _ in 0 }, nil) }) else {
+            throw .noPrivateKey(source: source, detail: takeOpenSSLErrors(default: "no unencrypted PEM private key found"))
+        }
+        defer { EVP_PKEY_free(pkey) }
+        return try describe(cert: cert, pkey: pkey, source: source)
+    }
+
+    public static func inspectPKCS12(file: String, password: String) throws(ClientCertificateError) -> ClientCertificateInfo {
+        try inspectPKCS12(try read(file), password: password, source: file)
+    }
+
+    public static func inspectPKCS12(_ bytes: [UInt8], password: String, source: String = "PKCS#12 data") throws(ClientCertificateError) -> ClientCertificateInfo {
+        OpenSSLRuntime.initialize()
+        ERR_clear_error()
+        guard let p12 = withBIO(bytes, { d2i_PKCS12_bio($0, nil) }) else {
+            throw .notACertificate(source: source, detail: takeOpenSSLErrors(default: "not PKCS#12 data"))
+        }
+        defer { PKCS12_free(p12) }
+        var pkey: OpaquePointer?
+        var cert: OpaquePointer?
+        guard PKCS12_parse(p12, password, &pkey, &cert, nil) == 1 else {
+            throw .notACertificate(source: source, detail: takeOpenSSLErrors(default: "wrong password or damaged file"))
+        }
+        defer {
+            if let pkey { EVP_PKEY_free(pkey) }
+            if let cert { X509_free(cert) }
+        }
+        guard let cert else { throw .notACertificate(source: source, detail: "the PKCS#12 file holds no certificate") }
+        guard let pkey else { throw .noPrivateKey(source: source, detail: "the PKCS#12 file holds no private key") }
+        return try describe(cert: cert, pkey: pkey, source: source)
+    }
+
+    private static func read(_ path: String) throws(ClientCertificateError) -> [UInt8] {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw .fileNotFound(path: path) }
+        if isDirectory.boolValue { throw .unreadableFile(path: path, detail: "it is a directory") }
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
+            if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
+                throw .unreadableFile(path: path, detail: "it is not a regular file")
+            }
+            if let size = (attributes[.size] as? NSNumber)?.intValue, size > maximumFileSize {
+                throw .unreadableFile(path: path, detail: "\(size) bytes is far too large for a certificate")
+            }
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw .unreadableFile(path: path, detail: "permission denied or I/O error")
+        }
+        return [UInt8](data)
+    }
+
+    private static func withBIO(_ bytes: [UInt8], _ body: (OpaquePointer) -> OpaquePointer?) -> OpaquePointer? {
+        guard bytes.count <= maximumFileSize else { return nil }
+        return bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return body(bio)
+        }
+    }
+
+    private static func describe(cert: OpaquePointer, pkey: OpaquePointer, source: String) throws(ClientCertificateError) -> ClientCertificateInfo {
+        guard X509_check_private_key(cert, pkey) == 1 else {
+            ERR_clear_error()
+            throw .keyDoesNotMatch(source: source)
+        }
+        let subject = X509_get_subject_name(cert)
+        let commonName = subject.flatMap { nameEntry($0, nid: NID_commonName) }
+        let userID = subject.flatMap { nameEntry($0, nid: NID_userId) }
+        var environments = Set<APNsEnvironment>()
+        if extensionData(cert, oid: developmentOID) != nil { environments.insert(.sandbox) }
+        if extensionData(cert, oid: productionOID) != nil { environments.insert(.production) }
+        var topics = extensionData(cert, oid: topicsOID).map(topLevelUTF8Strings) ?? []
+        if topics.isEmpty, let userID { topics = [userID] }
+        return ClientCertificateInfo(
+            commonName: commonName, userID: userID,
+            notBefore: date(X509_get0_notBefore(cert)), notAfter: date(X509_get0_notAfter(cert)),
+            environments: environments, topics: topics)
+    }
+
+    private static func nameEntry(_ name: OpaquePointer, nid: Int32) -> String? {
+        let index = X509_NAME_get_index_by_NID(name, nid, -1)
+        guard index >= 0, let entry = X509_NAME_get_entry(name, index), let data = X509_NAME_ENTRY_get_data(entry) else { return nil }
+        var out: UnsafeMutablePointer<UInt8>?
+        let length = ASN1_STRING_to_UTF8(&out, data)
+        guard length >= 0, let out else { return nil }
+        defer { pushd_openssl_free(out) }
+        return String(decoding: UnsafeBufferPointer(start: out, count: Int(length)), as: UTF8.self)
+    }
+
+    private static func extensionData(_ cert: OpaquePointer, oid: String) -> [UInt8]? {
+        guard let object = OBJ_txt2obj(oid, 1) else { return nil }
+        defer { ASN1_OBJECT_free(object) }
+        let index = X509_get_ext_by_OBJ(cert, object, -1)
+        guard index >= 0, let ext = X509_get_ext(cert, index), let data = X509_EXTENSION_get_data(ext) else { return nil }
+        let length = Int(ASN1_STRING_length(data))
+        guard length >= 0, let bytes = ASN1_STRING_get0_data(data) else { return [] }
+        return Array(UnsafeBufferPointer(start: bytes, count: length))
+    }
+
+    private static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date {
+        var parts = tm()
+        guard let time, ASN1_TIME_to_tm(time, &parts) == 1 else { return Date(timeIntervalSince1970: 0) }
+        return Date(timeIntervalSince1970: TimeInterval(timegm(&parts)))
+    }
+
+    /// The UTF8String elements directly inside the outer DER SEQUENCE of the topics extension
+    /// (each topic is followed by a SEQUENCE naming its kinds, which is skipped).
+    static func topLevelUTF8Strings(_ der: [UInt8]) -> [String] {
+        var i = 0
+        guard der.count >= 2, der[0] == 0x30 else { return [] }
+        i = 1
+        guard let outer = readLength(der, &i), i + outer <= der.count else { return [] }
+        let end = i + outer
+        var strings = [String]()
+        while i < end {
+            let tag = der[i]
+            i += 1
+            guard let length = readLength(der, &i), i + length <= end else { return strings }
+            if tag == 0x0C { strings.append(String(decoding: der[i..<(i + length)], as: UTF8.self)) }
+            i += length
+        }
+        return strings
+    }
+
+    private static func readLength(_ der: [UInt8], _ i: inout Int) -> Int? {
+        guard i < der.count else { return nil }
+        let first = der[i]
+        i += 1
+        if first < 0x80 { return Int(first) }
+        let count = Int(first & 0x7F)
+        guard count >= 1, count <= 3, i + count <= der.count else { return nil }
+        var length = 0
+        for _ in 0..<count {
+            length = length << 8 | Int(der[i])
+            i += 1
+        }
+        return length
+    }
+}
+
+public enum ClientCertificateError: Error, Sendable, Hashable, CustomStringConvertible {
+    case fileNotFound(path: String)
+    case unreadableFile(path: String, detail: String)
+    case notACertificate(source: String, detail: String)
+    case noPrivateKey(source: String, detail: String)
+    case keyDoesNotMatch(source: String)
+
+    public var description: String {
+        switch self {
+        case .fileNotFound(let path): return "certificate file \(path) does not exist"
+        case .unreadableFile(let path, let detail): return "certificate file \(path) cannot be read: \(detail)"
+        case .notACertificate(let source, let detail): return "\(source) is not a usable certificate: \(detail)"
+        case .noPrivateKey(let source, let detail): return "\(source) has no usable private key: \(detail)"
+        case .keyDoesNotMatch(let source): return "the private key does not belong to the certificate in \(source)"
+        }
+    }
+}

@@ -1,0 +1,148 @@
+import APNs
+import APNsMock
+import Foundation
+import Metrics
+import PushdTestSupport
+import QueueStore
+@testable import pushd
+
+/// A throwaway world for the daemon: a database of its own, an in-process apns-mock with
+/// throwaway certificates that trusts a freshly generated ES256 key, and a configuration
+/// pointing pushd at both.
+final class DaemonHarness: @unchecked Sendable {
+    static let keyID = "KEY1234567"
+    static let teamID = "TEAM123456"
+    static let bundleID = "com.example.shop"
+
+    let directory: String
+    let database: IsolatedDatabase
+    let certificates: GeneratedCertificates
+    let keyFile: String
+    let mock: APNsMockServer
+    let mockPort: UInt16
+
+    /// - Parameter trustedKeyPEM: the public key the mock trusts for `keyID`; nil trusts pushd's own.
+    init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
+         maxStreams: Int = 1000) throws {
+        self.database = database
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-daemon-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        certificates = try CertificateGenerator.generate(into: directory + "/certs")
+        keyFile = directory + "/key.p8"
+        try Self.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyFile])
+        chmod(keyFile, 0o600)
+        var trustedKeyFile = keyFile
+        if !trustsPushdKey {
+            trustedKeyFile = directory + "/other.p8"
+            try Self.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", trustedKeyFile])
+        }
+        try Self.openssl(["pkey", "-in", trustedKeyFile, "-pubout", "-out", directory + "/trusted.pub"])
+        let trusted = try String(contentsOfFile: directory + "/trusted.pub", encoding: .utf8)
+        var configuration = MockConfiguration(certificateChainFile: certificates.serverCertificate,
+                                              privateKeyFile: certificates.serverKey)
+        configuration.authentication = .token(keys: [ProviderKey(keyID: Self.keyID, teamID: Self.teamID, publicKeyPEM: trusted)],
+                                              startAtOneStream: true)
+        configuration.maxConcurrentStreams = maxStreams
+        configuration.logsAccepted = true
+        configuration.countsPerToken = true
+        configuration.faults = faults
+        mock = try APNsMockServer(configuration: configuration)
+        mockPort = try mock.start()
+    }
+
+    deinit {
+        mock.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// pushd's configuration for this world, with short retry and lease times for tests.
+    func config() -> PushdConfig {
+        var config = PushdConfig(databaseURL: database.url, apps: [
+            PushdConfig.App(name: "shop", bundleID: Self.bundleID, environment: .sandbox,
+                            credentials: .token(teamID: Self.teamID, keyID: Self.keyID, keyFile: keyFile), campaignRate: nil),
+        ])
+        config.apns.hostOverride = "127.0.0.1:\(mockPort)"
+        config.apns.caFile = certificates.caCertificate
+        config.apns.threads = 1
+        config.retry.baseDelayMilliseconds = 10
+        config.retry.maxDelayMilliseconds = 200
+        config.campaignLeaseSeconds = 3
+        config.drainTimeoutSeconds = 10
+        config.metricsListen = "127.0.0.1:0"
+        return config
+    }
+
+    /// The same configuration as a YAML file, for the real binary.
+    func writeConfigFile(rate: Int? = nil) throws -> String {
+        let path = directory + "/pushd.yml"
+        let yaml = """
+        database:
+          url: \(database.url)
+        metrics:
+          listen: 127.0.0.1:0
+        log:
+          level: info
+        apns:
+          host: 127.0.0.1:\(mockPort)
+          ca_file: \(certificates.caCertificate)
+          threads: 1
+        retry:
+          base_delay_ms: 10
+          max_delay_ms: 200
+        campaigns:
+          lease_s: 3
+          default_rate: \(rate ?? 0)
+        shutdown:
+          drain_timeout_s: 5
+        apps:
+          - name: shop
+            bundle_id: \(Self.bundleID)
+            environment: sandbox
+            token:
+              team_id: \(Self.teamID)
+              key_id: \(Self.keyID)
+              key_file: \(keyFile)
+        """
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    func pipeline(_ config: PushdConfig? = nil, instance: String = "test") throws -> Pipeline {
+        let metrics = try PushdMetrics(version: "test")
+        let logger = Logger(level: .warning, sink: FileLogSink(path: nil))
+        return try Pipeline(config: config ?? self.config(), metrics: metrics, logger: logger, instance: instance)
+    }
+
+    static func openssl(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = arguments
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw CommandContext.Failure("openssl \(arguments.joined(separator: " ")) failed")
+        }
+    }
+
+    /// Polls `condition` every 50 ms for up to `seconds`; returns whether it became true.
+    static func wait(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return try condition()
+    }
+
+    /// A 64-hex token derived from `seed`.
+    static func token(_ seed: Int) -> String {
+        var text = String(seed, radix: 16)
+        text = String(repeating: "0", count: max(0, 16 - text.count)) + text
+        return String(repeating: text, count: 4)
+    }
+
+    static func count(_ connection: PGConnection, _ sql: String) throws -> Int {
+        try connection.query(sql).require(Int.self, row: 0, column: 0)
+    }
+}

@@ -1,0 +1,140 @@
+import APNs
+@testable import APNsMock
+import Foundation
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+@Suite(.serialized) struct TransactionalLaneTests {
+    @Test func anInsertIsDeliveredExactlyOnceWithItsHeadersAndPayloadBytes() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+
+            let connection = try database.connect()
+            let token = DaemonHarness.token(1)
+            // Spaces and key order as the application wrote them: APNs must get these exact bytes.
+            let payload = #"{"aps":{"alert":{"title":"Shipped","body":"Order 1042 is on its way"},"sound":"default"}, "order": 1042}"#
+            let apnsID = UUID()
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, priority, collapse_id, apns_id, expiration)
+                VALUES ('shop', $1, $2, 5, 'order-1042', $3, now() + interval '1 hour')
+                """, [token.uppercased(), payload, apnsID])
+
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.acceptedLog.count == 1 })
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            Thread.sleep(forTimeInterval: 0.3)
+            let accepted = harness.mock.acceptedLog
+            #expect(accepted.count == 1)
+            let entry = try #require(accepted.first)
+            #expect(entry.token == token)
+            #expect(entry.topic == DaemonHarness.bundleID)
+            #expect(entry.apnsID == apnsID.uuidString.lowercased())
+            #expect(entry.payloadSHA256 == PayloadDigest.sha256Hex(Array(payload.utf8)))
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(pipeline.context.tally.sent.load(ordering: .relaxed) == 1)
+        }
+    }
+
+    @Test func rejectedJobsAreDeadLetteredWithReasonsAndTokensPruned() throws {
+        let unregistered = DaemonHarness.token(2)
+        let bad = DaemonHarness.token(3)
+        // APNs learned of the token's end after its registration, so the prune applies.
+        let learned = Int64(Date().timeIntervalSince1970 * 1000) + 60_000
+        let faults = FaultConfiguration(unregisteredTokens: [unregistered: learned], badDeviceTokens: [bad])
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: faults)
+            let connection = try database.connect()
+            let tokens = TokenStore()
+            try tokens.register(connection, app: "shop", token: unregistered, environment: "sandbox")
+            try tokens.register(connection, app: "shop", token: bad, environment: "sandbox")
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, push_type, priority) VALUES
+                  ('shop', $1, '{"aps":{"alert":"a"}}', 'alert', 10),
+                  ('shop', $2, '{"aps":{"alert":"b"}}', 'alert', 10),
+                  ('shop', $3, '{"aps":{"alert":"c","content-available":1}}', 'background', 5),
+                  ('ghost', $3, '{"aps":{"alert":"d"}}', 'alert', 10)
+                """, [unregistered, bad, DaemonHarness.token(4)])
+
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 4 })
+            let rows = try connection.query("SELECT device_token, app, status, reason FROM pushd.dead_jobs ORDER BY app, device_token").rows
+            let reasons = try rows.map { "\(try $0.require(1, as: String.self)) \(try $0.get(2, as: Int.self).map(String.init) ?? "-") \(try $0.require(3, as: String.self))" }
+            #expect(reasons.contains("shop 410 Unregistered"))
+            #expect(reasons.contains("shop 400 BadDeviceToken"))
+            #expect(reasons.contains { $0.hasPrefix("shop - Invalid: ") && $0.contains("background") }, "\(reasons)")
+            #expect(reasons.contains { $0.hasPrefix("ghost - UnknownApp") }, "\(reasons)")
+            let pruned = try connection.query("SELECT token, invalid_reason FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL ORDER BY token").rows
+            #expect(try pruned.map { try $0.require(1, as: String.self) }.sorted() == ["BadDeviceToken", "Unregistered"])
+            #expect(harness.mock.acceptedLog.isEmpty)
+        }
+    }
+
+    @Test func goawayAndServiceUnavailableCauseRetriesWithoutLoss() throws {
+        let faults = FaultConfiguration(serviceUnavailableRate: 0.05, goawayAfterStreams: 150)
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: faults)
+            let connection = try database.connect()
+            let count = 3000
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 16, '0') || lpad(to_hex(g), 16, '0') || lpad(to_hex(g), 16, '0') || lpad(to_hex(g), 16, '0'),
+                       '{"aps":{"alert":"n ' || g || '"}}'
+                FROM generate_series(1, $1) g
+                """, [count])
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+
+            #expect(try DaemonHarness.wait(seconds: 90) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            let stats = harness.mock.stats
+            #expect((stats.rejected["503 ServiceUnavailable"] ?? stats.rejected.filter { $0.key.contains("ServiceUnavailable") }.values.reduce(0, +)) > 0,
+                    "\(stats.rejected)")
+            #expect(!stats.goaways.isEmpty)
+            let acceptedTokens = Set(harness.mock.acceptedLog.map(\.token))
+            #expect(acceptedTokens.count == count)
+            // Nothing is sent twice without a crash: a refused or 503 stream was not accepted.
+            #expect(harness.mock.acceptedLog.count == count)
+            #expect(pipeline.context.tally.retried.load(ordering: .relaxed) > 0)
+        }
+    }
+
+    @Test func twoPipelinesOnOneDatabaseNeverSendAJobTwice() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let first = try harness.pipeline(instance: "one")
+            let second = try harness.pipeline(instance: "two")
+            first.start()
+            second.start()
+            defer {
+                first.stop(deadline: Date().addingTimeInterval(5))
+                second.stop(deadline: Date().addingTimeInterval(5))
+            }
+            let count = 5000
+            for batch in stride(from: 0, to: count, by: 500) {
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload)
+                    SELECT 'shop', lpad(to_hex(g), 16, '0') || lpad(to_hex(g), 16, '0') || lpad(to_hex(g), 16, '0') || lpad(to_hex(g), 16, '0'),
+                           '{"aps":{"alert":"x"}}'
+                    FROM generate_series($1::int, $1::int + 499) g
+                    """, [batch])
+            }
+            #expect(try DaemonHarness.wait(seconds: 60) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            Thread.sleep(forTimeInterval: 0.3)
+            let log = harness.mock.acceptedLog
+            let repeated = Dictionary(grouping: log, by: \.token).filter { $0.value.count > 1 }
+            #expect(log.count == count, "sent twice: \(repeated.values.prefix(3).map { $0.map { "\($0.token.prefix(8)) conn \($0.connectionID) stream \($0.streamID)" } }) mock \(harness.mock.metricsText.split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: "; ")) dispatchers \(first.context.senders["shop"]!.dispatcher.statistics) \(second.context.senders["shop"]!.dispatcher.statistics)")
+            #expect(Set(log.map(\.token)).count == count)
+            #expect(first.context.tally.sent.load(ordering: .relaxed) > 0)
+            #expect(second.context.tally.sent.load(ordering: .relaxed) > 0)
+        }
+    }
+}
