@@ -298,6 +298,41 @@ import Testing
         }
     }
 
+    @Test func watchOnATerminalRedrawsOneProgressLine() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            _ = try Self.importTokens(database, id, count: 2000, files: files)
+            _ = try Self.run(["start", String(id)], database, CampaignCommand.start)
+            let worker = Thread {
+                guard let connection = try? database.connect() else { return }
+                usleep(500_000)
+                while (try? Self.finishChunk(connection, failures: ["Unregistered": 1], pruned: 1)) == true { usleep(300_000) }
+            }
+            worker.start()
+            // script(1) gives the command a pseudo-terminal, so isatty(1) holds as it does for a person.
+            let command = [PushdBinary.path, "campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url]
+                .map { "'" + $0 + "'" }.joined(separator: " ")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            process.arguments = ["-qefc", command, "/dev/null"]
+            let transcript = files.path("transcript")
+            _ = FileManager.default.createFile(atPath: transcript, contents: nil)
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: transcript))
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            let output = try String(contentsOfFile: transcript, encoding: .utf8)
+            #expect(process.terminationStatus == 0, "\(output)")
+            let redraws = output.components(separatedBy: "\r\u{1B}[2K").dropFirst()
+            #expect(redraws.count >= 3, "\(output)")
+            #expect(redraws.first?.hasPrefix("[........................]   0.0%  0/2000") == true, "\(output)")
+            #expect(redraws.contains { $0.hasPrefix("[############............]  50.0%  1000/2000 (1 failed)") && $0.contains("ETA ") })
+            #expect(redraws.last?.hasPrefix("[########################] 100.0%  2000/2000 (2 failed)") == true, "\(output)")
+            #expect(output.contains("campaign \(id) ") && output.contains("\": done"))
+        }
+    }
+
     @Test func listShowsNewestFirstWithFilters() throws {
         try IsolatedDatabase.with { database in
             let first = try Self.create(database, ["--name", "First"])
