@@ -14,7 +14,7 @@ enum Commands {
             CommandSpec(name: "migrate", summary: "apply pending schema migrations to schema pushd", options: [
                 configOption, databaseOption,
             ]),
-            CommandSpec(name: "check-config", summary: "validate a configuration without sending anything", options: [
+            CommandSpec(name: "check-config", summary: "validate a configuration, its key and certificate files and the database, sending nothing", options: [
                 .flag("no-database", "do not try to reach the database"),
             ], positionals: [("FILE", "the configuration file (default: /etc/pushd/pushd.yml)", false)]),
             CommandSpec(name: "send", summary: "send one notification now and print APNs's answer", options: [
@@ -22,8 +22,8 @@ enum Commands {
                 .value("app", "NAME", "the app (from the configuration) to send as"),
                 .value("token", "HEX", "the device token"),
                 .value("alert", "TEXT", "an alert body (builds the payload)"),
-                .value("title", "TEXT", "an alert title (with --alert)"),
-                .value("badge", "N", "a badge number"),
+                .value("title", "TEXT", "an alert title"),
+                .value("badge", "N", "a badge number (0 clears the badge)"),
                 .value("sound", "NAME", "a sound name"),
                 .value("payload", "JSON", "the whole payload as JSON (instead of --alert …)"),
                 .value("payload-file", "FILE", "read the payload from a file ('-' for stdin)"),
@@ -33,6 +33,7 @@ enum Commands {
                 .value("collapse-id", "ID", "apns-collapse-id"),
                 .value("expiration", "EPOCH", "apns-expiration in seconds since the epoch (0: deliver once)"),
                 .value("apns-id", "UUID", "apns-id (default: chosen by APNs)"),
+                .flag("dry-run", "build and check the request, print it, and send nothing"),
             ]),
             CommandSpec(name: "campaign", summary: "create and steer campaigns", subcommands: [
                 CommandSpec(name: "create", summary: "create a campaign in draft (prints its id)", options: [
@@ -40,14 +41,14 @@ enum Commands {
                     .value("app", "NAME", "the app"),
                     .value("name", "NAME", "a name for people"),
                     .value("payload", "JSON", "the payload sent to every target without its own"),
-                    .value("payload-file", "FILE", "read the payload from a file"),
+                    .value("payload-file", "FILE", "read the payload from a file ('-' for stdin)"),
                     .value("push-type", "TYPE", "apns-push-type (default: alert)"),
-                    .value("priority", "N", "apns-priority: 10, 5 or 1 (default: 10)"),
+                    .value("priority", "N", "apns-priority: 10, 5 or 1 (default: 10; 5 for background)"),
                     .value("collapse-id", "ID", "apns-collapse-id"),
-                    .value("start-at", "TIME", "start time, ISO 8601 (default: when started)"),
-                    .value("rate", "N", "at most N notifications per second"),
+                    .value("start-at", "TIME", "start time, ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z (default: when started)"),
+                    .value("rate", "N", "at most N notifications per second (default: the app's campaign_rate or campaigns.default_rate with --config; else unlimited)"),
                 ]),
-                CommandSpec(name: "import", summary: "add targets: a file of 'token[<TAB>payload]' lines, '-' for stdin, or registered tokens", options: [
+                CommandSpec(name: "import", summary: "add targets: a file of 'token' or 'token,payload' lines, '-' for stdin, or registered tokens", options: [
                     configOption, databaseOption,
                     .flag("from-tokens", "every live token of the campaign's app in pushd.device_tokens"),
                     .value("environment", "ENV", "with --from-tokens: only production or sandbox tokens"),
@@ -63,8 +64,14 @@ enum Commands {
                 CommandSpec(name: "status", summary: "show a campaign's progress", options: [
                     configOption, databaseOption,
                     .flag("watch", "keep showing progress until the campaign ends"),
+                    .value("interval", "SECONDS", "with --watch: time between samples (default: 1 on a terminal, 5 otherwise)"),
                 ], positionals: [("ID", "the campaign id", true)]),
-                CommandSpec(name: "list", summary: "list campaigns", options: [configOption, databaseOption]),
+                CommandSpec(name: "list", summary: "list campaigns, newest first", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "only this app's campaigns"),
+                    .value("status", "STATUS", "only campaigns in this status (draft, scheduled, running, paused, done, cancelled)"),
+                    .value("limit", "N", "at most N campaigns (default: 50)"),
+                ]),
             ]),
             CommandSpec(name: "tokens", summary: "device tokens", subcommands: [
                 CommandSpec(name: "prune-stats", summary: "how many tokens were pruned, by app and reason", options: [

@@ -1,0 +1,265 @@
+import APNs
+import Foundation
+import Glibc
+import QueueStore
+
+/// `pushd campaign create | import | start | pause | resume | cancel | status | list`.
+enum CampaignCommand {
+    static let applicationName = "pushd-campaign"
+
+    // MARK: create
+
+    static func create(_ parsed: ParsedCommand, _ context: CommandContext,
+                       standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Int32 {
+        guard let app = parsed.value("app"), !app.isEmpty else {
+            throw CommandContext.Failure("campaign create needs --app NAME: the app whose tokens the campaign addresses")
+        }
+        let config = try context.configIfGiven(parsed)
+        var bundleID: String?
+        if let config {
+            guard let configured = config.apps.first(where: { $0.name == app }) else {
+                let known = config.apps.map(\.name).joined(separator: ", ")
+                throw CommandContext.Failure("--app '\(app)' is not an app of the configuration (apps: \(known))")
+            }
+            bundleID = configured.bundleID
+        } else if !ConfigLoader.isValidAppName(app) {
+            throw CommandContext.Failure("--app '\(app)' must be 1–64 characters of a–z, 0–9, '_' or '-'")
+        }
+
+        let pushType = try Self.pushType(parsed.value("push-type") ?? "alert")
+        let priority = try CommandValue.integer(parsed, "priority", in: 1...10) ?? (pushType == .background ? 5 : 10)
+        guard Priority(rawValue: priority) != nil else {
+            throw CommandContext.Failure("--priority \(priority) is not an APNs priority: use 10 (now), 5 (conserve power) or 1 (lowest)")
+        }
+        let rate = try CommandValue.integer(parsed, "rate", in: 1...10_000_000) ?? config?.apps.first { $0.name == app }?.campaignRate
+            ?? config?.defaultCampaignRate
+        let startAt = try CommandValue.time(parsed, "start-at")
+        let collapseID = parsed.value("collapse-id")
+        if let collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {
+            throw CommandContext.Failure("--collapse-id is \(collapseID.utf8.count) bytes; APNs allows at most \(NotificationLimits.maxCollapseIDBytes)")
+        }
+
+        let payload = try CommandValue.payload(parsed, readStandardInput: standardInput)
+        if let payload {
+            try validate(payload: payload, pushType: pushType, priority: priority, bundleID: bundleID)
+        }
+        let name = parsed.value("name") ?? "\(app) \(TimeText.moment(Date()))"
+        guard (1...200).contains(name.count) else {
+            throw CommandContext.Failure("--name must be 1 to 200 characters, got \(name.count)")
+        }
+
+        let connection = try context.connect(parsed, config: config, applicationName: applicationName)
+        let id = try CampaignStore().create(connection, NewCampaign(
+            app: app, name: name, pushType: pushType.rawValue, priority: priority,
+            payload: payload.map { String(decoding: $0, as: UTF8.self) }, collapseID: collapseID, startAt: startAt, rateLimit: rate))
+        if payload == nil {
+            context.errorOutput("campaign \(id) has no payload of its own: every imported target needs one ('token,{…}' lines)")
+        }
+        context.output(String(id))
+        return 0
+    }
+
+    static func pushType(_ text: String) throws -> PushType {
+        guard let type = PushType(rawValue: text) else {
+            throw CommandContext.Failure("--push-type '\(text)' is not one of: \(PushType.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return type
+    }
+
+    /// A campaign payload must be a JSON object that the notification rules accept for its push
+    /// type, checked once here rather than failing for every target at send time.
+    static func validate(payload: [UInt8], pushType: PushType, priority: Int, bundleID: String?) throws {
+        if let error = JSONParser.checkObject(payload) {
+            throw CommandContext.Failure("the payload is not a JSON object: \(error)")
+        }
+        // Without the configuration the real topic is unknown: a stand-in one checks everything else.
+        let topic = pushType.topic(forBundleID: bundleID ?? "com.example.campaign") ?? bundleID ?? "com.example.campaign"
+        let token = try APNs.DeviceToken(String(repeating: "0", count: 64))
+        let notification = Notification(token: token, topic: topic, pushType: pushType,
+                                        priority: Priority(rawValue: priority), payload: payload)
+        let issues = NotificationValidator.issues(in: notification).filter { bundleID != nil || $0.field != "apns-topic" }
+        if !issues.isEmpty {
+            throw CommandContext.Failure("the payload breaks APNs rules for \(pushType) pushes:\n" +
+                                         issues.map { "  \($0)" }.joined(separator: "\n"))
+        }
+    }
+
+    // MARK: import
+
+    static func importTargets(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        let id = try CommandValue.campaignID(parsed.positionals[0])
+        let source = parsed.positionals.count > 1 ? parsed.positionals[1] : nil
+        let fromTokens = parsed.has("from-tokens")
+        switch (source, fromTokens) {
+        case (nil, false):
+            throw CommandContext.Failure("campaign import needs a FILE of targets, '-' for standard input, or --from-tokens")
+        case (.some, true):
+            throw CommandContext.Failure("give either a FILE or --from-tokens, not both")
+        default: break
+        }
+        let environment = parsed.value("environment")
+        if let environment {
+            guard fromTokens else { throw CommandContext.Failure("--environment only applies with --from-tokens") }
+            guard PushdConfig.Environment(rawValue: environment) != nil else {
+                throw CommandContext.Failure("--environment '\(environment)' is not one of: production, sandbox")
+            }
+        }
+        let config = try context.configIfGiven(parsed)
+        let chunkSize = config?.campaignChunkSize ?? CampaignStore.defaultChunkSize
+        let connection = try context.connect(parsed, config: config, applicationName: applicationName)
+        let store = CampaignStore()
+        let started = Date()
+        let imported: Int
+        let origin: String
+        if fromTokens {
+            imported = try store.importFromDeviceTokens(connection, campaignID: id, environment: environment, chunkSize: chunkSize)
+            origin = "registered \(environment.map { "\($0) " } ?? "")tokens"
+        } else if source == "-" {
+            imported = try store.importTargets(connection, campaignID: id, fromDescriptor: STDIN_FILENO,
+                                               sourceName: "standard input", chunkSize: chunkSize)
+            origin = "standard input"
+        } else {
+            imported = try store.importTargets(connection, campaignID: id, fromFile: source!, chunkSize: chunkSize)
+            origin = source!
+        }
+        let seconds = Date().timeIntervalSince(started)
+        // A rate over a handful of rows says nothing.
+        let speed = seconds > 0 && imported >= 1000 ? ", \(Int((Double(imported) / seconds).rounded())) targets/s" : ""
+        context.output("imported \(imported) target\(imported == 1 ? "" : "s") into campaign \(id) from \(origin) in \(String(format: "%.2f", seconds)) s\(speed)")
+        if let campaign = try store.campaign(connection, id: id) {
+            context.output("campaign \(id) now has \(campaign.targets) targets in \(campaign.chunksTotal) chunks")
+        }
+        return 0
+    }
+
+    // MARK: state changes
+
+    static func start(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        try change(parsed, context) { store, connection, id in
+            let status = try store.start(connection, id: id)
+            if status == .scheduled, let campaign = try store.campaign(connection, id: id) {
+                return "campaign \(id): scheduled, sending starts at \(TimeText.moment(campaign.startAt))"
+            }
+            return "campaign \(id): \(status.rawValue)"
+        }
+    }
+
+    static func pause(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        try change(parsed, context) { store, connection, id in
+            "campaign \(id): \(try store.pause(connection, id: id).rawValue); workers stop at their next checkpoint"
+        }
+    }
+
+    static func resume(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        try change(parsed, context) { store, connection, id in
+            "campaign \(id): \(try store.resume(connection, id: id).rawValue)"
+        }
+    }
+
+    static func cancel(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        try change(parsed, context) { store, connection, id in
+            let status = try store.cancel(connection, id: id)
+            let dropped = try store.dropTargets(connection, id: id)
+            let counts = try store.campaign(connection, id: id).map { " after \($0.sent) sent and \($0.failed) failed" } ?? ""
+            return "campaign \(id): \(status.rawValue)\(counts); \(dropped) stored target\(dropped == 1 ? "" : "s") dropped"
+        }
+    }
+
+    private static func change(_ parsed: ParsedCommand, _ context: CommandContext,
+                               _ body: (CampaignStore, PGConnection, Int64) throws -> String) throws -> Int32 {
+        let id = try CommandValue.campaignID(parsed.positionals[0])
+        let connection = try context.connect(parsed, config: try context.configIfGiven(parsed), applicationName: applicationName)
+        context.output(try body(CampaignStore(), connection, id))
+        return 0
+    }
+
+    // MARK: status and list
+
+    static func status(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        let id = try CommandValue.campaignID(parsed.positionals[0])
+        let interval = try parsed.value("interval").map { text -> Double in
+            guard let seconds = Double(text), seconds >= 0.05, seconds <= 3600 else {
+                throw CommandContext.Failure("--interval '\(text)' must be a number of seconds from 0.05 to 3600")
+            }
+            return seconds
+        }
+        let connection = try context.connect(parsed, config: try context.configIfGiven(parsed), applicationName: applicationName)
+        let read = { () throws -> CampaignFigures in
+            guard let campaign = try CampaignStore().campaign(connection, id: id) else {
+                throw CommandContext.Failure("campaign \(id) does not exist")
+            }
+            return CampaignFigures(campaign)
+        }
+        var campaign = try read()
+        if parsed.has("watch") {
+            let terminal = isatty(STDOUT_FILENO) == 1
+            var watch = CampaignWatch(interval: interval ?? (terminal ? 1 : 5), drawsBar: terminal, write: terminal ? { text in
+                FileHandle.standardOutput.write(Data(text.utf8))
+            } : { text in context.output(text) })
+            campaign = try watch.run(first: campaign, read: read)
+        }
+        for line in CampaignReport.statusLines(campaign, now: Date()) { context.output(line) }
+        return 0
+    }
+
+    static func list(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        let limit = try CommandValue.integer(parsed, "limit", in: 1...100_000) ?? 50
+        let status = parsed.value("status")
+        if let status, CampaignStatus(rawValue: status) == nil {
+            throw CommandContext.Failure("--status '\(status)' is not one of: \(CampaignStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let connection = try context.connect(parsed, config: try context.configIfGiven(parsed), applicationName: applicationName)
+        let rows = try CommandQueries.campaigns(connection, app: parsed.value("app"), status: status, limit: limit)
+        guard !rows.isEmpty else {
+            context.output("no campaigns")
+            return 0
+        }
+        let table = [["ID", "APP", "STATUS", "TARGETS", "SENT", "FAILED", "PRUNED", "CREATED", "NAME"]] + rows.map { row in
+            [String(row.id), row.app, row.status, String(row.targets), String(row.sent), String(row.failed),
+             String(row.pruned), TimeText.moment(row.createdAt), row.name]
+        }
+        for line in TextTable.render(table) { context.output(line) }
+        return 0
+    }
+}
+
+/// `campaign status --watch`: samples the campaign until it is done or cancelled. On a
+/// terminal one line is redrawn in place; elsewhere a plain line is written per sample.
+struct CampaignWatch {
+    var interval: Double
+    var drawsBar: Bool
+    /// Raw text for a terminal (the caller adds no newline); one line per call otherwise.
+    var write: (String) -> Void
+    var now: () -> Date = Date.init
+    private var meter = RateMeter()
+
+    init(interval: Double, drawsBar: Bool, write: @escaping (String) -> Void) {
+        self.interval = interval
+        self.drawsBar = drawsBar
+        self.write = write
+    }
+
+    mutating func run(first: CampaignFigures, read: () throws -> CampaignFigures) throws -> CampaignFigures {
+        var campaign = first
+        while true {
+            show(campaign)
+            if campaign.status.isFinal { break }
+            usleep(UInt32(interval * 1_000_000))
+            campaign = try read()
+        }
+        if drawsBar { write("\n") }
+        return campaign
+    }
+
+    private mutating func show(_ campaign: CampaignFigures) {
+        let moment = now()
+        let rate = meter.observe(processed: CampaignReport.processed(campaign), at: moment)
+            ?? CampaignReport.averageRate(campaign, now: moment)
+        if drawsBar {
+            // Carriage return and erase-line: the bar replaces itself instead of scrolling.
+            write("\r\u{1B}[2K" + CampaignReport.progressBar(campaign, rate: campaign.status.isFinal ? CampaignReport.averageRate(campaign, now: moment) : rate))
+        } else {
+            write(CampaignReport.plainLine(campaign, rate: rate, now: moment))
+        }
+    }
+}

@@ -1,0 +1,274 @@
+import APNs
+import Foundation
+import Glibc
+import QueueStore
+
+/// Everything `check-config` can verify without sending: the settings, every file they
+/// name (present, readable, private when it holds a key, parseable, not expired), and the
+/// database (reachable, schema migrated).
+struct ConfigCheck {
+    enum Severity: String, Sendable { case error, warning, ok }
+
+    struct Finding: Sendable, Equatable, CustomStringConvertible {
+        var severity: Severity
+        /// The setting concerned, for example `apps[0].token.key_file`.
+        var setting: String
+        var message: String
+
+        init(severity: Severity, setting: String, message: String) {
+            self.severity = severity
+            self.setting = setting
+            // libpq and OpenSSL messages span lines; a finding stays on one.
+            self.message = message.split(whereSeparator: { $0 == "\n" || $0 == "\t" })
+                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
+        }
+
+        var description: String { "\(severity.rawValue): \(setting): \(message)" }
+    }
+
+    var file: String
+    var environment: [String: String]
+    var checkDatabase = true
+    var now = Date()
+    /// A certificate expiring sooner than this is a warning.
+    var expiryWarning: TimeInterval = 30 * 86_400
+
+    private(set) var findings: [Finding] = []
+    /// The settings could not be read, so the files and the database were not checked.
+    private(set) var settingsInvalid = false
+
+    init(file: String, environment: [String: String], checkDatabase: Bool = true, now: Date = Date()) {
+        self.file = file
+        self.environment = environment
+        self.checkDatabase = checkDatabase
+        self.now = now
+    }
+
+    var errorCount: Int { findings.count { $0.severity == .error } }
+    var warningCount: Int { findings.count { $0.severity == .warning } }
+
+    var summary: String {
+        func plural(_ n: Int, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }
+        if errorCount > 0 {
+            let skipped = settingsInvalid ? "; key files, certificates and the database are checked once the settings are fixed" : ""
+            return "\(file): \(plural(errorCount, "error")), \(plural(warningCount, "warning")): pushd cannot run with this configuration\(skipped)"
+        }
+        return "\(file): valid" + (warningCount > 0 ? ", with \(plural(warningCount, "warning"))" : "")
+    }
+
+    mutating func run() {
+        let config: PushdConfig
+        do {
+            let (loaded, warnings) = try ConfigLoader.load(file: file, environment: environment)
+            for warning in warnings { add(warning) }
+            config = loaded
+        } catch let error as ConfigError {
+            for problem in error.problems { add(problem) }
+            settingsInvalid = !error.problems.contains { $0.path == "file" }
+            return
+        } catch {
+            add(.error, "file", "\(error)")
+            return
+        }
+        for (index, app) in config.apps.enumerated() {
+            checkCredentials(of: app, at: "apps[\(index)]")
+        }
+        if let caFile = config.apns.caFile { checkCertificateAuthorities(caFile) }
+        if let logFile = config.logFile { checkLogFile(logFile) }
+        if checkDatabase { checkDatabaseSchema(config.databaseURL) }
+    }
+
+    // MARK: Credentials
+
+    private mutating func checkCredentials(of app: PushdConfig.App, at path: String) {
+        switch app.credentials {
+        case .token(let teamID, let keyID, let keyFile):
+            let setting = "\(path).token.key_file"
+            guard readFile(keyFile, setting: setting, holdsKey: true) != nil else { return }
+            do {
+                let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
+                add(.ok, path, "app \(app.name): signing key \(key.keyID) of team \(key.teamID) is a P-256 key (\(keyFile))")
+            } catch {
+                add(.error, setting, error.description)
+            }
+        case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
+            if let pkcs12File {
+                let setting = "\(path).certificate.p12_file"
+                guard let bytes = readFile(pkcs12File, setting: setting, holdsKey: true) else { return }
+                do {
+                    let summary = try CertificateCheck.pkcs12(bytes, source: pkcs12File, password: password)
+                    checkValidity(summary, setting: setting, app: app.name, file: pkcs12File)
+                } catch {
+                    add(.error, error.part == .password ? "\(path).certificate.p12_password" : setting, error.description)
+                }
+            } else if let certificateFile {
+                let setting = "\(path).certificate.cert_file"
+                // Without key_file the key sits in the certificate file, which is then a secret too.
+                guard let certificate = readFile(certificateFile, setting: setting, holdsKey: keyFile == nil) else { return }
+                var key: [UInt8]?
+                if let keyFile {
+                    guard let bytes = readFile(keyFile, setting: "\(path).certificate.key_file", holdsKey: true) else { return }
+                    key = bytes
+                }
+                do {
+                    let summary = try CertificateCheck.pemPair(certificatePEM: certificate, certificateSource: certificateFile,
+                                                               keyPEM: key, keySource: keyFile)
+                    checkValidity(summary, setting: setting, app: app.name, file: certificateFile)
+                } catch {
+                    add(.error, error.part == .key ? "\(path).certificate.key_file" : setting, error.description)
+                }
+            }
+        }
+    }
+
+    private mutating func checkValidity(_ summary: CertificateSummary, setting: String, app: String, file: String) {
+        let until = Self.day(summary.notAfter)
+        if summary.notBefore > now {
+            add(.error, setting, "the certificate in \(file) is not valid before \(Self.day(summary.notBefore))")
+        } else if summary.notAfter <= now {
+            add(.error, setting, "the certificate in \(file) expired on \(until); APNs refuses it (renew it in the developer account)")
+        } else if summary.notAfter.timeIntervalSince(now) < expiryWarning {
+            let days = Int(summary.notAfter.timeIntervalSince(now) / 86_400)
+            add(.warning, setting, "the certificate in \(file) expires on \(until), in \(days) day\(days == 1 ? "" : "s")")
+        } else {
+            add(.ok, setting, "app \(app): certificate \(summary.subject) is valid until \(until)")
+        }
+    }
+
+    // MARK: Other files
+
+    private mutating func checkCertificateAuthorities(_ caFile: String) {
+        let setting = "apns.ca_file"
+        guard let bytes = readFile(caFile, setting: setting, holdsKey: false) else { return }
+        do {
+            let authorities = try CertificateCheck.certificateAuthorities(bytes, source: caFile)
+            var usable = 0
+            for authority in authorities {
+                if authority.notAfter <= now {
+                    add(.error, setting, "the certificate \(authority.subject) in \(caFile) expired on \(Self.day(authority.notAfter))")
+                } else {
+                    usable += 1
+                }
+            }
+            if usable > 0 { add(.ok, setting, "\(caFile) holds \(usable) usable certificate\(usable == 1 ? "" : "s")") }
+        } catch {
+            add(.error, setting, error.description)
+        }
+    }
+
+    private mutating func checkLogFile(_ logFile: String) {
+        let directory = (logFile as NSString).deletingLastPathComponent
+        let folder = directory.isEmpty ? "." : directory
+        var isDirectory: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory) || !isDirectory.boolValue {
+            add(.error, "log.file", "the folder \(folder) of \(logFile) does not exist")
+        } else if access(folder, W_OK) != 0 && access(logFile, W_OK) != 0 {
+            add(.error, "log.file", "\(logFile) cannot be written: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// The file's bytes, or nil after recording why they cannot be used. A file holding a
+    /// private key that group or others may access is a warning, not an error: pushd still works.
+    private mutating func readFile(_ path: String, setting: String, holdsKey: Bool) -> [UInt8]? {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            let reason = errno == ENOENT ? "does not exist" : "cannot be inspected: \(String(cString: strerror(errno)))"
+            add(.error, setting, "\(path) \(reason)")
+            return nil
+        }
+        if (info.st_mode & S_IFMT) == S_IFDIR {
+            add(.error, setting, "\(path) is a directory, not a file")
+            return nil
+        }
+        if holdsKey, info.st_mode & 0o077 != 0 {
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            add(.warning, setting, "\(path) holds a private key and is accessible by group or others (mode \(mode)); run chmod 600 \(path)")
+        }
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            add(.error, setting, "\(path) cannot be read: \(String(cString: strerror(errno)))")
+            return nil
+        }
+        defer { close(descriptor) }
+        var bytes = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                add(.error, setting, "\(path) cannot be read: \(String(cString: strerror(errno)))")
+                return nil
+            }
+            if count == 0 { break }
+            bytes.append(contentsOf: buffer[..<count])
+            // Key and certificate files are a few kilobytes; anything this large is the wrong file.
+            if bytes.count > 1 << 20 {
+                add(.error, setting, "\(path) is larger than 1 MiB; expected a key or certificate file")
+                return nil
+            }
+        }
+        if bytes.isEmpty {
+            add(.error, setting, "\(path) is empty")
+            return nil
+        }
+        return bytes
+    }
+
+    // MARK: Database
+
+    private mutating func checkDatabaseSchema(_ url: String) {
+        let connection: PGConnection
+        let bounded = Self.withConnectTimeout(url)
+        do {
+            connection = try QueueSession.connect(url: bounded, applicationName: "pushd-check-config")
+        } catch {
+            let added = String(bounded.dropFirst(url.count))
+            add(.error, "database.url", added.isEmpty ? "\(error)" : "\(error)".replacingOccurrences(of: added, with: ""))
+            return
+        }
+        defer { connection.close() }
+        do {
+            let applied = try Migrator().appliedVersions(connection)
+            let known = Migrator.migrations.map(\.version).max() ?? 0
+            guard let current = applied.last else {
+                add(.error, "database.url", "the database is reachable but not migrated: run pushd migrate")
+                return
+            }
+            if current < known {
+                add(.error, "database.url", "the schema is at version \(current), this pushd needs \(known): run pushd migrate")
+            } else if current > known {
+                add(.warning, "database.url", "the schema is at version \(current), newer than this pushd knows (\(known)); upgrade pushd")
+            } else {
+                add(.ok, "database.url", "the database is reachable and the schema is at version \(current)")
+            }
+        } catch {
+            add(.error, "database.url", "cannot read the schema version: \(error)")
+        }
+    }
+
+    /// Bounds the wait for an unreachable host; an explicit connect_timeout in the URL wins.
+    static func withConnectTimeout(_ url: String, seconds: Int = 5) -> String {
+        if url.contains("connect_timeout") { return url }
+        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
+            return url + (url.contains("?") ? "&" : "?") + "connect_timeout=\(seconds)"
+        }
+        return url + " connect_timeout=\(seconds)"
+    }
+
+    // MARK: Reporting
+
+    private mutating func add(_ severity: Severity, _ setting: String, _ message: String) {
+        findings.append(Finding(severity: severity, setting: setting, message: message))
+    }
+
+    private mutating func add(_ problem: ConfigProblem) {
+        let setting = problem.line > 0 ? "\(problem.path) (line \(problem.line))" : problem.path
+        add(problem.severity == .error ? .error : .warning, setting, problem.message)
+    }
+
+    static func day(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate]
+        return formatter.string(from: date)
+    }
+}

@@ -1,0 +1,232 @@
+import APNs
+import Dispatch
+import Dispatcher
+import Foundation
+import Synchronization
+
+/// `pushd send`: one notification, built from flags or given as JSON, validated like every
+/// job, sent once with the app's configured credentials, and APNs's answer printed. For
+/// trying credentials and tokens; the exit code is 0 only when APNs accepted it.
+enum SendCommand {
+    /// Everything decided before the network: the app, the notification and where it goes.
+    struct Prepared: Sendable {
+        var app: PushdConfig.App
+        var notification: APNsNotification
+        var configuration: DispatcherConfiguration
+    }
+
+    /// The notification breaks APNs rules; each issue names its field and rule.
+    struct Invalid: Error, CustomStringConvertible {
+        var issues: [ValidationIssue]
+        var description: String {
+            (["the notification breaks APNs rules, nothing was sent:"] + issues.map { "  \($0)" }).joined(separator: "\n")
+        }
+    }
+
+    static func run(_ parsed: ParsedCommand, _ context: CommandContext,
+                    standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Int32 {
+        let config = try context.loadConfig(parsed)
+        let prepared: Prepared
+        do {
+            prepared = try prepare(parsed, config: config, standardInput: standardInput)
+        } catch let invalid as Invalid {
+            context.errorOutput(invalid.description)
+            return 1
+        }
+        let notification = prepared.notification
+        let configuration = prepared.configuration
+        let port = configuration.port == 443 ? "" : ":\(configuration.port)"
+        context.output("POST https://\(configuration.host)\(port)\(notification.path) (app \(prepared.app.name), topic \(notification.topic), \(notification.pushType), \(notification.payload.count) bytes)")
+        if parsed.has("dry-run") {
+            for field in notification.headerFields(authorization: authorizationPlaceholder(prepared.app)) {
+                context.output("  \(field.line)")
+            }
+            context.output("  " + String(decoding: notification.payload, as: UTF8.self))
+            context.output("dry run: nothing was sent")
+            return 0
+        }
+        let request = try DispatchRequest(path: notification.path,
+                                          headerLines: notification.headerFields(authorization: try authorization(prepared.app)).map(\.line),
+                                          body: notification.payload)
+        let result = try send(request, configuration: configuration)
+        let (lines, code) = describe(result)
+        for line in lines { context.output(line) }
+        return code
+    }
+
+    // MARK: Building
+
+    static func prepare(_ parsed: ParsedCommand, config: PushdConfig,
+                        standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Prepared {
+        let app = try chooseApp(parsed.value("app"), config: config)
+        guard let tokenText = parsed.value("token") else {
+            throw CommandContext.Failure("send needs --token HEX: the device token to send to")
+        }
+        let token: APNs.DeviceToken
+        do {
+            token = try APNs.DeviceToken(tokenText)
+        } catch {
+            throw CommandContext.Failure("--token: \(error)")
+        }
+        let (payload, inferredType) = try payload(parsed, standardInput: standardInput)
+        let pushType = try parsed.value("push-type").map(CampaignCommand.pushType) ?? inferredType
+        let priority = try parsed.value("priority").map { text -> Priority in
+            guard let number = Int(text), let priority = Priority(rawValue: number) else {
+                throw CommandContext.Failure("--priority '\(text)' is not an APNs priority: use 10 (now), 5 (conserve power) or 1 (lowest)")
+            }
+            return priority
+        } ?? (pushType == .background ? .conservePower : nil)
+        let expiration = try parsed.value("expiration").map { text -> Int64 in
+            guard let seconds = Int64(text) else {
+                throw CommandContext.Failure("--expiration '\(text)' must be seconds since the epoch, or 0 to deliver only once")
+            }
+            return seconds
+        }
+        let apnsID = try parsed.value("apns-id").map { text -> UUID in
+            guard let id = UUID(uuidString: text) else {
+                throw CommandContext.Failure("--apns-id '\(text)' is not a UUID like 123e4567-e89b-12d3-a456-426614174000")
+            }
+            return id
+        }
+        let topic = parsed.value("topic") ?? pushType.topic(forBundleID: app.bundleID) ?? app.bundleID
+        let notification = APNsNotification(token: token, topic: topic, pushType: pushType, priority: priority,
+                                            expiration: expiration, collapseID: parsed.value("collapse-id"),
+                                            apnsID: apnsID, payload: payload)
+        let issues = NotificationValidator.issues(in: notification)
+        if !issues.isEmpty { throw Invalid(issues: issues) }
+
+        var configuration = Pipeline.dispatcherConfiguration(for: app, config: config)
+        // One request: one loop and one connection, not the daemon's pool.
+        configuration.threads = 1
+        configuration.connectionsPerThread = 1
+        configuration.maxOutstanding = 1
+        return Prepared(app: app, notification: notification, configuration: configuration)
+    }
+
+    static func chooseApp(_ name: String?, config: PushdConfig) throws -> PushdConfig.App {
+        let names = config.apps.map(\.name).joined(separator: ", ")
+        guard let name else {
+            guard config.apps.count == 1 else {
+                throw CommandContext.Failure("send needs --app NAME: the configuration has several apps (\(names))")
+            }
+            return config.apps[0]
+        }
+        guard let app = config.apps.first(where: { $0.name == name }) else {
+            throw CommandContext.Failure("--app '\(name)' is not an app of the configuration (apps: \(names))")
+        }
+        return app
+    }
+
+    /// The payload from `--payload`/`--payload-file`, or built from `--alert`, `--title`,
+    /// `--badge` and `--sound`; and the push type it suggests when none is given.
+    static func payload(_ parsed: ParsedCommand, standardInput: () -> Data) throws -> ([UInt8], PushType) {
+        let builderFlags = ["alert", "title", "badge", "sound"].filter { parsed.value($0) != nil }
+        if let given = try CommandValue.payload(parsed, readStandardInput: standardInput) {
+            guard builderFlags.isEmpty else {
+                throw CommandContext.Failure("--\(builderFlags[0]) builds a payload; it cannot be combined with --payload or --payload-file")
+            }
+            return (given, isBackground(given) ? .background : .alert)
+        }
+        guard !builderFlags.isEmpty else {
+            if parsed.value("push-type") == PushType.background.rawValue { return (Payload.background().bytes, .background) }
+            throw CommandContext.Failure("nothing to send: give --alert TEXT (with --title, --badge, --sound), --payload JSON or --payload-file FILE")
+        }
+        var aps = APS()
+        switch (parsed.value("title"), parsed.value("alert")) {
+        case (let title?, let body): aps.alert = .fields(Alert(title: title, body: body))
+        case (nil, let body?): aps.alert = .text(body)
+        case (nil, nil): break
+        }
+        if let badge = parsed.value("badge") {
+            guard let number = Int(badge), number >= 0 else {
+                throw CommandContext.Failure("--badge '\(badge)' must be a whole number, 0 or more (0 clears the badge)")
+            }
+            aps.badge = number
+        }
+        if let sound = parsed.value("sound") { aps.sound = .named(sound) }
+        return (Payload(aps: aps).bytes, .alert)
+    }
+
+    /// A payload that only wakes the app (`content-available` and nothing the user sees) is a background push.
+    static func isBackground(_ payload: [UInt8]) -> Bool {
+        guard let aps = (try? JSONValue.parse(payload))?.objectValue?["aps"]?.objectValue,
+              aps["content-available"]?.numberValue?.description == "1" else { return false }
+        return aps["alert"] == nil && aps["sound"] == nil && aps["badge"] == nil
+    }
+
+    // MARK: Authentication
+
+    /// A fresh provider token for token auth; nil with certificate auth (the TLS handshake proves who we are).
+    static func authorization(_ app: PushdConfig.App) throws -> String? {
+        guard case .token(let teamID, let keyID, let keyFile) = app.credentials else { return nil }
+        do {
+            let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
+            return try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Date().timeIntervalSince1970)).authorizationValue
+        } catch {
+            throw CommandContext.Failure("app \(app.name): \(error)")
+        }
+    }
+
+    /// What a dry run shows instead of a signed token, which is a credential for an hour.
+    static func authorizationPlaceholder(_ app: PushdConfig.App) -> String? {
+        guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
+        return "bearer <ES256 token of key \(keyID), team \(teamID)>"
+    }
+
+    // MARK: Sending
+
+    static func send(_ request: DispatchRequest, configuration: DispatcherConfiguration) throws -> DispatchResult {
+        let answer = Mutex<DispatchResult?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration) { result in
+            answer.withLock { $0 = result }
+            done.signal()
+        }
+        defer { dispatcher.shutdown(drainTimeoutMilliseconds: 0) }
+        dispatcher.submit(request, tag: 1)
+        // The dispatcher's own timeouts end every request; the margin only guards against a hang.
+        let limit = Double(configuration.connectTimeoutMilliseconds + max(configuration.requestTimeoutMilliseconds, 1000)) / 1000 + 5
+        guard done.wait(timeout: .now() + limit) == .success, let result = answer.withLock({ $0 }) else {
+            throw CommandContext.Failure("no answer from \(configuration.host):\(configuration.port) within \(Int(limit)) s")
+        }
+        return result
+    }
+
+    /// APNs's answer in words, and the exit code: 0 only for an accepted notification.
+    static func describe(_ result: DispatchResult) -> (lines: [String], exitCode: Int32) {
+        let elapsed = String(format: "%.0f ms", Double(result.latencyNanoseconds) / 1_000_000)
+        guard let response = result.response else {
+            let error = result.transportError.map(\.description) ?? "no response"
+            return (["not sent: \(error) (after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed))"], 1)
+        }
+        let id = response.apnsID.map { " apns-id \($0.uuidString.lowercased())" } ?? ""
+        if response.status == 200 {
+            return (["200 accepted:\(id) (\(elapsed))"], 0)
+        }
+        let reason = response.reason
+        let action = ResponseClassifier.classify(status: response.status, reason: reason.map { APNsReason($0) }, timestamp: response.timestampMilliseconds)
+        var lines = ["\(response.status) \(reason ?? "(no reason)"):\(id) (\(elapsed))", "  " + explain(action)]
+        if reason == nil, !response.body.isEmpty { lines.append("  body: " + String(decoding: response.body, as: UTF8.self)) }
+        return (lines, 1)
+    }
+
+    static func explain(_ action: ResponseAction) -> String {
+        switch action {
+        case .delivered:
+            return "accepted"
+        case .pruneToken(let timestamp):
+            let since = timestamp.map { " since \(TimeText.moment(Date(timeIntervalSince1970: Double($0) / 1000)))" } ?? ""
+            return "the device token is not valid for this app\(since); pushd prunes such tokens"
+        case .retry:
+            return "a temporary refusal; pushd retries such notifications later"
+        case .refreshProviderTokenThenRetry:
+            return "the provider token was too old; pushd mints a new one and retries"
+        case .reconnectThenRetry:
+            return "the connection could not be used; pushd reconnects and retries"
+        case .deadLetter(let why, _):
+            return why
+        case .configurationError(let reason):
+            return "the app's credentials or environment were refused (\(reason)): check the key id, team id, key or certificate, and production/sandbox"
+        }
+    }
+}
