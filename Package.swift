@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "Dispatcher", dependencies: ["APNs", "QueueStore", "Metrics", "CCurl"]),
         .target(name: "APNsMock", dependencies: ["APNs", "CNghttp2", "COpenSSL"]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
-        .executableTarget(name: "pushd", dependencies: ["APNs", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 

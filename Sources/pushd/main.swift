@@ -19,6 +19,7 @@ do {
     case "tokens prune-stats": exitCode = try TokensCommand.pruneStats(parsed, context)
     case "send": exitCode = try SendCommand.run(parsed, context)
     case "run": exitCode = try RunCommand.run(parsed, context)
+    case "demo": exitCode = try DemoCommand.run(parsed, context)
     case let other: throw CommandContext.Failure("'\(other)' is not available in this build")
     }
 } catch let help as HelpRequest {

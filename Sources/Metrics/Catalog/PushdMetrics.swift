@@ -28,6 +28,7 @@ public struct PushdMetrics: Sendable {
 
     // Queue
     public let jobsClaimed: CounterFamily
+    public let jobDeliveryLatency: HistogramFamily
     public let queueDepth: CallbackFamily
     public let queueOldestAge: CallbackFamily
 
@@ -96,6 +97,10 @@ public struct PushdMetrics: Sendable {
             "pushd_jobs_claimed_total",
             help: "Jobs claimed from the queue for sending.",
             labels: ["lane"])
+        jobDeliveryLatency = try registry.histogram(
+            "pushd_job_delivery_latency_seconds",
+            help: "Time from a transactional job's INSERT (its created_at) to APNs accepting it, retries included.",
+            unit: "seconds", labels: ["app"], buckets: HistogramBuckets.apnsLatency)
         queueDepth = try registry.callbackGauge(
             "pushd_queue_depth",
             help: "Jobs waiting in the queue and due now.",
@@ -171,6 +176,10 @@ public struct PushdMetrics: Sendable {
 
     public func jwtRefresh(app: String) -> Counter {
         jwtRefreshes.bound([app])
+    }
+
+    public func deliveryLatency(app: String) -> Histogram {
+        jobDeliveryLatency.bound([app])
     }
 
     public func claimed(lane: String) -> Counter {

@@ -22,6 +22,8 @@ final class AppSender: @unchecked Sendable {
     private let sentCounters: [String: Counter]
     private let acceptedResponses: Counter
     let latency: Histogram
+    /// INSERT to accepted, for transactional jobs.
+    let deliveryLatency: Histogram
 
     init(app: PushdConfig.App, dispatcher: HTTP2Dispatcher, tokens: ProviderTokenService, metrics: PushdMetrics) {
         self.app = app
@@ -45,6 +47,7 @@ final class AppSender: @unchecked Sendable {
         sentCounters = counters
         acceptedResponses = metrics.apnsResponse(app: app.name, environment: app.environment.rawValue, status: "200", reason: "none")
         latency = metrics.requestDuration(app: app.name, environment: app.environment.rawValue)
+        deliveryLatency = metrics.deliveryLatency(app: app.name)
     }
 
     /// The HTTP/2 request for a notification, with a provider token when the app uses token auth.

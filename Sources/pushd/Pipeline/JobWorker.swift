@@ -168,6 +168,9 @@ final class JobWorker: @unchecked Sendable {
             sender.countResponse(status: 200, reason: "none")
             sender.countSent(pushType: item.pushType, lane: "transactional")
             context.tally.add(context.tally.sent)
+            let latency = Date().timeIntervalSince(job.createdAt)
+            sender.deliveryLatency.observe(latency)
+            context.tally.recordLatency(latency)
         case .prune(let status, let reason, let timestamp):
             outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
             prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp))

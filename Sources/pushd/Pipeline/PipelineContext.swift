@@ -65,7 +65,21 @@ final class Tally: @unchecked Sendable {
     let pruned = Atomic<Int>(0)
     let failed = Atomic<Int>(0)
 
+    /// Transactional INSERT-to-accepted times in seconds, the first 100,000 kept.
+    let latencies = Mutex<[Double]>([])
+
     func add(_ counter: borrowing Atomic<Int>, _ amount: Int = 1) {
         counter.wrappingAdd(amount, ordering: .relaxed)
+    }
+
+    func recordLatency(_ seconds: Double) {
+        latencies.withLock { if $0.count < 100_000 { $0.append(seconds) } }
+    }
+
+    /// The `fraction` quantile (0…1) of the recorded latencies, nil when none were recorded.
+    func latencyQuantile(_ fraction: Double) -> Double? {
+        let sorted = latencies.withLock { $0 }.sorted()
+        guard !sorted.isEmpty else { return nil }
+        return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * fraction).rounded()))]
     }
 }
