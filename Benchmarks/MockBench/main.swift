@@ -113,7 +113,8 @@ configuration.loopThreads = threads
 let mock = try APNsMockServer(configuration: configuration)
 let mockPort = try mock.start()
 
-let common = ["-n", String(requests), "-c", String(clients), "-m", String(streams), "-t", "1"]
+// -N bounds the run: a stalled server ends it after 10 s instead of hanging the benchmark.
+let common = ["-n", String(requests), "-c", String(clients), "-m", String(streams), "-t", "1", "-N", "10s"]
 let apnsHeaders = [
     "-d", payloadFile,
     "-H", "authorization: " + token.authorizationValue,
@@ -133,7 +134,7 @@ struct Measured {
 }
 
 // Warm-up runs first: TLS session set-up and first-token verification are not what is measured.
-_ = try h2load(["-n", "2000", "-c", "1", "-m", "10"] + apnsHeaders + ["https://127.0.0.1:\(mockPort)" + devicePath])
+_ = try h2load(["-n", "2000", "-c", "1", "-m", "10", "-N", "10s"] + apnsHeaders + ["https://127.0.0.1:\(mockPort)" + devicePath])
 mock.resetStats()
 let mockCPUBefore = ownCPUSeconds()
 let mockRunResult = try h2load(common + apnsHeaders + ["https://127.0.0.1:\(mockPort)" + devicePath])
@@ -151,7 +152,7 @@ try nghttpd.run()
 Thread.sleep(forTimeInterval: 0.5)
 
 func measureNghttpd(_ arguments: [String]) throws -> Measured {
-    _ = try h2load(["-n", "2000", "-c", "1", "-m", "10"] + arguments)
+    _ = try h2load(["-n", "2000", "-c", "1", "-m", "10", "-N", "10s"] + arguments)
     let before = processCPUSeconds(nghttpd.processIdentifier)
     let run = try h2load(common + arguments)
     return Measured(run: run, cpuSeconds: processCPUSeconds(nghttpd.processIdentifier) - before)

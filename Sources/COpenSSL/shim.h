@@ -48,7 +48,6 @@ static inline int pushd_openssl_tlsext_err_noack(void) { return SSL_TLSEXT_ERR_N
 static inline long pushd_openssl_ssl_ctx_set_mode_nonblocking_writes(SSL_CTX *ctx) {
     return SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 }
-static inline int pushd_openssl_verify_none(void) { return SSL_VERIFY_NONE; }
 static inline long pushd_openssl_ssl_ctx_set_session_cache_server(SSL_CTX *ctx) { return SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER); }
 
 #endif

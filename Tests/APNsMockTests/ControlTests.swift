@@ -85,7 +85,7 @@ struct ControlTests {
 
     @Test func executableGeneratesCertificatesServesAndReloadsFaultsOnSIGHUP() throws {
         let executable = try apnsMockExecutable()
-        let directory = NSTemporaryDirectory() + "apns-mock-exe-\(UUID().uuidString)"
+        let directory = try TestCertificates.files().directory + "/exe-\(UUID().uuidString)"
         let generated = try runProcess(executable, ["gen-certs", directory])
         #expect(generated.exitCode == 0)
         let faultsFile = directory + "/faults.json"
@@ -123,7 +123,6 @@ struct ControlTests {
         let acceptedLine = rest.split(separator: "\n").first { $0.hasPrefix("apns_mock_accepted_total ") }
         #expect((acceptedLine.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0) >= 1)
         #expect(rest.contains(#"reason="BadDeviceToken""#))
-        try? FileManager.default.removeItem(atPath: directory)
     }
 
     @Test func executableExplainsItsFlagsAndRejectsUnknownOnes() throws {

@@ -171,9 +171,18 @@ struct LogicTests {
         }
     }
 
+    @Test func noLogEntryIsMadeWhenTheServerKeepsNoLog() {
+        var quiet = settings()
+        quiet.logsAccepted = false
+        var logic = ConnectionLogic(connectionID: 7, settings: quiet, seed: 3)
+        let accepted = answer(logic.handle(request(), faults: .none, now: Self.now))
+        #expect(accepted?.status == 200)
+        #expect(accepted?.logEntry == nil)
+    }
+
     @Test func acceptedEntriesCarryConnectionStreamAndPayloadDigest() {
         var logic = ConnectionLogic(connectionID: 7, settings: settings(), seed: 3)
-        let accepted = answer(logic.handle(request(streamID: 11), faults: .none, now: Self.now))?.accepted
+        let accepted = answer(logic.handle(request(streamID: 11), faults: .none, now: Self.now))?.logEntry
         #expect(accepted?.connectionID == 7)
         #expect(accepted?.streamID == 11)
         #expect(accepted?.payloadSHA256 == sha256Hex(examplePayload))

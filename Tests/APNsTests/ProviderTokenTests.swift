@@ -243,6 +243,16 @@ import Testing
         #expect(cache.mintCount == 2)
     }
 
+    @Test func clockSteppingFarBackReplacesATokenFromTheFuture() throws {
+        let cache = try Self.makeCache()
+        let first = try cache.token(now: 1_700_000_000)
+        #expect(try cache.token(now: 1_700_000_000 - 60) == first, "a small step back keeps the token")
+        let second = try cache.token(now: 1_700_000_000 - 3600)
+        #expect(second != first)
+        #expect(second.issuedAt == 1_700_000_000 - 3600)
+        #expect(try cache.token(now: 1_700_000_000 - 3500) == second)
+    }
+
     @Test func tokensReadBackFromTheirText() throws {
         let cache = try Self.makeCache()
         let minted = try cache.token(now: 1_700_000_000)

@@ -34,9 +34,11 @@ public final class ProviderTokenCache: Sendable {
         try state.withLock { (state: inout State) throws(SigningKeyError) -> ProviderToken in
             if let current = state.current {
                 let age = current.age(now: now)
-                // A clock stepping backwards makes the age negative; the token is still fine.
+                // After the clock stepped back a little the token is still fine; after it stepped
+                // back a lot its iat lies in the future, which APNs refuses, so mint anew.
+                if age < -ProviderTokenCache.futureTolerance { return try mint(&state, now: now) }
                 if age < reuseSeconds { return current }
-                if let last = state.lastMintAt, now - last < minimumReissueSeconds { return current }
+                if let last = state.lastMintAt, now - last < minimumReissueSeconds, now >= last { return current }
             }
             return try mint(&state, now: now)
         }
@@ -77,6 +79,9 @@ public final class ProviderTokenCache: Sendable {
         state.mintCount += 1
         return token
     }
+
+    /// How far in the future a cached token's iat may be before it is replaced (seconds).
+    static let futureTolerance: Int64 = 300
 
     public static func currentEpochSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
 }

@@ -11,18 +11,14 @@ final class Accounting: Sendable {
     /// Counted on every request, so a relaxed atomic rather than the lock.
     private let received = Atomic<Int>(0)
     let countsPerToken: Bool
-    let logsAccepted: Bool
 
-    init(countsPerToken: Bool, logsAccepted: Bool) {
-        self.countsPerToken = countsPerToken
-        self.logsAccepted = logsAccepted
-    }
+    init(countsPerToken: Bool) { self.countsPerToken = countsPerToken }
 
-    func recordAccepted(_ notification: @autoclosure () -> AcceptedNotification, token: String) {
-        let entry = logsAccepted ? notification() : nil
+    /// `entry` is nil unless the server keeps the accepted log.
+    func recordAccepted(_ entry: AcceptedNotification?, token: String?) {
         state.withLock { state in
             state.stats.accepted += 1
-            if countsPerToken { state.stats.perToken[token, default: TokenCounts()].accepted += 1 }
+            if countsPerToken, let token { state.stats.perToken[token, default: TokenCounts()].accepted += 1 }
             if let entry { state.log.append(entry) }
         }
     }

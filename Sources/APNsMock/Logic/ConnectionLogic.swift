@@ -36,11 +36,7 @@ struct ConnectionLogic {
         if faults.randomDelayMilliseconds > 0 {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
         }
-        if faults.lowerConcurrencyAfterError {
-            if answer.status != 200 { concurrencyLowered = true } else { concurrencyLowered = false }
-        } else {
-            concurrencyLowered = false
-        }
+        concurrencyLowered = faults.lowerConcurrencyAfterError && answer.status != 200
         let waitingForToken = settings.tokenVerifier != nil && settings.startAtOneStream && !hasValidToken
         let wanted = waitingForToken || concurrencyLowered ? 1 : settings.maxConcurrentStreams
         if wanted != announcedMaxStreams {
@@ -93,10 +89,11 @@ struct ConnectionLogic {
         if roll < errorRates { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
 
         var answer = Answer(status: 200, apnsID: apnsID, token: token)
-        answer.accepted = AcceptedNotification(
-            apnsID: apnsID, token: token, topic: accepted.topic,
-            payloadSHA256: settings.logsAccepted ? PayloadDigest.sha256Hex(request.body) : "",
-            connectionID: connectionID, streamID: request.streamID)
+        if settings.logsAccepted {
+            answer.logEntry = AcceptedNotification(
+                apnsID: apnsID, token: token, topic: accepted.topic, payloadSHA256: PayloadDigest.sha256Hex(request.body),
+                connectionID: connectionID, streamID: request.streamID)
+        }
         return answer
     }
 

@@ -41,8 +41,8 @@ struct Answer: Equatable {
     var delayMilliseconds: UInt64 = 0
     /// The connection's new MAX_CONCURRENT_STREAMS, when this answer changes it.
     var newMaxConcurrentStreams: Int?
-    /// Set when accepted: the entry for the accounting log.
-    var accepted: AcceptedNotification?
+    /// The accepted-notification log entry, made only when the server keeps that log.
+    var logEntry: AcceptedNotification?
     /// Token the answer concerns, for per-token counts.
     var token: String?
 

@@ -1,4 +1,7 @@
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// An APNs look-alike HTTP/2 server.
 ///
@@ -23,6 +26,9 @@ public final class APNsMockServer: Sendable {
     @discardableResult
     public func start() throws(MockServerError) -> UInt16 {
         if let port = running.withLock({ $0?.port }) { return port }
+        // OpenSSL writes with plain write(2): a client that resets mid-answer would otherwise
+        // kill the whole process with SIGPIPE instead of failing one connection with EPIPE.
+        signal(SIGPIPE, SIG_IGN)
         let configuration = core.configuration
         var loops: [ServerLoop] = []
         var port = configuration.port

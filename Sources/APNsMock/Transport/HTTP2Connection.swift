@@ -30,7 +30,9 @@ final class HTTP2Connection: EventLoopHandler {
     private var wantsWritable = false
     private var streamsBegun = 0
     private var goawayLastStreamID: Int32?
-    private var drainTimer: EventLoop.TimerID?
+    /// Timers hold the connection strongly and are cancelled on close: a weak reference would
+    /// push every retain of this object, several per request, onto Swift's slow side-table path.
+    private var timers: Set<EventLoop.TimerID> = []
     private var cachedAuthorization: (bytes: [UInt8], text: String)?
     private let onClose: (HTTP2Connection) -> Void
 
@@ -77,10 +79,18 @@ final class HTTP2Connection: EventLoopHandler {
 
     /// A client that never finishes the TLS handshake would otherwise hold its socket forever.
     func armHandshakeTimeout(milliseconds: UInt64) {
-        loop.schedule(afterMilliseconds: milliseconds) { [weak self] in
-            guard let self, self.phase == .handshaking else { return }
-            self.close()
+        schedule(afterMilliseconds: milliseconds) { connection in
+            if connection.phase == .handshaking { connection.close() }
         }
+    }
+
+    private func schedule(afterMilliseconds delay: UInt64, _ action: @escaping (HTTP2Connection) -> Void) {
+        var id: EventLoop.TimerID?
+        id = loop.schedule(afterMilliseconds: delay) { [self] in
+            if let id { timers.remove(id) }
+            action(self)
+        }
+        if let id { timers.insert(id) }
     }
 
     private func continueHandshake() {
@@ -92,7 +102,7 @@ final class HTTP2Connection: EventLoopHandler {
             phase = .open
             faults.refresh()
             if let seconds = faults.faults.goawayAfterSeconds {
-                loop.schedule(afterMilliseconds: UInt64(seconds * 1000)) { [weak self] in self?.sendGoawayAfterLastProcessed() }
+                schedule(afterMilliseconds: UInt64(seconds * 1000)) { $0.sendGoawayAfterLastProcessed() }
             }
             readAvailable()
             if phase == .open { flush() }
@@ -286,10 +296,10 @@ final class HTTP2Connection: EventLoopHandler {
             if answer.delayMilliseconds == 0 {
                 respond(streamID, answer)
             } else {
-                loop.schedule(afterMilliseconds: answer.delayMilliseconds) { [weak self] in
-                    guard let self, self.phase == .open else { return }
-                    self.respond(streamID, answer)
-                    self.flush()
+                schedule(afterMilliseconds: answer.delayMilliseconds) { connection in
+                    guard connection.phase == .open else { return }
+                    connection.respond(streamID, answer)
+                    connection.flush()
                 }
             }
         }
@@ -302,8 +312,8 @@ final class HTTP2Connection: EventLoopHandler {
 
     private func respond(_ streamID: Int32, _ answer: Answer) {
         guard phase == .open, let stream = lookUp(streamID), let session else { return }
-        if let accepted = answer.accepted {
-            core.accounting.recordAccepted(accepted, token: accepted.token)
+        if answer.status == 200 {
+            core.accounting.recordAccepted(answer.logEntry, token: answer.token)
         } else if let reason = answer.reason {
             core.accounting.recordRejected(status: answer.status, reason: reason, token: answer.token)
         }
@@ -364,8 +374,9 @@ final class HTTP2Connection: EventLoopHandler {
     private func beginDraining() {
         guard phase == .open else { return }
         phase = .draining
+        tls.sendCloseNotify()
         _ = shutdown(fd, Int32(SHUT_WR))
-        drainTimer = loop.schedule(afterMilliseconds: 2000) { [weak self] in self?.close() }
+        schedule(afterMilliseconds: 2000) { $0.close() }
         discardUntilEOF()
     }
 
@@ -383,7 +394,8 @@ final class HTTP2Connection: EventLoopHandler {
         guard phase != .closed else { return }
         phase = .closed
         recentStream = nil
-        if let drainTimer { loop.cancel(drainTimer) }
+        for timer in timers { loop.cancel(timer) }
+        timers.removeAll()
         loop.unregister(fd: fd)
         Glibc.close(fd)
         streams.removeAll()

@@ -124,6 +124,13 @@ final class TLSSession {
         return SSL_get_verify_result(ssl) == X509_V_OK
     }
 
+    /// Sends TLS close_notify once, without waiting for the peer's; enough for clients to tell a
+    /// clean end from a truncation.
+    func sendCloseNotify() {
+        ERR_clear_error()
+        _ = SSL_shutdown(ssl)
+    }
+
     /// Decrypted or undecrypted bytes OpenSSL holds that the socket no longer shows.
     var hasBufferedInput: Bool { SSL_has_pending(ssl) == 1 }
 

@@ -52,7 +52,7 @@ enum H2Client {
     struct Options {
         var maxConnections = 1
         var clientCertificate: (certificate: String, key: String)?
-        var timeoutSeconds = 20
+        var timeoutMilliseconds = 20_000
     }
 
     static func send(_ requests: [TestRequest], port: UInt16, options: Options = Options()) throws -> [TestResponse] {
@@ -75,7 +75,7 @@ enum H2Client {
             _ = pushd_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, pushd_curl_http_version_2tls())
             _ = pushd_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
             _ = pushd_curl_easy_setopt_string(easy, CURLOPT_CAINFO, files.caCertificate)
-            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT, options.timeoutSeconds)
+            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, options.timeoutMilliseconds)
             _ = pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method)
             if let client = options.clientCertificate {
                 _ = pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, client.certificate)

@@ -3,8 +3,11 @@ import Foundation
 
 /// One CA, server and client certificate for the whole test process.
 enum TestCertificates {
+    static let directory = NSTemporaryDirectory() + "apns-mock-tests-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+
     private static let generated: Result<GeneratedCertificates, MockServerError> = {
-        let directory = NSTemporaryDirectory() + "apns-mock-tests-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        // Keys and certificates live only as long as the test process.
+        atexit { try? FileManager.default.removeItem(atPath: TestCertificates.directory) }
         do throws(MockServerError) {
             return .success(try CertificateGenerator.generate(into: directory))
         } catch {

@@ -1,0 +1,109 @@
+import APNs
+import APNsMock
+import Foundation
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+@Suite(.serialized) struct CampaignLaneTests {
+    /// Creates a running campaign of `count` targets (tokens from `DaemonHarness.token(1...)`).
+    static func campaign(_ connection: PGConnection, count: Int, rate: Int? = nil) throws -> Int64 {
+        let store = CampaignStore()
+        let id = try store.create(connection, NewCampaign(app: "shop", name: "spring sale", pushType: "alert",
+                                                          payload: #"{"aps":{"alert":{"title":"Sale","body":"20% off"}}}"#,
+                                                          rateLimit: rate))
+        let targets = (1...count).map { (token: DaemonHarness.token($0), payload: String?.none) }
+        #expect(try store.importTargets(connection, campaignID: id, targets: targets) == count)
+        #expect(try store.start(connection, id: id) == .running)
+        return id
+    }
+
+    @Test func a100000TargetCampaignIsDeliveredCompletelyAndItsCountersAddUp() throws {
+        let count = 100_000
+        var unregistered = [String: Int64]()
+        var bad = Set<String>()
+        let learned = Int64(Date().timeIntervalSince1970 * 1000) + 60_000
+        for seed in stride(from: 7, through: count, by: 50) { unregistered[DaemonHarness.token(seed)] = learned }
+        for seed in stride(from: 11, through: count, by: 97) where unregistered[DaemonHarness.token(seed)] == nil {
+            bad.insert(DaemonHarness.token(seed))
+        }
+        let rejected = unregistered.count + bad.count
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database,
+                                            faults: FaultConfiguration(unregisteredTokens: unregistered, badDeviceTokens: bad))
+            let connection = try database.connect()
+            // The rejected tokens are registered, so pruning has something to mark.
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment) SELECT 'shop', t, 'sandbox' FROM unnest($1::text[]) t
+                """, [Array(unregistered.keys) + Array(bad)])
+            let id = try Self.campaign(connection, count: count)
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+
+            let store = CampaignStore()
+            #expect(try DaemonHarness.wait(seconds: 240) { try store.campaign(connection, id: id)?.status == .done })
+            let campaign = try #require(try store.campaign(connection, id: id))
+            let stats = harness.mock.stats
+            #expect(stats.accepted == count - rejected)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == count - rejected)
+            #expect(campaign.targets == count)
+            #expect(campaign.sent == count - rejected)
+            #expect(campaign.failed == rejected)
+            #expect(campaign.pruned == rejected)
+            #expect(campaign.failedByReason == ["Unregistered": unregistered.count, "BadDeviceToken": bad.count])
+            #expect(campaign.remaining == 0)
+            #expect(campaign.finishedAt != nil)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == rejected)
+        }
+    }
+
+    @Test func aCampaignWaitsForTransactionalJobsAndRespectsItsRateCap() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let id = try Self.campaign(connection, count: 600, rate: 200)
+            let pipeline = try harness.pipeline()
+            let started = Date()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            // A transactional push sent while the campaign runs is not held up behind it.
+            Thread.sleep(forTimeInterval: 0.5)
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"now\"}}')",
+                                 [DaemonHarness.token(999_999)])
+            let inserted = Date()
+            #expect(DaemonHarness.wait(seconds: 5) { harness.mock.acceptedLog.contains { $0.token == DaemonHarness.token(999_999) } })
+            #expect(Date().timeIntervalSince(inserted) < 2)
+
+            #expect(try DaemonHarness.wait(seconds: 30) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+            // 600 targets at 200 per second take about three seconds, never much less.
+            #expect(Date().timeIntervalSince(started) >= 2.4)
+            #expect(harness.mock.stats.accepted == 601)
+        }
+    }
+
+    @Test func pauseStopsSendingAndResumeFinishesTheCampaign() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let id = try Self.campaign(connection, count: 3000, rate: 500)
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let store = CampaignStore()
+            #expect(DaemonHarness.wait(seconds: 10) { harness.mock.stats.accepted >= 500 })
+            #expect(try store.pause(connection, id: id) == .paused)
+            Thread.sleep(forTimeInterval: 2.5)
+            let atPause = harness.mock.stats.accepted
+            Thread.sleep(forTimeInterval: 1.5)
+            #expect(harness.mock.stats.accepted == atPause)
+            #expect(atPause < 3000)
+            #expect(try store.resume(connection, id: id) == .running)
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 3000)
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == 3000)
+        }
+    }
+}

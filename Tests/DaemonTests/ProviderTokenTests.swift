@@ -1,0 +1,63 @@
+import APNs
+import APNsMock
+import Foundation
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+@Suite(.serialized) struct ProviderTokenTests {
+    @Test func expiredProviderTokenIsRefreshedOnceAndTheJobDelivered() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            // Another instance stored a token 61 minutes old while its row says "just now":
+            // pushd trusts the table (its refresh age is set beyond an hour here), so only
+            // APNs's answer can tell it the token has expired.
+            let key = try SigningKey(contentsOfFile: harness.keyFile, keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID)
+            let stale = try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Date().timeIntervalSince1970) - 3660)
+            try connection.query("INSERT INTO pushd.provider_tokens (key_id, team_id, token, issued_at) VALUES ($1, $2, $3, now())",
+                                 [DaemonHarness.keyID, DaemonHarness.teamID, stale.jwt])
+            var config = harness.config()
+            config.apns.providerTokenRefreshSeconds = 7200
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(5)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(harness.mock.acceptedLog.count == 1)
+            #expect(harness.mock.stats.rejected.filter { $0.key.contains("ExpiredProviderToken") }.values.reduce(0, +) == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            let stored = try connection.query("SELECT token FROM pushd.provider_tokens").require(String.self, row: 0, column: 0)
+            #expect(stored != stale.jwt)
+            let text = pipeline.context.metrics.registry.expositionText()
+            // One token read from the table, one minted after APNs's answer.
+            #expect(text.contains("pushd_jwt_refreshes_total{app=\"shop\"} 2"), "\(text.split(separator: "\n").filter { $0.contains("jwt") })")
+        }
+    }
+
+    @Test func invalidProviderTokenPausesTheAppAndKeepsItsJobs() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, trustsPushdKey: false)
+            let connection = try database.connect()
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{"aps":{"alert":"hi"}}' FROM generate_series(1, 3)
+                """, [DaemonHarness.token(6)])
+            let sender = try #require(pipeline.context.senders["shop"])
+            #expect(DaemonHarness.wait(seconds: 20) { sender.pausedReason == "InvalidProviderToken" })
+            Thread.sleep(forTimeInterval: 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE attempts = 0") == 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(harness.mock.acceptedLog.isEmpty)
+            #expect(pipeline.context.pausedApps() == ["shop"])
+            let text = pipeline.context.metrics.registry.expositionText()
+            #expect(text.contains("pushd_apns_responses_total{app=\"shop\",environment=\"sandbox\",status=\"403\",reason=\"InvalidProviderToken\"}"))
+        }
+    }
+}
