@@ -6,10 +6,13 @@ import Testing
 /// `pushd send` against an in-process apns-mock over TLS HTTP/2 on 127.0.0.1.
 @Suite struct SendCommandTests {
     /// One throwaway CA with server and client certificates for the whole test process.
+    static let certificateDirectory = NSTemporaryDirectory() + "pushd-send-tests-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+
     static let certificates: Result<GeneratedCertificates, MockServerError> = {
-        let directory = NSTemporaryDirectory() + "pushd-send-tests-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        // Keys and certificates live only as long as the test process.
+        atexit { try? FileManager.default.removeItem(atPath: SendCommandTests.certificateDirectory) }
         do throws(MockServerError) {
-            return .success(try CertificateGenerator.generate(into: directory))
+            return .success(try CertificateGenerator.generate(into: certificateDirectory))
         } catch {
             return .failure(error)
         }
@@ -278,6 +281,9 @@ import Testing
             #expect(invalid.errors.contains("[background-user-visible]"))
             let usage = try PushdBinary.run(["send", "--bogus"])
             #expect(usage.status == 2)
+            let help = try PushdBinary.run(["send", "--help"])
+            #expect(help.status == 0)
+            #expect(help.output.hasPrefix("usage: pushd send [options]"))
             #expect(server.stats.accepted == 1)
         }
     }
