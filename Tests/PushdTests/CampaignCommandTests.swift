@@ -334,6 +334,43 @@ import Testing
         }
     }
 
+    @Test func controlCOnATerminalEndsTheProgressLineBeforeExiting() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            let command = [PushdBinary.path, "campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url]
+                .map { "'" + $0 + "'" }.joined(separator: " ")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            process.arguments = ["-qefc", command, "/dev/null"]
+            let transcript = files.path("transcript")
+            _ = FileManager.default.createFile(atPath: transcript, contents: nil)
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: transcript))
+            let keyboard = Pipe()
+            process.standardInput = keyboard
+            try process.run()
+            let connection = try database.connect()
+            for _ in 0..<400 {
+                let watching = try connection.query(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pushd-campaign' AND datname = current_database()"
+                ).require(Int.self, row: 0, column: 0)
+                if watching == 1 { break }
+                usleep(25_000)
+            }
+            usleep(300_000)
+            // Ctrl-C typed on the terminal: the line discipline turns it into SIGINT.
+            keyboard.fileHandleForWriting.write(Data([3]))
+            for _ in 0..<200 where process.isRunning { usleep(50_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+            try keyboard.fileHandleForWriting.close()
+            let output = try String(contentsOfFile: transcript, encoding: .utf8)
+            #expect(process.terminationStatus == 130, "\(output)")
+            #expect(output.contains("draft"))
+            #expect(output.hasSuffix("\r\n"), "\(output.debugDescription)")
+        }
+    }
+
     @Test func listShowsNewestFirstWithFilters() throws {
         try IsolatedDatabase.with { database in
             let first = try Self.create(database, ["--name", "First"])
