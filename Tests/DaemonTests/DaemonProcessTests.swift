@@ -18,7 +18,9 @@ import Testing
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["run", "--config", config]
-        FileManager.default.createFile(atPath: log, contents: nil)
+        // The suite's own PUSHD_DATABASE_URL would override the file's database.
+        process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardOutput = handle
         process.standardError = handle
