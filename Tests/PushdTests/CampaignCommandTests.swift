@@ -242,6 +242,25 @@ import Testing
         return true
     }
 
+    /// Finishes the campaign's chunks one by one on another thread, starting once a watcher
+    /// (a `pushd-campaign` session) has connected and taken its first sample, with pauses long
+    /// enough for the watcher to see each step.
+    static func finishChunksOnceWatched(_ database: IsolatedDatabase, failures: [String: Int], pruned: Int) {
+        let worker = Thread {
+            guard let connection = try? database.connect() else { return }
+            for _ in 0..<400 {
+                let watching = try? connection.query(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pushd-campaign' AND datname = current_database()"
+                ).require(Int.self, row: 0, column: 0)
+                if watching == 1 { break }
+                usleep(25_000)
+            }
+            usleep(500_000)
+            while (try? Self.finishChunk(connection, failures: failures, pruned: pruned)) == true { usleep(500_000) }
+        }
+        worker.start()
+    }
+
     @Test func statusShowsCountersFailuresByReasonAndRate() throws {
         try IsolatedDatabase.with { database in
             let files = try FileFixture()
@@ -272,20 +291,7 @@ import Testing
             let id = try Self.create(database)
             _ = try Self.importTokens(database, id, count: 3000, files: files)
             _ = try Self.run(["start", String(id)], database, CampaignCommand.start)
-            let worker = Thread {
-                guard let connection = try? database.connect() else { return }
-                // Progress starts once the watcher has taken its first sample, right after it connects.
-                for _ in 0..<200 {
-                    let watching = try? connection.query(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pushd-campaign' AND datname = current_database()"
-                    ).require(Int.self, row: 0, column: 0)
-                    if watching == 1 { break }
-                    usleep(50_000)
-                }
-                usleep(300_000)
-                while (try? Self.finishChunk(connection, failures: [:], pruned: 0)) == true { usleep(300_000) }
-            }
-            worker.start()
+            Self.finishChunksOnceWatched(database, failures: [:], pruned: 0)
             let result = try PushdBinary.run(["campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url])
             #expect(result.status == 0, "\(result.errors)")
             let lines = result.output.split(separator: "\n").map(String.init)
@@ -304,12 +310,7 @@ import Testing
             let id = try Self.create(database)
             _ = try Self.importTokens(database, id, count: 2000, files: files)
             _ = try Self.run(["start", String(id)], database, CampaignCommand.start)
-            let worker = Thread {
-                guard let connection = try? database.connect() else { return }
-                usleep(500_000)
-                while (try? Self.finishChunk(connection, failures: ["Unregistered": 1], pruned: 1)) == true { usleep(300_000) }
-            }
-            worker.start()
+            Self.finishChunksOnceWatched(database, failures: ["Unregistered": 1], pruned: 1)
             // script(1) gives the command a pseudo-terminal, so isatty(1) holds as it does for a person.
             let command = [PushdBinary.path, "campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url]
                 .map { "'" + $0 + "'" }.joined(separator: " ")
@@ -330,6 +331,43 @@ import Testing
             #expect(redraws.contains { $0.hasPrefix("[############............]  50.0%  1000/2000 (1 failed)") && $0.contains("ETA ") })
             #expect(redraws.last?.hasPrefix("[########################] 100.0%  2000/2000 (2 failed)") == true, "\(output)")
             #expect(output.contains("campaign \(id) ") && output.contains("\": done"))
+        }
+    }
+
+    @Test func controlCOnATerminalEndsTheProgressLineBeforeExiting() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            let command = [PushdBinary.path, "campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url]
+                .map { "'" + $0 + "'" }.joined(separator: " ")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            process.arguments = ["-qefc", command, "/dev/null"]
+            let transcript = files.path("transcript")
+            _ = FileManager.default.createFile(atPath: transcript, contents: nil)
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: transcript))
+            let keyboard = Pipe()
+            process.standardInput = keyboard
+            try process.run()
+            let connection = try database.connect()
+            for _ in 0..<400 {
+                let watching = try connection.query(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pushd-campaign' AND datname = current_database()"
+                ).require(Int.self, row: 0, column: 0)
+                if watching == 1 { break }
+                usleep(25_000)
+            }
+            usleep(300_000)
+            // Ctrl-C typed on the terminal: the line discipline turns it into SIGINT.
+            keyboard.fileHandleForWriting.write(Data([3]))
+            for _ in 0..<200 where process.isRunning { usleep(50_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+            try keyboard.fileHandleForWriting.close()
+            let output = try String(contentsOfFile: transcript, encoding: .utf8)
+            #expect(process.terminationStatus == 130, "\(output)")
+            #expect(output.contains("draft"))
+            #expect(output.hasSuffix("\r\n"), "\(output.debugDescription)")
         }
     }
 

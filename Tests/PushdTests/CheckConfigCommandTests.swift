@@ -236,6 +236,22 @@ import Testing
         #expect(run.output.output.contains { $0.hasPrefix("error: apps[0].certificate.cert_file: \(files.path("alone.crt")) holds no unencrypted PEM private key") && $0.contains("set key_file") })
     }
 
+    @Test func aCertificateForAnotherBundleIDIsAWarning() throws {
+        let files = try FileFixture()
+        try files.certificate("other")
+        let config = try Self.writeConfig(files, apps: """
+              - name: shop
+                bundle_id: com.example.shop
+                certificate:
+                  cert_file: \(files.path("other.crt"))
+                  key_file: \(files.path("other.key"))
+            """)
+        let run = try Self.check(config)
+        #expect(run.exitCode == 0)
+        #expect(run.output.output.contains(
+            "warning: apps[0].certificate.cert_file: the certificate in \(files.path("other.crt")) is for com.example.other, but app shop has bundle_id com.example.shop; APNs answers TopicDisallowed"))
+    }
+
     @Test func aCertificateAndKeyInOneFileAreAccepted() throws {
         let files = try FileFixture()
         try files.certificate("both")

@@ -6,10 +6,13 @@ import Testing
 /// `pushd send` against an in-process apns-mock over TLS HTTP/2 on 127.0.0.1.
 @Suite struct SendCommandTests {
     /// One throwaway CA with server and client certificates for the whole test process.
+    static let certificateDirectory = NSTemporaryDirectory() + "pushd-send-tests-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+
     static let certificates: Result<GeneratedCertificates, MockServerError> = {
-        let directory = NSTemporaryDirectory() + "pushd-send-tests-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        // Keys and certificates live only as long as the test process.
+        atexit { try? FileManager.default.removeItem(atPath: SendCommandTests.certificateDirectory) }
         do throws(MockServerError) {
-            return .success(try CertificateGenerator.generate(into: directory))
+            return .success(try CertificateGenerator.generate(into: certificateDirectory))
         } catch {
             return .failure(error)
         }
@@ -264,6 +267,27 @@ import Testing
         }
     }
 
+    @Test func theEnvironmentFlagPicksApplesOtherHost() throws {
+        let setup = try Setup()
+        try setup.files.signingKey("shop.p8")
+        let config = try setup.files.write("pushd.yml", """
+            database:
+              url: postgresql://pushd@127.0.0.1:1/unused
+            apps:
+              - name: shop
+                bundle_id: com.example.shop
+                environment: sandbox
+                token: {team_id: TEAM123456, key_id: KEY1234567, key_file: \(setup.files.path("shop.p8"))}
+            """)
+        for (flag, host) in [([String](), "api.sandbox.push.apple.com"), (["--environment", "production"], "api.push.apple.com")] {
+            let run = try CommandRun(["send", "--config", config, "--token", Self.token, "--alert", "x", "--dry-run"] + flag) { try SendCommand.run($0, $1) }
+            #expect(run.output.output.first?.hasPrefix("POST https://\(host)/3/device/") == true, "\(run.output.text)")
+        }
+        let wrong = try CommandRun(["send", "--config", config, "--token", Self.token, "--alert", "x", "--environment", "dev"]) { try SendCommand.run($0, $1) }
+        #expect(wrong.exitCode == 1)
+        #expect(wrong.output.errorText.contains("--environment 'dev' is not one of: production, sandbox"))
+    }
+
     @Test func theBinarySendsAndExitsZeroOnlyWhenAccepted() throws {
         var setup = try Setup()
         try Self.withMock(&setup, faults: FaultConfiguration(badDeviceTokens: [String(repeating: "cd", count: 32)])) { server, setup in
@@ -278,6 +302,9 @@ import Testing
             #expect(invalid.errors.contains("[background-user-visible]"))
             let usage = try PushdBinary.run(["send", "--bogus"])
             #expect(usage.status == 2)
+            let help = try PushdBinary.run(["send", "--help"])
+            #expect(help.status == 0)
+            #expect(help.output.hasPrefix("usage: pushd send [options]"))
             #expect(server.stats.accepted == 1)
         }
     }

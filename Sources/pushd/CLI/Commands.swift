@@ -33,6 +33,7 @@ enum Commands {
                 .value("collapse-id", "ID", "apns-collapse-id"),
                 .value("expiration", "EPOCH", "apns-expiration in seconds since the epoch (0: deliver once)"),
                 .value("apns-id", "UUID", "apns-id (default: chosen by APNs)"),
+                .value("environment", "ENV", "production or sandbox instead of the app's (tokens of development builds are sandbox ones)"),
                 .flag("dry-run", "build and check the request, print it, and send nothing"),
             ]),
             CommandSpec(name: "campaign", summary: "create and steer campaigns", subcommands: [

@@ -193,6 +193,19 @@ enum CampaignCommand {
         var campaign = try read()
         if parsed.has("watch") {
             let terminal = isatty(STDOUT_FILENO) == 1
+            if terminal {
+                // Interrupted mid-line, the shell prompt would land behind the bar: end the line first.
+                // Only async-signal-safe calls here.
+                signal(SIGINT) { _ in
+                    _ = write(STDOUT_FILENO, "\n", 1)
+                    _exit(130)
+                }
+                // A parent may have left SIGINT blocked; the person at the terminal still expects Ctrl-C to work.
+                var interrupt = sigset_t()
+                sigemptyset(&interrupt)
+                sigaddset(&interrupt, SIGINT)
+                pthread_sigmask(SIG_UNBLOCK, &interrupt, nil)
+            }
             var watch = CampaignWatch(interval: interval ?? (terminal ? 1 : 5), drawsBar: terminal, write: terminal ? { text in
                 FileHandle.standardOutput.write(Data(text.utf8))
             } : { text in context.output(text) })

@@ -97,7 +97,7 @@ struct ConfigCheck {
                 guard let bytes = readFile(pkcs12File, setting: setting, holdsKey: true) else { return }
                 do {
                     let summary = try CertificateCheck.pkcs12(bytes, source: pkcs12File, password: password)
-                    checkValidity(summary, setting: setting, app: app.name, file: pkcs12File)
+                    checkValidity(summary, setting: setting, app: app, file: pkcs12File)
                 } catch {
                     add(.error, error.part == .password ? "\(path).certificate.p12_password" : setting, error.description)
                 }
@@ -113,7 +113,7 @@ struct ConfigCheck {
                 do {
                     let summary = try CertificateCheck.pemPair(certificatePEM: certificate, certificateSource: certificateFile,
                                                                keyPEM: key, keySource: keyFile)
-                    checkValidity(summary, setting: setting, app: app.name, file: certificateFile)
+                    checkValidity(summary, setting: setting, app: app, file: certificateFile)
                 } catch {
                     add(.error, error.part == .key ? "\(path).certificate.key_file" : setting, error.description)
                 }
@@ -121,7 +121,11 @@ struct ConfigCheck {
         }
     }
 
-    private mutating func checkValidity(_ summary: CertificateSummary, setting: String, app: String, file: String) {
+    private mutating func checkValidity(_ summary: CertificateSummary, setting: String, app: PushdConfig.App, file: String) {
+        // Apple's push certificates carry the bundle id they may push to as the subject's UID.
+        if let uid = Self.subjectUID(summary.subject), uid != app.bundleID {
+            add(.warning, setting, "the certificate in \(file) is for \(uid), but app \(app.name) has bundle_id \(app.bundleID); APNs answers TopicDisallowed")
+        }
         let until = Self.day(summary.notAfter)
         if summary.notBefore > now {
             add(.error, setting, "the certificate in \(file) is not valid before \(Self.day(summary.notBefore))")
@@ -131,8 +135,13 @@ struct ConfigCheck {
             let days = Int(summary.notAfter.timeIntervalSince(now) / 86_400)
             add(.warning, setting, "the certificate in \(file) expires on \(until), in \(days) day\(days == 1 ? "" : "s")")
         } else {
-            add(.ok, setting, "app \(app): certificate \(summary.subject) is valid until \(until)")
+            add(.ok, setting, "app \(app.name): certificate \(summary.subject) is valid until \(until)")
         }
+    }
+
+    /// The UID attribute of a one-line subject such as "/UID=com.example.app/CN=Apple Push Services: com.example.app/…".
+    static func subjectUID(_ subject: String) -> String? {
+        subject.split(separator: "/").first { $0.hasPrefix("UID=") }.map { String($0.dropFirst(4)) }
     }
 
     // MARK: Other files

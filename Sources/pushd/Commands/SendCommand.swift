@@ -58,7 +58,13 @@ enum SendCommand {
 
     static func prepare(_ parsed: ParsedCommand, config: PushdConfig,
                         standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Prepared {
-        let app = try chooseApp(parsed.value("app"), config: config)
+        var app = try chooseApp(parsed.value("app"), config: config)
+        if let environment = parsed.value("environment") {
+            guard let chosen = PushdConfig.Environment(rawValue: environment) else {
+                throw CommandContext.Failure("--environment '\(environment)' is not one of: production, sandbox")
+            }
+            app.environment = chosen
+        }
         guard let tokenText = parsed.value("token") else {
             throw CommandContext.Failure("send needs --token HEX: the device token to send to")
         }
