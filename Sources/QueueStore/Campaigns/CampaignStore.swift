@@ -103,22 +103,36 @@ public struct CampaignStore: Sendable {
             """)
     }
 
-    /// Deletes the audience of a done or cancelled campaign (a few rows per thousand
-    /// targets); the campaign and its counters stay. Returns the targets dropped.
+    /// Deletes the audience of a done or cancelled campaign, `batchChunks` chunk rows
+    /// (about a thousand targets each) per transaction so that no long transaction holds
+    /// back vacuum; the campaign and its counters stay. Returns the targets dropped.
     @discardableResult
-    public func dropTargets(_ connection: PGConnection, id: Int64) throws -> Int {
-        try connection.transaction {
-            guard let campaign = try campaign(connection, id: id) else { throw QueueError("campaign \(id) does not exist") }
-            guard campaign.status.isFinal else {
-                throw QueueError("campaign \(id) is \(campaign.status.rawValue); only the targets of a done or cancelled campaign can be dropped")
-            }
-            let dropped = try connection.query("""
-                WITH t AS (DELETE FROM pushd.campaign_targets WHERE campaign_id = $1 RETURNING cardinality(tokens) AS n)
-                SELECT coalesce(sum(n), 0)::bigint FROM t
-                """, [id]).require(Int.self, row: 0, column: 0)
-            try connection.query("DELETE FROM pushd.campaign_chunks WHERE campaign_id = $1", [id])
-            return dropped
+    public func dropTargets(_ connection: PGConnection, id: Int64, batchChunks: Int = 500) throws -> Int {
+        guard batchChunks > 0 else { throw QueueError("batchChunks must be positive, got \(batchChunks)") }
+        guard let campaign = try campaign(connection, id: id) else { throw QueueError("campaign \(id) does not exist") }
+        guard campaign.status.isFinal else {
+            throw QueueError("campaign \(id) is \(campaign.status.rawValue); only the targets of a done or cancelled campaign can be dropped")
         }
+        // Sizes come from the chunk rows: reading the token arrays would detoast them all.
+        let statement = try connection.prepared("""
+            WITH doomed AS (
+                SELECT chunk FROM pushd.campaign_chunks WHERE campaign_id = $1 ORDER BY chunk LIMIT $2
+            ), targets AS (
+                DELETE FROM pushd.campaign_targets t USING doomed WHERE t.campaign_id = $1 AND t.chunk = doomed.chunk
+            ), chunks AS (
+                DELETE FROM pushd.campaign_chunks c USING doomed WHERE c.campaign_id = $1 AND c.chunk = doomed.chunk
+                RETURNING c.size
+            )
+            SELECT count(*)::bigint, coalesce(sum(size), 0)::bigint FROM chunks
+            """)
+        var dropped = 0
+        while true {
+            let result = try connection.query(statement, [id, batchChunks])
+            dropped += try result.require(Int.self, row: 0, column: 1)
+            if try result.require(Int.self, row: 0, column: 0) == 0 { break }
+        }
+        try connection.query("DELETE FROM pushd.campaign_targets WHERE campaign_id = $1", [id])
+        return dropped
     }
 
     private func transition(_ connection: PGConnection, id: Int64, action: String, from: [CampaignStatus], sql: String,
