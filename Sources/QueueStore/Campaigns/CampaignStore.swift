@@ -62,7 +62,7 @@ public struct CampaignStore: Sendable {
     /// draft → running, or scheduled when its start time is in the future.
     @discardableResult
     public func start(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "start", from: [.draft], sql: """
+        try transition(connection, id: id, action: .start, sql: """
             UPDATE pushd.campaigns
             SET status = CASE WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
                 started_at = CASE WHEN start_at > now() THEN NULL ELSE now() END
@@ -75,7 +75,7 @@ public struct CampaignStore: Sendable {
     /// running or scheduled → paused. Workers stop at their next checkpoint.
     @discardableResult
     public func pause(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "pause", from: [.running, .scheduled], sql: """
+        try transition(connection, id: id, action: .pause, sql: """
             UPDATE pushd.campaigns SET status = 'paused'
             WHERE id = $1 AND status IN ('running', 'scheduled') RETURNING status
             """)
@@ -84,7 +84,7 @@ public struct CampaignStore: Sendable {
     /// paused → running (or scheduled, or done if its last chunk finished while paused).
     @discardableResult
     public func resume(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "resume", from: [.paused], sql: """
+        try transition(connection, id: id, action: .resume, sql: """
             UPDATE pushd.campaigns
             SET status = CASE WHEN chunks_done >= chunks_total THEN 'done'
                               WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
@@ -97,7 +97,7 @@ public struct CampaignStore: Sendable {
     /// Any unfinished campaign → cancelled. Nothing more is leased; workers stop at their next checkpoint.
     @discardableResult
     public func cancel(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "cancel", from: [.draft, .scheduled, .running, .paused], sql: """
+        try transition(connection, id: id, action: .cancel, sql: """
             UPDATE pushd.campaigns SET status = 'cancelled', finished_at = now(), next_lease_at = NULL
             WHERE id = $1 AND status IN ('draft', 'scheduled', 'running', 'paused') RETURNING status
             """)
@@ -135,15 +135,15 @@ public struct CampaignStore: Sendable {
         return dropped
     }
 
-    private func transition(_ connection: PGConnection, id: Int64, action: String, from: [CampaignStatus], sql: String,
+    private func transition(_ connection: PGConnection, id: Int64, action: CampaignAction, sql: String,
                             extra: (Campaign) -> String? = { _ in nil }) throws -> CampaignStatus {
         let result = try connection.query(sql, [id])
         if result.rowCount == 1, let status = CampaignStatus(rawValue: try result.require(String.self, row: 0, column: 0)) {
             return status
         }
-        guard let campaign = try campaign(connection, id: id) else { throw QueueError("cannot \(action) campaign \(id): it does not exist") }
-        if let message = extra(campaign) { throw QueueError("cannot \(action) campaign \(id): \(message)") }
-        throw QueueError("cannot \(action) campaign \(id): it is \(campaign.status.rawValue), and only a campaign that is \(from.map(\.rawValue).joined(separator: " or ")) can be")
+        guard let campaign = try campaign(connection, id: id) else { throw QueueError("cannot \(action.rawValue) campaign \(id): it does not exist") }
+        if let message = extra(campaign) { throw QueueError("cannot \(action.rawValue) campaign \(id): \(message)") }
+        throw QueueError("cannot \(action.rawValue) campaign \(id): it is \(campaign.status.rawValue), and only a campaign that is \(action.allowedFrom.map(\.rawValue).joined(separator: " or ")) can be")
     }
 
     // MARK: Audience import
