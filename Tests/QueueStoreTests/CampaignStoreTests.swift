@@ -242,3 +242,16 @@ import Testing
         }
     }
 }
+
+@Suite struct CampaignImportSessionTests {
+    @Test func importsAreNotCutShortByTheSessionStatementTimeout() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let campaigns = CampaignStore()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "big", payload: Fixtures.payload))
+            try connection.execute(script: "SET statement_timeout = '5ms'")
+            #expect(try campaigns.importTargets(connection, campaignID: id, targets: (1...50_000).map { (Fixtures.token($0), nil) }) == 50_000)
+            #expect(try connection.query("SHOW statement_timeout").require(String.self, row: 0, column: 0) == "5ms")
+        }
+    }
+}

@@ -224,8 +224,11 @@ public struct CampaignStore: Sendable {
     public func importFromDeviceTokens(_ connection: PGConnection, campaignID: Int64, environment: String? = nil,
                                        userIDs: [String]? = nil, updatedSince: Date? = nil,
                                        chunkSize: Int = defaultChunkSize) throws -> Int {
-        try connection.query("SELECT pushd.campaign_import_tokens($1, $2, $3, $4, $5)",
-                             [campaignID, environment, userIDs, updatedSince, chunkSize]).require(Int.self, row: 0, column: 0)
+        try connection.transaction {
+            try connection.execute(script: "SET LOCAL statement_timeout = 0")
+            return try connection.query("SELECT pushd.campaign_import_tokens($1, $2, $3, $4, $5)",
+                                        [campaignID, environment, userIDs, updatedSince, chunkSize]).require(Int.self, row: 0, column: 0)
+        }
     }
 
     private func importChunks(_ connection: PGConnection, campaignID: Int64, chunkSize: Int,
@@ -234,6 +237,8 @@ public struct CampaignStore: Sendable {
             throw QueueError("chunk size must be between 1 and 100000, got \(chunkSize)")
         }
         return try connection.transaction {
+            // A large audience takes longer than pushd's per-statement limit to copy.
+            try connection.execute(script: "SET LOCAL statement_timeout = 0")
             let head = try connection.query("""
                 SELECT status, (SELECT coalesce(max(chunk) + 1, 0) FROM pushd.campaign_chunks WHERE campaign_id = $1)
                 FROM pushd.campaigns WHERE id = $1 FOR UPDATE
