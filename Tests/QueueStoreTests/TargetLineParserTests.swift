@@ -28,3 +28,21 @@ import Testing
         #expect(message(Fixtures.token(1) + ",\"text\"") == "audience.csv line 4: the payload after the token must be a JSON object ({…})")
     }
 }
+
+@Suite struct CampaignActionTests {
+    @Test func everyStatusAllowsExactlyTheDocumentedActions() {
+        let expected: [CampaignStatus: Set<CampaignAction>] = [
+            .draft: [.start, .cancel],
+            .scheduled: [.pause, .cancel],
+            .running: [.pause, .cancel],
+            .paused: [.resume, .cancel],
+            .done: [],
+            .cancelled: [],
+        ]
+        for status in CampaignStatus.allCases {
+            let allowed = Set(CampaignAction.allCases.filter { status.allows($0) })
+            #expect(allowed == expected[status], "\(status)")
+            #expect(status.isFinal == allowed.isEmpty)
+        }
+    }
+}

@@ -5,6 +5,25 @@ public enum CampaignStatus: String, Sendable, Hashable, CaseIterable {
 
     /// No more sending will happen; its targets may be dropped.
     public var isFinal: Bool { self == .done || self == .cancelled }
+
+    /// Whether `action` may be applied to a campaign in this status.
+    public func allows(_ action: CampaignAction) -> Bool {
+        action.allowedFrom.contains(self)
+    }
+}
+
+/// An operator's command on a campaign; the SQL in `CampaignStore` applies exactly these rules.
+public enum CampaignAction: String, Sendable, Hashable, CaseIterable {
+    case start, pause, resume, cancel
+
+    public var allowedFrom: [CampaignStatus] {
+        switch self {
+        case .start: [.draft]
+        case .pause: [.running, .scheduled]
+        case .resume: [.paused]
+        case .cancel: [.draft, .scheduled, .running, .paused]
+        }
+    }
 }
 
 /// What to create: everything a campaign is except its audience and counters.

@@ -62,7 +62,7 @@ public struct CampaignStore: Sendable {
     /// draft → running, or scheduled when its start time is in the future.
     @discardableResult
     public func start(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "start", from: [.draft], sql: """
+        try transition(connection, id: id, action: .start, sql: """
             UPDATE pushd.campaigns
             SET status = CASE WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
                 started_at = CASE WHEN start_at > now() THEN NULL ELSE now() END
@@ -75,7 +75,7 @@ public struct CampaignStore: Sendable {
     /// running or scheduled → paused. Workers stop at their next checkpoint.
     @discardableResult
     public func pause(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "pause", from: [.running, .scheduled], sql: """
+        try transition(connection, id: id, action: .pause, sql: """
             UPDATE pushd.campaigns SET status = 'paused'
             WHERE id = $1 AND status IN ('running', 'scheduled') RETURNING status
             """)
@@ -84,7 +84,7 @@ public struct CampaignStore: Sendable {
     /// paused → running (or scheduled, or done if its last chunk finished while paused).
     @discardableResult
     public func resume(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "resume", from: [.paused], sql: """
+        try transition(connection, id: id, action: .resume, sql: """
             UPDATE pushd.campaigns
             SET status = CASE WHEN chunks_done >= chunks_total THEN 'done'
                               WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
@@ -97,39 +97,53 @@ public struct CampaignStore: Sendable {
     /// Any unfinished campaign → cancelled. Nothing more is leased; workers stop at their next checkpoint.
     @discardableResult
     public func cancel(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: "cancel", from: [.draft, .scheduled, .running, .paused], sql: """
+        try transition(connection, id: id, action: .cancel, sql: """
             UPDATE pushd.campaigns SET status = 'cancelled', finished_at = now(), next_lease_at = NULL
             WHERE id = $1 AND status IN ('draft', 'scheduled', 'running', 'paused') RETURNING status
             """)
     }
 
-    /// Deletes the audience of a done or cancelled campaign (a few rows per thousand
-    /// targets); the campaign and its counters stay. Returns the targets dropped.
+    /// Deletes the audience of a done or cancelled campaign, `batchChunks` chunk rows
+    /// (about a thousand targets each) per transaction so that no long transaction holds
+    /// back vacuum; the campaign and its counters stay. Returns the targets dropped.
     @discardableResult
-    public func dropTargets(_ connection: PGConnection, id: Int64) throws -> Int {
-        try connection.transaction {
-            guard let campaign = try campaign(connection, id: id) else { throw QueueError("campaign \(id) does not exist") }
-            guard campaign.status.isFinal else {
-                throw QueueError("campaign \(id) is \(campaign.status.rawValue); only the targets of a done or cancelled campaign can be dropped")
-            }
-            let dropped = try connection.query("""
-                WITH t AS (DELETE FROM pushd.campaign_targets WHERE campaign_id = $1 RETURNING cardinality(tokens) AS n)
-                SELECT coalesce(sum(n), 0)::bigint FROM t
-                """, [id]).require(Int.self, row: 0, column: 0)
-            try connection.query("DELETE FROM pushd.campaign_chunks WHERE campaign_id = $1", [id])
-            return dropped
+    public func dropTargets(_ connection: PGConnection, id: Int64, batchChunks: Int = 500) throws -> Int {
+        guard batchChunks > 0 else { throw QueueError("batchChunks must be positive, got \(batchChunks)") }
+        guard let campaign = try campaign(connection, id: id) else { throw QueueError("campaign \(id) does not exist") }
+        guard campaign.status.isFinal else {
+            throw QueueError("campaign \(id) is \(campaign.status.rawValue); only the targets of a done or cancelled campaign can be dropped")
         }
+        // Sizes come from the chunk rows: reading the token arrays would detoast them all.
+        let statement = try connection.prepared("""
+            WITH doomed AS (
+                SELECT chunk FROM pushd.campaign_chunks WHERE campaign_id = $1 ORDER BY chunk LIMIT $2
+            ), targets AS (
+                DELETE FROM pushd.campaign_targets t USING doomed WHERE t.campaign_id = $1 AND t.chunk = doomed.chunk
+            ), chunks AS (
+                DELETE FROM pushd.campaign_chunks c USING doomed WHERE c.campaign_id = $1 AND c.chunk = doomed.chunk
+                RETURNING c.size
+            )
+            SELECT count(*)::bigint, coalesce(sum(size), 0)::bigint FROM chunks
+            """)
+        var dropped = 0
+        while true {
+            let result = try connection.query(statement, [id, batchChunks])
+            dropped += try result.require(Int.self, row: 0, column: 1)
+            if try result.require(Int.self, row: 0, column: 0) == 0 { break }
+        }
+        try connection.query("DELETE FROM pushd.campaign_targets WHERE campaign_id = $1", [id])
+        return dropped
     }
 
-    private func transition(_ connection: PGConnection, id: Int64, action: String, from: [CampaignStatus], sql: String,
+    private func transition(_ connection: PGConnection, id: Int64, action: CampaignAction, sql: String,
                             extra: (Campaign) -> String? = { _ in nil }) throws -> CampaignStatus {
         let result = try connection.query(sql, [id])
         if result.rowCount == 1, let status = CampaignStatus(rawValue: try result.require(String.self, row: 0, column: 0)) {
             return status
         }
-        guard let campaign = try campaign(connection, id: id) else { throw QueueError("cannot \(action) campaign \(id): it does not exist") }
-        if let message = extra(campaign) { throw QueueError("cannot \(action) campaign \(id): \(message)") }
-        throw QueueError("cannot \(action) campaign \(id): it is \(campaign.status.rawValue), and only a campaign that is \(from.map(\.rawValue).joined(separator: " or ")) can be")
+        guard let campaign = try campaign(connection, id: id) else { throw QueueError("cannot \(action.rawValue) campaign \(id): it does not exist") }
+        if let message = extra(campaign) { throw QueueError("cannot \(action.rawValue) campaign \(id): \(message)") }
+        throw QueueError("cannot \(action.rawValue) campaign \(id): it is \(campaign.status.rawValue), and only a campaign that is \(action.allowedFrom.map(\.rawValue).joined(separator: " or ")) can be")
     }
 
     // MARK: Audience import
@@ -210,8 +224,11 @@ public struct CampaignStore: Sendable {
     public func importFromDeviceTokens(_ connection: PGConnection, campaignID: Int64, environment: String? = nil,
                                        userIDs: [String]? = nil, updatedSince: Date? = nil,
                                        chunkSize: Int = defaultChunkSize) throws -> Int {
-        try connection.query("SELECT pushd.campaign_import_tokens($1, $2, $3, $4, $5)",
-                             [campaignID, environment, userIDs, updatedSince, chunkSize]).require(Int.self, row: 0, column: 0)
+        try connection.transaction {
+            try connection.execute(script: "SET LOCAL statement_timeout = 0")
+            return try connection.query("SELECT pushd.campaign_import_tokens($1, $2, $3, $4, $5)",
+                                        [campaignID, environment, userIDs, updatedSince, chunkSize]).require(Int.self, row: 0, column: 0)
+        }
     }
 
     private func importChunks(_ connection: PGConnection, campaignID: Int64, chunkSize: Int,
@@ -220,6 +237,8 @@ public struct CampaignStore: Sendable {
             throw QueueError("chunk size must be between 1 and 100000, got \(chunkSize)")
         }
         return try connection.transaction {
+            // A large audience takes longer than pushd's per-statement limit to copy.
+            try connection.execute(script: "SET LOCAL statement_timeout = 0")
             let head = try connection.query("""
                 SELECT status, (SELECT coalesce(max(chunk) + 1, 0) FROM pushd.campaign_chunks WHERE campaign_id = $1)
                 FROM pushd.campaigns WHERE id = $1 FOR UPDATE
@@ -249,6 +268,9 @@ public struct CampaignStore: Sendable {
                 try connection.query("""
                     UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
                     """, [campaignID, total, sizes.count])
+                // Fresh statistics keep the lease on the chunk index; planned on a stale
+                // row count it can sort every chunk of the campaign for each lease.
+                try connection.execute(script: "ANALYZE pushd.campaign_chunks")
             }
             return total
         }

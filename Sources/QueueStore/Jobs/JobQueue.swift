@@ -14,7 +14,7 @@ import Foundation
 /// is that a batch holds its connection until it is settled, so batches should be
 /// sent and settled within seconds.
 public struct JobQueue: Sendable {
-    /// The channel the statement-level trigger notifies on every insert.
+    /// The channel the statement-level insert trigger notifies while a claimer sleeps.
     public static let channel = "pushd_jobs"
 
     public init() {}

@@ -7,6 +7,7 @@ extension Migrator {
         Migration(version: 3, name: "campaigns, chunked targets and chunk leases", sql: campaignsV3),
         Migration(version: 4, name: "shared provider tokens", sql: providerTokensV4),
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
+        Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -462,5 +463,11 @@ extension Migrator {
         END IF;
         RETURN NULL;
     END $$;
+    """#
+
+    /// A set-returning function is planned as 1000 rows, which turns the join from the
+    /// leased chunk to its targets into a scan of every chunk row of every campaign.
+    static let leaseRowsV6 = #"""
+    ALTER FUNCTION pushd.lease_campaign_chunk(text, float8) ROWS 1;
     """#
 }
