@@ -80,6 +80,8 @@ import Testing
         #expect(summary.count == 5)
         #expect(summary.results.values.allSatisfy { $0.transportError == .engineStopped })
         #expect(summary.timesReported[99] == nil)
+        dispatcher.submit(Self.okRequest, tag: 100)
+        #expect(collector.snapshot().results[100]?.transportError == .engineStopped)
     }
 
     @Test func refusedConnectionsAreRetriedWithBackoffThenReportedAsTransportErrors() async throws {

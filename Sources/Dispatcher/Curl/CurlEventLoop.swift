@@ -19,6 +19,22 @@ struct CompletionSink: Sendable {
     let window: DispatchSemaphore
     let metrics: any DispatcherMetricsHook
     let counters: DispatcherCounters
+
+    /// Reports one request exactly once and frees its window slot.
+    func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
+        let latency = monotonicNanoseconds() &- pending.submittedAt
+        let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts)
+        let status: Int
+        if case .response(let response) = outcome { status = response.status } else { status = 0 }
+        metrics.requestCompleted(status: status, latencyNanoseconds: latency)
+        counters.completed.add(1, ordering: .relaxed)
+        if let continuation = pending.continuation {
+            continuation.resume(returning: result)
+        } else {
+            onResult(result)
+        }
+        window.signal()
+    }
 }
 
 /// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
@@ -91,6 +107,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private struct Inbox {
         var items: [PendingRequest] = []
         var wakePending = false
+        /// Set once the loop has stopped taking requests; later ones are refused at the door.
+        var closed = false
     }
 
     private let configuration: DispatcherConfiguration
@@ -182,14 +200,17 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     /// Any thread. Never blocks on the loop: a lock around an append and, for the first
-    /// request since the loop last looked, one eventfd write.
-    func enqueue(_ request: PendingRequest) {
-        let wake = inbox.withLock { inbox -> Bool in
+    /// request since the loop last looked, one eventfd write. Returns false, keeping nothing,
+    /// once the loop has stopped.
+    func enqueue(_ request: PendingRequest) -> Bool {
+        let (accepted, wake) = inbox.withLock { inbox -> (Bool, Bool) in
+            guard !inbox.closed else { return (false, false) }
             inbox.items.append(request)
             defer { inbox.wakePending = true }
-            return !inbox.wakePending
+            return (true, !inbox.wakePending)
         }
         if wake { wakeUp() }
+        return accepted
     }
 
     func stop() {
@@ -437,18 +458,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
-        let latency = monotonicNanoseconds() &- pending.submittedAt
-        let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts)
-        let status: Int
-        if case .response(let response) = outcome { status = response.status } else { status = 0 }
-        sink.metrics.requestCompleted(status: status, latencyNanoseconds: latency)
-        sink.counters.completed.add(1, ordering: .relaxed)
-        if let continuation = pending.continuation {
-            continuation.resume(returning: result)
-        } else {
-            sink.onResult(result)
-        }
-        sink.window.signal()
+        sink.deliver(pending, outcome: outcome)
     }
 
     private func shutDownTransfers() {
@@ -458,6 +468,7 @@ final class CurlEventLoop: @unchecked Sendable {
             transfer.pending = nil
             deliver(pending, outcome: .transportFailure(.engineStopped))
         }
+        inbox.withLock { $0.closed = true }
         takeInbox()
         while let pending = backlog.popFront() { deliver(pending, outcome: .transportFailure(.engineStopped)) }
     }

@@ -15,6 +15,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
 
     public let configuration: DispatcherConfiguration
     private let loops: [CurlEventLoop]
+    private let sink: CompletionSink
     private let window: DispatchSemaphore
     private let counters = DispatcherCounters()
     private let nextLoop = Atomic<Int>(0)
@@ -34,6 +35,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         self.configuration = configuration
         window = DispatchSemaphore(value: configuration.maxOutstanding)
         let sink = CompletionSink(onResult: onResult, window: window, metrics: metrics, counters: counters)
+        self.sink = sink
         var loops: [CurlEventLoop] = []
         for _ in 0..<configuration.threads {
             loops.append(try CurlEventLoop(configuration: configuration, sink: sink))
@@ -74,7 +76,9 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     private func dispatch(_ pending: PendingRequest) {
         counters.submitted.add(1, ordering: .relaxed)
         let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
-        loops[(index & Int.max) % loops.count].enqueue(pending)
+        if !loops[(index & Int.max) % loops.count].enqueue(pending) {
+            sink.deliver(pending, outcome: .transportFailure(.engineStopped))
+        }
     }
 
     /// Requests submitted and not yet reported.
