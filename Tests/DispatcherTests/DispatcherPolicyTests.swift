@@ -145,3 +145,26 @@ import Testing
         }
     }
 }
+
+@Suite struct WindowGateTests {
+    @Test func slotsAreRefusedWhenTakenAndReturnedInBatches() {
+        let gate = WindowGate(capacity: 3)
+        #expect(gate.tryAcquire())
+        #expect(gate.tryAcquire())
+        #expect(gate.tryAcquire())
+        #expect(!gate.tryAcquire())
+        gate.release(2)
+        #expect(gate.tryAcquire())
+        #expect(gate.tryAcquire())
+        #expect(!gate.tryAcquire())
+    }
+
+    @Test func aBlockedAcquireResumesWhenSlotsAreReleased() async {
+        let gate = WindowGate(capacity: 1)
+        gate.acquire()
+        let waiter = Task.detached { gate.acquire(); return true }
+        try? await Task.sleep(nanoseconds: 50_000_000)
+        gate.release(1)
+        #expect(await waiter.value)
+    }
+}

@@ -1,5 +1,4 @@
 internal import CCurl
-import Dispatch
 import Foundation
 import Glibc
 import Synchronization
@@ -16,11 +15,11 @@ struct PendingRequest: Sendable {
 /// Where a loop hands finished requests; shared by all loops of one engine.
 struct CompletionSink: Sendable {
     let onResult: @Sendable (DispatchResult) -> Void
-    let window: DispatchSemaphore
+    let window: WindowGate
     let metrics: any DispatcherMetricsHook
     let counters: DispatcherCounters
 
-    /// Reports one request exactly once and frees its window slot.
+    /// Reports one request exactly once; the caller returns its window slot.
     func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
         let latency = monotonicNanoseconds() &- pending.submittedAt
         let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts)
@@ -33,7 +32,6 @@ struct CompletionSink: Sendable {
         } else {
             onResult(result)
         }
-        window.signal()
     }
 }
 
@@ -139,6 +137,7 @@ final class CurlEventLoop: @unchecked Sendable {
     /// So while cold, only one request at a time goes into libcurl.
     private var coldConnection = false
     private var random = SystemRandomNumberGenerator()
+    private var slotsToRelease = 0
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -332,6 +331,7 @@ final class CurlEventLoop: @unchecked Sendable {
             added += 1
         }
         if added > 0 { sink.metrics.inFlightChanged(by: added) }
+        releaseSlots()
     }
 
     private func prepare(_ transfer: CurlTransfer, for pending: PendingRequest) -> TransportError? {
@@ -410,6 +410,7 @@ final class CurlEventLoop: @unchecked Sendable {
             finish(transfer, code: code, status: status)
         }
         if finished > 0 { sink.metrics.inFlightChanged(by: -finished) }
+        releaseSlots()
     }
 
     private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
@@ -459,6 +460,15 @@ final class CurlEventLoop: @unchecked Sendable {
 
     private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
         sink.deliver(pending, outcome: outcome)
+        slotsToRelease += 1
+    }
+
+    /// Returns the window slots of everything delivered since the last call, in one go.
+    private func releaseSlots() {
+        if slotsToRelease > 0 {
+            sink.window.release(slotsToRelease)
+            slotsToRelease = 0
+        }
     }
 
     private func shutDownTransfers() {
@@ -471,6 +481,7 @@ final class CurlEventLoop: @unchecked Sendable {
         inbox.withLock { $0.closed = true }
         takeInbox()
         while let pending = backlog.popFront() { deliver(pending, outcome: .transportFailure(.engineStopped)) }
+        releaseSlots()
     }
 
     // MARK: - Easy handles

@@ -1,4 +1,3 @@
-import Dispatch
 import Synchronization
 
 /// Sends requests over HTTP/2 to one host with one credential, on `threads` event loops, and
@@ -16,7 +15,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     public let configuration: DispatcherConfiguration
     private let loops: [CurlEventLoop]
     private let sink: CompletionSink
-    private let window: DispatchSemaphore
+    private let window: WindowGate
     private let counters = DispatcherCounters()
     private let nextLoop = Atomic<Int>(0)
     private let state = Mutex(State.running)
@@ -33,7 +32,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         guard CurlRuntime.initialize() else { throw .transportRejected(setting: "curl_global_init", message: "libcurl failed to initialise") }
         guard CurlRuntime.info.supportsHTTP2 else { throw .transportRejected(setting: "HTTP/2", message: "the linked libcurl lacks HTTP/2 support") }
         self.configuration = configuration
-        window = DispatchSemaphore(value: configuration.maxOutstanding)
+        window = WindowGate(capacity: configuration.maxOutstanding)
         let sink = CompletionSink(onResult: onResult, window: window, metrics: metrics, counters: counters)
         self.sink = sink
         var loops: [CurlEventLoop] = []
@@ -51,13 +50,13 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     /// Queues `request`; blocks while `maxOutstanding` requests are unfinished. The result
     /// reaches `onResult` with `tag`. After `shutdown` the result is `.engineStopped`.
     public func submit(_ request: DispatchRequest, tag: UInt64) {
-        window.wait()
+        window.acquire()
         dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
     }
 
     /// Queues `request` unless the window is full; returns false (and does nothing) when it is.
     public func trySubmit(_ request: DispatchRequest, tag: UInt64) -> Bool {
-        guard window.wait(timeout: .now()) == .success else { return false }
+        guard window.tryAcquire() else { return false }
         dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
         return true
     }
@@ -65,7 +64,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     /// Sends one request and waits for its result without blocking a thread; while the window is
     /// full it waits in short sleeps. Bulk senders should use `submit`.
     public func send(_ request: DispatchRequest, tag: UInt64 = 0) async -> DispatchResult {
-        while window.wait(timeout: .now()) != .success {
+        while !window.tryAcquire() {
             try? await Task.sleep(nanoseconds: 1_000_000)
         }
         return await withCheckedContinuation { continuation in
@@ -78,6 +77,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
         if !loops[(index & Int.max) % loops.count].enqueue(pending) {
             sink.deliver(pending, outcome: .transportFailure(.engineStopped))
+            window.release(1)
         }
     }
 
