@@ -128,3 +128,53 @@ import Testing
         #expect(refused.transportError != nil)
     }
 }
+
+/// Counts what the engine reports through its metrics hook.
+final class RecordingMetrics: DispatcherMetricsHook {
+    let completed = Atomic<Int>(0)
+    let succeeded = Atomic<Int>(0)
+    let inFlight = Atomic<Int>(0)
+    let peakInFlight = Atomic<Int>(0)
+    let opened = Atomic<Int>(0)
+    let reconnects = Atomic<Int>(0)
+    let latencyTotal = Atomic<Int>(0)
+
+    func requestCompleted(status: Int, latencyNanoseconds: UInt64) {
+        completed.add(1, ordering: .relaxed)
+        if status == 200 { succeeded.add(1, ordering: .relaxed) }
+        latencyTotal.add(Int(latencyNanoseconds), ordering: .relaxed)
+    }
+
+    func inFlightChanged(by delta: Int) {
+        let now = inFlight.add(delta, ordering: .relaxed).newValue
+        peakInFlight.max(now, ordering: .relaxed)
+    }
+
+    func connectionOpened(reconnect: Bool) {
+        opened.add(1, ordering: .relaxed)
+        if reconnect { reconnects.add(1, ordering: .relaxed) }
+    }
+}
+
+@Suite struct DispatcherMetricsHookTests {
+    @Test func theHookSeesEveryRequestItsLatencyTheStreamsInFlightAndTheConnections() throws {
+        let server = try NghttpdServer(maxConcurrentStreams: 100)
+        let metrics = RecordingMetrics()
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(
+            configuration: DispatcherConfiguration(host: "127.0.0.1", port: server.port, trustedCAFile: server.certificates.serverCertificate,
+                                                   threads: 1, streamsPerConnection: 50),
+            metrics: metrics, onResult: collector.handler)
+        defer { dispatcher.shutdown() }
+        let request = try DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app"], body: Array("{}".utf8))
+        for tag in 0..<2000 { dispatcher.submit(request, tag: UInt64(tag)) }
+        #expect(collector.wait(for: 2000) == 2000)
+        #expect(metrics.completed.load(ordering: .relaxed) == 2000)
+        #expect(metrics.succeeded.load(ordering: .relaxed) == 2000)
+        #expect(metrics.inFlight.load(ordering: .relaxed) == 0)
+        #expect((1...50).contains(metrics.peakInFlight.load(ordering: .relaxed)))
+        #expect(metrics.opened.load(ordering: .relaxed) == 1)
+        #expect(metrics.reconnects.load(ordering: .relaxed) == 0)
+        #expect(metrics.latencyTotal.load(ordering: .relaxed) > 0)
+    }
+}

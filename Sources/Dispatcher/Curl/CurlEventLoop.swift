@@ -138,6 +138,9 @@ final class CurlEventLoop: @unchecked Sendable {
     private var coldConnection = false
     private var random = SystemRandomNumberGenerator()
     private var slotsToRelease = 0
+    /// Set when a completion batch held requests a dropped connection left unanswered; one
+    /// lost connection fails many streams at once and is reported once.
+    private var lostThisBatch = false
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -410,6 +413,10 @@ final class CurlEventLoop: @unchecked Sendable {
             finish(transfer, code: code, status: status)
         }
         if finished > 0 { sink.metrics.inFlightChanged(by: -finished) }
+        if lostThisBatch {
+            lostThisBatch = false
+            sink.metrics.connectionLost()
+        }
         releaseSlots()
     }
 
@@ -441,7 +448,7 @@ final class CurlEventLoop: @unchecked Sendable {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()
-            if !disposition.connectFailed { sink.metrics.connectionLost() }
+            if !disposition.connectFailed { lostThisBatch = true }
             backlog.pushFront(pending)
             return
         }
@@ -551,8 +558,6 @@ final class CurlEventLoop: @unchecked Sendable {
             check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, file), "CURLOPT_SSLCERT")
             if let password { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, password), "CURLOPT_KEYPASSWD") }
         }
-        // libcurl's own trace on stderr, for diagnosing a deployment; never on by default.
-        if getenv("PUSHD_CURL_VERBOSE") != nil { check(pushd_curl_easy_setopt_long(easy, CURLOPT_VERBOSE, 1), "CURLOPT_VERBOSE") }
         if let failure { throw failure }
         transfers.append(transfer)
         return transfer

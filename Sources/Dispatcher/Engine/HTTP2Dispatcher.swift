@@ -32,7 +32,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         guard CurlRuntime.initialize() else { throw .transportRejected(setting: "curl_global_init", message: "libcurl failed to initialise") }
         guard CurlRuntime.info.supportsHTTP2 else { throw .transportRejected(setting: "HTTP/2", message: "the linked libcurl lacks HTTP/2 support") }
         self.configuration = configuration
-        window = WindowGate(capacity: configuration.maxOutstanding)
+        window = WindowGate(capacity: configuration.effectiveMaxOutstanding)
         let sink = CompletionSink(onResult: onResult, window: window, metrics: metrics, counters: counters)
         self.sink = sink
         var loops: [CurlEventLoop] = []
