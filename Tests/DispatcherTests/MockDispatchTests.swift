@@ -65,7 +65,7 @@ import Testing
                 sentIDs.insert(item.apnsIDString!)
                 try client.submit(item, tag: UInt64(tag))
             }
-            #expect(collector.wait(for: total) == total)
+            #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.count == total)
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
@@ -93,7 +93,7 @@ import Testing
                 dispatcher.submit(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
                                                       body: item.payload), tag: UInt64(tag))
             }
-            #expect(collector.wait(for: total) == total)
+            #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
             #expect(summary.results.values.allSatisfy { $0.response?.status == 200 })
@@ -120,7 +120,7 @@ import Testing
                 dispatcher.submit(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
                                                       body: item.payload), tag: UInt64(tag))
             }
-            #expect(collector.wait(for: total) == total)
+            #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
             #expect(summary.results.values.allSatisfy { $0.response?.status == 200 })

@@ -16,7 +16,7 @@ import Testing
     private static let okRequest = try! DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app", "apns-push-type: alert"],
                                                         body: Array(#"{"aps":{"alert":"hi"}}"#.utf8))
 
-    @Test func manyRequestsEachReportedExactlyOnceWithinTheWindow() throws {
+    @Test func manyRequestsEachReportedExactlyOnceWithinTheWindow() async throws {
         let server = try NghttpdServer(maxConcurrentStreams: 100)
         let collector = ResultCollector()
         let maxOutstanding = 300
@@ -28,7 +28,7 @@ import Testing
             dispatcher.submit(Self.okRequest, tag: UInt64(tag))
             peakOutstanding = max(peakOutstanding, dispatcher.outstanding)
         }
-        #expect(collector.wait(for: total) == total)
+        #expect(await collector.wait(for: total) == total)
         let summary = collector.snapshot()
         #expect(summary.timesReported.count == total)
         #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
@@ -157,7 +157,7 @@ final class RecordingMetrics: DispatcherMetricsHook {
 }
 
 @Suite struct DispatcherMetricsHookTests {
-    @Test func theHookSeesEveryRequestItsLatencyTheStreamsInFlightAndTheConnections() throws {
+    @Test func theHookSeesEveryRequestItsLatencyTheStreamsInFlightAndTheConnections() async throws {
         let server = try NghttpdServer(maxConcurrentStreams: 100)
         let metrics = RecordingMetrics()
         let collector = ResultCollector()
@@ -168,7 +168,7 @@ final class RecordingMetrics: DispatcherMetricsHook {
         defer { dispatcher.shutdown() }
         let request = try DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app"], body: Array("{}".utf8))
         for tag in 0..<2000 { dispatcher.submit(request, tag: UInt64(tag)) }
-        #expect(collector.wait(for: 2000) == 2000)
+        #expect(await collector.wait(for: 2000) == 2000)
         #expect(metrics.completed.load(ordering: .relaxed) == 2000)
         #expect(metrics.succeeded.load(ordering: .relaxed) == 2000)
         #expect(metrics.inFlight.load(ordering: .relaxed) == 0)

@@ -24,11 +24,12 @@ final class ResultCollector: Sendable {
 
     var count: Int { summary.withLock { $0.count } }
 
-    /// Waits until `expected` results arrived or `seconds` passed; returns the count seen.
+    /// Waits, without holding a thread, until `expected` results arrived or `seconds` passed;
+    /// returns the count seen.
     @discardableResult
-    func wait(for expected: Int, seconds: Double = 60) -> Int {
+    func wait(for expected: Int, seconds: Double = 60) async -> Int {
         let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
-        while count < expected, monotonicNanoseconds() < deadline { usleep(2000) }
+        while count < expected, monotonicNanoseconds() < deadline { try? await Task.sleep(nanoseconds: 2_000_000) }
         return count
     }
 
