@@ -110,6 +110,19 @@ import Testing
         #expect(result.attempts == 1)
     }
 
+    @Test func requestsGoThroughAnHTTPProxyTunnelWhenOneIsConfigured() async throws {
+        let server = try NghttpdServer()
+        let proxy = try ConnectProxy()
+        defer { proxy.stop() }
+        var settings = configuration(server, threads: 1)
+        settings.proxy = "http://127.0.0.1:\(proxy.port)"
+        let dispatcher = try HTTP2Dispatcher(configuration: settings)
+        defer { dispatcher.shutdown() }
+        for _ in 0..<3 { #expect(await dispatcher.send(Self.okRequest).response?.status == 200) }
+        #expect(proxy.tunnels.load(ordering: .relaxed) == 1)
+        #expect(proxy.targets.withLock { $0 } == ["127.0.0.1:\(server.port)"])
+    }
+
     @Test func certificateAuthenticationWorksWithPEMAndPKCS12() async throws {
         let server = try NghttpdServer(requireClientCertificate: true)
         let certificates = server.certificates
