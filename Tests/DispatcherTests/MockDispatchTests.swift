@@ -59,12 +59,9 @@ import Testing
             let (client, _) = try tokenClient(port: port, material: material, collector: collector, tune: mockTuning(material))
             defer { client.shutdown() }
             let total = 5000
-            var sentIDs = Set<String>()
-            for tag in 0..<total {
-                let item = notification(tag)
-                sentIDs.insert(item.apnsIDString!)
-                try client.submit(item, tag: UInt64(tag))
-            }
+            let items = (0..<total).map { notification($0) }
+            let sentIDs = Set(items.map { $0.apnsIDString! })
+            try await onOwnThread { for (tag, item) in items.enumerated() { try client.submit(item, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.count == total)
@@ -86,13 +83,10 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 6000
-            var sentIDs = Set<String>()
-            for tag in 0..<total {
-                let item = notification(tag)
-                sentIDs.insert(item.apnsIDString!)
-                dispatcher.submit(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
-                                                      body: item.payload), tag: UInt64(tag))
-            }
+            let items = (0..<total).map { notification($0) }
+            let sentIDs = Set(items.map { $0.apnsIDString! })
+            let requests = try items.map { try DispatchRequest(path: $0.path, headerLines: $0.headerFields(authorization: nil).map(\.line), body: $0.payload) }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
@@ -115,11 +109,11 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 2000
-            for tag in 0..<total {
-                let item = notification(tag)
-                dispatcher.submit(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
-                                                      body: item.payload), tag: UInt64(tag))
+            let requests = try (0..<total).map { seed in
+                let item = notification(seed)
+                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
             }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
@@ -217,7 +211,7 @@ import Testing
                                         })
             defer { client.shutdown() }
             let items = (0..<1000).map { notification($0, apnsID: nil) }
-            for tag in 0..<total { try client.submit(items[tag % items.count], tag: UInt64(tag)) }
+            try await onOwnThread { for tag in 0..<total { try client.submit(items[tag % items.count], tag: UInt64(tag)) } }
             let deadline = Date().addingTimeInterval(90)
             while client.dispatcher.statistics.completed < total, Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
             #expect(seen.withLock { $0.allSatisfy { $0 == 1 } })

@@ -23,10 +23,13 @@ import Testing
         let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, maxOutstanding: maxOutstanding), onResult: collector.handler)
         defer { dispatcher.shutdown() }
         let total = 20_000
-        var peakOutstanding = 0
-        for tag in 0..<total {
-            dispatcher.submit(Self.okRequest, tag: UInt64(tag))
-            peakOutstanding = max(peakOutstanding, dispatcher.outstanding)
+        let peakOutstanding = try await onOwnThread {
+            var peak = 0
+            for tag in 0..<total {
+                dispatcher.submit(Self.okRequest, tag: UInt64(tag))
+                peak = max(peak, dispatcher.outstanding)
+            }
+            return peak
         }
         #expect(await collector.wait(for: total) == total)
         let summary = collector.snapshot()
@@ -180,7 +183,7 @@ final class RecordingMetrics: DispatcherMetricsHook {
             metrics: metrics, onResult: collector.handler)
         defer { dispatcher.shutdown() }
         let request = try DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app"], body: Array("{}".utf8))
-        for tag in 0..<2000 { dispatcher.submit(request, tag: UInt64(tag)) }
+        try await onOwnThread { for tag in 0..<2000 { dispatcher.submit(request, tag: UInt64(tag)) } }
         #expect(await collector.wait(for: 2000) == 2000)
         #expect(metrics.completed.load(ordering: .relaxed) == 2000)
         #expect(metrics.succeeded.load(ordering: .relaxed) == 2000)

@@ -1,4 +1,5 @@
 @testable import Dispatcher
+import Foundation
 import Glibc
 import Synchronization
 
@@ -34,4 +35,14 @@ final class ResultCollector: Sendable {
     }
 
     func snapshot() -> Summary { summary.withLock { $0 } }
+}
+
+/// Runs a blocking submission loop on its own thread, so a full window never parks one of the
+/// few threads Swift concurrency runs every test on.
+func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
+        }
+    }
 }
