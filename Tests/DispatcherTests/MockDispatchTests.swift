@@ -189,6 +189,34 @@ import Testing
         }
     }
 
+    @Test func theRegistryKeepsOnePoolPerCredentialAndEnvironment() async throws {
+        try await withMock({ configuration, material in
+            configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
+        }) { server, port, material in
+            struct PoolKey: Hashable, Sendable { var app: String; var environment: APNsEnvironment }
+            let registry = APNsClientRegistry<PoolKey>()
+            defer { registry.shutdownAll() }
+            let cache = ProviderTokenCache(key: try material.signingKey())
+            var made = 0
+            func client(_ environment: APNsEnvironment) throws -> APNsClient {
+                try registry.client(for: PoolKey(app: "example", environment: environment)) {
+                    made += 1
+                    return try APNsClient(environment: environment, authentication: .token(cache), port: port, hostOverride: "127.0.0.1",
+                                          tune: mockTuning(material, threads: 1))
+                }
+            }
+            let sandbox = try client(.sandbox)
+            #expect(try client(.sandbox) === sandbox)
+            #expect(try client(.production) !== sandbox)
+            #expect(made == 2)
+            #expect(try await client(.sandbox).send(notification(1)).response?.status == 200)
+            #expect(try await client(.production).send(notification(2)).response?.status == 200)
+            #expect(server.stats.connectionsAccepted == 2)
+            registry.remove(PoolKey(app: "example", environment: .production))
+            #expect(registry.keys == [PoolKey(app: "example", environment: .sandbox)])
+        }
+    }
+
     @Test func aHundredThousandNotificationsAreEachReportedExactlyOnce() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
