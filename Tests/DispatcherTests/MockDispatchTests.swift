@@ -169,6 +169,32 @@ import Testing
         }
     }
 
+    @Test func scattered503sUnderLoadReplaceConnectionsWithoutStallingTheRest() async throws {
+        try await withMock({ configuration, _ in
+            configuration.faults = FaultConfiguration(serviceUnavailableRate: 0.02)
+        }) { server, port, material in
+            let collector = ResultCollector()
+            let dispatcher = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1, streams: 200),
+                                                 onResult: collector.handler)
+            defer { dispatcher.shutdown() }
+            let total = 3000
+            let requests = try (0..<total).map { seed in
+                let item = notification(seed)
+                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
+            }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total, seconds: 30) == total)
+            let summary = collector.snapshot()
+            #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+            let unavailable = summary.results.values.filter { $0.response?.status == 503 }
+            #expect(!unavailable.isEmpty)
+            #expect(unavailable.allSatisfy { $0.response?.reason == "ServiceUnavailable" })
+            #expect(summary.results.values.allSatisfy { [200, 503].contains($0.response?.status) })
+            #expect(dispatcher.statistics.connectionReplacements == unavailable.count)
+            #expect(server.stats.accepted >= total - unavailable.count)
+        }
+    }
+
     @Test func expiredProviderTokenMintsANewTokenThatIsThenAccepted() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)

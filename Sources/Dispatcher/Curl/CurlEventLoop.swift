@@ -129,6 +129,7 @@ final class CurlEventLoop: @unchecked Sendable {
     private var backoffUntil: UInt64 = 0
     private var consecutiveConnectFailures = 0
     private var replaceConnectionPending = false
+    private var openConnections = 0
     private var everConnected = false
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown.
     /// Until then libcurl assumes 100 streams, while APNs starts token connections at 1 and
@@ -161,7 +162,10 @@ final class CurlEventLoop: @unchecked Sendable {
 
         let me = Unmanaged.passUnretained(self).toOpaque()
         _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, pushd_curl_pipe_multiplex())
-        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
+        // One above the configured count: room for the replacement of a connection being drained
+        // while it still carries streams, without which a fresh-connect transfer would wait
+        // for the old connection to go idle — which, busy with other streams, it never does.
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread + 1)
         _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, configuration.connectionsPerThread + 2)
         _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.streamsPerConnection)
         _ = pushd_curl_multi_setopt_socket_cb(multi, curlSocketCallback)
@@ -385,9 +389,12 @@ final class CurlEventLoop: @unchecked Sendable {
             _ = pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, base + packedCount)
             _ = pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, bodyCount)
         }
-        if replaceConnectionPending != transfer.freshConnect {
-            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, replaceConnectionPending ? 1 : 0)
-            transfer.freshConnect = replaceConnectionPending
+        // A replacement is opened only while the spare connection slot is free; otherwise one is
+        // already being replaced and the request rides the connections there are.
+        let fresh = replaceConnectionPending && openConnections <= configuration.connectionsPerThread
+        if fresh != transfer.freshConnect {
+            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, fresh ? 1 : 0)
+            transfer.freshConnect = fresh
         }
         replaceConnectionPending = false
         transfer.errorBuffer[0] = 0
@@ -602,6 +609,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     fileprivate func socketOpened() {
+        openConnections += 1
         coldConnection = true
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
         sink.metrics.connectionOpened(reconnect: everConnected)
@@ -609,6 +617,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     fileprivate func socketClosed(_ fd: Int32) {
+        openConnections -= 1
         let index = Int(fd)
         if index < socketMasks.count, socketMasks[index] != 0 {
             _ = pushd_curl_epoll_update(epollFD, 2, fd, 0)
