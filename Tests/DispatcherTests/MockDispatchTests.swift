@@ -195,6 +195,32 @@ import Testing
         }
     }
 
+    @Test func aStreamLimitLoweredToOneAfterErrorsIsFollowedAndEveryAnswerStillArrivesOnce() async throws {
+        let badTokens = Set((0..<2000).filter { $0 % 50 == 7 })
+        try await withMock({ configuration, _ in
+            configuration.faults = FaultConfiguration(badDeviceTokens: Set(badTokens.map { deviceToken($0).hex }), lowerConcurrencyAfterError: true)
+        }) { _, port, material in
+            let collector = ResultCollector()
+            let dispatcher = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1, streams: 200,
+                                                                                     maxAttempts: 10),
+                                                 onResult: collector.handler)
+            defer { dispatcher.shutdown() }
+            let total = 2000
+            let requests = try (0..<total).map { seed in
+                let item = notification(seed)
+                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
+            }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total, seconds: 60) == total)
+            let summary = collector.snapshot()
+            #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+            for (tag, result) in summary.results {
+                let expected = badTokens.contains(Int(tag)) ? 400 : 200
+                #expect(result.response?.status == expected, "request \(tag): \(result.outcome)")
+            }
+        }
+    }
+
     @Test func expiredProviderTokenMintsANewTokenThatIsThenAccepted() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
