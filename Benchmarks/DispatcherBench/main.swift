@@ -115,8 +115,15 @@ do {
 
 let cpuBefore = cpuSeconds()
 let start = monotonicSeconds()
+// Submitted in batches, as a sender claiming jobs from its queue would.
+var batch: [(request: DispatchRequest, tag: UInt64)] = []
+batch.reserveCapacity(256)
 for index in 0..<options.requests {
-    dispatcher.submit(prebuilt[index % prebuilt.count], tag: UInt64(index))
+    batch.append((prebuilt[index % prebuilt.count], UInt64(index)))
+    if batch.count == 256 || index == options.requests - 1 {
+        dispatcher.submit(contentsOf: batch)
+        batch.removeAll(keepingCapacity: true)
+    }
 }
 while tally.ok.load(ordering: .relaxed) + tally.failed.load(ordering: .relaxed) < options.requests {
     usleep(1000)

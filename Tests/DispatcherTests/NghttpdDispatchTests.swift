@@ -41,6 +41,22 @@ import Testing
         #expect(dispatcher.statistics.connectionsOpened == 2)
     }
 
+    @Test func batchesAreSentWholeAndAfterShutdownReportedStopped() async throws {
+        let server = try NghttpdServer(maxConcurrentStreams: 100)
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, maxOutstanding: 200), onResult: collector.handler)
+        let batch = (0..<3000).map { (request: Self.okRequest, tag: UInt64($0)) }
+        try await onOwnThread { dispatcher.submit(contentsOf: batch) }
+        #expect(await collector.wait(for: 3000) == 3000)
+        dispatcher.shutdown()
+        dispatcher.submit(contentsOf: (3000..<3010).map { (request: Self.okRequest, tag: UInt64($0)) })
+        let summary = collector.snapshot()
+        #expect(summary.count == 3010)
+        #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+        #expect((0..<3000).allSatisfy { summary.results[UInt64($0)]?.response?.status == 200 })
+        #expect((3000..<3010).allSatisfy { summary.results[UInt64($0)]?.transportError == .engineStopped })
+    }
+
     @Test func errorStatusesAndBodiesAreReportedAsTheServerSentThem() async throws {
         let server = try NghttpdServer()
         let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, threads: 1))

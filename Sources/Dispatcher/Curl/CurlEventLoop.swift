@@ -104,7 +104,6 @@ private final class CurlTransfer {
 final class CurlEventLoop: @unchecked Sendable {
     private struct Inbox {
         var items: [PendingRequest] = []
-        var wakePending = false
         /// Set once the loop has stopped taking requests; later ones are refused at the door.
         var closed = false
     }
@@ -116,6 +115,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private let wakeFD: Int32
     private let inbox = Mutex(Inbox())
     private let stopRequested = Atomic<Bool>(false)
+    /// True while the loop is (about to be) blocked in epoll_wait; producers wake it only then.
+    private let sleeping = Atomic<Bool>(false)
     private var thread: pthread_t?
 
     private var transfers: [CurlTransfer] = []
@@ -205,17 +206,29 @@ final class CurlEventLoop: @unchecked Sendable {
         thread = tid
     }
 
-    /// Any thread. Never blocks on the loop: a lock around an append and, for the first
-    /// request since the loop last looked, one eventfd write. Returns false, keeping nothing,
-    /// once the loop has stopped.
+    /// Any thread. Never blocks on the loop: a lock around an append, and an eventfd write
+    /// only when the loop is asleep in epoll and this is the first request it will find — a
+    /// busy loop looks at the inbox before it next waits anyway. Returns false, keeping
+    /// nothing, once the loop has stopped.
     func enqueue(_ request: PendingRequest) -> Bool {
-        let (accepted, wake) = inbox.withLock { inbox -> (Bool, Bool) in
+        let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
             guard !inbox.closed else { return (false, false) }
             inbox.items.append(request)
-            defer { inbox.wakePending = true }
-            return (true, !inbox.wakePending)
+            return (true, inbox.items.count == 1)
         }
-        if wake { wakeUp() }
+        if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
+        return accepted
+    }
+
+    /// `enqueue` for many requests under one lock.
+    func enqueue(contentsOf requests: some Collection<PendingRequest>) -> Bool {
+        let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
+            guard !inbox.closed else { return (false, false) }
+            let wasEmpty = inbox.items.isEmpty
+            inbox.items.append(contentsOf: requests)
+            return (true, wasEmpty)
+        }
+        if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
         return accepted
     }
 
@@ -250,12 +263,19 @@ final class CurlEventLoop: @unchecked Sendable {
                 readCompletions()
                 continue
             }
-            let timeout = waitMilliseconds(now: now)
+            var timeout = waitMilliseconds(now: now)
+            if timeout != 0 {
+                // Announce the sleep, then look once more: a request enqueued before the
+                // announcement is seen here, one enqueued after it writes the eventfd.
+                sleeping.store(true, ordering: .sequentiallyConsistent)
+                if inbox.withLock({ !$0.items.isEmpty }) { timeout = 0 }
+            }
             let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
                 readyMasks.withUnsafeMutableBufferPointer { masks in
                     pushd_curl_epoll_wait(epollFD, fds.baseAddress, masks.baseAddress, 256, timeout)
                 }
             }
+            sleeping.store(false, ordering: .sequentiallyConsistent)
             if ready > 0 {
                 for slot in 0..<Int(ready) {
                     let fd = readyFDs[slot]
@@ -291,7 +311,6 @@ final class CurlEventLoop: @unchecked Sendable {
     private func takeInbox() {
         inbox.withLock { inbox in
             if !inbox.items.isEmpty { swap(&inbox.items, &drained) }
-            inbox.wakePending = false
         }
         guard !drained.isEmpty else { return }
         for request in drained { backlog.pushBack(request) }

@@ -54,6 +54,29 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
     }
 
+    /// Queues many requests with one lock per batch of free window slots; blocks while the
+    /// window is full. Results arrive one by one, as for `submit(_:tag:)`.
+    public func submit(contentsOf batch: [(request: DispatchRequest, tag: UInt64)]) {
+        var start = 0
+        var pending: [PendingRequest] = []
+        pending.reserveCapacity(min(batch.count, 1024))
+        while start < batch.count {
+            let granted = window.acquire(upTo: min(batch.count - start, 1024))
+            let now = monotonicNanoseconds()
+            for (request, tag) in batch[start..<(start + granted)] {
+                pending.append(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: now, attempts: 0))
+            }
+            counters.submitted.add(granted, ordering: .relaxed)
+            let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
+            if !loops[(index & Int.max) % loops.count].enqueue(contentsOf: pending) {
+                for request in pending { sink.deliver(request, outcome: .transportFailure(.engineStopped)) }
+                window.release(pending.count)
+            }
+            pending.removeAll(keepingCapacity: true)
+            start += granted
+        }
+    }
+
     /// Queues `request` unless the window is full; returns false (and does nothing) when it is.
     public func trySubmit(_ request: DispatchRequest, tag: UInt64) -> Bool {
         guard window.tryAcquire() else { return false }

@@ -19,7 +19,7 @@ final class WindowGate: @unchecked Sendable {
 
     init(capacity: Int) {
         available = Atomic(capacity)
-        wakeThreshold = max(1, min(64, capacity / 16))
+        wakeThreshold = max(1, capacity / 4)
         mutex = .allocate(capacity: 1)
         condition = .allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
@@ -43,6 +43,32 @@ final class WindowGate: @unchecked Sendable {
         return false
     }
 
+    /// Takes between 1 and `wanted` slots, as many as are free, waiting while none is.
+    func acquire(upTo wanted: Int) -> Int {
+        if let taken = tryAcquire(upTo: wanted) { return taken }
+        pthread_mutex_lock(mutex)
+        sleepers.add(1, ordering: .sequentiallyConsistent)
+        var taken = tryAcquire(upTo: wanted)
+        while taken == nil {
+            pthread_cond_wait(condition, mutex)
+            taken = tryAcquire(upTo: wanted)
+        }
+        sleepers.subtract(1, ordering: .sequentiallyConsistent)
+        pthread_mutex_unlock(mutex)
+        return taken!
+    }
+
+    private func tryAcquire(upTo wanted: Int) -> Int? {
+        var current = available.load(ordering: .sequentiallyConsistent)
+        while current > 0 {
+            let taking = min(current, max(1, wanted))
+            let (exchanged, original) = available.compareExchange(expected: current, desired: current - taking, ordering: .sequentiallyConsistent)
+            if exchanged { return taking }
+            current = original
+        }
+        return nil
+    }
+
     func acquire() {
         if tryAcquire() { return }
         pthread_mutex_lock(mutex)
@@ -57,7 +83,7 @@ final class WindowGate: @unchecked Sendable {
     func release(_ count: Int) {
         guard count > 0 else { return }
         let now = available.add(count, ordering: .sequentiallyConsistent).newValue
-        if now >= wakeThreshold || now == count, sleepers.load(ordering: .sequentiallyConsistent) > 0 {
+        if now >= wakeThreshold, sleepers.load(ordering: .sequentiallyConsistent) > 0 {
             pthread_mutex_lock(mutex)
             pthread_cond_broadcast(condition)
             pthread_mutex_unlock(mutex)
