@@ -130,6 +130,15 @@ import Testing
 }
 
 @Suite struct DispatcherConfigurationTests {
+    @Test func aHostLibcurlCannotParseIsRejectedAtStartNamingTheField() {
+        #expect {
+            _ = try HTTP2Dispatcher(configuration: DispatcherConfiguration(host: "bad<host", threads: 1))
+        } throws: { error in
+            guard case .invalid(let field, let value, _)? = error as? DispatcherConfigurationError else { return false }
+            return field == "host" && value == "bad<host"
+        }
+    }
+
     @Test func invalidSettingsNameTheField() {
         #expect(throws: DispatcherConfigurationError.invalid(field: "port", value: "0", expected: "1…65535 (APNs uses 443 or 2197)")) {
             try DispatcherConfiguration(host: "127.0.0.1", port: 0).validate()

@@ -131,6 +131,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private var consecutiveConnectFailures = 0
     private var replaceConnectionPending = false
     private var openConnections = 0
+    /// A fresh-connect transfer is running and the connection limit is one above the configured count.
+    private var replacing = false
     private var everConnected = false
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown.
     /// Until then libcurl assumes 100 streams, while APNs starts token connections at 1 and
@@ -152,21 +154,16 @@ final class CurlEventLoop: @unchecked Sendable {
         self.multi = multi
         epollFD = pushd_curl_epoll_create()
         wakeFD = pushd_curl_eventfd()
+        // Every stored property is set from here on, so a throw below runs deinit, which
+        // releases the multi handle and descriptors.
         guard epollFD >= 0, wakeFD >= 0 else {
-            let message = String(cString: strerror(errno))
-            if epollFD >= 0 { close(epollFD) }
-            if wakeFD >= 0 { close(wakeFD) }
-            curl_multi_cleanup(multi)
-            throw .transportRejected(setting: "epoll/eventfd", message: message)
+            throw .transportRejected(setting: "epoll/eventfd", message: String(cString: strerror(errno)))
         }
         _ = pushd_curl_epoll_update(epollFD, 0, wakeFD, pushd_curl_epoll_in())
 
         let me = Unmanaged.passUnretained(self).toOpaque()
         _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, pushd_curl_pipe_multiplex())
-        // One above the configured count: room for the replacement of a connection being drained
-        // while it still carries streams, without which a fresh-connect transfer would wait
-        // for the old connection to go idle — which, busy with other streams, it never does.
-        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread + 1)
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
         _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, configuration.connectionsPerThread + 2)
         _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.streamsPerConnection)
         _ = pushd_curl_multi_setopt_socket_cb(multi, curlSocketCallback)
@@ -174,12 +171,7 @@ final class CurlEventLoop: @unchecked Sendable {
         _ = pushd_curl_multi_setopt_timer_cb(multi, curlTimerCallback)
         _ = pushd_curl_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
         // The first easy handle is made now so a rejected option surfaces at start-up, not on a request.
-        do {
-            try freeTransfers.append(makeTransfer().index)
-        } catch {
-            cleanup()
-            throw error
-        }
+        try freeTransfers.append(makeTransfer().index)
     }
 
     deinit {
@@ -189,8 +181,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private func cleanup() {
         transfers.removeAll()
         curl_multi_cleanup(multi)
-        close(epollFD)
-        close(wakeFD)
+        if epollFD >= 0 { close(epollFD) }
+        if wakeFD >= 0 { close(wakeFD) }
     }
 
     // MARK: - Cross-thread entry points
@@ -408,12 +400,17 @@ final class CurlEventLoop: @unchecked Sendable {
             _ = pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, base + packedCount)
             _ = pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, bodyCount)
         }
-        // A replacement is opened only while the spare connection slot is free; otherwise one is
-        // already being replaced and the request rides the connections there are.
-        let fresh = replaceConnectionPending && openConnections <= configuration.connectionsPerThread
+        // A replacement gets one connection slot above the configured count while it is being
+        // made: at the limit, a fresh-connect transfer would wait for the old connection to go
+        // idle — which, busy with other streams, it never does. One replacement at a time.
+        let fresh = replaceConnectionPending && !replacing && openConnections <= configuration.connectionsPerThread
         if fresh != transfer.freshConnect {
             _ = pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, fresh ? 1 : 0)
             transfer.freshConnect = fresh
+        }
+        if fresh {
+            replacing = true
+            _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread + 1)
         }
         replaceConnectionPending = false
         transfer.errorBuffer[0] = 0
@@ -449,6 +446,12 @@ final class CurlEventLoop: @unchecked Sendable {
     private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
         guard let pending = transfer.pending else { return }
         transfer.pending = nil
+        if transfer.freshConnect, replacing {
+            // The replacement exists (or failed); back to the configured count, so the old
+            // connection is not succeeded by a spare once it closes.
+            replacing = false
+            _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
+        }
         freeTransfers.append(transfer.index)
         let curlCode = Int(code.rawValue)
         let disposition = TransferDisposition.decide(
