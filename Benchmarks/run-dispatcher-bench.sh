@@ -3,19 +3,22 @@
 # local nghttpd in one run, for each connection count and server stream limit, and prints
 # both lines with the engine/reference ratios.
 #
-# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick]
-#   --quick runs only 2 threads, 1 connection, 100 streams.
+# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock]
+#   --quick runs only 1 connection with 100 streams.
+#   --mock also runs both against apns-mock (no authentication, 1000 streams).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 requests=500000
 threads=2
 quick=0
+mock=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --requests) requests="$2"; shift 2 ;;
         --threads) threads="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
+        --mock) mock=1; shift ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -65,3 +68,22 @@ for variant in $variants; do
     echo "  engine:      $engine"
     echo "  engine/C: rate x$rate_ratio, CPU per request x$cpu_ratio"
 done
+
+if [ "$mock" = 1 ]; then
+    swift build -c release --product apns-mock >/dev/null
+    .build/release/apns-mock gen-certs "$work/mock" >/dev/null
+    kill "$server_pid"; wait "$server_pid" 2>/dev/null || true
+    port=$(( 20000 + RANDOM % 20000 ))
+    .build/release/apns-mock --cert "$work/mock/server.pem" --key "$work/mock/server.key" --port "$port" --max-streams 1000 >/dev/null 2>&1 &
+    server_pid=$!
+    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+    path="/3/device/$(printf 'ab%.0s' $(seq 32))"
+    reference="$("$work/curl_reference" "$port" "$work/mock/ca.pem" "$requests" "$threads" 1 1000 "$path" || true)"
+    engine="$(.build/release/DispatcherBench --port "$port" --ca "$work/mock/ca.pem" --requests "$requests" \
+        --threads "$threads" --connections 1 --streams 1000 --path "$path" --label mock || true)"
+    rate_ratio=$(awk -v a="$(field rate "$engine")" -v b="$(field rate "$reference")" 'BEGIN { printf "%.2f", a / b }')
+    echo "apns-mock connections=1 streams=1000"
+    echo "  C reference: $reference"
+    echo "  engine:      $engine"
+    echo "  engine/C: rate x$rate_ratio"
+fi

@@ -1,7 +1,7 @@
 // Transport-only throughput of the Dispatcher engine against a local HTTP/2 TLS server.
 //
 // usage: DispatcherBench --port P --ca FILE [--requests 500000] [--threads 2]
-//                        [--connections 1] [--streams 100] [--label TEXT]
+//                        [--connections 1] [--streams 100] [--label TEXT] [--path /ok]
 // Requests are built before timing starts (10,000 distinct ones, sent in turn) so only the
 // engine and libcurl are measured. Prints one line of key=value figures; the bench script
 // puts it beside the C reference's line from the same run.
@@ -17,13 +17,14 @@ struct Options {
     var connections = 1
     var streams = 100
     var label = "dispatcher"
+    var path = "/ok"
 }
 
 func parseOptions() -> Options {
     var options = Options()
     var arguments = CommandLine.arguments.dropFirst().makeIterator()
     func fail(_ message: String) -> Never {
-        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT]")
+        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH]")
         exit(2)
     }
     while let flag = arguments.next() {
@@ -40,6 +41,7 @@ func parseOptions() -> Options {
         case "--connections": options.connections = number()
         case "--streams": options.streams = number()
         case "--label": options.label = value
+        case "--path": options.path = value
         default: fail("unknown option \(flag)")
         }
     }
@@ -75,7 +77,7 @@ let body = Array(#"{"aps":{"alert":"hello"}}"#.utf8)
 let prebuilt: [DispatchRequest]
 do {
     prebuilt = try (0..<10_000).map { index in
-        try DispatchRequest(path: "/ok", headerLines: [
+        try DispatchRequest(path: options.path, headerLines: [
             "apns-topic: com.example.app",
             "apns-push-type: alert",
             "apns-id: 00000000-0000-0000-0000-" + String(String(index).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0),
@@ -113,8 +115,15 @@ do {
 
 let cpuBefore = cpuSeconds()
 let start = monotonicSeconds()
+// Submitted in batches, as a sender claiming jobs from its queue would.
+var batch: [(request: DispatchRequest, tag: UInt64)] = []
+batch.reserveCapacity(256)
 for index in 0..<options.requests {
-    dispatcher.submit(prebuilt[index % prebuilt.count], tag: UInt64(index))
+    batch.append((prebuilt[index % prebuilt.count], UInt64(index)))
+    if batch.count == 256 || index == options.requests - 1 {
+        dispatcher.submit(contentsOf: batch)
+        batch.removeAll(keepingCapacity: true)
+    }
 }
 while tally.ok.load(ordering: .relaxed) + tally.failed.load(ordering: .relaxed) < options.requests {
     usleep(1000)

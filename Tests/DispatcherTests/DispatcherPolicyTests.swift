@@ -130,6 +130,15 @@ import Testing
 }
 
 @Suite struct DispatcherConfigurationTests {
+    @Test func aHostLibcurlCannotParseIsRejectedAtStartNamingTheField() {
+        #expect {
+            _ = try HTTP2Dispatcher(configuration: DispatcherConfiguration(host: "bad<host", threads: 1))
+        } throws: { error in
+            guard case .invalid(let field, let value, _)? = error as? DispatcherConfigurationError else { return false }
+            return field == "host" && value == "bad<host"
+        }
+    }
+
     @Test func invalidSettingsNameTheField() {
         #expect(throws: DispatcherConfigurationError.invalid(field: "port", value: "0", expected: "1…65535 (APNs uses 443 or 2197)")) {
             try DispatcherConfiguration(host: "127.0.0.1", port: 0).validate()
@@ -143,5 +152,28 @@ import Testing
         #expect(throws: DispatcherConfigurationError.unreadableFile(field: "credential.pkcs12File", path: "/nonexistent/c.p12")) {
             try DispatcherConfiguration(host: "127.0.0.1", credential: .pkcs12(file: "/nonexistent/c.p12", password: nil)).validate()
         }
+    }
+}
+
+@Suite struct WindowGateTests {
+    @Test func slotsAreRefusedWhenTakenAndReturnedInBatches() {
+        let gate = WindowGate(capacity: 3)
+        #expect(gate.tryAcquire())
+        #expect(gate.tryAcquire())
+        #expect(gate.tryAcquire())
+        #expect(!gate.tryAcquire())
+        gate.release(2)
+        #expect(gate.tryAcquire())
+        #expect(gate.tryAcquire())
+        #expect(!gate.tryAcquire())
+    }
+
+    @Test func aBlockedAcquireResumesWhenSlotsAreReleased() async {
+        let gate = WindowGate(capacity: 1)
+        gate.acquire()
+        let waiter = Task.detached { gate.acquire(); return true }
+        try? await Task.sleep(nanoseconds: 50_000_000)
+        gate.release(1)
+        #expect(await waiter.value)
     }
 }

@@ -59,13 +59,10 @@ import Testing
             let (client, _) = try tokenClient(port: port, material: material, collector: collector, tune: mockTuning(material))
             defer { client.shutdown() }
             let total = 5000
-            var sentIDs = Set<String>()
-            for tag in 0..<total {
-                let item = notification(tag)
-                sentIDs.insert(item.apnsIDString!)
-                try client.submit(item, tag: UInt64(tag))
-            }
-            #expect(collector.wait(for: total) == total)
+            let items = (0..<total).map { notification($0) }
+            let sentIDs = Set(items.map { $0.apnsIDString! })
+            try await onOwnThread { for (tag, item) in items.enumerated() { try client.submit(item, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.count == total)
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
@@ -86,14 +83,11 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 6000
-            var sentIDs = Set<String>()
-            for tag in 0..<total {
-                let item = notification(tag)
-                sentIDs.insert(item.apnsIDString!)
-                dispatcher.submit(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
-                                                      body: item.payload), tag: UInt64(tag))
-            }
-            #expect(collector.wait(for: total) == total)
+            let items = (0..<total).map { notification($0) }
+            let sentIDs = Set(items.map { $0.apnsIDString! })
+            let requests = try items.map { try DispatchRequest(path: $0.path, headerLines: $0.headerFields(authorization: nil).map(\.line), body: $0.payload) }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
             #expect(summary.results.values.allSatisfy { $0.response?.status == 200 })
@@ -115,12 +109,12 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 2000
-            for tag in 0..<total {
-                let item = notification(tag)
-                dispatcher.submit(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
-                                                      body: item.payload), tag: UInt64(tag))
+            let requests = try (0..<total).map { seed in
+                let item = notification(seed)
+                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
             }
-            #expect(collector.wait(for: total) == total)
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
             #expect(summary.results.values.allSatisfy { $0.response?.status == 200 })
@@ -175,6 +169,58 @@ import Testing
         }
     }
 
+    @Test func scattered503sUnderLoadReplaceConnectionsWithoutStallingTheRest() async throws {
+        try await withMock({ configuration, _ in
+            configuration.faults = FaultConfiguration(serviceUnavailableRate: 0.02)
+        }) { server, port, material in
+            let collector = ResultCollector()
+            let dispatcher = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1, streams: 200),
+                                                 onResult: collector.handler)
+            defer { dispatcher.shutdown() }
+            let total = 3000
+            let requests = try (0..<total).map { seed in
+                let item = notification(seed)
+                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
+            }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total, seconds: 30) == total)
+            let summary = collector.snapshot()
+            #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+            let unavailable = summary.results.values.filter { $0.response?.status == 503 }
+            #expect(!unavailable.isEmpty)
+            #expect(unavailable.allSatisfy { $0.response?.reason == "ServiceUnavailable" })
+            #expect(summary.results.values.allSatisfy { [200, 503].contains($0.response?.status) })
+            #expect(dispatcher.statistics.connectionReplacements == unavailable.count)
+            #expect(server.stats.accepted >= total - unavailable.count)
+        }
+    }
+
+    @Test func aStreamLimitLoweredToOneAfterErrorsIsFollowedAndEveryAnswerStillArrivesOnce() async throws {
+        let badTokens = Set((0..<2000).filter { $0 % 50 == 7 })
+        try await withMock({ configuration, _ in
+            configuration.faults = FaultConfiguration(badDeviceTokens: Set(badTokens.map { deviceToken($0).hex }), lowerConcurrencyAfterError: true)
+        }) { _, port, material in
+            let collector = ResultCollector()
+            let dispatcher = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1, streams: 200,
+                                                                                     maxAttempts: 10),
+                                                 onResult: collector.handler)
+            defer { dispatcher.shutdown() }
+            let total = 2000
+            let requests = try (0..<total).map { seed in
+                let item = notification(seed)
+                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
+            }
+            try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total, seconds: 60) == total)
+            let summary = collector.snapshot()
+            #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+            for (tag, result) in summary.results {
+                let expected = badTokens.contains(Int(tag)) ? 400 : 200
+                #expect(result.response?.status == expected, "request \(tag): \(result.outcome)")
+            }
+        }
+    }
+
     @Test func expiredProviderTokenMintsANewTokenThatIsThenAccepted() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
@@ -192,6 +238,34 @@ import Testing
             #expect(cache.current?.jwt != stale.jwt)
             let accepted = try await client.send(notification(1))
             #expect(accepted.response?.status == 200)
+        }
+    }
+
+    @Test func theRegistryKeepsOnePoolPerCredentialAndEnvironment() async throws {
+        try await withMock({ configuration, material in
+            configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
+        }) { server, port, material in
+            struct PoolKey: Hashable, Sendable { var app: String; var environment: APNsEnvironment }
+            let registry = APNsClientRegistry<PoolKey>()
+            defer { registry.shutdownAll() }
+            let cache = ProviderTokenCache(key: try material.signingKey())
+            var made = 0
+            func client(_ environment: APNsEnvironment) throws -> APNsClient {
+                try registry.client(for: PoolKey(app: "example", environment: environment)) {
+                    made += 1
+                    return try APNsClient(environment: environment, authentication: .token(cache), port: port, hostOverride: "127.0.0.1",
+                                          tune: mockTuning(material, threads: 1))
+                }
+            }
+            let sandbox = try client(.sandbox)
+            #expect(try client(.sandbox) === sandbox)
+            #expect(try client(.production) !== sandbox)
+            #expect(made == 2)
+            #expect(try await client(.sandbox).send(notification(1)).response?.status == 200)
+            #expect(try await client(.production).send(notification(2)).response?.status == 200)
+            #expect(server.stats.connectionsAccepted == 2)
+            registry.remove(PoolKey(app: "example", environment: .production))
+            #expect(registry.keys == [PoolKey(app: "example", environment: .sandbox)])
         }
     }
 
@@ -217,7 +291,7 @@ import Testing
                                         })
             defer { client.shutdown() }
             let items = (0..<1000).map { notification($0, apnsID: nil) }
-            for tag in 0..<total { try client.submit(items[tag % items.count], tag: UInt64(tag)) }
+            try await onOwnThread { for tag in 0..<total { try client.submit(items[tag % items.count], tag: UInt64(tag)) } }
             let deadline = Date().addingTimeInterval(90)
             while client.dispatcher.statistics.completed < total, Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
             #expect(seen.withLock { $0.allSatisfy { $0 == 1 } })

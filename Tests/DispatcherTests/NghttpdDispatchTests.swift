@@ -16,19 +16,22 @@ import Testing
     private static let okRequest = try! DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app", "apns-push-type: alert"],
                                                         body: Array(#"{"aps":{"alert":"hi"}}"#.utf8))
 
-    @Test func manyRequestsEachReportedExactlyOnceWithinTheWindow() throws {
+    @Test func manyRequestsEachReportedExactlyOnceWithinTheWindow() async throws {
         let server = try NghttpdServer(maxConcurrentStreams: 100)
         let collector = ResultCollector()
         let maxOutstanding = 300
         let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, maxOutstanding: maxOutstanding), onResult: collector.handler)
         defer { dispatcher.shutdown() }
         let total = 20_000
-        var peakOutstanding = 0
-        for tag in 0..<total {
-            dispatcher.submit(Self.okRequest, tag: UInt64(tag))
-            peakOutstanding = max(peakOutstanding, dispatcher.outstanding)
+        let peakOutstanding = try await onOwnThread {
+            var peak = 0
+            for tag in 0..<total {
+                dispatcher.submit(Self.okRequest, tag: UInt64(tag))
+                peak = max(peak, dispatcher.outstanding)
+            }
+            return peak
         }
-        #expect(collector.wait(for: total) == total)
+        #expect(await collector.wait(for: total) == total)
         let summary = collector.snapshot()
         #expect(summary.timesReported.count == total)
         #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
@@ -36,6 +39,22 @@ import Testing
         #expect(peakOutstanding <= maxOutstanding)
         #expect(dispatcher.statistics.completed == total)
         #expect(dispatcher.statistics.connectionsOpened == 2)
+    }
+
+    @Test func batchesAreSentWholeAndAfterShutdownReportedStopped() async throws {
+        let server = try NghttpdServer(maxConcurrentStreams: 100)
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, maxOutstanding: 200), onResult: collector.handler)
+        let batch = (0..<3000).map { (request: Self.okRequest, tag: UInt64($0)) }
+        try await onOwnThread { dispatcher.submit(contentsOf: batch) }
+        #expect(await collector.wait(for: 3000) == 3000)
+        dispatcher.shutdown()
+        dispatcher.submit(contentsOf: (3000..<3010).map { (request: Self.okRequest, tag: UInt64($0)) })
+        let summary = collector.snapshot()
+        #expect(summary.count == 3010)
+        #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+        #expect((0..<3000).allSatisfy { summary.results[UInt64($0)]?.response?.status == 200 })
+        #expect((3000..<3010).allSatisfy { summary.results[UInt64($0)]?.transportError == .engineStopped })
     }
 
     @Test func errorStatusesAndBodiesAreReportedAsTheServerSentThem() async throws {
@@ -80,6 +99,8 @@ import Testing
         #expect(summary.count == 5)
         #expect(summary.results.values.allSatisfy { $0.transportError == .engineStopped })
         #expect(summary.timesReported[99] == nil)
+        dispatcher.submit(Self.okRequest, tag: 100)
+        #expect(collector.snapshot().results[100]?.transportError == .engineStopped)
     }
 
     @Test func refusedConnectionsAreRetriedWithBackoffThenReportedAsTransportErrors() async throws {
@@ -108,6 +129,19 @@ import Testing
         #expect(result.attempts == 1)
     }
 
+    @Test func requestsGoThroughAnHTTPProxyTunnelWhenOneIsConfigured() async throws {
+        let server = try NghttpdServer()
+        let proxy = try ConnectProxy()
+        defer { proxy.stop() }
+        var settings = configuration(server, threads: 1)
+        settings.proxy = "http://127.0.0.1:\(proxy.port)"
+        let dispatcher = try HTTP2Dispatcher(configuration: settings)
+        defer { dispatcher.shutdown() }
+        for _ in 0..<3 { #expect(await dispatcher.send(Self.okRequest).response?.status == 200) }
+        #expect(proxy.tunnels.load(ordering: .relaxed) == 1)
+        #expect(proxy.targets.withLock { $0 } == ["127.0.0.1:\(server.port)"])
+    }
+
     @Test func certificateAuthenticationWorksWithPEMAndPKCS12() async throws {
         let server = try NghttpdServer(requireClientCertificate: true)
         let certificates = server.certificates
@@ -124,5 +158,55 @@ import Testing
         let refused = await withoutCertificate.send(Self.okRequest)
         #expect(refused.response == nil)
         #expect(refused.transportError != nil)
+    }
+}
+
+/// Counts what the engine reports through its metrics hook.
+final class RecordingMetrics: DispatcherMetricsHook {
+    let completed = Atomic<Int>(0)
+    let succeeded = Atomic<Int>(0)
+    let inFlight = Atomic<Int>(0)
+    let peakInFlight = Atomic<Int>(0)
+    let opened = Atomic<Int>(0)
+    let reconnects = Atomic<Int>(0)
+    let latencyTotal = Atomic<Int>(0)
+
+    func requestCompleted(status: Int, latencyNanoseconds: UInt64) {
+        completed.add(1, ordering: .relaxed)
+        if status == 200 { succeeded.add(1, ordering: .relaxed) }
+        latencyTotal.add(Int(latencyNanoseconds), ordering: .relaxed)
+    }
+
+    func inFlightChanged(by delta: Int) {
+        let now = inFlight.add(delta, ordering: .relaxed).newValue
+        peakInFlight.max(now, ordering: .relaxed)
+    }
+
+    func connectionOpened(reconnect: Bool) {
+        opened.add(1, ordering: .relaxed)
+        if reconnect { reconnects.add(1, ordering: .relaxed) }
+    }
+}
+
+@Suite struct DispatcherMetricsHookTests {
+    @Test func theHookSeesEveryRequestItsLatencyTheStreamsInFlightAndTheConnections() async throws {
+        let server = try NghttpdServer(maxConcurrentStreams: 100)
+        let metrics = RecordingMetrics()
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(
+            configuration: DispatcherConfiguration(host: "127.0.0.1", port: server.port, trustedCAFile: server.certificates.serverCertificate,
+                                                   threads: 1, streamsPerConnection: 50),
+            metrics: metrics, onResult: collector.handler)
+        defer { dispatcher.shutdown() }
+        let request = try DispatchRequest(path: "/ok", headerLines: ["apns-topic: com.example.app"], body: Array("{}".utf8))
+        try await onOwnThread { for tag in 0..<2000 { dispatcher.submit(request, tag: UInt64(tag)) } }
+        #expect(await collector.wait(for: 2000) == 2000)
+        #expect(metrics.completed.load(ordering: .relaxed) == 2000)
+        #expect(metrics.succeeded.load(ordering: .relaxed) == 2000)
+        #expect(metrics.inFlight.load(ordering: .relaxed) == 0)
+        #expect((1...50).contains(metrics.peakInFlight.load(ordering: .relaxed)))
+        #expect(metrics.opened.load(ordering: .relaxed) == 1)
+        #expect(metrics.reconnects.load(ordering: .relaxed) == 0)
+        #expect(metrics.latencyTotal.load(ordering: .relaxed) > 0)
     }
 }

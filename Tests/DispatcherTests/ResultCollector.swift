@@ -1,4 +1,5 @@
 @testable import Dispatcher
+import Foundation
 import Glibc
 import Synchronization
 
@@ -24,13 +25,24 @@ final class ResultCollector: Sendable {
 
     var count: Int { summary.withLock { $0.count } }
 
-    /// Waits until `expected` results arrived or `seconds` passed; returns the count seen.
+    /// Waits, without holding a thread, until `expected` results arrived or `seconds` passed;
+    /// returns the count seen.
     @discardableResult
-    func wait(for expected: Int, seconds: Double = 60) -> Int {
+    func wait(for expected: Int, seconds: Double = 60) async -> Int {
         let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
-        while count < expected, monotonicNanoseconds() < deadline { usleep(2000) }
+        while count < expected, monotonicNanoseconds() < deadline { try? await Task.sleep(nanoseconds: 2_000_000) }
         return count
     }
 
     func snapshot() -> Summary { summary.withLock { $0 } }
+}
+
+/// Runs a blocking submission loop on its own thread, so a full window never parks one of the
+/// few threads Swift concurrency runs every test on.
+func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
+        }
+    }
 }

@@ -22,7 +22,8 @@ public struct DispatcherConfiguration: Sendable {
     /// libcurl follows that, but transfers beyond the server's limit wait inside libcurl.
     public var streamsPerConnection: Int
     /// Requests accepted but not yet completed, across all threads; `submit` blocks beyond it.
-    public var maxOutstanding: Int
+    /// nil: twice what the threads keep inside libcurl (threads × connections × streams × 2).
+    public var maxOutstanding: Int?
 
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
@@ -51,7 +52,7 @@ public struct DispatcherConfiguration: Sendable {
         self.threads = threads
         self.connectionsPerThread = connectionsPerThread
         self.streamsPerConnection = streamsPerConnection
-        self.maxOutstanding = maxOutstanding ?? threads * connectionsPerThread * streamsPerConnection * 2
+        self.maxOutstanding = maxOutstanding
         self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
         self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
         self.keepAliveIntervalMilliseconds = keepAliveIntervalMilliseconds
@@ -64,6 +65,8 @@ public struct DispatcherConfiguration: Sendable {
         let count = sysconf(Int32(_SC_NPROCESSORS_ONLN))
         return count > 0 ? count : 1
     }
+
+    var effectiveMaxOutstanding: Int { maxOutstanding ?? threads * connectionsPerThread * streamsPerConnection * 2 }
 
     /// Requests one thread keeps inside libcurl; the rest of its share waits in the engine's queue,
     /// where waiting is cheap.
@@ -82,7 +85,7 @@ public struct DispatcherConfiguration: Sendable {
         if streamsPerConnection < 1 || streamsPerConnection > 100_000 {
             throw .invalid(field: "streamsPerConnection", value: String(streamsPerConnection), expected: "1…100000")
         }
-        if maxOutstanding < threads {
+        if let maxOutstanding, maxOutstanding < threads {
             throw .invalid(field: "maxOutstanding", value: String(maxOutstanding), expected: "at least one per thread (\(threads))")
         }
         if connectTimeoutMilliseconds < 1 {

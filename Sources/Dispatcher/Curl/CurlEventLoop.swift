@@ -1,5 +1,4 @@
 internal import CCurl
-import Dispatch
 import Foundation
 import Glibc
 import Synchronization
@@ -16,9 +15,24 @@ struct PendingRequest: Sendable {
 /// Where a loop hands finished requests; shared by all loops of one engine.
 struct CompletionSink: Sendable {
     let onResult: @Sendable (DispatchResult) -> Void
-    let window: DispatchSemaphore
+    let window: WindowGate
     let metrics: any DispatcherMetricsHook
     let counters: DispatcherCounters
+
+    /// Reports one request exactly once; the caller returns its window slot.
+    func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
+        let latency = monotonicNanoseconds() &- pending.submittedAt
+        let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts)
+        let status: Int
+        if case .response(let response) = outcome { status = response.status } else { status = 0 }
+        metrics.requestCompleted(status: status, latencyNanoseconds: latency)
+        counters.completed.add(1, ordering: .relaxed)
+        if let continuation = pending.continuation {
+            continuation.resume(returning: result)
+        } else {
+            onResult(result)
+        }
+    }
 }
 
 /// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
@@ -90,7 +104,8 @@ private final class CurlTransfer {
 final class CurlEventLoop: @unchecked Sendable {
     private struct Inbox {
         var items: [PendingRequest] = []
-        var wakePending = false
+        /// Set once the loop has stopped taking requests; later ones are refused at the door.
+        var closed = false
     }
 
     private let configuration: DispatcherConfiguration
@@ -100,6 +115,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private let wakeFD: Int32
     private let inbox = Mutex(Inbox())
     private let stopRequested = Atomic<Bool>(false)
+    /// True while the loop is (about to be) blocked in epoll_wait; producers wake it only then.
+    private let sleeping = Atomic<Bool>(false)
     private var thread: pthread_t?
 
     private var transfers: [CurlTransfer] = []
@@ -113,6 +130,9 @@ final class CurlEventLoop: @unchecked Sendable {
     private var backoffUntil: UInt64 = 0
     private var consecutiveConnectFailures = 0
     private var replaceConnectionPending = false
+    private var openConnections = 0
+    /// A fresh-connect transfer is running and the connection limit is one above the configured count.
+    private var replacing = false
     private var everConnected = false
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown.
     /// Until then libcurl assumes 100 streams, while APNs starts token connections at 1 and
@@ -121,6 +141,10 @@ final class CurlEventLoop: @unchecked Sendable {
     /// So while cold, only one request at a time goes into libcurl.
     private var coldConnection = false
     private var random = SystemRandomNumberGenerator()
+    private var slotsToRelease = 0
+    /// Set when a completion batch held requests a dropped connection left unanswered; one
+    /// lost connection fails many streams at once and is reported once.
+    private var lostThisBatch = false
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -130,12 +154,10 @@ final class CurlEventLoop: @unchecked Sendable {
         self.multi = multi
         epollFD = pushd_curl_epoll_create()
         wakeFD = pushd_curl_eventfd()
+        // Every stored property is set from here on, so a throw below runs deinit, which
+        // releases the multi handle and descriptors.
         guard epollFD >= 0, wakeFD >= 0 else {
-            let message = String(cString: strerror(errno))
-            if epollFD >= 0 { close(epollFD) }
-            if wakeFD >= 0 { close(wakeFD) }
-            curl_multi_cleanup(multi)
-            throw .transportRejected(setting: "epoll/eventfd", message: message)
+            throw .transportRejected(setting: "epoll/eventfd", message: String(cString: strerror(errno)))
         }
         _ = pushd_curl_epoll_update(epollFD, 0, wakeFD, pushd_curl_epoll_in())
 
@@ -149,12 +171,7 @@ final class CurlEventLoop: @unchecked Sendable {
         _ = pushd_curl_multi_setopt_timer_cb(multi, curlTimerCallback)
         _ = pushd_curl_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me)
         // The first easy handle is made now so a rejected option surfaces at start-up, not on a request.
-        do {
-            try freeTransfers.append(makeTransfer().index)
-        } catch {
-            cleanup()
-            throw error
-        }
+        try freeTransfers.append(makeTransfer().index)
     }
 
     deinit {
@@ -164,8 +181,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private func cleanup() {
         transfers.removeAll()
         curl_multi_cleanup(multi)
-        close(epollFD)
-        close(wakeFD)
+        if epollFD >= 0 { close(epollFD) }
+        if wakeFD >= 0 { close(wakeFD) }
     }
 
     // MARK: - Cross-thread entry points
@@ -181,15 +198,30 @@ final class CurlEventLoop: @unchecked Sendable {
         thread = tid
     }
 
-    /// Any thread. Never blocks on the loop: a lock around an append and, for the first
-    /// request since the loop last looked, one eventfd write.
-    func enqueue(_ request: PendingRequest) {
-        let wake = inbox.withLock { inbox -> Bool in
+    /// Any thread. Never blocks on the loop: a lock around an append, and an eventfd write
+    /// only when the loop is asleep in epoll and this is the first request it will find — a
+    /// busy loop looks at the inbox before it next waits anyway. Returns false, keeping
+    /// nothing, once the loop has stopped.
+    func enqueue(_ request: PendingRequest) -> Bool {
+        let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
+            guard !inbox.closed else { return (false, false) }
             inbox.items.append(request)
-            defer { inbox.wakePending = true }
-            return !inbox.wakePending
+            return (true, inbox.items.count == 1)
         }
-        if wake { wakeUp() }
+        if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
+        return accepted
+    }
+
+    /// `enqueue` for many requests under one lock.
+    func enqueue(contentsOf requests: some Collection<PendingRequest>) -> Bool {
+        let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
+            guard !inbox.closed else { return (false, false) }
+            let wasEmpty = inbox.items.isEmpty
+            inbox.items.append(contentsOf: requests)
+            return (true, wasEmpty)
+        }
+        if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
+        return accepted
     }
 
     func stop() {
@@ -223,12 +255,19 @@ final class CurlEventLoop: @unchecked Sendable {
                 readCompletions()
                 continue
             }
-            let timeout = waitMilliseconds(now: now)
+            var timeout = waitMilliseconds(now: now)
+            if timeout != 0 {
+                // Announce the sleep, then look once more: a request enqueued before the
+                // announcement is seen here, one enqueued after it writes the eventfd.
+                sleeping.store(true, ordering: .sequentiallyConsistent)
+                if inbox.withLock({ !$0.items.isEmpty }) { timeout = 0 }
+            }
             let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
                 readyMasks.withUnsafeMutableBufferPointer { masks in
                     pushd_curl_epoll_wait(epollFD, fds.baseAddress, masks.baseAddress, 256, timeout)
                 }
             }
+            sleeping.store(false, ordering: .sequentiallyConsistent)
             if ready > 0 {
                 for slot in 0..<Int(ready) {
                     let fd = readyFDs[slot]
@@ -264,7 +303,6 @@ final class CurlEventLoop: @unchecked Sendable {
     private func takeInbox() {
         inbox.withLock { inbox in
             if !inbox.items.isEmpty { swap(&inbox.items, &drained) }
-            inbox.wakePending = false
         }
         guard !drained.isEmpty else { return }
         for request in drained { backlog.pushBack(request) }
@@ -311,6 +349,7 @@ final class CurlEventLoop: @unchecked Sendable {
             added += 1
         }
         if added > 0 { sink.metrics.inFlightChanged(by: added) }
+        releaseSlots()
     }
 
     private func prepare(_ transfer: CurlTransfer, for pending: PendingRequest) -> TransportError? {
@@ -361,9 +400,17 @@ final class CurlEventLoop: @unchecked Sendable {
             _ = pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, base + packedCount)
             _ = pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, bodyCount)
         }
-        if replaceConnectionPending != transfer.freshConnect {
-            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, replaceConnectionPending ? 1 : 0)
-            transfer.freshConnect = replaceConnectionPending
+        // A replacement gets one connection slot above the configured count while it is being
+        // made: at the limit, a fresh-connect transfer would wait for the old connection to go
+        // idle — which, busy with other streams, it never does. One replacement at a time.
+        let fresh = replaceConnectionPending && !replacing && openConnections <= configuration.connectionsPerThread
+        if fresh != transfer.freshConnect {
+            _ = pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, fresh ? 1 : 0)
+            transfer.freshConnect = fresh
+        }
+        if fresh {
+            replacing = true
+            _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread + 1)
         }
         replaceConnectionPending = false
         transfer.errorBuffer[0] = 0
@@ -389,11 +436,22 @@ final class CurlEventLoop: @unchecked Sendable {
             finish(transfer, code: code, status: status)
         }
         if finished > 0 { sink.metrics.inFlightChanged(by: -finished) }
+        if lostThisBatch {
+            lostThisBatch = false
+            sink.metrics.connectionLost()
+        }
+        releaseSlots()
     }
 
     private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
         guard let pending = transfer.pending else { return }
         transfer.pending = nil
+        if transfer.freshConnect, replacing {
+            // The replacement exists (or failed); back to the configured count, so the old
+            // connection is not succeeded by a spare once it closes.
+            replacing = false
+            _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
+        }
         freeTransfers.append(transfer.index)
         let curlCode = Int(code.rawValue)
         let disposition = TransferDisposition.decide(
@@ -419,7 +477,7 @@ final class CurlEventLoop: @unchecked Sendable {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()
-            if !disposition.connectFailed { sink.metrics.connectionLost() }
+            if !disposition.connectFailed { lostThisBatch = true }
             backlog.pushFront(pending)
             return
         }
@@ -437,18 +495,16 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
-        let latency = monotonicNanoseconds() &- pending.submittedAt
-        let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts)
-        let status: Int
-        if case .response(let response) = outcome { status = response.status } else { status = 0 }
-        sink.metrics.requestCompleted(status: status, latencyNanoseconds: latency)
-        sink.counters.completed.add(1, ordering: .relaxed)
-        if let continuation = pending.continuation {
-            continuation.resume(returning: result)
-        } else {
-            sink.onResult(result)
+        sink.deliver(pending, outcome: outcome)
+        slotsToRelease += 1
+    }
+
+    /// Returns the window slots of everything delivered since the last call, in one go.
+    private func releaseSlots() {
+        if slotsToRelease > 0 {
+            sink.window.release(slotsToRelease)
+            slotsToRelease = 0
         }
-        sink.window.signal()
     }
 
     private func shutDownTransfers() {
@@ -458,8 +514,10 @@ final class CurlEventLoop: @unchecked Sendable {
             transfer.pending = nil
             deliver(pending, outcome: .transportFailure(.engineStopped))
         }
+        inbox.withLock { $0.closed = true }
         takeInbox()
         while let pending = backlog.popFront() { deliver(pending, outcome: .transportFailure(.engineStopped)) }
+        releaseSlots()
     }
 
     // MARK: - Easy handles
@@ -529,8 +587,6 @@ final class CurlEventLoop: @unchecked Sendable {
             check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, file), "CURLOPT_SSLCERT")
             if let password { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, password), "CURLOPT_KEYPASSWD") }
         }
-        // libcurl's own trace on stderr, for diagnosing a deployment; never on by default.
-        if getenv("PUSHD_CURL_VERBOSE") != nil { check(pushd_curl_easy_setopt_long(easy, CURLOPT_VERBOSE, 1), "CURLOPT_VERBOSE") }
         if let failure { throw failure }
         transfers.append(transfer)
         return transfer
@@ -575,6 +631,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     fileprivate func socketOpened() {
+        openConnections += 1
         coldConnection = true
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
         sink.metrics.connectionOpened(reconnect: everConnected)
@@ -582,6 +639,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     fileprivate func socketClosed(_ fd: Int32) {
+        openConnections -= 1
         let index = Int(fd)
         if index < socketMasks.count, socketMasks[index] != 0 {
             _ = pushd_curl_epoll_update(epollFD, 2, fd, 0)

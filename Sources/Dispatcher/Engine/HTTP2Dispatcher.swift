@@ -1,4 +1,3 @@
-import Dispatch
 import Synchronization
 
 /// Sends requests over HTTP/2 to one host with one credential, on `threads` event loops, and
@@ -15,7 +14,8 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
 
     public let configuration: DispatcherConfiguration
     private let loops: [CurlEventLoop]
-    private let window: DispatchSemaphore
+    private let sink: CompletionSink
+    private let window: WindowGate
     private let counters = DispatcherCounters()
     private let nextLoop = Atomic<Int>(0)
     private let state = Mutex(State.running)
@@ -32,8 +32,9 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         guard CurlRuntime.initialize() else { throw .transportRejected(setting: "curl_global_init", message: "libcurl failed to initialise") }
         guard CurlRuntime.info.supportsHTTP2 else { throw .transportRejected(setting: "HTTP/2", message: "the linked libcurl lacks HTTP/2 support") }
         self.configuration = configuration
-        window = DispatchSemaphore(value: configuration.maxOutstanding)
+        window = WindowGate(capacity: configuration.effectiveMaxOutstanding)
         let sink = CompletionSink(onResult: onResult, window: window, metrics: metrics, counters: counters)
+        self.sink = sink
         var loops: [CurlEventLoop] = []
         for _ in 0..<configuration.threads {
             loops.append(try CurlEventLoop(configuration: configuration, sink: sink))
@@ -49,13 +50,36 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     /// Queues `request`; blocks while `maxOutstanding` requests are unfinished. The result
     /// reaches `onResult` with `tag`. After `shutdown` the result is `.engineStopped`.
     public func submit(_ request: DispatchRequest, tag: UInt64) {
-        window.wait()
+        window.acquire()
         dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
+    }
+
+    /// Queues many requests with one lock per batch of free window slots; blocks while the
+    /// window is full. Results arrive one by one, as for `submit(_:tag:)`.
+    public func submit(contentsOf batch: [(request: DispatchRequest, tag: UInt64)]) {
+        var start = 0
+        var pending: [PendingRequest] = []
+        pending.reserveCapacity(min(batch.count, 1024))
+        while start < batch.count {
+            let granted = window.acquire(upTo: min(batch.count - start, 1024))
+            let now = monotonicNanoseconds()
+            for (request, tag) in batch[start..<(start + granted)] {
+                pending.append(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: now, attempts: 0))
+            }
+            counters.submitted.add(granted, ordering: .relaxed)
+            let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
+            if !loops[(index & Int.max) % loops.count].enqueue(contentsOf: pending) {
+                for request in pending { sink.deliver(request, outcome: .transportFailure(.engineStopped)) }
+                window.release(pending.count)
+            }
+            pending.removeAll(keepingCapacity: true)
+            start += granted
+        }
     }
 
     /// Queues `request` unless the window is full; returns false (and does nothing) when it is.
     public func trySubmit(_ request: DispatchRequest, tag: UInt64) -> Bool {
-        guard window.wait(timeout: .now()) == .success else { return false }
+        guard window.tryAcquire() else { return false }
         dispatch(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: monotonicNanoseconds(), attempts: 0))
         return true
     }
@@ -63,7 +87,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     /// Sends one request and waits for its result without blocking a thread; while the window is
     /// full it waits in short sleeps. Bulk senders should use `submit`.
     public func send(_ request: DispatchRequest, tag: UInt64 = 0) async -> DispatchResult {
-        while window.wait(timeout: .now()) != .success {
+        while !window.tryAcquire() {
             try? await Task.sleep(nanoseconds: 1_000_000)
         }
         return await withCheckedContinuation { continuation in
@@ -74,7 +98,10 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     private func dispatch(_ pending: PendingRequest) {
         counters.submitted.add(1, ordering: .relaxed)
         let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
-        loops[(index & Int.max) % loops.count].enqueue(pending)
+        if !loops[(index & Int.max) % loops.count].enqueue(pending) {
+            sink.deliver(pending, outcome: .transportFailure(.engineStopped))
+            window.release(1)
+        }
     }
 
     /// Requests submitted and not yet reported.

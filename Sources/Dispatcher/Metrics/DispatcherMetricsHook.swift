@@ -8,7 +8,8 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A TCP connection to the server (or proxy) was opened; `reconnect` when it replaces one.
     func connectionOpened(reconnect: Bool)
     func connectionClosed()
-    /// A connection went away with requests still unanswered on it (GOAWAY or reset).
+    /// A connection went away with requests still unanswered on it (GOAWAY or reset); reported
+    /// once per batch of failed streams, so a close approximation of lost connections.
     func connectionLost()
     /// A request left unanswered by the transport was sent again.
     func requestRetried()
