@@ -8,7 +8,7 @@ packages=(
   libcurl4-openssl-dev libssl-dev libpq-dev libnghttp2-dev libmicrohttpd-dev libyaml-dev
   postgresql postgresql-client
   nghttp2-client nghttp2-server
-  openssl ca-certificates curl procps util-linux
+  openssl ca-certificates curl procps util-linux bc
 )
 [ "${PUSHD_SKIP_PROMETHEUS:-}" = 1 ] || packages+=(prometheus)
 

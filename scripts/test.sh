@@ -7,4 +7,4 @@ export PATH="$PATH:/opt/swift/usr/bin"
 
 bash scripts/install-deps.sh
 swift build --build-tests
-bash scripts/with-postgres.sh swift test --skip-build "$@"
+bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@"

@@ -125,6 +125,11 @@ final class HTTP2Connection: EventLoopHandler {
         guard nghttp2_option_new(&options) == 0, let options else { return false }
         defer { nghttp2_option_del(options) }
         nghttp2_option_set_no_closed_streams(options, 1)
+        // libcurl 7.88 sends RST_STREAM after every answer without a body (every 200 from
+        // APNs), and nghttp2's rapid-reset guard would end the connection after about a
+        // thousand of them, making clients resend answered requests. A test double does not
+        // need that guard; the client's behaviour against real APNs is documented instead.
+        nghttp2_option_set_stream_reset_rate_limit(options, 1 << 40, 1 << 40)
         var newSession: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
         guard nghttp2_session_server_new2(&newSession, callbacks, userData, options) == 0, let newSession else { return false }
