@@ -546,6 +546,10 @@ final class CurlEventLoop: @unchecked Sendable {
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1), "CURLOPT_PIPEWAIT")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1), "CURLOPT_TCP_NODELAY")
+        // Thousands of these handles are in flight at once and APNs answers in well under a
+        // kilobyte: small receive and upload buffers keep memory to a few megabytes.
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 4096), "CURLOPT_BUFFERSIZE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 16384), "CURLOPT_UPLOAD_BUFFERSIZE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "CURLOPT_SSL_VERIFYHOST")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1), "CURLOPT_POST")

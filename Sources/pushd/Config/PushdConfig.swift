@@ -33,7 +33,7 @@ struct PushdConfig: Sendable, Equatable {
         /// Use port 2197 instead of 443.
         var alternatePort: Bool = false
         var threads: Int = 2
-        var connectionsPerApp: Int = 2
+        var connectionsPerApp: Int = 1
         var maxInFlight: Int = 4000
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
