@@ -30,6 +30,7 @@ log:
 apns:
   host: 127.0.0.1:$port
   ca_file: $work/certs/ca.pem
+  streams_per_connection: ${PUSHD_BENCH_STREAMS:-500}
 apps:
   - name: bench
     bundle_id: com.example.bench

@@ -70,6 +70,7 @@ enum ConfigLoader {
         config.apns.alternatePort = apns.bool("alternate_port", default: false)
         config.apns.threads = apns.int("threads", default: config.apns.threads, range: 1...64)
         config.apns.connectionsPerApp = apns.int("connections_per_app", default: config.apns.connectionsPerApp, range: 1...64)
+        config.apns.streamsPerConnection = apns.int("streams_per_connection", default: config.apns.streamsPerConnection, range: 1...10_000)
         config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.maxInFlight, range: 1...1_000_000)
         config.apns.connectTimeoutMilliseconds = apns.int("connect_timeout_ms", default: config.apns.connectTimeoutMilliseconds, range: 100...600_000)
         config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)

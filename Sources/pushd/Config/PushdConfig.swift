@@ -34,6 +34,8 @@ struct PushdConfig: Sendable, Equatable {
         var alternatePort: Bool = false
         var threads: Int = 2
         var connectionsPerApp: Int = 1
+        /// Streams used per connection at most; the server's SETTINGS may allow fewer.
+        var streamsPerConnection: Int = 500
         var maxInFlight: Int = 4000
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000

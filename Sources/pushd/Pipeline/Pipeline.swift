@@ -95,7 +95,7 @@ final class Pipeline: @unchecked Sendable {
         return DispatcherConfiguration(
             host: host, port: port, credential: credential, trustedCAFile: config.apns.caFile, proxy: config.apns.proxy,
             threads: config.apns.threads, connectionsPerThread: config.apns.connectionsPerApp,
-            maxOutstanding: config.apns.maxInFlight,
+            streamsPerConnection: config.apns.streamsPerConnection, maxOutstanding: config.apns.maxInFlight,
             connectTimeoutMilliseconds: config.apns.connectTimeoutMilliseconds,
             requestTimeoutMilliseconds: config.apns.requestTimeoutMilliseconds)
     }
