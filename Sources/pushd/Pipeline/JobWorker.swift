@@ -42,18 +42,27 @@ final class JobWorker: @unchecked Sendable {
 
     private func run() {
         var failures = 0
+        // Inserts notify only claimers registered as asleep (a NOTIFY serialises commits),
+        // so a claimer that just had work polls cheaply for a second before it sleeps.
+        let waiting = JobWaitPolicy()
+        var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         while !context.isStopping {
             do {
                 let connection = try connectIfNeeded()
                 let batch = try queue.claim(connection, limit: batchSize, excludingApps: context.pausedApps())
                 failures = 0
                 if batch.isEmpty {
-                    // An insert notifies sleeping claimers within milliseconds of its COMMIT;
-                    // the time-out is the fallback for scheduled jobs and bounds how long
-                    // shutdown waits for this thread.
-                    _ = try queue.sleepUntilJobs(connection, timeoutMilliseconds: 1000)
+                    switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
+                    case .poll(let microseconds):
+                        if try !queue.hasDueJobs(connection) { usleep(microseconds) }
+                    case .sleep(let milliseconds):
+                        // Woken within milliseconds of an insert's COMMIT; the time-out is the
+                        // fallback for scheduled jobs and bounds how long shutdown waits.
+                        _ = try queue.sleepUntilJobs(connection, timeoutMilliseconds: milliseconds)
+                    }
                     continue
                 }
+                lastWork = RateLimiter.monotonicSeconds()
                 try process(batch, on: connection)
             } catch {
                 failures += 1
