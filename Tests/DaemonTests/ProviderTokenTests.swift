@@ -58,6 +58,7 @@ import Testing
             #expect(pipeline.context.pausedApps() == ["shop"])
             let text = pipeline.context.metrics.registry.expositionText()
             #expect(text.contains("pushd_apns_responses_total{app=\"shop\",environment=\"sandbox\",status=\"403\",reason=\"InvalidProviderToken\"}"))
+            #expect(text.contains("pushd_app_paused{app=\"shop\"} 1"))
         }
     }
 }

@@ -24,6 +24,7 @@ public struct PushdMetrics: Sendable {
 
     // Provider tokens
     public let jwtRefreshes: CounterFamily
+    public let appPaused: GaugeFamily
     public let jwtAge: CallbackFamily
 
     // Queue
@@ -87,6 +88,10 @@ public struct PushdMetrics: Sendable {
         jwtRefreshes = try registry.counter(
             "pushd_jwt_refreshes_total",
             help: "Provider tokens (JWT) minted or picked up from the shared table.",
+            labels: ["app"])
+        appPaused = try registry.gauge(
+            "pushd_app_paused",
+            help: "1 while sending for the app is paused because APNs rejected its credentials, else 0.",
             labels: ["app"])
         jwtAge = try registry.callbackGauge(
             "pushd_jwt_age_seconds",
@@ -176,6 +181,10 @@ public struct PushdMetrics: Sendable {
 
     public func jwtRefresh(app: String) -> Counter {
         jwtRefreshes.bound([app])
+    }
+
+    public func paused(app: String) -> Gauge {
+        appPaused.bound([app])
     }
 
     public func deliveryLatency(app: String) -> Histogram {

@@ -18,6 +18,7 @@ final class AppSender: @unchecked Sendable {
     let tokens: ProviderTokenService
     let environmentLabel: String
     private let pause = Mutex<(until: Date, reason: String)?>(nil)
+    private let pausedGauge: Gauge
     private let metrics: PushdMetrics
     private let sentCounters: [String: Counter]
     private let acceptedResponses: Counter
@@ -48,6 +49,8 @@ final class AppSender: @unchecked Sendable {
         acceptedResponses = metrics.apnsResponse(app: app.name, environment: app.environment.rawValue, status: "200", reason: "none")
         latency = metrics.requestDuration(app: app.name, environment: app.environment.rawValue)
         deliveryLatency = metrics.deliveryLatency(app: app.name)
+        pausedGauge = metrics.paused(app: app.name)
+        pausedGauge.set(0)
     }
 
     /// The HTTP/2 request for a notification, with a provider token when the app uses token auth.
@@ -64,21 +67,27 @@ final class AppSender: @unchecked Sendable {
     /// Returns true when this call paused it (so the caller logs once).
     @discardableResult
     func pauseSending(reason: String, until: Date) -> Bool {
-        pause.withLock { current in
+        pausedGauge.set(1)
+        return pause.withLock { current in
             let wasRunning = current == nil || current!.until <= Date()
             current = (until, reason)
             return wasRunning
         }
     }
 
-    func resumeSending() { pause.withLock { $0 = nil } }
+    func resumeSending() {
+        pause.withLock { $0 = nil }
+        pausedGauge.set(0)
+    }
 
     /// The reason the app is paused, or nil when it may send.
     var pausedReason: String? {
-        pause.withLock { current in
+        let reason = pause.withLock { current -> String? in
             guard let current, current.until > Date() else { return nil }
             return current.reason
         }
+        if reason == nil { pausedGauge.set(0) }
+        return reason
     }
 
     // MARK: Metrics
