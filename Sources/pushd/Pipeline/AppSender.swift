@@ -92,6 +92,17 @@ final class AppSender: @unchecked Sendable {
 
     // MARK: Metrics
 
+    /// What a dispatcher result means for the outcome policy; an answer's latency is observed.
+    func outcome(of result: DispatchResult) -> SendOutcome {
+        switch result.outcome {
+        case .response(let response):
+            latency.observe(Double(result.latencyNanoseconds) / 1e9)
+            return .response(status: response.status, body: response.body)
+        case .transportFailure(let error):
+            return .transportFailure(error.message)
+        }
+    }
+
     func countSent(pushType: String, lane: String) {
         sentCounters[pushType + "/" + lane]?.increment()
     }

@@ -219,14 +219,7 @@ final class CampaignWorker: @unchecked Sendable {
                 let target = CompletionQueue.index(of: result.tag)
                 guard target < count, resolutions[target] == nil else { continue }
                 inFlight -= 1
-                let outcome: SendOutcome
-                switch result.outcome {
-                case .response(let response):
-                    outcome = .response(status: response.status, body: response.body)
-                    sender.latency.observe(Double(result.latencyNanoseconds) / 1e9)
-                case .transportFailure(let error):
-                    outcome = .transportFailure(error.message)
-                }
+                let outcome = sender.outcome(of: result)
                 switch policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
                                       firstAttemptAt: firstAttempt, now: Date(), random: &random) {
                 case .delivered:

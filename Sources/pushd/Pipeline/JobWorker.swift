@@ -160,14 +160,7 @@ final class JobWorker: @unchecked Sendable {
     private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
         let job = item.job
         let sender = item.sender
-        let outcome: SendOutcome
-        switch result.outcome {
-        case .response(let response):
-            outcome = .response(status: response.status, body: response.body)
-            sender.latency.observe(Double(result.latencyNanoseconds) / 1e9)
-        case .transportFailure(let error):
-            outcome = .transportFailure(error.message)
-        }
+        let outcome = sender.outcome(of: result)
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                              firstAttemptAt: job.createdAt, now: Date(), random: &random)
