@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "APNs", dependencies: ["COpenSSL"]),
         .target(name: "QueueStore", dependencies: ["CLibPQ"]),
         .target(name: "Metrics", dependencies: ["CMicroHTTPD"]),
-        .target(name: "Dispatcher", dependencies: ["APNs", "QueueStore", "Metrics", "CCurl"]),
+        .target(name: "Dispatcher", dependencies: ["APNs", "QueueStore", "Metrics", "CCurl", "COpenSSL"]),
         .target(name: "APNsMock", dependencies: ["APNs", "CNghttp2", "COpenSSL"]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),

@@ -89,4 +89,18 @@ static inline int pushd_curl_epoll_wait(int epfd, int *fds, uint32_t *masks, int
     return n;
 }
 
+/* Connection identity for keep-alive: the OpenSSL SSL object of the connection a running
+ * transfer uses (NULL when not OpenSSL or not connected). */
+static inline void *pushd_curl_easy_tls_ssl(CURL *h) {
+    struct curl_tlssessioninfo *info = NULL;
+    if (curl_easy_getinfo(h, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || !info) return NULL;
+    return info->backend == CURLSSLBACKEND_OPENSSL ? info->internals : NULL;
+}
+/* Called each time libcurl is about to send a request on a connection: more than once for
+ * one transfer means libcurl resent it by itself (refused stream, GOAWAY, dead reused
+ * connection). */
+typedef int (*pushd_curl_prereq_cb)(void *clientp, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port, int conn_local_port);
+static inline CURLcode pushd_curl_easy_setopt_prereq_cb(CURL *h, pushd_curl_prereq_cb v) { return curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, v); }
+static inline int pushd_curl_prereq_ok(void) { return CURL_PREREQFUNC_OK; }
+
 #endif

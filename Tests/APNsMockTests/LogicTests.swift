@@ -248,7 +248,7 @@ struct ConfigurationTests {
             "--cert", "s.pem", "--key", "s.key", "--port", "0", "--threads", "2", "--max-streams", "64",
             "--topic", "com.example.app", "--control-port", "0", "--log-accepted", "--count-per-token",
             "--unregistered", "ABCD:1234", "--bad-device-token", "EF01", "--rate-503", "0.25",
-            "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error",
+            "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
         ])
         guard case .serve(let configuration, let faultsFile) = command else {
             Issue.record("expected serve, got \(command)")
@@ -267,6 +267,7 @@ struct ConfigurationTests {
         #expect(configuration.faults.goawayAfterStreams == 100)
         #expect(configuration.faults.delayMilliseconds == 5)
         #expect(configuration.faults.lowerConcurrencyAfterError)
+        #expect(configuration.faults.ignorePings)
         #expect(configuration.authentication == .none)
     }
 

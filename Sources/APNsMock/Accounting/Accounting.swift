@@ -34,6 +34,7 @@ final class Accounting: Sendable {
     func recordConnectionClosed() { state.withLock { $0.stats.connectionsClosed += 1 } }
     func recordReset() { state.withLock { $0.stats.connectionsReset += 1 } }
     func recordTokenVerifications(_ count: Int) { state.withLock { $0.stats.providerTokenVerifications += count } }
+    func recordPing() { state.withLock { $0.stats.pingsReceived += 1 } }
     func recordRefusedStream() { state.withLock { $0.stats.streamsRefused += 1 } }
     func recordGoaway(connectionID: UInt64, lastStreamID: Int32) {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }

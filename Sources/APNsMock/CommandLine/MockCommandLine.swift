@@ -47,6 +47,7 @@ public enum MockCommandLine {
       --delay-ms N                    fixed delay before each answer
       --random-delay-ms N             extra uniform random delay 0…N
       --lower-concurrency-after-error drop MAX_CONCURRENT_STREAMS to 1 after an error answer
+      --ignore-pings                  leave clients' HTTP/2 PINGs unanswered
     """
 
     public static func parse(_ arguments: [String], now: Date = Date()) throws(MockServerError) -> MockCommand {
@@ -144,6 +145,7 @@ public enum MockCommandLine {
             case "--delay-ms": faults.delayMilliseconds = try integer(Int.self)
             case "--random-delay-ms": faults.randomDelayMilliseconds = try integer(Int.self)
             case "--lower-concurrency-after-error": faults.lowerConcurrencyAfterError = true
+            case "--ignore-pings": faults.ignorePings = true
             default: throw .configuration("unknown option \(flag); see apns-mock --help")
             }
         }

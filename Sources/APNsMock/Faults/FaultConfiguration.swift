@@ -32,6 +32,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// Like APNs, drop the connection's MAX_CONCURRENT_STREAMS to 1 after an error answer and
     /// raise it again after the next accepted notification.
     public var lowerConcurrencyAfterError: Bool
+    /// Leave clients' HTTP/2 PINGs unanswered on connections opened from now on, as a dead
+    /// path would.
+    public var ignorePings: Bool
 
     public init(
         unregisteredTokens: [String: Int64] = [:],
@@ -46,7 +49,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         resetRate: Double = 0,
         delayMilliseconds: Int = 0,
         randomDelayMilliseconds: Int = 0,
-        lowerConcurrencyAfterError: Bool = false
+        lowerConcurrencyAfterError: Bool = false,
+        ignorePings: Bool = false
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -61,6 +65,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.delayMilliseconds = delayMilliseconds
         self.randomDelayMilliseconds = randomDelayMilliseconds
         self.lowerConcurrencyAfterError = lowerConcurrencyAfterError
+        self.ignorePings = ignorePings
     }
 
     /// No faults: every valid request is accepted at once.
@@ -102,7 +107,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     private enum CodingKeys: String, CodingKey {
         case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tooManyRequestsRate, internalServerErrorRate
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
-        case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError
+        case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings
     }
 
     public init(from decoder: any Decoder) throws {
@@ -120,6 +125,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             resetRate: try c.decodeIfPresent(Double.self, forKey: .resetRate) ?? 0,
             delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds) ?? 0,
             randomDelayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .randomDelayMilliseconds) ?? 0,
-            lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false)
+            lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,
+            ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false)
     }
 }

@@ -98,9 +98,9 @@ final class HTTP2Connection: EventLoopHandler {
         case .done:
             guard tls.negotiatedH2 else { return close() }
             if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate { return close() }
+            faults.refresh()
             guard startSession() else { return close() }
             phase = .open
-            faults.refresh()
             if let seconds = faults.faults.goawayAfterSeconds {
                 schedule(afterMilliseconds: UInt64(seconds * 1000)) { $0.sendGoawayAfterLastProcessed() }
             }
@@ -130,6 +130,7 @@ final class HTTP2Connection: EventLoopHandler {
         // thousand of them, making clients resend answered requests. A test double does not
         // need that guard; the client's behaviour against real APNs is documented instead.
         nghttp2_option_set_stream_reset_rate_limit(options, 1 << 40, 1 << 40)
+        if faults.faults.ignorePings { nghttp2_option_set_no_auto_ping_ack(options, 1) }
         var newSession: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
         guard nghttp2_session_server_new2(&newSession, callbacks, userData, options) == 0, let newSession else { return false }
@@ -310,6 +311,8 @@ final class HTTP2Connection: EventLoopHandler {
         }
     }
 
+    fileprivate func pingReceived() { core.accounting.recordPing() }
+
     fileprivate func streamClosed(_ streamID: Int32) {
         if recentStream?.id == streamID { recentStream = nil }
         streams[streamID] = nil
@@ -475,6 +478,8 @@ private let onFrameReceived: nghttp2_on_frame_recv_callback = { _, frame, userDa
     let endsStream = frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
     if endsStream && (type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue)) {
         connection(userData).completeRequest(frame.pointee.hd.stream_id)
+    } else if type == UInt8(NGHTTP2_PING.rawValue), frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 {
+        connection(userData).pingReceived()
     }
     return 0
 }

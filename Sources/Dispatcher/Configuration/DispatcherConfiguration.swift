@@ -28,8 +28,10 @@ public struct DispatcherConfiguration: Sendable {
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
     public var requestTimeoutMilliseconds: Int
-    /// Keep-alive probes on connections idle this long (TCP keep-alive; see CurlEventLoop).
+    /// An HTTP/2 PING on each connection idle this long (and TCP keep-alive probes).
     public var keepAliveIntervalMilliseconds: Int
+    /// A PING unanswered this long marks its connection dead; it is closed, not reused.
+    public var keepAliveTimeoutMilliseconds: Int
     /// Connections idle longer than this are not reused and are closed.
     public var idleCloseSeconds: Int
     /// Transport attempts per request, counting the first; retries are transparent.
@@ -41,7 +43,8 @@ public struct DispatcherConfiguration: Sendable {
                 threads: Int = DispatcherConfiguration.defaultThreads, connectionsPerThread: Int = 1,
                 streamsPerConnection: Int = 1000, maxOutstanding: Int? = nil,
                 connectTimeoutMilliseconds: Int = 10_000, requestTimeoutMilliseconds: Int = 30_000,
-                keepAliveIntervalMilliseconds: Int = 60_000, idleCloseSeconds: Int = 600,
+                keepAliveIntervalMilliseconds: Int = 60_000, keepAliveTimeoutMilliseconds: Int = 20_000,
+                idleCloseSeconds: Int = 600,
                 maxAttempts: Int = 3, reconnectBackoff: ReconnectBackoff = ReconnectBackoff()) {
         self.host = host
         self.port = port
@@ -56,6 +59,7 @@ public struct DispatcherConfiguration: Sendable {
         self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
         self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
         self.keepAliveIntervalMilliseconds = keepAliveIntervalMilliseconds
+        self.keepAliveTimeoutMilliseconds = keepAliveTimeoutMilliseconds
         self.idleCloseSeconds = idleCloseSeconds
         self.maxAttempts = maxAttempts
         self.reconnectBackoff = reconnectBackoff
@@ -96,6 +100,9 @@ public struct DispatcherConfiguration: Sendable {
         }
         if keepAliveIntervalMilliseconds < 1 {
             throw .invalid(field: "keepAliveIntervalMilliseconds", value: String(keepAliveIntervalMilliseconds), expected: "a positive number")
+        }
+        if keepAliveTimeoutMilliseconds < 1 {
+            throw .invalid(field: "keepAliveTimeoutMilliseconds", value: String(keepAliveTimeoutMilliseconds), expected: "a positive number")
         }
         if idleCloseSeconds < 1 { throw .invalid(field: "idleCloseSeconds", value: String(idleCloseSeconds), expected: "a positive number") }
         if maxAttempts < 1 { throw .invalid(field: "maxAttempts", value: String(maxAttempts), expected: "1 or more") }

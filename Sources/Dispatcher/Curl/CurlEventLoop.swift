@@ -56,11 +56,18 @@ private final class CurlTransfer {
     var apnsID: UUID?
     /// From the status line, so the body of a success is never copied.
     var status = 0
+    /// Times libcurl began sending this attempt; above one, it resent the request by itself.
+    var sends = 0
+    /// Local port of the connection libcurl last began sending this attempt on, and the first.
+    var localPort: Int32 = 0
+    var firstLocalPort: Int32 = 0
+    let keepAlive: ConnectionKeepAlive
 
-    init(index: Int, easy: UnsafeMutableRawPointer, url: OpaquePointer) {
+    init(index: Int, easy: UnsafeMutableRawPointer, url: OpaquePointer, keepAlive: ConnectionKeepAlive) {
         self.index = index
         self.easy = easy
         self.url = url
+        self.keepAlive = keepAlive
         bufferCapacity = 1024
         buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
         nodeCapacity = 16
@@ -145,11 +152,21 @@ final class CurlEventLoop: @unchecked Sendable {
     /// Set when a completion batch held requests a dropped connection left unanswered; one
     /// lost connection fails many streams at once and is reported once.
     private var lostThisBatch = false
+    private let keepAlive: ConnectionKeepAlive
+    /// Connection-level failures seen in one completion batch, reported once each: a thousand
+    /// streams timing out on one connection are one failed connection.
+    private var failuresThisBatch: Set<ConnectionFailureReason> = []
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
         self.sink = sink
         inCurlLimit = configuration.inFlightPerThread
+        // Through an HTTPS proxy the TLS session to the server runs inside the proxy's, so the
+        // loop cannot write a PING on the socket; TCP keep-alive still runs.
+        keepAlive = ConnectionKeepAlive(enabled: !(configuration.proxy?.hasPrefix("https://") ?? false),
+                                        intervalMilliseconds: configuration.keepAliveIntervalMilliseconds,
+                                        timeoutMilliseconds: configuration.keepAliveTimeoutMilliseconds,
+                                        counters: sink.counters, metrics: sink.metrics)
         guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
         self.multi = multi
         epollFD = pushd_curl_epoll_create()
@@ -180,6 +197,7 @@ final class CurlEventLoop: @unchecked Sendable {
 
     private func cleanup() {
         transfers.removeAll()
+        keepAlive.closing = true
         curl_multi_cleanup(multi)
         if epollFD >= 0 { close(epollFD) }
         if wakeFD >= 0 { close(wakeFD) }
@@ -249,6 +267,9 @@ final class CurlEventLoop: @unchecked Sendable {
             takeInbox()
             refill()
             let now = monotonicNanoseconds()
+            if now >= keepAlive.nextDeadline {
+                keepAlive.tick(now: now) { fd in Int(fd) < socketMasks.count && socketMasks[Int(fd)] != 0 }
+            }
             if timerDeadline <= now {
                 timerDeadline = .max
                 curl_multi_socket_action(multi, pushd_curl_socket_timeout(), 0, &running)
@@ -297,6 +318,9 @@ final class CurlEventLoop: @unchecked Sendable {
         var wait = Int64.max
         if timerDeadline != .max { wait = Int64((timerDeadline - now + 999_999) / 1_000_000) }
         if !backlog.isEmpty, backoffUntil > now { wait = min(wait, Int64((backoffUntil - now + 999_999) / 1_000_000)) }
+        if keepAlive.nextDeadline != .max {
+            wait = min(wait, keepAlive.nextDeadline > now ? Int64((keepAlive.nextDeadline - now + 999_999) / 1_000_000) : 0)
+        }
         return wait == .max ? -1 : Int32(clamping: wait)
     }
 
@@ -416,6 +440,7 @@ final class CurlEventLoop: @unchecked Sendable {
         transfer.errorBuffer[0] = 0
         transfer.apnsID = nil
         transfer.status = 0
+        transfer.sends = 0
         return nil
     }
 
@@ -429,16 +454,21 @@ final class CurlEventLoop: @unchecked Sendable {
             _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
             var status = 0
             _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+            let transfer = transfers[Int(bitPattern: privateData) - 1]
             curl_multi_remove_handle(multi, easy)
             inCurl -= 1
             finished += 1
-            let transfer = transfers[Int(bitPattern: privateData) - 1]
             finish(transfer, code: code, status: status)
         }
         if finished > 0 { sink.metrics.inFlightChanged(by: -finished) }
         if lostThisBatch {
             lostThisBatch = false
-            sink.metrics.connectionLost()
+            // With keep-alive on, the loop classifies each of its connections as it closes.
+            if !keepAlive.enabled { failuresThisBatch.insert(.reset) }
+        }
+        if !failuresThisBatch.isEmpty {
+            for reason in failuresThisBatch { reportFailure(reason) }
+            failuresThisBatch.removeAll(keepingCapacity: true)
         }
         releaseSlots()
     }
@@ -453,11 +483,20 @@ final class CurlEventLoop: @unchecked Sendable {
             _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
         }
         freeTransfers.append(transfer.index)
+        if transfer.sends > 1 {
+            let resent = transfer.sends - 1
+            sink.counters.resentByTransport.add(resent, ordering: .relaxed)
+            for _ in 0..<resent { sink.metrics.requestRetried() }
+            if transfer.firstLocalPort != transfer.localPort { keepAlive.requestMovedAway(fromPort: transfer.firstLocalPort) }
+        }
         let curlCode = Int(code.rawValue)
         let disposition = TransferDisposition.decide(
             curlCode: curlCode, status: status,
             reason: { ResponseBodyScanner.stringValue(of: "reason", in: transfer.responseBody) },
             attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
+        if status == 0, curlCode != 0, let reason = ConnectionFailureReason(failedTransferCode: curlCode) {
+            failuresThisBatch.insert(reason)
+        }
         if disposition.connectFailed {
             consecutiveConnectFailures += 1
             sink.counters.connectFailures.add(1, ordering: .relaxed)
@@ -494,6 +533,11 @@ final class CurlEventLoop: @unchecked Sendable {
         deliver(pending, outcome: outcome)
     }
 
+    private func reportFailure(_ reason: ConnectionFailureReason) {
+        sink.counters.countFailure(reason)
+        sink.metrics.connectionFailed(reason)
+    }
+
     private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
         sink.deliver(pending, outcome: outcome)
         slotsToRelease += 1
@@ -526,7 +570,7 @@ final class CurlEventLoop: @unchecked Sendable {
         guard let easy = curl_easy_init(), let url = curl_url() else {
             throw .transportRejected(setting: "curl_easy_init", message: "out of memory")
         }
-        let transfer = CurlTransfer(index: transfers.count, easy: easy, url: url)
+        let transfer = CurlTransfer(index: transfers.count, easy: easy, url: url, keepAlive: keepAlive)
         let config = configuration
         var failure: DispatcherConfigurationError?
         func check(_ code: CURLcode, _ setting: String) {
@@ -558,6 +602,8 @@ final class CurlEventLoop: @unchecked Sendable {
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, transferPointer), "CURLOPT_WRITEDATA")
         check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback), "CURLOPT_HEADERFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, transferPointer), "CURLOPT_HEADERDATA")
+        check(pushd_curl_easy_setopt_prereq_cb(easy, curlPrereqCallback), "CURLOPT_PREREQFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PREREQDATA, transferPointer), "CURLOPT_PREREQDATA")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, transfer.errorBuffer), "CURLOPT_ERRORBUFFER")
         check(pushd_curl_easy_setopt_opensocket_cb(easy, curlOpenSocketCallback), "CURLOPT_OPENSOCKETFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_OPENSOCKETDATA, loopPointer), "CURLOPT_OPENSOCKETDATA")
@@ -565,9 +611,8 @@ final class CurlEventLoop: @unchecked Sendable {
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_CLOSESOCKETDATA, loopPointer), "CURLOPT_CLOSESOCKETDATA")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, config.connectTimeoutMilliseconds), "CURLOPT_CONNECTTIMEOUT_MS")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, config.requestTimeoutMilliseconds), "CURLOPT_TIMEOUT_MS")
-        // libcurl 7.88's curl_easy_upkeep (HTTP/2 PING) only reaches connections of the easy
-        // interface, never those of a multi handle; TCP keep-alive keeps idle connections and the
-        // middleboxes' state alive instead.
+        // HTTP/2 PINGs come from ConnectionKeepAlive (libcurl 7.88's curl_easy_upkeep never
+        // reaches a multi handle's connections); TCP keep-alive runs underneath.
         let keepAliveSeconds = max(1, config.keepAliveIntervalMilliseconds / 1000)
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "CURLOPT_TCP_KEEPALIVE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, keepAliveSeconds), "CURLOPT_TCP_KEEPIDLE")
@@ -603,6 +648,7 @@ final class CurlEventLoop: @unchecked Sendable {
     // MARK: - Callbacks from libcurl, on this loop's thread
 
     fileprivate func socketChanged(_ fd: Int32, what: Int32) {
+        if keepAlive.enabled { keepAlive.activity(on: fd, now: monotonicNanoseconds()) }
         let index = Int(fd)
         if index >= socketMasks.count { socketMasks += [UInt32](repeating: 0, count: index + 64 - socketMasks.count) }
         let current = socketMasks[index]
@@ -634,7 +680,8 @@ final class CurlEventLoop: @unchecked Sendable {
         timerDeadline = milliseconds < 0 ? .max : monotonicNanoseconds() + UInt64(milliseconds) * 1_000_000
     }
 
-    fileprivate func socketOpened() {
+    fileprivate func socketOpened(_ fd: Int32) {
+        keepAlive.socketOpened(fd)
         openConnections += 1
         coldConnection = true
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
@@ -643,6 +690,7 @@ final class CurlEventLoop: @unchecked Sendable {
     }
 
     fileprivate func socketClosed(_ fd: Int32) {
+        keepAlive.socketClosed(fd)
         openConnections -= 1
         let index = Int(fd)
         if index < socketMasks.count, socketMasks[index] != 0 {
@@ -674,13 +722,21 @@ private let curlOpenSocketCallback: pushd_curl_opensocket_cb = { userData, _, ad
     guard let address else { return pushd_curl_bad_socket() }
     let fd = socket(pushd_curl_sockaddr_family(address), pushd_curl_sockaddr_socktype(address) | Int32(SOCK_CLOEXEC.rawValue),
                     pushd_curl_sockaddr_protocol(address))
-    if fd >= 0 { Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketOpened() }
+    if fd >= 0 { Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketOpened(fd) }
     return fd >= 0 ? fd : pushd_curl_bad_socket()
 }
 
 private let curlCloseSocketCallback: pushd_curl_closesocket_cb = { userData, fd in
     Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketClosed(fd)
     return close(fd)
+}
+
+private let curlPrereqCallback: pushd_curl_prereq_cb = { userData, _, _, _, localPort in
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+    transfer.sends += 1
+    transfer.localPort = localPort
+    if transfer.sends == 1 { transfer.firstLocalPort = localPort }
+    return pushd_curl_prereq_ok()
 }
 
 private let curlWriteCallback: pushd_curl_data_cb = { data, size, count, userData in
@@ -710,7 +766,13 @@ private let curlHeaderCallback: pushd_curl_data_cb = { data, size, count, userDa
             digits += 1
             index += 1
         }
-        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().status = status
+        let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+        transfer.status = status
+        if transfer.keepAlive.identifying, let session = pushd_curl_easy_tls_ssl(transfer.easy) {
+            // A connection not yet identified may be this one: its TLS session is at hand only
+            // while a transfer runs on it, and the local port names its socket.
+            transfer.keepAlive.identify(session: OpaquePointer(session), localPort: transfer.localPort, now: monotonicNanoseconds())
+        }
         return bytes
     }
     guard bytes >= 44 else { return bytes }

@@ -9,6 +9,16 @@ public struct DispatcherStatistics: Sendable, Equatable {
     public var connectionsClosed: Int
     public var connectionReplacements: Int
     public var connectFailures: Int
+    /// Requests libcurl sent again by itself (a refused stream, a GOAWAY above the stream, or a
+    /// reused connection found dead), apart from the engine's own `retried`.
+    public var resentByTransport: Int
+    /// HTTP/2 PINGs written on idle connections, and those answered.
+    public var pingsSent: Int
+    public var pingsAcknowledged: Int
+    /// Idle connections whose PING got no answer within the keep-alive timeout.
+    public var pingTimeouts: Int
+    /// Connection failures and server-side ends by reason.
+    public var connectionFailures: [ConnectionFailureReason: Int]
 }
 
 /// Shared by the engine and its loops; relaxed atomics because they are only ever read as totals.
@@ -20,12 +30,27 @@ final class DispatcherCounters: Sendable {
     let connectionsClosed = Atomic<Int>(0)
     let connectionReplacements = Atomic<Int>(0)
     let connectFailures = Atomic<Int>(0)
+    let resentByTransport = Atomic<Int>(0)
+    let pingsSent = Atomic<Int>(0)
+    let pingsAcknowledged = Atomic<Int>(0)
+    let pingTimeouts = Atomic<Int>(0)
+    /// Rare events (a few per connection at most), so a lock is cheap enough.
+    private let failures = Mutex<[ConnectionFailureReason: Int]>([:])
+
+    func countFailure(_ reason: ConnectionFailureReason) {
+        failures.withLock { $0[reason, default: 0] += 1 }
+    }
 
     var snapshot: DispatcherStatistics {
         DispatcherStatistics(submitted: submitted.load(ordering: .relaxed), completed: completed.load(ordering: .relaxed),
                              retried: retried.load(ordering: .relaxed), connectionsOpened: connectionsOpened.load(ordering: .relaxed),
                              connectionsClosed: connectionsClosed.load(ordering: .relaxed),
                              connectionReplacements: connectionReplacements.load(ordering: .relaxed),
-                             connectFailures: connectFailures.load(ordering: .relaxed))
+                             connectFailures: connectFailures.load(ordering: .relaxed),
+                             resentByTransport: resentByTransport.load(ordering: .relaxed),
+                             pingsSent: pingsSent.load(ordering: .relaxed),
+                             pingsAcknowledged: pingsAcknowledged.load(ordering: .relaxed),
+                             pingTimeouts: pingTimeouts.load(ordering: .relaxed),
+                             connectionFailures: failures.withLock { $0 })
     }
 }

@@ -8,10 +8,12 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A TCP connection to the server (or proxy) was opened; `reconnect` when it replaces one.
     func connectionOpened(reconnect: Bool)
     func connectionClosed()
-    /// A connection went away with requests still unanswered on it (GOAWAY or reset); reported
-    /// once per batch of failed streams, so a close approximation of lost connections.
-    func connectionLost()
-    /// A request left unanswered by the transport was sent again.
+    /// A connection could not be opened, or ended other than on the engine's own terms.
+    /// `.reset` is reported once per batch of streams a dropped connection left unanswered,
+    /// so it approximates lost connections.
+    func connectionFailed(_ reason: ConnectionFailureReason)
+    /// A request left unanswered by the transport (GOAWAY, refused stream, lost connection)
+    /// was sent again, by the engine or by libcurl itself.
     func requestRetried()
     /// A response asked for a fresh connection (503, IdleTimeout, ExpiredProviderToken, …).
     func connectionReplacementRequested()
@@ -22,7 +24,7 @@ extension DispatcherMetricsHook {
     public func inFlightChanged(by delta: Int) {}
     public func connectionOpened(reconnect: Bool) {}
     public func connectionClosed() {}
-    public func connectionLost() {}
+    public func connectionFailed(_ reason: ConnectionFailureReason) {}
     public func requestRetried() {}
     public func connectionReplacementRequested() {}
 }
@@ -30,4 +32,20 @@ extension DispatcherMetricsHook {
 /// Reports nothing.
 public struct NoDispatcherMetrics: DispatcherMetricsHook {
     public init() {}
+}
+
+/// Why a connection failed or ended, in the words of the metrics catalog
+/// (`pushd_apns_connection_errors_total{reason}`).
+public enum ConnectionFailureReason: String, Sendable, CaseIterable {
+    /// Resolving, connecting or the proxy tunnel failed.
+    case connect
+    /// The TLS handshake failed or the server's certificate was rejected.
+    case tls
+    /// The server ended the connection in order: a GOAWAY frame seen on an idle connection, or
+    /// its TLS close_notify (which follows a GOAWAY) had arrived when the connection closed.
+    case goaway
+    /// The connection dropped with requests unanswered, or a write on it failed.
+    case reset
+    /// A request got no answer in time, or a keep-alive PING none at all.
+    case timeout
 }

@@ -62,3 +62,22 @@ struct TransferDisposition: Equatable {
         }
     }
 }
+
+extension ConnectionFailureReason {
+    /// The connection-level failure a transfer's libcurl code (with no answer) stands for, or
+    /// nil when the code says nothing about the connection.
+    init?(failedTransferCode code: Int) {
+        switch code {
+        case 5, 6, 7, 97:
+            // couldn't resolve proxy/host, couldn't connect, proxy handshake
+            self = .connect
+        case 35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98:
+            // SSL connect error and the certificate, key and verification failures
+            self = .tls
+        case TransferDisposition.Code.operationTimedOut:
+            self = .timeout
+        default:
+            return nil
+        }
+    }
+}

@@ -18,6 +18,7 @@ public struct PushdMetrics: Sendable {
     public let apnsStreamsInFlight: GaugeFamily
     public let apnsConnections: GaugeFamily
     public let apnsConnectionErrors: CounterFamily
+    public let apnsRequestsResent: CounterFamily
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
     public let tokensPruned: CounterFamily
@@ -72,6 +73,10 @@ public struct PushdMetrics: Sendable {
             "pushd_apns_connection_errors_total",
             help: "Connections to APNs that failed or were closed by the server (reason: connect, tls, goaway, reset, timeout).",
             labels: target + ["reason"])
+        apnsRequestsResent = try registry.counter(
+            "pushd_apns_requests_resent_total",
+            help: "Requests sent to APNs again, on another connection, because a GOAWAY, a refused stream or a lost connection left them unanswered.",
+            labels: target)
         retries = try registry.counter(
             "pushd_retries_total",
             help: "Notifications rescheduled for another attempt, by the reason of the failed one.",
@@ -165,6 +170,10 @@ public struct PushdMetrics: Sendable {
 
     public func connectionError(app: String, environment: String, reason: String) -> Counter {
         apnsConnectionErrors.bound([app, environment, reason])
+    }
+
+    public func requestsResent(app: String, environment: String) -> Counter {
+        apnsRequestsResent.bound([app, environment])
     }
 
     public func retry(app: String, lane: String, reason: String) -> Counter {

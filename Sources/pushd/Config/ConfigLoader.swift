@@ -74,6 +74,8 @@ enum ConfigLoader {
         config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.maxInFlight, range: 1...1_000_000)
         config.apns.connectTimeoutMilliseconds = apns.int("connect_timeout_ms", default: config.apns.connectTimeoutMilliseconds, range: 100...600_000)
         config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)
+        config.apns.pingIntervalMilliseconds = apns.int("ping_interval_ms", default: config.apns.pingIntervalMilliseconds, range: 100...3_600_000)
+        config.apns.pingTimeoutMilliseconds = apns.int("ping_timeout_ms", default: config.apns.pingTimeoutMilliseconds, range: 100...600_000)
         config.apns.providerTokenRefreshSeconds = apns.int("provider_token_refresh_s", default: config.apns.providerTokenRefreshSeconds, range: 60...7200)
         if config.apns.providerTokenRefreshSeconds > 3300 {
             reader.warning("apns.provider_token_refresh_s", line: apns.line, "over 3300 s: APNs answers ExpiredProviderToken to tokens over 3600 s old")

@@ -39,6 +39,9 @@ struct PushdConfig: Sendable, Equatable {
         var maxInFlight: Int = 4000
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
+        /// An HTTP/2 PING on connections idle this long; one unanswered for `pingTimeoutMilliseconds` ends its connection.
+        var pingIntervalMilliseconds: Int = 60_000
+        var pingTimeoutMilliseconds: Int = 20_000
         /// Age at which a provider token is replaced; APNs refuses tokens over 60 minutes old.
         var providerTokenRefreshSeconds: Int = 3000
     }

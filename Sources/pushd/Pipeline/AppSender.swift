@@ -121,19 +121,21 @@ final class AppSender: @unchecked Sendable {
 struct AppDispatcherMetrics: DispatcherMetricsHook {
     let inFlight: Gauge
     let connections: Gauge
-    let lost: Counter
-    let failedConnects: Counter
+    let errors: [ConnectionFailureReason: Counter]
+    let resent: Counter
 
     init(app: String, environment: String, metrics: PushdMetrics) {
         inFlight = metrics.streamsInFlight(app: app, environment: environment)
         connections = metrics.connections(app: app, environment: environment)
-        lost = metrics.connectionError(app: app, environment: environment, reason: "lost")
-        failedConnects = metrics.connectionError(app: app, environment: environment, reason: "replaced")
+        errors = Dictionary(uniqueKeysWithValues: ConnectionFailureReason.allCases.map {
+            ($0, metrics.connectionError(app: app, environment: environment, reason: $0.rawValue))
+        })
+        resent = metrics.requestsResent(app: app, environment: environment)
     }
 
     func inFlightChanged(by delta: Int) { inFlight.add(Double(delta)) }
     func connectionOpened(reconnect: Bool) { connections.increment() }
     func connectionClosed() { connections.decrement() }
-    func connectionLost() { lost.increment() }
-    func connectionReplacementRequested() { failedConnects.increment() }
+    func connectionFailed(_ reason: ConnectionFailureReason) { errors[reason]?.increment() }
+    func requestRetried() { resent.increment() }
 }

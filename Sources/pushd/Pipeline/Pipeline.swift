@@ -97,7 +97,9 @@ final class Pipeline: @unchecked Sendable {
             threads: config.apns.threads, connectionsPerThread: config.apns.connectionsPerApp,
             streamsPerConnection: config.apns.streamsPerConnection, maxOutstanding: config.apns.maxInFlight,
             connectTimeoutMilliseconds: config.apns.connectTimeoutMilliseconds,
-            requestTimeoutMilliseconds: config.apns.requestTimeoutMilliseconds)
+            requestTimeoutMilliseconds: config.apns.requestTimeoutMilliseconds,
+            keepAliveIntervalMilliseconds: config.apns.pingIntervalMilliseconds,
+            keepAliveTimeoutMilliseconds: config.apns.pingTimeoutMilliseconds)
     }
 
     func start() {
