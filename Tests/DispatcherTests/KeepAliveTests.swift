@@ -48,6 +48,23 @@ import Testing
         }
     }
 
+    @Test func pingsDoNotKeepAConnectionPastTheIdleCloseTime() async throws {
+        try await withMock { server, port, material in
+            var configuration = configurationForMock(port: port, material: material, threads: 1)
+            configuration.keepAliveIntervalMilliseconds = 200
+            configuration.keepAliveTimeoutMilliseconds = 100
+            configuration.idleCloseSeconds = 1
+            let engine = try HTTP2Dispatcher(configuration: configuration, onResult: { _ in })
+            defer { engine.shutdown() }
+            #expect(try await engine.send(request(1)).response?.status == 200)
+            #expect(try await eventually(10) { engine.statistics.idleClosed == 1 && server.stats.connectionsClosed == 1 })
+            #expect(engine.statistics.pingsSent >= 2)
+            #expect(engine.statistics.connectionFailures.isEmpty)
+            #expect(try await engine.send(request(2)).response?.status == 200)
+            #expect(server.stats.connectionsAccepted == 2)
+        }
+    }
+
     @Test func aBusyConnectionIsNotPinged() async throws {
         try await withMock { server, port, material in
             var configuration = configurationForMock(port: port, material: material, threads: 1)

@@ -32,7 +32,7 @@ public struct DispatcherConfiguration: Sendable {
     public var keepAliveIntervalMilliseconds: Int
     /// A PING unanswered this long marks its connection dead; it is closed, not reused.
     public var keepAliveTimeoutMilliseconds: Int
-    /// Connections idle longer than this are not reused and are closed.
+    /// Connections unused longer than this are closed, PINGs or not, and never reused.
     public var idleCloseSeconds: Int
     /// Transport attempts per request, counting the first; retries are transparent.
     public var maxAttempts: Int

@@ -32,7 +32,10 @@ final class ConnectionKeepAlive {
         let ssl: OpaquePointer
         let fd: Int32
         let port: Int32
+        /// Last use by libcurl or last PING: the next PING is due `interval` after it.
         var idleSince: UInt64
+        /// Last use by libcurl: after `idleClose` of none the connection is closed.
+        var lastUsed: UInt64
         var pingSentAt: UInt64 = 0
         var awaitingAck = false
         /// Frames other than our PING ACK wait for libcurl: no more PINGs until it has used the connection.
@@ -61,11 +64,14 @@ final class ConnectionKeepAlive {
 
     private(set) var nextDeadline = UInt64.max
 
-    init(enabled: Bool, intervalMilliseconds: Int, timeoutMilliseconds: Int,
+    private let idleClose: UInt64
+
+    init(enabled: Bool, intervalMilliseconds: Int, timeoutMilliseconds: Int, idleCloseSeconds: Int,
          counters: DispatcherCounters, metrics: any DispatcherMetricsHook) {
         self.enabled = enabled
         interval = UInt64(intervalMilliseconds) * 1_000_000
         timeout = UInt64(timeoutMilliseconds) * 1_000_000
+        idleClose = UInt64(idleCloseSeconds) * 1_000_000_000
         self.counters = counters
         self.metrics = metrics
     }
@@ -90,7 +96,7 @@ final class ConnectionKeepAlive {
         for fd in unidentified where Self.localPort(of: fd) == localPort {
             unidentified.remove(fd)
             SSL_set_ex_data(session, sessionFreedIndex, Unmanaged.passUnretained(self).toOpaque())
-            connections.append(Connection(ssl: session, fd: fd, port: localPort, idleSince: now))
+            connections.append(Connection(ssl: session, fd: fd, port: localPort, idleSince: now, lastUsed: now))
             nextDeadline = min(nextDeadline, now + interval)
             return
         }
@@ -138,6 +144,7 @@ final class ConnectionKeepAlive {
     func activity(on fd: Int32, now: UInt64) {
         guard let index = connections.firstIndex(where: { $0.fd == fd }) else { return }
         connections[index].idleSince = now
+        connections[index].lastUsed = now
         connections[index].awaitingAck = false
         connections[index].quiet = false
         nextDeadline = min(nextDeadline, now + interval)
@@ -180,9 +187,18 @@ final class ConnectionKeepAlive {
             if connections[index].dead { continue }
             if isWatched(connections[index].fd) {
                 connections[index].idleSince = now
+                connections[index].lastUsed = now
                 connections[index].awaitingAck = false
                 connections[index].quiet = false
                 next = min(next, now + interval)
+                continue
+            }
+            if now >= connections[index].lastUsed + idleClose {
+                // Unused for the idle-close time: PINGs must not keep it open for ever. libcurl
+                // closes it when it next looks at it (before any reuse).
+                connections[index].dead = true
+                _ = shutdown(connections[index].fd, Int32(SHUT_RDWR))
+                counters.idleClosed.add(1, ordering: .relaxed)
                 continue
             }
             if connections[index].awaitingAck {
@@ -195,7 +211,9 @@ final class ConnectionKeepAlive {
             } else if !connections[index].quiet, now >= connections[index].idleSince + interval {
                 sendPing(index, now: now)
             }
-            if connections[index].dead || connections[index].quiet { continue }
+            if connections[index].dead { continue }
+            next = min(next, connections[index].lastUsed + idleClose)
+            if connections[index].quiet { continue }
             next = min(next, connections[index].awaitingAck ? connections[index].pingSentAt + timeout
                                                            : connections[index].idleSince + interval)
         }

@@ -166,6 +166,7 @@ final class CurlEventLoop: @unchecked Sendable {
         keepAlive = ConnectionKeepAlive(enabled: !(configuration.proxy?.hasPrefix("https://") ?? false),
                                         intervalMilliseconds: configuration.keepAliveIntervalMilliseconds,
                                         timeoutMilliseconds: configuration.keepAliveTimeoutMilliseconds,
+                                        idleCloseSeconds: configuration.idleCloseSeconds,
                                         counters: sink.counters, metrics: sink.metrics)
         guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
         self.multi = multi

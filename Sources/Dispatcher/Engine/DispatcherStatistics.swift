@@ -17,6 +17,8 @@ public struct DispatcherStatistics: Sendable, Equatable {
     public var pingsAcknowledged: Int
     /// Idle connections whose PING got no answer within the keep-alive timeout.
     public var pingTimeouts: Int
+    /// Idle connections closed after `idleCloseSeconds` without use.
+    public var idleClosed: Int
     /// Connection failures and server-side ends by reason.
     public var connectionFailures: [ConnectionFailureReason: Int]
 }
@@ -34,6 +36,7 @@ final class DispatcherCounters: Sendable {
     let pingsSent = Atomic<Int>(0)
     let pingsAcknowledged = Atomic<Int>(0)
     let pingTimeouts = Atomic<Int>(0)
+    let idleClosed = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
     private let failures = Mutex<[ConnectionFailureReason: Int]>([:])
 
@@ -51,6 +54,7 @@ final class DispatcherCounters: Sendable {
                              pingsSent: pingsSent.load(ordering: .relaxed),
                              pingsAcknowledged: pingsAcknowledged.load(ordering: .relaxed),
                              pingTimeouts: pingTimeouts.load(ordering: .relaxed),
+                             idleClosed: idleClosed.load(ordering: .relaxed),
                              connectionFailures: failures.withLock { $0 })
     }
 }
