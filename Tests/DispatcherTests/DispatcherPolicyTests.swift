@@ -75,7 +75,8 @@ import Testing
     }
 }
 
-@Suite struct ResponseBodyScannerTests {
+/// `Response` reads error bodies with the APNs module's `APNsErrorBody` (tested in full there).
+@Suite struct ResponseBodyTests {
     @Test func readsReasonAndTimestampOfAnAPNsErrorBody() {
         let body = Array(#"{"reason":"Unregistered","timestamp":1700000000123}"#.utf8)
         let response = Response(status: 410, apnsID: nil, body: body)
@@ -83,17 +84,18 @@ import Testing
         #expect(response.timestampMilliseconds == 1_700_000_000_123)
     }
 
-    @Test func toleratesWhitespaceEscapesAndNestedKeysOfTheSameName() {
+    @Test func nestedMembersOfTheSameNameAndEscapesAreReadCorrectly() {
         let body = Array(#"{ "other": {"reason": "inner"}, "note": "reason", "reason" : "Bad\"Topic" }"#.utf8)
-        #expect(ResponseBodyScanner.stringValue(of: "reason", in: body) == "Bad\"Topic")
+        #expect(Response(status: 400, apnsID: nil, body: body).reason == "Bad\"Topic")
     }
 
     @Test func missingOrMalformedValuesGiveNil() {
+        func response(_ text: String) -> Response { Response(status: 400, apnsID: nil, body: Array(text.utf8)) }
         #expect(Response(status: 200, apnsID: nil, body: []).reason == nil)
-        #expect(ResponseBodyScanner.stringValue(of: "reason", in: Array(#"{"reason":12}"#.utf8)) == nil)
-        #expect(ResponseBodyScanner.stringValue(of: "reason", in: Array(#"{"reason":"unterminated"#.utf8)) == nil)
-        #expect(ResponseBodyScanner.integerValue(of: "timestamp", in: Array(#"{"timestamp":"x"}"#.utf8)) == nil)
-        #expect(ResponseBodyScanner.integerValue(of: "timestamp", in: Array(#"{"timestamp":99999999999999999999999}"#.utf8)) == nil)
+        #expect(response(#"{"reason":12}"#).reason == nil)
+        #expect(response(#"{"reason":"unterminated"#).reason == nil)
+        #expect(response(#"{"timestamp":"x"}"#).timestampMilliseconds == nil)
+        #expect(response(#"{"timestamp":99999999999999999999999}"#).timestampMilliseconds == nil)
     }
 }
 

@@ -1,3 +1,4 @@
+import APNs
 internal import CCurl
 import Foundation
 import Glibc
@@ -493,7 +494,7 @@ final class CurlEventLoop: @unchecked Sendable {
         let curlCode = Int(code.rawValue)
         let disposition = TransferDisposition.decide(
             curlCode: curlCode, status: status,
-            reason: { ResponseBodyScanner.stringValue(of: "reason", in: transfer.responseBody) },
+            reason: { APNsErrorBody.parse(transfer.responseBody)?.reason?.rawValue },
             attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
         if status == 0, curlCode != 0, let reason = ConnectionFailureReason(failedTransferCode: curlCode) {
             failuresThisBatch.insert(reason)

@@ -1,3 +1,4 @@
+import APNs
 import Foundation
 
 /// What became of one request: the server's answer or the transport failure that ended it.
@@ -40,10 +41,10 @@ public struct Response: Sendable, Equatable {
     }
 
     /// The `reason` string of an APNs error body, or nil when there is none.
-    public var reason: String? { ResponseBodyScanner.stringValue(of: "reason", in: body) }
+    public var reason: String? { APNsErrorBody.parse(body)?.reason?.rawValue }
 
     /// The `timestamp` (milliseconds since the epoch) of a 410 body, or nil when there is none.
-    public var timestampMilliseconds: Int64? { ResponseBodyScanner.integerValue(of: "timestamp", in: body) }
+    public var timestampMilliseconds: Int64? { APNsErrorBody.parse(body)?.timestamp }
 }
 
 /// A failure below HTTP: libcurl's error code and its message.
