@@ -141,7 +141,8 @@ final class CurlEventLoop: @unchecked Sendable {
     private var openConnections = 0
     /// A fresh-connect transfer is running and the connection limit is one above the configured count.
     private var replacing = false
-    private var everConnected = false
+    /// Connections this loop has opened; those beyond its configured count are reconnects.
+    private var connectionsEverOpened = 0
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown.
     /// Until then libcurl assumes 100 streams, while APNs starts token connections at 1 and
     /// refuses the rest; libcurl answers a refused stream by closing the whole connection and
@@ -687,8 +688,8 @@ final class CurlEventLoop: @unchecked Sendable {
         openConnections += 1
         coldConnection = true
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
-        sink.metrics.connectionOpened(reconnect: everConnected)
-        everConnected = true
+        sink.metrics.connectionOpened(reconnect: connectionsEverOpened >= configuration.connectionsPerThread)
+        connectionsEverOpened += 1
     }
 
     fileprivate func socketClosed(_ fd: Int32) {

@@ -19,6 +19,7 @@ public struct PushdMetrics: Sendable {
     public let apnsConnections: GaugeFamily
     public let apnsConnectionErrors: CounterFamily
     public let apnsRequestsResent: CounterFamily
+    public let apnsReconnects: CounterFamily
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
     public let tokensPruned: CounterFamily
@@ -76,6 +77,10 @@ public struct PushdMetrics: Sendable {
         apnsRequestsResent = try registry.counter(
             "pushd_apns_requests_resent_total",
             help: "Requests sent to APNs again, on another connection, because a GOAWAY, a refused stream or a lost connection left them unanswered.",
+            labels: target)
+        apnsReconnects = try registry.counter(
+            "pushd_apns_reconnects_total",
+            help: "Connections to APNs opened after the first one (to replace one that closed, failed or was asked to be replaced).",
             labels: target)
         retries = try registry.counter(
             "pushd_retries_total",
@@ -170,6 +175,10 @@ public struct PushdMetrics: Sendable {
 
     public func connectionError(app: String, environment: String, reason: String) -> Counter {
         apnsConnectionErrors.bound([app, environment, reason])
+    }
+
+    public func reconnects(app: String, environment: String) -> Counter {
+        apnsReconnects.bound([app, environment])
     }
 
     public func requestsResent(app: String, environment: String) -> Counter {

@@ -123,6 +123,7 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let connections: Gauge
     let errors: [ConnectionFailureReason: Counter]
     let resent: Counter
+    let reconnects: Counter
 
     init(app: String, environment: String, metrics: PushdMetrics) {
         inFlight = metrics.streamsInFlight(app: app, environment: environment)
@@ -131,10 +132,14 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
             ($0, metrics.connectionError(app: app, environment: environment, reason: $0.rawValue))
         })
         resent = metrics.requestsResent(app: app, environment: environment)
+        reconnects = metrics.reconnects(app: app, environment: environment)
     }
 
     func inFlightChanged(by delta: Int) { inFlight.add(Double(delta)) }
-    func connectionOpened(reconnect: Bool) { connections.increment() }
+    func connectionOpened(reconnect: Bool) {
+        connections.increment()
+        if reconnect { reconnects.increment() }
+    }
     func connectionClosed() { connections.decrement() }
     func connectionFailed(_ reason: ConnectionFailureReason) { errors[reason]?.increment() }
     func requestRetried() { resent.increment() }
