@@ -100,7 +100,8 @@ private final class CurlTransfer {
 ///
 /// Thread rule: the CURLM, every CURL/CURLU handle, the transfers, the backlog and the epoll
 /// descriptor are touched only on this loop's thread (after `init` returns). Other threads
-/// reach the loop only through `inbox`, `stopRequested` and a write to the eventfd.
+/// reach the loop only through `inbox`, `stopRequested`, `outstanding` (read) and a write to
+/// the eventfd.
 final class CurlEventLoop: @unchecked Sendable {
     private struct Inbox {
         var items: [PendingRequest] = []
@@ -117,6 +118,10 @@ final class CurlEventLoop: @unchecked Sendable {
     private let stopRequested = Atomic<Bool>(false)
     /// True while the loop is (about to be) blocked in epoll_wait; producers wake it only then.
     private let sleeping = Atomic<Bool>(false)
+    /// Requests accepted and not yet reported. The dispatcher hands each chunk of window slots to
+    /// the loop with the fewest: dealt out in turn, the chunks (a quarter of the window each, one
+    /// per wake-up of the submitter) kept one loop's backlog full while the other's ran dry.
+    let outstanding = Atomic<Int>(0)
     private var thread: pthread_t?
 
     private var transfers: [CurlTransfer] = []
@@ -206,6 +211,7 @@ final class CurlEventLoop: @unchecked Sendable {
         let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
             guard !inbox.closed else { return (false, false) }
             inbox.items.append(request)
+            outstanding.add(1, ordering: .relaxed)
             return (true, inbox.items.count == 1)
         }
         if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
@@ -218,6 +224,7 @@ final class CurlEventLoop: @unchecked Sendable {
             guard !inbox.closed else { return (false, false) }
             let wasEmpty = inbox.items.isEmpty
             inbox.items.append(contentsOf: requests)
+            outstanding.add(requests.count, ordering: .relaxed)
             return (true, wasEmpty)
         }
         if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
@@ -502,6 +509,7 @@ final class CurlEventLoop: @unchecked Sendable {
     /// Returns the window slots of everything delivered since the last call, in one go.
     private func releaseSlots() {
         if slotsToRelease > 0 {
+            outstanding.subtract(slotsToRelease, ordering: .relaxed)
             sink.window.release(slotsToRelease)
             slotsToRelease = 0
         }
