@@ -316,16 +316,21 @@ final class CurlEventLoop: @unchecked Sendable {
         drained.removeAll(keepingCapacity: true)
     }
 
+    /// One request at a time while no connection exists or the newest one has not answered yet:
+    /// the first batch would otherwise be inside libcurl before the first connection opens, and
+    /// libcurl would put up to 100 of them on it before the server's SETTINGS arrive.
+    private var admissionLimit: Int { coldConnection || openConnections == 0 ? 1 : inCurlLimit }
+
     /// Moves requests from the backlog into libcurl up to the loop's in-flight limit. Called before
     /// every wait so that finished streams are replaced at once, not after the next poll.
     private func refill() {
-        guard !backlog.isEmpty, inCurl < (coldConnection ? 1 : inCurlLimit) else { return }
+        guard !backlog.isEmpty, inCurl < admissionLimit else { return }
         if backoffUntil != 0 {
             guard monotonicNanoseconds() >= backoffUntil else { return }
             backoffUntil = 0
         }
         var added = 0
-        while inCurl < (coldConnection ? 1 : inCurlLimit), !backlog.isEmpty {
+        while inCurl < admissionLimit, !backlog.isEmpty {
             let transfer: CurlTransfer
             if let index = freeTransfers.popLast() {
                 transfer = transfers[index]
