@@ -74,6 +74,25 @@ import Testing
         }
     }
 
+    @Test func requestsQueuedBeforeTheFirstConnectionWaitForItsSettingsAndCostNoReconnect() async throws {
+        try await withMock({ configuration, material in
+            configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
+            configuration.maxConcurrentStreams = 1000
+        }) { server, port, material in
+            let collector = ResultCollector()
+            let (client, _) = try tokenClient(port: port, material: material, collector: collector, tune: mockTuning(material))
+            defer { client.shutdown() }
+            let total = 2000
+            // All submitted at once, so each loop finds a full queue before it has any connection.
+            try await onOwnThread { for tag in 0..<total { try client.submit(notification(tag), tag: UInt64(tag)) } }
+            #expect(await collector.wait(for: total) == total)
+            #expect(collector.snapshot().results.values.allSatisfy { $0.response?.status == 200 })
+            #expect(client.dispatcher.statistics.retried == 0)
+            #expect(server.stats.connectionsAccepted == client.dispatcher.configuration.threads)
+            #expect(server.stats.accepted == total)
+        }
+    }
+
     @Test func goawayMidFlightLosesNothingAndDuplicatesNothing() async throws {
         try await withMock({ configuration, _ in
             configuration.faults = FaultConfiguration(goawayAfterStreams: 700)

@@ -108,7 +108,8 @@ private final class CurlTransfer {
 ///
 /// Thread rule: the CURLM, every CURL/CURLU handle, the transfers, the backlog and the epoll
 /// descriptor are touched only on this loop's thread (after `init` returns). Other threads
-/// reach the loop only through `inbox`, `stopRequested` and a write to the eventfd.
+/// reach the loop only through `inbox`, `stopRequested`, `outstanding` (read) and a write to
+/// the eventfd.
 final class CurlEventLoop: @unchecked Sendable {
     private struct Inbox {
         var items: [PendingRequest] = []
@@ -125,6 +126,10 @@ final class CurlEventLoop: @unchecked Sendable {
     private let stopRequested = Atomic<Bool>(false)
     /// True while the loop is (about to be) blocked in epoll_wait; producers wake it only then.
     private let sleeping = Atomic<Bool>(false)
+    /// Requests accepted and not yet reported. The dispatcher hands each chunk of window slots to
+    /// the loop with the fewest: dealt out in turn, the chunks (a quarter of the window each, one
+    /// per wake-up of the submitter) kept one loop's backlog full while the other's ran dry.
+    let outstanding = Atomic<Int>(0)
     private var thread: pthread_t?
 
     private var transfers: [CurlTransfer] = []
@@ -227,6 +232,7 @@ final class CurlEventLoop: @unchecked Sendable {
         let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
             guard !inbox.closed else { return (false, false) }
             inbox.items.append(request)
+            outstanding.add(1, ordering: .relaxed)
             return (true, inbox.items.count == 1)
         }
         if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
@@ -239,6 +245,7 @@ final class CurlEventLoop: @unchecked Sendable {
             guard !inbox.closed else { return (false, false) }
             let wasEmpty = inbox.items.isEmpty
             inbox.items.append(contentsOf: requests)
+            outstanding.add(requests.count, ordering: .relaxed)
             return (true, wasEmpty)
         }
         if first, sleeping.load(ordering: .sequentiallyConsistent) { wakeUp() }
@@ -336,16 +343,21 @@ final class CurlEventLoop: @unchecked Sendable {
         drained.removeAll(keepingCapacity: true)
     }
 
+    /// One request at a time while no connection exists or the newest one has not answered yet:
+    /// the first batch would otherwise be inside libcurl before the first connection opens, and
+    /// libcurl would put up to 100 of them on it before the server's SETTINGS arrive.
+    private var admissionLimit: Int { coldConnection || openConnections == 0 ? 1 : inCurlLimit }
+
     /// Moves requests from the backlog into libcurl up to the loop's in-flight limit. Called before
     /// every wait so that finished streams are replaced at once, not after the next poll.
     private func refill() {
-        guard !backlog.isEmpty, inCurl < (coldConnection ? 1 : inCurlLimit) else { return }
+        guard !backlog.isEmpty, inCurl < admissionLimit else { return }
         if backoffUntil != 0 {
             guard monotonicNanoseconds() >= backoffUntil else { return }
             backoffUntil = 0
         }
         var added = 0
-        while inCurl < (coldConnection ? 1 : inCurlLimit), !backlog.isEmpty {
+        while inCurl < admissionLimit, !backlog.isEmpty {
             let transfer: CurlTransfer
             if let index = freeTransfers.popLast() {
                 transfer = transfers[index]
@@ -549,6 +561,7 @@ final class CurlEventLoop: @unchecked Sendable {
     /// Returns the window slots of everything delivered since the last call, in one go.
     private func releaseSlots() {
         if slotsToRelease > 0 {
+            outstanding.subtract(slotsToRelease, ordering: .relaxed)
             sink.window.release(slotsToRelease)
             slotsToRelease = 0
         }

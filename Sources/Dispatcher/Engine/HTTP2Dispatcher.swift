@@ -67,8 +67,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
                 pending.append(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: now, attempts: 0))
             }
             counters.submitted.add(granted, ordering: .relaxed)
-            let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
-            if !loops[(index & Int.max) % loops.count].enqueue(contentsOf: pending) {
+            if !leastLoadedLoop().enqueue(contentsOf: pending) {
                 for request in pending { sink.deliver(request, outcome: .transportFailure(.engineStopped)) }
                 window.release(pending.count)
             }
@@ -97,11 +96,27 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
 
     private func dispatch(_ pending: PendingRequest) {
         counters.submitted.add(1, ordering: .relaxed)
-        let index = nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue
-        if !loops[(index & Int.max) % loops.count].enqueue(pending) {
+        if !leastLoadedLoop().enqueue(pending) {
             sink.deliver(pending, outcome: .transportFailure(.engineStopped))
             window.release(1)
         }
+    }
+
+    /// The loop with the fewest unfinished requests, so a loop that drained its share gets the next
+    /// chunk and none sits idle while another's backlog waits; ties go round from a rotating start.
+    private func leastLoadedLoop() -> CurlEventLoop {
+        let start = (nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue & Int.max) % loops.count
+        var best = loops[start]
+        var bestLoad = best.outstanding.load(ordering: .relaxed)
+        for offset in 1..<loops.count {
+            let loop = loops[(start + offset) % loops.count]
+            let load = loop.outstanding.load(ordering: .relaxed)
+            if load < bestLoad {
+                best = loop
+                bestLoad = load
+            }
+        }
+        return best
     }
 
     /// Requests submitted and not yet reported.
