@@ -163,6 +163,24 @@ import Testing
         }
     }
 
+    @Test func campaignsAreListedNewestFirstByAppAndStatus() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let first = try makeCampaign(connection, targets: 10)
+            let second = try makeCampaign(connection, targets: 20)
+            let other = try campaigns.create(connection, NewCampaign(app: "news", name: "digest", payload: Fixtures.payload))
+            try campaigns.start(connection, id: second)
+            #expect(try campaigns.campaigns(connection, limit: 10).map(\.id) == [other, second, first])
+            #expect(try campaigns.campaigns(connection, app: "shop", limit: 10).map(\.id) == [second, first])
+            #expect(try campaigns.campaigns(connection, status: .running, limit: 10).map(\.id) == [second])
+            #expect(try campaigns.campaigns(connection, app: "news", status: .running, limit: 10).isEmpty)
+            #expect(try campaigns.campaigns(connection, limit: 1).map(\.id) == [other])
+            let listed = try #require(try campaigns.campaigns(connection, app: "shop", limit: 1).first)
+            #expect(listed == (try campaigns.campaign(connection, id: second)))
+            #expect(listed.targets == 20 && listed.name == "winter sale" && listed.status == .running)
+        }
+    }
+
     @Test func aScheduledCampaignIsNotLeasedBeforeItsStartTime() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

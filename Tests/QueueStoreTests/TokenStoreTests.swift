@@ -79,6 +79,32 @@ import Testing
         }
     }
 
+    @Test func countsAndPruneReasonsArePerAppAndReason() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            for seed in 1...5 { try tokens.register(connection, app: "shop", token: Fixtures.token(seed)) }
+            try tokens.register(connection, app: "shop", token: Fixtures.token(6), environment: "sandbox")
+            try tokens.register(connection, app: "news", token: Fixtures.token(7))
+            #expect(try tokens.prune(connection, app: "shop", token: Fixtures.token(1), reason: "BadDeviceToken", apnsTimestamp: nil))
+            #expect(try tokens.prune(connection, app: "shop", token: Fixtures.token(2), reason: "Unregistered", apnsTimestamp: nil))
+            #expect(try tokens.prune(connection, app: "shop", token: Fixtures.token(3), reason: "Unregistered", apnsTimestamp: nil))
+
+            let counts = try tokens.counts(connection)
+            #expect(counts.map(\.app) == ["news", "shop"])
+            let shop = try #require(counts.last)
+            #expect(shop.live == 3 && shop.liveProduction == 2 && shop.liveSandbox == 1)
+            #expect(shop.pruned == 3 && shop.prunedLastDay == 3 && shop.lastPruned != nil)
+            #expect(try tokens.counts(connection, app: "news").map(\.live) == [1])
+            #expect(try tokens.counts(connection, app: "absent").isEmpty)
+
+            #expect(try tokens.pruneReasons(connection) == [
+                PruneReasonCount(app: "shop", reason: "Unregistered", tokens: 2),
+                PruneReasonCount(app: "shop", reason: "BadDeviceToken", tokens: 1),
+            ])
+            #expect(try tokens.pruneReasons(connection, app: "news").isEmpty)
+        }
+    }
+
     @Test func registeringAMalformedTokenNamesTheColumnAndTheProblem() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

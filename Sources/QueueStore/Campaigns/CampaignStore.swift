@@ -35,20 +35,33 @@ public struct CampaignStore: Sendable {
     }
 
     public func campaign(_ connection: PGConnection, id: Int64) throws -> Campaign? {
-        let result = try connection.query("""
-            SELECT id, app, name, status, push_type, priority, payload, start_at, rate_limit, targets, sent, failed,
-                   ARRAY(SELECT key FROM jsonb_each_text(failed_by_reason) ORDER BY key),
-                   ARRAY(SELECT value::bigint FROM jsonb_each_text(failed_by_reason) ORDER BY key),
-                   pruned, chunks_total, chunks_done, created_at, started_at, finished_at
-            FROM pushd.campaigns WHERE id = $1
-            """, [id])
+        let result = try connection.query("SELECT \(Self.campaignColumns) FROM pushd.campaigns WHERE id = $1", [id])
         guard result.rowCount == 1 else { return nil }
-        let row = result[0]
+        return try Self.decodeCampaign(result[0])
+    }
+
+    /// The newest campaigns first, of one app or all, in one status or any.
+    public func campaigns(_ connection: PGConnection, app: String? = nil, status: CampaignStatus? = nil, limit: Int) throws -> [Campaign] {
+        try connection.query("""
+            SELECT \(Self.campaignColumns) FROM pushd.campaigns
+            WHERE ($1::text IS NULL OR app = $1) AND ($2::text IS NULL OR status = $2)
+            ORDER BY id DESC LIMIT $3
+            """, [app, status?.rawValue, limit]).rows.map(Self.decodeCampaign)
+    }
+
+    private static let campaignColumns = """
+        id, app, name, status, push_type, priority, payload, start_at, rate_limit, targets, sent, failed,
+        ARRAY(SELECT key FROM jsonb_each_text(failed_by_reason) ORDER BY key),
+        ARRAY(SELECT value::bigint FROM jsonb_each_text(failed_by_reason) ORDER BY key),
+        pruned, chunks_total, chunks_done, created_at, started_at, finished_at
+        """
+
+    private static func decodeCampaign(_ row: PGRow) throws -> Campaign {
         let reasons: [String] = try row.require(12)
         let counts: [Int] = try row.require(13)
         let statusText: String = try row.require(3)
         guard let status = CampaignStatus(rawValue: statusText) else {
-            throw QueueError("campaign \(id) has unknown status '\(statusText)'")
+            throw QueueError("campaign \(try row.require(0) as Int64) has unknown status '\(statusText)'")
         }
         return Campaign(id: try row.require(0), app: try row.require(1), name: try row.require(2), status: status,
                         pushType: try row.require(4), priority: try row.require(5), payload: try row.get(6),

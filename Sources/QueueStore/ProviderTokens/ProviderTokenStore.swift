@@ -1,7 +1,7 @@
 import Foundation
 
 /// A provider JWT shared by every pushd instance using the same signing key.
-public struct ProviderToken: Sendable, Hashable {
+public struct SharedProviderToken: Sendable, Hashable {
     public var token: String
     public var issuedAt: Date
     /// True when this call minted it (and stored it for the others).
@@ -28,7 +28,7 @@ public struct ProviderTokenStore: Sendable {
     /// A stored token equal to `rejected` (APNs called it expired) is replaced whatever its age.
     public func providerToken(_ connection: PGConnection, keyID: String, teamID: String, maxAge: TimeInterval,
                               instance: String = "pushd", rejected: String? = nil,
-                              mint: () throws -> (token: String, issuedAt: Date)) throws -> ProviderToken {
+                              mint: () throws -> (token: String, issuedAt: Date)) throws -> SharedProviderToken {
         guard maxAge > 0 else { throw QueueError("provider token maxAge must be positive, got \(maxAge)") }
         let read = """
             SELECT token, issued_at, extract(epoch FROM now() - issued_at)::float8
@@ -46,14 +46,14 @@ public struct ProviderTokenStore: Sendable {
                 UPDATE pushd.provider_tokens SET token = $3, issued_at = $4, minted_by = $5
                 WHERE key_id = $1 AND team_id = $2
                 """, [keyID, teamID, minted.token, minted.issuedAt, instance])
-            return ProviderToken(token: minted.token, issuedAt: minted.issuedAt, minted: true)
+            return SharedProviderToken(token: minted.token, issuedAt: minted.issuedAt, minted: true)
         }
     }
 
-    private static func fresh(_ result: PGResult, maxAge: TimeInterval, rejected: String?) throws -> ProviderToken? {
+    private static func fresh(_ result: PGResult, maxAge: TimeInterval, rejected: String?) throws -> SharedProviderToken? {
         guard result.rowCount == 1, let token = try result.get(String.self, row: 0, column: 0), token != rejected,
               let issuedAt = try result.get(Date.self, row: 0, column: 1),
               let age = try result.get(Double.self, row: 0, column: 2), age < maxAge, age > -60 else { return nil }
-        return ProviderToken(token: token, issuedAt: issuedAt, minted: false)
+        return SharedProviderToken(token: token, issuedAt: issuedAt, minted: false)
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// A row of `pushd.device_tokens`.
-public struct DeviceToken: Sendable, Hashable {
+public struct RegisteredToken: Sendable, Hashable {
     public var app: String
     public var token: String
     public var environment: String
@@ -67,14 +67,14 @@ public struct TokenStore: Sendable {
                                      prunes.map(\.apnsTimestamp)]).affectedRows
     }
 
-    public func token(_ connection: PGConnection, app: String, token: String) throws -> DeviceToken? {
+    public func token(_ connection: PGConnection, app: String, token: String) throws -> RegisteredToken? {
         let result = try connection.query("""
             SELECT app, token, environment, user_id, created_at, updated_at, invalidated_at, invalid_reason
             FROM pushd.device_tokens WHERE app = $1 AND token = lower($2)
             """, [app, token])
         guard result.rowCount == 1 else { return nil }
         let row = result[0]
-        return DeviceToken(app: try row.require(0), token: try row.require(1), environment: try row.require(2),
+        return RegisteredToken(app: try row.require(0), token: try row.require(1), environment: try row.require(2),
                            userID: try row.get(3), createdAt: try row.require(4), updatedAt: try row.require(5),
                            invalidatedAt: try row.get(6), invalidReason: try row.get(7))
     }
@@ -85,5 +85,61 @@ public struct TokenStore: Sendable {
             SELECT token FROM pushd.device_tokens
             WHERE app = $1 AND user_id = $2 AND invalidated_at IS NULL ORDER BY token
             """, [app, userID]).rows.map { try $0.require(0) }
+    }
+
+    /// Live and pruned tokens per app (of one app or all), by app name.
+    public func counts(_ connection: PGConnection, app: String? = nil) throws -> [TokenCounts] {
+        try connection.query("""
+            SELECT app,
+                   count(*) FILTER (WHERE invalidated_at IS NULL),
+                   count(*) FILTER (WHERE invalidated_at IS NULL AND environment = 'production'),
+                   count(*) FILTER (WHERE invalidated_at IS NULL AND environment = 'sandbox'),
+                   count(*) FILTER (WHERE invalidated_at IS NOT NULL),
+                   count(*) FILTER (WHERE invalidated_at > now() - interval '1 day'),
+                   max(invalidated_at)
+            FROM pushd.device_tokens
+            WHERE $1::text IS NULL OR app = $1
+            GROUP BY app ORDER BY app
+            """, [app]).rows.map { row in
+            TokenCounts(app: try row.require(0), live: try row.require(1), liveProduction: try row.require(2),
+                        liveSandbox: try row.require(3), pruned: try row.require(4), prunedLastDay: try row.require(5),
+                        lastPruned: try row.get(6))
+        }
+    }
+
+    /// Pruned tokens per app and APNs reason, the most frequent reason first.
+    public func pruneReasons(_ connection: PGConnection, app: String? = nil) throws -> [PruneReasonCount] {
+        try connection.query("""
+            SELECT app, coalesce(invalid_reason, 'unknown'), count(*)
+            FROM pushd.device_tokens
+            WHERE invalidated_at IS NOT NULL AND ($1::text IS NULL OR app = $1)
+            GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2
+            """, [app]).rows.map { row in
+            PruneReasonCount(app: try row.require(0), reason: try row.require(1), tokens: try row.require(2))
+        }
+    }
+}
+
+/// One app's registered tokens: live (by environment) and pruned.
+public struct TokenCounts: Sendable, Equatable {
+    public var app: String
+    public var live: Int
+    public var liveProduction: Int
+    public var liveSandbox: Int
+    public var pruned: Int
+    public var prunedLastDay: Int
+    public var lastPruned: Date?
+}
+
+/// How many of an app's tokens were pruned for one reason.
+public struct PruneReasonCount: Sendable, Equatable {
+    public var app: String
+    public var reason: String
+    public var tokens: Int
+
+    public init(app: String, reason: String, tokens: Int) {
+        self.app = app
+        self.reason = reason
+        self.tokens = tokens
     }
 }

@@ -217,18 +217,21 @@ enum CampaignCommand {
 
     static func list(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         let limit = try CommandValue.integer(parsed, "limit", in: 1...100_000) ?? 50
-        let status = parsed.value("status")
-        if let status, CampaignStatus(rawValue: status) == nil {
-            throw CommandContext.Failure("--status '\(status)' is not one of: \(CampaignStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+        var status: CampaignStatus?
+        if let text = parsed.value("status") {
+            guard let known = CampaignStatus(rawValue: text) else {
+                throw CommandContext.Failure("--status '\(text)' is not one of: \(CampaignStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            status = known
         }
         let connection = try context.connect(parsed, config: try context.configIfGiven(parsed), applicationName: applicationName)
-        let rows = try CommandQueries.campaigns(connection, app: parsed.value("app"), status: status, limit: limit)
+        let rows = try CampaignStore().campaigns(connection, app: parsed.value("app"), status: status, limit: limit)
         guard !rows.isEmpty else {
             context.output("no campaigns")
             return 0
         }
         let table = [["ID", "APP", "STATUS", "TARGETS", "SENT", "FAILED", "PRUNED", "CREATED", "NAME"]] + rows.map { row in
-            [String(row.id), row.app, row.status, String(row.targets), String(row.sent), String(row.failed),
+            [String(row.id), row.app, row.status.rawValue, String(row.targets), String(row.sent), String(row.failed),
              String(row.pruned), TimeText.moment(row.createdAt), row.name]
         }
         for line in TextTable.render(table) { context.output(line) }

@@ -6,7 +6,7 @@ enum TokensCommand {
     static func pruneStats(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         let app = parsed.value("app")
         let connection = try context.connect(parsed, config: try context.configIfGiven(parsed), applicationName: "pushd-tokens")
-        let counts = try CommandQueries.tokenCounts(connection, app: app)
+        let counts = try TokenStore().counts(connection, app: app)
         guard !counts.isEmpty else {
             context.output(app.map { "no tokens registered for app '\($0)'" } ?? "no tokens registered")
             return 0
@@ -16,7 +16,7 @@ enum TokensCommand {
              String(row.prunedLastDay), TimeText.moment(row.lastPruned)]
         }
         for line in TextTable.render(table) { context.output(line) }
-        let reasons = try CommandQueries.pruneReasons(connection, app: app)
+        let reasons = try TokenStore().pruneReasons(connection, app: app)
         guard !reasons.isEmpty else { return 0 }
         context.output("")
         context.output("pruned by reason:")

@@ -135,7 +135,7 @@ final class ProviderTokenService: @unchecked Sendable {
         }
     }
 
-    private static func issuedAt(of token: QueueStore.ProviderToken) -> Int64 {
+    private static func issuedAt(of token: QueueStore.SharedProviderToken) -> Int64 {
         (try? DecodedProviderToken(jwt: token.token).issuedAt) ?? Int64(token.issuedAt.timeIntervalSince1970.rounded())
     }
 
