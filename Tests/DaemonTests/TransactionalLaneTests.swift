@@ -39,6 +39,30 @@ import Testing
         }
     }
 
+    @Test func oneScrapeReadsTheQueueOnceForAllItsGaugesAndReadinessDoesNotScanIt() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            // Not started: the jobs stay queued while the metrics are read.
+            let pipeline = try harness.pipeline()
+            let connection = try database.connect()
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, run_at)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}',
+                       CASE WHEN g <= 100 THEN now() - interval '30 seconds' ELSE now() + interval '1 hour' END
+                FROM generate_series(1, 105) g
+                """)
+            let text = pipeline.context.metrics.registry.expositionText()
+            #expect(text.contains("pushd_queue_depth{lane=\"transactional\"} 100\n"),
+                    "\(text.split(separator: "\n").filter { $0.contains("queue") })")
+            let age = text.split(separator: "\n").first { $0.hasPrefix("pushd_queue_oldest_age_seconds{lane=\"transactional\"}") }
+            #expect((age.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0) >= 29)
+            #expect(pipeline.statsReads.load(ordering: .relaxed) == 1)
+            _ = pipeline.context.metrics.registry.expositionText()
+            try pipeline.checkDatabase()
+            #expect(pipeline.statsReads.load(ordering: .relaxed) == 1)
+        }
+    }
+
     @Test func rejectedJobsAreDeadLetteredWithReasonsAndTokensPruned() throws {
         let unregistered = DaemonHarness.token(2)
         let bad = DaemonHarness.token(3)

@@ -104,7 +104,7 @@ enum RunCommand {
             if Date().timeIntervalSince(lastHealthCheck) >= 5 {
                 lastHealthCheck = Date()
                 do {
-                    _ = try pipeline.readStats()
+                    try pipeline.checkDatabase()
                     server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
                 } catch {
                     server.setReady(false, detail: "database unreachable: \(error)")
