@@ -235,6 +235,19 @@ struct ConfigurationTests {
         #expect(head == HTTPRequestHead(method: "PUT", path: "/faults", contentLength: 2, bodyOffset: 52))
     }
 
+    @Test func theAcceptedLogKeepsItsFirstEntriesUpToTheLimitAndCountsTheRest() {
+        let accounting = Accounting(countsPerToken: false, logLimit: 3)
+        for stream in 1...5 {
+            accounting.recordAccepted(AcceptedNotification(apnsID: "id-\(stream)", token: "t", topic: "com.example.app",
+                                                           payloadSHA256: "", connectionID: 1, streamID: Int32(stream)),
+                                      token: "t")
+        }
+        #expect(accounting.acceptedLog.map(\.apnsID) == ["id-1", "id-2", "id-3"])
+        #expect(accounting.stats.accepted == 5)
+        #expect(accounting.stats.acceptedNotLogged == 2)
+        #expect(StatsText.render(accounting.stats).contains("apns_mock_accepted_not_logged_total 2\n"))
+    }
+
     @Test func timerHeapPopsInDeadlineOrder() {
         var heap = TimerHeap()
         for (index, deadline) in [50, 10, 40, 10, 30, 20].enumerated() { heap.push(deadline: UInt64(deadline), id: UInt64(index)) }
@@ -249,6 +262,7 @@ struct ConfigurationTests {
             "--topic", "com.example.app", "--control-port", "0", "--log-accepted", "--count-per-token",
             "--unregistered", "ABCD:1234", "--bad-device-token", "EF01", "--rate-503", "0.25",
             "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
+            "--log-limit", "500",
         ])
         guard case .serve(let configuration, let faultsFile) = command else {
             Issue.record("expected serve, got \(command)")
@@ -268,6 +282,7 @@ struct ConfigurationTests {
         #expect(configuration.faults.delayMilliseconds == 5)
         #expect(configuration.faults.lowerConcurrencyAfterError)
         #expect(configuration.faults.ignorePings)
+        #expect(configuration.acceptedLogLimit == 500)
         #expect(configuration.authentication == .none)
     }
 
@@ -280,6 +295,7 @@ struct ConfigurationTests {
         (["--cert", "a", "--key", "b", "--faults", "/nonexistent/faults.json"], "/nonexistent/faults.json"),
         (["gen-certs"], "output directory"),
         (["--cert", "a", "--key", "b", "--max-streams", "0"], "maxConcurrentStreams"),
+        (["--cert", "a", "--key", "b", "--log-accepted", "--log-limit", "0"], "--log-limit must be at least 1, got 0"),
     ])
     func commandLineErrorsSayWhatWasWrong(arguments: [String], mention: String) {
         #expect {

@@ -11,15 +11,21 @@ final class Accounting: Sendable {
     /// Counted on every request, so a relaxed atomic rather than the lock.
     private let received = Atomic<Int>(0)
     let countsPerToken: Bool
+    let logLimit: Int
 
-    init(countsPerToken: Bool) { self.countsPerToken = countsPerToken }
+    init(countsPerToken: Bool, logLimit: Int = .max) {
+        self.countsPerToken = countsPerToken
+        self.logLimit = logLimit
+    }
 
     /// `entry` is nil unless the server keeps the accepted log.
     func recordAccepted(_ entry: AcceptedNotification?, token: String?) {
         state.withLock { state in
             state.stats.accepted += 1
             if countsPerToken, let token { state.stats.perToken[token, default: TokenCounts()].accepted += 1 }
-            if let entry { state.log.append(entry) }
+            if let entry {
+                if state.log.count < logLimit { state.log.append(entry) } else { state.stats.acceptedNotLogged += 1 }
+            }
         }
     }
 

@@ -49,6 +49,8 @@ public struct MockStats: Sendable, Equatable, Codable {
     /// Streams refused because they arrived after a GOAWAY's last stream.
     public var streamsRefused: Int = 0
     public var goaways: [GoawayRecord] = []
+    /// Accepted notifications left out of the accepted log because it was full.
+    public var acceptedNotLogged: Int = 0
     /// HTTP/2 PING frames received from clients (not counting ACKs).
     public var pingsReceived: Int = 0
     /// ES256 signature checks made: one per distinct token per connection, not per request.

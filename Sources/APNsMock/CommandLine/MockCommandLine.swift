@@ -25,6 +25,7 @@ public enum MockCommandLine {
       --control-port N                plain-HTTP control endpoint on 127.0.0.1 (/metrics, /stats,
                                       /accepted, /faults GET|PUT, /goaway, /reset)
       --log-accepted                  keep a log of accepted notifications (GET /accepted)
+      --log-limit N                   keep at most N log entries, count the rest (default 2000000)
       --count-per-token               count answers per device token
 
     AUTHENTICATION (default: none)
@@ -71,6 +72,7 @@ public enum MockCommandLine {
         var topics: [String] = []
         var controlPort: UInt16?
         var logAccepted = false
+        var logLimit: Int?
         var perToken = false
         var providerKeys: [ProviderKey] = []
         var startAtOne = true
@@ -106,6 +108,7 @@ public enum MockCommandLine {
             case "--topic": topics.append(try value())
             case "--control-port": controlPort = try integer(UInt16.self)
             case "--log-accepted": logAccepted = true
+            case "--log-limit": logLimit = try integer(Int.self)
             case "--count-per-token": perToken = true
             case "--provider-key":
                 let text = try value()
@@ -163,6 +166,10 @@ public enum MockCommandLine {
         configuration.allowedBundleIDs = topics
         configuration.controlPort = controlPort
         configuration.logsAccepted = logAccepted
+        if let logLimit {
+            guard logLimit >= 1 else { throw MockServerError.configuration("--log-limit must be at least 1, got \(logLimit)") }
+            configuration.acceptedLogLimit = logLimit
+        }
         configuration.countsPerToken = perToken
         configuration.faults = try faults.validated()
         if let clientCA {

@@ -42,6 +42,9 @@ public struct MockConfiguration: Sendable {
     public var faults: FaultConfiguration = .none
     public var countsPerToken: Bool = false
     public var logsAccepted: Bool = false
+    /// The accepted log keeps the first this many entries and counts the rest
+    /// (`MockStats.acceptedNotLogged`): a long load test must not grow without bound.
+    public var acceptedLogLimit: Int = 2_000_000
     /// Connections that have not completed TLS within this time are closed.
     public var handshakeTimeoutMilliseconds: Int = 10_000
     /// Port of the plain-HTTP control endpoint on 127.0.0.1 (0 picks one); nil disables it.

@@ -21,7 +21,7 @@ final class ServerCore: Sendable {
             certificateChainFile: configuration.certificateChainFile,
             privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA)
         faultStore = FaultStore(configuration.faults)
-        accounting = Accounting(countsPerToken: configuration.countsPerToken)
+        accounting = Accounting(countsPerToken: configuration.countsPerToken, logLimit: configuration.acceptedLogLimit)
         var verifier: ProviderTokenVerifier?
         var startAtOne = false
         if case .token(let keys, let startAtOneStream) = configuration.authentication {
