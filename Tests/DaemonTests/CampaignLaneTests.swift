@@ -80,6 +80,11 @@ import Testing
             // 600 targets at 200 per second take about three seconds, never much less.
             #expect(Date().timeIntervalSince(started) >= 2.4)
             #expect(harness.mock.stats.accepted == 601)
+            // The lanes use separate connections: the push never shared a connection's
+            // streams with the campaign.
+            let log = harness.mock.acceptedLog
+            let pushConnection = try #require(log.first { $0.token == DaemonHarness.token(999_999) }).connectionID
+            #expect(!log.filter { $0.token != DaemonHarness.token(999_999) }.contains { $0.connectionID == pushConnection })
         }
     }
 

@@ -164,7 +164,7 @@ import Testing
             Thread.sleep(forTimeInterval: 0.3)
             let log = harness.mock.acceptedLog
             let repeated = Dictionary(grouping: log, by: \.token).filter { $0.value.count > 1 }
-            #expect(log.count == count, "sent twice: \(repeated.values.prefix(3).map { $0.map { "\($0.token.prefix(8)) conn \($0.connectionID) stream \($0.streamID)" } }) mock \(harness.mock.metricsText.split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: "; ")) dispatchers \(first.context.senders["shop"]!.dispatcher.statistics) \(second.context.senders["shop"]!.dispatcher.statistics)")
+            #expect(log.count == count, "sent twice: \(repeated.values.prefix(3).map { $0.map { "\($0.token.prefix(8)) conn \($0.connectionID) stream \($0.streamID)" } }) mock \(harness.mock.metricsText.split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: "; ")) dispatchers \(first.context.senders["shop"]!.transactionalDispatcher.statistics) \(second.context.senders["shop"]!.transactionalDispatcher.statistics)")
             #expect(Set(log.map(\.token)).count == count)
             #expect(first.context.tally.sent.load(ordering: .relaxed) > 0)
             #expect(second.context.tally.sent.load(ordering: .relaxed) > 0)

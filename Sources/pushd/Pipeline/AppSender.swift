@@ -4,8 +4,8 @@ import Foundation
 import Metrics
 import Synchronization
 
-/// Everything needed to send for one configured app: its HTTP/2 dispatcher (one pool
-/// of connections for its credentials and environment), how to authenticate each
+/// Everything needed to send for one configured app: its HTTP/2 dispatchers (a pool of
+/// connections for its credentials and environment per lane), how to authenticate each
 /// request, whether it is paused, and its metric children bound once.
 ///
 /// Thread rule: immutable after init except `pause`, which is under a mutex; any
@@ -13,7 +13,10 @@ import Synchronization
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
-    let dispatcher: HTTP2Dispatcher
+    /// Transactional jobs and campaign targets go over separate connections, so a campaign's
+    /// full window and busy streams add nothing to a transactional push's latency.
+    let transactionalDispatcher: HTTP2Dispatcher
+    let campaignDispatcher: HTTP2Dispatcher
     let tokenKey: ProviderTokenService.Key?
     let tokens: ProviderTokenService
     let environmentLabel: String
@@ -26,10 +29,12 @@ final class AppSender: @unchecked Sendable {
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
 
-    init(app: PushdConfig.App, dispatcher: HTTP2Dispatcher, tokens: ProviderTokenService, metrics: PushdMetrics) {
+    init(app: PushdConfig.App, transactionalDispatcher: HTTP2Dispatcher, campaignDispatcher: HTTP2Dispatcher,
+         tokens: ProviderTokenService, metrics: PushdMetrics) {
         self.app = app
         self.factory = NotificationFactory(bundleID: app.bundleID)
-        self.dispatcher = dispatcher
+        self.transactionalDispatcher = transactionalDispatcher
+        self.campaignDispatcher = campaignDispatcher
         self.tokens = tokens
         self.metrics = metrics
         environmentLabel = app.environment.rawValue

@@ -206,7 +206,7 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 attempts[target] += 1
                 inFlight += 1
-                sender.dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
+                sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
             }
             let nothingLeft = next >= count && retries.isEmpty
             if inFlight == 0 && (stopSubmitting || nothingLeft) { break }

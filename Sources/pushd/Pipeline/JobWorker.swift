@@ -132,7 +132,7 @@ final class JobWorker: @unchecked Sendable {
                 continue
             }
             inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType)
-            sender.dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+            sender.transactionalDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
         }
 
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10

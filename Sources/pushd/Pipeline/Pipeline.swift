@@ -48,15 +48,20 @@ final class Pipeline: @unchecked Sendable {
         let router = ResultRouter(queues: queues)
         var senders = [String: AppSender]()
         for app in config.apps {
-            let dispatcher: HTTP2Dispatcher
+            // Each lane has its own connections: a transactional push never waits behind the
+            // streams and the window a campaign keeps full.
+            let transactional: HTTP2Dispatcher
+            let campaign: HTTP2Dispatcher
             do {
-                dispatcher = try HTTP2Dispatcher(configuration: Self.dispatcherConfiguration(for: app, config: config),
-                                                 metrics: AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics),
-                                                 onResult: { router.deliver($0) })
+                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics)
+                let configuration = Self.dispatcherConfiguration(for: app, config: config)
+                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
+                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
             } catch {
                 throw SetupError(description: "app \(app.name): \(error)")
             }
-            senders[app.name] = AppSender(app: app, dispatcher: dispatcher, tokens: tokens, metrics: metrics)
+            senders[app.name] = AppSender(app: app, transactionalDispatcher: transactional, campaignDispatcher: campaign,
+                                          tokens: tokens, metrics: metrics)
         }
         let context = PipelineContext(config: config, instance: instance, senders: senders, metrics: metrics, logger: logger)
         self.context = context
@@ -118,7 +123,10 @@ final class Pipeline: @unchecked Sendable {
         context.doorbell.ring()
         for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
-        for sender in context.senders.values { sender.dispatcher.shutdown(drainTimeoutMilliseconds: 1000) }
+        for sender in context.senders.values {
+            sender.transactionalDispatcher.shutdown(drainTimeoutMilliseconds: 1000)
+            sender.campaignDispatcher.shutdown(drainTimeoutMilliseconds: 1000)
+        }
         tokens.close()
         statsConnection.withLock { connection in
             connection?.close()
