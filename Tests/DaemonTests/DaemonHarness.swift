@@ -18,8 +18,9 @@ final class DaemonHarness: @unchecked Sendable {
     let database: IsolatedDatabase
     let certificates: GeneratedCertificates
     let keyFile: String
-    let mock: APNsMockServer
+    private(set) var mock: APNsMockServer
     let mockPort: UInt16
+    private let mockConfiguration: MockConfiguration
 
     /// - Parameter trustedKeyPEM: the public key the mock trusts for `keyID`; nil trusts pushd's own.
     init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
@@ -48,6 +49,16 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.faults = faults
         mock = try APNsMockServer(configuration: configuration)
         mockPort = try mock.start()
+        configuration.port = mockPort
+        mockConfiguration = configuration
+    }
+
+    /// A new apns-mock on the same port (after `mock.stop()`: APNs back after an outage),
+    /// with fresh counters.
+    func restartMock() throws {
+        mock.stop()
+        mock = try APNsMockServer(configuration: mockConfiguration)
+        _ = try mock.start()
     }
 
     deinit {

@@ -139,6 +139,39 @@ import Testing
         }
     }
 
+    @Test func anAPNsOutageStallsSendingWithoutDeadLettersAndDeliveryResumesWhenItIsBack() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"before\"}}')",
+                                 [DaemonHarness.token(1)])
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted == 1 })
+
+            harness.mock.stop()
+            let count = 300
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(1000 + g), 64, '0'), '{"aps":{"alert":"during"}}' FROM generate_series(1, $1) g
+                """, [count])
+            // Retry delays of 10-200 ms would spend the budget of 8 attempts in about a second;
+            // sends that got no answer must not count against it.
+            Thread.sleep(forTimeInterval: 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == count)
+            #expect(try DaemonHarness.count(connection, "SELECT coalesce(max(attempts), 0) FROM pushd.jobs") == 0)
+            let errors = try connection.query("SELECT DISTINCT coalesce(last_error, 'none') FROM pushd.jobs").rows.map { try $0.require(0) as String }
+            #expect(errors.contains { $0.hasPrefix("transport: ") }, "\(errors) \(pipeline.context.senders["shop"]!.transactionalDispatcher.statistics) outstanding \(pipeline.context.senders["shop"]!.transactionalDispatcher.outstanding) tally retried \(pipeline.context.tally.retried.load(ordering: .relaxed))")
+
+            try harness.restartMock()
+            #expect(try DaemonHarness.wait(seconds: 60) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == count)
+        }
+    }
+
     @Test func twoPipelinesOnOneDatabaseNeverSendAJobTwice() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

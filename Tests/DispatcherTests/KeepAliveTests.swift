@@ -128,6 +128,29 @@ import Testing
         }
     }
 
+    @Test func whenTheServerGoesAwayForGoodEverythingWaitingIsReportedPromptly() async throws {
+        try await withMock { server, port, material in
+            let collector = ResultCollector()
+            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 100)
+            configuration.reconnectBackoff = ReconnectBackoff(initialMilliseconds: 10, maxMilliseconds: 20_000)
+            let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
+            defer { engine.shutdown() }
+            engine.submit(try request(0), tag: 0)
+            #expect(await collector.wait(for: 1) == 1)
+            // The open connection dies with the server; the engine still believes in it, so
+            // the next requests go into libcurl at once and wait there for a connection.
+            server.stop()
+            let started = Date()
+            for tag in 1...300 { engine.submit(try request(tag), tag: UInt64(tag)) }
+            #expect(await collector.wait(for: 301, seconds: 15) == 301)
+            #expect(Date().timeIntervalSince(started) < 8)
+            let failed = collector.snapshot().results.filter { $0.key > 0 }.values
+            #expect(failed.allSatisfy { $0.transportError != nil })
+            #expect(collector.snapshot().timesReported.values.allSatisfy { $0 == 1 })
+            #expect(engine.outstanding == 0)
+        }
+    }
+
     @Test func goawaysUnderLoadAreCountedAndTheirRefusedStreamsResent() async throws {
         try await withMock({ configuration, _ in
             configuration.faults = FaultConfiguration(goawayAfterStreams: 500)

@@ -1,6 +1,7 @@
 @testable import Dispatcher
 import Glibc
 import Synchronization
+import Foundation
 import Testing
 
 /// The engine against nghttpd: real TLS, real HTTP/2, on 127.0.0.1.
@@ -114,6 +115,28 @@ import Testing
         #expect(result.attempts == 3)
         #expect(dispatcher.statistics.connectFailures == 3)
         #expect(dispatcher.statistics.retried == 2)
+    }
+
+    @Test func anUnreachableServerFailsEverythingWaitingOnceARequestsAttemptsAreSpent() async throws {
+        let certificates = try TestCertificates.get()
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(configuration: DispatcherConfiguration(
+            host: "127.0.0.1", port: freeLoopbackPort(), trustedCAFile: certificates.serverCertificate, threads: 1,
+            maxAttempts: 3, reconnectBackoff: ReconnectBackoff(initialMilliseconds: 10, maxMilliseconds: 20_000)),
+            onResult: collector.handler)
+        defer { dispatcher.shutdown() }
+        let started = Date()
+        for tag in 0..<200 { dispatcher.submit(Self.okRequest, tag: UInt64(tag)) }
+        // Three connection attempts (10 + 20 ms of backoff), not 200 × 3 behind a backoff
+        // growing to 20 s.
+        #expect(await collector.wait(for: 200, seconds: 10) == 200)
+        #expect(Date().timeIntervalSince(started) < 5)
+        let summary = collector.snapshot()
+        #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
+        #expect(summary.results.values.allSatisfy { $0.transportError?.code == 7 })
+        #expect(summary.results.values.allSatisfy { $0.transportError?.message.contains("3 connection attempts failed in a row") == true })
+        #expect(dispatcher.statistics.connectFailures == 3)
+        #expect(dispatcher.outstanding == 0)
     }
 
     @Test func anUntrustedServerCertificateFailsWithoutRetry() async throws {

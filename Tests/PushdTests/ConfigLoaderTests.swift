@@ -18,6 +18,7 @@ import Testing
       ping_timeout_ms: 5000
     retry:
       max_attempts: 5
+      outage_limit_s: 7200
     apps:
       - name: shop
         bundle_id: com.example.shop
@@ -44,6 +45,7 @@ import Testing
         #expect(config.apns.pingIntervalMilliseconds == 30_000)
         #expect(config.apns.pingTimeoutMilliseconds == 5000)
         #expect(config.retry.maxAttempts == 5)
+        #expect(config.retry.outageLimitSeconds == 7200)
         #expect(config.apps.count == 2)
         #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
                                                    credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/etc/pushd/shop.p8"),

@@ -11,12 +11,13 @@ struct FixedRandom: RandomNumberGenerator {
 
 @Suite struct OutcomePolicyTests {
     let policy = OutcomePolicy(retry: RetryPolicy(baseDelay: 1, maxDelay: 60, throttledBaseDelay: 10, maxAttempts: 4,
-                                                  maxAttemptsForUnknownReasons: 2))
+                                                  maxAttemptsForUnknownReasons: 2, outageLimit: 3600))
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    func verdict(_ outcome: SendOutcome, attempt: Int = 1, expiration: Int64? = nil) -> Verdict {
+    func verdict(_ outcome: SendOutcome, attempt: Int = 1, expiration: Int64? = nil, waited: Double = 0) -> Verdict {
         var random = FixedRandom(value: UInt64.max)
-        return policy.verdict(for: outcome, attempt: attempt, expiration: expiration, firstAttemptAt: now, now: now, random: &random)
+        return policy.verdict(for: outcome, attempt: attempt, expiration: expiration,
+                              firstAttemptAt: now.addingTimeInterval(-waited), now: now, random: &random)
     }
 
     static func body(_ json: String) -> [UInt8] { Array(json.utf8) }
@@ -50,7 +51,7 @@ struct FixedRandom: RandomNumberGenerator {
     }
 
     @Test func expiredProviderTokenRetriesWithARefresh() {
-        guard case .retry(let at, let reason, let refresh) = verdict(.response(status: 403, body: Self.body(#"{"reason":"ExpiredProviderToken"}"#))) else {
+        guard case .retry(let at, let reason, let refresh, true) = verdict(.response(status: 403, body: Self.body(#"{"reason":"ExpiredProviderToken"}"#))) else {
             Issue.record("not a retry")
             return
         }
@@ -61,8 +62,8 @@ struct FixedRandom: RandomNumberGenerator {
 
     @Test func serverErrorsBackOffExponentiallyUntilTheBudgetIsSpent() throws {
         let busy = SendOutcome.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#))
-        guard case .retry(let first, _, false) = verdict(busy, attempt: 1),
-              case .retry(let third, _, false) = verdict(busy, attempt: 3) else {
+        guard case .retry(let first, _, false, true) = verdict(busy, attempt: 1),
+              case .retry(let third, _, false, true) = verdict(busy, attempt: 3) else {
             Issue.record("not retries")
             return
         }
@@ -75,25 +76,47 @@ struct FixedRandom: RandomNumberGenerator {
     }
 
     @Test func tooManyRequestsWaitsLongerThanAServerError() {
-        guard case .retry(let throttled, _, _) = verdict(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))),
-              case .retry(let failed, _, _) = verdict(.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#))) else {
+        guard case .retry(let throttled, _, _, _) = verdict(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))),
+              case .retry(let failed, _, _, _) = verdict(.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#))) else {
             Issue.record("not retries")
             return
         }
         #expect(throttled > failed)
     }
 
-    @Test func transportFailuresRetryAndThenDieNamingTheError() {
-        guard case .retry(_, let reason, false) = verdict(.transportFailure("connection reset")) else {
+    @Test func noAnswerWaitsOutAnOutageWithoutUsingTheAttemptBudget() {
+        // Far past the budget of 4 attempts, a send that got no answer is still retried, and
+        // the retry does not count as an attempt.
+        guard case .retry(let soon, let reason, false, false) = verdict(.transportFailure("connection refused"), attempt: 40) else {
+            Issue.record("not a retry that keeps the budget")
+            return
+        }
+        #expect(reason == "transport: connection refused")
+        #expect(soon.timeIntervalSince(now) <= 1)                       // just failed: at most baseDelay
+        // Ten minutes into an outage the next probe waits up to half that, capped at maxDelay (60 s).
+        guard case .retry(let later, _, false, false) = verdict(.transportFailure("connection refused"), attempt: 40, waited: 100) else {
             Issue.record("not a retry")
             return
         }
-        #expect(reason == "transport: connection reset")
-        guard case .dead(nil, let why) = verdict(.transportFailure("connection reset"), attempt: 4) else {
-            Issue.record("not dead")
+        #expect(later.timeIntervalSince(now) > 49 && later.timeIntervalSince(now) <= 50)
+        guard case .retry(let capped, _, false, false) = verdict(.transportFailure("connection refused"), waited: 600) else {
+            Issue.record("not a retry")
             return
         }
-        #expect(why.hasPrefix("transport: connection reset"))
+        #expect(capped.timeIntervalSince(now) > 59 && capped.timeIntervalSince(now) <= 60)
+    }
+
+    @Test func noAnswerGivesUpAfterTheOutageLimitOrTheExpiration() {
+        guard case .dead(nil, let why) = verdict(.transportFailure("connection reset"), waited: 3601) else {
+            Issue.record("not dead after the outage limit")
+            return
+        }
+        #expect(why.hasPrefix("transport: connection reset: no answer from APNs for 3601 s"))
+        guard case .dead(nil, let expired) = verdict(.transportFailure("timeout"), expiration: Int64(now.timeIntervalSince1970)) else {
+            Issue.record("not dead when expiring")
+            return
+        }
+        #expect(expired.contains("expires"))
     }
 
     @Test func unknownReasonsGetTheSmallerBudget() {

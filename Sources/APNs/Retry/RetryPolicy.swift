@@ -23,6 +23,10 @@ public struct RetryPolicy: Sendable, Hashable {
     /// With `apns-expiration: 0` ("deliver once, do not store") a retry still makes sense, but
     /// only shortly after the first attempt: a call notification minutes late is worse than none.
     public var expirationZeroWindow: Double
+    /// How long, from the first attempt, a notification that gets no answer at all (APNs or the
+    /// path to it down) keeps being retried. Such sends do not use up `maxAttempts`: an outage
+    /// says nothing about the notification.
+    public var outageLimit: Double
 
     public init(
         baseDelay: Double = 1,
@@ -30,7 +34,8 @@ public struct RetryPolicy: Sendable, Hashable {
         throttledBaseDelay: Double = 10,
         maxAttempts: Int = 8,
         maxAttemptsForUnknownReasons: Int = 3,
-        expirationZeroWindow: Double = 30
+        expirationZeroWindow: Double = 30,
+        outageLimit: Double = 86_400
     ) {
         self.baseDelay = baseDelay
         self.maxDelay = maxDelay
@@ -38,6 +43,7 @@ public struct RetryPolicy: Sendable, Hashable {
         self.maxAttempts = maxAttempts
         self.maxAttemptsForUnknownReasons = maxAttemptsForUnknownReasons
         self.expirationZeroWindow = expirationZeroWindow
+        self.outageLimit = outageLimit
     }
 
     /// - Parameters:
@@ -63,6 +69,37 @@ public struct RetryPolicy: Sendable, Hashable {
         if let expiration {
             if expiration == 0 {
                 if let firstAttemptAt, next.timeIntervalSince(firstAttemptAt) > expirationZeroWindow {
+                    return .giveUp(why: "apns-expiration 0 (deliver once) and the retry window of \(Int(expirationZeroWindow))s has passed")
+                }
+            } else if Double(expiration) <= next.timeIntervalSince1970 {
+                return .giveUp(why: "the notification expires (apns-expiration \(expiration)) before the next attempt could be made")
+            }
+        }
+        return .retry(after: delay, at: next)
+    }
+
+    /// After a send that got no answer at all (connection refused or reset, no response in
+    /// time). Not an attempt: retried until `outageLimit` has passed since `firstAttemptAt`, or
+    /// the notification expires, with full jitter over a ceiling of half the time waited so
+    /// far, at least `baseDelay` and at most `maxDelay` — so a long outage is probed ever more
+    /// rarely, and a short one ends with a short wait.
+    public func decideAfterNoAnswer<Random: RandomNumberGenerator>(
+        now: Date,
+        expiration: Int64?,
+        firstAttemptAt: Date?,
+        random: inout Random
+    ) -> RetryDecision {
+        let waited = max(0, firstAttemptAt.map { now.timeIntervalSince($0) } ?? 0)
+        if waited >= outageLimit {
+            return .giveUp(why: "no answer from APNs for \(Int(waited)) s (the limit is \(Int(outageLimit)) s)")
+        }
+        let ceiling = min(maxDelay, max(baseDelay, waited / 2))
+        let unit = Double(random.next() >> 11) * 0x1p-53
+        let delay = unit * ceiling
+        let next = now.addingTimeInterval(delay)
+        if let expiration {
+            if expiration == 0 {
+                if waited + delay > expirationZeroWindow {
                     return .giveUp(why: "apns-expiration 0 (deliver once) and the retry window of \(Int(expirationZeroWindow))s has passed")
                 }
             } else if Double(expiration) <= next.timeIntervalSince1970 {

@@ -527,6 +527,38 @@ final class CurlEventLoop: @unchecked Sendable {
             sink.counters.connectionReplacements.add(1, ordering: .relaxed)
             sink.metrics.connectionReplacementRequested()
         }
+        if disposition.connectFailed, consecutiveConnectFailures >= configuration.maxAttempts {
+            // The server cannot be reached, after as many tries as a request gets: everything
+            // waiting here would only fail one by one behind ever longer backoffs, so all of it
+            // is reported now and the caller keeps it (pushd in its queue) until the server is
+            // back. Later requests each probe the connection again after the backoff.
+            let message = transfer.errorBuffer[0] != 0 ? String(cString: transfer.errorBuffer) : String(cString: curl_easy_strerror(code))
+            let failure = TransportError(code: curlCode, message: "\(message) (\(consecutiveConnectFailures) connection attempts failed in a row)")
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            deliver(pending, outcome: .transportFailure(failure))
+            while let waiting = backlog.popFront() { deliver(waiting, outcome: .transportFailure(failure)) }
+            // Transfers inside libcurl that it has not begun to send (no PREREQ call: they wait
+            // for a connection) are taken back too; anything already sent stays to finish.
+            var withdrawn = 0
+            for other in transfers where other !== transfer && other.sends == 0 {
+                guard let waiting = other.pending else { continue }
+                curl_multi_remove_handle(multi, other.easy)
+                other.pending = nil
+                if other.freshConnect, replacing {
+                    replacing = false
+                    _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
+                }
+                other.responseBody.removeAll(keepingCapacity: true)
+                freeTransfers.append(other.index)
+                withdrawn += 1
+                deliver(waiting, outcome: .transportFailure(failure))
+            }
+            if withdrawn > 0 {
+                inCurl -= withdrawn
+                sink.metrics.inFlightChanged(by: -withdrawn)
+            }
+            return
+        }
         if disposition.retry {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)

@@ -50,6 +50,8 @@ struct PushdConfig: Sendable, Equatable {
         var maxAttempts: Int = 8
         var baseDelayMilliseconds: Int = 1_000
         var maxDelayMilliseconds: Int = 600_000
+        /// Sends APNs never answered are retried (without using up `maxAttempts`) for this long.
+        var outageLimitSeconds: Int = 86_400
     }
 
     var databaseURL: String

@@ -233,7 +233,9 @@ final class CampaignWorker: @unchecked Sendable {
                     sender.countResponse(status: status, reason: reason)
                     context.metrics.tokenPruned(app: chunk.app, environment: sender.environmentLabel, reason: reason).increment()
                     context.tally.add(context.tally.pruned)
-                case .retry(let at, let reason, let refresh):
+                case .retry(let at, let reason, let refresh, let countsAsAttempt):
+                    // A send APNs never answered does not use up the target's attempt budget.
+                    if !countsAsAttempt { attempts[target] -= 1 }
                     retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target))
                     context.metrics.retry(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
                     context.tally.add(context.tally.retried)

@@ -147,10 +147,9 @@ final class JobWorker: @unchecked Sendable {
         }
         for item in inFlight.values {
             // No answer in time: the request may or may not have reached APNs; retrying
-            // keeps the at-least-once promise.
-            outcomes.retries.append(JobRetry(id: item.job.id, runAt: Date().addingTimeInterval(5),
-                                             error: "no answer within \(Int(timeout))s"))
-            context.tally.add(context.tally.retried)
+            // keeps the at-least-once promise, and like any send without an answer it does
+            // not use up the job's attempts.
+            settle(item, outcome: .transportFailure("no answer within \(Int(timeout))s"), into: &outcomes, prunes: &prunes)
         }
 
         if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
@@ -158,9 +157,12 @@ final class JobWorker: @unchecked Sendable {
     }
 
     private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
+        settle(item, outcome: item.sender.outcome(of: result), into: &outcomes, prunes: &prunes)
+    }
+
+    private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
         let job = item.job
         let sender = item.sender
-        let outcome = sender.outcome(of: result)
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                              firstAttemptAt: job.createdAt, now: Date(), random: &random)
@@ -179,8 +181,8 @@ final class JobWorker: @unchecked Sendable {
             sender.countResponse(status: status, reason: reason)
             context.metrics.tokenPruned(app: job.app, environment: sender.environmentLabel, reason: reason).increment()
             context.tally.add(context.tally.pruned)
-        case .retry(let at, let reason, let refresh):
-            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason))
+        case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))
             countAnswer(outcome, sender: sender)
             context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
             context.tally.add(context.tally.retried)

@@ -13,8 +13,9 @@ enum Verdict: Sendable, Equatable {
     /// The token is dead: record the job as failed with `reason` and prune the token
     /// (unless it was registered again after `apnsTimestamp`).
     case prune(status: Int, reason: String, apnsTimestamp: Date?)
-    /// Send again at `at`. `refreshProviderToken` asks for a new JWT first.
-    case retry(at: Date, reason: String, refreshProviderToken: Bool)
+    /// Send again at `at`. `refreshProviderToken` asks for a new JWT first. `countsAsAttempt`
+    /// is false when APNs never answered: the send does not use up the attempt budget.
+    case retry(at: Date, reason: String, refreshProviderToken: Bool, countsAsAttempt: Bool)
     /// Give up: the job goes to dead letters with `reason`.
     case dead(status: Int?, reason: String)
     /// The app's credentials are rejected: stop sending for the app and keep the job.
@@ -37,10 +38,15 @@ struct OutcomePolicy: Sendable {
         let label: String
         switch outcome {
         case .transportFailure(let message):
-            action = ResponseClassifier.transportFailure
-            reason = nil
-            status = nil
-            label = "transport: \(message)"
+            // No answer: APNs or the path to it is down. That is no verdict on the notification,
+            // so it waits the outage out (within the outage limit and its expiration).
+            let label = "transport: \(message)"
+            switch retry.decideAfterNoAnswer(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, random: &random) {
+            case .retry(_, let at):
+                return .retry(at: at, reason: label, refreshProviderToken: false, countsAsAttempt: false)
+            case .giveUp(let why):
+                return .dead(status: nil, reason: "\(label): \(why)")
+            }
         case .response(let code, let body):
             let response = APNsResponse(status: code, body: body)
             action = response.action
@@ -65,7 +71,8 @@ struct OutcomePolicy: Sendable {
             switch retry.decide(attempt: attempt, reason: reason, now: now, expiration: expiration,
                                 firstAttemptAt: firstAttemptAt, random: &random) {
             case .retry(_, let at):
-                return .retry(at: at, reason: label, refreshProviderToken: action == .refreshProviderTokenThenRetry)
+                return .retry(at: at, reason: label, refreshProviderToken: action == .refreshProviderTokenThenRetry,
+                              countsAsAttempt: true)
             case .giveUp(let why):
                 return .dead(status: status, reason: "\(label): \(why)")
             }

@@ -29,7 +29,8 @@ final class PipelineContext: @unchecked Sendable {
         self.logger = logger
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
-                                                  maxAttempts: config.retry.maxAttempts))
+                                                  maxAttempts: config.retry.maxAttempts,
+                                                  outageLimit: Double(config.retry.outageLimitSeconds)))
     }
 
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
