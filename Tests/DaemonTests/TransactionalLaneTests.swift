@@ -172,6 +172,47 @@ import Testing
         }
     }
 
+    @Test func lostDatabaseConnectionsStallSendingAndItResumesByItself() throws {
+        try IsolatedDatabase.with { database in
+            // Every answer takes 100 ms and batches are small, so the workers are mid-batch
+            // (inside a transaction) for most of the run.
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 100))
+            let connection = try database.connect()
+            var config = harness.config()
+            config.batchSize = 50
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            func insert(from first: Int, count: Int) throws {
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload)
+                    SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series($1::int, $2::int) g
+                    """, [first, first + count - 1])
+            }
+            try insert(from: 1, count: 2000)
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 100 })
+            // What a database restart does to pushd: every one of its sessions is cut, some in
+            // the middle of a batch's transaction, others asleep on LISTEN.
+            let cut = try connection.query("""
+                SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend') t
+                """).require(Int.self, row: 0, column: 0)
+            #expect(cut >= 2)
+            #expect(harness.mock.stats.accepted < 2000)
+            try insert(from: 10_001, count: 500)
+            #expect(try DaemonHarness.wait(seconds: 60) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            // At least once: a batch cut before its COMMIT is sent again, nothing is missing.
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 2500)
+            // And a job inserted now is picked up at once: the workers listen again.
+            try insert(from: 20_001, count: 1)
+            let inserted = Date()
+            let lastToken = String(repeating: "0", count: 60) + String(20_001, radix: 16)
+            #expect(DaemonHarness.wait(seconds: 10) { harness.mock.acceptedLog.contains { $0.token == lastToken } })
+            #expect(Date().timeIntervalSince(inserted) < 3)
+        }
+    }
+
     @Test func twoPipelinesOnOneDatabaseNeverSendAJobTwice() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
