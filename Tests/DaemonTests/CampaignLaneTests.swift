@@ -88,6 +88,30 @@ import Testing
         }
     }
 
+    @Test func anAPNsOutageFailsNoTargetAndTheCampaignFinishesWhenAPNsIsBack() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            harness.mock.stop()
+            let id = try Self.campaign(connection, count: 1500)
+            var config = harness.config()
+            config.retry.maxAttempts = 2
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            // Sends without an answer come back within a second; two of them would spend the
+            // budget of two attempts if they counted.
+            Thread.sleep(forTimeInterval: 3)
+            var campaign = try #require(try CampaignStore().campaign(connection, id: id))
+            #expect(campaign.failed == 0 && campaign.sent == 0 && campaign.status == .running)
+            try harness.restartMock()
+            #expect(try DaemonHarness.wait(seconds: 60) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+            campaign = try #require(try CampaignStore().campaign(connection, id: id))
+            #expect(campaign.sent == 1500 && campaign.failed == 0)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 1500)
+        }
+    }
+
     @Test func pauseStopsSendingAndResumeFinishesTheCampaign() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
