@@ -112,6 +112,26 @@ import Testing
         }
     }
 
+    @Test func aChunkPacedLongerThanItsLeaseKeepsItAndIsSentOnce() throws {
+        try IsolatedDatabase.with { database in
+            // Answers take 6 s, so the chunk is still open for seconds after the campaign's pacing
+            // allows the next lease (400 / 80 = 5 s after this one): an idle worker polling then
+            // would take the chunk over if its lease had not been renewed while it was paced.
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 6000))
+            let connection = try database.connect()
+            // 400 targets in one chunk at 80 per second: 5 s of sending, the lease is 3 s, and a
+            // second campaign worker is waiting for chunks whose lease ran out.
+            let id = try Self.campaign(connection, count: 400, rate: 80)
+            let pipeline = try harness.pipeline()
+            #expect(harness.config().campaignWorkers >= 2)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 30) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+            #expect(harness.mock.stats.accepted == 400)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 400)
+        }
+    }
+
     @Test func pauseStopsSendingAndResumeFinishesTheCampaign() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

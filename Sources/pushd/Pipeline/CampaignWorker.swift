@@ -183,6 +183,15 @@ final class CampaignWorker: @unchecked Sendable {
                     ?? context.config.defaultCampaignRate {
                     let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
                     if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+                    // Paced sending can stay in this loop longer than the lease: renew it here,
+                    // or another worker takes the chunk over and sends it again.
+                    if !leaseLost, RateLimiter.monotonicSeconds() - lastCheckpoint >= checkpointInterval {
+                        try checkpoint()
+                        if stopSubmitting {
+                            retries.append(Retry(at: 0, target: target))
+                            break
+                        }
+                    }
                 }
                 let item = chunk.targets[target]
                 let notification: APNsNotification
