@@ -7,11 +7,6 @@ import Testing
 
 /// HTTP/2 PING keep-alive and how connections end, against apns-mock over real TLS.
 @Suite struct KeepAliveTests {
-    private func request(_ seed: Int) throws -> DispatchRequest {
-        let item = notification(seed)
-        return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
-    }
-
     private func dispatcher(port: Int, material: MockMaterial, intervalMilliseconds: Int = 200,
                             timeoutMilliseconds: Int = 300) throws -> HTTP2Dispatcher {
         var configuration = configurationForMock(port: port, material: material, threads: 1)
@@ -34,13 +29,13 @@ import Testing
         try await withMock { server, port, material in
             let engine = try dispatcher(port: port, material: material)
             defer { engine.shutdown() }
-            #expect(try await engine.send(request(1)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(1)).response?.status == 200)
             #expect(try await eventually(10) { server.stats.pingsReceived >= 3 && engine.statistics.pingsAcknowledged >= 3 })
             let statistics = engine.statistics
             #expect(statistics.pingsSent >= 3)
             #expect(statistics.pingTimeouts == 0)
             // Pinging left the connection usable for libcurl: the next request goes on it.
-            #expect(try await engine.send(request(2)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(2)).response?.status == 200)
             #expect(server.stats.accepted == 2)
             #expect(server.stats.connectionsAccepted == 1)
             #expect(engine.statistics.connectionsOpened == 1)
@@ -56,11 +51,11 @@ import Testing
             configuration.idleCloseSeconds = 1
             let engine = try HTTP2Dispatcher(configuration: configuration, onResult: { _ in })
             defer { engine.shutdown() }
-            #expect(try await engine.send(request(1)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(1)).response?.status == 200)
             #expect(try await eventually(10) { engine.statistics.idleClosed == 1 && server.stats.connectionsClosed == 1 })
             #expect(engine.statistics.pingsSent >= 2)
             #expect(engine.statistics.connectionFailures.isEmpty)
-            #expect(try await engine.send(request(2)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(2)).response?.status == 200)
             #expect(server.stats.connectionsAccepted == 2)
         }
     }
@@ -81,12 +76,12 @@ import Testing
             defer { engine.shutdown() }
             statistics.withLock { $0 = { engine.statistics } }
             // A quick answer first, so the connection is known to the keep-alive.
-            engine.submit(try request(1), tag: 1)
+            engine.submit(try unauthenticatedRequest(1), tag: 1)
             #expect(await collector.wait(for: 1) == 1)
             // Then an answer that takes 1.5 s: seven PING intervals with a stream open.
             try server.setFaults(FaultConfiguration(delayMilliseconds: 1500))
             let before = engine.statistics.pingsSent
-            engine.submit(try request(2), tag: 2)
+            engine.submit(try unauthenticatedRequest(2), tag: 2)
             #expect(await collector.wait(for: 2) == 2)
             #expect(collector.snapshot().results[2]?.response?.status == 200)
             let seen = try #require(atCompletion.withLock { $0 })
@@ -102,12 +97,12 @@ import Testing
         }) { server, port, material in
             let engine = try dispatcher(port: port, material: material)
             defer { engine.shutdown() }
-            #expect(try await engine.send(request(1)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(1)).response?.status == 200)
             #expect(try await eventually(10) { engine.statistics.pingTimeouts == 1 })
             #expect(server.stats.pingsReceived >= 1)
             #expect(engine.statistics.connectionFailures[.timeout] == 1)
             // The dead connection is not reused: the request goes on a new one and is answered.
-            #expect(try await engine.send(request(2)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(2)).response?.status == 200)
             #expect(server.stats.connectionsAccepted == 2)
             #expect(server.stats.accepted == 2)
             #expect(engine.statistics.retried == 0)
@@ -118,10 +113,10 @@ import Testing
         try await withMock { server, port, material in
             let engine = try dispatcher(port: port, material: material, intervalMilliseconds: 300, timeoutMilliseconds: 200)
             defer { engine.shutdown() }
-            #expect(try await engine.send(request(1)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(1)).response?.status == 200)
             server.sendGoawayToAll()
             #expect(try await eventually(10) { engine.statistics.connectionFailures[.goaway] == 1 })
-            #expect(try await engine.send(request(2)).response?.status == 200)
+            #expect(try await engine.send(unauthenticatedRequest(2)).response?.status == 200)
             #expect(server.stats.connectionsAccepted == 2)
             #expect(server.stats.accepted == 2)
             #expect(engine.statistics.connectionFailures[.goaway] == 1)
@@ -135,13 +130,13 @@ import Testing
             configuration.reconnectBackoff = ReconnectBackoff(initialMilliseconds: 10, maxMilliseconds: 20_000)
             let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
             defer { engine.shutdown() }
-            engine.submit(try request(0), tag: 0)
+            engine.submit(try unauthenticatedRequest(0), tag: 0)
             #expect(await collector.wait(for: 1) == 1)
             // The open connection dies with the server; the engine still believes in it, so
             // the next requests go into libcurl at once and wait there for a connection.
             server.stop()
             let started = Date()
-            for tag in 1...300 { engine.submit(try request(tag), tag: UInt64(tag)) }
+            for tag in 1...300 { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
             #expect(await collector.wait(for: 301, seconds: 15) == 301)
             #expect(Date().timeIntervalSince(started) < 8)
             let failed = collector.snapshot().results.filter { $0.key > 0 }.values
@@ -161,7 +156,7 @@ import Testing
             let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
             defer { engine.shutdown() }
             let total = 3000
-            let requests = try (0..<total).map { try request($0) }
+            let requests = try (0..<total).map { try unauthenticatedRequest($0) }
             try await onOwnThread { for (tag, request) in requests.enumerated() { engine.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()

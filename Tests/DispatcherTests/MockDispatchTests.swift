@@ -104,7 +104,7 @@ import Testing
             let total = 6000
             let items = (0..<total).map { notification($0) }
             let sentIDs = Set(items.map { $0.apnsIDString! })
-            let requests = try items.map { try DispatchRequest(path: $0.path, headerLines: $0.headerFields(authorization: nil).map(\.line), body: $0.payload) }
+            let requests = try items.map(unauthenticatedRequest)
             try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
@@ -128,10 +128,7 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 2000
-            let requests = try (0..<total).map { seed in
-                let item = notification(seed)
-                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
-            }
+            let requests = try (0..<total).map { try unauthenticatedRequest($0) }
             try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total) == total)
             let summary = collector.snapshot()
@@ -164,9 +161,7 @@ import Testing
 
             let anonymous = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1, maxAttempts: 1))
             defer { anonymous.shutdown() }
-            let item = notification(2)
-            let refused = await anonymous.send(try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line),
-                                                                   body: item.payload))
+            let refused = await anonymous.send(try unauthenticatedRequest(2))
             #expect(refused.response == nil)
             #expect(refused.transportError != nil)
             #expect(server.stats.accepted == 1)
@@ -180,7 +175,7 @@ import Testing
             let dispatcher = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1))
             defer { dispatcher.shutdown() }
             let item = notification(1)
-            let request = try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
+            let request = try unauthenticatedRequest(item)
             let first = await dispatcher.send(request)
             #expect(first.response?.status == 503)
             #expect(first.response?.reason == "ServiceUnavailable")
@@ -200,10 +195,7 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 3000
-            let requests = try (0..<total).map { seed in
-                let item = notification(seed)
-                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
-            }
+            let requests = try (0..<total).map { try unauthenticatedRequest($0) }
             try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total, seconds: 30) == total)
             let summary = collector.snapshot()
@@ -228,10 +220,7 @@ import Testing
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             let total = 2000
-            let requests = try (0..<total).map { seed in
-                let item = notification(seed)
-                return try DispatchRequest(path: item.path, headerLines: item.headerFields(authorization: nil).map(\.line), body: item.payload)
-            }
+            let requests = try (0..<total).map { try unauthenticatedRequest($0) }
             try await onOwnThread { for (tag, request) in requests.enumerated() { dispatcher.submit(request, tag: UInt64(tag)) } }
             #expect(await collector.wait(for: total, seconds: 60) == total)
             let summary = collector.snapshot()

@@ -66,6 +66,17 @@ func notification(_ seed: Int, apnsID: UUID? = UUID()) -> APNs.Notification {
                       apnsID: apnsID, payload: Array(#"{"aps":{"alert":"hello"}}"#.utf8))
 }
 
+/// The engine request for `notification(seed)` without authorization (the mock's default
+/// configuration accepts that).
+func unauthenticatedRequest(_ notification: APNs.Notification) throws -> DispatchRequest {
+    try DispatchRequest(path: notification.path, headerLines: notification.headerFields(authorization: nil).map(\.line),
+                        body: notification.payload)
+}
+
+func unauthenticatedRequest(_ seed: Int) throws -> DispatchRequest {
+    try unauthenticatedRequest(notification(seed))
+}
+
 /// Engine settings for the mock: its CA trusted, small windows so tests stay quick.
 func mockTuning(_ material: MockMaterial, threads: Int = 2, connections: Int = 1, streams: Int = 1000, maxAttempts: Int = 3)
     -> (inout DispatcherConfiguration) -> Void {

@@ -143,11 +143,16 @@ final class ConnectionKeepAlive {
     /// libcurl now watches (or stopped watching) `fd`: the connection is in use, so it is alive.
     func activity(on fd: Int32, now: UInt64) {
         guard let index = connections.firstIndex(where: { $0.fd == fd }) else { return }
+        markInUse(index, now: now)
+        nextDeadline = min(nextDeadline, now + interval)
+    }
+
+    /// In use means alive: no answer is awaited, and what arrived is libcurl's to read.
+    private func markInUse(_ index: Int, now: UInt64) {
         connections[index].idleSince = now
         connections[index].lastUsed = now
         connections[index].awaitingAck = false
         connections[index].quiet = false
-        nextDeadline = min(nextDeadline, now + interval)
     }
 
     /// OpenSSL is freeing `ssl` (libcurl closed the connection).
@@ -186,10 +191,7 @@ final class ConnectionKeepAlive {
         for index in connections.indices {
             if connections[index].dead { continue }
             if isWatched(connections[index].fd) {
-                connections[index].idleSince = now
-                connections[index].lastUsed = now
-                connections[index].awaitingAck = false
-                connections[index].quiet = false
+                markInUse(index, now: now)
                 next = min(next, now + interval)
                 continue
             }

@@ -491,12 +491,7 @@ final class CurlEventLoop: @unchecked Sendable {
     private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
         guard let pending = transfer.pending else { return }
         transfer.pending = nil
-        if transfer.freshConnect, replacing {
-            // The replacement exists (or failed); back to the configured count, so the old
-            // connection is not succeeded by a spare once it closes.
-            replacing = false
-            _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
-        }
+        if transfer.freshConnect { endReplacement() }
         freeTransfers.append(transfer.index)
         if transfer.sends > 1 {
             let resent = transfer.sends - 1
@@ -544,10 +539,7 @@ final class CurlEventLoop: @unchecked Sendable {
                 guard let waiting = other.pending else { continue }
                 curl_multi_remove_handle(multi, other.easy)
                 other.pending = nil
-                if other.freshConnect, replacing {
-                    replacing = false
-                    _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
-                }
+                if other.freshConnect { endReplacement() }
                 other.responseBody.removeAll(keepingCapacity: true)
                 freeTransfers.append(other.index)
                 withdrawn += 1
@@ -578,6 +570,14 @@ final class CurlEventLoop: @unchecked Sendable {
             outcome = .transportFailure(TransportError(code: curlCode, message: message))
         }
         deliver(pending, outcome: outcome)
+    }
+
+    /// The replacement connection exists (or failed): back to the configured count, so the old
+    /// connection is not succeeded by a spare once it closes.
+    private func endReplacement() {
+        guard replacing else { return }
+        replacing = false
+        _ = pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.connectionsPerThread)
     }
 
     private func reportFailure(_ reason: ConnectionFailureReason) {
