@@ -5,11 +5,13 @@ import Synchronization
 
 // QueueBench: the PostgreSQL queue's figures, each next to a reference run in the same
 // process: campaign import (against a plain one-row-per-target COPY), campaign reads,
-// transactional claim + ack (against a bare DELETE … RETURNING loop), LISTEN/NOTIFY
+// transactional claim + ack (against a bare DELETE … RETURNING loop), the same claim
+// with a backlog of another app's due jobs ahead of ours (a mixed fleet), LISTEN/NOTIFY
 // latency, and throughput after many jobs have passed through the table.
 //
 //   scripts/with-postgres.sh .build/release/QueueBench [--targets N] [--jobs N] [--bloat-jobs N]
-//       [--latency-count N] [--rate N] [--batch N] [--only campaign,claim,latency,bloat] [--database-url URL]
+//       [--latency-count N] [--rate N] [--batch N] [--foreign-jobs N]
+//       [--only campaign,claim,mixed,latency,bloat] [--database-url URL]
 
 struct Options {
     var url = ProcessInfo.processInfo.environment["PUSHD_DATABASE_URL"] ?? ""
@@ -19,7 +21,8 @@ struct Options {
     var latencyCount = 10_000
     var rate = 1_000
     var batch = 500
-    var phases: Set<String> = ["campaign", "claim", "latency", "bloat"]
+    var foreignJobs = 200_000
+    var phases: Set<String> = ["campaign", "claim", "mixed", "latency", "bloat"]
 
     static func parse(_ arguments: [String]) throws -> Options {
         var options = Options()
@@ -45,10 +48,11 @@ struct Options {
             case "--latency-count": options.latencyCount = try number("--latency-count")
             case "--rate": options.rate = try number("--rate")
             case "--batch": options.batch = try number("--batch")
+            case "--foreign-jobs": options.foreignJobs = try number("--foreign-jobs")
             case "--only":
                 let names = Set(try value("--only").split(separator: ",").map(String.init))
                 let unknown = names.subtracting(options.phases)
-                guard unknown.isEmpty else { throw QueueError("--only takes campaign, claim, latency, bloat; got \(unknown.sorted())") }
+                guard unknown.isEmpty else { throw QueueError("--only takes campaign, claim, mixed, latency, bloat; got \(unknown.sorted())") }
                 options.phases = names
             default: throw QueueError("unknown argument '\(arguments[index])'")
             }
@@ -173,7 +177,7 @@ func readCampaign(_ connection: PGConnection, id: Int64, store: CampaignStore) t
     let start = now()
     while true {
         let leaseStart = now()
-        guard let chunk = try store.leaseChunk(connection, owner: "bench", leaseSeconds: 60) else { break }
+        guard let chunk = try store.leaseChunk(connection, owner: "bench", apps: ["bench"], leaseSeconds: 60) else { break }
         leaseSeconds += now() - leaseStart
         leaseTimes.append(now() - leaseStart)
         figures.targets += chunk.targets.count
@@ -199,16 +203,17 @@ func readCampaign(_ connection: PGConnection, id: Int64, store: CampaignStore) t
 
 // MARK: Transactional lane
 
-func insertJobs(_ connection: PGConnection, _ count: Int) throws {
+func insertJobs(_ connection: PGConnection, _ count: Int, app: String = "bench", age: Int = 0) throws {
     var remaining = count
     var offset = 0
     while remaining > 0 {
         let size = min(remaining, 100_000)
         try connection.query("""
-            INSERT INTO pushd.jobs (app, device_token, payload)
-            SELECT 'bench', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":{"title":"Shipped","body":"Order on its way"}}}'
+            INSERT INTO pushd.jobs (app, device_token, payload, run_at)
+            SELECT $3, lpad(to_hex(g), 64, '0'), '{"aps":{"alert":{"title":"Shipped","body":"Order on its way"}}}',
+                   now() - make_interval(secs => $4)
             FROM generate_series($1::bigint, $2::bigint) g
-            """, [offset + 1, offset + size])
+            """, [offset + 1, offset + size, app, age])
         offset += size
         remaining -= size
     }
@@ -220,7 +225,7 @@ func drainWithQueue(_ connection: PGConnection, batch: Int, limit: Int = .max) t
     var total = 0
     let start = now()
     while total < limit {
-        let claimed = try queue.claim(connection, limit: batch)
+        let claimed = try queue.claim(connection, limit: batch, apps: ["bench"])
         if claimed.isEmpty { break }
         try queue.finish(connection, claimed, JobOutcomes(delivered: claimed.jobs.map(\.id)))
         total += claimed.jobs.count
@@ -278,6 +283,30 @@ func claimBenchmark(_ url: String, _ options: Options) throws -> Double {
     return ourRate
 }
 
+// MARK: Mixed fleet
+
+/// The claim of one instance while another app's due jobs, older than all of ours, sit
+/// ahead of them in run_at order: the jobs of an app this instance is not configured
+/// for, waiting for the instance that is (or for nobody). Ours are drained in the same
+/// slices as the claim phase; the other app's jobs must all still be there afterwards.
+func mixedBenchmark(_ url: String, _ options: Options, baseline: Double?) throws {
+    let connection = try QueueSession.connect(url: url, applicationName: "queuebench", settings: ["statement_timeout": "0"])
+    print("transactional claim + ack with \(options.foreignJobs) due jobs of another app queued ahead: \(options.jobs) jobs per round, 3 rounds, batches of \(options.batch)")
+    try insertJobs(connection, options.foreignJobs, app: "stranger", age: 3600)
+    var ours = (jobs: 0, seconds: 0.0)
+    for _ in 0..<3 {
+        try insertJobs(connection, options.jobs)
+        try connection.execute(script: "VACUUM ANALYZE pushd.jobs")
+        let round = try drainWithQueue(connection, batch: options.batch)
+        ours = (ours.jobs + round.jobs, ours.seconds + round.seconds)
+    }
+    let rate = Double(ours.jobs) / ours.seconds
+    let left = try count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'stranger'")
+    print("  pushd claim + finish of its own app: \(ours.jobs) jobs, \(figure(rate)) jobs/s; the other app's jobs left untouched: \(left) of \(options.foreignJobs)")
+    if let baseline { print("  ratio to the claim without the other app's backlog \(figure(rate / baseline, 2)) (target ≥ 0.9)") }
+    try connection.query("DELETE FROM pushd.jobs WHERE app = 'stranger'")
+}
+
 // MARK: LISTEN/NOTIFY latency
 
 func latencyBenchmark(_ url: String, _ options: Options, policy: JobWaitPolicy, label: String) throws {
@@ -303,7 +332,7 @@ func latencyBenchmark(_ url: String, _ options: Options, policy: JobWaitPolicy, 
                 ready.signal()
                 var lastWork = now()
                 while !done.load(ordering: .acquiring) {
-                    let batch = try queue.claim(connection, limit: 500)
+                    let batch = try queue.claim(connection, limit: 500, apps: ["bench"])
                     if !batch.isEmpty {
                         let time = now()
                         claimedAt.withLock { map in for job in batch.jobs { map[job.id] = time } }
@@ -313,10 +342,10 @@ func latencyBenchmark(_ url: String, _ options: Options, policy: JobWaitPolicy, 
                     }
                     switch policy.step(idleSeconds: now() - lastWork) {
                     case .poll(let microseconds):
-                        while !done.load(ordering: .acquiring), try !queue.hasDueJobs(connection) { usleep(microseconds) }
+                        while !done.load(ordering: .acquiring), try !queue.hasDueJobs(connection, apps: ["bench"]) { usleep(microseconds) }
                     case .sleep(let milliseconds):
                         sleeps.add(1, ordering: .relaxed)
-                        if try queue.sleepUntilJobs(connection, timeoutMilliseconds: min(milliseconds, 100)) { lastWork = now() }
+                        if try queue.sleepUntilJobs(connection, apps: ["bench"], timeoutMilliseconds: min(milliseconds, 100)) { lastWork = now() }
                     }
                 }
             } catch {
@@ -418,10 +447,12 @@ func main() throws {
     let settings = try admin.query("SELECT current_setting('fsync') || ' fsync, synchronous_commit ' || current_setting('synchronous_commit') || ', shared_buffers ' || current_setting('shared_buffers')")
     print("QueueBench on PostgreSQL \(admin.serverVersion) (\(try settings.require(String.self, row: 0, column: 0))), \(ProcessInfo.processInfo.activeProcessorCount) cores")
     if options.phases.contains("campaign") { try campaignBenchmark(url, options) }
+    var baseline: Double?
     if options.phases.contains("claim") || options.phases.contains("bloat") {
-        let baseline = try claimBenchmark(url, options)
-        if options.phases.contains("bloat") { try bloatBenchmark(url, options, baseline: baseline) }
+        baseline = try claimBenchmark(url, options)
     }
+    if options.phases.contains("mixed") { try mixedBenchmark(url, options, baseline: baseline) }
+    if options.phases.contains("bloat"), let baseline { try bloatBenchmark(url, options, baseline: baseline) }
     if options.phases.contains("latency") {
         try latencyBenchmark(url, options, policy: JobWaitPolicy(), label: "pushd's claimers (poll every 2 ms for 1 s after work, then sleep on LISTEN/NOTIFY)")
         try latencyBenchmark(url, options, policy: JobWaitPolicy(busyWindow: 0), label: "reference: claimers always asleep on LISTEN/NOTIFY, every insert notifies")

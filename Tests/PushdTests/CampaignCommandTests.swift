@@ -235,7 +235,7 @@ import Testing
 
     /// Sends a chunk's worth of outcomes the way the pipeline records them.
     static func finishChunk(_ connection: PGConnection, failures: [String: Int], pruned: Int) throws -> Bool {
-        guard let chunk = try CampaignStore().leaseChunk(connection, owner: "test-worker", leaseSeconds: 60) else { return false }
+        guard let chunk = try CampaignStore().leaseChunk(connection, owner: "test-worker", apps: ["shop"], leaseSeconds: 60) else { return false }
         let failed = failures.values.reduce(0, +)
         try CampaignStore().finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size - failed,
                                                                     failedByReason: failures, pruned: pruned))

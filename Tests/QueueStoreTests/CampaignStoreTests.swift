@@ -36,7 +36,7 @@ import Testing
             #expect(campaign.chunksTotal == 3)
             try campaigns.start(connection, id: id)
             var seen = [CampaignTarget]()
-            while let chunk = try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) {
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) {
                 seen += chunk.targets
                 try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.targets.count))
             }
@@ -78,7 +78,7 @@ import Testing
             let id = try makeCampaign(connection, targets: 2500)
             #expect(try campaigns.start(connection, id: id) == .running)
             var chunks = 0
-            while let chunk = try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) {
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) {
                 chunks += 1
                 let half = chunk.size / 2
                 #expect(try campaigns.checkpoint(connection, chunk, ChunkProgress(position: half, sent: half - 2,
@@ -105,11 +105,11 @@ import Testing
             let connection = try database.connect()
             let id = try makeCampaign(connection, targets: 1000)
             try campaigns.start(connection, id: id)
-            let lost = try #require(try campaigns.leaseChunk(connection, owner: "worker-a", leaseSeconds: 1.5))
+            let lost = try #require(try campaigns.leaseChunk(connection, owner: "worker-a", apps: ["shop", "news"], leaseSeconds: 1.5))
             #expect(try campaigns.checkpoint(connection, lost, ChunkProgress(position: 300, sent: 300), leaseSeconds: 1.5) == .proceed)
-            #expect(try campaigns.leaseChunk(connection, owner: "worker-b", leaseSeconds: 30) == nil)
+            #expect(try campaigns.leaseChunk(connection, owner: "worker-b", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             usleep(2_000_000)
-            let taken = try #require(try campaigns.leaseChunk(connection, owner: "worker-b", leaseSeconds: 30))
+            let taken = try #require(try campaigns.leaseChunk(connection, owner: "worker-b", apps: ["shop", "news"], leaseSeconds: 30))
             #expect(taken.chunk == lost.chunk)
             #expect(taken.startIndex == 300)
             #expect(taken.targets.first?.index == 300)
@@ -127,16 +127,16 @@ import Testing
             let connection = try database.connect()
             let id = try makeCampaign(connection, targets: 3000)
             try campaigns.start(connection, id: id)
-            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30))
             #expect(try campaigns.pause(connection, id: id) == .paused)
             let directive = try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 400, sent: 400), leaseSeconds: 30)
             #expect(directive == .stop(.paused))
             try campaigns.release(connection, chunk, ChunkProgress(position: 400))
-            #expect(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) == nil)
+            #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             #expect(Fixtures.queueError { try campaigns.pause(connection, id: id) }?.message
                     == "cannot pause campaign \(id): it is paused, and only a campaign that is running or scheduled can be")
             #expect(try campaigns.resume(connection, id: id) == .running)
-            let resumed = try #require(try campaigns.leaseChunk(connection, owner: "w2", leaseSeconds: 30))
+            let resumed = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: ["shop", "news"], leaseSeconds: 30))
             #expect(resumed.chunk == chunk.chunk && resumed.startIndex == 400)
             #expect(try campaigns.campaign(connection, id: id)?.sent == 400)
         }
@@ -147,12 +147,12 @@ import Testing
             let connection = try database.connect()
             let id = try makeCampaign(connection, targets: 2500)
             try campaigns.start(connection, id: id)
-            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30))
             #expect(Fixtures.queueError { try campaigns.dropTargets(connection, id: id) }?.message
                     == "campaign \(id) is running; only the targets of a done or cancelled campaign can be dropped")
             #expect(try campaigns.cancel(connection, id: id) == .cancelled)
             #expect(try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 10, sent: 10), leaseSeconds: 30) == .stop(.cancelled))
-            #expect(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) == nil)
+            #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             #expect(Fixtures.queueError { try campaigns.resume(connection, id: id) } != nil)
             #expect(try campaigns.dropTargets(connection, id: id) == 2500)
             #expect(try connection.query("SELECT count(*) FROM pushd.campaign_targets").require(Int.self, row: 0, column: 0) == 0)
@@ -186,9 +186,9 @@ import Testing
             let connection = try database.connect()
             let id = try makeCampaign(connection, targets: 10, startAt: Date().addingTimeInterval(3600))
             #expect(try campaigns.start(connection, id: id) == .scheduled)
-            #expect(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) == nil)
+            #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             try connection.query("UPDATE pushd.campaigns SET start_at = now() - interval '1 second' WHERE id = $1", [id])
-            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30))
             #expect(chunk.campaignID == id)
             #expect(try campaigns.campaign(connection, id: id)?.status == .running)
         }
@@ -199,9 +199,9 @@ import Testing
             let connection = try database.connect()
             let id = try makeCampaign(connection, targets: 300, chunkSize: 100, rateLimit: 100)
             try campaigns.start(connection, id: id)
-            let first = try #require(try campaigns.leaseChunk(connection, owner: "w1", leaseSeconds: 30))
+            let first = try #require(try campaigns.leaseChunk(connection, owner: "w1", apps: ["shop", "news"], leaseSeconds: 30))
             #expect(first.rateLimit == 100)
-            #expect(try campaigns.leaseChunk(connection, owner: "w2", leaseSeconds: 30) == nil)
+            #expect(try campaigns.leaseChunk(connection, owner: "w2", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             let wait = try connection.query("""
                 SELECT extract(epoch FROM next_lease_at - now())::float8 FROM pushd.campaigns WHERE id = $1
                 """, [id]).require(Double.self, row: 0, column: 0)
@@ -226,7 +226,7 @@ import Testing
             #expect(campaign.targets == 17 && campaign.chunksTotal == 4)
             try campaigns.start(connection, id: id)
             var all = [String]()
-            while let chunk = try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30) {
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) {
                 all += chunk.targets.map(\.token)
                 try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size))
             }
@@ -246,7 +246,7 @@ import Testing
                 """)
             let id = try makeCampaign(connection, targets: 50)
             try campaigns.start(connection, id: id)
-            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", leaseSeconds: 30))
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30))
             _ = try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 20, sent: 18, failedByReason: ["Unregistered": 2], pruned: 2),
                                          leaseSeconds: 30)
             let stats = try QueueStats.read(connection)

@@ -6,6 +6,8 @@ import Testing
 
 @Suite struct JobQueueTests {
     let queue = JobQueue()
+    /// Every app these tests insert jobs for: the claim takes only the apps it is given.
+    let apps = ["shop", "blog"]
 
     func insertJobs(_ connection: PGConnection, count: Int, app: String = "shop", priority: Int? = nil,
                     runAtOffset: Int = 0) throws {
@@ -24,7 +26,7 @@ import Testing
             try connection.query("""
                 INSERT INTO pushd.jobs (app, device_token, payload, push_type) VALUES ('shop', $1, '{"aps":{"content-available":1}}', 'background')
                 """, [Fixtures.token(2)])
-            let batch = try queue.claim(connection, limit: 10)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
             try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
             let alert = try #require(batch.jobs.first { $0.pushType == "alert" })
             #expect(alert.deviceToken == Fixtures.token(0xABC))
@@ -81,13 +83,13 @@ import Testing
                   ('shop', $4, '{}', 1, now() - interval '5 minutes'),
                   ('shop', $5, '{}', 10, now() + interval '1 hour')
                 """, [Fixtures.token(1), Fixtures.token(2), Fixtures.token(3), Fixtures.token(4), Fixtures.token(5)])
-            let first = try queue.claim(connection, limit: 2)
+            let first = try queue.claim(connection, limit: 2, apps: apps)
             #expect(first.jobs.map(\.deviceToken).sorted() == [Fixtures.token(2), Fixtures.token(3)])
             try queue.finish(connection, first, JobOutcomes(delivered: first.jobs.map(\.id)))
-            let second = try queue.claim(connection, limit: 10)
+            let second = try queue.claim(connection, limit: 10, apps: apps)
             #expect(Set(second.jobs.map(\.deviceToken)) == [Fixtures.token(1), Fixtures.token(4)])
             try queue.finish(connection, second, JobOutcomes(delivered: second.jobs.map(\.id)))
-            #expect(try queue.claim(connection, limit: 10).isEmpty)
+            #expect(try queue.claim(connection, limit: 10, apps: apps).isEmpty)
             #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 1)
         }
     }
@@ -97,7 +99,7 @@ import Testing
             let connection = try database.connect()
             try insertJobs(connection, count: 6)
             try connection.query("UPDATE pushd.jobs SET dedupe_key = 'k' || id, collapse_id = 'c', apns_id = gen_random_uuid()")
-            let batch = try queue.claim(connection, limit: 10)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
             #expect(batch.jobs.count == 6)
             let ids = batch.jobs.map(\.id).sorted()
             let later = Date().addingTimeInterval(600)
@@ -133,12 +135,12 @@ import Testing
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
             try insertJobs(connection, count: 3)
-            let batch = try queue.claim(connection, limit: 10)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
             let error = Fixtures.queueError {
                 try queue.finish(connection, batch, JobOutcomes(delivered: Array(batch.jobs.map(\.id).prefix(2))))
             }
             #expect(error?.message.contains("have no outcome") == true)
-            #expect(try queue.claim(connection, limit: 10).jobs.count == 3)
+            #expect(try queue.claim(connection, limit: 10, apps: apps).jobs.count == 3)
             try queue.abandon(connection)
             #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 3)
         }
@@ -154,7 +156,7 @@ import Testing
                 do {
                     let connection = try database.connect()
                     while true {
-                        let batch = try queue.claim(connection, limit: 50)
+                        let batch = try queue.claim(connection, limit: 50, apps: apps)
                         if batch.isEmpty { break }
                         try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
                         claimed.withLock { $0[worker].append(contentsOf: batch.jobs.map(\.id)) }
@@ -176,17 +178,17 @@ import Testing
             let admin = try database.connect()
             try insertJobs(admin, count: 20)
             let doomed = try database.connect()
-            let batch = try queue.claim(doomed, limit: 15)
+            let batch = try queue.claim(doomed, limit: 15, apps: apps)
             #expect(batch.jobs.count == 15)
             let survivor = try database.connect()
-            let rest = try queue.claim(survivor, limit: 100)
+            let rest = try queue.claim(survivor, limit: 100, apps: apps)
             #expect(rest.jobs.count == 5)
             try queue.abandon(survivor)
             #expect(try admin.query("SELECT pg_terminate_backend($1)", [doomed.backendPID]).require(Bool.self, row: 0, column: 0))
             #expect(Fixtures.pgError { try queue.finish(doomed, batch, JobOutcomes(delivered: batch.jobs.map(\.id))) } != nil)
             var recovered = [Int64]()
             for _ in 0..<50 {
-                let again = try queue.claim(survivor, limit: 100)
+                let again = try queue.claim(survivor, limit: 100, apps: apps)
                 recovered = again.jobs.map(\.id)
                 try queue.abandon(survivor)
                 if recovered.count == 20 { break }
@@ -201,9 +203,9 @@ import Testing
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
             try insertJobs(connection, count: 4)
-            let batch = try queue.claim(connection, limit: 10)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
             try queue.abandon(connection)
-            let again = try queue.claim(connection, limit: 10)
+            let again = try queue.claim(connection, limit: 10, apps: apps)
             #expect(Set(again.jobs) == Set(batch.jobs))
             try queue.abandon(connection)
         }
@@ -224,7 +226,7 @@ import Testing
             try connection.query(insert, [Fixtures.token(2), Fixtures.payload])
             try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('blog', $1, $2, 'order-1042-shipped')",
                                  [Fixtures.token(1), Fixtures.payload])
-            let batch = try queue.claim(connection, limit: 10)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
             #expect(batch.jobs.count == 3)
             try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
             try connection.query(insert, [Fixtures.token(1), Fixtures.payload])
@@ -259,7 +261,7 @@ import Testing
                     let connection = try database.connect()
                     try queue.listen(connection)
                     registered.signal()
-                    let result = try queue.sleepUntilJobs(connection, timeoutMilliseconds: 20_000)
+                    let result = try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: 20_000)
                     woken.withLock { $0 = result }
                 } catch {
                     Issue.record("sleeping claimer failed: \(error)")
@@ -284,11 +286,11 @@ import Testing
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
             try queue.listen(connection)
-            #expect(try queue.sleepUntilJobs(connection, timeoutMilliseconds: 50) == false)
+            #expect(try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: 50) == false)
             try insertJobs(connection, count: 1, runAtOffset: 3600)
-            #expect(try queue.sleepUntilJobs(connection, timeoutMilliseconds: 50) == false)
+            #expect(try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: 50) == false)
             try insertJobs(connection, count: 1)
-            #expect(try queue.sleepUntilJobs(connection, timeoutMilliseconds: 20_000) == true)
+            #expect(try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: 20_000) == true)
         }
     }
 
@@ -297,12 +299,12 @@ import Testing
             let claimer = try database.connect()
             let poller = try database.connect()
             try insertJobs(claimer, count: 3)
-            #expect(try queue.hasDueJobs(poller))
-            let batch = try queue.claim(claimer, limit: 10)
+            #expect(try queue.hasDueJobs(poller, apps: apps))
+            let batch = try queue.claim(claimer, limit: 10, apps: apps)
             #expect(batch.jobs.count == 3)
-            #expect(try queue.hasDueJobs(poller) == false)
+            #expect(try queue.hasDueJobs(poller, apps: apps) == false)
             try queue.finish(claimer, batch, JobOutcomes(retries: batch.jobs.map { JobRetry(id: $0.id, runAt: Date(), error: "429") }))
-            #expect(try queue.hasDueJobs(poller))
+            #expect(try queue.hasDueJobs(poller, apps: apps))
         }
     }
 
@@ -314,15 +316,36 @@ import Testing
         #expect(policy.step(idleSeconds: 3600) == .sleep(milliseconds: 1500))
     }
 
-    @Test func jobsOfExcludedAppsStayQueued() throws {
+    @Test func aClaimTakesOnlyTheGivenAppsAndLeavesTheRestQueuedUntouched() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
             try insertJobs(connection, count: 3, app: "shop")
-            try insertJobs(connection, count: 2, app: "blog")
-            let batch = try queue.claim(connection, limit: 10, excludingApps: ["shop"])
-            #expect(batch.jobs.map(\.app) == ["blog", "blog"])
+            try insertJobs(connection, count: 2, app: "blog", runAtOffset: -60)
+            #expect(try queue.hasDueJobs(connection, apps: ["shop"]))
+            let batch = try queue.claim(connection, limit: 10, apps: ["shop"])
+            #expect(batch.jobs.map(\.app) == ["shop", "shop", "shop"])
             try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
-            #expect(try connection.query("SELECT count(*) FROM pushd.jobs WHERE app = 'shop'").require(Int.self, row: 0, column: 0) == 3)
+            #expect(try queue.hasDueJobs(connection, apps: ["shop"]) == false)
+            #expect(try queue.claim(connection, limit: 10, apps: ["shop"]).isEmpty)
+            #expect(try queue.claim(connection, limit: 10, apps: []).isEmpty)
+            let left = try connection.query("SELECT app, attempts, last_error FROM pushd.jobs")
+            #expect(left.rowCount == 2)
+            #expect(try left.rows.allSatisfy { try $0.require(0, as: String.self) == "blog" && $0.require(1, as: Int.self) == 0 && $0.get(2, as: String.self) == nil })
+        }
+    }
+
+    @Test func withinAPriorityEveryAppLeadsSomeBatches() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try insertJobs(connection, count: 200, app: "shop", runAtOffset: -60)
+            try insertJobs(connection, count: 200, app: "blog")
+            var leaders = Set<String>()
+            for _ in 0..<20 {
+                let batch = try queue.claim(connection, limit: 5, apps: ["shop", "blog"])
+                leaders.insert(try #require(batch.jobs.first).app)
+                try queue.abandon(connection)
+            }
+            #expect(leaders == ["shop", "blog"])
         }
     }
 
@@ -339,7 +362,7 @@ import Testing
             let sql = "SELECT pushd.notify_user('shop', 'u1', $1, p_dedupe_key => 'welcome')"
             #expect(try connection.query(sql, [Fixtures.payload]).require(Int.self, row: 0, column: 0) == 2)
             #expect(try connection.query(sql, [Fixtures.payload]).require(Int.self, row: 0, column: 0) == 0)
-            let batch = try queue.claim(connection, limit: 10)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
             try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
             #expect(batch.jobs.map(\.deviceToken).sorted() == [Fixtures.token(1), Fixtures.token(2)])
             #expect(batch.jobs.allSatisfy { $0.userID == "u1" && $0.dedupeKey == "welcome" })
@@ -356,17 +379,17 @@ import Testing
             try campaigns.start(connection, id: id)
             try insertJobs(connection, count: 3)
             let source = WorkSource()
-            guard case .jobs(let batch) = try source.claimWork(connection, jobLimit: 10, owner: "w1", leaseSeconds: 30) else {
+            guard case .jobs(let batch) = try source.claimWork(connection, jobLimit: 10, owner: "w1", leaseSeconds: 30, apps: apps) else {
                 Issue.record("expected jobs first")
                 return
             }
             try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
-            guard case .chunk(let chunk) = try source.claimWork(connection, jobLimit: 10, owner: "w1", leaseSeconds: 30) else {
+            guard case .chunk(let chunk) = try source.claimWork(connection, jobLimit: 10, owner: "w1", leaseSeconds: 30, apps: apps) else {
                 Issue.record("expected the campaign chunk once no job was due")
                 return
             }
             #expect(chunk.targets.count == 10)
-            #expect(try source.claimWork(connection, jobLimit: 10, owner: "w2", leaseSeconds: 30) == .none)
+            #expect(try source.claimWork(connection, jobLimit: 10, owner: "w2", leaseSeconds: 30, apps: apps) == .none)
         }
     }
 }

@@ -34,6 +34,9 @@ public struct PushdMetrics: Sendable {
     public let jobDeliveryLatency: HistogramFamily
     public let queueDepth: CallbackFamily
     public let queueOldestAge: CallbackFamily
+    public let queueAppDepth: CallbackFamily
+    public let queueAppOldestAge: CallbackFamily
+    public let appConfigured: GaugeFamily
 
     // Campaigns
     public let campaigns: CallbackFamily
@@ -124,6 +127,18 @@ public struct PushdMetrics: Sendable {
             "pushd_queue_oldest_age_seconds",
             help: "How long the oldest due job has been waiting.",
             unit: "seconds", labels: ["lane"])
+        queueAppDepth = try registry.callbackGauge(
+            "pushd_queue_app_depth",
+            help: "Work waiting per app: due jobs (transactional) or unsent targets of unfinished campaigns (campaign), whichever instance serves the app.",
+            labels: ["app", "lane"])
+        queueAppOldestAge = try registry.callbackGauge(
+            "pushd_queue_app_oldest_age_seconds",
+            help: "Per app: how long its oldest due job has been waiting (transactional), or since its oldest running campaign started (campaign).",
+            unit: "seconds", labels: ["app", "lane"])
+        appConfigured = try registry.gauge(
+            "pushd_app_configured",
+            help: "1 for every app this instance is configured for; an app with queued work and no instance reporting it is served by nobody.",
+            labels: ["app"])
 
         campaigns = try registry.callbackGauge(
             "pushd_campaigns",
@@ -203,6 +218,10 @@ public struct PushdMetrics: Sendable {
 
     public func paused(app: String) -> Gauge {
         appPaused.bound([app])
+    }
+
+    public func configured(app: String) -> Gauge {
+        appConfigured.bound([app])
     }
 
     public func deliveryLatency(app: String) -> Histogram {

@@ -293,7 +293,7 @@ public struct CampaignStore: Sendable {
 
     static func leaseSQL(synchronous: Bool) -> String {
         """
-        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2))
+        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3))
         SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
                k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
                t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :]
@@ -304,12 +304,15 @@ public struct CampaignStore: Sendable {
         """
     }
 
-    /// Leases the next chunk of a running campaign for `leaseSeconds`, or returns nil when
-    /// nothing is ready. `owner` must be unique per worker. A chunk whose lease expired
+    /// Leases the next chunk of a running campaign of one of `apps` for `leaseSeconds`, or
+    /// returns nil when nothing is ready. Campaigns of other apps are left to an instance
+    /// configured for them. `owner` must be unique per worker. A chunk whose lease expired
     /// (its worker vanished) is handed out again from its last checkpoint.
-    public func leaseChunk(_ connection: PGConnection, owner: String, leaseSeconds: Double) throws -> CampaignChunk? {
+    public func leaseChunk(_ connection: PGConnection, owner: String, apps: [String], leaseSeconds: Double) throws -> CampaignChunk? {
         guard leaseSeconds > 0 else { throw QueueError("lease duration must be positive, got \(leaseSeconds)") }
-        let result = try connection.query(connection.prepared(Self.leaseSQL(synchronous: synchronousBookkeeping)), [owner, leaseSeconds])
+        guard !apps.isEmpty else { return nil }
+        let result = try connection.query(connection.prepared(Self.leaseSQL(synchronous: synchronousBookkeeping)),
+                                          [owner, leaseSeconds, apps])
         guard result.rowCount == 1 else { return nil }
         let row = result[0]
         let start: Int = try row.require(3)

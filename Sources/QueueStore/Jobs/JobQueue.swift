@@ -24,16 +24,20 @@ public struct JobQueue: Sendable {
         dedupe_key, user_id, environment, run_at, attempts, last_error, created_at
         """
 
-    // One index range per priority, highest first, each stopping at the first future
-    // run_at. The branches are CTEs because FOR UPDATE cannot sit under UNION; CTE scans
-    // run on demand, so once the outer LIMIT is met the later priorities are not read.
+    // One index range per priority and app, highest priority first, each stopping at the
+    // first future run_at; jobs of apps not in $2 are never read. The branches are CTEs
+    // because FOR UPDATE cannot sit under UNION; CTE scans and the nested loops over the
+    // apps run on demand, so once the outer LIMIT is met nothing more is read or locked.
     static let claimSQL = """
-        WITH p10 AS (SELECT id FROM pushd.jobs WHERE priority = 10 AND run_at <= now() AND app <> ALL ($2::text[])
-                     ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED),
-             p5 AS (SELECT id FROM pushd.jobs WHERE priority = 5 AND run_at <= now() AND app <> ALL ($2::text[])
-                    ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED),
-             p1 AS (SELECT id FROM pushd.jobs WHERE priority = 1 AND run_at <= now() AND app <> ALL ($2::text[])
-                    ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+        WITH p10 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
+                         SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 10 AND run_at <= now()
+                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
+             p5 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
+                         SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 5 AND run_at <= now()
+                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
+             p1 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
+                         SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 1 AND run_at <= now()
+                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j)
         DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
             SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
         RETURNING \(columns)
@@ -54,18 +58,24 @@ public struct JobQueue: Sendable {
                              $17::integer[], $18::text[])
         """
 
-    /// Takes up to `limit` due jobs, highest priority first, then oldest `run_at`.
+    /// Takes up to `limit` due jobs of `apps`, highest priority first, then oldest
+    /// `run_at` within an app. Jobs of every other app stay queued untouched: they
+    /// belong to an instance configured for them (or to an app whose credentials are
+    /// broken). Within a priority the apps take turns leading a batch, so one app's
+    /// backlog does not starve another's.
     ///
     /// On a non-empty result the connection is left inside the claiming transaction:
     /// settle it with `finish` (or `abandon`) on the same connection. An empty result
-    /// leaves no transaction open. Jobs of `excludingApps` stay queued (for an app
-    /// whose credentials are broken).
-    public func claim(_ connection: PGConnection, limit: Int, excludingApps: [String] = []) throws -> ClaimedJobs {
+    /// leaves no transaction open.
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String]) throws -> ClaimedJobs {
         guard limit > 0 else { throw QueueError("claim limit must be positive, got \(limit)") }
+        guard !apps.isEmpty else { return ClaimedJobs(jobs: []) }
         let statement = try connection.prepared(Self.claimSQL)
+        let lead = Int.random(in: 0..<apps.count)
+        let turn = Array(apps[lead...] + apps[..<lead])
         try connection.execute(script: "BEGIN")
         do {
-            let result = try connection.query(statement, [limit, excludingApps])
+            let result = try connection.query(statement, [limit, turn])
             if result.rowCount == 0 {
                 try connection.execute(script: "COMMIT")
                 return ClaimedJobs(jobs: [])
@@ -129,27 +139,28 @@ public struct JobQueue: Sendable {
         try connection.listen(Self.channel)
     }
 
-    /// One index probe per priority: true when some job is due and not held by another
+    /// One index probe per priority and app: true when some job of `apps` is due and not held by another
     /// claimer's open batch (`xmax = 0`: no deleter or locker). This is the cheap poll
     /// for a claimer that found work recently, since inserts do not notify busy claimers.
     /// Rows left with the xmax of an aborted claim are not seen here; the fallback
     /// time-out of `sleepUntilJobs` picks them up.
-    public func hasDueJobs(_ connection: PGConnection) throws -> Bool {
-        try connection.query(connection.prepared("""
-            SELECT EXISTS (SELECT 1 FROM pushd.jobs WHERE priority = 10 AND run_at <= now() AND xmax = '0'::xid)
-                OR EXISTS (SELECT 1 FROM pushd.jobs WHERE priority = 5 AND run_at <= now() AND xmax = '0'::xid)
-                OR EXISTS (SELECT 1 FROM pushd.jobs WHERE priority = 1 AND run_at <= now() AND xmax = '0'::xid)
-            """)).require(Bool.self, row: 0, column: 0)
+    public func hasDueJobs(_ connection: PGConnection, apps: [String]) throws -> Bool {
+        guard !apps.isEmpty else { return false }
+        return try connection.query(connection.prepared("""
+            SELECT EXISTS (SELECT 1 FROM pushd.jobs WHERE app = ANY ($1::text[]) AND priority = 10 AND run_at <= now() AND xmax = '0'::xid)
+                OR EXISTS (SELECT 1 FROM pushd.jobs WHERE app = ANY ($1::text[]) AND priority = 5 AND run_at <= now() AND xmax = '0'::xid)
+                OR EXISTS (SELECT 1 FROM pushd.jobs WHERE app = ANY ($1::text[]) AND priority = 1 AND run_at <= now() AND xmax = '0'::xid)
+            """), [apps]).require(Bool.self, row: 0, column: 0)
     }
 
     /// Sleeps until an insert notifies or `timeoutMilliseconds` pass (the fallback poll,
     /// which also catches jobs scheduled for later). Returns true when woken by an
-    /// insert or when jobs were already due.
+    /// insert or when jobs of `apps` were already due.
     ///
     /// The connection registers as a sleeping claimer so that inserts notify, then
     /// waits on the advisory lock for inserts that decided not to notify before the
     /// registration was visible, then checks for due jobs, and only then sleeps.
-    public func sleepUntilJobs(_ connection: PGConnection, timeoutMilliseconds: Int32) throws -> Bool {
+    public func sleepUntilJobs(_ connection: PGConnection, apps: [String], timeoutMilliseconds: Int32) throws -> Bool {
         try connection.query(connection.prepared("""
             WITH stale AS (
                 DELETE FROM pushd.job_waiters w
@@ -161,7 +172,7 @@ public struct JobQueue: Sendable {
         defer { _ = try? connection.query("DELETE FROM pushd.job_waiters WHERE pid = pg_backend_pid()") }
         try connection.query("SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", [Self.wakeupLockKey])
         _ = try connection.pendingNotifications()
-        if try hasDueJobs(connection) { return true }
+        if try hasDueJobs(connection, apps: apps) { return true }
         return !(try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds)).isEmpty
     }
 

@@ -8,7 +8,7 @@ public enum Work: Sendable, Hashable {
 }
 
 /// Hands out work with transactional jobs strictly first: a campaign chunk is
-/// leased only when no job is due.
+/// leased only when no job is due. Both come only from `apps`.
 public struct WorkSource: Sendable {
     public var jobs = JobQueue()
     public var campaigns = CampaignStore()
@@ -16,10 +16,10 @@ public struct WorkSource: Sendable {
     public init() {}
 
     public func claimWork(_ connection: PGConnection, jobLimit: Int, owner: String, leaseSeconds: Double,
-                          excludingApps: [String] = []) throws -> Work {
-        let batch = try jobs.claim(connection, limit: jobLimit, excludingApps: excludingApps)
+                          apps: [String]) throws -> Work {
+        let batch = try jobs.claim(connection, limit: jobLimit, apps: apps)
         if !batch.isEmpty { return .jobs(batch) }
-        if let chunk = try campaigns.leaseChunk(connection, owner: owner, leaseSeconds: leaseSeconds) {
+        if let chunk = try campaigns.leaseChunk(connection, owner: owner, apps: apps, leaseSeconds: leaseSeconds) {
             return .chunk(chunk)
         }
         return .none

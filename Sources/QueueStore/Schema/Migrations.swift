@@ -8,6 +8,7 @@ extension Migrator {
         Migration(version: 4, name: "shared provider tokens", sql: providerTokensV4),
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
+        Migration(version: 7, name: "claim and lease only the apps an instance is configured for", sql: claimByAppV7),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -469,5 +470,58 @@ extension Migrator {
     /// leased chunk to its targets into a scan of every chunk row of every campaign.
     static let leaseRowsV6 = #"""
     ALTER FUNCTION pushd.lease_campaign_chunk(text, float8) ROWS 1;
+    """#
+
+    /// Instances with different app lists share one database: each claims jobs and leases
+    /// chunks only of its own apps, and the rest stays queued for an instance that knows
+    /// them. The claim walks one index range per (app, priority), so jobs of other apps,
+    /// however many are due, are never read; the index replaces `jobs_due`, so an insert
+    /// still maintains the same number of indexes.
+    static let claimByAppV7 = #"""
+    CREATE INDEX jobs_claim ON pushd.jobs (app, priority, run_at);
+    DROP INDEX pushd.jobs_due;
+
+    DROP FUNCTION pushd.lease_campaign_chunk(text, float8);
+    CREATE FUNCTION pushd.lease_campaign_chunk(p_owner text, p_seconds float8, p_apps text[])
+    RETURNS TABLE (leased_campaign bigint, leased_chunk integer, leased_size integer,
+                   leased_checkpoint integer, leased_until timestamptz)
+    LANGUAGE plpgsql ROWS 1 AS $$
+    DECLARE
+        k record;
+        picked record;
+    BEGIN
+        FOR k IN SELECT c.id, c.rate_limit, c.status, c.started_at FROM pushd.campaigns c
+                 WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
+                   AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+                   AND c.app = ANY (p_apps)
+                 ORDER BY c.id
+        LOOP
+            SELECT ch.chunk, ch.size, ch.checkpoint INTO picked FROM pushd.campaign_chunks ch
+            WHERE ch.campaign_id = k.id AND ch.finished_at IS NULL
+              AND (ch.lease_until IS NULL OR ch.lease_until < now())
+            ORDER BY ch.chunk LIMIT 1 FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF k.rate_limit IS NOT NULL OR k.status = 'scheduled' OR k.started_at IS NULL THEN
+                UPDATE pushd.campaigns c
+                SET status = 'running', started_at = coalesce(c.started_at, now()),
+                    next_lease_at = CASE WHEN c.rate_limit IS NULL THEN NULL
+                        ELSE greatest(coalesce(c.next_lease_at, now()), now())
+                             + make_interval(secs => (picked.size - picked.checkpoint)::float8 / c.rate_limit) END
+                WHERE c.id = k.id AND c.status IN ('running', 'scheduled')
+                  AND (c.next_lease_at IS NULL OR c.next_lease_at <= now());
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            UPDATE pushd.campaign_chunks ch
+            SET lease_owner = p_owner, lease_until = now() + make_interval(secs => p_seconds), leases = ch.leases + 1
+            WHERE ch.campaign_id = k.id AND ch.chunk = picked.chunk;
+            leased_campaign := k.id;
+            leased_chunk := picked.chunk;
+            leased_size := picked.size;
+            leased_checkpoint := picked.checkpoint;
+            leased_until := now() + make_interval(secs => p_seconds);
+            RETURN NEXT;
+            RETURN;
+        END LOOP;
+    END $$;
     """#
 }

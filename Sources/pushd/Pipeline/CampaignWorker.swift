@@ -59,7 +59,8 @@ final class CampaignWorker: @unchecked Sendable {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
                 let seen = context.doorbell.current
-                guard let chunk = try store.leaseChunk(connection!, owner: owner, leaseSeconds: leaseSeconds) else {
+                guard let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(),
+                                                            leaseSeconds: leaseSeconds) else {
                     context.doorbell.wait(after: seen, timeout: 1)
                     continue
                 }
@@ -93,12 +94,10 @@ final class CampaignWorker: @unchecked Sendable {
         context.metrics.claimed(lane: "campaign").increment(by: UInt64(chunk.targets.count))
         let count = chunk.targets.count
         var progress = ChunkProgress(position: chunk.startIndex)
+        // The lease returns only configured apps; should one slip through, the chunk goes
+        // back for an instance that knows the app rather than being failed.
         guard let sender = context.senders[chunk.app] else {
-            progress.position = chunk.size
-            progress.failedByReason["UnknownApp"] = count
-            context.logger.error("campaign \(chunk.campaignID) names app '\(chunk.app)', which is not configured; its targets are failed",
-                                 ("campaign", .int(chunk.campaignID)))
-            try store.finish(connection, chunk, progress)
+            try store.release(connection, chunk, progress)
             return
         }
         if sender.pausedReason != nil {

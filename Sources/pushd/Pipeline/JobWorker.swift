@@ -49,16 +49,17 @@ final class JobWorker: @unchecked Sendable {
         while !context.isStopping {
             do {
                 let connection = try connectIfNeeded()
-                let batch = try queue.claim(connection, limit: batchSize, excludingApps: context.pausedApps())
+                let apps = context.claimableApps()
+                let batch = try queue.claim(connection, limit: batchSize, apps: apps)
                 failures = 0
                 if batch.isEmpty {
                     switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
                     case .poll(let microseconds):
-                        if try !queue.hasDueJobs(connection) { usleep(microseconds) }
+                        if try !queue.hasDueJobs(connection, apps: apps) { usleep(microseconds) }
                     case .sleep(let milliseconds):
                         // Woken within milliseconds of an insert's COMMIT; the time-out is the
                         // fallback for scheduled jobs and bounds how long shutdown waits.
-                        _ = try queue.sleepUntilJobs(connection, timeoutMilliseconds: milliseconds)
+                        _ = try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds)
                     }
                     continue
                 }
@@ -104,8 +105,11 @@ final class JobWorker: @unchecked Sendable {
         var inFlight = [Int: InFlight]()
 
         for (position, job) in batch.jobs.enumerated() {
+            // The claim returns only configured apps; should one slip through, it stays
+            // queued for an instance that knows it rather than being given up.
             guard let sender = context.senders[job.app] else {
-                dead(job, status: nil, reason: "UnknownApp: no app named '\(job.app)' in pushd's configuration", into: &outcomes)
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(30),
+                                                 error: "app '\(job.app)' is not configured in this instance", countsAsAttempt: false))
                 continue
             }
             if let paused = sender.pausedReason {

@@ -14,6 +14,7 @@ final class Pipeline: @unchecked Sendable {
     private let jobWorkers: [JobWorker]
     private let campaignWorkers: [CampaignWorker]
     private let tokens: ProviderTokenService
+    private var unknownApps: UnknownAppWatch!
     private let statsConnection = Mutex<PGConnection?>(nil)
     /// The last statistics read and when: the four queue gauges of one scrape share one read,
     /// which scans `pushd.jobs` (about 110 ms per million queued jobs).
@@ -74,6 +75,8 @@ final class Pipeline: @unchecked Sendable {
                            completions: queues[config.transactionalWorkers + $0], limiter: limiter)
         }
         registerGauges(appByKey: appByKey)
+        unknownApps = UnknownAppWatch(configured: Set(config.apps.map(\.name)), logger: logger,
+                                      readStats: { [unowned self] in try recentStats() })
     }
 
     static func dispatcherConfiguration(for app: PushdConfig.App, config: PushdConfig) -> DispatcherConfiguration {
@@ -113,6 +116,7 @@ final class Pipeline: @unchecked Sendable {
     func start() {
         for worker in jobWorkers { worker.start() }
         for worker in campaignWorkers { worker.start() }
+        unknownApps.start()
     }
 
     /// Tells the workers to stop claiming, waits up to `deadline` for them to settle what
@@ -121,6 +125,7 @@ final class Pipeline: @unchecked Sendable {
     func stop(deadline: Date) {
         context.stopping.store(true, ordering: .relaxed)
         context.doorbell.ring()
+        unknownApps.stop()
         for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for sender in context.senders.values {
@@ -210,6 +215,13 @@ final class Pipeline: @unchecked Sendable {
                 MetricSample(labelValues: [lane], value: stats.lanes.filter { $0.lane.rawValue == lane }.map(\.oldestAge).max() ?? 0)
             }
         }
+        metrics.queueAppDepth.setSource(cacheFor: cache) { [self] in
+            try recentStats().lanes.map { MetricSample(labelValues: [$0.app, $0.lane.rawValue], value: Double($0.depth)) }
+        }
+        metrics.queueAppOldestAge.setSource(cacheFor: cache) { [self] in
+            try recentStats().lanes.map { MetricSample(labelValues: [$0.app, $0.lane.rawValue], value: $0.oldestAge) }
+        }
+        for app in context.config.apps { metrics.configured(app: app.name).set(1) }
         metrics.campaigns.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()
             return CampaignStatus.allCases.map { status in

@@ -35,6 +35,13 @@ final class PipelineContext: @unchecked Sendable {
 
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
 
+    /// The apps this instance claims jobs and leases chunks of: every configured app
+    /// whose sending is not paused. Work of any other app stays queued for an instance
+    /// configured for it.
+    func claimableApps() -> [String] {
+        senders.values.compactMap { $0.pausedReason == nil ? $0.app.name : nil }.sorted()
+    }
+
     /// Apps whose jobs stay queued for now.
     func pausedApps() -> [String] {
         senders.values.compactMap { $0.pausedReason == nil ? nil : $0.app.name }
