@@ -4,8 +4,11 @@ import Glibc
 import QueueStore
 
 /// Everything `check-config` can verify without sending: the settings, every file they
-/// name (present, readable, private when it holds a key, parseable, not expired), and the
-/// database (reachable, schema migrated).
+/// name (present, readable, private when it holds a key, parseable, not expired), the
+/// metrics address (free to listen on), and the database (reachable, schema migrated).
+///
+/// `pushd run` runs the same check (without the database, which it waits for) and refuses
+/// to start on any error, so the two commands never disagree about a configuration.
 struct ConfigCheck {
     enum Severity: String, Sendable { case error, warning, ok }
 
@@ -70,11 +73,13 @@ struct ConfigCheck {
             add(.error, "file", "\(error)")
             return
         }
+        checkConfigFilePrivacy(config)
         for (index, app) in config.apps.enumerated() {
             checkCredentials(of: app, at: "apps[\(index)]")
         }
         if let caFile = config.apns.caFile { checkCertificateAuthorities(caFile) }
         if let logFile = config.logFile { checkLogFile(logFile) }
+        checkMetricsListen(config.metricsListen)
         if checkDatabase { checkDatabaseSchema(config.databaseURL) }
     }
 
@@ -173,6 +178,62 @@ struct ConfigCheck {
             add(.error, "log.file", "the folder \(folder) of \(logFile) does not exist")
         } else if access(folder, W_OK) != 0 && access(logFile, W_OK) != 0 {
             add(.error, "log.file", "\(logFile) cannot be written: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// A password written in the configuration file (not given through the environment) is
+    /// read by anyone who can read the file.
+    private mutating func checkConfigFilePrivacy(_ config: PushdConfig) {
+        var info = stat()
+        guard stat(file, &info) == 0, info.st_mode & 0o004 != 0 else { return }
+        guard let (fromFile, _) = try? ConfigLoader.load(file: file, environment: [:]) else { return }
+        var holders = [String]()
+        if Self.databaseURLHoldsPassword(fromFile.databaseURL) { holders.append("database.url") }
+        for (index, app) in fromFile.apps.enumerated() {
+            if case .certificate(_, _, _, let password?) = app.credentials, !password.isEmpty {
+                holders.append("apps[\(index)].certificate.p12_password")
+            }
+        }
+        guard !holders.isEmpty else { return }
+        let mode = String(info.st_mode & 0o777, radix: 8)
+        add(.warning, "file", "\(file) holds a password (\(holders.joined(separator: ", "))) and is readable by others (mode \(mode)); run chmod o-rwx \(file) or pass the password through the environment")
+    }
+
+    /// Whether a libpq URL or keyword string carries a password (`user:password@`, `password=`).
+    static func databaseURLHoldsPassword(_ url: String) -> Bool {
+        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
+            let rest = url.drop { $0 != "/" }.dropFirst(2)
+            let authority = rest.prefix { $0 != "/" && $0 != "?" }
+            if let at = authority.lastIndex(of: "@"), authority[..<at].contains(":") { return true }
+            let query = url.split(separator: "?", maxSplits: 1).dropFirst().first ?? ""
+            return query.split(separator: "&").contains { $0.hasPrefix("password=") }
+        }
+        return url.split(whereSeparator: { $0 == " " || $0 == "\t" }).contains { $0.hasPrefix("password=") }
+    }
+
+    /// Binds the metrics address the way the metrics server will, and lets it go at once:
+    /// another process on it (a running pushd, a node exporter) makes `run` fail at start.
+    private mutating func checkMetricsListen(_ value: String) {
+        guard let address = ConfigLoader.parseListenAddress(value), address.port != 0 else { return }
+        var hints = addrinfo()
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var results: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(address.host, String(address.port), &hints, &results)
+        guard status == 0, let first = results else {
+            add(.error, "metrics.listen", "\(value): the host \(address.host) cannot be resolved: \(String(cString: gai_strerror(status)))")
+            return
+        }
+        defer { freeaddrinfo(results) }
+        let descriptor = socket(first.pointee.ai_family, first.pointee.ai_socktype, first.pointee.ai_protocol)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var on: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        if bind(descriptor, first.pointee.ai_addr, first.pointee.ai_addrlen) != 0 || Glibc.listen(descriptor, 1) != 0 {
+            let reason = errno == EADDRINUSE ? "the address is already in use by another process"
+                : "cannot listen there: \(String(cString: strerror(errno)))"
+            add(.error, "metrics.listen", "\(value): \(reason)")
         }
     }
 

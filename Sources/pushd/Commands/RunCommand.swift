@@ -7,7 +7,10 @@ import Synchronization
 
 /// `pushd run`: the daemon.
 ///
-/// Start-up: metrics endpoint first (so `/healthz` answers and `/readyz` says why it is
+/// Start-up: the configuration is checked as `check-config` checks it (every file it names,
+/// the metrics address), and any error ends `run` with exit 1 and the same lines, so pushd
+/// never runs with credentials it cannot use; the database is the exception, since a late
+/// database must not fail a boot. Then the metrics endpoint (so `/healthz` answers and `/readyz` says why it is
 /// not ready), then the database (retried with backoff until it answers), the schema
 /// check, the credentials, the pipeline; then ready. SIGTERM or SIGINT: not ready, stop
 /// claiming, settle what is in flight within `shutdown.drain_timeout_s`, exit 0. A
@@ -15,9 +18,21 @@ import Synchronization
 /// claimed again. SIGHUP reopens the log file and resumes apps paused for their credentials.
 enum RunCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
-        let config = try context.loadConfig(parsed)
+        let file = parsed.value("config") ?? CommandContext.defaultConfigPath
+        var check = ConfigCheck(file: file, environment: context.environment, checkDatabase: false)
+        check.run()
+        let concerns = check.findings.filter { $0.severity != .ok }
+        if check.errorCount > 0 {
+            for finding in concerns { context.errorOutput(finding.description) }
+            context.errorOutput(check.summary)
+            return 1
+        }
+        let (config, _) = try ConfigLoader.load(file: file, environment: context.environment)
         let sink = FileLogSink(path: config.logFile)
         let logger = Logger(level: config.logLevel, sink: sink)
+        for warning in concerns {
+            logger.warning("configuration: \(warning.setting): \(warning.message)", ("setting", .string(warning.setting)))
+        }
         let metrics = try PushdMetrics(version: VersionCommand.pushdVersion)
         guard let listen = ConfigLoader.parseListenAddress(config.metricsListen) else {
             throw CommandContext.Failure("metrics.listen '\(config.metricsListen)' is not host:port")
@@ -105,7 +120,10 @@ enum RunCommand {
                 lastHealthCheck = Date()
                 do {
                     try pipeline.checkDatabase()
-                    server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
+                    // Paused apps keep the process ready (their jobs wait, the others send) but are named.
+                    let paused = pipeline.context.pausedApps().sorted()
+                    server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded"
+                                    + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))"))
                 } catch {
                     server.setReady(false, detail: "database unreachable: \(error)")
                 }
