@@ -31,6 +31,8 @@ public final class PGConnection {
     private var handle: OpaquePointer?
     private var statementCounter = 0
     private var statementCache: [String: PGStatement] = [:]
+    /// Masks the password in every message this connection makes from a libpq error.
+    private let connectionString: PGConnectionString
 
     /// The libpq version linked into this process, for example 150020 for 15.20.
     public static var libpqVersion: Int { Int(PQlibVersion()) }
@@ -40,6 +42,8 @@ public final class PGConnection {
     /// `settings` are run-time parameters sent at start-up (for example
     /// `statement_timeout`), added to the ones pushd always sets.
     public init(url: String, applicationName: String = "pushd", settings: [String: String] = [:]) throws {
+        let connectionString = PGConnectionString(url)
+        self.connectionString = connectionString
         var options = "-c TimeZone=UTC -c DateStyle=ISO"
         for (key, value) in settings.sorted(by: { $0.key < $1.key }) {
             options += " -c \(key)=\(value.replacingOccurrences(of: " ", with: "\\ "))"
@@ -55,10 +59,10 @@ public final class PGConnection {
             throw PGError(code: .connectionFailure, message: "libpq could not allocate a connection")
         }
         guard PQstatus(connection) == CONNECTION_OK else {
-            let message = Self.trimmed(PQerrorMessage(connection))
+            let message = connectionString.scrub(Self.trimmed(PQerrorMessage(connection)))
             PQfinish(connection)
             throw PGError(code: .connectionFailure,
-                          message: "cannot connect to \(Self.redacted(url)): \(message)")
+                          message: "cannot connect to \(connectionString.redacted): \(message)")
         }
         handle = connection
     }
@@ -176,7 +180,7 @@ public final class PGConnection {
     public func pendingNotifications() throws -> [PGNotification] {
         let connection = try open()
         guard PQconsumeInput(connection) == 1 else {
-            throw PGError(code: .connectionFailure, message: "reading notifications: \(Self.trimmed(PQerrorMessage(connection)))")
+            throw PGError(code: .connectionFailure, message: "reading notifications: \(errorMessage(connection))")
         }
         return drainNotifications(connection)
     }
@@ -258,7 +262,7 @@ public final class PGConnection {
         if let failure { throw failure }
         if let serverError { throw serverError }
         guard endStatus == 1 else {
-            throw PGError(code: .connectionFailure, message: "ending COPY failed: \(Self.trimmed(PQerrorMessage(connection)))")
+            throw PGError(code: .connectionFailure, message: "ending COPY failed: \(errorMessage(connection))")
         }
         return copied
     }
@@ -269,7 +273,7 @@ public final class PGConnection {
     public func quoteIdentifier(_ identifier: String) throws -> String {
         let connection = try open()
         guard let escaped = PQescapeIdentifier(connection, identifier, identifier.utf8.count) else {
-            throw PGError(code: .clientEncoding, message: "cannot quote identifier: \(Self.trimmed(PQerrorMessage(connection)))")
+            throw PGError(code: .clientEncoding, message: "cannot quote identifier: \(errorMessage(connection))")
         }
         defer { PQfreemem(escaped) }
         return String(cString: escaped)
@@ -284,14 +288,15 @@ public final class PGConnection {
 
     private func check(_ result: OpaquePointer?, statement: String) throws -> PGResult {
         guard let result else {
-            let message = handle.map { Self.trimmed(PQerrorMessage($0)) } ?? "no connection"
+            let message = handle.map { errorMessage($0) } ?? "no connection"
             throw PGError(code: .connectionFailure, message: message, statement: String(statement.prefix(200)))
         }
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
             return PGResult(taking: result)
         default:
-            let error = Self.error(from: result, connection: handle, statement: statement)
+            var error = Self.error(from: result, connection: handle, statement: statement)
+            error.message = connectionString.scrub(error.message)
             PQclear(result)
             throw error
         }
@@ -323,14 +328,14 @@ public final class PGConnection {
         trimmed(UnsafePointer(pointer))
     }
 
-    /// The URL with any password replaced, for error messages and logs.
+    /// The connection string (URL or keyword form) with every password masked, for error messages and logs.
     public static func redacted(_ url: String) -> String {
-        guard let schemeEnd = url.range(of: "://"), let at = url[schemeEnd.upperBound...].firstIndex(of: "@") else {
-            return url
-        }
-        let userInfo = url[schemeEnd.upperBound..<at]
-        guard let colon = userInfo.firstIndex(of: ":") else { return url }
-        return String(url[..<colon]) + ":***" + String(url[at...])
+        PGConnectionString(url).redacted
+    }
+
+    /// libpq's last error on this connection, without the password.
+    private func errorMessage(_ connection: OpaquePointer) -> String {
+        connectionString.scrub(Self.trimmed(PQerrorMessage(connection)))
     }
 
     static func monotonicMilliseconds() -> Int64 {

@@ -90,7 +90,7 @@ enum RunCommand {
             } catch {
                 attempt += 1
                 let delay = min(30.0, 0.5 * pow(2.0, Double(min(attempt, 6))))
-                server.setReady(false, detail: "database unreachable: \(error)")
+                server.setReady(false, detail: Self.databaseNotReady(error))
                 logger.warning("database unreachable, retrying in \(String(format: "%.1f", delay))s: \(error)")
                 Thread.sleep(forTimeInterval: delay)
             }
@@ -125,7 +125,8 @@ enum RunCommand {
                     server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded"
                                     + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))"))
                 } catch {
-                    server.setReady(false, detail: "database unreachable: \(error)")
+                    if server.readiness.isReady { logger.warning("database check failed: \(error)") }
+                    server.setReady(false, detail: Self.databaseNotReady(error))
                 }
             }
         }
@@ -140,6 +141,13 @@ enum RunCommand {
         server.stop()
         signals.cancel()
         return 0
+    }
+
+    /// What `/readyz` says when the database check fails: the check and its SQLSTATE, never the
+    /// message, which can quote the connection string; the log line has the redacted whole.
+    static func databaseNotReady(_ error: any Error) -> String {
+        guard let error = error as? PGError else { return "database unreachable (see the log)" }
+        return "database unreachable: SQLSTATE \(error.code.raw) (see the log)"
     }
 
     static func hostName() -> String {
