@@ -9,6 +9,8 @@ packages=(
   postgresql postgresql-client
   nghttp2-client nghttp2-server
   openssl ca-certificates curl procps util-linux bc
+  # systemd-analyze and PyYAML check deploy/systemd and deploy/kubernetes in the suite.
+  systemd python3-yaml
 )
 [ "${PUSHD_SKIP_PROMETHEUS:-}" = 1 ] || packages+=(prometheus)
 
