@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "CEpoll"),
         .target(name: "Polling", dependencies: ["CEpoll"]),
         .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl"]),
-        .target(name: "APNsMock", dependencies: ["APNs", "CNghttp2", "COpenSSL"]),
+        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL"]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
