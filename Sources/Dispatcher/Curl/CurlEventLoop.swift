@@ -4,15 +4,6 @@ import Glibc
 import Polling
 import Synchronization
 
-/// A request waiting in, or travelling through, one event loop.
-struct PendingRequest: Sendable {
-    var request: DispatchRequest
-    var tag: UInt64
-    var continuation: CheckedContinuation<DispatchResult, Never>?
-    var submittedAt: UInt64
-    var attempts: Int
-}
-
 /// One event-loop thread: an epoll loop driving a libcurl multi handle, its own connections
 /// and its own pool of easy handles. Requests come in through `inbox`; this type moves them
 /// into libcurl, reads what finished and applies `TransferDisposition` and `ConnectionPolicy`.
@@ -245,8 +236,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         freeTransfers.append(transfer.index)
         noteResends(transfer)
         let curlCode = Int(code.rawValue)
-        let reason = status >= 400 ? APNsErrorBody.parse(transfer.responseBody)?.reason : nil
-        let disposition = TransferDisposition.decide(curlCode: curlCode, status: status, reason: reason,
+        // The one place an answer's body is read: for the decision here and for the caller.
+        let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
+        let disposition = TransferDisposition.decide(curlCode: curlCode, status: status, reason: errorBody?.reason,
                                                      attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
         if status == 0, curlCode != 0 {
             if let failure = ConnectionFailureReason(failedTransferCode: curlCode) { failuresThisBatch.insert(failure) }
@@ -277,7 +269,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         if curlCode == CurlResultCode.ok.rawValue || status != 0 {
             let body = transfer.responseBody
             if !body.isEmpty { transfer.responseBody = [] }
-            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body))
+            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body, errorBody: errorBody))
         } else {
             transfer.responseBody.removeAll(keepingCapacity: true)
             outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))
@@ -398,44 +390,5 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         _ = policy.handle(.connectionClosed(socket: fd))
         sink.counters.connectionsClosed.add(1, ordering: .relaxed)
         sink.metrics.connectionClosed()
-    }
-}
-
-/// The last `capacity` values inserted, for "seen before?" over an unbounded stream of ids.
-struct RecentSet {
-    private var members: Set<Int64> = []
-    private var order: [Int64] = []
-    let capacity: Int
-
-    init(capacity: Int) { self.capacity = capacity }
-
-    func contains(_ value: Int64) -> Bool { members.contains(value) }
-
-    /// True when `value` was not among the recent ones.
-    mutating func insert(_ value: Int64) -> Bool {
-        guard members.insert(value).inserted else { return false }
-        order.append(value)
-        if order.count > capacity { members.remove(order.removeFirst()) }
-        return true
-    }
-}
-
-enum SocketAddress {
-    /// The local port `fd` is bound to, or -1.
-    static func localPort(of fd: Int32) -> Int32 {
-        var address = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let found = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard found == 0 else { return -1 }
-        switch Int32(address.ss_family) {
-        case AF_INET:
-            return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int32(UInt16(bigEndian: $0.pointee.sin_port)) } }
-        case AF_INET6:
-            return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int32(UInt16(bigEndian: $0.pointee.sin6_port)) } }
-        default:
-            return -1
-        }
     }
 }

@@ -1,6 +1,15 @@
 import Glibc
 import Polling
 
+/// A request waiting in, or travelling through, one event loop.
+struct PendingRequest: Sendable {
+    var request: DispatchRequest
+    var tag: UInt64
+    var continuation: CheckedContinuation<DispatchResult, Never>?
+    var submittedAt: UInt64
+    var attempts: Int
+}
+
 /// Where a loop hands finished requests; shared by all loops of one engine.
 struct CompletionSink: Sendable {
     let onResult: @Sendable (DispatchResult) -> Void
