@@ -4,8 +4,11 @@
 # both lines with the engine/reference ratios.
 #
 # usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock]
+#   Connections 1 and 2 per thread × server stream limits 100, 500 and 1000.
 #   --quick runs only 1 connection with 100 streams.
-#   --mock also runs both against apns-mock (no authentication, 1000 streams).
+#   --mock also runs the same rows against apns-mock (no authentication), and measures
+#   the latency a request pays when the connection idled past idleCloseSeconds.
+# Ends with a markdown table: rate, CPU per request and peak RSS of both, and the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,38 +55,53 @@ start_server() {
 
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
-if [ "$quick" = 1 ]; then variants="1:100"; else variants="1:100 1:500 1:1000 2:100 2:500 2:1000 4:100 4:500 4:1000"; fi
-echo "requests=$requests threads=$threads (server: nghttpd, TLS, loopback)"
-for variant in $variants; do
-    connections="${variant%%:*}"
-    streams="${variant##*:}"
-    start_server "$streams"
-    reference="$("$work/curl_reference" "$port" "$work/cert.pem" "$requests" "$threads" "$connections" "$streams")"
-    engine="$(.build/release/DispatcherBench --port "$port" --ca "$work/cert.pem" --requests "$requests" \
-        --threads "$threads" --connections "$connections" --streams "$streams" --label "c${connections}s${streams}")"
+if [ "$quick" = 1 ]; then variants="1:100"; else variants="1:100 1:500 1:1000 2:100 2:500 2:1000"; fi
+
+# One engine line and one C reference line against the server on $port, and their ratios;
+# a markdown row goes to $work/table.
+compare() {
+    local server="$1" connections="$2" streams="$3" ca="$4" path="$5"
+    reference="$("$work/curl_reference" "$port" "$ca" "$requests" "$threads" "$connections" "$streams" "$path" || true)"
+    engine="$(.build/release/DispatcherBench --port "$port" --ca "$ca" --requests "$requests" \
+        --threads "$threads" --connections "$connections" --streams "$streams" --path "$path" \
+        --label "$server-c${connections}s${streams}" || true)"
     rate_ratio=$(awk -v a="$(field rate "$engine")" -v b="$(field rate "$reference")" 'BEGIN { printf "%.2f", a / b }')
     cpu_ratio=$(awk -v a="$(field cpu_us_per_request "$engine")" -v b="$(field cpu_us_per_request "$reference")" 'BEGIN { printf "%.2f", a / b }')
-    echo "connections=$connections streams=$streams"
+    rss_diff=$(awk -v a="$(field peak_rss_kb "$engine")" -v b="$(field peak_rss_kb "$reference")" 'BEGIN { printf "%+.1f", (a - b) / 1024 }')
+    echo "$server connections=$connections streams=$streams"
     echo "  C reference: $reference"
     echo "  engine:      $engine"
-    echo "  engine/C: rate x$rate_ratio, CPU per request x$cpu_ratio"
+    echo "  engine/C: rate x$rate_ratio, CPU per request x$cpu_ratio, peak RSS ${rss_diff} MB"
+    printf '| %s | %s | %s | %s | %s | x%s | %s | %s | x%s | %s | %s | %s |\n' "$server" "$connections" "$streams" \
+        "$(field rate "$reference")" "$(field rate "$engine")" "$rate_ratio" \
+        "$(field cpu_us_per_request "$reference")" "$(field cpu_us_per_request "$engine")" "$cpu_ratio" \
+        "$(( $(field peak_rss_kb "$reference") / 1024 ))" "$(( $(field peak_rss_kb "$engine") / 1024 ))" "$rss_diff" >> "$work/table"
+}
+
+echo "requests=$requests threads=$threads (TLS, loopback)"
+for variant in $variants; do
+    start_server "${variant##*:}"
+    compare nghttpd "${variant%%:*}" "${variant##*:}" "$work/cert.pem" /ok
 done
 
 if [ "$mock" = 1 ]; then
     swift build -c release --product apns-mock >/dev/null
     .build/release/apns-mock gen-certs "$work/mock" >/dev/null
-    kill "$server_pid"; wait "$server_pid" 2>/dev/null || true
-    port=$(( 20000 + RANDOM % 20000 ))
-    .build/release/apns-mock --cert "$work/mock/server.pem" --key "$work/mock/server.key" --port "$port" --max-streams 1000 >/dev/null 2>&1 &
-    server_pid=$!
-    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
     path="/3/device/$(printf 'ab%.0s' $(seq 32))"
-    reference="$("$work/curl_reference" "$port" "$work/mock/ca.pem" "$requests" "$threads" 1 1000 "$path" || true)"
-    engine="$(.build/release/DispatcherBench --port "$port" --ca "$work/mock/ca.pem" --requests "$requests" \
-        --threads "$threads" --connections 1 --streams 1000 --path "$path" --label mock || true)"
-    rate_ratio=$(awk -v a="$(field rate "$engine")" -v b="$(field rate "$reference")" 'BEGIN { printf "%.2f", a / b }')
-    echo "apns-mock connections=1 streams=1000"
-    echo "  C reference: $reference"
-    echo "  engine:      $engine"
-    echo "  engine/C: rate x$rate_ratio"
+    for variant in $variants; do
+        if [ -n "$server_pid" ]; then kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; fi
+        port=$(( 20000 + RANDOM % 20000 ))
+        .build/release/apns-mock --cert "$work/mock/server.pem" --key "$work/mock/server.key" --port "$port" \
+            --max-streams "${variant##*:}" >/dev/null 2>&1 &
+        server_pid=$!
+        for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+        compare apns-mock "${variant%%:*}" "${variant##*:}" "$work/mock/ca.pem" "$path"
+    done
+    # What closing idle connections costs: a request after an idle period opens a new connection.
+    echo "idle close: $(.build/release/DispatcherBench --port "$port" --ca "$work/mock/ca.pem" --path "$path" --idle-probe 5 --label idle)"
 fi
+
+echo
+echo "| server | conns | streams | C rate/s | engine rate/s | rate | C µs/req | engine µs/req | CPU | C RSS MB | engine RSS MB | RSS diff MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+cat "$work/table"

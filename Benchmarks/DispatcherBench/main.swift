@@ -2,6 +2,10 @@
 //
 // usage: DispatcherBench --port P --ca FILE [--requests 500000] [--threads 2]
 //                        [--connections 1] [--streams 100] [--label TEXT] [--path /ok]
+//                        [--idle-probe ROUNDS]
+// --idle-probe measures what closing idle connections costs instead: the latency of one
+// request on a warm connection against one sent after the connection idled past
+// idleCloseSeconds (1 s here), which opens a new connection.
 // Requests are built before timing starts (10,000 distinct ones, sent in turn) so only the
 // engine and libcurl are measured. Prints one line of key=value figures; the bench script
 // puts it beside the C reference's line from the same run.
@@ -18,6 +22,7 @@ struct Options {
     var streams = 100
     var label = "dispatcher"
     var path = "/ok"
+    var idleProbeRounds = 0
 }
 
 func parseOptions() -> Options {
@@ -42,6 +47,7 @@ func parseOptions() -> Options {
         case "--streams": options.streams = number()
         case "--label": options.label = value
         case "--path": options.path = value
+        case "--idle-probe": options.idleProbeRounds = number()
         default: fail("unknown option \(flag)")
         }
     }
@@ -98,8 +104,10 @@ let dispatcher: HTTP2Dispatcher
 do {
     dispatcher = try HTTP2Dispatcher(
         configuration: DispatcherConfiguration(host: "127.0.0.1", port: options.port, trustedCAFile: options.ca,
-                                               threads: options.threads, connectionsPerThread: options.connections,
-                                               streamsPerConnection: options.streams),
+                                               threads: options.idleProbeRounds > 0 ? 1 : options.threads,
+                                               connectionsPerThread: options.connections,
+                                               streamsPerConnection: options.streams,
+                                               idleCloseSeconds: options.idleProbeRounds > 0 ? 1 : 600),
         onResult: { result in
             if result.response?.status == 200 {
                 tally.ok.add(1, ordering: .relaxed)
@@ -111,6 +119,33 @@ do {
 } catch {
     printError("DispatcherBench: \(error)")
     exit(1)
+}
+
+/// Sends `request` alone and returns its latency in milliseconds.
+func timedSend(_ request: DispatchRequest, tag: UInt64) -> Double {
+    let before = tally.ok.load(ordering: .relaxed) + tally.failed.load(ordering: .relaxed)
+    let started = monotonicSeconds()
+    dispatcher.submit(request, tag: tag)
+    while tally.ok.load(ordering: .relaxed) + tally.failed.load(ordering: .relaxed) == before { usleep(100) }
+    return (monotonicSeconds() - started) * 1000
+}
+
+if options.idleProbeRounds > 0 {
+    _ = timedSend(prebuilt[0], tag: 0)
+    var warm: [Double] = []
+    var afterIdle: [Double] = []
+    for round in 0..<options.idleProbeRounds {
+        for index in 0..<20 { warm.append(timedSend(prebuilt[index + 1], tag: UInt64(round * 100 + index + 1))) }
+        // libcurl counts idle time in whole seconds and closes above idleCloseSeconds (1).
+        usleep(2_200_000)
+        afterIdle.append(timedSend(prebuilt[50], tag: UInt64(round * 100 + 50)))
+    }
+    let statistics = dispatcher.statistics
+    dispatcher.shutdown()
+    func median(_ values: [Double]) -> String { format2(values.sorted()[values.count / 2]) }
+    print("label=\(options.label) warm_median_ms=\(median(warm)) after_idle_median_ms=\(median(afterIdle)) "
+          + "rounds=\(options.idleProbeRounds) connections=\(statistics.connectionsOpened) failed=\(tally.failed.load(ordering: .relaxed))")
+    exit(tally.failed.load(ordering: .relaxed) == 0 ? 0 : 1)
 }
 
 let cpuBefore = cpuSeconds()

@@ -5,9 +5,6 @@
 
 #include <curl/curl.h>
 #include <stdint.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <errno.h>
 
 typedef size_t (*pushd_curl_data_cb)(char *data, size_t size, size_t nmemb, void *userdata);
 typedef int (*pushd_curl_socket_cb)(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
@@ -65,37 +62,7 @@ static inline CURLcode pushd_curl_msg_result(const CURLMsg *m) { return m->data.
 static inline int pushd_curl_msg_is_done(const CURLMsg *m) { return m->msg == CURLMSG_DONE; }
 static inline long pushd_curl_max_errorsize(void) { return CURL_ERROR_SIZE; }
 
-/* The event loop that drives curl_multi_socket_action: epoll and an eventfd for wake-ups. */
-static inline int pushd_curl_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
-static inline int pushd_curl_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
-static inline uint32_t pushd_curl_epoll_in(void) { return EPOLLIN; }
-static inline uint32_t pushd_curl_epoll_out(void) { return EPOLLOUT; }
-static inline uint32_t pushd_curl_epoll_err(void) { return EPOLLERR; }
-static inline uint32_t pushd_curl_epoll_hup(void) { return EPOLLHUP; }
-/* op: 0 add, 1 modify, 2 delete; returns 0 or errno. */
-static inline int pushd_curl_epoll_update(int epfd, int op, int fd, uint32_t events) {
-    struct epoll_event ev;
-    ev.events = events;
-    ev.data.fd = fd;
-    int rc = epoll_ctl(epfd, op == 0 ? EPOLL_CTL_ADD : op == 1 ? EPOLL_CTL_MOD : EPOLL_CTL_DEL, fd, &ev);
-    return rc == 0 ? 0 : errno;
-}
-/* Waits and writes up to max (fd, events) pairs into fds/masks; returns the count or -1. */
-static inline int pushd_curl_epoll_wait(int epfd, int *fds, uint32_t *masks, int max, int timeout_ms) {
-    struct epoll_event evs[256];
-    if (max > 256) max = 256;
-    int n = epoll_wait(epfd, evs, max, timeout_ms);
-    for (int i = 0; i < n; i++) { fds[i] = evs[i].data.fd; masks[i] = evs[i].events; }
-    return n;
-}
 
-/* Connection identity for keep-alive: the OpenSSL SSL object of the connection a running
- * transfer uses (NULL when not OpenSSL or not connected). */
-static inline void *pushd_curl_easy_tls_ssl(CURL *h) {
-    struct curl_tlssessioninfo *info = NULL;
-    if (curl_easy_getinfo(h, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || !info) return NULL;
-    return info->backend == CURLSSLBACKEND_OPENSSL ? info->internals : NULL;
-}
 /* Called each time libcurl is about to send a request on a connection: more than once for
  * one transfer means libcurl resent it by itself (refused stream, GOAWAY, dead reused
  * connection). */

@@ -50,36 +50,5 @@ static inline long pushd_openssl_ssl_ctx_set_mode_nonblocking_writes(SSL_CTX *ct
 }
 static inline long pushd_openssl_ssl_ctx_set_session_cache_server(SSL_CTX *ctx) { return SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER); }
 
-/* TLS I/O on a connection whose SSL object another library (libcurl) owns and is not using
- * at the moment. Its own BIOs may only work inside that library's calls, so for the duration
- * of one operation a socket BIO on the same descriptor stands in for both, and the owner's
- * BIOs are put back afterwards. op: 0 write, 1 peek, 2 read. Returns SSL_write/peek/read's
- * value and the SSL_get_error code in *ssl_error. */
-static inline int pushd_openssl_io_on_fd(SSL *ssl, int fd, int op, void *buf, int len, int *ssl_error) {
-    BIO *r = SSL_get_rbio(ssl), *w = SSL_get_wbio(ssl);
-    if (!r || !w) { *ssl_error = SSL_ERROR_SSL; return -1; }
-    BIO *sr = BIO_new_socket(fd, BIO_NOCLOSE);
-    BIO *sw = BIO_new_socket(fd, BIO_NOCLOSE);
-    if (!sr || !sw) { BIO_free(sr); BIO_free(sw); *ssl_error = SSL_ERROR_SSL; return -1; }
-    BIO_up_ref(r);
-    BIO_up_ref(w);
-    SSL_set0_rbio(ssl, sr);
-    SSL_set0_wbio(ssl, sw);
-    ERR_clear_error();
-    int rc = op == 0 ? SSL_write(ssl, buf, len) : op == 1 ? SSL_peek(ssl, buf, len) : SSL_read(ssl, buf, len);
-    *ssl_error = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl, rc);
-    ERR_clear_error();
-    SSL_set0_rbio(ssl, r);
-    SSL_set0_wbio(ssl, w);
-    return rc;
-}
-static inline int pushd_openssl_ssl_error_want_read(void) { return SSL_ERROR_WANT_READ; }
-static inline int pushd_openssl_ssl_error_want_write(void) { return SSL_ERROR_WANT_WRITE; }
-static inline int pushd_openssl_ssl_error_zero_return(void) { return SSL_ERROR_ZERO_RETURN; }
-/* Whether the peer's close_notify has arrived on this connection. */
-static inline int pushd_openssl_ssl_received_shutdown(const SSL *ssl) { return (SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN) != 0; }
-/* An SSL ex_data slot whose free function is told when OpenSSL frees the SSL object. */
-typedef void (*pushd_openssl_ex_free_cb)(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp);
-static inline int pushd_openssl_ssl_ex_index(pushd_openssl_ex_free_cb on_free) { return SSL_get_ex_new_index(0, NULL, NULL, NULL, on_free); }
 
 #endif

@@ -1,3 +1,4 @@
+import APNs
 @testable import Dispatcher
 import Testing
 
@@ -23,7 +24,7 @@ import Testing
 
 @Suite struct TransferDispositionTests {
     private func decide(code: Int = 0, status: Int, reason: String? = nil, attempts: Int = 1, max: Int = 3) -> TransferDisposition {
-        TransferDisposition.decide(curlCode: code, status: status, reason: { reason }, attempts: attempts, maxAttempts: max)
+        TransferDisposition.decide(curlCode: code, status: status, reason: reason.map { APNsReason($0) }, attempts: attempts, maxAttempts: max)
     }
 
     @Test func answeredRequestsAreDeliveredAsTheyAre() {
@@ -43,11 +44,10 @@ import Testing
         }
     }
 
-    @Test func reasonIsReadOnlyForStatusesThatDependOnIt() {
-        var reads = 0
-        _ = TransferDisposition.decide(curlCode: 0, status: 200, reason: { reads += 1; return nil }, attempts: 1, maxAttempts: 3)
-        _ = TransferDisposition.decide(curlCode: 0, status: 410, reason: { reads += 1; return nil }, attempts: 1, maxAttempts: 3)
-        #expect(reads == 0)
+    @Test func aRetiringReasonUnderAnotherStatusKeepsTheConnection() {
+        #expect(decide(status: 400, reason: "ExpiredProviderToken") == .deliver)
+        #expect(decide(status: 403, reason: "IdleTimeout") == .deliver)
+        #expect(decide(status: 429, reason: "TooManyRequests") == .deliver)
     }
 
     @Test func unansweredStreamsAreRetriedUntilAttemptsRunOut() {

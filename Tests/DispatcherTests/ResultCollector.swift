@@ -1,4 +1,5 @@
 @testable import Dispatcher
+import Polling
 import Foundation
 import Glibc
 import Synchronization

@@ -1,7 +1,7 @@
-internal import CNghttp2
 #if canImport(Glibc)
 import Glibc
 #endif
+import Polling
 import Synchronization
 
 /// Something the loop wakes when its descriptor is ready.
@@ -9,97 +9,66 @@ protocol EventLoopHandler: AnyObject {
     func handleEvents(readable: Bool, writable: Bool, hangup: Bool)
 }
 
-/// One epoll loop on one thread.
+/// One server loop thread: the shared epoll loop (`Polling.EpollLoop`, the engine's too) plus
+/// the mock's timers and cross-thread work items.
 ///
-/// Thread ownership: `handlers`, `timers` and everything a handler touches belong to the loop
-/// thread. Other threads only call `execute(_:)` and `stop()`, which lock `inbox` and write
-/// the eventfd.
-final class EventLoop: @unchecked Sendable {
+/// Thread ownership: `timers` and everything a handler touches belong to the loop thread.
+/// Other threads only call `execute(_:)` and `stop()`.
+final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
     struct TimerID: Hashable { let raw: UInt64 }
 
-    private struct Timer {
-        let deadline: UInt64
-        let id: UInt64
-        let action: () -> Void
-    }
-
-    private let epollFD: Int32
-    private let wakeFD: Int32
+    private let epoll: EpollLoop
     private var handlers: [Int32: EventLoopHandler] = [:]
     private var timers = TimerHeap()
     private var timerActions: [UInt64: () -> Void] = [:]
     private var nextTimerID: UInt64 = 1
     private let inbox = Mutex<[@Sendable () -> Void]>([])
-    private let stopping = Atomic<Bool>(false)
-    private var thread: LoopThread?
 
     init() throws(MockServerError) {
-        epollFD = pushd_nghttp2_epoll_create()
-        if epollFD < 0 { throw .system("epoll_create1", errno) }
-        wakeFD = pushd_nghttp2_eventfd()
-        if wakeFD < 0 {
-            let code = errno
-            close(epollFD)
-            throw .system("eventfd", code)
+        do {
+            epoll = try EpollLoop()
+        } catch {
+            throw .system(error.call, error.code)
         }
-        var event = epoll_event()
-        event.events = pushd_nghttp2_epoll_mask(1, 0)
-        event.data.fd = wakeFD
-        if epoll_ctl(epollFD, Int32(EPOLL_CTL_ADD), wakeFD, &event) != 0 {
-            let code = errno
-            close(wakeFD)
-            close(epollFD)
-            throw .system("epoll_ctl(eventfd)", code)
-        }
-    }
-
-    deinit {
-        close(wakeFD)
-        close(epollFD)
+        epoll.driver = self
     }
 
     func start() throws(MockServerError) {
-        thread = try LoopThread { [self] in run() }
+        do {
+            try epoll.start()
+        } catch {
+            throw .system(error.call, error.code)
+        }
     }
 
     /// Stops the loop after the current iteration and waits for its thread.
     func stop() {
-        stopping.store(true, ordering: .releasing)
-        wake()
-        thread?.join()
-        thread = nil
+        epoll.stop()
     }
 
     /// Runs `work` on the loop thread at the next iteration.
     func execute(_ work: @escaping @Sendable () -> Void) {
         inbox.withLock { $0.append(work) }
-        wake()
-    }
-
-    private func wake() {
-        var one: UInt64 = 1
-        _ = withUnsafeBytes(of: &one) { write(wakeFD, $0.baseAddress, 8) }
+        epoll.wake()
     }
 
     // MARK: loop-thread API
 
     func register(fd: Int32, handler: EventLoopHandler, writable: Bool = false) throws(MockServerError) {
-        var event = epoll_event()
-        event.events = Self.mask(writable: writable)
-        event.data.fd = fd
-        if epoll_ctl(epollFD, Int32(EPOLL_CTL_ADD), fd, &event) != 0 { throw .system("epoll_ctl(add)", errno) }
+        do {
+            try epoll.watch(fd: fd, writable ? [.readable, .writable] : .readable, handler: self)
+        } catch {
+            throw .system(error.call, error.code)
+        }
         handlers[fd] = handler
     }
 
     func setWritableInterest(fd: Int32, _ writable: Bool) {
-        var event = epoll_event()
-        event.events = Self.mask(writable: writable)
-        event.data.fd = fd
-        _ = epoll_ctl(epollFD, Int32(EPOLL_CTL_MOD), fd, &event)
+        try? epoll.watch(fd: fd, writable ? [.readable, .writable] : .readable, handler: self)
     }
 
     func unregister(fd: Int32) {
-        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        epoll.unwatch(fd: fd)
         handlers[fd] = nil
     }
 
@@ -117,48 +86,34 @@ final class EventLoop: @unchecked Sendable {
     }
 
     static func nowMilliseconds() -> UInt64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) * 1000 + UInt64(spec.tv_nsec) / 1_000_000
+        monotonicNanoseconds() / 1_000_000
     }
 
-    private static func mask(writable: Bool) -> UInt32 {
-        pushd_nghttp2_epoll_mask(1, writable ? 1 : 0)
+    // MARK: EpollHandler, EpollLoopDriver
+
+    func handleEvents(fd: Int32, _ events: EpollEvents) {
+        handlers[fd]?.handleEvents(readable: events.contains(.readable), writable: events.contains(.writable),
+                                   hangup: !events.isDisjoint(with: [.hangup, .error]))
     }
 
-    private func run() {
-        let capacity = 256
-        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
-        defer { events.deallocate() }
-        while !stopping.load(ordering: .acquiring) {
-            let count = epoll_wait(epollFD, events, Int32(capacity), nextTimeout())
-            if count < 0 && errno != EINTR { break }
-            if count > 0 {
-                for index in 0..<Int(count) {
-                    let event = events[index]
-                    let fd = event.data.fd
-                    if fd == wakeFD {
-                        drainWake()
-                        continue
-                    }
-                    guard let handler = handlers[fd] else { continue }
-                    let flags = event.events
-                    handler.handleEvents(
-                        readable: pushd_nghttp2_epoll_is_readable(flags) != 0,
-                        writable: pushd_nghttp2_epoll_is_writable(flags) != 0,
-                        hangup: pushd_nghttp2_epoll_is_hangup(flags) != 0)
-                }
-            }
-            fireTimers()
-        }
-    }
-
-    private func nextTimeout() -> Int32 {
+    func prepareToWait() -> Int32 {
+        runInbox()
+        fireTimers()
         while let top = timers.peek(), timerActions[top.id] == nil { _ = timers.pop() }
         guard let top = timers.peek() else { return -1 }
         let now = Self.nowMilliseconds()
         return top.deadline <= now ? 0 : Int32(min(top.deadline - now, 60_000))
     }
+
+    func workArrived() -> Bool {
+        inbox.withLock { !$0.isEmpty }
+    }
+
+    func eventsHandled() {
+        fireTimers()
+    }
+
+    func loopFinished() {}
 
     private func fireTimers() {
         let now = Self.nowMilliseconds()
@@ -168,9 +123,7 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    private func drainWake() {
-        var value: UInt64 = 0
-        _ = withUnsafeMutableBytes(of: &value) { read(wakeFD, $0.baseAddress, 8) }
+    private func runInbox() {
         let work = inbox.withLock { pending -> [@Sendable () -> Void] in
             let taken = pending
             pending.removeAll()

@@ -21,7 +21,7 @@ public struct APNsResult: Sendable {
 
     /// Status, apns-id, reason and timestamp; nil when the transport failed.
     public var response: APNsResponse? {
-        dispatch.response.map { APNsResponse(status: $0.status, apnsID: $0.apnsID.map { $0.uuidString.lowercased() }, body: $0.body) }
+        dispatch.response?.apns
     }
 
     /// What the sender should do next (a transport failure counts as reconnect-then-retry).
@@ -73,7 +73,7 @@ public final class APNsClient: Sendable {
     /// once however many answers report the same expired one.
     private static func refreshTokenIfExpired(_ result: DispatchResult, cache: ProviderTokenCache?) {
         guard let cache, let response = result.response, response.status == 403,
-              response.reason == APNsReason.expiredProviderToken.rawValue, let rejected = cache.current else { return }
+              response.apns.reason == .expiredProviderToken, let rejected = cache.current else { return }
         _ = try? cache.tokenAfterExpiredProviderToken(rejected: rejected.jwt)
     }
 

@@ -28,11 +28,13 @@ public struct DispatcherConfiguration: Sendable {
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
     public var requestTimeoutMilliseconds: Int
-    /// An HTTP/2 PING on each connection idle this long (and TCP keep-alive probes).
+    /// TCP keep-alive probes start on a connection idle this long (whole seconds, at least 1).
     public var keepAliveIntervalMilliseconds: Int
-    /// A PING unanswered this long marks its connection dead; it is closed, not reused.
+    /// An idle connection whose keep-alive probes go unanswered this long is dead: three
+    /// probes, a third of this apart. libcurl then finds it closed before reusing it.
     public var keepAliveTimeoutMilliseconds: Int
-    /// Connections unused longer than this are closed, PINGs or not, and never reused.
+    /// Connections unused longer than this are not reused: libcurl closes such a connection
+    /// when the next request looks for one, and that request opens a new connection.
     public var idleCloseSeconds: Int
     /// Transport attempts per request, counting the first; retries are transparent.
     public var maxAttempts: Int

@@ -10,15 +10,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     public var connectionReplacements: Int
     public var connectFailures: Int
     /// Requests libcurl sent again by itself (a refused stream, a GOAWAY above the stream, or a
-    /// reused connection found dead), apart from the engine's own `retried`.
+    /// reused connection found dead), apart from the engine's own `retried`: libcurl's
+    /// pre-request callback ran more than once for one transfer.
     public var resentByTransport: Int
-    /// HTTP/2 PINGs written on idle connections, and those answered.
-    public var pingsSent: Int
-    public var pingsAcknowledged: Int
-    /// Idle connections whose PING got no answer within the keep-alive timeout.
-    public var pingTimeouts: Int
-    /// Idle connections closed after `idleCloseSeconds` without use.
-    public var idleClosed: Int
     /// Connection failures and server-side ends by reason.
     public var connectionFailures: [ConnectionFailureReason: Int]
 }
@@ -33,10 +27,6 @@ final class DispatcherCounters: Sendable {
     let connectionReplacements = Atomic<Int>(0)
     let connectFailures = Atomic<Int>(0)
     let resentByTransport = Atomic<Int>(0)
-    let pingsSent = Atomic<Int>(0)
-    let pingsAcknowledged = Atomic<Int>(0)
-    let pingTimeouts = Atomic<Int>(0)
-    let idleClosed = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
     private let failures = Mutex<[ConnectionFailureReason: Int]>([:])
 
@@ -51,10 +41,6 @@ final class DispatcherCounters: Sendable {
                              connectionReplacements: connectionReplacements.load(ordering: .relaxed),
                              connectFailures: connectFailures.load(ordering: .relaxed),
                              resentByTransport: resentByTransport.load(ordering: .relaxed),
-                             pingsSent: pingsSent.load(ordering: .relaxed),
-                             pingsAcknowledged: pingsAcknowledged.load(ordering: .relaxed),
-                             pingTimeouts: pingTimeouts.load(ordering: .relaxed),
-                             idleClosed: idleClosed.load(ordering: .relaxed),
                              connectionFailures: failures.withLock { $0 })
     }
 }

@@ -1,3 +1,4 @@
+import Polling
 import Synchronization
 
 /// Sends requests over HTTP/2 to one host with one credential, on `threads` event loops, and
@@ -40,7 +41,14 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
             loops.append(try CurlEventLoop(configuration: configuration, sink: sink))
         }
         self.loops = loops
-        for loop in loops { loop.start() }
+        for (index, loop) in loops.enumerated() {
+            do {
+                try loop.start()
+            } catch {
+                for started in loops[..<index] { started.stop() }
+                throw error
+            }
+        }
     }
 
     deinit {

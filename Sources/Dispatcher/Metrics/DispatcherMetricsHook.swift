@@ -41,11 +41,12 @@ public enum ConnectionFailureReason: String, Sendable, CaseIterable {
     case connect
     /// The TLS handshake failed or the server's certificate was rejected.
     case tls
-    /// The server ended the connection in order: a GOAWAY frame seen on an idle connection, or
-    /// its TLS close_notify (which follows a GOAWAY) had arrived when the connection closed.
+    /// The server stopped taking streams on a connection in order (a GOAWAY): libcurl moved
+    /// requests from it to another connection, and none failed on it. libcurl reports GOAWAY
+    /// frames no more directly, and one on a connection nothing was moved from is not seen.
     case goaway
     /// The connection dropped with requests unanswered, or a write on it failed.
     case reset
-    /// A request got no answer in time, or a keep-alive PING none at all.
+    /// A request got no answer in time.
     case timeout
 }

@@ -27,24 +27,34 @@ public struct DispatchResult: Sendable {
     }
 }
 
-/// An HTTP response as APNs gives it: status, the `apns-id` response header and the body.
+/// An HTTP response as APNs gives it: status, the `apns-id` response header and the body,
+/// and the answer read once, by the engine, into the APNs module's `APNsResponse`.
 public struct Response: Sendable, Equatable {
-    public var status: Int
-    public var apnsID: UUID?
+    public let status: Int
+    public let apnsID: UUID?
     /// Empty for a 200; APNs puts `{"reason": …}` (and on 410 `"timestamp"`) in error bodies.
-    public var body: [UInt8]
+    public let body: [UInt8]
+    /// Status, apns-id, reason and timestamp as typed values; `apns.action` says what to do.
+    public let apns: APNsResponse
 
     public init(status: Int, apnsID: UUID?, body: [UInt8]) {
+        self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body))
+    }
+
+    /// With the error body already read (the engine reads it once, for its own decisions too).
+    init(status: Int, apnsID: UUID?, body: [UInt8], errorBody: APNsErrorBody?) {
         self.status = status
         self.apnsID = apnsID
         self.body = body
+        apns = APNsResponse(status: status, apnsID: apnsID?.uuidString.lowercased(), reason: errorBody?.reason,
+                            timestamp: errorBody?.timestamp)
     }
 
     /// The `reason` string of an APNs error body, or nil when there is none.
-    public var reason: String? { APNsErrorBody.parse(body)?.reason?.rawValue }
+    public var reason: String? { apns.reason?.rawValue }
 
     /// The `timestamp` (milliseconds since the epoch) of a 410 body, or nil when there is none.
-    public var timestampMilliseconds: Int64? { APNsErrorBody.parse(body)?.timestamp }
+    public var timestampMilliseconds: Int64? { apns.timestamp }
 }
 
 /// A failure below HTTP: libcurl's error code and its message.

@@ -45,9 +45,9 @@ final class AppSender: @unchecked Sendable {
         }
         var counters = [String: Counter]()
         for type in PushType.allCases {
-            for lane in ["transactional", "campaign"] {
-                counters[type.rawValue + "/" + lane] = metrics.sent(app: app.name, environment: app.environment.rawValue,
-                                                                   pushType: type.rawValue, lane: lane)
+            for lane in Lane.allCases {
+                counters[type.rawValue + "/" + lane.rawValue] = metrics.sent(app: app.name, environment: app.environment.rawValue,
+                                                                             pushType: type.rawValue, lane: lane.rawValue)
             }
         }
         sentCounters = counters
@@ -102,14 +102,14 @@ final class AppSender: @unchecked Sendable {
         switch result.outcome {
         case .response(let response):
             latency.observe(Double(result.latencyNanoseconds) / 1e9)
-            return .response(status: response.status, body: response.body)
+            return .response(response.apns)
         case .transportFailure(let error):
             return .transportFailure(error.message)
         }
     }
 
-    func countSent(pushType: String, lane: String) {
-        sentCounters[pushType + "/" + lane]?.increment()
+    func countSent(pushType: String, lane: Lane) {
+        sentCounters[pushType + "/" + lane.rawValue]?.increment()
     }
 
     func countResponse(status: Int?, reason: String) {

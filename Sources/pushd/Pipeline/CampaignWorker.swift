@@ -91,7 +91,7 @@ final class CampaignWorker: @unchecked Sendable {
     }
 
     private func send(_ chunk: CampaignChunk, on connection: PGConnection) throws {
-        context.metrics.claimed(lane: "campaign").increment(by: UInt64(chunk.targets.count))
+        context.metrics.claimed(lane: Lane.campaign.rawValue).increment(by: UInt64(chunk.targets.count))
         let count = chunk.targets.count
         var progress = ChunkProgress(position: chunk.startIndex)
         // The lease returns only configured apps; should one slip through, the chunk goes
@@ -199,8 +199,8 @@ final class CampaignWorker: @unchecked Sendable {
                         token: item.token, pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
                         collapseID: chunk.collapseID, apnsID: nil, payload: item.payload ?? chunk.payload ?? "{}"))
                 } catch {
-                    resolve(target, .failed(JobWorker.label(error.reason)))
-                    context.metrics.deadLetter(app: chunk.app, lane: "campaign", reason: JobWorker.label(error.reason)).increment()
+                    resolve(target, .failed(error.label))
+                    context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: error.label).increment()
                     context.tally.add(context.tally.failed)
                     continue
                 }
@@ -233,7 +233,7 @@ final class CampaignWorker: @unchecked Sendable {
                 case .delivered:
                     resolve(target, .sent)
                     sender.countResponse(status: 200, reason: "none")
-                    sender.countSent(pushType: chunk.pushType, lane: "campaign")
+                    sender.countSent(pushType: chunk.pushType, lane: .campaign)
                     context.tally.add(context.tally.sent)
                 case .prune(let status, let reason, let timestamp):
                     resolve(target, .pruned(reason))
@@ -241,17 +241,17 @@ final class CampaignWorker: @unchecked Sendable {
                     sender.countResponse(status: status, reason: reason)
                     context.metrics.tokenPruned(app: chunk.app, environment: sender.environmentLabel, reason: reason).increment()
                     context.tally.add(context.tally.pruned)
-                case .retry(let at, let reason, let refresh, let countsAsAttempt):
+                case .retry(let at, _, let refresh, let countsAsAttempt):
                     // A send APNs never answered does not use up the target's attempt budget.
                     if !countsAsAttempt { attempts[target] -= 1 }
                     retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target))
-                    context.metrics.retry(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
+                    context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
                     context.tally.add(context.tally.retried)
                     if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
-                case .dead(let status, let reason):
-                    resolve(target, .failed(JobWorker.label(reason)))
-                    sender.countResponse(status: status, reason: JobWorker.label(reason))
-                    context.metrics.deadLetter(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
+                case .dead(let status, _):
+                    resolve(target, .failed(outcome.label))
+                    sender.countResponse(status: status, reason: outcome.label)
+                    context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
                     context.tally.add(context.tally.failed)
                 case .pauseApp(let reason):
                     context.pause(sender, reason: reason)

@@ -97,7 +97,7 @@ final class JobWorker: @unchecked Sendable {
     }
 
     private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
-        context.metrics.claimed(lane: "transactional").increment(by: UInt64(batch.jobs.count))
+        context.metrics.claimed(lane: Lane.transactional.rawValue).increment(by: UInt64(batch.jobs.count))
         generation &+= 1
         let now = Date()
         var outcomes = JobOutcomes()
@@ -123,7 +123,7 @@ final class JobWorker: @unchecked Sendable {
                     token: job.deviceToken, pushType: job.pushType, priority: job.priority, expiration: job.expiration,
                     collapseID: job.collapseID, apnsID: job.apnsID, payload: job.payload))
             } catch {
-                dead(job, status: nil, reason: error.reason, into: &outcomes, sender: sender)
+                dead(job, status: nil, reason: error.reason, label: error.label, into: &outcomes, sender: sender)
                 continue
             }
             let request: DispatchRequest
@@ -174,7 +174,7 @@ final class JobWorker: @unchecked Sendable {
         case .delivered:
             outcomes.delivered.append(job.id)
             sender.countResponse(status: 200, reason: "none")
-            sender.countSent(pushType: item.pushType, lane: "transactional")
+            sender.countSent(pushType: item.pushType, lane: .transactional)
             context.tally.add(context.tally.sent)
             let latency = Date().timeIntervalSince(job.createdAt)
             sender.deliveryLatency.observe(latency)
@@ -188,12 +188,12 @@ final class JobWorker: @unchecked Sendable {
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))
             countAnswer(outcome, sender: sender)
-            context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
+            context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
         case .dead(let status, let reason):
             countAnswer(outcome, sender: sender)
-            dead(job, status: status, reason: reason, into: &outcomes, sender: sender)
+            dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)
         case .pauseApp(let reason):
             countAnswer(outcome, sender: sender)
             context.pause(sender, reason: reason)
@@ -204,22 +204,17 @@ final class JobWorker: @unchecked Sendable {
 
     private func countAnswer(_ outcome: SendOutcome, sender: AppSender) {
         switch outcome {
-        case .response(let status, let body):
-            sender.countResponse(status: status, reason: APNsResponse(status: status, body: body).reason?.rawValue ?? "none")
+        case .response(let response):
+            sender.countResponse(status: response.status, reason: outcome.label)
         case .transportFailure:
-            sender.countResponse(status: nil, reason: "transport")
+            sender.countResponse(status: nil, reason: outcome.label)
         }
     }
 
-    private func dead(_ job: Job, status: Int?, reason: String, into outcomes: inout JobOutcomes, sender: AppSender? = nil) {
+    /// `label` names the reason from a closed set, for the metric.
+    private func dead(_ job: Job, status: Int?, reason: String, label: String, into outcomes: inout JobOutcomes, sender: AppSender? = nil) {
         outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
-        context.metrics.deadLetter(app: sender?.app.name ?? "unknown", lane: "transactional", reason: Self.label(reason)).increment()
+        context.metrics.deadLetter(app: sender?.app.name ?? "unknown", lane: Lane.transactional.rawValue, reason: label).increment()
         context.tally.add(context.tally.dead)
-    }
-
-    /// The reason's first word (`BadCollapseId`, `transport`, `Invalid`…): a closed set fit for a label.
-    static func label(_ reason: String) -> String {
-        let word = reason.prefix { $0.isLetter || $0.isNumber }
-        return word.isEmpty ? "other" : String(word.prefix(40))
     }
 }

@@ -5,7 +5,11 @@ import Foundation
 /// be sent (that job goes to dead letters with the reason, it is never dropped).
 struct NotificationFactory: Sendable {
     struct Rejection: Error, Equatable, CustomStringConvertible {
-        var reason: String
+        /// What was wrong, from a closed set (an APNs reason or `Invalid`): fit for a label.
+        var label: String
+        var detail: String
+        /// The label and the detail, as stored with the failed job.
+        var reason: String { "\(label): \(detail)" }
         var description: String { reason }
     }
 
@@ -27,13 +31,13 @@ struct NotificationFactory: Sendable {
         do {
             token = try APNs.DeviceToken(fields.token)
         } catch {
-            throw Rejection(reason: "BadDeviceToken: \(error)")
+            throw Rejection(label: "BadDeviceToken", detail: "\(error)")
         }
         guard let pushType = PushType(rawValue: fields.pushType) else {
-            throw Rejection(reason: "InvalidPushType: '\(fields.pushType)' is not an APNs push type")
+            throw Rejection(label: "InvalidPushType", detail: "'\(fields.pushType)' is not an APNs push type")
         }
         guard let priority = Priority(rawValue: fields.priority) else {
-            throw Rejection(reason: "BadPriority: \(fields.priority) is not 10, 5 or 1")
+            throw Rejection(label: "BadPriority", detail: "\(fields.priority) is not 10, 5 or 1")
         }
         let notification = APNsNotification(
             token: token,
@@ -46,7 +50,7 @@ struct NotificationFactory: Sendable {
             payload: Array(fields.payload.utf8))
         let issues = NotificationValidator.issues(in: notification)
         if !issues.isEmpty {
-            throw Rejection(reason: "Invalid: " + issues.map(\.description).joined(separator: "; "))
+            throw Rejection(label: "Invalid", detail: issues.map(\.description).joined(separator: "; "))
         }
         return notification
     }

@@ -1,10 +1,27 @@
 import APNs
 import Foundation
 
-/// What came back for one send: APNs's answer, or no answer at all.
+/// What came back for one send: APNs's answer (read once, by the engine), or no answer at all.
 enum SendOutcome: Sendable, Equatable {
-    case response(status: Int, body: [UInt8])
+    case response(APNsResponse)
     case transportFailure(String)
+
+    static func response(status: Int, body: [UInt8]) -> SendOutcome {
+        .response(APNsResponse(status: status, body: body))
+    }
+
+    /// A metric label and failure reason from a closed set: a documented APNs reason, `none`
+    /// for an answer without one, `unknown` for a reason APNs has added since, `transport` for
+    /// no answer.
+    var label: String {
+        switch self {
+        case .transportFailure:
+            return "transport"
+        case .response(let response):
+            guard let reason = response.reason else { return "none" }
+            return APNsReason.known.contains { $0.reason == reason } ? reason.rawValue : "unknown"
+        }
+    }
 }
 
 /// What pushd does with a job (or campaign target) after one send.
@@ -47,8 +64,8 @@ struct OutcomePolicy: Sendable {
             case .giveUp(let why):
                 return .dead(status: nil, reason: "\(label): \(why)")
             }
-        case .response(let code, let body):
-            let response = APNsResponse(status: code, body: body)
+        case .response(let response):
+            let code = response.status
             action = response.action
             reason = response.reason
             status = code

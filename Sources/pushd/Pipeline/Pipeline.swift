@@ -205,14 +205,15 @@ final class Pipeline: @unchecked Sendable {
         let cache = Duration.seconds(2)
         metrics.queueDepth.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()
-            return ["transactional", "campaign"].map { lane in
-                MetricSample(labelValues: [lane], value: Double(stats.lanes.filter { $0.lane.rawValue == lane }.reduce(0) { $0 + $1.depth }))
+            return Lane.allCases.map { lane in
+                MetricSample(labelValues: [lane.rawValue],
+                             value: Double(stats.lanes.filter { $0.lane.rawValue == lane.rawValue }.reduce(0) { $0 + $1.depth }))
             }
         }
         metrics.queueOldestAge.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()
-            return ["transactional", "campaign"].map { lane in
-                MetricSample(labelValues: [lane], value: stats.lanes.filter { $0.lane.rawValue == lane }.map(\.oldestAge).max() ?? 0)
+            return Lane.allCases.map { lane in
+                MetricSample(labelValues: [lane.rawValue], value: stats.lanes.filter { $0.lane.rawValue == lane.rawValue }.map(\.oldestAge).max() ?? 0)
             }
         }
         metrics.queueAppDepth.setSource(cacheFor: cache) { [self] in

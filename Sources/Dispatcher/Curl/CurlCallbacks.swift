@@ -1,0 +1,121 @@
+internal import CCurl
+import Foundation
+import Glibc
+
+// The per-transfer callbacks libcurl makes on the loop's thread while it runs a transfer.
+
+let curlOpenSocketCallback: pushd_curl_opensocket_cb = { userData, _, address in
+    guard let address else { return pushd_curl_bad_socket() }
+    let fd = socket(pushd_curl_sockaddr_family(address), pushd_curl_sockaddr_socktype(address) | Int32(SOCK_CLOEXEC.rawValue),
+                    pushd_curl_sockaddr_protocol(address))
+    if fd >= 0 { Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketOpened(fd) }
+    return fd >= 0 ? fd : pushd_curl_bad_socket()
+}
+
+let curlCloseSocketCallback: pushd_curl_closesocket_cb = { userData, fd in
+    Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketClosed(fd)
+    return close(fd)
+}
+
+/// libcurl is about to send the request on a connection: more than once for one transfer
+/// means libcurl resent it by itself (refused stream, GOAWAY, dead reused connection).
+let curlPrereqCallback: pushd_curl_prereq_cb = { userData, _, _, _, localPort in
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+    transfer.sends += 1
+    transfer.localPort = localPort
+    var connection: curl_off_t = -1
+    // The transfer is attached to its connection here, so libcurl's id for it is current.
+    if pushd_curl_easy_getinfo_off(transfer.easy, CURLINFO_CONN_ID, &connection) == CURLE_OK {
+        transfer.connectionID = Int64(connection)
+        if transfer.sends == 1 { transfer.firstConnectionID = Int64(connection) }
+    }
+    return pushd_curl_prereq_ok()
+}
+
+let curlWriteCallback: pushd_curl_data_cb = { data, size, count, userData in
+    let bytes = size * count
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+    // Success bodies are not APNs's business and are dropped; error bodies are tiny, and
+    // anything past 64 KiB is not an APNs answer and is not kept.
+    if bytes > 0, !(200..<300).contains(transfer.status), transfer.responseBody.count < 65_536, let data {
+        transfer.responseBody.append(contentsOf: UnsafeRawBufferPointer(start: data, count: min(bytes, 65_536 - transfer.responseBody.count)))
+    }
+    return bytes
+}
+
+let curlHeaderCallback: pushd_curl_data_cb = { data, size, count, userData in
+    let bytes = size * count
+    guard bytes >= 12, let data else { return bytes }
+    let line = UnsafeRawBufferPointer(start: data, count: bytes)
+    if let status = ResponseHeaderLine.status(line) {
+        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().status = status
+        return bytes
+    }
+    if let apnsID = ResponseHeaderLine.apnsID(line) {
+        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().apnsID = apnsID
+    }
+    return bytes
+}
+
+/// Reads the two things the engine wants from response header lines, without allocating.
+enum ResponseHeaderLine {
+    /// The status of "HTTP/2 200" (a status line starts every header block, also of a
+    /// 100-continue), or nil for any other line.
+    static func status(_ line: UnsafeRawBufferPointer) -> Int? {
+        guard line.count >= 12, line[0] == UInt8(ascii: "H"), line[1] == UInt8(ascii: "T"), line[4] == UInt8(ascii: "/") else { return nil }
+        var index = 5
+        while index < line.count, line[index] != 0x20 { index += 1 }
+        var status = 0
+        var digits = 0
+        index += 1
+        while index < line.count, digits < 3, line[index] >= UInt8(ascii: "0"), line[index] <= UInt8(ascii: "9") {
+            status = status * 10 + Int(line[index] - UInt8(ascii: "0"))
+            digits += 1
+            index += 1
+        }
+        return status
+    }
+
+    /// The UUID of an "apns-id:" line (name in any case, optional blanks), or nil.
+    static func apnsID(_ line: UnsafeRawBufferPointer) -> UUID? {
+        guard line.count >= 44 else { return nil }
+        let name: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0x61, 0x70, 0x6E, 0x73, 0x2D, 0x69, 0x64, 0x3A)
+        // Setting bit 0x20 lowercases the letters and leaves '-' and ':' as they are.
+        let matches = withUnsafeBytes(of: name) { expected in (0..<8).allSatisfy { line[$0] | 0x20 == expected[$0] } }
+        guard matches else { return nil }
+        var start = 8
+        while start < line.count, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+        guard start + 36 <= line.count else { return nil }
+        return parseUUID(UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
+    }
+
+    static func parseUUID(_ text: UnsafeRawBufferPointer) -> UUID? {
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        let complete = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
+            var out = 0
+            var high: UInt8?
+            for (position, character) in text.enumerated() {
+                if position == 8 || position == 13 || position == 18 || position == 23 {
+                    guard character == UInt8(ascii: "-") else { return false }
+                    continue
+                }
+                let nibble: UInt8
+                switch character {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = character - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = character - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): nibble = character - UInt8(ascii: "A") + 10
+                default: return false
+                }
+                if let value = high {
+                    bytes[out] = value << 4 | nibble
+                    out += 1
+                    high = nil
+                } else {
+                    high = nibble
+                }
+            }
+            return out == 16
+        }
+        return complete ? UUID(uuid: uuid) : nil
+    }
+}

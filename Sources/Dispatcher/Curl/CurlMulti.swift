@@ -1,0 +1,133 @@
+internal import CCurl
+import Glibc
+import Polling
+
+/// A libcurl multi handle driven by one epoll loop with `curl_multi_socket_action`: libcurl's
+/// socket and timer callbacks become epoll interests and a deadline, and ready descriptors and
+/// the expired deadline go back to libcurl. Knows nothing of requests or transfers.
+///
+/// Thread rule: touched only on the loop's thread (after `init` returns).
+final class CurlMulti: EpollHandler {
+    let handle: UnsafeMutableRawPointer
+    private unowned let loop: EpollLoop
+    /// When libcurl wants `curl_multi_socket_action` with CURL_SOCKET_TIMEOUT; `.max` for never.
+    private(set) var timerDeadline = UInt64.max
+    private var running: Int32 = 0
+
+    init(loop: EpollLoop, connectionsPerHost: Int, streamsPerConnection: Int) throws(DispatcherConfigurationError) {
+        guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
+        handle = multi
+        self.loop = loop
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, pushd_curl_pipe_multiplex()), "CURLMOPT_PIPELINING")
+        try setConnectionLimit(connectionsPerHost)
+        // Room for the configured connections and one being replaced; more would keep idle ones.
+        try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, connectionsPerHost + 1), "CURLMOPT_MAXCONNECTS")
+        try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, streamsPerConnection), "CURLMOPT_MAX_CONCURRENT_STREAMS")
+        try check(pushd_curl_multi_setopt_socket_cb(multi, curlSocketCallback), "CURLMOPT_SOCKETFUNCTION")
+        try check(pushd_curl_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me), "CURLMOPT_SOCKETDATA")
+        try check(pushd_curl_multi_setopt_timer_cb(multi, curlTimerCallback), "CURLMOPT_TIMERFUNCTION")
+        try check(pushd_curl_multi_setopt_ptr(multi, CURLMOPT_TIMERDATA, me), "CURLMOPT_TIMERDATA")
+    }
+
+    private var cleanedUp = false
+
+    deinit {
+        cleanUp()
+    }
+
+    /// Closes libcurl's connections (its close-socket callbacks run now, while their owner
+    /// is still whole) and frees the multi handle.
+    func cleanUp() {
+        guard !cleanedUp else { return }
+        cleanedUp = true
+        curl_multi_cleanup(handle)
+    }
+
+    func setConnectionLimit(_ connections: Int) throws(DispatcherConfigurationError) {
+        try check(pushd_curl_multi_setopt_long(handle, CURLMOPT_MAX_HOST_CONNECTIONS, connections), "CURLMOPT_MAX_HOST_CONNECTIONS")
+    }
+
+    private func check(_ code: CURLMcode, _ setting: String) throws(DispatcherConfigurationError) {
+        if code != CURLM_OK { throw .transportRejected(setting: setting, message: String(cString: curl_multi_strerror(code))) }
+    }
+
+    /// nil when libcurl took the handle, else its refusal.
+    func add(_ easy: UnsafeMutableRawPointer) -> TransportError? {
+        let code = curl_multi_add_handle(handle, easy)
+        return code == CURLM_OK ? nil : TransportError(code: -Int(code.rawValue), message: String(cString: curl_multi_strerror(code)))
+    }
+
+    func remove(_ easy: UnsafeMutableRawPointer) {
+        curl_multi_remove_handle(handle, easy)
+    }
+
+    /// Milliseconds until libcurl's timer is due at `now`, -1 when it has none.
+    func timerWait(now: UInt64) -> Int64 {
+        timerDeadline == .max ? -1 : Int64((max(timerDeadline, now) - now + 999_999) / 1_000_000)
+    }
+
+    /// Runs libcurl's timeout action when its deadline has passed; true when it ran.
+    @discardableResult
+    func runTimerIfDue(now: UInt64) -> Bool {
+        guard timerDeadline <= now else { return false }
+        timerDeadline = .max
+        curl_multi_socket_action(handle, pushd_curl_socket_timeout(), 0, &running)
+        return true
+    }
+
+    func handleEvents(fd: Int32, _ events: EpollEvents) {
+        var mask: Int32 = 0
+        if events.contains(.readable) || events.contains(.hangup) { mask |= pushd_curl_cselect_in() }
+        if events.contains(.writable) { mask |= pushd_curl_cselect_out() }
+        if events.contains(.error) { mask |= pushd_curl_cselect_err() }
+        curl_multi_socket_action(handle, fd, mask, &running)
+    }
+
+    /// Finished transfers since the last call: (easy handle, CURLcode).
+    func forEachFinished(_ body: (UnsafeMutableRawPointer, CURLcode) -> Void) {
+        var remaining: Int32 = 0
+        while let message = curl_multi_info_read(handle, &remaining) {
+            guard pushd_curl_msg_is_done(message) != 0, let easy = message.pointee.easy_handle else { continue }
+            body(easy, pushd_curl_msg_result(message))
+        }
+    }
+
+    /// libcurl closes `fd`: forget it whatever libcurl last asked for.
+    func socketClosing(_ fd: Int32) {
+        loop.unwatch(fd: fd)
+    }
+
+    fileprivate func socketChanged(_ fd: Int32, what: Int32) {
+        if what == pushd_curl_poll_remove() {
+            loop.unwatch(fd: fd)
+            return
+        }
+        var wanted: EpollEvents = []
+        if what & pushd_curl_poll_in() != 0 { wanted.insert(.readable) }
+        if what & pushd_curl_poll_out() != 0 { wanted.insert(.writable) }
+        // Only a change of interest costs an epoll_ctl: most stream starts and ends leave it alone.
+        guard loop.interest(fd: fd) != wanted else { return }
+        do {
+            try loop.watch(fd: fd, wanted, handler: self)
+        } catch {
+            // The descriptor cannot be watched: libcurl would wait on it for ever. Its timer
+            // still runs, so the transfers on it end with a timeout instead of hanging.
+            loop.unwatch(fd: fd)
+        }
+    }
+
+    fileprivate func timerChanged(milliseconds: Int) {
+        timerDeadline = milliseconds < 0 ? .max : monotonicNanoseconds() + UInt64(milliseconds) * 1_000_000
+    }
+}
+
+private let curlSocketCallback: pushd_curl_socket_cb = { _, fd, what, userData, _ in
+    Unmanaged<CurlMulti>.fromOpaque(userData!).takeUnretainedValue().socketChanged(fd, what: what)
+    return 0
+}
+
+private let curlTimerCallback: pushd_curl_timer_cb = { _, milliseconds, userData in
+    Unmanaged<CurlMulti>.fromOpaque(userData!).takeUnretainedValue().timerChanged(milliseconds: milliseconds)
+    return 0
+}

@@ -1,0 +1,158 @@
+internal import CCurl
+import Foundation
+import Glibc
+
+/// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
+/// Its options that never change are set once at creation and kept across reuse.
+///
+/// Thread rule: touched only on its event loop's thread (libcurl calls back on that thread).
+final class CurlTransfer {
+    let index: Int
+    let easy: UnsafeMutableRawPointer
+    let url: OpaquePointer
+    /// Path and header lines of the current request, NUL-terminated, then the body.
+    private var buffer: UnsafeMutableRawPointer
+    private var bufferCapacity: Int
+    /// Header list nodes pointing into `buffer`; libcurl only reads the list, so no per-request malloc.
+    private(set) var nodes: UnsafeMutablePointer<curl_slist>
+    private var nodeCapacity: Int
+    let errorBuffer: UnsafeMutablePointer<CChar>
+    private var method: DispatchRequest.Method = .post
+    private var headersAttached = true
+    private(set) var freshConnect = false
+    var pending: PendingRequest?
+    var responseBody: [UInt8] = []
+    var apnsID: UUID?
+    /// From the status line, so the body of a success is never copied.
+    var status = 0
+    /// Times libcurl began sending this attempt; above one, it resent the request by itself.
+    var sends = 0
+    /// libcurl's id of the connection the latest send of this attempt went on, and of the first.
+    var connectionID: Int64 = -1
+    var firstConnectionID: Int64 = -1
+    /// Local port of that connection (from libcurl's pre-request callback).
+    var localPort: Int32 = 0
+
+    init(index: Int, easy: UnsafeMutableRawPointer, url: OpaquePointer) {
+        self.index = index
+        self.easy = easy
+        self.url = url
+        bufferCapacity = 1024
+        buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
+        nodeCapacity = 16
+        nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
+        nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
+        errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(pushd_curl_max_errorsize()))
+        errorBuffer.initialize(repeating: 0, count: Int(pushd_curl_max_errorsize()))
+    }
+
+    deinit {
+        curl_easy_cleanup(easy)
+        curl_url_cleanup(url)
+        buffer.deallocate()
+        nodes.deallocate()
+        errorBuffer.deallocate()
+    }
+
+    /// The libcurl message of a failed transfer: the error buffer's detail, else the code's text.
+    func failureMessage(_ code: CURLcode) -> String {
+        errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
+    }
+
+    private func ensureCapacity(bytes: Int, headers: Int) {
+        if bytes > bufferCapacity {
+            buffer.deallocate()
+            bufferCapacity = max(bytes, bufferCapacity * 2)
+            buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
+        }
+        if headers > nodeCapacity {
+            nodes.deallocate()
+            nodeCapacity = max(headers, nodeCapacity * 2)
+            nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
+            nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
+            // The list head moved: libcurl must be told again.
+            headersAttached = false
+        }
+    }
+
+    /// Packs `request` into this transfer's buffers and points libcurl at them; `fresh` makes
+    /// it open a new connection instead of reusing one. Per-request options are only set when
+    /// they differ from the previous request's, and each one's result is checked.
+    func prepare(for request: DispatchRequest, fresh: Bool) -> TransportError? {
+        let packedCount = request.packed.count
+        let bodyCount = request.body.count
+        ensureCapacity(bytes: packedCount + bodyCount, headers: request.headerCount)
+        let base = buffer
+        request.packed.withUnsafeBytes { base.copyMemory(from: $0.baseAddress!, byteCount: packedCount) }
+        if bodyCount > 0 { request.body.withUnsafeBytes { (base + packedCount).copyMemory(from: $0.baseAddress!, byteCount: bodyCount) } }
+
+        let urlCode = curl_url_set(url, CURLUPART_PATH, base.assumingMemoryBound(to: CChar.self), 0)
+        if urlCode != CURLUE_OK {
+            return TransportError(code: -Int(urlCode.rawValue), message: "request path rejected: \(String(cString: curl_url_strerror(urlCode)))")
+        }
+        var lineStart = request.pathLength + 1
+        for index in 0..<request.headerCount {
+            nodes[index].data = (base + lineStart).assumingMemoryBound(to: CChar.self)
+            nodes[index].next = index + 1 < request.headerCount ? nodes + index + 1 : nil
+            lineStart += strlen((base + lineStart).assumingMemoryBound(to: CChar.self)) + 1
+        }
+        var failure: CurlOptionFailure?
+        func check(_ code: CURLcode, _ option: String) {
+            if code != CURLE_OK, failure == nil { failure = CurlOptionFailure(code: code, option: option) }
+        }
+        if request.headerCount == 0 {
+            if headersAttached {
+                check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil), "CURLOPT_HTTPHEADER")
+                headersAttached = false
+            }
+        } else if !headersAttached {
+            check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nodes), "CURLOPT_HTTPHEADER")
+            headersAttached = true
+        }
+        if request.method != method {
+            switch request.method {
+            case .post:
+                check(pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1), "CURLOPT_POST")
+                check(pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, nil), "CURLOPT_CUSTOMREQUEST")
+            case .get:
+                check(pushd_curl_easy_setopt_long(easy, CURLOPT_HTTPGET, 1), "CURLOPT_HTTPGET")
+                check(pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, nil), "CURLOPT_CUSTOMREQUEST")
+            case .put, .delete:
+                check(pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1), "CURLOPT_POST")
+                check(pushd_curl_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, request.method.rawValue), "CURLOPT_CUSTOMREQUEST")
+            }
+            method = request.method
+        }
+        if request.method != .get {
+            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, base + packedCount), "CURLOPT_POSTFIELDS")
+            check(pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, bodyCount), "CURLOPT_POSTFIELDSIZE")
+        }
+        if fresh != freshConnect {
+            check(pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, fresh ? 1 : 0), "CURLOPT_FRESH_CONNECT")
+            freshConnect = fresh
+        }
+        if let failure {
+            // The handle's state is unknown now: the next request sets everything again.
+            method = request.method == .get ? .post : .get
+            headersAttached = request.headerCount == 0
+            return failure.transportError
+        }
+        errorBuffer[0] = 0
+        apnsID = nil
+        status = 0
+        sends = 0
+        connectionID = -1
+        firstConnectionID = -1
+        return nil
+    }
+}
+
+/// A per-request option libcurl refused; reported as the request's transport failure.
+struct CurlOptionFailure {
+    let code: CURLcode
+    let option: String
+
+    var transportError: TransportError {
+        TransportError(code: Int(code.rawValue), message: "\(option) rejected: \(String(cString: curl_easy_strerror(code)))")
+    }
+}

@@ -1,0 +1,98 @@
+internal import CCurl
+import Glibc
+
+extension CurlTransfer {
+    /// A new easy handle with every option that stays the same for all requests; a rejected
+    /// option fails here, at start-up or when the pool grows, never on a request.
+    /// `socketOwner` receives the open/close-socket callbacks.
+    static func make(index: Int, configuration config: DispatcherConfiguration,
+                     socketOwner: UnsafeMutableRawPointer) throws(DispatcherConfigurationError) -> CurlTransfer {
+        guard let easy = curl_easy_init(), let url = curl_url() else {
+            throw .transportRejected(setting: "curl_easy_init", message: "out of memory")
+        }
+        let transfer = CurlTransfer(index: index, easy: easy, url: url)
+        let urlCode = curl_url_set(url, CURLUPART_URL, "https://\(hostForURL(config.host)):\(config.port)/", 0)
+        if urlCode != CURLUE_OK {
+            throw .invalid(field: "host", value: config.host, expected: "a valid host (\(String(cString: curl_url_strerror(urlCode))))")
+        }
+        var failure: DispatcherConfigurationError?
+        func check(_ code: CURLcode, _ setting: String) {
+            if code != CURLE_OK, failure == nil {
+                failure = .transportRejected(setting: setting, message: String(cString: curl_easy_strerror(code)))
+            }
+        }
+        let transferPointer = Unmanaged.passUnretained(transfer).toOpaque()
+        check(pushd_curl_easy_setopt_url(easy, url), "CURLOPT_CURLU")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PRIVATE, UnsafeMutableRawPointer(bitPattern: index + 1)), "CURLOPT_PRIVATE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, pushd_curl_http_version_2tls()), "CURLOPT_HTTP_VERSION")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1), "CURLOPT_PIPEWAIT")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1), "CURLOPT_TCP_NODELAY")
+        // Thousands of these handles are in flight at once and APNs answers in well under a
+        // kilobyte: small receive and upload buffers keep memory to a few megabytes.
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 4096), "CURLOPT_BUFFERSIZE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 16384), "CURLOPT_UPLOAD_BUFFERSIZE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "CURLOPT_SSL_VERIFYHOST")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1), "CURLOPT_POST")
+        check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, transfer.nodes), "CURLOPT_HTTPHEADER")
+        check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback), "CURLOPT_WRITEFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, transferPointer), "CURLOPT_WRITEDATA")
+        check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback), "CURLOPT_HEADERFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, transferPointer), "CURLOPT_HEADERDATA")
+        check(pushd_curl_easy_setopt_prereq_cb(easy, curlPrereqCallback), "CURLOPT_PREREQFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PREREQDATA, transferPointer), "CURLOPT_PREREQDATA")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, transfer.errorBuffer), "CURLOPT_ERRORBUFFER")
+        check(pushd_curl_easy_setopt_opensocket_cb(easy, curlOpenSocketCallback), "CURLOPT_OPENSOCKETFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_OPENSOCKETDATA, socketOwner), "CURLOPT_OPENSOCKETDATA")
+        check(pushd_curl_easy_setopt_closesocket_cb(easy, curlCloseSocketCallback), "CURLOPT_CLOSESOCKETFUNCTION")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_CLOSESOCKETDATA, socketOwner), "CURLOPT_CLOSESOCKETDATA")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, config.connectTimeoutMilliseconds), "CURLOPT_CONNECTTIMEOUT_MS")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, config.requestTimeoutMilliseconds), "CURLOPT_TIMEOUT_MS")
+        // libcurl sends HTTP/2 PINGs only from curl_easy_upkeep, which reaches a multi
+        // handle's connections only through a transfer running on the multi, never the idle
+        // connections a PING is for (docs/dispatcher.md). TCP keep-alive probes an idle
+        // connection instead: after `keepAliveInterval` idle, every third of
+        // `keepAliveTimeout`, three probes, so a dead path is found about `keepAliveTimeout`
+        // later and libcurl's liveness check before reuse sees the socket closed.
+        let idleSeconds = max(1, config.keepAliveIntervalMilliseconds / 1000)
+        let probeSeconds = max(1, config.keepAliveTimeoutMilliseconds / 3000)
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "CURLOPT_TCP_KEEPALIVE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, idleSeconds), "CURLOPT_TCP_KEEPIDLE")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, probeSeconds), "CURLOPT_TCP_KEEPINTVL")
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPCNT, 3), "CURLOPT_TCP_KEEPCNT")
+        // A connection idle this long is closed instead of reused: libcurl checks before
+        // every reuse, and the request that finds it too old opens a new one.
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_MAXAGE_CONN, config.idleCloseSeconds), "CURLOPT_MAXAGE_CONN")
+        if let ca = config.trustedCAFile { check(pushd_curl_easy_setopt_string(easy, CURLOPT_CAINFO, ca), "CURLOPT_CAINFO") }
+        if let proxy = config.proxy { check(pushd_curl_easy_setopt_string(easy, CURLOPT_PROXY, proxy), "CURLOPT_PROXY") }
+        if let proxyCA = config.proxyCAFile { check(pushd_curl_easy_setopt_string(easy, CURLOPT_PROXY_CAINFO, proxyCA), "CURLOPT_PROXY_CAINFO") }
+        switch config.credential {
+        case .token:
+            break
+        case .pemCertificate(let certificate, let key, let passphrase):
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "PEM"), "CURLOPT_SSLCERTTYPE")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, certificate), "CURLOPT_SSLCERT")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEYTYPE, "PEM"), "CURLOPT_SSLKEYTYPE")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEY, key), "CURLOPT_SSLKEY")
+            if let passphrase { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, passphrase), "CURLOPT_KEYPASSWD") }
+        case .pkcs12(let file, let password):
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "P12"), "CURLOPT_SSLCERTTYPE")
+            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, file), "CURLOPT_SSLCERT")
+            if let password { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, password), "CURLOPT_KEYPASSWD") }
+        }
+        if let failure { throw failure }
+        return transfer
+    }
+
+    private static func hostForURL(_ host: String) -> String {
+        host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+    }
+
+    /// The transfer pool index a handle's `CURLOPT_PRIVATE` holds (index + 1, so 0 means unset),
+    /// or nil when it is not one of `count` transfers.
+    static func poolIndex(privateData: UnsafeMutableRawPointer?, count: Int) -> Int? {
+        let index = Int(bitPattern: privateData) - 1
+        return index >= 0 && index < count ? index : nil
+    }
+}

@@ -1,0 +1,101 @@
+/// The connection and backoff decisions of one event loop, as a plain value: each `handle`
+/// takes one event and returns what the loop must do; `admissionLimit` says how many requests
+/// may be inside libcurl. No sockets, no clock of its own, so every path is testable.
+///
+/// Connections are named by libcurl's connection id (`CURLINFO_CONN_ID`), sockets by the
+/// descriptor the loop opened for libcurl.
+struct ConnectionPolicy: Equatable {
+    enum Event: Equatable {
+        /// The loop opened a socket for libcurl.
+        case connectionOpened
+        /// libcurl closed one of the loop's sockets.
+        case connectionClosed(socket: Int32)
+        /// An HTTP answer arrived on `connection`.
+        case answered
+        /// A response asked for a new connection (503, IdleTimeout, ExpiredProviderToken,
+        /// TooManyProviderTokenUpdates): `connection` on `socket` takes no new stream.
+        case retireRequested(connection: Int64, socket: Int32?)
+        /// No transfer remains on (or may still join) the retired `connection`.
+        case drained(connection: Int64)
+        /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
+        case connectFailed(now: UInt64, unitRandom: Double)
+    }
+
+    enum Action: Equatable {
+        case none
+        /// Put nothing more into libcurl until the retired connection's streams have finished.
+        case holdAdmissions
+        /// Close the drained connection's socket: libcurl finds it closed before any reuse
+        /// and opens a new one for the next request.
+        case closeRetired(socket: Int32)
+        /// The drained connection's socket is not known: the next transfer opens a fresh
+        /// connection, and libcurl closes the oldest idle one to stay within the limit.
+        case freshConnect
+        /// As many connection attempts as a request gets have failed in a row: report
+        /// everything waiting instead of failing it one by one behind ever longer backoffs.
+        case failWaiting(consecutiveFailures: Int)
+    }
+
+    let backoff: ReconnectBackoff
+    let maxAttempts: Int
+    private(set) var openConnections = 0
+    /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown:
+    /// libcurl assumes 100 streams while APNs may allow 1 at first and refuse the rest.
+    private(set) var cold = false
+    private(set) var consecutiveConnectFailures = 0
+    private(set) var backoffUntil: UInt64 = 0
+    /// Retired connections still carrying streams, with their sockets where known.
+    private(set) var retiring: [Int64: Int32?] = [:]
+    /// Connection ids already retired; libcurl never reuses an id, so a late event for one is ignored.
+    private var retired: Set<Int64> = []
+
+    init(backoff: ReconnectBackoff, maxAttempts: Int) {
+        self.backoff = backoff
+        self.maxAttempts = maxAttempts
+    }
+
+    /// How many requests may be inside libcurl at `now`, given the loop's configured limit.
+    func admissionLimit(configured: Int, now: UInt64) -> Int {
+        if now < backoffUntil || !retiring.isEmpty { return 0 }
+        // One at a time while no connection exists or the newest has not answered: the first
+        // batch would otherwise be inside libcurl before the server's SETTINGS arrive.
+        return cold || openConnections == 0 ? 1 : configured
+    }
+
+    /// When a backoff holds admissions, the time it ends.
+    func backoffDeadline(now: UInt64) -> UInt64? { backoffUntil > now ? backoffUntil : nil }
+
+    mutating func handle(_ event: Event) -> Action {
+        switch event {
+        case .connectionOpened:
+            openConnections += 1
+            cold = true
+            return .none
+        case .connectionClosed(let socket):
+            openConnections = max(0, openConnections - 1)
+            // The retired connection is gone by itself (and its descriptor number may be reused:
+            // it must never be closed later).
+            for (connection, known) in retiring where known == socket { retiring.removeValue(forKey: connection) }
+            return .none
+        case .answered:
+            cold = false
+            consecutiveConnectFailures = 0
+            return .none
+        case .retireRequested(let connection, let socket):
+            guard connection >= 0, !retired.contains(connection) else { return retiring.isEmpty ? .none : .holdAdmissions }
+            retired.insert(connection)
+            if retired.count > 256 { retired.remove(retired.min()!) }
+            retiring[connection] = socket
+            return .holdAdmissions
+        case .drained(let connection):
+            guard let socket = retiring.removeValue(forKey: connection) else { return .none }
+            if let socket { return .closeRetired(socket: socket) }
+            return .freshConnect
+        case .connectFailed(let now, let unitRandom):
+            consecutiveConnectFailures += 1
+            let delay = backoff.delayMilliseconds(afterFailures: consecutiveConnectFailures, unitRandom: unitRandom)
+            backoffUntil = now + UInt64(delay) * 1_000_000
+            return consecutiveConnectFailures >= maxAttempts ? .failWaiting(consecutiveFailures: consecutiveConnectFailures) : .none
+        }
+    }
+}

@@ -1,0 +1,8 @@
+/// The two ways a notification reaches APNs, each with its own workers and connection pools;
+/// the raw value is the metric label.
+enum Lane: String, CaseIterable, Sendable {
+    /// Jobs inserted one by one, sent as soon as they are claimed.
+    case transactional
+    /// Targets of a campaign, sent in rate-capped chunks.
+    case campaign
+}

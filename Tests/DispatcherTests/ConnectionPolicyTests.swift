@@ -1,0 +1,125 @@
+@testable import Dispatcher
+import Testing
+
+/// Every event of `ConnectionPolicy` in every state that matters, without sockets.
+@Suite struct ConnectionPolicyTests {
+    private let backoff = ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0)
+
+    private func policy(maxAttempts: Int = 3) -> ConnectionPolicy {
+        ConnectionPolicy(backoff: backoff, maxAttempts: maxAttempts)
+    }
+
+    /// A policy with one open connection that has answered.
+    private func warm() -> ConnectionPolicy {
+        var policy = policy()
+        #expect(policy.handle(.connectionOpened) == .none)
+        #expect(policy.handle(.answered) == .none)
+        return policy
+    }
+
+    @Test func oneRequestAtATimeUntilAConnectionExistsAndHasAnswered() {
+        var policy = policy()
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        _ = policy.handle(.connectionOpened)
+        #expect(policy.cold)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        _ = policy.handle(.answered)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+        // A second connection is cold again until an answer: its SETTINGS are unknown.
+        _ = policy.handle(.connectionOpened)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        _ = policy.handle(.answered)
+        _ = policy.handle(.connectionClosed(socket: 9))
+        _ = policy.handle(.connectionClosed(socket: 10))
+        #expect(policy.openConnections == 0)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        // A close the policy never saw opened does not go below zero.
+        _ = policy.handle(.connectionClosed(socket: 11))
+        #expect(policy.openConnections == 0)
+    }
+
+    @Test func connectFailuresBackOffExponentiallyAndAnAnswerResetsTheCount() {
+        var policy = warm()
+        #expect(policy.handle(.connectFailed(now: 1_000_000_000, unitRandom: 0)) == .none)
+        #expect(policy.backoffDeadline(now: 1_000_000_000) == 1_100_000_000)
+        #expect(policy.admissionLimit(configured: 500, now: 1_050_000_000) == 0)
+        #expect(policy.admissionLimit(configured: 500, now: 1_100_000_000) == 500)
+        #expect(policy.backoffDeadline(now: 1_100_000_000) == nil)
+        #expect(policy.handle(.connectFailed(now: 2_000_000_000, unitRandom: 0)) == .none)
+        #expect(policy.backoffDeadline(now: 2_000_000_000) == 2_200_000_000)
+        _ = policy.handle(.answered)
+        #expect(policy.consecutiveConnectFailures == 0)
+        #expect(policy.handle(.connectFailed(now: 3_000_000_000, unitRandom: 0)) == .none)
+        #expect(policy.backoffDeadline(now: 3_000_000_000) == 3_100_000_000)
+    }
+
+    @Test func asManyConnectFailuresInARowAsARequestHasAttemptsFailEverythingWaiting() {
+        var policy = policy(maxAttempts: 3)
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .failWaiting(consecutiveFailures: 3))
+        // Every later failure fails what waits then, too, until an answer arrives.
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .failWaiting(consecutiveFailures: 4))
+        _ = policy.handle(.answered)
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
+    }
+
+    @Test func aRetiredConnectionHoldsAdmissionsUntilDrainedThenItsSocketIsClosed() {
+        var policy = warm()
+        #expect(policy.handle(.retireRequested(connection: 4, socket: 12)) == .holdAdmissions)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 0)
+        // More answers from the same connection ask nothing more.
+        #expect(policy.handle(.retireRequested(connection: 4, socket: 12)) == .holdAdmissions)
+        #expect(policy.handle(.drained(connection: 4)) == .closeRetired(socket: 12))
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+        // An answer arriving late from the closed connection retires nothing new.
+        #expect(policy.handle(.retireRequested(connection: 4, socket: 12)) == .none)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+        #expect(policy.handle(.drained(connection: 4)) == .none)
+    }
+
+    @Test func aRetiredConnectionWhoseSocketIsUnknownIsReplacedByAFreshConnect() {
+        var policy = warm()
+        #expect(policy.handle(.retireRequested(connection: 2, socket: nil)) == .holdAdmissions)
+        #expect(policy.handle(.drained(connection: 2)) == .freshConnect)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+    }
+
+    @Test func aRetiredConnectionThatClosesByItselfIsNeverClosedAgain() {
+        var policy = warm()
+        _ = policy.handle(.retireRequested(connection: 7, socket: 20))
+        // The server closed it (its descriptor number may be reused at once).
+        _ = policy.handle(.connectionClosed(socket: 20))
+        #expect(policy.retiring.isEmpty)
+        // Admissions resume, one at a time: no connection is open any more.
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        #expect(policy.handle(.drained(connection: 7)) == .none)
+    }
+
+    @Test func twoRetiredConnectionsHoldAdmissionsUntilBothAreDrained() {
+        var policy = warm()
+        _ = policy.handle(.connectionOpened)
+        _ = policy.handle(.answered)
+        #expect(policy.handle(.retireRequested(connection: 1, socket: 8)) == .holdAdmissions)
+        #expect(policy.handle(.retireRequested(connection: 2, socket: 9)) == .holdAdmissions)
+        #expect(policy.handle(.drained(connection: 1)) == .closeRetired(socket: 8))
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 0)
+        #expect(policy.handle(.drained(connection: 2)) == .closeRetired(socket: 9))
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+    }
+
+    @Test func aRetirementWithoutAConnectionIdIsIgnored() {
+        var policy = warm()
+        #expect(policy.handle(.retireRequested(connection: -1, socket: 5)) == .none)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+    }
+
+    @Test func aBackoffAndARetirementTogetherHoldAdmissionsUntilBothEnd() {
+        var policy = warm()
+        _ = policy.handle(.connectFailed(now: 0, unitRandom: 0))
+        _ = policy.handle(.retireRequested(connection: 3, socket: 6))
+        _ = policy.handle(.drained(connection: 3))
+        #expect(policy.admissionLimit(configured: 500, now: 50_000_000) == 0)
+        #expect(policy.admissionLimit(configured: 500, now: 100_000_000) == 500)
+    }
+}
