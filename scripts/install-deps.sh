@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pushd builds, tests and demos with, when any is missing.
 # Needs root (or passwordless sudo) only when something is missing.
+#   install-deps.sh                    everything pushd builds, tests and demos with
+#   install-deps.sh --libcurl          only libcurl 8 with its headers (a build image)
+#   install-deps.sh --libcurl-runtime  only libcurl 8's shared library (a runtime image)
 set -euo pipefail
+
+mode=all
+case "${1:-}" in
+  "") ;;
+  --libcurl) mode=libcurl ;;
+  --libcurl-runtime) mode=libcurl-runtime ;;
+  *) echo "install-deps: unknown option $1 (expected --libcurl or --libcurl-runtime)" >&2; exit 2 ;;
+esac
 
 packages=(
   pkg-config
@@ -55,6 +66,32 @@ old_libcurl() {
   [ -n "$version" ] || return 1
   dpkg --compare-versions "$version" lt 8
 }
+
+# The libcurl modes, for container images: libcurl 8 and nothing else.
+if [ "$mode" != all ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+  backports_added=0
+  enable_backports
+  "${sudo[@]}" apt-get update -qq
+  release=()
+  [ "$codename" = bookworm ] && release=(-t bookworm-backports)
+  if [ "$mode" = libcurl ]; then
+    wanted=(libcurl4-openssl-dev)
+  elif apt-cache show libcurl4t64 >/dev/null 2>&1; then
+    wanted=(libcurl4t64)
+  else
+    wanted=(libcurl4)
+  fi
+  echo "install-deps: ${wanted[*]}${release[*]:+ from bookworm-backports}" >&2
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${release[@]}" "${wanted[@]}" >/dev/null
+  version=$(dpkg-query -W -f='${Version}' "${wanted[0]}")
+  if dpkg --compare-versions "$version" lt 8; then
+    echo "install-deps: ${wanted[0]} $version is older than 8; pushd needs libcurl 8" >&2
+    exit 1
+  fi
+  exit 0
+fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -41,6 +41,12 @@ final class Accounting: Sendable {
     func recordReset() { state.withLock { $0.stats.connectionsReset += 1 } }
     func recordTokenVerifications(_ count: Int) { state.withLock { $0.stats.providerTokenVerifications += count } }
     func recordPing() { state.withLock { $0.stats.pingsReceived += 1 } }
+    func recordClientReset(afterAnswer: Bool) {
+        state.withLock { state in
+            state.stats.clientResets += 1
+            if afterAnswer { state.stats.clientResetsAfterAnswer += 1 }
+        }
+    }
     func recordRefusedStream() { state.withLock { $0.stats.streamsRefused += 1 } }
     func recordGoaway(connectionID: UInt64, lastStreamID: Int32) {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }

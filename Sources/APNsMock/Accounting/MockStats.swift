@@ -53,6 +53,11 @@ public struct MockStats: Sendable, Equatable, Codable {
     public var acceptedNotLogged: Int = 0
     /// HTTP/2 PING frames received from clients (not counting ACKs).
     public var pingsReceived: Int = 0
+    /// RST_STREAM frames received from clients.
+    public var clientResets: Int = 0
+    /// Of those, resets of streams already answered: a well-behaved client sends none
+    /// (libcurl 7.88 sends one after nearly every answer without a body).
+    public var clientResetsAfterAnswer: Int = 0
     /// ES256 signature checks made: one per distinct token per connection, not per request.
     public var providerTokenVerifications: Int = 0
 

@@ -22,6 +22,8 @@ enum StatsText {
             ("apns_mock_goaways_sent_total", "GOAWAY frames sent.", stats.goaways.count),
             ("apns_mock_accepted_not_logged_total", "Accepted notifications left out of the full accepted log.", stats.acceptedNotLogged),
             ("apns_mock_pings_received_total", "HTTP/2 PING frames received (ACKs not counted).", stats.pingsReceived),
+            ("apns_mock_client_resets_total", "RST_STREAM frames received from clients.", stats.clientResets),
+            ("apns_mock_client_resets_after_answer_total", "RST_STREAM frames received from clients for streams already answered.", stats.clientResetsAfterAnswer),
             ("apns_mock_provider_token_verifications_total", "ES256 signature checks of provider tokens.", stats.providerTokenVerifications),
         ]
         for (name, help, value) in counters {

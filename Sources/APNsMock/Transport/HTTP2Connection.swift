@@ -40,6 +40,7 @@ final class HTTP2Connection: EventLoopHandler {
         let id: Int32
         var request: IncomingRequest
         var refused = false
+        var answered = false
         var responseBody: [UInt8] = []
         var responseOffset = 0
         init(streamID: Int32) {
@@ -125,11 +126,9 @@ final class HTTP2Connection: EventLoopHandler {
         guard nghttp2_option_new(&options) == 0, let options else { return false }
         defer { nghttp2_option_del(options) }
         nghttp2_option_set_no_closed_streams(options, 1)
-        // libcurl 7.88 sends RST_STREAM after every answer without a body (every 200 from
-        // APNs), and nghttp2's rapid-reset guard would end the connection after about a
-        // thousand of them, making clients resend answered requests. A test double does not
-        // need that guard; the client's behaviour against real APNs is documented instead.
-        nghttp2_option_set_stream_reset_rate_limit(options, 1 << 40, 1 << 40)
+        // nghttp2's rapid-reset guard (CVE-2023-44487) stays at its default, as servers that
+        // count client resets keep it: a client that resets answered streams loses its
+        // connection here as it would there, and `clientResetsAfterAnswer` shows why.
         if faults.faults.ignorePings { nghttp2_option_set_no_auto_ping_ack(options, 1) }
         var newSession: OpaquePointer?
         let userData = Unmanaged.passUnretained(self).toOpaque()
@@ -313,6 +312,13 @@ final class HTTP2Connection: EventLoopHandler {
 
     fileprivate func pingReceived() { core.accounting.recordPing() }
 
+    /// A stream no longer in the table has ended, and every stream ends with our answer or our
+    /// own RST_STREAM, so a reset of it came after its answer.
+    fileprivate func resetReceived(_ streamID: Int32) {
+        let afterAnswer = streams[streamID].map { $0.answered || $0.refused } ?? true
+        core.accounting.recordClientReset(afterAnswer: afterAnswer)
+    }
+
     fileprivate func streamClosed(_ streamID: Int32) {
         if recentStream?.id == streamID { recentStream = nil }
         streams[streamID] = nil
@@ -338,6 +344,7 @@ final class HTTP2Connection: EventLoopHandler {
             result = withHeaderList(fields) { nghttp2_submit_response(session, streamID, $0, $1, nil) }
         }
         if result != 0 { return close() }
+        stream.answered = true
         if let newLimit = answer.newMaxConcurrentStreams { submitMaxConcurrentStreams(newLimit) }
     }
 
@@ -480,6 +487,8 @@ private let onFrameReceived: nghttp2_on_frame_recv_callback = { _, frame, userDa
         connection(userData).completeRequest(frame.pointee.hd.stream_id)
     } else if type == UInt8(NGHTTP2_PING.rawValue), frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 {
         connection(userData).pingReceived()
+    } else if type == UInt8(NGHTTP2_RST_STREAM.rawValue) {
+        connection(userData).resetReceived(frame.pointee.hd.stream_id)
     }
     return 0
 }

@@ -44,6 +44,7 @@ enum RunCommand {
         let instance = "\(Self.hostName())/\(getpid())"
         logger.info("pushd \(VersionCommand.pushdVersion) starting", ("instance", .string(instance)),
                     ("metrics", .string("\(server.host):\(server.port)")), ("apps", .int(Int64(config.apps.count))))
+        if let warning = VersionCommand.linkedLibcurlWarning() { logger.warning(warning) }
 
         let state = RunState()
         let signalTask = Task.detached {
