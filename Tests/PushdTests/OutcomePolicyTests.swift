@@ -106,6 +106,13 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(capped.timeIntervalSince(now) > 59 && capped.timeIntervalSince(now) <= 60)
     }
 
+    @Test func aRefusedTLSCertificatePausesTheAppInsteadOfWaitingOutAnOutage() {
+        let reason = "the APNs server's TLS certificate failed verification (libcurl error 60: SSL certificate problem)"
+        #expect(verdict(.tlsRefused(reason), attempt: 1) == .pauseApp(reason: reason))
+        // Even long into what would be an outage, and with no attempts left, the job is kept.
+        #expect(verdict(.tlsRefused(reason), attempt: 40, waited: 100_000) == .pauseApp(reason: reason))
+    }
+
     @Test func noAnswerGivesUpAfterTheOutageLimitOrTheExpiration() {
         guard case .dead(nil, let why) = verdict(.transportFailure("connection reset"), waited: 3601) else {
             Issue.record("not dead after the outage limit")

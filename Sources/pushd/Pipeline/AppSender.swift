@@ -104,6 +104,10 @@ final class AppSender: @unchecked Sendable {
             latency.observe(Double(result.latencyNanoseconds) / 1e9)
             return .response(status: response.status, body: response.body)
         case .transportFailure(let error):
+            let kind = TransportFailureKind(error)
+            if kind.isConfigurationError {
+                return .tlsRefused("\(kind.explanation) (libcurl error \(error.code): \(error.message))")
+            }
             return .transportFailure(error.message)
         }
     }

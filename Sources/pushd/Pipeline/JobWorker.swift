@@ -204,6 +204,8 @@ final class JobWorker: @unchecked Sendable {
             sender.countResponse(status: status, reason: APNsResponse(status: status, body: body).reason?.rawValue ?? "none")
         case .transportFailure:
             sender.countResponse(status: nil, reason: "transport")
+        case .tlsRefused:
+            sender.countResponse(status: nil, reason: "tls")
         }
     }
 

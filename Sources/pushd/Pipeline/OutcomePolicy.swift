@@ -5,6 +5,9 @@ import Foundation
 enum SendOutcome: Sendable, Equatable {
     case response(status: Int, body: [UInt8])
     case transportFailure(String)
+    /// No answer because TLS failed on a certificate (the server's or the app's): nothing
+    /// was sent, and no retry can succeed until the configuration is fixed.
+    case tlsRefused(String)
 }
 
 /// What pushd does with a job (or campaign target) after one send.
@@ -37,6 +40,8 @@ struct OutcomePolicy: Sendable {
         let status: Int?
         let label: String
         switch outcome {
+        case .tlsRefused(let message):
+            return .pauseApp(reason: message)
         case .transportFailure(let message):
             // No answer: APNs or the path to it is down. That is no verdict on the notification,
             // so it waits the outage out (within the outage limit and its expiration).
