@@ -184,3 +184,32 @@ struct FixedRandom: RandomNumberGenerator {
         }
     }
 }
+
+@Suite struct TokenOnlyPushTypeTests {
+    static let token = String(repeating: "ab", count: 32)
+    static let liveActivity = #"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#
+
+    static func fields(_ pushType: String, payload: String) -> NotificationFactory.Fields {
+        .init(token: token, pushType: pushType, priority: 10, expiration: nil, collapseID: nil, apnsID: nil, payload: payload)
+    }
+
+    @Test(arguments: [("location", #"{"aps":{}}"#), ("liveactivity", liveActivity)])
+    func aCertificateAppRefusesTokenOnlyPushTypesWithAReason(pushType: String, payload: String) throws {
+        let certificateApp = NotificationFactory(bundleID: "com.example.shop", authentication: .certificate)
+        #expect {
+            try certificateApp.notification(Self.fields(pushType, payload: payload))
+        } throws: { error in
+            (error as? NotificationFactory.Rejection)?.reason.hasPrefix("TokenAuthenticationRequired: APNs accepts \(pushType) pushes only with token") == true
+        }
+        // The same job for a token app is built.
+        let tokenApp = NotificationFactory(bundleID: "com.example.shop", authentication: .token)
+        #expect(try tokenApp.notification(Self.fields(pushType, payload: payload)).pushType.rawValue == pushType)
+    }
+
+    @Test func theAuthenticationComesFromTheAppsCredentials() {
+        let app = PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
+                                  credentials: .certificate(certificateFile: "/c.pem", keyFile: nil, pkcs12File: nil, password: nil),
+                                  campaignRate: nil)
+        #expect(NotificationFactory(app: app).authentication == .certificate)
+    }
+}

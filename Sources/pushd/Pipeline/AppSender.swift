@@ -32,7 +32,7 @@ final class AppSender: @unchecked Sendable {
     init(app: PushdConfig.App, transactionalDispatcher: HTTP2Dispatcher, campaignDispatcher: HTTP2Dispatcher,
          tokens: ProviderTokenService, metrics: PushdMetrics) {
         self.app = app
-        self.factory = NotificationFactory(bundleID: app.bundleID)
+        self.factory = NotificationFactory(app: app)
         self.transactionalDispatcher = transactionalDispatcher
         self.campaignDispatcher = campaignDispatcher
         self.tokens = tokens
