@@ -106,6 +106,13 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(capped.timeIntervalSince(now) > 59 && capped.timeIntervalSince(now) <= 60)
     }
 
+    @Test func aRefusedTLSCertificatePausesTheAppInsteadOfWaitingOutAnOutage() {
+        let reason = "the APNs server's TLS certificate failed verification (libcurl error 60: SSL certificate problem)"
+        #expect(verdict(.tlsRefused(reason), attempt: 1) == .pauseApp(reason: reason))
+        // Even long into what would be an outage, and with no attempts left, the job is kept.
+        #expect(verdict(.tlsRefused(reason), attempt: 40, waited: 100_000) == .pauseApp(reason: reason))
+    }
+
     @Test func noAnswerGivesUpAfterTheOutageLimitOrTheExpiration() {
         guard case .dead(nil, let why) = verdict(.transportFailure("connection reset"), waited: 3601) else {
             Issue.record("not dead after the outage limit")
@@ -175,5 +182,34 @@ struct FixedRandom: RandomNumberGenerator {
         } catch {
             #expect(error.reason.hasPrefix(expected), "\(error.reason)")
         }
+    }
+}
+
+@Suite struct TokenOnlyPushTypeTests {
+    static let token = String(repeating: "ab", count: 32)
+    static let liveActivity = #"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#
+
+    static func fields(_ pushType: String, payload: String) -> NotificationFactory.Fields {
+        .init(token: token, pushType: pushType, priority: 10, expiration: nil, collapseID: nil, apnsID: nil, payload: payload)
+    }
+
+    @Test(arguments: [("location", #"{"aps":{}}"#), ("liveactivity", liveActivity)])
+    func aCertificateAppRefusesTokenOnlyPushTypesWithAReason(pushType: String, payload: String) throws {
+        let certificateApp = NotificationFactory(bundleID: "com.example.shop", authentication: .certificate)
+        #expect {
+            try certificateApp.notification(Self.fields(pushType, payload: payload))
+        } throws: { error in
+            (error as? NotificationFactory.Rejection)?.reason.hasPrefix("TokenAuthenticationRequired: APNs accepts \(pushType) pushes only with token") == true
+        }
+        // The same job for a token app is built.
+        let tokenApp = NotificationFactory(bundleID: "com.example.shop", authentication: .token)
+        #expect(try tokenApp.notification(Self.fields(pushType, payload: payload)).pushType.rawValue == pushType)
+    }
+
+    @Test func theAuthenticationComesFromTheAppsCredentials() {
+        let app = PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
+                                  credentials: .certificate(certificateFile: "/c.pem", keyFile: nil, pkcs12File: nil, password: nil),
+                                  campaignRate: nil)
+        #expect(NotificationFactory(app: app).authentication == .certificate)
     }
 }

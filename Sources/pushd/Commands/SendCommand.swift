@@ -36,7 +36,8 @@ enum SendCommand {
         let notification = prepared.notification
         let configuration = prepared.configuration
         let port = configuration.port == 443 ? "" : ":\(configuration.port)"
-        context.output("POST https://\(configuration.host)\(port)\(notification.path) (app \(prepared.app.name), topic \(notification.topic), \(notification.pushType), \(notification.payload.count) bytes)")
+        // The token is shortened as in the logs: terminals and shell histories are not the place for it.
+        context.output("POST https://\(configuration.host)\(port)/3/device/\(notification.token.redacted) (app \(prepared.app.name), topic \(notification.topic), \(notification.pushType), \(notification.payload.count) bytes)")
         if parsed.has("dry-run") {
             for field in notification.headerFields(authorization: authorizationPlaceholder(prepared.app)) {
                 context.output("  \(field.line)")

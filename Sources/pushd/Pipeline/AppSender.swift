@@ -32,7 +32,7 @@ final class AppSender: @unchecked Sendable {
     init(app: PushdConfig.App, transactionalDispatcher: HTTP2Dispatcher, campaignDispatcher: HTTP2Dispatcher,
          tokens: ProviderTokenService, metrics: PushdMetrics) {
         self.app = app
-        self.factory = NotificationFactory(bundleID: app.bundleID)
+        self.factory = NotificationFactory(app: app)
         self.transactionalDispatcher = transactionalDispatcher
         self.campaignDispatcher = campaignDispatcher
         self.tokens = tokens
@@ -104,6 +104,10 @@ final class AppSender: @unchecked Sendable {
             latency.observe(Double(result.latencyNanoseconds) / 1e9)
             return .response(response.apns)
         case .transportFailure(let error):
+            let kind = TransportFailureKind(error)
+            if kind.isConfigurationError {
+                return .tlsRefused("\(kind.explanation) (libcurl error \(error.code): \(error.message))")
+            }
             return .transportFailure(error.message)
         }
     }

@@ -208,6 +208,8 @@ final class JobWorker: @unchecked Sendable {
             sender.countResponse(status: response.status, reason: outcome.label)
         case .transportFailure:
             sender.countResponse(status: nil, reason: outcome.label)
+        case .tlsRefused:
+            sender.countResponse(status: nil, reason: outcome.label)
         }
     }
 

@@ -25,6 +25,21 @@ struct NotificationFactory: Sendable {
     }
 
     let bundleID: String
+    /// How the app authenticates: some push types are refused with a certificate.
+    var authentication: AuthenticationMode = .token
+
+    init(bundleID: String, authentication: AuthenticationMode = .token) {
+        self.bundleID = bundleID
+        self.authentication = authentication
+    }
+
+    init(app: PushdConfig.App) {
+        if case .certificate = app.credentials {
+            self.init(bundleID: app.bundleID, authentication: .certificate)
+        } else {
+            self.init(bundleID: app.bundleID, authentication: .token)
+        }
+    }
 
     func notification(_ fields: Fields) throws(Rejection) -> APNsNotification {
         let token: APNs.DeviceToken
@@ -35,6 +50,11 @@ struct NotificationFactory: Sendable {
         }
         guard let pushType = PushType(rawValue: fields.pushType) else {
             throw Rejection(label: "InvalidPushType", detail: "'\(fields.pushType)' is not an APNs push type")
+        }
+        // Checked before anything is sent: APNs answers InvalidPushType (or worse, accepts and
+        // drops) such a push over a certificate connection, and no retry changes that.
+        if authentication == .certificate && !pushType.supportsCertificateAuthentication {
+            throw Rejection(reason: "TokenAuthenticationRequired: APNs accepts \(pushType.rawValue) pushes only with token (JWT) authentication, and this app uses a certificate")
         }
         guard let priority = Priority(rawValue: fields.priority) else {
             throw Rejection(label: "BadPriority", detail: "\(fields.priority) is not 10, 5 or 1")
@@ -48,7 +68,7 @@ struct NotificationFactory: Sendable {
             collapseID: fields.collapseID,
             apnsID: fields.apnsID,
             payload: Array(fields.payload.utf8))
-        let issues = NotificationValidator.issues(in: notification)
+        let issues = NotificationValidator.issues(in: notification, authentication: authentication)
         if !issues.isEmpty {
             throw Rejection(label: "Invalid", detail: issues.map(\.description).joined(separator: "; "))
         }

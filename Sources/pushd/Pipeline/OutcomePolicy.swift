@@ -5,6 +5,9 @@ import Foundation
 enum SendOutcome: Sendable, Equatable {
     case response(APNsResponse)
     case transportFailure(String)
+    /// No answer because TLS failed on a certificate (the server's or the app's): nothing
+    /// was sent, and no retry can succeed until the configuration is fixed.
+    case tlsRefused(String)
 
     static func response(status: Int, body: [UInt8]) -> SendOutcome {
         .response(APNsResponse(status: status, body: body))
@@ -17,6 +20,8 @@ enum SendOutcome: Sendable, Equatable {
         switch self {
         case .transportFailure:
             return "transport"
+        case .tlsRefused:
+            return "tls"
         case .response(let response):
             guard let reason = response.reason else { return "none" }
             return APNsReason.known.contains { $0.reason == reason } ? reason.rawValue : "unknown"
@@ -54,6 +59,8 @@ struct OutcomePolicy: Sendable {
         let status: Int?
         let label: String
         switch outcome {
+        case .tlsRefused(let message):
+            return .pauseApp(reason: message)
         case .transportFailure(let message):
             // No answer: APNs or the path to it is down. That is no verdict on the notification,
             // so it waits the outage out (within the outage limit and its expiration).

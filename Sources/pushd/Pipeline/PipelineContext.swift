@@ -49,9 +49,15 @@ final class PipelineContext: @unchecked Sendable {
 
     func pause(_ sender: AppSender, reason: String) {
         if sender.pauseSending(reason: reason, until: Date().addingTimeInterval(pauseDuration)) {
-            logger.error("APNs rejected the credentials of app \(sender.app.name) (\(reason)): sending for this app is paused and its jobs are kept; fix its configuration and send SIGHUP",
+            logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
         }
+    }
+
+    /// An APNs reason alone (InvalidProviderToken) names a credential APNs rejected; a TLS
+    /// failure already explains itself.
+    static func describePause(_ reason: String) -> String {
+        reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
     }
 
     func databaseError(_ error: any Error) {

@@ -1,0 +1,219 @@
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// A TLS failure on a certificate, the server's or the app's, is a configuration error: the
+/// real `pushd run` pauses the app with one loud log line carrying libcurl's and OpenSSL's
+/// text, `pushd_app_paused{app}` is 1, nothing reaches the server and the jobs are kept; after
+/// the fix a SIGHUP resumes sending. An outage would instead be waited out for hours.
+@Suite(.serialized) struct TLSFailurePausesAppTests {
+    /// One mock, its certificates and pushd's view of it.
+    struct World {
+        var harness: DaemonHarness
+        /// A second, unrelated CA with its own server and client certificates.
+        var other: GeneratedCertificates
+        var mock: APNsMockServer
+        var port: UInt16
+
+        init(database: IsolatedDatabase) throws {
+            harness = try DaemonHarness(database: database)
+            other = try CertificateGenerator.generate(into: harness.directory + "/other")
+            // The harness's own mock is not used: each test starts one with the TLS setup it needs.
+            harness.mock.stop()
+            mock = try APNsMockServer(configuration: MockConfiguration(certificateChainFile: other.serverCertificate,
+                                                                       privateKeyFile: other.serverKey))
+            port = 0
+        }
+
+        mutating func startMock(host: String = "127.0.0.1", certificate: String, key: String, clientCA: String? = nil) throws {
+            mock.stop()
+            var configuration = MockConfiguration(certificateChainFile: certificate, privateKeyFile: key)
+            configuration.host = host
+            configuration.port = port
+            configuration.authentication = clientCA.map { .certificate(clientCAFile: $0) } ?? .none
+            configuration.logsAccepted = true
+            mock = try APNsMockServer(configuration: configuration)
+            port = try mock.start()
+        }
+
+        func writeConfig(host: String = "127.0.0.1", caFile: String, app: String) throws -> String {
+            let path = harness.directory + "/tls.yml"
+            try """
+            database:
+              url: \(harness.database.url)
+            metrics:
+              listen: 127.0.0.1:0
+            apns:
+              host: \(host):\(port)
+              ca_file: \(caFile)
+              threads: 1
+            retry:
+              base_delay_ms: 10
+              max_delay_ms: 200
+            shutdown:
+              drain_timeout_s: 2
+            apps:
+            \(app)
+            """.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+
+        var tokenApp: String {
+            """
+              - name: shop
+                bundle_id: \(DaemonHarness.bundleID)
+                environment: sandbox
+                token:
+                  team_id: \(DaemonHarness.teamID)
+                  key_id: \(DaemonHarness.keyID)
+                  key_file: \(harness.keyFile)
+            """
+        }
+
+        func certificateApp(_ certificates: GeneratedCertificates) -> String {
+            """
+              - name: shop
+                bundle_id: \(DaemonHarness.bundleID)
+                environment: sandbox
+                certificate:
+                  cert_file: \(certificates.clientCertificate)
+                  key_file: \(certificates.clientKey)
+            """
+        }
+    }
+
+    /// The running daemon, its log and its metrics address (read from its start-up line).
+    final class Daemon {
+        let process: Process
+        let log: String
+
+        init(config: String, log: String) throws {
+            self.log = log
+            process = try DaemonProcessTests.start(config: config, log: log)
+        }
+
+        deinit {
+            if process.isRunning {
+                kill(process.processIdentifier, SIGTERM)
+                if !DaemonProcessTests.waitForExit(process, seconds: 10) { kill(process.processIdentifier, SIGKILL) }
+            }
+        }
+
+        var text: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+
+        var metricsAddress: String? {
+            guard let range = text.range(of: "\"metrics\":\"") else { return nil }
+            return String(text[range.upperBound...].prefix { $0 != "\"" })
+        }
+
+        /// `/metrics` as a scraper sees it.
+        func metrics() -> String {
+            guard let address = metricsAddress else { return "" }
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+            process.arguments = ["-s", "--max-time", "5", "http://\(address)/metrics"]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            guard (try? process.run()) != nil else { return "" }
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+    }
+
+    static func enqueue(_ connection: PGConnection, count: Int) throws {
+        for seed in 0..<count {
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(9_000 + seed)])
+        }
+    }
+
+    /// Runs pushd until it pauses `shop`, checks what an operator sees, applies `fix` and
+    /// checks that SIGHUP sends everything.
+    static func expectPauseThenResume(_ world: inout World, config: String, expectedText: [String],
+                                      fix: (inout World) throws -> Void) throws {
+        let connection = try world.harness.database.connect()
+        try Self.enqueue(connection, count: 3)
+        let daemon = try Daemon(config: config, log: world.harness.directory + "/pushd-\(UUID().uuidString).log")
+        let paused = DaemonHarness.wait(seconds: 45) { daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 1") }
+        #expect(paused, "\(daemon.text)")
+        let line = daemon.text.split(separator: "\n").first { $0.contains("sending for app shop is paused") }.map(String.init)
+        #expect(line != nil, "\(daemon.text)")
+        for expected in expectedText {
+            #expect(line?.contains(expected) == true, "no \(expected) in \(line ?? daemon.text)")
+        }
+        #expect(line?.contains("\"level\":\"error\"") == true)
+        
+        // Nothing reached the server, nothing was lost or dead-lettered.
+        #expect(world.mock.stats.accepted == 0)
+        #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 3)
+        #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+
+        try fix(&world)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(try DaemonHarness.wait(seconds: 45) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                "\(daemon.text)")
+        #expect(world.mock.stats.accepted == 3)
+        #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 0") })
+    }
+
+    @Test func aServerCertificateFromAnUntrustedCAPausesTheAppUntilSIGHUP() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            // The server presents a certificate of another CA than the one pushd trusts.
+            try world.startMock(certificate: world.harness.certificates.serverCertificate, key: world.harness.certificates.serverKey)
+            let config = try world.writeConfig(caFile: world.other.caCertificate, app: world.tokenApp)
+            try Self.expectPauseThenResume(&world, config: config,
+                                           expectedText: ["failed verification", "libcurl error 60", "certificate"]) { world in
+                // The fix: the server now presents a certificate pushd's CA signed.
+                try world.startMock(certificate: world.other.serverCertificate, key: world.other.serverKey)
+            }
+            world.mock.stop()
+        }
+    }
+
+    @Test func aHostNameMismatchPausesTheAppUntilSIGHUP() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            // The certificate names localhost and 127.0.0.1; pushd dials 127.0.0.2.
+            try world.startMock(host: "127.0.0.2", certificate: world.harness.certificates.serverCertificate,
+                                key: world.harness.certificates.serverKey)
+            let config = try world.writeConfig(host: "127.0.0.2", caFile: world.harness.certificates.caCertificate, app: world.tokenApp)
+            try Self.expectPauseThenResume(&world, config: config,
+                                           expectedText: ["failed verification", "libcurl error 60", "127.0.0.2"]) { world in
+                // The fix: a server whose certificate names the address pushd dials.
+                let certificates = world.harness.certificates
+                try DaemonHarness.openssl(["req", "-new", "-key", certificates.serverKey, "-subj", "/CN=127.0.0.2",
+                                           "-out", world.harness.directory + "/alt.csr"])
+                try "subjectAltName=IP:127.0.0.2\n".write(toFile: world.harness.directory + "/alt.ext", atomically: true, encoding: .utf8)
+                try DaemonHarness.openssl(["x509", "-req", "-in", world.harness.directory + "/alt.csr", "-CA", certificates.caCertificate,
+                                           "-CAkey", certificates.caKey, "-CAcreateserial", "-days", "2", "-sha256",
+                                           "-extfile", world.harness.directory + "/alt.ext", "-out", world.harness.directory + "/alt.pem"])
+                try world.startMock(host: "127.0.0.2", certificate: world.harness.directory + "/alt.pem", key: certificates.serverKey)
+            }
+            world.mock.stop()
+        }
+    }
+
+    @Test func aClientCertificateTheServerRefusesPausesTheAppUntilSIGHUP() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            let certificates = world.harness.certificates
+            // The server accepts client certificates of the other CA only.
+            try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                clientCA: world.other.caCertificate)
+            let config = try world.writeConfig(caFile: certificates.caCertificate, app: world.certificateApp(certificates))
+            try Self.expectPauseThenResume(&world, config: config,
+                                           expectedText: ["client certificate was refused", "alert"]) { world in
+                try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                    clientCA: certificates.caCertificate)
+            }
+            world.mock.stop()
+        }
+    }
+}
