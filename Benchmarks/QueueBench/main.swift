@@ -108,7 +108,7 @@ func campaignBenchmark(_ url: String, _ options: Options) throws {
     let store = CampaignStore()
     let id = try store.create(connection, NewCampaign(app: "bench", name: "import", payload: #"{"aps":{"alert":"Sale"}}"#))
     var start = now()
-    let imported = try store.importTargets(connection, campaignID: id, fromFile: path)
+    let imported = try store.importTargets(connection, campaignID: id, fromFile: path).imported
     let importSeconds = now() - start
     let importRate = Double(imported) / importSeconds
     try connection.execute(script: "CHECKPOINT")
