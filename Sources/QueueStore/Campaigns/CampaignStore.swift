@@ -53,7 +53,7 @@ public struct CampaignStore: Sendable {
         id, app, name, status, push_type, priority, payload, start_at, rate_limit, targets, sent, failed,
         ARRAY(SELECT key FROM jsonb_each_text(failed_by_reason) ORDER BY key),
         ARRAY(SELECT value::bigint FROM jsonb_each_text(failed_by_reason) ORDER BY key),
-        pruned, chunks_total, chunks_done, created_at, started_at, finished_at
+        pruned, chunks_total, chunks_done, created_at, started_at, finished_at, pruned_kept
         """
 
     private static func decodeCampaign(_ row: PGRow) throws -> Campaign {
@@ -68,8 +68,9 @@ public struct CampaignStore: Sendable {
                         startAt: try row.get(7), rateLimit: try row.get(8), targets: try row.require(9),
                         sent: try row.require(10), failed: try row.require(11),
                         failedByReason: Dictionary(uniqueKeysWithValues: zip(reasons, counts)),
-                        pruned: try row.require(14), chunksTotal: try row.require(15), chunksDone: try row.require(16),
-                        createdAt: try row.require(17), startedAt: try row.get(18), finishedAt: try row.get(19))
+                        pruned: try row.require(14), keptTokens: try row.require(20), chunksTotal: try row.require(15),
+                        chunksDone: try row.require(16), createdAt: try row.require(17), startedAt: try row.get(18),
+                        finishedAt: try row.get(19))
     }
 
     /// draft → running, or scheduled when its start time is in the future.
@@ -399,7 +400,7 @@ public struct CampaignStore: Sendable {
             RETURNING campaign_id
         ), k AS (
             UPDATE pushd.campaigns k
-            SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9,
+            SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9, pruned_kept = k.pruned_kept + $12,
                 failed_by_reason = CASE WHEN cardinality($10::text[]) = 0 THEN k.failed_by_reason
                     ELSE pushd.add_counts(k.failed_by_reason,
                         (SELECT jsonb_object_agg(r, n) FROM unnest($10::text[], $11::bigint[]) AS u(r, n))) END,
@@ -446,6 +447,7 @@ public struct CampaignStore: Sendable {
         let result = try connection.query(connection.prepared(Self.recordSQL(synchronous: synchronousBookkeeping)), [
             chunk.campaignID, chunk.chunk, progress.position, chunk.owner, mode, leaseSeconds,
             progress.sent, progress.failed, progress.pruned, reasons, reasons.map { progress.failedByReason[$0]! },
+            progress.keptTokens,
         ])
         guard result.rowCount == 1 else { return .leaseLost }
         let text: String = try result.require(row: 0, column: 0)

@@ -10,6 +10,7 @@ extension Migrator {
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
         Migration(version: 7, name: "claim and lease only the apps an instance is configured for", sql: claimByAppV7),
         Migration(version: 8, name: "a campaign's audience holds each token once", sql: uniqueTargetsV8),
+        Migration(version: 9, name: "campaigns count tokens kept by the timestamp rule", sql: prunedKeptV9),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -585,5 +586,11 @@ extension Migrator {
     LANGUAGE sql AS $$
         SELECT imported FROM pushd.campaign_import_tokens_counted(p_campaign_id, p_environment, p_user_ids, p_updated_since, p_chunk_size)
     $$;
+    """#
+
+    /// `pruned` counts tokens a campaign actually invalidated; 410 answers for tokens the
+    /// app registered again after APNs' timestamp are kept, and counted here.
+    static let prunedKeptV9 = #"""
+    ALTER TABLE pushd.campaigns ADD COLUMN pruned_kept bigint NOT NULL DEFAULT 0;
     """#
 }
