@@ -108,7 +108,7 @@ func campaignBenchmark(_ url: String, _ options: Options) throws {
     let store = CampaignStore()
     let id = try store.create(connection, NewCampaign(app: "bench", name: "import", payload: #"{"aps":{"alert":"Sale"}}"#))
     var start = now()
-    let imported = try store.importTargets(connection, campaignID: id, fromFile: path)
+    let imported = try store.importTargets(connection, campaignID: id, fromFile: path).imported
     let importSeconds = now() - start
     let importRate = Double(imported) / importSeconds
     try connection.execute(script: "CHECKPOINT")
@@ -233,12 +233,13 @@ func drainWithQueue(_ connection: PGConnection, batch: Int, limit: Int = .max) t
     return (total, now() - start)
 }
 
-/// The reference: the textbook single-statement dequeue, autocommit, reading one
-/// priority (every benchmark job has priority 10) in index order.
+/// The reference: the textbook single-statement dequeue, autocommit, reading one app's
+/// one priority (every benchmark job is app `bench`, priority 10) in index order.
 func drainWithBareDelete(_ connection: PGConnection, batch: Int, limit: Int = .max) throws -> (jobs: Int, seconds: Double) {
     let statement = try connection.prepared("""
         DELETE FROM pushd.jobs WHERE id IN (
-            SELECT id FROM pushd.jobs WHERE priority = 10 AND run_at <= now() ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+            SELECT id FROM pushd.jobs WHERE app = 'bench' AND priority = 10 AND run_at <= now()
+            ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED)
         RETURNING id, app, device_token, payload, push_type, priority, expiration, collapse_id, apns_id,
                   dedupe_key, user_id, environment, run_at, attempts, last_error, created_at
         """)

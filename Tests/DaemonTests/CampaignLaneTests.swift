@@ -14,7 +14,7 @@ import Testing
                                                           payload: #"{"aps":{"alert":{"title":"Sale","body":"20% off"}}}"#,
                                                           rateLimit: rate))
         let targets = (1...count).map { (token: DaemonHarness.token($0), payload: String?.none) }
-        #expect(try store.importTargets(connection, campaignID: id, targets: targets) == count)
+        #expect(try store.importTargets(connection, campaignID: id, targets: targets).imported == count)
         #expect(try store.start(connection, id: id) == .running)
         return id
     }

@@ -125,9 +125,27 @@ import Testing
             let run = try Self.importTokens(database, id, count: 2500, files: files)
             #expect(run.exitCode == 0, "\(run.output.errorText)")
             let first = try #require(run.output.output.first)
-            #expect(first.hasPrefix("imported 2500 targets into campaign \(id) from \(files.path("targets.txt")) in "))
+            #expect(first.hasPrefix("imported 2500 targets, 0 duplicates dropped, into campaign \(id) from \(files.path("targets.txt")) in "))
             #expect(first.contains(" s, ") && first.hasSuffix(" targets/s"))
             #expect(run.output.output.last == "campaign \(id) now has 2500 targets in 3 chunks")
+        }
+    }
+
+    @Test func importDropsAndReportsDuplicateTokensAcrossImportsAndAcceptsAByteOrderMark() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            // A spreadsheet export: byte order mark, CRLF, one token twice.
+            let first = try files.write("first.csv", "\u{FEFF}" + [Self.token(1), Self.token(2), Self.token(1)].joined(separator: "\r\n") + "\r\n")
+            let run = try Self.run(["import", String(id), first], database, CampaignCommand.importTargets)
+            #expect(run.exitCode == 0, "\(run.output.errorText)")
+            #expect(run.output.output.first?.hasPrefix("imported 2 targets, 1 duplicate dropped, into campaign \(id) from \(first) in ") == true,
+                    "\(run.output.output)")
+            let second = try files.write("second.csv", [Self.token(2), Self.token(3)].joined(separator: "\n"))
+            let again = try Self.run(["import", String(id), second], database, CampaignCommand.importTargets)
+            #expect(again.output.output.first?.hasPrefix("imported 1 target, 1 duplicate dropped, into campaign \(id) from \(second) in ") == true,
+                    "\(again.output.output)")
+            #expect(again.output.output.last == "campaign \(id) now has 3 targets in 2 chunks")
         }
     }
 
@@ -152,9 +170,9 @@ import Testing
             let id = try Self.create(database)
             let sandbox = try Self.run(["import", String(id), "--from-tokens", "--environment", "sandbox"], database, CampaignCommand.importTargets)
             #expect(sandbox.exitCode == 0, "\(sandbox.output.errorText)")
-            #expect(sandbox.output.output.first?.hasPrefix("imported 2 targets into campaign \(id) from registered sandbox tokens in ") == true)
+            #expect(sandbox.output.output.first?.hasPrefix("imported 2 targets, 0 duplicates dropped, into campaign \(id) from registered sandbox tokens in ") == true)
             let all = try Self.run(["import", String(id), "--from-tokens"], database, CampaignCommand.importTargets)
-            #expect(all.output.output.first?.hasPrefix("imported 7 targets into campaign \(id) from registered tokens in ") == true)
+            #expect(all.output.output.first?.hasPrefix("imported 5 targets, 2 duplicates dropped, into campaign \(id) from registered tokens in ") == true)
         }
     }
 
@@ -399,7 +417,7 @@ import Testing
             let input = (0..<5).map { Self.token($0) + (($0 == 0) ? #",{"aps":{"alert":"own"}}"# : "") }.joined(separator: "\n") + "\n"
             let imported = try PushdBinary.run(["campaign", "import", String(id), "-"], environment: environment, input: input)
             #expect(imported.status == 0, "\(imported.errors)")
-            #expect(imported.output.hasPrefix("imported 5 targets into campaign \(id) from standard input in "))
+            #expect(imported.output.hasPrefix("imported 5 targets, 0 duplicates dropped, into campaign \(id) from standard input in "))
             let bad = try PushdBinary.run(["campaign", "start", "nine"], environment: environment)
             #expect(bad.status == 1)
             #expect(bad.errors.contains("'nine' is not a campaign id"))

@@ -30,7 +30,7 @@ import Testing
                          "\(Fixtures.token(3))\t{\"aps\":{\"badge\":3}}", Fixtures.token(4), Fixtures.token(5)]
             let path = try writeFile(lines.joined(separator: "\n"))
             defer { try? FileManager.default.removeItem(atPath: path) }
-            #expect(try campaigns.importTargets(connection, campaignID: id, fromFile: path, chunkSize: 2) == 5)
+            #expect(try campaigns.importTargets(connection, campaignID: id, fromFile: path, chunkSize: 2).imported == 5)
             let campaign = try #require(try campaigns.campaign(connection, id: id))
             #expect(campaign.targets == 5)
             #expect(campaign.chunksTotal == 3)
@@ -47,6 +47,44 @@ import Testing
             let done = try #require(try campaigns.campaign(connection, id: id))
             #expect(done.status == .done)
             #expect(done.sent == 5 && done.remaining == 0 && done.finishedAt != nil)
+        }
+    }
+
+    @Test func aTokenListedTwiceOrAlreadyInTheCampaignIsDroppedAndCounted() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "news", payload: Fixtures.payload))
+            // Upper case and lower case are the same token; the first line of a token wins.
+            let first = try writeFile([Fixtures.token(1), "\(Fixtures.token(2)),{\"aps\":{\"badge\":1}}", Fixtures.token(1).uppercased(),
+                                       Fixtures.token(3), "\(Fixtures.token(2)),{\"aps\":{\"badge\":2}}"].joined(separator: "\n"))
+            defer { try? FileManager.default.removeItem(atPath: first) }
+            #expect(try campaigns.importTargets(connection, campaignID: id, fromFile: first, chunkSize: 2)
+                    == TargetImportResult(imported: 3, duplicatesDropped: 2))
+            #expect(try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(3), nil), (Fixtures.token(4), nil)])
+                    == TargetImportResult(imported: 1, duplicatesDropped: 1))
+            try TokenStore().register(connection, app: "shop", token: Fixtures.token(4))
+            try TokenStore().register(connection, app: "shop", token: Fixtures.token(5))
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id) == TargetImportResult(imported: 1, duplicatesDropped: 1))
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.targets == 5)
+            try campaigns.start(connection, id: id)
+            var seen = [CampaignTarget]()
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30) {
+                seen += chunk.targets
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.targets.count))
+            }
+            #expect(seen.map(\.token) == (1...5).map { Fixtures.token($0) })
+            #expect(seen[1].payload == "{\"aps\":{\"badge\":1}}")
+        }
+    }
+
+    @Test func aFileStartingWithAByteOrderMarkIsImported() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "news", payload: Fixtures.payload))
+            let path = try writeFile("\u{FEFF}" + [Fixtures.token(1), Fixtures.token(2)].joined(separator: "\r\n") + "\r\n")
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            #expect(try campaigns.importTargets(connection, campaignID: id, fromFile: path).imported == 2)
         }
     }
 
@@ -220,17 +258,19 @@ import Testing
             try tokens.register(connection, app: "blog", token: Fixtures.token(99))
             try tokens.prune(connection, app: "shop", token: Fixtures.token(1), reason: "Unregistered", apnsTimestamp: Date().addingTimeInterval(60))
             let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "all", payload: Fixtures.payload))
-            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, environment: "production", chunkSize: 4) == 12)
-            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, userIDs: ["u0"]) == 5)
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, environment: "production", chunkSize: 4).imported == 12)
+            // u0 has five live tokens; the three in production are in the campaign already.
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, userIDs: ["u0"])
+                    == TargetImportResult(imported: 2, duplicatesDropped: 3))
             let campaign = try #require(try campaigns.campaign(connection, id: id))
-            #expect(campaign.targets == 17 && campaign.chunksTotal == 4)
+            #expect(campaign.targets == 14 && campaign.chunksTotal == 4)
             try campaigns.start(connection, id: id)
             var all = [String]()
             while let chunk = try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) {
                 all += chunk.targets.map(\.token)
                 try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size))
             }
-            #expect(all.count == 17)
+            #expect(all.count == 14 && Set(all).count == 14)
             #expect(!all.contains(Fixtures.token(1)) && !all.contains(Fixtures.token(99)))
         }
     }
@@ -269,7 +309,7 @@ import Testing
             let campaigns = CampaignStore()
             let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "big", payload: Fixtures.payload))
             try connection.execute(script: "SET statement_timeout = '5ms'")
-            #expect(try campaigns.importTargets(connection, campaignID: id, targets: (1...50_000).map { (Fixtures.token($0), nil) }) == 50_000)
+            #expect(try campaigns.importTargets(connection, campaignID: id, targets: (1...50_000).map { (Fixtures.token($0), nil) }).imported == 50_000)
             #expect(try connection.query("SHOW statement_timeout").require(String.self, row: 0, column: 0) == "5ms")
         }
     }

@@ -23,6 +23,7 @@ public struct PushdMetrics: Sendable {
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
     public let tokensPruned: CounterFamily
+    public let tokensKept: CounterFamily
 
     // Provider tokens
     public let jwtRefreshes: CounterFamily
@@ -96,6 +97,10 @@ public struct PushdMetrics: Sendable {
         tokensPruned = try registry.counter(
             "pushd_tokens_pruned_total",
             help: "Device tokens marked invalid because APNs rejected them, by reason.",
+            labels: target + ["reason"])
+        tokensKept = try registry.counter(
+            "pushd_tokens_kept_total",
+            help: "Device tokens APNs reported as no longer valid (410) but kept, because the app registered them again after APNs' timestamp.",
             labels: target + ["reason"])
 
         jwtRefreshes = try registry.counter(
@@ -210,6 +215,10 @@ public struct PushdMetrics: Sendable {
 
     public func tokenPruned(app: String, environment: String, reason: String) -> Counter {
         tokensPruned.bound([app, environment, reason])
+    }
+
+    public func tokenKept(app: String, environment: String, reason: String) -> Counter {
+        tokensKept.bound([app, environment, reason])
     }
 
     public func jwtRefresh(app: String) -> Counter {

@@ -73,7 +73,10 @@ public struct Campaign: Sendable, Hashable {
     public var sent: Int
     public var failed: Int
     public var failedByReason: [String: Int]
+    /// Tokens this campaign's answers invalidated in `pushd.device_tokens`.
     public var pruned: Int
+    /// 410 answers whose token was registered again after APNs' timestamp, so it was kept.
+    public var keptTokens: Int = 0
     public var chunksTotal: Int
     public var chunksDone: Int
     public var createdAt: Date
@@ -125,14 +128,17 @@ public struct ChunkProgress: Sendable, Hashable {
     public var position: Int
     public var sent: Int
     public var failedByReason: [String: Int]
-    /// Of the failures, how many pruned a token.
+    /// Tokens invalidated in `pushd.device_tokens` by this progress's answers.
     public var pruned: Int
+    /// 410 answers whose token was registered again after APNs' timestamp, so it was kept.
+    public var keptTokens: Int
 
-    public init(position: Int, sent: Int = 0, failedByReason: [String: Int] = [:], pruned: Int = 0) {
+    public init(position: Int, sent: Int = 0, failedByReason: [String: Int] = [:], pruned: Int = 0, keptTokens: Int = 0) {
         self.position = position
         self.sent = sent
         self.failedByReason = failedByReason
         self.pruned = pruned
+        self.keptTokens = keptTokens
     }
 
     public var failed: Int { failedByReason.values.reduce(0, +) }

@@ -53,7 +53,7 @@ public struct CampaignStore: Sendable {
         id, app, name, status, push_type, priority, payload, start_at, rate_limit, targets, sent, failed,
         ARRAY(SELECT key FROM jsonb_each_text(failed_by_reason) ORDER BY key),
         ARRAY(SELECT value::bigint FROM jsonb_each_text(failed_by_reason) ORDER BY key),
-        pruned, chunks_total, chunks_done, created_at, started_at, finished_at
+        pruned, chunks_total, chunks_done, created_at, started_at, finished_at, pruned_kept
         """
 
     private static func decodeCampaign(_ row: PGRow) throws -> Campaign {
@@ -68,8 +68,9 @@ public struct CampaignStore: Sendable {
                         startAt: try row.get(7), rateLimit: try row.get(8), targets: try row.require(9),
                         sent: try row.require(10), failed: try row.require(11),
                         failedByReason: Dictionary(uniqueKeysWithValues: zip(reasons, counts)),
-                        pruned: try row.require(14), chunksTotal: try row.require(15), chunksDone: try row.require(16),
-                        createdAt: try row.require(17), startedAt: try row.get(18), finishedAt: try row.get(19))
+                        pruned: try row.require(14), keptTokens: try row.require(20), chunksTotal: try row.require(15),
+                        chunksDone: try row.require(16), createdAt: try row.require(17), startedAt: try row.get(18),
+                        finishedAt: try row.get(19))
     }
 
     /// draft → running, or scheduled when its start time is in the future.
@@ -161,10 +162,11 @@ public struct CampaignStore: Sendable {
 
     // MARK: Audience import
 
-    /// Imports targets from a file of `token[,payload]` lines, in one transaction.
+    /// Imports targets from a file of `token[,payload]` lines, in one transaction. A
+    /// token listed twice, or already in the campaign, is dropped and counted.
     @discardableResult
     public func importTargets(_ connection: PGConnection, campaignID: Int64, fromFile path: String,
-                              chunkSize: Int = defaultChunkSize) throws -> Int {
+                              chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else {
             throw QueueError("cannot open the target file \(path): \(String(cString: strerror(errno)))")
@@ -177,7 +179,7 @@ public struct CampaignStore: Sendable {
     /// Imports targets from an open descriptor (standard input is 0) until end of file.
     @discardableResult
     public func importTargets(_ connection: PGConnection, campaignID: Int64, fromDescriptor descriptor: Int32,
-                              sourceName: String, chunkSize: Int = defaultChunkSize) throws -> Int {
+                              sourceName: String, chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         let parser = TargetLineParser(sourceName: sourceName)
         return try importChunks(connection, campaignID: campaignID, chunkSize: chunkSize) { emit in
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
@@ -216,7 +218,7 @@ public struct CampaignStore: Sendable {
     @discardableResult
     public func importTargets(_ connection: PGConnection, campaignID: Int64,
                               targets: [(token: String, payload: String?)],
-                              chunkSize: Int = defaultChunkSize) throws -> Int {
+                              chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         let parser = TargetLineParser(sourceName: "target list")
         return try importChunks(connection, campaignID: campaignID, chunkSize: chunkSize) { emit in
             for (index, target) in targets.enumerated() {
@@ -232,20 +234,45 @@ public struct CampaignStore: Sendable {
     }
 
     /// Adds every live registered token of the campaign's app that matches the filter
-    /// (tokens pruned before now are left out). Returns the targets added.
+    /// (tokens pruned before now are left out; tokens already in the campaign are
+    /// counted as duplicates and not added again).
     @discardableResult
     public func importFromDeviceTokens(_ connection: PGConnection, campaignID: Int64, environment: String? = nil,
                                        userIDs: [String]? = nil, updatedSince: Date? = nil,
-                                       chunkSize: Int = defaultChunkSize) throws -> Int {
+                                       chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         try connection.transaction {
             try connection.execute(script: "SET LOCAL statement_timeout = 0")
-            return try connection.query("SELECT pushd.campaign_import_tokens($1, $2, $3, $4, $5)",
-                                        [campaignID, environment, userIDs, updatedSince, chunkSize]).require(Int.self, row: 0, column: 0)
+            let result = try connection.query("SELECT imported, duplicates FROM pushd.campaign_import_tokens_counted($1, $2, $3, $4, $5)",
+                                              [campaignID, environment, userIDs, updatedSince, chunkSize])
+            return TargetImportResult(imported: try result.require(row: 0, column: 0), duplicatesDropped: try result.require(row: 0, column: 1))
         }
     }
 
+    /// Groups the staged targets into chunk rows in their file order, keeping the first
+    /// line of each token and leaving out tokens the campaign already has (from an
+    /// earlier import), so that a campaign reaches each device once.
+    static let chunkStagedSQL = """
+        WITH staged AS (
+            SELECT DISTINCT ON (token) position, token, payload FROM pg_temp.pushd_import_targets ORDER BY token, position
+        ), existing AS (
+            SELECT e.token FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens) AS e(token) WHERE t.campaign_id = $1
+        ), numbered AS (
+            SELECT s.position, s.token, s.payload, (row_number() OVER (ORDER BY s.position) - 1) / $3 AS n
+            FROM staged s WHERE NOT EXISTS (SELECT 1 FROM existing x WHERE x.token = s.token)
+        ), targets AS (
+            INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, payloads)
+            SELECT $1, $2 + n::integer, array_agg(token ORDER BY position),
+                   CASE WHEN bool_or(payload IS NOT NULL) THEN array_agg(payload ORDER BY position) END
+            FROM numbered GROUP BY n
+            RETURNING chunk, cardinality(tokens) AS size
+        ), chunks AS (
+            INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size) SELECT $1, chunk, size FROM targets RETURNING size
+        )
+        SELECT coalesce(sum(size), 0)::bigint, count(*)::bigint FROM chunks
+        """
+
     private func importChunks(_ connection: PGConnection, campaignID: Int64, chunkSize: Int,
-                              _ produce: (_ emit: (_ token: [UInt8], _ payload: [UInt8]?) throws -> Void) throws -> Void) throws -> Int {
+                              _ produce: (_ emit: (_ token: [UInt8], _ payload: [UInt8]?) throws -> Void) throws -> Void) throws -> TargetImportResult {
         guard (1...100_000).contains(chunkSize) else {
             throw QueueError("chunk size must be between 1 and 100000, got \(chunkSize)")
         }
@@ -261,31 +288,34 @@ public struct CampaignStore: Sendable {
             if status == CampaignStatus.done.rawValue || status == CampaignStatus.cancelled.rawValue {
                 throw QueueError("cannot import targets: campaign \(campaignID) is \(status)")
             }
-            var encoder = ChunkRowEncoder(campaignID: campaignID, chunkSize: chunkSize,
-                                          firstChunk: try head.require(row: 0, column: 1))
-            let firstChunk = encoder.nextChunk
-            var total = 0
-            try connection.copyIn("COPY pushd.campaign_targets (campaign_id, chunk, tokens, payloads) FROM STDIN") { writer in
+            let firstChunk: Int = try head.require(row: 0, column: 1)
+            // Targets go through a temporary table so that duplicates are found by the
+            // database, whatever the audience's size, rather than in this process's memory.
+            try connection.execute(script: """
+                CREATE TEMP TABLE pushd_import_targets (position bigint NOT NULL, token text NOT NULL, payload text)
+                ON COMMIT DROP
+                """)
+            var encoder = StagedTargetEncoder()
+            try connection.copyIn("COPY pg_temp.pushd_import_targets (position, token, payload) FROM STDIN") { writer in
+                var line = [UInt8]()
                 try produce { token, payload in
-                    total += 1
-                    if let line = encoder.add(token: token, payload: payload) { try writer.writeRaw(line) }
+                    line.removeAll(keepingCapacity: true)
+                    encoder.line(token: token, payload: payload, into: &line)
+                    try writer.writeRaw(line)
                 }
-                if let line = encoder.flush() { try writer.writeRaw(line) }
             }
-            let sizes = encoder.chunkSizes
-            if !sizes.isEmpty {
-                try connection.query("""
-                    INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size)
-                    SELECT $1, $2 + ordinality::integer - 1, size FROM unnest($3::integer[]) WITH ORDINALITY AS s(size, ordinality)
-                    """, [campaignID, firstChunk, sizes])
+            let chunked = try connection.query(Self.chunkStagedSQL, [campaignID, firstChunk, chunkSize])
+            let added: Int = try chunked.require(row: 0, column: 0)
+            let chunks: Int = try chunked.require(row: 0, column: 1)
+            if chunks > 0 {
                 try connection.query("""
                     UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
-                    """, [campaignID, total, sizes.count])
+                    """, [campaignID, added, chunks])
                 // Fresh statistics keep the lease on the chunk index; planned on a stale
                 // row count it can sort every chunk of the campaign for each lease.
                 try connection.execute(script: "ANALYZE pushd.campaign_chunks")
             }
-            return total
+            return TargetImportResult(imported: added, duplicatesDropped: encoder.count - added)
         }
     }
 
@@ -370,7 +400,7 @@ public struct CampaignStore: Sendable {
             RETURNING campaign_id
         ), k AS (
             UPDATE pushd.campaigns k
-            SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9,
+            SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9, pruned_kept = k.pruned_kept + $12,
                 failed_by_reason = CASE WHEN cardinality($10::text[]) = 0 THEN k.failed_by_reason
                     ELSE pushd.add_counts(k.failed_by_reason,
                         (SELECT jsonb_object_agg(r, n) FROM unnest($10::text[], $11::bigint[]) AS u(r, n))) END,
@@ -417,6 +447,7 @@ public struct CampaignStore: Sendable {
         let result = try connection.query(connection.prepared(Self.recordSQL(synchronous: synchronousBookkeeping)), [
             chunk.campaignID, chunk.chunk, progress.position, chunk.owner, mode, leaseSeconds,
             progress.sent, progress.failed, progress.pruned, reasons, reasons.map { progress.failedByReason[$0]! },
+            progress.keptTokens,
         ])
         guard result.rowCount == 1 else { return .leaseLost }
         let text: String = try result.require(row: 0, column: 0)

@@ -12,11 +12,16 @@ public struct TargetLineParser: Sendable {
         public var payload: [UInt8]?
     }
 
-    /// Parses one line without its newline; nil for a blank or comment line.
+    /// Parses one line without its newline; nil for a blank or comment line. A UTF-8
+    /// byte order mark at the start of the first line (spreadsheet exports write one)
+    /// is skipped.
     public func parse(_ line: ArraySlice<UInt8>, lineNumber: Int) throws -> Line? {
         var end = line.endIndex
         while end > line.startIndex, line[end - 1] == 13 || line[end - 1] == 32 { end -= 1 }
         var start = line.startIndex
+        if lineNumber == 1, end - start >= 3, line[start] == 0xEF, line[start + 1] == 0xBB, line[start + 2] == 0xBF {
+            start += 3
+        }
         while start < end, line[start] == 32 { start += 1 }
         if start == end || line[start] == UInt8(ascii: "#") { return nil }
         var separator = start
@@ -53,76 +58,44 @@ public struct TargetLineParser: Sendable {
     }
 }
 
-/// Groups targets into chunk rows of `pushd.campaign_targets` in COPY text format:
-/// `campaign_id, chunk, tokens text[], payloads text[]`.
-struct ChunkRowEncoder {
-    let campaignID: Int64
-    let chunkSize: Int
-    var nextChunk: Int
-    private(set) var chunkSizes: [Int32] = []
-    private var tokens: [[UInt8]] = []
-    private var payloads: [[UInt8]?] = []
-    private var anyPayload = false
+/// What an import added: targets new to the campaign, and the lines left out because
+/// their token was listed earlier in the same import or was already in the campaign.
+public struct TargetImportResult: Sendable, Hashable {
+    public var imported: Int
+    public var duplicatesDropped: Int
 
-    init(campaignID: Int64, chunkSize: Int, firstChunk: Int) {
-        self.campaignID = campaignID
-        self.chunkSize = chunkSize
-        self.nextChunk = firstChunk
-        tokens.reserveCapacity(chunkSize)
+    public init(imported: Int, duplicatesDropped: Int) {
+        self.imported = imported
+        self.duplicatesDropped = duplicatesDropped
     }
+}
 
-    /// Adds a target; returns a complete COPY line when a chunk fills up.
-    mutating func add(token: [UInt8], payload: [UInt8]?) -> [UInt8]? {
-        tokens.append(token)
-        payloads.append(payload)
-        if payload != nil { anyPayload = true }
-        return tokens.count == chunkSize ? flush() : nil
-    }
+/// Writes targets as COPY text lines of the import's staging table:
+/// `position, token, payload` (payload `\N` when the target uses the campaign's).
+/// The staging table is grouped into chunk rows by SQL, which drops duplicate tokens.
+struct StagedTargetEncoder {
+    private(set) var count = 0
 
-    /// The last, partial chunk, if any.
-    mutating func flush() -> [UInt8]? {
-        guard !tokens.isEmpty else { return nil }
-        var line = [UInt8]()
-        line.reserveCapacity(tokens.count * (tokens[0].count + 1) + 64)
-        line.append(contentsOf: "\(campaignID)\t\(nextChunk)\t{".utf8)
-        for (index, token) in tokens.enumerated() {
-            if index > 0 { line.append(UInt8(ascii: ",")) }
-            line.append(contentsOf: token)
-        }
-        line.append(UInt8(ascii: "}"))
+    /// The COPY line of the next target, newline included.
+    mutating func line(token: [UInt8], payload: [UInt8]?, into line: inout [UInt8]) {
+        count += 1
+        line.append(contentsOf: String(count).utf8)
         line.append(9)
-        if anyPayload {
-            line.append(UInt8(ascii: "{"))
-            for (index, payload) in payloads.enumerated() {
-                if index > 0 { line.append(UInt8(ascii: ",")) }
-                guard let payload else {
-                    line.append(contentsOf: "NULL".utf8)
-                    continue
+        line.append(contentsOf: token)
+        line.append(9)
+        if let payload {
+            for byte in payload {
+                switch byte {
+                case 92: line.append(contentsOf: [92, 92])
+                case 9: line.append(contentsOf: [92, 116])
+                case 10: line.append(contentsOf: [92, 110])
+                case 13: line.append(contentsOf: [92, 114])
+                default: line.append(byte)
                 }
-                line.append(UInt8(ascii: "\""))
-                for byte in payload {
-                    // Array-literal escaping first (quote, backslash), then COPY's (backslash, tab, newline).
-                    switch byte {
-                    case UInt8(ascii: "\""): line.append(contentsOf: [92, 92, 34])
-                    case 92: line.append(contentsOf: [92, 92, 92, 92])
-                    case 9: line.append(contentsOf: [92, 116])
-                    case 10: line.append(contentsOf: [92, 110])
-                    case 13: line.append(contentsOf: [92, 114])
-                    default: line.append(byte)
-                    }
-                }
-                line.append(UInt8(ascii: "\""))
             }
-            line.append(UInt8(ascii: "}"))
         } else {
             line.append(contentsOf: [92, UInt8(ascii: "N")])
         }
         line.append(10)
-        chunkSizes.append(Int32(tokens.count))
-        nextChunk += 1
-        tokens.removeAll(keepingCapacity: true)
-        payloads.removeAll(keepingCapacity: true)
-        anyPayload = false
-        return line
     }
 }

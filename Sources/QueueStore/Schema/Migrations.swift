@@ -9,6 +9,8 @@ extension Migrator {
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
         Migration(version: 7, name: "claim and lease only the apps an instance is configured for", sql: claimByAppV7),
+        Migration(version: 8, name: "a campaign's audience holds each token once", sql: uniqueTargetsV8),
+        Migration(version: 9, name: "campaigns count tokens kept by the timestamp rule", sql: prunedKeptV9),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -523,5 +525,72 @@ extension Migrator {
             RETURN;
         END LOOP;
     END $$;
+    """#
+
+    /// A token already in the campaign (from a file or an earlier import) is not added
+    /// again, so a campaign reaches each device once however its audience was assembled.
+    /// `campaign_import_tokens` keeps its signature and result for applications that
+    /// call it; `campaign_import_tokens_counted` also says how many were left out.
+    static let uniqueTargetsV8 = #"""
+    CREATE FUNCTION pushd.campaign_import_tokens_counted(p_campaign_id bigint, p_environment text DEFAULT NULL,
+                                                         p_user_ids text[] DEFAULT NULL, p_updated_since timestamptz DEFAULT NULL,
+                                                         p_chunk_size integer DEFAULT 1000,
+                                                         OUT imported bigint, OUT duplicates bigint)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        c pushd.campaigns;
+        first_chunk integer;
+        matched bigint;
+        chunks integer;
+    BEGIN
+        IF p_chunk_size IS NULL OR p_chunk_size < 1 OR p_chunk_size > 100000 THEN
+            RAISE EXCEPTION 'chunk size must be between 1 and 100000, got %', p_chunk_size USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT * INTO c FROM pushd.campaigns WHERE id = p_campaign_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'campaign % does not exist', p_campaign_id USING ERRCODE = 'no_data_found';
+        END IF;
+        IF c.status IN ('done', 'cancelled') THEN
+            RAISE EXCEPTION 'campaign % is %; targets can only be added before it ends', p_campaign_id, c.status
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        SELECT coalesce(max(chunk) + 1, 0) INTO first_chunk FROM pushd.campaign_chunks WHERE campaign_id = p_campaign_id;
+        WITH matching AS (
+            SELECT d.token FROM pushd.device_tokens d
+            WHERE d.app = c.app AND d.invalidated_at IS NULL
+              AND (p_environment IS NULL OR d.environment = p_environment)
+              AND (p_user_ids IS NULL OR d.user_id = ANY (p_user_ids))
+              AND (p_updated_since IS NULL OR d.updated_at >= p_updated_since)
+        ), src AS (
+            SELECT m.token, (row_number() OVER (ORDER BY m.token) - 1) / p_chunk_size AS n
+            FROM matching m
+            WHERE NOT EXISTS (SELECT 1 FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens) AS e(token)
+                              WHERE t.campaign_id = p_campaign_id AND e.token = m.token)
+        ), ins AS (
+            INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens)
+            SELECT p_campaign_id, first_chunk + n::integer, array_agg(token ORDER BY token) FROM src GROUP BY n
+            RETURNING chunk, cardinality(tokens) AS size
+        ), chunk_rows AS (
+            INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size)
+            SELECT p_campaign_id, chunk, size FROM ins
+            RETURNING size
+        )
+        SELECT coalesce(sum(size), 0), count(*), (SELECT count(*) FROM matching) INTO imported, chunks, matched FROM chunk_rows;
+        duplicates := matched - imported;
+        UPDATE pushd.campaigns SET targets = targets + imported, chunks_total = chunks_total + chunks WHERE id = p_campaign_id;
+    END $$;
+
+    CREATE OR REPLACE FUNCTION pushd.campaign_import_tokens(p_campaign_id bigint, p_environment text DEFAULT NULL,
+                                                            p_user_ids text[] DEFAULT NULL, p_updated_since timestamptz DEFAULT NULL,
+                                                            p_chunk_size integer DEFAULT 1000) RETURNS bigint
+    LANGUAGE sql AS $$
+        SELECT imported FROM pushd.campaign_import_tokens_counted(p_campaign_id, p_environment, p_user_ids, p_updated_since, p_chunk_size)
+    $$;
+    """#
+
+    /// `pruned` counts tokens a campaign actually invalidated; 410 answers for tokens the
+    /// app registered again after APNs' timestamp are kept, and counted here.
+    static let prunedKeptV9 = #"""
+    ALTER TABLE pushd.campaigns ADD COLUMN pruned_kept bigint NOT NULL DEFAULT 0;
     """#
 }

@@ -32,6 +32,19 @@ public struct TokenPrune: Sendable, Hashable {
     }
 }
 
+/// What a batch of prunes did to the registered tokens.
+public struct PruneOutcome: Sendable, Hashable {
+    /// Tokens marked invalid by this batch.
+    public var invalidated: [TokenPrune] = []
+    /// 410 answers whose token was registered again after APNs' timestamp: kept live.
+    public var keptByTimestamp: [TokenPrune] = []
+
+    public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = []) {
+        self.invalidated = invalidated
+        self.keptByTimestamp = keptByTimestamp
+    }
+}
+
 /// Registered device tokens: the upsert applications call, and pruning.
 public struct TokenStore: Sendable {
     public init() {}
@@ -47,24 +60,45 @@ public struct TokenStore: Sendable {
     @discardableResult
     public func prune(_ connection: PGConnection, app: String, token: String, reason: String,
                       apnsTimestamp: Date?) throws -> Bool {
-        try prune(connection, [TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: apnsTimestamp)]) == 1
+        try prune(connection, [TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: apnsTimestamp)]).invalidated.count == 1
     }
 
+    // The final SELECT reads the rows as they were before the UPDATE (one snapshot), so
+    // a token is "kept" when it was live and registered again after APNs' timestamp.
     static let pruneSQL = """
-        UPDATE pushd.device_tokens d
-        SET invalidated_at = now(), invalid_reason = p.reason
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS p(app, token, reason, apns_timestamp)
-        WHERE d.app = p.app AND d.token = lower(p.token) AND d.invalidated_at IS NULL
-          AND (p.apns_timestamp IS NULL OR d.updated_at <= p.apns_timestamp)
+        WITH p AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY
+                AS p(app, token, reason, apns_timestamp, n)
+        ), invalidated AS (
+            UPDATE pushd.device_tokens d
+            SET invalidated_at = now(), invalid_reason = p.reason
+            FROM p
+            WHERE d.app = p.app AND d.token = lower(p.token) AND d.invalidated_at IS NULL
+              AND (p.apns_timestamp IS NULL OR d.updated_at <= p.apns_timestamp)
+            RETURNING p.n
+        )
+        SELECT n, true FROM invalidated
+        UNION ALL
+        SELECT p.n, false FROM p JOIN pushd.device_tokens d ON d.app = p.app AND d.token = lower(p.token)
+        WHERE d.invalidated_at IS NULL AND p.apns_timestamp IS NOT NULL AND d.updated_at > p.apns_timestamp
         """
 
-    /// Prunes a batch in one statement; returns how many tokens were invalidated.
+    /// Prunes a batch in one statement and says, per token, what happened: invalidated,
+    /// kept because the app registered it again after APNs' timestamp, or neither (not
+    /// registered, or already pruned).
     @discardableResult
-    public func prune(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> Int {
-        guard !prunes.isEmpty else { return 0 }
-        return try connection.query(connection.prepared(Self.pruneSQL),
-                                    [prunes.map(\.app), prunes.map(\.token), prunes.map(\.reason),
-                                     prunes.map(\.apnsTimestamp)]).affectedRows
+    public func prune(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> PruneOutcome {
+        guard !prunes.isEmpty else { return PruneOutcome() }
+        let result = try connection.query(connection.prepared(Self.pruneSQL),
+                                          [prunes.map(\.app), prunes.map(\.token), prunes.map(\.reason),
+                                           prunes.map(\.apnsTimestamp)])
+        var rows = [(index: Int, invalidated: Bool)]()
+        for row in result.rows { rows.append((try row.require(0, as: Int.self) - 1, try row.require(1, as: Bool.self))) }
+        var outcome = PruneOutcome()
+        for row in rows.sorted(by: { $0.index < $1.index }) {
+            if row.invalidated { outcome.invalidated.append(prunes[row.index]) } else { outcome.keptByTimestamp.append(prunes[row.index]) }
+        }
+        return outcome
     }
 
     public func token(_ connection: PGConnection, app: String, token: String) throws -> RegisteredToken? {

@@ -109,23 +109,24 @@ enum CampaignCommand {
         let connection = try context.connect(parsed, config: config, applicationName: applicationName)
         let store = CampaignStore()
         let started = Date()
-        let imported: Int
+        let result: TargetImportResult
         let origin: String
         if fromTokens {
-            imported = try store.importFromDeviceTokens(connection, campaignID: id, environment: environment, chunkSize: chunkSize)
+            result = try store.importFromDeviceTokens(connection, campaignID: id, environment: environment, chunkSize: chunkSize)
             origin = "registered \(environment.map { "\($0) " } ?? "")tokens"
         } else if source == "-" {
-            imported = try store.importTargets(connection, campaignID: id, fromDescriptor: STDIN_FILENO,
-                                               sourceName: "standard input", chunkSize: chunkSize)
+            result = try store.importTargets(connection, campaignID: id, fromDescriptor: STDIN_FILENO,
+                                             sourceName: "standard input", chunkSize: chunkSize)
             origin = "standard input"
         } else {
-            imported = try store.importTargets(connection, campaignID: id, fromFile: source!, chunkSize: chunkSize)
+            result = try store.importTargets(connection, campaignID: id, fromFile: source!, chunkSize: chunkSize)
             origin = source!
         }
+        let imported = result.imported
         let seconds = Date().timeIntervalSince(started)
         // A rate over a handful of rows says nothing.
         let speed = seconds > 0 && imported >= 1000 ? ", \(Int((Double(imported) / seconds).rounded())) targets/s" : ""
-        context.output("imported \(imported) target\(imported == 1 ? "" : "s") into campaign \(id) from \(origin) in \(String(format: "%.2f", seconds)) s\(speed)")
+        context.output("imported \(imported) target\(imported == 1 ? "" : "s"), \(result.duplicatesDropped) duplicate\(result.duplicatesDropped == 1 ? "" : "s") dropped, into campaign \(id) from \(origin) in \(String(format: "%.2f", seconds)) s\(speed)")
         if let campaign = try store.campaign(connection, id: id) {
             context.output("campaign \(id) now has \(campaign.targets) targets in \(campaign.chunksTotal) chunks")
         }

@@ -15,6 +15,7 @@ struct CampaignFigures: Sendable, Equatable {
     var failed: Int
     var failedByReason: [String: Int]
     var pruned: Int
+    var keptTokens: Int = 0
     var chunksTotal: Int
     var chunksDone: Int
     var createdAt: Date
@@ -32,6 +33,7 @@ extension CampaignFigures {
                   failed: campaign.failed, failedByReason: campaign.failedByReason, pruned: campaign.pruned,
                   chunksTotal: campaign.chunksTotal, chunksDone: campaign.chunksDone, createdAt: campaign.createdAt,
                   startAt: campaign.startAt, startedAt: campaign.startedAt, finishedAt: campaign.finishedAt)
+        keptTokens = campaign.keptTokens
     }
 }
 
@@ -84,7 +86,8 @@ enum CampaignReport {
             ["targets", "\(campaign.targets)"],
             ["sent", "\(campaign.sent)"],
             ["failed", failures(campaign)],
-            ["pruned", "\(campaign.pruned)"],
+            ["pruned", campaign.keptTokens == 0 ? "\(campaign.pruned)"
+                : "\(campaign.pruned) (\(campaign.keptTokens) more kept: registered again after APNs' timestamp)"],
             ["remaining", "\(campaign.remaining)"],
             ["progress", "\(percent(campaign)) of \(campaign.chunksTotal) chunks, \(campaign.chunksDone) finished"],
             ["created", TimeText.moment(campaign.createdAt)],

@@ -114,7 +114,7 @@ private final class Demo {
         let campaignID = try store.create(connection, NewCampaign(
             app: "demo", name: "demo campaign", pushType: "alert",
             payload: #"{"aps":{"alert":{"title":"Spring sale","body":"20% off everything today"},"sound":"default","thread-id":"sale"}}"#))
-        let imported = try store.importFromDeviceTokens(connection, campaignID: campaignID)
+        let imported = try store.importFromDeviceTokens(connection, campaignID: campaignID).imported
         _ = try store.start(connection, id: campaignID)
         step(4, "registered \(campaignTokens.count) device tokens and built campaign \(campaignID) of \(imported) targets from them in "
              + String(format: "%.1f s", Date().timeIntervalSince(importStart)))

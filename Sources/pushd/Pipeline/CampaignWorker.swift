@@ -133,7 +133,6 @@ final class CampaignWorker: @unchecked Sendable {
                 case .failed(let reason): progress.failedByReason[reason, default: 0] += 1
                 case .pruned(let reason):
                     progress.failedByReason[reason, default: 0] += 1
-                    progress.pruned += 1
                 }
                 watermark += 1
             }
@@ -143,7 +142,7 @@ final class CampaignWorker: @unchecked Sendable {
         func checkpoint() throws {
             advance()
             if !prunes.isEmpty {
-                try TokenStore().prune(connection, prunes)
+                try countPrunes(context.prune(prunes, on: connection), into: &progress)
                 prunes.removeAll(keepingCapacity: true)
             }
             let counted = progress
@@ -239,9 +238,7 @@ final class CampaignWorker: @unchecked Sendable {
                     resolve(target, .pruned(reason))
                     prunes.append(TokenPrune(app: chunk.app, token: chunk.targets[target].token, reason: reason, apnsTimestamp: timestamp))
                     sender.countResponse(status: status, reason: reason)
-                    context.metrics.tokenPruned(app: chunk.app, environment: sender.environmentLabel, reason: reason).increment()
-                    context.tally.add(context.tally.pruned)
-                case .retry(let at, _, let refresh, let countsAsAttempt):
+                case .retry(let at, let reason, let refresh, let countsAsAttempt):
                     // A send APNs never answered does not use up the target's attempt budget.
                     if !countsAsAttempt { attempts[target] -= 1 }
                     retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target))
@@ -263,13 +260,19 @@ final class CampaignWorker: @unchecked Sendable {
 
         if leaseLost { return }
         advance()
-        if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
+        if !prunes.isEmpty { try countPrunes(context.prune(prunes, on: connection), into: &progress) }
         if watermark == count {
             try store.finish(connection, chunk, progress)
         } else {
             try store.release(connection, chunk, progress)
         }
         countProcessed(progress, app: chunk.app)
+    }
+
+    /// The campaign counts what the prune did to the registered tokens, not the answers.
+    private func countPrunes(_ outcome: PruneOutcome, into progress: inout ChunkProgress) {
+        progress.pruned += outcome.invalidated.count
+        progress.keptTokens += outcome.keptByTimestamp.count
     }
 
     private func countProcessed(_ progress: ChunkProgress, app: String) {

@@ -156,7 +156,7 @@ final class JobWorker: @unchecked Sendable {
             settle(item, outcome: .transportFailure("no answer within \(Int(timeout))s"), into: &outcomes, prunes: &prunes)
         }
 
-        if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
+        _ = try context.prune(prunes, on: connection)
         try queue.finish(connection, batch, outcomes)
     }
 
@@ -183,8 +183,6 @@ final class JobWorker: @unchecked Sendable {
             outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
             prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp))
             sender.countResponse(status: status, reason: reason)
-            context.metrics.tokenPruned(app: job.app, environment: sender.environmentLabel, reason: reason).increment()
-            context.tally.add(context.tally.pruned)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))
             countAnswer(outcome, sender: sender)

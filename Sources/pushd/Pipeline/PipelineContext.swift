@@ -60,6 +60,22 @@ final class PipelineContext: @unchecked Sendable {
         reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
     }
 
+    /// Prunes a batch of tokens and counts what it did: `pushd_tokens_pruned_total` for
+    /// tokens actually invalidated, `pushd_tokens_kept_total` for 410s whose token was
+    /// registered again after APNs' timestamp. A token nobody registered is neither.
+    func prune(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
+        guard !prunes.isEmpty else { return PruneOutcome() }
+        let outcome = try TokenStore().prune(connection, prunes)
+        for prune in outcome.invalidated {
+            metrics.tokenPruned(app: prune.app, environment: senders[prune.app]?.environmentLabel ?? "unknown", reason: prune.reason).increment()
+        }
+        for prune in outcome.keptByTimestamp {
+            metrics.tokenKept(app: prune.app, environment: senders[prune.app]?.environmentLabel ?? "unknown", reason: prune.reason).increment()
+        }
+        tally.add(tally.pruned, outcome.invalidated.count)
+        return outcome
+    }
+
     func databaseError(_ error: any Error) {
         let reason: String
         if let error = error as? PGError {
