@@ -52,11 +52,38 @@ static inline enum MHD_Result pushd_mhd_respond(struct MHD_Connection *connectio
     return queued;
 }
 
-/* A listening thread plus one thread per connection (bounded by the connection limit),
- * so that one slow request cannot hold up the others. Without MHD_USE_ERROR_LOG: the
- * caller reports failures itself, and stray lines on stderr would break JSON logs. */
-static inline unsigned int pushd_mhd_flags_thread_per_connection(void) {
-    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO;
+/* Starts a daemon served by a pool of `threads` polling threads, each waiting on its own
+ * epoll set, so idle or slow connections cost a descriptor and a little memory, never a
+ * thread. `connection_limit` bounds all connections, `per_ip_limit` those from one
+ * address (0: no bound), `connection_timeout_seconds` closes a connection that makes no
+ * progress, and `backlog` is the listen queue that absorbs bursts of new connections.
+ * libmicrohttpd gives each pool thread an equal share of `connection_limit`. */
+static inline struct MHD_Daemon *pushd_mhd_start_pool(unsigned int flags,
+                                                      const struct sockaddr *addr,
+                                                      MHD_AccessHandlerCallback handler, void *handler_cls,
+                                                      unsigned int threads,
+                                                      unsigned int connection_limit,
+                                                      unsigned int per_ip_limit,
+                                                      unsigned int connection_timeout_seconds,
+                                                      unsigned int backlog) {
+    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_SOCK_ADDR, addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, threads,
+                            MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, backlog,
+                            MHD_OPTION_END);
+}
+
+/* Internal polling threads on epoll where the library has it (Linux), else the best
+ * poller it has. Without MHD_USE_ERROR_LOG: the caller reports failures itself, and
+ * stray lines on stderr would break JSON logs. */
+static inline unsigned int pushd_mhd_flags_epoll_pool(void) {
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
+        return MHD_USE_EPOLL_INTERNAL_THREAD;
+    }
+    return MHD_USE_AUTO_INTERNAL_THREAD;
 }
 
 /* The access handler's "drop this connection" answer, for requests it cannot serve. */

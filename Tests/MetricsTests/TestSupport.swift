@@ -35,9 +35,28 @@ enum RawHTTP {
         return count == 0 || (count < 0 && errno == ECONNRESET)
     }
 
-    private static func connected(port: UInt16) throws -> Int32 {
+    /// Opens a connection from the loopback address `source` (127.0.0.0/8 all reaches this
+    /// host), so a test can play several clients; sends nothing.
+    static func connectIdle(port: UInt16, from source: String) throws -> Int32 {
+        try connected(port: port, source: source)
+    }
+
+    private static func connected(port: UInt16, source: String? = nil) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            inet_pton(AF_INET, source, &local.sin_addr)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else {
+                let detail = String(cString: strerror(errno))
+                close(fd)
+                throw Failure(description: "bind to \(source): \(detail)")
+            }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
@@ -53,8 +72,8 @@ enum RawHTTP {
         return fd
     }
 
-    static func request(port: UInt16, method: String = "GET", path: String) throws -> RawHTTPResponse {
-        let fd = try connected(port: port)
+    static func request(port: UInt16, method: String = "GET", path: String, from source: String? = nil) throws -> RawHTTPResponse {
+        let fd = try connected(port: port, source: source)
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

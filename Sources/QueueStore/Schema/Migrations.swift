@@ -11,6 +11,7 @@ extension Migrator {
         Migration(version: 7, name: "claim and lease only the apps an instance is configured for", sql: claimByAppV7),
         Migration(version: 8, name: "a campaign's audience holds each token once", sql: uniqueTargetsV8),
         Migration(version: 9, name: "campaigns count tokens kept by the timestamp rule", sql: prunedKeptV9),
+        Migration(version: 10, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV10),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -592,5 +593,97 @@ extension Migrator {
     /// app registered again after APNs' timestamp are kept, and counted here.
     static let prunedKeptV9 = #"""
     ALTER TABLE pushd.campaigns ADD COLUMN pruned_kept bigint NOT NULL DEFAULT 0;
+    /// Three NOLOGIN group roles that an administrator grants to login roles:
+    /// `pushd_enqueue` for applications (insert jobs, register tokens, fan out to a user;
+    /// read nothing), `pushd_daemon` for `pushd run` and the campaign and token commands
+    /// (everything but the schema itself), `pushd_readonly` for dashboards (every table but
+    /// provider tokens and campaign targets, without device tokens and payloads).
+    ///
+    /// Roles belong to the cluster, not the database: each is created only if missing, and
+    /// a role created meanwhile by a migration of another database is taken as it is. A
+    /// migrating user that may not create roles gets a warning naming the statement for
+    /// an administrator, and the migration goes on. The grants live in
+    /// `pushd.grant_roles()`, which this migration calls and which can be called again (by
+    /// the administrator after creating the roles, or by a later migration that adds a
+    /// table or replaces `register_token` or `notify_user`).
+    ///
+    /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
+    /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
+    static let rolesV10 = #"""
+    DO $$
+    DECLARE
+        wanted text;
+    BEGIN
+        FOREACH wanted IN ARRAY ARRAY['pushd_enqueue', 'pushd_daemon', 'pushd_readonly'] LOOP
+            CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = wanted);
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', wanted);
+            EXCEPTION
+                WHEN duplicate_object OR unique_violation THEN
+                    NULL;
+                WHEN insufficient_privilege THEN
+                    RAISE WARNING 'pushd: role % does not exist and % may not create roles; an administrator should run: CREATE ROLE % NOLOGIN; then, in this database: SELECT pushd.grant_roles();',
+                        wanted, current_user, wanted;
+            END;
+        END LOOP;
+    END $$;
+
+    CREATE OR REPLACE FUNCTION pushd.grant_roles() RETURNS text[]
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        granted text[] := '{}';
+        fn regprocedure;
+        tbl text;
+        cols text;
+    BEGIN
+        FOR fn IN SELECT p.oid::regprocedure FROM pg_proc p
+                  WHERE p.pronamespace = 'pushd'::regnamespace AND p.proname IN ('register_token', 'notify_user') LOOP
+            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', fn);
+            EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', fn);
+        END LOOP;
+
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pushd_enqueue') THEN
+            GRANT USAGE ON SCHEMA pushd TO pushd_enqueue;
+            GRANT INSERT (app, device_token, payload, push_type, priority, expiration, collapse_id, apns_id,
+                          dedupe_key, user_id, environment, run_at) ON pushd.jobs TO pushd_enqueue;
+            -- The insert trigger looks for sleeping claimers (process ids only) before it notifies.
+            GRANT SELECT ON pushd.job_waiters TO pushd_enqueue;
+            FOR fn IN SELECT p.oid::regprocedure FROM pg_proc p
+                      WHERE p.pronamespace = 'pushd'::regnamespace AND p.proname IN ('register_token', 'notify_user') LOOP
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pushd_enqueue', fn);
+            END LOOP;
+            granted := granted || 'pushd_enqueue'::text;
+        END IF;
+
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pushd_daemon') THEN
+            GRANT USAGE ON SCHEMA pushd TO pushd_daemon;
+            GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA pushd TO pushd_daemon;
+            REVOKE INSERT, UPDATE, DELETE ON pushd.schema_migrations FROM pushd_daemon;
+            GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA pushd TO pushd_daemon;
+            GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pushd TO pushd_daemon;
+            REVOKE EXECUTE ON FUNCTION pushd.grant_roles() FROM pushd_daemon;
+            -- Tables added later by the same migrating user are the daemon's too.
+            ALTER DEFAULT PRIVILEGES IN SCHEMA pushd GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO pushd_daemon;
+            ALTER DEFAULT PRIVILEGES IN SCHEMA pushd GRANT USAGE, SELECT ON SEQUENCES TO pushd_daemon;
+            granted := granted || 'pushd_daemon'::text;
+        END IF;
+
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pushd_readonly') THEN
+            GRANT USAGE ON SCHEMA pushd TO pushd_readonly;
+            FOREACH tbl IN ARRAY ARRAY['jobs', 'dead_jobs', 'device_tokens', 'campaigns', 'campaign_chunks', 'schema_migrations'] LOOP
+                CONTINUE WHEN to_regclass('pushd.' || tbl) IS NULL;
+                SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) INTO cols
+                FROM pg_attribute
+                WHERE attrelid = ('pushd.' || tbl)::regclass AND attnum > 0 AND NOT attisdropped
+                  AND attname NOT IN ('device_token', 'token', 'tokens', 'payload', 'payloads');
+                EXECUTE format('GRANT SELECT (%s) ON pushd.%I TO pushd_readonly', cols, tbl);
+            END LOOP;
+            granted := granted || 'pushd_readonly'::text;
+        END IF;
+        RETURN granted;
+    END $$;
+    REVOKE EXECUTE ON FUNCTION pushd.grant_roles() FROM PUBLIC;
+
+    SELECT pushd.grant_roles();
     """#
 }
