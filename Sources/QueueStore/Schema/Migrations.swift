@@ -8,6 +8,7 @@ extension Migrator {
         Migration(version: 4, name: "shared provider tokens", sql: providerTokensV4),
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
+        Migration(version: 7, name: "registry of running instances", sql: instancesV7),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -469,5 +470,22 @@ extension Migrator {
     /// leased chunk to its targets into a scan of every chunk row of every campaign.
     static let leaseRowsV6 = #"""
     ALTER FUNCTION pushd.lease_campaign_chunk(text, float8) ROWS 1;
+    """#
+
+    /// Each `pushd run` upserts its row every few seconds (`InstanceStore`); `pushd status`
+    /// and the fleet gauges read it. Rows are tiny and rewritten often, hence the low
+    /// fillfactor (HOT updates) and an autovacuum that runs on a few dead rows.
+    static let instancesV7 = #"""
+    CREATE TABLE pushd.instances (
+        id              text PRIMARY KEY,
+        host            text NOT NULL,
+        pid             integer NOT NULL,
+        version         text NOT NULL,
+        libcurl_version text NOT NULL,
+        apps            text[] NOT NULL,
+        paused          jsonb NOT NULL DEFAULT '{}',
+        started_at      timestamptz NOT NULL,
+        heartbeat_at    timestamptz NOT NULL DEFAULT now()
+    ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 100);
     """#
 }
