@@ -18,6 +18,7 @@ do {
     case "campaign list": exitCode = try CampaignCommand.list(parsed, context)
     case "tokens prune-stats": exitCode = try TokensCommand.pruneStats(parsed, context)
     case "send": exitCode = try SendCommand.run(parsed, context)
+    case "status": exitCode = try StatusCommand.run(parsed, context)
     case "run": exitCode = try RunCommand.run(parsed, context)
     case "demo": exitCode = try DemoCommand.run(parsed, context)
     case let other: throw CommandContext.Failure("'\(other)' is not available in this build")

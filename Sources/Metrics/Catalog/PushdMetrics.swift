@@ -48,6 +48,11 @@ public struct PushdMetrics: Sendable {
     public let databaseErrors: CounterFamily
     public let buildInfo: GaugeFamily
 
+    // Fleet (from pushd.instances, the same on every instance)
+    public let fleetInstances: CallbackFamily
+    public let fleetVersions: CallbackFamily
+    public let fleetAppSets: CallbackFamily
+
     /// Registers the catalog (and the standard process metrics) in `registry` and sets
     /// `pushd_build_info{version}` to 1.
     public init(registry: MetricRegistry = MetricRegistry(), version: String) throws(MetricError) {
@@ -167,6 +172,17 @@ public struct PushdMetrics: Sendable {
             help: "Always 1; the version label says which pushd build is running.",
             labels: ["version"])
         buildInfo.bound([version]).set(1)
+
+        fleetInstances = try registry.callbackGauge(
+            "pushd_fleet_instances",
+            help: "Instances registered in pushd.instances: alive (a heartbeat within 60 s) or gone (silent longer).",
+            labels: ["status"])
+        fleetVersions = try registry.callbackGauge(
+            "pushd_fleet_versions",
+            help: "Distinct pushd versions among live instances; above 1 during a rolling upgrade.")
+        fleetAppSets = try registry.callbackGauge(
+            "pushd_fleet_app_sets",
+            help: "Distinct sets of configured apps among live instances; above 1 means some apps are served by only part of the fleet.")
 
         try ProcessMetrics.register(in: registry)
     }

@@ -11,7 +11,8 @@ extension Migrator {
         Migration(version: 7, name: "claim and lease only the apps an instance is configured for", sql: claimByAppV7),
         Migration(version: 8, name: "a campaign's audience holds each token once", sql: uniqueTargetsV8),
         Migration(version: 9, name: "campaigns count tokens kept by the timestamp rule", sql: prunedKeptV9),
-        Migration(version: 10, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV10),
+        Migration(version: 10, name: "registry of running instances", sql: instancesV10),
+        Migration(version: 11, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV11),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -609,7 +610,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV10 = #"""
+    static let rolesV11 = #"""
     DO $$
     DECLARE
         wanted text;
@@ -685,5 +686,20 @@ extension Migrator {
     REVOKE EXECUTE ON FUNCTION pushd.grant_roles() FROM PUBLIC;
 
     SELECT pushd.grant_roles();
+    /// Each `pushd run` upserts its row every few seconds (`InstanceStore`); `pushd status`
+    /// and the fleet gauges read it. Rows are tiny and rewritten often, hence the low
+    /// fillfactor (HOT updates) and an autovacuum that runs on a few dead rows.
+    static let instancesV10 = #"""
+    CREATE TABLE pushd.instances (
+        id              text PRIMARY KEY,
+        host            text NOT NULL,
+        pid             integer NOT NULL,
+        version         text NOT NULL,
+        libcurl_version text NOT NULL,
+        apps            text[] NOT NULL,
+        paused          jsonb NOT NULL DEFAULT '{}',
+        started_at      timestamptz NOT NULL,
+        heartbeat_at    timestamptz NOT NULL DEFAULT now()
+    ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 100);
     """#
 }

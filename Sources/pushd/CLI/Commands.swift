@@ -80,6 +80,12 @@ enum Commands {
                     .value("app", "NAME", "only this app"),
                 ]),
             ]),
+            CommandSpec(name: "status", summary: "show the fleet, the queue, campaigns, dead letters and paused apps; exit 1 when degraded", options: [
+                configOption, databaseOption,
+                .flag("json", "print the status as JSON"),
+                .flag("watch", "show the status again every --interval seconds until interrupted"),
+                .value("interval", "SECONDS", "with --watch: time between samples (default: 2)"),
+            ]),
             CommandSpec(name: "demo", summary: "run the end-to-end demo against a throwaway database and apns-mock", options: [
                 .value("targets", "N", "campaign size (default: 200000)"),
             ]),

@@ -105,6 +105,8 @@ enum RunCommand {
             throw error
         }
         pipeline.start()
+        let heartbeat = InstanceHeartbeat(pipeline: pipeline, host: Self.hostName(), pid: getpid())
+        heartbeat.start()
         server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
         logger.info("pushd is running", ("apps", .string(config.apps.map(\.name).joined(separator: ","))))
 
@@ -134,6 +136,7 @@ enum RunCommand {
         server.setReady(false, detail: "draining")
         let deadline = Date().addingTimeInterval(Double(config.drainTimeoutSeconds))
         pipeline.stop(deadline: deadline)
+        heartbeat.stop()
         let tally = pipeline.context.tally
         logger.info("pushd stopped", ("sent", .int(Int64(tally.sent.load(ordering: .relaxed)))),
                     ("retried", .int(Int64(tally.retried.load(ordering: .relaxed)))),

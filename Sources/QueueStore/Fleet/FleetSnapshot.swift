@@ -1,0 +1,94 @@
+import Foundation
+
+/// A campaign that is scheduled, running or paused, with what its rate needs.
+public struct ActiveCampaign: Sendable, Hashable {
+    public var progress: CampaignProgress
+    /// The configured cap in notifications per second, if any.
+    public var rateLimit: Int?
+    /// Seconds since it started; nil while scheduled.
+    public var runningSeconds: Double?
+
+    public init(progress: CampaignProgress, rateLimit: Int?, runningSeconds: Double?) {
+        self.progress = progress
+        self.rateLimit = rateLimit
+        self.runningSeconds = runningSeconds
+    }
+}
+
+/// Dead letters of one app and reason.
+public struct DeadLetterCount: Sendable, Hashable {
+    public var app: String
+    public var reason: String
+    public var count: Int
+
+    public init(app: String, reason: String, count: Int) {
+        self.app = app
+        self.reason = reason
+        self.count = count
+    }
+}
+
+/// What `pushd status` shows, read from the database: the instances, the queue by app
+/// and lane, the campaigns not over, and the dead letters of the last hour.
+public struct FleetSnapshot: Sendable {
+    public var instances: [InstanceRecord]
+    public var lanes: [LaneDepth]
+    public var campaigns: [ActiveCampaign]
+    public var deadLettersLastHour: [DeadLetterCount]
+
+    public init(instances: [InstanceRecord], lanes: [LaneDepth], campaigns: [ActiveCampaign], deadLettersLastHour: [DeadLetterCount]) {
+        self.instances = instances
+        self.lanes = lanes
+        self.campaigns = campaigns
+        self.deadLettersLastHour = deadLettersLastHour
+    }
+
+    static let campaignsSQL = """
+        SELECT id, app, name, status, targets, sent, failed, pruned, rate_limit,
+               extract(epoch FROM now() - started_at)::float8
+        FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused') ORDER BY id
+        """
+
+    /// Served by the index on (app, failed_at) one app at a time; the table is small next to
+    /// the queue in a healthy system.
+    static let deadLettersSQL = """
+        SELECT app, reason, count(*) FROM pushd.dead_jobs
+        WHERE failed_at > now() - interval '1 hour' GROUP BY app, reason ORDER BY app, count(*) DESC, reason
+        """
+
+    /// Reads everything in one repeatable-read transaction, so the numbers agree.
+    public static func read(_ connection: PGConnection) throws -> FleetSnapshot {
+        try connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        do {
+            let instances = try InstanceStore().instances(connection)
+            let lanes = try QueueStats.read(connection).lanes
+            let campaigns = try connection.query(campaignsSQL).rows.map { row in
+                let status: String = try row.require(3)
+                return ActiveCampaign(
+                    progress: CampaignProgress(id: try row.require(0), app: try row.require(1), name: try row.require(2),
+                                               status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(4),
+                                               sent: try row.require(5), failed: try row.require(6), pruned: try row.require(7)),
+                    rateLimit: try row.get(8), runningSeconds: try row.get(9))
+            }
+            let dead = try connection.query(deadLettersSQL).rows.map { row in
+                DeadLetterCount(app: try row.require(0), reason: try row.require(1), count: try row.require(2))
+            }
+            try connection.query("COMMIT")
+            return FleetSnapshot(instances: instances, lanes: lanes, campaigns: campaigns, deadLettersLastHour: dead)
+        } catch {
+            _ = try? connection.query("ROLLBACK")
+            throw error
+        }
+    }
+}
+
+extension LaneDepth {
+    /// For callers outside the module (the synthesized initializer is internal).
+    public init(lane: Lane, app: String, due: Int, scheduled: Int, oldestAge: Double) {
+        self.lane = lane
+        self.app = app
+        self.depth = due
+        self.scheduled = scheduled
+        self.oldestAge = oldestAge
+    }
+}

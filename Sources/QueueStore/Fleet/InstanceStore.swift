@@ -1,0 +1,144 @@
+import Foundation
+
+/// What a running `pushd run` says about itself in `pushd.instances`.
+public struct InstanceRegistration: Sendable, Hashable {
+    /// `host/pid`: unique among live processes. A container restarted in the same pod has
+    /// the same host name and pid 1, and takes over the row of the process it replaces.
+    public var id: String
+    public var host: String
+    public var pid: Int
+    public var version: String
+    public var libcurlVersion: String
+    /// The apps of its configuration, sorted: it claims work of these apps only.
+    public var apps: [String]
+    public var startedAt: Date
+
+    public init(host: String, pid: Int, version: String, libcurlVersion: String, apps: [String], startedAt: Date) {
+        id = "\(host)/\(pid)"
+        self.host = host
+        self.pid = pid
+        self.version = version
+        self.libcurlVersion = libcurlVersion
+        self.apps = apps.sorted()
+        self.startedAt = startedAt
+    }
+}
+
+/// One row of `pushd.instances` as read back, with how long it has been silent.
+public struct InstanceRecord: Sendable, Hashable {
+    public var registration: InstanceRegistration
+    /// App name → why sending for it is paused (APNs rejected its credentials).
+    public var paused: [String: String]
+    public var heartbeatAt: Date
+    /// Seconds since its last heartbeat, by the database's clock.
+    public var silentSeconds: Double
+
+    /// Silent for longer than `InstanceStore.goneAfterSeconds`: killed, frozen, or cut off
+    /// from the database.
+    public var isGone: Bool { silentSeconds > InstanceStore.goneAfterSeconds }
+
+    public init(registration: InstanceRegistration, paused: [String: String], heartbeatAt: Date, silentSeconds: Double) {
+        self.registration = registration
+        self.paused = paused
+        self.heartbeatAt = heartbeatAt
+        self.silentSeconds = silentSeconds
+    }
+}
+
+/// The fleet in numbers, for the gauges every instance exports.
+public struct FleetSummary: Sendable, Hashable {
+    public var alive: Int
+    public var gone: Int
+    /// Distinct versions among live instances: above 1 during a rolling upgrade.
+    public var versions: Int
+    /// Distinct app sets among live instances: above 1 means some work is claimed by only
+    /// part of the fleet.
+    public var appSets: Int
+
+    public init(alive: Int, gone: Int, versions: Int, appSets: Int) {
+        self.alive = alive
+        self.gone = gone
+        self.versions = versions
+        self.appSets = appSets
+    }
+}
+
+/// The registry of running instances. Every `pushd run` upserts its row every
+/// `heartbeatSeconds`; a row silent for `goneAfterSeconds` is shown as gone, and one silent
+/// for `removedAfterSeconds` is deleted by the next heartbeat of any instance. An instance
+/// that stops cleanly deletes its own row.
+public struct InstanceStore: Sendable {
+    public static let heartbeatSeconds = 5.0
+    public static let goneAfterSeconds = 60.0
+    public static let removedAfterSeconds = 900.0
+
+    public init() {}
+
+    static let heartbeatSQL = """
+        WITH removed AS (
+            DELETE FROM pushd.instances
+            WHERE heartbeat_at < now() - make_interval(secs => $9) AND id <> $1
+        )
+        INSERT INTO pushd.instances (id, host, pid, version, libcurl_version, apps, paused, started_at, heartbeat_at)
+        VALUES ($1, $2, $3, $4, $5, $6::text[], jsonb_object($7::text[], $8::text[]), $10, now())
+        ON CONFLICT (id) DO UPDATE SET
+            host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
+            libcurl_version = EXCLUDED.libcurl_version, apps = EXCLUDED.apps, paused = EXCLUDED.paused,
+            started_at = EXCLUDED.started_at, heartbeat_at = now()
+        """
+
+    static let summarySQL = """
+        SELECT count(*) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1)),
+               count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)),
+               count(DISTINCT version) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1)),
+               count(DISTINCT apps) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1))
+        FROM pushd.instances
+        """
+
+    static let listSQL = """
+        SELECT id, host, pid, version, libcurl_version, apps,
+               ARRAY(SELECT key FROM jsonb_each_text(paused) ORDER BY key),
+               ARRAY(SELECT value FROM jsonb_each_text(paused) ORDER BY key),
+               started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8
+        FROM pushd.instances ORDER BY host, pid
+        """
+
+    /// Registers or refreshes `instance` with the apps it has paused now, removes rows
+    /// silent for longer than `removedAfterSeconds`, and returns the fleet's numbers.
+    @discardableResult
+    public func heartbeat(_ connection: PGConnection, _ instance: InstanceRegistration,
+                          paused: [String: String]) throws -> FleetSummary {
+        let pausedApps = paused.keys.sorted()
+        try connection.query(connection.prepared(Self.heartbeatSQL), [
+            instance.id, instance.host, instance.pid, instance.version, instance.libcurlVersion, instance.apps,
+            pausedApps, pausedApps.map { paused[$0] ?? "" }, Self.removedAfterSeconds, instance.startedAt,
+        ])
+        return try summary(connection)
+    }
+
+    public func summary(_ connection: PGConnection) throws -> FleetSummary {
+        let row = try connection.query(connection.prepared(Self.summarySQL), [Self.goneAfterSeconds])[0]
+        return FleetSummary(alive: try row.require(0), gone: try row.require(1),
+                            versions: try row.require(2), appSets: try row.require(3))
+    }
+
+    /// Deletes the row of an instance that stops cleanly.
+    public func remove(_ connection: PGConnection, id: String) throws {
+        try connection.query("DELETE FROM pushd.instances WHERE id = $1", [id])
+    }
+
+    /// Every registered instance, live and gone, by host and pid.
+    public func instances(_ connection: PGConnection) throws -> [InstanceRecord] {
+        try connection.query(Self.listSQL).rows.map { row in
+            var registration = InstanceRegistration(host: try row.require(1), pid: try row.require(2), version: try row.require(3),
+                                                    libcurlVersion: try row.require(4), apps: try row.require(5),
+                                                    startedAt: try row.require(8))
+            registration.id = try row.require(0)
+            let keys: [String] = try row.require(6)
+            let reasons: [String] = try row.require(7)
+            return InstanceRecord(registration: registration,
+                                  paused: Dictionary(zip(keys, reasons), uniquingKeysWith: { first, _ in first }),
+                                  heartbeatAt: try row.require(9), silentSeconds: try row.require(10))
+        }
+    }
+}

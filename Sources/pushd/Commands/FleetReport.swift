@@ -1,0 +1,213 @@
+import Foundation
+import QueueStore
+
+/// What `pushd status` concludes from a `FleetSnapshot`: a pure function of the snapshot,
+/// so every rule below is tested with plain values.
+///
+/// Degraded (exit code 1) when any of these holds: no live instance; an instance silent
+/// for over a minute (gone, not yet cleaned up); live instances serving different app
+/// sets; due work of an app that no live instance serves; an app paused for its
+/// credentials; a transactional job due for longer than a minute. Mixed versions (a
+/// rolling upgrade) and dead letters are shown but do not degrade.
+struct FleetReport: Sendable {
+    struct Instance: Sendable {
+        var record: InstanceRecord
+        var alive: Bool { !record.isGone }
+    }
+
+    struct QueueRow: Sendable {
+        var app: String
+        var lane: String
+        var due: Int
+        var scheduled: Int
+        var oldestDueSeconds: Double
+        /// False when no live instance is configured for the app: its work waits.
+        var served: Bool
+    }
+
+    struct CampaignRow: Sendable {
+        var campaign: ActiveCampaign
+        var processed: Int { campaign.progress.sent + campaign.progress.failed }
+        var percent: Double {
+            campaign.progress.targets == 0 ? 0 : 100 * Double(processed) / Double(campaign.progress.targets)
+        }
+        /// Average notifications per second since it started; nil before it started.
+        var averageRate: Double? {
+            guard let seconds = campaign.runningSeconds, seconds > 0 else { return nil }
+            return Double(processed) / seconds
+        }
+    }
+
+    struct PausedApp: Sendable, Hashable {
+        var app: String
+        var reason: String
+        var instance: String
+    }
+
+    var instances: [Instance]
+    var queue: [QueueRow]
+    var campaigns: [CampaignRow]
+    var deadLetters: [DeadLetterCount]
+    var paused: [PausedApp]
+    /// Why the fleet is degraded; empty when healthy.
+    var problems: [String]
+    /// Worth knowing, not degrading.
+    var notes: [String]
+
+    var healthy: Bool { problems.isEmpty }
+    var exitCode: Int32 { healthy ? 0 : 1 }
+
+    /// Transactional jobs due longer than this degrade the fleet (the alert
+    /// PushdTransactionalLaneBehind uses the same threshold).
+    static let transactionalLagLimit = 60.0
+
+    init(_ snapshot: FleetSnapshot) {
+        instances = snapshot.instances.map(Instance.init)
+        let live = instances.filter(\.alive).map(\.record)
+        let served = Set(live.flatMap(\.registration.apps))
+        queue = snapshot.lanes.map { lane in
+            QueueRow(app: lane.app, lane: lane.lane.rawValue, due: lane.depth, scheduled: lane.scheduled,
+                     oldestDueSeconds: lane.oldestAge, served: served.contains(lane.app))
+        }
+        campaigns = snapshot.campaigns.map(CampaignRow.init)
+        deadLetters = snapshot.deadLettersLastHour
+        paused = live.flatMap { record in
+            record.paused.map { PausedApp(app: $0.key, reason: $0.value, instance: record.registration.id) }
+        }.sorted { ($0.app, $0.instance) < ($1.app, $1.instance) }
+
+        var problems = [String]()
+        var notes = [String]()
+        if live.isEmpty {
+            problems.append("no live pushd instance: nothing is being sent")
+        }
+        for gone in instances.filter({ !$0.alive }) {
+            problems.append("instance \(gone.record.registration.id) (\(gone.record.registration.version)) has been silent for \(TimeText.duration(gone.record.silentSeconds)): killed, frozen or cut off from the database")
+        }
+        let appSets = Dictionary(grouping: live, by: { $0.registration.apps })
+        if appSets.count > 1 {
+            let described = appSets.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { apps in
+                "[\(apps.joined(separator: ","))] on \(appSets[apps]!.map(\.registration.id).joined(separator: ", "))"
+            }
+            problems.append("instances serve different app sets: \(described.joined(separator: "; "))")
+        }
+        let versions = Set(live.map(\.registration.version))
+        if versions.count > 1 {
+            notes.append("instances run different versions (\(versions.sorted().joined(separator: ", "))): expected during a rolling upgrade only")
+        }
+        var unserved = [String: Int]()
+        for row in queue where row.lane == "transactional" && !row.served && row.due > 0 { unserved[row.app, default: 0] += row.due }
+        for row in campaigns where row.campaign.progress.status == .running && !served.contains(row.campaign.progress.app) {
+            unserved[row.campaign.progress.app, default: 0] += row.campaign.progress.remaining
+        }
+        for (app, count) in unserved.sorted(by: { $0.key < $1.key }) where count > 0 {
+            problems.append("\(count) due notification(s) of app \(app), which no live instance serves, are waiting")
+        }
+        for app in paused {
+            problems.append("app \(app.app) is paused on \(app.instance): \(app.reason)")
+        }
+        for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
+            problems.append("transactional jobs of app \(row.app) have been due for \(TimeText.duration(row.oldestDueSeconds))")
+        }
+        let dead = deadLetters.reduce(0) { $0 + $1.count }
+        if dead > 0 {
+            notes.append("\(dead) notification(s) dead-lettered in the last hour: see pushd.dead_jobs")
+        }
+        self.problems = problems
+        self.notes = notes
+    }
+
+    // MARK: Text
+
+    func lines(now: Date) -> [String] {
+        var lines = ["pushd status at \(TimeText.moment(now)): \(healthy ? "HEALTHY" : "DEGRADED")"]
+        lines += problems.map { "  problem: \($0)" }
+        lines += notes.map { "  note: \($0)" }
+
+        let alive = instances.filter(\.alive).count
+        lines += ["", "Instances: \(alive) alive, \(instances.count - alive) gone"]
+        if !instances.isEmpty {
+            lines += TextTable.render([["INSTANCE", "STATE", "VERSION", "LIBCURL", "APPS", "HEARTBEAT", "STARTED"]] + instances.map { instance in
+                let registration = instance.record.registration
+                return [registration.id, instance.alive ? "alive" : "gone", registration.version, registration.libcurlVersion,
+                        registration.apps.joined(separator: ","), "\(TimeText.duration(instance.record.silentSeconds)) ago",
+                        TimeText.moment(registration.startedAt)]
+            }).map { "  " + $0 }
+        }
+
+        lines += ["", "Queue"]
+        if queue.isEmpty {
+            lines.append("  empty")
+        } else {
+            lines += TextTable.render([["APP", "LANE", "DUE", "SCHEDULED", "OLDEST", "SERVED"]] + queue.map { row in
+                [row.app, row.lane, String(row.due), row.lane == "transactional" ? String(row.scheduled) : "-",
+                 row.due > 0 ? TimeText.duration(row.oldestDueSeconds) : "-", row.served ? "yes" : "NO"]
+            }).map { "  " + $0 }
+        }
+
+        lines += ["", "Campaigns"]
+        if campaigns.isEmpty {
+            lines.append("  none scheduled, running or paused")
+        } else {
+            lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "NAME"]] + campaigns.map { row in
+                let progress = row.campaign.progress
+                return [String(progress.id), progress.app, progress.status.rawValue, String(row.processed), String(progress.targets),
+                        String(format: "%.1f%%", row.percent), row.averageRate.map { String(format: "%.0f/s", $0) } ?? "-",
+                        row.campaign.rateLimit.map { "\($0)/s" } ?? "-", progress.name]
+            }).map { "  " + $0 }
+        }
+
+        lines += ["", "Dead letters in the last hour"]
+        if deadLetters.isEmpty {
+            lines.append("  none")
+        } else {
+            lines += TextTable.render([["APP", "REASON", "COUNT"]] + deadLetters.map { [$0.app, $0.reason, String($0.count)] }).map { "  " + $0 }
+        }
+
+        lines += ["", "Paused apps"]
+        if paused.isEmpty {
+            lines.append("  none")
+        } else {
+            lines += TextTable.render([["APP", "INSTANCE", "REASON"]] + paused.map { [$0.app, $0.instance, $0.reason] }).map { "  " + $0 }
+        }
+        return lines
+    }
+
+    // MARK: JSON
+
+    /// The same facts as Foundation values for `--json`; times are ISO 8601 in UTC.
+    func jsonObject(now: Date) -> [String: Any] {
+        let time = ISO8601DateFormatter()
+        return [
+            "checked_at": time.string(from: now),
+            "healthy": healthy,
+            "problems": problems,
+            "notes": notes,
+            "instances": instances.map { instance -> [String: Any] in
+                let registration = instance.record.registration
+                return ["id": registration.id, "host": registration.host, "pid": registration.pid,
+                        "state": instance.alive ? "alive" : "gone", "version": registration.version,
+                        "libcurl_version": registration.libcurlVersion, "apps": registration.apps,
+                        "paused": instance.record.paused, "started_at": time.string(from: registration.startedAt),
+                        "last_heartbeat_at": time.string(from: instance.record.heartbeatAt),
+                        "silent_seconds": instance.record.silentSeconds]
+            },
+            "versions": Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),
+            "queue": queue.map { row -> [String: Any] in
+                ["app": row.app, "lane": row.lane, "due": row.due, "scheduled": row.scheduled,
+                 "oldest_due_seconds": row.oldestDueSeconds, "served": row.served]
+            },
+            "campaigns": campaigns.map { row -> [String: Any] in
+                let progress = row.campaign.progress
+                var object: [String: Any] = ["id": progress.id, "app": progress.app, "name": progress.name,
+                                             "status": progress.status.rawValue, "targets": progress.targets,
+                                             "sent": progress.sent, "failed": progress.failed, "pruned": progress.pruned,
+                                             "percent": row.percent]
+                if let rate = row.averageRate { object["average_rate"] = rate }
+                if let cap = row.campaign.rateLimit { object["rate_limit"] = cap }
+                return object
+            },
+            "dead_letters_last_hour": deadLetters.map { ["app": $0.app, "reason": $0.reason, "count": $0.count] as [String: Any] },
+            "paused_apps": paused.map { ["app": $0.app, "instance": $0.instance, "reason": $0.reason] },
+        ]
+    }
+}

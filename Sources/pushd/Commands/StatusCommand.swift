@@ -1,0 +1,36 @@
+import Foundation
+import Glibc
+import QueueStore
+
+/// `pushd status`: the fleet, the queue, campaigns, dead letters and paused apps, read
+/// from the database, so it works from any machine that reaches PostgreSQL. Exit code 0
+/// when healthy, 1 when degraded (or the database cannot be read): see `FleetReport`.
+/// `--watch` shows it again every `--interval` seconds until interrupted; with `--json`
+/// each sample is one JSON document on one line.
+enum StatusCommand {
+    static let applicationName = "pushd-status"
+
+    static func run(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
+        let interval = try CommandValue.integer(parsed, "interval", in: 1...3600) ?? 2
+        let json = parsed.has("json")
+        let connection = try context.connect(parsed, config: try context.configIfGiven(parsed), applicationName: applicationName)
+        defer { connection.close() }
+        let terminal = isatty(STDOUT_FILENO) == 1
+        while true {
+            let report = FleetReport(try FleetSnapshot.read(connection))
+            let now = Date()
+            if json {
+                let options: JSONSerialization.WritingOptions = parsed.has("watch") ? [.sortedKeys] : [.sortedKeys, .prettyPrinted]
+                let data = try JSONSerialization.data(withJSONObject: report.jsonObject(now: now), options: options)
+                context.output(String(decoding: data, as: UTF8.self))
+            } else {
+                // On a terminal each sample replaces the last: clear the screen, home the cursor.
+                if parsed.has("watch") && terminal { FileHandle.standardOutput.write(Data("\u{1B}[2J\u{1B}[H".utf8)) }
+                for line in report.lines(now: now) { context.output(line) }
+                if parsed.has("watch") && !terminal { context.output("") }
+            }
+            guard parsed.has("watch") else { return report.exitCode }
+            sleep(UInt32(interval))
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import Dispatch
+import Dispatcher
+import Foundation
+import Metrics
+import QueueStore
+import Synchronization
+
+/// Keeps this process's row in `pushd.instances` fresh: who it is (host, pid, version,
+/// libcurl), which apps it serves and which of them are paused, and a heartbeat every
+/// `InstanceStore.heartbeatSeconds`. Each heartbeat also reads the fleet's numbers for the
+/// `pushd_fleet_*` gauges, so a scrape costs the database nothing. On a clean stop the row
+/// is deleted; after a crash it shows as gone within a minute.
+///
+/// Thread rule: the database connection is touched only by the heartbeat thread; the
+/// last summary sits in a mutex for the scrape thread.
+final class InstanceHeartbeat: @unchecked Sendable {
+    let registration: InstanceRegistration
+    private let databaseURL: String
+    private let logger: Logger
+    private let pausedApps: @Sendable () -> [String: String]
+    private let onDatabaseError: @Sendable (any Error) -> Void
+    private let store = InstanceStore()
+    private let summary = Mutex<FleetSummary?>(nil)
+    private let stopping = Atomic<Bool>(false)
+    private let wake = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+    private let interval: Double
+
+    init(registration: InstanceRegistration, databaseURL: String, metrics: PushdMetrics, logger: Logger,
+         interval: Double = InstanceStore.heartbeatSeconds,
+         pausedApps: @escaping @Sendable () -> [String: String],
+         onDatabaseError: @escaping @Sendable (any Error) -> Void) {
+        self.registration = registration
+        self.databaseURL = databaseURL
+        self.logger = logger
+        self.interval = interval
+        self.pausedApps = pausedApps
+        self.onDatabaseError = onDatabaseError
+        // No sample while the registry cannot be read, rather than a stale one.
+        metrics.fleetInstances.setSource { [weak self] in
+            guard let fleet = self?.lastSummary else { return [] }
+            return [MetricSample(labelValues: ["alive"], value: Double(fleet.alive)),
+                    MetricSample(labelValues: ["gone"], value: Double(fleet.gone))]
+        }
+        metrics.fleetVersions.setSource { [weak self] in
+            self?.lastSummary.map { [MetricSample(value: Double($0.versions))] } ?? []
+        }
+        metrics.fleetAppSets.setSource { [weak self] in
+            self?.lastSummary.map { [MetricSample(value: Double($0.appSets))] } ?? []
+        }
+    }
+
+    /// The fleet as the last heartbeat read it; nil while the registry cannot be read.
+    var lastSummary: FleetSummary? { summary.withLock { $0 } }
+
+    /// The heartbeat of a running pipeline: its apps, and the ones it has paused now.
+    convenience init(pipeline: Pipeline, host: String, pid: Int32) {
+        let context = pipeline.context
+        let registration = InstanceRegistration(host: host, pid: Int(pid), version: VersionCommand.pushdVersion,
+                                                libcurlVersion: CurlRuntime.info.version,
+                                                apps: context.config.apps.map(\.name), startedAt: Date())
+        let senders = context.senders
+        self.init(registration: registration, databaseURL: context.config.databaseURL, metrics: context.metrics,
+                  logger: context.logger,
+                  pausedApps: {
+                      Dictionary(uniqueKeysWithValues: senders.values.compactMap { sender in
+                          sender.pausedReason.map { (sender.app.name, $0) }
+                      })
+                  },
+                  onDatabaseError: { context.databaseError($0) })
+    }
+
+    func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "pushd-heartbeat"
+        thread.start()
+    }
+
+    /// Stops the heartbeat and deletes this instance's row; waits at most `timeout` seconds.
+    func stop(timeout: Double = 5) {
+        stopping.store(true, ordering: .relaxed)
+        wake.signal()
+        _ = finished.wait(timeout: .now() + timeout)
+    }
+
+    private func run() {
+        var connection: PGConnection?
+        var failing = false
+        while !stopping.load(ordering: .relaxed) {
+            do {
+                if connection == nil {
+                    connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-heartbeat")
+                }
+                let fleet = try store.heartbeat(connection!, registration, paused: pausedApps())
+                summary.withLock { $0 = fleet }
+                if failing {
+                    failing = false
+                    logger.notice("this instance is registered in pushd.instances again", ("instance", .string(registration.id)))
+                }
+            } catch {
+                connection?.close()
+                connection = nil
+                summary.withLock { $0 = nil }
+                onDatabaseError(error)
+                if !failing {
+                    failing = true
+                    logger.warning("cannot record this instance in pushd.instances (pushd status will show it as gone after a minute): \(error)",
+                                   ("instance", .string(registration.id)))
+                }
+            }
+            _ = wake.wait(timeout: .now() + interval)
+        }
+        do {
+            let final = try connection ?? QueueSession.connect(url: databaseURL, applicationName: "pushd-heartbeat")
+            try store.remove(final, id: registration.id)
+            final.close()
+        } catch {
+            logger.warning("could not remove this instance from pushd.instances; it will show as gone: \(error)",
+                           ("instance", .string(registration.id)))
+        }
+        finished.signal()
+    }
+}

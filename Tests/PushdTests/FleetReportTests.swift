@@ -1,0 +1,97 @@
+import Foundation
+import QueueStore
+import Testing
+@testable import pushd
+
+/// The rules that make `pushd status` exit 1, on plain snapshots.
+@Suite struct FleetReportTests {
+    static func instance(_ host: String, apps: [String] = ["shop"], version: String = "1.0.0", silent: Double = 2,
+                         paused: [String: String] = [:]) -> InstanceRecord {
+        InstanceRecord(registration: InstanceRegistration(host: host, pid: 10, version: version, libcurlVersion: "8.14.1",
+                                                          apps: apps, startedAt: Date(timeIntervalSince1970: 1_700_000_000)),
+                       paused: paused, heartbeatAt: Date(), silentSeconds: silent)
+    }
+
+    static func snapshot(_ instances: [InstanceRecord], lanes: [LaneDepth] = [], campaigns: [ActiveCampaign] = [],
+                         dead: [DeadLetterCount] = []) -> FleetSnapshot {
+        FleetSnapshot(instances: instances, lanes: lanes, campaigns: campaigns, deadLettersLastHour: dead)
+    }
+
+    @Test func twoLiveInstancesWithTheSameAppsAndAServedQueueAreHealthy() {
+        let report = FleetReport(Self.snapshot([Self.instance("a"), Self.instance("b")],
+                                               lanes: [LaneDepth(lane: .transactional, app: "shop", due: 3, scheduled: 1, oldestAge: 0.4)]))
+        #expect(report.problems == [])
+        #expect(report.exitCode == 0)
+        #expect(report.queue.first?.served == true)
+        #expect(report.lines(now: Date()).first?.hasSuffix("HEALTHY") == true)
+    }
+
+    @Test func noLiveInstanceIsDegraded() {
+        let report = FleetReport(Self.snapshot([]))
+        #expect(report.problems == ["no live pushd instance: nothing is being sent"])
+        #expect(report.exitCode == 1)
+    }
+
+    @Test func anInstanceSilentForOverAMinuteIsGoneAndDegrades() {
+        let report = FleetReport(Self.snapshot([Self.instance("a"), Self.instance("b", silent: 61)]))
+        #expect(report.instances.map(\.alive) == [true, false])
+        #expect(report.problems.count == 1)
+        #expect(report.problems.first?.hasPrefix("instance b/10 (1.0.0) has been silent for") == true)
+        #expect(FleetReport(Self.snapshot([Self.instance("a"), Self.instance("b", silent: 59)])).healthy)
+    }
+
+    @Test func differentAppSetsAmongLiveInstancesDegradeButAGoneInstanceDoesNotCount() {
+        let mixed = FleetReport(Self.snapshot([Self.instance("a"), Self.instance("b", apps: ["shop", "news"])]))
+        #expect(mixed.problems == ["instances serve different app sets: [news,shop] on b/10; [shop] on a/10"])
+        let withGone = FleetReport(Self.snapshot([Self.instance("a"), Self.instance("b", apps: ["news"], silent: 120)]))
+        #expect(!withGone.problems.contains { $0.contains("app sets") })
+    }
+
+    @Test func dueWorkOfAnAppNoLiveInstanceServesDegrades() {
+        let campaign = ActiveCampaign(progress: CampaignProgress(id: 4, app: "news", name: "spring", status: .running, targets: 1000,
+                                                                 sent: 100, failed: 0, pruned: 0),
+                                      rateLimit: 50, runningSeconds: 10)
+        let report = FleetReport(Self.snapshot([Self.instance("a")], lanes: [
+            LaneDepth(lane: .transactional, app: "news", due: 5, scheduled: 0, oldestAge: 3),
+            LaneDepth(lane: .transactional, app: "shop", due: 0, scheduled: 9, oldestAge: 0),
+        ], campaigns: [campaign]))
+        #expect(report.problems == ["905 due notification(s) of app news, which no live instance serves, are waiting"])
+        #expect(report.queue.map(\.served) == [false, true])
+        #expect(report.campaigns.first?.averageRate == 10)
+        #expect(report.campaigns.first?.percent == 10)
+    }
+
+    @Test func scheduledJobsOfAnUnservedAppAloneDoNotDegrade() {
+        let report = FleetReport(Self.snapshot([Self.instance("a")], lanes: [
+            LaneDepth(lane: .transactional, app: "news", due: 0, scheduled: 4, oldestAge: 0),
+        ]))
+        #expect(report.healthy)
+    }
+
+    @Test func aPausedAppDegradesAndNamesItsInstanceAndReason() {
+        let report = FleetReport(Self.snapshot([Self.instance("a", paused: ["shop": "InvalidProviderToken"]), Self.instance("b")]))
+        #expect(report.paused == [FleetReport.PausedApp(app: "shop", reason: "InvalidProviderToken", instance: "a/10")])
+        #expect(report.problems == ["app shop is paused on a/10: InvalidProviderToken"])
+    }
+
+    @Test func transactionalJobsDueForOverAMinuteDegrade() {
+        let late = FleetReport(Self.snapshot([Self.instance("a")], lanes: [
+            LaneDepth(lane: .transactional, app: "shop", due: 2, scheduled: 0, oldestAge: 75),
+            LaneDepth(lane: .campaign, app: "shop", due: 20_000, scheduled: 0, oldestAge: 3600),
+        ]))
+        #expect(late.problems == ["transactional jobs of app shop have been due for 1m15s"])
+    }
+
+    @Test func mixedVersionsAndDeadLettersAreNotesNotProblems() {
+        let report = FleetReport(Self.snapshot([Self.instance("a", version: "1.0.0"), Self.instance("b", version: "1.1.0")],
+                                               dead: [DeadLetterCount(app: "shop", reason: "BadTopic", count: 3)]))
+        #expect(report.healthy)
+        #expect(report.notes == ["instances run different versions (1.0.0, 1.1.0): expected during a rolling upgrade only",
+                                 "3 notification(s) dead-lettered in the last hour: see pushd.dead_jobs"])
+        let json = report.jsonObject(now: Date(timeIntervalSince1970: 0))
+        #expect(json["healthy"] as? Bool == true)
+        #expect(json["versions"] as? [String] == ["1.0.0", "1.1.0"])
+        #expect(json["checked_at"] as? String == "1970-01-01T00:00:00Z")
+        #expect(JSONSerialization.isValidJSONObject(json))
+    }
+}
