@@ -594,6 +594,8 @@ extension Migrator {
     /// app registered again after APNs' timestamp are kept, and counted here.
     static let prunedKeptV9 = #"""
     ALTER TABLE pushd.campaigns ADD COLUMN pruned_kept bigint NOT NULL DEFAULT 0;
+    """#
+
     /// Three NOLOGIN group roles that an administrator grants to login roles:
     /// `pushd_enqueue` for applications (insert jobs, register tokens, fan out to a user;
     /// read nothing), `pushd_daemon` for `pushd run` and the campaign and token commands
@@ -686,6 +688,8 @@ extension Migrator {
     REVOKE EXECUTE ON FUNCTION pushd.grant_roles() FROM PUBLIC;
 
     SELECT pushd.grant_roles();
+    """#
+
     /// Each `pushd run` upserts its row every few seconds (`InstanceStore`); `pushd status`
     /// and the fleet gauges read it. Rows are tiny and rewritten often, hence the low
     /// fillfactor (HOT updates) and an autovacuum that runs on a few dead rows.

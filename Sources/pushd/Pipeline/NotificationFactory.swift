@@ -54,7 +54,7 @@ struct NotificationFactory: Sendable {
         // Checked before anything is sent: APNs answers InvalidPushType (or worse, accepts and
         // drops) such a push over a certificate connection, and no retry changes that.
         if authentication == .certificate && !pushType.supportsCertificateAuthentication {
-            throw Rejection(reason: "TokenAuthenticationRequired: APNs accepts \(pushType.rawValue) pushes only with token (JWT) authentication, and this app uses a certificate")
+            throw Rejection(label: "TokenAuthenticationRequired", detail: "APNs accepts \(pushType.rawValue) pushes only with token (JWT) authentication, and this app uses a certificate")
         }
         guard let priority = Priority(rawValue: fields.priority) else {
             throw Rejection(label: "BadPriority", detail: "\(fields.priority) is not 10, 5 or 1")
