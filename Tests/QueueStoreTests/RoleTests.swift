@@ -54,7 +54,7 @@ import Testing
                             "DELETE FROM pushd.jobs",
                             "INSERT INTO pushd.jobs (app, device_token, payload, attempts) VALUES ('shop', '\(Self.shopToken)', '{}', 5)",
                             "UPDATE pushd.device_tokens SET invalidated_at = now()",
-                            "SELECT pushd.lease_campaign_chunk('me', 60)",
+                            "SELECT pushd.lease_campaign_chunk('me', 60, ARRAY['shop'])",
                             "SELECT pushd.grant_roles()"] {
                     #expect(Self.denied(app, sql), "pushd_enqueue may run: \(sql)")
                 }
