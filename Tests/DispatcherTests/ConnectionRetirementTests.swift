@@ -67,6 +67,33 @@ import Testing
         }
     }
 
+    @Test func streamsInFlightOnARetiredConnectionFinishThereBeforeItCloses() async throws {
+        try await withMock { server, port, material in
+            let collector = ResultCollector()
+            let engine = try engine(port: port, material: material, collector: collector)
+            defer { engine.shutdown() }
+            let first = try await sendTogether(0..<5, engine: engine, collector: collector)
+            let old = connections(of: first, in: server)
+            #expect(old.count == 1)
+
+            // Ten requests the mock accepts now and answers in 400 ms, then a 503 at once.
+            try server.setFaults(FaultConfiguration(delayMilliseconds: 400))
+            let slow = try (10..<20).map { try request($0, authorization: nil) }
+            engine.submit(contentsOf: slow.enumerated().map { (request: $0.element.0, tag: UInt64(10 + $0.offset)) })
+            #expect(try await eventually(5) { server.stats.accepted >= 15 })
+            try server.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            #expect(try await engine.send(request(100, authorization: nil).0).response?.status == 503)
+            try server.setFaults(.none)
+
+            let later = try await sendTogether(200..<300, engine: engine, collector: collector)
+            let results = collector.snapshot().results
+            #expect((10..<20).allSatisfy { results[UInt64($0)]?.response?.status == 200 })
+            #expect(connections(of: Set(slow.map(\.1)), in: server) == old)
+            #expect(connections(of: later, in: server).isDisjoint(with: old))
+            #expect(engine.statistics.retried == 0)
+        }
+    }
+
     @Test func afterExpiredProviderTokenTheConnectionTakesNoNewStream() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)

@@ -20,8 +20,9 @@ final class CurlMulti: EpollHandler {
         self.loop = loop
         let me = Unmanaged.passUnretained(self).toOpaque()
         try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, pushd_curl_pipe_multiplex()), "CURLMOPT_PIPELINING")
-        try setConnectionLimit(connectionsPerHost)
-        // Room for the configured connections and one being replaced; more would keep idle ones.
+        try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, connectionsPerHost), "CURLMOPT_MAX_HOST_CONNECTIONS")
+        // Room for the configured connections and one fresh one while a retired connection
+        // whose socket was not known is replaced; more would keep idle ones.
         try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, connectionsPerHost + 1), "CURLMOPT_MAXCONNECTS")
         try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, streamsPerConnection), "CURLMOPT_MAX_CONCURRENT_STREAMS")
         try check(pushd_curl_multi_setopt_socket_cb(multi, curlSocketCallback), "CURLMOPT_SOCKETFUNCTION")
@@ -42,10 +43,6 @@ final class CurlMulti: EpollHandler {
         guard !cleanedUp else { return }
         cleanedUp = true
         curl_multi_cleanup(handle)
-    }
-
-    func setConnectionLimit(_ connections: Int) throws(DispatcherConfigurationError) {
-        try check(pushd_curl_multi_setopt_long(handle, CURLMOPT_MAX_HOST_CONNECTIONS, connections), "CURLMOPT_MAX_HOST_CONNECTIONS")
     }
 
     private func check(_ code: CURLMcode, _ setting: String) throws(DispatcherConfigurationError) {

@@ -1,4 +1,3 @@
-import Glibc
 import Polling
 
 /// A request waiting in, or travelling through, one event loop.
@@ -31,8 +30,4 @@ struct CompletionSink: Sendable {
             onResult(result)
         }
     }
-}
-
-func usleepMilliseconds(_ milliseconds: Int) {
-    usleep(UInt32(milliseconds * 1000))
 }

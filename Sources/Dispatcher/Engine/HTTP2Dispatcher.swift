@@ -1,3 +1,4 @@
+import Glibc
 import Polling
 import Synchronization
 
@@ -145,7 +146,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         guard proceed else { return }
         let deadline = monotonicNanoseconds() + UInt64(max(0, drainTimeoutMilliseconds)) * 1_000_000
         while outstanding > 0, monotonicNanoseconds() < deadline {
-            usleepMilliseconds(2)
+            usleep(2000)
         }
         stopLoops()
     }

@@ -39,7 +39,7 @@ struct PushdConfig: Sendable, Equatable {
         var maxInFlight: Int = 4000
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
-        /// An HTTP/2 PING on connections idle this long; one unanswered for `pingTimeoutMilliseconds` ends its connection.
+        /// TCP keep-alive probes start on a connection idle this long; an idle connection whose probes go unanswered for `pingTimeoutMilliseconds` is closed, not reused (libcurl offers no HTTP/2 PING on idle connections).
         var pingIntervalMilliseconds: Int = 60_000
         var pingTimeoutMilliseconds: Int = 20_000
         /// Age at which a provider token is replaced; APNs refuses tokens over 60 minutes old.
