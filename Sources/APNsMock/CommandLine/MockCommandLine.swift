@@ -31,6 +31,8 @@ public enum MockCommandLine {
     AUTHENTICATION (default: none)
       --provider-key KID:TEAM:FILE    trust this ES256 public key (PEM) for token auth; repeat
       --no-start-at-one-stream        with token auth, announce --max-streams from the start
+      --token-update-window S         answer 429 TooManyProviderTokenUpdates to a token change
+                                      within S seconds of the previous one (default 1200, APNs's rule)
       --client-ca FILE                certificate auth: require a client certificate from this CA
 
     FAULTS (also from --faults FILE, a JSON object with the same names; SIGHUP reloads it)
@@ -76,6 +78,7 @@ public enum MockCommandLine {
         var perToken = false
         var providerKeys: [ProviderKey] = []
         var startAtOne = true
+        var tokenUpdateWindow: Int?
         var clientCA: String?
         var faultsFile: String?
         var faults = FaultConfiguration()
@@ -119,6 +122,7 @@ public enum MockCommandLine {
                 }
                 providerKeys.append(ProviderKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem))
             case "--no-start-at-one-stream": startAtOne = false
+            case "--token-update-window": tokenUpdateWindow = try integer(Int.self)
             case "--client-ca": clientCA = try value()
             case "--faults":
                 let file = try value()
@@ -171,6 +175,12 @@ public enum MockCommandLine {
             configuration.acceptedLogLimit = logLimit
         }
         configuration.countsPerToken = perToken
+        if let tokenUpdateWindow {
+            guard tokenUpdateWindow >= 1 else {
+                throw MockServerError.configuration("--token-update-window must be at least 1 second, got \(tokenUpdateWindow)")
+            }
+            configuration.providerTokenUpdateWindowSeconds = tokenUpdateWindow
+        }
         configuration.faults = try faults.validated()
         if let clientCA {
             configuration.authentication = .certificate(clientCAFile: clientCA)

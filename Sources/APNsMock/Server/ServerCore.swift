@@ -40,8 +40,9 @@ final class ServerCore: Sendable {
             maxConcurrentStreams: configuration.maxConcurrentStreams,
             validator: APNsRequestValidator(
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
-            tokenVerifier: verifier, startAtOneStream: startAtOne, certificateMode: clientCA != nil,
-            logsAccepted: configuration.logsAccepted)
+            tokenVerifier: verifier, startAtOneStream: startAtOne,
+            providerTokenUpdateWindowSeconds: Int64(configuration.providerTokenUpdateWindowSeconds),
+            certificateMode: clientCA != nil, logsAccepted: configuration.logsAccepted)
     }
 
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }

@@ -38,9 +38,15 @@ final class Pipeline: @unchecked Sendable {
             guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
             return (ProviderTokenService.Key(keyID: keyID, teamID: teamID), app.name)
         }, uniquingKeysWith: { first, _ in first })
+        let policy: ProviderTokenPolicy
+        do {
+            policy = try ProviderTokenPolicy(refreshSeconds: Int64(config.apns.providerTokenRefreshSeconds),
+                                             updateWindowSeconds: Int64(config.apns.providerTokenUpdateWindowSeconds))
+        } catch {
+            throw SetupError(description: "apns.provider_token_refresh_s: \(error)")
+        }
         tokens = ProviderTokenService(
-            databaseURL: config.databaseURL, instance: instance, signers: signers,
-            refreshAge: Int64(config.apns.providerTokenRefreshSeconds), logger: logger,
+            databaseURL: config.databaseURL, instance: instance, signers: signers, policy: policy, logger: logger,
             onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
             onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
 
