@@ -43,6 +43,7 @@ public struct PushdMetrics: Sendable {
     // Database and process
     public let databaseErrors: CounterFamily
     public let buildInfo: GaugeFamily
+    public let apnsConnectionRetirements: CounterFamily
 
     /// Registers the catalog (and the standard process metrics) in `registry` and sets
     /// `pushd_build_info{version}` to 1.
@@ -147,6 +148,10 @@ public struct PushdMetrics: Sendable {
             help: "Always 1; the version label says which pushd build is running.",
             labels: ["version"])
         buildInfo.bound([version]).set(1)
+        apnsConnectionRetirements = try registry.counter(
+            "pushd_apns_connection_retirements_total",
+            help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503) and GOAWAY.",
+            labels: ["app", "environment", "reason"])
 
         try ProcessMetrics.register(in: registry)
     }
@@ -219,5 +224,9 @@ public struct PushdMetrics: Sendable {
 
     public func databaseError(reason: String) -> Counter {
         databaseErrors.bound([reason])
+    }
+
+    public func connectionRetirement(app: String, environment: String, reason: String) -> Counter {
+        apnsConnectionRetirements.bound([app, environment, reason])
     }
 }

@@ -59,10 +59,14 @@ final class Pipeline: @unchecked Sendable {
             let transactional: HTTP2Dispatcher
             let campaign: HTTP2Dispatcher
             do {
-                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics)
+                let retirements = ConnectionRetirementReporter(app: app.name, environment: app.environment.rawValue,
+                                                               metrics: metrics, logger: logger)
+                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics,
+                                                         retirements: retirements)
                 let configuration = Self.dispatcherConfiguration(for: app, config: config)
-                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
-                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
+                let onResult: HTTP2Dispatcher.ResultHandler = { retirements.observe($0); router.deliver($0) }
+                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: onResult)
+                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: onResult)
             } catch {
                 throw SetupError(description: "app \(app.name): \(error)")
             }
