@@ -207,10 +207,10 @@ import Testing
 }
 
 @Suite struct ProviderTokenCacheTests {
-    static func makeCache(reuse: Int64 = 3000, minimum: Int64 = 1200) throws -> ProviderTokenCache {
+    static func makeCache(refresh: Int64 = 3000) throws -> ProviderTokenCache {
         let generated = try TestSupport.generateKey()
         return ProviderTokenCache(key: try SigningKey(pem: generated.privatePEM, keyID: "ABC123DEFG", teamID: "DEF123GHIJ"),
-                                  reuseSeconds: reuse, minimumReissueSeconds: minimum)
+                                  policy: try ProviderTokenPolicy(refreshSeconds: refresh))
     }
 
     @Test func sameTokenUntilFiftyMinutesOld() throws {
@@ -224,12 +224,12 @@ import Testing
         #expect(cache.mintCount == 2)
     }
 
-    @Test func neverMintsWithinTwentyMinutesEvenIfReuseIsShorter() throws {
-        let cache = try Self.makeCache(reuse: 60)
+    @Test func theShortestRefreshStillKeepsATokenBeyondTwentyMinutes() throws {
+        let cache = try Self.makeCache(refresh: 1200)
         let t0: Int64 = 1_700_000_000
         let first = try cache.token(now: t0)
-        #expect(try cache.token(now: t0 + 1199) == first)
-        #expect(try cache.token(now: t0 + 1200) != first)
+        #expect(try cache.token(now: t0 + 1200) == first)
+        #expect(try cache.token(now: t0 + 1201) != first)
     }
 
     @Test func expiredProviderTokenForcesAMintOnlyForAnOldCurrentToken() throws {
@@ -258,16 +258,6 @@ import Testing
         let minted = try cache.token(now: 1_700_000_000)
         #expect(try ProviderToken(jwt: minted.jwt) == minted)
         #expect(throws: ProviderTokenDecodingError.self) { try ProviderToken(jwt: "x.y.z") }
-    }
-
-    @Test func adoptsNewerTokensFromElsewhere() throws {
-        let cache = try Self.makeCache()
-        let mine = try cache.token(now: 1000)
-        cache.adopt(ProviderToken(jwt: "older", keyID: mine.keyID, teamID: mine.teamID, issuedAt: 900))
-        #expect(cache.current == mine)
-        let newer = ProviderToken(jwt: "newer", keyID: mine.keyID, teamID: mine.teamID, issuedAt: 1100)
-        cache.adopt(newer)
-        #expect(try cache.token(now: 1200) == newer)
     }
 
     @Test func manyThreadsGetOneToken() async throws {

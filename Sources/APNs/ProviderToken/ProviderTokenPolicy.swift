@@ -28,6 +28,14 @@ public struct ProviderTokenPolicy: Sendable, Equatable {
     public let refreshSeconds: Int64
     public let updateWindowSeconds: Int64
 
+    /// APNs's rules with the default refresh of 50 minutes.
+    public static let apns = ProviderTokenPolicy(checkedRefreshSeconds: defaultRefreshSeconds, updateWindowSeconds: apnsUpdateWindowSeconds)
+
+    private init(checkedRefreshSeconds: Int64, updateWindowSeconds: Int64) {
+        refreshSeconds = checkedRefreshSeconds
+        self.updateWindowSeconds = updateWindowSeconds
+    }
+
     /// The refresh settings accepted with `updateWindowSeconds` (1,200–3,300 with APNs's window).
     public static func refreshRange(updateWindowSeconds: Int64 = apnsUpdateWindowSeconds) -> ClosedRange<Int64> {
         updateWindowSeconds...latestRefreshSeconds

@@ -33,7 +33,7 @@ final class ServerCore: Sendable {
                     throw .configuration("provider key \(key.keyID) (team \(key.teamID)): \(error)")
                 }
             }
-            verifier = ProviderTokenVerifier(keys: trusted)
+            verifier = ProviderTokenVerifier(keys: trusted, maximumAgeSeconds: Int64(configuration.providerTokenMaximumAgeSeconds))
             startAtOne = startAtOneStream
         }
         settings = LogicSettings(
