@@ -1,5 +1,6 @@
 import APNsMock
 import Foundation
+import Glibc
 import Metrics
 import PushdTestSupport
 import Testing
@@ -63,6 +64,29 @@ import Testing
             let line = text.split(separator: "\n").first { $0.hasPrefix("pushd_apns_connection_retirements_total{app=\"shop\",environment=\"sandbox\",reason=\"GOAWAY\"}") }
             let count = line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
             #expect(count >= 1, "\(text.split(separator: "\n").filter { $0.contains("retire") || $0.contains("connection_errors") })")
+        }
+    }
+
+    @Test func shutdownAnswersAreLoggedOnceByTheRunningDaemonAndItsJobsDeliveredAfterwards() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(shutdownRate: 1))
+            let connection = try database.connect()
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: log)
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, 20) g
+                """)
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.rejected("Shutdown") >= 40 })
+            try harness.mock.setFaults(.none)
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            kill(process.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(process, seconds: 15))
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let lines = text.split(separator: "\n").filter { $0.contains("\"reason\":\"Shutdown\"") && $0.contains("no new stream") }
+            #expect(lines.count == 1, "\(text)")
+            #expect(harness.mock.stats.accepted == 20)
         }
     }
 }

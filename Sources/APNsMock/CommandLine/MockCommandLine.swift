@@ -43,6 +43,7 @@ public enum MockCommandLine {
       --rate-429 R, --rate-500 R, --rate-503 R
                                       share (0…1) answered TooManyRequests / InternalServerError /
                                       ServiceUnavailable
+      --rate-shutdown R               share (0…1) answered 503 Shutdown
       --goaway-after-streams N        GOAWAY once a connection has begun N streams
       --goaway-after-seconds S        GOAWAY S seconds after a connection starts
       --reset-after-streams N         TCP reset when a connection completes N streams
@@ -142,6 +143,7 @@ public enum MockCommandLine {
             case "--rate-429": faults.tooManyRequestsRate = try rate()
             case "--rate-500": faults.internalServerErrorRate = try rate()
             case "--rate-503": faults.serviceUnavailableRate = try rate()
+            case "--rate-shutdown": faults.shutdownRate = try rate()
             case "--goaway-after-streams": faults.goawayAfterStreams = try integer(Int.self)
             case "--goaway-after-seconds":
                 let text = try value()

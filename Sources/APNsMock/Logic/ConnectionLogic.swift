@@ -82,12 +82,14 @@ struct ConnectionLogic {
         if faults.tokensNotForTopic.contains(token) { return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token) }
 
         let errorRates = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate
+            + faults.shutdownRate
         let roll = errorRates > 0 ? random.nextUnit() : 1
         if roll < faults.tooManyRequestsRate { return reject(429, .tooManyRequests, apnsID: apnsID, token: token) }
         if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate {
             return reject(500, .internalServerError, apnsID: apnsID, token: token)
         }
-        if roll < errorRates { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
+        if roll < errorRates - faults.shutdownRate { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
+        if roll < errorRates { return reject(503, .shutdown, apnsID: apnsID, token: token) }
 
         var answer = Answer(status: 200, apnsID: apnsID, token: token)
         if settings.logsAccepted {
