@@ -15,6 +15,16 @@ struct FaultTests {
         }
     }
 
+    @Test func shutdownRateAnswers503Shutdown() throws {
+        try withMockServer({ $0.faults.shutdownRate = 1 }) { server, port in
+            let response = try H2Client.send(.push(token: deviceToken(0x503)), port: port)
+            #expect(response.status == 503)
+            #expect(response.reason == "Shutdown")
+            #expect(server.stats.rejected == ["503 Shutdown": 1])
+        }
+        #expect(throws: MockServerError.self) { try FaultConfiguration(serviceUnavailableRate: 0.6, shutdownRate: 0.6).validated() }
+    }
+
     @Test func badDeviceTokenAndNotForTopicFaultsAnswer400() throws {
         let bad = deviceToken(0xbad)
         let other = deviceToken(0x70c)

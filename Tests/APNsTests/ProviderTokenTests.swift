@@ -207,10 +207,10 @@ import Testing
 }
 
 @Suite struct ProviderTokenCacheTests {
-    static func makeCache(reuse: Int64 = 3000, minimum: Int64 = 1200) throws -> ProviderTokenCache {
+    static func makeCache(refresh: Int64 = 3000) throws -> ProviderTokenCache {
         let generated = try TestSupport.generateKey()
         return ProviderTokenCache(key: try SigningKey(pem: generated.privatePEM, keyID: "ABC123DEFG", teamID: "DEF123GHIJ"),
-                                  reuseSeconds: reuse, minimumReissueSeconds: minimum)
+                                  policy: try ProviderTokenPolicy(refreshSeconds: refresh))
     }
 
     @Test func sameTokenUntilFiftyMinutesOld() throws {
@@ -224,12 +224,12 @@ import Testing
         #expect(cache.mintCount == 2)
     }
 
-    @Test func neverMintsWithinTwentyMinutesEvenIfReuseIsShorter() throws {
-        let cache = try Self.makeCache(reuse: 60)
+    @Test func theShortestRefreshStillKeepsATokenBeyondTwentyMinutes() throws {
+        let cache = try Self.makeCache(refresh: 1200)
         let t0: Int64 = 1_700_000_000
         let first = try cache.token(now: t0)
-        #expect(try cache.token(now: t0 + 1199) == first)
-        #expect(try cache.token(now: t0 + 1200) != first)
+        #expect(try cache.token(now: t0 + 1200) == first)
+        #expect(try cache.token(now: t0 + 1201) != first)
     }
 
     @Test func expiredProviderTokenForcesAMintOnlyForAnOldCurrentToken() throws {
@@ -260,16 +260,6 @@ import Testing
         #expect(throws: ProviderTokenDecodingError.self) { try ProviderToken(jwt: "x.y.z") }
     }
 
-    @Test func adoptsNewerTokensFromElsewhere() throws {
-        let cache = try Self.makeCache()
-        let mine = try cache.token(now: 1000)
-        cache.adopt(ProviderToken(jwt: "older", keyID: mine.keyID, teamID: mine.teamID, issuedAt: 900))
-        #expect(cache.current == mine)
-        let newer = ProviderToken(jwt: "newer", keyID: mine.keyID, teamID: mine.teamID, issuedAt: 1100)
-        cache.adopt(newer)
-        #expect(try cache.token(now: 1200) == newer)
-    }
-
     @Test func manyThreadsGetOneToken() async throws {
         let cache = try Self.makeCache()
         let tokens = try await withThrowingTaskGroup(of: String.self) { group in
@@ -280,5 +270,86 @@ import Testing
         }
         #expect(tokens.count == 1)
         #expect(cache.mintCount == 1)
+    }
+}
+
+/// `ProviderTokenPolicy` over hours of simulated time.
+@Suite struct ProviderTokenPolicyTests {
+    static let t0: Int64 = 1_800_000_000
+
+    private func held(issuedAt: Int64, adoptedAt: Int64? = nil) -> ProviderTokenPolicy.Held {
+        ProviderTokenPolicy.Held(jwt: "jwt-\(issuedAt)", issuedAt: issuedAt, adoptedAt: adoptedAt ?? issuedAt)
+    }
+
+    @Test func refreshSettingsOutsideTwentyToFiftyFiveMinutesAreRefusedWithTheRange() throws {
+        for refresh: Int64 in [0, 60, 1199, 3301, 3600, 7200] {
+            #expect(throws: ProviderTokenPolicyError.refreshOutOfRange(refresh, 1200...3300)) {
+                try ProviderTokenPolicy(refreshSeconds: refresh)
+            }
+        }
+        for refresh: Int64 in [1200, 3000, 3300] { _ = try ProviderTokenPolicy(refreshSeconds: refresh) }
+        #expect(try ProviderTokenPolicy().refreshSeconds == 3000)
+        #expect("\(ProviderTokenPolicyError.refreshOutOfRange(60, 1200...3300))".contains("outside 1200–3300 s"))
+        #expect(throws: ProviderTokenPolicyError.updateWindowOutOfRange(1201)) {
+            try ProviderTokenPolicy(refreshSeconds: 3000, updateWindowSeconds: 1201)
+        }
+    }
+
+    @Test func aTokenIsReplacedAtTheRefreshAgeAndNotBefore() throws {
+        let policy = try ProviderTokenPolicy(refreshSeconds: 3000)
+        #expect(policy.isDue(nil, now: Self.t0))
+        let token = held(issuedAt: Self.t0)
+        #expect(!policy.isDue(token, now: Self.t0 + 2999))
+        #expect(policy.isDue(token, now: Self.t0 + 3000))
+    }
+
+    @Test func aTokenTakenOverIsHeldForTheWindowBeyondItsRefreshAge() throws {
+        let policy = try ProviderTokenPolicy(refreshSeconds: 1200)
+        // Minted elsewhere at t0, taken over at t0 + 1000.
+        let token = held(issuedAt: Self.t0, adoptedAt: Self.t0 + 1000)
+        #expect(!policy.isDue(token, now: Self.t0 + 1200))
+        #expect(!policy.isDue(token, now: Self.t0 + 2200))
+        #expect(policy.isDue(token, now: Self.t0 + 2201))
+    }
+
+    @Test func onlyTokensThatCanBeHeldForTheWindowBeforeTheHourAreTakenOver() throws {
+        let policy = try ProviderTokenPolicy(refreshSeconds: 3300)
+        // 3600 − 300 of margin − 1200 of hold.
+        #expect(policy.adoptableAgeSeconds == 2100)
+        #expect(policy.mayAdopt(issuedAt: Self.t0 - 2099, now: Self.t0))
+        #expect(!policy.mayAdopt(issuedAt: Self.t0 - 2100, now: Self.t0))
+        #expect(!policy.mayAdopt(issuedAt: Self.t0 + 301, now: Self.t0), "an iat in the future")
+        #expect(try ProviderTokenPolicy(refreshSeconds: 1500).adoptableAgeSeconds == 1500)
+    }
+
+    @Test func expiredProviderTokenReplacesOnlyOutsideTheWindow() throws {
+        let policy = try ProviderTokenPolicy()
+        let token = held(issuedAt: Self.t0, adoptedAt: Self.t0 + 100)
+        #expect(!policy.mayReplaceAfterExpired(token, now: Self.t0 + 1300))
+        #expect(policy.mayReplaceAfterExpired(token, now: Self.t0 + 1301))
+    }
+
+    /// One holder sending every minute for six hours, taking over whatever a fleet shares:
+    /// its token never changes twice within the window and is never sent older than 55 minutes.
+    @Test func overSixHoursNoChangeComesWithinTheWindowAndNoTokenIsSentExpired() throws {
+        for refresh: Int64 in [1200, 2000, 3000, 3300] {
+            let policy = try ProviderTokenPolicy(refreshSeconds: refresh)
+            var current: ProviderTokenPolicy.Held?
+            var lastChange: Int64?
+            // The fleet's shared token, minted by another instance every `refresh` seconds
+            // starting 17 minutes before this holder's first send.
+            func shared(at now: Int64) -> Int64 { now - ((now - (Self.t0 - 1020)) % refresh) }
+            for now in stride(from: Self.t0, to: Self.t0 + 6 * 3600, by: 60) {
+                if policy.isDue(current, now: now) {
+                    let offered = shared(at: now)
+                    let issuedAt = policy.mayAdopt(issuedAt: offered, now: now) && offered != current?.issuedAt ? offered : now
+                    if current != nil, let lastChange { #expect(now - lastChange > policy.updateWindowSeconds) }
+                    if current != nil { lastChange = now }
+                    current = ProviderTokenPolicy.Held(jwt: "\(issuedAt)", issuedAt: issuedAt, adoptedAt: now)
+                }
+                let age = now - current!.issuedAt
+                #expect(age < 3300, "refresh \(refresh): token \(age) s old at \(now - Self.t0)")
+            }
+        }
     }
 }

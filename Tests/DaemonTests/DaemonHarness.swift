@@ -24,7 +24,7 @@ final class DaemonHarness: @unchecked Sendable {
 
     /// - Parameter trustedKeyPEM: the public key the mock trusts for `keyID`; nil trusts pushd's own.
     init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
-         maxStreams: Int = 1000) throws {
+         maxStreams: Int = 1000, providerTokenUpdateWindowSeconds: Int = 1200) throws {
         self.database = database
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-daemon-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -47,6 +47,7 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.logsAccepted = true
         configuration.countsPerToken = true
         configuration.faults = faults
+        configuration.providerTokenUpdateWindowSeconds = providerTokenUpdateWindowSeconds
         mock = try APNsMockServer(configuration: configuration)
         mockPort = try mock.start()
         configuration.port = mockPort

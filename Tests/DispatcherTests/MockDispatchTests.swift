@@ -235,14 +235,17 @@ import Testing
     @Test func expiredProviderTokenMintsANewTokenThatIsThenAccepted() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
+            // A server whose tokens expire after 2 s, and a cache whose update window is 1 s:
+            // the token the cache holds is stale to the server three seconds later.
+            configuration.providerTokenMaximumAgeSeconds = 2
         }) { _, port, material in
-            // A cache that keeps its token for a day, so the stale one below is really sent.
-            let cache = ProviderTokenCache(key: try material.signingKey(), reuseSeconds: 86_400)
+            let cache = ProviderTokenCache(key: try material.signingKey(),
+                                           policy: try ProviderTokenPolicy(refreshSeconds: 3300, updateWindowSeconds: 1))
             let client = try APNsClient(environment: .sandbox, authentication: .token(cache), port: port, hostOverride: "127.0.0.1",
                                         tune: mockTuning(material, threads: 1))
             defer { client.shutdown() }
-            let stale = try ProviderTokenSigner(key: material.signingKey()).makeToken(issuedAt: ProviderTokenCache.currentEpochSeconds() - 3700)
-            cache.adopt(stale)
+            let stale = try cache.token()
+            try await Task.sleep(for: .seconds(3))
             let rejected = try await client.send(notification(1))
             #expect(rejected.response?.reason == .expiredProviderToken)
             #expect(rejected.action == .refreshProviderTokenThenRetry)

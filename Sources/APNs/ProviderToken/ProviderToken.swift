@@ -15,7 +15,7 @@ public struct ProviderToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Reads kid, iss and iat back out of a token minted elsewhere (another instance, via the
-    /// shared store), so it can be handed to `ProviderTokenCache.adopt`.
+    /// shared store).
     public init(jwt: String) throws(ProviderTokenDecodingError) {
         let decoded = try DecodedProviderToken(jwt: jwt)
         guard decoded.algorithm == "ES256" else { throw .malformed("the algorithm is \(decoded.algorithm), not ES256") }

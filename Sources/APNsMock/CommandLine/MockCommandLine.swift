@@ -31,6 +31,8 @@ public enum MockCommandLine {
     AUTHENTICATION (default: none)
       --provider-key KID:TEAM:FILE    trust this ES256 public key (PEM) for token auth; repeat
       --no-start-at-one-stream        with token auth, announce --max-streams from the start
+      --token-update-window S         answer 429 TooManyProviderTokenUpdates to a token change
+                                      within S seconds of the previous one (default 1200, APNs's rule)
       --client-ca FILE                certificate auth: require a client certificate from this CA
 
     FAULTS (also from --faults FILE, a JSON object with the same names; SIGHUP reloads it)
@@ -41,6 +43,7 @@ public enum MockCommandLine {
       --rate-429 R, --rate-500 R, --rate-503 R
                                       share (0…1) answered TooManyRequests / InternalServerError /
                                       ServiceUnavailable
+      --rate-shutdown R               share (0…1) answered 503 Shutdown
       --goaway-after-streams N        GOAWAY once a connection has begun N streams
       --goaway-after-seconds S        GOAWAY S seconds after a connection starts
       --reset-after-streams N         TCP reset when a connection completes N streams
@@ -76,6 +79,7 @@ public enum MockCommandLine {
         var perToken = false
         var providerKeys: [ProviderKey] = []
         var startAtOne = true
+        var tokenUpdateWindow: Int?
         var clientCA: String?
         var faultsFile: String?
         var faults = FaultConfiguration()
@@ -119,6 +123,7 @@ public enum MockCommandLine {
                 }
                 providerKeys.append(ProviderKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem))
             case "--no-start-at-one-stream": startAtOne = false
+            case "--token-update-window": tokenUpdateWindow = try integer(Int.self)
             case "--client-ca": clientCA = try value()
             case "--faults":
                 let file = try value()
@@ -138,6 +143,7 @@ public enum MockCommandLine {
             case "--rate-429": faults.tooManyRequestsRate = try rate()
             case "--rate-500": faults.internalServerErrorRate = try rate()
             case "--rate-503": faults.serviceUnavailableRate = try rate()
+            case "--rate-shutdown": faults.shutdownRate = try rate()
             case "--goaway-after-streams": faults.goawayAfterStreams = try integer(Int.self)
             case "--goaway-after-seconds":
                 let text = try value()
@@ -171,6 +177,12 @@ public enum MockCommandLine {
             configuration.acceptedLogLimit = logLimit
         }
         configuration.countsPerToken = perToken
+        if let tokenUpdateWindow {
+            guard tokenUpdateWindow >= 1 else {
+                throw MockServerError.configuration("--token-update-window must be at least 1 second, got \(tokenUpdateWindow)")
+            }
+            configuration.providerTokenUpdateWindowSeconds = tokenUpdateWindow
+        }
         configuration.faults = try faults.validated()
         if let clientCA {
             configuration.authentication = .certificate(clientCAFile: clientCA)

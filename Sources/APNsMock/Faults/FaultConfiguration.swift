@@ -35,6 +35,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// Leave clients' HTTP/2 PINGs unanswered on connections opened from now on, as a dead
     /// path would.
     public var ignorePings: Bool
+    /// Share answered 503 Shutdown (0…1), as a server about to go away answers.
+    public var shutdownRate: Double
 
     public init(
         unregisteredTokens: [String: Int64] = [:],
@@ -50,7 +52,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         delayMilliseconds: Int = 0,
         randomDelayMilliseconds: Int = 0,
         lowerConcurrencyAfterError: Bool = false,
-        ignorePings: Bool = false
+        ignorePings: Bool = false,
+        shutdownRate: Double = 0
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -66,6 +69,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.randomDelayMilliseconds = randomDelayMilliseconds
         self.lowerConcurrencyAfterError = lowerConcurrencyAfterError
         self.ignorePings = ignorePings
+        self.shutdownRate = shutdownRate
     }
 
     /// No faults: every valid request is accepted at once.
@@ -81,13 +85,13 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
         let rates: [(String, Double)] = [
             ("tooManyRequestsRate", tooManyRequestsRate), ("internalServerErrorRate", internalServerErrorRate),
-            ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate),
+            ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate), ("shutdownRate", shutdownRate),
         ]
         for (name, value) in rates where !(0...1).contains(value) {
             throw .configuration("fault \(name) must be between 0 and 1, got \(value)")
         }
-        if tooManyRequestsRate + internalServerErrorRate + serviceUnavailableRate > 1 {
-            throw .configuration("faults tooManyRequestsRate + internalServerErrorRate + serviceUnavailableRate must not exceed 1")
+        if tooManyRequestsRate + internalServerErrorRate + serviceUnavailableRate + shutdownRate > 1 {
+            throw .configuration("faults tooManyRequestsRate + internalServerErrorRate + serviceUnavailableRate + shutdownRate must not exceed 1")
         }
         if let goawayAfterStreams, goawayAfterStreams < 1 {
             throw .configuration("fault goawayAfterStreams must be at least 1, got \(goawayAfterStreams)")
@@ -107,7 +111,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     private enum CodingKeys: String, CodingKey {
         case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tooManyRequestsRate, internalServerErrorRate
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
-        case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings
+        case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
     }
 
     public init(from decoder: any Decoder) throws {
@@ -126,6 +130,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds) ?? 0,
             randomDelayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .randomDelayMilliseconds) ?? 0,
             lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,
-            ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false)
+            ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false,
+            shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0)
     }
 }

@@ -11,7 +11,7 @@ struct ConnectionLogic {
     private(set) var completedStreams = 0
     private(set) var concurrencyLowered = false
     private(set) var hasValidToken = false
-    private(set) var tokens = ProviderTokenState()
+    private(set) var tokens: ProviderTokenState
     private(set) var random: SplitMix64
     private var announcedMaxStreams: Int
 
@@ -19,6 +19,7 @@ struct ConnectionLogic {
         self.connectionID = connectionID
         self.settings = settings
         self.random = SplitMix64(seed: seed)
+        tokens = ProviderTokenState(updateWindowSeconds: settings.providerTokenUpdateWindowSeconds)
         announcedMaxStreams = settings.tokenVerifier != nil && settings.startAtOneStream ? 1 : settings.maxConcurrentStreams
     }
 
@@ -81,12 +82,14 @@ struct ConnectionLogic {
         if faults.tokensNotForTopic.contains(token) { return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token) }
 
         let errorRates = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate
+            + faults.shutdownRate
         let roll = errorRates > 0 ? random.nextUnit() : 1
         if roll < faults.tooManyRequestsRate { return reject(429, .tooManyRequests, apnsID: apnsID, token: token) }
         if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate {
             return reject(500, .internalServerError, apnsID: apnsID, token: token)
         }
-        if roll < errorRates { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
+        if roll < errorRates - faults.shutdownRate { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
+        if roll < errorRates { return reject(503, .shutdown, apnsID: apnsID, token: token) }
 
         var answer = Answer(status: 200, apnsID: apnsID, token: token)
         if settings.logsAccepted {
@@ -115,6 +118,8 @@ struct LogicSettings: Sendable {
     /// Set in token-auth mode.
     var tokenVerifier: ProviderTokenVerifier?
     var startAtOneStream: Bool
+    /// TooManyProviderTokenUpdates window: APNs's 20 minutes unless a test shortens it.
+    var providerTokenUpdateWindowSeconds: Int64 = ProviderTokenState.apnsUpdateWindowSeconds
     /// Certificate-auth mode, where location and Live Activity pushes are refused.
     var certificateMode: Bool = false
     var logsAccepted: Bool

@@ -1,8 +1,14 @@
 import APNs
 
 /// One connection's provider-token state, as APNs keeps it: the token in use, when it was
-/// adopted, and the verdict on every distinct token seen, so each signature is checked once
-/// per connection rather than per request.
+/// issued, when the connection last changed tokens, and the verdict on every distinct token
+/// seen, so each signature is checked once per connection rather than per request.
+///
+/// APNs answers TooManyProviderTokenUpdates to a token change less than 20 minutes (the
+/// update window) after the previous change. A change is a switch to another token on the
+/// connection or the creation of the token in use: a connection's first token is free, but
+/// switching from it within the window of either its `iat` or the connection's last switch
+/// is refused. Replacing an expired token is always allowed.
 struct ProviderTokenState {
     enum Outcome: Equatable {
         /// Accepted; `first` is true for the connection's first valid token.
@@ -16,16 +22,22 @@ struct ProviderTokenState {
     }
 
     /// APNs refuses a token change within this many seconds of the previous one.
-    static let minimumSecondsBetweenUpdates: Int64 = 20 * 60
+    static let apnsUpdateWindowSeconds: Int64 = 20 * 60
     /// Distinct tokens remembered per connection; a client cycling through more is misbehaving
     /// and simply pays for verification again.
     static let cacheLimit = 64
 
+    /// Shorter than APNs's 20 minutes only so that tests see the rule in seconds.
+    let updateWindowSeconds: Int64
     private var current: String?
     private var currentIssuedAt: Int64 = 0
-    private var currentSince: Int64 = 0
+    private var lastSwitchAt: Int64?
     private var verdicts: [String: Verdict] = [:]
     private(set) var signatureChecks = 0
+
+    init(updateWindowSeconds: Int64 = Self.apnsUpdateWindowSeconds) {
+        self.updateWindowSeconds = updateWindowSeconds
+    }
 
     mutating func authorize(_ authorization: String?, now: Int64, verifier: ProviderTokenVerifier) -> Outcome {
         guard let authorization, !authorization.isEmpty else { return .rejected(status: 403, reason: .missingProviderToken) }
@@ -42,14 +54,15 @@ struct ProviderTokenState {
             if now - issuedAt > maximumAge { return .rejected(status: 403, reason: .expiredProviderToken) }
             if current != nil {
                 let currentExpired = now - currentIssuedAt > maximumAge
-                if !currentExpired && now - currentSince < Self.minimumSecondsBetweenUpdates {
+                let previousChange = max(currentIssuedAt, lastSwitchAt ?? currentIssuedAt)
+                if !currentExpired && now - previousChange < updateWindowSeconds {
                     return .rejected(status: 429, reason: .tooManyProviderTokenUpdates)
                 }
+                lastSwitchAt = now
             }
             let first = current == nil
             current = authorization
             currentIssuedAt = issuedAt
-            currentSince = now
             return .accepted(first: first)
         }
     }

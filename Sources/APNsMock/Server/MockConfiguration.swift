@@ -45,6 +45,12 @@ public struct MockConfiguration: Sendable {
     /// The accepted log keeps the first this many entries and counts the rest
     /// (`MockStats.acceptedNotLogged`): a long load test must not grow without bound.
     public var acceptedLogLimit: Int = 2_000_000
+    /// A provider token changed on a connection sooner than this after the previous change is
+    /// answered 429 TooManyProviderTokenUpdates. APNs's rule is 20 minutes; tests shorten it.
+    public var providerTokenUpdateWindowSeconds: Int = 20 * 60
+    /// Tokens whose `iat` is older than this are answered 403 ExpiredProviderToken. APNs's
+    /// rule is an hour; tests shorten it to see the answer without waiting.
+    public var providerTokenMaximumAgeSeconds: Int = 60 * 60
     /// Connections that have not completed TLS within this time are closed.
     public var handshakeTimeoutMilliseconds: Int = 10_000
     /// Port of the plain-HTTP control endpoint on 127.0.0.1 (0 picks one); nil disables it.
@@ -61,6 +67,12 @@ public struct MockConfiguration: Sendable {
         }
         if loopThreads < 1 || loopThreads > 64 {
             throw .configuration("loopThreads must be between 1 and 64, got \(loopThreads)")
+        }
+        if providerTokenUpdateWindowSeconds < 1 {
+            throw .configuration("providerTokenUpdateWindowSeconds must be at least 1, got \(providerTokenUpdateWindowSeconds)")
+        }
+        if providerTokenMaximumAgeSeconds < 1 {
+            throw .configuration("providerTokenMaximumAgeSeconds must be at least 1, got \(providerTokenMaximumAgeSeconds)")
         }
         if handshakeTimeoutMilliseconds < 1 {
             throw .configuration("handshakeTimeoutMilliseconds must be positive, got \(handshakeTimeoutMilliseconds)")

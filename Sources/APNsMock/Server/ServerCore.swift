@@ -33,15 +33,16 @@ final class ServerCore: Sendable {
                     throw .configuration("provider key \(key.keyID) (team \(key.teamID)): \(error)")
                 }
             }
-            verifier = ProviderTokenVerifier(keys: trusted)
+            verifier = ProviderTokenVerifier(keys: trusted, maximumAgeSeconds: Int64(configuration.providerTokenMaximumAgeSeconds))
             startAtOne = startAtOneStream
         }
         settings = LogicSettings(
             maxConcurrentStreams: configuration.maxConcurrentStreams,
             validator: APNsRequestValidator(
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
-            tokenVerifier: verifier, startAtOneStream: startAtOne, certificateMode: clientCA != nil,
-            logsAccepted: configuration.logsAccepted)
+            tokenVerifier: verifier, startAtOneStream: startAtOne,
+            providerTokenUpdateWindowSeconds: Int64(configuration.providerTokenUpdateWindowSeconds),
+            certificateMode: clientCA != nil, logsAccepted: configuration.logsAccepted)
     }
 
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }

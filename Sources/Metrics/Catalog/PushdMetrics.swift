@@ -47,6 +47,7 @@ public struct PushdMetrics: Sendable {
     // Database and process
     public let databaseErrors: CounterFamily
     public let buildInfo: GaugeFamily
+    public let apnsConnectionRetirements: CounterFamily
 
     // Fleet (from pushd.instances, the same on every instance)
     public let fleetInstances: CallbackFamily
@@ -172,6 +173,10 @@ public struct PushdMetrics: Sendable {
             help: "Always 1; the version label says which pushd build is running.",
             labels: ["version"])
         buildInfo.bound([version]).set(1)
+        apnsConnectionRetirements = try registry.counter(
+            "pushd_apns_connection_retirements_total",
+            help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503) and GOAWAY.",
+            labels: ["app", "environment", "reason"])
 
         fleetInstances = try registry.callbackGauge(
             "pushd_fleet_instances",
@@ -263,5 +268,9 @@ public struct PushdMetrics: Sendable {
 
     public func databaseError(reason: String) -> Counter {
         databaseErrors.bound([reason])
+    }
+
+    public func connectionRetirement(app: String, environment: String, reason: String) -> Counter {
+        apnsConnectionRetirements.bound([app, environment, reason])
     }
 }

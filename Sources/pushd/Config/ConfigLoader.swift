@@ -1,3 +1,4 @@
+import APNs
 import Foundation
 
 /// Turns the YAML configuration file into a `PushdConfig`, applying environment
@@ -76,9 +77,16 @@ enum ConfigLoader {
         config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)
         config.apns.pingIntervalMilliseconds = apns.int("ping_interval_ms", default: config.apns.pingIntervalMilliseconds, range: 100...3_600_000)
         config.apns.pingTimeoutMilliseconds = apns.int("ping_timeout_ms", default: config.apns.pingTimeoutMilliseconds, range: 100...600_000)
-        config.apns.providerTokenRefreshSeconds = apns.int("provider_token_refresh_s", default: config.apns.providerTokenRefreshSeconds, range: 60...7200)
-        if config.apns.providerTokenRefreshSeconds > 3300 {
-            reader.warning("apns.provider_token_refresh_s", line: apns.line, "over 3300 s: APNs answers ExpiredProviderToken to tokens over 3600 s old")
+        config.apns.providerTokenUpdateWindowSeconds = apns.int(
+            "provider_token_update_window_s", default: config.apns.providerTokenUpdateWindowSeconds,
+            range: 1...Int(ProviderTokenPolicy.apnsUpdateWindowSeconds))
+        config.apns.providerTokenRefreshSeconds = apns.int(
+            "provider_token_refresh_s", default: config.apns.providerTokenRefreshSeconds, range: 1...86_400)
+        do {
+            _ = try ProviderTokenPolicy(refreshSeconds: Int64(config.apns.providerTokenRefreshSeconds),
+                                        updateWindowSeconds: Int64(config.apns.providerTokenUpdateWindowSeconds))
+        } catch {
+            reader.error("apns.provider_token_refresh_s", line: apns.line, "\(error)")
         }
         apns.rejectUnknownKeys()
 

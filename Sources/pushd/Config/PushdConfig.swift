@@ -42,8 +42,11 @@ struct PushdConfig: Sendable, Equatable {
         /// TCP keep-alive probes start on a connection idle this long; an idle connection whose probes go unanswered for `pingTimeoutMilliseconds` is closed, not reused (libcurl offers no HTTP/2 PING on idle connections).
         var pingIntervalMilliseconds: Int = 60_000
         var pingTimeoutMilliseconds: Int = 20_000
-        /// Age at which a provider token is replaced; APNs refuses tokens over 60 minutes old.
+        /// Age at which a provider token is replaced (1,200–3,300 s, `ProviderTokenPolicy`).
         var providerTokenRefreshSeconds: Int = 3000
+        /// APNs's 20 minutes between token changes on a connection; lowered only to match a
+        /// test server's shorter window (apns-mock --token-update-window).
+        var providerTokenUpdateWindowSeconds: Int = 1200
     }
 
     struct Retry: Sendable, Equatable {

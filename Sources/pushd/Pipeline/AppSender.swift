@@ -133,8 +133,10 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let errors: [ConnectionFailureReason: Counter]
     let resent: Counter
     let reconnects: Counter
+    let retirements: ConnectionRetirementReporter?
 
-    init(app: String, environment: String, metrics: PushdMetrics) {
+    init(app: String, environment: String, metrics: PushdMetrics, retirements: ConnectionRetirementReporter? = nil) {
+        self.retirements = retirements
         inFlight = metrics.streamsInFlight(app: app, environment: environment)
         connections = metrics.connections(app: app, environment: environment)
         errors = Dictionary(uniqueKeysWithValues: ConnectionFailureReason.allCases.map {
@@ -150,6 +152,9 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         if reconnect { reconnects.increment() }
     }
     func connectionClosed() { connections.decrement() }
-    func connectionFailed(_ reason: ConnectionFailureReason) { errors[reason]?.increment() }
+    func connectionFailed(_ reason: ConnectionFailureReason) {
+        errors[reason]?.increment()
+        if reason == .goaway { retirements?.record(.goaway) }
+    }
     func requestRetried() { resent.increment() }
 }

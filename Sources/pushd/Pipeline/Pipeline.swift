@@ -39,9 +39,15 @@ final class Pipeline: @unchecked Sendable {
             guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
             return (ProviderTokenService.Key(keyID: keyID, teamID: teamID), app.name)
         }, uniquingKeysWith: { first, _ in first })
+        let policy: ProviderTokenPolicy
+        do {
+            policy = try ProviderTokenPolicy(refreshSeconds: Int64(config.apns.providerTokenRefreshSeconds),
+                                             updateWindowSeconds: Int64(config.apns.providerTokenUpdateWindowSeconds))
+        } catch {
+            throw SetupError(description: "apns.provider_token_refresh_s: \(error)")
+        }
         tokens = ProviderTokenService(
-            databaseURL: config.databaseURL, instance: instance, signers: signers,
-            refreshAge: Int64(config.apns.providerTokenRefreshSeconds), logger: logger,
+            databaseURL: config.databaseURL, instance: instance, signers: signers, policy: policy, logger: logger,
             onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
             onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
 
@@ -54,10 +60,14 @@ final class Pipeline: @unchecked Sendable {
             let transactional: HTTP2Dispatcher
             let campaign: HTTP2Dispatcher
             do {
-                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics)
+                let retirements = ConnectionRetirementReporter(app: app.name, environment: app.environment.rawValue,
+                                                               metrics: metrics, logger: logger)
+                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics,
+                                                         retirements: retirements)
                 let configuration = Self.dispatcherConfiguration(for: app, config: config)
-                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
-                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
+                let onResult: HTTP2Dispatcher.ResultHandler = { retirements.observe($0); router.deliver($0) }
+                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: onResult)
+                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: onResult)
             } catch {
                 throw SetupError(description: "app \(app.name): \(error)")
             }

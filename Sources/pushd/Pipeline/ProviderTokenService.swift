@@ -4,10 +4,11 @@ import QueueStore
 import Synchronization
 
 /// Hands out the provider token (JWT) of each signing key, shared by every pushd
-/// instance through `pushd.provider_tokens`: read from the table while it is younger
-/// than `refreshAge`, minted under the table's row lock by whichever instance notices
-/// first, so all instances send one token per key and APNs never sees it change more
-/// often than every 20 minutes.
+/// instance through `pushd.provider_tokens`, on `ProviderTokenPolicy`: a token is read
+/// from the table while the policy may adopt it, minted under the table's row lock by
+/// whichever instance needs one first, so all instances send one token per key, and each
+/// instance holds what it adopted for the update window, so APNs never sees a connection's
+/// token change more often than every 20 minutes.
 ///
 /// Thread rule: any thread may ask for a token. The in-memory copy is under `state`;
 /// the database connection is used only under `database`, which also serialises refreshes.
@@ -17,100 +18,100 @@ final class ProviderTokenService: @unchecked Sendable {
         var teamID: String
     }
 
-    struct Current: Sendable {
-        var jwt: String
-        var issuedAt: Int64
-    }
-
-    /// APNs rejects tokens older than 60 minutes; refresh at 50.
-    let refreshAge: Int64
-    /// Never replace a token younger than this (TooManyProviderTokenUpdates).
-    let minimumAge: Int64 = 20 * 60
+    let policy: ProviderTokenPolicy
     private let databaseURL: String
     private let instance: String
     private let signers: [Key: ProviderTokenSigner]
-    private let state = Mutex<[Key: Current]>([:])
+    private let state = Mutex<[Key: ProviderTokenPolicy.Held]>([:])
     private let database = Mutex<PGConnection?>(nil)
     private let logger: Logger
     private let onRefresh: @Sendable (Key) -> Void
     private let onDatabaseError: @Sendable (any Error) -> Void
+    private let clock: @Sendable () -> Int64
 
-    init(databaseURL: String, instance: String, signers: [Key: ProviderTokenSigner], refreshAge: Int64 = 50 * 60,
+    init(databaseURL: String, instance: String, signers: [Key: ProviderTokenSigner], policy: ProviderTokenPolicy,
          logger: Logger, onRefresh: @escaping @Sendable (Key) -> Void,
-         onDatabaseError: @escaping @Sendable (any Error) -> Void) {
+         onDatabaseError: @escaping @Sendable (any Error) -> Void,
+         clock: @escaping @Sendable () -> Int64 = ProviderTokenService.now) {
         self.databaseURL = databaseURL
         self.instance = instance
         self.signers = signers
-        self.refreshAge = refreshAge
+        self.policy = policy
         self.logger = logger
         self.onRefresh = onRefresh
         self.onDatabaseError = onDatabaseError
+        self.clock = clock
     }
 
-    static func now() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    @Sendable static func now() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
     /// The `authorization` header value for `key`.
     func authorization(_ key: Key) throws -> String {
-        let now = Self.now()
-        if let current = state.withLock({ $0[key] }), now - current.issuedAt < refreshAge {
-            return "bearer " + current.jwt
+        if let held = state.withLock({ $0[key] }), !policy.isDue(held, now: clock()) {
+            return "bearer " + held.jwt
         }
-        return "bearer " + (try refresh(key, maxAge: refreshAge)).jwt
+        return "bearer " + (try refresh(key)).jwt
     }
 
-    /// APNs answered ExpiredProviderToken: replace the token if it is old enough to be
-    /// replaced; a younger one is kept (the clocks disagree, and minting would only earn
+    /// APNs answered ExpiredProviderToken: replace the token unless the policy keeps it (held
+    /// for less than the update window: the clocks disagree, and minting would only earn
     /// TooManyProviderTokenUpdates).
     func reportExpired(_ key: Key) {
-        let now = Self.now()
-        guard let current = state.withLock({ $0[key] }) else { return }
-        let age = now - current.issuedAt
-        guard age >= minimumAge else {
-            logger.warning("APNs called a provider token expired that is only \(age)s old; keeping it",
+        let now = clock()
+        guard let held = state.withLock({ $0[key] }) else { return }
+        guard policy.mayReplaceAfterExpired(held, now: now) else {
+            logger.warning("APNs called a provider token expired that is \(now - held.issuedAt)s old and held "
+                           + "\(now - held.adoptedAt)s; keeping it for the update window",
                            ("key_id", .string(key.keyID)))
             return
         }
-        _ = try? refresh(key, maxAge: refreshAge, rejected: current.jwt)
+        _ = try? refresh(key, rejected: held.jwt)
     }
 
     /// Age in seconds of the token in use per key, for the `pushd_jwt_age_seconds` gauge.
     func ages() -> [(Key, Double)] {
-        let now = Self.now()
+        let now = clock()
         return state.withLock { $0.map { ($0.key, Double(now - $0.value.issuedAt)) } }
     }
 
-    private func refresh(_ key: Key, maxAge: Int64, rejected: String? = nil) throws -> Current {
+    /// The token `key` holds now, if any (for tests and status).
+    func held(_ key: Key) -> ProviderTokenPolicy.Held? { state.withLock { $0[key] } }
+
+    /// Replaces the held token (or `rejected`, the one APNs called expired) with the shared
+    /// one, minting a new one when the table's may not be adopted.
+    private func refresh(_ key: Key, rejected: String? = nil) throws -> ProviderTokenPolicy.Held {
         guard let signer = signers[key] else {
             throw CommandContext.Failure("no signing key \(key.keyID) for team \(key.teamID) is configured")
         }
-        return try database.withLock { connection -> Current in
-            let now = Self.now()
-            if let current = state.withLock({ $0[key] }), now - current.issuedAt < maxAge, current.jwt != rejected {
-                return current
-            }
+        return try database.withLock { connection -> ProviderTokenPolicy.Held in
+            let now = clock()
+            let held = state.withLock { $0[key] }
+            if let held, held.jwt != rejected, !policy.isDue(held, now: now) { return held }
             let mint = { () throws -> (token: String, issuedAt: Date) in
-                let token = try signer.makeToken(issuedAt: Self.now())
+                let token = try signer.makeToken(issuedAt: self.clock())
                 return (token.jwt, Date(timeIntervalSince1970: Double(token.issuedAt)))
             }
-            let fresh: Current
+            let maxAge = TimeInterval(policy.adoptableAgeSeconds)
+            let fresh: (jwt: String, issuedAt: Int64)
             do {
                 if connection == nil {
                     connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-tokens")
                 }
                 let store = ProviderTokenStore()
+                // The held token is being replaced, so the table must not hand it back.
                 var shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
-                                                     maxAge: TimeInterval(maxAge), instance: instance,
-                                                     rejected: rejected, mint: mint)
+                                                     maxAge: maxAge, instance: instance,
+                                                     rejected: rejected ?? held?.jwt, mint: mint)
                 // The token's own `iat` is what APNs judges, so ages are measured from it; a
                 // stored token whose row looks fresh but whose `iat` is old is replaced.
                 var issuedAt = Self.issuedAt(of: shared)
-                if now - issuedAt >= maxAge {
+                if !policy.mayAdopt(issuedAt: issuedAt, now: now) {
                     shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
-                                                     maxAge: TimeInterval(maxAge), instance: instance,
+                                                     maxAge: maxAge, instance: instance,
                                                      rejected: shared.token, mint: mint)
                     issuedAt = Self.issuedAt(of: shared)
                 }
-                fresh = Current(jwt: shared.token, issuedAt: issuedAt)
+                fresh = (shared.token, issuedAt)
                 if shared.minted {
                     logger.info("minted a provider token and shared it", ("key_id", .string(key.keyID)))
                 }
@@ -121,17 +122,15 @@ final class ProviderTokenService: @unchecked Sendable {
                 connection?.close()
                 connection = nil
                 let local = try mint()
-                fresh = Current(jwt: local.token, issuedAt: Int64(local.issuedAt.timeIntervalSince1970))
+                fresh = (local.token, Int64(local.issuedAt.timeIntervalSince1970))
                 logger.warning("could not share the provider token through the database; minted one locally",
                                ("key_id", .string(key.keyID)), ("error", .string("\(error)")))
             }
-            let changed = state.withLock { states -> Bool in
-                let changed = states[key]?.jwt != fresh.jwt
-                states[key] = fresh
-                return changed
-            }
-            if changed { onRefresh(key) }
-            return fresh
+            if let held, held.jwt == fresh.jwt { return held }
+            let adopted = ProviderTokenPolicy.Held(jwt: fresh.jwt, issuedAt: fresh.issuedAt, adoptedAt: now)
+            state.withLock { $0[key] = adopted }
+            onRefresh(key)
+            return adopted
         }
     }
 

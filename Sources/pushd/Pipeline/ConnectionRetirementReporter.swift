@@ -1,0 +1,93 @@
+import Dispatcher
+import Metrics
+import Synchronization
+
+/// Reports, for one app, the answers and events after which a connection to APNs takes no
+/// new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, 503 Shutdown and GOAWAY.
+/// Every one is counted (`pushd_apns_connection_retirements_total`); one event reaches many
+/// requests at once (every stream on the connection), so each kind is logged once, and again
+/// after a quiet minute with how many came meanwhile.
+///
+/// Thread rule: `observe` and `record` are called on the engine's threads; the log gate is
+/// under a mutex.
+final class ConnectionRetirementReporter: Sendable {
+    enum Cause: String, CaseIterable, Sendable {
+        case tooManyProviderTokenUpdates = "TooManyProviderTokenUpdates"
+        case expiredProviderToken = "ExpiredProviderToken"
+        case shutdown = "Shutdown"
+        case goaway = "GOAWAY"
+
+        var explanation: String {
+            switch self {
+            case .tooManyProviderTokenUpdates: "APNs refused a provider token change within 20 minutes of the previous one"
+            case .expiredProviderToken: "APNs called the provider token expired (over 60 minutes old)"
+            case .shutdown: "APNs is shutting the server down (503 Shutdown)"
+            case .goaway: "APNs ended the connection with GOAWAY"
+            }
+        }
+    }
+
+    /// The cause an APNs answer reports, if it is one of them.
+    static func cause(status: Int, reason: String?) -> Cause? {
+        switch (status, reason) {
+        case (429, Cause.tooManyProviderTokenUpdates.rawValue?): .tooManyProviderTokenUpdates
+        case (403, Cause.expiredProviderToken.rawValue?): .expiredProviderToken
+        case (503, Cause.shutdown.rawValue?): .shutdown
+        default: nil
+        }
+    }
+
+    /// When to write a line: the first of a kind, then the first after `quietSeconds`
+    /// without one, carrying how many were not logged since the last line.
+    struct LogGate: Sendable {
+        var quietSeconds: Double = 60
+        private var lastLoggedAt: [Cause: Double] = [:]
+        private var unlogged: [Cause: Int] = [:]
+
+        init(quietSeconds: Double = 60) { self.quietSeconds = quietSeconds }
+
+        /// Nil when this one stays silent; else how many came unlogged before it.
+        mutating func admit(_ cause: Cause, now: Double) -> Int? {
+            if let last = lastLoggedAt[cause], now - last < quietSeconds {
+                unlogged[cause, default: 0] += 1
+                return nil
+            }
+            lastLoggedAt[cause] = now
+            return unlogged.removeValue(forKey: cause) ?? 0
+        }
+    }
+
+    private let app: String
+    private let environment: String
+    private let counters: [Cause: Counter]
+    private let gate: Mutex<LogGate>
+    private let logger: Logger
+    private let clock: @Sendable () -> Double
+
+    init(app: String, environment: String, metrics: PushdMetrics, logger: Logger, quietSeconds: Double = 60,
+         clock: @escaping @Sendable () -> Double = RateLimiter.monotonicSeconds) {
+        self.app = app
+        self.environment = environment
+        counters = Dictionary(uniqueKeysWithValues: Cause.allCases.map {
+            ($0, metrics.connectionRetirement(app: app, environment: environment, reason: $0.rawValue))
+        })
+        gate = Mutex(LogGate(quietSeconds: quietSeconds))
+        self.logger = logger
+        self.clock = clock
+    }
+
+    /// Looks at every engine result; only the three error statuses are parsed further.
+    func observe(_ result: DispatchResult) {
+        guard let response = result.response, [429, 403, 503].contains(response.status),
+              let cause = Self.cause(status: response.status, reason: response.reason) else { return }
+        record(cause)
+    }
+
+    func record(_ cause: Cause) {
+        counters[cause]?.increment()
+        guard let unlogged = gate.withLock({ $0.admit(cause, now: clock()) }) else { return }
+        logger.warning("\(cause.explanation); the connection takes no new stream",
+                       ("app", .string(app)), ("environment", .string(environment)), ("reason", .string(cause.rawValue)),
+                       ("unlogged_since_last", .int(Int64(unlogged))))
+    }
+}
