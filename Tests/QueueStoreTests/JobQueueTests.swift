@@ -60,7 +60,7 @@ import Testing
                 ("INSERT INTO pushd.jobs (app, device_token, payload, collapse_id) VALUES ('shop', $1, $2, repeat('x', 65))",
                  [good, Fixtures.payload], "jobs_collapse_id_length", "pushd.jobs.collapse_id must be at most 64 bytes, got 65"),
                 ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('', $1, $2)",
-                 [good, Fixtures.payload], "jobs_app_valid", "pushd.jobs.app must be 1 to 64 letters"),
+                 [good, Fixtures.payload], "jobs_app_valid", "pushd.jobs.app must be 1 to 64 lower-case letters"),
             ]
             for (sql, parameters, constraint, message) in cases {
                 let error = Fixtures.pgError { try connection.query(sql, parameters) }
@@ -346,6 +346,26 @@ import Testing
                 try queue.abandon(connection)
             }
             #expect(leaders == ["shop", "blog"])
+        }
+    }
+
+    @Test func theDatabaseAcceptsExactlyTheAppNamesTheConfigurationDoes() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let names = ["shop", "shop-web", "shop_2", "9lives", String(repeating: "a", count: 64),
+                         "Shop", "shop.web", "-shop", "_shop", "", String(repeating: "a", count: 65), "shöp", "shop web"]
+            for name in names {
+                let error = Fixtures.pgError {
+                    try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ($1, $2, $3)",
+                                         [name, Fixtures.token(1), Fixtures.payload])
+                }
+                #expect((error == nil) == AppName.isValid(name), "\(name): \(error?.message ?? "accepted")")
+                if let error {
+                    #expect(error.message.hasPrefix("pushd.jobs.app must be 1 to 64 lower-case letters, digits, '-' or '_', starting with a letter or digit, got"),
+                            "\(error.message)")
+                }
+            }
+            #expect(AppName.isValid("shop") && !AppName.isValid("Shop") && !AppName.isValid("shop.web"))
         }
     }
 

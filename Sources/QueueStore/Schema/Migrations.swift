@@ -11,6 +11,7 @@ extension Migrator {
         Migration(version: 7, name: "claim and lease only the apps an instance is configured for", sql: claimByAppV7),
         Migration(version: 8, name: "a campaign's audience holds each token once", sql: uniqueTargetsV8),
         Migration(version: 9, name: "campaigns count tokens kept by the timestamp rule", sql: prunedKeptV9),
+        Migration(version: 10, name: "one rule for app names, the configuration's", sql: appNamesV10),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -592,5 +593,29 @@ extension Migrator {
     /// app registered again after APNs' timestamp are kept, and counted here.
     static let prunedKeptV9 = #"""
     ALTER TABLE pushd.campaigns ADD COLUMN pruned_kept bigint NOT NULL DEFAULT 0;
+    """#
+
+    /// The app-name checks allowed '.' and upper case, which the configuration refuses:
+    /// such rows were accepted and could never be sent. Now every check is `AppName`'s
+    /// rule. The new checks are NOT VALID so that upgrading does not fail on rows already
+    /// stored: those stay (visible per app in `/metrics`) until the operator deletes them.
+    static let appNamesV10 = #"""
+    CREATE OR REPLACE FUNCTION pushd.check_app(value text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        IF value IS NULL OR value ~ '\#(AppName.pattern)' THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name,
+            format('must be \#(AppName.rule.replacingOccurrences(of: "'", with: "''")), got %L', left(value, 80)));
+    END $$;
+
+    ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_app_valid;
+    ALTER TABLE pushd.jobs ADD CONSTRAINT jobs_app_valid
+        CHECK (app ~ '\#(AppName.pattern)' OR pushd.check_app(app, 'pushd.jobs.app', 'jobs_app_valid')) NOT VALID;
+    ALTER TABLE pushd.campaigns DROP CONSTRAINT campaigns_app_valid;
+    ALTER TABLE pushd.campaigns ADD CONSTRAINT campaigns_app_valid
+        CHECK (app ~ '\#(AppName.pattern)' OR pushd.check_app(app, 'pushd.campaigns.app', 'campaigns_app_valid')) NOT VALID;
+    ALTER TABLE pushd.device_tokens DROP CONSTRAINT device_tokens_app_valid;
+    ALTER TABLE pushd.device_tokens ADD CONSTRAINT device_tokens_app_valid
+        CHECK (app ~ '\#(AppName.pattern)' OR pushd.check_app(app, 'pushd.device_tokens.app', 'device_tokens_app_valid')) NOT VALID;
     """#
 }
