@@ -94,11 +94,16 @@ import Testing
                 try store.campaign(connection, id: shopCampaign)?.status == .done
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'shop'") == 0
             })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'second' AND attempts = 0 AND last_error IS NULL") == jobs)
+            let waiting = try #require(try store.campaign(connection, id: secondCampaign))
+            #expect(waiting.sent == 0 && waiting.failed == 0 && waiting.status == .running)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+
             #expect(DaemonHarness.wait(seconds: 10) {
                 ((try? String(contentsOfFile: logB, encoding: .utf8)) ?? "").contains("not configured for 'second'")
             })
-            let warning = try #require(try String(contentsOfFile: logB, encoding: .utf8).split(separator: "\n")
-                .first { $0.contains("not configured for 'second'") })
+            let warning = try String(contentsOfFile: logB, encoding: .utf8).split(separator: "\n")
+                .first { $0.contains("not configured for 'second'") } ?? ""
             #expect(warning.hasPrefix("{") && warning.contains(#""level":"warning""#) && warning.contains(#""app":"second""#), "\(warning)")
             var metrics = ""
             #expect(DaemonHarness.wait(seconds: 10) {
@@ -108,10 +113,6 @@ import Testing
             #expect(metrics.contains(#"pushd_queue_app_depth{app="second",lane="campaign"} 3000"#))
             #expect(metrics.contains(#"pushd_app_configured{app="shop"} 1"#))
             #expect(!metrics.contains(#"pushd_app_configured{app="second"}"#))
-            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'second' AND attempts = 0 AND last_error IS NULL") == jobs)
-            let waiting = try #require(try store.campaign(connection, id: secondCampaign))
-            #expect(waiting.sent == 0 && waiting.failed == 0 && waiting.status == .running)
-            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
 
             // Instance A knows both apps: it picks up second's work while B keeps running.
             let a = try DaemonProcessTests.start(config: try Self.writeConfig(harness, name: "a.yml", metricsPort: try Self.freePort(), withSecond: true),

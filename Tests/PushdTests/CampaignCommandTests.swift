@@ -12,7 +12,10 @@ import Testing
 
     static func run(_ arguments: [String], _ database: IsolatedDatabase,
                     _ command: (ParsedCommand, CommandContext) throws -> Int32) throws -> CommandRun {
-        try CommandRun(["campaign"] + arguments + ["--database-url", database.url], command)
+        // `campaign create` checks its app against a configuration: one with app shop.
+        let files = try FileFixture()
+        let config = arguments.first == "create" ? ["--config", try CheckConfigCommandTests.writeConfig(files, database: database.url)] : []
+        return try CommandRun(["campaign"] + arguments + config + ["--database-url", database.url], command)
     }
 
     static func create(_ database: IsolatedDatabase, _ extra: [String] = []) throws -> Int64 {
@@ -90,6 +93,24 @@ import Testing
             let run = try Self.run(["create", "--payload", "{}"], database) { try CampaignCommand.create($0, $1) }
             #expect(run.exitCode == 1)
             #expect(run.output.errorText.contains("campaign create needs --app NAME"))
+        }
+    }
+
+    @Test func createRefusesAnAppNameOutsideTheRuleAndWorksOnlyWithAConfiguration() throws {
+        try IsolatedDatabase.with { database in
+            for name in ["Shop", "shop.web", "-shop"] {
+                let run = try Self.run(["create", "--app", name, "--payload", Self.payload], database) { try CampaignCommand.create($0, $1) }
+                #expect(run.exitCode == 1)
+                #expect(run.output.errorText.contains("--app '\(name)' must be 1 to 64 lower-case letters, digits, '-' or '_', starting with a letter or digit"),
+                        "\(run.output.errorText)")
+            }
+            let files = try FileFixture()
+            let missing = try CommandRun(["campaign", "create", "--app", "shop", "--payload", Self.payload, "--database-url", database.url,
+                                          "--config", files.path("absent.yml")]) { try CampaignCommand.create($0, $1) }
+            #expect(missing.exitCode == 1)
+            #expect(missing.output.errorText.contains("campaign create checks --app against pushd's configuration, and none could be read"),
+                    "\(missing.output.errorText)")
+            #expect(try CampaignStore().campaigns(try database.connect(), limit: 10).isEmpty)
         }
     }
 
@@ -411,7 +432,10 @@ import Testing
     @Test func theBinaryCreatesImportsFromStandardInputAndExitsOneOnBadIds() throws {
         try IsolatedDatabase.with { database in
             let environment = ["PUSHD_DATABASE_URL": database.url]
-            let created = try PushdBinary.run(["campaign", "create", "--app", "shop", "--payload", Self.payload], environment: environment)
+            let files = try FileFixture()
+            let config = try CheckConfigCommandTests.writeConfig(files, database: database.url)
+            let created = try PushdBinary.run(["campaign", "create", "--config", config, "--app", "shop", "--payload", Self.payload],
+                                              environment: environment)
             #expect(created.status == 0, "\(created.errors)")
             let id = try #require(Int64(created.output.trimmingCharacters(in: .whitespacesAndNewlines)))
             let input = (0..<5).map { Self.token($0) + (($0 == 0) ? #",{"aps":{"alert":"own"}}"# : "") }.joined(separator: "\n") + "\n"

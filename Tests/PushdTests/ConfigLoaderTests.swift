@@ -85,7 +85,7 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\ndatabse: 1\napps: []", "databse (line 2): unknown setting (did you mean 'database'?)"),
         ("database: [1]\napps: []", "database (line 1): expected a mapping"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: Shop!\n    bundle_id: com.x.y\n    token: {team_id: ABCDE12345, key_id: KEY1234567, key_file: k}",
-         "apps[0].name (line 3): 'Shop!' must be 1–64 characters"),
+         "apps[0].name (line 3): 'Shop!' must be 1 to 64 lower-case letters, digits, '-' or '_', starting with a letter or digit"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: nodots\n    token: {team_id: ABCDE12345, key_id: KEY1234567, key_file: k}",
          "'nodots' is not a bundle id"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    token: {team_id: short, key_id: KEY1234567, key_file: k}",

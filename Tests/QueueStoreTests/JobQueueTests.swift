@@ -60,7 +60,7 @@ import Testing
                 ("INSERT INTO pushd.jobs (app, device_token, payload, collapse_id) VALUES ('shop', $1, $2, repeat('x', 65))",
                  [good, Fixtures.payload], "jobs_collapse_id_length", "pushd.jobs.collapse_id must be at most 64 bytes, got 65"),
                 ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('', $1, $2)",
-                 [good, Fixtures.payload], "jobs_app_valid", "pushd.jobs.app must be 1 to 64 letters"),
+                 [good, Fixtures.payload], "jobs_app_valid", "pushd.jobs.app must be 1 to 64 lower-case letters"),
             ]
             for (sql, parameters, constraint, message) in cases {
                 let error = Fixtures.pgError { try connection.query(sql, parameters) }
@@ -346,6 +346,84 @@ import Testing
                 try queue.abandon(connection)
             }
             #expect(leaders == ["shop", "blog"])
+        }
+    }
+
+    @Test func theDatabaseAcceptsExactlyTheAppNamesTheConfigurationDoes() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let names = ["shop", "shop-web", "shop_2", "9lives", String(repeating: "a", count: 64),
+                         "Shop", "shop.web", "-shop", "_shop", "", String(repeating: "a", count: 65), "shöp", "shop web"]
+            for name in names {
+                let error = Fixtures.pgError {
+                    try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ($1, $2, $3)",
+                                         [name, Fixtures.token(1), Fixtures.payload])
+                }
+                #expect((error == nil) == AppName.isValid(name), "\(name): \(error?.message ?? "accepted")")
+                if let error {
+                    #expect(error.message.hasPrefix("pushd.jobs.app must be 1 to 64 lower-case letters, digits, '-' or '_', starting with a letter or digit, got"),
+                            "\(error.message)")
+                }
+            }
+            #expect(AppName.isValid("shop") && !AppName.isValid("Shop") && !AppName.isValid("shop.web"))
+        }
+    }
+
+    /// `{"aps":{"alert":"xx…"}}` of exactly `bytes` bytes.
+    static func payload(bytes: Int) -> String {
+        #"{"aps":{"alert":""# + String(repeating: "x", count: bytes - 20) + #""}}"#
+    }
+
+    @Test func rulesThatNeedOnlyTheRowAreRefusedAtInsertWithTheColumnAndTheRule() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let insert = "INSERT INTO pushd.jobs (app, device_token, payload, push_type, priority) VALUES ('shop', $1, $2, $3, $4)"
+            let refused: [(payload: String, pushType: String, priority: Int?, constraint: String, message: String)] = [
+                (Self.payload(bytes: 4097), "alert", nil, "jobs_payload_size", "pushd.jobs.payload is 4097 bytes; alert payloads may have at most 4096"),
+                (Self.payload(bytes: 5121), "voip", nil, "jobs_payload_size", "pushd.jobs.payload is 5121 bytes; voip payloads may have at most 5120"),
+                (#"{"aps":{"content-available":1}}"#, "background", 10, "jobs_background_priority",
+                 "pushd.jobs.priority must be 5 for a background push (APNs refuses 10 and 1), got 10"),
+                (#"{"aps":{"content-available":1,"alert":"Hi"}}"#, "background", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must not carry "aps"."alert" in a background push"#),
+                (#"{"aps":{"badge":1}}"#, "background", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload needs "content-available":1 in "aps" for a background push"#),
+                (#"{"aps":"Hello"}"#, "alert", nil, "jobs_payload_shape", #"pushd.jobs.payload must have "aps" as a JSON object, got a JSON string"#),
+                (#"{"aps":{"alert":"a"},"aps":{"alert":"b"}}"#, "alert", nil, "jobs_payload_shape",
+                 "pushd.jobs.payload has the key 'aps' twice in one object (at aps)"),
+                (#"{"aps":{"alert":{"title":"a","title":"b"}}}"#, "alert", nil, "jobs_payload_shape",
+                 "pushd.jobs.payload has the key 'title' twice in one object (at aps.alert.title)"),
+            ]
+            for (index, row) in refused.enumerated() {
+                let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(index), row.payload, row.pushType, row.priority]) }
+                #expect(error?.constraint == row.constraint, "\(row.message): \(error?.message ?? "accepted")")
+                #expect(error?.message.hasPrefix(row.message) == true, "\(error?.message ?? "accepted")")
+            }
+            let accepted: [(payload: String, pushType: String, priority: Int?)] = [
+                (Self.payload(bytes: 4096), "alert", nil),
+                (Self.payload(bytes: 5120), "voip", nil),
+                (#"{"aps":{"content-available":1},"sync":{"items":[{"id":1},{"id":2}]}}"#, "background", nil),
+                (#"{"aps":{"content-available":1}}"#, "background", 5),
+                (#"{"custom":"no aps at all"}"#, "alert", nil),
+            ]
+            for (index, row) in accepted.enumerated() {
+                let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(100 + index), row.payload, row.pushType, row.priority]) }
+                #expect(error == nil, "\(row.payload.prefix(60)): \(error?.message ?? "")")
+            }
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == accepted.count)
+
+            let campaigns = CampaignStore()
+            let background = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "sync", pushType: "background", priority: 10,
+                                                                 payload: #"{"aps":{"content-available":1}}"#))
+            }
+            #expect(background?.constraint == "campaigns_background_priority", "\(background?.message ?? "accepted")")
+            let oversized = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "big", payload: Self.payload(bytes: 4097)))
+            }
+            #expect(oversized?.message.hasPrefix("pushd.campaigns.payload is 4097 bytes; alert payloads may have at most 4096") == true,
+                    "\(oversized?.message ?? "accepted")")
+            _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "sync", pushType: "background",
+                                                             payload: #"{"aps":{"content-available":1}}"#))
         }
     }
 

@@ -42,13 +42,14 @@ public struct NewCampaign: Sendable, Hashable {
     /// Notifications per second across all pushd instances; nil is unlimited.
     public var rateLimit: Int?
 
-    public init(app: String, name: String, pushType: String = "alert", priority: Int = 10,
+    /// `priority` nil means 5 for background pushes (the only priority APNs allows them) and 10 otherwise.
+    public init(app: String, name: String, pushType: String = "alert", priority: Int? = nil,
                 environment: String? = nil, payload: String?, collapseID: String? = nil, expiration: Date? = nil,
                 startAt: Date? = nil, rateLimit: Int? = nil) {
         self.app = app
         self.name = name
         self.pushType = pushType
-        self.priority = priority
+        self.priority = priority ?? (pushType == "background" ? 5 : 10)
         self.environment = environment
         self.payload = payload
         self.collapseID = collapseID

@@ -12,7 +12,9 @@ extension Migrator {
         Migration(version: 8, name: "a campaign's audience holds each token once", sql: uniqueTargetsV8),
         Migration(version: 9, name: "campaigns count tokens kept by the timestamp rule", sql: prunedKeptV9),
         Migration(version: 10, name: "registry of running instances", sql: instancesV10),
-        Migration(version: 11, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV11),
+        Migration(version: 11, name: "one rule for app names, the configuration's", sql: appNamesV11),
+        Migration(version: 12, name: "payload rules that need only the row are checked at insert", sql: payloadRulesV12),
+        Migration(version: 13, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV13),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -612,7 +614,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV11 = #"""
+    static let rolesV13 = #"""
     DO $$
     DECLARE
         wanted text;
@@ -705,5 +707,145 @@ extension Migrator {
         started_at      timestamptz NOT NULL,
         heartbeat_at    timestamptz NOT NULL DEFAULT now()
     ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 100);
+    """#
+
+    /// The app-name checks allowed '.' and upper case, which the configuration refuses:
+    /// such rows were accepted and could never be sent. Now every check is `AppName`'s
+    /// rule. The new checks are NOT VALID so that upgrading does not fail on rows already
+    /// stored: those stay (visible per app in `/metrics`) until the operator deletes them.
+    static let appNamesV11 = #"""
+    CREATE OR REPLACE FUNCTION pushd.check_app(value text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        IF value IS NULL OR value ~ '\#(AppName.pattern)' THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name,
+            format('must be \#(AppName.rule.replacingOccurrences(of: "'", with: "''")), got %L', left(value, 80)));
+    END $$;
+
+    ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_app_valid;
+    ALTER TABLE pushd.jobs ADD CONSTRAINT jobs_app_valid
+        CHECK (app ~ '\#(AppName.pattern)' OR pushd.check_app(app, 'pushd.jobs.app', 'jobs_app_valid')) NOT VALID;
+    ALTER TABLE pushd.campaigns DROP CONSTRAINT campaigns_app_valid;
+    ALTER TABLE pushd.campaigns ADD CONSTRAINT campaigns_app_valid
+        CHECK (app ~ '\#(AppName.pattern)' OR pushd.check_app(app, 'pushd.campaigns.app', 'campaigns_app_valid')) NOT VALID;
+    ALTER TABLE pushd.device_tokens DROP CONSTRAINT device_tokens_app_valid;
+    ALTER TABLE pushd.device_tokens ADD CONSTRAINT device_tokens_app_valid
+        CHECK (app ~ '\#(AppName.pattern)' OR pushd.check_app(app, 'pushd.device_tokens.app', 'device_tokens_app_valid')) NOT VALID;
+    """#
+
+    /// Everything a row alone decides is refused at INSERT, with the column and the rule in
+    /// the message, instead of being dead-lettered at send: the payload size limit of its
+    /// push type, `aps` being an object, duplicate keys (the payload is stored as given, so
+    /// `{"a":1,"a":2}` would reach APNs ambiguous), and the background rules (priority 5,
+    /// `content-available: 1`, nothing the user sees). Rules that need the configuration
+    /// (the app, its authentication kind, its topic) stay with the sender. The checks are
+    /// NOT VALID: rows already queued are not re-checked (the sender still dead-letters them).
+    static let payloadRulesV12 = #"""
+    CREATE FUNCTION pushd.check_payload_size(payload text, push_type text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE lim integer := CASE WHEN push_type = 'voip' THEN 5120 ELSE 4096 END;
+    BEGIN
+        IF payload IS NULL OR octet_length(payload) <= lim THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name,
+            format('is %s bytes; %s payloads may have at most %s', octet_length(payload), push_type, lim));
+    END $$;
+
+    -- The path of the first key that appears twice in one object, depth first; NULL when none.
+    -- The json type (not jsonb) keeps every member as written, so json_each sees duplicates.
+    CREATE FUNCTION pushd.json_duplicate_key(value json, path text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        k text;
+        v json;
+        seen text[] := '{}';
+        found text;
+        position integer := 0;
+    BEGIN
+        CASE json_typeof(value)
+        WHEN 'object' THEN
+            FOR k, v IN SELECT e.key, e.value FROM json_each(value) AS e LOOP
+                IF k = ANY (seen) THEN RETURN path || '.' || k; END IF;
+                seen := seen || k;
+                IF json_typeof(v) IN ('object', 'array') THEN
+                    found := pushd.json_duplicate_key(v, path || '.' || k);
+                    IF found IS NOT NULL THEN RETURN found; END IF;
+                END IF;
+            END LOOP;
+        WHEN 'array' THEN
+            FOR v IN SELECT e FROM json_array_elements(value) AS e LOOP
+                IF json_typeof(v) IN ('object', 'array') THEN
+                    found := pushd.json_duplicate_key(v, format('%s[%s]', path, position));
+                    IF found IS NOT NULL THEN RETURN found; END IF;
+                END IF;
+                position := position + 1;
+            END LOOP;
+        ELSE
+            NULL;
+        END CASE;
+        RETURN NULL;
+    END $$;
+
+    -- The shape rules: no duplicate key anywhere, `aps` an object, and for background pushes
+    -- `content-available: 1` without alert, sound or badge. Invalid JSON is left to the
+    -- JSON check, which names the problem.
+    CREATE FUNCTION pushd.check_payload_shape(payload text, push_type text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        doc json;
+        aps json;
+        duplicate text;
+        field text;
+    BEGIN
+        IF payload IS NULL THEN RETURN true; END IF;
+        BEGIN
+            doc := payload::json;
+        EXCEPTION WHEN invalid_text_representation THEN
+            RETURN true;
+        END;
+        duplicate := pushd.json_duplicate_key(doc, '');
+        IF duplicate IS NOT NULL THEN
+            RETURN pushd.fail_check(label, constraint_name,
+                format('has the key %L twice in one object (at %s); a payload must not repeat a key', regexp_replace(duplicate, '^.*\.', ''), substr(duplicate, 2)));
+        END IF;
+        aps := doc -> 'aps';
+        IF aps IS NULL OR json_typeof(aps) = 'null' THEN
+            IF push_type = 'background' THEN
+                RETURN pushd.fail_check(label, constraint_name, 'needs "aps":{"content-available":1} for a background push');
+            END IF;
+            RETURN true;
+        END IF;
+        IF json_typeof(aps) <> 'object' THEN
+            RETURN pushd.fail_check(label, constraint_name, format('must have "aps" as a JSON object, got a JSON %s', json_typeof(aps)));
+        END IF;
+        IF push_type = 'background' THEN
+            IF coalesce(aps ->> 'content-available', '') <> '1' THEN
+                RETURN pushd.fail_check(label, constraint_name, 'needs "content-available":1 in "aps" for a background push');
+            END IF;
+            FOREACH field IN ARRAY ARRAY['alert', 'sound', 'badge'] LOOP
+                IF aps -> field IS NOT NULL THEN
+                    RETURN pushd.fail_check(label, constraint_name,
+                        format('must not carry "aps"."%s" in a background push (nothing the user sees); send an alert push instead', field));
+                END IF;
+            END LOOP;
+        END IF;
+        RETURN true;
+    END $$;
+
+    ALTER TABLE pushd.jobs
+        ADD CONSTRAINT jobs_payload_size CHECK (octet_length(payload) <= 4096
+            OR pushd.check_payload_size(payload, push_type, 'pushd.jobs.payload', 'jobs_payload_size')) NOT VALID,
+        ADD CONSTRAINT jobs_payload_shape
+            CHECK (pushd.check_payload_shape(payload, push_type, 'pushd.jobs.payload', 'jobs_payload_shape')) NOT VALID,
+        ADD CONSTRAINT jobs_background_priority CHECK (push_type <> 'background' OR priority = 5
+            OR pushd.fail_check('pushd.jobs.priority', 'jobs_background_priority',
+                                format('must be 5 for a background push (APNs refuses 10 and 1), got %s', priority))) NOT VALID;
+    ALTER TABLE pushd.campaigns
+        ADD CONSTRAINT campaigns_payload_size CHECK (payload IS NULL OR octet_length(payload) <= 4096
+            OR pushd.check_payload_size(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_size')) NOT VALID,
+        ADD CONSTRAINT campaigns_payload_shape
+            CHECK (pushd.check_payload_shape(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_shape')) NOT VALID,
+        ADD CONSTRAINT campaigns_background_priority CHECK (push_type <> 'background' OR priority = 5
+            OR pushd.fail_check('pushd.campaigns.priority', 'campaigns_background_priority',
+                                format('must be 5 for a background push (APNs refuses 10 and 1), got %s', priority))) NOT VALID;
     """#
 }

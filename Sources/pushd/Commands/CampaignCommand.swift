@@ -14,25 +14,30 @@ enum CampaignCommand {
         guard let app = parsed.value("app"), !app.isEmpty else {
             throw CommandContext.Failure("campaign create needs --app NAME: the app whose tokens the campaign addresses")
         }
-        let config = try context.configIfGiven(parsed)
-        var bundleID: String?
-        if let config {
-            guard let configured = config.apps.first(where: { $0.name == app }) else {
-                let known = config.apps.map(\.name).joined(separator: ", ")
-                throw CommandContext.Failure("--app '\(app)' is not an app of the configuration (apps: \(known))")
-            }
-            bundleID = configured.bundleID
-        } else if !ConfigLoader.isValidAppName(app) {
-            throw CommandContext.Failure("--app '\(app)' must be 1–64 characters of a–z, 0–9, '_' or '-'")
+        guard AppName.isValid(app) else {
+            throw CommandContext.Failure("--app '\(app)' must be \(AppName.rule)")
         }
+        // A campaign for an app no instance is configured for would never be sent, so the
+        // app is checked against the configuration (--config, else the default file).
+        let config: PushdConfig
+        do {
+            config = try context.loadConfig(parsed)
+        } catch {
+            throw CommandContext.Failure("campaign create checks --app against pushd's configuration, and none could be read: \(error); give --config FILE")
+        }
+        guard let configured = config.apps.first(where: { $0.name == app }) else {
+            let known = config.apps.map(\.name).joined(separator: ", ")
+            throw CommandContext.Failure("--app '\(app)' is not an app of the configuration (apps: \(known))")
+        }
+        let bundleID: String? = configured.bundleID
 
         let pushType = try Self.pushType(parsed.value("push-type") ?? "alert")
         let priority = try CommandValue.integer(parsed, "priority", in: 1...10) ?? (pushType == .background ? 5 : 10)
         guard Priority(rawValue: priority) != nil else {
             throw CommandContext.Failure("--priority \(priority) is not an APNs priority: use 10 (now), 5 (conserve power) or 1 (lowest)")
         }
-        let rate = try CommandValue.integer(parsed, "rate", in: 1...10_000_000) ?? config?.apps.first { $0.name == app }?.campaignRate
-            ?? config?.defaultCampaignRate
+        let rate = try CommandValue.integer(parsed, "rate", in: 1...10_000_000) ?? configured.campaignRate
+            ?? config.defaultCampaignRate
         let startAt = try CommandValue.time(parsed, "start-at")
         let collapseID = parsed.value("collapse-id")
         if let collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes {

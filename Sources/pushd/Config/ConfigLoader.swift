@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import QueueStore
 
 /// Turns the YAML configuration file into a `PushdConfig`, applying environment
 /// overrides, and lists every problem with its setting and line.
@@ -139,7 +140,7 @@ enum ConfigLoader {
         let reader = section.reader
         let name = section.requiredString("name", what: "the app's name, as used in pushd.jobs.app")
         if let name, !isValidAppName(name) {
-            reader.error(section.childPath("name"), line: section.line, "'\(name)' must be 1–64 characters of a–z, 0–9, '_' or '-'")
+            reader.error(section.childPath("name"), line: section.line, "'\(name)' must be \(AppName.rule)")
         }
         let bundleID = section.requiredString("bundle_id", what: "the app's bundle id (the apns-topic)")
         if let bundleID, !isValidBundleID(bundleID) {
@@ -198,9 +199,7 @@ enum ConfigLoader {
     }
 
     static func isValidAppName(_ name: String) -> Bool {
-        !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy {
-            ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 95 || $0 == 45
-        }
+        AppName.isValid(name)
     }
 
     static func isValidBundleID(_ id: String) -> Bool {
