@@ -24,7 +24,7 @@ cat >"$work/pushd.yml" <<YAML
 database:
   url: $PUSHD_DATABASE_URL
 metrics:
-  listen: 127.0.0.1:0
+  listen: 127.0.0.1:${PUSHD_BENCH_METRICS_PORT:-0}
 log:
   level: warning
 apns:
