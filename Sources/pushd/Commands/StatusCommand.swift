@@ -17,7 +17,7 @@ enum StatusCommand {
         defer { connection.close() }
         let terminal = isatty(STDOUT_FILENO) == 1
         while true {
-            let report = FleetReport(try FleetSnapshot.read(connection))
+            let report = FleetReport(try readSnapshot(connection))
             let now = Date()
             if json {
                 let options: JSONSerialization.WritingOptions = parsed.has("watch") ? [.sortedKeys] : [.sortedKeys, .prettyPrinted]
@@ -31,6 +31,14 @@ enum StatusCommand {
             }
             guard parsed.has("watch") else { return report.exitCode }
             sleep(UInt32(interval))
+        }
+    }
+
+    static func readSnapshot(_ connection: PGConnection) throws -> FleetSnapshot {
+        do {
+            return try FleetSnapshot.read(connection)
+        } catch let error as PGError where error.code == .undefinedTable {
+            throw CommandContext.Failure("the database has no pushd schema, or one older than this pushd (\(error.message)): run `pushd migrate`")
         }
     }
 }
