@@ -734,5 +734,29 @@ extension Migrator {
         ADD CONSTRAINT campaigns_background_priority CHECK (push_type <> 'background' OR priority = 5
             OR pushd.fail_check('pushd.campaigns.priority', 'campaigns_background_priority',
                                 format('must be 5 for a background push (APNs refuses 10 and 1), got %s', priority))) NOT VALID;
+
+    -- A target's own payload: the shape rules, and the largest size any push type allows
+    -- (the campaign's push type is in another row; the sender checks its exact limit).
+    CREATE FUNCTION pushd.check_target_payloads(value text[], label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        item text;
+        position integer := 0;
+    BEGIN
+        IF value IS NULL THEN RETURN true; END IF;
+        FOREACH item IN ARRAY value LOOP
+            position := position + 1;
+            CONTINUE WHEN item IS NULL;
+            IF octet_length(item) > 5120 THEN
+                RETURN pushd.fail_check(format('%s[%s]', label, position), constraint_name,
+                    format('is %s bytes; no push type allows more than 5120 (4096 for all but voip)', octet_length(item)));
+            END IF;
+            PERFORM pushd.check_payload_shape(item, NULL, format('%s[%s]', label, position), constraint_name);
+        END LOOP;
+        RETURN true;
+    END $$;
+
+    ALTER TABLE pushd.campaign_targets ADD CONSTRAINT campaign_targets_payloads_shape
+        CHECK (payloads IS NULL OR pushd.check_target_payloads(payloads, 'pushd.campaign_targets.payloads', 'campaign_targets_payloads_shape')) NOT VALID;
     """#
 }
