@@ -623,8 +623,9 @@ extension Migrator {
     /// Everything a row alone decides is refused at INSERT, with the column and the rule in
     /// the message, instead of being dead-lettered at send: the payload size limit of its
     /// push type, `aps` being an object, duplicate keys (the payload is stored as given, so
-    /// `{"a":1,"a":2}` would reach APNs ambiguous), and the background rules (priority 5,
-    /// `content-available: 1`, nothing the user sees). Rules that need the configuration
+    /// `{"a":1,"a":2}` would reach APNs ambiguous), the background rules (priority 5,
+    /// `content-available: 1`, nothing the user sees), `badge`, `interruption-level` and
+    /// `event` values, the Live Activity and MDM required keys. Rules that need the configuration
     /// (the app, its authentication kind, its topic) stay with the sender. The checks are
     /// NOT VALID: rows already queued are not re-checked (the sender still dead-letters them).
     static let payloadRulesV11 = #"""
@@ -687,7 +688,14 @@ extension Migrator {
             AND coalesce(jsonb_typeof(payload::jsonb -> 'aps'), 'object') IN ('object', 'null')
             AND (push_type IS DISTINCT FROM 'background'
                  OR (payload::jsonb -> 'aps' ->> 'content-available' = '1'
-                     AND NOT (payload::jsonb -> 'aps') ?| ARRAY['alert', 'sound', 'badge'])))
+                     AND NOT (payload::jsonb -> 'aps') ?| ARRAY['alert', 'sound', 'badge']))
+            AND coalesce(jsonb_typeof(payload::jsonb -> 'aps' -> 'badge') = 'number' AND payload::jsonb -> 'aps' ->> 'badge' ~ '^[0-9]+$', true)
+            AND coalesce(payload::jsonb -> 'aps' ->> 'interruption-level' IN ('passive', 'active', 'time-sensitive', 'critical'), true)
+            AND coalesce(payload::jsonb -> 'aps' ->> 'event' IN ('start', 'update', 'end'), true)
+            AND (push_type IS DISTINCT FROM 'liveactivity'
+                 OR ((payload::jsonb -> 'aps') ?& ARRAY['timestamp', 'event']
+                     AND (payload::jsonb -> 'aps' ->> 'event' = 'end' OR (payload::jsonb -> 'aps') ? 'content-state')))
+            AND (push_type IS DISTINCT FROM 'mdm' OR jsonb_typeof(payload::jsonb -> 'mdm') = 'string'))
     $$;
 
     -- The shape rules, raising the first one broken: no duplicate key anywhere, `aps` an
@@ -707,15 +715,41 @@ extension Migrator {
             RETURN pushd.fail_check(label, constraint_name,
                 format('has the key %L twice in one object (at %s); a payload must not repeat a key', regexp_replace(duplicate, '^.*\.', ''), substr(duplicate, 2)));
         END IF;
+        IF push_type = 'mdm' AND json_typeof(doc -> 'mdm') IS DISTINCT FROM 'string' THEN
+            RETURN pushd.fail_check(label, constraint_name, 'needs the device''s PushMagic string as top-level "mdm" for an mdm push');
+        END IF;
         aps := doc -> 'aps';
         IF aps IS NULL OR json_typeof(aps) = 'null' THEN
             IF push_type = 'background' THEN
                 RETURN pushd.fail_check(label, constraint_name, 'needs "aps":{"content-available":1} for a background push');
+            ELSIF push_type = 'liveactivity' THEN
+                RETURN pushd.fail_check(label, constraint_name, 'needs "aps" with "timestamp" and "event" for a liveactivity push');
             END IF;
             RETURN true;
         END IF;
         IF json_typeof(aps) <> 'object' THEN
             RETURN pushd.fail_check(label, constraint_name, format('must have "aps" as a JSON object, got a JSON %s', json_typeof(aps)));
+        END IF;
+        IF aps -> 'badge' IS NOT NULL AND (json_typeof(aps -> 'badge') <> 'number' OR aps ->> 'badge' !~ '^[0-9]+$') THEN
+            RETURN pushd.fail_check(label, constraint_name, format('must have "aps"."badge" as a non-negative integer, got %s', aps -> 'badge'));
+        END IF;
+        IF aps -> 'interruption-level' IS NOT NULL
+           AND coalesce(aps ->> 'interruption-level' NOT IN ('passive', 'active', 'time-sensitive', 'critical'), true) THEN
+            RETURN pushd.fail_check(label, constraint_name,
+                format('must have "aps"."interruption-level" as one of passive, active, time-sensitive, critical, got %s', aps -> 'interruption-level'));
+        END IF;
+        IF aps -> 'event' IS NOT NULL AND coalesce(aps ->> 'event' NOT IN ('start', 'update', 'end'), true) THEN
+            RETURN pushd.fail_check(label, constraint_name, format('must have "aps"."event" as one of start, update, end, got %s', aps -> 'event'));
+        END IF;
+        IF push_type = 'liveactivity' THEN
+            FOREACH field IN ARRAY ARRAY['timestamp', 'event'] LOOP
+                IF aps -> field IS NULL THEN
+                    RETURN pushd.fail_check(label, constraint_name, format('needs "aps"."%s" for a liveactivity push', field));
+                END IF;
+            END LOOP;
+            IF aps ->> 'event' <> 'end' AND aps -> 'content-state' IS NULL THEN
+                RETURN pushd.fail_check(label, constraint_name, format('needs "aps"."content-state" for a liveactivity %s event', aps ->> 'event'));
+            END IF;
         END IF;
         IF push_type = 'background' THEN
             IF coalesce(aps ->> 'content-available', '') <> '1' THEN
