@@ -83,17 +83,18 @@ import Testing
                 INSERT INTO pushd.jobs (app, device_token, payload, push_type, priority) VALUES
                   ('shop', $1, '{"aps":{"alert":"a"}}', 'alert', 10),
                   ('shop', $2, '{"aps":{"alert":"b"}}', 'alert', 10),
+                  ('shop', $3, '{"aps":{"alert":"c","relevance-score":2}}', 'alert', 10),
                   ('ghost', $3, '{"aps":{"alert":"d"}}', 'alert', 10)
                 """, [unregistered, bad, DaemonHarness.token(4)])
 
-            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 2 })
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 3 })
             let rows = try connection.query("SELECT device_token, app, status, reason FROM pushd.dead_jobs ORDER BY app, device_token").rows
             let reasons = try rows.map { "\(try $0.require(1, as: String.self)) \(try $0.get(2, as: Int.self).map(String.init) ?? "-") \(try $0.require(3, as: String.self))" }
             #expect(reasons.contains("shop 410 Unregistered"))
             #expect(reasons.contains("shop 400 BadDeviceToken"))
-            // No instance serves 'ghost': its job waits for one instead of being given up.
-            #expect(!reasons.contains { $0.hasPrefix("ghost") }, "\(reasons)")
-            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'ghost'") == 1)
+            #expect(reasons.contains { $0.hasPrefix("shop - Invalid: ") && $0.contains("relevance-score") }, "\(reasons)")
+            // No instance is configured for "ghost": its job waits, untouched, rather than being dead-lettered.
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'ghost' AND attempts = 0") == 1)
             let pruned = try connection.query("SELECT token, invalid_reason FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL ORDER BY token").rows
             #expect(try pruned.map { try $0.require(1, as: String.self) }.sorted() == ["BadDeviceToken", "Unregistered"])
             #expect(harness.mock.acceptedLog.isEmpty)

@@ -110,6 +110,14 @@ import Testing
             #expect(missing.exitCode == 1)
             #expect(missing.output.errorText.contains("campaign create checks --app against pushd's configuration, and none could be read"),
                     "\(missing.output.errorText)")
+            // No --config and no default file: nothing to check the app against, so no campaign.
+            #expect(!FileManager.default.fileExists(atPath: CommandContext.defaultConfigPath))
+            let bare = try CommandRun(["campaign", "create", "--app", "nope", "--payload", Self.payload, "--database-url", database.url]) {
+                try CampaignCommand.create($0, $1)
+            }
+            #expect(bare.exitCode == 1)
+            #expect(bare.output.errorText.contains("campaign create checks --app against pushd's configuration, and none could be read"),
+                    "\(bare.output.errorText)")
             #expect(try CampaignStore().campaigns(try database.connect(), limit: 10).isEmpty)
         }
     }

@@ -88,6 +88,25 @@ import Testing
         }
     }
 
+    @Test func aTargetPayloadWithARepeatedKeyOrANonObjectApsIsRefusedAtImport() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "news", payload: Fixtures.payload))
+            let repeated = Fixtures.pgError {
+                try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(1), nil),
+                                                                                  (Fixtures.token(2), #"{"aps":{"badge":1,"badge":2}}"#)])
+            }
+            #expect(repeated?.message.hasPrefix("pushd.campaign_targets.payloads[2] has the key 'badge' twice in one object (at aps.badge)") == true,
+                    "\(repeated?.message ?? "accepted")")
+            let notObject = Fixtures.pgError {
+                try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(1), #"{"aps":[1]}"#)])
+            }
+            #expect(notObject?.message.hasPrefix(#"pushd.campaign_targets.payloads[1] must have "aps" as a JSON object, got a JSON array"#) == true,
+                    "\(notObject?.message ?? "accepted")")
+            #expect(try campaigns.campaign(connection, id: id)?.targets == 0)
+        }
+    }
+
     @Test func importNamesTheFileAndLineOfABadTargetAndAddsNothing() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

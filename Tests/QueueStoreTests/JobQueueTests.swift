@@ -392,6 +392,18 @@ import Testing
                  "pushd.jobs.payload has the key 'aps' twice in one object (at aps)"),
                 (#"{"aps":{"alert":{"title":"a","title":"b"}}}"#, "alert", nil, "jobs_payload_shape",
                  "pushd.jobs.payload has the key 'title' twice in one object (at aps.alert.title)"),
+                (#"{"aps":{"alert":"a","badge":-1}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."badge" as a non-negative integer, got -1"#),
+                (#"{"aps":{"alert":"a","badge":"3"}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."badge" as a non-negative integer, got "3""#),
+                (#"{"aps":{"alert":"a","interruption-level":"loud"}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."interruption-level" as one of passive, active, time-sensitive, critical, got "loud""#),
+                (#"{"aps":{"timestamp":1700000000,"event":"update"}}"#, "liveactivity", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload needs "aps"."content-state" for a liveactivity update event"#),
+                (#"{"aps":{"timestamp":1700000000,"event":"stop"}}"#, "liveactivity", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."event" as one of start, update, end, got "stop""#),
+                (#"{"aps":{}}"#, "mdm", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload needs the device's PushMagic string as top-level "mdm" for an mdm push"#),
             ]
             for (index, row) in refused.enumerated() {
                 let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(index), row.payload, row.pushType, row.priority]) }
@@ -404,6 +416,10 @@ import Testing
                 (#"{"aps":{"content-available":1},"sync":{"items":[{"id":1},{"id":2}]}}"#, "background", nil),
                 (#"{"aps":{"content-available":1}}"#, "background", 5),
                 (#"{"custom":"no aps at all"}"#, "alert", nil),
+                (#"{"aps":{"alert":"Meet at 10:30","badge":0,"interruption-level":"time-sensitive"}}"#, "alert", nil),
+                (#"{"aps":{"timestamp":1700000000,"event":"end"}}"#, "liveactivity", nil),
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2:1"}}}"#, "liveactivity", nil),
+                (#"{"mdm":"00000000-1111-2222-3333-444444444444"}"#, "mdm", nil),
             ]
             for (index, row) in accepted.enumerated() {
                 let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(100 + index), row.payload, row.pushType, row.priority]) }

@@ -736,8 +736,9 @@ extension Migrator {
     /// Everything a row alone decides is refused at INSERT, with the column and the rule in
     /// the message, instead of being dead-lettered at send: the payload size limit of its
     /// push type, `aps` being an object, duplicate keys (the payload is stored as given, so
-    /// `{"a":1,"a":2}` would reach APNs ambiguous), and the background rules (priority 5,
-    /// `content-available: 1`, nothing the user sees). Rules that need the configuration
+    /// `{"a":1,"a":2}` would reach APNs ambiguous), the background rules (priority 5,
+    /// `content-available: 1`, nothing the user sees), `badge`, `interruption-level` and
+    /// `event` values, the Live Activity and MDM required keys. Rules that need the configuration
     /// (the app, its authentication kind, its topic) stay with the sender. The checks are
     /// NOT VALID: rows already queued are not re-checked (the sender still dead-letters them).
     static let payloadRulesV12 = #"""
@@ -785,9 +786,33 @@ extension Migrator {
         RETURN NULL;
     END $$;
 
-    -- The shape rules: no duplicate key anywhere, `aps` an object, and for background pushes
-    -- `content-available: 1` without alert, sound or badge. Invalid JSON is left to the
-    -- JSON check, which names the problem.
+    -- The cheap inline test of the shape rules, built from C functions only (an inlined SQL
+    -- function): a valid payload passes here and never pays for the PL/pgSQL check below.
+    -- No duplicate key is proven by counting: every member of a JSON object has exactly one
+    -- ':' outside strings, and jsonb keeps one member per key, so when the ':' in the text
+    -- are as many as jsonb's members, no key was dropped. A ':' inside a string value only
+    -- sends the payload to the exact check. CHECK constraints run in name order, so the
+    -- JSON check (`…_json_object`) has refused invalid JSON before the cast here.
+    CREATE FUNCTION pushd.payload_shape_ok(payload text, push_type text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE AS $$
+        SELECT payload IS NULL OR (
+            length(payload) - length(replace(payload, ':', ''))
+                = jsonb_array_length(jsonb_path_query_array(payload::jsonb, 'strict $.** ? (@.type() == "object").keyvalue()'))
+            AND coalesce(jsonb_typeof(payload::jsonb -> 'aps'), 'object') IN ('object', 'null')
+            AND (push_type IS DISTINCT FROM 'background'
+                 OR (payload::jsonb -> 'aps' ->> 'content-available' = '1'
+                     AND NOT (payload::jsonb -> 'aps') ?| ARRAY['alert', 'sound', 'badge']))
+            AND coalesce(jsonb_typeof(payload::jsonb -> 'aps' -> 'badge') = 'number' AND payload::jsonb -> 'aps' ->> 'badge' ~ '^[0-9]+$', true)
+            AND coalesce(payload::jsonb -> 'aps' ->> 'interruption-level' IN ('passive', 'active', 'time-sensitive', 'critical'), true)
+            AND coalesce(payload::jsonb -> 'aps' ->> 'event' IN ('start', 'update', 'end'), true)
+            AND (push_type IS DISTINCT FROM 'liveactivity'
+                 OR ((payload::jsonb -> 'aps') ?& ARRAY['timestamp', 'event']
+                     AND (payload::jsonb -> 'aps' ->> 'event' = 'end' OR (payload::jsonb -> 'aps') ? 'content-state')))
+            AND (push_type IS DISTINCT FROM 'mdm' OR jsonb_typeof(payload::jsonb -> 'mdm') = 'string'))
+    $$;
+
+    -- The shape rules, raising the first one broken: no duplicate key anywhere, `aps` an
+    -- object, and for background pushes `content-available: 1` without alert, sound or badge.
     CREATE FUNCTION pushd.check_payload_shape(payload text, push_type text, label text, constraint_name text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE AS $$
     DECLARE
@@ -797,25 +822,47 @@ extension Migrator {
         field text;
     BEGIN
         IF payload IS NULL THEN RETURN true; END IF;
-        BEGIN
-            doc := payload::json;
-        EXCEPTION WHEN invalid_text_representation THEN
-            RETURN true;
-        END;
+        doc := payload::json;
         duplicate := pushd.json_duplicate_key(doc, '');
         IF duplicate IS NOT NULL THEN
             RETURN pushd.fail_check(label, constraint_name,
                 format('has the key %L twice in one object (at %s); a payload must not repeat a key', regexp_replace(duplicate, '^.*\.', ''), substr(duplicate, 2)));
         END IF;
+        IF push_type = 'mdm' AND json_typeof(doc -> 'mdm') IS DISTINCT FROM 'string' THEN
+            RETURN pushd.fail_check(label, constraint_name, 'needs the device''s PushMagic string as top-level "mdm" for an mdm push');
+        END IF;
         aps := doc -> 'aps';
         IF aps IS NULL OR json_typeof(aps) = 'null' THEN
             IF push_type = 'background' THEN
                 RETURN pushd.fail_check(label, constraint_name, 'needs "aps":{"content-available":1} for a background push');
+            ELSIF push_type = 'liveactivity' THEN
+                RETURN pushd.fail_check(label, constraint_name, 'needs "aps" with "timestamp" and "event" for a liveactivity push');
             END IF;
             RETURN true;
         END IF;
         IF json_typeof(aps) <> 'object' THEN
             RETURN pushd.fail_check(label, constraint_name, format('must have "aps" as a JSON object, got a JSON %s', json_typeof(aps)));
+        END IF;
+        IF aps -> 'badge' IS NOT NULL AND (json_typeof(aps -> 'badge') <> 'number' OR aps ->> 'badge' !~ '^[0-9]+$') THEN
+            RETURN pushd.fail_check(label, constraint_name, format('must have "aps"."badge" as a non-negative integer, got %s', aps -> 'badge'));
+        END IF;
+        IF aps -> 'interruption-level' IS NOT NULL
+           AND coalesce(aps ->> 'interruption-level' NOT IN ('passive', 'active', 'time-sensitive', 'critical'), true) THEN
+            RETURN pushd.fail_check(label, constraint_name,
+                format('must have "aps"."interruption-level" as one of passive, active, time-sensitive, critical, got %s', aps -> 'interruption-level'));
+        END IF;
+        IF aps -> 'event' IS NOT NULL AND coalesce(aps ->> 'event' NOT IN ('start', 'update', 'end'), true) THEN
+            RETURN pushd.fail_check(label, constraint_name, format('must have "aps"."event" as one of start, update, end, got %s', aps -> 'event'));
+        END IF;
+        IF push_type = 'liveactivity' THEN
+            FOREACH field IN ARRAY ARRAY['timestamp', 'event'] LOOP
+                IF aps -> field IS NULL THEN
+                    RETURN pushd.fail_check(label, constraint_name, format('needs "aps"."%s" for a liveactivity push', field));
+                END IF;
+            END LOOP;
+            IF aps ->> 'event' <> 'end' AND aps -> 'content-state' IS NULL THEN
+                RETURN pushd.fail_check(label, constraint_name, format('needs "aps"."content-state" for a liveactivity %s event', aps ->> 'event'));
+            END IF;
         END IF;
         IF push_type = 'background' THEN
             IF coalesce(aps ->> 'content-available', '') <> '1' THEN
@@ -834,18 +881,42 @@ extension Migrator {
     ALTER TABLE pushd.jobs
         ADD CONSTRAINT jobs_payload_size CHECK (octet_length(payload) <= 4096
             OR pushd.check_payload_size(payload, push_type, 'pushd.jobs.payload', 'jobs_payload_size')) NOT VALID,
-        ADD CONSTRAINT jobs_payload_shape
-            CHECK (pushd.check_payload_shape(payload, push_type, 'pushd.jobs.payload', 'jobs_payload_shape')) NOT VALID,
+        ADD CONSTRAINT jobs_payload_shape CHECK (pushd.payload_shape_ok(payload, push_type)
+            OR pushd.check_payload_shape(payload, push_type, 'pushd.jobs.payload', 'jobs_payload_shape')) NOT VALID,
         ADD CONSTRAINT jobs_background_priority CHECK (push_type <> 'background' OR priority = 5
             OR pushd.fail_check('pushd.jobs.priority', 'jobs_background_priority',
                                 format('must be 5 for a background push (APNs refuses 10 and 1), got %s', priority))) NOT VALID;
     ALTER TABLE pushd.campaigns
         ADD CONSTRAINT campaigns_payload_size CHECK (payload IS NULL OR octet_length(payload) <= 4096
             OR pushd.check_payload_size(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_size')) NOT VALID,
-        ADD CONSTRAINT campaigns_payload_shape
-            CHECK (pushd.check_payload_shape(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_shape')) NOT VALID,
+        ADD CONSTRAINT campaigns_payload_shape CHECK (pushd.payload_shape_ok(payload, push_type)
+            OR pushd.check_payload_shape(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_shape')) NOT VALID,
         ADD CONSTRAINT campaigns_background_priority CHECK (push_type <> 'background' OR priority = 5
             OR pushd.fail_check('pushd.campaigns.priority', 'campaigns_background_priority',
                                 format('must be 5 for a background push (APNs refuses 10 and 1), got %s', priority))) NOT VALID;
+
+    -- A target's own payload: the shape rules, and the largest size any push type allows
+    -- (the campaign's push type is in another row; the sender checks its exact limit).
+    CREATE FUNCTION pushd.check_target_payloads(value text[], label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        item text;
+        position integer := 0;
+    BEGIN
+        IF value IS NULL THEN RETURN true; END IF;
+        FOREACH item IN ARRAY value LOOP
+            position := position + 1;
+            CONTINUE WHEN item IS NULL OR (octet_length(item) <= 5120 AND pushd.payload_shape_ok(item, NULL));
+            IF octet_length(item) > 5120 THEN
+                RETURN pushd.fail_check(format('%s[%s]', label, position), constraint_name,
+                    format('is %s bytes; no push type allows more than 5120 (4096 for all but voip)', octet_length(item)));
+            END IF;
+            PERFORM pushd.check_payload_shape(item, NULL, format('%s[%s]', label, position), constraint_name);
+        END LOOP;
+        RETURN true;
+    END $$;
+
+    ALTER TABLE pushd.campaign_targets ADD CONSTRAINT campaign_targets_payloads_shape
+        CHECK (payloads IS NULL OR pushd.check_target_payloads(payloads, 'pushd.campaign_targets.payloads', 'campaign_targets_payloads_shape')) NOT VALID;
     """#
 }

@@ -86,7 +86,10 @@ final class Pipeline: @unchecked Sendable {
         }
         registerGauges(appByKey: appByKey)
         unknownApps = UnknownAppWatch(configured: Set(config.apps.map(\.name)), logger: logger,
-                                      readStats: { [unowned self] in try recentStats() })
+                                      readStats: { [weak self] in
+                                          guard let self else { throw SetupError(description: "the pipeline is gone") }
+                                          return try self.recentStats()
+                                      })
     }
 
     static func dispatcherConfiguration(for app: PushdConfig.App, config: PushdConfig) -> DispatcherConfiguration {
