@@ -32,12 +32,8 @@ final class CampaignWorker: @unchecked Sendable {
         self.limiter = limiter
         leaseSeconds = Double(context.config.campaignLeaseSeconds)
         checkpointInterval = min(2, leaseSeconds / 3)
-        // A chunk holds its lease while it retries: keep campaign backoffs short.
-        var retry = context.policy.retry
-        retry.maxDelay = min(retry.maxDelay, 30)
-        retry.throttledBaseDelay = min(retry.throttledBaseDelay, 5)
-        retry.maxAttempts = min(retry.maxAttempts, 5)
-        policy = OutcomePolicy(retry: retry)
+        // The same policy as the transactional lane: an APNs storm costs a target time, not attempts.
+        policy = context.policy
     }
 
     private var owner: String { "\(context.instance)/campaign-\(index)" }
