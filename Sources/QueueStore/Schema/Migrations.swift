@@ -8,6 +8,7 @@ extension Migrator {
         Migration(version: 4, name: "shared provider tokens", sql: providerTokensV4),
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
+        Migration(version: 7, name: "retry windows count from a job's first send", sql: firstAttemptV7),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -469,5 +470,12 @@ extension Migrator {
     /// leased chunk to its targets into a scan of every chunk row of every campaign.
     static let leaseRowsV6 = #"""
     ALTER FUNCTION pushd.lease_campaign_chunk(text, float8) ROWS 1;
+    """#
+
+    /// A job scheduled for later (`run_at`) has not begun to wait when it is inserted: its
+    /// retry windows and outage budget count from its first send, recorded here.
+    static let firstAttemptV7 = #"""
+    ALTER TABLE pushd.jobs ADD COLUMN first_attempt_at timestamptz;
+    ALTER TABLE pushd.dead_jobs ADD COLUMN first_attempt_at timestamptz;
     """#
 }

@@ -93,6 +93,8 @@ final class JobWorker: @unchecked Sendable {
         var job: Job
         var sender: AppSender
         var pushType: String
+        /// When this send was submitted; the job's first attempt unless it has an earlier one.
+        var sentAt: Date
     }
 
     private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
@@ -131,7 +133,7 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
                 continue
             }
-            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType)
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Date())
             sender.transactionalDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
         }
 
@@ -163,9 +165,12 @@ final class JobWorker: @unchecked Sendable {
     private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
         let job = item.job
         let sender = item.sender
+        // Windows count from the first send, not from the insert: a job scheduled for later
+        // (run_at) has not been waiting before it was due.
+        let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
-                                             firstAttemptAt: job.createdAt, now: Date(), random: &random)
+                                             firstAttemptAt: firstAttemptAt, now: Date(), random: &random)
         switch verdict {
         case .delivered:
             outcomes.delivered.append(job.id)
@@ -182,7 +187,8 @@ final class JobWorker: @unchecked Sendable {
             context.metrics.tokenPruned(app: job.app, environment: sender.environmentLabel, reason: reason).increment()
             context.tally.add(context.tally.pruned)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
-            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))
+            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
+                                             sentAt: firstAttemptAt))
             countAnswer(outcome, sender: sender)
             context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
             context.tally.add(context.tally.retried)
@@ -194,7 +200,7 @@ final class JobWorker: @unchecked Sendable {
             countAnswer(outcome, sender: sender)
             context.pause(sender, reason: reason)
             outcomes.retries.append(JobRetry(id: job.id, runAt: Date().addingTimeInterval(30),
-                                             error: "app paused: \(reason)", countsAsAttempt: false))
+                                             error: "app paused: \(reason)", countsAsAttempt: false, sentAt: firstAttemptAt))
         }
     }
 
