@@ -218,3 +218,26 @@ struct FixedRandom: RandomNumberGenerator {
         }
     }
 }
+
+@Suite struct TokenThrottleTests {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test func aThrottledTokenIsHeldUntilItsRetryAndOtherTokensAreNot() {
+        let throttle = TokenThrottle()
+        throttle.throttle("aa", until: now.addingTimeInterval(10), now: now)
+        #expect(throttle.heldUntil("aa", now: now) == now.addingTimeInterval(10))
+        #expect(throttle.heldUntil("bb", now: now) == nil)
+        // A later 429 for the same token extends the hold; an earlier one does not shorten it.
+        throttle.throttle("aa", until: now.addingTimeInterval(5), now: now)
+        #expect(throttle.heldUntil("aa", now: now) == now.addingTimeInterval(10))
+        #expect(throttle.heldUntil("aa", now: now.addingTimeInterval(10)) == nil)
+    }
+
+    @Test func expiredHoldsAreSweptOnceTheTableIsFull() {
+        let throttle = TokenThrottle(sweepAbove: 3)
+        for token in ["a", "b", "c"] { throttle.throttle(token, until: now.addingTimeInterval(1), now: now) }
+        throttle.throttle("d", until: now.addingTimeInterval(20), now: now.addingTimeInterval(2))
+        #expect(throttle.heldUntil("a", now: now) == nil)
+        #expect(throttle.heldUntil("d", now: now) == now.addingTimeInterval(20))
+    }
+}

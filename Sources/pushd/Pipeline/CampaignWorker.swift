@@ -190,6 +190,11 @@ final class CampaignWorker: @unchecked Sendable {
                     }
                 }
                 let item = chunk.targets[target]
+                if let held = context.throttle.heldUntil(item.token) {
+                    // APNs is throttling this device: wait with the notification that drew the 429.
+                    retries.append(Retry(at: now + held.timeIntervalSinceNow, target: target))
+                    continue
+                }
                 let notification: APNsNotification
                 do {
                     notification = try sender.factory.notification(.init(
@@ -242,6 +247,7 @@ final class CampaignWorker: @unchecked Sendable {
                     // A send APNs never answered does not use up the target's attempt budget.
                     if !countsAsAttempt { attempts[target] -= 1 }
                     retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target))
+                    if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(chunk.targets[target].token, until: at) }
                     context.metrics.retry(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
                     context.tally.add(context.tally.retried)
                     if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }

@@ -115,6 +115,12 @@ final class JobWorker: @unchecked Sendable {
                                                  error: "app paused: \(paused)", countsAsAttempt: false))
                 continue
             }
+            if let held = context.throttle.heldUntil(job.deviceToken) {
+                // APNs is throttling this device: this job waits with the one that drew the 429.
+                outcomes.retries.append(JobRetry(id: job.id, runAt: held, error: "TooManyRequests: the device token is throttled",
+                                                 countsAsAttempt: false))
+                continue
+            }
             let notification: APNsNotification
             do {
                 notification = try sender.factory.notification(.init(
@@ -189,6 +195,7 @@ final class JobWorker: @unchecked Sendable {
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                              sentAt: firstAttemptAt))
+            if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
             countAnswer(outcome, sender: sender)
             context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
             context.tally.add(context.tally.retried)

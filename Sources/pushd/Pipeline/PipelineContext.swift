@@ -16,6 +16,7 @@ final class PipelineContext: @unchecked Sendable {
     let logger: Logger
     let doorbell = Doorbell()
     let tally = Tally()
+    let throttle = TokenThrottle()
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
