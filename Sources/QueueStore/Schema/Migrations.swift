@@ -9,6 +9,7 @@ extension Migrator {
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
         Migration(version: 7, name: "retry windows count from a job's first send", sql: firstAttemptV7),
+        Migration(version: 8, name: "campaign targets parked while they wait for a retry", sql: campaignRetriesV8),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -477,5 +478,24 @@ extension Migrator {
     static let firstAttemptV7 = #"""
     ALTER TABLE pushd.jobs ADD COLUMN first_attempt_at timestamptz;
     ALTER TABLE pushd.dead_jobs ADD COLUMN first_attempt_at timestamptz;
+    """#
+
+    /// Campaign targets waiting for a retry, so that their chunk can finish and its worker
+    /// send other targets meanwhile (`CampaignStore.finish(_:_:_:parking:)`). Written only
+    /// for targets APNs did not take, so a storm costs rows, an ordinary campaign almost none.
+    static let campaignRetriesV8 = #"""
+    CREATE TABLE pushd.campaign_retries (
+        campaign_id      bigint NOT NULL REFERENCES pushd.campaigns (id) ON DELETE CASCADE,
+        chunk            integer NOT NULL,
+        position         integer NOT NULL,
+        token            text NOT NULL,
+        payload          text,
+        due_at           timestamptz NOT NULL,
+        attempts         integer NOT NULL,
+        first_attempt_at timestamptz NOT NULL,
+        last_error       text NOT NULL,
+        PRIMARY KEY (campaign_id, chunk, position)
+    );
+    CREATE INDEX campaign_retries_due ON pushd.campaign_retries (due_at);
     """#
 }

@@ -6,9 +6,15 @@ import QueueStore
 
 /// One worker of the campaign lane, on its own thread with its own connection: lease a
 /// chunk of about a thousand targets, send them (respecting the campaign's rate cap),
-/// retry failures in memory, and checkpoint progress every couple of seconds. The
-/// checkpoint extends the lease; a worker that vanishes leaves a lease that expires,
-/// and another worker resumes the chunk from its last checkpoint.
+/// retry failures that come due while the chunk is sending, and checkpoint progress every
+/// couple of seconds. The checkpoint extends the lease; a worker that vanishes leaves a
+/// lease that expires, and another worker resumes the chunk from its last checkpoint.
+///
+/// Once every target of the chunk has been sent, targets still waiting for a retry are
+/// parked (`pushd.campaign_retries`) in the transaction that finishes the chunk, and the
+/// worker goes on with the next chunk: a throttled campaign never waits out its retries.
+/// Between chunks the worker sends parked targets that are due, in a transaction held
+/// until their answers are recorded, so a crash resends at most what was in flight.
 final class CampaignWorker: @unchecked Sendable {
     // Touched only on the worker's own thread, except `completions` and the context.
     private let context: PipelineContext
@@ -55,7 +61,13 @@ final class CampaignWorker: @unchecked Sendable {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
                 let seen = context.doorbell.current
+                if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: Array(context.senders.keys)) {
+                    failures = 0
+                    try sendParked(parked, on: connection!)
+                    continue
+                }
                 guard let chunk = try store.leaseChunk(connection!, owner: owner, leaseSeconds: leaseSeconds) else {
+                    try store.closeFinishedCampaigns(connection!)
                     context.doorbell.wait(after: seen, timeout: 1)
                     continue
                 }
@@ -74,15 +86,62 @@ final class CampaignWorker: @unchecked Sendable {
         connection = nil
     }
 
+    /// Parked targets taken at once. Their transaction stays open while they are sent: small
+    /// enough that a rate-capped campaign sends them well within the session's idle limit.
+    static let parkedBatchLimit = 200
+
     private enum Resolution {
         case sent
         case failed(String)
         case pruned(String)
+        /// Waiting for a retry in `pushd.campaign_retries`; counted when it is settled there.
+        case parked
     }
 
     private struct Retry {
+        /// Monotonic seconds.
         var at: Double
         var target: Int
+        var dueAt = Date()
+        var reason = ""
+    }
+
+    /// What one answer did, once metrics and tallies are counted.
+    private enum Handled {
+        case sent
+        case pruned(String, TokenPrune)
+        case failed(String)
+        case retry(at: Date, reason: String, countsAsAttempt: Bool)
+        case pause
+    }
+
+    private func handle(_ verdict: Verdict, app: String, token: String, pushType: String, sender: AppSender) -> Handled {
+        switch verdict {
+        case .delivered:
+            sender.countResponse(status: 200, reason: "none")
+            sender.countSent(pushType: pushType, lane: "campaign")
+            context.tally.add(context.tally.sent)
+            return .sent
+        case .prune(let status, let reason, let timestamp):
+            sender.countResponse(status: status, reason: reason)
+            context.metrics.tokenPruned(app: app, environment: sender.environmentLabel, reason: reason).increment()
+            context.tally.add(context.tally.pruned)
+            return .pruned(reason, TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: timestamp))
+        case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            context.metrics.retry(app: app, lane: "campaign", reason: JobWorker.label(reason)).increment()
+            context.tally.add(context.tally.retried)
+            if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
+            if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token, until: at) }
+            return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
+        case .dead(let status, let reason):
+            sender.countResponse(status: status, reason: JobWorker.label(reason))
+            context.metrics.deadLetter(app: app, lane: "campaign", reason: JobWorker.label(reason)).increment()
+            context.tally.add(context.tally.failed)
+            return .failed(JobWorker.label(reason))
+        case .pauseApp(let reason):
+            context.pause(sender, reason: reason)
+            return .pause
+        }
     }
 
     private func send(_ chunk: CampaignChunk, on connection: PGConnection) throws {
@@ -108,6 +167,7 @@ final class CampaignWorker: @unchecked Sendable {
         var resolutions = [Resolution?](repeating: nil, count: count)
         var attempts = [Int](repeating: 0, count: count)
         var retries = [Retry]()
+        var parked = [ParkedTarget]()
         var prunes = [TokenPrune]()
         var watermark = 0
         var next = 0
@@ -131,6 +191,7 @@ final class CampaignWorker: @unchecked Sendable {
                 case .pruned(let reason):
                     progress.failedByReason[reason, default: 0] += 1
                     progress.pruned += 1
+                case .parked: break
                 }
                 watermark += 1
             }
@@ -192,7 +253,8 @@ final class CampaignWorker: @unchecked Sendable {
                 let item = chunk.targets[target]
                 if let held = context.throttle.heldUntil(item.token) {
                     // APNs is throttling this device: wait with the notification that drew the 429.
-                    retries.append(Retry(at: now + held.timeIntervalSinceNow, target: target))
+                    retries.append(Retry(at: now + held.timeIntervalSinceNow, target: target, dueAt: held,
+                                         reason: "TooManyRequests: the device token is throttled"))
                     continue
                 }
                 let notification: APNsNotification
@@ -218,6 +280,17 @@ final class CampaignWorker: @unchecked Sendable {
                 inFlight += 1
                 sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
             }
+            if !stopSubmitting, next >= count, inFlight == 0, !retries.isEmpty {
+                // Everything was sent once; what waits for a retry is parked and the worker moves on.
+                for retry in retries {
+                    resolve(retry.target, .parked)
+                    parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: chunk.targets[retry.target].index,
+                                               token: chunk.targets[retry.target].token, payload: chunk.targets[retry.target].payload,
+                                               dueAt: retry.dueAt, attempts: attempts[retry.target], firstAttemptAt: firstAttempt,
+                                               lastError: retry.reason))
+                }
+                retries.removeAll()
+            }
             let nothingLeft = next >= count && retries.isEmpty
             if inFlight == 0 && (stopSubmitting || nothingLeft) { break }
 
@@ -230,34 +303,23 @@ final class CampaignWorker: @unchecked Sendable {
                 guard target < count, resolutions[target] == nil else { continue }
                 inFlight -= 1
                 let outcome = sender.outcome(of: result)
-                switch policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
-                                      firstAttemptAt: firstAttempt, now: Date(), random: &random) {
-                case .delivered:
+                let verdict = policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
+                                             firstAttemptAt: firstAttempt, now: Date(), random: &random)
+                let token = chunk.targets[target].token
+                switch handle(verdict, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender) {
+                case .sent:
                     resolve(target, .sent)
-                    sender.countResponse(status: 200, reason: "none")
-                    sender.countSent(pushType: chunk.pushType, lane: "campaign")
-                    context.tally.add(context.tally.sent)
-                case .prune(let status, let reason, let timestamp):
+                case .pruned(let reason, let prune):
                     resolve(target, .pruned(reason))
-                    prunes.append(TokenPrune(app: chunk.app, token: chunk.targets[target].token, reason: reason, apnsTimestamp: timestamp))
-                    sender.countResponse(status: status, reason: reason)
-                    context.metrics.tokenPruned(app: chunk.app, environment: sender.environmentLabel, reason: reason).increment()
-                    context.tally.add(context.tally.pruned)
-                case .retry(let at, let reason, let refresh, let countsAsAttempt):
-                    // A send APNs never answered does not use up the target's attempt budget.
+                    prunes.append(prune)
+                case .retry(let at, let reason, let countsAsAttempt):
+                    // A send APNs never answered, or answered for reasons of its own, does not use up the target's attempts.
                     if !countsAsAttempt { attempts[target] -= 1 }
-                    retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target))
-                    if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(chunk.targets[target].token, until: at) }
-                    context.metrics.retry(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
-                    context.tally.add(context.tally.retried)
-                    if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
-                case .dead(let status, let reason):
-                    resolve(target, .failed(JobWorker.label(reason)))
-                    sender.countResponse(status: status, reason: JobWorker.label(reason))
-                    context.metrics.deadLetter(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
-                    context.tally.add(context.tally.failed)
-                case .pauseApp(let reason):
-                    context.pause(sender, reason: reason)
+                    retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target,
+                                         dueAt: at, reason: reason))
+                case .failed(let reason):
+                    resolve(target, .failed(reason))
+                case .pause:
                     stopSubmitting = true
                 }
             }
@@ -268,11 +330,116 @@ final class CampaignWorker: @unchecked Sendable {
         advance()
         if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
         if watermark == count {
-            try store.finish(connection, chunk, progress)
+            try store.finish(connection, chunk, progress, parking: parked)
         } else {
             try store.release(connection, chunk, progress)
         }
         countProcessed(progress, app: chunk.app)
+    }
+
+    /// Sends a claimed batch of parked targets of one campaign, records what became of each
+    /// (parking the ones that must wait again) and commits.
+    private func sendParked(_ batch: ParkedBatch, on connection: PGConnection) throws {
+        var outcomes = ParkedOutcomes()
+        guard let sender = context.senders[batch.app], sender.pausedReason == nil else {
+            // The app is paused (or unknown here): they stay parked for a while, untouched.
+            outcomes.retries = batch.targets.map { target in
+                var target = target
+                target.dueAt = Date().addingTimeInterval(30)
+                return target
+            }
+            try store.settleParked(connection, batch, outcomes)
+            return
+        }
+        context.metrics.claimed(lane: "campaign").increment(by: UInt64(batch.targets.count))
+        generation &+= 1
+        let expiration = batch.expiration.map { Int64($0.timeIntervalSince1970) }
+        let rate = batch.rateLimit ?? context.config.apps.first(where: { $0.name == batch.app })?.campaignRate
+            ?? context.config.defaultCampaignRate
+        var prunes = [TokenPrune]()
+        var inFlight = [Int: ParkedTarget]()
+
+        func again(_ target: ParkedTarget, at time: Date, reason: String? = nil, countsAsAttempt: Bool = false) {
+            var target = target
+            target.dueAt = time
+            if countsAsAttempt { target.attempts += 1 }
+            if let reason { target.lastError = reason }
+            outcomes.retries.append(target)
+        }
+
+        for (position, target) in batch.targets.enumerated() {
+            if context.isStopping || sender.pausedReason != nil {
+                again(target, at: Date())
+                continue
+            }
+            if let held = context.throttle.heldUntil(target.token) {
+                again(target, at: held, reason: "TooManyRequests: the device token is throttled")
+                continue
+            }
+            if let rate {
+                let wait = limiter.reserve(campaign: batch.campaignID, rate: rate)
+                if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+            }
+            let notification: APNsNotification
+            do {
+                notification = try sender.factory.notification(.init(
+                    token: target.token, pushType: batch.pushType, priority: batch.priority, expiration: batch.expiration,
+                    collapseID: batch.collapseID, apnsID: nil, payload: target.payload ?? batch.payload ?? "{}"))
+            } catch {
+                let reason = JobWorker.label(error.reason)
+                outcomes.failedByReason[reason, default: 0] += 1
+                context.metrics.deadLetter(app: batch.app, lane: "campaign", reason: reason).increment()
+                context.tally.add(context.tally.failed)
+                continue
+            }
+            let request: DispatchRequest
+            do {
+                request = try sender.request(for: notification)
+            } catch {
+                context.logger.error("cannot build a request for app \(batch.app): \(error)", ("app", .string(batch.app)))
+                again(target, at: Date().addingTimeInterval(10))
+                continue
+            }
+            inFlight[position] = target
+            sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+        }
+
+        func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
+            let verdict = policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
+                                         firstAttemptAt: target.firstAttemptAt, now: Date(), random: &random)
+            switch handle(verdict, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender) {
+            case .sent:
+                outcomes.sent += 1
+            case .pruned(let reason, let prune):
+                outcomes.failedByReason[reason, default: 0] += 1
+                outcomes.pruned += 1
+                prunes.append(prune)
+            case .failed(let reason):
+                outcomes.failedByReason[reason, default: 0] += 1
+            case .retry(let at, let reason, let countsAsAttempt):
+                again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
+            case .pause:
+                again(target, at: Date().addingTimeInterval(30))
+            }
+        }
+
+        let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
+        let deadline = DispatchTime.now() + timeout
+        while !inFlight.isEmpty {
+            let results = completions.take(until: deadline)
+            if results.isEmpty { break }
+            for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
+                guard let target = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
+                settle(target, sender.outcome(of: result))
+            }
+        }
+        for target in inFlight.values {
+            settle(target, .transportFailure("no answer within \(Int(timeout))s"))
+        }
+        if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
+        try store.settleParked(connection, batch, outcomes)
+        countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned),
+                       app: batch.app)
     }
 
     private func countProcessed(_ progress: ChunkProgress, app: String) {
