@@ -10,6 +10,7 @@ extension Migrator {
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
         Migration(version: 7, name: "retry windows count from a job's first send", sql: firstAttemptV7),
         Migration(version: 8, name: "campaign targets parked while they wait for a retry", sql: campaignRetriesV8),
+        Migration(version: 9, name: "a rate-capped campaign's lease schedule makes up for late leases", sql: leasePaceV9),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -497,5 +498,53 @@ extension Migrator {
         PRIMARY KEY (campaign_id, chunk, position)
     );
     CREATE INDEX campaign_retries_due ON pushd.campaign_retries (due_at);
+    """#
+
+    /// The next lease of a rate-capped campaign was scheduled from `now()`, so every lease
+    /// taken late (a worker busy, or waking a little after the due time) was lost for good and
+    /// the campaign ran below its cap. The schedule now advances from the previous due time:
+    /// a late lease is made up, up to 200 ms of arrears, which bounds the burst after an idle
+    /// spell (a pause, or no worker free) to a fifth of a second's worth of the cap.
+    static let leasePaceV9 = #"""
+    CREATE OR REPLACE FUNCTION pushd.lease_campaign_chunk(p_owner text, p_seconds float8)
+    RETURNS TABLE (leased_campaign bigint, leased_chunk integer, leased_size integer,
+                   leased_checkpoint integer, leased_until timestamptz)
+    LANGUAGE plpgsql ROWS 1 AS $$
+    DECLARE
+        k record;
+        picked record;
+    BEGIN
+        FOR k IN SELECT c.id, c.rate_limit, c.status, c.started_at FROM pushd.campaigns c
+                 WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
+                   AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+                 ORDER BY c.id
+        LOOP
+            SELECT ch.chunk, ch.size, ch.checkpoint INTO picked FROM pushd.campaign_chunks ch
+            WHERE ch.campaign_id = k.id AND ch.finished_at IS NULL
+              AND (ch.lease_until IS NULL OR ch.lease_until < now())
+            ORDER BY ch.chunk LIMIT 1 FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF k.rate_limit IS NOT NULL OR k.status = 'scheduled' OR k.started_at IS NULL THEN
+                UPDATE pushd.campaigns c
+                SET status = 'running', started_at = coalesce(c.started_at, now()),
+                    next_lease_at = CASE WHEN c.rate_limit IS NULL THEN NULL
+                        ELSE greatest(coalesce(c.next_lease_at, now()), now() - interval '200 milliseconds')
+                             + make_interval(secs => (picked.size - picked.checkpoint)::float8 / c.rate_limit) END
+                WHERE c.id = k.id AND c.status IN ('running', 'scheduled')
+                  AND (c.next_lease_at IS NULL OR c.next_lease_at <= now());
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            UPDATE pushd.campaign_chunks ch
+            SET lease_owner = p_owner, lease_until = now() + make_interval(secs => p_seconds), leases = ch.leases + 1
+            WHERE ch.campaign_id = k.id AND ch.chunk = picked.chunk;
+            leased_campaign := k.id;
+            leased_chunk := picked.chunk;
+            leased_size := picked.size;
+            leased_checkpoint := picked.checkpoint;
+            leased_until := now() + make_interval(secs => p_seconds);
+            RETURN NEXT;
+            RETURN;
+        END LOOP;
+    END $$;
     """#
 }

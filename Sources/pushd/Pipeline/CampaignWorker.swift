@@ -68,7 +68,13 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 guard let chunk = try store.leaseChunk(connection!, owner: owner, leaseSeconds: leaseSeconds) else {
                     try store.closeFinishedCampaigns(connection!)
-                    context.doorbell.wait(after: seen, timeout: 1)
+                    // A capped campaign's next lease is taken when it is due, not up to a second later
+                    // (a chunk that became due since the lease attempt is leased at once).
+                    if let due = try store.secondsUntilNextLease(connection!) {
+                        if due > 0 { context.doorbell.wait(after: seen, timeout: min(1, due)) }
+                    } else {
+                        context.doorbell.wait(after: seen, timeout: 1)
+                    }
                     continue
                 }
                 failures = 0
