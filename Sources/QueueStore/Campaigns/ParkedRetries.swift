@@ -165,9 +165,10 @@ extension CampaignStore {
         }
     }
 
-    /// Counts what became of a claimed parked batch, parks its retries again, closes the
-    /// campaign if that was the last of it, and commits.
-    public func settleParked(_ connection: PGConnection, _ batch: ParkedBatch, _ outcomes: ParkedOutcomes) throws {
+    /// Counts what became of a claimed parked batch, parks its retries again, and commits;
+    /// returns the campaigns this closed (done).
+    @discardableResult
+    public func settleParked(_ connection: PGConnection, _ batch: ParkedBatch, _ outcomes: ParkedOutcomes) throws -> [Int64] {
         do {
             if !outcomes.retries.isEmpty { try park(connection, outcomes.retries) }
             let reasons = outcomes.failedByReason.keys.sorted()
@@ -182,7 +183,7 @@ extension CampaignStore {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
         }
-        try closeFinishedCampaigns(connection)
+        return try closeFinishedCampaigns(connection)
     }
 
     /// Marks done every running campaign whose chunks are finished and of which nothing is

@@ -15,9 +15,14 @@ import Synchronization
 /// claimed again. SIGHUP reopens the log file and resumes apps paused for their credentials.
 enum RunCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
-        let config = try context.loadConfig(parsed)
+        var warnings = [(path: String, warning: ConfigProblem)]()
+        let config = try context.loadConfig(parsed) { warnings.append(($0, $1)) }
         let sink = FileLogSink(path: config.logFile)
         let logger = Logger(level: config.logLevel, sink: sink)
+        for (path, warning) in warnings {
+            logger.warning("configuration: \(warning.path): \(warning.message)", ("event", "config_warning"), ("file", .string(path)),
+                           ("setting", .string(warning.path)), ("line", .int(Int64(warning.line))))
+        }
         let metrics = try PushdMetrics(version: VersionCommand.pushdVersion)
         guard let listen = ConfigLoader.parseListenAddress(config.metricsListen) else {
             throw CommandContext.Failure("metrics.listen '\(config.metricsListen)' is not host:port")

@@ -56,6 +56,7 @@ final class CampaignWorker: @unchecked Sendable {
     private func run() {
         var failures = 0
         while !context.isStopping {
+            context.operatorLog.tick()
             do {
                 if connection == nil || connection?.isOpen == false {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
@@ -67,7 +68,7 @@ final class CampaignWorker: @unchecked Sendable {
                     continue
                 }
                 guard let chunk = try store.leaseChunk(connection!, owner: owner, leaseSeconds: leaseSeconds) else {
-                    try store.closeFinishedCampaigns(connection!)
+                    for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
                     // A capped campaign's next lease is taken when it is due, not up to a second later
                     // (a chunk that became due since the lease attempt is leased at once).
                     if let due = try store.secondsUntilNextLease(connection!) {
@@ -121,7 +122,9 @@ final class CampaignWorker: @unchecked Sendable {
         case pause
     }
 
-    private func handle(_ verdict: Verdict, app: String, token: String, pushType: String, sender: AppSender) -> Handled {
+    private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: String, pushType: String,
+                        sender: AppSender) -> Handled {
+        context.operatorLog.record(outcome, app: app, lane: "campaign")
         switch verdict {
         case .delivered:
             sender.countResponse(status: 200, reason: "none")
@@ -135,6 +138,7 @@ final class CampaignWorker: @unchecked Sendable {
             return .pruned(reason, TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: timestamp))
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             context.metrics.retry(app: app, lane: "campaign", reason: JobWorker.label(reason)).increment()
+            context.operatorLog.retried(reason: JobWorker.label(reason))
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token, until: at) }
@@ -142,6 +146,7 @@ final class CampaignWorker: @unchecked Sendable {
         case .dead(let status, let reason):
             sender.countResponse(status: status, reason: JobWorker.label(reason))
             context.metrics.deadLetter(app: app, lane: "campaign", reason: JobWorker.label(reason)).increment()
+            context.operatorLog.deadLettered(reason: JobWorker.label(reason))
             context.tally.add(context.tally.failed)
             return .failed(JobWorker.label(reason))
         case .pauseApp(let reason):
@@ -168,6 +173,17 @@ final class CampaignWorker: @unchecked Sendable {
             return
         }
 
+        context.operatorLog.campaignSending(chunk.campaignID)
+        if chunk.chunk == 0 && chunk.startIndex == 0 {
+            try logCampaign(chunk.campaignID, "started", on: connection)
+        } else if chunk.startIndex > 0 {
+            context.logger.info("chunk \(chunk.chunk) of campaign \(chunk.campaignID) resumes from its checkpoint at target \(chunk.startIndex): its previous worker released it or stopped renewing its lease",
+                                ("event", "chunk_resumed"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                ("from", .int(Int64(chunk.startIndex))))
+        }
+        context.logger.debug("leased chunk \(chunk.chunk) of campaign \(chunk.campaignID)", ("campaign", .int(chunk.campaignID)),
+                             ("chunk", .int(Int64(chunk.chunk))), ("targets", .int(Int64(count))))
+        let leasedAt = Date()
         generation &+= 1
         let maxInFlight = max(1, min(2000, context.config.apns.maxInFlight))
         var resolutions = [Resolution?](repeating: nil, count: count)
@@ -214,8 +230,9 @@ final class CampaignWorker: @unchecked Sendable {
             switch try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds) {
             case .proceed: break
             case .stop(let status):
-                context.logger.info("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
-                                    ("campaign", .int(chunk.campaignID)))
+                context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
+                                     ("campaign", .int(chunk.campaignID)))
+                try logCampaign(chunk.campaignID, status.rawValue, on: connection)
                 stopSubmitting = true
             case .leaseLost:
                 context.logger.warning("lost the lease of chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
@@ -312,7 +329,7 @@ final class CampaignWorker: @unchecked Sendable {
                 let verdict = policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
                                              firstAttemptAt: firstAttempt, now: Date(), random: &random)
                 let token = chunk.targets[target].token
-                switch handle(verdict, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender) {
+                switch handle(verdict, of: outcome, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender) {
                 case .sent:
                     resolve(target, .sent)
                 case .pruned(let reason, let prune):
@@ -335,11 +352,16 @@ final class CampaignWorker: @unchecked Sendable {
         if leaseLost { return }
         advance()
         if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
+        let directive: ChunkDirective
         if watermark == count {
-            try store.finish(connection, chunk, progress, parking: parked)
+            directive = try store.finish(connection, chunk, progress, parking: parked)
         } else {
-            try store.release(connection, chunk, progress)
+            directive = try store.release(connection, chunk, progress)
         }
+        context.logger.debug("\(watermark == count ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
+                             ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                             ("parked", .int(Int64(parked.count))), ("ms", .int(Int64(Date().timeIntervalSince(leasedAt) * 1000))))
+        if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
         countProcessed(progress, app: chunk.app)
     }
 
@@ -354,7 +376,7 @@ final class CampaignWorker: @unchecked Sendable {
                 target.dueAt = Date().addingTimeInterval(30)
                 return target
             }
-            try store.settleParked(connection, batch, outcomes)
+            for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
             return
         }
         context.metrics.claimed(lane: "campaign").increment(by: UInt64(batch.targets.count))
@@ -413,7 +435,7 @@ final class CampaignWorker: @unchecked Sendable {
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
             let verdict = policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
                                          firstAttemptAt: target.firstAttemptAt, now: Date(), random: &random)
-            switch handle(verdict, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender) {
+            switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender) {
             case .sent:
                 outcomes.sent += 1
             case .pruned(let reason, let prune):
@@ -443,9 +465,20 @@ final class CampaignWorker: @unchecked Sendable {
             settle(target, .transportFailure("no answer within \(Int(timeout))s"))
         }
         if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
-        try store.settleParked(connection, batch, outcomes)
+        for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
         countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned),
                        app: batch.app)
+    }
+
+    /// One line when a campaign starts, pauses, is cancelled or finishes, with its counts.
+    private func logCampaign(_ id: Int64, _ event: String, on connection: PGConnection) throws {
+        guard let campaign = try store.campaign(connection, id: id) else { return }
+        let reasons = campaign.failedByReason.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+        let verb = event == "finished" || event == "started" ? event : "is \(event)"
+        context.operatorLog.campaign(id, event, "campaign \(id) '\(campaign.name)' \(verb): \(campaign.sent) of \(campaign.targets) sent, \(campaign.failed) failed",
+                                     [("app", .string(campaign.app)), ("targets", .int(Int64(campaign.targets))),
+                                      ("sent", .int(Int64(campaign.sent))), ("failed", .int(Int64(campaign.failed))),
+                                      ("pruned", .int(Int64(campaign.pruned))), ("failed_by_reason", .string(reasons))])
     }
 
     private func countProcessed(_ progress: ChunkProgress, app: String) {

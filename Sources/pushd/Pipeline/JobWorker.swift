@@ -47,6 +47,7 @@ final class JobWorker: @unchecked Sendable {
         let waiting = JobWaitPolicy()
         var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         while !context.isStopping {
+            context.operatorLog.tick()
             do {
                 let connection = try connectIfNeeded()
                 let batch = try queue.claim(connection, limit: batchSize, excludingApps: context.pausedApps())
@@ -162,6 +163,12 @@ final class JobWorker: @unchecked Sendable {
 
         if !prunes.isEmpty { try TokenStore().prune(connection, prunes) }
         try queue.finish(connection, batch, outcomes)
+        if context.logger.enabled(.debug) {
+            context.logger.debug("settled a batch of \(batch.jobs.count) jobs", ("worker", .int(Int64(index))),
+                                 ("delivered", .int(Int64(outcomes.delivered.count))), ("retried", .int(Int64(outcomes.retries.count))),
+                                 ("failed", .int(Int64(outcomes.failures.count))),
+                                 ("ms", .int(Int64(Date().timeIntervalSince(now) * 1000))))
+        }
     }
 
     private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
@@ -174,6 +181,7 @@ final class JobWorker: @unchecked Sendable {
         // Windows count from the first send, not from the insert: a job scheduled for later
         // (run_at) has not been waiting before it was due.
         let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
+        context.operatorLog.record(outcome, app: job.app, lane: "transactional")
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                              firstAttemptAt: firstAttemptAt, now: Date(), random: &random)
@@ -198,6 +206,7 @@ final class JobWorker: @unchecked Sendable {
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
             countAnswer(outcome, sender: sender)
             context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
+            context.operatorLog.retried(reason: Self.label(reason))
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
         case .dead(let status, let reason):
@@ -223,6 +232,7 @@ final class JobWorker: @unchecked Sendable {
     private func dead(_ job: Job, status: Int?, reason: String, into outcomes: inout JobOutcomes, sender: AppSender? = nil) {
         outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
         context.metrics.deadLetter(app: sender?.app.name ?? "unknown", lane: "transactional", reason: Self.label(reason)).increment()
+        context.operatorLog.deadLettered(reason: Self.label(reason))
         context.tally.add(context.tally.dead)
     }
 
