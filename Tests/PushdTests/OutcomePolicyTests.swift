@@ -60,28 +60,69 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(at >= now && at <= now.addingTimeInterval(1))
     }
 
-    @Test func serverErrorsBackOffExponentiallyUntilTheBudgetIsSpent() throws {
-        let busy = SendOutcome.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#))
-        guard case .retry(let first, _, false, true) = verdict(busy, attempt: 1),
-              case .retry(let third, _, false, true) = verdict(busy, attempt: 3) else {
-            Issue.record("not retries")
+    @Test(arguments: [
+        (503, #"{"reason":"ServiceUnavailable"}"#), (500, #"{"reason":"InternalServerError"}"#),
+        (429, #"{"reason":"TooManyRequests"}"#), (503, ""), (502, "<html>bad gateway</html>"),
+    ])
+    func serverTroubleUsesUpTimeNotAttempts(status: Int, body: String) {
+        // Far past the budget of 4 attempts, a 5xx or 429 is still retried and does not count.
+        let answer = SendOutcome.response(status: status, body: Self.body(body))
+        guard case .retry(let at, _, false, false) = verdict(answer, attempt: 40, waited: 100) else {
+            Issue.record("\(status) is not a retry that keeps the attempt budget")
             return
         }
-        #expect(third.timeIntervalSince(now) > first.timeIntervalSince(now))
-        guard case .dead(503, let why) = verdict(busy, attempt: 4) else {
-            Issue.record("attempt 4 of 4 should give up")
+        // A hundred seconds into the storm the next try waits up to half that.
+        #expect(at.timeIntervalSince(now) > 49 && at.timeIntervalSince(now) <= 50)
+        guard case .dead(status, let why) = verdict(answer, attempt: 1, waited: 3601) else {
+            Issue.record("\(status) is not dead after the outage limit")
             return
         }
-        #expect(why.contains("gave up after 4 attempts"))
+        #expect(why.contains("for 3601 s (the limit is 3600 s)"), "\(why)")
     }
 
-    @Test func tooManyRequestsWaitsLongerThanAServerError() {
-        guard case .retry(let throttled, _, _, _) = verdict(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))),
-              case .retry(let failed, _, _, _) = verdict(.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#))) else {
+    @Test func serverTroubleBacksOffExponentiallyFromTheFirstSend() {
+        let busy = SendOutcome.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#))
+        var ceilings = [Double]()
+        var waited = 0.0
+        for _ in 0..<8 {
+            guard case .retry(let at, _, _, _) = verdict(busy, waited: waited) else { Issue.record("not a retry"); return }
+            let delay = at.timeIntervalSince(now)
+            ceilings.append(delay)
+            waited += delay
+        }
+        // Each wait is at least as long as the one before, and they grow well past the base.
+        #expect(zip(ceilings, ceilings.dropFirst()).allSatisfy { $0 <= $1 })
+        #expect(ceilings.last! > 4 * ceilings.first!)
+    }
+
+    @Test func tooManyRequestsStartsFromTheThrottledBase() {
+        guard case .retry(let throttled, _, _, false) = verdict(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))),
+              case .retry(let failed, _, _, false) = verdict(.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#))) else {
             Issue.record("not retries")
             return
         }
-        #expect(throttled > failed)
+        #expect(throttled.timeIntervalSince(now) > 9 && throttled.timeIntervalSince(now) <= 10)
+        #expect(failed.timeIntervalSince(now) <= 1)
+    }
+
+    @Test func serverTroubleStopsAtTheNotificationsExpiration() {
+        let busy = SendOutcome.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#))
+        guard case .dead(503, let why) = verdict(busy, expiration: Int64(now.timeIntervalSince1970) + 5, waited: 20) else {
+            Issue.record("not dead before expiring")
+            return
+        }
+        #expect(why.contains("expires"))
+        // apns-expiration 0 allows retries for 30 s after the first send, however late it was queued.
+        guard case .retry = verdict(busy, expiration: 0, waited: 10) else { Issue.record("not a retry"); return }
+        guard case .dead(503, _) = verdict(busy, expiration: 0, waited: 31) else { Issue.record("not dead"); return }
+    }
+
+    @Test func answersThatBlameTheRequestStillUseUpAttempts() {
+        let odd = SendOutcome.response(status: 400, body: Self.body(#"{"reason":"SomethingNew"}"#))
+        guard case .retry(_, _, false, true) = verdict(odd, attempt: 1) else { Issue.record("not a counted retry"); return }
+        let refresh = SendOutcome.response(status: 403, body: Self.body(#"{"reason":"ExpiredProviderToken"}"#))
+        guard case .dead(403, let why) = verdict(refresh, attempt: 4) else { Issue.record("attempt 4 of 4 should give up"); return }
+        #expect(why.contains("gave up after 4 attempts"))
     }
 
     @Test func noAnswerWaitsOutAnOutageWithoutUsingTheAttemptBudget() {
@@ -211,5 +252,28 @@ struct FixedRandom: RandomNumberGenerator {
                                   credentials: .certificate(certificateFile: "/c.pem", keyFile: nil, pkcs12File: nil, password: nil),
                                   campaignRate: nil)
         #expect(NotificationFactory(app: app).authentication == .certificate)
+    }
+}
+
+@Suite struct TokenThrottleTests {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test func aThrottledTokenIsHeldUntilItsRetryAndOtherTokensAreNot() {
+        let throttle = TokenThrottle()
+        throttle.throttle("aa", until: now.addingTimeInterval(10), now: now)
+        #expect(throttle.heldUntil("aa", now: now) == now.addingTimeInterval(10))
+        #expect(throttle.heldUntil("bb", now: now) == nil)
+        // A later 429 for the same token extends the hold; an earlier one does not shorten it.
+        throttle.throttle("aa", until: now.addingTimeInterval(5), now: now)
+        #expect(throttle.heldUntil("aa", now: now) == now.addingTimeInterval(10))
+        #expect(throttle.heldUntil("aa", now: now.addingTimeInterval(10)) == nil)
+    }
+
+    @Test func expiredHoldsAreSweptOnceTheTableIsFull() {
+        let throttle = TokenThrottle(sweepAbove: 3)
+        for token in ["a", "b", "c"] { throttle.throttle(token, until: now.addingTimeInterval(1), now: now) }
+        throttle.throttle("d", until: now.addingTimeInterval(20), now: now.addingTimeInterval(2))
+        #expect(throttle.heldUntil("a", now: now) == nil)
+        #expect(throttle.heldUntil("d", now: now) == now.addingTimeInterval(20))
     }
 }

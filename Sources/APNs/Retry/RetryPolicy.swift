@@ -78,22 +78,59 @@ public struct RetryPolicy: Sendable, Hashable {
         return .retry(after: delay, at: next)
     }
 
+    /// Whether an answer says nothing against the notification itself: APNs is overloaded or
+    /// failing (5xx), or throttling this device token or this connection (429). Such answers
+    /// are retried within a time budget (`decideWithinBudget`) and do not use up `maxAttempts`;
+    /// only answers that blame the request count as attempts.
+    public static func saysNothingAgainstTheRequest(status: Int, reason: APNsReason?) -> Bool {
+        if status >= 500 || status == 429 { return true }
+        guard let reason else { return false }
+        return notTheRequestsFault.contains(reason)
+    }
+
+    /// IdleTimeout (400) is about the connection, not the notification sent on it.
+    private static let notTheRequestsFault: Set<APNsReason> = [
+        .serviceUnavailable, .internalServerError, .shutdown, .tooManyRequests, .tooManyProviderTokenUpdates, .idleTimeout,
+    ]
+
     /// After a send that got no answer at all (connection refused or reset, no response in
-    /// time). Not an attempt: retried until `outageLimit` has passed since `firstAttemptAt`, or
-    /// the notification expires, with full jitter over a ceiling of half the time waited so
-    /// far, at least `baseDelay` and at most `maxDelay` — so a long outage is probed ever more
-    /// rarely, and a short one ends with a short wait.
+    /// time). Not an attempt; see `decideWithinBudget`.
     public func decideAfterNoAnswer<Random: RandomNumberGenerator>(
         now: Date,
         expiration: Int64?,
         firstAttemptAt: Date?,
         random: inout Random
     ) -> RetryDecision {
+        decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, throttled: false,
+                           trouble: "no answer from APNs", random: &random)
+    }
+
+    /// After a send APNs could not or would not take for reasons of its own (no answer, a 5xx,
+    /// 429 TooManyRequests): not an attempt. Retried until `outageLimit` has passed since
+    /// `firstAttemptAt`, or the notification expires (with `apns-expiration: 0`, until
+    /// `expirationZeroWindow` has passed since the first attempt). The delay is full jitter over
+    /// a ceiling of half the time waited so far, at least `baseDelay` (`throttledBaseDelay`
+    /// when `throttled`) and at most `maxDelay`: every retry multiplies the time waited, so the
+    /// ceiling grows exponentially and a long storm is probed ever more rarely, while a short
+    /// one ends with a short wait.
+    ///
+    /// - Parameters:
+    ///   - throttled: APNs answered 429 (TooManyRequests, TooManyProviderTokenUpdates).
+    ///   - trouble: what went wrong, for the reason given when the budget is spent.
+    public func decideWithinBudget<Random: RandomNumberGenerator>(
+        now: Date,
+        expiration: Int64?,
+        firstAttemptAt: Date?,
+        throttled: Bool,
+        trouble: String,
+        random: inout Random
+    ) -> RetryDecision {
         let waited = max(0, firstAttemptAt.map { now.timeIntervalSince($0) } ?? 0)
         if waited >= outageLimit {
-            return .giveUp(why: "no answer from APNs for \(Int(waited)) s (the limit is \(Int(outageLimit)) s)")
+            return .giveUp(why: "\(trouble) for \(Int(waited)) s (the limit is \(Int(outageLimit)) s)")
         }
-        let ceiling = min(maxDelay, max(baseDelay, waited / 2))
+        let floor = min(maxDelay, throttled ? throttledBaseDelay : baseDelay)
+        let ceiling = min(maxDelay, max(floor, waited / 2))
         let unit = Double(random.next() >> 11) * 0x1p-53
         let delay = unit * ceiling
         let next = now.addingTimeInterval(delay)

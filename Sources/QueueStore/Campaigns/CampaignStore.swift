@@ -100,10 +100,12 @@ public struct CampaignStore: Sendable {
     public func resume(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
         try transition(connection, id: id, action: .resume, sql: """
             UPDATE pushd.campaigns
-            SET status = CASE WHEN chunks_done >= chunks_total THEN 'done'
+            SET status = CASE WHEN chunks_done >= chunks_total
+                                   AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = $1) THEN 'done'
                               WHEN start_at > now() THEN 'scheduled' ELSE 'running' END,
                 started_at = CASE WHEN start_at > now() THEN started_at ELSE coalesce(started_at, now()) END,
-                finished_at = CASE WHEN chunks_done >= chunks_total THEN now() END
+                finished_at = CASE WHEN chunks_done >= chunks_total
+                                        AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = $1) THEN now() END
             WHERE id = $1 AND status = 'paused' RETURNING status
             """)
     }
@@ -406,8 +408,10 @@ public struct CampaignStore: Sendable {
                         (SELECT jsonb_object_agg(r, n) FROM unnest($10::text[], $11::bigint[]) AS u(r, n))) END,
                 chunks_done = k.chunks_done + CASE WHEN $5 = 'finish' THEN 1 ELSE 0 END,
                 status = CASE WHEN $5 = 'finish' AND k.chunks_done + 1 >= k.chunks_total AND k.status = 'running'
+                                   AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = k.id)
                               THEN 'done' ELSE k.status END,
                 finished_at = CASE WHEN $5 = 'finish' AND k.chunks_done + 1 >= k.chunks_total AND k.status = 'running'
+                                        AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = k.id)
                                    THEN now() ELSE k.finished_at END
             FROM ch WHERE k.id = ch.campaign_id
             RETURNING k.status

@@ -24,11 +24,14 @@ public struct Job: Sendable, Hashable {
     public var attempts: Int
     public var lastError: String?
     public var createdAt: Date
+    /// When pushd first sent it; nil until then. Retry windows and the outage budget count
+    /// from here, not from `createdAt`: a job scheduled for later has not started waiting.
+    public var firstAttemptAt: Date?
 
     public init(id: Int64, app: String, deviceToken: String, payload: String, pushType: String = "alert",
                 priority: Int = 10, expiration: Date? = nil, collapseID: String? = nil, apnsID: UUID? = nil,
                 dedupeKey: String? = nil, userID: String? = nil, environment: String? = nil,
-                runAt: Date, attempts: Int = 0, lastError: String? = nil, createdAt: Date) {
+                runAt: Date, attempts: Int = 0, lastError: String? = nil, createdAt: Date, firstAttemptAt: Date? = nil) {
         self.id = id
         self.app = app
         self.deviceToken = deviceToken
@@ -45,6 +48,7 @@ public struct Job: Sendable, Hashable {
         self.attempts = attempts
         self.lastError = lastError
         self.createdAt = createdAt
+        self.firstAttemptAt = firstAttemptAt
     }
 }
 
@@ -56,12 +60,16 @@ public struct JobRetry: Sendable, Hashable {
     /// False for a job put back without being tried (its app is paused): it keeps its
     /// attempt budget for when the app works again.
     public var countsAsAttempt: Bool
+    /// When the job was first sent, recorded if it has none yet; nil when it was put back
+    /// without being sent.
+    public var sentAt: Date?
 
-    public init(id: Int64, runAt: Date, error: String, countsAsAttempt: Bool = true) {
+    public init(id: Int64, runAt: Date, error: String, countsAsAttempt: Bool = true, sentAt: Date? = nil) {
         self.id = id
         self.runAt = runAt
         self.error = error
         self.countsAsAttempt = countsAsAttempt
+        self.sentAt = sentAt
     }
 }
 

@@ -21,7 +21,7 @@ public struct JobQueue: Sendable {
 
     static let columns = """
         id, app, device_token, payload, push_type, priority, expiration, collapse_id, apns_id,
-        dedupe_key, user_id, environment, run_at, attempts, last_error, created_at
+        dedupe_key, user_id, environment, run_at, attempts, last_error, created_at, first_attempt_at
         """
 
     // One index range per priority and app, highest priority first, each stopping at the
@@ -47,15 +47,15 @@ public struct JobQueue: Sendable {
         INSERT INTO pushd.jobs (\(columns)) OVERRIDING SYSTEM VALUE
         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[],
                              $7::timestamptz[], $8::text[], $9::uuid[], $10::text[], $11::text[], $12::text[],
-                             $13::timestamptz[], $14::integer[], $15::text[], $16::timestamptz[])
+                             $13::timestamptz[], $14::integer[], $15::text[], $16::timestamptz[], $17::timestamptz[])
         """
 
     static let deadSQL = """
         INSERT INTO pushd.dead_jobs (\(columns), status, reason)
         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::smallint[],
                              $7::timestamptz[], $8::text[], $9::uuid[], $10::text[], $11::text[], $12::text[],
-                             $13::timestamptz[], $14::integer[], $15::text[], $16::timestamptz[],
-                             $17::integer[], $18::text[])
+                             $13::timestamptz[], $14::integer[], $15::text[], $16::timestamptz[], $17::timestamptz[],
+                             $18::integer[], $19::text[])
         """
 
     /// Takes up to `limit` due jobs of `apps`, highest priority first, then oldest
@@ -102,6 +102,7 @@ public struct JobQueue: Sendable {
                 let jobs = outcomes.retries.map { retry -> Job in
                     var job = byID[retry.id]!
                     if retry.countsAsAttempt { job.attempts += 1 }
+                    if job.firstAttemptAt == nil { job.firstAttemptAt = retry.sentAt }
                     job.runAt = retry.runAt
                     job.lastError = retry.error
                     return job
@@ -192,7 +193,7 @@ public struct JobQueue: Sendable {
         [jobs.map(\.id), jobs.map(\.app), jobs.map(\.deviceToken), jobs.map(\.payload), jobs.map(\.pushType),
          jobs.map { Int16($0.priority) }, jobs.map(\.expiration), jobs.map(\.collapseID), jobs.map(\.apnsID),
          jobs.map(\.dedupeKey), jobs.map(\.userID), jobs.map(\.environment), jobs.map(\.runAt),
-         jobs.map { Int32(clamping: $0.attempts) }, jobs.map(\.lastError), jobs.map(\.createdAt)]
+         jobs.map { Int32(clamping: $0.attempts) }, jobs.map(\.lastError), jobs.map(\.createdAt), jobs.map(\.firstAttemptAt)]
     }
 
     static func decode(_ row: PGRow) throws -> Job {
@@ -201,6 +202,6 @@ public struct JobQueue: Sendable {
             expiration: try row.get(6), collapseID: try row.get(7), apnsID: try row.get(8),
             dedupeKey: try row.get(9), userID: try row.get(10), environment: try row.get(11),
             runAt: try row.require(12), attempts: try row.require(13), lastError: try row.get(14),
-            createdAt: try row.require(15))
+            createdAt: try row.require(15), firstAttemptAt: try row.get(16))
     }
 }

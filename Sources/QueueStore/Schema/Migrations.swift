@@ -14,7 +14,10 @@ extension Migrator {
         Migration(version: 10, name: "registry of running instances", sql: instancesV10),
         Migration(version: 11, name: "one rule for app names, the configuration's", sql: appNamesV11),
         Migration(version: 12, name: "payload rules that need only the row are checked at insert", sql: payloadRulesV12),
-        Migration(version: 13, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV13),
+        Migration(version: 13, name: "retry windows count from a job's first send", sql: firstAttemptV13),
+        Migration(version: 14, name: "campaign targets parked while they wait for a retry", sql: campaignRetriesV14),
+        Migration(version: 15, name: "a rate-capped campaign's lease schedule makes up for late leases", sql: leasePaceV15),
+        Migration(version: 16, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV16),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -598,6 +601,81 @@ extension Migrator {
     ALTER TABLE pushd.campaigns ADD COLUMN pruned_kept bigint NOT NULL DEFAULT 0;
     """#
 
+    /// A job scheduled for later (`run_at`) has not begun to wait when it is inserted: its
+    /// retry windows and outage budget count from its first send, recorded here.
+    static let firstAttemptV13 = #"""
+    ALTER TABLE pushd.jobs ADD COLUMN first_attempt_at timestamptz;
+    ALTER TABLE pushd.dead_jobs ADD COLUMN first_attempt_at timestamptz;
+    """#
+
+    /// Campaign targets waiting for a retry, so that their chunk can finish and its worker
+    /// send other targets meanwhile (`CampaignStore.finish(_:_:_:parking:)`). Written only
+    /// for targets APNs did not take, so a storm costs rows, an ordinary campaign almost none.
+    static let campaignRetriesV14 = #"""
+    CREATE TABLE pushd.campaign_retries (
+        campaign_id      bigint NOT NULL REFERENCES pushd.campaigns (id) ON DELETE CASCADE,
+        chunk            integer NOT NULL,
+        position         integer NOT NULL,
+        token            text NOT NULL,
+        payload          text,
+        due_at           timestamptz NOT NULL,
+        attempts         integer NOT NULL,
+        first_attempt_at timestamptz NOT NULL,
+        last_error       text NOT NULL,
+        PRIMARY KEY (campaign_id, chunk, position)
+    );
+    CREATE INDEX campaign_retries_due ON pushd.campaign_retries (due_at);
+    """#
+
+    /// The next lease of a rate-capped campaign was scheduled from `now()`, so every lease
+    /// taken late (a worker busy, or waking a little after the due time) was lost for good and
+    /// the campaign ran below its cap. The schedule now advances from the previous due time:
+    /// a late lease is made up, up to 200 ms of arrears, which bounds the burst after an idle
+    /// spell (a pause, or no worker free) to a fifth of a second's worth of the cap.
+    static let leasePaceV15 = #"""
+    CREATE OR REPLACE FUNCTION pushd.lease_campaign_chunk(p_owner text, p_seconds float8, p_apps text[])
+    RETURNS TABLE (leased_campaign bigint, leased_chunk integer, leased_size integer,
+                   leased_checkpoint integer, leased_until timestamptz)
+    LANGUAGE plpgsql ROWS 1 AS $$
+    DECLARE
+        k record;
+        picked record;
+    BEGIN
+        FOR k IN SELECT c.id, c.rate_limit, c.status, c.started_at FROM pushd.campaigns c
+                 WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
+                   AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+                   AND c.app = ANY (p_apps)
+                 ORDER BY c.id
+        LOOP
+            SELECT ch.chunk, ch.size, ch.checkpoint INTO picked FROM pushd.campaign_chunks ch
+            WHERE ch.campaign_id = k.id AND ch.finished_at IS NULL
+              AND (ch.lease_until IS NULL OR ch.lease_until < now())
+            ORDER BY ch.chunk LIMIT 1 FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF k.rate_limit IS NOT NULL OR k.status = 'scheduled' OR k.started_at IS NULL THEN
+                UPDATE pushd.campaigns c
+                SET status = 'running', started_at = coalesce(c.started_at, now()),
+                    next_lease_at = CASE WHEN c.rate_limit IS NULL THEN NULL
+                        ELSE greatest(coalesce(c.next_lease_at, now()), now() - interval '200 milliseconds')
+                             + make_interval(secs => (picked.size - picked.checkpoint)::float8 / c.rate_limit) END
+                WHERE c.id = k.id AND c.status IN ('running', 'scheduled')
+                  AND (c.next_lease_at IS NULL OR c.next_lease_at <= now());
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            UPDATE pushd.campaign_chunks ch
+            SET lease_owner = p_owner, lease_until = now() + make_interval(secs => p_seconds), leases = ch.leases + 1
+            WHERE ch.campaign_id = k.id AND ch.chunk = picked.chunk;
+            leased_campaign := k.id;
+            leased_chunk := picked.chunk;
+            leased_size := picked.size;
+            leased_checkpoint := picked.checkpoint;
+            leased_until := now() + make_interval(secs => p_seconds);
+            RETURN NEXT;
+            RETURN;
+        END LOOP;
+    END $$;
+    """#
+
     /// Three NOLOGIN group roles that an administrator grants to login roles:
     /// `pushd_enqueue` for applications (insert jobs, register tokens, fan out to a user;
     /// read nothing), `pushd_daemon` for `pushd run` and the campaign and token commands
@@ -614,7 +692,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV13 = #"""
+    static let rolesV16 = #"""
     DO $$
     DECLARE
         wanted text;

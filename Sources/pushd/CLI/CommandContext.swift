@@ -18,9 +18,15 @@ struct CommandContext {
     }
 
     func loadConfig(_ parsed: ParsedCommand) throws -> PushdConfig {
+        try loadConfig(parsed) { path, warning in errorOutput("\(path): \(warning)") }
+    }
+
+    /// Loads the configuration and hands each warning to `warn` with the file's path (`pushd run`
+    /// logs them as JSON lines like everything else it writes).
+    func loadConfig(_ parsed: ParsedCommand, warn: (_ path: String, _ warning: ConfigProblem) -> Void) throws -> PushdConfig {
         let path = parsed.value("config") ?? Self.defaultConfigPath
         let (config, warnings) = try ConfigLoader.load(file: path, environment: environment)
-        for warning in warnings { errorOutput("\(path): \(warning)") }
+        for warning in warnings { warn(path, warning) }
         return config
     }
 

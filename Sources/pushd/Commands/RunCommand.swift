@@ -31,7 +31,7 @@ enum RunCommand {
         let sink = FileLogSink(path: config.logFile)
         let logger = Logger(level: config.logLevel, sink: sink)
         for warning in concerns {
-            logger.warning("configuration: \(warning.setting): \(warning.message)", ("setting", .string(warning.setting)))
+            logger.warning("configuration: \(warning.setting): \(warning.message)", ("event", "config_warning"), ("setting", .string(warning.setting)))
         }
         let metrics = try PushdMetrics(version: VersionCommand.pushdVersion)
         guard let listen = ConfigLoader.parseListenAddress(config.metricsListen) else {

@@ -56,6 +56,7 @@ enum ConfigLoader {
         let log = top.section("log")
         config.logLevel = log.choice("level", default: PushdConfig.LogLevel.info)
         config.logFile = log.string("file")
+        config.logSummarySeconds = log.int("summary_interval_s", default: config.logSummarySeconds, range: 1...86_400)
         log.rejectUnknownKeys()
         if let level = environment["PUSHD_LOG_LEVEL"], !level.isEmpty {
             if let parsed = PushdConfig.LogLevel(rawValue: level.lowercased()) {

@@ -61,6 +61,8 @@ struct PushdConfig: Sendable, Equatable {
     var metricsListen: String = "127.0.0.1:9464"
     var logLevel: LogLevel = .info
     var logFile: String?
+    /// How often the log summarises connection errors, retries and dead letters.
+    var logSummarySeconds: Int = 60
     var apns = APNs()
     var retry = Retry()
     /// Threads claiming transactional batches, each with its own connection.

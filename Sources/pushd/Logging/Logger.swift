@@ -96,6 +96,14 @@ struct Logger: Sendable {
     func warning(_ message: @autoclosure () -> String, _ fields: (String, LogValue)...) { log(.warning, message, fields) }
     func error(_ message: @autoclosure () -> String, _ fields: (String, LogValue)...) { log(.error, message, fields) }
 
+    /// A line whose fields are assembled at run time.
+    func write(_ lineLevel: PushdConfig.LogLevel, _ message: @autoclosure () -> String, fields: [(String, LogValue)]) {
+        log(lineLevel, message, fields)
+    }
+
+    /// Whether lines of `lineLevel` are written: lets callers skip assembling debug detail.
+    func enabled(_ lineLevel: PushdConfig.LogLevel) -> Bool { lineLevel >= level }
+
     private func log(_ lineLevel: PushdConfig.LogLevel, _ message: () -> String, _ fields: [(String, LogValue)]) {
         guard lineLevel >= level else { return }
         var line = "{\"time\":\"\(Self.timestamp())\",\"level\":\"\(lineLevel.rawValue)\",\"msg\":"

@@ -6,9 +6,15 @@ import QueueStore
 
 /// One worker of the campaign lane, on its own thread with its own connection: lease a
 /// chunk of about a thousand targets, send them (respecting the campaign's rate cap),
-/// retry failures in memory, and checkpoint progress every couple of seconds. The
-/// checkpoint extends the lease; a worker that vanishes leaves a lease that expires,
-/// and another worker resumes the chunk from its last checkpoint.
+/// retry failures that come due while the chunk is sending, and checkpoint progress every
+/// couple of seconds. The checkpoint extends the lease; a worker that vanishes leaves a
+/// lease that expires, and another worker resumes the chunk from its last checkpoint.
+///
+/// Once every target of the chunk has been sent, targets still waiting for a retry are
+/// parked (`pushd.campaign_retries`) in the transaction that finishes the chunk, and the
+/// worker goes on with the next chunk: a throttled campaign never waits out its retries.
+/// Between chunks the worker sends parked targets that are due, in a transaction held
+/// until their answers are recorded, so a crash resends at most what was in flight.
 final class CampaignWorker: @unchecked Sendable {
     // Touched only on the worker's own thread, except `completions` and the context.
     private let context: PipelineContext
@@ -32,12 +38,8 @@ final class CampaignWorker: @unchecked Sendable {
         self.limiter = limiter
         leaseSeconds = Double(context.config.campaignLeaseSeconds)
         checkpointInterval = min(2, leaseSeconds / 3)
-        // A chunk holds its lease while it retries: keep campaign backoffs short.
-        var retry = context.policy.retry
-        retry.maxDelay = min(retry.maxDelay, 30)
-        retry.throttledBaseDelay = min(retry.throttledBaseDelay, 5)
-        retry.maxAttempts = min(retry.maxAttempts, 5)
-        policy = OutcomePolicy(retry: retry)
+        // The same policy as the transactional lane: an APNs storm costs a target time, not attempts.
+        policy = context.policy
     }
 
     private var owner: String { "\(context.instance)/campaign-\(index)" }
@@ -54,14 +56,27 @@ final class CampaignWorker: @unchecked Sendable {
     private func run() {
         var failures = 0
         while !context.isStopping {
+            context.operatorLog.tick()
             do {
                 if connection == nil || connection?.isOpen == false {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
                 let seen = context.doorbell.current
+                if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps()) {
+                    failures = 0
+                    try sendParked(parked, on: connection!)
+                    continue
+                }
                 guard let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(),
                                                             leaseSeconds: leaseSeconds) else {
-                    context.doorbell.wait(after: seen, timeout: 1)
+                    for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
+                    // A capped campaign's next lease is taken when it is due, not up to a second later
+                    // (a chunk that became due since the lease attempt is leased at once).
+                    if let due = try store.secondsUntilNextLease(connection!) {
+                        if due > 0 { context.doorbell.wait(after: seen, timeout: min(1, due)) }
+                    } else {
+                        context.doorbell.wait(after: seen, timeout: 1)
+                    }
                     continue
                 }
                 failures = 0
@@ -79,15 +94,64 @@ final class CampaignWorker: @unchecked Sendable {
         connection = nil
     }
 
+    /// Parked targets taken at once. Their transaction stays open while they are sent: small
+    /// enough that a rate-capped campaign sends them well within the session's idle limit.
+    static let parkedBatchLimit = 200
+
     private enum Resolution {
         case sent
         case failed(String)
         case pruned(String)
+        /// Waiting for a retry in `pushd.campaign_retries`; counted when it is settled there.
+        case parked
     }
 
     private struct Retry {
+        /// Monotonic seconds.
         var at: Double
         var target: Int
+        var dueAt = Date()
+        var reason = ""
+    }
+
+    /// What one answer did, once metrics and tallies are counted.
+    private enum Handled {
+        case sent
+        case pruned(String, TokenPrune)
+        case failed(String)
+        case retry(at: Date, reason: String, countsAsAttempt: Bool)
+        case pause
+    }
+
+    private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: String, pushType: String,
+                        sender: AppSender) -> Handled {
+        context.operatorLog.record(outcome, app: app, lane: "campaign")
+        switch verdict {
+        case .delivered:
+            sender.countResponse(status: 200, reason: "none")
+            sender.countSent(pushType: pushType, lane: .campaign)
+            context.tally.add(context.tally.sent)
+            return .sent
+        case .prune(let status, let reason, let timestamp):
+            sender.countResponse(status: status, reason: reason)
+            return .pruned(reason, TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: timestamp))
+        case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
+            context.operatorLog.retried(reason: outcome.label)
+            context.tally.add(context.tally.retried)
+            if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
+            if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token, until: at) }
+            return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
+        case .dead(let status, _):
+            sender.countResponse(status: status, reason: outcome.label)
+            context.metrics.deadLetter(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
+            context.operatorLog.deadLettered(reason: outcome.label)
+            context.tally.add(context.tally.failed)
+            return .failed(outcome.label)
+        case .pauseApp(let reason):
+            context.pause(sender, reason: reason)
+            return .pause
+        }
     }
 
     private func send(_ chunk: CampaignChunk, on connection: PGConnection) throws {
@@ -106,11 +170,23 @@ final class CampaignWorker: @unchecked Sendable {
             return
         }
 
+        context.operatorLog.campaignSending(chunk.campaignID)
+        if chunk.chunk == 0 && chunk.startIndex == 0 {
+            try logCampaign(chunk.campaignID, "started", on: connection)
+        } else if chunk.startIndex > 0 {
+            context.logger.info("chunk \(chunk.chunk) of campaign \(chunk.campaignID) resumes from its checkpoint at target \(chunk.startIndex): its previous worker released it or stopped renewing its lease",
+                                ("event", "chunk_resumed"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                ("from", .int(Int64(chunk.startIndex))))
+        }
+        context.logger.debug("leased chunk \(chunk.chunk) of campaign \(chunk.campaignID)", ("campaign", .int(chunk.campaignID)),
+                             ("chunk", .int(Int64(chunk.chunk))), ("targets", .int(Int64(count))))
+        let leasedAt = Date()
         generation &+= 1
         let maxInFlight = max(1, min(2000, context.config.apns.maxInFlight))
         var resolutions = [Resolution?](repeating: nil, count: count)
         var attempts = [Int](repeating: 0, count: count)
         var retries = [Retry]()
+        var parked = [ParkedTarget]()
         var prunes = [TokenPrune]()
         var watermark = 0
         var next = 0
@@ -133,6 +209,7 @@ final class CampaignWorker: @unchecked Sendable {
                 case .failed(let reason): progress.failedByReason[reason, default: 0] += 1
                 case .pruned(let reason):
                     progress.failedByReason[reason, default: 0] += 1
+                case .parked: break
                 }
                 watermark += 1
             }
@@ -149,8 +226,9 @@ final class CampaignWorker: @unchecked Sendable {
             switch try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds) {
             case .proceed: break
             case .stop(let status):
-                context.logger.info("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
-                                    ("campaign", .int(chunk.campaignID)))
+                context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
+                                     ("campaign", .int(chunk.campaignID)))
+                try logCampaign(chunk.campaignID, status.rawValue, on: connection)
                 stopSubmitting = true
             case .leaseLost:
                 context.logger.warning("lost the lease of chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
@@ -192,6 +270,12 @@ final class CampaignWorker: @unchecked Sendable {
                     }
                 }
                 let item = chunk.targets[target]
+                if let held = context.throttle.heldUntil(item.token) {
+                    // APNs is throttling this device: wait with the notification that drew the 429.
+                    retries.append(Retry(at: now + held.timeIntervalSinceNow, target: target, dueAt: held,
+                                         reason: "TooManyRequests: the device token is throttled"))
+                    continue
+                }
                 let notification: APNsNotification
                 do {
                     notification = try sender.factory.notification(.init(
@@ -215,6 +299,17 @@ final class CampaignWorker: @unchecked Sendable {
                 inFlight += 1
                 sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
             }
+            if !stopSubmitting, next >= count, inFlight == 0, !retries.isEmpty {
+                // Everything was sent once; what waits for a retry is parked and the worker moves on.
+                for retry in retries {
+                    resolve(retry.target, .parked)
+                    parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: chunk.targets[retry.target].index,
+                                               token: chunk.targets[retry.target].token, payload: chunk.targets[retry.target].payload,
+                                               dueAt: retry.dueAt, attempts: attempts[retry.target], firstAttemptAt: firstAttempt,
+                                               lastError: retry.reason))
+                }
+                retries.removeAll()
+            }
             let nothingLeft = next >= count && retries.isEmpty
             if inFlight == 0 && (stopSubmitting || nothingLeft) { break }
 
@@ -227,31 +322,23 @@ final class CampaignWorker: @unchecked Sendable {
                 guard target < count, resolutions[target] == nil else { continue }
                 inFlight -= 1
                 let outcome = sender.outcome(of: result)
-                switch policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
-                                      firstAttemptAt: firstAttempt, now: Date(), random: &random) {
-                case .delivered:
+                let verdict = policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
+                                             firstAttemptAt: firstAttempt, now: Date(), random: &random)
+                let token = chunk.targets[target].token
+                switch handle(verdict, of: outcome, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender) {
+                case .sent:
                     resolve(target, .sent)
-                    sender.countResponse(status: 200, reason: "none")
-                    sender.countSent(pushType: chunk.pushType, lane: .campaign)
-                    context.tally.add(context.tally.sent)
-                case .prune(let status, let reason, let timestamp):
+                case .pruned(let reason, let prune):
                     resolve(target, .pruned(reason))
-                    prunes.append(TokenPrune(app: chunk.app, token: chunk.targets[target].token, reason: reason, apnsTimestamp: timestamp))
-                    sender.countResponse(status: status, reason: reason)
-                case .retry(let at, let reason, let refresh, let countsAsAttempt):
-                    // A send APNs never answered does not use up the target's attempt budget.
+                    prunes.append(prune)
+                case .retry(let at, let reason, let countsAsAttempt):
+                    // A send APNs never answered, or answered for reasons of its own, does not use up the target's attempts.
                     if !countsAsAttempt { attempts[target] -= 1 }
-                    retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target))
-                    context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
-                    context.tally.add(context.tally.retried)
-                    if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
-                case .dead(let status, _):
-                    resolve(target, .failed(outcome.label))
-                    sender.countResponse(status: status, reason: outcome.label)
-                    context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
-                    context.tally.add(context.tally.failed)
-                case .pauseApp(let reason):
-                    context.pause(sender, reason: reason)
+                    retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target,
+                                         dueAt: at, reason: reason))
+                case .failed(let reason):
+                    resolve(target, .failed(reason))
+                case .pause:
                     stopSubmitting = true
                 }
             }
@@ -261,11 +348,16 @@ final class CampaignWorker: @unchecked Sendable {
         if leaseLost { return }
         advance()
         if !prunes.isEmpty { try countPrunes(context.prune(prunes, on: connection), into: &progress) }
+        let directive: ChunkDirective
         if watermark == count {
-            try store.finish(connection, chunk, progress)
+            directive = try store.finish(connection, chunk, progress, parking: parked)
         } else {
-            try store.release(connection, chunk, progress)
+            directive = try store.release(connection, chunk, progress)
         }
+        context.logger.debug("\(watermark == count ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
+                             ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                             ("parked", .int(Int64(parked.count))), ("ms", .int(Int64(Date().timeIntervalSince(leasedAt) * 1000))))
+        if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
         countProcessed(progress, app: chunk.app)
     }
 
@@ -273,6 +365,121 @@ final class CampaignWorker: @unchecked Sendable {
     private func countPrunes(_ outcome: PruneOutcome, into progress: inout ChunkProgress) {
         progress.pruned += outcome.invalidated.count
         progress.keptTokens += outcome.keptByTimestamp.count
+    }
+
+    /// Sends a claimed batch of parked targets of one campaign, records what became of each
+    /// (parking the ones that must wait again) and commits.
+    private func sendParked(_ batch: ParkedBatch, on connection: PGConnection) throws {
+        var outcomes = ParkedOutcomes()
+        guard let sender = context.senders[batch.app], sender.pausedReason == nil else {
+            // The app is paused (or unknown here): they stay parked for a while, untouched.
+            outcomes.retries = batch.targets.map { target in
+                var target = target
+                target.dueAt = Date().addingTimeInterval(30)
+                return target
+            }
+            for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
+            return
+        }
+        context.metrics.claimed(lane: Lane.campaign.rawValue).increment(by: UInt64(batch.targets.count))
+        generation &+= 1
+        let expiration = batch.expiration.map { Int64($0.timeIntervalSince1970) }
+        let rate = batch.rateLimit ?? context.config.apps.first(where: { $0.name == batch.app })?.campaignRate
+            ?? context.config.defaultCampaignRate
+        var prunes = [TokenPrune]()
+        var inFlight = [Int: ParkedTarget]()
+
+        func again(_ target: ParkedTarget, at time: Date, reason: String? = nil, countsAsAttempt: Bool = false) {
+            var target = target
+            target.dueAt = time
+            if countsAsAttempt { target.attempts += 1 }
+            if let reason { target.lastError = reason }
+            outcomes.retries.append(target)
+        }
+
+        for (position, target) in batch.targets.enumerated() {
+            if context.isStopping || sender.pausedReason != nil {
+                again(target, at: Date())
+                continue
+            }
+            if let held = context.throttle.heldUntil(target.token) {
+                again(target, at: held, reason: "TooManyRequests: the device token is throttled")
+                continue
+            }
+            if let rate {
+                let wait = limiter.reserve(campaign: batch.campaignID, rate: rate)
+                if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+            }
+            let notification: APNsNotification
+            do {
+                notification = try sender.factory.notification(.init(
+                    token: target.token, pushType: batch.pushType, priority: batch.priority, expiration: batch.expiration,
+                    collapseID: batch.collapseID, apnsID: nil, payload: target.payload ?? batch.payload ?? "{}"))
+            } catch {
+                let reason = error.label
+                outcomes.failedByReason[reason, default: 0] += 1
+                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: reason).increment()
+                context.tally.add(context.tally.failed)
+                continue
+            }
+            let request: DispatchRequest
+            do {
+                request = try sender.request(for: notification)
+            } catch {
+                context.logger.error("cannot build a request for app \(batch.app): \(error)", ("app", .string(batch.app)))
+                again(target, at: Date().addingTimeInterval(10))
+                continue
+            }
+            inFlight[position] = target
+            sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+        }
+
+        func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
+            let verdict = policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
+                                         firstAttemptAt: target.firstAttemptAt, now: Date(), random: &random)
+            switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender) {
+            case .sent:
+                outcomes.sent += 1
+            case .pruned(let reason, let prune):
+                outcomes.failedByReason[reason, default: 0] += 1
+                prunes.append(prune)
+            case .failed(let reason):
+                outcomes.failedByReason[reason, default: 0] += 1
+            case .retry(let at, let reason, let countsAsAttempt):
+                again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
+            case .pause:
+                again(target, at: Date().addingTimeInterval(30))
+            }
+        }
+
+        let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
+        let deadline = DispatchTime.now() + timeout
+        while !inFlight.isEmpty {
+            let results = completions.take(until: deadline)
+            if results.isEmpty { break }
+            for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
+                guard let target = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
+                settle(target, sender.outcome(of: result))
+            }
+        }
+        for target in inFlight.values {
+            settle(target, .transportFailure("no answer within \(Int(timeout))s"))
+        }
+        if !prunes.isEmpty { outcomes.pruned = try context.prune(prunes, on: connection).invalidated.count }
+        for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
+        countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned),
+                       app: batch.app)
+    }
+
+    /// One line when a campaign starts, pauses, is cancelled or finishes, with its counts.
+    private func logCampaign(_ id: Int64, _ event: String, on connection: PGConnection) throws {
+        guard let campaign = try store.campaign(connection, id: id) else { return }
+        let reasons = campaign.failedByReason.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+        let verb = event == "finished" || event == "started" ? event : "is \(event)"
+        context.operatorLog.campaign(id, event, "campaign \(id) '\(campaign.name)' \(verb): \(campaign.sent) of \(campaign.targets) sent, \(campaign.failed) failed",
+                                     [("app", .string(campaign.app)), ("targets", .int(Int64(campaign.targets))),
+                                      ("sent", .int(Int64(campaign.sent))), ("failed", .int(Int64(campaign.failed))),
+                                      ("pruned", .int(Int64(campaign.pruned))), ("failed_by_reason", .string(reasons))])
     }
 
     private func countProcessed(_ progress: ChunkProgress, app: String) {

@@ -47,6 +47,7 @@ final class JobWorker: @unchecked Sendable {
         let waiting = JobWaitPolicy()
         var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         while !context.isStopping {
+            context.operatorLog.tick()
             do {
                 let connection = try connectIfNeeded()
                 let apps = context.claimableApps()
@@ -94,6 +95,8 @@ final class JobWorker: @unchecked Sendable {
         var job: Job
         var sender: AppSender
         var pushType: String
+        /// When this send was submitted; the job's first attempt unless it has an earlier one.
+        var sentAt: Date
     }
 
     private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
@@ -117,6 +120,12 @@ final class JobWorker: @unchecked Sendable {
                                                  error: "app paused: \(paused)", countsAsAttempt: false))
                 continue
             }
+            if let held = context.throttle.heldUntil(job.deviceToken) {
+                // APNs is throttling this device: this job waits with the one that drew the 429.
+                outcomes.retries.append(JobRetry(id: job.id, runAt: held, error: "TooManyRequests: the device token is throttled",
+                                                 countsAsAttempt: false))
+                continue
+            }
             let notification: APNsNotification
             do {
                 notification = try sender.factory.notification(.init(
@@ -135,7 +144,7 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
                 continue
             }
-            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType)
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Date())
             sender.transactionalDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
         }
 
@@ -158,6 +167,12 @@ final class JobWorker: @unchecked Sendable {
 
         _ = try context.prune(prunes, on: connection)
         try queue.finish(connection, batch, outcomes)
+        if context.logger.enabled(.debug) {
+            context.logger.debug("settled a batch of \(batch.jobs.count) jobs", ("worker", .int(Int64(index))),
+                                 ("delivered", .int(Int64(outcomes.delivered.count))), ("retried", .int(Int64(outcomes.retries.count))),
+                                 ("failed", .int(Int64(outcomes.failures.count))),
+                                 ("ms", .int(Int64(Date().timeIntervalSince(now) * 1000))))
+        }
     }
 
     private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
@@ -167,9 +182,13 @@ final class JobWorker: @unchecked Sendable {
     private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
         let job = item.job
         let sender = item.sender
+        // Windows count from the first send, not from the insert: a job scheduled for later
+        // (run_at) has not been waiting before it was due.
+        let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
+        context.operatorLog.record(outcome, app: job.app, lane: "transactional")
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
-                                             firstAttemptAt: job.createdAt, now: Date(), random: &random)
+                                             firstAttemptAt: firstAttemptAt, now: Date(), random: &random)
         switch verdict {
         case .delivered:
             outcomes.delivered.append(job.id)
@@ -184,9 +203,12 @@ final class JobWorker: @unchecked Sendable {
             prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp))
             sender.countResponse(status: status, reason: reason)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
-            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))
+            outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
+                                             sentAt: firstAttemptAt))
+            if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
             countAnswer(outcome, sender: sender)
             context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
+            context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
         case .dead(let status, let reason):
@@ -196,7 +218,7 @@ final class JobWorker: @unchecked Sendable {
             countAnswer(outcome, sender: sender)
             context.pause(sender, reason: reason)
             outcomes.retries.append(JobRetry(id: job.id, runAt: Date().addingTimeInterval(30),
-                                             error: "app paused: \(reason)", countsAsAttempt: false))
+                                             error: "app paused: \(reason)", countsAsAttempt: false, sentAt: firstAttemptAt))
         }
     }
 
@@ -215,6 +237,7 @@ final class JobWorker: @unchecked Sendable {
     private func dead(_ job: Job, status: Int?, reason: String, label: String, into outcomes: inout JobOutcomes, sender: AppSender? = nil) {
         outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
         context.metrics.deadLetter(app: sender?.app.name ?? "unknown", lane: Lane.transactional.rawValue, reason: label).increment()
+        context.operatorLog.deadLettered(reason: label)
         context.tally.add(context.tally.dead)
     }
 }

@@ -45,13 +45,17 @@ enum Verdict: Sendable, Equatable {
 }
 
 /// Turns an outcome into a verdict: APNs's classification of the reason, then the
-/// retry policy's backoff and attempt budget. A pure function of its inputs.
+/// retry policy's backoff and budget. Answers that blame the request use up attempts; no
+/// answer, 5xx and 429 only use up time (the outage limit, or the notification's expiration)
+/// counted from the first send attempt. A pure function of its inputs.
 struct OutcomePolicy: Sendable {
     var retry: RetryPolicy
 
     /// - Parameters:
     ///   - attempt: sends made so far, this one included (1 after the first).
     ///   - expiration: the notification's apns-expiration, if any.
+    ///   - firstAttemptAt: when the notification was first sent (not when it was queued): every
+    ///     retry window counts from there.
     func verdict<Random: RandomNumberGenerator>(for outcome: SendOutcome, attempt: Int, expiration: Int64?,
                                                 firstAttemptAt: Date?, now: Date, random: inout Random) -> Verdict {
         let action: ResponseAction
@@ -92,6 +96,18 @@ struct OutcomePolicy: Sendable {
         case .configurationError(let configurationReason):
             return .pauseApp(reason: configurationReason.rawValue)
         case .retry, .reconnectThenRetry, .refreshProviderTokenThenRetry:
+            if let status, RetryPolicy.saysNothingAgainstTheRequest(status: status, reason: reason) {
+                // APNs is failing, overloaded or throttling this token: no verdict on the
+                // notification, so it waits within its time budget and keeps its attempts.
+                let throttled = status == 429
+                switch retry.decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
+                                                throttled: throttled, trouble: "APNs answered \(label)", random: &random) {
+                case .retry(_, let at):
+                    return .retry(at: at, reason: label, refreshProviderToken: false, countsAsAttempt: false)
+                case .giveUp(let why):
+                    return .dead(status: status, reason: "\(label): \(why)")
+                }
+            }
             switch retry.decide(attempt: attempt, reason: reason, now: now, expiration: expiration,
                                 firstAttemptAt: firstAttemptAt, random: &random) {
             case .retry(_, let at):

@@ -16,6 +16,8 @@ final class PipelineContext: @unchecked Sendable {
     let logger: Logger
     let doorbell = Doorbell()
     let tally = Tally()
+    let throttle = TokenThrottle()
+    let operatorLog: OperatorLog
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
@@ -27,6 +29,7 @@ final class PipelineContext: @unchecked Sendable {
         self.senders = senders
         self.metrics = metrics
         self.logger = logger
+        operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds))
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
                                                   maxAttempts: config.retry.maxAttempts,

@@ -1,0 +1,197 @@
+import Foundation
+
+/// A campaign target waiting for its retry outside any chunk, in `pushd.campaign_retries`.
+public struct ParkedTarget: Sendable, Hashable {
+    public var campaignID: Int64
+    public var chunk: Int
+    /// The target's position within its chunk.
+    public var position: Int
+    public var token: String
+    /// Overrides the campaign's payload when present.
+    public var payload: String?
+    public var dueAt: Date
+    /// Attempts used up so far (answers that blamed the request).
+    public var attempts: Int
+    /// Retry windows and the outage budget count from here.
+    public var firstAttemptAt: Date
+    public var lastError: String
+
+    public init(campaignID: Int64, chunk: Int, position: Int, token: String, payload: String?, dueAt: Date,
+                attempts: Int, firstAttemptAt: Date, lastError: String) {
+        self.campaignID = campaignID
+        self.chunk = chunk
+        self.position = position
+        self.token = token
+        self.payload = payload
+        self.dueAt = dueAt
+        self.attempts = attempts
+        self.firstAttemptAt = firstAttemptAt
+        self.lastError = lastError
+    }
+}
+
+/// Due parked targets of one campaign with what to send them, taken in a transaction that
+/// stays open on the claiming connection until `settleParked`: if the worker dies first, the
+/// targets are parked again as they were.
+public struct ParkedBatch: Sendable, Hashable {
+    public var campaignID: Int64
+    public var app: String
+    public var pushType: String
+    public var priority: Int
+    public var collapseID: String?
+    public var expiration: Date?
+    public var payload: String?
+    public var rateLimit: Int?
+    public var targets: [ParkedTarget]
+}
+
+/// What became of a parked batch: counts for the campaign, and the targets to park again.
+public struct ParkedOutcomes: Sendable, Hashable {
+    public var sent: Int = 0
+    public var failedByReason: [String: Int] = [:]
+    public var pruned: Int = 0
+    public var retries: [ParkedTarget] = []
+
+    public init() {}
+}
+
+/// Parking: a chunk whose fresh targets are all sent but some of whose targets wait for a
+/// retry does not hold its worker. The waiting targets are written here in the transaction
+/// that finishes the chunk, and any worker sends them once they are due. A campaign is done
+/// when its last chunk is finished and nothing of it is parked.
+extension CampaignStore {
+    static let parkSQL = """
+        INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, payload, due_at, attempts, first_attempt_at, last_error)
+        SELECT * FROM unnest($1::bigint[], $2::integer[], $3::integer[], $4::text[], $5::text[], $6::timestamptz[],
+                             $7::integer[], $8::timestamptz[], $9::text[])
+        ON CONFLICT (campaign_id, chunk, position) DO UPDATE
+        SET due_at = EXCLUDED.due_at, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error
+        """
+
+    /// One campaign's due parked targets, oldest due first; the campaign must be running and
+    /// of one of `apps`.
+    static let claimParkedSQL = """
+        WITH picked AS (
+            SELECT r.campaign_id FROM pushd.campaign_retries r
+            JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running' AND k.app = ANY ($2::text[])
+            WHERE r.due_at <= now() ORDER BY r.due_at LIMIT 1
+        ), due AS (
+            SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r, picked
+            WHERE r.campaign_id = picked.campaign_id AND r.due_at <= now()
+            ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
+        )
+        DELETE FROM pushd.campaign_retries r USING due
+        WHERE r.campaign_id = due.campaign_id AND r.chunk = due.chunk AND r.position = due.position
+        RETURNING r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error
+        """
+
+    static let countParkedSQL = """
+        UPDATE pushd.campaigns k
+        SET sent = k.sent + $2, failed = k.failed + $3, pruned = k.pruned + $4,
+            failed_by_reason = CASE WHEN cardinality($5::text[]) = 0 THEN k.failed_by_reason
+                ELSE pushd.add_counts(k.failed_by_reason,
+                    (SELECT jsonb_object_agg(r, n) FROM unnest($5::text[], $6::bigint[]) AS u(r, n))) END
+        WHERE k.id = $1
+        """
+
+    /// Running campaigns whose chunks are all finished and of which nothing is parked.
+    static let closeSQL = """
+        UPDATE pushd.campaigns k SET status = 'done', finished_at = now()
+        WHERE k.status = 'running' AND k.chunks_done >= k.chunks_total AND k.chunks_total > 0
+          AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = k.id)
+        RETURNING k.id
+        """
+
+    /// Parks `parked` and finishes the chunk, in one transaction: the chunk is never finished
+    /// without its waiting targets parked.
+    @discardableResult
+    public func finish(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
+                       parking parked: [ParkedTarget]) throws -> ChunkDirective {
+        if parked.isEmpty { return try finish(connection, chunk, progress) }
+        try connection.execute(script: "BEGIN")
+        do {
+            try park(connection, parked)
+            let directive = try finish(connection, chunk, progress)
+            // A lost lease means another worker sends this chunk again, its waiting targets
+            // included: park nothing.
+            try connection.execute(script: directive == .leaseLost ? "ROLLBACK" : "COMMIT")
+            return directive
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+    }
+
+    func park(_ connection: PGConnection, _ parked: [ParkedTarget]) throws {
+        try connection.query(connection.prepared(Self.parkSQL), [
+            parked.map(\.campaignID), parked.map { Int32(clamping: $0.chunk) }, parked.map { Int32(clamping: $0.position) },
+            parked.map(\.token), parked.map(\.payload), parked.map(\.dueAt), parked.map { Int32(clamping: $0.attempts) },
+            parked.map(\.firstAttemptAt), parked.map(\.lastError),
+        ])
+    }
+
+    /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when
+    /// none is due. On a batch the connection stays in the claiming transaction: settle it
+    /// with `settleParked` on the same connection.
+    public func claimParked(_ connection: PGConnection, limit: Int, apps: [String]) throws -> ParkedBatch? {
+        guard limit > 0 else { throw QueueError("parked claim limit must be positive, got \(limit)") }
+        try connection.execute(script: "BEGIN")
+        do {
+            let result = try connection.query(connection.prepared(Self.claimParkedSQL), [limit, apps])
+            guard result.rowCount > 0 else {
+                try connection.execute(script: "COMMIT")
+                return nil
+            }
+            var targets = [ParkedTarget]()
+            targets.reserveCapacity(result.rowCount)
+            for row in result.rows {
+                targets.append(ParkedTarget(campaignID: try row.require(0), chunk: try row.require(1), position: try row.require(2),
+                                            token: try row.require(3), payload: try row.get(4), dueAt: try row.require(5),
+                                            attempts: try row.require(6), firstAttemptAt: try row.require(7),
+                                            lastError: try row.require(8)))
+            }
+            let id = targets[0].campaignID
+            let head = try connection.query("""
+                SELECT app, push_type, priority, collapse_id, expiration, payload, rate_limit FROM pushd.campaigns WHERE id = $1
+                """, [id])
+            guard head.rowCount == 1 else { throw QueueError("parked targets name campaign \(id), which does not exist") }
+            let row = head[0]
+            return ParkedBatch(campaignID: id, app: try row.require(0), pushType: try row.require(1), priority: try row.require(2),
+                               collapseID: try row.get(3), expiration: try row.get(4), payload: try row.get(5),
+                               rateLimit: try row.get(6), targets: targets)
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Counts what became of a claimed parked batch, parks its retries again, and commits;
+    /// returns the campaigns this closed (done).
+    @discardableResult
+    public func settleParked(_ connection: PGConnection, _ batch: ParkedBatch, _ outcomes: ParkedOutcomes) throws -> [Int64] {
+        do {
+            if !outcomes.retries.isEmpty { try park(connection, outcomes.retries) }
+            let reasons = outcomes.failedByReason.keys.sorted()
+            let failed = outcomes.failedByReason.values.reduce(0, +)
+            if outcomes.sent + failed > 0 {
+                try connection.query(connection.prepared(Self.countParkedSQL), [
+                    batch.campaignID, outcomes.sent, failed, outcomes.pruned, reasons, reasons.map { outcomes.failedByReason[$0]! },
+                ])
+            }
+            try connection.execute(script: "COMMIT")
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+        return try closeFinishedCampaigns(connection)
+    }
+
+    /// Marks done every running campaign whose chunks are finished and of which nothing is
+    /// parked; returns their ids. The finish of a last chunk and the settling of a last
+    /// parked batch can each miss the other's uncommitted work, so workers also run this
+    /// when idle.
+    @discardableResult
+    public func closeFinishedCampaigns(_ connection: PGConnection) throws -> [Int64] {
+        try connection.query(connection.prepared(Self.closeSQL)).rows.map { try $0.require(0) }
+    }
+}

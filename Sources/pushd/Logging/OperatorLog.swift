@@ -1,0 +1,135 @@
+import APNs
+import Foundation
+import Synchronization
+
+/// What an operator reads in the log: one line per change of state, never one per
+/// notification. APNs stops taking an app's notifications on a lane and takes them again
+/// (with the error), a summary per interval of connection errors, retries and dead letters
+/// by reason (only when there was any), campaigns starting, pausing and finishing.
+///
+/// Thread rule: every worker thread reports here; state changes under the mutex, and lines
+/// are written after it is released.
+final class OperatorLog: Sendable {
+    /// Consecutive failed sends (no answer, or 5xx) before a lane counts as cut off from APNs:
+    /// one lost stream is not an outage.
+    static let failuresBeforeDown = 3
+
+    private struct Lane: Hashable {
+        var app: String
+        var lane: String
+    }
+
+    private struct Trouble {
+        var since: Date
+        var error: String
+        var failures: Int
+        var reported: Bool
+    }
+
+    private struct State {
+        var trouble: [Lane: Trouble] = [:]
+        var connectionErrors = 0
+        var retries: [String: Int] = [:]
+        var deadLetters: [String: Int] = [:]
+        var summaryDue: Double
+        var campaignEvents = Set<String>()
+    }
+
+    private let logger: Logger
+    private let summaryInterval: Double
+    private let state: Mutex<State>
+
+    init(logger: Logger, summaryInterval: Double) {
+        self.logger = logger
+        self.summaryInterval = summaryInterval
+        state = Mutex(State(summaryDue: RateLimiter.monotonicSeconds() + summaryInterval))
+    }
+
+    /// One send's outcome on `lane` of `app`: answers from a working APNs (any status but
+    /// 5xx) clear a trouble; no answer or a 5xx count towards one.
+    func record(_ outcome: SendOutcome, app: String, lane: String) {
+        let key = Lane(app: app, lane: lane)
+        let failure: String?
+        switch outcome {
+        case .transportFailure(let message): failure = "no answer: \(message)"
+        case .response(let response) where response.status >= 500:
+            failure = "HTTP \(response.status)" + (response.reason.map { " \($0.rawValue)" } ?? "")
+        case .response: failure = nil
+        // A certificate TLS refused pauses the app, which says so in its own line.
+        case .tlsRefused: return
+        }
+        let line: (message: String, fields: [(String, LogValue)], down: Bool)? = state.withLock { state in
+            if case .transportFailure = outcome { state.connectionErrors += 1 }
+            guard let failure else {
+                guard let trouble = state.trouble.removeValue(forKey: key), trouble.reported else { return nil }
+                let seconds = Int(Date().timeIntervalSince(trouble.since))
+                return ("APNs takes notifications of app \(app) on the \(lane) lane again after \(seconds) s",
+                        [("app", .string(app)), ("lane", .string(lane)), ("seconds", .int(Int64(seconds))),
+                         ("failed_sends", .int(Int64(trouble.failures))), ("event", "apns_back")], false)
+            }
+            var trouble = state.trouble[key] ?? Trouble(since: Date(), error: failure, failures: 0, reported: false)
+            trouble.failures += 1
+            trouble.error = failure
+            defer { state.trouble[key] = trouble }
+            guard !trouble.reported, trouble.failures >= Self.failuresBeforeDown else { return nil }
+            trouble.reported = true
+            return ("APNs is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
+                    [("app", .string(app)), ("lane", .string(lane)), ("error", .string(failure)), ("event", "apns_down")], true)
+        }
+        if let line {
+            logger.write(line.down ? .warning : .notice, line.message, fields: line.fields)
+        }
+        tick()
+    }
+
+    func retried(reason: String) {
+        state.withLock { $0.retries[reason, default: 0] += 1 }
+    }
+
+    func deadLettered(reason: String) {
+        state.withLock { $0.deadLetters[reason, default: 0] += 1 }
+    }
+
+    /// Writes the summary when its interval has passed and something happened in it.
+    /// Workers call this on every turn of their loops.
+    func tick(now: Double = RateLimiter.monotonicSeconds()) {
+        let summary: (Int, [String: Int], [String: Int])? = state.withLock { state in
+            guard now >= state.summaryDue else { return nil }
+            state.summaryDue = now + summaryInterval
+            defer {
+                state.connectionErrors = 0
+                state.retries.removeAll()
+                state.deadLetters.removeAll()
+            }
+            if state.connectionErrors == 0 && state.retries.isEmpty && state.deadLetters.isEmpty { return nil }
+            return (state.connectionErrors, state.retries, state.deadLetters)
+        }
+        guard let (connectionErrors, retries, deadLetters) = summary else { return }
+        func text(_ counts: [String: Int]) -> String {
+            counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+        }
+        let retryTotal = retries.values.reduce(0, +)
+        let deadTotal = deadLetters.values.reduce(0, +)
+        logger.write(.info, "in the last \(Int(summaryInterval)) s: \(connectionErrors) sends without an answer, \(retryTotal) retries, \(deadTotal) dead letters",
+                     fields: [("event", "summary"), ("connection_errors", .int(Int64(connectionErrors))),
+                              ("retries", .int(Int64(retryTotal))), ("retries_by_reason", .string(text(retries))),
+                              ("dead_letters", .int(Int64(deadTotal))), ("dead_letters_by_reason", .string(text(deadLetters)))])
+    }
+
+    /// A campaign changed state; `once` lines are written once per campaign and event by this
+    /// process (every worker sees a pause at its next checkpoint).
+    func campaign(_ id: Int64, _ event: String, _ message: String, _ fields: [(String, LogValue)] = [], once: Bool = true) {
+        if once {
+            let fresh = state.withLock { $0.campaignEvents.insert("\(id)/\(event)").inserted }
+            guard fresh else { return }
+        }
+        logger.write(.info, message, fields: [("event", .string("campaign_\(event)")), ("campaign", .int(id))] + fields)
+    }
+
+    /// A worker is sending `id` again: a later pause is news again.
+    func campaignSending(_ id: Int64) {
+        state.withLock { state in
+            if !state.campaignEvents.isEmpty { state.campaignEvents.remove("\(id)/paused") }
+        }
+    }
+}

@@ -1,0 +1,36 @@
+import Foundation
+import Synchronization
+
+/// Device tokens APNs is throttling (429 TooManyRequests is about one token: too many
+/// notifications to the same device), and until when. A throttled token's other
+/// notifications wait too instead of drawing more 429s; every other token keeps flowing.
+/// Shared by every worker of the process.
+final class TokenThrottle: Sendable {
+    private let until = Mutex<[String: Date]>([:])
+    /// Expired entries are swept once the table grows past this.
+    private let sweepAbove: Int
+
+    init(sweepAbove: Int = 10_000) {
+        self.sweepAbove = sweepAbove
+    }
+
+    /// APNs throttled `token`: hold its sends until `time` (the throttled notification's retry).
+    func throttle(_ token: String, until time: Date, now: Date = Date()) {
+        until.withLock { table in
+            if table.count >= sweepAbove { table = table.filter { $0.value > now } }
+            table[token] = max(table[token] ?? time, time)
+        }
+    }
+
+    /// When `token` may be sent to again, or nil when it may be now.
+    func heldUntil(_ token: String, now: Date = Date()) -> Date? {
+        until.withLock { table in
+            guard let time = table[token] else { return nil }
+            if time <= now {
+                table[token] = nil
+                return nil
+            }
+            return time
+        }
+    }
+}

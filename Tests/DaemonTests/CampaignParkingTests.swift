@@ -1,0 +1,44 @@
+import APNs
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// Targets waiting for a retry never hold a campaign worker: the real `pushd run`.
+@Suite(.serialized) struct CampaignParkingTests {
+    @Test func retriesWaitingOnThrottledTargetsDoNotHoldBackTheRestOfTheCampaign() throws {
+        try IsolatedDatabase.with { database in
+            // 1% of answers 429 and 1% 500: every chunk of a thousand has a score of targets that
+            // wait, those answered 429 up to 10 s.
+            let harness = try DaemonHarness(database: database,
+                                            faults: FaultConfiguration(tooManyRequestsRate: 0.01, internalServerErrorRate: 0.01))
+            let connection = try database.connect()
+            let targets = 10_000
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 100, maxMilliseconds: 10_000)
+            let id = try CampaignLaneTests.campaign(connection, count: targets)
+            let started = Date()
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            // Every target is tried once at the pace of a campaign without faults (a few
+            // seconds), not a chunk per slowest retry (ten chunks, two workers, ~10 s each).
+            let firstPass = DaemonHarness.wait(seconds: 15) { harness.mock.stats.perToken.count >= targets }
+            let firstPassSeconds = Date().timeIntervalSince(started)
+            #expect(firstPass, "\(harness.mock.stats.perToken.count) of \(targets) targets tried after 15 s")
+            let store = CampaignStore()
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            print("10,000 targets with 1% 429 and 1% 500: every target tried once after \(String(format: "%.1f", firstPassSeconds)) s, done after \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries") == 0)
+            let log = harness.mock.acceptedLog
+            #expect(log.count == targets)
+            #expect(Set(log.map(\.token)).count == targets)
+        }
+    }
+}

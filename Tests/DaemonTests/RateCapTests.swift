@@ -1,0 +1,66 @@
+import APNs
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// A campaign's rate cap is the rate it gets, from one `pushd run` or several.
+@Suite(.serialized) struct RateCapTests {
+    /// Runs a capped campaign on `instances` daemons and returns the delivered rate of every
+    /// `window`-second window after the first, while the campaign is sending.
+    static func windowRates(instances: Int, cap: Int, targets: Int, window: Double) throws -> [Double] {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try harness.writeConfigFile()
+            var processes = [Process]()
+            defer {
+                for process in processes { kill(process.processIdentifier, SIGTERM) }
+                for process in processes { _ = DaemonProcessTests.waitForExit(process, seconds: 10) }
+            }
+            for instance in 0..<instances {
+                processes.append(try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd-\(instance).log"))
+            }
+            Thread.sleep(forTimeInterval: 1)
+            let id = try CampaignLaneTests.campaign(connection, count: targets, rate: cap)
+            // Samples of (seconds since the first delivery, delivered so far).
+            var samples = [(Double, Int)]()
+            var first: Date?
+            let deadline = Date().addingTimeInterval(Double(targets) / Double(cap) * 2 + 20)
+            while Date() < deadline {
+                let accepted = harness.mock.stats.accepted
+                if first == nil, accepted > 0 { first = Date() }
+                if let first { samples.append((Date().timeIntervalSince(first), accepted)) }
+                if accepted >= targets { break }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            #expect(try DaemonHarness.wait(seconds: 10) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == targets)
+            func delivered(at time: Double) -> Int { samples.last { $0.0 <= time }?.1 ?? 0 }
+            // Whole windows after the first, while fewer than all targets were delivered.
+            let sendingUntil = samples.first { $0.1 >= targets }?.0 ?? samples.last?.0 ?? 0
+            var rates = [Double]()
+            var start = window
+            while start + window <= sendingUntil {
+                rates.append(Double(delivered(at: start + window) - delivered(at: start)) / window)
+                start += window
+            }
+            return rates
+        }
+    }
+
+    /// A cap a debug build drains well above on a busy two-core machine.
+    @Test(arguments: [1, 2, 3])
+    func theDeliveredRateOfACappedCampaignIsItsCapWithinFivePercent(instances: Int) throws {
+        let cap = 600
+        let rates = try Self.windowRates(instances: instances, cap: cap, targets: 9_000, window: 3)
+        print("cap \(cap)/s on \(instances) instance(s): 3-second windows at \(rates.map { String(format: "%.0f", $0) }.joined(separator: ", ")) per second")
+        #expect(rates.count >= 3)
+        for rate in rates {
+            #expect(abs(rate - Double(cap)) <= 0.05 * Double(cap), "\(rate)/s against a cap of \(cap)/s")
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import APNs
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// Retry windows count from a job's first send, not from its insert: the real `pushd run`
+/// with scheduled jobs.
+@Suite(.serialized) struct RetryWindowTests {
+    @Test func aScheduledDeliverOnceJobAnswered503OnceIsRetriedAndDelivered() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 200, maxMilliseconds: 1000,
+                                                       extra: "  outage_limit_s: 40\n")
+            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            // Queued 45 s before it is due, "deliver now or never" (apns-expiration 0): its 30 s
+            // window starts when it is first sent, not when it was queued.
+            let onceToken = DaemonHarness.token(45)
+            // Queued an hour ahead with an outage budget of 40 s.
+            let laterToken = DaemonHarness.token(3600)
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, expiration, created_at, run_at)
+                VALUES ('shop', $1, '{"aps":{"alert":"now or never"}}', 'epoch', now() - interval '45 seconds', now() + interval '1 second'),
+                       ('shop', $2, '{"aps":{"alert":"later"}}', NULL, now() - interval '1 hour', now() + interval '1 second')
+                """, [onceToken, laterToken])
+            #expect(DaemonHarness.wait(seconds: 15) { harness.mock.stats.rejected("ServiceUnavailable") >= 2 })
+            // Both wait with their first send recorded.
+            #expect(try DaemonHarness.wait(seconds: 5) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE first_attempt_at > now() - interval '20 seconds'") == 2
+            })
+            try harness.mock.setFaults(.none)
+            #expect(DaemonHarness.wait(seconds: 15) { harness.mock.stats.accepted == 2 })
+            #expect(try DaemonHarness.wait(seconds: 5) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            let dead = try connection.query("SELECT reason FROM pushd.dead_jobs")
+            let reasons = try dead.rows.map { try $0.require(0) as String }
+            #expect(reasons.isEmpty, "\(reasons)")
+            #expect(Set(harness.mock.acceptedLog.map(\.token)) == [onceToken, laterToken])
+        }
+    }
+}
