@@ -30,6 +30,8 @@ enum StatusCommand {
                 if parsed.has("watch") && !terminal { context.output("") }
             }
             guard parsed.has("watch") else { return report.exitCode }
+            // A pipe is block-buffered: a reader (jq, a script) must see each sample now.
+            fflush(nil)
             sleep(UInt32(interval))
         }
     }
