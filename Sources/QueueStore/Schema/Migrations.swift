@@ -8,6 +8,7 @@ extension Migrator {
         Migration(version: 4, name: "shared provider tokens", sql: providerTokensV4),
         Migration(version: 5, name: "notify only while a claimer sleeps", sql: wakeupV5),
         Migration(version: 6, name: "the chunk lease returns one row", sql: leaseRowsV6),
+        Migration(version: 7, name: "campaign targets keep their registered token's environment", sql: targetEnvironmentsV7),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -469,5 +470,58 @@ extension Migrator {
     /// leased chunk to its targets into a scan of every chunk row of every campaign.
     static let leaseRowsV6 = #"""
     ALTER FUNCTION pushd.lease_campaign_chunk(text, float8) ROWS 1;
+    """#
+
+    /// A development build's token is known only to the sandbox host: a campaign built from
+    /// registered tokens sends each to its own environment. NULL (file imports) means the
+    /// campaign's environment.
+    static let targetEnvironmentsV7 = #"""
+    ALTER TABLE pushd.campaign_targets ADD COLUMN environments text[];
+    ALTER TABLE pushd.campaign_targets ADD CONSTRAINT campaign_targets_environments_match
+        CHECK (environments IS NULL OR cardinality(environments) = cardinality(tokens));
+
+    CREATE OR REPLACE FUNCTION pushd.campaign_import_tokens(p_campaign_id bigint, p_environment text DEFAULT NULL,
+                                                           p_user_ids text[] DEFAULT NULL, p_updated_since timestamptz DEFAULT NULL,
+                                                           p_chunk_size integer DEFAULT 1000) RETURNS bigint
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        c pushd.campaigns;
+        first_chunk integer;
+        added bigint;
+        chunks integer;
+    BEGIN
+        IF p_chunk_size IS NULL OR p_chunk_size < 1 OR p_chunk_size > 100000 THEN
+            RAISE EXCEPTION 'chunk size must be between 1 and 100000, got %', p_chunk_size USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT * INTO c FROM pushd.campaigns WHERE id = p_campaign_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'campaign % does not exist', p_campaign_id USING ERRCODE = 'no_data_found';
+        END IF;
+        IF c.status IN ('done', 'cancelled') THEN
+            RAISE EXCEPTION 'campaign % is %; targets can only be added before it ends', p_campaign_id, c.status
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        SELECT coalesce(max(chunk) + 1, 0) INTO first_chunk FROM pushd.campaign_chunks WHERE campaign_id = p_campaign_id;
+        WITH src AS (
+            SELECT d.token, d.environment, (row_number() OVER (ORDER BY d.token) - 1) / p_chunk_size AS n
+            FROM pushd.device_tokens d
+            WHERE d.app = c.app AND d.invalidated_at IS NULL
+              AND (p_environment IS NULL OR d.environment = p_environment)
+              AND (p_user_ids IS NULL OR d.user_id = ANY (p_user_ids))
+              AND (p_updated_since IS NULL OR d.updated_at >= p_updated_since)
+        ), ins AS (
+            INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments)
+            SELECT p_campaign_id, first_chunk + n::integer, array_agg(token ORDER BY token), array_agg(environment ORDER BY token)
+            FROM src GROUP BY n
+            RETURNING chunk, cardinality(tokens) AS size
+        ), chunk_rows AS (
+            INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size)
+            SELECT p_campaign_id, chunk, size FROM ins
+            RETURNING size
+        )
+        SELECT coalesce(sum(size), 0), count(*) INTO added, chunks FROM chunk_rows;
+        UPDATE pushd.campaigns SET targets = targets + added, chunks_total = chunks_total + chunks WHERE id = p_campaign_id;
+        RETURN added;
+    END $$;
     """#
 }

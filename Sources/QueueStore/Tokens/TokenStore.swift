@@ -23,12 +23,16 @@ public struct TokenPrune: Sendable, Hashable {
     /// The 410 answer's timestamp: the token is kept if it was registered again after it.
     /// nil (400 BadDeviceToken, DeviceTokenNotForTopic) prunes unconditionally.
     public var apnsTimestamp: Date?
+    /// The environment whose host gave the answer: a token registered for the other
+    /// environment is not pruned (that host never knew it). nil prunes whatever the environment.
+    public var environment: String?
 
-    public init(app: String, token: String, reason: String, apnsTimestamp: Date?) {
+    public init(app: String, token: String, reason: String, apnsTimestamp: Date?, environment: String? = nil) {
         self.app = app
         self.token = token
         self.reason = reason
         self.apnsTimestamp = apnsTimestamp
+        self.environment = environment
     }
 }
 
@@ -53,9 +57,10 @@ public struct TokenStore: Sendable {
     static let pruneSQL = """
         UPDATE pushd.device_tokens d
         SET invalidated_at = now(), invalid_reason = p.reason
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS p(app, token, reason, apns_timestamp)
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) AS p(app, token, reason, apns_timestamp, environment)
         WHERE d.app = p.app AND d.token = lower(p.token) AND d.invalidated_at IS NULL
           AND (p.apns_timestamp IS NULL OR d.updated_at <= p.apns_timestamp)
+          AND (p.environment IS NULL OR d.environment = p.environment)
         """
 
     /// Prunes a batch in one statement; returns how many tokens were invalidated.
@@ -64,7 +69,24 @@ public struct TokenStore: Sendable {
         guard !prunes.isEmpty else { return 0 }
         return try connection.query(connection.prepared(Self.pruneSQL),
                                     [prunes.map(\.app), prunes.map(\.token), prunes.map(\.reason),
-                                     prunes.map(\.apnsTimestamp)]).affectedRows
+                                     prunes.map(\.apnsTimestamp), prunes.map(\.environment)]).affectedRows
+    }
+
+    static let environmentsSQL = """
+        SELECT DISTINCT ON (d.app, d.token) d.app, d.token, d.environment
+        FROM pushd.device_tokens d
+        JOIN unnest($1::text[], $2::text[]) AS t(app, token) ON d.app = t.app AND d.token = lower(t.token)
+        """
+
+    /// The registered environment of each (app, token) that has one, keyed by app and the
+    /// lower-case token: where a job that names no environment of its own is sent.
+    public func environments(_ connection: PGConnection, of targets: [(app: String, token: String)]) throws -> [TokenKey: String] {
+        guard !targets.isEmpty else { return [:] }
+        var found = [TokenKey: String]()
+        for row in try connection.query(connection.prepared(Self.environmentsSQL), [targets.map(\.app), targets.map(\.token)]).rows {
+            found[TokenKey(app: try row.require(0), token: try row.require(1))] = try row.require(2)
+        }
+        return found
     }
 
     public func token(_ connection: PGConnection, app: String, token: String) throws -> RegisteredToken? {
@@ -117,6 +139,17 @@ public struct TokenStore: Sendable {
             """, [app]).rows.map { row in
             PruneReasonCount(app: try row.require(0), reason: try row.require(1), tokens: try row.require(2))
         }
+    }
+}
+
+/// An app and one of its tokens in lower case.
+public struct TokenKey: Sendable, Hashable {
+    public var app: String
+    public var token: String
+
+    public init(app: String, token: String) {
+        self.app = app
+        self.token = token.lowercased()
     }
 }
 

@@ -75,7 +75,10 @@ struct ConfigCheck {
         }
         checkConfigFilePrivacy(config)
         for (index, app) in config.apps.enumerated() {
-            checkCredentials(of: app, at: "apps[\(index)]")
+            checkCredentials(of: app, app.credentials, at: "apps[\(index)]")
+            for (environment, credentials) in app.otherCertificates.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                checkCredentials(of: app, credentials, at: "apps[\(index)]", block: "\(environment.rawValue)_certificate")
+            }
         }
         if let caFile = config.apns.caFile { checkCertificateAuthorities(caFile) }
         if let logFile = config.logFile { checkLogFile(logFile) }
@@ -85,8 +88,9 @@ struct ConfigCheck {
 
     // MARK: Credentials
 
-    private mutating func checkCredentials(of app: PushdConfig.App, at path: String) {
-        switch app.credentials {
+    private mutating func checkCredentials(of app: PushdConfig.App, _ credentials: PushdConfig.Credentials, at path: String,
+                                           block: String = "certificate") {
+        switch credentials {
         case .token(let teamID, let keyID, let keyFile):
             let setting = "\(path).token.key_file"
             guard readFile(keyFile, setting: setting, holdsKey: true) != nil else { return }
@@ -98,21 +102,21 @@ struct ConfigCheck {
             }
         case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
             if let pkcs12File {
-                let setting = "\(path).certificate.p12_file"
+                let setting = "\(path).\(block).p12_file"
                 guard let bytes = readFile(pkcs12File, setting: setting, holdsKey: true) else { return }
                 do {
                     let summary = try CertificateCheck.pkcs12(bytes, source: pkcs12File, password: password)
                     checkValidity(summary, setting: setting, app: app, file: pkcs12File)
                 } catch {
-                    add(.error, error.part == .password ? "\(path).certificate.p12_password" : setting, error.description)
+                    add(.error, error.part == .password ? "\(path).\(block).p12_password" : setting, error.description)
                 }
             } else if let certificateFile {
-                let setting = "\(path).certificate.cert_file"
+                let setting = "\(path).\(block).cert_file"
                 // Without key_file the key sits in the certificate file, which is then a secret too.
                 guard let certificate = readFile(certificateFile, setting: setting, holdsKey: keyFile == nil) else { return }
                 var key: [UInt8]?
                 if let keyFile {
-                    guard let bytes = readFile(keyFile, setting: "\(path).certificate.key_file", holdsKey: true) else { return }
+                    guard let bytes = readFile(keyFile, setting: "\(path).\(block).key_file", holdsKey: true) else { return }
                     key = bytes
                 }
                 do {
@@ -120,7 +124,7 @@ struct ConfigCheck {
                                                                keyPEM: key, keySource: keyFile)
                     checkValidity(summary, setting: setting, app: app, file: certificateFile)
                 } catch {
-                    add(.error, error.part == .key ? "\(path).certificate.key_file" : setting, error.description)
+                    add(.error, error.part == .key ? "\(path).\(block).key_file" : setting, error.description)
                 }
             }
         }
@@ -192,6 +196,11 @@ struct ConfigCheck {
         for (index, app) in fromFile.apps.enumerated() {
             if case .certificate(_, _, _, let password?) = app.credentials, !password.isEmpty {
                 holders.append("apps[\(index)].certificate.p12_password")
+            }
+            for (environment, credentials) in app.otherCertificates {
+                if case .certificate(_, _, _, let password?) = credentials, !password.isEmpty {
+                    holders.append("apps[\(index)].\(environment.rawValue)_certificate.p12_password")
+                }
             }
         }
         guard !holders.isEmpty else { return }

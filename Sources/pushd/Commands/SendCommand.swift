@@ -59,12 +59,13 @@ enum SendCommand {
 
     static func prepare(_ parsed: ParsedCommand, config: PushdConfig,
                         standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Prepared {
-        var app = try chooseApp(parsed.value("app"), config: config)
-        if let environment = parsed.value("environment") {
-            guard let chosen = PushdConfig.Environment(rawValue: environment) else {
-                throw CommandContext.Failure("--environment '\(environment)' is not one of: production, sandbox")
+        let app = try chooseApp(parsed.value("app"), config: config)
+        var environment = app.environment
+        if let given = parsed.value("environment") {
+            guard let chosen = PushdConfig.Environment(rawValue: given) else {
+                throw CommandContext.Failure("--environment '\(given)' is not one of: production, sandbox")
             }
-            app.environment = chosen
+            environment = chosen
         }
         guard let tokenText = parsed.value("token") else {
             throw CommandContext.Failure("send needs --token HEX: the device token to send to")
@@ -102,7 +103,9 @@ enum SendCommand {
         let issues = NotificationValidator.issues(in: notification)
         if !issues.isEmpty { throw Invalid(issues: issues) }
 
-        var configuration = Pipeline.dispatcherConfiguration(for: app, config: config)
+        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config) else {
+            throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
+        }
         // One request: one loop and one connection, not the daemon's pool.
         configuration.threads = 1
         configuration.connectionsPerThread = 1

@@ -4,23 +4,30 @@ import Foundation
 import Metrics
 import Synchronization
 
+/// Which of an app's connection pools a request goes over.
+enum SendLane: String, Sendable, CaseIterable {
+    case transactional, campaign
+}
+
 /// Everything needed to send for one configured app: its HTTP/2 dispatchers (a pool of
-/// connections for its credentials and environment per lane), how to authenticate each
+/// connections per environment and lane, made on first use), how to authenticate each
 /// request, whether it is paused, and its metric children bound once.
 ///
-/// Thread rule: immutable after init except `pause`, which is under a mutex; any
-/// worker thread may use it.
+/// Thread rule: immutable after init except `pause` and `dispatchers`, each under its own
+/// mutex; any worker thread may use it.
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
-    /// Transactional jobs and campaign targets go over separate connections, so a campaign's
-    /// full window and busy streams add nothing to a transactional push's latency.
-    let transactionalDispatcher: HTTP2Dispatcher
-    let campaignDispatcher: HTTP2Dispatcher
     let tokenKey: ProviderTokenService.Key?
     let tokens: ProviderTokenService
     let environmentLabel: String
     private let pause = Mutex<(until: Date, reason: String)?>(nil)
+    /// Transactional jobs and campaign targets go over separate connections, so a campaign's
+    /// full window and busy streams add nothing to a transactional push's latency.
+    private let dispatchers = Mutex<[DispatcherKey: HTTP2Dispatcher]>([:])
+    /// The transactional dispatcher of the app's own environment, made at init.
+    let transactionalDispatcher: HTTP2Dispatcher
+    private let makeDispatcher: @Sendable (PushdConfig.Environment) throws -> HTTP2Dispatcher?
     private let pausedGauge: Gauge
     private let metrics: PushdMetrics
     private let sentCounters: [String: Counter]
@@ -29,14 +36,30 @@ final class AppSender: @unchecked Sendable {
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
 
-    init(app: PushdConfig.App, transactionalDispatcher: HTTP2Dispatcher, campaignDispatcher: HTTP2Dispatcher,
-         tokens: ProviderTokenService, metrics: PushdMetrics) {
+    private struct DispatcherKey: Hashable {
+        var environment: PushdConfig.Environment
+        var lane: SendLane
+    }
+
+    /// No credentials reach an environment's host: the notification can never be sent there.
+    struct NoCredentials: Error, CustomStringConvertible {
+        var app: String
+        var environment: PushdConfig.Environment
+        var description: String {
+            "NoCredentialsForEnvironment: app \(app) has no certificate for \(environment.rawValue) (APNs issues a certificate for one environment); add \(environment.rawValue)_certificate to the app or send to the environment it has"
+        }
+    }
+
+    /// - Parameter makeDispatcher: a new dispatcher for an environment, nil when the app has
+    ///   no credentials there. The app's own environment's are made now, so a setup error
+    ///   stops `run` at start.
+    init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics,
+         makeDispatcher: @escaping @Sendable (PushdConfig.Environment) throws -> HTTP2Dispatcher?) throws {
         self.app = app
         self.factory = NotificationFactory(app: app)
-        self.transactionalDispatcher = transactionalDispatcher
-        self.campaignDispatcher = campaignDispatcher
         self.tokens = tokens
         self.metrics = metrics
+        self.makeDispatcher = makeDispatcher
         environmentLabel = app.environment.rawValue
         if case .token(let teamID, let keyID, _) = app.credentials {
             tokenKey = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
@@ -44,10 +67,12 @@ final class AppSender: @unchecked Sendable {
             tokenKey = nil
         }
         var counters = [String: Counter]()
-        for type in PushType.allCases {
-            for lane in ["transactional", "campaign"] {
-                counters[type.rawValue + "/" + lane] = metrics.sent(app: app.name, environment: app.environment.rawValue,
-                                                                   pushType: type.rawValue, lane: lane)
+        for environment in PushdConfig.Environment.allCases {
+            for type in PushType.allCases {
+                for lane in SendLane.allCases {
+                    counters[environment.rawValue + "/" + type.rawValue + "/" + lane.rawValue] = metrics.sent(
+                        app: app.name, environment: environment.rawValue, pushType: type.rawValue, lane: lane.rawValue)
+                }
             }
         }
         sentCounters = counters
@@ -56,6 +81,33 @@ final class AppSender: @unchecked Sendable {
         deliveryLatency = metrics.deliveryLatency(app: app.name)
         pausedGauge = metrics.paused(app: app.name)
         pausedGauge.set(0)
+        guard let own = try makeDispatcher(app.environment) else { throw NoCredentials(app: app.name, environment: app.environment) }
+        transactionalDispatcher = own
+        dispatchers.withLock { $0[DispatcherKey(environment: app.environment, lane: .transactional)] = own }
+        _ = try dispatcher(for: app.environment, lane: .campaign)
+    }
+
+    /// The environment a notification goes to: its own, else its token's registered one,
+    /// else the app's.
+    func environment(job: String?, registered: String?) -> PushdConfig.Environment {
+        job.flatMap(PushdConfig.Environment.init(rawValue:)) ?? registered.flatMap(PushdConfig.Environment.init(rawValue:)) ?? app.environment
+    }
+
+    /// The dispatcher for `environment` and `lane`, made on first use.
+    func dispatcher(for environment: PushdConfig.Environment, lane: SendLane) throws -> HTTP2Dispatcher {
+        let key = DispatcherKey(environment: environment, lane: lane)
+        return try dispatchers.withLock { made in
+            if let existing = made[key] { return existing }
+            guard let fresh = try makeDispatcher(environment) else { throw NoCredentials(app: app.name, environment: environment) }
+            made[key] = fresh
+            return fresh
+        }
+    }
+
+    func shutdown(drainTimeoutMilliseconds: Int) {
+        for dispatcher in dispatchers.withLock({ Array($0.values) }) {
+            dispatcher.shutdown(drainTimeoutMilliseconds: drainTimeoutMilliseconds)
+        }
     }
 
     /// The HTTP/2 request for a notification, with a provider token when the app uses token auth.
@@ -112,8 +164,8 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    func countSent(pushType: String, lane: String) {
-        sentCounters[pushType + "/" + lane]?.increment()
+    func countSent(pushType: String, lane: SendLane, environment: PushdConfig.Environment) {
+        sentCounters[environment.rawValue + "/" + pushType + "/" + lane.rawValue]?.increment()
     }
 
     func countResponse(status: Int?, reason: String) {

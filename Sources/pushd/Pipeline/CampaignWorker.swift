@@ -111,6 +111,7 @@ final class CampaignWorker: @unchecked Sendable {
         let maxInFlight = max(1, min(2000, context.config.apns.maxInFlight))
         var resolutions = [Resolution?](repeating: nil, count: count)
         var attempts = [Int](repeating: 0, count: count)
+        var environments = [PushdConfig.Environment](repeating: .production, count: count)
         var retries = [Retry]()
         var prunes = [TokenPrune]()
         var watermark = 0
@@ -213,9 +214,26 @@ final class CampaignWorker: @unchecked Sendable {
                     stopSubmitting = true
                     break
                 }
+                // A target imported from registered tokens keeps its token's environment; a
+                // file import has the campaign's; else the app's.
+                let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
+                let dispatcher: HTTP2Dispatcher
+                do {
+                    dispatcher = try sender.dispatcher(for: environment, lane: .campaign)
+                } catch let missing as AppSender.NoCredentials {
+                    resolve(target, .failed(JobWorker.label(missing.description)))
+                    context.metrics.deadLetter(app: chunk.app, lane: "campaign", reason: JobWorker.label(missing.description)).increment()
+                    context.tally.add(context.tally.failed)
+                    continue
+                } catch {
+                    context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
+                    stopSubmitting = true
+                    break
+                }
+                environments[target] = environment
                 attempts[target] += 1
                 inFlight += 1
-                sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
+                dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
             }
             let nothingLeft = next >= count && retries.isEmpty
             if inFlight == 0 && (stopSubmitting || nothingLeft) { break }
@@ -234,13 +252,14 @@ final class CampaignWorker: @unchecked Sendable {
                 case .delivered:
                     resolve(target, .sent)
                     sender.countResponse(status: 200, reason: "none")
-                    sender.countSent(pushType: chunk.pushType, lane: "campaign")
+                    sender.countSent(pushType: chunk.pushType, lane: .campaign, environment: environments[target])
                     context.tally.add(context.tally.sent)
                 case .prune(let status, let reason, let timestamp):
                     resolve(target, .pruned(reason))
-                    prunes.append(TokenPrune(app: chunk.app, token: chunk.targets[target].token, reason: reason, apnsTimestamp: timestamp))
+                    prunes.append(TokenPrune(app: chunk.app, token: chunk.targets[target].token, reason: reason, apnsTimestamp: timestamp,
+                                             environment: environments[target].rawValue))
                     sender.countResponse(status: status, reason: reason)
-                    context.metrics.tokenPruned(app: chunk.app, environment: sender.environmentLabel, reason: reason).increment()
+                    context.metrics.tokenPruned(app: chunk.app, environment: environments[target].rawValue, reason: reason).increment()
                     context.tally.add(context.tally.pruned)
                 case .retry(let at, let reason, let refresh, let countsAsAttempt):
                     // A send APNs never answered does not use up the target's attempt budget.

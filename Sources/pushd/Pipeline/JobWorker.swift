@@ -93,6 +93,8 @@ final class JobWorker: @unchecked Sendable {
         var job: Job
         var sender: AppSender
         var pushType: String
+        /// Whose host it was sent to: only that host's verdict may prune the token.
+        var environment: PushdConfig.Environment
     }
 
     private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
@@ -102,6 +104,9 @@ final class JobWorker: @unchecked Sendable {
         var outcomes = JobOutcomes()
         var prunes = [TokenPrune]()
         var inFlight = [Int: InFlight]()
+        // A job without an environment of its own goes where its token was registered.
+        let unrouted = batch.jobs.filter { $0.environment == nil }.map { (app: $0.app, token: $0.deviceToken) }
+        let registered = try TokenStore().environments(connection, of: unrouted)
 
         for (position, job) in batch.jobs.enumerated() {
             guard let sender = context.senders[job.app] else {
@@ -131,8 +136,22 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
                 continue
             }
-            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType)
-            sender.transactionalDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+            let environment = sender.environment(job: job.environment,
+                                                 registered: registered[TokenKey(app: job.app, token: job.deviceToken)])
+            let dispatcher: HTTP2Dispatcher
+            do {
+                dispatcher = try sender.dispatcher(for: environment, lane: .transactional)
+            } catch let missing as AppSender.NoCredentials {
+                dead(job, status: nil, reason: missing.description, into: &outcomes, sender: sender)
+                continue
+            } catch {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
+                                                 error: "cannot connect: \(error)", countsAsAttempt: false))
+                context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)", ("app", .string(job.app)))
+                continue
+            }
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, environment: environment)
+            dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
         }
 
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
@@ -170,16 +189,17 @@ final class JobWorker: @unchecked Sendable {
         case .delivered:
             outcomes.delivered.append(job.id)
             sender.countResponse(status: 200, reason: "none")
-            sender.countSent(pushType: item.pushType, lane: "transactional")
+            sender.countSent(pushType: item.pushType, lane: .transactional, environment: item.environment)
             context.tally.add(context.tally.sent)
             let latency = Date().timeIntervalSince(job.createdAt)
             sender.deliveryLatency.observe(latency)
             context.tally.recordLatency(latency)
         case .prune(let status, let reason, let timestamp):
             outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
-            prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp))
+            prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp,
+                                     environment: item.environment.rawValue))
             sender.countResponse(status: status, reason: reason)
-            context.metrics.tokenPruned(app: job.app, environment: sender.environmentLabel, reason: reason).increment()
+            context.metrics.tokenPruned(app: job.app, environment: item.environment.rawValue, reason: reason).increment()
             context.tally.add(context.tally.pruned)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))

@@ -48,20 +48,18 @@ final class Pipeline: @unchecked Sendable {
         let router = ResultRouter(queues: queues)
         var senders = [String: AppSender]()
         for app in config.apps {
-            // Each lane has its own connections: a transactional push never waits behind the
-            // streams and the window a campaign keeps full.
-            let transactional: HTTP2Dispatcher
-            let campaign: HTTP2Dispatcher
-            do {
-                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics)
-                let configuration = Self.dispatcherConfiguration(for: app, config: config)
-                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
-                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
-            } catch {
-                throw SetupError(description: "app \(app.name): \(error)")
+            // Each (environment, lane) gets its own connections when first used: a transactional
+            // push never waits behind the streams and the window a campaign keeps full, and an
+            // app serving one environment opens no connection to the other's host.
+            senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment in
+                guard let configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
+                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, metrics: metrics)
+                do {
+                    return try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
+                } catch {
+                    throw SetupError(description: "app \(app.name), \(environment.rawValue): \(error)")
+                }
             }
-            senders[app.name] = AppSender(app: app, transactionalDispatcher: transactional, campaignDispatcher: campaign,
-                                          tokens: tokens, metrics: metrics)
         }
         let context = PipelineContext(config: config, instance: instance, senders: senders, metrics: metrics, logger: logger)
         self.context = context
@@ -76,11 +74,16 @@ final class Pipeline: @unchecked Sendable {
         registerGauges(appByKey: appByKey)
     }
 
-    static func dispatcherConfiguration(for app: PushdConfig.App, config: PushdConfig) -> DispatcherConfiguration {
-        let environment: APNsEnvironment = app.environment == .production ? .production : .sandbox
-        var host = environment.host
+    /// How to reach `environment`'s host with the app's credentials for it; nil when the app
+    /// has none there (a certificate app with no certificate for that environment).
+    static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
+                                        config: PushdConfig) -> DispatcherConfiguration? {
+        guard let credentials = app.credentials(for: environment) else { return nil }
+        let apnsEnvironment: APNsEnvironment = environment == .production ? .production : .sandbox
+        var host = apnsEnvironment.host
         var port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
-        if let override = config.apns.hostOverride {
+        let override = environment == .sandbox ? config.apns.sandboxHostOverride ?? config.apns.hostOverride : config.apns.hostOverride
+        if let override {
             if let parsed = ConfigLoader.parseListenAddress(override) {
                 host = parsed.host
                 port = Int(parsed.port)
@@ -89,7 +92,7 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         let credential: ClientCredential
-        switch app.credentials {
+        switch credentials {
         case .token:
             credential = .token
         case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
@@ -123,10 +126,7 @@ final class Pipeline: @unchecked Sendable {
         context.doorbell.ring()
         for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
-        for sender in context.senders.values {
-            sender.transactionalDispatcher.shutdown(drainTimeoutMilliseconds: 1000)
-            sender.campaignDispatcher.shutdown(drainTimeoutMilliseconds: 1000)
-        }
+        for sender in context.senders.values { sender.shutdown(drainTimeoutMilliseconds: 1000) }
         tokens.close()
         statsConnection.withLock { connection in
             connection?.close()
