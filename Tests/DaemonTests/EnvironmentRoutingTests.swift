@@ -113,7 +113,7 @@ import Testing
 
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             let dead = try connection.query("SELECT status, reason FROM pushd.dead_jobs")
-            #expect(dead.rowCount == 1)
+            try #require(dead.rowCount == 1)
             #expect(try dead.get(Int.self, row: 0, column: 0) == nil)
             let reason = try dead.require(String.self, row: 0, column: 1)
             #expect(reason.hasPrefix("NoCredentialsForEnvironment: app shop has no certificate for sandbox"), "\(reason)")
