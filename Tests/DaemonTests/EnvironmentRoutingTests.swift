@@ -146,4 +146,25 @@ import Testing
             #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == sandboxTokens.sorted())
         }
     }
+
+    @Test func aCampaignImportedFromAFileGoesToTheCampaignsEnvironment() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let pipeline = try hosts.harness.pipeline(hosts.config())
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
+                                                              environment: "sandbox", payload: Self.payload))
+            let tokens = (200..<210).map { DaemonHarness.token($0) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }) == 10)
+            #expect(try store.start(connection, id: id) == .running)
+
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == tokens)
+            #expect(hosts.production.stats.accepted == 0)
+        }
+    }
 }
