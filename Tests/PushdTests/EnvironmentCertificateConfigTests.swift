@@ -66,4 +66,26 @@ import Testing
         #expect(run.exitCode == 1)
         #expect(run.output.output.contains { $0.contains("apps[0].\(key)") && $0.contains(expected) }, "\(run.output.text)")
     }
+
+    @Test func aDevelopmentCertificateConfiguredForProductionIsAnError() throws {
+        let files = try FileFixture()
+        // Apple marks a development push certificate with this extension.
+        try files.openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                           "-keyout", "dev.key", "-out", "dev.crt", "-subj", "/UID=com.example.shop/CN=dev", "-days", "365",
+                           "-addext", "1.2.840.113635.100.6.3.1=DER:0500"])
+        try files.chmod("dev.key", 0o600)
+        let app = """
+              - name: shop
+                bundle_id: com.example.shop
+                environment: production
+                certificate:
+                  cert_file: \(files.path("dev.crt"))
+                  key_file: \(files.path("dev.key"))
+            """
+        let run = try CheckConfigCommandTests.check(try CheckConfigCommandTests.writeConfig(files, apps: app))
+        #expect(run.exitCode == 1)
+        #expect(run.output.output.contains {
+            $0.hasPrefix("error: apps[0].certificate.cert_file: the certificate in \(files.path("dev.crt")) is issued for sandbox, but it is configured for production")
+        }, "\(run.output.text)")
+    }
 }

@@ -105,8 +105,8 @@ struct ConfigCheck {
                 let setting = "\(path).\(block).p12_file"
                 guard let bytes = readFile(pkcs12File, setting: setting, holdsKey: true) else { return }
                 do {
-                    let summary = try CertificateCheck.pkcs12(bytes, source: pkcs12File, password: password)
-                    checkValidity(summary, setting: setting, app: app, file: pkcs12File)
+                    let summary = try ClientCertificate.inspectPKCS12(bytes, source: pkcs12File, password: password)
+                    checkValidity(summary, setting: setting, app: app, file: pkcs12File, block: block)
                 } catch {
                     add(.error, error.part == .password ? "\(path).\(block).p12_password" : setting, error.description)
                 }
@@ -120,9 +120,9 @@ struct ConfigCheck {
                     key = bytes
                 }
                 do {
-                    let summary = try CertificateCheck.pemPair(certificatePEM: certificate, certificateSource: certificateFile,
-                                                               keyPEM: key, keySource: keyFile)
-                    checkValidity(summary, setting: setting, app: app, file: certificateFile)
+                    let summary = try ClientCertificate.inspectPEM(certificate: certificate, source: certificateFile,
+                                                                  key: key, keySource: keyFile)
+                    checkValidity(summary, setting: setting, app: app, file: certificateFile, block: block)
                 } catch {
                     add(.error, error.part == .key ? "\(path).\(block).key_file" : setting, error.description)
                 }
@@ -130,10 +130,19 @@ struct ConfigCheck {
         }
     }
 
-    private mutating func checkValidity(_ summary: CertificateSummary, setting: String, app: PushdConfig.App, file: String) {
+    private mutating func checkValidity(_ summary: ClientCertificateInfo, setting: String, app: PushdConfig.App, file: String,
+                                        block: String) {
         // Apple's push certificates carry the bundle id they may push to as the subject's UID.
-        if let uid = Self.subjectUID(summary.subject), uid != app.bundleID {
+        if let uid = summary.userID, uid != app.bundleID {
             add(.warning, setting, "the certificate in \(file) is for \(uid), but app \(app.name) has bundle_id \(app.bundleID); APNs answers TopicDisallowed")
+        }
+        // Apple marks a push certificate as development (sandbox), production, or both.
+        let environment = block == "certificate" ? app.environment
+            : PushdConfig.Environment.allCases.first { "\($0.rawValue)_certificate" == block } ?? app.environment
+        let serves: APNsEnvironment = environment == .production ? .production : .sandbox
+        if !summary.environments.isEmpty && !summary.environments.contains(serves) {
+            let issued = summary.environments.map(\.rawValue).sorted().joined(separator: ", ")
+            add(.error, setting, "the certificate in \(file) is issued for \(issued), but it is configured for \(environment.rawValue); APNs answers BadCertificateEnvironment")
         }
         let until = Self.day(summary.notAfter)
         if summary.notBefore > now {
@@ -148,18 +157,13 @@ struct ConfigCheck {
         }
     }
 
-    /// The UID attribute of a one-line subject such as "/UID=com.example.app/CN=Apple Push Services: com.example.app/…".
-    static func subjectUID(_ subject: String) -> String? {
-        subject.split(separator: "/").first { $0.hasPrefix("UID=") }.map { String($0.dropFirst(4)) }
-    }
-
     // MARK: Other files
 
     private mutating func checkCertificateAuthorities(_ caFile: String) {
         let setting = "apns.ca_file"
         guard let bytes = readFile(caFile, setting: setting, holdsKey: false) else { return }
         do {
-            let authorities = try CertificateCheck.certificateAuthorities(bytes, source: caFile)
+            let authorities = try ClientCertificate.inspectAuthorities(bytes, source: caFile)
             var usable = 0
             for authority in authorities {
                 if authority.notAfter <= now {
