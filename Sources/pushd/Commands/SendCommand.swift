@@ -11,6 +11,7 @@ enum SendCommand {
     /// Everything decided before the network: the app, the notification and where it goes.
     struct Prepared: Sendable {
         var app: PushdConfig.App
+        var environment: PushdConfig.Environment
         var notification: APNsNotification
         var configuration: DispatcherConfiguration
     }
@@ -46,10 +47,7 @@ enum SendCommand {
             context.output("dry run: nothing was sent")
             return 0
         }
-        let request = try DispatchRequest(path: notification.path,
-                                          headerLines: notification.headerFields(authorization: try authorization(prepared.app)).map(\.line),
-                                          body: notification.payload)
-        let result = try send(request, configuration: configuration)
+        let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration)
         let (lines, code) = describe(result)
         for line in lines { context.output(line) }
         return code
@@ -100,7 +98,8 @@ enum SendCommand {
         let notification = APNsNotification(token: token, topic: topic, pushType: pushType, priority: priority,
                                             expiration: expiration, collapseID: parsed.value("collapse-id"),
                                             apnsID: apnsID, payload: payload)
-        let issues = NotificationValidator.issues(in: notification)
+        // The rules `run` applies, including those of the app's authentication kind.
+        let issues = NotificationValidator.issues(in: notification, authentication: NotificationFactory(app: app).authentication)
         if !issues.isEmpty { throw Invalid(issues: issues) }
 
         guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config) else {
@@ -110,7 +109,7 @@ enum SendCommand {
         configuration.threads = 1
         configuration.connectionsPerThread = 1
         configuration.maxOutstanding = 1
-        return Prepared(app: app, notification: notification, configuration: configuration)
+        return Prepared(app: app, environment: environment, notification: notification, configuration: configuration)
     }
 
     static func chooseApp(_ name: String?, config: PushdConfig) throws -> PushdConfig.App {
@@ -185,15 +184,28 @@ enum SendCommand {
 
     // MARK: Sending
 
-    static func send(_ request: DispatchRequest, configuration: DispatcherConfiguration) throws -> DispatchResult {
+    /// Sends through the same client `pushd run` uses, with a provider token of its own (one
+    /// request needs no shared token) or the environment's certificate.
+    static func send(_ notification: APNsNotification, app: PushdConfig.App, environment: PushdConfig.Environment,
+                     configuration: DispatcherConfiguration) throws -> DispatchResult {
         let answer = Mutex<DispatchResult?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let dispatcher = try HTTP2Dispatcher(configuration: configuration) { result in
-            answer.withLock { $0 = result }
+        let authentication: APNsAuthentication
+        if let token = try authorization(app) {
+            authentication = .tokenSource { token }
+        } else {
+            authentication = .certificate(configuration.credential)
+        }
+        let client = try APNsClient(configuration: configuration, environment: environment.apns, authentication: authentication) { result in
+            answer.withLock { $0 = result.dispatch }
             done.signal()
         }
-        defer { dispatcher.shutdown(drainTimeoutMilliseconds: 0) }
-        dispatcher.submit(request, tag: 1)
+        defer { client.shutdown(drainTimeoutMilliseconds: 0) }
+        do {
+            try client.submit(notification, tag: 1)
+        } catch {
+            throw CommandContext.Failure("app \(app.name): \(error)")
+        }
         // The dispatcher's own timeouts end every request; the margin only guards against a hang.
         let limit = Double(configuration.connectTimeoutMilliseconds + max(configuration.requestTimeoutMilliseconds, 1000)) / 1000 + 5
         guard done.wait(timeout: .now() + limit) == .success, let result = answer.withLock({ $0 }) else {

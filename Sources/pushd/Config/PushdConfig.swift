@@ -1,6 +1,13 @@
+import APNs
+
 /// Everything pushd reads from its configuration file, after environment overrides.
 struct PushdConfig: Sendable, Equatable {
-    enum Environment: String, Sendable, CaseIterable { case production, sandbox }
+    enum Environment: String, Sendable, CaseIterable {
+        case production, sandbox
+
+        /// The APNs host family of this environment.
+        var apns: APNsEnvironment { self == .production ? .production : .sandbox }
+    }
     enum LogLevel: String, Sendable, CaseIterable, Comparable {
         case debug, info, notice, warning, error
         static func < (a: LogLevel, b: LogLevel) -> Bool {

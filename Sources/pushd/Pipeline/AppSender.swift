@@ -9,12 +9,12 @@ enum SendLane: String, Sendable, CaseIterable {
     case transactional, campaign
 }
 
-/// Everything needed to send for one configured app: its HTTP/2 dispatchers (a pool of
-/// connections per environment and lane, made on first use), how to authenticate each
-/// request, whether it is paused, and its metric children bound once.
+/// Everything needed to send for one configured app: its APNs clients (a pool of connections
+/// per environment and lane, made on first use, each authenticating its requests), whether it
+/// is paused, and its metric children bound once.
 ///
-/// Thread rule: immutable after init except `pause` and `dispatchers`, each under its own
-/// mutex; any worker thread may use it.
+/// Thread rule: immutable after init except `pause` (under a mutex) and the client registry
+/// (which has its own); any worker thread may use it.
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
@@ -24,10 +24,10 @@ final class AppSender: @unchecked Sendable {
     private let pause = Mutex<(until: Date, reason: String)?>(nil)
     /// Transactional jobs and campaign targets go over separate connections, so a campaign's
     /// full window and busy streams add nothing to a transactional push's latency.
-    private let dispatchers = Mutex<[DispatcherKey: HTTP2Dispatcher]>([:])
-    /// The transactional dispatcher of the app's own environment, made at init.
-    let transactionalDispatcher: HTTP2Dispatcher
-    private let makeDispatcher: @Sendable (PushdConfig.Environment) throws -> HTTP2Dispatcher?
+    private let clients = APNsClientRegistry<ClientKey>()
+    /// The transactional client of the app's own environment, made at init.
+    let transactionalClient: APNsClient
+    private let makeClient: @Sendable (PushdConfig.Environment) throws -> APNsClient?
     private let pausedGauge: Gauge
     private let metrics: PushdMetrics
     private let sentCounters: [String: Counter]
@@ -36,7 +36,7 @@ final class AppSender: @unchecked Sendable {
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
 
-    private struct DispatcherKey: Hashable {
+    private struct ClientKey: Hashable, Sendable {
         var environment: PushdConfig.Environment
         var lane: SendLane
     }
@@ -50,16 +50,16 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    /// - Parameter makeDispatcher: a new dispatcher for an environment, nil when the app has
-    ///   no credentials there. The app's own environment's are made now, so a setup error
-    ///   stops `run` at start.
+    /// - Parameter makeClient: a new client for an environment, nil when the app has no
+    ///   credentials there. The app's own environment's are made now, so a setup error stops
+    ///   `run` at start.
     init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics,
-         makeDispatcher: @escaping @Sendable (PushdConfig.Environment) throws -> HTTP2Dispatcher?) throws {
+         makeClient: @escaping @Sendable (PushdConfig.Environment) throws -> APNsClient?) throws {
         self.app = app
         self.factory = NotificationFactory(app: app)
         self.tokens = tokens
         self.metrics = metrics
-        self.makeDispatcher = makeDispatcher
+        self.makeClient = makeClient
         environmentLabel = app.environment.rawValue
         if case .token(let teamID, let keyID, _) = app.credentials {
             tokenKey = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
@@ -81,11 +81,13 @@ final class AppSender: @unchecked Sendable {
         deliveryLatency = metrics.deliveryLatency(app: app.name)
         pausedGauge = metrics.paused(app: app.name)
         pausedGauge.set(0)
-        guard let own = try makeDispatcher(app.environment) else { throw NoCredentials(app: app.name, environment: app.environment) }
-        transactionalDispatcher = own
-        dispatchers.withLock { $0[DispatcherKey(environment: app.environment, lane: .transactional)] = own }
-        _ = try dispatcher(for: app.environment, lane: .campaign)
+        guard let own = try makeClient(app.environment) else { throw NoCredentials(app: app.name, environment: app.environment) }
+        transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
+        _ = try client(for: app.environment, lane: .campaign)
     }
+
+    /// The engine of the app's own environment's transactional client, for diagnostics.
+    var transactionalDispatcher: HTTP2Dispatcher { transactionalClient.dispatcher }
 
     /// The environment a notification goes to: its own, else its token's registered one,
     /// else the app's.
@@ -93,29 +95,16 @@ final class AppSender: @unchecked Sendable {
         job.flatMap(PushdConfig.Environment.init(rawValue:)) ?? registered.flatMap(PushdConfig.Environment.init(rawValue:)) ?? app.environment
     }
 
-    /// The dispatcher for `environment` and `lane`, made on first use.
-    func dispatcher(for environment: PushdConfig.Environment, lane: SendLane) throws -> HTTP2Dispatcher {
-        let key = DispatcherKey(environment: environment, lane: lane)
-        return try dispatchers.withLock { made in
-            if let existing = made[key] { return existing }
-            guard let fresh = try makeDispatcher(environment) else { throw NoCredentials(app: app.name, environment: environment) }
-            made[key] = fresh
-            return fresh
+    /// The client for `environment` and `lane`, made on first use.
+    func client(for environment: PushdConfig.Environment, lane: SendLane) throws -> APNsClient {
+        try clients.client(for: ClientKey(environment: environment, lane: lane)) {
+            guard let made = try makeClient(environment) else { throw NoCredentials(app: app.name, environment: environment) }
+            return made
         }
     }
 
     func shutdown(drainTimeoutMilliseconds: Int) {
-        for dispatcher in dispatchers.withLock({ Array($0.values) }) {
-            dispatcher.shutdown(drainTimeoutMilliseconds: drainTimeoutMilliseconds)
-        }
-    }
-
-    /// The HTTP/2 request for a notification, with a provider token when the app uses token auth.
-    func request(for notification: APNsNotification) throws -> DispatchRequest {
-        let authorization = try tokenKey.map { try tokens.authorization($0) }
-        return try DispatchRequest(path: notification.path,
-                                   headerLines: notification.headerFields(authorization: authorization).map(\.line),
-                                   body: notification.payload)
+        clients.shutdownAll(drainTimeoutMilliseconds: drainTimeoutMilliseconds)
     }
 
     // MARK: Pausing
@@ -124,27 +113,32 @@ final class AppSender: @unchecked Sendable {
     /// Returns true when this call paused it (so the caller logs once).
     @discardableResult
     func pauseSending(reason: String, until: Date) -> Bool {
-        pausedGauge.set(1)
-        return pause.withLock { current in
+        // The gauge changes under the lock: set outside it, a reader that saw no pause yet
+        // could reset it to 0 while the app stays paused.
+        pause.withLock { current in
             let wasRunning = current == nil || current!.until <= Date()
             current = (until, reason)
+            pausedGauge.set(1)
             return wasRunning
         }
     }
 
     func resumeSending() {
-        pause.withLock { $0 = nil }
-        pausedGauge.set(0)
+        pause.withLock { current in
+            current = nil
+            pausedGauge.set(0)
+        }
     }
 
     /// The reason the app is paused, or nil when it may send.
     var pausedReason: String? {
-        let reason = pause.withLock { current -> String? in
-            guard let current, current.until > Date() else { return nil }
-            return current.reason
+        pause.withLock { current -> String? in
+            guard let paused = current, paused.until > Date() else {
+                pausedGauge.set(0)
+                return nil
+            }
+            return paused.reason
         }
-        if reason == nil { pausedGauge.set(0) }
-        return reason
     }
 
     // MARK: Metrics

@@ -206,20 +206,12 @@ final class CampaignWorker: @unchecked Sendable {
                     context.tally.add(context.tally.failed)
                     continue
                 }
-                let request: DispatchRequest
-                do {
-                    request = try sender.request(for: notification)
-                } catch {
-                    context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
-                    stopSubmitting = true
-                    break
-                }
                 // A target imported from registered tokens keeps its token's environment; a
                 // file import has the campaign's; else the app's.
                 let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
-                let dispatcher: HTTP2Dispatcher
+                let client: APNsClient
                 do {
-                    dispatcher = try sender.dispatcher(for: environment, lane: .campaign)
+                    client = try sender.client(for: environment, lane: .campaign)
                 } catch let missing as AppSender.NoCredentials {
                     resolve(target, .failed(JobWorker.label(missing.description)))
                     context.metrics.deadLetter(app: chunk.app, lane: "campaign", reason: JobWorker.label(missing.description)).increment()
@@ -230,10 +222,16 @@ final class CampaignWorker: @unchecked Sendable {
                     stopSubmitting = true
                     break
                 }
+                do {
+                    try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
+                } catch {
+                    context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
+                    stopSubmitting = true
+                    break
+                }
                 environments[target] = environment
                 attempts[target] += 1
                 inFlight += 1
-                dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
             }
             let nothingLeft = next >= count && retries.isEmpty
             if inFlight == 0 && (stopSubmitting || nothingLeft) { break }

@@ -127,20 +127,11 @@ final class JobWorker: @unchecked Sendable {
                 dead(job, status: nil, reason: error.reason, into: &outcomes, sender: sender)
                 continue
             }
-            let request: DispatchRequest
-            do {
-                request = try sender.request(for: notification)
-            } catch {
-                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
-                                                 error: "could not authenticate: \(error)", countsAsAttempt: false))
-                context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
-                continue
-            }
             let environment = sender.environment(job: job.environment,
                                                  registered: registered[TokenKey(app: job.app, token: job.deviceToken)])
-            let dispatcher: HTTP2Dispatcher
+            let client: APNsClient
             do {
-                dispatcher = try sender.dispatcher(for: environment, lane: .transactional)
+                client = try sender.client(for: environment, lane: .transactional)
             } catch let missing as AppSender.NoCredentials {
                 dead(job, status: nil, reason: missing.description, into: &outcomes, sender: sender)
                 continue
@@ -150,8 +141,16 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)", ("app", .string(job.app)))
                 continue
             }
+            do {
+                // Answers are read on this thread after the loop, so recording after submitting is safe.
+                try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+            } catch {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
+                                                 error: "could not authenticate: \(error)", countsAsAttempt: false))
+                context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
+                continue
+            }
             inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, environment: environment)
-            dispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
         }
 
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10

@@ -38,7 +38,7 @@ final class Pipeline: @unchecked Sendable {
             guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
             return (ProviderTokenService.Key(keyID: keyID, teamID: teamID), app.name)
         }, uniquingKeysWith: { first, _ in first })
-        tokens = ProviderTokenService(
+        let tokens = ProviderTokenService(
             databaseURL: config.databaseURL, instance: instance, signers: signers,
             refreshAge: Int64(config.apns.providerTokenRefreshSeconds), logger: logger,
             onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
@@ -55,12 +55,15 @@ final class Pipeline: @unchecked Sendable {
                 guard let configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
                 let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, metrics: metrics)
                 do {
-                    return try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: { router.deliver($0) })
+                    return try APNsClient(configuration: configuration, environment: environment.apns,
+                                          authentication: Self.authentication(for: app, configuration: configuration, tokens: tokens),
+                                          metrics: engineMetrics, onResult: { router.deliver($0.dispatch) })
                 } catch {
                     throw SetupError(description: "app \(app.name), \(environment.rawValue): \(error)")
                 }
             }
         }
+        self.tokens = tokens
         let context = PipelineContext(config: config, instance: instance, senders: senders, metrics: metrics, logger: logger)
         self.context = context
         jobWorkers = (0..<config.transactionalWorkers).map {
@@ -76,11 +79,19 @@ final class Pipeline: @unchecked Sendable {
 
     /// How to reach `environment`'s host with the app's credentials for it; nil when the app
     /// has none there (a certificate app with no certificate for that environment).
+    /// Token apps sign with the provider token the whole fleet shares; certificate apps
+    /// present the certificate the configuration names for the environment.
+    static func authentication(for app: PushdConfig.App, configuration: DispatcherConfiguration,
+                               tokens: ProviderTokenService) -> APNsAuthentication {
+        guard case .token(let teamID, let keyID, _) = app.credentials else { return .certificate(configuration.credential) }
+        let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+        return .tokenSource { try tokens.authorization(key) }
+    }
+
     static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
                                         config: PushdConfig) -> DispatcherConfiguration? {
         guard let credentials = app.credentials(for: environment) else { return nil }
-        let apnsEnvironment: APNsEnvironment = environment == .production ? .production : .sandbox
-        var host = apnsEnvironment.host
+        var host = environment.apns.host
         var port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
         let override = environment == .sandbox ? config.apns.sandboxHostOverride ?? config.apns.hostOverride : config.apns.hostOverride
         if let override {
