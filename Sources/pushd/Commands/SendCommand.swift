@@ -94,12 +94,13 @@ enum SendCommand {
             }
             return id
         }
-        let topic = parsed.value("topic") ?? pushType.topic(forBundleID: app.bundleID) ?? app.bundleID
+        // Built and checked by the factory `run` uses; send adds only what its flags may override.
+        let factory = NotificationFactory(app: app)
+        let topic = parsed.value("topic") ?? factory.topic(for: pushType)
         let notification = APNsNotification(token: token, topic: topic, pushType: pushType, priority: priority,
                                             expiration: expiration, collapseID: parsed.value("collapse-id"),
                                             apnsID: apnsID, payload: payload)
-        // The rules `run` applies, including those of the app's authentication kind.
-        let issues = NotificationValidator.issues(in: notification, authentication: NotificationFactory(app: app).authentication)
+        let issues = factory.issues(in: notification)
         if !issues.isEmpty { throw Invalid(issues: issues) }
 
         guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config) else {
