@@ -66,6 +66,14 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(hosts.production.acceptedLog.map(\.token).sorted() == [store, unknown].sorted())
             #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == [development, development, explicit].sorted())
+            // Metrics name the environment each notification went to.
+            let text = pipeline.context.metrics.registry.expositionText()
+            for (environment, count) in [("sandbox", 3), ("production", 2)] {
+                let sent = #"pushd_notifications_sent_total{app="shop",environment="\#(environment)",push_type="alert",lane="transactional"} \#(count)"#
+                let accepted = #"pushd_apns_responses_total{app="shop",environment="\#(environment)",status="200",reason="none"} \#(count)"#
+                #expect(text.contains(sent + "\n") && text.contains(accepted + "\n"),
+                        "\(text.split(separator: "\n").filter { $0.contains("sent_total") || $0.contains("responses_total") })")
+            }
         }
     }
 

@@ -31,8 +31,8 @@ final class AppSender: @unchecked Sendable {
     private let pausedGauge: Gauge
     private let metrics: PushdMetrics
     private let sentCounters: [String: Counter]
-    private let acceptedResponses: Counter
-    let latency: Histogram
+    private let acceptedResponses: [PushdConfig.Environment: Counter]
+    private let latency: [PushdConfig.Environment: Histogram]
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
 
@@ -76,8 +76,12 @@ final class AppSender: @unchecked Sendable {
             }
         }
         sentCounters = counters
-        acceptedResponses = metrics.apnsResponse(app: app.name, environment: app.environment.rawValue, status: "200", reason: "none")
-        latency = metrics.requestDuration(app: app.name, environment: app.environment.rawValue)
+        acceptedResponses = Dictionary(uniqueKeysWithValues: PushdConfig.Environment.allCases.map {
+            ($0, metrics.apnsResponse(app: app.name, environment: $0.rawValue, status: "200", reason: "none"))
+        })
+        latency = Dictionary(uniqueKeysWithValues: PushdConfig.Environment.allCases.map {
+            ($0, metrics.requestDuration(app: app.name, environment: $0.rawValue))
+        })
         deliveryLatency = metrics.deliveryLatency(app: app.name)
         pausedGauge = metrics.paused(app: app.name)
         pausedGauge.set(0)
@@ -144,10 +148,10 @@ final class AppSender: @unchecked Sendable {
     // MARK: Metrics
 
     /// What a dispatcher result means for the outcome policy; an answer's latency is observed.
-    func outcome(of result: DispatchResult) -> SendOutcome {
+    func outcome(of result: DispatchResult, environment: PushdConfig.Environment) -> SendOutcome {
         switch result.outcome {
         case .response(let response):
-            latency.observe(Double(result.latencyNanoseconds) / 1e9)
+            latency[environment]?.observe(Double(result.latencyNanoseconds) / 1e9)
             return .response(status: response.status, body: response.body)
         case .transportFailure(let error):
             let kind = TransportFailureKind(error)
@@ -162,12 +166,12 @@ final class AppSender: @unchecked Sendable {
         sentCounters[environment.rawValue + "/" + pushType + "/" + lane.rawValue]?.increment()
     }
 
-    func countResponse(status: Int?, reason: String) {
+    func countResponse(status: Int?, reason: String, environment: PushdConfig.Environment) {
         if status == 200 {
-            acceptedResponses.increment()
+            acceptedResponses[environment]?.increment()
             return
         }
-        metrics.apnsResponse(app: app.name, environment: environmentLabel,
+        metrics.apnsResponse(app: app.name, environment: environment.rawValue,
                              status: status.map(String.init) ?? "none", reason: reason).increment()
     }
 }

@@ -244,19 +244,19 @@ final class CampaignWorker: @unchecked Sendable {
                 let target = CompletionQueue.index(of: result.tag)
                 guard target < count, resolutions[target] == nil else { continue }
                 inFlight -= 1
-                let outcome = sender.outcome(of: result)
+                let outcome = sender.outcome(of: result, environment: environments[target])
                 switch policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
                                       firstAttemptAt: firstAttempt, now: Date(), random: &random) {
                 case .delivered:
                     resolve(target, .sent)
-                    sender.countResponse(status: 200, reason: "none")
+                    sender.countResponse(status: 200, reason: "none", environment: environments[target])
                     sender.countSent(pushType: chunk.pushType, lane: .campaign, environment: environments[target])
                     context.tally.add(context.tally.sent)
                 case .prune(let status, let reason, let timestamp):
                     resolve(target, .pruned(reason))
                     prunes.append(TokenPrune(app: chunk.app, token: chunk.targets[target].token, reason: reason, apnsTimestamp: timestamp,
                                              environment: environments[target].rawValue))
-                    sender.countResponse(status: status, reason: reason)
+                    sender.countResponse(status: status, reason: reason, environment: environments[target])
                     context.metrics.tokenPruned(app: chunk.app, environment: environments[target].rawValue, reason: reason).increment()
                     context.tally.add(context.tally.pruned)
                 case .retry(let at, let reason, let refresh, let countsAsAttempt):
@@ -268,7 +268,7 @@ final class CampaignWorker: @unchecked Sendable {
                     if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
                 case .dead(let status, let reason):
                     resolve(target, .failed(JobWorker.label(reason)))
-                    sender.countResponse(status: status, reason: JobWorker.label(reason))
+                    sender.countResponse(status: status, reason: JobWorker.label(reason), environment: environments[target])
                     context.metrics.deadLetter(app: chunk.app, lane: "campaign", reason: JobWorker.label(reason)).increment()
                     context.tally.add(context.tally.failed)
                 case .pauseApp(let reason):

@@ -175,7 +175,7 @@ final class JobWorker: @unchecked Sendable {
     }
 
     private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
-        settle(item, outcome: item.sender.outcome(of: result), into: &outcomes, prunes: &prunes)
+        settle(item, outcome: item.sender.outcome(of: result, environment: item.environment), into: &outcomes, prunes: &prunes)
     }
 
     private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
@@ -187,7 +187,7 @@ final class JobWorker: @unchecked Sendable {
         switch verdict {
         case .delivered:
             outcomes.delivered.append(job.id)
-            sender.countResponse(status: 200, reason: "none")
+            sender.countResponse(status: 200, reason: "none", environment: item.environment)
             sender.countSent(pushType: item.pushType, lane: .transactional, environment: item.environment)
             context.tally.add(context.tally.sent)
             let latency = Date().timeIntervalSince(job.createdAt)
@@ -197,34 +197,35 @@ final class JobWorker: @unchecked Sendable {
             outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
             prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp,
                                      environment: item.environment.rawValue))
-            sender.countResponse(status: status, reason: reason)
+            sender.countResponse(status: status, reason: reason, environment: item.environment)
             context.metrics.tokenPruned(app: job.app, environment: item.environment.rawValue, reason: reason).increment()
             context.tally.add(context.tally.pruned)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt))
-            countAnswer(outcome, sender: sender)
+            countAnswer(outcome, sender: sender, environment: item.environment)
             context.metrics.retry(app: job.app, lane: "transactional", reason: Self.label(reason)).increment()
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
         case .dead(let status, let reason):
-            countAnswer(outcome, sender: sender)
+            countAnswer(outcome, sender: sender, environment: item.environment)
             dead(job, status: status, reason: reason, into: &outcomes, sender: sender)
         case .pauseApp(let reason):
-            countAnswer(outcome, sender: sender)
+            countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)
             outcomes.retries.append(JobRetry(id: job.id, runAt: Date().addingTimeInterval(30),
                                              error: "app paused: \(reason)", countsAsAttempt: false))
         }
     }
 
-    private func countAnswer(_ outcome: SendOutcome, sender: AppSender) {
+    private func countAnswer(_ outcome: SendOutcome, sender: AppSender, environment: PushdConfig.Environment) {
         switch outcome {
         case .response(let status, let body):
-            sender.countResponse(status: status, reason: APNsResponse(status: status, body: body).reason?.rawValue ?? "none")
+            sender.countResponse(status: status, reason: APNsResponse(status: status, body: body).reason?.rawValue ?? "none",
+                                 environment: environment)
         case .transportFailure:
-            sender.countResponse(status: nil, reason: "transport")
+            sender.countResponse(status: nil, reason: "transport", environment: environment)
         case .tlsRefused:
-            sender.countResponse(status: nil, reason: "tls")
+            sender.countResponse(status: nil, reason: "tls", environment: environment)
         }
     }
 
