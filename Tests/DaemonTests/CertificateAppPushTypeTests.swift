@@ -35,7 +35,7 @@ import Testing
             #expect(world.mock.stats.accepted == 1)
             #expect(world.mock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
             let dead = try connection.query("SELECT push_type, status, reason FROM pushd.dead_jobs ORDER BY push_type")
-            #expect(dead.rowCount == 2)
+            try #require(dead.rowCount == 2)
             for row in 0..<dead.rowCount {
                 let pushType = try dead.require(String.self, row: row, column: 0)
                 #expect(try dead.get(Int.self, row: row, column: 1) == nil)

@@ -48,6 +48,19 @@ import Testing
         }
     }
 
+    @Test func createStoresTheEnvironmentFileImportsGoTo() throws {
+        try IsolatedDatabase.with { database in
+            let id = try Self.create(database, ["--environment", "sandbox"])
+            #expect(try database.connect().query("SELECT environment FROM pushd.campaigns WHERE id = $1", [id])
+                .get(String.self, row: 0, column: 0) == "sandbox")
+            let run = try Self.run(["create", "--app", "shop", "--payload", Self.payload, "--environment", "staging"], database) {
+                try CampaignCommand.create($0, $1)
+            }
+            #expect(run.exitCode == 1)
+            #expect(run.output.errorText.contains("--environment 'staging' is not one of: production, sandbox"))
+        }
+    }
+
     @Test func createReadsThePayloadFromAFileOrStandardInput() throws {
         try IsolatedDatabase.with { database in
             let files = try FileFixture()

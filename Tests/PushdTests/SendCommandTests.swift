@@ -311,3 +311,25 @@ import Testing
         }
     }
 }
+
+/// `send` refuses what `run` refuses for the app, its authentication kind included.
+@Suite struct SendRefusesWhatRunRefusesTests {
+    @Test func aCertificateAppCannotSendALocationPush() throws {
+        let files = try FileFixture()
+        try files.certificate("shop")
+        let config = try files.write("pushd.yml", """
+            database:
+              url: postgresql://pushd@127.0.0.1:1/none
+            apps:
+              - name: shop
+                bundle_id: com.example.shop
+                certificate:
+                  cert_file: \(files.path("shop.crt"))
+                  key_file: \(files.path("shop.key"))
+            """)
+        let run = try CommandRun(["send", "--config", config, "--token", String(repeating: "ab", count: 32),
+                                  "--push-type", "location", "--payload", "{}", "--dry-run"]) { try SendCommand.run($0, $1) }
+        #expect(run.exitCode == 1)
+        #expect(run.output.errorText.contains("[token-authentication-required]"), "\(run.output.errorText)")
+    }
+}

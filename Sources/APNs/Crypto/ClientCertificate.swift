@@ -5,6 +5,8 @@ import Foundation
 /// expired or mismatched certificate is reported when the configuration is checked, not as a
 /// TLS handshake failure at the first send.
 public struct ClientCertificateInfo: Sendable, Hashable {
+    /// The subject in OpenSSL's one-line form, for example "/UID=com.example.app/CN=Apple Push Services: com.example.app".
+    public var subject: String
     public var commonName: String?
     /// The subject's UID: the bundle id the certificate was issued for.
     public var userID: String?
@@ -35,8 +37,10 @@ public struct ClientCertificateInfo: Sendable, Hashable {
     }
 }
 
-/// Reads APNs client certificates: PEM (certificate and key in one file or two) or PKCS#12.
-/// The private key must match the certificate; key material never appears in errors.
+/// Reads APNs client certificates the way the TLS layer will, without connecting anywhere: PEM
+/// (certificate and key in one file or two), PKCS#12, and CA bundles. The one certificate
+/// loader of pushd: `check-config`, `run` (which checks its configuration first) and `send` all
+/// use it. The private key must match the certificate; key material never appears in errors.
 public enum ClientCertificate {
     /// Apple's extension marking a development (sandbox) push certificate.
     static let developmentOID = "1.2.840.113635.100.6.3.1"
@@ -48,63 +52,122 @@ public enum ClientCertificate {
 
     public static func inspectPEM(certificateFile: String, keyFile: String? = nil) throws(ClientCertificateError) -> ClientCertificateInfo {
         let certificateBytes = try read(certificateFile)
-        let keyBytes = try keyFile.map { (path: String) throws(ClientCertificateError) -> [UInt8] in try read(path) } ?? certificateBytes
-        return try inspectPEM(certificate: certificateBytes, key: keyBytes, source: certificateFile)
+        let keyBytes = try keyFile.map { (path: String) throws(ClientCertificateError) -> [UInt8] in try read(path) }
+        return try inspectPEM(certificate: certificateBytes, source: certificateFile, key: keyBytes, keySource: keyFile)
     }
 
-    public static func inspectPEM(certificate: [UInt8], key: [UInt8], source: String = "PEM text") throws(ClientCertificateError) -> ClientCertificateInfo {
+    /// A PEM certificate and its private key (from `key`, or from the certificate's own bytes
+    /// when nil), checked to belong together.
+    public static func inspectPEM(certificate: [UInt8], source: String = "PEM text",
+                                  key: [UInt8]? = nil, keySource: String? = nil) throws(ClientCertificateError) -> ClientCertificateInfo {
         OpenSSLRuntime.initialize()
         ERR_clear_error()
-        guard let cert = withBIO(certificate, { PEM_read_bio_X509($0, nil, { _, _, _, _ in 0 }, nil) }) else {
-            throw .notACertificate(source: source, detail: takeOpenSSLErrors(default: "no PEM certificate found"))
+        guard let cert = withBIO(certificate, { PEM_read_bio_X509($0, nil, nil, nil) }) else {
+            throw ClientCertificateError("\(source) holds no PEM certificate (\(takeOpenSSLErrors(default: "no BEGIN CERTIFICATE block")))")
         }
         defer { X509_free(cert) }
-        guard let pkey = withBIO(key, { PEM_read_bio_PrivateKey($0, nil, { _, _, _, _ in 0 }, nil) }) else {
-            throw .noPrivateKey(source: source, detail: takeOpenSSLErrors(default: "no unencrypted PEM private key found"))
+        let keyName = keySource ?? source
+        let part: ClientCertificateError.Part = keySource == nil ? .certificate : .key
+        guard let pkey = withBIO(key ?? certificate, { PEM_read_bio_PrivateKey($0, nil, { _, _, _, _ in 0 }, nil) }) else {
+            let hint = keySource == nil ? "; set key_file when the key is in a file of its own" : ""
+            throw ClientCertificateError("\(keyName) holds no unencrypted PEM private key (\(takeOpenSSLErrors(default: "no BEGIN PRIVATE KEY block")))\(hint)",
+                                         in: part)
         }
         defer { EVP_PKEY_free(pkey) }
-        return try describe(cert: cert, pkey: pkey, source: source)
+        guard X509_check_private_key(cert, pkey) == 1 else {
+            ERR_clear_error()
+            throw ClientCertificateError("the private key in \(keyName) does not belong to the certificate in \(source)", in: part)
+        }
+        return try describe(cert: cert, source: source)
     }
 
-    public static func inspectPKCS12(file: String, password: String) throws(ClientCertificateError) -> ClientCertificateInfo {
-        try inspectPKCS12(try read(file), password: password, source: file)
+    public static func inspectPKCS12(file: String, password: String?) throws(ClientCertificateError) -> ClientCertificateInfo {
+        try inspectPKCS12(try read(file), source: file, password: password)
     }
 
-    public static func inspectPKCS12(_ bytes: [UInt8], password: String, source: String = "PKCS#12 data") throws(ClientCertificateError) -> ClientCertificateInfo {
+    /// A PKCS#12 bundle: the password opens it, and it holds a certificate and its key.
+    public static func inspectPKCS12(_ bytes: [UInt8], source: String = "PKCS#12 data",
+                                     password: String?) throws(ClientCertificateError) -> ClientCertificateInfo {
         OpenSSLRuntime.initialize()
         ERR_clear_error()
-        guard let p12 = withBIO(bytes, { d2i_PKCS12_bio($0, nil) }) else {
-            throw .notACertificate(source: source, detail: takeOpenSSLErrors(default: "not PKCS#12 data"))
+        guard let bundle = withBIO(bytes, { d2i_PKCS12_bio($0, nil) }) else {
+            throw ClientCertificateError("\(source) is not a PKCS#12 (.p12) file (\(takeOpenSSLErrors(default: "not DER PKCS#12")))")
         }
-        defer { PKCS12_free(p12) }
+        defer { PKCS12_free(bundle) }
+        // Bundles exported without a password use either an empty or a NULL one.
+        var opensWithNull = false
+        if PKCS12_mac_present(bundle) == 1 {
+            if let password, PKCS12_verify_mac(bundle, password, -1) == 1 {
+                opensWithNull = false
+            } else if (password ?? "").isEmpty, PKCS12_verify_mac(bundle, nil, 0) == 1 {
+                opensWithNull = true
+            } else {
+                ERR_clear_error()
+                let hint = password == nil ? "no p12_password is set" : "the p12_password is wrong"
+                throw ClientCertificateError("\(source) cannot be opened: \(hint)", in: .password)
+            }
+        }
         var pkey: OpaquePointer?
         var cert: OpaquePointer?
-        guard PKCS12_parse(p12, password, &pkey, &cert, nil) == 1 else {
-            throw .notACertificate(source: source, detail: takeOpenSSLErrors(default: "wrong password or damaged file"))
-        }
+        let parsed = PKCS12_parse(bundle, opensWithNull ? nil : (password ?? ""), &pkey, &cert, nil)
         defer {
             if let pkey { EVP_PKEY_free(pkey) }
             if let cert { X509_free(cert) }
         }
-        guard let cert else { throw .notACertificate(source: source, detail: "the PKCS#12 file holds no certificate") }
-        guard let pkey else { throw .noPrivateKey(source: source, detail: "the PKCS#12 file holds no private key") }
-        return try describe(cert: cert, pkey: pkey, source: source)
+        guard parsed == 1 else {
+            throw ClientCertificateError("\(source) cannot be read: \(takeOpenSSLErrors(default: "PKCS12_parse failed"))")
+        }
+        guard let cert else { throw ClientCertificateError("\(source) holds no certificate") }
+        guard let pkey else { throw ClientCertificateError("\(source) holds a certificate but no private key") }
+        guard X509_check_private_key(cert, pkey) == 1 else {
+            ERR_clear_error()
+            throw ClientCertificateError("the private key in \(source) does not belong to its certificate")
+        }
+        return try describe(cert: cert, source: source)
+    }
+
+    /// Every certificate of a PEM bundle (a CA file, `apns.ca_file`); at least one is required.
+    public static func inspectAuthorities(_ bytes: [UInt8], source: String) throws(ClientCertificateError) -> [ClientCertificateInfo] {
+        OpenSSLRuntime.initialize()
+        ERR_clear_error()
+        var found = [ClientCertificateInfo]()
+        var failure: ClientCertificateError?
+        bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return }
+            defer { BIO_free(bio) }
+            while let cert = PEM_read_bio_X509(bio, nil, nil, nil) {
+                defer { X509_free(cert) }
+                do throws(ClientCertificateError) {
+                    found.append(try describe(cert: cert, source: source))
+                } catch {
+                    failure = error
+                    return
+                }
+            }
+        }
+        // Reading stops with a "no start line" error at the end of the input; that is not a problem.
+        ERR_clear_error()
+        if let failure { throw failure }
+        guard !found.isEmpty else { throw ClientCertificateError("\(source) holds no PEM certificate") }
+        return found
     }
 
     private static func read(_ path: String) throws(ClientCertificateError) -> [UInt8] {
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw .fileNotFound(path: path) }
-        if isDirectory.boolValue { throw .unreadableFile(path: path, detail: "it is a directory") }
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw ClientCertificateError("certificate file \(path) does not exist")
+        }
+        if isDirectory.boolValue { throw ClientCertificateError("certificate file \(path) cannot be read: it is a directory") }
         if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
             if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
-                throw .unreadableFile(path: path, detail: "it is not a regular file")
+                throw ClientCertificateError("certificate file \(path) cannot be read: it is not a regular file")
             }
             if let size = (attributes[.size] as? NSNumber)?.intValue, size > maximumFileSize {
-                throw .unreadableFile(path: path, detail: "\(size) bytes is far too large for a certificate")
+                throw ClientCertificateError("certificate file \(path) cannot be read: \(size) bytes is far too large for a certificate")
             }
         }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw .unreadableFile(path: path, detail: "permission denied or I/O error")
+            throw ClientCertificateError("certificate file \(path) cannot be read: permission denied or I/O error")
         }
         return [UInt8](data)
     }
@@ -118,12 +181,16 @@ public enum ClientCertificate {
         }
     }
 
-    private static func describe(cert: OpaquePointer, pkey: OpaquePointer, source: String) throws(ClientCertificateError) -> ClientCertificateInfo {
-        guard X509_check_private_key(cert, pkey) == 1 else {
-            ERR_clear_error()
-            throw .keyDoesNotMatch(source: source)
+    private static func describe(cert: OpaquePointer, source: String) throws(ClientCertificateError) -> ClientCertificateInfo {
+        guard let notBefore = date(X509_get0_notBefore(cert)), let notAfter = date(X509_get0_notAfter(cert)) else {
+            throw ClientCertificateError("the certificate in \(source) has an unreadable validity period")
         }
         let subject = X509_get_subject_name(cert)
+        var oneLine = "(no subject)"
+        if let subject, let text = X509_NAME_oneline(subject, nil, 0) {
+            oneLine = String(cString: text)
+            pushd_openssl_free(text)
+        }
         let commonName = subject.flatMap { nameEntry($0, nid: NID_commonName) }
         let userID = subject.flatMap { nameEntry($0, nid: NID_userId) }
         var environments = Set<APNsEnvironment>()
@@ -132,8 +199,7 @@ public enum ClientCertificate {
         var topics = extensionData(cert, oid: topicsOID).map(topLevelUTF8Strings) ?? []
         if topics.isEmpty, let userID { topics = [userID] }
         return ClientCertificateInfo(
-            commonName: commonName, userID: userID,
-            notBefore: date(X509_get0_notBefore(cert)), notAfter: date(X509_get0_notAfter(cert)),
+            subject: oneLine, commonName: commonName, userID: userID, notBefore: notBefore, notAfter: notAfter,
             environments: environments, topics: topics)
     }
 
@@ -157,9 +223,9 @@ public enum ClientCertificate {
         return Array(UnsafeBufferPointer(start: bytes, count: length))
     }
 
-    private static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date {
+    private static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date? {
         var parts = tm()
-        guard let time, ASN1_TIME_to_tm(time, &parts) == 1 else { return Date(timeIntervalSince1970: 0) }
+        guard let time, ASN1_TIME_to_tm(time, &parts) == 1 else { return nil }
         return Date(timeIntervalSince1970: TimeInterval(timegm(&parts)))
     }
 
@@ -198,20 +264,16 @@ public enum ClientCertificate {
     }
 }
 
-public enum ClientCertificateError: Error, Sendable, Hashable, CustomStringConvertible {
-    case fileNotFound(path: String)
-    case unreadableFile(path: String, detail: String)
-    case notACertificate(source: String, detail: String)
-    case noPrivateKey(source: String, detail: String)
-    case keyDoesNotMatch(source: String)
+/// A certificate, key or bundle that cannot be used; the message names the file, never key material.
+public struct ClientCertificateError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Which setting to fix.
+    public enum Part: Sendable, Hashable { case certificate, key, password }
 
-    public var description: String {
-        switch self {
-        case .fileNotFound(let path): return "certificate file \(path) does not exist"
-        case .unreadableFile(let path, let detail): return "certificate file \(path) cannot be read: \(detail)"
-        case .notACertificate(let source, let detail): return "\(source) is not a usable certificate: \(detail)"
-        case .noPrivateKey(let source, let detail): return "\(source) has no usable private key: \(detail)"
-        case .keyDoesNotMatch(let source): return "the private key does not belong to the certificate in \(source)"
-        }
+    public var part: Part
+    public var description: String
+
+    public init(_ description: String, in part: Part = .certificate) {
+        self.description = description
+        self.part = part
     }
 }

@@ -6,6 +6,10 @@ public enum APNsAuthentication: Sendable {
     /// Provider-token auth: every request carries the cache's current JWT; an
     /// ExpiredProviderToken answer makes the cache mint a new one.
     case token(ProviderTokenCache)
+    /// Provider-token auth with the `authorization` value ("bearer <jwt>") from elsewhere, for
+    /// example a token shared by every instance through the database; the source handles
+    /// expiry itself.
+    case tokenSource(@Sendable () throws -> String)
     /// TLS client certificate (PEM or PKCS#12).
     case certificate(ClientCredential)
 }
@@ -52,13 +56,22 @@ public final class APNsClient: Sendable {
     ///   - port: 443 or APNs's alternative 2197.
     ///   - hostOverride: send to this host instead of the environment's (apns-mock, a test server).
     ///   - tune: adjusts the engine settings (threads, connections, timeouts, proxy, CA) before start.
-    public init(environment: APNsEnvironment, authentication: APNsAuthentication, port: Int = APNsEnvironment.defaultPort,
-                hostOverride: String? = nil, tune: (inout DispatcherConfiguration) -> Void = { _ in },
-                metrics: any DispatcherMetricsHook = NoDispatcherMetrics(),
-                onResult: @escaping @Sendable (APNsResult) -> Void = { _ in }) throws(DispatcherConfigurationError) {
+    public convenience init(environment: APNsEnvironment, authentication: APNsAuthentication, port: Int = APNsEnvironment.defaultPort,
+                            hostOverride: String? = nil, tune: (inout DispatcherConfiguration) -> Void = { _ in },
+                            metrics: any DispatcherMetricsHook = NoDispatcherMetrics(),
+                            onResult: @escaping @Sendable (APNsResult) -> Void = { _ in }) throws(DispatcherConfigurationError) {
         var configuration = DispatcherConfiguration(host: hostOverride ?? environment.host, port: port)
         if case .certificate(let credential) = authentication { configuration.credential = credential }
         tune(&configuration)
+        try self.init(configuration: configuration, environment: environment, authentication: authentication,
+                      metrics: metrics, onResult: onResult)
+    }
+
+    /// A client on a complete engine configuration (host, port, credential, pool sizes and
+    /// timeouts), as `pushd run` and `pushd send` build it from their configuration file.
+    public init(configuration: DispatcherConfiguration, environment: APNsEnvironment, authentication: APNsAuthentication,
+                metrics: any DispatcherMetricsHook = NoDispatcherMetrics(),
+                onResult: @escaping @Sendable (APNsResult) -> Void = { _ in }) throws(DispatcherConfigurationError) {
         self.environment = environment
         self.authentication = authentication
         let tokenCache: ProviderTokenCache?
@@ -80,12 +93,14 @@ public final class APNsClient: Sendable {
     /// The engine request for `notification`, with the current provider token for token auth.
     public func request(for notification: APNs.Notification) throws(APNsClientError) -> DispatchRequest {
         var authorization: String?
-        if case .token(let cache) = authentication {
-            do {
-                authorization = try cache.token().authorizationValue
-            } catch {
-                throw .providerToken(String(describing: error))
+        do {
+            switch authentication {
+            case .token(let cache): authorization = try cache.token().authorizationValue
+            case .tokenSource(let source): authorization = try source()
+            case .certificate: authorization = nil
             }
+        } catch {
+            throw .providerToken(String(describing: error))
         }
         do {
             return try DispatchRequest(path: notification.path,

@@ -115,7 +115,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app"])
         appPaused = try registry.gauge(
             "pushd_app_paused",
-            help: "1 while sending for the app is paused because APNs rejected its credentials, else 0.",
+            help: "1 while sending for the app is paused because APNs rejected its credentials or TLS refused a certificate, else 0.",
             labels: ["app"])
         jwtAge = try registry.callbackGauge(
             "pushd_jwt_age_seconds",

@@ -95,11 +95,15 @@ public struct CampaignTarget: Sendable, Hashable {
     public var token: String
     /// Overrides the campaign's payload when present.
     public var payload: String?
+    /// The registered token's environment (targets imported from `pushd.device_tokens`);
+    /// nil means the campaign's.
+    public var environment: String?
 
-    public init(index: Int, token: String, payload: String?) {
+    public init(index: Int, token: String, payload: String?, environment: String? = nil) {
         self.index = index
         self.token = token
         self.payload = payload
+        self.environment = environment
     }
 }
 

@@ -328,7 +328,7 @@ public struct CampaignStore: Sendable {
         WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3))
         SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
                k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
-               t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :]
+               t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :], t.environments[l.leased_checkpoint + 1 :]
         FROM l
         JOIN pushd.campaigns k ON k.id = l.leased_campaign
         JOIN pushd.campaign_targets t ON t.campaign_id = l.leased_campaign AND t.chunk = l.leased_chunk
@@ -362,11 +362,19 @@ public struct CampaignStore: Sendable {
             }
             return items
         }
+        let environments: [String?] = try result.withBytes(row: 0, column: 15) { bytes in
+            guard let bytes else { return [] }
+            guard let items = PGArrayLiteral.parse(bytes) else {
+                throw QueueError("the per-target environments of a campaign chunk are not a readable array")
+            }
+            return items
+        }
         var targets = [CampaignTarget]()
         targets.reserveCapacity(tokens.count)
         for (offset, token) in tokens.enumerated() {
             targets.append(CampaignTarget(index: start + offset, token: token,
-                                          payload: offset < payloads.count ? payloads[offset] : nil))
+                                          payload: offset < payloads.count ? payloads[offset] : nil,
+                                          environment: offset < environments.count ? environments[offset] : nil))
         }
         return CampaignChunk(campaignID: try row.require(0), chunk: try row.require(1), owner: owner,
                              leaseUntil: try row.require(4), size: try row.require(2), startIndex: start,

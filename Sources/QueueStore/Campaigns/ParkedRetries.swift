@@ -15,9 +15,11 @@ public struct ParkedTarget: Sendable, Hashable {
     /// Retry windows and the outage budget count from here.
     public var firstAttemptAt: Date
     public var lastError: String
+    /// The environment it was sent to (a registered token's), nil for the campaign's own.
+    public var environment: String?
 
     public init(campaignID: Int64, chunk: Int, position: Int, token: String, payload: String?, dueAt: Date,
-                attempts: Int, firstAttemptAt: Date, lastError: String) {
+                attempts: Int, firstAttemptAt: Date, lastError: String, environment: String? = nil) {
         self.campaignID = campaignID
         self.chunk = chunk
         self.position = position
@@ -27,6 +29,7 @@ public struct ParkedTarget: Sendable, Hashable {
         self.attempts = attempts
         self.firstAttemptAt = firstAttemptAt
         self.lastError = lastError
+        self.environment = environment
     }
 }
 
@@ -61,9 +64,10 @@ public struct ParkedOutcomes: Sendable, Hashable {
 /// when its last chunk is finished and nothing of it is parked.
 extension CampaignStore {
     static let parkSQL = """
-        INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, payload, due_at, attempts, first_attempt_at, last_error)
+        INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, payload, due_at, attempts, first_attempt_at, last_error,
+                                            environment)
         SELECT * FROM unnest($1::bigint[], $2::integer[], $3::integer[], $4::text[], $5::text[], $6::timestamptz[],
-                             $7::integer[], $8::timestamptz[], $9::text[])
+                             $7::integer[], $8::timestamptz[], $9::text[], $10::text[])
         ON CONFLICT (campaign_id, chunk, position) DO UPDATE
         SET due_at = EXCLUDED.due_at, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error
         """
@@ -82,7 +86,8 @@ extension CampaignStore {
         )
         DELETE FROM pushd.campaign_retries r USING due
         WHERE r.campaign_id = due.campaign_id AND r.chunk = due.chunk AND r.position = due.position
-        RETURNING r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error
+        RETURNING r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
+                  r.environment
         """
 
     static let countParkedSQL = """
@@ -126,7 +131,7 @@ extension CampaignStore {
         try connection.query(connection.prepared(Self.parkSQL), [
             parked.map(\.campaignID), parked.map { Int32(clamping: $0.chunk) }, parked.map { Int32(clamping: $0.position) },
             parked.map(\.token), parked.map(\.payload), parked.map(\.dueAt), parked.map { Int32(clamping: $0.attempts) },
-            parked.map(\.firstAttemptAt), parked.map(\.lastError),
+            parked.map(\.firstAttemptAt), parked.map(\.lastError), parked.map(\.environment),
         ])
     }
 
@@ -148,7 +153,7 @@ extension CampaignStore {
                 targets.append(ParkedTarget(campaignID: try row.require(0), chunk: try row.require(1), position: try row.require(2),
                                             token: try row.require(3), payload: try row.get(4), dueAt: try row.require(5),
                                             attempts: try row.require(6), firstAttemptAt: try row.require(7),
-                                            lastError: try row.require(8)))
+                                            lastError: try row.require(8), environment: try row.get(9)))
             }
             let id = targets[0].campaignID
             let head = try connection.query("""

@@ -17,7 +17,8 @@ extension Migrator {
         Migration(version: 13, name: "retry windows count from a job's first send", sql: firstAttemptV13),
         Migration(version: 14, name: "campaign targets parked while they wait for a retry", sql: campaignRetriesV14),
         Migration(version: 15, name: "a rate-capped campaign's lease schedule makes up for late leases", sql: leasePaceV15),
-        Migration(version: 16, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV16),
+        Migration(version: 16, name: "campaign targets keep their registered token's environment", sql: targetEnvironmentsV16),
+        Migration(version: 17, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV17),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -676,6 +677,65 @@ extension Migrator {
     END $$;
     """#
 
+    /// A development build's token is known only to the sandbox host: a campaign built from
+    /// registered tokens sends each to its own environment. NULL (file imports) means the
+    /// campaign's environment.
+    static let targetEnvironmentsV16 = #"""
+    ALTER TABLE pushd.campaign_targets ADD COLUMN environments text[];
+    ALTER TABLE pushd.campaign_targets ADD CONSTRAINT campaign_targets_environments_match
+        CHECK (environments IS NULL OR cardinality(environments) = cardinality(tokens));
+    ALTER TABLE pushd.campaign_retries ADD COLUMN environment text;
+
+    CREATE OR REPLACE FUNCTION pushd.campaign_import_tokens_counted(p_campaign_id bigint, p_environment text DEFAULT NULL,
+                                                         p_user_ids text[] DEFAULT NULL, p_updated_since timestamptz DEFAULT NULL,
+                                                         p_chunk_size integer DEFAULT 1000,
+                                                         OUT imported bigint, OUT duplicates bigint)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        c pushd.campaigns;
+        first_chunk integer;
+        matched bigint;
+        chunks integer;
+    BEGIN
+        IF p_chunk_size IS NULL OR p_chunk_size < 1 OR p_chunk_size > 100000 THEN
+            RAISE EXCEPTION 'chunk size must be between 1 and 100000, got %', p_chunk_size USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT * INTO c FROM pushd.campaigns WHERE id = p_campaign_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'campaign % does not exist', p_campaign_id USING ERRCODE = 'no_data_found';
+        END IF;
+        IF c.status IN ('done', 'cancelled') THEN
+            RAISE EXCEPTION 'campaign % is %; targets can only be added before it ends', p_campaign_id, c.status
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        SELECT coalesce(max(chunk) + 1, 0) INTO first_chunk FROM pushd.campaign_chunks WHERE campaign_id = p_campaign_id;
+        WITH matching AS (
+            SELECT d.token, d.environment FROM pushd.device_tokens d
+            WHERE d.app = c.app AND d.invalidated_at IS NULL
+              AND (p_environment IS NULL OR d.environment = p_environment)
+              AND (p_user_ids IS NULL OR d.user_id = ANY (p_user_ids))
+              AND (p_updated_since IS NULL OR d.updated_at >= p_updated_since)
+        ), src AS (
+            SELECT m.token, m.environment, (row_number() OVER (ORDER BY m.token) - 1) / p_chunk_size AS n
+            FROM matching m
+            WHERE NOT EXISTS (SELECT 1 FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens) AS e(token)
+                              WHERE t.campaign_id = p_campaign_id AND e.token = m.token)
+        ), ins AS (
+            INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments)
+            SELECT p_campaign_id, first_chunk + n::integer, array_agg(token ORDER BY token), array_agg(environment ORDER BY token)
+            FROM src GROUP BY n
+            RETURNING chunk, cardinality(tokens) AS size
+        ), chunk_rows AS (
+            INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size)
+            SELECT p_campaign_id, chunk, size FROM ins
+            RETURNING size
+        )
+        SELECT coalesce(sum(size), 0), count(*), (SELECT count(*) FROM matching) INTO imported, chunks, matched FROM chunk_rows;
+        duplicates := matched - imported;
+        UPDATE pushd.campaigns SET targets = targets + imported, chunks_total = chunks_total + chunks WHERE id = p_campaign_id;
+    END $$;
+    """#
+
     /// Three NOLOGIN group roles that an administrator grants to login roles:
     /// `pushd_enqueue` for applications (insert jobs, register tokens, fan out to a user;
     /// read nothing), `pushd_daemon` for `pushd run` and the campaign and token commands
@@ -692,7 +752,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV16 = #"""
+    static let rolesV17 = #"""
     DO $$
     DECLARE
         wanted text;

@@ -23,12 +23,16 @@ public struct TokenPrune: Sendable, Hashable {
     /// The 410 answer's timestamp: the token is kept if it was registered again after it.
     /// nil (400 BadDeviceToken, DeviceTokenNotForTopic) prunes unconditionally.
     public var apnsTimestamp: Date?
+    /// The environment whose host gave the answer: a token registered for the other
+    /// environment is not pruned (that host never knew it). nil prunes whatever the environment.
+    public var environment: String?
 
-    public init(app: String, token: String, reason: String, apnsTimestamp: Date?) {
+    public init(app: String, token: String, reason: String, apnsTimestamp: Date?, environment: String? = nil) {
         self.app = app
         self.token = token
         self.reason = reason
         self.apnsTimestamp = apnsTimestamp
+        self.environment = environment
     }
 }
 
@@ -67,20 +71,22 @@ public struct TokenStore: Sendable {
     // a token is "kept" when it was live and registered again after APNs' timestamp.
     static let pruneSQL = """
         WITH p AS (
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY
-                AS p(app, token, reason, apns_timestamp, n)
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY
+                AS p(app, token, reason, apns_timestamp, environment, n)
         ), invalidated AS (
             UPDATE pushd.device_tokens d
             SET invalidated_at = now(), invalid_reason = p.reason
             FROM p
             WHERE d.app = p.app AND d.token = lower(p.token) AND d.invalidated_at IS NULL
               AND (p.apns_timestamp IS NULL OR d.updated_at <= p.apns_timestamp)
+              AND (p.environment IS NULL OR d.environment = p.environment)
             RETURNING p.n
         )
         SELECT n, true FROM invalidated
         UNION ALL
         SELECT p.n, false FROM p JOIN pushd.device_tokens d ON d.app = p.app AND d.token = lower(p.token)
         WHERE d.invalidated_at IS NULL AND p.apns_timestamp IS NOT NULL AND d.updated_at > p.apns_timestamp
+          AND (p.environment IS NULL OR d.environment = p.environment)
         """
 
     /// Prunes a batch in one statement and says, per token, what happened: invalidated,
@@ -91,7 +97,7 @@ public struct TokenStore: Sendable {
         guard !prunes.isEmpty else { return PruneOutcome() }
         let result = try connection.query(connection.prepared(Self.pruneSQL),
                                           [prunes.map(\.app), prunes.map(\.token), prunes.map(\.reason),
-                                           prunes.map(\.apnsTimestamp)])
+                                           prunes.map(\.apnsTimestamp), prunes.map(\.environment)])
         var rows = [(index: Int, invalidated: Bool)]()
         for row in result.rows { rows.append((try row.require(0, as: Int.self) - 1, try row.require(1, as: Bool.self))) }
         var outcome = PruneOutcome()
@@ -99,6 +105,23 @@ public struct TokenStore: Sendable {
             if row.invalidated { outcome.invalidated.append(prunes[row.index]) } else { outcome.keptByTimestamp.append(prunes[row.index]) }
         }
         return outcome
+    }
+
+    static let environmentsSQL = """
+        SELECT DISTINCT ON (d.app, d.token) d.app, d.token, d.environment
+        FROM pushd.device_tokens d
+        JOIN unnest($1::text[], $2::text[]) AS t(app, token) ON d.app = t.app AND d.token = lower(t.token)
+        """
+
+    /// The registered environment of each (app, token) that has one, keyed by app and the
+    /// lower-case token: where a job that names no environment of its own is sent.
+    public func environments(_ connection: PGConnection, of targets: [(app: String, token: String)]) throws -> [TokenKey: String] {
+        guard !targets.isEmpty else { return [:] }
+        var found = [TokenKey: String]()
+        for row in try connection.query(connection.prepared(Self.environmentsSQL), [targets.map(\.app), targets.map(\.token)]).rows {
+            found[TokenKey(app: try row.require(0), token: try row.require(1))] = try row.require(2)
+        }
+        return found
     }
 
     public func token(_ connection: PGConnection, app: String, token: String) throws -> RegisteredToken? {
@@ -151,6 +174,17 @@ public struct TokenStore: Sendable {
             """, [app]).rows.map { row in
             PruneReasonCount(app: try row.require(0), reason: try row.require(1), tokens: try row.require(2))
         }
+    }
+}
+
+/// An app and one of its tokens in lower case.
+public struct TokenKey: Sendable, Hashable {
+    public var app: String
+    public var token: String
+
+    public init(app: String, token: String) {
+        self.app = app
+        self.token = token.lowercased()
     }
 }
 

@@ -48,6 +48,7 @@ enum Commands {
                     .value("collapse-id", "ID", "apns-collapse-id"),
                     .value("start-at", "TIME", "start time, ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z (default: when started)"),
                     .value("rate", "N", "at most N notifications per second (default: the app's campaign_rate or campaigns.default_rate with --config; else unlimited)"),
+                    .value("environment", "ENV", "production or sandbox: where targets imported from a file go (default: the app's); registered tokens keep their own"),
                 ]),
                 CommandSpec(name: "import", summary: "add targets: a file of 'token' or 'token,payload' lines, '-' for stdin, or registered tokens", options: [
                     configOption, databaseOption,

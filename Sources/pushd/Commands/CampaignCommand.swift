@@ -44,6 +44,12 @@ enum CampaignCommand {
             throw CommandContext.Failure("--collapse-id is \(collapseID.utf8.count) bytes; APNs allows at most \(NotificationLimits.maxCollapseIDBytes)")
         }
 
+        // Where targets from a file are sent; targets imported from registered tokens keep their own.
+        let environment = parsed.value("environment")
+        if let environment, PushdConfig.Environment(rawValue: environment) == nil {
+            throw CommandContext.Failure("--environment '\(environment)' is not one of: production, sandbox")
+        }
+
         let payload = try CommandValue.payload(parsed, readStandardInput: standardInput)
         if let payload {
             try validate(payload: payload, pushType: pushType, priority: priority, bundleID: bundleID)
@@ -55,7 +61,7 @@ enum CampaignCommand {
 
         let connection = try context.connect(parsed, config: config, applicationName: applicationName)
         let id = try CampaignStore().create(connection, NewCampaign(
-            app: app, name: name, pushType: pushType.rawValue, priority: priority,
+            app: app, name: name, pushType: pushType.rawValue, priority: priority, environment: environment,
             payload: payload.map { String(decoding: $0, as: UTF8.self) }, collapseID: collapseID, startAt: startAt, rateLimit: rate))
         if payload == nil {
             context.errorOutput("campaign \(id) has no payload of its own: every imported target needs one ('token,{…}' lines)")

@@ -75,7 +75,10 @@ struct ConfigCheck {
         }
         checkConfigFilePrivacy(config)
         for (index, app) in config.apps.enumerated() {
-            checkCredentials(of: app, at: "apps[\(index)]")
+            checkCredentials(of: app, app.credentials, at: "apps[\(index)]")
+            for (environment, credentials) in app.otherCertificates.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                checkCredentials(of: app, credentials, at: "apps[\(index)]", block: "\(environment.rawValue)_certificate")
+            }
         }
         if let caFile = config.apns.caFile { checkCertificateAuthorities(caFile) }
         if let logFile = config.logFile { checkLogFile(logFile) }
@@ -85,8 +88,9 @@ struct ConfigCheck {
 
     // MARK: Credentials
 
-    private mutating func checkCredentials(of app: PushdConfig.App, at path: String) {
-        switch app.credentials {
+    private mutating func checkCredentials(of app: PushdConfig.App, _ credentials: PushdConfig.Credentials, at path: String,
+                                           block: String = "certificate") {
+        switch credentials {
         case .token(let teamID, let keyID, let keyFile):
             let setting = "\(path).token.key_file"
             guard readFile(keyFile, setting: setting, holdsKey: true) != nil else { return }
@@ -98,38 +102,47 @@ struct ConfigCheck {
             }
         case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
             if let pkcs12File {
-                let setting = "\(path).certificate.p12_file"
+                let setting = "\(path).\(block).p12_file"
                 guard let bytes = readFile(pkcs12File, setting: setting, holdsKey: true) else { return }
                 do {
-                    let summary = try CertificateCheck.pkcs12(bytes, source: pkcs12File, password: password)
-                    checkValidity(summary, setting: setting, app: app, file: pkcs12File)
+                    let summary = try ClientCertificate.inspectPKCS12(bytes, source: pkcs12File, password: password)
+                    checkValidity(summary, setting: setting, app: app, file: pkcs12File, block: block)
                 } catch {
-                    add(.error, error.part == .password ? "\(path).certificate.p12_password" : setting, error.description)
+                    add(.error, error.part == .password ? "\(path).\(block).p12_password" : setting, error.description)
                 }
             } else if let certificateFile {
-                let setting = "\(path).certificate.cert_file"
+                let setting = "\(path).\(block).cert_file"
                 // Without key_file the key sits in the certificate file, which is then a secret too.
                 guard let certificate = readFile(certificateFile, setting: setting, holdsKey: keyFile == nil) else { return }
                 var key: [UInt8]?
                 if let keyFile {
-                    guard let bytes = readFile(keyFile, setting: "\(path).certificate.key_file", holdsKey: true) else { return }
+                    guard let bytes = readFile(keyFile, setting: "\(path).\(block).key_file", holdsKey: true) else { return }
                     key = bytes
                 }
                 do {
-                    let summary = try CertificateCheck.pemPair(certificatePEM: certificate, certificateSource: certificateFile,
-                                                               keyPEM: key, keySource: keyFile)
-                    checkValidity(summary, setting: setting, app: app, file: certificateFile)
+                    let summary = try ClientCertificate.inspectPEM(certificate: certificate, source: certificateFile,
+                                                                  key: key, keySource: keyFile)
+                    checkValidity(summary, setting: setting, app: app, file: certificateFile, block: block)
                 } catch {
-                    add(.error, error.part == .key ? "\(path).certificate.key_file" : setting, error.description)
+                    add(.error, error.part == .key ? "\(path).\(block).key_file" : setting, error.description)
                 }
             }
         }
     }
 
-    private mutating func checkValidity(_ summary: CertificateSummary, setting: String, app: PushdConfig.App, file: String) {
+    private mutating func checkValidity(_ summary: ClientCertificateInfo, setting: String, app: PushdConfig.App, file: String,
+                                        block: String) {
         // Apple's push certificates carry the bundle id they may push to as the subject's UID.
-        if let uid = Self.subjectUID(summary.subject), uid != app.bundleID {
+        if let uid = summary.userID, uid != app.bundleID {
             add(.warning, setting, "the certificate in \(file) is for \(uid), but app \(app.name) has bundle_id \(app.bundleID); APNs answers TopicDisallowed")
+        }
+        // Apple marks a push certificate as development (sandbox), production, or both.
+        let environment = block == "certificate" ? app.environment
+            : PushdConfig.Environment.allCases.first { "\($0.rawValue)_certificate" == block } ?? app.environment
+        let serves: APNsEnvironment = environment == .production ? .production : .sandbox
+        if !summary.environments.isEmpty && !summary.environments.contains(serves) {
+            let issued = summary.environments.map(\.rawValue).sorted().joined(separator: ", ")
+            add(.error, setting, "the certificate in \(file) is issued for \(issued), but it is configured for \(environment.rawValue); APNs answers BadCertificateEnvironment")
         }
         let until = Self.day(summary.notAfter)
         if summary.notBefore > now {
@@ -144,18 +157,13 @@ struct ConfigCheck {
         }
     }
 
-    /// The UID attribute of a one-line subject such as "/UID=com.example.app/CN=Apple Push Services: com.example.app/…".
-    static func subjectUID(_ subject: String) -> String? {
-        subject.split(separator: "/").first { $0.hasPrefix("UID=") }.map { String($0.dropFirst(4)) }
-    }
-
     // MARK: Other files
 
     private mutating func checkCertificateAuthorities(_ caFile: String) {
         let setting = "apns.ca_file"
         guard let bytes = readFile(caFile, setting: setting, holdsKey: false) else { return }
         do {
-            let authorities = try CertificateCheck.certificateAuthorities(bytes, source: caFile)
+            let authorities = try ClientCertificate.inspectAuthorities(bytes, source: caFile)
             var usable = 0
             for authority in authorities {
                 if authority.notAfter <= now {
@@ -192,6 +200,11 @@ struct ConfigCheck {
         for (index, app) in fromFile.apps.enumerated() {
             if case .certificate(_, _, _, let password?) = app.credentials, !password.isEmpty {
                 holders.append("apps[\(index)].certificate.p12_password")
+            }
+            for (environment, credentials) in app.otherCertificates {
+                if case .certificate(_, _, _, let password?) = credentials, !password.isEmpty {
+                    holders.append("apps[\(index)].\(environment.rawValue)_certificate.p12_password")
+                }
             }
         }
         guard !holders.isEmpty else { return }

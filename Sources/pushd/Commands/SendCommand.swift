@@ -11,6 +11,7 @@ enum SendCommand {
     /// Everything decided before the network: the app, the notification and where it goes.
     struct Prepared: Sendable {
         var app: PushdConfig.App
+        var environment: PushdConfig.Environment
         var notification: APNsNotification
         var configuration: DispatcherConfiguration
     }
@@ -46,10 +47,7 @@ enum SendCommand {
             context.output("dry run: nothing was sent")
             return 0
         }
-        let request = try DispatchRequest(path: notification.path,
-                                          headerLines: notification.headerFields(authorization: try authorization(prepared.app)).map(\.line),
-                                          body: notification.payload)
-        let result = try send(request, configuration: configuration)
+        let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration)
         let (lines, code) = describe(result)
         for line in lines { context.output(line) }
         return code
@@ -59,12 +57,13 @@ enum SendCommand {
 
     static func prepare(_ parsed: ParsedCommand, config: PushdConfig,
                         standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Prepared {
-        var app = try chooseApp(parsed.value("app"), config: config)
-        if let environment = parsed.value("environment") {
-            guard let chosen = PushdConfig.Environment(rawValue: environment) else {
-                throw CommandContext.Failure("--environment '\(environment)' is not one of: production, sandbox")
+        let app = try chooseApp(parsed.value("app"), config: config)
+        var environment = app.environment
+        if let given = parsed.value("environment") {
+            guard let chosen = PushdConfig.Environment(rawValue: given) else {
+                throw CommandContext.Failure("--environment '\(given)' is not one of: production, sandbox")
             }
-            app.environment = chosen
+            environment = chosen
         }
         guard let tokenText = parsed.value("token") else {
             throw CommandContext.Failure("send needs --token HEX: the device token to send to")
@@ -95,19 +94,23 @@ enum SendCommand {
             }
             return id
         }
-        let topic = parsed.value("topic") ?? pushType.topic(forBundleID: app.bundleID) ?? app.bundleID
+        // Built and checked by the factory `run` uses; send adds only what its flags may override.
+        let factory = NotificationFactory(app: app)
+        let topic = parsed.value("topic") ?? factory.topic(for: pushType)
         let notification = APNsNotification(token: token, topic: topic, pushType: pushType, priority: priority,
                                             expiration: expiration, collapseID: parsed.value("collapse-id"),
                                             apnsID: apnsID, payload: payload)
-        let issues = NotificationValidator.issues(in: notification)
+        let issues = factory.issues(in: notification)
         if !issues.isEmpty { throw Invalid(issues: issues) }
 
-        var configuration = Pipeline.dispatcherConfiguration(for: app, config: config)
+        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config) else {
+            throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
+        }
         // One request: one loop and one connection, not the daemon's pool.
         configuration.threads = 1
         configuration.connectionsPerThread = 1
         configuration.maxOutstanding = 1
-        return Prepared(app: app, notification: notification, configuration: configuration)
+        return Prepared(app: app, environment: environment, notification: notification, configuration: configuration)
     }
 
     static func chooseApp(_ name: String?, config: PushdConfig) throws -> PushdConfig.App {
@@ -182,15 +185,28 @@ enum SendCommand {
 
     // MARK: Sending
 
-    static func send(_ request: DispatchRequest, configuration: DispatcherConfiguration) throws -> DispatchResult {
+    /// Sends through the same client `pushd run` uses, with a provider token of its own (one
+    /// request needs no shared token) or the environment's certificate.
+    static func send(_ notification: APNsNotification, app: PushdConfig.App, environment: PushdConfig.Environment,
+                     configuration: DispatcherConfiguration) throws -> DispatchResult {
         let answer = Mutex<DispatchResult?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let dispatcher = try HTTP2Dispatcher(configuration: configuration) { result in
-            answer.withLock { $0 = result }
+        let authentication: APNsAuthentication
+        if let token = try authorization(app) {
+            authentication = .tokenSource { token }
+        } else {
+            authentication = .certificate(configuration.credential)
+        }
+        let client = try APNsClient(configuration: configuration, environment: environment.apns, authentication: authentication) { result in
+            answer.withLock { $0 = result.dispatch }
             done.signal()
         }
-        defer { dispatcher.shutdown(drainTimeoutMilliseconds: 0) }
-        dispatcher.submit(request, tag: 1)
+        defer { client.shutdown(drainTimeoutMilliseconds: 0) }
+        do {
+            try client.submit(notification, tag: 1)
+        } catch {
+            throw CommandContext.Failure("app \(app.name): \(error)")
+        }
         // The dispatcher's own timeouts end every request; the margin only guards against a hang.
         let limit = Double(configuration.connectTimeoutMilliseconds + max(configuration.requestTimeoutMilliseconds, 1000)) / 1000 + 5
         guard done.wait(timeout: .now() + limit) == .success, let result = answer.withLock({ $0 }) else {

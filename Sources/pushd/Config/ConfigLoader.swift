@@ -68,6 +68,12 @@ enum ConfigLoader {
 
         let apns = top.section("apns")
         config.apns.hostOverride = apns.string("host")
+        config.apns.sandboxHostOverride = apns.string("sandbox_host")
+        for (key, value) in [("host", config.apns.hostOverride), ("sandbox_host", config.apns.sandboxHostOverride)] {
+            if let value, value.contains("/") || value.contains(" ") {
+                reader.error("apns.\(key)", line: apns.line, "'\(value)' must be host or host:port")
+            }
+        }
         config.apns.caFile = apns.string("ca_file")
         config.apns.proxy = apns.string("proxy")
         config.apns.alternatePort = apns.bool("alternate_port", default: false)
@@ -178,25 +184,45 @@ enum ConfigLoader {
                 credentials = .token(teamID: teamID, keyID: keyID, keyFile: keyFile)
             }
         case (false, true):
-            let certificate = section.section("certificate")
-            let certificateFile = certificate.string("cert_file")
-            let keyFile = certificate.string("key_file")
-            let pkcs12File = certificate.string("p12_file")
-            var password = certificate.string("p12_password")
-            if let override = environment[prefix + "P12_PASSWORD"] { password = override }
-            if pkcs12File == nil && certificateFile == nil {
-                reader.error(certificate.path, line: certificate.line, "missing: cert_file (PEM, with key_file) or p12_file (PKCS#12)")
+            credentials = readCertificate(section.section("certificate"), passwordVariable: prefix + "P12_PASSWORD", environment: environment)
+        }
+        // A certificate is issued for one environment: the other one's host needs its own.
+        var otherCertificates = [PushdConfig.Environment: PushdConfig.Credentials]()
+        for other in PushdConfig.Environment.allCases {
+            let key = "\(other.rawValue)_certificate"
+            guard section.node(key) != nil else { continue }
+            if hasToken {
+                reader.error(section.childPath(key), line: section.line, "a token app serves both environments with its key; \(key) is for certificate apps")
+            } else if other == environmentSetting {
+                reader.error(section.childPath(key), line: section.line, "certificate already serves \(other.rawValue), the app's environment")
+            } else {
+                otherCertificates[other] = readCertificate(section.section(key), passwordVariable: prefix + other.rawValue.uppercased() + "_P12_PASSWORD",
+                                                           environment: environment)
             }
-            if pkcs12File != nil && certificateFile != nil {
-                reader.error(certificate.path, line: certificate.line, "set either cert_file or p12_file, not both")
-            }
-            certificate.rejectUnknownKeys()
-            credentials = .certificate(certificateFile: certificateFile, keyFile: keyFile, pkcs12File: pkcs12File, password: password)
         }
         section.rejectUnknownKeys()
         guard let name, let bundleID, let credentials else { return nil }
         return PushdConfig.App(name: name, bundleID: bundleID, environment: environmentSetting,
-                               credentials: credentials, campaignRate: rate == 0 ? nil : rate)
+                               credentials: credentials, campaignRate: rate == 0 ? nil : rate, otherCertificates: otherCertificates)
+    }
+
+    /// A `certificate:` block: PEM certificate and key, or a PKCS#12 bundle and its password.
+    private static func readCertificate(_ certificate: ConfigReader.Section, passwordVariable: String,
+                                        environment: [String: String]) -> PushdConfig.Credentials {
+        let reader = certificate.reader
+        let certificateFile = certificate.string("cert_file")
+        let keyFile = certificate.string("key_file")
+        let pkcs12File = certificate.string("p12_file")
+        var password = certificate.string("p12_password")
+        if let override = environment[passwordVariable] { password = override }
+        if pkcs12File == nil && certificateFile == nil {
+            reader.error(certificate.path, line: certificate.line, "missing: cert_file (PEM, with key_file) or p12_file (PKCS#12)")
+        }
+        if pkcs12File != nil && certificateFile != nil {
+            reader.error(certificate.path, line: certificate.line, "set either cert_file or p12_file, not both")
+        }
+        certificate.rejectUnknownKeys()
+        return .certificate(certificateFile: certificateFile, keyFile: keyFile, pkcs12File: pkcs12File, password: password)
     }
 
     static func isValidAppName(_ name: String) -> Bool {

@@ -1,6 +1,13 @@
+import APNs
+
 /// Everything pushd reads from its configuration file, after environment overrides.
 struct PushdConfig: Sendable, Equatable {
-    enum Environment: String, Sendable, CaseIterable { case production, sandbox }
+    enum Environment: String, Sendable, CaseIterable {
+        case production, sandbox
+
+        /// The APNs host family of this environment.
+        var apns: APNsEnvironment { self == .production ? .production : .sandbox }
+    }
     enum LogLevel: String, Sendable, CaseIterable, Comparable {
         case debug, info, notice, warning, error
         static func < (a: LogLevel, b: LogLevel) -> Bool {
@@ -22,11 +29,24 @@ struct PushdConfig: Sendable, Equatable {
         var credentials: Credentials
         /// Sends per second for this app's campaigns when the campaign sets none; nil is unlimited.
         var campaignRate: Int?
+        /// A certificate app's certificate for the environment other than `environment`
+        /// (APNs issues a certificate for one environment); token apps need none.
+        var otherCertificates: [Environment: Credentials] = [:]
+
+        /// The credentials that reach `target`'s host, nil when the app has none there:
+        /// one signing key serves both environments, a certificate only its own.
+        func credentials(for target: Environment) -> Credentials? {
+            if target == environment { return credentials }
+            if case .token = credentials { return credentials }
+            return otherCertificates[target]
+        }
     }
 
     struct APNs: Sendable, Equatable {
         /// `host[:port]` replacing Apple's hosts, for apns-mock.
         var hostOverride: String?
+        /// `host[:port]` replacing the sandbox host only (a second apns-mock for development builds).
+        var sandboxHostOverride: String?
         /// Extra CA to trust (PEM), for apns-mock's throwaway CA. TLS verification stays on.
         var caFile: String?
         var proxy: String?

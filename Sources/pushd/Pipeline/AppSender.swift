@@ -4,39 +4,57 @@ import Foundation
 import Metrics
 import Synchronization
 
-/// Everything needed to send for one configured app: its HTTP/2 dispatchers (a pool of
-/// connections for its credentials and environment per lane), how to authenticate each
-/// request, whether it is paused, and its metric children bound once.
+/// Everything needed to send for one configured app: its APNs clients (a pool of connections
+/// per environment and lane, made on first use, each authenticating its requests), whether it
+/// is paused, and its metric children bound once.
 ///
-/// Thread rule: immutable after init except `pause`, which is under a mutex; any
-/// worker thread may use it.
+/// Thread rule: immutable after init except `pause` (under a mutex) and the client registry
+/// (which has its own); any worker thread may use it.
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
-    /// Transactional jobs and campaign targets go over separate connections, so a campaign's
-    /// full window and busy streams add nothing to a transactional push's latency.
-    let transactionalDispatcher: HTTP2Dispatcher
-    let campaignDispatcher: HTTP2Dispatcher
     let tokenKey: ProviderTokenService.Key?
     let tokens: ProviderTokenService
     let environmentLabel: String
     private let pause = Mutex<(until: Date, reason: String)?>(nil)
+    /// Transactional jobs and campaign targets go over separate connections, so a campaign's
+    /// full window and busy streams add nothing to a transactional push's latency.
+    private let clients = APNsClientRegistry<ClientKey>()
+    /// The transactional client of the app's own environment, made at init.
+    let transactionalClient: APNsClient
+    private let makeClient: @Sendable (PushdConfig.Environment) throws -> APNsClient?
     private let pausedGauge: Gauge
     private let metrics: PushdMetrics
     private let sentCounters: [String: Counter]
-    private let acceptedResponses: Counter
-    let latency: Histogram
+    private let acceptedResponses: [PushdConfig.Environment: Counter]
+    private let latency: [PushdConfig.Environment: Histogram]
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
 
-    init(app: PushdConfig.App, transactionalDispatcher: HTTP2Dispatcher, campaignDispatcher: HTTP2Dispatcher,
-         tokens: ProviderTokenService, metrics: PushdMetrics) {
+    private struct ClientKey: Hashable, Sendable {
+        var environment: PushdConfig.Environment
+        var lane: Lane
+    }
+
+    /// No credentials reach an environment's host: the notification can never be sent there.
+    struct NoCredentials: Error, CustomStringConvertible {
+        var app: String
+        var environment: PushdConfig.Environment
+        var description: String {
+            "NoCredentialsForEnvironment: app \(app) has no certificate for \(environment.rawValue) (APNs issues a certificate for one environment); add \(environment.rawValue)_certificate to the app or send to the environment it has"
+        }
+    }
+
+    /// - Parameter makeClient: a new client for an environment, nil when the app has no
+    ///   credentials there. The app's own environment's are made now, so a setup error stops
+    ///   `run` at start.
+    init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics,
+         makeClient: @escaping @Sendable (PushdConfig.Environment) throws -> APNsClient?) throws {
         self.app = app
         self.factory = NotificationFactory(app: app)
-        self.transactionalDispatcher = transactionalDispatcher
-        self.campaignDispatcher = campaignDispatcher
         self.tokens = tokens
         self.metrics = metrics
+        self.makeClient = makeClient
         environmentLabel = app.environment.rawValue
         if case .token(let teamID, let keyID, _) = app.credentials {
             tokenKey = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
@@ -44,26 +62,48 @@ final class AppSender: @unchecked Sendable {
             tokenKey = nil
         }
         var counters = [String: Counter]()
-        for type in PushType.allCases {
-            for lane in Lane.allCases {
-                counters[type.rawValue + "/" + lane.rawValue] = metrics.sent(app: app.name, environment: app.environment.rawValue,
-                                                                             pushType: type.rawValue, lane: lane.rawValue)
+        for environment in PushdConfig.Environment.allCases {
+            for type in PushType.allCases {
+                for lane in Lane.allCases {
+                    counters[environment.rawValue + "/" + type.rawValue + "/" + lane.rawValue] = metrics.sent(
+                        app: app.name, environment: environment.rawValue, pushType: type.rawValue, lane: lane.rawValue)
+                }
             }
         }
         sentCounters = counters
-        acceptedResponses = metrics.apnsResponse(app: app.name, environment: app.environment.rawValue, status: "200", reason: "none")
-        latency = metrics.requestDuration(app: app.name, environment: app.environment.rawValue)
+        acceptedResponses = Dictionary(uniqueKeysWithValues: PushdConfig.Environment.allCases.map {
+            ($0, metrics.apnsResponse(app: app.name, environment: $0.rawValue, status: "200", reason: "none"))
+        })
+        latency = Dictionary(uniqueKeysWithValues: PushdConfig.Environment.allCases.map {
+            ($0, metrics.requestDuration(app: app.name, environment: $0.rawValue))
+        })
         deliveryLatency = metrics.deliveryLatency(app: app.name)
         pausedGauge = metrics.paused(app: app.name)
         pausedGauge.set(0)
+        guard let own = try makeClient(app.environment) else { throw NoCredentials(app: app.name, environment: app.environment) }
+        transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
+        _ = try client(for: app.environment, lane: .campaign)
     }
 
-    /// The HTTP/2 request for a notification, with a provider token when the app uses token auth.
-    func request(for notification: APNsNotification) throws -> DispatchRequest {
-        let authorization = try tokenKey.map { try tokens.authorization($0) }
-        return try DispatchRequest(path: notification.path,
-                                   headerLines: notification.headerFields(authorization: authorization).map(\.line),
-                                   body: notification.payload)
+    /// The engine of the app's own environment's transactional client, for diagnostics.
+    var transactionalDispatcher: HTTP2Dispatcher { transactionalClient.dispatcher }
+
+    /// The environment a notification goes to: its own, else its token's registered one,
+    /// else the app's.
+    func environment(job: String?, registered: String?) -> PushdConfig.Environment {
+        job.flatMap(PushdConfig.Environment.init(rawValue:)) ?? registered.flatMap(PushdConfig.Environment.init(rawValue:)) ?? app.environment
+    }
+
+    /// The client for `environment` and `lane`, made on first use.
+    func client(for environment: PushdConfig.Environment, lane: Lane) throws -> APNsClient {
+        try clients.client(for: ClientKey(environment: environment, lane: lane)) {
+            guard let made = try makeClient(environment) else { throw NoCredentials(app: app.name, environment: environment) }
+            return made
+        }
+    }
+
+    func shutdown(drainTimeoutMilliseconds: Int) {
+        clients.shutdownAll(drainTimeoutMilliseconds: drainTimeoutMilliseconds)
     }
 
     // MARK: Pausing
@@ -72,36 +112,41 @@ final class AppSender: @unchecked Sendable {
     /// Returns true when this call paused it (so the caller logs once).
     @discardableResult
     func pauseSending(reason: String, until: Date) -> Bool {
-        pausedGauge.set(1)
-        return pause.withLock { current in
+        // The gauge changes under the lock: set outside it, a reader that saw no pause yet
+        // could reset it to 0 while the app stays paused.
+        pause.withLock { current in
             let wasRunning = current == nil || current!.until <= Date()
             current = (until, reason)
+            pausedGauge.set(1)
             return wasRunning
         }
     }
 
     func resumeSending() {
-        pause.withLock { $0 = nil }
-        pausedGauge.set(0)
+        pause.withLock { current in
+            current = nil
+            pausedGauge.set(0)
+        }
     }
 
     /// The reason the app is paused, or nil when it may send.
     var pausedReason: String? {
-        let reason = pause.withLock { current -> String? in
-            guard let current, current.until > Date() else { return nil }
-            return current.reason
+        pause.withLock { current -> String? in
+            guard let paused = current, paused.until > Date() else {
+                pausedGauge.set(0)
+                return nil
+            }
+            return paused.reason
         }
-        if reason == nil { pausedGauge.set(0) }
-        return reason
     }
 
     // MARK: Metrics
 
     /// What a dispatcher result means for the outcome policy; an answer's latency is observed.
-    func outcome(of result: DispatchResult) -> SendOutcome {
+    func outcome(of result: DispatchResult, environment: PushdConfig.Environment) -> SendOutcome {
         switch result.outcome {
         case .response(let response):
-            latency.observe(Double(result.latencyNanoseconds) / 1e9)
+            latency[environment]?.observe(Double(result.latencyNanoseconds) / 1e9)
             return .response(response.apns)
         case .transportFailure(let error):
             let kind = TransportFailureKind(error)
@@ -112,16 +157,16 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    func countSent(pushType: String, lane: Lane) {
-        sentCounters[pushType + "/" + lane.rawValue]?.increment()
+    func countSent(pushType: String, lane: Lane, environment: PushdConfig.Environment) {
+        sentCounters[environment.rawValue + "/" + pushType + "/" + lane.rawValue]?.increment()
     }
 
-    func countResponse(status: Int?, reason: String) {
+    func countResponse(status: Int?, reason: String, environment: PushdConfig.Environment) {
         if status == 200 {
-            acceptedResponses.increment()
+            acceptedResponses[environment]?.increment()
             return
         }
-        metrics.apnsResponse(app: app.name, environment: environmentLabel,
+        metrics.apnsResponse(app: app.name, environment: environment.rawValue,
                              status: status.map(String.init) ?? "none", reason: reason).increment()
     }
 }

@@ -124,17 +124,18 @@ final class CampaignWorker: @unchecked Sendable {
     }
 
     private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: String, pushType: String,
-                        sender: AppSender) -> Handled {
+                        sender: AppSender, environment: PushdConfig.Environment) -> Handled {
         context.operatorLog.record(outcome, app: app, lane: "campaign")
         switch verdict {
         case .delivered:
-            sender.countResponse(status: 200, reason: "none")
-            sender.countSent(pushType: pushType, lane: .campaign)
+            sender.countResponse(status: 200, reason: "none", environment: environment)
+            sender.countSent(pushType: pushType, lane: .campaign, environment: environment)
             context.tally.add(context.tally.sent)
             return .sent
         case .prune(let status, let reason, let timestamp):
-            sender.countResponse(status: status, reason: reason)
-            return .pruned(reason, TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: timestamp))
+            sender.countResponse(status: status, reason: reason, environment: environment)
+            return .pruned(reason, TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: timestamp,
+                                                  environment: environment.rawValue))
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
@@ -143,7 +144,7 @@ final class CampaignWorker: @unchecked Sendable {
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token, until: at) }
             return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
         case .dead(let status, _):
-            sender.countResponse(status: status, reason: outcome.label)
+            sender.countResponse(status: status, reason: outcome.label, environment: environment)
             context.metrics.deadLetter(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.deadLettered(reason: outcome.label)
             context.tally.add(context.tally.failed)
@@ -185,6 +186,7 @@ final class CampaignWorker: @unchecked Sendable {
         let maxInFlight = max(1, min(2000, context.config.apns.maxInFlight))
         var resolutions = [Resolution?](repeating: nil, count: count)
         var attempts = [Int](repeating: 0, count: count)
+        var environments = [PushdConfig.Environment](repeating: .production, count: count)
         var retries = [Retry]()
         var parked = [ParkedTarget]()
         var prunes = [TokenPrune]()
@@ -287,17 +289,33 @@ final class CampaignWorker: @unchecked Sendable {
                     context.tally.add(context.tally.failed)
                     continue
                 }
-                let request: DispatchRequest
+                // A target imported from registered tokens keeps its token's environment; a
+                // file import has the campaign's; else the app's.
+                let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
+                let client: APNsClient
                 do {
-                    request = try sender.request(for: notification)
+                    client = try sender.client(for: environment, lane: .campaign)
+                } catch let missing as AppSender.NoCredentials {
+                    context.logger.debug("\(missing)", ("app", .string(chunk.app)))
+                    resolve(target, .failed("NoCredentialsForEnvironment"))
+                    context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: "NoCredentialsForEnvironment").increment()
+                    context.tally.add(context.tally.failed)
+                    continue
+                } catch {
+                    context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
+                    stopSubmitting = true
+                    break
+                }
+                do {
+                    try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
                 } catch {
                     context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
                     stopSubmitting = true
                     break
                 }
+                environments[target] = environment
                 attempts[target] += 1
                 inFlight += 1
-                sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
             }
             if !stopSubmitting, next >= count, inFlight == 0, !retries.isEmpty {
                 // Everything was sent once; what waits for a retry is parked and the worker moves on.
@@ -306,7 +324,7 @@ final class CampaignWorker: @unchecked Sendable {
                     parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: chunk.targets[retry.target].index,
                                                token: chunk.targets[retry.target].token, payload: chunk.targets[retry.target].payload,
                                                dueAt: retry.dueAt, attempts: attempts[retry.target], firstAttemptAt: firstAttempt,
-                                               lastError: retry.reason))
+                                               lastError: retry.reason, environment: environments[retry.target].rawValue))
                 }
                 retries.removeAll()
             }
@@ -321,11 +339,12 @@ final class CampaignWorker: @unchecked Sendable {
                 let target = CompletionQueue.index(of: result.tag)
                 guard target < count, resolutions[target] == nil else { continue }
                 inFlight -= 1
-                let outcome = sender.outcome(of: result)
+                let outcome = sender.outcome(of: result, environment: environments[target])
                 let verdict = policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
                                              firstAttemptAt: firstAttempt, now: Date(), random: &random)
                 let token = chunk.targets[target].token
-                switch handle(verdict, of: outcome, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender) {
+                switch handle(verdict, of: outcome, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender,
+                               environment: environments[target]) {
                 case .sent:
                     resolve(target, .sent)
                 case .pruned(let reason, let prune):
@@ -422,22 +441,31 @@ final class CampaignWorker: @unchecked Sendable {
                 context.tally.add(context.tally.failed)
                 continue
             }
-            let request: DispatchRequest
+            // Parked with the environment it was first sent to.
+            let environment = sender.environment(job: target.environment, registered: nil)
             do {
-                request = try sender.request(for: notification)
+                try sender.client(for: environment, lane: .campaign)
+                    .submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+            } catch let missing as AppSender.NoCredentials {
+                context.logger.debug("\(missing)", ("app", .string(batch.app)))
+                outcomes.failedByReason["NoCredentialsForEnvironment", default: 0] += 1
+                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: "NoCredentialsForEnvironment").increment()
+                context.tally.add(context.tally.failed)
+                continue
             } catch {
-                context.logger.error("cannot build a request for app \(batch.app): \(error)", ("app", .string(batch.app)))
+                context.logger.error("cannot send for app \(batch.app) to \(environment.rawValue): \(error)", ("app", .string(batch.app)))
                 again(target, at: Date().addingTimeInterval(10))
                 continue
             }
             inFlight[position] = target
-            sender.campaignDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
         }
 
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
             let verdict = policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
                                          firstAttemptAt: target.firstAttemptAt, now: Date(), random: &random)
-            switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender) {
+            let environment = sender.environment(job: target.environment, registered: nil)
+            switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
+                          environment: environment) {
             case .sent:
                 outcomes.sent += 1
             case .pruned(let reason, let prune):
@@ -459,7 +487,7 @@ final class CampaignWorker: @unchecked Sendable {
             if results.isEmpty { break }
             for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
                 guard let target = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
-                settle(target, sender.outcome(of: result))
+                settle(target, sender.outcome(of: result, environment: sender.environment(job: target.environment, registered: nil)))
             }
         }
         for target in inFlight.values {

@@ -97,6 +97,8 @@ final class JobWorker: @unchecked Sendable {
         var pushType: String
         /// When this send was submitted; the job's first attempt unless it has an earlier one.
         var sentAt: Date
+        /// Whose host it was sent to: only that host's verdict may prune the token.
+        var environment: PushdConfig.Environment
     }
 
     private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
@@ -106,6 +108,9 @@ final class JobWorker: @unchecked Sendable {
         var outcomes = JobOutcomes()
         var prunes = [TokenPrune]()
         var inFlight = [Int: InFlight]()
+        // A job without an environment of its own goes where its token was registered.
+        let unrouted = batch.jobs.filter { $0.environment == nil }.map { (app: $0.app, token: $0.deviceToken) }
+        let registered = try TokenStore().environments(connection, of: unrouted)
 
         for (position, job) in batch.jobs.enumerated() {
             // The claim returns only configured apps; should one slip through, it stays
@@ -135,17 +140,30 @@ final class JobWorker: @unchecked Sendable {
                 dead(job, status: nil, reason: error.reason, label: error.label, into: &outcomes, sender: sender)
                 continue
             }
-            let request: DispatchRequest
+            let environment = sender.environment(job: job.environment,
+                                                 registered: registered[TokenKey(app: job.app, token: job.deviceToken)])
+            let client: APNsClient
             do {
-                request = try sender.request(for: notification)
+                client = try sender.client(for: environment, lane: .transactional)
+            } catch let missing as AppSender.NoCredentials {
+                dead(job, status: nil, reason: missing.description, label: "NoCredentialsForEnvironment", into: &outcomes, sender: sender)
+                continue
+            } catch {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
+                                                 error: "cannot connect: \(error)", countsAsAttempt: false))
+                context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)", ("app", .string(job.app)))
+                continue
+            }
+            do {
+                // Answers are read on this thread after the loop, so recording after submitting is safe.
+                try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
             } catch {
                 outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
                                                  error: "could not authenticate: \(error)", countsAsAttempt: false))
                 context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
                 continue
             }
-            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Date())
-            sender.transactionalDispatcher.submit(request, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Date(), environment: environment)
         }
 
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
@@ -176,7 +194,7 @@ final class JobWorker: @unchecked Sendable {
     }
 
     private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
-        settle(item, outcome: item.sender.outcome(of: result), into: &outcomes, prunes: &prunes)
+        settle(item, outcome: item.sender.outcome(of: result, environment: item.environment), into: &outcomes, prunes: &prunes)
     }
 
     private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
@@ -192,44 +210,45 @@ final class JobWorker: @unchecked Sendable {
         switch verdict {
         case .delivered:
             outcomes.delivered.append(job.id)
-            sender.countResponse(status: 200, reason: "none")
-            sender.countSent(pushType: item.pushType, lane: .transactional)
+            sender.countResponse(status: 200, reason: "none", environment: item.environment)
+            sender.countSent(pushType: item.pushType, lane: .transactional, environment: item.environment)
             context.tally.add(context.tally.sent)
             let latency = Date().timeIntervalSince(job.createdAt)
             sender.deliveryLatency.observe(latency)
             context.tally.recordLatency(latency)
         case .prune(let status, let reason, let timestamp):
             outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
-            prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp))
-            sender.countResponse(status: status, reason: reason)
+            prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp,
+                                     environment: item.environment.rawValue))
+            sender.countResponse(status: status, reason: reason, environment: item.environment)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                              sentAt: firstAttemptAt))
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
-            countAnswer(outcome, sender: sender)
+            countAnswer(outcome, sender: sender, environment: item.environment)
             context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
         case .dead(let status, let reason):
-            countAnswer(outcome, sender: sender)
+            countAnswer(outcome, sender: sender, environment: item.environment)
             dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)
         case .pauseApp(let reason):
-            countAnswer(outcome, sender: sender)
+            countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)
             outcomes.retries.append(JobRetry(id: job.id, runAt: Date().addingTimeInterval(30),
                                              error: "app paused: \(reason)", countsAsAttempt: false, sentAt: firstAttemptAt))
         }
     }
 
-    private func countAnswer(_ outcome: SendOutcome, sender: AppSender) {
+    private func countAnswer(_ outcome: SendOutcome, sender: AppSender, environment: PushdConfig.Environment) {
         switch outcome {
         case .response(let response):
-            sender.countResponse(status: response.status, reason: outcome.label)
+            sender.countResponse(status: response.status, reason: outcome.label, environment: environment)
         case .transportFailure:
-            sender.countResponse(status: nil, reason: outcome.label)
+            sender.countResponse(status: nil, reason: outcome.label, environment: environment)
         case .tlsRefused:
-            sender.countResponse(status: nil, reason: outcome.label)
+            sender.countResponse(status: nil, reason: outcome.label, environment: environment)
         }
     }
 

@@ -61,17 +61,28 @@ struct NotificationFactory: Sendable {
         }
         let notification = APNsNotification(
             token: token,
-            topic: pushType.topic(forBundleID: bundleID) ?? bundleID,
+            topic: topic(for: pushType),
             pushType: pushType,
             priority: priority,
             expiration: fields.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
             collapseID: fields.collapseID,
             apnsID: fields.apnsID,
             payload: Array(fields.payload.utf8))
-        let issues = NotificationValidator.issues(in: notification, authentication: authentication)
+        let issues = self.issues(in: notification)
         if !issues.isEmpty {
             throw Rejection(label: "Invalid", detail: issues.map(\.description).joined(separator: "; "))
         }
         return notification
+    }
+
+    /// The app's topic for a push type: the bundle id plus the type's suffix.
+    func topic(for pushType: PushType) -> String {
+        pushType.topic(forBundleID: bundleID) ?? bundleID
+    }
+
+    /// Every APNs rule `notification` breaks for this app, its authentication kind included.
+    /// `pushd send` checks what it builds with this too, so it refuses what `run` refuses.
+    func issues(in notification: APNsNotification) -> [ValidationIssue] {
+        NotificationValidator.issues(in: notification, authentication: authentication)
     }
 }

@@ -46,7 +46,7 @@ final class Pipeline: @unchecked Sendable {
         } catch {
             throw SetupError(description: "apns.provider_token_refresh_s: \(error)")
         }
-        tokens = ProviderTokenService(
+        let tokens = ProviderTokenService(
             databaseURL: config.databaseURL, instance: instance, signers: signers, policy: policy, logger: logger,
             onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
             onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
@@ -55,25 +55,25 @@ final class Pipeline: @unchecked Sendable {
         let router = ResultRouter(queues: queues)
         var senders = [String: AppSender]()
         for app in config.apps {
-            // Each lane has its own connections: a transactional push never waits behind the
-            // streams and the window a campaign keeps full.
-            let transactional: HTTP2Dispatcher
-            let campaign: HTTP2Dispatcher
-            do {
-                let retirements = ConnectionRetirementReporter(app: app.name, environment: app.environment.rawValue,
+            // Each (environment, lane) gets its own connections when first used: a transactional
+            // push never waits behind the streams and the window a campaign keeps full, and an
+            // app serving one environment opens no connection to the other's host.
+            senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment in
+                guard let configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
+                let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
-                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: app.environment.rawValue, metrics: metrics,
+                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, metrics: metrics,
                                                          retirements: retirements)
-                let configuration = Self.dispatcherConfiguration(for: app, config: config)
-                let onResult: HTTP2Dispatcher.ResultHandler = { retirements.observe($0); router.deliver($0) }
-                transactional = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: onResult)
-                campaign = try HTTP2Dispatcher(configuration: configuration, metrics: engineMetrics, onResult: onResult)
-            } catch {
-                throw SetupError(description: "app \(app.name): \(error)")
+                do {
+                    return try APNsClient(configuration: configuration, environment: environment.apns,
+                                          authentication: Self.authentication(for: app, configuration: configuration, tokens: tokens),
+                                          metrics: engineMetrics, onResult: { retirements.observe($0.dispatch); router.deliver($0.dispatch) })
+                } catch {
+                    throw SetupError(description: "app \(app.name), \(environment.rawValue): \(error)")
+                }
             }
-            senders[app.name] = AppSender(app: app, transactionalDispatcher: transactional, campaignDispatcher: campaign,
-                                          tokens: tokens, metrics: metrics)
         }
+        self.tokens = tokens
         let context = PipelineContext(config: config, instance: instance, senders: senders, metrics: metrics, logger: logger)
         self.context = context
         jobWorkers = (0..<config.transactionalWorkers).map {
@@ -92,11 +92,24 @@ final class Pipeline: @unchecked Sendable {
                                       })
     }
 
-    static func dispatcherConfiguration(for app: PushdConfig.App, config: PushdConfig) -> DispatcherConfiguration {
-        let environment: APNsEnvironment = app.environment == .production ? .production : .sandbox
-        var host = environment.host
+    /// How to reach `environment`'s host with the app's credentials for it; nil when the app
+    /// has none there (a certificate app with no certificate for that environment).
+    /// Token apps sign with the provider token the whole fleet shares; certificate apps
+    /// present the certificate the configuration names for the environment.
+    static func authentication(for app: PushdConfig.App, configuration: DispatcherConfiguration,
+                               tokens: ProviderTokenService) -> APNsAuthentication {
+        guard case .token(let teamID, let keyID, _) = app.credentials else { return .certificate(configuration.credential) }
+        let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+        return .tokenSource { try tokens.authorization(key) }
+    }
+
+    static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
+                                        config: PushdConfig) -> DispatcherConfiguration? {
+        guard let credentials = app.credentials(for: environment) else { return nil }
+        var host = environment.apns.host
         var port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
-        if let override = config.apns.hostOverride {
+        let override = environment == .sandbox ? config.apns.sandboxHostOverride ?? config.apns.hostOverride : config.apns.hostOverride
+        if let override {
             if let parsed = ConfigLoader.parseListenAddress(override) {
                 host = parsed.host
                 port = Int(parsed.port)
@@ -105,7 +118,7 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         let credential: ClientCredential
-        switch app.credentials {
+        switch credentials {
         case .token:
             credential = .token
         case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
@@ -141,10 +154,7 @@ final class Pipeline: @unchecked Sendable {
         unknownApps.stop()
         for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
-        for sender in context.senders.values {
-            sender.transactionalDispatcher.shutdown(drainTimeoutMilliseconds: 1000)
-            sender.campaignDispatcher.shutdown(drainTimeoutMilliseconds: 1000)
-        }
+        for sender in context.senders.values { sender.shutdown(drainTimeoutMilliseconds: 1000) }
         tokens.close()
         statsConnection.withLock { connection in
             connection?.close()
