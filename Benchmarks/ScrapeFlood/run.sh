@@ -3,9 +3,9 @@
 # with and without a flood of requests on its metrics endpoint, and how long /healthz
 # takes to answer meanwhile. Four runs: no flood; a paced flood (32 connections,
 # 100 scrapes/s each: 3,200/s, far beyond any real scraper); an unpaced flood (as fast as
-# h2load can send); then no flood again, to show how much the rate varies by itself. The
-# flood runs on the same machine, so the unpaced run also measures the CPU the flooding
-# client takes from pushd.
+# flood.py can send, one Python process: about what one client can do); then no flood
+# again, to show how much the rate varies by itself. The flood runs on the same machine,
+# so the unpaced run also measures the CPU the flooding client takes from pushd.
 #
 #   Benchmarks/ScrapeFlood/run.sh [targets]   (default 200,000)
 set -euo pipefail
@@ -26,14 +26,12 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-# Waits for the endpoint, then floods /metrics in 2 s rounds until killed or pushd is gone;
-# each round's h2load summary goes to flood.log.
+# Waits for the endpoint, then floods /metrics (flood.py) until killed; flood.count holds
+# the number of scrapes answered so far.
 flood() {
-  local port=$1; shift
+  local port=$1 rate=$2
   until curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; do sleep 0.05; done
-  while curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$port/healthz"; do
-    h2load --h1 -c 32 -t 1 -D 2 "$@" "http://127.0.0.1:$port/metrics" 2>&1 | grep '^requests:' >>"$work/flood.log"
-  done
+  exec python3 Benchmarks/ScrapeFlood/flood.py "$port" /metrics 32 "$rate" "$work/flood.count"
 }
 
 # Asks /healthz every 0.2 s and records how long each answer took, or "fail" when none
@@ -53,8 +51,8 @@ probe() {
 run() {
   local label=$1; shift
   local port; port=$(free_port)
-  : >"$work/probe.log"; : >"$work/flood.log"
-  if [[ "$label" != no\ flood* ]]; then flood "$port" "$@" & flood_pid=$!; fi
+  : >"$work/probe.log"; echo 0 >"$work/flood.count"
+  if [[ "$label" != no\ flood* ]]; then flood "$port" "$1" & flood_pid=$!; fi
   probe "$port" & probe_pid=$!
   local line
   line=$(PUSHD_BENCH_METRICS_PORT=$port scripts/with-postgres.sh bash Benchmarks/DaemonBench/drain.sh "$bin" "$targets" \
@@ -67,7 +65,7 @@ run() {
   fails=$(grep -c fail "$work/probe.log" || true)
   max=$(grep -v fail "$work/probe.log" | sort -g | tail -n 1)
   local scrapes
-  scrapes=$(awk '{total += $8} END {print total + 0}' "$work/flood.log")
+  scrapes=$(cat "$work/flood.count")
   printf '  %-14s %8s notifications/s   /healthz: %s probes, %s unanswered, slowest %.3f s   flood: %s scrapes answered\n' \
     "$label" "$rate" "$probes" "$fails" "${max:-0}" "$scrapes"
   echo "$rate" >"$work/rate.$(echo "$label" | tr ' ' _)"
@@ -75,8 +73,8 @@ run() {
 
 echo "scrape flood benchmark: $targets targets, $(nproc) cores (a shared machine: figures vary from run to run)"
 run "no flood"
-run "paced flood" --rps 100
-run "unpaced flood"
+run "paced flood" 100
+run "unpaced flood" 0
 run "no flood again"
 base=$(echo "($(cat "$work/rate.no_flood") + $(cat "$work/rate.no_flood_again")) / 2" | bc -l)
 for label in paced_flood unpaced_flood; do
