@@ -29,12 +29,15 @@ trap cleanup EXIT
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/key.p8" 2>/dev/null
 chmod 600 "$work/key.p8"
 openssl pkey -in "$work/key.p8" -pubout -out "$work/key.pub"
+# A key id of its own per drain: the signing key is new each time, and a provider token an
+# earlier drain left in the same database was signed with another one.
+kid=$(printf 'BENCH%05d' $((RANDOM % 100000)))
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 control_port=$(free_port)
 # shellcheck disable=SC2086  # the extra options are words
 "$bin/apns-mock" --cert "$work/certs/server.pem" --key "$work/certs/server.key" --port "$port" --control-port "$control_port" \
-  --provider-key "BENCHKEY01:BENCHTEAM1:$work/key.pub" --topic com.example.bench ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
+  --provider-key "$kid:BENCHTEAM1:$work/key.pub" --topic com.example.bench ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
 mock_pid=$!
 metrics_ports=()
 for i in $(seq "$instances"); do
@@ -56,7 +59,7 @@ apps:
     environment: sandbox
     token:
       team_id: BENCHTEAM1
-      key_id: BENCHKEY01
+      key_id: $kid
       key_file: $work/key.p8
 YAML
 done
@@ -122,7 +125,7 @@ if [ "$transactional" -gt 0 ]; then
 fi
 accepted=$(curl -s "http://127.0.0.1:$control_port/metrics" | awk '/^apns_mock_accepted_total/ {print $2}')
 sent=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT sent FROM pushd.campaigns WHERE id = $id")
-jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens LIMIT 1")
+jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens WHERE key_id = '$kid'")
 for pid in "${pushd_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
 pushd_pids=()
 
@@ -146,7 +149,7 @@ printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the m
 printf '  pushd:   %.1f CPU ms per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
 if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   # shellcheck disable=SC2086  # a command with its arguments
-  peer=$($PUSHD_BENCH_PEER "$port" "$work/certs/ca.pem" "$work/key.p8" BENCHKEY01 BENCHTEAM1 com.example.bench 2>&1 | tail -1)
+  peer=$($PUSHD_BENCH_PEER "$port" "$work/certs/ca.pem" "$work/key.p8" $kid BENCHTEAM1 com.example.bench 2>&1 | tail -1)
   echo "peer ${peer#result }"
 fi
 if [ "$transactional" -gt 0 ]; then
