@@ -163,4 +163,4 @@ fi
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
 printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s\n' \
-  "$rate" "$(echo "$cpu * 1000000 / $sent" | bc -l)" "$peak_kb" "$sent" "$accepted" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}"
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}"
