@@ -123,7 +123,9 @@ if [ "$transactional" -gt 0 ]; then
            for (i = NR; i >= 1; i--) { if (n[i] >= all * 0.5) p50 = le[i] * 1000; if (n[i] >= all * 0.99) p99 = le[i] * 1000 }
            print p50, p99 }')
 fi
-accepted=$(curl -s "http://127.0.0.1:$control_port/metrics" | awk '/^apns_mock_accepted_total/ {print $2}')
+mock_metrics=$(curl -s "http://127.0.0.1:$control_port/metrics")
+accepted=$(awk '/^apns_mock_accepted_total/ {print $2}' <<<"$mock_metrics")
+connections=$(awk '/^apns_mock_connections_accepted_total/ {print $2}' <<<"$mock_metrics")
 sent=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT sent FROM pushd.campaigns WHERE id = $id")
 jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens WHERE key_id = '$kid'")
 for pid in "${pushd_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
@@ -145,7 +147,7 @@ h2rate=$(echo "$h2out" | awk '/^finished in/ {gsub(",", "", $4); print $4}')
 h2ok=$(echo "$h2out" | awk '/status codes:/ {print $3}')
 fi
 
-printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted"
+printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
 printf '  pushd:   %.1f CPU ms per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
 if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   # shellcheck disable=SC2086  # a command with its arguments
@@ -162,5 +164,5 @@ fi
 # Campaign and transactional notifications the mock accepted beyond one each (libcurl's
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
-printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s\n' \
-  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}"
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s\n' \
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}"
