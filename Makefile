@@ -1,4 +1,4 @@
-.PHONY: demo test build fuzz sanitize-address sanitize-thread
+.PHONY: demo test build fuzz bench sanitize-address sanitize-thread
 
 demo:
 	bash scripts/demo.sh
@@ -24,3 +24,8 @@ sanitize-address:
 sanitize-thread:
 	swift build --build-tests --sanitize=thread --scratch-path .build/tsan
 	TSAN_OPTIONS=halt_on_error=0 bash scripts/with-postgres.sh swift test --skip-build --no-parallel --sanitize=thread --scratch-path .build/tsan
+
+# Every benchmark of the sending path in one run (Benchmarks/bench.sh); not part of `make test`.
+# BENCH_ARGS: e.g. --targets 100000, --ten-million.
+bench:
+	bash Benchmarks/bench.sh $(BENCH_ARGS)

@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# Called by run.sh inside scripts/with-postgres.sh (PUSHD_DATABASE_URL is set).
+# Called by run.sh (and Benchmarks/bench.sh) inside scripts/with-postgres.sh
+# (PUSHD_DATABASE_URL is set). Optional environment:
+#   PUSHD_BENCH_MOCK_ARGS       extra apns-mock options, e.g. "--delay-ms 50"
+#   PUSHD_BENCH_INSTANCES       pushd daemons draining the one campaign (default 1)
+#   PUSHD_BENCH_TRANSACTIONAL   transactional jobs INSERTed one per transaction during the
+#                               drain; their INSERT → accepted p50/p99 come from
+#                               pushd_job_delivery_latency_seconds (default 0)
+#   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
+#   PUSHD_BENCH_PEER            a command run last against the same mock with the arguments
+#                               PORT CA KEY_FILE KEY_ID TEAM_ID TOPIC; its "result …" line is
+#                               printed as "peer …" (Benchmarks/bench.sh runs aioapns so)
+# The last line, "result key=value …", is for Benchmarks/bench.sh.
 set -euo pipefail
 bin=$1
 targets=$2
 work=$(mktemp -d /tmp/pushd-bench.XXXXXX)
-mock_pid=; pushd_pid=
+instances=${PUSHD_BENCH_INSTANCES:-1}
+transactional=${PUSHD_BENCH_TRANSACTIONAL:-0}
+mock_pid=; pushd_pids=()
 cleanup() {
-  [ -n "$pushd_pid" ] && kill -TERM "$pushd_pid" 2>/dev/null && wait "$pushd_pid" 2>/dev/null || true
+  for pid in "${pushd_pids[@]}"; do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; done
   [ -n "$mock_pid" ] && kill -TERM "$mock_pid" 2>/dev/null && wait "$mock_pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -16,15 +29,24 @@ trap cleanup EXIT
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/key.p8" 2>/dev/null
 chmod 600 "$work/key.p8"
 openssl pkey -in "$work/key.p8" -pubout -out "$work/key.pub"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$bin/apns-mock" --cert "$work/certs/server.pem" --key "$work/certs/server.key" --port "$port" \
-  --provider-key "BENCHKEY01:BENCHTEAM1:$work/key.pub" --topic com.example.bench >"$work/mock.log" 2>&1 &
+# A key id of its own per drain: the signing key is new each time, and a provider token an
+# earlier drain left in the same database was signed with another one.
+kid=$(printf 'BENCH%05d' $((RANDOM % 100000)))
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+control_port=$(free_port)
+# shellcheck disable=SC2086  # the extra options are words
+"$bin/apns-mock" --cert "$work/certs/server.pem" --key "$work/certs/server.key" --port "$port" --control-port "$control_port" \
+  --provider-key "$kid:BENCHTEAM1:$work/key.pub" --topic com.example.bench ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
 mock_pid=$!
-cat >"$work/pushd.yml" <<YAML
+metrics_ports=()
+for i in $(seq "$instances"); do
+metrics_ports+=("$(free_port)")
+cat >"$work/pushd$i.yml" <<YAML
 database:
   url: $PUSHD_DATABASE_URL
 metrics:
-  listen: 127.0.0.1:${PUSHD_BENCH_METRICS_PORT:-0}
+  listen: 127.0.0.1:${metrics_ports[$((i - 1))]}
 log:
   level: warning
 apns:
@@ -37,12 +59,13 @@ apps:
     environment: sandbox
     token:
       team_id: BENCHTEAM1
-      key_id: BENCHKEY01
+      key_id: $kid
       key_file: $work/key.p8
 YAML
+done
 payload='{"aps":{"alert":{"title":"Spring sale","body":"20% off everything in the store today only"},"sound":"default","badge":1},"campaign":"spring-2026","offer":"SALE20"}'
 "$bin/pushd" migrate >/dev/null
-id=$("$bin/pushd" campaign create --app bench --name bench --payload "$payload")
+id=$("$bin/pushd" campaign create --config "$work/pushd1.yml" --app bench --name bench --payload "$payload")
 python3 -c "
 import sys
 w=sys.stdout.write
@@ -53,35 +76,93 @@ echo "pushd drain benchmark: $targets targets, payload ${#payload} bytes, $(npro
 
 clock_ticks=$(getconf CLK_TCK)
 start=$(date +%s.%N)
-"$bin/pushd" run --config "$work/pushd.yml" 2>"$work/pushd.log" &
-pushd_pid=$!
+for i in $(seq "$instances"); do
+  "$bin/pushd" run --config "$work/pushd$i.yml" 2>"$work/pushd$i.log" &
+  pushd_pids+=($!)
+done
+# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart.
+tx_pid=
+if [ "$transactional" -gt 0 ]; then
+  (sleep 1; for n in $(seq "$transactional"); do
+     printf "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', '%064x', '{\"aps\":{\"alert\":\"order %d shipped\"}}');\n" "$((n + 7000000))" "$n"
+     echo "SELECT pg_sleep(0.02);"
+   done | psql -X -q "$PUSHD_DATABASE_URL" >/dev/null) &
+  tx_pid=$!
+fi
 while :; do
   status=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT status FROM pushd.campaigns WHERE id = $id")
   [ "$status" = done ] && break
-  kill -0 "$pushd_pid" 2>/dev/null || { echo "pushd exited early:"; cat "$work/pushd.log"; exit 1; }
+  for i in $(seq "$instances"); do
+    kill -0 "${pushd_pids[$((i - 1))]}" 2>/dev/null || { echo "pushd exited early:"; cat "$work/pushd$i.log"; exit 1; }
+  done
   sleep 0.2
 done
 end=$(date +%s.%N)
-read -r utime stime < <(awk '{print $14, $15}' "/proc/$pushd_pid/stat")
-peak_kb=$(awk '/VmHWM/ {print $2}' "/proc/$pushd_pid/status")
+if [ -n "$tx_pid" ]; then
+  wait "$tx_pid"
+  while [ "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT count(*) FROM pushd.jobs WHERE app = 'bench'")" != 0 ]; do sleep 0.2; done
+fi
+cpu_ticks=0; peak_kb=0
+for pid in "${pushd_pids[@]}"; do
+  read -r utime stime < <(awk '{print $14, $15}' "/proc/$pid/stat")
+  cpu_ticks=$((cpu_ticks + utime + stime))
+  kb=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  [ "$kb" -gt "$peak_kb" ] && peak_kb=$kb
+done
+# INSERT → accepted of the transactional jobs, from the first daemon's histogram (all of them
+# when one runs): the bucket bounds where half and 99 % of the jobs were reached.
+tx_p50=; tx_p99=
+if [ "$transactional" -gt 0 ]; then
+  buckets=""
+  for mport in "${metrics_ports[@]}"; do
+    buckets+=$(curl -s "http://127.0.0.1:$mport/metrics" | grep '^pushd_job_delivery_latency_seconds_bucket' || true)$'\n'
+  done
+  read -r tx_p50 tx_p99 < <(sed -n 's/.*le="\([^"]*\)".* \([0-9.e+]*\)$/\1 \2/p' <<<"$buckets" |
+    awk '{ total[$1] += $2 } END { for (le in total) print le, total[le] }' | sort -g |
+    awk '{ le[NR] = $1; n[NR] = $2 } END { all = n[NR]; p50 = "n/a"; p99 = "n/a"
+           for (i = NR; i >= 1; i--) { if (n[i] >= all * 0.5) p50 = le[i] * 1000; if (n[i] >= all * 0.99) p99 = le[i] * 1000 }
+           print p50, p99 }')
+fi
+mock_metrics=$(curl -s "http://127.0.0.1:$control_port/metrics")
+accepted=$(awk '/^apns_mock_accepted_total/ {print $2}' <<<"$mock_metrics")
+connections=$(awk '/^apns_mock_connections_accepted_total/ {print $2}' <<<"$mock_metrics")
 sent=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT sent FROM pushd.campaigns WHERE id = $id")
-jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens LIMIT 1")
-kill -TERM "$pushd_pid"; wait "$pushd_pid" || true; pushd_pid=
+jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens WHERE key_id = '$kid'")
+for pid in "${pushd_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
+pushd_pids=()
 
 elapsed=$(echo "$end - $start" | bc -l)
-cpu=$(echo "($utime + $stime) / $clock_ticks" | bc -l)
+cpu=$(echo "$cpu_ticks / $clock_ticks" | bc -l)
 rate=$(echo "$sent / $elapsed" | bc -l)
 
 # The reference: h2load sending the very same request to the same mock.
 printf '%s' "$payload" >"$work/payload.json"
 h2_requests=$(( targets < 300000 ? targets : 300000 ))
+h2rate=0; h2ok=0
+if [ "${PUSHD_BENCH_H2LOAD:-1}" = 1 ]; then
 h2out=$(h2load -n "$h2_requests" -c 4 -m 100 -t 1 -d "$work/payload.json" \
   -H "authorization: bearer $jwt" -H "apns-topic: com.example.bench" -H "apns-push-type: alert" -H "apns-priority: 10" \
   "https://127.0.0.1:$port/3/device/$(printf '%064x' 12345)" 2>&1)
 h2rate=$(echo "$h2out" | awk '/^finished in/ {gsub(",", "", $4); print $4}')
 h2ok=$(echo "$h2out" | awk '/status codes:/ {print $3}')
+fi
 
-printf '  pushd:   %d sent in %.1f s = %.0f notifications/s\n' "$sent" "$elapsed" "$rate"
+printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
 printf '  pushd:   %.1f CPU ms per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
-printf '  h2load:  %.0f requests/s (%s of %s answered 2xx) against the same mock\n' "$h2rate" "$h2ok" "$h2_requests"
-printf '  ratio:   pushd / h2load = %.2f\n' "$(echo "$rate / $h2rate" | bc -l)"
+if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
+  # shellcheck disable=SC2086  # a command with its arguments
+  peer=$($PUSHD_BENCH_PEER "$port" "$work/certs/ca.pem" "$work/key.p8" $kid BENCHTEAM1 com.example.bench 2>&1 | tail -1)
+  echo "peer ${peer#result }"
+fi
+if [ "$transactional" -gt 0 ]; then
+  printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms\n' "$transactional" "$tx_p50" "$tx_p99"
+fi
+if [ "${PUSHD_BENCH_H2LOAD:-1}" = 1 ]; then
+  printf '  h2load:  %.0f requests/s (%s of %s answered 2xx) against the same mock\n' "$h2rate" "$h2ok" "$h2_requests"
+  printf '  ratio:   pushd / h2load = %.2f\n' "$(echo "$rate / $h2rate" | bc -l)"
+fi
+# Campaign and transactional notifications the mock accepted beyond one each (libcurl's
+# resends and redelivery after a lost claim both count).
+duplicates=$(( ${accepted%.*} - sent - transactional ))
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s\n' \
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}"

@@ -2,7 +2,9 @@
 //
 // usage: DispatcherBench --port P --ca FILE [--requests 500000] [--threads 2]
 //                        [--connections 1] [--streams 100] [--label TEXT] [--path /ok]
-//                        [--idle-probe ROUNDS]
+//                        [--idle-probe ROUNDS] [--max-connections N]
+// --max-connections lets the engine open more connections while requests wait for a stream
+// (DispatcherConfiguration.maxConnections): for a server answering after a delay.
 // --idle-probe measures what closing idle connections costs instead: the latency of one
 // request on a warm connection against one sent after the connection idled past
 // idleCloseSeconds (1 s here), which opens a new connection.
@@ -23,6 +25,7 @@ struct Options {
     var label = "dispatcher"
     var path = "/ok"
     var idleProbeRounds = 0
+    var maxConnections: Int?
 }
 
 func parseOptions() -> Options {
@@ -48,6 +51,7 @@ func parseOptions() -> Options {
         case "--label": options.label = value
         case "--path": options.path = value
         case "--idle-probe": options.idleProbeRounds = number()
+        case "--max-connections": options.maxConnections = number()
         default: fail("unknown option \(flag)")
         }
     }
@@ -102,12 +106,14 @@ final class Tally: Sendable {
 let tally = Tally()
 let dispatcher: HTTP2Dispatcher
 do {
+    var configuration = DispatcherConfiguration(host: "127.0.0.1", port: options.port, trustedCAFile: options.ca,
+                                                threads: options.idleProbeRounds > 0 ? 1 : options.threads,
+                                                connectionsPerThread: options.connections,
+                                                streamsPerConnection: options.streams,
+                                                idleCloseSeconds: options.idleProbeRounds > 0 ? 1 : 600)
+    configuration.maxConnections = options.maxConnections
     dispatcher = try HTTP2Dispatcher(
-        configuration: DispatcherConfiguration(host: "127.0.0.1", port: options.port, trustedCAFile: options.ca,
-                                               threads: options.idleProbeRounds > 0 ? 1 : options.threads,
-                                               connectionsPerThread: options.connections,
-                                               streamsPerConnection: options.streams,
-                                               idleCloseSeconds: options.idleProbeRounds > 0 ? 1 : 600),
+        configuration: configuration,
         onResult: { result in
             if result.response?.status == 200 {
                 tally.ok.add(1, ordering: .relaxed)
@@ -171,7 +177,7 @@ dispatcher.shutdown()
 print("label=\(options.label) requests=\(done) ok=\(tally.ok.load(ordering: .relaxed)) seconds=\(format3(seconds)) "
       + "rate=\(Int(Double(done) / seconds)) cpu_us_per_request=\(format2(cpu * 1e6 / Double(done))) "
       + "peak_rss_kb=\(peakRSSKilobytes()) mean_latency_ms=\(format2(Double(tally.latencyTotal.load(ordering: .relaxed)) / Double(done) / 1e6)) "
-      + "retried=\(statistics.retried) connections=\(statistics.connectionsOpened)")
+      + "retried=\(statistics.retried) connections=\(statistics.connectionsOpened) peak_connections=\(statistics.peakOpenConnections)")
 exit(tally.failed.load(ordering: .relaxed) == 0 ? 0 : 1)
 
 func format2(_ value: Double) -> String { String(Double(Int(value * 100)) / 100) }

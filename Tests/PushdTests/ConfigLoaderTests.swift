@@ -42,6 +42,7 @@ import Testing
         #expect(config.logLevel == .debug)
         #expect(config.apns.hostOverride == "127.0.0.1:8443")
         #expect(config.apns.maxInFlight == 2000)
+        #expect(config.apns.maxConnectionsPerApp == 8)
         #expect(config.apns.pingIntervalMilliseconds == 30_000)
         #expect(config.apns.pingTimeoutMilliseconds == 5000)
         #expect(config.retry.maxAttempts == 5)
@@ -101,6 +102,10 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\napns: {threads: 0}\napps: []", "apns.threads (line 2): 0 is out of range: expected 1…64"),
         ("database: {url: 'postgresql://h/d'}\napns: {threads: many}\napps: []", "apns.threads (line 2): expected a whole number"),
         ("database: {url: 'postgresql://h/d'}\napns: {ping_timeout_ms: 0}\napps: []", "apns.ping_timeout_ms (line 2): 0 is out of range: expected 100…600000"),
+        ("database: {url: 'postgresql://h/d'}\napns: {threads: 4, connections_per_app: 2, max_connections_per_app: 6}\napps: []",
+         "apns.max_connections_per_app (line 2): 6 is below apns.threads × apns.connections_per_app (8)"),
+        ("database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 5000}\napps: []",
+         "apns.max_connections_per_app (line 2): 5000 is out of range: expected 1…1024"),
         ("database: {url: 'postgresql://h/d'}\nmetrics: {listen: nowhere}\napps: []", "metrics.listen (line 2): 'nowhere' is not host:port"),
         ("database: {url: 'postgresql://h/d'}\nretry: {base_delay_ms: 5000, max_delay_ms: 10}\napps: []", "retry.max_delay_ms (line 2): must not be smaller"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",

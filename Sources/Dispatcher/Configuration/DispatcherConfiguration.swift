@@ -22,8 +22,15 @@ public struct DispatcherConfiguration: Sendable {
     /// libcurl follows that, but transfers beyond the server's limit wait inside libcurl.
     public var streamsPerConnection: Int
     /// Requests accepted but not yet completed, across all threads; `submit` blocks beyond it.
-    /// nil: twice what the threads keep inside libcurl (threads × connections × streams × 2).
+    /// nil: twice what the threads may keep inside libcurl (maxConnections × streams × 2).
     public var maxOutstanding: Int?
+    /// The most connections across the threads. While requests wait for a free stream for
+    /// `connectionGrowthDelayMilliseconds` and every connection carries its streams, a thread
+    /// opens one more, up to its share (maxConnections ÷ threads); libcurl closes connections
+    /// idle for `idleCloseSeconds`, and the limit follows them down to `connectionsPerThread`.
+    /// nil: threads × connectionsPerThread, no growth.
+    public var maxConnections: Int?
+    public var connectionGrowthDelayMilliseconds: Int = 250
 
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
@@ -72,7 +79,14 @@ public struct DispatcherConfiguration: Sendable {
         return count > 0 ? count : 1
     }
 
-    var effectiveMaxOutstanding: Int { maxOutstanding ?? threads * connectionsPerThread * streamsPerConnection * 2 }
+    var effectiveMaxOutstanding: Int { maxOutstanding ?? threads * connectionGrowth.ceiling * streamsPerConnection * 2 }
+
+    /// One thread's growth: its configured connections up to its share of `maxConnections`.
+    var connectionGrowth: ConnectionGrowth {
+        let ceiling = max(connectionsPerThread, (maxConnections ?? 0) / max(1, threads))
+        return ConnectionGrowth(base: connectionsPerThread, ceiling: ceiling, streamsPerConnection: streamsPerConnection,
+                                delayNanoseconds: UInt64(max(0, connectionGrowthDelayMilliseconds)) * 1_000_000)
+    }
 
     /// Requests one thread keeps inside libcurl; the rest of its share waits in the engine's queue,
     /// where waiting is cheap.
@@ -90,6 +104,13 @@ public struct DispatcherConfiguration: Sendable {
         }
         if streamsPerConnection < 1 || streamsPerConnection > 100_000 {
             throw .invalid(field: "streamsPerConnection", value: String(streamsPerConnection), expected: "1…100000")
+        }
+        if let maxConnections, maxConnections < threads * connectionsPerThread || maxConnections > threads * 1024 {
+            throw .invalid(field: "maxConnections", value: String(maxConnections),
+                           expected: "threads × connectionsPerThread (\(threads * connectionsPerThread)) … \(threads * 1024)")
+        }
+        if connectionGrowthDelayMilliseconds < 0 {
+            throw .invalid(field: "connectionGrowthDelayMilliseconds", value: String(connectionGrowthDelayMilliseconds), expected: "0 or more")
         }
         if let maxOutstanding, maxOutstanding < threads {
             throw .invalid(field: "maxOutstanding", value: String(maxOutstanding), expected: "at least one per thread (\(threads))")

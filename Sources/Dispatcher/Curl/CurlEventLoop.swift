@@ -34,12 +34,18 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private var drained: [PendingRequest] = []
     private var inCurl = 0
     private let inCurlLimit: Int
+    /// What the policy admitted at the last refill: requests beyond it wait for a stream.
+    private var admitted = 0
+    /// libcurl's `CURLMOPT_MAX_HOST_CONNECTIONS` for this loop.
+    private var connectionLimit: Int
     private var policy: ConnectionPolicy
     /// The next transfer opens a new connection (a retired one's socket was not known).
     private var nextTransferFresh = false
     private var openSockets: Set<Int32> = []
-    /// Connections this loop has opened; those beyond its configured count are reconnects.
+    /// Connections this loop has opened; those beyond its configured count and the ones it grew
+    /// are reconnects.
     private var connectionsEverOpened = 0
+    private var connectionsExpected: Int
     private var random = SystemRandomNumberGenerator()
     private var slotsToRelease = 0
     /// Set when a completion batch held requests a dropped connection left unanswered; one
@@ -57,13 +63,17 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         self.configuration = configuration
         self.sink = sink
         inCurlLimit = configuration.inFlightPerThread
-        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, maxAttempts: configuration.maxAttempts)
+        connectionLimit = configuration.connectionsPerThread
+        connectionsExpected = configuration.connectionsPerThread
+        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, maxAttempts: configuration.maxAttempts,
+                                  growth: configuration.connectionGrowth)
         do {
             epoll = try EpollLoop()
         } catch {
             throw .transportRejected(setting: "epoll", message: error.description)
         }
         multi = try CurlMulti(loop: epoll, connectionsPerHost: configuration.connectionsPerThread,
+                              connectionCeiling: configuration.connectionGrowth.ceiling,
                               streamsPerConnection: configuration.streamsPerConnection)
         epoll.driver = self
         // The first easy handle is made now so a rejected option surfaces at start-up, not on a request.
@@ -120,6 +130,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             readCompletions()
             return 0
         }
+        let waiting = !backlog.isEmpty && inCurl >= admitted
+        if apply(policy.handle(.beforeWait(now: now, waiting: waiting))) {
+            refill()
+            return 0
+        }
         var wait = multi.timerWait(now: now)
         if !backlog.isEmpty, let until = policy.backoffDeadline(now: now) {
             let backoff = Int64((until - now + 999_999) / 1_000_000)
@@ -157,6 +172,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private func refill() {
         guard !backlog.isEmpty else { return }
         let limit = policy.admissionLimit(configured: inCurlLimit, now: monotonicNanoseconds())
+        admitted = limit
         var added = 0
         while inCurl < limit, !backlog.isEmpty {
             let transfer: CurlTransfer
@@ -314,7 +330,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                 _ = shutdown(socket, Int32(SHUT_RDWR))
             case .freshConnect:
                 nextTransferFresh = true
-            case .none, .holdAdmissions, .failWaiting:
+            case .none, .holdAdmissions, .failWaiting, .setConnectionLimit:
                 break
             }
         }
@@ -340,6 +356,26 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             inCurl -= withdrawn
             sink.metrics.inFlightChanged(by: -withdrawn)
         }
+    }
+
+    /// Carries out a connection-limit change; true when there was one.
+    @discardableResult
+    private func apply(_ action: ConnectionPolicy.Action) -> Bool {
+        guard case .setConnectionLimit(let connections) = action else { return false }
+        do {
+            try multi.setConnectionLimit(connections)
+        } catch {
+            // libcurl accepted this option at start-up; should it refuse now, the loop keeps the
+            // connections it has, which is what it would do without growth.
+            return false
+        }
+        sink.metrics.connectionLimitChanged(to: connections)
+        if connections > connectionLimit {
+            sink.counters.connectionsGrown.add(1, ordering: .relaxed)
+            connectionsExpected += 1
+        }
+        connectionLimit = connections
+        return true
     }
 
     private func reportFailure(_ reason: ConnectionFailureReason) {
@@ -380,15 +416,17 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         openSockets.insert(fd)
         _ = policy.handle(.connectionOpened)
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
-        sink.metrics.connectionOpened(reconnect: connectionsEverOpened >= configuration.connectionsPerThread)
+        sink.counters.connectionsChanged(by: 1)
+        sink.metrics.connectionOpened(reconnect: connectionsEverOpened >= connectionsExpected)
         connectionsEverOpened += 1
     }
 
     func socketClosed(_ fd: Int32) {
         openSockets.remove(fd)
         multi.socketClosing(fd)
-        _ = policy.handle(.connectionClosed(socket: fd))
+        apply(policy.handle(.connectionClosed(socket: fd)))
         sink.counters.connectionsClosed.add(1, ordering: .relaxed)
+        sink.counters.connectionsChanged(by: -1)
         sink.metrics.connectionClosed()
     }
 }

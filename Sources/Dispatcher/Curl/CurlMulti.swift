@@ -14,16 +14,16 @@ final class CurlMulti: EpollHandler {
     private(set) var timerDeadline = UInt64.max
     private var running: Int32 = 0
 
-    init(loop: EpollLoop, connectionsPerHost: Int, streamsPerConnection: Int) throws(DispatcherConfigurationError) {
+    init(loop: EpollLoop, connectionsPerHost: Int, connectionCeiling: Int, streamsPerConnection: Int) throws(DispatcherConfigurationError) {
         guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
         handle = multi
         self.loop = loop
         let me = Unmanaged.passUnretained(self).toOpaque()
         try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_PIPELINING, pushd_curl_pipe_multiplex()), "CURLMOPT_PIPELINING")
         try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, connectionsPerHost), "CURLMOPT_MAX_HOST_CONNECTIONS")
-        // Room for the configured connections and one fresh one while a retired connection
-        // whose socket was not known is replaced; more would keep idle ones.
-        try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, connectionsPerHost + 1), "CURLMOPT_MAXCONNECTS")
+        // Room for as many connections as the loop may grow to and one fresh one while a retired
+        // connection whose socket was not known is replaced; more would keep idle ones.
+        try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, connectionCeiling + 1), "CURLMOPT_MAXCONNECTS")
         try check(pushd_curl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, streamsPerConnection), "CURLMOPT_MAX_CONCURRENT_STREAMS")
         try check(pushd_curl_multi_setopt_socket_cb(multi, curlSocketCallback), "CURLMOPT_SOCKETFUNCTION")
         try check(pushd_curl_multi_setopt_ptr(multi, CURLMOPT_SOCKETDATA, me), "CURLMOPT_SOCKETDATA")
@@ -32,6 +32,12 @@ final class CurlMulti: EpollHandler {
     }
 
     private var cleanedUp = false
+
+    /// The connections libcurl may open to the host from now on (`ConnectionPolicy` grows and
+    /// shrinks it); libcurl reads it whenever a transfer looks for a connection.
+    func setConnectionLimit(_ connections: Int) throws(DispatcherConfigurationError) {
+        try check(pushd_curl_multi_setopt_long(handle, CURLMOPT_MAX_HOST_CONNECTIONS, connections), "CURLMOPT_MAX_HOST_CONNECTIONS")
+    }
 
     deinit {
         cleanUp()

@@ -15,6 +15,10 @@ public struct DispatcherStatistics: Sendable, Equatable {
     public var resentByTransport: Int
     /// Connection failures and server-side ends by reason.
     public var connectionFailures: [ConnectionFailureReason: Int]
+    /// Times a loop raised its connection limit because requests waited for a stream.
+    public var connectionsGrown: Int = 0
+    /// The most connections open at once, across the loops.
+    public var peakOpenConnections: Int = 0
 }
 
 /// Shared by the engine and its loops; relaxed atomics because they are only ever read as totals.
@@ -27,11 +31,25 @@ final class DispatcherCounters: Sendable {
     let connectionReplacements = Atomic<Int>(0)
     let connectFailures = Atomic<Int>(0)
     let resentByTransport = Atomic<Int>(0)
+    let connectionsGrown = Atomic<Int>(0)
+    private let openConnections = Atomic<Int>(0)
+    private let peakOpenConnections = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
     private let failures = Mutex<[ConnectionFailureReason: Int]>([:])
 
     func countFailure(_ reason: ConnectionFailureReason) {
         failures.withLock { $0[reason, default: 0] += 1 }
+    }
+
+    /// A loop's socket opened (+1) or closed (-1); keeps the peak of what is open at once.
+    func connectionsChanged(by delta: Int) {
+        let open = openConnections.wrappingAdd(delta, ordering: .relaxed).newValue
+        var peak = peakOpenConnections.load(ordering: .relaxed)
+        while open > peak {
+            let (exchanged, current) = peakOpenConnections.compareExchange(expected: peak, desired: open, ordering: .relaxed)
+            if exchanged { break }
+            peak = current
+        }
     }
 
     var snapshot: DispatcherStatistics {
@@ -41,6 +59,8 @@ final class DispatcherCounters: Sendable {
                              connectionReplacements: connectionReplacements.load(ordering: .relaxed),
                              connectFailures: connectFailures.load(ordering: .relaxed),
                              resentByTransport: resentByTransport.load(ordering: .relaxed),
-                             connectionFailures: failures.withLock { $0 })
+                             connectionFailures: failures.withLock { $0 },
+                             connectionsGrown: connectionsGrown.load(ordering: .relaxed),
+                             peakOpenConnections: peakOpenConnections.load(ordering: .relaxed))
     }
 }

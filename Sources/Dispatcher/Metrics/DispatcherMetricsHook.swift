@@ -17,6 +17,9 @@ public protocol DispatcherMetricsHook: Sendable {
     func requestRetried()
     /// A response asked for a fresh connection (503, IdleTimeout, ExpiredProviderToken, …).
     func connectionReplacementRequested()
+    /// A loop now lets libcurl hold `connections` connections: grown by one because requests
+    /// waited for a stream, or lowered after connections closed.
+    func connectionLimitChanged(to connections: Int)
 }
 
 extension DispatcherMetricsHook {
@@ -27,6 +30,7 @@ extension DispatcherMetricsHook {
     public func connectionFailed(_ reason: ConnectionFailureReason) {}
     public func requestRetried() {}
     public func connectionReplacementRequested() {}
+    public func connectionLimitChanged(to connections: Int) {}
 }
 
 /// Reports nothing.

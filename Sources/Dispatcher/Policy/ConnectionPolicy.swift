@@ -19,6 +19,9 @@ struct ConnectionPolicy: Equatable {
         case drained(connection: Int64)
         /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
         case connectFailed(now: UInt64, unitRandom: Double)
+        /// The loop is about to wait at `now`: `waiting` when requests wait for a stream (its
+        /// queue holds some and libcurl already has as many as the policy admits).
+        case beforeWait(now: UInt64, waiting: Bool)
     }
 
     enum Action: Equatable {
@@ -34,10 +37,18 @@ struct ConnectionPolicy: Equatable {
         /// As many connection attempts as a request gets have failed in a row: report
         /// everything waiting instead of failing it one by one behind ever longer backoffs.
         case failWaiting(consecutiveFailures: Int)
+        /// Let libcurl hold this many connections (`CURLMOPT_MAX_HOST_CONNECTIONS`): raised by
+        /// one when requests have waited for a stream long enough, lowered as connections close.
+        case setConnectionLimit(Int)
     }
 
     let backoff: ReconnectBackoff
     let maxAttempts: Int
+    let growth: ConnectionGrowth
+    /// Connections libcurl may hold now: `growth.base` … `growth.ceiling`.
+    private(set) var connectionLimit: Int
+    /// Since when requests have waited for a stream without a break; nil while none wait.
+    private(set) var waitingSince: UInt64?
     private(set) var openConnections = 0
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown:
     /// libcurl assumes 100 streams while APNs may allow 1 at first and refuse the rest.
@@ -49,17 +60,21 @@ struct ConnectionPolicy: Equatable {
     /// Connection ids already retired; libcurl never reuses an id, so a late event for one is ignored.
     private var retired: Set<Int64> = []
 
-    init(backoff: ReconnectBackoff, maxAttempts: Int) {
+    init(backoff: ReconnectBackoff, maxAttempts: Int, growth: ConnectionGrowth = .fixed) {
         self.backoff = backoff
         self.maxAttempts = maxAttempts
+        self.growth = growth
+        connectionLimit = growth.base
     }
 
-    /// How many requests may be inside libcurl at `now`, given the loop's configured limit.
+    /// How many requests may be inside libcurl at `now`, given the loop's configured limit
+    /// (its base connections' streams): each connection grown beyond the base adds its streams.
     func admissionLimit(configured: Int, now: UInt64) -> Int {
         if now < backoffUntil || !retiring.isEmpty { return 0 }
         // One at a time while no connection exists or the newest has not answered: the first
         // batch would otherwise be inside libcurl before the server's SETTINGS arrive.
-        return cold || openConnections == 0 ? 1 : configured
+        if cold || openConnections == 0 { return 1 }
+        return configured + (connectionLimit - growth.base) * growth.streamsPerConnection
     }
 
     /// When a backoff holds admissions, the time it ends.
@@ -76,7 +91,13 @@ struct ConnectionPolicy: Equatable {
             // The retired connection is gone by itself (and its descriptor number may be reused:
             // it must never be closed later).
             for (connection, known) in retiring where known == socket { retiring.removeValue(forKey: connection) }
-            return .none
+            // A grown connection libcurl let go (idle past `idleCloseSeconds`, or lost) is not
+            // kept as room: the limit follows what is open, never below the base.
+            let limit = max(growth.base, min(connectionLimit, openConnections))
+            guard limit != connectionLimit else { return .none }
+            connectionLimit = limit
+            waitingSince = nil
+            return .setConnectionLimit(limit)
         case .answered:
             cold = false
             consecutiveConnectFailures = 0
@@ -96,6 +117,44 @@ struct ConnectionPolicy: Equatable {
             let delay = backoff.delayMilliseconds(afterFailures: consecutiveConnectFailures, unitRandom: unitRandom)
             backoffUntil = now + UInt64(delay) * 1_000_000
             return consecutiveConnectFailures >= maxAttempts ? .failWaiting(consecutiveFailures: consecutiveConnectFailures) : .none
+        case .beforeWait(let now, let waiting):
+            guard waiting else {
+                waitingSince = nil
+                return .none
+            }
+            // Grow one connection at a time, only on a healthy loop: not while the newest has
+            // not answered (its streams are not known yet), a connection is being retired, or
+            // connects fail.
+            guard connectionLimit < growth.ceiling, !cold, retiring.isEmpty, consecutiveConnectFailures == 0,
+                  openConnections >= connectionLimit else {
+                waitingSince = nil
+                return .none
+            }
+            guard let since = waitingSince else {
+                waitingSince = now
+                return .none
+            }
+            guard now >= since + growth.delayNanoseconds else { return .none }
+            connectionLimit += 1
+            waitingSince = nil
+            return .setConnectionLimit(connectionLimit)
         }
     }
+}
+
+/// How far a loop may open connections beyond its configured ones: when requests have waited
+/// for a stream for `delayNanoseconds` without a break while every connection carries what it
+/// may, one more, up to `ceiling`. Throughput per connection is streams ÷ round trip, so this
+/// is what lets a far server (APNs at 20–150 ms) be sent to at the rate the work needs.
+struct ConnectionGrowth: Equatable {
+    /// Connections the loop keeps (`connectionsPerThread`).
+    let base: Int
+    /// Connections the loop may hold at most (its share of `maxConnections`).
+    let ceiling: Int
+    /// Streams each added connection carries (`streamsPerConnection`).
+    let streamsPerConnection: Int
+    let delayNanoseconds: UInt64
+
+    /// No growth: one connection, as many as configured.
+    static let fixed = ConnectionGrowth(base: 1, ceiling: 1, streamsPerConnection: 0, delayNanoseconds: 0)
 }

@@ -79,6 +79,11 @@ enum ConfigLoader {
         config.apns.alternatePort = apns.bool("alternate_port", default: false)
         config.apns.threads = apns.int("threads", default: config.apns.threads, range: 1...64)
         config.apns.connectionsPerApp = apns.int("connections_per_app", default: config.apns.connectionsPerApp, range: 1...64)
+        config.apns.maxConnectionsPerApp = apns.int("max_connections_per_app", default: config.apns.maxConnectionsPerApp, range: 1...1024)
+        if config.apns.maxConnectionsPerApp < config.apns.threads * config.apns.connectionsPerApp {
+            reader.error("apns.max_connections_per_app", line: apns.line,
+                         "\(config.apns.maxConnectionsPerApp) is below apns.threads × apns.connections_per_app (\(config.apns.threads * config.apns.connectionsPerApp)): the connections every thread keeps")
+        }
         config.apns.streamsPerConnection = apns.int("streams_per_connection", default: config.apns.streamsPerConnection, range: 1...10_000)
         config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.maxInFlight, range: 1...1_000_000)
         config.apns.connectTimeoutMilliseconds = apns.int("connect_timeout_ms", default: config.apns.connectTimeoutMilliseconds, range: 100...600_000)

@@ -54,6 +54,10 @@ struct PushdConfig: Sendable, Equatable {
         var alternatePort: Bool = false
         var threads: Int = 2
         var connectionsPerApp: Int = 1
+        /// Connections per app and lane at most, across the threads: while notifications wait
+        /// for a free stream, a thread opens another connection up to its share; idle ones close
+        /// after 10 minutes. Throughput per connection is streams ÷ round trip.
+        var maxConnectionsPerApp: Int = 8
         /// Streams used per connection at most; the server's SETTINGS may allow fewer.
         var streamsPerConnection: Int = 500
         var maxInFlight: Int = 4000

@@ -129,7 +129,7 @@ final class Pipeline: @unchecked Sendable {
                                              passphrase: password)
             }
         }
-        return DispatcherConfiguration(
+        var configuration = DispatcherConfiguration(
             host: host, port: port, credential: credential, trustedCAFile: config.apns.caFile, proxy: config.apns.proxy,
             threads: config.apns.threads, connectionsPerThread: config.apns.connectionsPerApp,
             streamsPerConnection: config.apns.streamsPerConnection, maxOutstanding: config.apns.maxInFlight,
@@ -137,6 +137,8 @@ final class Pipeline: @unchecked Sendable {
             requestTimeoutMilliseconds: config.apns.requestTimeoutMilliseconds,
             keepAliveIntervalMilliseconds: config.apns.pingIntervalMilliseconds,
             keepAliveTimeoutMilliseconds: config.apns.pingTimeoutMilliseconds)
+        configuration.maxConnections = config.apns.maxConnectionsPerApp
+        return configuration
     }
 
     func start() {
