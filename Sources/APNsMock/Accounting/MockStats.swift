@@ -60,6 +60,13 @@ public struct MockStats: Sendable, Equatable, Codable {
     public var clientResetsAfterAnswer: Int = 0
     /// ES256 signature checks made: one per distinct token per connection, not per request.
     public var providerTokenVerifications: Int = 0
+    /// Channels created and deleted through the channel management listener.
+    public var channelsCreated: Int = 0
+    public var channelsDeleted: Int = 0
+    /// Channels that exist now (not zeroed by a stats reset: they are the server's state).
+    public var channelsLive: Int = 0
+    /// Broadcasts answered 200, by channel id.
+    public var broadcastsAccepted: [String: Int] = [:]
 
     /// The number of error answers with this reason.
     public func rejected(_ reason: String) -> Int {
