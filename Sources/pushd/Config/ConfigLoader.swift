@@ -67,6 +67,7 @@ enum ConfigLoader {
 
         let apns = top.section("apns")
         config.apns.hostOverride = apns.string("host")
+        config.apns.channelHostOverride = apns.string("channel_host")
         config.apns.caFile = apns.string("ca_file")
         config.apns.proxy = apns.string("proxy")
         config.apns.alternatePort = apns.bool("alternate_port", default: false)

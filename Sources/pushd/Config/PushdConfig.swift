@@ -27,6 +27,8 @@ struct PushdConfig: Sendable, Equatable {
     struct APNs: Sendable, Equatable {
         /// `host[:port]` replacing Apple's hosts, for apns-mock.
         var hostOverride: String?
+        /// `host[:port]` replacing Apple's channel management hosts (2195/2196), for apns-mock.
+        var channelHostOverride: String?
         /// Extra CA to trust (PEM), for apns-mock's throwaway CA. TLS verification stays on.
         var caFile: String?
         var proxy: String?
