@@ -36,7 +36,7 @@ public struct TokenCounts: Sendable, Hashable, Codable {
 public struct MockStats: Sendable, Equatable, Codable {
     /// Complete requests received and handed to the logic (answered, delayed or reset).
     public var requestsReceived: Int = 0
-    /// Notifications answered 200.
+    /// Device notifications answered 200 (broadcasts are counted in `broadcastsAccepted`).
     public var accepted: Int = 0
     /// Error answers by "status reason", for example "410 Unregistered".
     public var rejected: [String: Int] = [:]

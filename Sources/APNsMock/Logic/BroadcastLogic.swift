@@ -21,6 +21,8 @@ extension ConnectionLogic {
             return reject(404, .channelNotRegistered, apnsID: apnsID)
         }
         var answer = Answer(status: 200, apnsID: apnsID)
+        // Counted per channel in `broadcastsAccepted`, apart from device notifications.
+        answer.countsAsNotification = false
         answer.extraHeaders = [HeaderField(name: APNsHeader.channelID, value: accepted.channelID.value)]
         return answer
     }

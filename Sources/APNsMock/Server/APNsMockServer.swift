@@ -1,3 +1,4 @@
+import APNs
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -103,6 +104,13 @@ public final class APNsMockServer: Sendable {
 
     /// Stats in the Prometheus text format.
     public var metricsText: String { StatsText.render(stats) }
+
+    /// Creates a channel as the management API would, for tests and load tests that broadcast
+    /// without going through it; nil when the bundle id has as many as allowed.
+    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy) -> String? {
+        if case .created(let id) = core.channels.create(bundleID: bundleID, policy: storagePolicy) { return id }
+        return nil
+    }
 
     public func resetStats() {
         core.accounting.reset()

@@ -229,7 +229,6 @@ final class BroadcastWorker: @unchecked Sendable {
             try broadcasts.delivered(connection, ids: [job.id])
             sender.countResponse(status: 200, reason: "none")
             context.metrics.broadcastSent(app: job.app, environment: environment.rawValue).increment()
-            context.tally.add(context.tally.sent)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             sender.countResponse(status: status, reason: outcome.label)
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
