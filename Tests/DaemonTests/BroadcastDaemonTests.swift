@@ -60,4 +60,51 @@ import Testing
             #expect(process.terminationStatus == 0, "\(logText())")
         }
     }
+
+    @Test func broadcastsAnsweredTooManyRequestsOrServiceUnavailableAreRetriedUntilAccepted() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database,
+                                            faults: FaultConfiguration(tooManyRequestsRate: 0.3, serviceUnavailableRate: 0.2))
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            for _ in 0..<20 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, Self.update])
+            }
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.broadcastsAccepted[channel] == 20 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(harness.mock.stats.rejected("TooManyRequests") + harness.mock.stats.rejected("ServiceUnavailable") > 0)
+            let scrape = pipeline.context.metrics.registry.expositionText()
+            #expect(scrape.contains("pushd_broadcasts_sent_total{app=\"shop\",environment=\"sandbox\"} 20"), "\(scrape)")
+            #expect(scrape.contains("pushd_retries_total{app=\"shop\",lane=\"broadcast\""))
+        }
+    }
+
+    @Test func aCertificateAppsBroadcastsAreDeadLetteredAndItsChannelRequestsFailWithAReason() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            var config = harness.config()
+            let certificates = harness.certificates
+            config.apps[0].credentials = .certificate(certificateFile: certificates.clientCertificate, keyFile: certificates.clientKey,
+                                                      pkcs12File: nil, password: nil)
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'c2hvcDox', $1)", [Self.update])
+            try connection.query("SELECT pushd.create_channel('shop')")
+            #expect(DaemonHarness.wait(seconds: 20) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'broadcasts need token (JWT) authentication%'")) == 1
+            })
+            #expect(DaemonHarness.wait(seconds: 20) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed' AND outcome LIKE '%accepts only token (JWT) authentication%'")) == 1
+            })
+            #expect(harness.mock.stats.requestsReceived == 0)
+        }
+    }
 }
