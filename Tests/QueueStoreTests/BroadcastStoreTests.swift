@@ -100,4 +100,20 @@ import Testing
             #expect(try owner.query("SELECT count(*) FROM pushd.channels").require(Int.self, row: 0, column: 0) == 2)
         }
     }
+
+    @Test func queuedBroadcastsAreALaneOfTheQueueStatistics() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            for _ in 0..<2 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('news', $1, $2)", [Self.channel, Self.update])
+            }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, run_at) VALUES ('news', $1, $2, now() + interval '1 hour')",
+                                 [Self.channel, Self.update])
+            let lanes = try QueueStats.read(connection).lanes.filter { $0.lane == .broadcast }
+            #expect(lanes.map(\.app) == ["news"])
+            #expect(lanes.first?.depth == 2)
+            #expect(lanes.first?.scheduled == 1)
+        }
+    }
 }
