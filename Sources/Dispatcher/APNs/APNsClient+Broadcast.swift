@@ -36,14 +36,8 @@ extension APNsClient {
 
     public func request(for channelRequest: ChannelRequest) throws(APNsClientError) -> DispatchRequest {
         let authorization = try bearer()
-        let method: DispatchRequest.Method
-        switch channelRequest.operation {
-        case .create: method = .post
-        case .read, .listAll: method = .get
-        case .delete: method = .delete
-        }
         do {
-            return try DispatchRequest(method: method, path: channelRequest.path,
+            return try DispatchRequest(method: DispatchRequest.Method(rawValue: channelRequest.method) ?? .post, path: channelRequest.path,
                                        headerLines: channelRequest.headerFields(authorization: authorization).map(\.line),
                                        body: channelRequest.body)
         } catch {

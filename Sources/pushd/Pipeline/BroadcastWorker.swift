@@ -134,7 +134,7 @@ final class BroadcastWorker: @unchecked Sendable {
         let sent: (outcome: SendOutcome, response: Response?)
         do {
             let dispatchRequest = try DispatchRequest(
-                method: operation.kind == .create ? .post : .delete, path: request.path,
+                method: DispatchRequest.Method(rawValue: request.method) ?? .post, path: request.path,
                 headerLines: request.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line), body: request.body)
             sent = dispatch(dispatchRequest, sender: sender, environment: environment, management: true)
         } catch {
