@@ -36,6 +36,7 @@ func serve(_ configuration: MockConfiguration, faultsFile: String?) throws {
 
     let port = try server.start()
     var line = "apns-mock listening on \(configuration.host):\(port) (nghttp2 \(HTTP2Library.version))"
+    if let channels = server.channelManagementPort { line += ", channel management on \(configuration.host):\(channels)" }
     if let control = server.controlPort { line += ", control on 127.0.0.1:\(control)" }
     say(line)
     done.wait()

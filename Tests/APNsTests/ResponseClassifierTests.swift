@@ -26,6 +26,10 @@ import Testing
         (429, .tooManyRequests, .retry), (429, .tooManyProviderTokenUpdates, .reconnect),
         (500, .internalServerError, .retry),
         (503, .serviceUnavailable, .reconnect), (503, .shutdown, .reconnect),
+        (400, .missingChannelId, .deadLetter), (400, .badChannelId, .deadLetter), (400, .missingPushType, .deadLetter),
+        (404, .channelNotRegistered, .deadLetter),
+        (400, .cannotCreateChannelConfig, .deadLetterFlaggingConfiguration),
+        (400, .featureNotEnabled, .deadLetterFlaggingConfiguration),
     ]
 
     @Test func tableCoversEveryKnownReason() {

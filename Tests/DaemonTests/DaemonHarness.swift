@@ -48,9 +48,11 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.countsPerToken = true
         configuration.faults = faults
         configuration.providerTokenUpdateWindowSeconds = providerTokenUpdateWindowSeconds
+        configuration.channelManagementPort = 0
         mock = try APNsMockServer(configuration: configuration)
         mockPort = try mock.start()
         configuration.port = mockPort
+        configuration.channelManagementPort = mock.channelManagementPort
         mockConfiguration = configuration
     }
 
@@ -74,6 +76,7 @@ final class DaemonHarness: @unchecked Sendable {
                             credentials: .token(teamID: Self.teamID, keyID: Self.keyID, keyFile: keyFile), campaignRate: nil),
         ])
         config.apns.hostOverride = "127.0.0.1:\(mockPort)"
+        config.apns.channelHostOverride = "127.0.0.1:\(mockConfiguration.channelManagementPort ?? 0)"
         config.apns.caFile = certificates.caCertificate
         config.apns.threads = 1
         config.retry.baseDelayMilliseconds = 10
@@ -96,6 +99,7 @@ final class DaemonHarness: @unchecked Sendable {
           level: info
         apns:
           host: 127.0.0.1:\(mockPort)
+          channel_host: 127.0.0.1:\(mockConfiguration.channelManagementPort ?? 0)
           ca_file: \(certificates.caCertificate)
           threads: 1
         retry:

@@ -52,6 +52,13 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
     public static let internalServerError: APNsReason = "InternalServerError"
     public static let serviceUnavailable: APNsReason = "ServiceUnavailable"
     public static let shutdown: APNsReason = "Shutdown"
+    // Broadcast sends and channel management (iOS 18 Live Activity channels)
+    public static let missingChannelId: APNsReason = "MissingChannelId"
+    public static let badChannelId: APNsReason = "BadChannelId"
+    public static let channelNotRegistered: APNsReason = "ChannelNotRegistered"
+    public static let cannotCreateChannelConfig: APNsReason = "CannotCreateChannelConfig"
+    public static let featureNotEnabled: APNsReason = "FeatureNotEnabled"
+    public static let missingPushType: APNsReason = "MissingPushType"
 
     /// Every documented reason with the HTTP status APNs sends it with.
     public static let known: [(reason: APNsReason, status: Int)] = [
@@ -67,6 +74,8 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
         (.payloadTooLarge, 413),
         (.tooManyProviderTokenUpdates, 429), (.tooManyRequests, 429),
         (.internalServerError, 500), (.serviceUnavailable, 503), (.shutdown, 503),
+        (.missingChannelId, 400), (.badChannelId, 400), (.cannotCreateChannelConfig, 400),
+        (.featureNotEnabled, 400), (.missingPushType, 400), (.channelNotRegistered, 404),
     ]
 
     private static let statusByReason: [String: Int] = {

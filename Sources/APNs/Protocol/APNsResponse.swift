@@ -22,7 +22,7 @@ public struct APNsResponse: Sendable, Hashable {
         self.init(status: status, apnsID: apnsID, reason: parsed?.reason, timestamp: parsed?.timestamp)
     }
 
-    public var isSuccess: Bool { status == 200 }
+    public var isSuccess: Bool { (200..<300).contains(status) }
 
     /// What to do about this response.
     public var action: ResponseAction {

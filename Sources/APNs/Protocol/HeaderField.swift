@@ -27,8 +27,10 @@ public enum APNsHeader {
     public static let expiration = "apns-expiration"
     public static let priority = "apns-priority"
     public static let collapseID = "apns-collapse-id"
-    /// Broadcast channels for Live Activities; accepted and passed through unchecked.
+    /// The channel of a broadcast or of a channel read or delete (`ChannelID`), and in the
+    /// answer to a channel creation.
     public static let channelID = "apns-channel-id"
+    /// The id of a channel management request, echoed in its answer.
     public static let requestID = "apns-request-id"
     /// Response header carrying the notification's id.
     public static let uniqueID = "apns-unique-id"

@@ -4,7 +4,8 @@
 /// when the two disagree the reason is the more specific statement.
 public enum ResponseClassifier {
     public static func classify(status: Int, reason: APNsReason?, timestamp: Int64?) -> ResponseAction {
-        if status == 200 { return .delivered }
+        // 201 (channel created) and 204 (channel deleted) are the management API's successes.
+        if (200..<300).contains(status) { return .delivered }
         guard let reason else { return classifyWithoutReason(status: status) }
         switch reason {
         case .badDeviceToken, .deviceTokenNotForTopic:
@@ -21,6 +22,17 @@ public enum ResponseClassifier {
             return .deadLetter(why: "APNs rejected the request line (\(reason)); this is a sender bug")
         case .payloadTooLarge:
             return .deadLetter(why: "payload larger than APNs accepts for this push type (PayloadTooLarge)")
+
+        case .missingChannelId, .badChannelId, .missingPushType:
+            return .deadLetter(why: "APNs rejected the broadcast or channel request as malformed (\(reason)); fix the sender, retrying cannot help")
+        case .channelNotRegistered:
+            return .deadLetter(why: "the channel does not exist in this environment (ChannelNotRegistered); it was deleted or never created there")
+        case .cannotCreateChannelConfig:
+            return .deadLetter(why: "the app has as many channels as APNs allows (CannotCreateChannelConfig); delete channels no longer used", flagsConfiguration: true)
+        // Not a credential failure of the app as a whole: its ordinary pushes still work, so
+        // the app is not stopped, only this request refused and the configuration flagged.
+        case .featureNotEnabled:
+            return .deadLetter(why: "broadcast push is not enabled for this app's bundle id or key (FeatureNotEnabled)", flagsConfiguration: true)
 
         case .expiredProviderToken:
             return .refreshProviderTokenThenRetry

@@ -71,15 +71,19 @@ public enum NotificationValidator {
     // MARK: Payload
 
     static func checkPayload(_ n: Notification, into found: inout [ValidationIssue]) {
-        let payload = n.payload
+        checkPayload(n.payload, pushType: n.pushType, into: &found)
+    }
+
+    /// The payload rules alone, for requests that have no device token (broadcasts).
+    static func checkPayload(_ payload: [UInt8], pushType: PushType, into found: inout [ValidationIssue]) {
         if payload.isEmpty {
             found.append(.init(field: "payload", rule: .payloadEmpty, message: "the payload is empty; send at least {}"))
             return
         }
-        let limit = n.pushType.maxPayloadSize
+        let limit = pushType.maxPayloadSize
         if payload.count > limit {
             found.append(.init(field: "payload", rule: .payloadTooLarge,
-                               message: "\(payload.count) bytes; \(n.pushType) payloads may have at most \(limit)"))
+                               message: "\(payload.count) bytes; \(pushType) payloads may have at most \(limit)"))
             // Far beyond any limit the content no longer matters; do not spend time reading it.
             if payload.count > 16 * limit { return }
         }
@@ -90,7 +94,7 @@ public enum NotificationValidator {
             found.append(.init(field: "payload", rule: .payloadNotJSONObject, message: error.description))
             return
         }
-        var checker = APSChecker(type: n.pushType, found: found)
+        var checker = APSChecker(type: pushType, found: found)
         checker.check(aps: top.aps, hasMDMMagic: top.hasMDMMagic)
         found = checker.found
     }

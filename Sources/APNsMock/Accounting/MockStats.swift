@@ -36,7 +36,7 @@ public struct TokenCounts: Sendable, Hashable, Codable {
 public struct MockStats: Sendable, Equatable, Codable {
     /// Complete requests received and handed to the logic (answered, delayed or reset).
     public var requestsReceived: Int = 0
-    /// Notifications answered 200.
+    /// Device notifications answered 200 (broadcasts are counted in `broadcastsAccepted`).
     public var accepted: Int = 0
     /// Error answers by "status reason", for example "410 Unregistered".
     public var rejected: [String: Int] = [:]
@@ -60,6 +60,13 @@ public struct MockStats: Sendable, Equatable, Codable {
     public var clientResetsAfterAnswer: Int = 0
     /// ES256 signature checks made: one per distinct token per connection, not per request.
     public var providerTokenVerifications: Int = 0
+    /// Channels created and deleted through the channel management listener.
+    public var channelsCreated: Int = 0
+    public var channelsDeleted: Int = 0
+    /// Channels that exist now (not zeroed by a stats reset: they are the server's state).
+    public var channelsLive: Int = 0
+    /// Broadcasts answered 200, by channel id.
+    public var broadcastsAccepted: [String: Int] = [:]
 
     /// The number of error answers with this reason.
     public func rejected(_ reason: String) -> Int {

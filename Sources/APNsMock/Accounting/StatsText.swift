@@ -25,6 +25,9 @@ enum StatsText {
             ("apns_mock_client_resets_total", "RST_STREAM frames received from clients.", stats.clientResets),
             ("apns_mock_client_resets_after_answer_total", "RST_STREAM frames received from clients for streams already answered.", stats.clientResetsAfterAnswer),
             ("apns_mock_provider_token_verifications_total", "ES256 signature checks of provider tokens.", stats.providerTokenVerifications),
+            ("apns_mock_channels_created_total", "Broadcast channels created.", stats.channelsCreated),
+            ("apns_mock_channels_deleted_total", "Broadcast channels deleted.", stats.channelsDeleted),
+            ("apns_mock_broadcasts_accepted_total", "Broadcast notifications answered 200, all channels.", stats.broadcastsAccepted.values.reduce(0, +)),
         ]
         for (name, help, value) in counters {
             out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n\(name) \(value)\n"

@@ -24,6 +24,10 @@ public enum MockCommandLine {
       --topic BUNDLE_ID               allowed bundle id; repeat; none means any
       --control-port N                plain-HTTP control endpoint on 127.0.0.1 (/metrics, /stats,
                                       /accepted, /faults GET|PUT, /goaway, /reset)
+      --channel-port N                channel management API (broadcast channels) on its own TLS
+                                      HTTP/2 listener, as APNs's 2195/2196 (0 picks a free one)
+      --max-channels N                channels per bundle id before CannotCreateChannelConfig
+                                      (default 10000)
       --log-accepted                  keep a log of accepted notifications (GET /accepted)
       --log-limit N                   keep at most N log entries, count the rest (default 2000000)
       --count-per-token               count answers per device token
@@ -74,6 +78,8 @@ public enum MockCommandLine {
         var maxStreams = 1000
         var topics: [String] = []
         var controlPort: UInt16?
+        var channelPort: UInt16?
+        var maxChannels = MockConfiguration.apnsChannelLimit
         var logAccepted = false
         var logLimit: Int?
         var perToken = false
@@ -111,6 +117,8 @@ public enum MockCommandLine {
             case "--max-streams": maxStreams = try integer(Int.self)
             case "--topic": topics.append(try value())
             case "--control-port": controlPort = try integer(UInt16.self)
+            case "--channel-port": channelPort = try integer(UInt16.self)
+            case "--max-channels": maxChannels = try integer(Int.self)
             case "--log-accepted": logAccepted = true
             case "--log-limit": logLimit = try integer(Int.self)
             case "--count-per-token": perToken = true
@@ -171,6 +179,8 @@ public enum MockCommandLine {
         configuration.maxConcurrentStreams = maxStreams
         configuration.allowedBundleIDs = topics
         configuration.controlPort = controlPort
+        configuration.channelManagementPort = channelPort
+        configuration.maxChannelsPerApp = maxChannels
         configuration.logsAccepted = logAccepted
         if let logLimit {
             guard logLimit >= 1 else { throw MockServerError.configuration("--log-limit must be at least 1, got \(logLimit)") }

@@ -8,6 +8,8 @@ import APNs
 struct ConnectionLogic {
     let connectionID: UInt64
     let settings: LogicSettings
+    /// Which API the listener that accepted this connection serves.
+    let role: ListenerRole
     private(set) var completedStreams = 0
     private(set) var concurrencyLowered = false
     private(set) var hasValidToken = false
@@ -15,9 +17,10 @@ struct ConnectionLogic {
     private(set) var random: SplitMix64
     private var announcedMaxStreams: Int
 
-    init(connectionID: UInt64, settings: LogicSettings, seed: UInt64) {
+    init(connectionID: UInt64, settings: LogicSettings, seed: UInt64, role: ListenerRole = .notifications) {
         self.connectionID = connectionID
         self.settings = settings
+        self.role = role
         self.random = SplitMix64(seed: seed)
         tokens = ProviderTokenState(updateWindowSeconds: settings.providerTokenUpdateWindowSeconds)
         announcedMaxStreams = settings.tokenVerifier != nil && settings.startAtOneStream ? 1 : settings.maxConcurrentStreams
@@ -37,7 +40,7 @@ struct ConnectionLogic {
         if faults.randomDelayMilliseconds > 0 {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
         }
-        concurrencyLowered = faults.lowerConcurrencyAfterError && answer.status != 200
+        concurrencyLowered = faults.lowerConcurrencyAfterError && !(200..<300).contains(answer.status)
         let waitingForToken = settings.tokenVerifier != nil && settings.startAtOneStream && !hasValidToken
         let wanted = waitingForToken || concurrencyLowered ? 1 : settings.maxConcurrentStreams
         if wanted != announcedMaxStreams {
@@ -50,6 +53,10 @@ struct ConnectionLogic {
     private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Answer {
         let requestedID = request.header(APNsHeader.id).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil }
         if request.bodyTruncated { return reject(413, .payloadTooLarge, apnsID: requestedID ?? makeID()) }
+        if role == .channelManagement { return decideChannelRequest(request, now: now) }
+        if BroadcastRequestJudge.isBroadcastPath(request.path) {
+            return decideBroadcast(request, faults: faults, now: now, requestedID: requestedID)
+        }
         let accepted: AcceptedRequest
         switch settings.validator.validate(method: request.method, path: request.path, headers: request.headers, body: request.body) {
         case .rejected(let status, let reason):
@@ -64,13 +71,8 @@ struct ConnectionLogic {
             return reject(400, .invalidPushType, apnsID: apnsID, token: token)
         }
 
-        if let verifier = settings.tokenVerifier {
-            switch tokens.authorize(accepted.authorization, now: now, verifier: verifier) {
-            case .rejected(let status, let reason):
-                return reject(status, reason, apnsID: apnsID, token: token)
-            case .accepted:
-                hasValidToken = true
-            }
+        if let (status, reason) = authenticate(accepted.authorization, now: now) {
+            return reject(status, reason, apnsID: apnsID, token: token)
         }
 
         if let timestamp = faults.unregisteredTokens[token] {
@@ -81,15 +83,7 @@ struct ConnectionLogic {
         if faults.badDeviceTokens.contains(token) { return reject(400, .badDeviceToken, apnsID: apnsID, token: token) }
         if faults.tokensNotForTopic.contains(token) { return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token) }
 
-        let errorRates = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate
-            + faults.shutdownRate
-        let roll = errorRates > 0 ? random.nextUnit() : 1
-        if roll < faults.tooManyRequestsRate { return reject(429, .tooManyRequests, apnsID: apnsID, token: token) }
-        if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate {
-            return reject(500, .internalServerError, apnsID: apnsID, token: token)
-        }
-        if roll < errorRates - faults.shutdownRate { return reject(503, .serviceUnavailable, apnsID: apnsID, token: token) }
-        if roll < errorRates { return reject(503, .shutdown, apnsID: apnsID, token: token) }
+        if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID, token: token) }
 
         var answer = Answer(status: 200, apnsID: apnsID, token: token)
         if settings.logsAccepted {
@@ -100,11 +94,35 @@ struct ConnectionLogic {
         return answer
     }
 
-    private func reject(_ status: Int, _ reason: APNsReason, apnsID: String, token: String? = nil) -> Answer {
+    /// The provider token's verdict, nil when accepted (or when the server checks none).
+    mutating func authenticate(_ authorization: String?, now: Int64) -> (Int, APNsReason)? {
+        guard let verifier = settings.tokenVerifier else { return nil }
+        switch tokens.authorize(authorization, now: now, verifier: verifier) {
+        case .rejected(let status, let reason):
+            return (status, reason)
+        case .accepted:
+            hasValidToken = true
+            return nil
+        }
+    }
+
+    /// The rate faults (429, 500, 503) rolled once; nil lets the request through.
+    mutating func rollErrorRates(_ faults: FaultConfiguration) -> (Int, APNsReason)? {
+        let errorRates = faults.tooManyRequestsRate + faults.internalServerErrorRate + faults.serviceUnavailableRate
+            + faults.shutdownRate
+        let roll = errorRates > 0 ? random.nextUnit() : 1
+        if roll < faults.tooManyRequestsRate { return (429, .tooManyRequests) }
+        if roll < faults.tooManyRequestsRate + faults.internalServerErrorRate { return (500, .internalServerError) }
+        if roll < errorRates - faults.shutdownRate { return (503, .serviceUnavailable) }
+        if roll < errorRates { return (503, .shutdown) }
+        return nil
+    }
+
+    func reject(_ status: Int, _ reason: APNsReason, apnsID: String, token: String? = nil) -> Answer {
         Answer(status: status, apnsID: apnsID, reason: reason.rawValue, token: token)
     }
 
-    private mutating func makeID() -> String {
+    mutating func makeID() -> String {
         let high = random.next()
         let low = random.next()
         return UUIDText.lowercased(high: (high & ~0xF000) | 0x4000, low: (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000)
@@ -123,6 +141,16 @@ struct LogicSettings: Sendable {
     /// Certificate-auth mode, where location and Live Activity pushes are refused.
     var certificateMode: Bool = false
     var logsAccepted: Bool
+    /// Broadcast and channel management checks.
+    var broadcastJudge = BroadcastRequestJudge()
+    /// Shared by every connection of both listeners.
+    var channels = ChannelRegistry(maximumPerApp: MockConfiguration.apnsChannelLimit)
+}
+
+/// The API a listener serves: APNs keeps channel management on its own host and port.
+enum ListenerRole: Sendable {
+    case notifications
+    case channelManagement
 }
 
 /// A small fast generator: fault rates are rolled on every request and need no cryptographic

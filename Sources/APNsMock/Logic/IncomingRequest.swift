@@ -45,10 +45,17 @@ struct Answer: Equatable {
     var logEntry: AcceptedNotification?
     /// Token the answer concerns, for per-token counts.
     var token: String?
+    /// Headers after `apns-id` (which is left out when empty): `apns-channel-id`,
+    /// `apns-request-id` of the broadcast and channel APIs.
+    var extraHeaders: [HeaderField] = []
+    /// The JSON body of a successful channel read or list.
+    var successBody: [UInt8]?
+    /// Channel management answers are not notifications and stay out of `accepted`.
+    var countsAsNotification = true
 
-    /// The JSON body APNs sends with an error.
+    /// The JSON body APNs sends with an error, or a success body.
     var body: [UInt8]? {
-        guard let reason else { return nil }
+        guard let reason else { return successBody }
         if let timestamp { return Array("{\"reason\":\"\(reason)\",\"timestamp\":\(timestamp)}".utf8) }
         return Array("{\"reason\":\"\(reason)\"}".utf8)
     }

@@ -1,3 +1,4 @@
+import APNs
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -13,6 +14,7 @@ public final class APNsMockServer: Sendable {
         var loops: [ServerLoop]
         var port: UInt16
         var control: ControlServer?
+        var channelManagementPort: UInt16?
     }
 
     private let core: ServerCore
@@ -41,11 +43,19 @@ public final class APNsMockServer: Sendable {
                 loops.append(loop)
                 try loop.start()
             }
+            var managementPort: UInt16?
+            if let wanted = configuration.channelManagementPort {
+                let listener = try SocketHelpers.listen(host: configuration.host, port: wanted, reusePort: false)
+                let loop = try ServerLoop(listenFD: listener.fd, core: core, role: .channelManagement)
+                loops.append(loop)
+                try loop.start()
+                managementPort = listener.port
+            }
             var control: ControlServer?
             if let controlPort = configuration.controlPort {
                 control = try ControlServer(port: controlPort, server: self)
             }
-            let state = Running(loops: loops, port: port, control: control)
+            let state = Running(loops: loops, port: port, control: control, channelManagementPort: managementPort)
             running.withLock { $0 = state }
             return port
         } catch {
@@ -70,6 +80,9 @@ public final class APNsMockServer: Sendable {
     /// The port the server listens on; 0 before `start()`.
     public var port: UInt16 { running.withLock { $0?.port ?? 0 } }
 
+    /// The channel management listener's port, when it runs.
+    public var channelManagementPort: UInt16? { running.withLock { $0?.channelManagementPort } }
+
     /// The control endpoint's port, when it runs.
     public var controlPort: UInt16? { running.withLock { $0?.control?.port } }
 
@@ -80,7 +93,11 @@ public final class APNsMockServer: Sendable {
         core.faultStore.replace(try faults.validated())
     }
 
-    public var stats: MockStats { core.accounting.stats }
+    public var stats: MockStats {
+        var stats = core.accounting.stats
+        core.channels.fill(&stats)
+        return stats
+    }
 
     /// Accepted notifications in answer order (empty unless `logsAccepted`).
     public var acceptedLog: [AcceptedNotification] { core.accounting.acceptedLog }
@@ -88,7 +105,17 @@ public final class APNsMockServer: Sendable {
     /// Stats in the Prometheus text format.
     public var metricsText: String { StatsText.render(stats) }
 
-    public func resetStats() { core.accounting.reset() }
+    /// Creates a channel as the management API would, for tests and load tests that broadcast
+    /// without going through it; nil when the bundle id has as many as allowed.
+    public func createChannel(bundleID: String, storagePolicy: MessageStoragePolicy) -> String? {
+        if case .created(let id) = core.channels.create(bundleID: bundleID, policy: storagePolicy) { return id }
+        return nil
+    }
+
+    public func resetStats() {
+        core.accounting.reset()
+        core.channels.resetCounts()
+    }
 
     /// Sends GOAWAY on every open connection, promising to finish the streams already begun.
     public func sendGoawayToAll() {

@@ -55,6 +55,14 @@ public struct MockConfiguration: Sendable {
     public var handshakeTimeoutMilliseconds: Int = 10_000
     /// Port of the plain-HTTP control endpoint on 127.0.0.1 (0 picks one); nil disables it.
     public var controlPort: UInt16? = nil
+    /// Port of the channel management listener (TLS HTTP/2, like APNs's own host on 2195 or
+    /// 2196; 0 picks one); nil leaves the channel management API out.
+    public var channelManagementPort: UInt16? = nil
+    /// Channels one bundle id may have; one more is answered 400 CannotCreateChannelConfig.
+    public var maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit
+
+    /// APNs's limit per app and environment.
+    public static let apnsChannelLimit = 10_000
 
     public init(certificateChainFile: String, privateKeyFile: String) {
         self.certificateChainFile = certificateChainFile
@@ -76,6 +84,9 @@ public struct MockConfiguration: Sendable {
         }
         if handshakeTimeoutMilliseconds < 1 {
             throw .configuration("handshakeTimeoutMilliseconds must be positive, got \(handshakeTimeoutMilliseconds)")
+        }
+        if maxChannelsPerApp < 0 {
+            throw .configuration("maxChannelsPerApp must not be negative, got \(maxChannelsPerApp)")
         }
         _ = try faults.validated()
         return self

@@ -42,14 +42,19 @@ final class ServerCore: Sendable {
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
             tokenVerifier: verifier, startAtOneStream: startAtOne,
             providerTokenUpdateWindowSeconds: Int64(configuration.providerTokenUpdateWindowSeconds),
-            certificateMode: clientCA != nil, logsAccepted: configuration.logsAccepted)
+            certificateMode: clientCA != nil, logsAccepted: configuration.logsAccepted,
+            broadcastJudge: BroadcastRequestJudge(
+                allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
+            channels: ChannelRegistry(maximumPerApp: configuration.maxChannelsPerApp))
     }
 
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }
 
-    func makeLogic(connectionID: UInt64) -> ConnectionLogic {
-        ConnectionLogic(connectionID: connectionID, settings: settings, seed: UInt64.random(in: 0...UInt64.max))
+    func makeLogic(connectionID: UInt64, role: ListenerRole = .notifications) -> ConnectionLogic {
+        ConnectionLogic(connectionID: connectionID, settings: settings, seed: UInt64.random(in: 0...UInt64.max), role: role)
     }
+
+    var channels: ChannelRegistry { settings.channels }
 
     static func wallClockSeconds() -> Int64 {
         var spec = timespec()

@@ -50,14 +50,14 @@ final class HTTP2Connection: EventLoopHandler {
     }
 
     init(id: UInt64, fd: Int32, tls: TLSSession, loop: EventLoop, core: ServerCore,
-         onClose: @escaping (HTTP2Connection) -> Void) {
+         role: ListenerRole = .notifications, onClose: @escaping (HTTP2Connection) -> Void) {
         self.id = id
         self.fd = fd
         self.tls = tls
         self.loop = loop
         self.core = core
         self.onClose = onClose
-        self.logic = core.makeLogic(connectionID: id)
+        self.logic = core.makeLogic(connectionID: id, role: role)
         self.faults = FaultView(store: core.faultStore)
     }
 
@@ -326,12 +326,14 @@ final class HTTP2Connection: EventLoopHandler {
 
     private func respond(_ streamID: Int32, _ answer: Answer) {
         guard phase == .open, let stream = lookUp(streamID), let session else { return }
-        if answer.status == 200 {
+        if answer.status == 200 && answer.countsAsNotification {
             core.accounting.recordAccepted(answer.logEntry, token: answer.token)
         } else if let reason = answer.reason {
             core.accounting.recordRejected(status: answer.status, reason: reason, token: answer.token)
         }
-        var fields: [(String, String)] = [(":status", String(answer.status)), ("apns-id", answer.apnsID)]
+        var fields: [(String, String)] = [(":status", String(answer.status))]
+        if !answer.apnsID.isEmpty { fields.append(("apns-id", answer.apnsID)) }
+        for header in answer.extraHeaders { fields.append((header.name, header.value)) }
         let result: Int32
         if let body = answer.body {
             fields.append(("content-type", "application/json"))

@@ -12,8 +12,10 @@ final class ServerLoop: EventLoopHandler, @unchecked Sendable {
     private let listenFD: Int32
     private let core: ServerCore
     private var connections: [UInt64: HTTP2Connection] = [:]
+    private let role: ListenerRole
 
-    init(listenFD: Int32, core: ServerCore) throws(MockServerError) {
+    init(listenFD: Int32, core: ServerCore, role: ListenerRole = .notifications) throws(MockServerError) {
+        self.role = role
         self.loop = try EventLoop()
         self.listenFD = listenFD
         self.core = core
@@ -47,7 +49,7 @@ final class ServerLoop: EventLoopHandler, @unchecked Sendable {
                 continue
             }
             let id = core.nextConnectionID()
-            let connection = HTTP2Connection(id: id, fd: fd, tls: tls, loop: loop, core: core) { [weak self] closed in
+            let connection = HTTP2Connection(id: id, fd: fd, tls: tls, loop: loop, core: core, role: role) { [weak self] closed in
                 self?.connections[closed.id] = nil
             }
             do {

@@ -36,9 +36,12 @@ public enum APNsClientError: Error, Sendable, CustomStringConvertible {
     /// The provider token could not be signed.
     case providerToken(String)
     case invalidRequest(DispatchRequestError)
+    /// Broadcasts and channel management accept only provider tokens.
+    case tokenAuthenticationRequired
 
     public var description: String {
         switch self {
+        case .tokenAuthenticationRequired: return "broadcasts and channel management need token (JWT) authentication; this app uses a certificate"
         case .providerToken(let message): return "could not sign the provider token: \(message)"
         case .invalidRequest(let error): return "notification cannot be sent: \(error)"
         }
@@ -50,7 +53,7 @@ public enum APNsClientError: Error, Sendable, CustomStringConvertible {
 public final class APNsClient: Sendable {
     public let dispatcher: HTTP2Dispatcher
     public let environment: APNsEnvironment
-    private let authentication: APNsAuthentication
+    let authentication: APNsAuthentication
 
     /// - Parameters:
     ///   - port: 443 or APNs's alternative 2197.
@@ -84,7 +87,7 @@ public final class APNsClient: Sendable {
 
     /// After ExpiredProviderToken the next request must carry a new token; the cache mints it
     /// once however many answers report the same expired one.
-    private static func refreshTokenIfExpired(_ result: DispatchResult, cache: ProviderTokenCache?) {
+    static func refreshTokenIfExpired(_ result: DispatchResult, cache: ProviderTokenCache?) {
         guard let cache, let response = result.response, response.status == 403,
               response.apns.reason == .expiredProviderToken, let rejected = cache.current else { return }
         _ = try? cache.tokenAfterExpiredProviderToken(rejected: rejected.jwt)

@@ -35,9 +35,11 @@ let curlPrereqCallback: pushd_curl_prereq_cb = { userData, _, _, _, localPort in
 let curlWriteCallback: pushd_curl_data_cb = { data, size, count, userData in
     let bytes = size * count
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
-    // Success bodies are not APNs's business and are dropped; error bodies are tiny, and
-    // anything past 64 KiB is not an APNs answer and is not kept.
-    if bytes > 0, !(200..<300).contains(transfer.status), transfer.responseBody.count < 65_536, let data {
+    // Success bodies of notifications are not APNs's business and are dropped (a channel
+    // read or list, a GET, is kept); error bodies are tiny, and anything past 64 KiB is not
+    // an APNs answer and is not kept.
+    if bytes > 0, !(200..<300).contains(transfer.status) || transfer.keepsSuccessBody,
+       transfer.responseBody.count < 65_536, let data {
         transfer.responseBody.append(contentsOf: UnsafeRawBufferPointer(start: data, count: min(bytes, 65_536 - transfer.responseBody.count)))
     }
     return bytes
@@ -53,6 +55,8 @@ let curlHeaderCallback: pushd_curl_data_cb = { data, size, count, userData in
     }
     if let apnsID = ResponseHeaderLine.apnsID(line) {
         Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().apnsID = apnsID
+    } else if let channelID = ResponseHeaderLine.channelID(line) {
+        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().channelID = channelID
     }
     return bytes
 }
@@ -87,6 +91,18 @@ enum ResponseHeaderLine {
         while start < line.count, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
         guard start + 36 <= line.count else { return nil }
         return parseUUID(UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
+    }
+
+    /// The value of an "apns-channel-id:" line (name in any case), trimmed, or nil. Only
+    /// channel answers carry it, so the allocation is off the notification path.
+    static func channelID(_ line: UnsafeRawBufferPointer) -> String? {
+        let name = Array("apns-channel-id:".utf8)
+        guard line.count > name.count, (0..<name.count).allSatisfy({ line[$0] | 0x20 == name[$0] | 0x20 }) else { return nil }
+        var start = name.count
+        var end = line.count
+        while start < end, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+        while end > start, line[end - 1] == 0x0A || line[end - 1] == 0x0D || line[end - 1] == 0x20 { end -= 1 }
+        return start < end ? String(decoding: line[start..<end], as: UTF8.self) : nil
     }
 
     static func parseUUID(_ text: UnsafeRawBufferPointer) -> UUID? {

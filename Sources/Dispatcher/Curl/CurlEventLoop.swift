@@ -285,7 +285,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         if curlCode == CurlResultCode.ok.rawValue || status != 0 {
             let body = transfer.responseBody
             if !body.isEmpty { transfer.responseBody = [] }
-            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body, errorBody: errorBody))
+            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body, errorBody: errorBody,
+                                        channelID: transfer.channelID))
         } else {
             transfer.responseBody.removeAll(keepingCapacity: true)
             outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))

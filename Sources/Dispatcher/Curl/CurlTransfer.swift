@@ -23,6 +23,10 @@ final class CurlTransfer {
     var pending: PendingRequest?
     var responseBody: [UInt8] = []
     var apnsID: UUID?
+    /// The `apns-channel-id` response header (a created channel's id, from the channel API).
+    var channelID: String?
+    /// A GET's success body is the answer (a channel read or list); a POST's is not kept.
+    var keepsSuccessBody: Bool { method == .get }
     /// From the status line, so the body of a success is never copied.
     var status = 0
     /// Times libcurl began sending this attempt; above one, it resent the request by itself.
@@ -139,6 +143,7 @@ final class CurlTransfer {
         }
         errorBuffer[0] = 0
         apnsID = nil
+        channelID = nil
         status = 0
         sends = 0
         connectionID = -1

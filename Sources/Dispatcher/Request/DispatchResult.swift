@@ -36,16 +36,19 @@ public struct Response: Sendable, Equatable {
     public let body: [UInt8]
     /// Status, apns-id, reason and timestamp as typed values; `apns.action` says what to do.
     public let apns: APNsResponse
+    /// The `apns-channel-id` response header: the id of a channel just created.
+    public let channelID: String?
 
-    public init(status: Int, apnsID: UUID?, body: [UInt8]) {
-        self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body))
+    public init(status: Int, apnsID: UUID?, body: [UInt8], channelID: String? = nil) {
+        self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body), channelID: channelID)
     }
 
     /// With the error body already read (the engine reads it once, for its own decisions too).
-    init(status: Int, apnsID: UUID?, body: [UInt8], errorBody: APNsErrorBody?) {
+    init(status: Int, apnsID: UUID?, body: [UInt8], errorBody: APNsErrorBody?, channelID: String? = nil) {
         self.status = status
         self.apnsID = apnsID
         self.body = body
+        self.channelID = channelID
         apns = APNsResponse(status: status, apnsID: apnsID?.uuidString.lowercased(), reason: errorBody?.reason,
                             timestamp: errorBody?.timestamp)
     }

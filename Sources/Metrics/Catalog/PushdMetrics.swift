@@ -49,6 +49,10 @@ public struct PushdMetrics: Sendable {
     public let buildInfo: GaugeFamily
     public let apnsConnectionRetirements: CounterFamily
 
+    // Broadcast channels (Live Activities)
+    public let broadcastsSent: CounterFamily
+    public let channelOperations: CounterFamily
+
     // Fleet (from pushd.instances, the same on every instance)
     public let fleetInstances: CallbackFamily
     public let fleetVersions: CallbackFamily
@@ -178,6 +182,15 @@ public struct PushdMetrics: Sendable {
             help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503) and GOAWAY.",
             labels: ["app", "environment", "reason"])
 
+        broadcastsSent = try registry.counter(
+            "pushd_broadcasts_sent_total",
+            help: "Broadcast notifications accepted by APNs (HTTP 200), each one for every device subscribed to its channel.",
+            labels: target)
+        channelOperations = try registry.counter(
+            "pushd_channel_operations_total",
+            help: "Channel management requests carried out: lane is create or delete, status the HTTP status (none without an answer), reason none on success, else the APNs reason or transport.",
+            labels: target + ["lane", "status", "reason"])
+
         fleetInstances = try registry.callbackGauge(
             "pushd_fleet_instances",
             help: "Instances registered in pushd.instances: alive (a heartbeat within 60 s) or gone (silent longer).",
@@ -272,5 +285,14 @@ public struct PushdMetrics: Sendable {
 
     public func connectionRetirement(app: String, environment: String, reason: String) -> Counter {
         apnsConnectionRetirements.bound([app, environment, reason])
+    }
+
+    public func broadcastSent(app: String, environment: String) -> Counter {
+        broadcastsSent.bound([app, environment])
+    }
+
+    /// `operation` is "create" or "delete" (carried in the `lane` label).
+    public func channelOperation(app: String, environment: String, operation: String, status: String, reason: String) -> Counter {
+        channelOperations.bound([app, environment, operation, status, reason])
     }
 }

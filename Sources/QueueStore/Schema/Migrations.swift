@@ -18,7 +18,9 @@ extension Migrator {
         Migration(version: 14, name: "campaign targets parked while they wait for a retry", sql: campaignRetriesV14),
         Migration(version: 15, name: "a rate-capped campaign's lease schedule makes up for late leases", sql: leasePaceV15),
         Migration(version: 16, name: "campaign targets keep their registered token's environment", sql: targetEnvironmentsV16),
-        Migration(version: 17, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV17),
+        Migration(version: 17, name: "broadcast channels and broadcast jobs", sql: broadcastV17),
+        // The roles migration stays last: its grants cover every table created before it.
+        Migration(version: 18, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV18),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -736,6 +738,164 @@ extension Migrator {
     END $$;
     """#
 
+    /// Broadcast channels (`pushd.channels`, created and deleted through functions that pushd
+    /// carries out against APNs) and broadcast jobs: an INSERT into `pushd.jobs` with a
+    /// `channel_id` instead of a device token is moved by a trigger into
+    /// `pushd.broadcast_jobs`, so the device-token lane never sees it. Both are claimed by
+    /// lease (`run_at` pushed forward while in flight): a dead worker's rows come back due.
+    static let broadcastV17 = #"""
+    CREATE FUNCTION pushd.check_channel_id(value text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        IF value IS NULL OR (length(value) BETWEEN 4 AND 128 AND length(value) % 4 = 0 AND value ~ '^[A-Za-z0-9+/]+={0,2}$') THEN
+            RETURN true;
+        END IF;
+        RETURN pushd.fail_check(label, constraint_name,
+            format('must be the base64 channel id APNs returned (A-Z a-z 0-9 + / with = padding, groups of 4, at most 128), got %L', left(value, 80)));
+    END $$;
+
+    CREATE FUNCTION pushd.check_storage_policy(value text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        IF value IS NULL OR value IN ('none', 'most-recent') THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name, format('must be none or most-recent, got %L', left(value, 80)));
+    END $$;
+
+    CREATE TABLE pushd.channels (
+        id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        app            text NOT NULL,
+        channel_id     text,
+        environment    text,
+        storage_policy text NOT NULL DEFAULT 'none',
+        -- pending_create, active, pending_delete, deleted, failed
+        state          text NOT NULL,
+        outcome        text,
+        attempts       integer NOT NULL DEFAULT 0,
+        run_at         timestamptz NOT NULL DEFAULT now(),
+        requested_at   timestamptz NOT NULL DEFAULT now(),
+        created_at     timestamptz,
+        deleted_at     timestamptz,
+        CONSTRAINT channels_app_valid CHECK (pushd.check_app(app, 'pushd.channels.app', 'channels_app_valid')),
+        CONSTRAINT channels_channel_id_valid CHECK (pushd.check_channel_id(channel_id, 'pushd.channels.channel_id', 'channels_channel_id_valid')),
+        CONSTRAINT channels_environment_valid CHECK (pushd.check_environment(environment, 'pushd.channels.environment', 'channels_environment_valid')),
+        CONSTRAINT channels_storage_policy_valid CHECK (pushd.check_storage_policy(storage_policy, 'pushd.channels.storage_policy', 'channels_storage_policy_valid')),
+        CONSTRAINT channels_state_known CHECK (state IN ('pending_create', 'active', 'pending_delete', 'deleted', 'failed'))
+    );
+    CREATE UNIQUE INDEX channels_app_channel ON pushd.channels (app, channel_id) WHERE channel_id IS NOT NULL;
+    CREATE INDEX channels_pending ON pushd.channels (run_at) WHERE state IN ('pending_create', 'pending_delete');
+
+    CREATE FUNCTION pushd.channels_notify() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('pushd_channels', '');
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER channels_notify AFTER INSERT OR UPDATE OF state ON pushd.channels
+        FOR EACH STATEMENT EXECUTE FUNCTION pushd.channels_notify();
+
+    -- Asks pushd to create a channel; returns the row id. The channel id appears in the row
+    -- (state 'active') once APNs has answered; a refusal leaves state 'failed' and the reason
+    -- in outcome. NULL environment: the app's configured environment.
+    CREATE FUNCTION pushd.create_channel(p_app text, p_storage_policy text DEFAULT 'none', p_environment text DEFAULT NULL)
+    RETURNS bigint LANGUAGE sql AS $$
+        INSERT INTO pushd.channels (app, environment, storage_policy, state)
+        VALUES (p_app, p_environment, coalesce(p_storage_policy, 'none'), 'pending_create')
+        RETURNING id;
+    $$;
+
+    -- Asks pushd to delete a channel; returns the row id. A channel not created through
+    -- pushd (no row yet) gets a row, so its deletion is recorded the same way.
+    CREATE FUNCTION pushd.delete_channel(p_app text, p_channel_id text, p_environment text DEFAULT NULL)
+    RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE row_id bigint;
+    BEGIN
+        UPDATE pushd.channels SET state = 'pending_delete', run_at = now(), attempts = 0,
+                                  environment = coalesce(p_environment, environment)
+        WHERE app = p_app AND channel_id = p_channel_id AND state IN ('active', 'pending_delete', 'failed')
+        RETURNING id INTO row_id;
+        IF row_id IS NULL THEN
+            INSERT INTO pushd.channels (app, channel_id, environment, state)
+            VALUES (p_app, p_channel_id, p_environment, 'pending_delete')
+            ON CONFLICT (app, channel_id) WHERE channel_id IS NOT NULL DO UPDATE SET state = 'pending_delete', run_at = now(), attempts = 0
+            RETURNING id INTO row_id;
+        END IF;
+        RETURN row_id;
+    END $$;
+
+    -- A function of the column, not a constant call: the planner would fold that at once.
+    CREATE FUNCTION pushd.check_device_token_present(value text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        IF value IS NOT NULL THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name, 'is required (or channel_id, for a broadcast)');
+    END $$;
+
+    CREATE TABLE pushd.broadcast_jobs (
+        id           bigint PRIMARY KEY,
+        app          text NOT NULL,
+        channel_id   text NOT NULL,
+        payload      text NOT NULL,
+        priority     smallint NOT NULL,
+        expiration   timestamptz,
+        apns_id      uuid,
+        dedupe_key   text,
+        environment  text,
+        run_at       timestamptz NOT NULL DEFAULT now(),
+        attempts     integer NOT NULL DEFAULT 0,
+        last_error   text,
+        created_at   timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX broadcast_jobs_due ON pushd.broadcast_jobs (app, run_at);
+    CREATE UNIQUE INDEX broadcast_jobs_dedupe ON pushd.broadcast_jobs (app, dedupe_key, channel_id) WHERE dedupe_key IS NOT NULL;
+
+    ALTER TABLE pushd.jobs
+        ALTER COLUMN device_token DROP NOT NULL,
+        ADD COLUMN channel_id text,
+        ADD CONSTRAINT jobs_channel_id_valid CHECK (pushd.check_channel_id(channel_id, 'pushd.jobs.channel_id', 'jobs_channel_id_valid')),
+        -- Rows that stay in pushd.jobs are device-token jobs; channel rows never stay (below).
+        ADD CONSTRAINT jobs_device_token_present CHECK (device_token IS NOT NULL
+            OR pushd.check_device_token_present(device_token, 'pushd.jobs.device_token', 'jobs_device_token_present')) NOT VALID;
+    ALTER TABLE pushd.dead_jobs
+        ALTER COLUMN device_token DROP NOT NULL,
+        ADD COLUMN channel_id text;
+
+    -- A job with a channel_id is a broadcast: checked here with the same rules as any job,
+    -- then moved to pushd.broadcast_jobs; the INSERT into pushd.jobs reports no row for it.
+    CREATE FUNCTION pushd.jobs_broadcast_redirect() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.channel_id IS NULL THEN RETURN NEW; END IF;
+        IF NEW.device_token IS NOT NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.channel_id', 'jobs_one_target', 'and device_token were both given; a job goes to one device or to one channel');
+        END IF;
+        -- The column default is alert; a broadcast is always a Live Activity update.
+        IF NEW.push_type IS NOT NULL AND NEW.push_type NOT IN ('alert', 'liveactivity') THEN
+            PERFORM pushd.fail_check('pushd.jobs.push_type', 'jobs_broadcast_push_type',
+                format('must be liveactivity for a broadcast (channel_id given), got %L', NEW.push_type));
+        END IF;
+        PERFORM pushd.check_app(NEW.app, 'pushd.jobs.app', 'jobs_app_valid');
+        PERFORM pushd.check_channel_id(NEW.channel_id, 'pushd.jobs.channel_id', 'jobs_channel_id_valid');
+        PERFORM pushd.check_json_object(NEW.payload, 'pushd.jobs.payload', 'jobs_payload_json_object');
+        PERFORM pushd.check_payload_size(NEW.payload, 'liveactivity', 'pushd.jobs.payload', 'jobs_payload_size');
+        PERFORM pushd.check_payload_shape(NEW.payload, 'liveactivity', 'pushd.jobs.payload', 'jobs_payload_shape');
+        PERFORM pushd.check_priority(NEW.priority, 'pushd.jobs.priority', 'jobs_priority_valid');
+        PERFORM pushd.check_environment(NEW.environment, 'pushd.jobs.environment', 'jobs_environment_valid');
+        IF NEW.payload IS NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.payload', 'jobs_payload_present', 'is required');
+        END IF;
+        INSERT INTO pushd.broadcast_jobs (id, app, channel_id, payload, priority, expiration, apns_id, dedupe_key,
+                                          environment, run_at)
+        VALUES (nextval(pg_get_serial_sequence('pushd.jobs', 'id')), NEW.app, NEW.channel_id, NEW.payload,
+                coalesce(NEW.priority, 10), NEW.expiration, NEW.apns_id, NEW.dedupe_key, NEW.environment,
+                coalesce(NEW.run_at, now()));
+        PERFORM pg_notify('pushd_broadcasts', '');
+        RETURN NULL;
+    END $$;
+    -- BEFORE triggers run in name order: this one runs before jobs_normalise.
+    CREATE TRIGGER jobs_broadcast_redirect BEFORE INSERT ON pushd.jobs
+        FOR EACH ROW EXECUTE FUNCTION pushd.jobs_broadcast_redirect();
+    """#
+
     /// Three NOLOGIN group roles that an administrator grants to login roles:
     /// `pushd_enqueue` for applications (insert jobs, register tokens, fan out to a user;
     /// read nothing), `pushd_daemon` for `pushd run` and the campaign and token commands
@@ -752,7 +912,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV17 = #"""
+    static let rolesV18 = #"""
     DO $$
     DECLARE
         wanted text;
@@ -780,7 +940,8 @@ extension Migrator {
         cols text;
     BEGIN
         FOR fn IN SELECT p.oid::regprocedure FROM pg_proc p
-                  WHERE p.pronamespace = 'pushd'::regnamespace AND p.proname IN ('register_token', 'notify_user') LOOP
+                  WHERE p.pronamespace = 'pushd'::regnamespace
+                    AND p.proname IN ('register_token', 'notify_user', 'create_channel', 'delete_channel', 'jobs_broadcast_redirect') LOOP
             EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', fn);
             EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', fn);
         END LOOP;
@@ -788,11 +949,12 @@ extension Migrator {
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pushd_enqueue') THEN
             GRANT USAGE ON SCHEMA pushd TO pushd_enqueue;
             GRANT INSERT (app, device_token, payload, push_type, priority, expiration, collapse_id, apns_id,
-                          dedupe_key, user_id, environment, run_at) ON pushd.jobs TO pushd_enqueue;
+                          dedupe_key, user_id, environment, run_at, channel_id) ON pushd.jobs TO pushd_enqueue;
             -- The insert trigger looks for sleeping claimers (process ids only) before it notifies.
             GRANT SELECT ON pushd.job_waiters TO pushd_enqueue;
             FOR fn IN SELECT p.oid::regprocedure FROM pg_proc p
-                      WHERE p.pronamespace = 'pushd'::regnamespace AND p.proname IN ('register_token', 'notify_user') LOOP
+                      WHERE p.pronamespace = 'pushd'::regnamespace
+                        AND p.proname IN ('register_token', 'notify_user', 'create_channel', 'delete_channel') LOOP
                 EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pushd_enqueue', fn);
             END LOOP;
             granted := granted || 'pushd_enqueue'::text;
@@ -813,7 +975,8 @@ extension Migrator {
 
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pushd_readonly') THEN
             GRANT USAGE ON SCHEMA pushd TO pushd_readonly;
-            FOREACH tbl IN ARRAY ARRAY['jobs', 'dead_jobs', 'device_tokens', 'campaigns', 'campaign_chunks', 'schema_migrations'] LOOP
+            FOREACH tbl IN ARRAY ARRAY['jobs', 'dead_jobs', 'device_tokens', 'campaigns', 'campaign_chunks', 'schema_migrations',
+                                       'channels', 'broadcast_jobs', 'instances'] LOOP
                 CONTINUE WHEN to_regclass('pushd.' || tbl) IS NULL;
                 SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) INTO cols
                 FROM pg_attribute

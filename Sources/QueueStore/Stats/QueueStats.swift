@@ -2,7 +2,7 @@ import Foundation
 
 /// Depth of one lane for one app.
 public struct LaneDepth: Sendable, Hashable {
-    public enum Lane: String, Sendable, Hashable { case transactional, campaign }
+    public enum Lane: String, Sendable, Hashable { case transactional, campaign, broadcast }
     public var lane: Lane
     public var app: String
     /// Due now (jobs) or not yet sent (targets of unfinished campaigns).
@@ -49,6 +49,11 @@ public struct QueueStats: Sendable, Hashable {
                NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
         FROM pushd.jobs GROUP BY app
         UNION ALL
+        SELECT 'broadcast', app, count(*) FILTER (WHERE run_at <= now()), count(*) FILTER (WHERE run_at > now()),
+               coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8,
+               NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM pushd.broadcast_jobs GROUP BY app
+        UNION ALL
         SELECT 'campaign', app, sum(greatest(targets - sent - failed, 0))::bigint, 0,
                coalesce(extract(epoch FROM now() - min(started_at) FILTER (WHERE status = 'running')), 0)::float8,
                NULL, NULL, NULL, NULL, NULL, NULL, NULL
@@ -70,7 +75,7 @@ public struct QueueStats: Sendable, Hashable {
                     status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(8),
                     sent: try row.require(9), failed: try row.require(10), pruned: try row.require(11)))
             } else {
-                stats.lanes.append(LaneDepth(lane: kind == "campaign" ? .campaign : .transactional,
+                stats.lanes.append(LaneDepth(lane: LaneDepth.Lane(rawValue: kind) ?? .transactional,
                                              app: try row.require(1), depth: try row.require(2),
                                              scheduled: try row.require(3), oldestAge: try row.require(4)))
             }

@@ -21,6 +21,7 @@ enum Commands {
                 configOption,
                 .value("app", "NAME", "the app (from the configuration) to send as"),
                 .value("token", "HEX", "the device token"),
+                .value("channel", "ID", "a broadcast channel id instead of a token: one Live Activity update for every subscribed device (token auth only)"),
                 .value("alert", "TEXT", "an alert body (builds the payload)"),
                 .value("title", "TEXT", "an alert title"),
                 .value("badge", "N", "a badge number (0 clears the badge)"),
@@ -74,6 +75,26 @@ enum Commands {
                     .value("status", "STATUS", "only campaigns in this status (draft, scheduled, running, paused, done, cancelled)"),
                     .value("limit", "N", "at most N campaigns (default: 50)"),
                 ]),
+            ]),
+            CommandSpec(name: "channels", summary: "broadcast channels for Live Activities (the running pushd carries requests out)", subcommands: [
+                CommandSpec(name: "create", summary: "queue the creation of a channel (prints the request id)", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "the app"),
+                    .value("storage", "POLICY", "message storage policy: none or most-recent (default: none)"),
+                    .value("environment", "ENV", "production or sandbox (default: the app's)"),
+                    .value("wait", "SECONDS", "wait up to SECONDS for APNs's answer and print the channel id"),
+                ]),
+                CommandSpec(name: "list", summary: "list channels, newest first", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "only this app's channels"),
+                    .flag("all", "include deleted channels"),
+                ]),
+                CommandSpec(name: "delete", summary: "queue the deletion of a channel", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "the app"),
+                    .value("environment", "ENV", "production or sandbox (default: the channel's)"),
+                    .value("wait", "SECONDS", "wait up to SECONDS for APNs's answer"),
+                ], positionals: [("CHANNEL_ID", "the channel id APNs gave", true)]),
             ]),
             CommandSpec(name: "tokens", summary: "device tokens", subcommands: [
                 CommandSpec(name: "prune-stats", summary: "how many tokens were pruned, by app and reason", options: [

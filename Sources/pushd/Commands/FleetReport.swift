@@ -95,7 +95,7 @@ struct FleetReport: Sendable {
             notes.append("instances run different versions (\(versions.sorted().joined(separator: ", "))): expected during a rolling upgrade only")
         }
         var unserved = [String: Int]()
-        for row in queue where row.lane == "transactional" && !row.served && row.due > 0 { unserved[row.app, default: 0] += row.due }
+        for row in queue where row.lane != "campaign" && !row.served && row.due > 0 { unserved[row.app, default: 0] += row.due }
         for row in campaigns where row.campaign.progress.status == .running && !served.contains(row.campaign.progress.app) {
             unserved[row.campaign.progress.app, default: 0] += row.campaign.progress.remaining
         }

@@ -27,6 +27,9 @@ enum SendCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext,
                     standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Int32 {
         let config = try context.loadConfig(parsed)
+        if parsed.value("channel") != nil {
+            return try BroadcastSendCommand.run(parsed, context, config: config, standardInput: standardInput)
+        }
         let prepared: Prepared
         do {
             prepared = try prepare(parsed, config: config, standardInput: standardInput)

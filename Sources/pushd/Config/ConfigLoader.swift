@@ -74,6 +74,7 @@ enum ConfigLoader {
                 reader.error("apns.\(key)", line: apns.line, "'\(value)' must be host or host:port")
             }
         }
+        config.apns.channelHostOverride = apns.string("channel_host")
         config.apns.caFile = apns.string("ca_file")
         config.apns.proxy = apns.string("proxy")
         config.apns.alternatePort = apns.bool("alternate_port", default: false)

@@ -47,6 +47,8 @@ struct PushdConfig: Sendable, Equatable {
         var hostOverride: String?
         /// `host[:port]` replacing the sandbox host only (a second apns-mock for development builds).
         var sandboxHostOverride: String?
+        /// `host[:port]` replacing Apple's channel management hosts (2195/2196), for apns-mock.
+        var channelHostOverride: String?
         /// Extra CA to trust (PEM), for apns-mock's throwaway CA. TLS verification stays on.
         var caFile: String?
         var proxy: String?

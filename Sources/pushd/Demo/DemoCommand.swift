@@ -61,7 +61,7 @@ private final class Demo {
     var wasInterrupted: Bool { interrupted.stops.load(ordering: .relaxed) > 0 }
 
     func step(_ number: Int, _ text: String) {
-        output("[\(number)/6] \(text)")
+        output("[\(number)/7] \(text)")
     }
 
     func run() throws -> Int32 {
@@ -94,6 +94,7 @@ private final class Demo {
                                                                      publicKeyPEM: try String(contentsOfFile: directory + "/key.pub", encoding: .utf8))],
                                                   startAtOneStream: true)
         mockConfiguration.allowedBundleIDs = [bundleID]
+        mockConfiguration.channelManagementPort = 0
         mockConfiguration.faults = FaultConfiguration(unregisteredTokens: unregistered, badDeviceTokens: bad, serviceUnavailableRate: 0.002)
         let mock = try APNsMockServer(configuration: mockConfiguration)
         let mockPort = try mock.start()
@@ -124,6 +125,7 @@ private final class Demo {
                             credentials: .token(teamID: teamID, keyID: keyID, keyFile: keyFile), campaignRate: nil),
         ])
         config.apns.hostOverride = "127.0.0.1:\(mockPort)"
+        config.apns.channelHostOverride = "127.0.0.1:\(mock.channelManagementPort ?? 0)"
         config.apns.caFile = certificates.caCertificate
         config.transactionalWorkers = 2
         config.retry.baseDelayMilliseconds = 50
@@ -162,6 +164,7 @@ private final class Demo {
             Thread.sleep(forTimeInterval: 0.2)
         }
         if interactive { output("") }
+        let broadcastsDone = finishedAt != nil && !wasInterrupted ? try broadcastStep(connection: connection, mock: mock) : false
         let scrape = scrapeMetrics(port: server.port)
         pipeline.stop(deadline: Date().addingTimeInterval(5))
         psql.terminate()
@@ -172,7 +175,45 @@ private final class Demo {
         report(pipeline: pipeline, campaign: try store.campaign(connection, id: campaignID), connection: connection, mock: mock,
                elapsed: (finishedAt ?? Date()).timeIntervalSince(pipelineStart), scrape: scrape)
         connection.close()
-        return finishedAt == nil ? 1 : 0
+        return finishedAt == nil || !broadcastsDone ? 1 : 0
+    }
+
+    /// A Live Activity channel the way an application uses one: created in SQL, broadcast to
+    /// by INSERT, deleted in SQL; the running pushd carries each out against apns-mock.
+    func broadcastStep(connection: PGConnection, mock: APNsMockServer) throws -> Bool {
+        func waitFor(_ seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                if try condition() { return true }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            return try condition()
+        }
+        let row = try connection.query("SELECT pushd.create_channel('demo', 'most-recent')").require(Int64.self, row: 0, column: 0)
+        var channel: String?
+        let created = try waitFor(20) {
+            let result = try connection.query("SELECT channel_id FROM pushd.channels WHERE id = $1 AND state = 'active'", [row])
+            if result.rowCount > 0 { channel = try result.require(String.self, row: 0, column: 0) }
+            return channel != nil
+        }
+        guard created, let channel else {
+            output("the channel was not created within 20 s; see pushd.channels and \(directory)/pushd.log")
+            return false
+        }
+        let updates = 3
+        for score in 1...updates {
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('demo', $1, $2)", [channel,
+                #"{"aps":{"timestamp":\#(Int(Date().timeIntervalSince1970)),"event":"update","content-state":{"home":\#(score),"away":0}}}"#])
+        }
+        let sent = waitFor(20) { mock.stats.broadcastsAccepted[channel] == updates }
+        try connection.query("SELECT pushd.delete_channel('demo', $1)", [channel])
+        let deleted = try waitFor(20) {
+            try connection.query("SELECT count(*) FROM pushd.channels WHERE id = $1 AND state = 'deleted'", [row])
+                .require(Int.self, row: 0, column: 0) == 1
+        }
+        step(6, "broadcast: channel \(channel) created with pushd.create_channel, \(mock.stats.broadcastsAccepted[channel] ?? 0) of \(updates) "
+             + "Live Activity updates broadcast to it by INSERT, then \(deleted ? "deleted" : "not deleted") with pushd.delete_channel")
+        return sent && deleted
     }
 
     func progress(_ campaign: Campaign?, pending: Int, psqlRunning: Bool, since start: Date) {
@@ -201,7 +242,7 @@ private final class Demo {
         let pruned = (try? connection.query("SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL")
             .require(Int.self, row: 0, column: 0)) ?? 0
         func milliseconds(_ seconds: Double?) -> String { seconds.map { String(format: "%.1f ms", $0 * 1000) } ?? "n/a" }
-        step(6, "report")
+        step(7, "report")
         let failed = campaign?.failedByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") ?? ""
         output("""
           sent             \(sent) (campaign \(campaign?.sent ?? 0), transactional \(sent - (campaign?.sent ?? 0)))
@@ -242,7 +283,8 @@ private final class Demo {
             return ["(could not scrape /metrics with curl)"]
         }
         let wanted = ["pushd_notifications_sent_total", "pushd_tokens_pruned_total", "pushd_retries_total",
-                      "pushd_job_delivery_latency_seconds_count", "pushd_apns_connections", "pushd_jwt_refreshes_total"]
+                      "pushd_job_delivery_latency_seconds_count", "pushd_apns_connections", "pushd_jwt_refreshes_total",
+                      "pushd_broadcasts_sent_total", "pushd_channel_operations_total"]
         return text.split(separator: "\n").map(String.init).filter { line in
             wanted.contains { line.hasPrefix($0 + "{") } && !line.hasSuffix(" 0")
         }

@@ -13,6 +13,7 @@ final class Pipeline: @unchecked Sendable {
     let context: PipelineContext
     private let jobWorkers: [JobWorker]
     private let campaignWorkers: [CampaignWorker]
+    private let broadcastWorker: BroadcastWorker
     private let tokens: ProviderTokenService
     private var unknownApps: UnknownAppWatch!
     private let statsConnection = Mutex<PGConnection?>(nil)
@@ -84,6 +85,7 @@ final class Pipeline: @unchecked Sendable {
             CampaignWorker(context: context, index: config.transactionalWorkers + $0,
                            completions: queues[config.transactionalWorkers + $0], limiter: limiter)
         }
+        broadcastWorker = BroadcastWorker(context: context)
         registerGauges(appByKey: appByKey)
         unknownApps = UnknownAppWatch(configured: Set(config.apps.map(\.name)), logger: logger,
                                       readStats: { [weak self] in
@@ -144,6 +146,7 @@ final class Pipeline: @unchecked Sendable {
     func start() {
         for worker in jobWorkers { worker.start() }
         for worker in campaignWorkers { worker.start() }
+        broadcastWorker.start()
         unknownApps.start()
     }
 
@@ -156,6 +159,7 @@ final class Pipeline: @unchecked Sendable {
         unknownApps.stop()
         for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
         for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
+        if broadcastWorker.finished.wait(timeout: Self.dispatchTime(deadline)) == .success { broadcastWorker.shutdown() }
         for sender in context.senders.values { sender.shutdown(drainTimeoutMilliseconds: 1000) }
         tokens.close()
         statsConnection.withLock { connection in

@@ -39,7 +39,7 @@ final class UnknownAppWatch: @unchecked Sendable {
         for lane in stats.lanes where !configured.contains(lane.app) && lane.depth > 0 {
             var warning = byApp[lane.app] ?? Warning(app: lane.app, dueJobs: 0, oldestJobAge: 0, campaignTargets: 0)
             switch lane.lane {
-            case .transactional:
+            case .transactional, .broadcast:
                 warning.dueJobs += lane.depth
                 warning.oldestJobAge = max(warning.oldestJobAge, lane.oldestAge)
             case .campaign:

@@ -1,0 +1,129 @@
+/// Judges incoming broadcast sends and channel management requests the way APNs does, for
+/// servers that stand in for it. Pure functions of the request; authentication and the
+/// channel registry are the server's.
+public struct BroadcastRequestJudge: Sendable {
+    /// Bundle ids the credentials may use; nil accepts any.
+    public var allowedBundleIDs: Set<String>?
+
+    public init(allowedBundleIDs: Set<String>? = nil) {
+        self.allowedBundleIDs = allowedBundleIDs
+    }
+
+    public enum Verdict<Accepted: Sendable & Hashable>: Sendable, Hashable {
+        case accepted(Accepted)
+        case rejected(status: Int, reason: APNsReason)
+    }
+
+    public struct AcceptedBroadcast: Sendable, Hashable {
+        public var bundleID: String
+        public var channelID: ChannelID
+        public var apnsID: String?
+        public var authorization: String?
+        public var payloadSize: Int
+    }
+
+    public struct AcceptedChannelRequest: Sendable, Hashable {
+        public var bundleID: String
+        public var operation: ChannelRequest.Operation
+        public var requestID: String?
+        public var authorization: String?
+    }
+
+    /// Whether `path` belongs to the broadcast API (so a server can route to this judge).
+    public static func isBroadcastPath(_ path: String) -> Bool {
+        path.utf8.starts(with: BroadcastNotification.pathPrefix.utf8)
+    }
+
+    public func judgeBroadcast(method: String, path: String, headers: [HeaderField], body: [UInt8]) -> Verdict<AcceptedBroadcast> {
+        guard method == "POST" else { return .rejected(status: 405, reason: .methodNotAllowed) }
+        guard BroadcastRequestJudge.isBroadcastPath(path) else { return .rejected(status: 404, reason: .badPath) }
+        let bundleID = String(path.dropFirst(BroadcastNotification.pathPrefix.count))
+        guard bundleIDIsUsable(bundleID) else { return .rejected(status: 404, reason: .badPath) }
+        let slots: [String: String]
+        switch collect(headers, names: [APNsHeader.authorization, APNsHeader.pushType, APNsHeader.channelID,
+                                        APNsHeader.id, APNsHeader.expiration, APNsHeader.priority]) {
+        case .none: return .rejected(status: 400, reason: .duplicateHeaders)
+        case .some(let found): slots = found
+        }
+        guard let pushType = slots[APNsHeader.pushType] else { return .rejected(status: 400, reason: .missingPushType) }
+        guard pushType == PushType.liveactivity.rawValue else { return .rejected(status: 400, reason: .invalidPushType) }
+        guard let channelText = slots[APNsHeader.channelID] else { return .rejected(status: 400, reason: .missingChannelId) }
+        guard let channelID = try? ChannelID(channelText) else { return .rejected(status: 400, reason: .badChannelId) }
+        if let allowedBundleIDs, !allowedBundleIDs.contains(bundleID) { return .rejected(status: 400, reason: .topicDisallowed) }
+        if let id = slots[APNsHeader.id], !APNsID.isCanonical(id) { return .rejected(status: 400, reason: .badMessageId) }
+        if let priority = slots[APNsHeader.priority], Priority(headerValue: priority) == nil {
+            return .rejected(status: 400, reason: .badPriority)
+        }
+        if let expiration = slots[APNsHeader.expiration], ExpirationRules.parse(expiration) == nil {
+            return .rejected(status: 400, reason: .badExpirationDate)
+        }
+        if body.isEmpty { return .rejected(status: 400, reason: .payloadEmpty) }
+        if body.count > PushType.liveactivity.maxPayloadSize { return .rejected(status: 413, reason: .payloadTooLarge) }
+        // As for device pushes: no reason is documented for a body that is not a JSON object.
+        if JSONParser.checkObject(body) != nil { return .rejected(status: 400, reason: .payloadEmpty) }
+        return .accepted(AcceptedBroadcast(bundleID: bundleID, channelID: channelID, apnsID: slots[APNsHeader.id]?.lowercased(),
+                                           authorization: slots[APNsHeader.authorization], payloadSize: body.count))
+    }
+
+    public func judgeChannelRequest(method: String, path: String, headers: [HeaderField], body: [UInt8]) -> Verdict<AcceptedChannelRequest> {
+        let prefix = "/1/apps/"
+        guard path.utf8.starts(with: prefix.utf8) else { return .rejected(status: 404, reason: .badPath) }
+        let rest = path.dropFirst(prefix.count)
+        guard let slash = rest.lastIndex(of: "/") else { return .rejected(status: 404, reason: .badPath) }
+        let bundleID = String(rest[..<slash])
+        let resource = rest[rest.index(after: slash)...]
+        guard bundleIDIsUsable(bundleID), resource == "channels" || resource == "all-channels" else {
+            return .rejected(status: 404, reason: .badPath)
+        }
+        let slots: [String: String]
+        switch collect(headers, names: [APNsHeader.authorization, APNsHeader.channelID, APNsHeader.requestID]) {
+        case .none: return .rejected(status: 400, reason: .duplicateHeaders)
+        case .some(let found): slots = found
+        }
+        if let allowedBundleIDs, !allowedBundleIDs.contains(bundleID) { return .rejected(status: 400, reason: .topicDisallowed) }
+
+        let operation: ChannelRequest.Operation
+        switch (method, resource == "all-channels") {
+        case ("GET", true):
+            operation = .listAll
+        case ("POST", false):
+            guard case .object(let object)? = try? JSONValue.parse(body, maxDepth: 4) else {
+                // No reason is documented for an unreadable create body; PayloadEmpty is the nearest.
+                return .rejected(status: 400, reason: .payloadEmpty)
+            }
+            guard let pushType = object[ChannelBodyKey.pushType]?.stringValue else { return .rejected(status: 400, reason: .missingPushType) }
+            guard pushType == ChannelRequest.channelPushType else { return .rejected(status: 400, reason: .invalidPushType) }
+            guard let number = object[ChannelBodyKey.storagePolicy]?.numberValue?.int64Value,
+                  let policy = MessageStoragePolicy(rawValue: Int(number)) else {
+                return .rejected(status: 400, reason: .payloadEmpty)
+            }
+            operation = .create(policy)
+        case ("GET", false), ("DELETE", false):
+            guard let text = slots[APNsHeader.channelID] else { return .rejected(status: 400, reason: .missingChannelId) }
+            guard let id = try? ChannelID(text) else { return .rejected(status: 400, reason: .badChannelId) }
+            operation = method == "GET" ? .read(id) : .delete(id)
+        default:
+            return .rejected(status: 405, reason: .methodNotAllowed)
+        }
+        return .accepted(AcceptedChannelRequest(bundleID: bundleID, operation: operation, requestID: slots[APNsHeader.requestID],
+                                                authorization: slots[APNsHeader.authorization]))
+    }
+
+    private func bundleIDIsUsable(_ bundleID: String) -> Bool {
+        var found = [ValidationIssue]()
+        BroadcastRules.checkBundleID(bundleID, into: &found)
+        return found.isEmpty
+    }
+
+    /// The named headers' values; nil when one of them appears twice.
+    private func collect(_ headers: [HeaderField], names: Set<String>) -> [String: String]? {
+        var slots = [String: String]()
+        for field in headers {
+            let name = HeaderField.hasUppercase(field.name) ? field.name.lowercased() : field.name
+            guard names.contains(name) else { continue }
+            if slots[name] != nil { return nil }
+            slots[name] = field.value
+        }
+        return slots
+    }
+}

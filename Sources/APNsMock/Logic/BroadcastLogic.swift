@@ -1,0 +1,76 @@
+import APNs
+
+/// Broadcast sends (on the notification listener) and channel management (on its own
+/// listener), decided like the rest: the request's form, then the provider token, then the
+/// channel registry and the rate faults.
+extension ConnectionLogic {
+    mutating func decideBroadcast(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64, requestedID: String?) -> Answer {
+        let verdict = settings.broadcastJudge.judgeBroadcast(method: request.method, path: request.path,
+                                                             headers: request.headers, body: request.body)
+        let accepted: BroadcastRequestJudge.AcceptedBroadcast
+        switch verdict {
+        case .rejected(let status, let reason): return reject(status, reason, apnsID: requestedID ?? makeID())
+        case .accepted(let value): accepted = value
+        }
+        let apnsID = accepted.apnsID ?? makeID()
+        // APNs takes broadcasts only with provider tokens.
+        if settings.certificateMode { return reject(403, .missingProviderToken, apnsID: apnsID) }
+        if let (status, reason) = authenticate(accepted.authorization, now: now) { return reject(status, reason, apnsID: apnsID) }
+        if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID) }
+        guard settings.channels.recordBroadcast(bundleID: accepted.bundleID, channelID: accepted.channelID.value) else {
+            return reject(404, .channelNotRegistered, apnsID: apnsID)
+        }
+        var answer = Answer(status: 200, apnsID: apnsID)
+        // Counted per channel in `broadcastsAccepted`, apart from device notifications.
+        answer.countsAsNotification = false
+        answer.extraHeaders = [HeaderField(name: APNsHeader.channelID, value: accepted.channelID.value)]
+        return answer
+    }
+
+    mutating func decideChannelRequest(_ request: IncomingRequest, now: Int64) -> Answer {
+        let requestID = request.header(APNsHeader.requestID).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil } ?? makeID()
+        func answer(_ status: Int, _ reason: APNsReason? = nil) -> Answer {
+            var answer = Answer(status: status, apnsID: "", reason: reason?.rawValue)
+            answer.extraHeaders = [HeaderField(name: APNsHeader.requestID, value: requestID)]
+            answer.countsAsNotification = false
+            return answer
+        }
+        let verdict = settings.broadcastJudge.judgeChannelRequest(method: request.method, path: request.path,
+                                                                  headers: request.headers, body: request.body)
+        let accepted: BroadcastRequestJudge.AcceptedChannelRequest
+        switch verdict {
+        case .rejected(let status, let reason): return answer(status, reason)
+        case .accepted(let value): accepted = value
+        }
+        if settings.certificateMode { return answer(403, .missingProviderToken) }
+        if let (status, reason) = authenticate(accepted.authorization, now: now) { return answer(status, reason) }
+
+        let channels = settings.channels
+        switch accepted.operation {
+        case .create(let policy):
+            switch channels.create(bundleID: accepted.bundleID, policy: policy) {
+            case .limitReached:
+                return answer(400, .cannotCreateChannelConfig)
+            case .created(let id):
+                var created = answer(201)
+                created.extraHeaders.append(HeaderField(name: APNsHeader.channelID, value: id))
+                return created
+            }
+        case .read(let id):
+            guard let policy = channels.policy(bundleID: accepted.bundleID, channelID: id.value) else {
+                return answer(404, .channelNotRegistered)
+            }
+            var read = answer(200)
+            read.successBody = ChannelAnswer.readBody(policy)
+            read.extraHeaders.append(HeaderField(name: APNsHeader.channelID, value: id.value))
+            return read
+        case .delete(let id):
+            guard channels.delete(bundleID: accepted.bundleID, channelID: id.value) else { return answer(404, .channelNotRegistered) }
+            return answer(204)
+        case .listAll:
+            var list = answer(200)
+            list.successBody = ChannelAnswer.listBody(channels.list(bundleID: accepted.bundleID))
+            return list
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+
+/// One broadcast job: a Live Activity update for every device subscribed to `channelID`.
+public struct BroadcastJob: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    public var channelID: String
+    public var payload: String
+    public var priority: Int
+    public var expiration: Date?
+    public var apnsID: UUID?
+    /// The job's own environment, else the one recorded for the channel in `pushd.channels`;
+    /// nil: the app's configured environment.
+    public var environment: String?
+    public var attempts: Int
+    public var createdAt: Date
+}
+
+/// `pushd.broadcast_jobs`, filled by INSERTs into `pushd.jobs` that name a `channel_id`.
+///
+/// Claimed by lease rather than by an open transaction: a broadcast reaches many devices and
+/// is rare, so the extra write per job costs nothing, and no connection is held while APNs
+/// answers. A claimer that dies leaves its jobs due again after the lease.
+public struct BroadcastQueue: Sendable {
+    public static let channel = "pushd_broadcasts"
+
+    public init() {}
+
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double) throws -> [BroadcastJob] {
+        guard limit > 0, !apps.isEmpty else { return [] }
+        let result = try connection.query(connection.prepared("""
+            UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $3)
+            WHERE b.id = ANY (ARRAY(
+                SELECT id FROM pushd.broadcast_jobs WHERE app = ANY ($2::text[]) AND run_at <= now()
+                ORDER BY priority DESC, run_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+            RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
+                      coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
+                                               WHERE c.app = b.app AND c.channel_id = b.channel_id)),
+                      b.attempts, b.created_at
+            """), [limit, apps, leaseSeconds])
+        return try result.rows.map { row in
+            BroadcastJob(id: try row.require(0), app: try row.require(1), channelID: try row.require(2), payload: try row.require(3),
+                         priority: Int(try row.require(4) as Int16), expiration: try row.get(5), apnsID: try row.get(6),
+                         environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9))
+        }
+    }
+
+    public func delivered(_ connection: PGConnection, ids: [Int64]) throws {
+        guard !ids.isEmpty else { return }
+        try connection.query(connection.prepared("DELETE FROM pushd.broadcast_jobs WHERE id = ANY ($1::bigint[])"), [ids])
+    }
+
+    public func retry(_ connection: PGConnection, id: Int64, runAt: Date, error: String, countsAsAttempt: Bool) throws {
+        try connection.query(connection.prepared("""
+            UPDATE pushd.broadcast_jobs SET run_at = $2, last_error = $3,
+                                            attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END
+            WHERE id = $1
+            """), [id, runAt, error, countsAsAttempt])
+    }
+
+    /// Moves the job to `pushd.dead_jobs` (with its `channel_id`, no device token).
+    public func dead(_ connection: PGConnection, id: Int64, status: Int?, reason: String) throws {
+        try connection.query(connection.prepared("""
+            WITH gone AS (DELETE FROM pushd.broadcast_jobs WHERE id = $1 RETURNING *)
+            INSERT INTO pushd.dead_jobs (id, app, device_token, channel_id, payload, push_type, priority, expiration,
+                                         apns_id, dedupe_key, environment, run_at, attempts, last_error, created_at,
+                                         status, reason)
+            SELECT id, app, NULL, channel_id, payload, 'liveactivity', priority, expiration, apns_id, dedupe_key,
+                   environment, run_at, attempts + 1, last_error, created_at, $2, $3
+            FROM gone
+            """), [id, status, reason])
+    }
+
+    /// Due broadcasts of `apps`, for the sleep decision.
+    public func hasDue(_ connection: PGConnection, apps: [String]) throws -> Bool {
+        guard !apps.isEmpty else { return false }
+        return try connection.query(connection.prepared("""
+            SELECT EXISTS (SELECT 1 FROM pushd.broadcast_jobs WHERE app = ANY ($1::text[]) AND run_at <= now())
+                OR EXISTS (SELECT 1 FROM pushd.channels WHERE app = ANY ($1::text[]) AND run_at <= now()
+                           AND state IN ('pending_create', 'pending_delete'))
+            """), [apps]).require(Bool.self, row: 0, column: 0)
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+
+/// One pending channel operation, as pushd carries it out against APNs.
+public struct ChannelOperation: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable {
+        case create = "pending_create"
+        case delete = "pending_delete"
+    }
+
+    public var id: Int64
+    public var app: String
+    public var kind: Kind
+    /// nil for a create (APNs makes the id).
+    public var channelID: String?
+    /// nil: the app's configured environment.
+    public var environment: String?
+    /// "none" or "most-recent".
+    public var storagePolicy: String
+    public var attempts: Int
+    public var requestedAt: Date
+}
+
+/// `pushd.channels`: the operations applications asked for with `pushd.create_channel` and
+/// `pushd.delete_channel`, claimed by lease (a worker that dies leaves them due again after
+/// `leaseSeconds`), and their outcomes.
+public struct ChannelStore: Sendable {
+    /// The channel the table's trigger notifies on every request.
+    public static let channel = "pushd_channels"
+
+    public init() {}
+
+    /// Takes up to `limit` due operations of `apps` and pushes their `run_at` past the lease.
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double) throws -> [ChannelOperation] {
+        guard limit > 0, !apps.isEmpty else { return [] }
+        let result = try connection.query(connection.prepared("""
+            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $3)
+            WHERE c.id = ANY (ARRAY(
+                SELECT id FROM pushd.channels
+                WHERE state IN ('pending_create', 'pending_delete') AND run_at <= now() AND app = ANY ($2::text[])
+                ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+            RETURNING c.id, c.app, c.state, c.channel_id, c.environment, c.storage_policy, c.attempts, c.requested_at
+            """), [limit, apps, leaseSeconds])
+        return try result.rows.map { row in
+            let state: String = try row.require(2)
+            guard let kind = ChannelOperation.Kind(rawValue: state) else {
+                throw QueueError("pushd.channels row \(try row.require(0) as Int64) has state \(state), not a pending operation")
+            }
+            return ChannelOperation(id: try row.require(0), app: try row.require(1), kind: kind, channelID: try row.get(3),
+                                    environment: try row.get(4), storagePolicy: try row.require(5), attempts: try row.require(6),
+                                    requestedAt: try row.require(7))
+        }
+    }
+
+    /// APNs created the channel: the row becomes active with its id and environment.
+    public func recordCreated(_ connection: PGConnection, id: Int64, channelID: String, environment: String) throws {
+        try connection.query(connection.prepared("""
+            UPDATE pushd.channels SET state = 'active', channel_id = $2, environment = $3, created_at = now(),
+                                      outcome = 'created', attempts = attempts + 1
+            WHERE id = $1
+            """), [id, channelID, environment])
+    }
+
+    /// APNs deleted the channel (or never knew it: ChannelNotRegistered is recorded as such).
+    public func recordDeleted(_ connection: PGConnection, id: Int64, environment: String, outcome: String) throws {
+        try connection.query(connection.prepared("""
+            UPDATE pushd.channels SET state = 'deleted', deleted_at = now(), environment = coalesce(environment, $2),
+                                      outcome = $3, attempts = attempts + 1
+            WHERE id = $1
+            """), [id, environment, outcome])
+    }
+
+    /// Retrying cannot help: state 'failed', the reason in `outcome`.
+    public func recordFailed(_ connection: PGConnection, id: Int64, outcome: String) throws {
+        try connection.query(connection.prepared("""
+            UPDATE pushd.channels SET state = 'failed', outcome = $2, attempts = attempts + 1 WHERE id = $1
+            """), [id, outcome])
+    }
+
+    /// Try again at `runAt`; the row stays pending with the error in `outcome`.
+    public func recordRetry(_ connection: PGConnection, id: Int64, runAt: Date, outcome: String, countsAsAttempt: Bool = true) throws {
+        try connection.query(connection.prepared("""
+            UPDATE pushd.channels SET run_at = $2, outcome = $3, attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END WHERE id = $1
+            """), [id, runAt, outcome, countsAsAttempt])
+    }
+
+    /// The channels of `app` (all apps when nil), newest first.
+    public func list(_ connection: PGConnection, app: String?, includeDeleted: Bool = false) throws -> [ChannelRow] {
+        let result = try connection.query(connection.prepared("""
+            SELECT id, app, channel_id, environment, storage_policy, state, outcome, requested_at, created_at, deleted_at
+            FROM pushd.channels WHERE ($1::text IS NULL OR app = $1) AND ($2 OR state <> 'deleted')
+            ORDER BY id DESC
+            """), [app, includeDeleted])
+        return try result.rows.map { row in
+            ChannelRow(id: try row.require(0), app: try row.require(1), channelID: try row.get(2), environment: try row.get(3),
+                       storagePolicy: try row.require(4), state: try row.require(5), outcome: try row.get(6),
+                       requestedAt: try row.require(7), createdAt: try row.get(8), deletedAt: try row.get(9))
+        }
+    }
+
+    public func row(_ connection: PGConnection, id: Int64) throws -> ChannelRow? {
+        try list(connection, app: nil, includeDeleted: true).first { $0.id == id }
+    }
+
+    /// `pushd.create_channel`, for the command line.
+    public func requestCreate(_ connection: PGConnection, app: String, storagePolicy: String, environment: String?) throws -> Int64 {
+        try connection.query("SELECT pushd.create_channel($1, $2, $3)", [app, storagePolicy, environment])
+            .require(Int64.self, row: 0, column: 0)
+    }
+
+    /// `pushd.delete_channel`, for the command line.
+    public func requestDelete(_ connection: PGConnection, app: String, channelID: String, environment: String?) throws -> Int64 {
+        try connection.query("SELECT pushd.delete_channel($1, $2, $3)", [app, channelID, environment])
+            .require(Int64.self, row: 0, column: 0)
+    }
+}
+
+/// One row of `pushd.channels`.
+public struct ChannelRow: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    public var channelID: String?
+    public var environment: String?
+    public var storagePolicy: String
+    public var state: String
+    public var outcome: String?
+    public var requestedAt: Date
+    public var createdAt: Date?
+    public var deletedAt: Date?
+}

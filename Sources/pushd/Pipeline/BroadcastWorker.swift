@@ -1,0 +1,345 @@
+import APNs
+import Dispatch
+import Dispatcher
+import Foundation
+import QueueStore
+
+/// Carries out what applications asked of broadcast channels: channel creations and
+/// deletions from `pushd.channels` against APNs's channel management API, and broadcast
+/// jobs from `pushd.broadcast_jobs` against the broadcast API. One thread, one database
+/// connection; rows are claimed by lease, so nothing is held open while APNs answers and a
+/// worker that dies leaves its rows due again.
+///
+/// Both APIs take only provider tokens: an app with a certificate gets its broadcasts
+/// dead-lettered and its channel operations failed, each with a reason saying so.
+final class BroadcastWorker: @unchecked Sendable {
+    // Touched only on the worker's thread, except `results` (filled by dispatcher threads).
+    private let context: PipelineContext
+    private var connection: PGConnection?
+    private var dispatchers: [DispatcherKey: HTTP2Dispatcher] = [:]
+    private let results = BlockingResults()
+    private var nextTag: UInt64 = 0
+    private var random = SystemRandomNumberGenerator()
+    private let channels = ChannelStore()
+    private let broadcasts = BroadcastQueue()
+    private var thread: Thread?
+    let finished = DispatchSemaphore(value: 0)
+
+    /// A claimed row is not offered to another worker for this long; an answer takes at most
+    /// the request timeout, so the lease outlives it.
+    private var leaseSeconds: Double { Double(context.config.apns.requestTimeoutMilliseconds) / 1000 + 30 }
+
+    private struct DispatcherKey: Hashable {
+        var app: String
+        var environment: APNsEnvironment
+        var management: Bool
+    }
+
+    init(context: PipelineContext) {
+        self.context = context
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            finished.signal()
+        }
+        thread.name = "pushd-broadcasts"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Shuts the worker's own dispatchers down; call after `finished`.
+    func shutdown() {
+        for dispatcher in dispatchers.values { dispatcher.shutdown(drainTimeoutMilliseconds: 1000) }
+        dispatchers.removeAll()
+    }
+
+    private func run() {
+        var failures = 0
+        while !context.isStopping {
+            do {
+                let connection = try connectIfNeeded()
+                let apps = context.claimableApps()
+                let operations = try channels.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
+                for operation in operations { try carryOut(operation, on: connection) }
+                let jobs = try broadcasts.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
+                for job in jobs { try send(job, on: connection) }
+                failures = 0
+                if operations.isEmpty && jobs.isEmpty {
+                    // Woken by the tables' notifications; the time-out catches scheduled and
+                    // retried rows and bounds how long shutdown waits.
+                    if try !broadcasts.hasDue(connection, apps: apps) {
+                        _ = try connection.waitForNotifications(timeoutMilliseconds: 1000)
+                    }
+                }
+            } catch {
+                failures += 1
+                context.databaseError(error)
+                context.logger.warning("broadcast worker: \(error)")
+                connection?.close()
+                connection = nil
+                let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
+                Thread.sleep(forTimeInterval: delay * Double.random(in: 0.5...1.0))
+            }
+        }
+        connection?.close()
+        connection = nil
+    }
+
+    private func connectIfNeeded() throws -> PGConnection {
+        if let connection, connection.isOpen { return connection }
+        let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-broadcasts")
+        try fresh.listen(ChannelStore.channel)
+        try fresh.listen(BroadcastQueue.channel)
+        connection = fresh
+        return fresh
+    }
+
+    // MARK: Channel operations
+
+    private func carryOut(_ operation: ChannelOperation, on connection: PGConnection) throws {
+        guard let sender = context.senders[operation.app] else { return }
+        let environment = operation.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
+        let kind = operation.kind == .create ? "create" : "delete"
+        func count(_ status: String, _ reason: String) {
+            context.metrics.channelOperation(app: operation.app, environment: environment.rawValue, operation: kind,
+                                             status: status, reason: reason).increment()
+        }
+        guard let key = sender.tokenKey else {
+            count("none", "certificate")
+            try channels.recordFailed(connection, id: operation.id,
+                                      outcome: "the channel management API accepts only token (JWT) authentication; app \(operation.app) uses a certificate")
+            return
+        }
+        let request: ChannelRequest
+        switch operation.kind {
+        case .create:
+            let policy = MessageStoragePolicy(name: operation.storagePolicy) ?? .noMessageStored
+            request = ChannelRequest(bundleID: sender.app.bundleID, operation: .create(policy), requestID: UUID())
+        case .delete:
+            guard let text = operation.channelID, let id = try? ChannelID(text) else {
+                count("none", "invalid")
+                try channels.recordFailed(connection, id: operation.id, outcome: "no valid channel id to delete")
+                return
+            }
+            request = ChannelRequest(bundleID: sender.app.bundleID, operation: .delete(id), requestID: UUID())
+        }
+        let issues = request.issues(authentication: .token)
+        if !issues.isEmpty {
+            count("none", "invalid")
+            try channels.recordFailed(connection, id: operation.id, outcome: NotificationValidationError(issues: issues).description)
+            return
+        }
+        let sent: (outcome: SendOutcome, response: Response?)
+        do {
+            let dispatchRequest = try DispatchRequest(
+                method: DispatchRequest.Method(rawValue: request.method) ?? .post, path: request.path,
+                headerLines: request.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line), body: request.body)
+            sent = dispatch(dispatchRequest, sender: sender, environment: environment, management: true)
+        } catch {
+            count("none", "provider_token")
+            try channels.recordRetry(connection, id: operation.id, runAt: Date().addingTimeInterval(30),
+                                     outcome: "could not sign the provider token: \(error)", countsAsAttempt: false)
+            return
+        }
+        let outcome = sent.outcome
+        let status = sent.response.map { String($0.status) } ?? "none"
+        let label = outcome.label
+        if case .response(let response) = outcome, response.isSuccess {
+            count(status, "none")
+            if operation.kind == .create {
+                guard let created = sent.response?.channelID, (try? ChannelID(created)) != nil else {
+                    try channels.recordFailed(connection, id: operation.id,
+                                              outcome: "APNs answered \(response.status) without a valid apns-channel-id")
+                    return
+                }
+                try channels.recordCreated(connection, id: operation.id, channelID: created, environment: environment.rawValue)
+                context.logger.info("created broadcast channel \(created) for app \(operation.app) (\(environment))",
+                                    ("app", .string(operation.app)))
+            } else {
+                try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue, outcome: "deleted")
+            }
+            return
+        }
+        count(status, label)
+        if operation.kind == .delete, case .response(let response) = outcome, response.reason == .channelNotRegistered {
+            // The channel is gone either way; the row says APNs did not know it.
+            try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue,
+                                       outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)")
+            return
+        }
+        let verdict = context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
+                                             firstAttemptAt: operation.requestedAt, now: Date(), random: &random)
+        switch verdict {
+        case .delivered:
+            try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
+        case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            if refresh { sender.tokens.reportExpired(key) }
+            try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
+        case .dead(_, let reason), .prune(_, let reason, _):
+            context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)", ("app", .string(operation.app)))
+            try channels.recordFailed(connection, id: operation.id, outcome: reason)
+        case .pauseApp(let reason):
+            context.pause(sender, reason: reason)
+            try channels.recordRetry(connection, id: operation.id, runAt: Date().addingTimeInterval(30),
+                                     outcome: "app paused: \(reason)", countsAsAttempt: false)
+        }
+    }
+
+    // MARK: Broadcasts
+
+    private func send(_ job: BroadcastJob, on connection: PGConnection) throws {
+        guard let sender = context.senders[job.app] else { return }
+        let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
+        guard let key = sender.tokenKey else {
+            try dead(job, status: nil, reason: "broadcasts need token (JWT) authentication; app \(job.app) uses a certificate",
+                     label: "certificate", on: connection)
+            return
+        }
+        let broadcast: BroadcastNotification
+        do {
+            broadcast = BroadcastNotification(
+                bundleID: sender.app.bundleID, channelID: try ChannelID(job.channelID), priority: Priority(rawValue: job.priority),
+                expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) }, apnsID: job.apnsID,
+                payload: Array(job.payload.utf8))
+            try broadcast.validate(authentication: .token)
+        } catch {
+            try dead(job, status: nil, reason: "\(error)", label: "invalid", on: connection)
+            return
+        }
+        let sent: (outcome: SendOutcome, response: Response?)
+        do {
+            let request = try DispatchRequest(path: broadcast.path,
+                                              headerLines: broadcast.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line),
+                                              body: broadcast.payload)
+            sent = dispatch(request, sender: sender, environment: environment, management: false)
+        } catch {
+            try broadcasts.retry(connection, id: job.id, runAt: Date().addingTimeInterval(30),
+                                 error: "could not sign the provider token: \(error)", countsAsAttempt: false)
+            return
+        }
+        let outcome = sent.outcome
+        let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
+                                             expiration: broadcast.expiration, firstAttemptAt: job.createdAt, now: Date(),
+                                             random: &random)
+        let status = sent.response?.status
+        switch verdict {
+        case .delivered:
+            try broadcasts.delivered(connection, ids: [job.id])
+            sender.countResponse(status: 200, reason: "none", environment: Self.configured(environment))
+            context.metrics.broadcastSent(app: job.app, environment: environment.rawValue).increment()
+        case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
+            context.tally.add(context.tally.retried)
+            if refresh { sender.tokens.reportExpired(key) }
+            try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt)
+        case .dead(let status, let reason):
+            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            try dead(job, status: status, reason: reason, label: outcome.label, on: connection)
+        case .prune(let status, let reason, _):
+            // Only device tokens are pruned; a broadcast answered that way is simply dead.
+            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            try dead(job, status: status, reason: reason, label: outcome.label, on: connection)
+        case .pauseApp(let reason):
+            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            context.pause(sender, reason: reason)
+            try broadcasts.retry(connection, id: job.id, runAt: Date().addingTimeInterval(30), error: "app paused: \(reason)",
+                                 countsAsAttempt: false)
+        }
+    }
+
+    /// The `lane` label of broadcast retries and dead letters.
+    static let lane = "broadcast"
+
+    private func dead(_ job: BroadcastJob, status: Int?, reason: String, label: String, on connection: PGConnection) throws {
+        try broadcasts.dead(connection, id: job.id, status: status, reason: reason)
+        context.metrics.deadLetter(app: job.app, lane: Self.lane, reason: label).increment()
+        context.tally.add(context.tally.dead)
+        context.logger.warning("broadcast \(job.id) to channel \(job.channelID) of app \(job.app) dead-lettered: \(reason)",
+                               ("app", .string(job.app)))
+    }
+
+    // MARK: Transport
+
+    static func environment(of sender: AppSender) -> APNsEnvironment {
+        sender.app.environment.apns
+    }
+
+    /// The configuration's name for an APNs environment.
+    static func configured(_ environment: APNsEnvironment) -> PushdConfig.Environment {
+        environment == .production ? .production : .sandbox
+    }
+
+    /// Sends one request on the app's dispatcher for that environment and API and waits for
+    /// its result (at most the request timeout, which the engine enforces).
+    private func dispatch(_ request: DispatchRequest, sender: AppSender, environment: APNsEnvironment,
+                          management: Bool) -> (outcome: SendOutcome, response: Response?) {
+        let key = DispatcherKey(app: sender.app.name, environment: environment, management: management)
+        let dispatcher: HTTP2Dispatcher
+        if let existing = dispatchers[key] {
+            dispatcher = existing
+        } else {
+            do {
+                dispatcher = try makeDispatcher(app: sender.app, environment: environment, management: management)
+            } catch {
+                return (.tlsRefused("cannot set up connections for \(management ? "channel management" : "broadcasts"): \(error)"), nil)
+            }
+            dispatchers[key] = dispatcher
+        }
+        nextTag &+= 1
+        let tag = nextTag
+        dispatcher.submit(request, tag: tag)
+        let result = results.wait(for: tag)
+        return (sender.outcome(of: result, environment: Self.configured(environment)), result.response)
+    }
+
+    private func makeDispatcher(app: PushdConfig.App, environment: APNsEnvironment, management: Bool) throws -> HTTP2Dispatcher {
+        let config = context.config
+        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: Self.configured(environment), config: config) else {
+            throw AppSender.NoCredentials(app: app.name, environment: Self.configured(environment))
+        }
+        let override = management ? config.apns.channelHostOverride : config.apns.hostOverride
+        if let override {
+            if let parsed = ConfigLoader.parseListenAddress(override) {
+                configuration.host = parsed.host
+                configuration.port = Int(parsed.port)
+            } else {
+                configuration.host = override
+            }
+        } else if management {
+            configuration.host = environment.channelManagementHost
+            configuration.port = environment.channelManagementPort
+        } else {
+            configuration.host = environment.host
+        }
+        // Broadcasts and channel requests are few: one connection each is plenty.
+        configuration.threads = 1
+        configuration.connectionsPerThread = 1
+        let metrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, metrics: context.metrics)
+        let results = self.results
+        return try HTTP2Dispatcher(configuration: configuration, metrics: metrics) { results.deliver($0) }
+    }
+}
+
+/// Results handed from dispatcher threads to the one worker thread waiting for them.
+final class BlockingResults: @unchecked Sendable {
+    // `ready` is read and written only while `condition` is locked.
+    private let condition = NSCondition()
+    private var ready: [UInt64: DispatchResult] = [:]
+
+    func deliver(_ result: DispatchResult) {
+        condition.lock()
+        ready[result.tag] = result
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait(for tag: UInt64) -> DispatchResult {
+        condition.lock()
+        defer { condition.unlock() }
+        while ready[tag] == nil { condition.wait() }
+        return ready.removeValue(forKey: tag)!
+    }
+}

@@ -1,0 +1,110 @@
+import APNs
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// The real `pushd run` carrying out channel requests and broadcasts that applications made
+/// in SQL, against apns-mock's channel management listener and broadcast API.
+@Suite(.serialized) struct BroadcastDaemonTests {
+    static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#
+
+    @Test func aChannelCreatedInSQLIsBroadcastToAndDeletedByTheRunningDaemon() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            defer { connection.close() }
+            let config = try harness.writeConfigFile()
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+
+            let row = try connection.query("SELECT pushd.create_channel('shop', 'most-recent')").require(Int64.self, row: 0, column: 0)
+            var channel: String?
+            let created = DaemonHarness.wait(seconds: 20) {
+                let result = try? connection.query("SELECT channel_id, state, environment FROM pushd.channels WHERE id = $1", [row])
+                guard (try? result?.require(String.self, row: 0, column: 1)) == "active" else { return false }
+                channel = try? result?.require(String.self, row: 0, column: 0)
+                return (try? result?.require(String.self, row: 0, column: 2)) == "sandbox"
+            }
+            let logText = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+            #expect(created, "\(logText())")
+            let channelID = try #require(channel)
+            #expect(harness.mock.stats.channelsCreated == 1)
+
+            for _ in 0..<2 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                     [channelID, Self.update])
+            }
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.broadcastsAccepted[channelID] == 2 }, "\(logText())")
+            #expect(DaemonHarness.wait(seconds: 5) { (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs")) == 0 })
+
+            // A channel APNs does not know: dead-lettered with the documented reason, never retried.
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'bm8tc3VjaC1jaGFubmVs', $1)", [Self.update])
+            #expect(DaemonHarness.wait(seconds: 20) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'ChannelNotRegistered%' AND channel_id IS NOT NULL")) == 1
+            }, "\(logText())")
+            #expect(harness.mock.stats.rejected("ChannelNotRegistered") == 1)
+
+            try connection.query("SELECT pushd.delete_channel('shop', $1)", [channelID])
+            #expect(DaemonHarness.wait(seconds: 20) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'deleted' AND outcome = 'deleted'")) == 1
+            }, "\(logText())")
+            #expect(harness.mock.stats.channelsLive == 0)
+
+            kill(process.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(process, seconds: 15))
+            #expect(process.terminationStatus == 0, "\(logText())")
+        }
+    }
+
+    @Test func broadcastsAnsweredTooManyRequestsOrServiceUnavailableAreRetriedUntilAccepted() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database,
+                                            faults: FaultConfiguration(tooManyRequestsRate: 0.3, serviceUnavailableRate: 0.2))
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            for _ in 0..<20 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, Self.update])
+            }
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.broadcastsAccepted[channel] == 20 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(harness.mock.stats.rejected("TooManyRequests") + harness.mock.stats.rejected("ServiceUnavailable") > 0)
+            let scrape = pipeline.context.metrics.registry.expositionText()
+            #expect(scrape.contains("pushd_broadcasts_sent_total{app=\"shop\",environment=\"sandbox\"} 20"), "\(scrape)")
+            #expect(scrape.contains("pushd_retries_total{app=\"shop\",lane=\"broadcast\""))
+        }
+    }
+
+    @Test func aCertificateAppsBroadcastsAreDeadLetteredAndItsChannelRequestsFailWithAReason() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            var config = harness.config()
+            let certificates = harness.certificates
+            config.apps[0].credentials = .certificate(certificateFile: certificates.clientCertificate, keyFile: certificates.clientKey,
+                                                      pkcs12File: nil, password: nil)
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'c2hvcDox', $1)", [Self.update])
+            try connection.query("SELECT pushd.create_channel('shop')")
+            #expect(DaemonHarness.wait(seconds: 20) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'broadcasts need token (JWT) authentication%'")) == 1
+            })
+            #expect(DaemonHarness.wait(seconds: 20) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed' AND outcome LIKE '%accepts only token (JWT) authentication%'")) == 1
+            })
+            #expect(harness.mock.stats.requestsReceived == 0)
+        }
+    }
+}

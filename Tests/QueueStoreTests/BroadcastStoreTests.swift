@@ -1,0 +1,119 @@
+import Foundation
+import PushdTestSupport
+import QueueStore
+import Testing
+
+/// The SQL API of broadcast channels and broadcast jobs, against a real PostgreSQL.
+@Suite struct BroadcastStoreTests {
+    static let channel = "c2hvcDoxOjEyMzQ="
+    static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#
+
+    @Test func aJobWithAChannelIdIsABroadcastAndLeavesTheDeviceLaneAlone() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [Self.channel, Self.update])
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 0)
+            let claimed = try BroadcastQueue().claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60)
+            #expect(claimed.count == 1)
+            #expect(claimed.first?.channelID == Self.channel)
+            #expect(claimed.first?.priority == 5)
+            #expect(try BroadcastQueue().claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).isEmpty, "leased")
+            try BroadcastQueue().dead(connection, id: claimed[0].id, status: 404, reason: "ChannelNotRegistered")
+            let dead = try connection.query("SELECT channel_id, device_token IS NULL, push_type, reason FROM pushd.dead_jobs")
+            #expect(try dead.require(String.self, row: 0, column: 0) == Self.channel)
+            #expect(try dead.require(Bool.self, row: 0, column: 1))
+            #expect(try dead.require(String.self, row: 0, column: 2) == "liveactivity")
+            #expect(try dead.require(String.self, row: 0, column: 3) == "ChannelNotRegistered")
+        }
+    }
+
+    @Test func badBroadcastRowsAreRefusedSayingWhatIsWrong() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let cases: [(String, [any PGParameter], String)] = [
+                ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'not base64!', $1)", [Self.update],
+                 "pushd.jobs.channel_id must be the base64 channel id"),
+                ("INSERT INTO pushd.jobs (app, channel_id, device_token, payload) VALUES ('shop', $1, $2, $3)",
+                 [Self.channel, String(repeating: "ab", count: 32), Self.update], "a job goes to one device or to one channel"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload, push_type) VALUES ('shop', $1, $2, 'background')",
+                 [Self.channel, Self.update], "must be liveactivity for a broadcast"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, '[1]')", [Self.channel],
+                 "pushd.jobs.payload must be a JSON object"),
+                ("INSERT INTO pushd.jobs (app, payload) VALUES ('shop', $1)", [Self.update],
+                 "pushd.jobs.device_token is required (or channel_id, for a broadcast)"),
+            ]
+            for (sql, parameters, message) in cases {
+                let error = Fixtures.pgError { try connection.query(sql, parameters) }
+                #expect(error?.description.contains(message) == true, "\(sql): \(String(describing: error))")
+            }
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
+    @Test func createAndDeleteChannelQueueOperationsThatRecordTheirOutcome() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let store = ChannelStore()
+            let id = try connection.query("SELECT pushd.create_channel('shop', 'most-recent')").require(Int64.self, row: 0, column: 0)
+            let pending = try store.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60)
+            #expect(pending.map(\.kind) == [.create])
+            #expect(pending.first?.storagePolicy == "most-recent")
+            try store.recordCreated(connection, id: id, channelID: Self.channel, environment: "sandbox")
+            let active = try #require(try store.row(connection, id: id))
+            #expect(active.state == "active")
+            #expect(active.channelID == Self.channel)
+            #expect(active.createdAt != nil)
+
+            #expect(try connection.query("SELECT pushd.delete_channel('shop', $1)", [Self.channel]).require(Int64.self, row: 0, column: 0) == id)
+            let deletion = try store.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60)
+            #expect(deletion.map(\.kind) == [.delete])
+            #expect(deletion.first?.channelID == Self.channel)
+            try store.recordDeleted(connection, id: id, environment: "sandbox", outcome: "deleted")
+            #expect(try store.row(connection, id: id)?.state == "deleted")
+            #expect(try store.list(connection, app: "shop").isEmpty)
+
+            let bad = Fixtures.pgError { try connection.query("SELECT pushd.create_channel('shop', 'forever')") }
+            #expect(bad?.description.contains("pushd.channels.storage_policy must be none or most-recent") == true)
+        }
+    }
+
+    @Test func theEnqueueRoleBroadcastsAndAsksForChannelsButReadsNone() throws {
+        try IsolatedDatabase.with { database in
+            try LoginRole.with(memberOf: "pushd_enqueue", in: database) { role in
+                let app = try role.connect()
+                defer { app.close() }
+                try app.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [Self.channel, Self.update])
+                try app.query("SELECT pushd.create_channel('shop')")
+                try app.query("SELECT pushd.delete_channel('shop', $1)", [Self.channel])
+                for sql in ["SELECT * FROM pushd.channels", "SELECT * FROM pushd.broadcast_jobs", "DELETE FROM pushd.broadcast_jobs",
+                            "UPDATE pushd.channels SET state = 'active'"] {
+                    #expect(RoleTests.denied(app, sql), "pushd_enqueue may run: \(sql)")
+                }
+            }
+            let owner = try database.connect()
+            defer { owner.close() }
+            #expect(try owner.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 1)
+            #expect(try owner.query("SELECT count(*) FROM pushd.channels").require(Int.self, row: 0, column: 0) == 2)
+        }
+    }
+
+    @Test func queuedBroadcastsAreALaneOfTheQueueStatistics() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            for _ in 0..<2 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('news', $1, $2)", [Self.channel, Self.update])
+            }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, run_at) VALUES ('news', $1, $2, now() + interval '1 hour')",
+                                 [Self.channel, Self.update])
+            let lanes = try QueueStats.read(connection).lanes.filter { $0.lane == .broadcast }
+            #expect(lanes.map(\.app) == ["news"])
+            #expect(lanes.first?.depth == 2)
+            #expect(lanes.first?.scheduled == 1)
+        }
+    }
+}
