@@ -19,7 +19,10 @@ let package = Package(
         .library(name: "Metrics", targets: ["Metrics"]),
     ],
     targets: [
-        systemLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
+        // No pkgConfig: libcurl 8's .pc file passes -isystem flags of its private
+        // dependencies, which SwiftPM refuses with a warning; curl.h sits on the default
+        // include path and the module map links libcurl.
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         systemLibrary("COpenSSL", pkgConfig: "openssl", apt: ["libssl-dev"]),
         systemLibrary("CLibPQ", pkgConfig: "libpq", apt: ["libpq-dev"]),
         systemLibrary("CNghttp2", pkgConfig: "libnghttp2", apt: ["libnghttp2-dev"]),

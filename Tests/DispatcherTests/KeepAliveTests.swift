@@ -97,7 +97,7 @@ import Testing
             configuration.faults = FaultConfiguration(goawayAfterStreams: 500)
         }) { server, port, material in
             let collector = ResultCollector()
-            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 200, maxAttempts: 5)
+            let configuration = configurationForMock(port: port, material: material, threads: 1, streams: 200, maxAttempts: 5)
             let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
             defer { engine.shutdown() }
             let total = 3000
