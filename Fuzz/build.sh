@@ -24,6 +24,29 @@ build() {
 }
 
 apns_sources=$(find Sources/APNs -name '*.swift' | sort)
+queue_sources=$(find Sources/QueueStore -name '*.swift' | sort)
+
+# The configuration imports the APNs and QueueStore modules: build them once as modules
+# of their own (instrumented too), for the targets that compile the configuration.
+library() {
+  local name=$1; shift
+  echo "fuzz: building module $name" >&2
+  swiftc -sanitize=fuzzer,address -parse-as-library -Onone -g -swift-version 6 -module-name "$name" \
+    -emit-library -static -emit-module -emit-module-path "$out/modules/$name.swiftmodule" -o "$out/lib$name.a" "$@" \
+    2> >(grep -v "Cannot export local symbol '__asan" >&2)
+}
+modules_built=0
+config_modules() {
+  [ $modules_built = 1 ] && return 0
+  modules_built=1
+  mkdir -p "$out/modules"
+  # shellcheck disable=SC2086
+  library APNs $apns_sources -I Sources/COpenSSL
+  # shellcheck disable=SC2086
+  library QueueStore $queue_sources -I Sources/CLibPQ $(pkg-config --cflags-only-I libpq | sed 's/-I/-Xcc -I/g')
+}
+config_flags=(-I "$out/modules" -I Sources/COpenSSL -I Sources/CLibPQ -L "$out" -lAPNs -lQueueStore -lssl -lcrypto -lpq)
+
 for target in "${targets[@]}"; do
   case $target in
     json-payload)
@@ -33,11 +56,13 @@ for target in "${targets[@]}"; do
       # shellcheck disable=SC2086
       build "$target" Fuzz/Targets/APNsErrorBodyFuzz.swift $apns_sources -I Sources/COpenSSL -lssl -lcrypto ;;
     yaml-config)
-      build "$target" Fuzz/Targets/YAMLConfigFuzz.swift Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml ;;
+      config_modules
+      build "$target" Fuzz/Targets/YAMLConfigFuzz.swift Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml "${config_flags[@]}" ;;
     command-line)
+      config_modules
       # The parser suggests close option names with the configuration reader's edit distance.
       build "$target" Fuzz/Targets/CommandLineFuzz.swift Sources/pushd/CLI/ArgumentParser.swift Sources/pushd/CLI/Commands.swift \
-        Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml ;;
+        Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml "${config_flags[@]}" ;;
     campaign-line)
       build "$target" Fuzz/Targets/CampaignLineFuzz.swift Sources/QueueStore/Campaigns/TargetImport.swift Sources/QueueStore/Jobs/Job.swift ;;
     *) echo "fuzz: unknown target '$target' (known: json-payload apns-error-body yaml-config command-line campaign-line)" >&2; exit 2 ;;
