@@ -72,7 +72,8 @@ import Testing
     }
 }
 
-/// What the log says when one instance dies mid-campaign and another takes its chunks over.
+/// What the log says when one instance dies mid-campaign and another takes its chunks over,
+/// and the per-connection detail `debug` adds.
 @Suite(.serialized) struct OperatorLogTakeoverTests {
     @Test func aChunkLeftByAKilledInstanceIsLoggedAsTakenOverNamingTheDeadWorker() throws {
         try IsolatedDatabase.with { database in
@@ -110,6 +111,31 @@ import Testing
             }
             // The lease ran out on the dead instance's chunks only: each is named once.
             #expect(takenOver.count <= owners.count)
+        }
+    }
+
+    @Test func debugLogsEachConnectionOpenedWithItsAppEnvironmentAndLane() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try harness.writeConfigFile()
+            let yaml = try String(contentsOfFile: config, encoding: .utf8)
+            try yaml.replacingOccurrences(of: "  level: info\n", with: "  level: debug\n")
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let logPath = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: logPath)
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{\"aps\":{}}' FROM generate_series(1, 5)",
+                                 [DaemonHarness.token(4242)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            kill(process.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(process, seconds: 10))
+
+            let log = try String(contentsOfFile: logPath, encoding: .utf8)
+            let opened = try OperatorLogTests.events(in: log).filter { $0["event"] as? String == "connection_opened" }
+            #expect(opened.contains { $0["app"] as? String == "shop" && $0["environment"] as? String == "sandbox"
+                                      && $0["lane"] as? String == "transactional" && $0["level"] as? String == "debug" },
+                    "no connection_opened line for the transactional lane:\n\(log)")
         }
     }
 }
