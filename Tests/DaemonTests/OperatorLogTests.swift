@@ -71,3 +71,71 @@ import Testing
         }
     }
 }
+
+/// What the log says when one instance dies mid-campaign and another takes its chunks over,
+/// and the per-connection detail `debug` adds.
+@Suite(.serialized) struct OperatorLogTakeoverTests {
+    @Test func aChunkLeftByAKilledInstanceIsLoggedAsTakenOverNamingTheDeadWorker() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            // Paced so a chunk is always being sent when the first instance dies.
+            let id = try CampaignLaneTests.campaign(connection, count: 10_000, rate: 2000)
+            let config = try harness.writeConfigFile()
+            let first = try DaemonProcessTests.start(config: config, log: harness.directory + "/first.log")
+            defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 2000 })
+            let leasedSQL = "SELECT lease_owner FROM pushd.campaign_chunks WHERE finished_at IS NULL AND lease_until > now() AND lease_owner IS NOT NULL"
+            #expect(try DaemonHarness.wait(seconds: 10) { try connection.query(leasedSQL).rowCount > 0 })
+            let leased = try connection.query(leasedSQL)
+            let owners = Set(try (0..<leased.rowCount).map { try leased.require(String.self, row: $0, column: 0) })
+            kill(first.processIdentifier, SIGKILL)
+            #expect(DaemonProcessTests.waitForExit(first, seconds: 5))
+
+            let logPath = harness.directory + "/second.log"
+            let second = try DaemonProcessTests.start(config: config, log: logPath)
+            defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
+            let store = CampaignStore()
+            #expect(try DaemonHarness.wait(seconds: 60) { try store.campaign(connection, id: id)?.status == .done })
+            kill(second.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(second, seconds: 10))
+
+            let log = try String(contentsOfFile: logPath, encoding: .utf8)
+            let takenOver = try OperatorLogTests.events(in: log).filter { $0["event"] as? String == "chunk_taken_over" }
+            #expect(!takenOver.isEmpty, "no chunk_taken_over line:\n\(log)")
+            for line in takenOver {
+                let previous = line["previous_owner"] as? String
+                #expect(previous.map(owners.contains) == true, "\(previous ?? "nil") is not one of the killed instance's workers \(owners)")
+                #expect(line["level"] as? String == "warning")
+                #expect(line["campaign"] as? Int == Int(id))
+            }
+            // The lease ran out on the dead instance's chunks only: each is named once.
+            #expect(takenOver.count <= owners.count)
+        }
+    }
+
+    @Test func debugLogsEachConnectionOpenedWithItsAppEnvironmentAndLane() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try harness.writeConfigFile()
+            let yaml = try String(contentsOfFile: config, encoding: .utf8)
+            try yaml.replacingOccurrences(of: "  level: info\n", with: "  level: debug\n")
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let logPath = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: logPath)
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{\"aps\":{}}' FROM generate_series(1, 5)",
+                                 [DaemonHarness.token(4242)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            kill(process.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(process, seconds: 10))
+
+            let log = try String(contentsOfFile: logPath, encoding: .utf8)
+            let opened = try OperatorLogTests.events(in: log).filter { $0["event"] as? String == "connection_opened" }
+            #expect(opened.contains { $0["app"] as? String == "shop" && $0["environment"] as? String == "sandbox"
+                                      && $0["lane"] as? String == "transactional" && $0["level"] as? String == "debug" },
+                    "no connection_opened line for the transactional lane:\n\(log)")
+        }
+    }
+}

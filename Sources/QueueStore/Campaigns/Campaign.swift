@@ -125,6 +125,10 @@ public struct CampaignChunk: Sendable, Hashable {
     public var payload: String?
     public var rateLimit: Int?
     public var targets: [CampaignTarget]
+    /// The worker whose lease on this chunk ran out before it was handed here (it was killed,
+    /// hung or lost the database), and when; nil for a fresh or released chunk.
+    public var expiredOwner: String? = nil
+    public var expiredAt: Date? = nil
 }
 
 /// Outcomes since the previous checkpoint of a chunk (deltas, not totals).

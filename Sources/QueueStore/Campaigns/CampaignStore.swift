@@ -328,7 +328,8 @@ public struct CampaignStore: Sendable {
         WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3))
         SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
                k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
-               t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :], t.environments[l.leased_checkpoint + 1 :]
+               t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :], t.environments[l.leased_checkpoint + 1 :],
+               l.expired_owner, l.expired_at
         FROM l
         JOIN pushd.campaigns k ON k.id = l.leased_campaign
         JOIN pushd.campaign_targets t ON t.campaign_id = l.leased_campaign AND t.chunk = l.leased_chunk
@@ -380,7 +381,8 @@ public struct CampaignStore: Sendable {
                              leaseUntil: try row.require(4), size: try row.require(2), startIndex: start,
                              app: try row.require(5), pushType: try row.require(6), priority: try row.require(7),
                              environment: try row.get(8), collapseID: try row.get(9), expiration: try row.get(10),
-                             payload: try row.get(11), rateLimit: try row.get(12), targets: targets)
+                             payload: try row.get(11), rateLimit: try row.get(12), targets: targets,
+                             expiredOwner: try row.get(16), expiredAt: try row.get(17))
     }
 
     /// Splits `{hex,hex,…}`; tokens are validated hex, so no element is quoted or NULL.

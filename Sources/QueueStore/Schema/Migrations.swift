@@ -19,8 +19,9 @@ extension Migrator {
         Migration(version: 15, name: "a rate-capped campaign's lease schedule makes up for late leases", sql: leasePaceV15),
         Migration(version: 16, name: "campaign targets keep their registered token's environment", sql: targetEnvironmentsV16),
         Migration(version: 17, name: "broadcast channels and broadcast jobs", sql: broadcastV17),
+        Migration(version: 18, name: "the chunk lease names the worker whose lease expired", sql: leaseTakeoverV18),
         // The roles migration stays last: its grants cover every table created before it.
-        Migration(version: 18, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV18),
+        Migration(version: 19, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV18),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -673,6 +674,58 @@ extension Migrator {
             leased_size := picked.size;
             leased_checkpoint := picked.checkpoint;
             leased_until := now() + make_interval(secs => p_seconds);
+            RETURN NEXT;
+            RETURN;
+        END LOOP;
+    END $$;
+    """#
+
+    /// A chunk handed on because its worker stopped renewing the lease (killed, hung, cut
+    /// off from the database) is news for an operator; one released by its worker is not.
+    /// The lease says which, and whose lease expired when.
+    static let leaseTakeoverV18 = #"""
+    DROP FUNCTION pushd.lease_campaign_chunk(text, float8, text[]);
+    CREATE FUNCTION pushd.lease_campaign_chunk(p_owner text, p_seconds float8, p_apps text[])
+    RETURNS TABLE (leased_campaign bigint, leased_chunk integer, leased_size integer,
+                   leased_checkpoint integer, leased_until timestamptz,
+                   expired_owner text, expired_at timestamptz)
+    LANGUAGE plpgsql ROWS 1 AS $$
+    DECLARE
+        k record;
+        picked record;
+    BEGIN
+        FOR k IN SELECT c.id, c.rate_limit, c.status, c.started_at FROM pushd.campaigns c
+                 WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
+                   AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+                   AND c.app = ANY (p_apps)
+                 ORDER BY c.id
+        LOOP
+            SELECT ch.chunk, ch.size, ch.checkpoint, ch.lease_owner, ch.lease_until INTO picked FROM pushd.campaign_chunks ch
+            WHERE ch.campaign_id = k.id AND ch.finished_at IS NULL
+              AND (ch.lease_until IS NULL OR ch.lease_until < now())
+            ORDER BY ch.chunk LIMIT 1 FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF k.rate_limit IS NOT NULL OR k.status = 'scheduled' OR k.started_at IS NULL THEN
+                UPDATE pushd.campaigns c
+                SET status = 'running', started_at = coalesce(c.started_at, now()),
+                    next_lease_at = CASE WHEN c.rate_limit IS NULL THEN NULL
+                        ELSE greatest(coalesce(c.next_lease_at, now()), now() - interval '200 milliseconds')
+                             + make_interval(secs => (picked.size - picked.checkpoint)::float8 / c.rate_limit) END
+                WHERE c.id = k.id AND c.status IN ('running', 'scheduled')
+                  AND (c.next_lease_at IS NULL OR c.next_lease_at <= now());
+                CONTINUE WHEN NOT FOUND;
+            END IF;
+            UPDATE pushd.campaign_chunks ch
+            SET lease_owner = p_owner, lease_until = now() + make_interval(secs => p_seconds), leases = ch.leases + 1
+            WHERE ch.campaign_id = k.id AND ch.chunk = picked.chunk;
+            leased_campaign := k.id;
+            leased_chunk := picked.chunk;
+            leased_size := picked.size;
+            leased_checkpoint := picked.checkpoint;
+            leased_until := now() + make_interval(secs => p_seconds);
+            -- A release clears the owner; an owner still set means its lease ran out.
+            expired_owner := CASE WHEN picked.lease_until IS NOT NULL THEN picked.lease_owner END;
+            expired_at := picked.lease_until;
             RETURN NEXT;
             RETURN;
         END LOOP;

@@ -22,7 +22,7 @@ final class AppSender: @unchecked Sendable {
     private let clients = APNsClientRegistry<ClientKey>()
     /// The transactional client of the app's own environment, made at init.
     let transactionalClient: APNsClient
-    private let makeClient: @Sendable (PushdConfig.Environment) throws -> APNsClient?
+    private let makeClient: @Sendable (PushdConfig.Environment, Lane) throws -> APNsClient?
     private let pausedGauge: Gauge
     private let metrics: PushdMetrics
     private let sentCounters: [String: Counter]
@@ -45,11 +45,11 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    /// - Parameter makeClient: a new client for an environment, nil when the app has no
+    /// - Parameter makeClient: a new client for an environment and lane, nil when the app has no
     ///   credentials there. The app's own environment's are made now, so a setup error stops
     ///   `run` at start.
     init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics,
-         makeClient: @escaping @Sendable (PushdConfig.Environment) throws -> APNsClient?) throws {
+         makeClient: @escaping @Sendable (PushdConfig.Environment, Lane) throws -> APNsClient?) throws {
         self.app = app
         self.factory = NotificationFactory(app: app)
         self.tokens = tokens
@@ -80,7 +80,7 @@ final class AppSender: @unchecked Sendable {
         deliveryLatency = metrics.deliveryLatency(app: app.name)
         pausedGauge = metrics.paused(app: app.name)
         pausedGauge.set(0)
-        guard let own = try makeClient(app.environment) else { throw NoCredentials(app: app.name, environment: app.environment) }
+        guard let own = try makeClient(app.environment, .transactional) else { throw NoCredentials(app: app.name, environment: app.environment) }
         transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
         _ = try client(for: app.environment, lane: .campaign)
     }
@@ -97,7 +97,7 @@ final class AppSender: @unchecked Sendable {
     /// The client for `environment` and `lane`, made on first use.
     func client(for environment: PushdConfig.Environment, lane: Lane) throws -> APNsClient {
         try clients.client(for: ClientKey(environment: environment, lane: lane)) {
-            guard let made = try makeClient(environment) else { throw NoCredentials(app: app.name, environment: environment) }
+            guard let made = try makeClient(environment, lane) else { throw NoCredentials(app: app.name, environment: environment) }
             return made
         }
     }
@@ -171,7 +171,10 @@ final class AppSender: @unchecked Sendable {
     }
 }
 
-/// Feeds the dispatcher's engine events into one app's metric children.
+/// Feeds the dispatcher's engine events into one app's metric children and, at `debug`, one
+/// log line per connection opened, failed, asked to be replaced or closed (the engine names
+/// no reason for a close; a failure or replacement line before it says why). The hook runs on
+/// the engine thread: a disabled level costs one comparison.
 struct AppDispatcherMetrics: DispatcherMetricsHook {
     let inFlight: Gauge
     let connections: Gauge
@@ -179,8 +182,11 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let resent: Counter
     let reconnects: Counter
     let retirements: ConnectionRetirementReporter?
+    let logger: Logger?
+    let label: String
 
-    init(app: String, environment: String, metrics: PushdMetrics, retirements: ConnectionRetirementReporter? = nil) {
+    init(app: String, environment: String, lane: String? = nil, metrics: PushdMetrics,
+         retirements: ConnectionRetirementReporter? = nil, logger: Logger? = nil) {
         self.retirements = retirements
         inFlight = metrics.streamsInFlight(app: app, environment: environment)
         connections = metrics.connections(app: app, environment: environment)
@@ -189,17 +195,36 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         })
         resent = metrics.requestsResent(app: app, environment: environment)
         reconnects = metrics.reconnects(app: app, environment: environment)
+        label = "app \(app), \(environment)" + (lane.map { ", \($0) lane" } ?? "")
+        self.logger = logger.map { logger in
+            var fields: [(String, LogValue)] = [("app", .string(app)), ("environment", .string(environment))]
+            if let lane { fields.append(("lane", .string(lane))) }
+            var copy = logger
+            copy.baseFields += fields
+            return copy
+        }
     }
 
     func inFlightChanged(by delta: Int) { inFlight.add(Double(delta)) }
     func connectionOpened(reconnect: Bool) {
         connections.increment()
         if reconnect { reconnects.increment() }
+        logger?.debug("opened a connection to APNs for \(label)\(reconnect ? ", replacing one" : "")",
+                      ("event", "connection_opened"), ("reconnect", .bool(reconnect)))
     }
-    func connectionClosed() { connections.decrement() }
+    func connectionClosed() {
+        connections.decrement()
+        logger?.debug("closed a connection to APNs for \(label)", ("event", "connection_closed"))
+    }
     func connectionFailed(_ reason: ConnectionFailureReason) {
         errors[reason]?.increment()
         if reason == .goaway { retirements?.record(.goaway) }
+        logger?.debug("a connection to APNs for \(label) failed or ended: \(reason.rawValue)",
+                      ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
     func requestRetried() { resent.increment() }
+    func connectionReplacementRequested() {
+        logger?.debug("retiring a connection to APNs for \(label): an answer asked for a fresh one",
+                      ("event", "connection_retiring"))
+    }
 }

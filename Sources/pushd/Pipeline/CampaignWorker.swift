@@ -174,10 +174,20 @@ final class CampaignWorker: @unchecked Sendable {
         context.operatorLog.campaignSending(chunk.campaignID)
         if chunk.chunk == 0 && chunk.startIndex == 0 {
             try logCampaign(chunk.campaignID, "started", on: connection)
+        }
+        if let previous = chunk.expiredOwner {
+            // The previous worker died, hung or lost the database mid-chunk: the targets it sent
+            // after its last checkpoint are sent again.
+            let since = chunk.expiredAt.map { Int(max(0, Date().timeIntervalSince($0))) } ?? 0
+            context.logger.warning("took over chunk \(chunk.chunk) of campaign \(chunk.campaignID) from worker \(previous), whose lease expired \(since) s ago; resuming at its checkpoint, target \(chunk.startIndex)",
+                                   ("event", "chunk_taken_over"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                   ("previous_owner", .string(previous)), ("expired_s", .int(Int64(since))),
+                                   ("from", .int(Int64(chunk.startIndex))))
         } else if chunk.startIndex > 0 {
-            context.logger.info("chunk \(chunk.chunk) of campaign \(chunk.campaignID) resumes from its checkpoint at target \(chunk.startIndex): its previous worker released it or stopped renewing its lease",
-                                ("event", "chunk_resumed"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
-                                ("from", .int(Int64(chunk.startIndex))))
+            // Released by its worker (a pause, a shutdown, a paused app): routine.
+            context.logger.debug("chunk \(chunk.chunk) of campaign \(chunk.campaignID) resumes from its checkpoint at target \(chunk.startIndex) after its previous worker released it",
+                                 ("event", "chunk_resumed"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                 ("from", .int(Int64(chunk.startIndex))))
         }
         context.logger.debug("leased chunk \(chunk.chunk) of campaign \(chunk.campaignID)", ("campaign", .int(chunk.campaignID)),
                              ("chunk", .int(Int64(chunk.chunk))), ("targets", .int(Int64(count))))

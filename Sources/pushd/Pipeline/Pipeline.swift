@@ -59,12 +59,12 @@ final class Pipeline: @unchecked Sendable {
             // Each (environment, lane) gets its own connections when first used: a transactional
             // push never waits behind the streams and the window a campaign keeps full, and an
             // app serving one environment opens no connection to the other's host.
-            senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment in
+            senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment, lane in
                 guard let configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
-                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, metrics: metrics,
-                                                         retirements: retirements)
+                let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, lane: lane.rawValue,
+                                                         metrics: metrics, retirements: retirements, logger: logger)
                 do {
                     return try APNsClient(configuration: configuration, environment: environment.apns,
                                           authentication: Self.authentication(for: app, configuration: configuration, tokens: tokens),
