@@ -21,7 +21,7 @@ extension Migrator {
         Migration(version: 17, name: "broadcast channels and broadcast jobs", sql: broadcastV17),
         Migration(version: 18, name: "the chunk lease names the worker whose lease expired", sql: leaseTakeoverV18),
         // The roles migration stays last: its grants cover every table created before it.
-        Migration(version: 19, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV18),
+        Migration(version: 19, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV19),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -965,7 +965,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV18 = #"""
+    static let rolesV19 = #"""
     DO $$
     DECLARE
         wanted text;
