@@ -1232,35 +1232,42 @@ extension Migrator {
     ALTER FUNCTION pushd.payload_shape_ok(text, text) RENAME TO payload_shape_v12_ok;
     ALTER FUNCTION pushd.check_payload_shape(text, text, text, text) RENAME TO check_payload_shape_v12;
 
-    -- One jsonpath pass over the members of `aps` finds any value of the wrong type; a
-    -- valid payload is parsed once more and pays no PL/pgSQL call. strict keeps arrays from
-    -- being unwrapped into their elements; without `aps` (or with `aps` not an object, which
-    -- the rules above refuse) the path fails and the answer is NULL, which means no problem.
-    -- Live Activities rank by any relevance score; campaign targets (push type unknown,
-    -- NULL) are held to the type only and the sender checks the range.
+    -- One jsonpath test of `aps` finds any value of the wrong type; a valid payload is
+    -- parsed once more and pays no PL/pgSQL call. Each documented key is looked up by name
+    -- (far cheaper than comparing every member against the list); in lax mode a missing key
+    -- is an empty sequence and its comparisons are false, and .type() does not unwrap an
+    -- array, so ["x"] is not taken for "x". Without `aps` the test finds nothing; `aps` not
+    -- an object is refused by the rules above. Live Activities rank by any relevance score;
+    -- campaign targets (push type unknown, NULL) are held to its type and the sender
+    -- checks the range.
     CREATE FUNCTION pushd.aps_values_ok(payload text, push_type text) RETURNS boolean
     LANGUAGE sql IMMUTABLE AS $$
-        SELECT payload IS NULL OR NOT coalesce(jsonb_path_exists(payload::jsonb, 'strict $.aps.keyvalue() ? (
-              ((@.key == "thread-id" || @.key == "category" || @.key == "target-content-id" || @.key == "filter-criteria"
-                || @.key == "attributes-type") && @.value.type() != "string")
-           || ((@.key == "content-available" || @.key == "mutable-content" || @.key == "input-push-token")
-                && (@.value.type() != "number" || !(@.value == 0 || @.value == 1)))
-           || ((@.key == "timestamp" || @.key == "stale-date" || @.key == "dismissal-date")
-                && (@.value.type() != "number" || @.value < 0 || @.value.floor() != @.value))
-           || (@.key == "relevance-score" && (@.value.type() != "number" || ($anyscore == false && (@.value < 0 || @.value > 1))))
-           || ((@.key == "content-state" || @.key == "attributes") && @.value.type() != "object")
-           || (@.key == "alert" && @.value.type() != "string" && (@.value.type() != "object" || exists(@.value.keyvalue() ? (
-                  ((@.key == "title" || @.key == "subtitle" || @.key == "body" || @.key == "launch-image" || @.key == "title-loc-key"
-                    || @.key == "subtitle-loc-key" || @.key == "loc-key" || @.key == "action-loc-key" || @.key == "action")
-                    && @.value.type() != "string")
-               || ((@.key == "title-loc-args" || @.key == "subtitle-loc-args" || @.key == "loc-args")
-                    && (@.value.type() != "array" || exists(@.value[*] ? (@.type() != "string"))))))))
-           || (@.key == "sound" && @.value.type() != "string" && (@.value.type() != "object"
-                || !exists(@.value.keyvalue() ? (@.key == "name")) || exists(@.value.keyvalue() ? (
-                  (@.key == "name" && @.value.type() != "string")
-               || (@.key == "critical" && (@.value.type() != "number" || !(@.value == 0 || @.value == 1)))
-               || (@.key == "volume" && (@.value.type() != "number" || @.value < 0 || @.value > 1)))))))',
-            jsonb_build_object('anyscore', push_type IS NULL OR push_type = 'liveactivity'), true), false)
+        SELECT payload IS NULL OR NOT coalesce(jsonb_path_exists(payload::jsonb, '
+            lax $.aps ? (
+              @."thread-id".type() != "string" || @.category.type() != "string" || @."target-content-id".type() != "string"
+           || @."filter-criteria".type() != "string" || @."attributes-type".type() != "string"
+           || @."content-available".type() != "number" || (exists(@."content-available") && !(@."content-available" == 0 || @."content-available" == 1))
+           || @."mutable-content".type() != "number" || (exists(@."mutable-content") && !(@."mutable-content" == 0 || @."mutable-content" == 1))
+           || @."input-push-token".type() != "number" || (exists(@."input-push-token") && !(@."input-push-token" == 0 || @."input-push-token" == 1))
+           || @.timestamp.type() != "number" || @.timestamp < 0 || @.timestamp.floor() != @.timestamp
+           || @."stale-date".type() != "number" || @."stale-date" < 0 || @."stale-date".floor() != @."stale-date"
+           || @."dismissal-date".type() != "number" || @."dismissal-date" < 0 || @."dismissal-date".floor() != @."dismissal-date"
+           || @."relevance-score".type() != "number" || ($anyscore == false && (@."relevance-score" < 0 || @."relevance-score" > 1))
+           || @."content-state".type() != "object" || @.attributes.type() != "object"
+           || (@.alert.type() != "string" && @.alert.type() != "object")
+           || @.alert.title.type() != "string" || @.alert.subtitle.type() != "string" || @.alert.body.type() != "string"
+           || @.alert."launch-image".type() != "string" || @.alert."title-loc-key".type() != "string"
+           || @.alert."subtitle-loc-key".type() != "string" || @.alert."loc-key".type() != "string"
+           || @.alert."action-loc-key".type() != "string" || @.alert.action.type() != "string"
+           || @.alert."title-loc-args".type() != "array" || exists(@.alert."title-loc-args"[*] ? (@.type() != "string"))
+           || @.alert."subtitle-loc-args".type() != "array" || exists(@.alert."subtitle-loc-args"[*] ? (@.type() != "string"))
+           || @.alert."loc-args".type() != "array" || exists(@.alert."loc-args"[*] ? (@.type() != "string"))
+           || (@.sound.type() != "string" && @.sound.type() != "object")
+           || (@.sound.type() == "object" && !exists(@.sound.name))
+           || @.sound.name.type() != "string"
+           || @.sound.critical.type() != "number" || (exists(@.sound.critical) && !(@.sound.critical == 0 || @.sound.critical == 1))
+           || @.sound.volume.type() != "number" || @.sound.volume < 0 || @.sound.volume > 1)'
+            , jsonb_build_object('anyscore', push_type IS NULL OR push_type = 'liveactivity'), true), false)
     $$;
 
     -- The same rules, raising the first value of the wrong type with its path and value.
