@@ -79,11 +79,13 @@ import Testing
             pipeline.start()
             defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
 
+            // The INSERT checks compare numbers by value, so a flag written 1.0 passes them; the
+            // sender reads the number's text and refuses it, as APNs documents 0 or 1.
             try connection.query("""
                 INSERT INTO pushd.jobs (app, device_token, payload, push_type, priority) VALUES
                   ('shop', $1, '{"aps":{"alert":"a"}}', 'alert', 10),
                   ('shop', $2, '{"aps":{"alert":"b"}}', 'alert', 10),
-                  ('shop', $3, '{"aps":{"alert":"c","relevance-score":2}}', 'alert', 10),
+                  ('shop', $3, '{"aps":{"alert":"c","mutable-content":1.0}}', 'alert', 10),
                   ('ghost', $3, '{"aps":{"alert":"d"}}', 'alert', 10)
                 """, [unregistered, bad, DaemonHarness.token(4)])
 
@@ -92,7 +94,7 @@ import Testing
             let reasons = try rows.map { "\(try $0.require(1, as: String.self)) \(try $0.get(2, as: Int.self).map(String.init) ?? "-") \(try $0.require(3, as: String.self))" }
             #expect(reasons.contains("shop 410 Unregistered"))
             #expect(reasons.contains("shop 400 BadDeviceToken"))
-            #expect(reasons.contains { $0.hasPrefix("shop - Invalid: ") && $0.contains("relevance-score") }, "\(reasons)")
+            #expect(reasons.contains { $0.hasPrefix("shop - Invalid: ") && $0.contains("mutable-content") }, "\(reasons)")
             // No instance is configured for "ghost": its job waits, untouched, rather than being dead-lettered.
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE app = 'ghost' AND attempts = 0") == 1)
             let pruned = try connection.query("SELECT token, invalid_reason FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL ORDER BY token").rows

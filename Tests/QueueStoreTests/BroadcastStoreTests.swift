@@ -42,6 +42,9 @@ import Testing
                  [Self.channel, Self.update], "must be liveactivity for a broadcast"),
                 ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, '[1]')", [Self.channel],
                  "pushd.jobs.payload must be a JSON object"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)",
+                 [Self.channel, #"{"aps":{"timestamp":"now","event":"end"}}"#],
+                 #"pushd.jobs.payload must have "aps"."timestamp" as a non-negative integer (epoch seconds), got "now""#),
                 ("INSERT INTO pushd.jobs (app, payload) VALUES ('shop', $1)", [Self.update],
                  "pushd.jobs.device_token is required (or channel_id, for a broadcast)"),
             ]

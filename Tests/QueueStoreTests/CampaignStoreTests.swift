@@ -103,6 +103,11 @@ import Testing
             }
             #expect(notObject?.message.hasPrefix(#"pushd.campaign_targets.payloads[1] must have "aps" as a JSON object, got a JSON array"#) == true,
                     "\(notObject?.message ?? "accepted")")
+            let badArgs = Fixtures.pgError {
+                try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(1), #"{"aps":{"alert":{"loc-args":[1]}}}"#)])
+            }
+            #expect(badArgs?.message.hasPrefix(#"pushd.campaign_targets.payloads[1] must have "aps"."alert"."loc-args"[0] as a string, got 1"#) == true,
+                    "\(badArgs?.message ?? "accepted")")
             #expect(try campaigns.campaign(connection, id: id)?.targets == 0)
         }
     }

@@ -404,6 +404,46 @@ import Testing
                  #"pushd.jobs.payload must have "aps"."event" as one of start, update, end, got "stop""#),
                 (#"{"aps":{}}"#, "mdm", nil, "jobs_payload_shape",
                  #"pushd.jobs.payload needs the device's PushMagic string as top-level "mdm" for an mdm push"#),
+                (#"{"aps":{"alert":"a","sound":5}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."sound" as a string or an object with name, critical and volume, got 5"#),
+                (#"{"aps":{"alert":"a","sound":{"critical":1,"volume":0.5}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload needs "aps"."sound"."name" when "sound" is an object"#),
+                (#"{"aps":{"alert":"a","sound":{"name":"siren","critical":1,"volume":1.5}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."sound"."volume" as a number from 0 to 1, got 1.5"#),
+                (#"{"aps":{"alert":"a","sound":{"name":"siren","critical":true}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."sound"."critical" as the number 0 or 1, got true"#),
+                (#"{"aps":{"alert":"a","thread-id":42}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."thread-id" as a string, got 42"#),
+                (#"{"aps":{"alert":"a","category":["INVITE"]}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."category" as a string, got ["INVITE"]"#),
+                (#"{"aps":{"alert":"a","target-content-id":null}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."target-content-id" as a string, got null"#),
+                (#"{"aps":{"alert":"a","filter-criteria":1}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."filter-criteria" as a string, got 1"#),
+                (#"{"aps":{"alert":"a","relevance-score":1.5}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."relevance-score" as a number from 0 to 1 (only Live Activities take any number), got 1.5"#),
+                (#"{"aps":{"alert":"a","relevance-score":"high"}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."relevance-score" as a number, got "high""#),
+                (#"{"aps":{"alert":"a","mutable-content":true}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."mutable-content" as the number 0 or 1, got true"#),
+                (#"{"aps":{"content-available":"1"}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."content-available" as the number 0 or 1, got "1""#),
+                (#"{"aps":{"alert":["a"]}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."alert" as a string or an object, got ["a"]"#),
+                (#"{"aps":{"alert":{"title":"a","body":7}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."alert"."body" as a string, got 7"#),
+                (#"{"aps":{"alert":{"loc-key":"GAME","loc-args":"Jenna"}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."alert"."loc-args" as an array of strings, got "Jenna""#),
+                (#"{"aps":{"alert":{"loc-key":"GAME","loc-args":["Jenna",3]}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."alert"."loc-args"[1] as a string, got 3"#),
+                (#"{"aps":{"timestamp":"1700000000","event":"end"}}"#, "liveactivity", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."timestamp" as a non-negative integer (epoch seconds), got "1700000000""#),
+                (#"{"aps":{"timestamp":1700000000,"event":"end","dismissal-date":-1}}"#, "liveactivity", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."dismissal-date" as a non-negative integer (epoch seconds), got -1"#),
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"stale-date":1.5}}"#, "liveactivity", nil,
+                 "jobs_payload_shape", #"pushd.jobs.payload must have "aps"."stale-date" as a non-negative integer (epoch seconds), got 1.5"#),
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":"2:1"}}"#, "liveactivity", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."content-state" as an object, got "2:1""#),
             ]
             for (index, row) in refused.enumerated() {
                 let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(index), row.payload, row.pushType, row.priority]) }
@@ -420,6 +460,9 @@ import Testing
                 (#"{"aps":{"timestamp":1700000000,"event":"end"}}"#, "liveactivity", nil),
                 (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2:1"}}}"#, "liveactivity", nil),
                 (#"{"mdm":"00000000-1111-2222-3333-444444444444"}"#, "mdm", nil),
+                (#"{"aps":{"alert":{"title":"Game","loc-key":"GAME","loc-args":["Jenna","Frank"]},"sound":{"critical":1,"name":"siren","volume":0.8},"thread-id":"t","category":"INVITE","target-content-id":"w","relevance-score":0.5,"mutable-content":1,"filter-criteria":"work"}}"#, "alert", nil),
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"relevance-score":75,"stale-date":1700003600,"dismissal-date":0}}"#,
+                 "liveactivity", nil),
             ]
             for (index, row) in accepted.enumerated() {
                 let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(100 + index), row.payload, row.pushType, row.priority]) }
@@ -438,6 +481,12 @@ import Testing
             }
             #expect(oversized?.message.hasPrefix("pushd.campaigns.payload is 4097 bytes; alert payloads may have at most 4096") == true,
                     "\(oversized?.message ?? "accepted")")
+            let badSound = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "loud", payload: #"{"aps":{"alert":"a","sound":1}}"#))
+            }
+            #expect(badSound?.constraint == "campaigns_payload_shape", "\(badSound?.message ?? "accepted")")
+            #expect(badSound?.message.hasPrefix(#"pushd.campaigns.payload must have "aps"."sound" as a string or an object"#) == true,
+                    "\(badSound?.message ?? "accepted")")
             _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "sync", pushType: "background",
                                                              payload: #"{"aps":{"content-available":1}}"#))
         }

@@ -20,8 +20,9 @@ extension Migrator {
         Migration(version: 16, name: "campaign targets keep their registered token's environment", sql: targetEnvironmentsV16),
         Migration(version: 17, name: "broadcast channels and broadcast jobs", sql: broadcastV17),
         Migration(version: 18, name: "the chunk lease names the worker whose lease expired", sql: leaseTakeoverV18),
+        Migration(version: 19, name: "the types of the aps values are checked at insert", sql: apsValuesV19),
         // The roles migration stays last: its grants cover every table created before it.
-        Migration(version: 19, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV19),
+        Migration(version: 20, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV20),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -965,7 +966,7 @@ extension Migrator {
     ///
     /// `register_token` and `notify_user` become SECURITY DEFINER with a fixed search_path,
     /// so that a role allowed to call them needs no right on `pushd.device_tokens`.
-    static let rolesV19 = #"""
+    static let rolesV20 = #"""
     DO $$
     DECLARE
         wanted text;
@@ -1272,5 +1273,169 @@ extension Migrator {
 
     ALTER TABLE pushd.campaign_targets ADD CONSTRAINT campaign_targets_payloads_shape
         CHECK (payloads IS NULL OR pushd.check_target_payloads(payloads, 'pushd.campaign_targets.payloads', 'campaign_targets_payloads_shape')) NOT VALID;
+    """#
+
+    /// The value types APNs documents for `aps`, as the sender's validator checks them:
+    /// strings, 0/1 flags, epoch-second integers, the relevance score, the alert and the
+    /// sound dictionaries. The shape functions keep their names and gain these rules, so
+    /// everything that calls them by name (target payloads, the broadcast trigger) gets
+    /// them too; the two table constraints, which hold the old functions by identity, are
+    /// made again on the new ones.
+    static let apsValuesV19 = #"""
+    ALTER FUNCTION pushd.payload_shape_ok(text, text) RENAME TO payload_shape_v12_ok;
+    ALTER FUNCTION pushd.check_payload_shape(text, text, text, text) RENAME TO check_payload_shape_v12;
+
+    -- One jsonpath test of `aps` finds any value of the wrong type; a valid payload is
+    -- parsed once more and pays no PL/pgSQL call. Each documented key is looked up by name
+    -- (far cheaper than comparing every member against the list); in lax mode a missing key
+    -- is an empty sequence and its comparisons are false, and .type() does not unwrap an
+    -- array, so ["x"] is not taken for "x". Without `aps` the test finds nothing; `aps` not
+    -- an object is refused by the rules above. Live Activities rank by any relevance score;
+    -- campaign targets (push type unknown, NULL) are held to its type and the sender
+    -- checks the range.
+    CREATE FUNCTION pushd.aps_values_ok(payload text, push_type text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE AS $$
+        SELECT payload IS NULL OR NOT coalesce(jsonb_path_exists(payload::jsonb, '
+            lax $.aps ? (
+              @."thread-id".type() != "string" || @.category.type() != "string" || @."target-content-id".type() != "string"
+           || @."filter-criteria".type() != "string" || @."attributes-type".type() != "string"
+           || @."content-available".type() != "number" || (exists(@."content-available") && !(@."content-available" == 0 || @."content-available" == 1))
+           || @."mutable-content".type() != "number" || (exists(@."mutable-content") && !(@."mutable-content" == 0 || @."mutable-content" == 1))
+           || @."input-push-token".type() != "number" || (exists(@."input-push-token") && !(@."input-push-token" == 0 || @."input-push-token" == 1))
+           || @.timestamp.type() != "number" || @.timestamp < 0 || @.timestamp.floor() != @.timestamp
+           || @."stale-date".type() != "number" || @."stale-date" < 0 || @."stale-date".floor() != @."stale-date"
+           || @."dismissal-date".type() != "number" || @."dismissal-date" < 0 || @."dismissal-date".floor() != @."dismissal-date"
+           || @."relevance-score".type() != "number" || ($anyscore == false && (@."relevance-score" < 0 || @."relevance-score" > 1))
+           || @."content-state".type() != "object" || @.attributes.type() != "object"
+           || (@.alert.type() != "string" && @.alert.type() != "object")
+           || @.alert.title.type() != "string" || @.alert.subtitle.type() != "string" || @.alert.body.type() != "string"
+           || @.alert."launch-image".type() != "string" || @.alert."title-loc-key".type() != "string"
+           || @.alert."subtitle-loc-key".type() != "string" || @.alert."loc-key".type() != "string"
+           || @.alert."action-loc-key".type() != "string" || @.alert.action.type() != "string"
+           || @.alert."title-loc-args".type() != "array" || exists(@.alert."title-loc-args"[*] ? (@.type() != "string"))
+           || @.alert."subtitle-loc-args".type() != "array" || exists(@.alert."subtitle-loc-args"[*] ? (@.type() != "string"))
+           || @.alert."loc-args".type() != "array" || exists(@.alert."loc-args"[*] ? (@.type() != "string"))
+           || (@.sound.type() != "string" && @.sound.type() != "object")
+           || (@.sound.type() == "object" && !exists(@.sound.name))
+           || @.sound.name.type() != "string"
+           || @.sound.critical.type() != "number" || (exists(@.sound.critical) && !(@.sound.critical == 0 || @.sound.critical == 1))
+           || @.sound.volume.type() != "number" || @.sound.volume < 0 || @.sound.volume > 1)'
+            , jsonb_build_object('anyscore', push_type IS NULL OR push_type = 'liveactivity'), true), false)
+    $$;
+
+    -- The same rules, raising the first value of the wrong type with its path and value.
+    CREATE FUNCTION pushd.check_aps_values(payload text, push_type text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        aps json;
+        k text;
+        v json;
+        inner_key text;
+        inner_value json;
+        position integer;
+        path text;
+        wanted text;
+        got json;
+    BEGIN
+        IF payload IS NULL THEN RETURN true; END IF;
+        aps := payload::json -> 'aps';
+        IF aps IS NULL OR json_typeof(aps) <> 'object' THEN RETURN true; END IF;
+        FOR k, v IN SELECT e.key, e.value FROM json_each(aps) AS e LOOP
+            path := format('"aps"."%s"', k);
+            got := v;
+            wanted := NULL;
+            IF k IN ('thread-id', 'category', 'target-content-id', 'filter-criteria', 'attributes-type') THEN
+                IF json_typeof(v) <> 'string' THEN wanted := 'a string'; END IF;
+            ELSIF k IN ('content-available', 'mutable-content', 'input-push-token') THEN
+                IF json_typeof(v) <> 'number' OR v::text::numeric NOT IN (0, 1) THEN wanted := 'the number 0 or 1'; END IF;
+            ELSIF k IN ('timestamp', 'stale-date', 'dismissal-date') THEN
+                IF json_typeof(v) <> 'number' OR v::text::numeric < 0 OR v::text::numeric <> trunc(v::text::numeric) THEN
+                    wanted := 'a non-negative integer (epoch seconds)';
+                END IF;
+            ELSIF k = 'relevance-score' THEN
+                IF json_typeof(v) <> 'number' THEN
+                    wanted := 'a number';
+                ELSIF push_type IS DISTINCT FROM 'liveactivity' AND push_type IS NOT NULL AND v::text::numeric NOT BETWEEN 0 AND 1 THEN
+                    wanted := 'a number from 0 to 1 (only Live Activities take any number)';
+                END IF;
+            ELSIF k IN ('content-state', 'attributes') THEN
+                IF json_typeof(v) <> 'object' THEN wanted := 'an object'; END IF;
+            ELSIF k = 'alert' THEN
+                IF json_typeof(v) = 'object' THEN
+                    FOR inner_key, inner_value IN SELECT e.key, e.value FROM json_each(v) AS e LOOP
+                        path := format('"aps"."alert"."%s"', inner_key);
+                        got := inner_value;
+                        IF inner_key IN ('title', 'subtitle', 'body', 'launch-image', 'title-loc-key', 'subtitle-loc-key',
+                                         'loc-key', 'action-loc-key', 'action') AND json_typeof(inner_value) <> 'string' THEN
+                            wanted := 'a string';
+                        ELSIF inner_key IN ('title-loc-args', 'subtitle-loc-args', 'loc-args') THEN
+                            IF json_typeof(inner_value) <> 'array' THEN
+                                wanted := 'an array of strings';
+                            ELSE
+                                position := 0;
+                                FOR got IN SELECT e FROM json_array_elements(inner_value) AS e LOOP
+                                    IF json_typeof(got) <> 'string' THEN
+                                        path := format('"aps"."alert"."%s"[%s]', inner_key, position);
+                                        wanted := 'a string';
+                                        EXIT;
+                                    END IF;
+                                    position := position + 1;
+                                END LOOP;
+                            END IF;
+                        END IF;
+                        EXIT WHEN wanted IS NOT NULL;
+                    END LOOP;
+                ELSIF json_typeof(v) <> 'string' THEN
+                    wanted := 'a string or an object';
+                END IF;
+            ELSIF k = 'sound' THEN
+                IF json_typeof(v) = 'object' THEN
+                    IF v -> 'name' IS NULL THEN
+                        RETURN pushd.fail_check(label, constraint_name,
+                            'needs "aps"."sound"."name" when "sound" is an object ("default" for the system sound)');
+                    END IF;
+                    FOR inner_key, inner_value IN SELECT e.key, e.value FROM json_each(v) AS e LOOP
+                        path := format('"aps"."sound"."%s"', inner_key);
+                        got := inner_value;
+                        IF inner_key = 'name' AND json_typeof(inner_value) <> 'string' THEN
+                            wanted := 'a string';
+                        ELSIF inner_key = 'critical' AND (json_typeof(inner_value) <> 'number' OR inner_value::text::numeric NOT IN (0, 1)) THEN
+                            wanted := 'the number 0 or 1';
+                        ELSIF inner_key = 'volume' AND (json_typeof(inner_value) <> 'number' OR inner_value::text::numeric NOT BETWEEN 0 AND 1) THEN
+                            wanted := 'a number from 0 to 1';
+                        END IF;
+                        EXIT WHEN wanted IS NOT NULL;
+                    END LOOP;
+                ELSIF json_typeof(v) <> 'string' THEN
+                    wanted := 'a string or an object with name, critical and volume';
+                END IF;
+            END IF;
+            IF wanted IS NOT NULL THEN
+                RETURN pushd.fail_check(label, constraint_name, format('must have %s as %s, got %s', path, wanted, got));
+            END IF;
+        END LOOP;
+        RETURN true;
+    END $$;
+
+    CREATE FUNCTION pushd.payload_shape_ok(payload text, push_type text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE AS $$
+        SELECT pushd.payload_shape_v12_ok(payload, push_type) AND pushd.aps_values_ok(payload, push_type)
+    $$;
+
+    CREATE FUNCTION pushd.check_payload_shape(payload text, push_type text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        RETURN pushd.check_payload_shape_v12(payload, push_type, label, constraint_name)
+           AND pushd.check_aps_values(payload, push_type, label, constraint_name);
+    END $$;
+
+    ALTER TABLE pushd.jobs
+        DROP CONSTRAINT jobs_payload_shape,
+        ADD CONSTRAINT jobs_payload_shape CHECK (pushd.payload_shape_ok(payload, push_type)
+            OR pushd.check_payload_shape(payload, push_type, 'pushd.jobs.payload', 'jobs_payload_shape')) NOT VALID;
+    ALTER TABLE pushd.campaigns
+        DROP CONSTRAINT campaigns_payload_shape,
+        ADD CONSTRAINT campaigns_payload_shape CHECK (pushd.payload_shape_ok(payload, push_type)
+            OR pushd.check_payload_shape(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_shape')) NOT VALID;
     """#
 }
