@@ -17,7 +17,7 @@ import Testing
             let tables = try connection.query("""
                 SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = 'pushd'
                 """).require(String.self, row: 0, column: 0)
-            #expect(tables == "campaign_chunks,campaign_targets,campaigns,dead_jobs,device_tokens,job_waiters,jobs,provider_tokens,schema_migrations")
+            #expect(tables == "campaign_chunks,campaign_retries,campaign_targets,campaigns,dead_jobs,device_tokens,job_waiters,jobs,provider_tokens,schema_migrations")
         }
     }
 
