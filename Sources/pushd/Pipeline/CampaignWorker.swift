@@ -55,6 +55,8 @@ final class CampaignWorker: @unchecked Sendable {
 
     private func run() {
         var failures = 0
+        var nextParkedCheck = 0.0
+        var dueButNotLeased = 0
         while !context.isStopping {
             context.operatorLog.tick()
             do {
@@ -62,24 +64,38 @@ final class CampaignWorker: @unchecked Sendable {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
                 let seen = context.doorbell.current
-                if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps()) {
-                    failures = 0
-                    try sendParked(parked, on: connection!)
-                    continue
+                // Parked targets are looked for a few times a second, not before every chunk: each
+                // batch is sent and settled before the next lease, which drains the worker's window.
+                if RateLimiter.monotonicSeconds() >= nextParkedCheck {
+                    if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps()) {
+                        failures = 0
+                        if parked.targets.count < Self.parkedBatchLimit { nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval }
+                        try sendParked(parked, on: connection!)
+                        continue
+                    }
+                    nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval
                 }
                 guard let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(),
                                                             leaseSeconds: leaseSeconds) else {
                     for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
-                    // A capped campaign's next lease is taken when it is due, not up to a second later
-                    // (a chunk that became due since the lease attempt is leased at once).
+                    // A capped campaign's next lease is taken when it is due, not up to a second later.
+                    // One that is due but could not be leased (another worker held it for a moment)
+                    // is tried again soon, then ever less often, so no worker spins on it.
+                    var wait = 1.0
                     if let due = try store.secondsUntilNextLease(connection!) {
-                        if due > 0 { context.doorbell.wait(after: seen, timeout: min(1, due)) }
-                    } else {
-                        context.doorbell.wait(after: seen, timeout: 1)
+                        if due > 0 {
+                            wait = min(1, due)
+                            dueButNotLeased = 0
+                        } else {
+                            wait = min(1, 0.002 * pow(2, Double(min(dueButNotLeased, 10))))
+                            dueButNotLeased += 1
+                        }
                     }
+                    context.doorbell.wait(after: seen, timeout: wait)
                     continue
                 }
                 failures = 0
+                dueButNotLeased = 0
                 try send(chunk, on: connection!)
             } catch {
                 failures += 1
@@ -97,6 +113,8 @@ final class CampaignWorker: @unchecked Sendable {
     /// Parked targets taken at once. Their transaction stays open while they are sent: small
     /// enough that a rate-capped campaign sends them well within the session's idle limit.
     static let parkedBatchLimit = 200
+    /// Seconds between looks for due parked targets while there are chunks to send.
+    static let parkedCheckInterval = 0.5
 
     private enum Resolution {
         case sent
