@@ -27,7 +27,7 @@ offset=0
 for instances in $instance_counts; do
   for cap in $caps; do
     targets=$(( cap * seconds ))
-    id=$("$bin/pushd" campaign create --app bench --name "cap-$cap-$instances" --payload "$payload" --rate "$cap")
+    id=$("$bin/pushd" campaign create --config "$work/pushd.yml" --app bench --name "cap-$cap-$instances" --payload "$payload" --rate "$cap")
     targets_file "$targets" "$offset" >"$work/targets.txt"
     offset=$(( offset + targets ))
     "$bin/pushd" campaign import "$id" "$work/targets.txt" >/dev/null

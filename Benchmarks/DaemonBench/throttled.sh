@@ -28,7 +28,7 @@ pids+=("$pushd_pid")
 # Drains one campaign; prints "first-pass-seconds done-seconds".
 drain() {
   local offset=$1 id start first= status chunks
-  id=$("$bin/pushd" campaign create --app bench --name "bench-$offset" --payload "$payload")
+  id=$("$bin/pushd" campaign create --config "$work/pushd.yml" --app bench --name "bench-$offset" --payload "$payload")
   targets_file "$targets" "$offset" >"$work/targets-$offset.txt"
   "$bin/pushd" campaign import "$id" "$work/targets-$offset.txt" >/dev/null
   start=$(date +%s.%N)
