@@ -79,8 +79,7 @@ final class BroadcastWorker: @unchecked Sendable {
                 context.logger.warning("broadcast worker: \(error)")
                 connection?.close()
                 connection = nil
-                let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
-                Thread.sleep(forTimeInterval: delay * Double.random(in: 0.5...1.0))
+                PipelineContext.sleepAfterDatabaseFailure(failures)
             }
         }
         connection?.close()

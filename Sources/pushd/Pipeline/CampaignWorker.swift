@@ -103,7 +103,7 @@ final class CampaignWorker: @unchecked Sendable {
                 context.logger.warning("campaign worker \(index): \(error)", ("worker", .int(Int64(index))))
                 connection?.close()
                 connection = nil
-                Thread.sleep(forTimeInterval: min(30.0, 0.2 * pow(2.0, Double(min(failures, 8)))) * Double.random(in: 0.5...1.0))
+                PipelineContext.sleepAfterDatabaseFailure(failures)
             }
         }
         connection?.close()

@@ -72,8 +72,7 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
                 connection?.close()
                 connection = nil
-                let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
-                Thread.sleep(forTimeInterval: delay * Double.random(in: 0.5...1.0))
+                PipelineContext.sleepAfterDatabaseFailure(failures)
             }
         }
         connection?.close()

@@ -79,6 +79,13 @@ final class PipelineContext: @unchecked Sendable {
         return outcome
     }
 
+    /// A worker whose database session failed waits before it connects again: doubling from
+    /// 0.2 s up to 30 s, with jitter so that workers cut off together do not return together.
+    static func sleepAfterDatabaseFailure(_ failures: Int) {
+        let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
+        Thread.sleep(forTimeInterval: delay * Double.random(in: 0.5...1.0))
+    }
+
     func databaseError(_ error: any Error) {
         let reason: String
         if let error = error as? PGError {
