@@ -102,12 +102,14 @@ if [ -n "$tx_pid" ]; then
   wait "$tx_pid"
   while [ "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT count(*) FROM pushd.jobs WHERE app = 'bench'")" != 0 ]; do sleep 0.2; done
 fi
-cpu_ticks=0; peak_kb=0
+cpu_ticks=0; peak_kb=0; switches=0
 for pid in "${pushd_pids[@]}"; do
   read -r utime stime < <(awk '{print $14, $15}' "/proc/$pid/stat")
   cpu_ticks=$((cpu_ticks + utime + stime))
   kb=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   [ "$kb" -gt "$peak_kb" ] && peak_kb=$kb
+  # Context switches of every thread, voluntary (waits) and not (preempted).
+  switches=$((switches + $(cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }')))
 done
 # INSERT → accepted of the transactional jobs, from the first daemon's histogram (all of them
 # when one runs): the bucket bounds where half and 99 % of the jobs were reached.
@@ -148,7 +150,8 @@ h2ok=$(echo "$h2out" | awk '/status codes:/ {print $3}')
 fi
 
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
-printf '  pushd:   %.1f CPU ms per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
+printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
+  "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
 if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   # shellcheck disable=SC2086  # a command with its arguments
   peer=$($PUSHD_BENCH_PEER "$port" "$work/certs/ca.pem" "$work/key.p8" $kid BENCHTEAM1 com.example.bench 2>&1 | tail -1)
@@ -164,5 +167,5 @@ fi
 # Campaign and transactional notifications the mock accepted beyond one each (libcurl's
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
-printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s\n' \
-  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}"
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s switches_per_1000=%.0f\n' \
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)"

@@ -9,30 +9,57 @@ import Synchronization
 /// generation (next 24 bits) and the item's index in the batch (low 24 bits), so a
 /// result that arrives after its batch was given up on is recognised and dropped.
 final class CompletionQueue: @unchecked Sendable {
-    private let items = Mutex<[DispatchResult]>([])
-    private let ready = DispatchSemaphore(value: 0)
-
-    func push(_ result: DispatchResult) {
-        items.withLock { $0.append(result) }
-        ready.signal()
+    private struct State {
+        var items: [DispatchResult] = []
+        /// How many queued results wake the sleeping taker; `Int.max` while none sleeps.
+        var wakeAt = Int.max
     }
 
-    /// Waits until at least one result is there or `deadline` passes; returns every
-    /// result queued (empty on time-out).
-    func take(until deadline: DispatchTime) -> [DispatchResult] {
-        while ready.wait(timeout: deadline) == .success {
-            let taken = items.withLock { items -> [DispatchResult] in
-                let all = items
-                items.removeAll(keepingCapacity: true)
-                return all
-            }
-            // One signal per result: consume those of the other results taken. A signal
-            // not yet given when this runs wakes a later call to an empty queue, which
-            // simply waits again.
-            for _ in 1..<max(1, taken.count) { _ = ready.wait(timeout: .now()) }
-            if !taken.isEmpty { return taken }
+    private let state = Mutex(State())
+    private let ready = DispatchSemaphore(value: 0)
+
+    /// Queues `result`. The event loop pays for a wake-up (a futex call, and on a busy
+    /// machine a context switch) only when the taker sleeps and this result completes the
+    /// batch it waits for; otherwise a push is an append under an uncontended lock.
+    func push(_ result: DispatchResult) {
+        let wake = state.withLock { state -> Bool in
+            state.items.append(result)
+            guard state.items.count >= state.wakeAt else { return false }
+            state.wakeAt = Int.max
+            return true
         }
-        return []
+        if wake { ready.signal() }
+    }
+
+    /// Waits until at least `batch` results are queued or `deadline` passes, and returns
+    /// every result queued (possibly fewer than `batch`, or none, on time-out).
+    ///
+    /// A campaign worker with hundreds of requests in flight asks for a batch, so it wakes
+    /// once per batch instead of once per answer; a transactional worker asks for 1.
+    func take(atLeast batch: Int = 1, until deadline: DispatchTime) -> [DispatchResult] {
+        let wanted = max(1, batch)
+        while true {
+            let taken = state.withLock { state -> [DispatchResult]? in
+                if state.items.count >= wanted {
+                    return Self.takeAll(&state)
+                }
+                state.wakeAt = wanted
+                return nil
+            }
+            if let taken { return taken }
+            if ready.wait(timeout: deadline) == .timedOut {
+                // A push may have signalled just after the time-out: that signal makes a later
+                // call's wait return at once, and that call simply looks again.
+                return state.withLock { Self.takeAll(&$0) }
+            }
+        }
+    }
+
+    private static func takeAll(_ state: inout State) -> [DispatchResult] {
+        state.wakeAt = Int.max
+        let all = state.items
+        state.items.removeAll(keepingCapacity: true)
+        return all
     }
 
     static func tag(worker: Int, generation: UInt32, index: Int) -> UInt64 {
