@@ -84,6 +84,9 @@ public final class EpollLoop: @unchecked Sendable {
     private let sleeping = Atomic<Bool>(false)
     private var thread: pthread_t?
     public weak var driver: EpollLoopDriver?
+    /// Nanoseconds the loop has spent blocked in `epoll_wait` since it started: with the
+    /// clock, how much of its time the loop had to spare. Read on the loop's thread.
+    public private(set) var idleNanoseconds: UInt64 = 0
 
     public init() throws(EpollError) {
         epollFD = pushd_epoll_create()
@@ -194,11 +197,13 @@ public final class EpollLoop: @unchecked Sendable {
                 sleeping.store(true, ordering: .sequentiallyConsistent)
                 if driver?.workArrived() ?? false { timeout = 0 }
             }
+            let blockedFrom = timeout != 0 ? monotonicNanoseconds() : 0
             let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
                 readyMasks.withUnsafeMutableBufferPointer { masks in
                     pushd_epoll_wait(epollFD, fds.baseAddress, masks.baseAddress, 256, timeout)
                 }
             }
+            if timeout != 0 { idleNanoseconds &+= monotonicNanoseconds() &- blockedFrom }
             sleeping.store(false, ordering: .sequentiallyConsistent)
             if ready > 0 {
                 for slot in 0..<Int(ready) {

@@ -25,19 +25,29 @@ import Testing
 
     @Test func requestsWaitingForAStreamLongerThanTheDelayRaiseTheLimitByOne() {
         var policy = warm()
-        #expect(policy.handle(.beforeWait(now: 0, waiting: true)) == .none)
-        #expect(policy.handle(.beforeWait(now: 249 * Self.ms, waiting: true)) == .none)
-        #expect(policy.handle(.beforeWait(now: 250 * Self.ms, waiting: true)) == .setConnectionLimit(2))
+        #expect(policy.handle(.beforeWait(now: 0, waiting: true, idle: 0)) == .none)
+        #expect(policy.handle(.beforeWait(now: 249 * Self.ms, waiting: true, idle: 249 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: 250 * Self.ms, waiting: true, idle: 250 * Self.ms)) == .setConnectionLimit(2))
         #expect(policy.admissionLimit(configured: 100, now: 250 * Self.ms) == 200)
+    }
+
+    @Test func aLoopBusyAllAlongDoesNotGrowForItIsLimitedByCPUNotStreams() {
+        var policy = warm()
+        // Requests wait for a stream, but the loop never sleeps: it idled 40 ms of 250 (16 %).
+        #expect(policy.handle(.beforeWait(now: 0, waiting: true, idle: 0)) == .none)
+        #expect(policy.handle(.beforeWait(now: 250 * Self.ms, waiting: true, idle: 40 * Self.ms)) == .none)
+        #expect(policy.connectionLimit == 1)
+        // The next 250 ms it waits for answers half the time: streams are the limit now.
+        #expect(policy.handle(.beforeWait(now: 500 * Self.ms, waiting: true, idle: 165 * Self.ms)) == .setConnectionLimit(2))
     }
 
     @Test func aBreakInTheWaitingStartsTheDelayAgain() {
         var policy = warm()
-        _ = policy.handle(.beforeWait(now: 0, waiting: true))
-        #expect(policy.handle(.beforeWait(now: 200 * Self.ms, waiting: false)) == .none)
-        #expect(policy.handle(.beforeWait(now: 300 * Self.ms, waiting: true)) == .none)
-        #expect(policy.handle(.beforeWait(now: 500 * Self.ms, waiting: true)) == .none)
-        #expect(policy.handle(.beforeWait(now: 550 * Self.ms, waiting: true)) == .setConnectionLimit(2))
+        _ = policy.handle(.beforeWait(now: 0, waiting: true, idle: 0))
+        #expect(policy.handle(.beforeWait(now: 200 * Self.ms, waiting: false, idle: 200 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: 300 * Self.ms, waiting: true, idle: 300 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: 500 * Self.ms, waiting: true, idle: 500 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: 550 * Self.ms, waiting: true, idle: 550 * Self.ms)) == .setConnectionLimit(2))
     }
 
     @Test func noLoopEverHasMoreThanTheCeiling() {
@@ -45,7 +55,7 @@ import Testing
         var now: UInt64 = 0
         var limits: [Int] = []
         for _ in 0..<20 {
-            if case .setConnectionLimit(let limit) = policy.handle(.beforeWait(now: now, waiting: true)) {
+            if case .setConnectionLimit(let limit) = policy.handle(.beforeWait(now: now, waiting: true, idle: now)) {
                 limits.append(limit)
                 openAndAnswer(&policy)
             }
@@ -58,29 +68,29 @@ import Testing
 
     @Test func theNextConnectionWaitsUntilTheNewOneIsOpenAndHasAnswered() {
         var policy = warm()
-        _ = policy.handle(.beforeWait(now: 0, waiting: true))
-        #expect(policy.handle(.beforeWait(now: 300 * Self.ms, waiting: true)) == .setConnectionLimit(2))
+        _ = policy.handle(.beforeWait(now: 0, waiting: true, idle: 0))
+        #expect(policy.handle(.beforeWait(now: 300 * Self.ms, waiting: true, idle: 300 * Self.ms)) == .setConnectionLimit(2))
         // libcurl has not opened the second connection yet.
-        #expect(policy.handle(.beforeWait(now: 600 * Self.ms, waiting: true)) == .none)
-        #expect(policy.handle(.beforeWait(now: 900 * Self.ms, waiting: true)) == .none)
+        #expect(policy.handle(.beforeWait(now: 600 * Self.ms, waiting: true, idle: 600 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: 900 * Self.ms, waiting: true, idle: 900 * Self.ms)) == .none)
         _ = policy.handle(.connectionOpened)
         // Open, but its SETTINGS are not known yet: one request at a time, no growth.
         #expect(policy.admissionLimit(configured: 100, now: 900 * Self.ms) == 1)
-        #expect(policy.handle(.beforeWait(now: 1200 * Self.ms, waiting: true)) == .none)
+        #expect(policy.handle(.beforeWait(now: 1200 * Self.ms, waiting: true, idle: 1200 * Self.ms)) == .none)
         _ = policy.handle(.answered)
-        #expect(policy.handle(.beforeWait(now: 1300 * Self.ms, waiting: true)) == .none)
-        #expect(policy.handle(.beforeWait(now: 1550 * Self.ms, waiting: true)) == .setConnectionLimit(3))
+        #expect(policy.handle(.beforeWait(now: 1300 * Self.ms, waiting: true, idle: 1300 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: 1550 * Self.ms, waiting: true, idle: 1550 * Self.ms)) == .setConnectionLimit(3))
     }
 
     @Test func noGrowthWhileAConnectionIsRetiredOrConnectsFail() {
         var policy = warm()
         _ = policy.handle(.retireRequested(connection: 4, socket: 7))
-        _ = policy.handle(.beforeWait(now: 0, waiting: true))
-        #expect(policy.handle(.beforeWait(now: 500 * Self.ms, waiting: true)) == .none)
+        _ = policy.handle(.beforeWait(now: 0, waiting: true, idle: 0))
+        #expect(policy.handle(.beforeWait(now: 500 * Self.ms, waiting: true, idle: 500 * Self.ms)) == .none)
         _ = policy.handle(.drained(connection: 4))
         _ = policy.handle(.connectFailed(now: 500 * Self.ms, unitRandom: 0))
-        _ = policy.handle(.beforeWait(now: 700 * Self.ms, waiting: true))
-        #expect(policy.handle(.beforeWait(now: 1500 * Self.ms, waiting: true)) == .none)
+        _ = policy.handle(.beforeWait(now: 700 * Self.ms, waiting: true, idle: 700 * Self.ms))
+        #expect(policy.handle(.beforeWait(now: 1500 * Self.ms, waiting: true, idle: 1500 * Self.ms)) == .none)
         #expect(policy.connectionLimit == 1)
     }
 
@@ -88,8 +98,8 @@ import Testing
         var policy = warm()
         for step in 0..<2 {
             let start = UInt64(step) * 1000 * Self.ms
-            _ = policy.handle(.beforeWait(now: start, waiting: true))
-            _ = policy.handle(.beforeWait(now: start + 300 * Self.ms, waiting: true))
+            _ = policy.handle(.beforeWait(now: start, waiting: true, idle: start))
+            _ = policy.handle(.beforeWait(now: start + 300 * Self.ms, waiting: true, idle: start + 300 * Self.ms))
             openAndAnswer(&policy)
         }
         #expect(policy.connectionLimit == 3)
@@ -106,7 +116,7 @@ import Testing
         _ = policy.handle(.connectionOpened)
         _ = policy.handle(.answered)
         for second in 0..<10 {
-            #expect(policy.handle(.beforeWait(now: UInt64(second) * 1000 * Self.ms, waiting: true)) == .none)
+            #expect(policy.handle(.beforeWait(now: UInt64(second) * 1000 * Self.ms, waiting: true, idle: UInt64(second) * 1000 * Self.ms)) == .none)
         }
         #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
     }

@@ -131,7 +131,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             return 0
         }
         let waiting = !backlog.isEmpty && inCurl >= admitted
-        if apply(policy.handle(.beforeWait(now: now, waiting: waiting))) {
+        if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds))) {
             refill()
             return 0
         }

@@ -20,8 +20,9 @@ struct ConnectionPolicy: Equatable {
         /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
         case connectFailed(now: UInt64, unitRandom: Double)
         /// The loop is about to wait at `now`: `waiting` when requests wait for a stream (its
-        /// queue holds some and libcurl already has as many as the policy admits).
-        case beforeWait(now: UInt64, waiting: Bool)
+        /// queue holds some and libcurl already has as many as the policy admits); `idle`, the
+        /// loop's nanoseconds blocked in epoll so far (a running total).
+        case beforeWait(now: UInt64, waiting: Bool, idle: UInt64)
     }
 
     enum Action: Equatable {
@@ -49,6 +50,8 @@ struct ConnectionPolicy: Equatable {
     private(set) var connectionLimit: Int
     /// Since when requests have waited for a stream without a break; nil while none wait.
     private(set) var waitingSince: UInt64?
+    /// The loop's idle total when the wait began.
+    private(set) var idleAtWaitStart: UInt64 = 0
     private(set) var openConnections = 0
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown:
     /// libcurl assumes 100 streams while APNs may allow 1 at first and refuse the rest.
@@ -117,7 +120,7 @@ struct ConnectionPolicy: Equatable {
             let delay = backoff.delayMilliseconds(afterFailures: consecutiveConnectFailures, unitRandom: unitRandom)
             backoffUntil = now + UInt64(delay) * 1_000_000
             return consecutiveConnectFailures >= maxAttempts ? .failWaiting(consecutiveFailures: consecutiveConnectFailures) : .none
-        case .beforeWait(let now, let waiting):
+        case .beforeWait(let now, let waiting, let idle):
             guard waiting else {
                 waitingSince = nil
                 return .none
@@ -132,9 +135,19 @@ struct ConnectionPolicy: Equatable {
             }
             guard let since = waitingSince else {
                 waitingSince = now
+                idleAtWaitStart = idle
                 return .none
             }
             guard now >= since + growth.delayNanoseconds else { return .none }
+            // Streams are what limits the rate only if the loop had time to spare while requests
+            // waited for them (it waited for answers). A loop busy all along is limited by its CPU
+            // (or the server's): another connection would add memory and no throughput.
+            let spare = idle &- idleAtWaitStart
+            guard spare >= (now - since) / ConnectionGrowth.spareFractionDivisor else {
+                waitingSince = now
+                idleAtWaitStart = idle
+                return .none
+            }
             connectionLimit += 1
             waitingSince = nil
             return .setConnectionLimit(connectionLimit)
@@ -155,6 +168,9 @@ struct ConnectionGrowth: Equatable {
     let streamsPerConnection: Int
     let delayNanoseconds: UInt64
 
+    /// A loop grows only if it was idle at least 1/`spareFractionDivisor` of the time requests
+    /// waited for a stream.
+    static let spareFractionDivisor: UInt64 = 5
     /// No growth: one connection, as many as configured.
     static let fixed = ConnectionGrowth(base: 1, ceiling: 1, streamsPerConnection: 0, delayNanoseconds: 0)
 }
