@@ -59,6 +59,42 @@ import Testing
         }
     }
 
+    /// At a long round trip a worker must not wait for a chunk's answers before sending the
+    /// next chunk: it keeps several chunks in flight (the gauge `pushd_campaign_chunks_sending`
+    /// shows them), and every target is still sent exactly once.
+    @Test func oneWorkerSendsTheNextChunksWhileTheAnswersOfThePreviousAreOnTheirWay() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 400))
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "far away", pushType: "alert",
+                                                              payload: #"{"aps":{"alert":"hello"}}"#))
+            let count = 1_000
+            let targets = (1...count).map { (token: DaemonHarness.token($0), payload: String?.none) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: targets, chunkSize: 100).imported == count)
+            #expect(try store.start(connection, id: id) == .running)
+            var config = harness.config()
+            config.campaignWorkers = 1
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+
+            var most = 0.0
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline, try store.campaign(connection, id: id)?.status != .done {
+                most = max(most, pipeline.context.metrics.chunksSending.value)
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            #expect(try store.campaign(connection, id: id)?.status == .done)
+            // Ten chunks of 100 answered after 400 ms each: one at a time, one worker never has two.
+            #expect(most >= 3, "at most \(most) chunks were sending at once")
+            #expect(harness.mock.stats.accepted == count)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == count)
+            #expect(try store.campaign(connection, id: id)?.sent == count)
+            #expect(pipeline.context.metrics.chunksSending.value == 0)
+        }
+    }
+
     @Test func aCampaignWaitsForTransactionalJobsAndRespectsItsRateCap() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

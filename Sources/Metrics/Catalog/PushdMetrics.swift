@@ -43,6 +43,9 @@ public struct PushdMetrics: Sendable {
     public let campaigns: CallbackFamily
     public let campaignTargetsProcessed: CounterFamily
     public let campaignTargetsRemaining: CallbackFamily
+    public let campaignChunksSending: GaugeFamily
+    /// `pushd_campaign_chunks_sending`, which has no labels.
+    public let chunksSending: Gauge
 
     // Database and process
     public let databaseErrors: CounterFamily
@@ -167,6 +170,11 @@ public struct PushdMetrics: Sendable {
             "pushd_campaign_targets_remaining",
             help: "Targets of running and paused campaigns not yet processed.",
             labels: ["app"])
+        campaignChunksSending = try registry.gauge(
+            "pushd_campaign_chunks_sending",
+            help: "Campaign chunks this instance holds a lease on and is sending; above one per campaign worker while answers of finished-sending chunks are still on their way (a long round trip).",
+            labels: [])
+        chunksSending = campaignChunksSending.bound([])
 
         databaseErrors = try registry.counter(
             "pushd_database_errors_total",

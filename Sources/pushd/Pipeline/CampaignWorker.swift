@@ -10,10 +10,15 @@ import QueueStore
 /// couple of seconds. The checkpoint extends the lease; a worker that vanishes leaves a
 /// lease that expires, and another worker resumes the chunk from its last checkpoint.
 ///
+/// Once every target of a chunk has been sent and the window has room, the worker leases
+/// the next chunk while the answers of the previous ones are still coming back (a
+/// `ChunkRun` each, up to `maxRuns`): at a round trip of 150 ms a chunk's answers take
+/// that long, and waiting for them would leave the connections idle.
+///
 /// Once every target of the chunk has been sent, targets still waiting for a retry are
 /// parked (`pushd.campaign_retries`) in the transaction that finishes the chunk, and the
 /// worker goes on with the next chunk: a throttled campaign never waits out its retries.
-/// Between chunks the worker sends parked targets that are due, in a transaction held
+/// A few times a second the worker sends parked targets that are due, in a transaction held
 /// until their answers are recorded, so a crash resends at most what was in flight.
 final class CampaignWorker: @unchecked Sendable {
     // Touched only on the worker's own thread, except `completions` and the context.
@@ -57,16 +62,18 @@ final class CampaignWorker: @unchecked Sendable {
         var failures = 0
         var nextParkedCheck = 0.0
         var dueButNotLeased = 0
-        while !context.isStopping {
+        // No lease is tried before this monotonic time while other chunks are sending.
+        var nextLeaseTry = 0.0
+        while !(context.isStopping && runs.isEmpty) {
             context.operatorLog.tick()
             do {
                 if connection == nil || connection?.isOpen == false {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
                 let seen = context.doorbell.current
-                // Parked targets are looked for a few times a second, not before every chunk: each
-                // batch is sent and settled before the next lease, which drains the worker's window.
-                if RateLimiter.monotonicSeconds() >= nextParkedCheck {
+                let now = RateLimiter.monotonicSeconds()
+                // Parked targets are looked for a few times a second, not before every chunk.
+                if !context.isStopping, now >= nextParkedCheck {
                     if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps()) {
                         failures = 0
                         if parked.targets.count < Self.parkedBatchLimit { nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval }
@@ -75,32 +82,43 @@ final class CampaignWorker: @unchecked Sendable {
                     }
                     nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval
                 }
-                guard let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(),
-                                                            leaseSeconds: leaseSeconds) else {
-                    for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
-                    // A capped campaign's next lease is taken when it is due, not up to a second later.
-                    // One that is due but could not be leased (another worker held it for a moment)
-                    // is tried again soon, then ever less often, so no worker spins on it.
-                    var wait = 1.0
-                    if let due = try store.secondsUntilNextLease(connection!) {
-                        if due > 0 {
-                            wait = min(1, due)
-                            dueButNotLeased = 0
-                        } else {
-                            wait = min(1, 0.002 * pow(2, Double(min(dueButNotLeased, 10))))
-                            dueButNotLeased += 1
+                if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
+                    if let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds) {
+                        failures = 0
+                        dueButNotLeased = 0
+                        try start(chunk, on: connection!)
+                        if !runs.isEmpty { continue }
+                    } else if runs.isEmpty {
+                        for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
+                        // A capped campaign's next lease is taken when it is due, not up to a second later.
+                        // One that is due but could not be leased (another worker held it for a moment)
+                        // is tried again soon, then ever less often, so no worker spins on it.
+                        var wait = 1.0
+                        if let due = try store.secondsUntilNextLease(connection!) {
+                            if due > 0 {
+                                wait = min(1, due)
+                                dueButNotLeased = 0
+                            } else {
+                                wait = min(1, 0.002 * pow(2, Double(min(dueButNotLeased, 10))))
+                                dueButNotLeased += 1
+                            }
                         }
+                        context.doorbell.wait(after: seen, timeout: wait)
+                        continue
+                    } else {
+                        // Nothing to lease now: look again soon, without a query per batch of answers.
+                        nextLeaseTry = now + Self.leaseRetryInterval
                     }
-                    context.doorbell.wait(after: seen, timeout: wait)
-                    continue
                 }
-                failures = 0
-                dueButNotLeased = 0
-                try send(chunk, on: connection!)
+                if runs.isEmpty { continue }
+                try pump(on: connection!)
             } catch {
                 failures += 1
                 context.databaseError(error)
                 context.logger.warning("campaign worker \(index): \(error)", ("worker", .int(Int64(index))))
+                // The chunks' leases run out and another worker resumes them from their checkpoints;
+                // answers still on their way find no run and are dropped.
+                abandonRuns()
                 connection?.close()
                 connection = nil
                 PipelineContext.sleepAfterDatabaseFailure(failures)
@@ -115,21 +133,26 @@ final class CampaignWorker: @unchecked Sendable {
     static let parkedBatchLimit = 200
     /// Seconds between looks for due parked targets while there are chunks to send.
     static let parkedCheckInterval = 0.5
+    /// Chunks one worker sends at once, at most: enough for the window at a long round trip.
+    static let maxRuns = 16
+    /// Seconds before a worker with chunks in flight tries to lease again after finding none.
+    static let leaseRetryInterval = 0.2
 
-    private enum Resolution {
-        case sent
-        case failed(String)
-        case pruned(String)
-        /// Waiting for a retry in `pushd.campaign_retries`; counted when it is settled there.
-        case parked
+    /// The chunks being sent, oldest first.
+    private var runs: [ChunkRun] = []
+    /// Requests of every run in flight.
+    private var inFlight = 0
+    /// Requests this worker keeps in flight at most: its share of the engine's window.
+    private var budget: Int {
+        max(1, context.config.apns.maxInFlight / max(1, context.config.campaignWorkers))
     }
 
-    private struct Retry {
-        /// Monotonic seconds.
-        var at: Double
-        var target: Int
-        var dueAt = Date()
-        var reason = ""
+    /// Another chunk is leased once every run has sent all its targets and the window has room:
+    /// its requests go out while the previous chunks' answers are still coming back. A capped
+    /// campaign's chunks are leased one after the other, when due (its pace needs no window).
+    private var wantsAnotherChunk: Bool {
+        runs.count < Self.maxRuns && inFlight < budget
+            && runs.allSatisfy { $0.submittedAll && !$0.stopSubmitting && $0.rate == nil }
     }
 
     /// What one answer did, once metrics and tallies are counted.
@@ -173,19 +196,18 @@ final class CampaignWorker: @unchecked Sendable {
         }
     }
 
-    private func send(_ chunk: CampaignChunk, on connection: PGConnection) throws {
+    /// Takes a leased chunk on: a run to send, or released at once when its app cannot send here.
+    private func start(_ chunk: CampaignChunk, on connection: PGConnection) throws {
         context.metrics.claimed(lane: Lane.campaign.rawValue).increment(by: UInt64(chunk.targets.count))
-        let count = chunk.targets.count
-        var progress = ChunkProgress(position: chunk.startIndex)
         // The lease returns only configured apps; should one slip through, the chunk goes
         // back for an instance that knows the app rather than being failed.
         guard let sender = context.senders[chunk.app] else {
-            try store.release(connection, chunk, progress)
+            try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
             return
         }
         if sender.pausedReason != nil {
-            try store.release(connection, chunk, progress)
-            context.doorbell.wait(after: context.doorbell.current, timeout: 5)
+            try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
+            if runs.isEmpty { context.doorbell.wait(after: context.doorbell.current, timeout: 5) }
             return
         }
 
@@ -208,204 +230,210 @@ final class CampaignWorker: @unchecked Sendable {
                                  ("from", .int(Int64(chunk.startIndex))))
         }
         context.logger.debug("leased chunk \(chunk.chunk) of campaign \(chunk.campaignID)", ("campaign", .int(chunk.campaignID)),
-                             ("chunk", .int(Int64(chunk.chunk))), ("targets", .int(Int64(count))))
-        let leasedAt = Date()
+                             ("chunk", .int(Int64(chunk.chunk))), ("targets", .int(Int64(chunk.targets.count))),
+                             ("chunks_sending", .int(Int64(runs.count + 1))))
         generation &+= 1
-        let maxInFlight = max(1, min(2000, context.config.apns.maxInFlight))
-        var resolutions = [Resolution?](repeating: nil, count: count)
-        var attempts = [Int](repeating: 0, count: count)
-        var environments = [PushdConfig.Environment](repeating: .production, count: count)
-        var retries = [Retry]()
-        var parked = [ParkedTarget]()
-        var prunes = [TokenPrune]()
-        var watermark = 0
-        var next = 0
-        var inFlight = 0
-        var stopSubmitting = false
-        var leaseLost = false
-        var lastCheckpoint = RateLimiter.monotonicSeconds()
-        let firstAttempt = Date()
-        let expiration = chunk.expiration.map { Int64($0.timeIntervalSince1970) }
+        let rate = chunk.rateLimit ?? context.config.apps.first(where: { $0.name == chunk.app })?.campaignRate
+            ?? context.config.defaultCampaignRate
+        runs.append(ChunkRun(chunk: chunk, sender: sender, generation: generation & 0xFF_FFFF, rate: rate))
+        context.metrics.chunksSending.increment()
+    }
 
-        func resolve(_ target: Int, _ resolution: Resolution) {
-            resolutions[target] = resolution
+    /// One round for the chunks being sent: fill the window (due retries first, then fresh
+    /// targets, oldest chunk first), park and finish what is done, wait for a batch of answers
+    /// and record them, checkpoint what is due.
+    private func pump(on connection: PGConnection) throws {
+        for run in runs {
+            if context.isStopping || run.sender.pausedReason != nil { run.stopSubmitting = true }
+            if inFlight < budget { try fill(run, on: connection) }
+            if run.shouldPark { run.parkRetries() }
         }
-
-        // Moves the watermark over every resolved target and adds them to `progress`.
-        func advance() {
-            while watermark < count, let resolution = resolutions[watermark] {
-                switch resolution {
-                case .sent: progress.sent += 1
-                case .failed(let reason): progress.failedByReason[reason, default: 0] += 1
-                case .pruned(let reason):
-                    progress.failedByReason[reason, default: 0] += 1
-                case .parked: break
-                }
-                watermark += 1
-            }
-            progress.position = chunk.startIndex + watermark
+        var finishedAny = false
+        for run in runs where run.isDone {
+            try finish(run, on: connection)
+            finishedAny = true
         }
-
-        func checkpoint() throws {
-            advance()
-            if !prunes.isEmpty {
-                try countPrunes(context.prune(prunes, on: connection), into: &progress)
-                prunes.removeAll(keepingCapacity: true)
-            }
-            let counted = progress
-            switch try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds) {
-            case .proceed: break
-            case .stop(let status):
-                context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
-                                     ("campaign", .int(chunk.campaignID)))
-                try logCampaign(chunk.campaignID, status.rawValue, on: connection)
-                stopSubmitting = true
-            case .leaseLost:
-                context.logger.warning("lost the lease of chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
-                                       ("campaign", .int(chunk.campaignID)))
-                stopSubmitting = true
-                leaseLost = true
-            }
-            countProcessed(counted, app: chunk.app)
-            progress = ChunkProgress(position: progress.position)
-            lastCheckpoint = RateLimiter.monotonicSeconds()
+        if finishedAny {
+            let before = runs.count
+            runs.removeAll { $0.isDone }
+            context.metrics.chunksSending.add(Double(runs.count - before))
         }
+        if runs.isEmpty { return }
 
-        while true {
-            if context.isStopping || sender.pausedReason != nil { stopSubmitting = true }
-            // Fill the window: due retries first, then fresh targets.
-            while !stopSubmitting, inFlight < maxInFlight {
-                let now = RateLimiter.monotonicSeconds()
-                let target: Int
-                if let due = retries.firstIndex(where: { $0.at <= now }) {
-                    target = retries.remove(at: due).target
-                } else if next < count {
-                    target = next
-                    next += 1
-                } else {
-                    break
-                }
-                if let rate = chunk.rateLimit ?? context.config.apps.first(where: { $0.name == chunk.app })?.campaignRate
-                    ?? context.config.defaultCampaignRate {
-                    let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
-                    if wait > 0 { Thread.sleep(forTimeInterval: wait) }
-                    // Paced sending can stay in this loop longer than the lease: renew it here,
-                    // or another worker takes the chunk over and sends it again.
-                    if !leaseLost, RateLimiter.monotonicSeconds() - lastCheckpoint >= checkpointInterval {
-                        try checkpoint()
-                        if stopSubmitting {
-                            retries.append(Retry(at: 0, target: target))
-                            break
-                        }
+        let now = RateLimiter.monotonicSeconds()
+        var wait = 0.5
+        if inFlight == 0, let soonest = runs.compactMap(\.soonestRetry).min() { wait = max(0.001, min(wait, soonest - now)) }
+        // While chunks wait to be leased, answers are taken as they come so the next lease is not late.
+        let batch = wantsAnotherChunk ? 1 : min(inFlight / 4, 256)
+        for result in completions.take(atLeast: batch, until: .now() + wait) {
+            record(result)
+        }
+        for run in runs where !run.leaseLost && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
+            try checkpoint(run, on: connection)
+        }
+    }
+
+    /// Submits targets of `run` while the worker's window has room.
+    private func fill(_ run: ChunkRun, on connection: PGConnection) throws {
+        let chunk = run.chunk
+        let sender = run.sender
+        while !run.stopSubmitting, inFlight < budget {
+            let now = RateLimiter.monotonicSeconds()
+            guard let target = run.takeNextTarget(now: now) else { break }
+            if let rate = run.rate {
+                let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
+                if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+                // Paced sending can stay in this loop longer than the lease: renew it here,
+                // or another worker takes the chunk over and sends it again.
+                if !run.leaseLost, RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
+                    try checkpoint(run, on: connection)
+                    if run.stopSubmitting {
+                        run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                        break
                     }
                 }
-                let item = chunk.targets[target]
-                if let held = context.throttle.heldUntil(item.token) {
-                    // APNs is throttling this device: wait with the notification that drew the 429.
-                    retries.append(Retry(at: now + held.timeIntervalSinceNow, target: target, dueAt: held,
-                                         reason: "TooManyRequests: the device token is throttled"))
-                    continue
-                }
-                let notification: APNsNotification
-                do {
-                    notification = try sender.factory.notification(.init(
-                        token: item.token, pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
-                        collapseID: chunk.collapseID, apnsID: nil, payload: item.payload ?? chunk.payload ?? "{}"))
-                } catch {
-                    resolve(target, .failed(error.label))
-                    context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: error.label).increment()
-                    context.tally.add(context.tally.failed)
-                    continue
-                }
-                // A target imported from registered tokens keeps its token's environment; a
-                // file import has the campaign's; else the app's.
-                let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
-                let client: APNsClient
-                do {
-                    client = try sender.client(for: environment, lane: .campaign)
-                } catch let missing as AppSender.NoCredentials {
-                    context.logger.debug("\(missing)", ("app", .string(chunk.app)))
-                    resolve(target, .failed("NoCredentialsForEnvironment"))
-                    context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: "NoCredentialsForEnvironment").increment()
-                    context.tally.add(context.tally.failed)
-                    continue
-                } catch {
-                    context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
-                    stopSubmitting = true
-                    break
-                }
-                do {
-                    try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: target))
-                } catch {
-                    context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
-                    stopSubmitting = true
-                    break
-                }
-                environments[target] = environment
-                attempts[target] += 1
-                inFlight += 1
             }
-            if !stopSubmitting, next >= count, inFlight == 0, !retries.isEmpty {
-                // Everything was sent once; what waits for a retry is parked and the worker moves on.
-                for retry in retries {
-                    resolve(retry.target, .parked)
-                    parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: chunk.targets[retry.target].index,
-                                               token: chunk.targets[retry.target].token, payload: chunk.targets[retry.target].payload,
-                                               dueAt: retry.dueAt, attempts: attempts[retry.target], firstAttemptAt: firstAttempt,
-                                               lastError: retry.reason, environment: environments[retry.target].rawValue))
-                }
-                retries.removeAll()
+            let item = chunk.targets[target]
+            if let held = context.throttle.heldUntil(item.token) {
+                // APNs is throttling this device: wait with the notification that drew the 429.
+                run.retries.append(ChunkRun.Retry(at: now + held.timeIntervalSinceNow, target: target, dueAt: held,
+                                                  reason: "TooManyRequests: the device token is throttled"))
+                continue
             }
-            let nothingLeft = next >= count && retries.isEmpty
-            if inFlight == 0 && (stopSubmitting || nothingLeft) { break }
-
-            let now = RateLimiter.monotonicSeconds()
-            var wait = 0.5
-            if inFlight == 0, let soonest = retries.map(\.at).min() { wait = max(0.001, min(wait, soonest - now)) }
-            for result in completions.take(until: .now() + wait)
-            where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
-                let target = CompletionQueue.index(of: result.tag)
-                guard target < count, resolutions[target] == nil else { continue }
-                inFlight -= 1
-                let outcome = sender.outcome(of: result, environment: environments[target])
-                let verdict = policy.verdict(for: outcome, attempt: attempts[target], expiration: expiration,
-                                             firstAttemptAt: firstAttempt, now: Date(), random: &random)
-                let token = chunk.targets[target].token
-                switch handle(verdict, of: outcome, app: chunk.app, token: token, pushType: chunk.pushType, sender: sender,
-                               environment: environments[target]) {
-                case .sent:
-                    resolve(target, .sent)
-                case .pruned(let reason, let prune):
-                    resolve(target, .pruned(reason))
-                    prunes.append(prune)
-                case .retry(let at, let reason, let countsAsAttempt):
-                    // A send APNs never answered, or answered for reasons of its own, does not use up the target's attempts.
-                    if !countsAsAttempt { attempts[target] -= 1 }
-                    retries.append(Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target,
-                                         dueAt: at, reason: reason))
-                case .failed(let reason):
-                    resolve(target, .failed(reason))
-                case .pause:
-                    stopSubmitting = true
-                }
+            let notification: APNsNotification
+            do {
+                notification = try sender.factory.notification(.init(
+                    token: item.token, pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
+                    collapseID: chunk.collapseID, apnsID: nil, payload: item.payload ?? chunk.payload ?? "{}"))
+            } catch {
+                run.resolve(target, .failed(error.label))
+                context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: error.label).increment()
+                context.tally.add(context.tally.failed)
+                continue
             }
-            if !leaseLost, RateLimiter.monotonicSeconds() - lastCheckpoint >= checkpointInterval { try checkpoint() }
+            // A target imported from registered tokens keeps its token's environment; a
+            // file import has the campaign's; else the app's.
+            let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
+            let client: APNsClient
+            do {
+                client = try sender.client(for: environment, lane: .campaign)
+            } catch let missing as AppSender.NoCredentials {
+                context.logger.debug("\(missing)", ("app", .string(chunk.app)))
+                run.resolve(target, .failed("NoCredentialsForEnvironment"))
+                context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: "NoCredentialsForEnvironment").increment()
+                context.tally.add(context.tally.failed)
+                continue
+            } catch {
+                context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
+                run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                run.stopSubmitting = true
+                break
+            }
+            do {
+                try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: run.generation, index: target))
+            } catch {
+                context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
+                run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                run.stopSubmitting = true
+                break
+            }
+            run.environments[target] = environment
+            run.attempts[target] += 1
+            run.inFlight += 1
+            inFlight += 1
         }
+    }
 
-        if leaseLost { return }
-        advance()
-        if !prunes.isEmpty { try countPrunes(context.prune(prunes, on: connection), into: &progress) }
+    /// Records one answer for the run that sent it; answers of runs given up on are dropped.
+    /// Returns false when no run sent it.
+    @discardableResult
+    private func record(_ result: DispatchResult) -> Bool {
+        let generation = CompletionQueue.generation(of: result.tag)
+        guard let run = runs.first(where: { $0.generation == generation }) else { return false }
+        let target = CompletionQueue.index(of: result.tag)
+        guard target < run.count, run.resolutions[target] == nil else { return true }
+        run.inFlight -= 1
+        inFlight -= 1
+        let chunk = run.chunk
+        let outcome = run.sender.outcome(of: result, environment: run.environments[target])
+        let verdict = policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
+                                     firstAttemptAt: run.firstAttempt, now: Date(), random: &random)
+        switch handle(verdict, of: outcome, app: chunk.app, token: chunk.targets[target].token, pushType: chunk.pushType,
+                      sender: run.sender, environment: run.environments[target]) {
+        case .sent:
+            run.resolve(target, .sent)
+        case .pruned(let reason, let prune):
+            run.resolve(target, .pruned(reason))
+            run.prunes.append(prune)
+        case .retry(let at, let reason, let countsAsAttempt):
+            // A send APNs never answered, or answered for reasons of its own, does not use up the target's attempts.
+            if !countsAsAttempt { run.attempts[target] -= 1 }
+            run.retries.append(ChunkRun.Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target,
+                                              dueAt: at, reason: reason))
+        case .failed(let reason):
+            run.resolve(target, .failed(reason))
+        case .pause:
+            run.stopSubmitting = true
+        }
+        return true
+    }
+
+    /// Writes the run's progress, which extends its lease, and learns whether its campaign
+    /// was paused or cancelled meanwhile.
+    private func checkpoint(_ run: ChunkRun, on connection: PGConnection) throws {
+        let chunk = run.chunk
+        run.advance()
+        if !run.prunes.isEmpty {
+            try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress)
+            run.prunes.removeAll(keepingCapacity: true)
+        }
+        let counted = run.progress
+        switch try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds) {
+        case .proceed: break
+        case .stop(let status):
+            context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
+                                 ("campaign", .int(chunk.campaignID)))
+            try logCampaign(chunk.campaignID, status.rawValue, on: connection)
+            run.stopSubmitting = true
+        case .leaseLost:
+            context.logger.warning("lost the lease of chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
+                                   ("campaign", .int(chunk.campaignID)))
+            run.stopSubmitting = true
+            run.leaseLost = true
+        }
+        countProcessed(counted, app: chunk.app)
+        run.progress = ChunkProgress(position: run.progress.position)
+        run.lastCheckpoint = RateLimiter.monotonicSeconds()
+    }
+
+    /// Finishes a run with nothing in flight: the chunk is done (its retries parked) or, when
+    /// it stopped early, released at its watermark for whichever worker leases it next.
+    private func finish(_ run: ChunkRun, on connection: PGConnection) throws {
+        let chunk = run.chunk
+        // Another worker holds the chunk now; it resumes from the last checkpoint.
+        if run.leaseLost { return }
+        run.advance()
+        if !run.prunes.isEmpty { try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress) }
+        let complete = run.watermark == run.count
         let directive: ChunkDirective
-        if watermark == count {
-            directive = try store.finish(connection, chunk, progress, parking: parked)
+        if complete {
+            directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
         } else {
-            directive = try store.release(connection, chunk, progress)
+            directive = try store.release(connection, chunk, run.progress)
         }
-        context.logger.debug("\(watermark == count ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
+        context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
-                             ("parked", .int(Int64(parked.count))), ("ms", .int(Int64(Date().timeIntervalSince(leasedAt) * 1000))))
+                             ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Date().timeIntervalSince(run.leasedAt) * 1000))))
         if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
-        countProcessed(progress, app: chunk.app)
+        countProcessed(run.progress, app: chunk.app)
+    }
+
+    /// After a database failure: the runs are forgotten without a word to the database (it is
+    /// gone); their leases expire and another worker resumes each chunk from its checkpoint.
+    private func abandonRuns() {
+        context.metrics.chunksSending.add(-Double(runs.count))
+        runs.removeAll()
+        inFlight = 0
     }
 
     /// The campaign counts what the prune did to the registered tokens, not the answers.
@@ -513,7 +541,12 @@ final class CampaignWorker: @unchecked Sendable {
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)
             if results.isEmpty { break }
-            for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
+            for result in results {
+                // The answers of the chunks being sent keep arriving meanwhile.
+                guard CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF else {
+                    record(result)
+                    continue
+                }
                 guard let target = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
                 settle(target, sender.outcome(of: result, environment: sender.environment(job: target.environment, registered: nil)))
             }

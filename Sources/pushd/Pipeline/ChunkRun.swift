@@ -1,0 +1,122 @@
+import APNs
+import Foundation
+import QueueStore
+
+/// One leased chunk that a campaign worker is sending: what became of each target, which
+/// wait for a retry, and the progress not yet checkpointed.
+///
+/// A worker sends several chunks at once: it leases the next while the answers of the
+/// previous are still on their way, so a round trip of 50 or 150 ms does not empty the
+/// window at every chunk's end. Each run has its own generation, which the tags of its
+/// requests carry, so an answer finds its run.
+///
+/// Thread rule: touched only on its worker's thread.
+final class ChunkRun {
+    enum Resolution {
+        case sent
+        case failed(String)
+        case pruned(String)
+        /// Waiting for a retry in `pushd.campaign_retries`; counted when it is settled there.
+        case parked
+    }
+
+    struct Retry {
+        /// Monotonic seconds.
+        var at: Double
+        var target: Int
+        var dueAt = Date()
+        var reason = ""
+    }
+
+    let chunk: CampaignChunk
+    let sender: AppSender
+    let generation: UInt32
+    let leasedAt = Date()
+    /// The first send of every target of this lease: its retry window starts here.
+    let firstAttempt = Date()
+    let expiration: Int64?
+    /// The campaign's rate cap (its own, else its app's, else the default), nil for none.
+    let rate: Int?
+    var count: Int { chunk.targets.count }
+
+    var progress: ChunkProgress
+    var resolutions: [Resolution?]
+    var attempts: [Int]
+    var environments: [PushdConfig.Environment]
+    var retries: [Retry] = []
+    var parked: [ParkedTarget] = []
+    var prunes: [TokenPrune] = []
+    /// Every target before it is resolved.
+    var watermark = 0
+    /// The next target never sent.
+    var next = 0
+    var inFlight = 0
+    var stopSubmitting = false
+    var leaseLost = false
+    var lastCheckpoint = RateLimiter.monotonicSeconds()
+
+    init(chunk: CampaignChunk, sender: AppSender, generation: UInt32, rate: Int?) {
+        self.chunk = chunk
+        self.sender = sender
+        self.generation = generation
+        self.rate = rate
+        expiration = chunk.expiration.map { Int64($0.timeIntervalSince1970) }
+        progress = ChunkProgress(position: chunk.startIndex)
+        resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)
+        attempts = [Int](repeating: 0, count: chunk.targets.count)
+        environments = [PushdConfig.Environment](repeating: .production, count: chunk.targets.count)
+    }
+
+    /// Every target was sent once and none waits for a retry here.
+    var submittedAll: Bool { next >= count && retries.isEmpty }
+
+    /// Nothing is in flight and nothing more will be sent: the run can be finished or released.
+    var isDone: Bool { inFlight == 0 && (stopSubmitting || submittedAll) }
+
+    /// Everything was sent once, nothing is in flight and what is left waits for a retry:
+    /// those targets are parked and the worker moves on.
+    var shouldPark: Bool { !stopSubmitting && next >= count && inFlight == 0 && !retries.isEmpty }
+
+    func resolve(_ target: Int, _ resolution: Resolution) {
+        resolutions[target] = resolution
+    }
+
+    /// The next target to send at monotonic time `now`: a due retry first, then a fresh one.
+    func takeNextTarget(now: Double) -> Int? {
+        if let due = retries.firstIndex(where: { $0.at <= now }) {
+            return retries.remove(at: due).target
+        }
+        guard next < count else { return nil }
+        defer { next += 1 }
+        return next
+    }
+
+    /// Moves the retries waiting here to `parked`, for the transaction that finishes the chunk.
+    func parkRetries() {
+        for retry in retries {
+            let target = chunk.targets[retry.target]
+            resolve(retry.target, .parked)
+            parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: target.index,
+                                       token: target.token, payload: target.payload, dueAt: retry.dueAt,
+                                       attempts: attempts[retry.target], firstAttemptAt: firstAttempt,
+                                       lastError: retry.reason, environment: environments[retry.target].rawValue))
+        }
+        retries.removeAll()
+    }
+
+    /// Moves the watermark over every resolved target and adds them to `progress`.
+    func advance() {
+        while watermark < count, let resolution = resolutions[watermark] {
+            switch resolution {
+            case .sent: progress.sent += 1
+            case .failed(let reason), .pruned(let reason): progress.failedByReason[reason, default: 0] += 1
+            case .parked: break
+            }
+            watermark += 1
+        }
+        progress.position = chunk.startIndex + watermark
+    }
+
+    /// The monotonic time of the soonest retry, nil when none waits.
+    var soonestRetry: Double? { retries.map(\.at).min() }
+}
