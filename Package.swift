@@ -37,7 +37,7 @@ let package = Package(
         .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl"]),
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL"]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
-        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 

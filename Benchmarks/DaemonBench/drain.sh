@@ -7,6 +7,8 @@
 #                               drain; their INSERT → accepted p50/p99 come from
 #                               pushd_job_delivery_latency_seconds (default 0)
 #   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
+#   PUSHD_BENCH_ENGINE          0 skips DispatcherBench sending the daemon's very requests to
+#                               the same mock (default 1; needs DispatcherBench built in BIN)
 #   PUSHD_BENCH_PEER            a command run last against the same mock with the arguments
 #                               PORT CA KEY_FILE KEY_ID TEAM_ID TOPIC; its "result …" line is
 #                               printed as "peer …" (Benchmarks/bench.sh runs aioapns so)
@@ -149,6 +151,16 @@ h2rate=$(echo "$h2out" | awk '/^finished in/ {gsub(",", "", $4); print $4}')
 h2ok=$(echo "$h2out" | awk '/status codes:/ {print $3}')
 fi
 
+# The engine alone (DispatcherBench) sending the very same requests to the same mock, with
+# the daemon's shape (2 threads x 1 connection x its streams): what the daemon costs beyond it.
+engine_line=""
+if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && [ -x "$bin/DispatcherBench" ]; then
+  engine_line=$("$bin/DispatcherBench" --port "$port" --ca "$work/certs/ca.pem" --requests "$h2_requests" --threads 2 \
+    --connections 1 --streams "${PUSHD_BENCH_STREAMS:-500}" --label engine-same-requests --device-paths yes \
+    --payload-file "$work/payload.json" --header "authorization: bearer $jwt" --header "apns-topic: com.example.bench" \
+    --header "apns-push-type: alert" --header "apns-priority: 10" 2>&1 | tail -1)
+fi
+
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
 printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
   "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
@@ -159,6 +171,10 @@ if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
 fi
 if [ "$transactional" -gt 0 ]; then
   printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms\n' "$transactional" "$tx_p50" "$tx_p99"
+fi
+if [ -n "$engine_line" ]; then
+  echo "  engine:  $engine_line"
+  echo "engine ${engine_line}"
 fi
 if [ "${PUSHD_BENCH_H2LOAD:-1}" = 1 ]; then
   printf '  h2load:  %.0f requests/s (%s of %s answered 2xx) against the same mock\n' "$h2rate" "$h2ok" "$h2_requests"

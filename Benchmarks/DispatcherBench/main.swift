@@ -8,6 +8,10 @@
 // --idle-probe measures what closing idle connections costs instead: the latency of one
 // request on a warm connection against one sent after the connection idled past
 // idleCloseSeconds (1 s here), which opens a new connection.
+// --header LINE (repeatable), --payload-file FILE and --device-paths send what the daemon
+// sends instead (its authorization, topic, push type and priority headers, its payload, a
+// path /3/device/<64 hex> per request), so the daemon's drain compares with the engine on
+// the very same requests (Benchmarks/DaemonBench/drain.sh does so).
 // Requests are built before timing starts (10,000 distinct ones, sent in turn) so only the
 // engine and libcurl are measured. Prints one line of key=value figures; the bench script
 // puts it beside the C reference's line from the same run.
@@ -26,13 +30,16 @@ struct Options {
     var path = "/ok"
     var idleProbeRounds = 0
     var maxConnections: Int?
+    var headers: [String] = []
+    var payloadFile: String?
+    var devicePaths = false
 }
 
 func parseOptions() -> Options {
     var options = Options()
     var arguments = CommandLine.arguments.dropFirst().makeIterator()
     func fail(_ message: String) -> Never {
-        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH]")
+        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH] [--header LINE]... [--payload-file FILE] [--device-paths yes]")
         exit(2)
     }
     while let flag = arguments.next() {
@@ -52,6 +59,11 @@ func parseOptions() -> Options {
         case "--path": options.path = value
         case "--idle-probe": options.idleProbeRounds = number()
         case "--max-connections": options.maxConnections = number()
+        case "--header": options.headers.append(value)
+        case "--payload-file": options.payloadFile = value
+        case "--device-paths":
+            guard value == "yes" else { fail("--device-paths takes yes") }
+            options.devicePaths = true
         default: fail("unknown option \(flag)")
         }
     }
@@ -83,15 +95,31 @@ func monotonicSeconds() -> Double {
 }
 
 let options = parseOptions()
-let body = Array(#"{"aps":{"alert":"hello"}}"#.utf8)
+var body = Array(#"{"aps":{"alert":"hello"}}"#.utf8)
+if let payloadFile = options.payloadFile {
+    guard let file = fopen(payloadFile, "r") else {
+        printError("DispatcherBench: cannot read --payload-file \(payloadFile)")
+        exit(2)
+    }
+    body = []
+    while case let byte = fgetc(file), byte != EOF { body.append(UInt8(byte)) }
+    fclose(file)
+}
+/// 64 lowercase hex digits, distinct per index, as a device token.
+func deviceToken(_ index: Int) -> String {
+    let hex = String(UInt64(index) &* 2_654_435_761 &+ 1, radix: 16)
+    return String(repeating: "0", count: 64 - hex.count) + hex
+}
 let prebuilt: [DispatchRequest]
 do {
     prebuilt = try (0..<10_000).map { index in
-        try DispatchRequest(path: options.path, headerLines: [
+        let path = options.devicePaths ? "/3/device/" + deviceToken(index) : options.path
+        let headers = options.headers.isEmpty ? [
             "apns-topic: com.example.app",
             "apns-push-type: alert",
             "apns-id: 00000000-0000-0000-0000-" + String(String(index).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0),
-        ], body: body)
+        ] : options.headers
+        return try DispatchRequest(path: path, headerLines: headers, body: body)
     }
 } catch {
     printError("DispatcherBench: \(error)")

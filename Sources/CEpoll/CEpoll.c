@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 int pushd_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 int pushd_epoll_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
@@ -30,3 +32,5 @@ uint32_t pushd_epoll_out(void) { return EPOLLOUT; }
 uint32_t pushd_epoll_rdhup(void) { return EPOLLRDHUP; }
 uint32_t pushd_epoll_hup(void) { return EPOLLHUP; }
 uint32_t pushd_epoll_err(void) { return EPOLLERR; }
+
+int pushd_epoll_thread_id(void) { return (int)syscall(SYS_gettid); }

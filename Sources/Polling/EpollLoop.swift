@@ -87,6 +87,7 @@ public final class EpollLoop: @unchecked Sendable {
     /// Nanoseconds the loop has spent blocked in `epoll_wait` since it started: with the
     /// clock, how much of its time the loop had to spare. Read on the loop's thread.
     public private(set) var idleNanoseconds: UInt64 = 0
+    private var startNiceness: Int32 = 0
 
     public init() throws(EpollError) {
         epollFD = pushd_epoll_create()
@@ -112,12 +113,16 @@ public final class EpollLoop: @unchecked Sendable {
 
     // MARK: - Any thread
 
-    /// Runs the loop on a new thread until `stop`.
-    public func start() throws(EpollError) {
+    /// Runs the loop on a new thread until `stop`. A `niceness` above 0 lowers the thread's
+    /// scheduling priority (see `ThreadPriority`): the loops of bulk work yield the CPU to
+    /// those of urgent work.
+    public func start(niceness: Int32 = 0) throws(EpollError) {
         let retained = Unmanaged.passRetained(self).toOpaque()
+        startNiceness = niceness
         var tid = pthread_t()
         let result = pthread_create(&tid, nil, { argument in
             let loop = Unmanaged<EpollLoop>.fromOpaque(argument!).takeRetainedValue()
+            ThreadPriority.lowerCurrentThread(to: loop.startNiceness)
             loop.run()
             return nil
         }, retained)
@@ -229,4 +234,24 @@ public func monotonicNanoseconds() -> UInt64 {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC, &now)
     return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+/// Per-thread scheduling priority. On Linux the nice value belongs to the thread, so a bulk
+/// lane's threads can give way to an urgent lane's within one process.
+public enum ThreadPriority {
+    /// Sets the calling thread's nice value to `niceness` (0…19) when that is lower priority
+    /// than it has; raising priority back needs privileges, so it is never attempted.
+    public static func lowerCurrentThread(to niceness: Int32) {
+        guard niceness > 0 else { return }
+        let thread = id_t(pushd_epoll_thread_id())
+        errno = 0
+        let current = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), thread)
+        if errno == 0, current >= niceness { return }
+        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), thread, min(19, niceness))
+    }
+
+    /// The calling thread's nice value.
+    public static var currentThread: Int32 {
+        getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(pushd_epoll_thread_id()))
+    }
 }

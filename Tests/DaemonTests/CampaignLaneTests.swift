@@ -95,6 +95,37 @@ import Testing
         }
     }
 
+    /// The nice value of every thread of this process.
+    static func threadNiceValues() -> [Int] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { task in
+            guard let stat = try? String(contentsOfFile: "/proc/self/task/\(task)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            // After "pid (comm) ": state is field 3, nice field 19.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 16 ? Int(fields[16]) : nil
+        }
+    }
+
+    /// On a busy machine the campaign lane gives way: its workers and its connections' event
+    /// loops run at `campaigns.niceness` (10), the transactional lane's at the process's own.
+    @Test func theCampaignLanesThreadsRunAtALowerPriorityThanTheTransactionalLanes() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let before = Self.threadNiceValues().filter { $0 == 10 }.count
+            var config = harness.config()
+            config.apns.threads = 1
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            Thread.sleep(forTimeInterval: 0.5)
+            let values = Self.threadNiceValues()
+            // Two campaign workers and the campaign client's one loop; everything else at 0.
+            #expect(values.filter { $0 == 10 }.count - before == config.campaignWorkers + 1, "nice values: \(values)")
+            #expect(values.filter { $0 == 0 }.count >= config.transactionalWorkers + 1)
+        }
+    }
+
     @Test func aCampaignWaitsForTransactionalJobsAndRespectsItsRateCap() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

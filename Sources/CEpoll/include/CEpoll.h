@@ -21,4 +21,7 @@ uint32_t pushd_epoll_rdhup(void);
 uint32_t pushd_epoll_hup(void);
 uint32_t pushd_epoll_err(void);
 
+/* The calling thread's kernel id (gettid), for per-thread scheduling priority. */
+int pushd_epoll_thread_id(void);
+
 #endif

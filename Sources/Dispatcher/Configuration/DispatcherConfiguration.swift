@@ -31,6 +31,9 @@ public struct DispatcherConfiguration: Sendable {
     /// nil: threads × connectionsPerThread, no growth.
     public var maxConnections: Int?
     public var connectionGrowthDelayMilliseconds: Int = 250
+    /// Nice value of the event-loop threads (0…19): above 0, a bulk lane's loops give way to
+    /// an urgent lane's for the CPU.
+    public var threadNiceness: Int32 = 0
 
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.

@@ -90,7 +90,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     func start() throws(DispatcherConfigurationError) {
         do {
-            try epoll.start()
+            try epoll.start(niceness: configuration.threadNiceness)
         } catch {
             throw .transportRejected(setting: "event loop thread", message: error.description)
         }

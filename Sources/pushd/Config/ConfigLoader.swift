@@ -125,6 +125,7 @@ enum ConfigLoader {
         config.campaignLeaseSeconds = campaigns.int("lease_s", default: config.campaignLeaseSeconds, range: 3...3600)
         let rate = campaigns.int("default_rate", default: 0, range: 0...10_000_000)
         config.defaultCampaignRate = rate == 0 ? nil : rate
+        config.campaignNiceness = campaigns.int("niceness", default: config.campaignNiceness, range: 0...19)
         campaigns.rejectUnknownKeys()
 
         let shutdown = top.section("shutdown")

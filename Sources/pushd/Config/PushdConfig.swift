@@ -98,6 +98,9 @@ struct PushdConfig: Sendable, Equatable {
     /// Threads sending campaign chunks, each with its own connection.
     var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000
+    /// Nice value of the campaign lane's threads (its workers and its connections' event
+    /// loops): on a busy machine a transactional push gets the CPU before campaign bulk.
+    var campaignNiceness: Int = 10
     /// How long a leased campaign chunk stays with its worker without a checkpoint; a
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60

@@ -2,6 +2,7 @@ import APNs
 import Dispatch
 import Dispatcher
 import Foundation
+import Polling
 import QueueStore
 
 /// One worker of the campaign lane, on its own thread with its own connection: lease a
@@ -51,6 +52,7 @@ final class CampaignWorker: @unchecked Sendable {
 
     func start() {
         let thread = Thread { [self] in
+            ThreadPriority.lowerCurrentThread(to: Int32(context.config.campaignNiceness))
             run()
             finished.signal()
         }

@@ -60,7 +60,8 @@ final class Pipeline: @unchecked Sendable {
             // push never waits behind the streams and the window a campaign keeps full, and an
             // app serving one environment opens no connection to the other's host.
             senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment, lane in
-                guard let configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
+                guard var configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
+                if lane == .campaign { configuration.threadNiceness = Int32(config.campaignNiceness) }
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
                 let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, lane: lane.rawValue,
