@@ -73,11 +73,12 @@ c_mock=$(grep -A2 '^apns-mock connections=1 streams=100' <<<"$dispatcher" | sed 
 e_mock=$(grep -A2 '^apns-mock connections=1 streams=100' <<<"$dispatcher" | sed -n 's/^  engine: *//p')
 echo "  engine (nghttpd): $e_nghttpd"
 
-drain() { # label, then environment assignments for drain.sh
+drain() { # label, then environment assignments for drain.sh (DRAIN_TARGETS overrides the size)
     local label="$1"; shift
-    echo "== daemon drain: $label ($targets targets)"
+    local size="${DRAIN_TARGETS:-$targets}"
+    echo "== daemon drain: $label ($size targets)"
     local out
-    if ! out=$(env "$@" bash Benchmarks/DaemonBench/drain.sh "$bin" "$targets" 2>&1 | tee -a "$log"); then
+    if ! out=$(env "$@" bash Benchmarks/DaemonBench/drain.sh "$bin" "$size" 2>&1 | tee -a "$log"); then
         echo "  this drain failed; its row stays empty:"
         tail -5 <<<"$out" | sed 's/^/    /'
     fi
@@ -86,13 +87,18 @@ drain() { # label, then environment assignments for drain.sh
 }
 
 drain loopback PUSHD_BENCH_PEER="$peer"
-drain transactional PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_TRANSACTIONAL=300
-drain two-daemons PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_INSTANCES=2
-drain delay50 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 50"
-drain delay150 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 150"
+drain transactional PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_TRANSACTIONAL=300
+# The same 300 transactional jobs with no campaign to speak of (one target): the idle latency.
+DRAIN_TARGETS=1 drain transactional-idle PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_TRANSACTIONAL=300
+drain two-daemons PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_INSTANCES=2
+drain delay50 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 50"
+drain delay150 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 150"
 
 result() { sed -n 's/^result //p' "$work/drain-$1"; }
 d=$(result loopback); tx=$(result transactional); two=$(result two-daemons); d50=$(result delay50); d150=$(result delay150)
+idle=$(result transactional-idle)
+# DispatcherBench sending the daemon's very requests to the loopback drain's mock.
+e_same=$(sed -n 's/^engine //p' "$work/drain-loopback")
 aio=$(sed -n 's/^peer //p' "$work/drain-loopback")
 
 row() { # name, server, line with rate/cpu/rss fields (engine or drain style), notes
@@ -109,9 +115,11 @@ table=$(
     row "pushd engine (DispatcherBench)" nghttpd "$e_nghttpd" "same shape"
     row "C curl-multi reference" apns-mock "$c_mock" "no authorization header"
     row "pushd engine (DispatcherBench)" apns-mock "$e_mock" "no authorization header"
+    row "pushd engine, the daemon's requests (DispatcherBench)" apns-mock "$e_same" "2 threads × 1 connection × 500 streams; the daemon's JWT, headers, payload and a device path per request"
     printf '| h2load | apns-mock | %s | n/a | n/a | 4 connections × 100 streams, same JWT, headers and payload as the daemon |\n' "${h2rate:-n/a}"
     row "**pushd daemon draining a campaign**" apns-mock "$d" "$targets targets from PostgreSQL, token auth; the mock saw $(field connections "$d") connections"
     row "pushd daemon, transactional jobs during the drain" apns-mock "$tx" "300 INSERTs 20 ms apart: INSERT → accepted p50 ≤ $(field tx_p50_ms "$tx") ms, p99 ≤ $(field tx_p99_ms "$tx") ms (histogram bucket bounds)"
+    row "pushd daemon, transactional jobs, no campaign" apns-mock "$idle" "300 INSERTs 20 ms apart, idle otherwise: INSERT → accepted p50 ≤ $(field tx_p50_ms "$idle") ms, p99 ≤ $(field tx_p99_ms "$idle") ms"
     row "two pushd daemons, one campaign" apns-mock "$two" "aggregate rate, CPU summed, RSS of the larger; $(field duplicates "$two") accepted twice"
     row "pushd daemon, mock answers after 50 ms" "apns-mock --delay-ms 50" "$d50" "max_connections_per_app 8 (default); the mock saw $(field connections "$d50") connections"
     row "pushd daemon, mock answers after 150 ms" "apns-mock --delay-ms 150" "$d150" "max_connections_per_app 8 (default); the mock saw $(field connections "$d150") connections"
@@ -120,6 +128,7 @@ table=$(
     echo "| ratio | rate | CPU per notification |"
     echo "|---|---|---|"
     printf '| daemon / engine (apns-mock) | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$e_mock")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us_per_request "$e_mock")")"
+    printf '| daemon / engine, the same requests | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$e_same")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us_per_request "$e_same")")"
     printf '| engine / C reference (nghttpd) | %s | %s |\n' "$(ratio "$(field rate "$e_nghttpd")" "$(field rate "$c_nghttpd")")" "$(ratio "$(field cpu_us_per_request "$e_nghttpd")" "$(field cpu_us_per_request "$c_nghttpd")")"
     printf '| daemon / h2load | %s | n/a |\n' "$(ratio "$(field rate "$d")" "$h2rate")"
     printf '| daemon / aioapns | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$aio")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us "$aio")")"
