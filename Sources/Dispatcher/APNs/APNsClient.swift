@@ -93,18 +93,22 @@ public final class APNsClient: Sendable {
         _ = try? cache.tokenAfterExpiredProviderToken(rejected: rejected.jwt)
     }
 
-    /// The engine request for `notification`, with the current provider token for token auth.
-    public func request(for notification: APNs.Notification) throws(APNsClientError) -> DispatchRequest {
-        var authorization: String?
+    /// The `authorization` value requests carry now ("bearer <jwt>"); nil with a certificate.
+    public func authorization() throws(APNsClientError) -> String? {
         do {
             switch authentication {
-            case .token(let cache): authorization = try cache.token().authorizationValue
-            case .tokenSource(let source): authorization = try source()
-            case .certificate: authorization = nil
+            case .token(let cache): return try cache.token().authorizationValue
+            case .tokenSource(let source): return try source()
+            case .certificate: return nil
             }
         } catch {
             throw .providerToken(String(describing: error))
         }
+    }
+
+    /// The engine request for `notification`, with the current provider token for token auth.
+    public func request(for notification: APNs.Notification) throws(APNsClientError) -> DispatchRequest {
+        let authorization = try authorization()
         do {
             return try DispatchRequest(path: notification.path,
                                        headerLines: notification.headerFields(authorization: authorization).map(\.line),

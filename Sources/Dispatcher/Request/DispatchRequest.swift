@@ -47,6 +47,38 @@ public struct DispatchRequest: Sendable {
         self.body = body
     }
 
+    /// Header lines checked and packed once, for many requests that share them.
+    public struct HeaderBlock: Sendable {
+        let packed: [UInt8]
+        let count: Int
+
+        public init(lines: [String]) throws(DispatchRequestError) {
+            let probe = try DispatchRequest(path: "/", headerLines: lines, body: [])
+            packed = Array(probe.packed[2...])
+            count = lines.count
+        }
+    }
+
+    /// A request whose header lines were checked once in `headers`: only the path is checked
+    /// and the block copied, so requests that differ only in their path cost one allocation.
+    public init(method: Method = .post, path: String, headers: HeaderBlock, body: [UInt8]) throws(DispatchRequestError) {
+        guard path.utf8.first == UInt8(ascii: "/") else { throw .pathNotAbsolute(path) }
+        let pathLength = path.utf8.count
+        var packed = [UInt8]()
+        packed.reserveCapacity(pathLength + 1 + headers.packed.count)
+        for byte in path.utf8 {
+            guard byte > 0x20, byte != 0x7F else { throw .invalidPathByte(path) }
+            packed.append(byte)
+        }
+        packed.append(0)
+        packed.append(contentsOf: headers.packed)
+        self.method = method
+        self.packed = packed
+        self.pathLength = pathLength
+        self.headerCount = headers.count
+        self.body = body
+    }
+
     /// Convenience for header name/value pairs.
     public init(method: Method = .post, path: String, headers: [(name: String, value: String)], body: [UInt8]) throws(DispatchRequestError) {
         try self.init(method: method, path: path, headerLines: headers.map { $0.name + ": " + $0.value }, body: body)

@@ -302,28 +302,45 @@ final class CampaignWorker: @unchecked Sendable {
                                                   reason: "TooManyRequests: the device token is throttled"))
                 continue
             }
+            // A target imported from registered tokens keeps its token's environment; a
+            // file import has the campaign's; else the app's.
+            let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
+            // The chunk's notification was checked for an earlier target: this one's token is all that is new.
+            if item.payload == nil, let template = run.templates[environment] {
+                let token: DeviceToken
+                do {
+                    token = try DeviceToken(item.token)
+                } catch {
+                    fail(run, target, "BadDeviceToken")
+                    continue
+                }
+                do {
+                    try template.submit(to: token, tag: CompletionQueue.tag(worker: index, generation: run.generation, index: target))
+                } catch {
+                    context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
+                    run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                    run.stopSubmitting = true
+                    break
+                }
+                run.sent(target, to: environment)
+                inFlight += 1
+                continue
+            }
             let notification: APNsNotification
             do {
                 notification = try sender.factory.notification(.init(
                     token: item.token, pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
                     collapseID: chunk.collapseID, apnsID: nil, payload: item.payload ?? chunk.payload ?? "{}"))
             } catch {
-                run.resolve(target, .failed(error.label))
-                context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: error.label).increment()
-                context.tally.add(context.tally.failed)
+                fail(run, target, error.label)
                 continue
             }
-            // A target imported from registered tokens keeps its token's environment; a
-            // file import has the campaign's; else the app's.
-            let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .campaign)
             } catch let missing as AppSender.NoCredentials {
                 context.logger.debug("\(missing)", ("app", .string(chunk.app)))
-                run.resolve(target, .failed("NoCredentialsForEnvironment"))
-                context.metrics.deadLetter(app: chunk.app, lane: Lane.campaign.rawValue, reason: "NoCredentialsForEnvironment").increment()
-                context.tally.add(context.tally.failed)
+                fail(run, target, "NoCredentialsForEnvironment")
                 continue
             } catch {
                 context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
@@ -339,11 +356,20 @@ final class CampaignWorker: @unchecked Sendable {
                 run.stopSubmitting = true
                 break
             }
-            run.environments[target] = environment
-            run.attempts[target] += 1
-            run.inFlight += 1
+            if item.payload == nil, run.templates[environment] == nil {
+                run.templates[environment] = try? NotificationTemplate(client: client, notification: notification)
+            }
+            run.sent(target, to: environment)
             inFlight += 1
         }
+    }
+
+    /// A target that can never be sent (a bad token, a notification APNs would refuse, no
+    /// credentials for its host) fails at once.
+    private func fail(_ run: ChunkRun, _ target: Int, _ reason: String) {
+        run.resolve(target, .failed(reason))
+        context.metrics.deadLetter(app: run.chunk.app, lane: Lane.campaign.rawValue, reason: reason).increment()
+        context.tally.add(context.tally.failed)
     }
 
     /// Records one answer for the run that sent it; answers of runs given up on are dropped.

@@ -1,4 +1,5 @@
 import APNs
+import Dispatcher
 import Foundation
 import QueueStore
 
@@ -54,6 +55,9 @@ final class ChunkRun {
     var stopSubmitting = false
     var leaseLost = false
     var lastCheckpoint = RateLimiter.monotonicSeconds()
+    /// Per environment, the chunk's notification checked once and its headers packed once,
+    /// for targets with the campaign's payload: each request then costs its path alone.
+    var templates: [PushdConfig.Environment: NotificationTemplate] = [:]
 
     init(chunk: CampaignChunk, sender: AppSender, generation: UInt32, rate: Int?) {
         self.chunk = chunk
@@ -89,6 +93,13 @@ final class ChunkRun {
         guard next < count else { return nil }
         defer { next += 1 }
         return next
+    }
+
+    /// Counts a send of `target` to `environment`.
+    func sent(_ target: Int, to environment: PushdConfig.Environment) {
+        environments[target] = environment
+        attempts[target] += 1
+        inFlight += 1
     }
 
     /// Moves the retries waiting here to `parked`, for the transaction that finishes the chunk.

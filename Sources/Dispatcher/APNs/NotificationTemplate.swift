@@ -1,0 +1,48 @@
+import APNs
+
+/// Requests for notifications that differ only in their device token, as a campaign chunk's
+/// do: the headers are checked and packed once (again only when the provider token
+/// changes) and every request shares the payload bytes, so each one costs its path alone.
+///
+/// Thread rule: one thread at a time (a campaign worker keeps one per chunk and host).
+public final class NotificationTemplate {
+    public let client: APNsClient
+    /// The notification every request repeats, its token aside; checked by the caller.
+    public let notification: APNs.Notification
+    private var authorization: String?
+    private var headers: DispatchRequest.HeaderBlock
+
+    public init(client: APNsClient, notification: APNs.Notification) throws(APNsClientError) {
+        self.client = client
+        self.notification = notification
+        authorization = try client.authorization()
+        headers = try Self.headers(of: notification, authorization: authorization)
+    }
+
+    private static func headers(of notification: APNs.Notification, authorization: String?) throws(APNsClientError) -> DispatchRequest.HeaderBlock {
+        do {
+            return try DispatchRequest.HeaderBlock(lines: notification.headerFields(authorization: authorization).map(\.line))
+        } catch {
+            throw .invalidRequest(error)
+        }
+    }
+
+    /// The request for `token`, with the provider token current now.
+    public func request(for token: DeviceToken) throws(APNsClientError) -> DispatchRequest {
+        let current = try client.authorization()
+        if current != authorization {
+            headers = try Self.headers(of: notification, authorization: current)
+            authorization = current
+        }
+        do {
+            return try DispatchRequest(path: "/3/device/" + token.hex, headers: headers, body: notification.payload)
+        } catch {
+            throw .invalidRequest(error)
+        }
+    }
+
+    /// Queues the notification for `token`; blocks while the engine's window is full.
+    public func submit(to token: DeviceToken, tag: UInt64) throws(APNsClientError) {
+        client.dispatcher.submit(try request(for: token), tag: tag)
+    }
+}
