@@ -5,7 +5,7 @@
 #   - the daemon draining a campaign, h2load and aioapns against the same apns-mock
 #     (Benchmarks/DaemonBench/drain.sh; aioapns from a throwaway Python venv),
 #   - the transactional INSERT → accepted latency during a drain,
-#   - two daemons draining one campaign,
+#   - two and three daemons draining one campaign,
 #   - drains with apns-mock answering after 50 ms and after 150 ms.
 # Prints one table with the ratios daemon/engine, engine/C reference, daemon/h2load and
 # daemon/aioapns, and writes it with the date, libcurl version and machine to
@@ -91,12 +91,13 @@ drain transactional PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_TRANSA
 # The same 300 transactional jobs with no campaign to speak of (one target): the idle latency.
 DRAIN_TARGETS=1 drain transactional-idle PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_TRANSACTIONAL=300
 drain two-daemons PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_INSTANCES=2
+drain three-daemons PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_INSTANCES=3
 drain delay50 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 50"
 drain delay150 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 150"
 
 result() { sed -n 's/^result //p' "$work/drain-$1"; }
 d=$(result loopback); tx=$(result transactional); two=$(result two-daemons); d50=$(result delay50); d150=$(result delay150)
-idle=$(result transactional-idle)
+idle=$(result transactional-idle); three=$(result three-daemons)
 # DispatcherBench sending the daemon's very requests to the loopback drain's mock.
 e_same=$(sed -n 's/^engine //p' "$work/drain-loopback")
 aio=$(sed -n 's/^peer //p' "$work/drain-loopback")
@@ -121,6 +122,7 @@ table=$(
     row "pushd daemon, transactional jobs during the drain" apns-mock "$tx" "300 INSERTs 20 ms apart: INSERT → accepted p50 ≤ $(field tx_p50_ms "$tx") ms, p99 ≤ $(field tx_p99_ms "$tx") ms (histogram bucket bounds)"
     row "pushd daemon, transactional jobs, no campaign" apns-mock "$idle" "300 INSERTs 20 ms apart, idle otherwise: INSERT → accepted p50 ≤ $(field tx_p50_ms "$idle") ms, p99 ≤ $(field tx_p99_ms "$idle") ms"
     row "two pushd daemons, one campaign" apns-mock "$two" "aggregate rate, CPU summed, RSS of the larger; $(field duplicates "$two") accepted twice"
+    row "three pushd daemons, one campaign" apns-mock "$three" "aggregate rate, CPU summed, RSS of the largest; $(field duplicates "$three") accepted twice"
     row "pushd daemon, mock answers after 50 ms" "apns-mock --delay-ms 50" "$d50" "max_connections_per_app 8 (default); the mock saw $(field connections "$d50") connections"
     row "pushd daemon, mock answers after 150 ms" "apns-mock --delay-ms 150" "$d150" "max_connections_per_app 8 (default); the mock saw $(field connections "$d150") connections"
     row "aioapns $aioapns_version (Python)" apns-mock "$aio" "$peer_count notifications, 1,000 at once, 4 connections"
