@@ -87,10 +87,11 @@ let body = Array(#"{"aps":{"alert":"hello"}}"#.utf8)
 let prebuilt: [DispatchRequest]
 do {
     prebuilt = try (0..<10_000).map { index in
-        try DispatchRequest(path: options.path, headerLines: [
+        let reversedDigits = String(String(index).reversed())
+        return try DispatchRequest(path: options.path, headerLines: [
             "apns-topic: com.example.app",
             "apns-push-type: alert",
-            "apns-id: 00000000-0000-0000-0000-" + String(String(index).reversed()).padding(toLength: 12, withPad: "0", startingAt: 0),
+            "apns-id: 00000000-0000-0000-0000-" + reversedDigits + String(repeating: "0", count: 12 - reversedDigits.count),
         ], body: body)
     }
 } catch {

@@ -1,5 +1,5 @@
 internal import CCurl
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
