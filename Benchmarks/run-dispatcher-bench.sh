@@ -3,9 +3,11 @@
 # local nghttpd in one run, for each connection count and server stream limit, and prints
 # both lines with the engine/reference ratios.
 #
-# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock]
+# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock] [--static]
 #   Connections 1 and 2 per thread × server stream limits 100, 500 and 1000.
 #   --quick runs only 1 connection with 100 streams.
+#   --static links the Swift runtime into DispatcherBench, as the container image links pushd
+#   (built in .build/static so the everyday build is not redone).
 #   --mock also runs the same rows against apns-mock (no authentication), and measures
 #   the latency a request pays when the connection idled past idleCloseSeconds.
 # Ends with a markdown table: rate, CPU per request and peak RSS of both, and the ratios.
@@ -16,12 +18,14 @@ requests=500000
 threads=2
 quick=0
 mock=0
+static=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --requests) requests="$2"; shift 2 ;;
         --threads) threads="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
         --mock) mock=1; shift ;;
+        --static) static=1; shift ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -40,7 +44,13 @@ mkdir -p "$work/htdocs"
 # Non-empty: with content-length 0 libcurl resets each stream after the response headers.
 printf '{}' > "$work/htdocs/ok"
 
-swift build -c release --product DispatcherBench >/dev/null
+if [ "$static" = 1 ]; then
+    swift build -c release --static-swift-stdlib --scratch-path .build/static --product DispatcherBench >/dev/null
+    bench=.build/static/release/DispatcherBench
+else
+    swift build -c release --product DispatcherBench >/dev/null
+    bench=.build/release/DispatcherBench
+fi
 cc -O2 -o "$work/curl_reference" Benchmarks/CurlReference/curl_reference.c -lcurl -lpthread
 nghttpd_bin="$(command -v nghttpd || echo /usr/sbin/nghttpd)"
 
@@ -62,7 +72,7 @@ if [ "$quick" = 1 ]; then variants="1:100"; else variants="1:100 1:500 1:1000 2:
 compare() {
     local server="$1" connections="$2" streams="$3" ca="$4" path="$5"
     reference="$("$work/curl_reference" "$port" "$ca" "$requests" "$threads" "$connections" "$streams" "$path" || true)"
-    engine="$(.build/release/DispatcherBench --port "$port" --ca "$ca" --requests "$requests" \
+    engine="$("$bench" --port "$port" --ca "$ca" --requests "$requests" \
         --threads "$threads" --connections "$connections" --streams "$streams" --path "$path" \
         --label "$server-c${connections}s${streams}" || true)"
     rate_ratio=$(awk -v a="$(field rate "$engine")" -v b="$(field rate "$reference")" 'BEGIN { printf "%.2f", a / b }')
@@ -78,7 +88,7 @@ compare() {
         "$(( $(field peak_rss_kb "$reference") / 1024 ))" "$(( $(field peak_rss_kb "$engine") / 1024 ))" "$rss_diff" >> "$work/table"
 }
 
-echo "requests=$requests threads=$threads (TLS, loopback)"
+echo "requests=$requests threads=$threads (TLS, loopback)$([ "$static" = 1 ] && echo ", Swift runtime linked statically")"
 for variant in $variants; do
     start_server "${variant##*:}"
     compare nghttpd "${variant%%:*}" "${variant##*:}" "$work/cert.pem" /ok
@@ -98,7 +108,7 @@ if [ "$mock" = 1 ]; then
         compare apns-mock "${variant%%:*}" "${variant##*:}" "$work/mock/ca.pem" "$path"
     done
     # What closing idle connections costs: a request after an idle period opens a new connection.
-    echo "idle close: $(.build/release/DispatcherBench --port "$port" --ca "$work/mock/ca.pem" --path "$path" --idle-probe 5 --label idle)"
+    echo "idle close: $("$bench" --port "$port" --ca "$work/mock/ca.pem" --path "$path" --idle-probe 5 --label idle)"
 fi
 
 echo

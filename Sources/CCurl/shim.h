@@ -4,6 +4,7 @@
 #define PUSHD_CCURL_SHIM_H
 
 #include <curl/curl.h>
+#include <malloc.h>
 #include <stdint.h>
 
 typedef size_t (*pushd_curl_data_cb)(char *data, size_t size, size_t nmemb, void *userdata);
@@ -34,6 +35,8 @@ static inline CURLcode pushd_curl_easy_getinfo_string(CURL *h, CURLINFO i, char 
 
 /* Macros and constants that do not import cleanly. */
 static inline long pushd_curl_global_all(void) { return CURL_GLOBAL_ALL; }
+/* glibc's mallopt(M_MMAP_THRESHOLD): libcurl's 16 KiB per-stream buffers (CurlRuntime). */
+static inline int pushd_curl_malloc_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
 static inline curl_socket_t pushd_curl_socket_timeout(void) { return CURL_SOCKET_TIMEOUT; }
 static inline long pushd_curl_http_version_2tls(void) { return CURL_HTTP_VERSION_2TLS; }
 static inline long pushd_curl_pipe_multiplex(void) { return CURLPIPE_MULTIPLEX; }

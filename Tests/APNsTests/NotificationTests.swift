@@ -25,6 +25,15 @@ import Testing
         #expect(APNsEnvironment.sandbox.host == "api.sandbox.push.apple.com")
     }
 
+    @Test func lowercasedUUIDStringMatchesFoundationsFormLowercased() {
+        var ids = [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+                   UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255))]
+        ids += (0..<1000).map { _ in UUID() }
+        for id in ids {
+            #expect(id.lowercasedString == id.uuidString.lowercased())
+        }
+    }
+
     @Test func optionalHeadersAreOmittedAndAuthorizationComesFirst() {
         let n = APNsNotification(token: TestSupport.token(), topic: "com.example.app.voip", pushType: .voip, collapseID: "c1", payload: [])
         #expect(n.headerFields(authorization: "bearer abc").map(\.line) == [

@@ -125,6 +125,15 @@ import Testing
         }
     }
 
+    @Test func aKeyFileFarLargerThanAKeyIsRefusedBeforeReading() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("huge-\(UUID().uuidString).p8").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(count: 100_000)))
+        #expect(throws: SigningKeyError.unreadableFile(path: path, detail: "100000 bytes is far too large for a key file")) {
+            try SigningKey(contentsOfFile: path, keyID: Self.keyID, teamID: Self.teamID)
+        }
+    }
+
     @Test func keyFilesReadableByOthersAreFlagged() throws {
         let generated = try TestSupport.generateKey()
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: generated.privateKeyPath)

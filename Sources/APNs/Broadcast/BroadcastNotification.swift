@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One Live Activity update to every device subscribed to a channel:
 /// `POST /4/broadcasts/apps/<bundle id>` on the ordinary notification host, with
@@ -31,7 +31,7 @@ public struct BroadcastNotification: Sendable, Hashable {
 
     public func headerFields(authorization: String) -> [HeaderField] {
         var fields = [HeaderField(name: APNsHeader.authorization, value: authorization)]
-        if let apnsID { fields.append(HeaderField(name: APNsHeader.id, value: apnsID.uuidString.lowercased())) }
+        if let apnsID { fields.append(HeaderField(name: APNsHeader.id, value: apnsID.lowercasedString)) }
         fields.append(HeaderField(name: APNsHeader.pushType, value: PushType.liveactivity.rawValue))
         fields.append(HeaderField(name: APNsHeader.channelID, value: channelID.value))
         if let expiration { fields.append(HeaderField(name: APNsHeader.expiration, value: String(expiration))) }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One request to the channel management API (create, read, delete a channel, or list all
 /// channels of a bundle id). Sent to `APNsEnvironment.channelManagementHost`, token
@@ -50,7 +50,7 @@ public struct ChannelRequest: Sendable, Hashable {
     /// `authorization` is the complete value ("bearer <jwt>"): channels take no certificate.
     public func headerFields(authorization: String) -> [HeaderField] {
         var fields = [HeaderField(name: APNsHeader.authorization, value: authorization)]
-        if let requestID { fields.append(HeaderField(name: APNsHeader.requestID, value: requestID.uuidString.lowercased())) }
+        if let requestID { fields.append(HeaderField(name: APNsHeader.requestID, value: requestID.lowercasedString)) }
         if let channelID { fields.append(HeaderField(name: APNsHeader.channelID, value: channelID.value)) }
         return fields
     }

@@ -1,5 +1,5 @@
 internal import COpenSSL
-import Foundation
+import FoundationEssentials
 
 /// What an APNs TLS client certificate says about itself, read with OpenSSL so that a wrong,
 /// expired or mismatched certificate is reported when the configuration is checked, not as a
@@ -153,16 +153,16 @@ public enum ClientCertificate {
     }
 
     private static func read(_ path: String) throws(ClientCertificateError) -> [UInt8] {
-        var isDirectory: ObjCBool = false
+        var isDirectory = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw ClientCertificateError("certificate file \(path) does not exist")
         }
-        if isDirectory.boolValue { throw ClientCertificateError("certificate file \(path) cannot be read: it is a directory") }
+        if isDirectory { throw ClientCertificateError("certificate file \(path) cannot be read: it is a directory") }
         if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
             if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
                 throw ClientCertificateError("certificate file \(path) cannot be read: it is not a regular file")
             }
-            if let size = (attributes[.size] as? NSNumber)?.intValue, size > maximumFileSize {
+            if let size = (attributes[.size] as? UInt).map({ Int($0) }), size > maximumFileSize {
                 throw ClientCertificateError("certificate file \(path) cannot be read: \(size) bytes is far too large for a certificate")
             }
         }

@@ -1,5 +1,5 @@
 internal import COpenSSL
-import Foundation
+import FoundationEssentials
 
 /// An APNs token-signing key: the P-256 private key of a `.p8` file with its key id and team id.
 ///
@@ -13,15 +13,15 @@ public final class SigningKey: @unchecked Sendable {
 
     /// Loads a key file. The file's contents never appear in errors or logs.
     public convenience init(contentsOfFile path: String, keyID: String, teamID: String) throws(SigningKeyError) {
-        var isDirectory: ObjCBool = false
+        var isDirectory = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw .fileNotFound(path: path) }
-        guard !isDirectory.boolValue else { throw .unreadableFile(path: path, detail: "it is a directory") }
+        guard !isDirectory else { throw .unreadableFile(path: path, detail: "it is a directory") }
         // Reading a device or a huge file by mistake would block or exhaust memory.
         if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
             if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
                 throw .unreadableFile(path: path, detail: "it is not a regular file")
             }
-            if let size = (attributes[.size] as? NSNumber)?.intValue, size > SigningKey.maximumPEMSize {
+            if let size = (attributes[.size] as? UInt).map({ Int($0) }), size > SigningKey.maximumPEMSize {
                 throw .unreadableFile(path: path, detail: "\(size) bytes is far too large for a key file")
             }
         }
@@ -89,7 +89,8 @@ public final class SigningKey: @unchecked Sendable {
     /// when the file cannot be inspected: loading it will report that).
     public static func permissionWarning(forKeyFile path: String) -> String? {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue else { return nil }
+              let permissions = attributes[.posixPermissions] as? UInt else { return nil }
+        let mode = Int(permissions)
         guard mode & 0o044 != 0 else { return nil }
         return "signing key file \(path) is readable by \(mode & 0o004 != 0 ? "every user" : "its group") (mode \(String(mode & 0o777, radix: 8))); restrict it with chmod 600"
     }

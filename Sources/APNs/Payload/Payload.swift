@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A notification payload: the `aps` dictionary plus the app's own top-level keys.
 ///

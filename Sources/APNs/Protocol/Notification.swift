@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Importers of both Foundation and APNs can use this name instead of `APNs.Notification`.
 public typealias APNsNotification = Notification
@@ -48,7 +48,7 @@ public struct Notification: Sendable, Hashable {
     public static let method = "POST"
 
     /// The id as APNs wants it: a lowercase canonical UUID.
-    public var apnsIDString: String? { apnsID.map { $0.uuidString.lowercased() } }
+    public var apnsIDString: String? { apnsID.map { $0.lowercasedString } }
 
     /// The request headers after the pseudo-headers, in a fixed order.
     ///

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// Holds one signing key's provider token in one process (`pushd send`, tests, benchmarks)

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// When to try a failed notification again, and when to stop.
 ///

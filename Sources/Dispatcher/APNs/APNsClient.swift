@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 
 /// How an `APNsClient` proves who it is.
 public enum APNsAuthentication: Sendable {

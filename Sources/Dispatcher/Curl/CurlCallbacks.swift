@@ -1,5 +1,5 @@
 internal import CCurl
-import Foundation
+import FoundationEssentials
 import Glibc
 
 // The per-transfer callbacks libcurl makes on the loop's thread while it runs a transfer.
@@ -93,10 +93,14 @@ enum ResponseHeaderLine {
         return parseUUID(UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
     }
 
+    /// "apns-channel-id:" as bytes, made once: every header line of every answer is held
+    /// against it.
+    private static let channelIDName: [UInt8] = Array("apns-channel-id:".utf8)
+
     /// The value of an "apns-channel-id:" line (name in any case), trimmed, or nil. Only
-    /// channel answers carry it, so the allocation is off the notification path.
+    /// channel answers carry it, so the String is made off the notification path.
     static func channelID(_ line: UnsafeRawBufferPointer) -> String? {
-        let name = Array("apns-channel-id:".utf8)
+        let name = channelIDName
         guard line.count > name.count, (0..<name.count).allSatisfy({ line[$0] | 0x20 == name[$0] | 0x20 }) else { return nil }
         var start = name.count
         var end = line.count

@@ -163,8 +163,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             if !inbox.items.isEmpty { swap(&inbox.items, &drained) }
         }
         guard !drained.isEmpty else { return }
-        for request in drained { backlog.pushBack(request) }
-        drained.removeAll(keepingCapacity: true)
+        // Moved out from the end, so reversed first to keep their order.
+        drained.reverse()
+        while let request = drained.popLast() { backlog.pushBack(request) }
     }
 
     /// Moves requests from the backlog into libcurl up to what the policy admits. Called before
@@ -187,9 +188,15 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             }
             guard var request = backlog.popFront() else { break }
             request.attempts += 1
-            if let failure = transfer.prepare(for: request.request, fresh: nextTransferFresh) ?? start(transfer, request) {
+            if let failure = transfer.prepare(for: request.request, fresh: nextTransferFresh) {
                 freeTransfers.append(transfer.index)
                 deliver(request, outcome: .transportFailure(failure))
+                continue
+            }
+            transfer.pending = consume request
+            if let refused = multi.add(transfer.easy), let refusedRequest = transfer.pending.take() {
+                freeTransfers.append(transfer.index)
+                deliver(refusedRequest, outcome: .transportFailure(refused))
                 continue
             }
             nextTransferFresh = false
@@ -198,15 +205,6 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         }
         if added > 0 { sink.metrics.inFlightChanged(by: added) }
         releaseSlots()
-    }
-
-    private func start(_ transfer: CurlTransfer, _ request: PendingRequest) -> TransportError? {
-        transfer.pending = request
-        if let refused = multi.add(transfer.easy) {
-            transfer.pending = nil
-            return refused
-        }
-        return nil
     }
 
     private func makeTransfer() throws(DispatcherConfigurationError) -> CurlTransfer {
@@ -247,8 +245,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     }
 
     private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
-        guard let pending = transfer.pending else { return }
-        transfer.pending = nil
+        guard let pending = transfer.pending.take() else { return }
         freeTransfers.append(transfer.index)
         noteResends(transfer)
         let curlCode = Int(code.rawValue)

@@ -1,5 +1,5 @@
 internal import CCurl
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
@@ -41,9 +41,11 @@ final class CurlTransfer {
         self.index = index
         self.easy = easy
         self.url = url
-        bufferCapacity = 1024
+        // Sized by the first request (and grown by a larger one): a pool holds a transfer per
+        // stream in flight, thousands, and APNs requests are a few hundred bytes.
+        bufferCapacity = 0
         buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
-        nodeCapacity = 16
+        nodeCapacity = 8
         nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
         nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
         errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(pushd_curl_max_errorsize()))
@@ -66,7 +68,8 @@ final class CurlTransfer {
     private func ensureCapacity(bytes: Int, headers: Int) {
         if bytes > bufferCapacity {
             buffer.deallocate()
-            bufferCapacity = max(bytes, bufferCapacity * 2)
+            // Rounded up so that payloads of slightly different sizes do not reallocate each time.
+            bufferCapacity = max((bytes + 255) & ~255, bufferCapacity * 2)
             buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
         }
         if headers > nodeCapacity {

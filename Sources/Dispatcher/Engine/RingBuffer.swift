@@ -11,23 +11,24 @@ struct RingBuffer<Element> {
 
     var isEmpty: Bool { count == 0 }
 
-    mutating func pushBack(_ element: Element) {
+    // Elements are moved in and out, not copied: a request holds references, and a copy
+    // costs a retain and a release of each for every request the loop passes through.
+    mutating func pushBack(_ element: consuming Element) {
         if count == storage.count { grow() }
-        storage[(head + count) % storage.count] = element
+        storage[(head + count) % storage.count] = consume element
         count += 1
     }
 
-    mutating func pushFront(_ element: Element) {
+    mutating func pushFront(_ element: consuming Element) {
         if count == storage.count { grow() }
         head = (head - 1 + storage.count) % storage.count
-        storage[head] = element
+        storage[head] = consume element
         count += 1
     }
 
     mutating func popFront() -> Element? {
         guard count > 0 else { return nil }
-        let element = storage[head]
-        storage[head] = nil
+        let element = storage[head].take()
         head = (head + 1) % storage.count
         count -= 1
         return element

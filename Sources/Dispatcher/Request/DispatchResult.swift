@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 
 /// What became of one request: the server's answer or the transport failure that ended it.
 public struct DispatchResult: Sendable {
@@ -34,10 +34,11 @@ public struct Response: Sendable, Equatable {
     public let apnsID: UUID?
     /// Empty for a 200; APNs puts `{"reason": …}` (and on 410 `"timestamp"`) in error bodies.
     public let body: [UInt8]
-    /// Status, apns-id, reason and timestamp as typed values; `apns.action` says what to do.
-    public let apns: APNsResponse
     /// The `apns-channel-id` response header: the id of a channel just created.
     public let channelID: String?
+    /// Read once, by the engine; `apns` is built from it only when asked, so an answer nobody
+    /// inspects costs no apns-id string.
+    private let errorBody: APNsErrorBody?
 
     public init(status: Int, apnsID: UUID?, body: [UInt8], channelID: String? = nil) {
         self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body), channelID: channelID)
@@ -49,15 +50,19 @@ public struct Response: Sendable, Equatable {
         self.apnsID = apnsID
         self.body = body
         self.channelID = channelID
-        apns = APNsResponse(status: status, apnsID: apnsID?.uuidString.lowercased(), reason: errorBody?.reason,
-                            timestamp: errorBody?.timestamp)
+        self.errorBody = errorBody
+    }
+
+    /// Status, apns-id, reason and timestamp as typed values; `apns.action` says what to do.
+    public var apns: APNsResponse {
+        APNsResponse(status: status, apnsID: apnsID?.lowercasedString, reason: errorBody?.reason, timestamp: errorBody?.timestamp)
     }
 
     /// The `reason` string of an APNs error body, or nil when there is none.
-    public var reason: String? { apns.reason?.rawValue }
+    public var reason: String? { errorBody?.reason?.rawValue }
 
     /// The `timestamp` (milliseconds since the epoch) of a 410 body, or nil when there is none.
-    public var timestampMilliseconds: Int64? { apns.timestamp }
+    public var timestampMilliseconds: Int64? { errorBody?.timestamp }
 }
 
 /// A failure below HTTP: libcurl's error code and its message.
