@@ -64,8 +64,6 @@ final class CampaignWorker: @unchecked Sendable {
         var failures = 0
         var nextParkedCheck = 0.0
         var dueButNotLeased = 0
-        // No lease is tried before this monotonic time while other chunks are sending.
-        var nextLeaseTry = 0.0
         while !(context.isStopping && runs.isEmpty) {
             context.operatorLog.tick()
             do {
@@ -142,6 +140,8 @@ final class CampaignWorker: @unchecked Sendable {
 
     /// The chunks being sent, oldest first.
     private var runs: [ChunkRun] = []
+    /// No lease is tried before this monotonic time while other chunks are sending.
+    private var nextLeaseTry = 0.0
     /// Requests of every run in flight.
     private var inFlight = 0
     /// Requests this worker keeps in flight at most: its share of the engine's window.
@@ -265,9 +265,11 @@ final class CampaignWorker: @unchecked Sendable {
         let now = RateLimiter.monotonicSeconds()
         var wait = 0.5
         if inFlight == 0, let soonest = runs.compactMap(\.soonestRetry).min() { wait = max(0.001, min(wait, soonest - now)) }
-        // While chunks wait to be leased, answers are taken as they come so the next lease is not late.
-        let batch = wantsAnotherChunk ? 1 : min(inFlight / 4, 256)
-        for result in completions.take(atLeast: batch, until: .now() + wait) {
+        // While another chunk is wanted, the answers already here are taken without waiting:
+        // the next lease goes out now, not a round trip later.
+        let leaseNext = wantsAnotherChunk && now >= nextLeaseTry && !context.isStopping
+        let batch = leaseNext ? 1 : min(inFlight / 4, 256)
+        for result in completions.take(atLeast: batch, until: leaseNext ? .now() : .now() + wait) {
             record(result)
         }
         for run in runs where !run.leaseLost && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
