@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// Whether the daemon is ready to take work, as `/readyz` reports it.
 public struct Readiness: Sendable, Equatable {
@@ -33,7 +33,7 @@ struct EndpointResponse: Equatable {
 /// in it is immutable or behind a lock.
 final class EndpointRoutes: Sendable {
     let registry: MetricRegistry
-    private let readiness = Mutex(Readiness.starting)
+    private let readiness = Lock(Readiness.starting)
 
     init(registry: MetricRegistry) {
         self.registry = registry

@@ -1,6 +1,6 @@
 import Dispatch
 import Dispatcher
-import Synchronization
+import Locking
 
 /// Where a worker's send results arrive. The dispatchers' event-loop threads push;
 /// the one worker thread that owns the queue takes.
@@ -9,7 +9,7 @@ import Synchronization
 /// generation (next 24 bits) and the item's index in the batch (low 24 bits), so a
 /// result that arrives after its batch was given up on is recognised and dropped.
 final class CompletionQueue: @unchecked Sendable {
-    private let items = Mutex<[DispatchResult]>([])
+    private let items = Lock<[DispatchResult]>([])
     private let ready = DispatchSemaphore(value: 0)
 
     func push(_ result: DispatchResult) {
