@@ -7,6 +7,8 @@
 #                               drain; their INSERT → accepted p50/p99 come from
 #                               pushd_job_delivery_latency_seconds (default 0)
 #   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
+#   PUSHD_BENCH_METRICS_PORT    the first daemon's metrics port (default: a free one;
+#                               Benchmarks/ScrapeFlood floods it)
 #   PUSHD_BENCH_PEER            a command run last against the same mock with the arguments
 #                               PORT CA KEY_FILE KEY_ID TEAM_ID TOPIC; its "result …" line is
 #                               printed as "peer …" (Benchmarks/bench.sh runs aioapns so)
@@ -41,7 +43,7 @@ control_port=$(free_port)
 mock_pid=$!
 metrics_ports=()
 for i in $(seq "$instances"); do
-metrics_ports+=("$(free_port)")
+if [ "$i" = 1 ] && [ -n "${PUSHD_BENCH_METRICS_PORT:-}" ]; then metrics_ports+=("$PUSHD_BENCH_METRICS_PORT"); else metrics_ports+=("$(free_port)"); fi
 cat >"$work/pushd$i.yml" <<YAML
 database:
   url: $PUSHD_DATABASE_URL
