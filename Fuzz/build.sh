@@ -26,8 +26,8 @@ build() {
 apns_sources=$(find Sources/APNs -name '*.swift' | sort)
 queue_sources=$(find Sources/QueueStore -name '*.swift' | sort)
 
-# The configuration imports the APNs and QueueStore modules: build them once as modules
-# of their own (instrumented too), for the targets that compile the configuration.
+# APNs imports the Locking module, and the configuration imports the APNs and QueueStore
+# modules: build them once as modules of their own (instrumented too).
 library() {
   local name=$1; shift
   echo "fuzz: building module $name" >&2
@@ -35,26 +35,28 @@ library() {
     -emit-library -static -emit-module -emit-module-path "$out/modules/$name.swiftmodule" -o "$out/lib$name.a" "$@" \
     2> >(grep -v "Cannot export local symbol '__asan" >&2)
 }
+mkdir -p "$out/modules"
+library Locking Sources/Locking/*.swift
+locking_flags=(-I "$out/modules" -L "$out" -lLocking)
 modules_built=0
 config_modules() {
   [ $modules_built = 1 ] && return 0
   modules_built=1
-  mkdir -p "$out/modules"
   # shellcheck disable=SC2086
-  library APNs $apns_sources -I Sources/COpenSSL
+  library APNs $apns_sources -I Sources/COpenSSL "${locking_flags[@]}"
   # shellcheck disable=SC2086
   library QueueStore $queue_sources -I Sources/CLibPQ $(pkg-config --cflags-only-I libpq | sed 's/-I/-Xcc -I/g')
 }
-config_flags=(-I "$out/modules" -I Sources/COpenSSL -I Sources/CLibPQ -L "$out" -lAPNs -lQueueStore -lssl -lcrypto -lpq)
+config_flags=(-I "$out/modules" -I Sources/COpenSSL -I Sources/CLibPQ -L "$out" -lAPNs -lQueueStore -lLocking -lssl -lcrypto -lpq)
 
 for target in "${targets[@]}"; do
   case $target in
     json-payload)
       # shellcheck disable=SC2086
-      build "$target" Fuzz/Targets/JSONPayloadFuzz.swift $apns_sources -I Sources/COpenSSL -lssl -lcrypto ;;
+      build "$target" Fuzz/Targets/JSONPayloadFuzz.swift $apns_sources -I Sources/COpenSSL "${locking_flags[@]}" -lssl -lcrypto ;;
     apns-error-body)
       # shellcheck disable=SC2086
-      build "$target" Fuzz/Targets/APNsErrorBodyFuzz.swift $apns_sources -I Sources/COpenSSL -lssl -lcrypto ;;
+      build "$target" Fuzz/Targets/APNsErrorBodyFuzz.swift $apns_sources -I Sources/COpenSSL "${locking_flags[@]}" -lssl -lcrypto ;;
     yaml-config)
       config_modules
       build "$target" Fuzz/Targets/YAMLConfigFuzz.swift Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml "${config_flags[@]}" ;;

@@ -9,6 +9,8 @@
 #   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
 #   PUSHD_BENCH_ENGINE          0 skips DispatcherBench sending the daemon's very requests to
 #                               the same mock (default 1; needs DispatcherBench built in BIN)
+#   PUSHD_BENCH_METRICS_PORT    the first daemon's metrics port (default: a free one;
+#                               Benchmarks/ScrapeFlood floods it)
 #   PUSHD_BENCH_PEER            a command run last against the same mock with the arguments
 #                               PORT CA KEY_FILE KEY_ID TEAM_ID TOPIC; its "result …" line is
 #                               printed as "peer …" (Benchmarks/bench.sh runs aioapns so)
@@ -43,7 +45,7 @@ control_port=$(free_port)
 mock_pid=$!
 metrics_ports=()
 for i in $(seq "$instances"); do
-metrics_ports+=("$(free_port)")
+if [ "$i" = 1 ] && [ -n "${PUSHD_BENCH_METRICS_PORT:-}" ]; then metrics_ports+=("$PUSHD_BENCH_METRICS_PORT"); else metrics_ports+=("$(free_port)"); fi
 cat >"$work/pushd$i.yml" <<YAML
 database:
   url: $PUSHD_DATABASE_URL

@@ -1,8 +1,10 @@
 // Prints nanoseconds per counter increment and per histogram observation, on one
 // thread and on two threads updating the same series. References measured in the same
 // run: a bare relaxed atomic add for counters, and a histogram without per-thread
-// stripes for histograms.
+// stripes for histograms. Then the cost of taking the project's `Lock` beside the
+// toolchain's `Synchronization.Mutex` it replaced.
 import Foundation
+import Locking
 import Metrics
 import Synchronization
 
@@ -165,3 +167,22 @@ var bytes = 0
 for _ in 0..<scrapes { bytes = registry.exposition().count }
 let scrapeMicroseconds = nanoseconds(clock.now - scrapeStart) / Double(scrapes) / 1_000
 print(String(format: "scrape: %.1f µs for %d bytes (process metrics from /proc included)", scrapeMicroseconds, bytes))
+
+// The project's Lock (a pthread mutex) beside the toolchain's Mutex (a futex) it replaced:
+// one withLock around an integer add, uncontended on one thread and contended on two.
+final class LockPair: Sendable {
+    let lock = Lock<UInt64>(0)
+    let mutex = Mutex<UInt64>(0)
+}
+let pair = LockPair()
+func addUnderLock(_ n: Int) { for _ in 0..<n { pair.lock.withLock { $0 &+= 1 } } }
+func addUnderMutex(_ n: Int) { for _ in 0..<n { pair.mutex.withLock { $0 &+= 1 } } }
+addUnderLock(1_000_000); addUnderMutex(1_000_000)
+print("threads    Mutex.withLock        Lock.withLock   (ns per lock, add and unlock; wall time per thread in brackets)")
+for threads in [1, 2] {
+    let mutexNs = best(threads: threads) { addUnderMutex($0) }
+    let lockNs = best(threads: threads) { addUnderLock($0) }
+    print(String(format: "%-10@ %6.2f (%6.2f)      %6.2f (%6.2f) %5.2fx of Mutex",
+                 "\(threads) thread\(threads == 1 ? "" : "s")", mutexNs.cpu, mutexNs.wall,
+                 lockNs.cpu, lockNs.wall, lockNs.cpu / mutexNs.cpu))
+}

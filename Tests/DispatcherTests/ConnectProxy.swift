@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Locking
 import Synchronization
 
 /// A minimal HTTP CONNECT proxy on 127.0.0.1: reads the CONNECT line, dials the target on
@@ -8,7 +9,7 @@ final class ConnectProxy: Sendable {
     let port: Int
     private let listener: Int32
     let tunnels = Atomic<Int>(0)
-    let targets = Mutex<[String]>([])
+    let targets = Lock<[String]>([])
 
     init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

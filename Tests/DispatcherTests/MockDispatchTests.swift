@@ -2,6 +2,7 @@ import APNs
 import APNsMock
 @testable import Dispatcher
 import Foundation
+import Locking
 import Synchronization
 import Testing
 
@@ -290,9 +291,9 @@ import Testing
             configuration.loopThreads = 1
         }) { server, port, material in
             let total = 100_000
-            let seen = Mutex([UInt8](repeating: 0, count: total))
+            let seen = Lock([UInt8](repeating: 0, count: total))
             let okCount = Atomic<Int>(0)
-            let failures = Mutex<[String]>([])
+            let failures = Lock<[String]>([])
             let cache = ProviderTokenCache(key: try material.signingKey())
             let client = try APNsClient(environment: .sandbox, authentication: .token(cache), port: port, hostOverride: "127.0.0.1",
                                         tune: mockTuning(material, streams: 500, maxAttempts: 10), onResult: { result in

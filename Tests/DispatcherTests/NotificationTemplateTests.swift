@@ -1,13 +1,13 @@
 import APNs
 @testable import Dispatcher
-import Synchronization
+import Locking
 import Testing
 
 /// A campaign's requests built from one checked notification are the requests the client
 /// builds one by one, and follow the provider token when it changes.
 @Suite struct NotificationTemplateTests {
     final class Source: Sendable {
-        let value = Mutex("bearer first.jwt.value")
+        let value = Lock("bearer first.jwt.value")
     }
 
     private func client(_ source: Source) throws -> APNsClient {

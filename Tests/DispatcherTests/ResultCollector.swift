@@ -2,7 +2,7 @@
 import Polling
 import Foundation
 import Glibc
-import Synchronization
+import Locking
 
 /// Records every result the engine reports, so tests can prove none was lost or reported twice.
 final class ResultCollector: Sendable {
@@ -12,7 +12,7 @@ final class ResultCollector: Sendable {
         var count = 0
     }
 
-    let summary = Mutex(Summary())
+    let summary = Lock(Summary())
 
     var handler: HTTP2Dispatcher.ResultHandler {
         { result in

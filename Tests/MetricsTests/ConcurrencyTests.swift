@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 import Testing
 @testable import Metrics
 
@@ -8,8 +8,8 @@ import Testing
     /// many updates it made. Returns the per-thread counts.
     private func hammer(threads: Int, for duration: Duration, _ body: @escaping @Sendable () -> Void) -> [UInt64] {
         final class Counts: Sendable {
-            let perThread: Mutex<[UInt64]>
-            init(_ threads: Int) { perThread = Mutex([UInt64](repeating: 0, count: threads)) }
+            let perThread: Lock<[UInt64]>
+            init(_ threads: Int) { perThread = Lock([UInt64](repeating: 0, count: threads)) }
         }
         let counts = Counts(threads)
         let done = DispatchGroup()

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 import Testing
 @testable import Metrics
 
@@ -9,7 +9,7 @@ import Testing
         let mine = stripe.current()
         #expect(stripe.current() == mine)
 
-        final class Seen: Sendable { let numbers = Mutex<[UInt]>([]) }
+        final class Seen: Sendable { let numbers = Lock<[UInt]>([]) }
         let seen = Seen()
         let done = DispatchGroup()
         for _ in 0..<4 {

@@ -1,13 +1,13 @@
 import Foundation
 import PushdTestSupport
 import QueueStore
-import Synchronization
+import Locking
 import Testing
 @testable import pushd
 
 /// Lines a command printed, on standard output and standard error, in order.
 final class CapturedOutput: Sendable {
-    private let lines = Mutex<[(error: Bool, text: String)]>([])
+    private let lines = Lock<[(error: Bool, text: String)]>([])
 
     var output: [String] { lines.withLock { $0.filter { !$0.error }.map(\.text) } }
     var errors: [String] { lines.withLock { $0.filter(\.error).map(\.text) } }

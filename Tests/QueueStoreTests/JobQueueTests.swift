@@ -1,7 +1,7 @@
 import PushdTestSupport
 import Foundation
 import QueueStore
-import Synchronization
+import Locking
 import Testing
 
 @Suite struct JobQueueTests {
@@ -150,8 +150,8 @@ import Testing
         try IsolatedDatabase.with { database in
             let setup = try database.connect()
             try insertJobs(setup, count: 4000)
-            let claimed = Mutex<[[Int64]]>([[], []])
-            let failures = Mutex<[String]>([])
+            let claimed = Lock<[[Int64]]>([[], []])
+            let failures = Lock<[String]>([])
             DispatchQueue.concurrentPerform(iterations: 2) { worker in
                 do {
                     let connection = try database.connect()
@@ -252,7 +252,7 @@ import Testing
 
     @Test func aSleepingClaimerIsWokenByAnInsertAndDeregistersAfterwards() throws {
         try IsolatedDatabase.with { database in
-            let woken = Mutex<Bool?>(nil)
+            let woken = Lock<Bool?>(nil)
             let registered = DispatchSemaphore(value: 0)
             let done = DispatchSemaphore(value: 0)
             Thread.detachNewThread {

@@ -1,7 +1,7 @@
 import PushdTestSupport
 import Foundation
 import QueueStore
-import Synchronization
+import Locking
 import Testing
 
 @Suite struct MigrationTests {
@@ -23,8 +23,8 @@ import Testing
 
     @Test func twoInstancesMigratingAtOnceApplyEachVersionOnce() throws {
         try IsolatedDatabase.with(migrated: false) { database in
-            let applied = Mutex<[[Int]]>([])
-            let failures = Mutex<[String]>([])
+            let applied = Lock<[[Int]]>([])
+            let failures = Lock<[String]>([])
             DispatchQueue.concurrentPerform(iterations: 3) { _ in
                 do {
                     let connection = try database.connect()

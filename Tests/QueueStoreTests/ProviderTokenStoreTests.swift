@@ -1,6 +1,7 @@
 import PushdTestSupport
 import Foundation
 import QueueStore
+import Locking
 import Synchronization
 import Testing
 
@@ -28,8 +29,8 @@ import Testing
     @Test func instancesAskingAtOnceShareOneMintedToken() throws {
         try IsolatedDatabase.with { database in
             let mints = Atomic<Int>(0)
-            let seen = Mutex<Set<String>>([])
-            let failures = Mutex<[String]>([])
+            let seen = Lock<Set<String>>([])
+            let failures = Lock<[String]>([])
             DispatchQueue.concurrentPerform(iterations: 6) { instance in
                 do {
                     let connection = try database.connect()

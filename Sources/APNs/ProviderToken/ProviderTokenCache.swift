@@ -1,5 +1,5 @@
 import FoundationEssentials
-import Synchronization
+import Locking
 
 /// Holds one signing key's provider token in one process (`pushd send`, tests, benchmarks)
 /// and mints the next when `ProviderTokenPolicy` says so. Minting happens under the lock so
@@ -19,7 +19,7 @@ public final class ProviderTokenCache: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     public init(key: SigningKey, policy: ProviderTokenPolicy = .apns) {
         self.signer = ProviderTokenSigner(key: key)

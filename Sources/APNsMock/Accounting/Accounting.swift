@@ -1,3 +1,4 @@
+import Locking
 import Synchronization
 
 /// Counts answers for the whole server; shared by all loop threads.
@@ -7,7 +8,7 @@ final class Accounting: Sendable {
         var log: [AcceptedNotification] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     /// Counted on every request, so a relaxed atomic rather than the lock.
     private let received = Atomic<Int>(0)
     let countsPerToken: Bool

@@ -1,6 +1,6 @@
 import APNs
 import Foundation
-import Synchronization
+import Locking
 
 /// The channels the mock's management API created, per bundle id, and the broadcasts
 /// accepted on each; shared by every loop thread of both listeners.
@@ -15,7 +15,7 @@ final class ChannelRegistry: Sendable {
         var sequence: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     let maximumPerApp: Int
 
     init(maximumPerApp: Int) {

@@ -1,3 +1,4 @@
+import Locking
 import Synchronization
 
 /// The current faults, read by every loop thread and replaced from any thread.
@@ -5,10 +6,10 @@ import Synchronization
 /// Readers keep a copy and refresh it only when `version` moves, so the hot path is one
 /// relaxed atomic load.
 final class FaultStore: Sendable {
-    private let current: Mutex<FaultConfiguration>
+    private let current: Lock<FaultConfiguration>
     private let versionCounter = Atomic<UInt64>(0)
 
-    init(_ initial: FaultConfiguration) { current = Mutex(initial) }
+    init(_ initial: FaultConfiguration) { current = Lock(initial) }
 
     var version: UInt64 { versionCounter.load(ordering: .acquiring) }
 

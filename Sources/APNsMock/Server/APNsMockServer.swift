@@ -1,5 +1,5 @@
 import APNs
-import Synchronization
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,7 +18,7 @@ public final class APNsMockServer: Sendable {
     }
 
     private let core: ServerCore
-    private let running = Mutex<Running?>(nil)
+    private let running = Lock<Running?>(nil)
 
     public init(configuration: MockConfiguration) throws(MockServerError) {
         core = try ServerCore(configuration: configuration.validated())

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import Polling
-import Synchronization
+import Locking
 
 /// Something the loop wakes when its descriptor is ready.
 protocol EventLoopHandler: AnyObject {
@@ -22,7 +22,7 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
     private var timers = TimerHeap()
     private var timerActions: [UInt64: () -> Void] = [:]
     private var nextTimerID: UInt64 = 1
-    private let inbox = Mutex<[@Sendable () -> Void]>([])
+    private let inbox = Lock<[@Sendable () -> Void]>([])
 
     init() throws(MockServerError) {
         do {

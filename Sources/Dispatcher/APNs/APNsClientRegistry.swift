@@ -1,9 +1,9 @@
-import Synchronization
+import Locking
 
 /// One `APNsClient` — one pool of connections — per key, typically (app credential,
 /// environment): made on first use, kept until `shutdownAll`.
 public final class APNsClientRegistry<Key: Hashable & Sendable>: Sendable {
-    private let clients = Mutex<[Key: APNsClient]>([:])
+    private let clients = Lock<[Key: APNsClient]>([:])
 
     public init() {}
 

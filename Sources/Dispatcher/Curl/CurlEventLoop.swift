@@ -2,6 +2,7 @@ import APNs
 internal import CCurl
 import Glibc
 import Polling
+import Locking
 import Synchronization
 
 /// One event-loop thread: an epoll loop driving a libcurl multi handle, its own connections
@@ -22,7 +23,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private let sink: CompletionSink
     private let epoll: EpollLoop
     private let multi: CurlMulti
-    private let inbox = Mutex(Inbox())
+    private let inbox = Lock(Inbox())
     /// Requests accepted and not yet reported. The dispatcher hands each chunk of window slots to
     /// the loop with the fewest: dealt out in turn, the chunks (a quarter of the window each, one
     /// per wake-up of the submitter) kept one loop's backlog full while the other's ran dry.

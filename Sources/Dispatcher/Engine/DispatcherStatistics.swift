@@ -1,3 +1,4 @@
+import Locking
 import Synchronization
 
 /// Running totals kept by the engine itself, readable at any time (tests and `pushd` status).
@@ -35,7 +36,7 @@ final class DispatcherCounters: Sendable {
     private let openConnections = Atomic<Int>(0)
     private let peakOpenConnections = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
-    private let failures = Mutex<[ConnectionFailureReason: Int]>([:])
+    private let failures = Lock<[ConnectionFailureReason: Int]>([:])
 
     func countFailure(_ reason: ConnectionFailureReason) {
         failures.withLock { $0[reason, default: 0] += 1 }

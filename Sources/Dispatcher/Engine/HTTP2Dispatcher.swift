@@ -1,5 +1,6 @@
 import Glibc
 import Polling
+import Locking
 import Synchronization
 
 /// Sends requests over HTTP/2 to one host with one credential, on `threads` event loops, and
@@ -20,7 +21,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
     private let window: WindowGate
     private let counters = DispatcherCounters()
     private let nextLoop = Atomic<Int>(0)
-    private let state = Mutex(State.running)
+    private let state = Lock(State.running)
 
     private enum State {
         case running

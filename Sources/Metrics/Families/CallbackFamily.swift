@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// One sample produced at scrape time: label values in the order of the family's label
 /// names, and the value.
@@ -28,7 +28,7 @@ public final class CallbackFamily: Sendable {
     }
 
     let descriptor: MetricDescriptor
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     init(descriptor: MetricDescriptor) {
         self.descriptor = descriptor

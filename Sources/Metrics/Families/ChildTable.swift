@@ -1,9 +1,9 @@
-import Synchronization
+import Locking
 
 /// The children of one family, keyed by their label values. Binding a child takes the
 /// lock; updating a bound child never does, which is why callers bind once and keep it.
 final class ChildTable<Child: AnyObject & Sendable>: Sendable {
-    private let children = Mutex<[[String]: Child]>([:])
+    private let children = Lock<[[String]: Child]>([:])
 
     func child(for values: [String], make: () -> Child) -> Child {
         children.withLock { table in

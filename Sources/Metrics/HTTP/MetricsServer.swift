@@ -1,5 +1,5 @@
 internal import CMicroHTTPD
-import Synchronization
+import Locking
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -66,7 +66,7 @@ public enum MetricsServerError: Error, Equatable, Sendable, CustomStringConverti
 /// lock, by `init` and `stop`; `stop` joins those threads, so `routes` outlives every
 /// request, and it must not be called from a request.
 public final class MetricsServer: Sendable {
-    private let daemon: Mutex<OpaquePointer?>
+    private let daemon: Lock<OpaquePointer?>
     private let routes: EndpointRoutes
     /// The port actually bound, which differs from the configured one when that was 0.
     public let port: UInt16
@@ -127,7 +127,7 @@ public final class MetricsServer: Sendable {
         self.routes = routes
         self.port = pushd_mhd_bound_port(started)
         self.host = host
-        self.daemon = Mutex(started)
+        self.daemon = Lock(started)
     }
 
     deinit {

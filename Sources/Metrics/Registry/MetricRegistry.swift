@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// What the registry needs from every family: its identity and how to write itself.
 protocol RegisteredFamily: AnyObject, Sendable {
@@ -10,7 +10,7 @@ protocol RegisteredFamily: AnyObject, Sendable {
 /// format 0.0.4. Registering a name that is taken returns the existing family when it
 /// agrees on type, label names and buckets, and throws otherwise.
 public final class MetricRegistry: Sendable {
-    private let families = Mutex<[String: any RegisteredFamily]>([:])
+    private let families = Lock<[String: any RegisteredFamily]>([:])
 
     public init() {}
 

@@ -1,7 +1,7 @@
 import APNs
 import Dispatcher
 import Foundation
-import Synchronization
+import Locking
 
 /// `pushd send --channel ID`: one broadcast now, to every device subscribed to the channel,
 /// with the app's provider token (broadcasts take no certificate), and APNs's answer printed.
@@ -82,7 +82,7 @@ enum BroadcastSendCommand {
     /// One broadcast request on a connection of its own; the answer, or a failure after the
     /// engine's own timeouts (plus a margin against a hang).
     static func send(_ request: DispatchRequest, configuration: DispatcherConfiguration) throws -> DispatchResult {
-        let answer = Mutex<DispatchResult?>(nil)
+        let answer = Lock<DispatchResult?>(nil)
         let done = DispatchSemaphore(value: 0)
         let dispatcher = try HTTP2Dispatcher(configuration: configuration) { result in
             answer.withLock { $0 = result }

@@ -2,7 +2,7 @@ import APNs
 import Dispatch
 import Dispatcher
 import Foundation
-import Synchronization
+import Locking
 
 /// `pushd send`: one notification, built from flags or given as JSON, validated like every
 /// job, sent once with the app's configured credentials, and APNs's answer printed. For
@@ -192,7 +192,7 @@ enum SendCommand {
     /// request needs no shared token) or the environment's certificate.
     static func send(_ notification: APNsNotification, app: PushdConfig.App, environment: PushdConfig.Environment,
                      configuration: DispatcherConfiguration) throws -> DispatchResult {
-        let answer = Mutex<DispatchResult?>(nil)
+        let answer = Lock<DispatchResult?>(nil)
         let done = DispatchSemaphore(value: 0)
         let authentication: APNsAuthentication
         if let token = try authorization(app) {

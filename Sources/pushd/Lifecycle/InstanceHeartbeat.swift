@@ -3,6 +3,7 @@ import Dispatcher
 import Foundation
 import Metrics
 import QueueStore
+import Locking
 import Synchronization
 
 /// Keeps this process's row in `pushd.instances` fresh: who it is (host, pid, version,
@@ -20,7 +21,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let pausedApps: @Sendable () -> [String: String]
     private let onDatabaseError: @Sendable (any Error) -> Void
     private let store = InstanceStore()
-    private let summary = Mutex<FleetSummary?>(nil)
+    private let summary = Lock<FleetSummary?>(nil)
     private let stopping = Atomic<Bool>(false)
     private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)

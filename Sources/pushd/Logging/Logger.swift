@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// A field value in a log line: text, number or boolean, rendered as JSON.
 enum LogValue: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
@@ -26,11 +26,11 @@ final class FileLogSink: LogSink, @unchecked Sendable {
     // The descriptor is replaced only under the mutex; each line is one write(2),
     // so lines from several threads never interleave.
     private let path: String?
-    private let descriptor: Mutex<Int32>
+    private let descriptor: Lock<Int32>
 
     init(path: String?) {
         self.path = path
-        descriptor = Mutex(path.map { Self.open($0) } ?? 2)
+        descriptor = Lock(path.map { Self.open($0) } ?? 2)
     }
 
     private static func open(_ path: String) -> Int32 {
@@ -65,7 +65,7 @@ final class FileLogSink: LogSink, @unchecked Sendable {
 
 /// Keeps lines in memory, for tests.
 final class MemoryLogSink: LogSink {
-    private let storage = Mutex<[String]>([])
+    private let storage = Lock<[String]>([])
     var lines: [String] { storage.withLock { $0 } }
     func write(_ line: String) { storage.withLock { $0.append(line) } }
     func reopen() {}

@@ -1,6 +1,6 @@
 import APNs
 import Foundation
-import Synchronization
+import Locking
 
 /// What an operator reads in the log: one line per change of state, never one per
 /// notification. APNs stops taking an app's notifications on a lane and takes them again
@@ -37,12 +37,12 @@ final class OperatorLog: Sendable {
 
     private let logger: Logger
     private let summaryInterval: Double
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     init(logger: Logger, summaryInterval: Double) {
         self.logger = logger
         self.summaryInterval = summaryInterval
-        state = Mutex(State(summaryDue: RateLimiter.monotonicSeconds() + summaryInterval))
+        state = Lock(State(summaryDue: RateLimiter.monotonicSeconds() + summaryInterval))
     }
 
     /// One send's outcome on `lane` of `app`: answers from a working APNs (any status but

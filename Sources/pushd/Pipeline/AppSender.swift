@@ -2,7 +2,7 @@ import APNs
 import Dispatcher
 import Foundation
 import Metrics
-import Synchronization
+import Locking
 
 /// Everything needed to send for one configured app: its APNs clients (a pool of connections
 /// per environment and lane, made on first use, each authenticating its requests), whether it
@@ -16,7 +16,7 @@ final class AppSender: @unchecked Sendable {
     let tokenKey: ProviderTokenService.Key?
     let tokens: ProviderTokenService
     let environmentLabel: String
-    private let pause = Mutex<(until: Date, reason: String)?>(nil)
+    private let pause = Lock<(until: Date, reason: String)?>(nil)
     /// Transactional jobs and campaign targets go over separate connections, so a campaign's
     /// full window and busy streams add nothing to a transactional push's latency.
     private let clients = APNsClientRegistry<ClientKey>()

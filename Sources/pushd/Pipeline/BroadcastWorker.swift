@@ -19,7 +19,7 @@ final class BroadcastWorker: @unchecked Sendable {
     private var dispatchers: [DispatcherKey: HTTP2Dispatcher] = [:]
     private let results = BlockingResults()
     private var nextTag: UInt64 = 0
-    private var random = SystemRandomNumberGenerator()
+    private var random = SystemRandom()
     private let channels = ChannelStore()
     private let broadcasts = BroadcastQueue()
     private var thread: Thread?

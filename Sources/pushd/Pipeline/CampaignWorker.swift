@@ -31,7 +31,7 @@ final class CampaignWorker: @unchecked Sendable {
     private let store = CampaignStore()
     private var connection: PGConnection?
     private var generation: UInt32 = 0
-    private var random = SystemRandomNumberGenerator()
+    private var random = SystemRandom()
     private let leaseSeconds: Double
     /// Progress is checkpointed (and the lease extended) this often.
     private let checkpointInterval: Double

@@ -1,6 +1,6 @@
 import Dispatch
 import Dispatcher
-import Synchronization
+import Locking
 
 /// Where a worker's send results arrive. The dispatchers' event-loop threads push;
 /// the one worker thread that owns the queue takes.
@@ -15,7 +15,7 @@ final class CompletionQueue: @unchecked Sendable {
         var wakeAt = Int.max
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     private let ready = DispatchSemaphore(value: 0)
 
     /// Queues `result`. The event loop pays for a wake-up (a futex call, and on a busy

@@ -1,6 +1,6 @@
 import Dispatcher
 import Metrics
-import Synchronization
+import Locking
 
 /// Reports, for one app, the answers and events after which a connection to APNs takes no
 /// new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, 503 Shutdown and GOAWAY.
@@ -60,7 +60,7 @@ final class ConnectionRetirementReporter: Sendable {
     private let app: String
     private let environment: String
     private let counters: [Cause: Counter]
-    private let gate: Mutex<LogGate>
+    private let gate: Lock<LogGate>
     private let logger: Logger
     private let clock: @Sendable () -> Double
 
@@ -71,7 +71,7 @@ final class ConnectionRetirementReporter: Sendable {
         counters = Dictionary(uniqueKeysWithValues: Cause.allCases.map {
             ($0, metrics.connectionRetirement(app: app, environment: environment, reason: $0.rawValue))
         })
-        gate = Mutex(LogGate(quietSeconds: quietSeconds))
+        gate = Lock(LogGate(quietSeconds: quietSeconds))
         self.logger = logger
         self.clock = clock
     }

@@ -18,7 +18,7 @@ final class JobWorker: @unchecked Sendable {
     private let batchSize: Int
     private var connection: PGConnection?
     private var generation: UInt32 = 0
-    private var random = SystemRandomNumberGenerator()
+    private var random = SystemRandom()
     private let queue = JobQueue()
     private var thread: Thread?
     let finished = DispatchSemaphore(value: 0)

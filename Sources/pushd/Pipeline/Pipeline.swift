@@ -3,6 +3,7 @@ import Dispatcher
 import Foundation
 import Metrics
 import QueueStore
+import Locking
 import Synchronization
 
 /// The daemon's moving parts, built from the configuration: one HTTP/2 dispatcher per
@@ -16,10 +17,10 @@ final class Pipeline: @unchecked Sendable {
     private let broadcastWorker: BroadcastWorker
     private let tokens: ProviderTokenService
     private var unknownApps: UnknownAppWatch!
-    private let statsConnection = Mutex<PGConnection?>(nil)
+    private let statsConnection = Lock<PGConnection?>(nil)
     /// The last statistics read and when: the four queue gauges of one scrape share one read,
     /// which scans `pushd.jobs` (about 110 ms per million queued jobs).
-    private let statsCache = Mutex<(stats: QueueStats, at: ContinuousClock.Instant)?>(nil)
+    private let statsCache = Lock<(stats: QueueStats, at: ContinuousClock.Instant)?>(nil)
 
     struct SetupError: Error, CustomStringConvertible {
         var description: String

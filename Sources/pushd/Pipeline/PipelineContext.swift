@@ -2,6 +2,7 @@ import APNs
 import Foundation
 import Metrics
 import QueueStore
+import Locking
 import Synchronization
 
 /// What every worker of one pushd process shares.
@@ -106,7 +107,7 @@ final class Tally: @unchecked Sendable {
     let failed = Atomic<Int>(0)
 
     /// Transactional INSERT-to-accepted times in seconds, the first 100,000 kept.
-    let latencies = Mutex<[Double]>([])
+    let latencies = Lock<[Double]>([])
 
     func add(_ counter: borrowing Atomic<Int>, _ amount: Int = 1) {
         counter.wrappingAdd(amount, ordering: .relaxed)

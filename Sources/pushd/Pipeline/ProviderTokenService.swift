@@ -1,7 +1,7 @@
 import APNs
 import Foundation
 import QueueStore
-import Synchronization
+import Locking
 
 /// Hands out the provider token (JWT) of each signing key, shared by every pushd
 /// instance through `pushd.provider_tokens`, on `ProviderTokenPolicy`: a token is read
@@ -22,8 +22,8 @@ final class ProviderTokenService: @unchecked Sendable {
     private let databaseURL: String
     private let instance: String
     private let signers: [Key: ProviderTokenSigner]
-    private let state = Mutex<[Key: ProviderTokenPolicy.Held]>([:])
-    private let database = Mutex<PGConnection?>(nil)
+    private let state = Lock<[Key: ProviderTokenPolicy.Held]>([:])
+    private let database = Lock<PGConnection?>(nil)
     private let logger: Logger
     private let onRefresh: @Sendable (Key) -> Void
     private let onDatabaseError: @Sendable (any Error) -> Void

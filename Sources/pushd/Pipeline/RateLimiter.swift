@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// Spaces out sends per campaign to its rate cap (notifications per second), shared by
 /// every campaign worker of this process. A short burst (20 ms worth) makes up for sleeps
@@ -7,7 +7,7 @@ import Synchronization
 /// because several instances take turns on one campaign's chunks (the lease schedule paces
 /// them together): every burst at a chunk's start crowds the previous chunk's last sends.
 final class RateLimiter: Sendable {
-    private let schedule = Mutex<[Int64: Double]>([:])
+    private let schedule = Lock<[Int64: Double]>([:])
     /// Seconds of sending a campaign that fell behind its schedule may make up at once.
     static let burstSeconds = 0.02
 

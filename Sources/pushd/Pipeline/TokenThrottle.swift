@@ -1,12 +1,12 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// Device tokens APNs is throttling (429 TooManyRequests is about one token: too many
 /// notifications to the same device), and until when. A throttled token's other
 /// notifications wait too instead of drawing more 429s; every other token keeps flowing.
 /// Shared by every worker of the process.
 final class TokenThrottle: Sendable {
-    private let until = Mutex<[String: Date]>([:])
+    private let until = Lock<[String: Date]>([:])
     /// Expired entries are swept once the table grows past this.
     private let sweepAbove: Int
 
