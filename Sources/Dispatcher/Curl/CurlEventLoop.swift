@@ -59,6 +59,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.
     private var brokenConnections = RecentSet(capacity: 64)
+    /// Connections libcurl moved a request away from, and when: judged a moment later, since
+    /// the requests that failed on a broken one may be reported after one it moved.
+    private var movedFrom: [(connection: Int64, at: UInt64)] = []
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -127,6 +130,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         takeInbox()
         refill()
         let now = monotonicNanoseconds()
+        judgeMovedConnections(now: now)
         if multi.runTimerIfDue(now: now) {
             readCompletions()
             return 0
@@ -137,6 +141,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             return 0
         }
         var wait = multi.timerWait(now: now)
+        if let oldest = movedFrom.first {
+            let judge = Int64((oldest.at + Self.endJudgedAfter - min(now, oldest.at + Self.endJudgedAfter) + 999_999) / 1_000_000)
+            wait = wait < 0 ? judge : min(wait, judge)
+        }
         if !backlog.isEmpty, let until = policy.backoffDeadline(now: now) {
             let backoff = Int64((until - now + 999_999) / 1_000_000)
             wait = wait < 0 ? backoff : min(wait, backoff)
@@ -303,10 +311,23 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         sink.counters.resentByTransport.add(resent, ordering: .relaxed)
         for _ in 0..<resent { sink.metrics.requestRetried() }
         let first = transfer.firstConnectionID
-        if first >= 0, first != transfer.connectionID, !brokenConnections.contains(first), endedConnections.insert(first) {
-            reportFailure(.goaway)
+        if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
+            movedFrom.append((first, monotonicNanoseconds()))
         }
     }
+
+    /// A connection requests were moved from, and on which none failed within
+    /// `Self.endJudgedAfter`, was ended by the server in order: reported once as a GOAWAY.
+    private func judgeMovedConnections(now: UInt64) {
+        guard let oldest = movedFrom.first, now >= oldest.at + Self.endJudgedAfter else { return }
+        movedFrom.removeAll { moved in
+            guard now >= moved.at + Self.endJudgedAfter else { return false }
+            if !brokenConnections.contains(moved.connection), endedConnections.insert(moved.connection) { reportFailure(.goaway) }
+            return true
+        }
+    }
+
+    static let endJudgedAfter: UInt64 = 250_000_000
 
     /// The server asked for a new connection: the one that answered takes no new stream.
     private func retire(_ transfer: CurlTransfer) {
