@@ -107,14 +107,15 @@ import Testing
         }
     }
 
-    /// On a busy machine the campaign lane gives way: its workers and its connections' event
-    /// loops run at `campaigns.niceness` (10), the transactional lane's at the process's own.
+    /// With `campaigns.niceness` set, the campaign lane gives way: its workers and its
+    /// connections' event loops run at that nice value, the transactional lane's at the process's own.
     @Test func theCampaignLanesThreadsRunAtALowerPriorityThanTheTransactionalLanes() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
             let before = Self.threadNiceValues().filter { $0 == 10 }.count
             var config = harness.config()
             config.apns.threads = 1
+            config.campaignNiceness = 10
             let pipeline = try harness.pipeline(config)
             pipeline.start()
             defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }

@@ -99,8 +99,9 @@ struct PushdConfig: Sendable, Equatable {
     var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000
     /// Nice value of the campaign lane's threads (its workers and its connections' event
-    /// loops): on a busy machine a transactional push gets the CPU before campaign bulk.
-    var campaignNiceness: Int = 10
+    /// loops), 0 for the process's own. Above 0, other work on a busy host gets the CPU
+    /// before campaign bulk; see docs/queue.md for what it cost where PostgreSQL shares it.
+    var campaignNiceness: Int = 0
     /// How long a leased campaign chunk stays with its worker without a checkpoint; a
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60
