@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One broadcast job: a Live Activity update for every device subscribed to `channelID`.
 public struct BroadcastJob: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One pending channel operation, as pushd carries it out against APNs.
 public struct ChannelOperation: Sendable, Hashable {

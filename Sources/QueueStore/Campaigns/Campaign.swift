@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 public enum CampaignStatus: String, Sendable, Hashable, CaseIterable {
     case draft, scheduled, running, paused, done, cancelled

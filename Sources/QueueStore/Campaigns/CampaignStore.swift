@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Campaigns: creation, audience import, the status machine, chunk leases and

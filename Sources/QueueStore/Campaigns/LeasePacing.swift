@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 extension CampaignStore {
     /// Seconds until the next chunk of a rate-capped running campaign may be leased (zero or

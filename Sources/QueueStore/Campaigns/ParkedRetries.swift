@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A campaign target waiting for its retry outside any chunk, in `pushd.campaign_retries`.
 public struct ParkedTarget: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What a running `pushd run` says about itself in `pushd.instances`.
 public struct InstanceRegistration: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One row of `pushd.jobs` as handed to a sender.
 public struct Job: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The transactional lane: claim, then settle, a batch of `pushd.jobs`.
 ///

@@ -46,7 +46,7 @@ public final class PGConnection {
         self.connectionString = connectionString
         var options = "-c TimeZone=UTC -c DateStyle=ISO"
         for (key, value) in settings.sorted(by: { $0.key < $1.key }) {
-            options += " -c \(key)=\(value.replacingOccurrences(of: " ", with: "\\ "))"
+            options += " -c \(key)=\(value.replacing(" ", with: "\\ "))"
         }
         let keys = ["dbname", "application_name", "client_encoding", "options"]
         let values = [url, applicationName, "UTF8", options]

@@ -41,7 +41,7 @@ public struct PGConnectionString: Sendable {
     public func scrub(_ message: String) -> String {
         var out = message
         for secret in secrets where out.contains(secret) {
-            out = out.replacingOccurrences(of: secret, with: Self.mask)
+            out = out.replacing(secret, with: Self.mask)
         }
         return out
     }
@@ -81,7 +81,7 @@ public struct PGConnectionString: Sendable {
     /// libpq ends the userinfo at the first `@` before a `/`; the last `@` before the query
     /// is taken here instead, so that a password holding a raw `/` or `@` is masked whole.
     static func urlParts(_ text: String) -> (password: String?, query: Substring) {
-        guard let schemeEnd = text.range(of: "://") else { return (nil, "") }
+        guard let schemeEnd = text.firstRange(of: "://") else { return (nil, "") }
         let rest = text[schemeEnd.upperBound...]
         let beforeQuery = rest.firstIndex(of: "?").map { rest[..<$0] } ?? rest
         let query = rest.firstIndex(of: "?").map { rest[rest.index(after: $0)...] } ?? ""
@@ -92,7 +92,7 @@ public struct PGConnectionString: Sendable {
     }
 
     static func redactedURL(_ text: String) -> String {
-        guard let schemeEnd = text.range(of: "://") else { return text }
+        guard let schemeEnd = text.firstRange(of: "://") else { return text }
         let rest = text[schemeEnd.upperBound...]
         let queryStart = rest.firstIndex(of: "?")
         var authorityAndPath = String(queryStart.map { rest[..<$0] } ?? rest)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A value that can be read from a text-format result cell.
 ///

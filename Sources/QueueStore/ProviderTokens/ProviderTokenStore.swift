@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A provider JWT shared by every pushd instance using the same signing key.
 public struct SharedProviderToken: Sendable, Hashable {

@@ -1074,7 +1074,7 @@ extension Migrator {
     BEGIN
         IF value IS NULL OR value ~ '\#(AppName.pattern)' THEN RETURN true; END IF;
         RETURN pushd.fail_check(label, constraint_name,
-            format('must be \#(AppName.rule.replacingOccurrences(of: "'", with: "''")), got %L', left(value, 80)));
+            format('must be \#(AppName.rule.replacing("'", with: "''")), got %L', left(value, 80)));
     END $$;
 
     ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_app_valid;

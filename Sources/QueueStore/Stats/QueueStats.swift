@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Depth of one lane for one app.
 public struct LaneDepth: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A row of `pushd.device_tokens`.
 public struct RegisteredToken: Sendable, Hashable {
