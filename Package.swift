@@ -31,15 +31,17 @@ let package = Package(
 
         // Shared state behind a pthread mutex, which ThreadSanitizer understands (Sources/Locking).
         .target(name: "Locking"),
+        // Threads, standard streams and child processes on POSIX, so that no target needs Foundation.
+        .target(name: "Posix"),
         .target(name: "APNs", dependencies: ["COpenSSL", "Locking"]),
         .target(name: "QueueStore", dependencies: ["CLibPQ"]),
         .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"]),
         .target(name: "CEpoll"),
         .target(name: "Polling", dependencies: ["CEpoll", "Locking"]),
         .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "Locking"]),
-        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking"]),
-        .executableTarget(name: "apns-mock", dependencies: ["APNsMock"]),
-        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking"]),
+        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"]),
+        .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 

@@ -1,10 +1,11 @@
 import APNsMock
 import Dispatch
-import Foundation
+import Glibc
+import Posix
 
 /// Writes a line unbuffered, so a script waiting for "listening" sees it at once.
 func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    StandardStreams.writeOutput(line + "\n")
 }
 
 /// Runs until SIGINT or SIGTERM; SIGHUP reloads the faults file. Signals are routed before
@@ -56,6 +57,6 @@ do {
         try serve(configuration, faultsFile: faultsFile)
     }
 } catch {
-    FileHandle.standardError.write(Data("apns-mock: \(error)\n".utf8))
+    StandardStreams.writeError("apns-mock: \(error)\n")
     exit(2)
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 let context = CommandContext()
 let exitCode: Int32

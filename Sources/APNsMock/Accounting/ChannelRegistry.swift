@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 import Locking
 
 /// The channels the mock's management API created, per bundle id, and the broadcasts

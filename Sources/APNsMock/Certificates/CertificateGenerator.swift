@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 
 /// Files written by `CertificateGenerator.generate(into:)`.
 public struct GeneratedCertificates: Sendable, Equatable {
@@ -21,7 +22,7 @@ public enum CertificateGenerator {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw .configuration("cannot create certificate directory \(directory): \(error.localizedDescription)")
+            throw .configuration("cannot create certificate directory \(directory): \(ErrorReason.of(error))")
         }
         let serverExtensions = directory + "/server.ext"
         let clientExtensions = directory + "/client.ext"
@@ -31,43 +32,36 @@ public enum CertificateGenerator {
             try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
                 .write(toFile: clientExtensions, atomically: true, encoding: .utf8)
         } catch {
-            throw .configuration("cannot write into \(directory): \(error.localizedDescription)")
+            throw .configuration("cannot write into \(directory): \(ErrorReason.of(error))")
         }
         let ecKey = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"]
-        try run(openssl, ecKey + [files.caKey])
+        try run(openssl, ecKey + [files.caKey], in: directory)
         try run(openssl, ["req", "-x509", "-new", "-key", files.caKey, "-sha256", "-days", "3650",
-                          "-subj", "/CN=apns-mock test CA", "-out", files.caCertificate])
+                          "-subj", "/CN=apns-mock test CA", "-out", files.caCertificate], in: directory)
         for (name, key, certificate, extensions) in [
             ("localhost", files.serverKey, files.serverCertificate, serverExtensions),
             ("apns-mock client", files.clientKey, files.clientCertificate, clientExtensions),
         ] {
             let request = certificate + ".csr"
-            try run(openssl, ecKey + [key])
-            try run(openssl, ["req", "-new", "-key", key, "-subj", "/CN=\(name)", "-out", request])
+            try run(openssl, ecKey + [key], in: directory)
+            try run(openssl, ["req", "-new", "-key", key, "-subj", "/CN=\(name)", "-out", request], in: directory)
             try run(openssl, ["x509", "-req", "-in", request, "-CA", files.caCertificate, "-CAkey", files.caKey,
-                              "-CAcreateserial", "-days", "825", "-sha256", "-extfile", extensions, "-out", certificate])
+                              "-CAcreateserial", "-days", "825", "-sha256", "-extfile", extensions, "-out", certificate], in: directory)
             try? FileManager.default.removeItem(atPath: request)
         }
         for file in [serverExtensions, clientExtensions, directory + "/ca.srl"] { try? FileManager.default.removeItem(atPath: file) }
         return files
     }
 
-    private static func run(_ executable: String, _ arguments: [String]) throws(MockServerError) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
+    /// Runs one openssl command; its output goes to a file of its own, shown when it fails.
+    private static func run(_ executable: String, _ arguments: [String], in directory: String) throws(MockServerError) {
+        let output = directory + "/openssl.out"
+        try? FileManager.default.removeItem(atPath: output)
+        defer { try? FileManager.default.removeItem(atPath: output) }
         do {
-            try process.run()
+            try Subprocess.run([executable] + arguments, outputPath: output)
         } catch {
-            throw .configuration("cannot run \(executable): \(error.localizedDescription)")
-        }
-        let message = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        if process.terminationStatus != 0 {
-            throw .configuration("\(executable) \(arguments.prefix(2).joined(separator: " ")) failed: \(String(decoding: message, as: UTF8.self))")
+            throw .configuration("\(error)")
         }
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What `apns-mock` was asked to do.
 public enum MockCommand: Sendable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One control answer.
 struct ControlResponse {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A small command-line parser: nested commands, `--name value`, `--name=value`,
 /// `-x value`, boolean flags, positionals, `--` to end options, and generated `--help`.
@@ -157,7 +157,7 @@ enum ArgumentParser {
             lines += ["", "commands:"]
             let width = command.subcommands.map(\.name.count).max() ?? 0
             for sub in command.subcommands {
-                lines.append("  \(sub.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(sub.summary)")
+                lines.append("  \(sub.name.padded(to: width))  \(sub.summary)")
             }
             lines += ["", "Run '\(path.joined(separator: " ")) <command> --help' for a command's options."]
         }
@@ -175,7 +175,7 @@ enum ArgumentParser {
         }
         let width = rendered.map(\.0.count).max() ?? 0
         for (left, text) in rendered {
-            lines.append("  \(left.padding(toLength: width, withPad: " ", startingAt: 0))  \(text)")
+            lines.append("  \(left.padded(to: width))  \(text)")
         }
         return lines.joined(separator: "\n")
     }

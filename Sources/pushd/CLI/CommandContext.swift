@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// What a command needs from its surroundings: where output goes and how to find
@@ -7,7 +8,7 @@ import QueueStore
 struct CommandContext {
     var environment: [String: String] = ProcessInfo.processInfo.environment
     var output: @Sendable (String) -> Void = { print($0) }
-    var errorOutput: @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
+    var errorOutput: @Sendable (String) -> Void = { StandardStreams.writeError($0 + "\n") }
 
     static let defaultConfigPath = "/etc/pushd/pushd.yml"
 

@@ -1,6 +1,7 @@
 import APNs
+import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
 import Locking
 
 /// `pushd send --channel ID`: one broadcast now, to every device subscribed to the channel,

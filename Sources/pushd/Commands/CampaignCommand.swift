@@ -1,5 +1,6 @@
 import APNs
-import Foundation
+import FoundationEssentials
+import Posix
 import Glibc
 import QueueStore
 
@@ -10,7 +11,7 @@ enum CampaignCommand {
     // MARK: create
 
     static func create(_ parsed: ParsedCommand, _ context: CommandContext,
-                       standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Int32 {
+                       standardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> Int32 {
         guard let app = parsed.value("app"), !app.isEmpty else {
             throw CommandContext.Failure("campaign create needs --app NAME: the app whose tokens the campaign addresses")
         }
@@ -137,7 +138,7 @@ enum CampaignCommand {
         let seconds = Date().timeIntervalSince(started)
         // A rate over a handful of rows says nothing.
         let speed = seconds > 0 && imported >= 1000 ? ", \(Int((Double(imported) / seconds).rounded())) targets/s" : ""
-        context.output("imported \(imported) target\(imported == 1 ? "" : "s"), \(result.duplicatesDropped) duplicate\(result.duplicatesDropped == 1 ? "" : "s") dropped, into campaign \(id) from \(origin) in \(String(format: "%.2f", seconds)) s\(speed)")
+        context.output("imported \(imported) target\(imported == 1 ? "" : "s"), \(result.duplicatesDropped) duplicate\(result.duplicatesDropped == 1 ? "" : "s") dropped, into campaign \(id) from \(origin) in \(seconds.fixed(2)) s\(speed)")
         if let campaign = try store.campaign(connection, id: id) {
             context.output("campaign \(id) now has \(campaign.targets) targets in \(campaign.chunksTotal) chunks")
         }
@@ -219,7 +220,7 @@ enum CampaignCommand {
                 pthread_sigmask(SIG_UNBLOCK, &interrupt, nil)
             }
             var watch = CampaignWatch(interval: interval ?? (terminal ? 1 : 5), drawsBar: terminal, write: terminal ? { text in
-                FileHandle.standardOutput.write(Data(text.utf8))
+                StandardStreams.writeOutput(text)
             } : { text in context.output(text) })
             campaign = try watch.run(first: campaign, read: read)
         }

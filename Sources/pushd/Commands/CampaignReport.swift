@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// The figures of a campaign that its progress display reads.
@@ -47,7 +48,7 @@ enum CampaignReport {
     }
 
     static func percent(_ campaign: CampaignFigures) -> String {
-        String(format: "%.1f%%", fraction(campaign) * 100)
+        (fraction(campaign) * 100).fixed(1) + "%"
     }
 
     /// Notifications per second since the campaign started, up to its end or `now`.
@@ -67,7 +68,7 @@ enum CampaignReport {
 
     static func rateText(_ rate: Double?) -> String {
         guard let rate else { return "-" }
-        return rate >= 100 ? "\(Int(rate.rounded()))/s" : String(format: "%.1f/s", rate)
+        return rate >= 100 ? "\(Int(rate.rounded()))/s" : rate.fixed(1) + "/s"
     }
 
     static func failures(_ campaign: CampaignFigures) -> String {

@@ -1,5 +1,6 @@
 import APNs
-import Foundation
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// `pushd channels create|list|delete`: the broadcast channels of `pushd.channels`. Create and
@@ -64,7 +65,7 @@ enum ChannelsCommand {
                 context.output("\(row.state): \(row.channelID ?? "-") (\(row.environment ?? "-")) \(row.outcome ?? "")")
                 return row.state == "failed" ? 1 : 0
             }
-            Thread.sleep(forTimeInterval: 0.2)
+            PosixThread.sleep(seconds: 0.2)
         }
         context.errorOutput("not carried out within \(seconds) s: is a pushd serving this app running? (pushd status)")
         return 1

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// What the database commands share: the configuration when one is named, the connection,
@@ -40,15 +41,12 @@ enum CommandValue {
     /// ISO 8601 with a time zone: `2026-12-01T09:00:00Z`, `2026-12-01T09:00:00+01:00`, fractions allowed.
     static func time(_ parsed: ParsedCommand, _ option: String) throws -> Date? {
         guard let text = parsed.value(option) else { return nil }
-        let formatter = ISO8601DateFormatter()
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return date }
+        if let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text) { return date }
         throw CommandContext.Failure("--\(option) '\(text)' is not an ISO 8601 time with a zone, for example 2026-12-01T09:00:00Z")
     }
 
     /// A payload from `--payload` or `--payload-file` (`-` reads standard input); nil when neither is given.
-    static func payload(_ parsed: ParsedCommand, readStandardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> [UInt8]? {
+    static func payload(_ parsed: ParsedCommand, readStandardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> [UInt8]? {
         switch (parsed.value("payload"), parsed.value("payload-file")) {
         case (.some, .some):
             throw CommandContext.Failure("give the payload once: --payload or --payload-file, not both")
@@ -74,7 +72,7 @@ enum TextTable {
         for row in rows { for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) } }
         return rows.map { row in
             row.enumerated().map { index, cell in
-                index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+                index == row.count - 1 ? cell : cell.padded(to: widths[index])
             }.joined(separator: "  ")
         }
     }
@@ -84,9 +82,8 @@ enum TimeText {
     /// `2026-11-29 14:01:05Z`: what operators compare with logs.
     static func moment(_ date: Date?) -> String {
         guard let date else { return "-" }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withSpaceBetweenDateAndTime, .withTimeZone]
-        return formatter.string(from: date)
+        return date.formatted(Date.ISO8601FormatStyle(dateTimeSeparator: .space).year().month().day()
+            .time(includingFractionalSeconds: false).timeZone(separator: .omitted))
     }
 
     /// `42s`, `3m05s`, `2h10m`, `3d04h`.
@@ -94,8 +91,8 @@ enum TimeText {
         guard seconds.isFinite, seconds >= 0 else { return "-" }
         let total = Int(seconds.rounded())
         if total < 60 { return "\(total)s" }
-        if total < 3600 { return "\(total / 60)m\(String(format: "%02d", total % 60))s" }
-        if total < 86_400 { return "\(total / 3600)h\(String(format: "%02d", total % 3600 / 60))m" }
-        return "\(total / 86_400)d\(String(format: "%02d", total % 86_400 / 3600))h"
+        if total < 3600 { return "\(total / 60)m\((total % 60).zeroPadded(2))s" }
+        if total < 86_400 { return "\(total / 3600)h\((total % 3600 / 60).zeroPadded(2))m" }
+        return "\(total / 86_400)d\((total % 86_400 / 3600).zeroPadded(2))h"
     }
 }

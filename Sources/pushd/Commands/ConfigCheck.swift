@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 import Glibc
 import QueueStore
 
@@ -23,7 +23,7 @@ struct ConfigCheck {
             self.setting = setting
             // libpq and OpenSSL messages span lines; a finding stays on one.
             self.message = message.split(whereSeparator: { $0 == "\n" || $0 == "\t" })
-                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
+                .map { $0.trimmingSpaces() }.filter { !$0.isEmpty }.joined(separator: " ")
         }
 
         var description: String { "\(severity.rawValue): \(setting): \(message)" }
@@ -179,10 +179,9 @@ struct ConfigCheck {
     }
 
     private mutating func checkLogFile(_ logFile: String) {
-        let directory = (logFile as NSString).deletingLastPathComponent
-        let folder = directory.isEmpty ? "." : directory
-        var isDirectory: ObjCBool = false
-        if !FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory) || !isDirectory.boolValue {
+        let folder = logFile.lastIndex(of: "/").map { $0 == logFile.startIndex ? "/" : String(logFile[..<$0]) } ?? "."
+        var status = stat()
+        if stat(folder, &status) != 0 || status.st_mode & S_IFMT != S_IFDIR {
             add(.error, "log.file", "the folder \(folder) of \(logFile) does not exist")
         } else if access(folder, W_OK) != 0 && access(logFile, W_OK) != 0 {
             add(.error, "log.file", "\(logFile) cannot be written: \(String(cString: strerror(errno)))")
@@ -306,7 +305,7 @@ struct ConfigCheck {
             connection = try QueueSession.connect(url: bounded, applicationName: "pushd-check-config")
         } catch {
             let added = String(bounded.dropFirst(url.count))
-            add(.error, "database.url", added.isEmpty ? "\(error)" : "\(error)".replacingOccurrences(of: added, with: ""))
+            add(.error, "database.url", added.isEmpty ? "\(error)" : "\(error)".replacing(added, with: ""))
             return
         }
         defer { connection.close() }
@@ -350,8 +349,6 @@ struct ConfigCheck {
     }
 
     static func day(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withFullDate]
-        return formatter.string(from: date)
+        date.formatted(Date.ISO8601FormatStyle().year().month().day())
     }
 }

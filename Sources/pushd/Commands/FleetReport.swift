@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// What `pushd status` concludes from a `FleetSnapshot`: a pure function of the snapshot,
@@ -151,7 +152,7 @@ struct FleetReport: Sendable {
             lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "NAME"]] + campaigns.map { row in
                 let progress = row.campaign.progress
                 return [String(progress.id), progress.app, progress.status.rawValue, String(row.processed), String(progress.targets),
-                        String(format: "%.1f%%", row.percent), row.averageRate.map { String(format: "%.0f/s", $0) } ?? "-",
+                        row.percent.fixed(1) + "%", row.averageRate.map { $0.fixed(0) + "/s" } ?? "-",
                         row.campaign.rateLimit.map { "\($0)/s" } ?? "-", progress.name]
             }).map { "  " + $0 }
         }
@@ -174,40 +175,94 @@ struct FleetReport: Sendable {
 
     // MARK: JSON
 
-    /// The same facts as Foundation values for `--json`; times are ISO 8601 in UTC.
-    func jsonObject(now: Date) -> [String: Any] {
-        let time = ISO8601DateFormatter()
-        return [
-            "checked_at": time.string(from: now),
-            "healthy": healthy,
-            "problems": problems,
-            "notes": notes,
-            "instances": instances.map { instance -> [String: Any] in
+    /// The same facts for `--json`; times are ISO 8601 in UTC.
+    struct JSONReport: Encodable {
+        struct Instance: Encodable {
+            var id, host: String
+            var pid: Int
+            var state, version, libcurlVersion: String
+            var apps: [String]
+            var paused: [String: String]
+            var startedAt, lastHeartbeatAt: String
+            var silentSeconds: Double
+            enum CodingKeys: String, CodingKey {
+                case id, host, pid, state, version, apps, paused
+                case libcurlVersion = "libcurl_version", startedAt = "started_at"
+                case lastHeartbeatAt = "last_heartbeat_at", silentSeconds = "silent_seconds"
+            }
+        }
+        struct Queue: Encodable {
+            var app, lane: String
+            var due, scheduled: Int
+            var oldestDueSeconds: Double
+            var served: Bool
+            enum CodingKeys: String, CodingKey {
+                case app, lane, due, scheduled, served, oldestDueSeconds = "oldest_due_seconds"
+            }
+        }
+        struct Campaign: Encodable {
+            var id: Int64
+            var app, name, status: String
+            var targets, sent, failed, pruned: Int
+            var percent: Double
+            var averageRate: Double?
+            var rateLimit: Int?
+            enum CodingKeys: String, CodingKey {
+                case id, app, name, status, targets, sent, failed, pruned, percent
+                case averageRate = "average_rate", rateLimit = "rate_limit"
+            }
+        }
+        struct DeadLetters: Encodable {
+            var app, reason: String
+            var count: Int
+        }
+        struct Paused: Encodable {
+            var app, instance, reason: String
+        }
+        var checkedAt: String
+        var healthy: Bool
+        var problems, notes: [String]
+        var instances: [Instance]
+        var versions: [String]
+        var queue: [Queue]
+        var campaigns: [Campaign]
+        var deadLettersLastHour: [DeadLetters]
+        var pausedApps: [Paused]
+        enum CodingKeys: String, CodingKey {
+            case healthy, problems, notes, instances, versions, queue, campaigns
+            case checkedAt = "checked_at", deadLettersLastHour = "dead_letters_last_hour", pausedApps = "paused_apps"
+        }
+    }
+
+    func jsonReport(now: Date) -> JSONReport {
+        let time = { (date: Date) in date.formatted(.iso8601) }
+        return JSONReport(
+            checkedAt: time(now), healthy: healthy, problems: problems, notes: notes,
+            instances: instances.map { instance in
                 let registration = instance.record.registration
-                return ["id": registration.id, "host": registration.host, "pid": registration.pid,
-                        "state": instance.alive ? "alive" : "gone", "version": registration.version,
-                        "libcurl_version": registration.libcurlVersion, "apps": registration.apps,
-                        "paused": instance.record.paused, "started_at": time.string(from: registration.startedAt),
-                        "last_heartbeat_at": time.string(from: instance.record.heartbeatAt),
-                        "silent_seconds": instance.record.silentSeconds]
+                return .init(id: registration.id, host: registration.host, pid: registration.pid,
+                             state: instance.alive ? "alive" : "gone", version: registration.version,
+                             libcurlVersion: registration.libcurlVersion, apps: registration.apps,
+                             paused: instance.record.paused, startedAt: time(registration.startedAt),
+                             lastHeartbeatAt: time(instance.record.heartbeatAt), silentSeconds: instance.record.silentSeconds)
             },
-            "versions": Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),
-            "queue": queue.map { row -> [String: Any] in
-                ["app": row.app, "lane": row.lane, "due": row.due, "scheduled": row.scheduled,
-                 "oldest_due_seconds": row.oldestDueSeconds, "served": row.served]
-            },
-            "campaigns": campaigns.map { row -> [String: Any] in
+            versions: Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),
+            queue: queue.map { .init(app: $0.app, lane: $0.lane, due: $0.due, scheduled: $0.scheduled,
+                                     oldestDueSeconds: $0.oldestDueSeconds, served: $0.served) },
+            campaigns: campaigns.map { row in
                 let progress = row.campaign.progress
-                var object: [String: Any] = ["id": progress.id, "app": progress.app, "name": progress.name,
-                                             "status": progress.status.rawValue, "targets": progress.targets,
-                                             "sent": progress.sent, "failed": progress.failed, "pruned": progress.pruned,
-                                             "percent": row.percent]
-                if let rate = row.averageRate { object["average_rate"] = rate }
-                if let cap = row.campaign.rateLimit { object["rate_limit"] = cap }
-                return object
+                return .init(id: progress.id, app: progress.app, name: progress.name, status: progress.status.rawValue,
+                             targets: progress.targets, sent: progress.sent, failed: progress.failed, pruned: progress.pruned,
+                             percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit)
             },
-            "dead_letters_last_hour": deadLetters.map { ["app": $0.app, "reason": $0.reason, "count": $0.count] as [String: Any] },
-            "paused_apps": paused.map { ["app": $0.app, "instance": $0.instance, "reason": $0.reason] },
-        ]
+            deadLettersLastHour: deadLetters.map { .init(app: $0.app, reason: $0.reason, count: $0.count) },
+            pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason) })
+    }
+
+    /// The `--json` text: one line per sample with `--watch`, indented otherwise.
+    func json(now: Date, pretty: Bool) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = pretty ? [.sortedKeys, .prettyPrinted] : [.sortedKeys]
+        return String(decoding: try encoder.encode(jsonReport(now: now)), as: UTF8.self)
     }
 }

@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Posix
 import Glibc
 import Metrics
 import QueueStore
@@ -92,8 +93,8 @@ enum RunCommand {
                 attempt += 1
                 let delay = min(30.0, 0.5 * pow(2.0, Double(min(attempt, 6))))
                 server.setReady(false, detail: Self.databaseNotReady(error))
-                logger.warning("database unreachable, retrying in \(String(format: "%.1f", delay))s: \(error)")
-                Thread.sleep(forTimeInterval: delay)
+                logger.warning("database unreachable, retrying in \(delay.fixed(1))s: \(error)")
+                PosixThread.sleep(seconds: delay)
             }
         }
 
@@ -113,7 +114,7 @@ enum RunCommand {
         var hangupsSeen = state.hangups.load(ordering: .relaxed)
         var lastHealthCheck = Date.distantPast
         while state.stops.load(ordering: .relaxed) == 0 {
-            Thread.sleep(forTimeInterval: 0.1)
+            PosixThread.sleep(seconds: 0.1)
             let hangups = state.hangups.load(ordering: .relaxed)
             if hangups != hangupsSeen {
                 hangupsSeen = hangups

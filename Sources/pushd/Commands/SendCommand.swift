@@ -1,7 +1,8 @@
 import APNs
 import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
+import Posix
 import Locking
 
 /// `pushd send`: one notification, built from flags or given as JSON, validated like every
@@ -25,7 +26,7 @@ enum SendCommand {
     }
 
     static func run(_ parsed: ParsedCommand, _ context: CommandContext,
-                    standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Int32 {
+                    standardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> Int32 {
         let config = try context.loadConfig(parsed)
         if parsed.value("channel") != nil {
             return try BroadcastSendCommand.run(parsed, context, config: config, standardInput: standardInput)
@@ -59,7 +60,7 @@ enum SendCommand {
     // MARK: Building
 
     static func prepare(_ parsed: ParsedCommand, config: PushdConfig,
-                        standardInput: () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }) throws -> Prepared {
+                        standardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> Prepared {
         let app = try chooseApp(parsed.value("app"), config: config)
         var environment = app.environment
         if let given = parsed.value("environment") {
@@ -220,7 +221,7 @@ enum SendCommand {
 
     /// APNs's answer in words, and the exit code: 0 only for an accepted notification.
     static func describe(_ result: DispatchResult) -> (lines: [String], exitCode: Int32) {
-        let elapsed = String(format: "%.0f ms", Double(result.latencyNanoseconds) / 1_000_000)
+        let elapsed = (Double(result.latencyNanoseconds) / 1_000_000).fixed(0) + " ms"
         guard let response = result.response else {
             let error = result.transportError.map(\.description) ?? "no response"
             return (["not sent: \(error) (after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed))"], 1)

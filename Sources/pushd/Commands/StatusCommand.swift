@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 import Glibc
 import QueueStore
 
@@ -20,12 +21,10 @@ enum StatusCommand {
             let report = FleetReport(try readSnapshot(connection))
             let now = Date()
             if json {
-                let options: JSONSerialization.WritingOptions = parsed.has("watch") ? [.sortedKeys] : [.sortedKeys, .prettyPrinted]
-                let data = try JSONSerialization.data(withJSONObject: report.jsonObject(now: now), options: options)
-                context.output(String(decoding: data, as: UTF8.self))
+                context.output(try report.json(now: now, pretty: !parsed.has("watch")))
             } else {
                 // On a terminal each sample replaces the last: clear the screen, home the cursor.
-                if parsed.has("watch") && terminal { FileHandle.standardOutput.write(Data("\u{1B}[2J\u{1B}[H".utf8)) }
+                if parsed.has("watch") && terminal { StandardStreams.writeOutput("\u{1B}[2J\u{1B}[H") }
                 for line in report.lines(now: now) { context.output(line) }
                 if parsed.has("watch") && !terminal { context.output("") }
             }

@@ -1,5 +1,6 @@
 import APNs
-import Foundation
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// Turns the YAML configuration file into a `PushdConfig`, applying environment
@@ -15,7 +16,7 @@ enum ConfigLoader {
             text = try String(contentsOfFile: file, encoding: .utf8)
         } catch {
             throw ConfigError(file: file, problems: [ConfigProblem(severity: .error, path: "file", line: 0,
-                                                                    message: "cannot read \(file): \(error.localizedDescription)")])
+                                                                    message: "cannot read \(file): \(ErrorReason.of(error))")])
         }
         return try parse(text, file: file, environment: environment)
     }

@@ -1,6 +1,7 @@
 import APNs
 import APNsMock
-import Foundation
+import FoundationEssentials
+import Posix
 import Glibc
 import Metrics
 import QueueStore
@@ -38,7 +39,7 @@ enum DemoCommand {
             signals.cancel()
         }
         // Unbuffered, so progress shows as it happens also when the output is a pipe or a log.
-        let output: @Sendable (String) -> Void = { FileHandle.standardOutput.write(Data(($0 + "\n").utf8)) }
+        let output: @Sendable (String) -> Void = { StandardStreams.writeOutput($0 + "\n") }
         return try Demo(options: options, output: output, interrupted: interrupted).run()
     }
 }
@@ -118,7 +119,7 @@ private final class Demo {
         let imported = try store.importFromDeviceTokens(connection, campaignID: campaignID).imported
         _ = try store.start(connection, id: campaignID)
         step(4, "registered \(campaignTokens.count) device tokens and built campaign \(campaignID) of \(imported) targets from them in "
-             + String(format: "%.1f s", Date().timeIntervalSince(importStart)))
+             + Date().timeIntervalSince(importStart).fixed(1) + " s")
 
         var config = PushdConfig(databaseURL: postgres.url, apps: [
             PushdConfig.App(name: "demo", bundleID: bundleID, environment: .sandbox,
@@ -161,7 +162,7 @@ private final class Demo {
                 output("\nthe demo did not finish within 30 minutes; see \(directory)/pushd.log")
                 break
             }
-            Thread.sleep(forTimeInterval: 0.2)
+            PosixThread.sleep(seconds: 0.2)
         }
         if interactive { output("") }
         let broadcastsDone = finishedAt != nil && !wasInterrupted ? try broadcastStep(connection: connection, mock: mock) : false
@@ -185,7 +186,7 @@ private final class Demo {
             let deadline = Date().addingTimeInterval(seconds)
             while Date() < deadline {
                 if try condition() { return true }
-                Thread.sleep(forTimeInterval: 0.1)
+                PosixThread.sleep(seconds: 0.1)
             }
             return try condition()
         }
@@ -224,11 +225,10 @@ private final class Demo {
         let width = 30
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-        let line = String(format: "  [%@] %5.1f%%  %d/%d targets  %.0f/s  transactional queue %d%@",
-                          bar, fraction * 100, processed, campaign.targets, Double(processed) / elapsed, pending,
-                          psqlRunning ? " (psql inserting)" : "")
+        let line = "  [\(bar)] \((fraction * 100).fixed(1, width: 5))%  \(processed)/\(campaign.targets) targets  "
+            + "\((Double(processed) / elapsed).fixed(0))/s  transactional queue \(pending)\(psqlRunning ? " (psql inserting)" : "")"
         if interactive {
-            FileHandle.standardOutput.write(Data(("\r" + line).utf8))
+            StandardStreams.writeOutput("\r" + line)
         } else {
             output(line)
         }
@@ -241,7 +241,7 @@ private final class Demo {
         let dead = (try? connection.query("SELECT count(*) FROM pushd.dead_jobs").require(Int.self, row: 0, column: 0)) ?? 0
         let pruned = (try? connection.query("SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL")
             .require(Int.self, row: 0, column: 0)) ?? 0
-        func milliseconds(_ seconds: Double?) -> String { seconds.map { String(format: "%.1f ms", $0 * 1000) } ?? "n/a" }
+        func milliseconds(_ seconds: Double?) -> String { seconds.map { ($0 * 1000).fixed(1) + " ms" } ?? "n/a" }
         step(7, "report")
         let failed = campaign?.failedByReason.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") ?? ""
         output("""
@@ -251,7 +251,7 @@ private final class Demo {
           tokens pruned    \(pruned) in pushd.device_tokens
           dead-lettered    \(dead) transactional jobs in pushd.dead_jobs
           retried          \(tally.retried.load(ordering: .relaxed)) sends (503 ServiceUnavailable from the mock)
-          throughput       \(String(format: "%.0f", Double(sent) / max(0.001, elapsed))) notifications/s over \(String(format: "%.1f", elapsed)) s
+          throughput       \((Double(sent) / max(0.001, elapsed)).fixed(0)) notifications/s over \(elapsed.fixed(1)) s
           transactional    INSERT to accepted: p50 \(milliseconds(tally.latencyQuantile(0.5))), p99 \(milliseconds(tally.latencyQuantile(0.99)))
 
         a few lines of /metrics:

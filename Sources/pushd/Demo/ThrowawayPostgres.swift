@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Posix
 import Glibc
 
 /// A PostgreSQL server of its own in a temporary folder, on a free port of 127.0.0.1,
@@ -46,10 +47,8 @@ final class ThrowawayPostgres {
             shared_buffers = 256MB
             max_wal_size = 4GB
             """
-            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(directory)/data/postgresql.conf"))
-            handle.seekToEndOfFile()
-            handle.write(Data(settings.utf8))
-            handle.closeFile()
+            let configuration = "\(directory)/data/postgresql.conf"
+            try (String(contentsOfFile: configuration, encoding: .utf8) + settings).write(toFile: configuration, atomically: false, encoding: .utf8)
             try run(runAs + ["\(binaries)/pg_ctl", "-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60", "start"])
             try run(["/usr/bin/psql", "-X", "-q", "-h", "127.0.0.1", "-p", "\(port)", "-U", "pushd", "-d", "postgres",
                      "-c", "CREATE DATABASE pushd"])

@@ -1,6 +1,7 @@
 import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
+import Posix
 import Metrics
 import QueueStore
 import Locking
@@ -72,9 +73,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in run() }
-        thread.name = "pushd-heartbeat"
-        thread.start()
+        PosixThread.detach(name: "pushd-heartbeat") { [self] in run() }
     }
 
     /// Stops the heartbeat and deletes this instance's row; waits at most `timeout` seconds.

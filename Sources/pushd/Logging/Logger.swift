@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Locking
 
 /// A field value in a log line: text, number or boolean, rendered as JSON.

@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 import Locking
 
 /// What an operator reads in the log: one line per change of state, never one per

@@ -1,6 +1,6 @@
 import APNs
 import Dispatcher
-import Foundation
+import FoundationEssentials
 import Metrics
 import Locking
 

@@ -1,7 +1,9 @@
 import APNs
 import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
+import Locking
+import Posix
 import QueueStore
 
 /// Carries out what applications asked of broadcast channels: channel creations and
@@ -22,7 +24,6 @@ final class BroadcastWorker: @unchecked Sendable {
     private var random = SystemRandom()
     private let channels = ChannelStore()
     private let broadcasts = BroadcastQueue()
-    private var thread: Thread?
     let finished = DispatchSemaphore(value: 0)
 
     /// A claimed row is not offered to another worker for this long; an answer takes at most
@@ -40,13 +41,10 @@ final class BroadcastWorker: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
+        PosixThread.detach(name: "pushd-broadcasts") { [self] in
             run()
             finished.signal()
         }
-        thread.name = "pushd-broadcasts"
-        self.thread = thread
-        thread.start()
     }
 
     /// Shuts the worker's own dispatchers down; call after `finished`.
@@ -324,21 +322,13 @@ final class BroadcastWorker: @unchecked Sendable {
 
 /// Results handed from dispatcher threads to the one worker thread waiting for them.
 final class BlockingResults: @unchecked Sendable {
-    // `ready` is read and written only while `condition` is locked.
-    private let condition = NSCondition()
-    private var ready: [UInt64: DispatchResult] = [:]
+    private let ready = Condition<[UInt64: DispatchResult]>([:])
 
     func deliver(_ result: DispatchResult) {
-        condition.lock()
-        ready[result.tag] = result
-        condition.broadcast()
-        condition.unlock()
+        ready.update { $0[result.tag] = result }
     }
 
     func wait(for tag: UInt64) -> DispatchResult {
-        condition.lock()
-        defer { condition.unlock() }
-        while ready[tag] == nil { condition.wait() }
-        return ready.removeValue(forKey: tag)!
+        ready.wait { $0.removeValue(forKey: tag) }!
     }
 }

@@ -1,7 +1,9 @@
 import APNs
 import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
+import Glibc
+import Posix
 import Polling
 import QueueStore
 
@@ -51,13 +53,11 @@ final class CampaignWorker: @unchecked Sendable {
     private var owner: String { "\(context.instance)/campaign-\(index)" }
 
     func start() {
-        let thread = Thread { [self] in
+        PosixThread.detach(name: "pushd-campaign-\(index)") { [self] in
             ThreadPriority.lowerCurrentThread(to: Int32(context.config.campaignNiceness))
             run()
             finished.signal()
         }
-        thread.name = "pushd-campaign-\(index)"
-        thread.start()
     }
 
     private func run() {
@@ -286,7 +286,7 @@ final class CampaignWorker: @unchecked Sendable {
             guard let target = run.takeNextTarget(now: now) else { break }
             if let rate = run.rate {
                 let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
-                if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+                if wait > 0 { PosixThread.sleep(seconds: wait) }
                 // Paced sending can stay in this loop longer than the lease: renew it here,
                 // or another worker takes the chunk over and sends it again.
                 if !run.leaseLost, RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
@@ -513,7 +513,7 @@ final class CampaignWorker: @unchecked Sendable {
             }
             if let rate {
                 let wait = limiter.reserve(campaign: batch.campaignID, rate: rate)
-                if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+                if wait > 0 { PosixThread.sleep(seconds: wait) }
             }
             let notification: APNsNotification
             do {

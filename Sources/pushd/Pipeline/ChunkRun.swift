@@ -1,6 +1,6 @@
 import APNs
 import Dispatcher
-import Foundation
+import FoundationEssentials
 import QueueStore
 
 /// One leased chunk that a campaign worker is sending: what became of each target, which

@@ -1,7 +1,9 @@
 import APNs
 import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
+import Glibc
+import Posix
 import QueueStore
 
 /// One worker of the transactional lane, on its own thread with its own database
@@ -20,7 +22,6 @@ final class JobWorker: @unchecked Sendable {
     private var generation: UInt32 = 0
     private var random = SystemRandom()
     private let queue = JobQueue()
-    private var thread: Thread?
     let finished = DispatchSemaphore(value: 0)
 
     init(context: PipelineContext, index: Int, completions: CompletionQueue, batchSize: Int) {
@@ -31,13 +32,10 @@ final class JobWorker: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
+        PosixThread.detach(name: "pushd-jobs-\(index)") { [self] in
             run()
             finished.signal()
         }
-        thread.name = "pushd-jobs-\(index)"
-        self.thread = thread
-        thread.start()
     }
 
     private func run() {

@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 
 /// Builds the APNs request for a job or a campaign target, or says why it can never
 /// be sent (that job goes to dead letters with the reason, it is never dropped).

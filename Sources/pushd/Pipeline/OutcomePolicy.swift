@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 
 /// What came back for one send: APNs's answer (read once, by the engine), or no answer at all.
 enum SendOutcome: Sendable, Equatable {

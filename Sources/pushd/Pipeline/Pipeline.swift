@@ -1,6 +1,7 @@
 import APNs
+import Dispatch
 import Dispatcher
-import Foundation
+import FoundationEssentials
 import Metrics
 import QueueStore
 import Locking

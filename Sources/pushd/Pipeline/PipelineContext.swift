@@ -1,5 +1,7 @@
 import APNs
-import Foundation
+import FoundationEssentials
+import Glibc
+import Posix
 import Metrics
 import QueueStore
 import Locking
@@ -84,7 +86,7 @@ final class PipelineContext: @unchecked Sendable {
     /// 0.2 s up to 30 s, with jitter so that workers cut off together do not return together.
     static func sleepAfterDatabaseFailure(_ failures: Int) {
         let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
-        Thread.sleep(forTimeInterval: delay * Double.random(in: 0.5...1.0))
+        PosixThread.sleep(seconds: delay * Double.random(in: 0.5...1.0))
     }
 
     func databaseError(_ error: any Error) {

@@ -1,5 +1,5 @@
 import APNs
-import Foundation
+import FoundationEssentials
 import QueueStore
 import Locking
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Locking
 
 /// Spaces out sends per campaign to its rate cap (notifications per second), shared by

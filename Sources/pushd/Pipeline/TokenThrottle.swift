@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Locking
 
 /// Device tokens APNs is throttling (429 TooManyRequests is about one token: too many

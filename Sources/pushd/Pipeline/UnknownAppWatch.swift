@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Posix
 import QueueStore
 
 /// Warns about work queued for apps this instance is not configured for. Such work is
@@ -51,7 +53,7 @@ final class UnknownAppWatch: @unchecked Sendable {
     }
 
     func start() {
-        Thread.detachNewThread { [self] in
+        PosixThread.detach(name: "pushd-app-watch") { [self] in
             repeat {
                 do {
                     for warning in Self.warnings(try readStats(), configured: configured) {

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Glibc
 
 /// Starts programs with posix_spawn and waits for them with waitpid.
@@ -5,17 +6,17 @@ import Glibc
 /// The demo watches SIGINT and SIGTERM through dispatch sources, and child-exit
 /// notices can then go missing for Foundation's `Process`; waiting on the pid itself
 /// cannot miss an exit.
-struct Subprocess {
-    let pid: pid_t
-    private(set) var exitStatus: Int32?
+public struct Subprocess: Sendable {
+    public let pid: pid_t
+    public private(set) var exitStatus: Int32?
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
     }
 
     /// Starts `arguments[0]` (an absolute path) with its output appended to `outputPath`
     /// (or discarded when nil) and standard input from /dev/null.
-    static func start(_ arguments: [String], outputPath: String? = nil) throws -> Subprocess {
+    public static func start(_ arguments: [String], outputPath: String? = nil) throws -> Subprocess {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -47,7 +48,7 @@ struct Subprocess {
     }
 
     /// Runs a command to its end; throws with its output when it exits non-zero.
-    static func run(_ arguments: [String], outputPath: String) throws {
+    public static func run(_ arguments: [String], outputPath: String) throws {
         var process = try start(arguments, outputPath: outputPath)
         let status = process.wait()
         guard status == 0 else {
@@ -57,7 +58,7 @@ struct Subprocess {
     }
 
     /// Blocks until the program exits; its exit code, or 128 + the signal that ended it.
-    mutating func wait() -> Int32 {
+    public mutating func wait() -> Int32 {
         if let exitStatus { return exitStatus }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
@@ -66,7 +67,7 @@ struct Subprocess {
     }
 
     /// Whether the program still runs (reaping it if it has exited).
-    mutating func isRunning() -> Bool {
+    public mutating func isRunning() -> Bool {
         if exitStatus != nil { return false }
         var status: Int32 = 0
         let result = waitpid(pid, &status, WNOHANG)
@@ -77,7 +78,7 @@ struct Subprocess {
         return result == 0
     }
 
-    mutating func terminate() {
+    public mutating func terminate() {
         if isRunning() {
             kill(pid, SIGTERM)
             _ = wait()
