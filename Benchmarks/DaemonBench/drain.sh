@@ -11,6 +11,13 @@
 #                               the same mock (default 1; needs DispatcherBench built in BIN)
 #   PUSHD_BENCH_METRICS_PORT    the first daemon's metrics port (default: a free one;
 #                               Benchmarks/ScrapeFlood floods it)
+#   PUSHD_BENCH_MAX_CONNECTIONS apns.max_connections_per_app of the daemons (default: pushd's);
+#                               2 holds the connection count still when comparing memory on a
+#                               busy machine, where slow answers make pushd open more
+#   PUSHD_BENCH_SMAPS           1 keeps /proc/PID/smaps of the first daemon at its highest RSS
+#                               during the drain and prints where that memory is
+#                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
+#                               the highest RSS of each quarter of the drain
 #   PUSHD_BENCH_PEER            a command run last against the same mock with the arguments
 #                               PORT CA KEY_FILE KEY_ID TEAM_ID TOPIC; its "result …" line is
 #                               printed as "peer …" (Benchmarks/bench.sh runs aioapns so)
@@ -57,6 +64,7 @@ apns:
   host: 127.0.0.1:$port
   ca_file: $work/certs/ca.pem
   streams_per_connection: ${PUSHD_BENCH_STREAMS:-500}
+${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
 apps:
   - name: bench
     bundle_id: com.example.bench
@@ -99,6 +107,11 @@ while :; do
   for i in $(seq "$instances"); do
     kill -0 "${pushd_pids[$((i - 1))]}" 2>/dev/null || { echo "pushd exited early:"; cat "$work/pushd$i.log"; exit 1; }
   done
+  if [ "${PUSHD_BENCH_SMAPS:-0}" = 1 ]; then
+    rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/${pushd_pids[0]}/status")
+    if [ "$rss_kb" -gt "${smaps_kb:-0}" ]; then smaps_kb=$rss_kb; cp "/proc/${pushd_pids[0]}/smaps" "$work/smaps.peak"; fi
+    echo "$rss_kb" >>"$work/rss.samples"
+  fi
   sleep 0.2
 done
 end=$(date +%s.%N)
@@ -166,6 +179,14 @@ fi
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
 printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
   "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
+if [ "${PUSHD_BENCH_SMAPS:-0}" = 1 ] && [ -f "$work/smaps.peak" ]; then
+  echo "  pushd memory at its highest sampled RSS ($((smaps_kb / 1024)) MB, sampled every 0.2 s):"
+  python3 "$(dirname "$0")/smaps-breakdown.py" "$work/smaps.peak" pushd
+  # Growth with the campaign shows as a later quarter of the drain above an earlier one.
+  awk '{ rss[NR] = $1 } END { printf "  highest RSS in each quarter of the drain:"
+       for (q = 0; q < 4; q++) { top = 0; for (i = int(q * NR / 4) + 1; i <= int((q + 1) * NR / 4); i++) if (rss[i] > top) top = rss[i]
+       printf " %.1f MB", top / 1024 }; print "" }' "$work/rss.samples"
+fi
 if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   # shellcheck disable=SC2086  # a command with its arguments
   peer=$($PUSHD_BENCH_PEER "$port" "$work/certs/ca.pem" "$work/key.p8" $kid BENCHTEAM1 com.example.bench 2>&1 | tail -1)
