@@ -11,12 +11,15 @@ public final class NotificationTemplate {
     public let notification: APNs.Notification
     private var authorization: String?
     private var headers: DispatchRequest.HeaderBlock
+    /// The payload, copied once for all the requests.
+    private let body: RequestBytes.Body
 
     public init(client: APNsClient, notification: APNs.Notification) throws(APNsClientError) {
         self.client = client
         self.notification = notification
         authorization = try client.authorization()
         headers = try Self.headers(of: notification, authorization: authorization)
+        body = RequestBytes.Body(notification.payload)
     }
 
     private static func headers(of notification: APNs.Notification, authorization: String?) throws(APNsClientError) -> DispatchRequest.HeaderBlock {
@@ -35,7 +38,7 @@ public final class NotificationTemplate {
             authorization = current
         }
         do {
-            return try DispatchRequest(path: "/3/device/" + token.hex, headers: headers, body: notification.payload)
+            return try DispatchRequest(path: "/3/device/" + token.hex, headers: headers, sharedBody: body)
         } catch {
             throw .invalidRequest(error)
         }

@@ -10,15 +10,11 @@ final class CurlTransfer {
     let index: Int
     let easy: UnsafeMutableRawPointer
     let url: OpaquePointer
-    /// Path and header lines of the current request, NUL-terminated, then the body.
-    private var buffer: UnsafeMutableRawPointer
-    private var bufferCapacity: Int
-    /// Header list nodes pointing into `buffer`; libcurl only reads the list, so no per-request malloc.
-    private(set) var nodes: UnsafeMutablePointer<curl_slist>
-    private var nodeCapacity: Int
+    /// The header list libcurl has now (a request's own nodes, which it reads in place);
+    /// `.none` when unknown after a refused option.
+    private var attachedHeaders: UnsafeMutablePointer<curl_slist>?? = .some(nil)
     let errorBuffer: UnsafeMutablePointer<CChar>
     private var method: DispatchRequest.Method = .post
-    private var headersAttached = true
     private(set) var freshConnect = false
     var pending: PendingRequest?
     var responseBody: [UInt8] = []
@@ -41,13 +37,6 @@ final class CurlTransfer {
         self.index = index
         self.easy = easy
         self.url = url
-        // Sized by the first request (and grown by a larger one): a pool holds a transfer per
-        // stream in flight, thousands, and APNs requests are a few hundred bytes.
-        bufferCapacity = 0
-        buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
-        nodeCapacity = 8
-        nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
-        nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
         errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(pushd_curl_max_errorsize()))
         errorBuffer.initialize(repeating: 0, count: Int(pushd_curl_max_errorsize()))
     }
@@ -55,8 +44,6 @@ final class CurlTransfer {
     deinit {
         curl_easy_cleanup(easy)
         curl_url_cleanup(url)
-        buffer.deallocate()
-        nodes.deallocate()
         errorBuffer.deallocate()
     }
 
@@ -65,56 +52,24 @@ final class CurlTransfer {
         errorBuffer[0] != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
     }
 
-    private func ensureCapacity(bytes: Int, headers: Int) {
-        if bytes > bufferCapacity {
-            buffer.deallocate()
-            // Rounded up so that payloads of slightly different sizes do not reallocate each time.
-            bufferCapacity = max((bytes + 255) & ~255, bufferCapacity * 2)
-            buffer = UnsafeMutableRawPointer.allocate(byteCount: bufferCapacity, alignment: 16)
-        }
-        if headers > nodeCapacity {
-            nodes.deallocate()
-            nodeCapacity = max(headers, nodeCapacity * 2)
-            nodes = UnsafeMutablePointer<curl_slist>.allocate(capacity: nodeCapacity)
-            nodes.initialize(repeating: curl_slist(data: nil, next: nil), count: nodeCapacity)
-            // The list head moved: libcurl must be told again.
-            headersAttached = false
-        }
-    }
-
-    /// Packs `request` into this transfer's buffers and points libcurl at them; `fresh` makes
-    /// it open a new connection instead of reusing one. Per-request options are only set when
-    /// they differ from the previous request's, and each one's result is checked.
+    /// Points libcurl at `request`'s bytes, which it reads in place (the caller keeps the
+    /// request in `pending` until the transfer is done); `fresh` makes it open a new
+    /// connection instead of reusing one. Per-request options are only set when they differ
+    /// from the previous request's, and each one's result is checked.
     func prepare(for request: DispatchRequest, fresh: Bool) -> TransportError? {
-        let packedCount = request.packed.count
-        let bodyCount = request.body.count
-        ensureCapacity(bytes: packedCount + bodyCount, headers: request.headerCount)
-        let base = buffer
-        request.packed.withUnsafeBytes { base.copyMemory(from: $0.baseAddress!, byteCount: packedCount) }
-        if bodyCount > 0 { request.body.withUnsafeBytes { (base + packedCount).copyMemory(from: $0.baseAddress!, byteCount: bodyCount) } }
-
-        let urlCode = curl_url_set(url, CURLUPART_PATH, base.assumingMemoryBound(to: CChar.self), 0)
+        let bytes = request.bytes
+        let urlCode = curl_url_set(url, CURLUPART_PATH, bytes.pathPointer, 0)
         if urlCode != CURLUE_OK {
             return TransportError(code: -Int(urlCode.rawValue), message: "request path rejected: \(String(cString: curl_url_strerror(urlCode)))")
-        }
-        var lineStart = request.pathLength + 1
-        for index in 0..<request.headerCount {
-            nodes[index].data = (base + lineStart).assumingMemoryBound(to: CChar.self)
-            nodes[index].next = index + 1 < request.headerCount ? nodes + index + 1 : nil
-            lineStart += strlen((base + lineStart).assumingMemoryBound(to: CChar.self)) + 1
         }
         var failure: CurlOptionFailure?
         func check(_ code: CURLcode, _ option: String) {
             if code != CURLE_OK, failure == nil { failure = CurlOptionFailure(code: code, option: option) }
         }
-        if request.headerCount == 0 {
-            if headersAttached {
-                check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil), "CURLOPT_HTTPHEADER")
-                headersAttached = false
-            }
-        } else if !headersAttached {
-            check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nodes), "CURLOPT_HTTPHEADER")
-            headersAttached = true
+        let headers = bytes.headerList
+        if attachedHeaders != .some(headers) {
+            check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER")
+            attachedHeaders = headers
         }
         if request.method != method {
             switch request.method {
@@ -131,8 +86,9 @@ final class CurlTransfer {
             method = request.method
         }
         if request.method != .get {
-            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, base + packedCount), "CURLOPT_POSTFIELDS")
-            check(pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, bodyCount), "CURLOPT_POSTFIELDSIZE")
+            let body = request.sharedBody.map { ($0.pointer, $0.count) } ?? (bytes.bodyPointer, bytes.bodyCount)
+            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, body.0), "CURLOPT_POSTFIELDS")
+            check(pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, body.1), "CURLOPT_POSTFIELDSIZE")
         }
         if fresh != freshConnect {
             check(pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, fresh ? 1 : 0), "CURLOPT_FRESH_CONNECT")
@@ -141,7 +97,7 @@ final class CurlTransfer {
         if let failure {
             // The handle's state is unknown now: the next request sets everything again.
             method = request.method == .get ? .post : .get
-            headersAttached = request.headerCount == 0
+            attachedHeaders = .none
             return failure.transportError
         }
         errorBuffer[0] = 0

@@ -37,7 +37,6 @@ extension CurlTransfer {
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "CURLOPT_SSL_VERIFYHOST")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_POST, 1), "CURLOPT_POST")
-        check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, transfer.nodes), "CURLOPT_HTTPHEADER")
         check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback), "CURLOPT_WRITEFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, transferPointer), "CURLOPT_WRITEDATA")
         check(pushd_curl_easy_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback), "CURLOPT_HEADERFUNCTION")
