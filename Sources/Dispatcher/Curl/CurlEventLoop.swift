@@ -66,6 +66,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
     private var coalescedNanoseconds: UInt64 = 0
+    /// Idle nanoseconds (epoll and pauses) at the last socket read.
+    private var idleAtLastRead: UInt64 = 0
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -171,7 +173,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         let answers = readCompletions()
         if socketsRead {
             sink.counters.socketReads.add(1, ordering: .relaxed)
-            coalescing.socketsRead(at: now, answers: answers, inFlight: inFlight)
+            let idle = epoll.idleNanoseconds &+ coalescedNanoseconds
+            coalescing.socketsRead(at: now, waited: idle &- idleAtLastRead, answers: answers, inFlight: inFlight)
+            idleAtLastRead = idle
         }
     }
 

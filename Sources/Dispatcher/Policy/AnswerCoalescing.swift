@@ -9,11 +9,13 @@
 /// in a few per read and the runs cost more than the answers (docs/dispatcher.md, "Answers at
 /// long round trips").
 ///
-/// So when the last read brought fewer than 1/`thinReadDivisor` of the requests in flight, the
-/// loop waits until round trip ÷ `roundTripDivisor`, and never more than `maximumPause`, has
-/// passed since that read before reading again. A loop whose reads are full (loopback, or any
-/// loop too busy to wait) never pauses, nor does one with fewer than `minimumInFlight` requests
-/// in flight: few streams cost little per event, and a trickle of urgent requests waits for
+/// So when the loop spent at least 1/`waitedFractionDivisor` of the time before a read waiting
+/// (blocked in epoll or paused here: answers, not its CPU, set the pace) and the read brought
+/// fewer than 1/`thinReadDivisor` of the requests in flight, the loop waits until round trip ÷
+/// `roundTripDivisor`, and never more than `maximumPause`, has passed since that read before
+/// reading again. A loop busy all along (loopback under load) or whose reads bring most of what
+/// is in flight never pauses, nor does one with fewer than `minimumInFlight` requests in
+/// flight: few streams cost little per event, and a trickle of urgent requests waits for
 /// nothing.
 ///
 /// A plain value: the loop tells it about reads and answers and asks how long to pause.
@@ -23,12 +25,13 @@ struct AnswerCoalescing: Equatable {
     let minimumInFlight: Int
     /// Smoothed time from a transfer entering libcurl to its answer (nanoseconds).
     private(set) var roundTrip: UInt64 = 0
-    /// When the sockets were last read, and whether that read was thin.
+    /// When the sockets were last read, and whether the loop should let answers gather after it.
     private(set) var lastRead: UInt64 = 0
-    private(set) var lastReadThin = false
+    private(set) var gatherAfterLastRead = false
 
     static let roundTripDivisor: UInt64 = 4
-    static let thinReadDivisor = 8
+    static let thinReadDivisor = 2
+    static let waitedFractionDivisor: UInt64 = 4
     /// Weight of a new round trip in the smoothed one: 1/16.
     static let smoothingShift: UInt64 = 4
 
@@ -50,11 +53,12 @@ struct AnswerCoalescing: Equatable {
         }
     }
 
-    /// The loop handed socket events to libcurl at `now`; they finished `answers` of the
-    /// `inFlight` requests that were inside libcurl.
-    mutating func socketsRead(at now: UInt64, answers: Int, inFlight: Int) {
+    /// The loop handed socket events to libcurl at `now`, after waiting `waited` nanoseconds
+    /// since the previous read; they finished `answers` of the `inFlight` requests inside libcurl.
+    mutating func socketsRead(at now: UInt64, waited: UInt64, answers: Int, inFlight: Int) {
+        let since = now &- lastRead
+        gatherAfterLastRead = waited >= since / Self.waitedFractionDivisor && answers * Self.thinReadDivisor < inFlight
         lastRead = now
-        lastReadThin = answers * Self.thinReadDivisor < inFlight
     }
 
     /// The gap the loop keeps after a thin read.
@@ -63,7 +67,7 @@ struct AnswerCoalescing: Equatable {
     /// Nanoseconds to pause at `now` before reading the sockets again, with `inFlight` requests
     /// inside libcurl; 0 to go on at once.
     func pause(now: UInt64, inFlight: Int) -> UInt64 {
-        guard enabled, lastReadThin, inFlight >= minimumInFlight else { return 0 }
+        guard enabled, gatherAfterLastRead, inFlight >= minimumInFlight else { return 0 }
         let until = lastRead &+ gap
         return until > now ? until - now : 0
     }
