@@ -2,7 +2,9 @@
 //
 // usage: DispatcherBench --port P --ca FILE [--requests 500000] [--threads 2]
 //                        [--connections 1] [--streams 100] [--label TEXT] [--path /ok]
-//                        [--idle-probe ROUNDS] [--max-connections N]
+//                        [--idle-probe ROUNDS] [--max-connections N] [--coalesce-ms N]
+// --coalesce-ms sets answerCoalescingMilliseconds (what pushd's campaign lane uses): with many
+// requests in flight and answers trickling in, the loop reads its sockets less often.
 // --max-connections lets the engine open more connections while requests wait for a stream
 // (DispatcherConfiguration.maxConnections): for a server answering after a delay.
 // --idle-probe measures what closing idle connections costs instead: the latency of one
@@ -33,6 +35,7 @@ struct Options {
     var path = "/ok"
     var idleProbeRounds = 0
     var maxConnections: Int?
+    var coalesceMilliseconds = 0
     var headers: [String] = []
     var payloadFile: String?
     var devicePaths = false
@@ -62,6 +65,7 @@ func parseOptions() -> Options {
         case "--path": options.path = value
         case "--idle-probe": options.idleProbeRounds = number()
         case "--max-connections": options.maxConnections = number()
+        case "--coalesce-ms": options.coalesceMilliseconds = number()
         case "--header": options.headers.append(value)
         case "--payload-file": options.payloadFile = value
         case "--device-paths":
@@ -144,6 +148,7 @@ do {
                                                 streamsPerConnection: options.streams,
                                                 idleCloseSeconds: options.idleProbeRounds > 0 ? 1 : 600)
     configuration.maxConnections = options.maxConnections
+    configuration.answerCoalescingMilliseconds = options.coalesceMilliseconds
     dispatcher = try HTTP2Dispatcher(
         configuration: configuration,
         onResult: { result in

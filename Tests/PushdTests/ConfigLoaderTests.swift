@@ -107,6 +107,8 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 5000}\napps: []",
          "apns.max_connections_per_app (line 2): 5000 is out of range: expected 1…1024"),
         ("database: {url: 'postgresql://h/d'}\nmetrics: {listen: nowhere}\napps: []", "metrics.listen (line 2): 'nowhere' is not host:port"),
+        ("database: {url: 'postgresql://h/d'}\ncampaigns: {answer_coalescing_ms: 200}\napps: []",
+         "campaigns.answer_coalescing_ms (line 2): 200 is out of range: expected 0…50"),
         ("database: {url: 'postgresql://h/d'}\nretry: {base_delay_ms: 5000, max_delay_ms: 10}\napps: []", "retry.max_delay_ms (line 2): must not be smaller"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",
          "set either cert_file or p12_file, not both"),

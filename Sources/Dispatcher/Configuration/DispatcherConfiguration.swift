@@ -34,6 +34,12 @@ public struct DispatcherConfiguration: Sendable {
     /// Nice value of the event-loop threads (0…19): above 0, a bulk lane's loops give way to
     /// an urgent lane's for the CPU.
     public var threadNiceness: Int32 = 0
+    /// While at least `answerCoalescingMinimumInFlight` requests are inside libcurl, a loop
+    /// reads its sockets at most once per this many milliseconds, so each read carries many
+    /// answers: libcurl runs every transfer on a connection for each event on its socket
+    /// (docs/dispatcher.md, "Answers at long round trips"). 0 reads as soon as an answer arrives.
+    public var answerCoalescingMilliseconds: Int = 0
+    public var answerCoalescingMinimumInFlight: Int = 100
 
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
@@ -114,6 +120,12 @@ public struct DispatcherConfiguration: Sendable {
         }
         if connectionGrowthDelayMilliseconds < 0 {
             throw .invalid(field: "connectionGrowthDelayMilliseconds", value: String(connectionGrowthDelayMilliseconds), expected: "0 or more")
+        }
+        if !(0...50).contains(answerCoalescingMilliseconds) {
+            throw .invalid(field: "answerCoalescingMilliseconds", value: String(answerCoalescingMilliseconds), expected: "0…50")
+        }
+        if answerCoalescingMinimumInFlight < 1 {
+            throw .invalid(field: "answerCoalescingMinimumInFlight", value: String(answerCoalescingMinimumInFlight), expected: "1 or more")
         }
         if let maxOutstanding, maxOutstanding < threads {
             throw .invalid(field: "maxOutstanding", value: String(maxOutstanding), expected: "at least one per thread (\(threads))")

@@ -62,6 +62,12 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// Connections libcurl moved a request away from, and when: judged a moment later, since
     /// the requests that failed on a broken one may be reported after one it moved.
     private var movedFrom: [(connection: Int64, at: UInt64)] = []
+    private var coalescing: AnswerCoalescing
+    /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
+    /// epoll, for the connection policy.
+    private var coalescedNanoseconds: UInt64 = 0
+    /// Idle nanoseconds (epoll and pauses) at the last socket read.
+    private var idleAtLastRead: UInt64 = 0
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -69,6 +75,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         inCurlLimit = configuration.inFlightPerThread
         connectionLimit = configuration.connectionsPerThread
         connectionsExpected = configuration.connectionsPerThread
+        coalescing = AnswerCoalescing(maximumPauseMilliseconds: configuration.answerCoalescingMilliseconds,
+                                      minimumInFlight: configuration.answerCoalescingMinimumInFlight)
         policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, maxAttempts: configuration.maxAttempts,
                                   growth: configuration.connectionGrowth)
         do {
@@ -129,14 +137,15 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     func prepareToWait() -> Int32 {
         takeInbox()
         refill()
-        let now = monotonicNanoseconds()
+        var now = monotonicNanoseconds()
         judgeMovedConnections(now: now)
+        coalesceAnswers(now: &now)
         if multi.runTimerIfDue(now: now) {
             readCompletions()
             return 0
         }
         let waiting = !backlog.isEmpty && inCurl >= admitted
-        if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds))) {
+        if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds &+ coalescedNanoseconds))) {
             refill()
             return 0
         }
@@ -157,8 +166,29 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     }
 
     func eventsHandled() {
-        multi.runTimerIfDue(now: monotonicNanoseconds())
-        readCompletions()
+        let now = monotonicNanoseconds()
+        let socketsRead = multi.takeSocketEvents()
+        multi.runTimerIfDue(now: now)
+        let inFlight = inCurl
+        let answers = readCompletions()
+        if socketsRead {
+            sink.counters.socketReads.add(1, ordering: .relaxed)
+            let idle = epoll.idleNanoseconds &+ coalescedNanoseconds
+            coalescing.socketsRead(at: now, waited: idle &- idleAtLastRead, answers: answers, inFlight: inFlight)
+            idleAtLastRead = idle
+        }
+    }
+
+    /// Pauses as `AnswerCoalescing` says before the sockets are read again. New requests and
+    /// libcurl's timers wait out the pause too (at most `answerCoalescingMilliseconds`).
+    private func coalesceAnswers(now: inout UInt64) {
+        let pause = coalescing.pause(now: now, inFlight: inCurl)
+        guard pause > 0 else { return }
+        var interval = timespec(tv_sec: Int(pause / 1_000_000_000), tv_nsec: Int(pause % 1_000_000_000))
+        nanosleep(&interval, nil)
+        let woke = monotonicNanoseconds()
+        coalescedNanoseconds &+= woke &- now
+        now = woke
     }
 
     func loopFinished() {
@@ -181,7 +211,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// every wait so that finished streams are replaced at once, not after the next poll.
     private func refill() {
         guard !backlog.isEmpty else { return }
-        let limit = policy.admissionLimit(configured: inCurlLimit, now: monotonicNanoseconds())
+        let now = monotonicNanoseconds()
+        let limit = policy.admissionLimit(configured: inCurlLimit, now: now)
         admitted = limit
         var added = 0
         while inCurl < limit, !backlog.isEmpty {
@@ -209,6 +240,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                 continue
             }
             nextTransferFresh = false
+            transfer.enteredCurlAt = now
             inCurl += 1
             added += 1
         }
@@ -225,8 +257,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     // MARK: - Results out of libcurl
 
-    private func readCompletions() {
+    /// Returns how many transfers finished.
+    @discardableResult
+    private func readCompletions() -> Int {
         var finished = 0
+        let now = coalescing.enabled ? monotonicNanoseconds() : 0
         multi.forEachFinished { easy, code in
             var privateData: UnsafeMutableRawPointer?
             _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
@@ -237,9 +272,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
             inCurl -= 1
             finished += 1
+            if coalescing.enabled, status != 0 { coalescing.answered(after: now &- transfers[index].enteredCurlAt) }
             finish(transfers[index], code: code, status: status)
         }
-        guard finished > 0 else { return }
+        guard finished > 0 else { return 0 }
         sink.metrics.inFlightChanged(by: -finished)
         if lostThisBatch {
             lostThisBatch = false
@@ -251,6 +287,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         }
         checkRetiredConnections()
         releaseSlots()
+        return finished
     }
 
     private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {

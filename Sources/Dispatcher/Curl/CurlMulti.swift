@@ -13,6 +13,8 @@ final class CurlMulti: EpollHandler {
     /// When libcurl wants `curl_multi_socket_action` with CURL_SOCKET_TIMEOUT; `.max` for never.
     private(set) var timerDeadline = UInt64.max
     private var running: Int32 = 0
+    /// Set when a socket event went to libcurl; `takeSocketEvents` reads and clears it.
+    private var socketEventsHandled = false
 
     init(loop: EpollLoop, connectionsPerHost: Int, connectionCeiling: Int, streamsPerConnection: Int) throws(DispatcherConfigurationError) {
         guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
@@ -85,6 +87,13 @@ final class CurlMulti: EpollHandler {
         if events.contains(.writable) { mask |= pushd_curl_cselect_out() }
         if events.contains(.error) { mask |= pushd_curl_cselect_err() }
         curl_multi_socket_action(handle, fd, mask, &running)
+        socketEventsHandled = true
+    }
+
+    /// True when socket events went to libcurl since the last call.
+    func takeSocketEvents() -> Bool {
+        defer { socketEventsHandled = false }
+        return socketEventsHandled
     }
 
     /// Finished transfers since the last call: (easy handle, CURLcode).

@@ -17,6 +17,8 @@ final class CurlTransfer {
     private var method: DispatchRequest.Method = .post
     private(set) var freshConnect = false
     var pending: PendingRequest?
+    /// When the loop put this attempt into libcurl: its answer's round trip feeds `AnswerCoalescing`.
+    var enteredCurlAt: UInt64 = 0
     var responseBody: [UInt8] = []
     var apnsID: UUID?
     /// The `apns-channel-id` response header (a created channel's id, from the channel API).

@@ -20,6 +20,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     public var connectionsGrown: Int = 0
     /// The most connections open at once, across the loops.
     public var peakOpenConnections: Int = 0
+    /// Loop passes that handed socket events to libcurl; each runs every transfer on the
+    /// connections that had events (see `answerCoalescingMilliseconds`).
+    public var socketReads: Int = 0
 }
 
 /// Shared by the engine and its loops; relaxed atomics because they are only ever read as totals.
@@ -33,6 +36,7 @@ final class DispatcherCounters: Sendable {
     let connectFailures = Atomic<Int>(0)
     let resentByTransport = Atomic<Int>(0)
     let connectionsGrown = Atomic<Int>(0)
+    let socketReads = Atomic<Int>(0)
     private let openConnections = Atomic<Int>(0)
     private let peakOpenConnections = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
@@ -62,6 +66,7 @@ final class DispatcherCounters: Sendable {
                              resentByTransport: resentByTransport.load(ordering: .relaxed),
                              connectionFailures: failures.withLock { $0 },
                              connectionsGrown: connectionsGrown.load(ordering: .relaxed),
-                             peakOpenConnections: peakOpenConnections.load(ordering: .relaxed))
+                             peakOpenConnections: peakOpenConnections.load(ordering: .relaxed),
+                             socketReads: socketReads.load(ordering: .relaxed))
     }
 }

@@ -127,6 +127,8 @@ enum ConfigLoader {
         let rate = campaigns.int("default_rate", default: 0, range: 0...10_000_000)
         config.defaultCampaignRate = rate == 0 ? nil : rate
         config.campaignNiceness = campaigns.int("niceness", default: config.campaignNiceness, range: 0...19)
+        config.campaignAnswerCoalescingMilliseconds = campaigns.int("answer_coalescing_ms", default: config.campaignAnswerCoalescingMilliseconds,
+                                                                    range: 0...50)
         campaigns.rejectUnknownKeys()
 
         let shutdown = top.section("shutdown")

@@ -102,6 +102,10 @@ struct PushdConfig: Sendable, Equatable {
     /// loops), 0 for the process's own. Above 0, other work on a busy host gets the CPU
     /// before campaign bulk; see docs/queue.md for what it cost where PostgreSQL shares it.
     var campaignNiceness: Int = 0
+    /// The longest pause (ms) a campaign connection's loop takes to let answers gather before
+    /// reading them, while many are in flight and they arrive a few at a time (far APNs):
+    /// libcurl's cost per read grows with the streams in flight (docs/dispatcher.md). 0: none.
+    var campaignAnswerCoalescingMilliseconds: Int = 25
     /// How long a leased campaign chunk stays with its worker without a checkpoint; a
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60

@@ -63,7 +63,11 @@ final class Pipeline: @unchecked Sendable {
             // app serving one environment opens no connection to the other's host.
             senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment, lane in
                 guard var configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
-                if lane == .campaign { configuration.threadNiceness = Int32(config.campaignNiceness) }
+                if lane == .campaign {
+                    configuration.threadNiceness = Int32(config.campaignNiceness)
+                    // Bulk only: a transactional push reads its answer the moment it arrives.
+                    configuration.answerCoalescingMilliseconds = config.campaignAnswerCoalescingMilliseconds
+                }
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
                 let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, lane: lane.rawValue,
