@@ -79,6 +79,19 @@ echo "pushd drain benchmark: $targets targets, payload ${#payload} bytes, $(npro
 "$bin/pushd" campaign start "$id" >/dev/null
 
 clock_ticks=$(getconf CLK_TCK)
+# CPU ticks of a process and of its children, live and exited (a PostgreSQL backend ends
+# with its connection): what the machine spends beside pushd per notification.
+tree_ticks() {
+  local pid=$1 total=0 child
+  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pid/stat")
+  for child in $(ps -o pid= --ppid "$pid"); do
+    total=$((total + $(awk '{print $14 + $15 + $16 + $17}' "/proc/$child/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+postmaster=$(head -1 "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SHOW data_directory")/postmaster.pid")
+pg_ticks_before=$(tree_ticks "$postmaster")
+mock_ticks_before=$(tree_ticks "$mock_pid")
 start=$(date +%s.%N)
 for i in $(seq "$instances"); do
   "$bin/pushd" run --config "$work/pushd$i.yml" 2>"$work/pushd$i.log" &
@@ -106,6 +119,8 @@ if [ -n "$tx_pid" ]; then
   wait "$tx_pid"
   while [ "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT count(*) FROM pushd.jobs WHERE app = 'bench'")" != 0 ]; do sleep 0.2; done
 fi
+pg_ticks=$(( $(tree_ticks "$postmaster") - pg_ticks_before ))
+mock_ticks=$(( $(tree_ticks "$mock_pid") - mock_ticks_before ))
 cpu_ticks=0; peak_kb=0; switches=0
 for pid in "${pushd_pids[@]}"; do
   read -r utime stime < <(awk '{print $14, $15}' "/proc/$pid/stat")
@@ -166,6 +181,8 @@ fi
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
 printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
   "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
+printf '  beside:  PostgreSQL %.1f and apns-mock %.1f CPU µs per notification during the drain\n' \
+  "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)"
 if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   # shellcheck disable=SC2086  # a command with its arguments
   peer=$($PUSHD_BENCH_PEER "$port" "$work/certs/ca.pem" "$work/key.p8" $kid BENCHTEAM1 com.example.bench 2>&1 | tail -1)
@@ -185,5 +202,6 @@ fi
 # Campaign and transactional notifications the mock accepted beyond one each (libcurl's
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
-printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s switches_per_1000=%.0f\n' \
-  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)"
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s switches_per_1000=%.0f pg_cpu_us=%.1f mock_cpu_us=%.1f\n' \
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)" \
+  "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)"
