@@ -132,12 +132,16 @@ for pid in "${pushd_pids[@]}"; do
 done
 # INSERT → accepted of the transactional jobs, from the first daemon's histogram (all of them
 # when one runs): the bucket bounds where half and 99 % of the jobs were reached.
-tx_p50=; tx_p99=
+tx_p50=; tx_p99=; tx_mean=
 if [ "$transactional" -gt 0 ]; then
-  buckets=""
+  buckets=""; sums=""
   for mport in "${metrics_ports[@]}"; do
-    buckets+=$(curl -s "http://127.0.0.1:$mport/metrics" | grep '^pushd_job_delivery_latency_seconds_bucket' || true)$'\n'
+    scrape=$(curl -s "http://127.0.0.1:$mport/metrics")
+    buckets+=$(grep '^pushd_job_delivery_latency_seconds_bucket' <<<"$scrape" || true)$'\n'
+    sums+=$(grep -E '^pushd_job_delivery_latency_seconds_(sum|count)' <<<"$scrape" || true)$'\n'
   done
+  # The mean from the histogram's sum and count: finer than the bucket bounds.
+  tx_mean=$(awk '/_sum/ { s += $NF } /_count/ { n += $NF } END { if (n > 0) printf "%.2f", s / n * 1000; else print "n/a" }' <<<"$sums")
   read -r tx_p50 tx_p99 < <(sed -n 's/.*le="\([^"]*\)".* \([0-9.e+]*\)$/\1 \2/p' <<<"$buckets" |
     awk '{ total[$1] += $2 } END { for (le in total) print le, total[le] }' | sort -g |
     awk '{ le[NR] = $1; n[NR] = $2 } END { all = n[NR]; p50 = "n/a"; p99 = "n/a"
@@ -189,7 +193,7 @@ if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   echo "peer ${peer#result }"
 fi
 if [ "$transactional" -gt 0 ]; then
-  printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms\n' "$transactional" "$tx_p50" "$tx_p99"
+  printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms, mean %s ms\n' "$transactional" "$tx_p50" "$tx_p99" "$tx_mean"
 fi
 if [ -n "$engine_line" ]; then
   echo "  engine:  $engine_line"
@@ -202,6 +206,6 @@ fi
 # Campaign and transactional notifications the mock accepted beyond one each (libcurl's
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
-printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s switches_per_1000=%.0f pg_cpu_us=%.1f mock_cpu_us=%.1f\n' \
-  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)" \
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s tx_mean_ms=%s switches_per_1000=%.0f pg_cpu_us=%.1f mock_cpu_us=%.1f\n' \
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "${tx_mean:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)" \
   "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)"
