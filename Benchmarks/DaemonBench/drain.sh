@@ -87,6 +87,19 @@ echo "pushd drain benchmark: $targets targets, payload ${#payload} bytes, $(npro
 "$bin/pushd" campaign start "$id" >/dev/null
 
 clock_ticks=$(getconf CLK_TCK)
+# CPU ticks of a process and of its children, live and exited (a PostgreSQL backend ends
+# with its connection): what the machine spends beside pushd per notification.
+tree_ticks() {
+  local pid=$1 total=0 child
+  total=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pid/stat")
+  for child in $(ps -o pid= --ppid "$pid"); do
+    total=$((total + $(awk '{print $14 + $15 + $16 + $17}' "/proc/$child/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+postmaster=$(head -1 "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SHOW data_directory")/postmaster.pid")
+pg_ticks_before=$(tree_ticks "$postmaster")
+mock_ticks_before=$(tree_ticks "$mock_pid")
 start=$(date +%s.%N)
 for i in $(seq "$instances"); do
   "$bin/pushd" run --config "$work/pushd$i.yml" 2>"$work/pushd$i.log" &
@@ -119,6 +132,8 @@ if [ -n "$tx_pid" ]; then
   wait "$tx_pid"
   while [ "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT count(*) FROM pushd.jobs WHERE app = 'bench'")" != 0 ]; do sleep 0.2; done
 fi
+pg_ticks=$(( $(tree_ticks "$postmaster") - pg_ticks_before ))
+mock_ticks=$(( $(tree_ticks "$mock_pid") - mock_ticks_before ))
 cpu_ticks=0; peak_kb=0; switches=0
 for pid in "${pushd_pids[@]}"; do
   read -r utime stime < <(awk '{print $14, $15}' "/proc/$pid/stat")
@@ -130,12 +145,16 @@ for pid in "${pushd_pids[@]}"; do
 done
 # INSERT → accepted of the transactional jobs, from the first daemon's histogram (all of them
 # when one runs): the bucket bounds where half and 99 % of the jobs were reached.
-tx_p50=; tx_p99=
+tx_p50=; tx_p99=; tx_mean=
 if [ "$transactional" -gt 0 ]; then
-  buckets=""
+  buckets=""; sums=""
   for mport in "${metrics_ports[@]}"; do
-    buckets+=$(curl -s "http://127.0.0.1:$mport/metrics" | grep '^pushd_job_delivery_latency_seconds_bucket' || true)$'\n'
+    scrape=$(curl -s "http://127.0.0.1:$mport/metrics")
+    buckets+=$(grep '^pushd_job_delivery_latency_seconds_bucket' <<<"$scrape" || true)$'\n'
+    sums+=$(grep -E '^pushd_job_delivery_latency_seconds_(sum|count)' <<<"$scrape" || true)$'\n'
   done
+  # The mean from the histogram's sum and count: finer than the bucket bounds.
+  tx_mean=$(awk '/_sum/ { s += $NF } /_count/ { n += $NF } END { if (n > 0) printf "%.2f", s / n * 1000; else print "n/a" }' <<<"$sums")
   read -r tx_p50 tx_p99 < <(sed -n 's/.*le="\([^"]*\)".* \([0-9.e+]*\)$/\1 \2/p' <<<"$buckets" |
     awk '{ total[$1] += $2 } END { for (le in total) print le, total[le] }' | sort -g |
     awk '{ le[NR] = $1; n[NR] = $2 } END { all = n[NR]; p50 = "n/a"; p99 = "n/a"
@@ -179,6 +198,8 @@ fi
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
 printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
   "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
+printf '  beside:  PostgreSQL %.1f and apns-mock %.1f CPU µs per notification during the drain\n' \
+  "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)"
 if [ "${PUSHD_BENCH_SMAPS:-0}" = 1 ] && [ -f "$work/smaps.peak" ]; then
   echo "  pushd memory at its highest sampled RSS ($((smaps_kb / 1024)) MB, sampled every 0.2 s):"
   python3 "$(dirname "$0")/smaps-breakdown.py" "$work/smaps.peak" pushd
@@ -193,7 +214,7 @@ if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   echo "peer ${peer#result }"
 fi
 if [ "$transactional" -gt 0 ]; then
-  printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms\n' "$transactional" "$tx_p50" "$tx_p99"
+  printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms, mean %s ms\n' "$transactional" "$tx_p50" "$tx_p99" "$tx_mean"
 fi
 if [ -n "$engine_line" ]; then
   echo "  engine:  $engine_line"
@@ -206,5 +227,6 @@ fi
 # Campaign and transactional notifications the mock accepted beyond one each (libcurl's
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
-printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s switches_per_1000=%.0f\n' \
-  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)"
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s tx_mean_ms=%s switches_per_1000=%.0f pg_cpu_us=%.1f mock_cpu_us=%.1f\n' \
+  "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "${tx_mean:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)" \
+  "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)"

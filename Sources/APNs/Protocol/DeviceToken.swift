@@ -13,6 +13,13 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible, Comparab
     public init(_ text: String) throws(DeviceTokenError) {
         let utf8 = text.utf8
         guard !utf8.isEmpty else { throw .empty }
+        // Tokens come lowercase from the queue (a campaign's chunk holds thousands): such a
+        // token is its own text, with no copy.
+        if (DeviceToken.minimumHexLength...DeviceToken.maximumHexLength).contains(utf8.count), utf8.count % 2 == 0,
+           utf8.allSatisfy({ ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) || ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "f")) }) {
+            hex = text
+            return
+        }
         var lowered = [UInt8]()
         lowered.reserveCapacity(utf8.count)
         var offset = 0

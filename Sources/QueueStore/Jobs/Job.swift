@@ -27,6 +27,9 @@ public struct Job: Sendable, Hashable {
     /// When pushd first sent it; nil until then. Retry windows and the outage budget count
     /// from here, not from `createdAt`: a job scheduled for later has not started waiting.
     public var firstAttemptAt: Date?
+    /// The environment its token was registered with in `pushd.device_tokens`, read with the
+    /// claim for a job that names no environment of its own; nil otherwise. Not a column.
+    public var registeredEnvironment: String?
 
     public init(id: Int64, app: String, deviceToken: String, payload: String, pushType: String = "alert",
                 priority: Int = 10, expiration: Date? = nil, collapseID: String? = nil, apnsID: UUID? = nil,

@@ -25,7 +25,9 @@ public struct JobQueue: Sendable {
         """
 
     // One index range per priority and app, highest priority first, each stopping at the
-    // first future run_at; jobs of apps not in $2 are never read. The branches are CTEs
+    // first future run_at; jobs of apps not in $2 are never read. The last column is where a
+    // job that names no environment goes, its token's registered one: read here rather than
+    // in a second round trip before the batch can be sent. The branches are CTEs
     // because FOR UPDATE cannot sit under UNION; CTE scans and the nested loops over the
     // apps run on demand, so once the outer LIMIT is met nothing more is read or locked.
     static let claimSQL = """
@@ -37,10 +39,13 @@ public struct JobQueue: Sendable {
                          ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
              p1 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
                          SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 1 AND run_at <= now()
-                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j)
-        DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
-            SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
-        RETURNING \(columns)
+                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
+             claimed AS (DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
+                 SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
+                 RETURNING \(columns))
+        SELECT claimed.*, (SELECT d.environment FROM pushd.device_tokens d
+                           WHERE claimed.environment IS NULL AND d.app = claimed.app AND d.token = lower(claimed.device_token))
+        FROM claimed
         """
 
     static let retrySQL = """
@@ -82,7 +87,11 @@ public struct JobQueue: Sendable {
             }
             var jobs = [Job]()
             jobs.reserveCapacity(result.rowCount)
-            for row in result.rows { jobs.append(try Self.decode(row)) }
+            for row in result.rows {
+                var job = try Self.decode(row)
+                job.registeredEnvironment = try row.get(17)
+                jobs.append(job)
+            }
             return ClaimedJobs(jobs: jobs)
         } catch {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }

@@ -107,23 +107,6 @@ public struct TokenStore: Sendable {
         return outcome
     }
 
-    static let environmentsSQL = """
-        SELECT DISTINCT ON (d.app, d.token) d.app, d.token, d.environment
-        FROM pushd.device_tokens d
-        JOIN unnest($1::text[], $2::text[]) AS t(app, token) ON d.app = t.app AND d.token = lower(t.token)
-        """
-
-    /// The registered environment of each (app, token) that has one, keyed by app and the
-    /// lower-case token: where a job that names no environment of its own is sent.
-    public func environments(_ connection: PGConnection, of targets: [(app: String, token: String)]) throws -> [TokenKey: String] {
-        guard !targets.isEmpty else { return [:] }
-        var found = [TokenKey: String]()
-        for row in try connection.query(connection.prepared(Self.environmentsSQL), [targets.map(\.app), targets.map(\.token)]).rows {
-            found[TokenKey(app: try row.require(0), token: try row.require(1))] = try row.require(2)
-        }
-        return found
-    }
-
     public func token(_ connection: PGConnection, app: String, token: String) throws -> RegisteredToken? {
         let result = try connection.query("""
             SELECT app, token, environment, user_id, created_at, updated_at, invalidated_at, invalid_reason
@@ -174,17 +157,6 @@ public struct TokenStore: Sendable {
             """, [app]).rows.map { row in
             PruneReasonCount(app: try row.require(0), reason: try row.require(1), tokens: try row.require(2))
         }
-    }
-}
-
-/// An app and one of its tokens in lower case.
-public struct TokenKey: Sendable, Hashable {
-    public var app: String
-    public var token: String
-
-    public init(app: String, token: String) {
-        self.app = app
-        self.token = token.lowercased()
     }
 }
 

@@ -61,7 +61,8 @@ final class OperatorLog: Sendable {
         let line: (message: String, fields: [(String, LogValue)], down: Bool)? = state.withLock { state in
             if case .transportFailure = outcome { state.connectionErrors += 1 }
             guard let failure else {
-                guard let trouble = state.trouble.removeValue(forKey: key), trouble.reported else { return nil }
+                // The common case, every answer of a working APNs: nothing to clear, no key to hash.
+                guard !state.trouble.isEmpty, let trouble = state.trouble.removeValue(forKey: key), trouble.reported else { return nil }
                 let seconds = Int(Date().timeIntervalSince(trouble.since))
                 return ("APNs takes notifications of app \(app) on the \(lane) lane again after \(seconds) s",
                         [("app", .string(app)), ("lane", .string(lane)), ("seconds", .int(Int64(seconds))),

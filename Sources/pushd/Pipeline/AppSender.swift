@@ -25,11 +25,18 @@ final class AppSender: @unchecked Sendable {
     private let makeClient: @Sendable (PushdConfig.Environment, Lane) throws -> APNsClient?
     private let pausedGauge: Gauge
     private let metrics: PushdMetrics
-    private let sentCounters: [String: Counter]
+    private let sentCounters: [SentKey: Counter]
     private let acceptedResponses: [PushdConfig.Environment: Counter]
     private let latency: [PushdConfig.Environment: Histogram]
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
+
+    /// Enums only: counting a sent notification hashes three small values and builds no string.
+    private struct SentKey: Hashable, Sendable {
+        var environment: PushdConfig.Environment
+        var pushType: PushType
+        var lane: Lane
+    }
 
     private struct ClientKey: Hashable, Sendable {
         var environment: PushdConfig.Environment
@@ -61,11 +68,11 @@ final class AppSender: @unchecked Sendable {
         } else {
             tokenKey = nil
         }
-        var counters = [String: Counter]()
+        var counters = [SentKey: Counter]()
         for environment in PushdConfig.Environment.allCases {
             for type in PushType.allCases {
                 for lane in Lane.allCases {
-                    counters[environment.rawValue + "/" + type.rawValue + "/" + lane.rawValue] = metrics.sent(
+                    counters[SentKey(environment: environment, pushType: type, lane: lane)] = metrics.sent(
                         app: app.name, environment: environment.rawValue, pushType: type.rawValue, lane: lane.rawValue)
                 }
             }
@@ -158,7 +165,8 @@ final class AppSender: @unchecked Sendable {
     }
 
     func countSent(pushType: String, lane: Lane, environment: PushdConfig.Environment) {
-        sentCounters[environment.rawValue + "/" + pushType + "/" + lane.rawValue]?.increment()
+        guard let type = PushType(rawValue: pushType) else { return }
+        sentCounters[SentKey(environment: environment, pushType: type, lane: lane)]?.increment()
     }
 
     func countResponse(status: Int?, reason: String, environment: PushdConfig.Environment) {

@@ -105,10 +105,6 @@ final class JobWorker: @unchecked Sendable {
         var outcomes = JobOutcomes()
         var prunes = [TokenPrune]()
         var inFlight = [Int: InFlight]()
-        // A job without an environment of its own goes where its token was registered.
-        let unrouted = batch.jobs.filter { $0.environment == nil }.map { (app: $0.app, token: $0.deviceToken) }
-        let registered = try TokenStore().environments(connection, of: unrouted)
-
         for (position, job) in batch.jobs.enumerated() {
             // The claim returns only configured apps; should one slip through, it stays
             // queued for an instance that knows it rather than being given up.
@@ -137,8 +133,8 @@ final class JobWorker: @unchecked Sendable {
                 dead(job, status: nil, reason: error.reason, label: error.label, into: &outcomes, sender: sender)
                 continue
             }
-            let environment = sender.environment(job: job.environment,
-                                                 registered: registered[TokenKey(app: job.app, token: job.deviceToken)])
+            // A job without an environment of its own goes where its token was registered.
+            let environment = sender.environment(job: job.environment, registered: job.registeredEnvironment)
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .transactional)

@@ -25,7 +25,8 @@ final class TokenThrottle: Sendable {
     /// When `token` may be sent to again, or nil when it may be now.
     func heldUntil(_ token: String, now: Date = Date()) -> Date? {
         until.withLock { table in
-            guard let time = table[token] else { return nil }
+            // Almost always nothing is throttled: no need to hash the token for that.
+            guard !table.isEmpty, let time = table[token] else { return nil }
             if time <= now {
                 table[token] = nil
                 return nil
