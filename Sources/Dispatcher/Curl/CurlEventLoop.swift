@@ -47,7 +47,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// are reconnects.
     private var connectionsEverOpened = 0
     private var connectionsExpected: Int
-    private var random = SystemRandomNumberGenerator()
+    // SystemRandom, not SystemRandomNumberGenerator: see Sources/APNs/Retry/SystemRandom.swift.
+    private var random = SystemRandom()
     private var slotsToRelease = 0
     /// Set when a completion batch held requests a dropped connection left unanswered; one
     /// lost connection fails many streams at once and is reported once.
