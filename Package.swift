@@ -37,11 +37,12 @@ let package = Package(
         .target(name: "QueueStore", dependencies: ["CLibPQ"]),
         .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"]),
         .target(name: "CEpoll"),
+        .target(name: "CSignal"),
         .target(name: "Polling", dependencies: ["CEpoll", "Locking"]),
         .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "Locking"]),
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
-        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix"]),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"]),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 

@@ -14,13 +14,19 @@ extension Double {
         let length = withVaList([value]) { arguments in
             buffer.withUnsafeMutableBufferPointer { vsnprintf($0.baseAddress, $0.count, format, arguments) }
         }
-        guard length >= buffer.count else { return String(cString: buffer) }
+        guard length >= buffer.count else { return text(buffer) }
         // Beyond 63 characters only for values near Double's range: print it in full.
         buffer = [CChar](repeating: 0, count: Int(length) + 1)
         _ = withVaList([value]) { arguments in
             buffer.withUnsafeMutableBufferPointer { vsnprintf($0.baseAddress, $0.count, format, arguments) }
         }
-        return String(cString: buffer)
+        return text(buffer)
+    }
+
+    /// The characters before the terminating zero.
+    private static func text(_ buffer: [CChar]) -> String {
+        let end = buffer.firstIndex(of: 0) ?? buffer.endIndex
+        return String(decoding: buffer[..<end].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

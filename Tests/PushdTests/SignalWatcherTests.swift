@@ -21,3 +21,38 @@ import Testing
         #expect(SignalWatcher.name(SIGUSR2) == "SIGUSR2")
     }
 }
+
+@Suite(.serialized) struct SignalWatcherStartupTests {
+    /// The first `count` signals the watcher delivers, or fewer if they do not come within 3 s.
+    private func delivered(_ count: Int, by watcher: SignalWatcher) async -> [Int32] {
+        let received = Task { () -> [Int32] in
+            var iterator = watcher.signals.makeAsyncIterator()
+            var seen: [Int32] = []
+            while seen.count < count, let number = await iterator.next() { seen.append(number) }
+            return seen
+        }
+        let timeout = Task {
+            try await Task.sleep(for: .seconds(3))
+            received.cancel()
+        }
+        defer { timeout.cancel() }
+        return await received.value
+    }
+
+    /// `pushd run` may be told to stop while it starts: a SIGTERM sent the moment the watcher
+    /// exists must be seen, not dropped while a handler is still being armed elsewhere.
+    @Test func aSignalSentTheMomentTheWatcherExistsIsDelivered() async throws {
+        let watcher = SignalWatcher([SIGUSR1])
+        defer { watcher.cancel() }
+        kill(getpid(), SIGUSR1)
+        #expect(await delivered(1, by: watcher) == [SIGUSR1], "the signal sent right after the watcher was made was lost")
+    }
+
+    @Test func eachWatchedSignalIsDeliveredOnce() async throws {
+        let watcher = SignalWatcher([SIGUSR1, SIGWINCH])
+        defer { watcher.cancel() }
+        kill(getpid(), SIGUSR1)
+        kill(getpid(), SIGWINCH)
+        #expect(await delivered(3, by: watcher).sorted() == [SIGUSR1, SIGWINCH].sorted())
+    }
+}
