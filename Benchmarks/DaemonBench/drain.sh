@@ -14,6 +14,7 @@
 #   PUSHD_BENCH_MAX_CONNECTIONS apns.max_connections_per_app of the daemons (default: pushd's);
 #                               2 holds the connection count still when comparing memory on a
 #                               busy machine, where slow answers make pushd open more
+#   PUSHD_BENCH_COALESCE_MS     campaigns.answer_coalescing_ms of every daemon (default: pushd's)
 #   PUSHD_BENCH_SMAPS           1 keeps /proc/PID/smaps of the first daemon at its highest RSS
 #                               during the drain and prints where that memory is
 #                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
@@ -65,6 +66,8 @@ apns:
   ca_file: $work/certs/ca.pem
   streams_per_connection: ${PUSHD_BENCH_STREAMS:-500}
 ${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
+${PUSHD_BENCH_COALESCE_MS:+campaigns:
+  answer_coalescing_ms: $PUSHD_BENCH_COALESCE_MS}
 apps:
   - name: bench
     bundle_id: com.example.bench

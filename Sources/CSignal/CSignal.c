@@ -2,6 +2,7 @@
 #include "CSignal.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +41,13 @@ int pushd_signal_watch(int signo, int write_fd) {
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
     return sigaction(signo, &action, NULL) == 0 ? 0 : errno;
+}
+
+int pushd_signal_unblock(int signo) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signo);
+    return pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
 int pushd_signal_default(int signo) {

@@ -56,7 +56,7 @@ import Testing
             #expect(harness.mock.stats.channelsLive == 0)
 
             kill(process.processIdentifier, SIGTERM)
-            #expect(DaemonProcessTests.waitForExit(process, seconds: 15))
+            #expect(DaemonProcessTests.waitForExit(process, seconds: 15), "\(logText())")
             #expect(process.terminationStatus == 0, "\(logText())")
         }
     }

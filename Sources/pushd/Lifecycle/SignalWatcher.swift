@@ -28,6 +28,9 @@ final class SignalWatcher: @unchecked Sendable {
         let readFD = readEnd
         writeFD = writeEnd
         PosixThread.detach(name: "pushd-signals") {
+            // A process started with these signals blocked in every thread (the parent's mask
+            // is inherited) would never run the handler: this thread takes them.
+            for number in numbers { _ = pushd_signal_unblock(number) }
             var number: UInt8 = 0
             while true {
                 let count = read(readFD, &number, 1)
@@ -45,6 +48,7 @@ final class SignalWatcher: @unchecked Sendable {
         for number in numbers {
             let result = pushd_signal_watch(number, writeFD)
             precondition(result == 0, "cannot watch \(Self.name(number)): sigaction: \(String(cString: strerror(result)))")
+            _ = pushd_signal_unblock(number)
         }
     }
 
