@@ -26,8 +26,8 @@ build() {
 apns_sources=$(find Sources/APNs -name '*.swift' | sort)
 queue_sources=$(find Sources/QueueStore -name '*.swift' | sort)
 
-# APNs imports the Locking module, and the configuration imports the APNs and QueueStore
-# modules: build them once as modules of their own (instrumented too).
+# APNs imports the Locking module, and the configuration imports the APNs, QueueStore and
+# Posix modules: build them once as modules of their own (instrumented too).
 library() {
   local name=$1; shift
   echo "fuzz: building module $name" >&2
@@ -46,8 +46,9 @@ config_modules() {
   library APNs $apns_sources -I Sources/COpenSSL "${locking_flags[@]}"
   # shellcheck disable=SC2086
   library QueueStore $queue_sources -I Sources/CLibPQ $(pkg-config --cflags-only-I libpq | sed 's/-I/-Xcc -I/g')
+  library Posix Sources/Posix/*.swift
 }
-config_flags=(-I "$out/modules" -I Sources/COpenSSL -I Sources/CLibPQ -L "$out" -lAPNs -lQueueStore -lLocking -lssl -lcrypto -lpq)
+config_flags=(-I "$out/modules" -I Sources/COpenSSL -I Sources/CLibPQ -L "$out" -lAPNs -lQueueStore -lPosix -lLocking -lssl -lcrypto -lpq)
 
 for target in "${targets[@]}"; do
   case $target in
@@ -64,7 +65,7 @@ for target in "${targets[@]}"; do
       config_modules
       # The parser suggests close option names with the configuration reader's edit distance.
       build "$target" Fuzz/Targets/CommandLineFuzz.swift Sources/pushd/CLI/ArgumentParser.swift Sources/pushd/CLI/Commands.swift \
-        Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml "${config_flags[@]}" ;;
+        Sources/pushd/CLI/TextLayout.swift Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml "${config_flags[@]}" ;;
     campaign-line)
       build "$target" Fuzz/Targets/CampaignLineFuzz.swift Sources/QueueStore/Campaigns/TargetImport.swift Sources/QueueStore/Jobs/Job.swift ;;
     *) echo "fuzz: unknown target '$target' (known: json-payload apns-error-body yaml-config command-line campaign-line)" >&2; exit 2 ;;
