@@ -18,11 +18,30 @@ public enum PosixThread {
         }
     }
 
+    /// A thread that could not be made: the call and the system's reason.
+    public struct StartFailure: Error, CustomStringConvertible {
+        public var name: String
+        public var code: Int32
+        public var description: String {
+            "cannot start thread \(name): pthread_create: \(String(cString: strerror(code)))"
+        }
+    }
+
     /// Runs `work` on a new detached thread named `name` (as `top -H` and /proc show it;
     /// the kernel keeps 15 bytes). A thread that cannot be made (the process is out of
     /// threads or memory) stops the process with the reason: every caller starts a worker
     /// the daemon cannot run without.
     public static func detach(name: String, _ work: @escaping @Sendable () -> Void) {
+        do {
+            try start(name: name, work)
+        } catch {
+            preconditionFailure(error.description)
+        }
+    }
+
+    /// `detach` for a caller that can report the failure itself, such as start-up code that
+    /// should end with a clear line rather than a trap.
+    public static func start(name: String, _ work: @escaping @Sendable () -> Void) throws(StartFailure) {
         let body = Unmanaged.passRetained(Body(name: name, work: work)).toOpaque()
         var thread = pthread_t()
         let result = pthread_create(&thread, nil, { raw in
@@ -31,13 +50,9 @@ public enum PosixThread {
         }, body)
         if result != 0 {
             Unmanaged<Body>.fromOpaque(body).release()
-            failedToStart(name, result)
+            throw StartFailure(name: name, code: result)
         }
         pthread_detach(thread)
-    }
-
-    private static func failedToStart(_ name: String, _ code: Int32) -> Never {
-        preconditionFailure("cannot start thread \(name): pthread_create: \(String(cString: strerror(code)))")
     }
 
     /// pthread_setname_np is hidden behind _GNU_SOURCE from Swift; the kernel takes the same

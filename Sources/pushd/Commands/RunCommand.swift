@@ -41,7 +41,15 @@ enum RunCommand {
         let server = try MetricsServer(registry: metrics.registry,
                                        configuration: MetricsServerConfiguration(host: listen.host, port: listen.port))
         server.setReady(false, detail: "starting: connecting to the database")
-        let signals = SignalWatcher([SIGTERM, SIGINT, SIGHUP])
+        let signals: SignalWatcher
+        do {
+            signals = try SignalWatcher([SIGTERM, SIGINT, SIGHUP])
+        } catch {
+            // Without its signals pushd could neither drain on SIGTERM nor reopen its log:
+            // refuse to start, with the failing call on standard error as other start-up errors.
+            server.stop()
+            throw error
+        }
         let instance = "\(Self.hostName())/\(getpid())"
         logger.info("pushd \(VersionCommand.pushdVersion) starting", ("instance", .string(instance)),
                     ("metrics", .string("\(server.host):\(server.port)")), ("apps", .int(Int64(config.apps.count))))

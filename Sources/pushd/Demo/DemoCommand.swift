@@ -30,7 +30,7 @@ enum DemoCommand {
             options.targets = value
         }
         let interrupted = RunState()
-        let signals = SignalWatcher([SIGINT, SIGTERM])
+        let signals = try SignalWatcher([SIGINT, SIGTERM])
         let watcher = Task.detached {
             for await _ in signals.signals { interrupted.stops.wrappingAdd(1, ordering: .relaxed) }
         }

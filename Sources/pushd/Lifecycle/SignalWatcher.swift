@@ -18,36 +18,56 @@ final class SignalWatcher: @unchecked Sendable {
     private let writeFD: Int32
     private let cancelled = Atomic<Bool>(false)
 
-    init(_ numbers: [Int32]) {
+    /// Why signals cannot be watched: the call that failed and the system's reason. Start-up
+    /// ends on it with one line instead of a trap.
+    struct Failure: Error, CustomStringConvertible {
+        var call: String
+        var code: Int32
+        var description: String { "cannot watch signals: \(call) failed: \(String(cString: strerror(code)))" }
+    }
+
+    init(_ numbers: [Int32]) throws {
         let (stream, continuation) = AsyncStream<Int32>.makeStream(bufferingPolicy: .unbounded)
         signals = stream
         watched = numbers
         var readEnd: Int32 = -1, writeEnd: Int32 = -1
         let opened = pushd_signal_pipe(&readEnd, &writeEnd)
-        precondition(opened == 0, "cannot watch signals: pipe2: \(String(cString: strerror(opened)))")
+        guard opened == 0 else { throw Failure(call: "pipe2", code: opened) }
         let readFD = readEnd
         writeFD = writeEnd
-        PosixThread.detach(name: "pushd-signals") {
-            // A process started with these signals blocked in every thread (the parent's mask
-            // is inherited) would never run the handler: this thread takes them.
-            for number in numbers { _ = pushd_signal_unblock(number) }
-            var number: UInt8 = 0
-            while true {
-                let count = read(readFD, &number, 1)
-                if count == 1 {
-                    continuation.yield(Int32(number))
-                } else if count < 0 && errno == EINTR {
-                    continue
-                } else {
-                    break  // the write end closed: cancelled
+        do {
+            try PosixThread.start(name: "pushd-signals") {
+                // A process started with these signals blocked in every thread (the parent's mask
+                // is inherited) would never run the handler: this thread takes them.
+                for number in numbers { _ = pushd_signal_unblock(number) }
+                var number: UInt8 = 0
+                while true {
+                    let count = read(readFD, &number, 1)
+                    if count == 1 {
+                        continuation.yield(Int32(number))
+                    } else if count < 0 && errno == EINTR {
+                        continue
+                    } else {
+                        break  // the write end closed: cancelled
+                    }
                 }
+                close(readFD)
+                continuation.finish()
             }
+        } catch {
             close(readFD)
-            continuation.finish()
+            close(writeEnd)
+            throw Failure(call: "pthread_create (thread pushd-signals)", code: error.code)
         }
-        for number in numbers {
+        for (index, number) in numbers.enumerated() {
             let result = pushd_signal_watch(number, writeFD)
-            precondition(result == 0, "cannot watch \(Self.name(number)): sigaction: \(String(cString: strerror(result)))")
+            guard result == 0 else {
+                // Leave nothing half-installed: the handlers set so far go back to their defaults,
+                // and closing the write end ends the reading thread.
+                for installed in numbers[..<index] { _ = pushd_signal_default(installed) }
+                close(writeEnd)
+                throw Failure(call: "sigaction(\(Self.name(number)))", code: result)
+            }
             _ = pushd_signal_unblock(number)
         }
     }
