@@ -42,3 +42,39 @@ import Testing
         }
     }
 }
+
+/// A cancelled campaign sends nothing more; what it had parked for a retry goes, visibly.
+@Suite(.serialized) struct CancelledCampaignParkingTests {
+    @Test func targetsParkedWhenTheirCampaignIsCancelledAreDroppedAndCountedAsCancelled() throws {
+        try IsolatedDatabase.with { database in
+            // Every answer is a 500: each target is retried, parked seconds away.
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(internalServerErrorRate: 1.0))
+            let connection = try database.connect()
+            var config = harness.config()
+            config.retry.baseDelayMilliseconds = 20_000
+            config.retry.maxDelayMilliseconds = 30_000
+            let targets = 20
+            let id = try CampaignLaneTests.campaign(connection, count: targets)
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let parkedSQL = "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id)"
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, parkedSQL) == targets },
+                    "the campaign's targets were not parked for their retry")
+
+            let store = CampaignStore()
+            #expect(try store.cancel(connection, id: id) == .cancelled)
+            // Claims take only running campaigns' targets: without the sweep these rows stay for good.
+            let dropped = try DaemonHarness.wait(seconds: 15) { try DaemonHarness.count(connection, parkedSQL) == 0 }
+            let left = try DaemonHarness.count(connection, parkedSQL)
+            #expect(dropped, "\(left) targets of the cancelled campaign are still parked")
+            let line = "pushd_campaign_targets_processed_total{app=\"shop\",status=\"cancelled\"} \(targets)"
+            #expect(DaemonHarness.wait(seconds: 5) { pipeline.context.metrics.registry.expositionText().contains(line) },
+                    "\(pipeline.context.metrics.registry.expositionText().split(separator: "\n").filter { $0.contains("campaign_targets_processed") })")
+            // The campaign's counters leave them unsent, as every other target a cancel stopped.
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.status == .cancelled)
+            #expect(campaign.sent == 0 && campaign.failed == 0 && campaign.remaining == targets)
+        }
+    }
+}

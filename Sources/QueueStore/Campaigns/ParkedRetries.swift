@@ -191,6 +191,43 @@ extension CampaignStore {
         return try closeFinishedCampaigns(connection)
     }
 
+    /// Targets of cancelled campaigns still parked for a retry, dropped by one sweep: how many,
+    /// per campaign.
+    public struct DroppedParked: Sendable, Hashable {
+        public var campaignID: Int64
+        public var app: String
+        public var count: Int
+    }
+
+    /// Parked targets of cancelled campaigns are never claimed again (only running campaigns'
+    /// are), so they would stay in the table for good and sit at the head of its due index in
+    /// every claim's way. A cancelled campaign sends nothing more: they are deleted. Rows a
+    /// claim holds at this moment are skipped; that claim parks what still waits and a later
+    /// sweep takes it.
+    static let dropCancelledParkedSQL = """
+        WITH doomed AS (
+            SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r
+            JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'cancelled' AND k.app = ANY ($1::text[])
+            LIMIT $2 FOR UPDATE OF r SKIP LOCKED
+        ), gone AS (
+            DELETE FROM pushd.campaign_retries r USING doomed
+            WHERE r.campaign_id = doomed.campaign_id AND r.chunk = doomed.chunk AND r.position = doomed.position
+            RETURNING r.campaign_id
+        )
+        SELECT g.campaign_id, k.app, count(*)::bigint FROM gone g JOIN pushd.campaigns k ON k.id = g.campaign_id
+        GROUP BY g.campaign_id, k.app ORDER BY g.campaign_id
+        """
+
+    /// Deletes up to `limit` parked targets of cancelled campaigns of `apps`; returns what it
+    /// dropped per campaign (nothing, in the usual case).
+    public func dropCancelledParked(_ connection: PGConnection, apps: [String], limit: Int = 10_000) throws -> [DroppedParked] {
+        guard !apps.isEmpty else { return [] }
+        guard limit > 0 else { throw QueueError("drop limit must be positive, got \(limit)") }
+        return try connection.query(connection.prepared(Self.dropCancelledParkedSQL), [apps, limit]).rows.map { row in
+            DroppedParked(campaignID: try row.require(0), app: try row.require(1), count: try row.require(2))
+        }
+    }
+
     /// Marks done every running campaign whose chunks are finished and of which nothing is
     /// parked; returns their ids. The finish of a last chunk and the settling of a last
     /// parked batch can each miss the other's uncommitted work, so workers also run this

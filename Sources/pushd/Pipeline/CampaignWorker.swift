@@ -63,6 +63,7 @@ final class CampaignWorker: @unchecked Sendable {
     private func run() {
         var failures = 0
         var nextParkedCheck = 0.0
+        var nextCancelledSweep = 0.0
         var dueButNotLeased = 0
         while !(context.isStopping && runs.isEmpty) {
             context.operatorLog.tick()
@@ -81,6 +82,10 @@ final class CampaignWorker: @unchecked Sendable {
                         continue
                     }
                     nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval
+                }
+                if !context.isStopping, now >= nextCancelledSweep {
+                    try dropCancelledParked(on: connection!)
+                    nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
                     if let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds) {
@@ -137,6 +142,8 @@ final class CampaignWorker: @unchecked Sendable {
     static let maxRuns = 16
     /// Seconds before a worker with chunks in flight tries to lease again after finding none.
     static let leaseRetryInterval = 0.2
+    /// Seconds between sweeps for targets of cancelled campaigns still parked for a retry.
+    static let cancelledSweepInterval = 5.0
 
     /// The chunks being sent, oldest first.
     private var runs: [ChunkRun] = []
@@ -588,6 +595,19 @@ final class CampaignWorker: @unchecked Sendable {
         for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
         countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned),
                        app: batch.app)
+    }
+
+    /// Targets parked for a retry when their campaign was cancelled will never be sent: they are
+    /// dropped, counted as `cancelled` in `pushd_campaign_targets_processed_total`, and each
+    /// campaign's share is told in one line. The campaign's own counters leave them in
+    /// `remaining`, as every other target a cancel left unsent.
+    private func dropCancelledParked(on connection: PGConnection) throws {
+        for dropped in try store.dropCancelledParked(connection, apps: context.senders.keys.sorted()) {
+            context.metrics.campaignTargets(app: dropped.app, status: "cancelled").increment(by: UInt64(dropped.count))
+            context.logger.notice("campaign \(dropped.campaignID) is cancelled: dropped \(dropped.count) of its targets that were parked for a retry; they will not be sent",
+                                  ("event", "campaign_parked_dropped"), ("campaign", .int(dropped.campaignID)),
+                                  ("app", .string(dropped.app)), ("targets", .int(Int64(dropped.count))))
+        }
     }
 
     /// One line when a campaign starts, pauses, is cancelled or finishes, with its counts.
