@@ -71,3 +71,69 @@ import Testing
         }
     }
 }
+
+/// `pushd status` shows each app's broadcast channels and broadcast jobs, and what blocks them.
+@Suite struct StatusBroadcastTests {
+    static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#
+
+    @Test func channelsAndBroadcastJobsPerAppAreShownAndWhatWaitsTooLongDegrades() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            // A live instance serves shop; news is served by none.
+            _ = try InstanceStore().heartbeat(connection, InstanceRegistration(host: "web1", pid: 7, version: "1.0.0", libcurlVersion: "8.14.1",
+                                                                               apps: ["shop"], startedAt: Date()), paused: [:])
+            try connection.query("""
+                INSERT INTO pushd.channels (app, channel_id, state, outcome, attempts, run_at) VALUES
+                    ('shop', 'AAAAAQ==', 'active', 'created', 1, now()),
+                    ('shop', 'AAAAAg==', 'active', 'created', 1, now()),
+                    ('shop', NULL, 'failed', '400 BadRequest', 1, now()),
+                    ('shop', 'AAAAAw==', 'pending_delete', '503 ServiceUnavailable', 2, now() + interval '30 seconds'),
+                    ('shop', NULL, 'pending_create', NULL, 0, now() - interval '2 minutes'),
+                    ('news', NULL, 'pending_create', NULL, 0, now())
+                """)
+            for _ in 0..<3 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'AAAAAQ==', $1)", [Self.update])
+            }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, run_at) VALUES ('shop', 'AAAAAQ==', $1, now() + interval '1 hour')",
+                                 [Self.update])
+            // One waits for a retry after a 500, due since two minutes ago; another was given up on.
+            try connection.query("""
+                UPDATE pushd.broadcast_jobs SET run_at = now() - interval '2 minutes', attempts = 1, last_error = '500 InternalServerError'
+                WHERE id = (SELECT min(id) FROM pushd.broadcast_jobs)
+                """)
+            let doomed = try connection.query("SELECT max(id) FROM pushd.broadcast_jobs WHERE run_at <= now()").require(Int64.self, row: 0, column: 0)
+            try BroadcastQueue().dead(connection, id: doomed, status: 400, reason: "BadRequest")
+
+            let run = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            let text = run.output.text
+            #expect(run.exitCode == 1, "\(text)")
+            #expect(text.contains("\nBroadcast channels and jobs\n"), "\(text)")
+            let rows = text.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
+            // APP ACTIVE CREATING DELETING FAILED JOBS DUE SCHEDULED RETRYING OLDEST DEAD 1H SERVED
+            let shop = rows.first { $0.first == "shop" && $0.last == "yes" && $0.count == 11 }
+            #expect(shop.map { Array($0[0...7]) + [$0[9]] } == ["shop", "2", "1", "1", "1", "2", "1", "1", "1"], "\(text)")
+            let news = rows.first { $0.first == "news" && $0.last == "NO" && $0.count == 11 }
+            #expect(news.map { Array($0[1...5]) } == ["0", "1", "0", "0", "0"], "\(text)")
+            #expect(text.contains("problem: broadcast jobs of app shop have been due for 2m") && text.contains("(last error: 500 InternalServerError)"), "\(text)")
+            #expect(text.contains("problem: channel requests of app shop have been due for 2m"), "\(text)")
+            #expect(text.contains("problem: 1 channel request(s) of app news, which no live instance serves, are waiting"), "\(text)")
+            #expect(text.contains("note: 1 channel request(s) of app shop wait for a retry (last outcome: 503 ServiceUnavailable)"), "\(text)")
+            #expect(text.contains("note: 1 channel request(s) of app shop failed for good"), "\(text)")
+
+            let json = try CommandRun(["status", "--json", "--database-url", database.url], StatusCommand.run)
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.output.text.utf8)) as? [String: Any])
+            let broadcast = document["broadcast"] as? [[String: Any]] ?? []
+            let entry = try #require(broadcast.first { $0["app"] as? String == "shop" }, "\(json.output.text)")
+            let channels = entry["channels"] as? [String: Any] ?? [:]
+            let jobs = entry["jobs"] as? [String: Any] ?? [:]
+            #expect(entry["served"] as? Bool == true)
+            #expect(channels["active"] as? Int == 2 && channels["pending_create"] as? Int == 1 && channels["pending_delete"] as? Int == 1)
+            #expect(channels["failed"] as? Int == 1 && channels["retrying"] as? Int == 1)
+            #expect(channels["last_outcome"] as? String == "503 ServiceUnavailable")
+            #expect(jobs["due"] as? Int == 2 && jobs["scheduled"] as? Int == 1 && jobs["retrying"] as? Int == 1)
+            #expect(jobs["dead_last_hour"] as? Int == 1 && jobs["last_error"] as? String == "500 InternalServerError")
+            #expect((jobs["oldest_due_seconds"] as? Double ?? 0) >= 120)
+        }
+    }
+}

@@ -29,18 +29,22 @@ public struct DeadLetterCount: Sendable, Hashable {
 }
 
 /// What `pushd status` shows, read from the database: the instances, the queue by app
-/// and lane, the campaigns not over, and the dead letters of the last hour.
+/// and lane, the campaigns not over, the dead letters of the last hour, and each app's
+/// broadcast channels and broadcast jobs.
 public struct FleetSnapshot: Sendable {
     public var instances: [InstanceRecord]
     public var lanes: [LaneDepth]
     public var campaigns: [ActiveCampaign]
     public var deadLettersLastHour: [DeadLetterCount]
+    public var broadcast: [BroadcastAppStatus]
 
-    public init(instances: [InstanceRecord], lanes: [LaneDepth], campaigns: [ActiveCampaign], deadLettersLastHour: [DeadLetterCount]) {
+    public init(instances: [InstanceRecord], lanes: [LaneDepth], campaigns: [ActiveCampaign], deadLettersLastHour: [DeadLetterCount],
+                broadcast: [BroadcastAppStatus] = []) {
         self.instances = instances
         self.lanes = lanes
         self.campaigns = campaigns
         self.deadLettersLastHour = deadLettersLastHour
+        self.broadcast = broadcast
     }
 
     static let campaignsSQL = """
@@ -73,8 +77,10 @@ public struct FleetSnapshot: Sendable {
             let dead = try connection.query(deadLettersSQL).rows.map { row in
                 DeadLetterCount(app: try row.require(0), reason: try row.require(1), count: try row.require(2))
             }
+            let broadcast = try BroadcastAppStatus.read(connection)
             try connection.query("COMMIT")
-            return FleetSnapshot(instances: instances, lanes: lanes, campaigns: campaigns, deadLettersLastHour: dead)
+            return FleetSnapshot(instances: instances, lanes: lanes, campaigns: campaigns, deadLettersLastHour: dead,
+                                 broadcast: broadcast)
         } catch {
             _ = try? connection.query("ROLLBACK")
             throw error

@@ -8,8 +8,10 @@ import QueueStore
 /// Degraded (exit code 1) when any of these holds: no live instance; an instance silent
 /// for over a minute (gone, not yet cleaned up); live instances serving different app
 /// sets; due work of an app that no live instance serves; an app paused for its
-/// credentials; a transactional job due for longer than a minute. Mixed versions (a
-/// rolling upgrade) and dead letters are shown but do not degrade.
+/// credentials; a transactional or broadcast job due for longer than a minute; a channel
+/// request (create or delete) due for longer than a minute, or waiting for an app no live
+/// instance serves. Mixed versions (a rolling upgrade), dead letters, failed channels and
+/// retries are shown but do not degrade.
 struct FleetReport: Sendable {
     struct Instance: Sendable {
         var record: InstanceRecord
@@ -50,6 +52,8 @@ struct FleetReport: Sendable {
     var campaigns: [CampaignRow]
     var deadLetters: [DeadLetterCount]
     var paused: [PausedApp]
+    /// Broadcast channels and broadcast jobs per app, with whether a live instance serves it.
+    var broadcast: [(status: BroadcastAppStatus, served: Bool)]
     /// Why the fleet is degraded; empty when healthy.
     var problems: [String]
     /// Worth knowing, not degrading.
@@ -72,6 +76,7 @@ struct FleetReport: Sendable {
         }
         campaigns = snapshot.campaigns.map(CampaignRow.init)
         deadLetters = snapshot.deadLettersLastHour
+        broadcast = snapshot.broadcast.map { ($0, served.contains($0.app)) }
         paused = live.flatMap { record in
             record.paused.map { PausedApp(app: $0.key, reason: $0.value, instance: record.registration.id) }
         }.sorted { ($0.app, $0.instance) < ($1.app, $1.instance) }
@@ -108,6 +113,29 @@ struct FleetReport: Sendable {
         }
         for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
             problems.append("transactional jobs of app \(row.app) have been due for \(TimeText.duration(row.oldestDueSeconds))")
+        }
+        for (status, served) in broadcast {
+            let app = status.app
+            if served && status.jobsDue > 0 && status.oldestDueJobSeconds > Self.transactionalLagLimit {
+                problems.append("broadcast jobs of app \(app) have been due for \(TimeText.duration(status.oldestDueJobSeconds))"
+                                + (status.lastJobError.map { " (last error: \($0))" } ?? ""))
+            }
+            if !served && status.pendingChannelOperations > 0 {
+                problems.append("\(status.pendingChannelOperations) channel request(s) of app \(app), which no live instance serves, are waiting")
+            } else if status.oldestDueChannelOperationSeconds > Self.transactionalLagLimit {
+                problems.append("channel requests of app \(app) have been due for \(TimeText.duration(status.oldestDueChannelOperationSeconds)) without a worker taking them")
+            }
+            if status.retryingChannelOperations > 0 {
+                notes.append("\(status.retryingChannelOperations) channel request(s) of app \(app) wait for a retry"
+                             + (status.lastChannelError.map { " (last outcome: \($0))" } ?? ""))
+            }
+            if status.failedChannels > 0 {
+                notes.append("\(status.failedChannels) channel request(s) of app \(app) failed for good: see `pushd channels list --app \(app)`")
+            }
+            if status.jobsRetrying > 0 {
+                notes.append("\(status.jobsRetrying) broadcast job(s) of app \(app) wait for a retry"
+                             + (status.lastJobError.map { " (last error: \($0))" } ?? ""))
+            }
         }
         let dead = deadLetters.reduce(0) { $0 + $1.count }
         if dead > 0 {
@@ -154,6 +182,19 @@ struct FleetReport: Sendable {
                 return [String(progress.id), progress.app, progress.status.rawValue, String(row.processed), String(progress.targets),
                         row.percent.fixed(1) + "%", row.averageRate.map { $0.fixed(0) + "/s" } ?? "-",
                         row.campaign.rateLimit.map { "\($0)/s" } ?? "-", progress.name]
+            }).map { "  " + $0 }
+        }
+
+        lines += ["", "Broadcast channels and jobs"]
+        if broadcast.isEmpty {
+            lines.append("  none")
+        } else {
+            lines += TextTable.render([["APP", "ACTIVE", "CREATING", "DELETING", "FAILED", "JOBS DUE", "SCHEDULED", "RETRYING",
+                                        "OLDEST", "DEAD 1H", "SERVED"]] + broadcast.map { status, served in
+                [status.app, String(status.activeChannels), String(status.pendingCreates), String(status.pendingDeletes),
+                 String(status.failedChannels), String(status.jobsDue), String(status.jobsScheduled), String(status.jobsRetrying),
+                 status.jobsDue > 0 ? TimeText.duration(status.oldestDueJobSeconds) : "-", String(status.deadLastHour),
+                 served ? "yes" : "NO"]
             }).map { "  " + $0 }
         }
 
@@ -219,6 +260,31 @@ struct FleetReport: Sendable {
         struct Paused: Encodable {
             var app, instance, reason: String
         }
+        struct Broadcast: Encodable {
+            struct Channels: Encodable {
+                var active, pendingCreate, pendingDelete, failed, retrying: Int
+                var oldestDueSeconds: Double
+                var lastOutcome: String?
+                enum CodingKeys: String, CodingKey {
+                    case active, failed, retrying
+                    case pendingCreate = "pending_create", pendingDelete = "pending_delete"
+                    case oldestDueSeconds = "oldest_due_seconds", lastOutcome = "last_outcome"
+                }
+            }
+            struct Jobs: Encodable {
+                var due, scheduled, retrying, deadLastHour: Int
+                var oldestDueSeconds: Double
+                var lastError: String?
+                enum CodingKeys: String, CodingKey {
+                    case due, scheduled, retrying
+                    case deadLastHour = "dead_last_hour", oldestDueSeconds = "oldest_due_seconds", lastError = "last_error"
+                }
+            }
+            var app: String
+            var served: Bool
+            var channels: Channels
+            var jobs: Jobs
+        }
         var checkedAt: String
         var healthy: Bool
         var problems, notes: [String]
@@ -228,8 +294,9 @@ struct FleetReport: Sendable {
         var campaigns: [Campaign]
         var deadLettersLastHour: [DeadLetters]
         var pausedApps: [Paused]
+        var broadcast: [Broadcast]
         enum CodingKeys: String, CodingKey {
-            case healthy, problems, notes, instances, versions, queue, campaigns
+            case healthy, problems, notes, instances, versions, queue, campaigns, broadcast
             case checkedAt = "checked_at", deadLettersLastHour = "dead_letters_last_hour", pausedApps = "paused_apps"
         }
     }
@@ -256,7 +323,17 @@ struct FleetReport: Sendable {
                              percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit)
             },
             deadLettersLastHour: deadLetters.map { .init(app: $0.app, reason: $0.reason, count: $0.count) },
-            pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason) })
+            pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason) },
+            broadcast: broadcast.map { status, served in
+                .init(app: status.app, served: served,
+                      channels: .init(active: status.activeChannels, pendingCreate: status.pendingCreates,
+                                      pendingDelete: status.pendingDeletes, failed: status.failedChannels,
+                                      retrying: status.retryingChannelOperations,
+                                      oldestDueSeconds: status.oldestDueChannelOperationSeconds, lastOutcome: status.lastChannelError),
+                      jobs: .init(due: status.jobsDue, scheduled: status.jobsScheduled, retrying: status.jobsRetrying,
+                                  deadLastHour: status.deadLastHour, oldestDueSeconds: status.oldestDueJobSeconds,
+                                  lastError: status.lastJobError))
+            })
     }
 
     /// The `--json` text: one line per sample with `--watch`, indented otherwise.
