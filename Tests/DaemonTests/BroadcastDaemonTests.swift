@@ -89,6 +89,34 @@ import Testing
         }
     }
 
+    /// A broadcast scheduled long ahead has its whole outage budget from its first send, as
+    /// every job has: its retry windows do not count from its insert.
+    @Test func aBroadcastInsertedLongBeforeItIsDueIsRetriedFromItsFirstSendNotDeadLettered() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(serviceUnavailableRate: 1.0))
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let connection = try database.connect()
+            defer { connection.close() }
+            // Inserted two hours ago to go out now; the outage budget is one minute.
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, Self.update])
+            try connection.query("UPDATE pushd.broadcast_jobs SET created_at = now() - interval '2 hours'")
+            var config = harness.config()
+            config.retry.outageLimitSeconds = 60
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.rejected("ServiceUnavailable") >= 3 },
+                    "\(harness.mock.stats.rejected("ServiceUnavailable")) answers of 503")
+            let deadReasons = try connection.query("SELECT reason FROM pushd.dead_jobs").rows.map { try $0.require(0) as String }
+            #expect(deadReasons.isEmpty, "dead-lettered: \(deadReasons)")
+            let waited = try connection.query("""
+                SELECT count(*) FROM pushd.broadcast_jobs
+                WHERE first_attempt_at > now() - interval '1 minute' AND last_error LIKE '%ServiceUnavailable%'
+                """).require(Int.self, row: 0, column: 0)
+            #expect(waited == 1, "the broadcast should wait for its retry with its first send recorded")
+        }
+    }
+
     @Test func aCertificateAppsBroadcastsAreDeadLetteredAndItsChannelRequestsFailWithAReason() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

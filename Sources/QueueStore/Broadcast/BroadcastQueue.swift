@@ -14,6 +14,8 @@ public struct BroadcastJob: Sendable, Hashable {
     public var environment: String?
     public var attempts: Int
     public var createdAt: Date
+    /// When it was first sent, once a send has been retried; retry windows count from here.
+    public var firstAttemptAt: Date?
 }
 
 /// `pushd.broadcast_jobs`, filled by INSERTs into `pushd.jobs` that name a `channel_id`.
@@ -36,12 +38,13 @@ public struct BroadcastQueue: Sendable {
             RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
                       coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
                                                WHERE c.app = b.app AND c.channel_id = b.channel_id)),
-                      b.attempts, b.created_at
+                      b.attempts, b.created_at, b.first_attempt_at
             """), [limit, apps, leaseSeconds])
         return try result.rows.map { row in
             BroadcastJob(id: try row.require(0), app: try row.require(1), channelID: try row.require(2), payload: try row.require(3),
                          priority: Int(try row.require(4) as Int16), expiration: try row.get(5), apnsID: try row.get(6),
-                         environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9))
+                         environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9),
+                         firstAttemptAt: try row.get(10))
         }
     }
 
@@ -50,12 +53,16 @@ public struct BroadcastQueue: Sendable {
         try connection.query(connection.prepared("DELETE FROM pushd.broadcast_jobs WHERE id = ANY ($1::bigint[])"), [ids])
     }
 
-    public func retry(_ connection: PGConnection, id: Int64, runAt: Date, error: String, countsAsAttempt: Bool) throws {
+    /// Puts the job back for `runAt`. `sentAt`: when the send being retried went out; the
+    /// first one is kept as the job's `first_attempt_at`. nil when nothing was sent.
+    public func retry(_ connection: PGConnection, id: Int64, runAt: Date, error: String, countsAsAttempt: Bool,
+                      sentAt: Date? = nil) throws {
         try connection.query(connection.prepared("""
             UPDATE pushd.broadcast_jobs SET run_at = $2, last_error = $3,
-                                            attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END
+                                            attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END,
+                                            first_attempt_at = coalesce(first_attempt_at, $5)
             WHERE id = $1
-            """), [id, runAt, error, countsAsAttempt])
+            """), [id, runAt, error, countsAsAttempt, sentAt])
     }
 
     /// Moves the job to `pushd.dead_jobs` (with its `channel_id`, no device token).
@@ -64,9 +71,9 @@ public struct BroadcastQueue: Sendable {
             WITH gone AS (DELETE FROM pushd.broadcast_jobs WHERE id = $1 RETURNING *)
             INSERT INTO pushd.dead_jobs (id, app, device_token, channel_id, payload, push_type, priority, expiration,
                                          apns_id, dedupe_key, environment, run_at, attempts, last_error, created_at,
-                                         status, reason)
+                                         status, reason, first_attempt_at)
             SELECT id, app, NULL, channel_id, payload, 'liveactivity', priority, expiration, apns_id, dedupe_key,
-                   environment, run_at, attempts + 1, last_error, created_at, $2, $3
+                   environment, run_at, attempts + 1, last_error, created_at, $2, $3, first_attempt_at
             FROM gone
             """), [id, status, reason])
     }

@@ -23,6 +23,7 @@ extension Migrator {
         Migration(version: 19, name: "the types of the aps values are checked at insert", sql: apsValuesV19),
         // The roles migration stays last: its grants cover every table created before it.
         Migration(version: 20, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV20),
+        Migration(version: 21, name: "broadcast retry windows count from a broadcast's first send", sql: broadcastFirstAttemptV21),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1437,5 +1438,16 @@ extension Migrator {
         DROP CONSTRAINT campaigns_payload_shape,
         ADD CONSTRAINT campaigns_payload_shape CHECK (pushd.payload_shape_ok(payload, push_type)
             OR pushd.check_payload_shape(payload, push_type, 'pushd.campaigns.payload', 'campaigns_payload_shape')) NOT VALID;
+    """#
+
+    /// Broadcast jobs had no `first_attempt_at`: their retry windows and the outage budget
+    /// counted from `created_at`, so a broadcast scheduled with `run_at` further ahead than
+    /// `retry.outage_limit_s` was dead-lettered at its first 500 or 503. The column is set on
+    /// the first retry, as on `pushd.jobs`, and kept in `pushd.dead_jobs`. `grant_roles()`
+    /// runs again so that `pushd_readonly` may read the new column.
+    static let broadcastFirstAttemptV21 = #"""
+    ALTER TABLE pushd.broadcast_jobs ADD COLUMN first_attempt_at timestamptz;
+
+    SELECT pushd.grant_roles();
     """#
 }

@@ -206,6 +206,7 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let sent: (outcome: SendOutcome, response: Response?)
+        let sentAt = Date()
         do {
             let request = try DispatchRequest(path: broadcast.path,
                                               headerLines: broadcast.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line),
@@ -218,7 +219,7 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let outcome = sent.outcome
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
-                                             expiration: broadcast.expiration, firstAttemptAt: job.createdAt, now: Date(),
+                                             expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Date(),
                                              random: &random)
         let status = sent.response?.status
         switch verdict {
@@ -231,7 +232,8 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
             if refresh { sender.tokens.reportExpired(key) }
-            try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt)
+            try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
+                                 sentAt: job.firstAttemptAt ?? sentAt)
         case .dead(let status, let reason):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             try dead(job, status: status, reason: reason, label: outcome.label, on: connection)
@@ -243,7 +245,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.pause(sender, reason: reason)
             try broadcasts.retry(connection, id: job.id, runAt: Date().addingTimeInterval(30), error: "app paused: \(reason)",
-                                 countsAsAttempt: false)
+                                 countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
         }
     }
 
