@@ -26,8 +26,9 @@ build() {
 apns_sources=$(find Sources/APNs -name '*.swift' | sort)
 queue_sources=$(find Sources/QueueStore -name '*.swift' | sort)
 
-# APNs imports the Locking module, and the configuration imports the APNs, QueueStore and
-# Posix modules: build them once as modules of their own (instrumented too).
+# APNs imports the Locking and Posix modules (Posix has the dates, ids and file reading),
+# QueueStore imports Posix, and the configuration imports the APNs, QueueStore and Posix
+# modules: build them once as modules of their own (instrumented too).
 library() {
   local name=$1; shift
   echo "fuzz: building module $name" >&2
@@ -37,7 +38,8 @@ library() {
 }
 mkdir -p "$out/modules"
 library Locking Sources/Locking/*.swift
-locking_flags=(-I "$out/modules" -L "$out" -lLocking)
+library Posix Sources/Posix/*.swift
+locking_flags=(-I "$out/modules" -L "$out" -lLocking -lPosix)
 modules_built=0
 config_modules() {
   [ $modules_built = 1 ] && return 0
@@ -45,8 +47,7 @@ config_modules() {
   # shellcheck disable=SC2086
   library APNs $apns_sources -I Sources/COpenSSL "${locking_flags[@]}"
   # shellcheck disable=SC2086
-  library QueueStore $queue_sources -I Sources/CLibPQ $(pkg-config --cflags-only-I libpq | sed 's/-I/-Xcc -I/g')
-  library Posix Sources/Posix/*.swift
+  library QueueStore $queue_sources -I Sources/CLibPQ $(pkg-config --cflags-only-I libpq | sed 's/-I/-Xcc -I/g') -I "$out/modules"
 }
 config_flags=(-I "$out/modules" -I Sources/COpenSSL -I Sources/CLibPQ -L "$out" -lAPNs -lQueueStore -lPosix -lLocking -lssl -lcrypto -lpq)
 
@@ -67,7 +68,7 @@ for target in "${targets[@]}"; do
       build "$target" Fuzz/Targets/CommandLineFuzz.swift Sources/pushd/CLI/ArgumentParser.swift Sources/pushd/CLI/Commands.swift \
         Sources/pushd/CLI/TextLayout.swift Sources/pushd/Config/*.swift -I Sources/CYAML -lyaml "${config_flags[@]}" ;;
     campaign-line)
-      build "$target" Fuzz/Targets/CampaignLineFuzz.swift Sources/QueueStore/Campaigns/TargetImport.swift Sources/QueueStore/Jobs/Job.swift ;;
+      build "$target" Fuzz/Targets/CampaignLineFuzz.swift Sources/QueueStore/Campaigns/TargetImport.swift Sources/QueueStore/Jobs/Job.swift "${locking_flags[@]}" ;;
     *) echo "fuzz: unknown target '$target' (known: json-payload apns-error-body yaml-config command-line campaign-line)" >&2; exit 2 ;;
   esac
 done

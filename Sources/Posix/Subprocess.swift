@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Glibc
 
 /// Starts programs with posix_spawn and waits for them with waitpid.
@@ -52,7 +51,7 @@ public struct Subprocess: Sendable {
         var process = try start(arguments, outputPath: outputPath)
         let status = process.wait()
         guard status == 0 else {
-            let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+            let output = (try? FileSystem.readText(outputPath)) ?? ""
             throw Failure(description: "\(arguments.joined(separator: " ")) exited with \(status): \(output)")
         }
     }

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Glibc
 
 let context = CommandContext()

@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 import Testing
 
@@ -87,11 +88,11 @@ struct FaultTests {
 
     @Test func fixedDelayHoldsTheAnswerWithoutBlockingOtherConnections() throws {
         try withMockServer({ $0.faults.delayMilliseconds = 300 }) { server, port in
-            let started = Date()
+            let started = Timestamp()
             var options = H2Client.Options()
             options.maxConnections = 4
             let responses = try H2Client.send((0..<8).map { .push(token: deviceToken($0)) }, port: port, options: options)
-            let elapsed = Date().timeIntervalSince(started)
+            let elapsed = Timestamp().timeIntervalSince(started)
             #expect(responses.allSatisfy { $0.status == 200 })
             #expect(elapsed >= 0.3)
             #expect(server.stats.accepted == 8)

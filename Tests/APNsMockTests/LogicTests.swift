@@ -1,4 +1,5 @@
 import APNs
+import Posix
 @testable import APNsMock
 import Foundation
 import Testing
@@ -163,7 +164,7 @@ struct LogicTests {
         let ids = (0..<200).compactMap { _ in answer(logic.handle(request(), faults: .none, now: Self.now))?.apnsID }
         #expect(Set(ids).count == 200)
         for id in ids {
-            let uuid = UUID(uuidString: id)
+            let uuid = APNsID(id)
             #expect(uuid != nil)
             #expect(id == id.lowercased())
             #expect(Array(id)[14] == "4")

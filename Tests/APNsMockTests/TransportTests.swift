@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 import Testing
 
@@ -21,7 +22,7 @@ struct TransportTests {
         try withMockServer { _, port in
             let response = try H2Client.send(.push(token: deviceToken(2)), port: port)
             let id = try #require(response.apnsID)
-            #expect(UUID(uuidString: id) != nil)
+            #expect(APNsID(id) != nil)
             #expect(id == id.lowercased())
             #expect(id.count == 36)
         }

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import Foundation
 import Testing
 
@@ -36,12 +37,12 @@ import Testing
         #expect(String(decoding: create.body, as: UTF8.self) == #"{"message-storage-policy":1,"push-type":"LiveActivity"}"#)
         #expect(create.headerFields(authorization: "bearer x").map(\.name) == ["authorization"])
 
-        let requestID = UUID()
+        let requestID = APNsID()
         let delete = ChannelRequest(bundleID: "com.example.scores", operation: .delete(Self.channel), requestID: requestID)
         #expect(delete.method == "DELETE")
         #expect(delete.body.isEmpty)
         #expect(delete.headerFields(authorization: "bearer x").map(\.line) == [
-            "authorization: bearer x", "apns-request-id: \(requestID.uuidString.lowercased())", "apns-channel-id: \(Self.channel.value)",
+            "authorization: bearer x", "apns-request-id: \(requestID.lowercasedString)", "apns-channel-id: \(Self.channel.value)",
         ])
         let list = ChannelRequest(bundleID: "com.example.scores", operation: .listAll)
         #expect(list.method == "GET")
@@ -57,12 +58,12 @@ import Testing
     }
 
     @Test func broadcastHeadersCarryChannelAndLiveActivityType() {
-        let id = UUID()
+        let id = APNsID()
         let broadcast = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel, priority: .prioritizePower,
                                               expiration: 0, apnsID: id, payload: Self.update)
         #expect(broadcast.path == "/4/broadcasts/apps/com.example.scores")
         #expect(broadcast.headerFields(authorization: "bearer x").map(\.line) == [
-            "authorization: bearer x", "apns-id: \(id.uuidString.lowercased())", "apns-push-type: liveactivity",
+            "authorization: bearer x", "apns-id: \(id.lowercasedString)", "apns-push-type: liveactivity",
             "apns-channel-id: \(Self.channel.value)", "apns-expiration: 0", "apns-priority: 1",
         ])
         #expect(broadcast.issues(authentication: .token).isEmpty)

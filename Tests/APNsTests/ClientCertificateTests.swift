@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import Foundation
 import Testing
 
@@ -38,7 +39,7 @@ import Testing
         #expect(info.problems(environment: .sandbox, topic: "com.example.app.voip") == [], "suffixes of the bundle id are covered")
         #expect(info.problems(environment: .production, topic: "com.example.app").first?.contains("not production") == true)
         #expect(info.problems(environment: .sandbox, topic: "com.other.app").first?.contains("not com.other.app") == true)
-        #expect(info.problems(environment: .sandbox, topic: nil, now: Date().addingTimeInterval(40 * 86400)).first?.contains("expired") == true)
+        #expect(info.problems(environment: .sandbox, topic: nil, now: Timestamp().addingTimeInterval(40 * 86400)).first?.contains("expired") == true)
     }
 
     @Test func universalCertificateListsItsTopicsAndBothEnvironments() throws {

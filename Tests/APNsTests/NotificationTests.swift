@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import Foundation
 import Testing
 
@@ -11,7 +12,7 @@ import Testing
             pushType: .alert,
             priority: .immediate,
             expiration: 0,
-            apnsID: UUID(uuidString: "EABEAE54-14A8-11E5-B60B-1697F925EC7B"),
+            apnsID: APNsID("EABEAE54-14A8-11E5-B60B-1697F925EC7B"),
             payload: Array(#"{"aps":{"alert":"Hello"}}"#.utf8))
         #expect(n.path == "/3/device/00fc13adff785122b4ad28809a3420982341241421348097878e577c991de8f0")
         #expect(APNsNotification.method == "POST")
@@ -25,12 +26,35 @@ import Testing
         #expect(APNsEnvironment.sandbox.host == "api.sandbox.push.apple.com")
     }
 
-    @Test func lowercasedUUIDStringMatchesFoundationsFormLowercased() {
+    @Test func apnsIDPrintsAndParsesFoundationsCanonicalForm() {
         var ids = [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
-                   UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255))]
+                   UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)),
+                   UUID(uuid: (0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00))]
         ids += (0..<1000).map { _ in UUID() }
         for id in ids {
-            #expect(id.lowercasedString == id.uuidString.lowercased())
+            let parsed = APNsID(id.uuidString)
+            #expect(parsed?.lowercasedString == id.uuidString.lowercased())
+            #expect(APNsID(id.uuidString.lowercased()) == parsed)
+        }
+        #expect(APNsID("123e4567-e89b-12d3-a456-426614174000")?.high == 0x123e_4567_e89b_12d3)
+    }
+
+    @Test func apnsIDRejectsAnythingButThe8_4_4_4_12Form() {
+        for text in ["", "123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400", "123e4567-e89b-12d3-a456-4266141740000",
+                     "123e4567-e89b-12d3-a456_426614174000", "123e4567-e89b-12d3-a456-42661417400g", " 23e4567-e89b-12d3-a456-426614174000"] {
+            #expect(APNsID(text) == nil, "\(text)")
+            #expect(!APNsID.isCanonical(text), "\(text)")
+        }
+    }
+
+    @Test func newAPNsIDsAreRandomVersion4IDsFoundationReads() {
+        let ids = (0..<1000).map { _ in APNsID() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids {
+            let text = id.lowercasedString
+            #expect(UUID(uuidString: text)?.uuidString.lowercased() == text)
+            #expect(Array(text)[14] == "4")
+            #expect("89ab".contains(Array(text)[19]))
         }
     }
 

@@ -1,10 +1,11 @@
 import APNs
+import Posix
 import Foundation
 import Testing
 
 @Suite struct RetryPolicyTests {
     let policy = RetryPolicy(baseDelay: 1, maxDelay: 60, throttledBaseDelay: 10, maxAttempts: 5, maxAttemptsForUnknownReasons: 2)
-    let now = Date(timeIntervalSince1970: 1_700_000_000)
+    let now = Timestamp(timeIntervalSince1970: 1_700_000_000)
 
     /// Always the top of the range: shows the exponential ceiling.
     struct MaxGenerator: RandomNumberGenerator {

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import Foundation
 import Testing
 
@@ -32,7 +33,7 @@ import Testing
         let payload = Payload(aps: APS(alert: "Hello"))
         #expect(payload.bytes == Array(#"{"aps":{"alert":"Hello"}}"#.utf8))
         let n = APNsNotification(token: TestSupport.token(), topic: Self.topic, pushType: .alert, priority: .immediate, expiration: 0,
-                                 apnsID: UUID(uuidString: "eabeae54-14a8-11e5-b60b-1697f925ec7b"), payload: payload)
+                                 apnsID: APNsID("eabeae54-14a8-11e5-b60b-1697f925ec7b"), payload: payload)
         #expect(n.path == "/3/device/00fc13adff785122b4ad28809a3420982341241421348097878e577c991de8f0")
         #expect(n.headerFields(authorization: nil).first == HeaderField(name: "apns-id", value: "eabeae54-14a8-11e5-b60b-1697f925ec7b"))
         Self.expectSendable(payload)

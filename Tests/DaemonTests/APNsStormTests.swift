@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Glibc
@@ -42,10 +43,10 @@ import Testing
 
             // A stream of transactional jobs through both storms, each to a token of its own.
             var jobs = 0
-            let stormStarted = Date()
+            let stormStarted = Timestamp()
             var switchedTo429 = false
-            while Date().timeIntervalSince(stormStarted) < 2 * storm {
-                if !switchedTo429, Date().timeIntervalSince(stormStarted) >= storm {
+            while Timestamp().timeIntervalSince(stormStarted) < 2 * storm {
+                if !switchedTo429, Timestamp().timeIntervalSince(stormStarted) >= storm {
                     try harness.mock.setFaults(FaultConfiguration(tooManyRequestsRate: 1))
                     switchedTo429 = true
                 }
@@ -61,7 +62,7 @@ import Testing
             let stats = harness.mock.stats
             #expect(stats.accepted == 0, "APNs accepted \(stats.accepted) during the storms")
             try harness.mock.setFaults(.none)
-            let stormEnded = Date()
+            let stormEnded = Timestamp()
 
             let total = targets + jobs
             let store = CampaignStore()
@@ -69,7 +70,7 @@ import Testing
                 let queued = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs")
                 return harness.mock.stats.accepted >= total && queued == 0
             }
-            let lastDelivery = Date().timeIntervalSince(stormEnded)
+            let lastDelivery = Timestamp().timeIntervalSince(stormEnded)
             print("""
                 storm of \(Int(storm)) s of 503 then \(Int(storm)) s of 429, \(targets) targets and \(jobs) jobs: last delivery \
                 \(String(format: "%.1f", lastDelivery)) s after the last 429, \(String(format: "%.1f", lastDelivery + storm)) s after the last 503

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Glibc
@@ -68,7 +69,7 @@ import Testing
             let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             defer { connection.close() }
             for _ in 0..<20 {
@@ -126,7 +127,7 @@ import Testing
                                                       pkcs12File: nil, password: nil)
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             defer { connection.close() }
             try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'c2hvcDox', $1)", [Self.update])

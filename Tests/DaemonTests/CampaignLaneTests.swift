@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import PushdTestSupport
@@ -23,7 +24,7 @@ import Testing
         let count = 100_000
         var unregistered = [String: Int64]()
         var bad = Set<String>()
-        let learned = Int64(Date().timeIntervalSince1970 * 1000) + 60_000
+        let learned = Int64(Timestamp().timeIntervalSince1970 * 1000) + 60_000
         for seed in stride(from: 7, through: count, by: 50) { unregistered[DaemonHarness.token(seed)] = learned }
         for seed in stride(from: 11, through: count, by: 97) where unregistered[DaemonHarness.token(seed)] == nil {
             bad.insert(DaemonHarness.token(seed))
@@ -40,7 +41,7 @@ import Testing
             let id = try Self.campaign(connection, count: count)
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             let store = CampaignStore()
             #expect(try DaemonHarness.wait(seconds: 240) { try store.campaign(connection, id: id)?.status == .done })
@@ -77,11 +78,11 @@ import Testing
             config.campaignWorkers = 1
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             var most = 0.0
-            let deadline = Date().addingTimeInterval(60)
-            while Date() < deadline, try store.campaign(connection, id: id)?.status != .done {
+            let deadline = Timestamp().addingTimeInterval(60)
+            while Timestamp() < deadline, try store.campaign(connection, id: id)?.status != .done {
                 most = max(most, pipeline.context.metrics.chunksSending.value)
                 Thread.sleep(forTimeInterval: 0.01)
             }
@@ -118,7 +119,7 @@ import Testing
             config.campaignNiceness = 10
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             Thread.sleep(forTimeInterval: 0.5)
             let values = Self.threadNiceValues()
             // Two campaign workers and the campaign client's one loop; everything else at 0.
@@ -133,20 +134,20 @@ import Testing
             let connection = try database.connect()
             let id = try Self.campaign(connection, count: 600, rate: 200)
             let pipeline = try harness.pipeline()
-            let started = Date()
+            let started = Timestamp()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             // A transactional push sent while the campaign runs is not held up behind it.
             Thread.sleep(forTimeInterval: 0.5)
             try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"now\"}}')",
                                  [DaemonHarness.token(999_999)])
-            let inserted = Date()
+            let inserted = Timestamp()
             #expect(DaemonHarness.wait(seconds: 5) { harness.mock.acceptedLog.contains { $0.token == DaemonHarness.token(999_999) } })
-            #expect(Date().timeIntervalSince(inserted) < 2)
+            #expect(Timestamp().timeIntervalSince(inserted) < 2)
 
             #expect(try DaemonHarness.wait(seconds: 30) { try CampaignStore().campaign(connection, id: id)?.status == .done })
             // 600 targets at 200 per second take about three seconds, never much less.
-            #expect(Date().timeIntervalSince(started) >= 2.4)
+            #expect(Timestamp().timeIntervalSince(started) >= 2.4)
             #expect(harness.mock.stats.accepted == 601)
             // The lanes use separate connections: the push never shared a connection's
             // streams with the campaign.
@@ -166,7 +167,7 @@ import Testing
             config.retry.maxAttempts = 2
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             // Sends without an answer come back within a second; two of them would spend the
             // budget of two attempts if they counted.
             Thread.sleep(forTimeInterval: 3)
@@ -193,7 +194,7 @@ import Testing
             let pipeline = try harness.pipeline()
             #expect(harness.config().campaignWorkers >= 2)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             #expect(try DaemonHarness.wait(seconds: 30) { try CampaignStore().campaign(connection, id: id)?.status == .done })
             #expect(harness.mock.stats.accepted == 400)
             #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 400)
@@ -207,7 +208,7 @@ import Testing
             let id = try Self.campaign(connection, count: 3000, rate: 500)
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let store = CampaignStore()
             #expect(DaemonHarness.wait(seconds: 10) { harness.mock.stats.accepted >= 500 })
             #expect(try store.pause(connection, id: id) == .paused)

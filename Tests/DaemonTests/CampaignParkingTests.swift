@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Glibc
@@ -19,7 +20,7 @@ import Testing
             let targets = 10_000
             let config = try APNsStormTests.configFile(harness, baseMilliseconds: 100, maxMilliseconds: 10_000)
             let id = try CampaignLaneTests.campaign(connection, count: targets)
-            let started = Date()
+            let started = Timestamp()
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
             defer {
                 kill(process.processIdentifier, SIGTERM)
@@ -28,11 +29,11 @@ import Testing
             // Every target is tried once at the pace of a campaign without faults (a few
             // seconds), not a chunk per slowest retry (ten chunks, two workers, ~10 s each).
             let firstPass = DaemonHarness.wait(seconds: 15) { harness.mock.stats.perToken.count >= targets }
-            let firstPassSeconds = Date().timeIntervalSince(started)
+            let firstPassSeconds = Timestamp().timeIntervalSince(started)
             #expect(firstPass, "\(harness.mock.stats.perToken.count) of \(targets) targets tried after 15 s")
             let store = CampaignStore()
             #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
-            print("10,000 targets with 1% 429 and 1% 500: every target tried once after \(String(format: "%.1f", firstPassSeconds)) s, done after \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+            print("10,000 targets with 1% 429 and 1% 500: every target tried once after \(String(format: "%.1f", firstPassSeconds)) s, done after \(String(format: "%.1f", Timestamp().timeIntervalSince(started))) s")
             let campaign = try #require(try store.campaign(connection, id: id))
             #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries") == 0)

@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 import PushdTestSupport
 import QueueStore
@@ -21,7 +22,7 @@ import Testing
                                                       pkcs12File: nil, password: nil)
             let pipeline = try world.harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             let connection = try database.connect()
             try connection.query("""

@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 import Glibc
 import Metrics
@@ -53,7 +54,7 @@ import Testing
             let connection = try database.connect()
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             try connection.query("""
                 INSERT INTO pushd.jobs (app, device_token, payload)
                 SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, 100) g

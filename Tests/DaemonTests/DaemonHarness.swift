@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Metrics
@@ -143,8 +144,8 @@ final class DaemonHarness: @unchecked Sendable {
 
     /// Polls `condition` every 50 ms for up to `seconds`; returns whether it became true.
     static func wait(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        let deadline = Timestamp().addingTimeInterval(seconds)
+        while Timestamp() < deadline {
             if try condition() { return true }
             Thread.sleep(forTimeInterval: 0.05)
         }

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Glibc
@@ -42,14 +43,14 @@ import Testing
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 1000 })
 
-            let signalled = Date()
+            let signalled = Timestamp()
             kill(process.processIdentifier, SIGTERM)
             #expect(Self.waitForExit(process, seconds: 15))
             let log = (try? String(contentsOfFile: harness.directory + "/pushd.log", encoding: .utf8)) ?? ""
             #expect(process.terminationReason == .exit)
             #expect(process.terminationStatus == 0, "\(log)")
             // drain_timeout_s is 5 in this configuration.
-            #expect(Date().timeIntervalSince(signalled) < 8)
+            #expect(Timestamp().timeIntervalSince(signalled) < 8)
             #expect(log.contains("draining"))
             #expect(log.contains("pushd stopped"))
             // What was sent is recorded: the campaign's counters match the mock's.

@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 import PushdTestSupport
 import QueueStore
@@ -46,7 +47,7 @@ import Testing
             defer { hosts.sandbox.stop() }
             let pipeline = try hosts.harness.pipeline(hosts.config())
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             let development = DaemonHarness.token(1), store = DaemonHarness.token(2)
             let explicit = DaemonHarness.token(3), unknown = DaemonHarness.token(4)
@@ -85,7 +86,7 @@ import Testing
             defer { hosts.sandbox.stop() }
             let pipeline = try hosts.harness.pipeline(hosts.config())
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             let tokens = TokenStore()
             try tokens.register(connection, app: "shop", token: development, userID: "ann", environment: "sandbox")
@@ -113,7 +114,7 @@ import Testing
                                                       pkcs12File: nil, password: nil)
             let pipeline = try hosts.harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             try TokenStore().register(connection, app: "shop", token: DaemonHarness.token(21), userID: "ann", environment: "sandbox")
             try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)",
@@ -135,7 +136,7 @@ import Testing
             defer { hosts.sandbox.stop() }
             let pipeline = try hosts.harness.pipeline(hosts.config())
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             var sandboxTokens = [String](), productionTokens = [String]()
             for seed in 100..<140 {
@@ -161,7 +162,7 @@ import Testing
             defer { hosts.sandbox.stop() }
             let pipeline = try hosts.harness.pipeline(hosts.config())
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             let store = CampaignStore()
             let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",

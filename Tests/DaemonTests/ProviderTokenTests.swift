@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import PushdTestSupport
@@ -14,14 +15,14 @@ import Testing
             // Another instance stored a token 61 minutes old while its row says "just now":
             // pushd judges a token by its own `iat`, as APNs does, so it never sends it.
             let key = try SigningKey(contentsOfFile: harness.keyFile, keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID)
-            let stale = try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Date().timeIntervalSince1970) - 3660)
+            let stale = try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Timestamp().timeIntervalSince1970) - 3660)
             try connection.query("INSERT INTO pushd.provider_tokens (key_id, team_id, token, issued_at) VALUES ($1, $2, $3, now())",
                                  [DaemonHarness.keyID, DaemonHarness.teamID, stale.jwt])
             var config = harness.config()
             config.apns.providerTokenRefreshSeconds = 3300
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
                                  [DaemonHarness.token(5)])
@@ -43,7 +44,7 @@ import Testing
             let connection = try database.connect()
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             try connection.query("""
                 INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{"aps":{"alert":"hi"}}' FROM generate_series(1, 3)
                 """, [DaemonHarness.token(6)])

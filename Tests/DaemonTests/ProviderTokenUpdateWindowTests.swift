@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Glibc
@@ -23,7 +24,7 @@ import Testing
             let connection = try database.connect()
             let key = try SigningKey(contentsOfFile: harness.keyFile, keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID)
             let signer = ProviderTokenSigner(key: key)
-            let start = Int64(Date().timeIntervalSince1970)
+            let start = Int64(Timestamp().timeIntervalSince1970)
             try Self.share(signer.makeToken(issuedAt: start), connection)
 
             let config = try Self.writeConfig(harness, refresh: Self.window)
@@ -40,7 +41,7 @@ import Testing
                 }
             }
             func sleep(until offset: Int64) {
-                let wait = Double(start + offset) - Date().timeIntervalSince1970
+                let wait = Double(start + offset) - Timestamp().timeIntervalSince1970
                 if wait > 0 { Thread.sleep(forTimeInterval: wait) }
             }
 
@@ -58,7 +59,7 @@ import Testing
             // through the end of its window and one more refresh period.
             sleep(until: 2 * Int64(Self.window))
             try Self.share(signer.makeToken(issuedAt: start + 2 * Int64(Self.window)), connection)
-            while Int64(Date().timeIntervalSince1970) < start + 30 {
+            while Int64(Timestamp().timeIntervalSince1970) < start + 30 {
                 try enqueue(5)
                 Thread.sleep(forTimeInterval: 0.3)
             }

@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 import Glibc
 import PushdTestSupport
@@ -30,7 +31,7 @@ import Testing
     }
 
     @Test func campaignStatusMetricsAndPruneStatsCountOnlyTokensActuallyInvalidated() throws {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let now = Int64(Timestamp().timeIntervalSince1970 * 1000)
         var unregistered = [String: Int64]()
         // 1…500: APNs learned of it after the registration: pruned.
         for seed in 1...500 { unregistered[DaemonHarness.token(seed)] = now + 60_000 }

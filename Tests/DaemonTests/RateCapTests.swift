@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 import Glibc
@@ -28,12 +29,12 @@ import Testing
             let id = try CampaignLaneTests.campaign(connection, count: targets, rate: cap)
             // Samples of (seconds since the first delivery, delivered so far).
             var samples = [(Double, Int)]()
-            var first: Date?
-            let deadline = Date().addingTimeInterval(Double(targets) / Double(cap) * 2 + 20)
-            while Date() < deadline {
+            var first: Timestamp?
+            let deadline = Timestamp().addingTimeInterval(Double(targets) / Double(cap) * 2 + 20)
+            while Timestamp() < deadline {
                 let accepted = harness.mock.stats.accepted
-                if first == nil, accepted > 0 { first = Date() }
-                if let first { samples.append((Date().timeIntervalSince(first), accepted)) }
+                if first == nil, accepted > 0 { first = Timestamp() }
+                if let first { samples.append((Timestamp().timeIntervalSince(first), accepted)) }
                 if accepted >= targets { break }
                 Thread.sleep(forTimeInterval: 0.1)
             }

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 @testable import APNsMock
 import Foundation
 import PushdTestSupport
@@ -12,13 +13,13 @@ import Testing
             let harness = try DaemonHarness(database: database)
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             let connection = try database.connect()
             let token = DaemonHarness.token(1)
             // Spaces and key order as the application wrote them: APNs must get these exact bytes.
             let payload = #"{"aps":{"alert":{"title":"Shipped","body":"Order 1042 is on its way"},"sound":"default"}, "order": 1042}"#
-            let apnsID = UUID()
+            let apnsID = APNsID()
             try connection.query("""
                 INSERT INTO pushd.jobs (app, device_token, payload, priority, collapse_id, apns_id, expiration)
                 VALUES ('shop', $1, $2, 5, 'order-1042', $3, now() + interval '1 hour')
@@ -32,7 +33,7 @@ import Testing
             let entry = try #require(accepted.first)
             #expect(entry.token == token)
             #expect(entry.topic == DaemonHarness.bundleID)
-            #expect(entry.apnsID == apnsID.uuidString.lowercased())
+            #expect(entry.apnsID == apnsID.lowercasedString)
             #expect(entry.payloadSHA256 == PayloadDigest.sha256Hex(Array(payload.utf8)))
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(pipeline.context.tally.sent.load(ordering: .relaxed) == 1)
@@ -67,7 +68,7 @@ import Testing
         let unregistered = DaemonHarness.token(2)
         let bad = DaemonHarness.token(3)
         // APNs learned of the token's end after its registration, so the prune applies.
-        let learned = Int64(Date().timeIntervalSince1970 * 1000) + 60_000
+        let learned = Int64(Timestamp().timeIntervalSince1970 * 1000) + 60_000
         let faults = FaultConfiguration(unregisteredTokens: [unregistered: learned], badDeviceTokens: [bad])
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, faults: faults)
@@ -77,7 +78,7 @@ import Testing
             try tokens.register(connection, app: "shop", token: bad, environment: "sandbox")
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             // The INSERT checks compare numbers by value, so a flag written 1.0 passes them; the
             // sender reads the number's text and refuses it, as APNs documents 0 or 1.
@@ -117,7 +118,7 @@ import Testing
                 """, [count])
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             #expect(try DaemonHarness.wait(seconds: 90) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
@@ -150,7 +151,7 @@ import Testing
             let connection = try database.connect()
             let pipeline = try harness.pipeline()
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"before\"}}')",
                                  [DaemonHarness.token(1)])
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted == 1 })
@@ -187,7 +188,7 @@ import Testing
             config.batchSize = 50
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             func insert(from first: Int, count: Int) throws {
                 try connection.query("""
                     INSERT INTO pushd.jobs (app, device_token, payload)
@@ -211,10 +212,10 @@ import Testing
             #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 2500)
             // And a job inserted now is picked up at once: the workers listen again.
             try insert(from: 20_001, count: 1)
-            let inserted = Date()
+            let inserted = Timestamp()
             let lastToken = String(repeating: "0", count: 60) + String(20_001, radix: 16)
             #expect(DaemonHarness.wait(seconds: 10) { harness.mock.acceptedLog.contains { $0.token == lastToken } })
-            #expect(Date().timeIntervalSince(inserted) < 3)
+            #expect(Timestamp().timeIntervalSince(inserted) < 3)
         }
     }
 
@@ -227,8 +228,8 @@ import Testing
             first.start()
             second.start()
             defer {
-                first.stop(deadline: Date().addingTimeInterval(5))
-                second.stop(deadline: Date().addingTimeInterval(5))
+                first.stop(deadline: Timestamp().addingTimeInterval(5))
+                second.stop(deadline: Timestamp().addingTimeInterval(5))
             }
             let count = 5000
             for batch in stride(from: 0, to: count, by: 500) {

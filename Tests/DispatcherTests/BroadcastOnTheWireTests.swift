@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Dispatcher
 import Foundation
@@ -48,7 +49,7 @@ import Testing
 
             for _ in 0..<3 {
                 let sent = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: channel, priority: .conservePower,
-                                                                       apnsID: UUID(), payload: Self.update))
+                                                                       apnsID: APNsID(), payload: Self.update))
                 #expect(sent.response?.status == 200)
                 #expect(sent.action == .delivered)
             }

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 @testable import Dispatcher
 import Foundation
@@ -23,12 +24,12 @@ import Testing
         let collector = ResultCollector()
         let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
         defer { engine.shutdown() }
-        let started = Date()
+        let started = Timestamp()
         try await onOwnThread {
             for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
         }
         #expect(await collector.wait(for: total, seconds: 120) == total)
-        return (engine.statistics, collector, Date().timeIntervalSince(started))
+        return (engine.statistics, collector, Timestamp().timeIntervalSince(started))
     }
 
     private func withSlowMock<T>(_ body: (APNsMockServer, Int, MockMaterial) async throws -> T) async throws -> T {

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 @testable import Dispatcher
 import Foundation
@@ -36,8 +37,8 @@ import Testing
     }
 
     private func eventually(_ seconds: Double, _ condition: () -> Bool) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        let deadline = Timestamp().addingTimeInterval(seconds)
+        while Timestamp() < deadline {
             if condition() { return true }
             try await Task.sleep(for: .milliseconds(20))
         }

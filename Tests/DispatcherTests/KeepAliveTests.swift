@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 @testable import Dispatcher
 import Foundation
@@ -13,8 +14,8 @@ import Testing
 
     /// Polls `condition` every 20 ms for up to `seconds`.
     private func eventually(_ seconds: Double, _ condition: () -> Bool) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        let deadline = Timestamp().addingTimeInterval(seconds)
+        while Timestamp() < deadline {
             if condition() { return true }
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -81,10 +82,10 @@ import Testing
             // The open connection dies with the server; the engine still believes in it, so
             // the next requests go into libcurl at once and wait there for a connection.
             server.stop()
-            let started = Date()
+            let started = Timestamp()
             for tag in 1...300 { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
             #expect(await collector.wait(for: 301, seconds: 15) == 301)
-            #expect(Date().timeIntervalSince(started) < 8)
+            #expect(Timestamp().timeIntervalSince(started) < 8)
             let failed = collector.snapshot().results.filter { $0.key > 0 }.values
             #expect(failed.allSatisfy { $0.transportError != nil })
             #expect(collector.snapshot().timesReported.values.allSatisfy { $0 == 1 })

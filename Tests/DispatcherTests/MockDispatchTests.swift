@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 @testable import Dispatcher
 import Foundation
@@ -24,10 +25,10 @@ import Testing
         }) { _, port, material in
             let (client, _) = try tokenClient(port: port, material: material, tune: mockTuning(material, threads: 1))
             defer { client.shutdown() }
-            let id = UUID()
+            let id = APNsID()
             let delivered = try await client.send(notification(1, apnsID: id))
             #expect(delivered.response?.status == 200)
-            #expect(delivered.response?.apnsID == id.uuidString.lowercased())
+            #expect(delivered.response?.apnsID == id.lowercasedString)
             #expect(delivered.action == .delivered)
 
             let unregistered = try await client.send(notification(2))
@@ -309,8 +310,8 @@ import Testing
             defer { client.shutdown() }
             let items = (0..<1000).map { notification($0, apnsID: nil) }
             try await onOwnThread { for tag in 0..<total { try client.submit(items[tag % items.count], tag: UInt64(tag)) } }
-            let deadline = Date().addingTimeInterval(90)
-            while client.dispatcher.statistics.completed < total, Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+            let deadline = Timestamp().addingTimeInterval(90)
+            while client.dispatcher.statistics.completed < total, Timestamp() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
             #expect(seen.withLock { $0.allSatisfy { $0 == 1 } })
             #expect(okCount.load(ordering: .relaxed) == total, "\(failures.withLock { $0.prefix(3) })")
             // The mock answers every stream once and no connection is dropped, so nothing is resent.
@@ -337,8 +338,8 @@ import Testing
                 let start = submitted
                 try await onOwnThread { for tag in start..<(start + count) { try client.submit(items[tag % items.count], tag: UInt64(tag)) } }
                 submitted += count
-                let deadline = Date().addingTimeInterval(90)
-                while completed.load(ordering: .relaxed) < submitted, Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+                let deadline = Timestamp().addingTimeInterval(90)
+                while completed.load(ordering: .relaxed) < submitted, Timestamp() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
             }
             // Warm up: connections, pooled handles and caches reach their working size.
             try await send(20_000)

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Dispatcher
 import Foundation
@@ -61,7 +62,7 @@ func deviceToken(_ seed: Int) -> DeviceToken {
     return try! DeviceToken(String(repeating: "0", count: 64 - hex.count) + hex)
 }
 
-func notification(_ seed: Int, apnsID: UUID? = UUID()) -> APNs.Notification {
+func notification(_ seed: Int, apnsID: APNsID? = APNsID()) -> APNs.Notification {
     APNs.Notification(token: deviceToken(seed), topic: "com.example.app", pushType: .alert, priority: .immediate,
                       apnsID: apnsID, payload: Array(#"{"aps":{"alert":"hello"}}"#.utf8))
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import Synchronization
 import Testing
 @testable import Metrics
@@ -20,9 +21,9 @@ import Testing
     /// Each path answers, and within `limit` seconds.
     private func expectPromptAnswers(_ port: UInt16, limit: Double = 1.0, _ situation: String) {
         for path in Self.paths {
-            let started = Date()
+            let started = Timestamp()
             let response = try? RawHTTP.request(port: port, path: path)
-            let elapsed = Date().timeIntervalSince(started)
+            let elapsed = Timestamp().timeIntervalSince(started)
             #expect(response != nil, "\(path) got no answer \(situation)")
             #expect(elapsed < limit, "\(path) took \(String(format: "%.2f", elapsed)) s \(situation)")
         }

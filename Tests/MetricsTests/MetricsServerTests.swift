@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import Testing
 @testable import Metrics
 
@@ -90,12 +91,12 @@ import Testing
         defer { server.stop() }
         let idle = try RawHTTP.connectIdle(port: server.port)
         defer { close(idle) }
-        let started = Date()
+        let started = Timestamp()
         // Not accepted while the idle connection holds the only slot; served once the
         // server has closed that connection after its 1 s timeout.
         let answer = try RawHTTP.request(port: server.port, path: "/healthz")
         #expect(answer.status == 200)
-        #expect(Date().timeIntervalSince(started) >= 0.5, "the connection beyond the limit was served at once")
+        #expect(Timestamp().timeIntervalSince(started) >= 0.5, "the connection beyond the limit was served at once")
         #expect(RawHTTP.waitForServerClose(idle, seconds: 10), "the idle connection was not closed after its 1 s timeout")
     }
 

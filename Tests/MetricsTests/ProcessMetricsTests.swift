@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import Testing
 @testable import Metrics
 
@@ -15,7 +16,7 @@ import Testing
         try ProcessMetrics.register(in: registry)
         try ProcessMetrics.register(in: registry)
         let text = registry.expositionText()
-        let now = Date().timeIntervalSince1970
+        let now = Timestamp().timeIntervalSince1970
 
         let resident = try #require(value("process_resident_memory_bytes", in: text))
         #expect(resident > 1_000_000)

@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -44,7 +45,7 @@ import Testing
             #expect(campaign.priority == 5)
             #expect(campaign.payload == Self.payload)
             #expect(campaign.rateLimit == 250)
-            #expect(campaign.startAt == ISO8601DateFormatter().date(from: "2099-01-02T03:04:05Z"))
+            #expect(campaign.startAt == ISO8601DateFormatter().date(from: "2099-01-02T03:04:05Z").map { Timestamp(timeIntervalSince1970: $0.timeIntervalSince1970) })
         }
     }
 
@@ -71,7 +72,7 @@ import Testing
             #expect(stored?.payload == "{\"aps\":{\"badge\":3}}\n")
 
             let fromInput = try Self.run(["create", "--app", "shop", "--payload-file", "-"], database) {
-                try CampaignCommand.create($0, $1, standardInput: { Data(#"{"aps":{"sound":"bell.caf"}}"#.utf8) })
+                try CampaignCommand.create($0, $1, standardInput: { Array(#"{"aps":{"sound":"bell.caf"}}"#.utf8) })
             }
             let id = try #require(Int64(fromInput.output.text))
             #expect(try CampaignStore().campaign(try database.connect(), id: id)?.payload == #"{"aps":{"sound":"bell.caf"}}"#)
@@ -476,10 +477,10 @@ import Testing
 /// The progress display, from plain values.
 @Suite struct CampaignReportTests {
     static func campaign(targets: Int, sent: Int, failed: Int = 0, status: CampaignStatus = .running,
-                         startedAt: Date? = Date(timeIntervalSince1970: 1_000), finishedAt: Date? = nil) -> CampaignFigures {
+                         startedAt: Timestamp? = Timestamp(timeIntervalSince1970: 1_000), finishedAt: Timestamp? = nil) -> CampaignFigures {
         CampaignFigures(id: 7, app: "shop", name: "Sale", status: status, pushType: "alert", priority: 10, rateLimit: nil,
                         targets: targets, sent: sent, failed: failed, failedByReason: failed > 0 ? ["Unregistered": failed] : [:],
-                        pruned: failed, chunksTotal: 2, chunksDone: 1, createdAt: Date(timeIntervalSince1970: 900),
+                        pruned: failed, chunksTotal: 2, chunksDone: 1, createdAt: Timestamp(timeIntervalSince1970: 900),
                         startAt: nil, startedAt: startedAt, finishedAt: finishedAt)
     }
 
@@ -494,17 +495,17 @@ import Testing
     }
 
     @Test func averageRateCoversTheWholeRunOnceFinished() {
-        let finished = Self.campaign(targets: 3000, sent: 3000, status: .done, finishedAt: Date(timeIntervalSince1970: 1_010))
-        #expect(CampaignReport.averageRate(finished, now: Date(timeIntervalSince1970: 5_000)) == 300)
+        let finished = Self.campaign(targets: 3000, sent: 3000, status: .done, finishedAt: Timestamp(timeIntervalSince1970: 1_010))
+        #expect(CampaignReport.averageRate(finished, now: Timestamp(timeIntervalSince1970: 5_000)) == 300)
         let running = Self.campaign(targets: 3000, sent: 1000)
-        #expect(CampaignReport.averageRate(running, now: Date(timeIntervalSince1970: 1_100)) == 10)
+        #expect(CampaignReport.averageRate(running, now: Timestamp(timeIntervalSince1970: 1_100)) == 10)
         #expect(CampaignReport.eta(running, rate: 10) == 200)
-        #expect(CampaignReport.averageRate(Self.campaign(targets: 5, sent: 0, startedAt: nil), now: Date()) == nil)
+        #expect(CampaignReport.averageRate(Self.campaign(targets: 5, sent: 0, startedAt: nil), now: Timestamp()) == nil)
     }
 
     @Test func theRateMeterSmoothsBetweenSamples() {
         var meter = RateMeter()
-        let start = Date(timeIntervalSince1970: 0)
+        let start = Timestamp(timeIntervalSince1970: 0)
         #expect(meter.observe(processed: 0, at: start) == nil)
         #expect(meter.observe(processed: 1000, at: start.addingTimeInterval(1)) == 1000)
         #expect(abs((meter.observe(processed: 1000, at: start.addingTimeInterval(2)) ?? 0) - 700) < 1e-9)
@@ -522,7 +523,7 @@ import Testing
         final class Box: @unchecked Sendable { var writes: [String] = [] }
         let box = Box()
         var samples = [Self.campaign(targets: 100, sent: 50), Self.campaign(targets: 100, sent: 100, status: .done,
-                                                                             finishedAt: Date(timeIntervalSince1970: 1_010))]
+                                                                             finishedAt: Timestamp(timeIntervalSince1970: 1_010))]
         var watch = CampaignWatch(interval: 0.05, drawsBar: true) { box.writes.append($0) }
         let last = try watch.run(first: Self.campaign(targets: 100, sent: 0)) { samples.removeFirst() }
         #expect(last.status == .done)

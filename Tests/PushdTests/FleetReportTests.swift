@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import QueueStore
 import Testing
 @testable import pushd
@@ -8,8 +9,8 @@ import Testing
     static func instance(_ host: String, apps: [String] = ["shop"], version: String = "1.0.0", silent: Double = 2,
                          paused: [String: String] = [:]) -> InstanceRecord {
         InstanceRecord(registration: InstanceRegistration(host: host, pid: 10, version: version, libcurlVersion: "8.14.1",
-                                                          apps: apps, startedAt: Date(timeIntervalSince1970: 1_700_000_000)),
-                       paused: paused, heartbeatAt: Date(), silentSeconds: silent)
+                                                          apps: apps, startedAt: Timestamp(timeIntervalSince1970: 1_700_000_000)),
+                       paused: paused, heartbeatAt: Timestamp(), silentSeconds: silent)
     }
 
     static func snapshot(_ instances: [InstanceRecord], lanes: [LaneDepth] = [], campaigns: [ActiveCampaign] = [],
@@ -23,7 +24,7 @@ import Testing
         #expect(report.problems == [])
         #expect(report.exitCode == 0)
         #expect(report.queue.first?.served == true)
-        #expect(report.lines(now: Date()).first?.hasSuffix("HEALTHY") == true)
+        #expect(report.lines(now: Timestamp()).first?.hasSuffix("HEALTHY") == true)
     }
 
     @Test func noLiveInstanceIsDegraded() {
@@ -88,7 +89,7 @@ import Testing
         #expect(report.healthy)
         #expect(report.notes == ["instances run different versions (1.0.0, 1.1.0): expected during a rolling upgrade only",
                                  "3 notification(s) dead-lettered in the last hour: see pushd.dead_jobs"])
-        let text = try report.json(now: Date(timeIntervalSince1970: 0), pretty: false)
+        let text = try report.json(now: Timestamp(timeIntervalSince1970: 0), pretty: false)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
         #expect(json["healthy"] as? Bool == true)
         #expect(json["versions"] as? [String] == ["1.0.0", "1.1.0"])

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import Foundation
 import Testing
 @testable import pushd
@@ -12,7 +13,7 @@ struct FixedRandom: RandomNumberGenerator {
 @Suite struct OutcomePolicyTests {
     let policy = OutcomePolicy(retry: RetryPolicy(baseDelay: 1, maxDelay: 60, throttledBaseDelay: 10, maxAttempts: 4,
                                                   maxAttemptsForUnknownReasons: 2, outageLimit: 3600))
-    let now = Date(timeIntervalSince1970: 1_800_000_000)
+    let now = Timestamp(timeIntervalSince1970: 1_800_000_000)
 
     func verdict(_ outcome: SendOutcome, attempt: Int = 1, expiration: Int64? = nil, waited: Double = 0) -> Verdict {
         var random = FixedRandom(value: UInt64.max)
@@ -28,7 +29,7 @@ struct FixedRandom: RandomNumberGenerator {
 
     @Test func unregisteredPrunesWithTheTimestamp() {
         let result = verdict(.response(status: 410, body: Self.body(#"{"reason":"Unregistered","timestamp":1700000000123}"#)))
-        #expect(result == .prune(status: 410, reason: "Unregistered", apnsTimestamp: Date(timeIntervalSince1970: 1_700_000_000.123)))
+        #expect(result == .prune(status: 410, reason: "Unregistered", apnsTimestamp: Timestamp(timeIntervalSince1970: 1_700_000_000.123)))
     }
 
     @Test func badDeviceTokenPrunesAsOfNow() {
@@ -256,7 +257,7 @@ struct FixedRandom: RandomNumberGenerator {
 }
 
 @Suite struct TokenThrottleTests {
-    let now = Date(timeIntervalSince1970: 1_800_000_000)
+    let now = Timestamp(timeIntervalSince1970: 1_800_000_000)
 
     @Test func aThrottledTokenIsHeldUntilItsRetryAndOtherTokensAreNot() {
         let throttle = TokenThrottle()

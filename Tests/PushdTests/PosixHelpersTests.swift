@@ -32,10 +32,10 @@ import Testing
 
     @Test func conditionWaitGivesUpAfterItsTimeout() {
         let condition = Condition(0)
-        let start = Date()
+        let start = Timestamp()
         let result: Int? = condition.wait(timeout: 0.05) { $0 > 0 ? $0 : nil }
         #expect(result == nil)
-        #expect(Date().timeIntervalSince(start) >= 0.045)
+        #expect(Timestamp().timeIntervalSince(start) >= 0.045)
     }
 
     @Test func conditionUpdateWakesAWaiterOnAnotherThread() {
@@ -46,5 +46,55 @@ import Testing
         }
         let result: Int? = condition.wait(timeout: 10) { $0 > 0 ? $0 : nil }
         #expect(result == 7)
+    }
+    @Test func timestampParsesISO8601LikeFoundation() throws {
+        let foundation = ISO8601DateFormatter()
+        foundation.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let plain = ISO8601DateFormatter()
+        for text in ["2026-12-01T09:00:00Z", "2026-12-01T09:00:00+01:00", "2026-12-01T09:00:00-05:30", "1970-01-01T00:00:00Z",
+                     "2099-01-02T03:04:05Z", "2024-02-29T23:59:59Z", "2026-12-01T09:00:00.250Z", "2026-12-01T09:00:00.5+02:00"] {
+            let expected = try #require(foundation.date(from: text) ?? plain.date(from: text), "\(text)")
+            let parsed = try #require(Timestamp(iso8601: text), "\(text)")
+            #expect(abs(parsed.timeIntervalSince1970 - expected.timeIntervalSince1970) < 0.001, "\(text)")
+        }
+        for text in ["", "2026-12-01", "2026-12-01T09:00:00", "2026-02-30T09:00:00Z", "2026-13-01T09:00:00Z", "2026-12-01T24:00:00Z",
+                     "2026-12-01T09:00:00Zjunk", "2026-12-01 T09:00:00Z", "2026-12-01T09:00:00.Z"] {
+            #expect(Timestamp(iso8601: text) == nil, "\(text)")
+        }
+    }
+
+    @Test func timestampPrintsISO8601LikeFoundation() {
+        let formatter = ISO8601DateFormatter()
+        for seconds in [0, 1_700_000_000.9, 4_102_444_800, 951_782_400, -86_400] as [Double] {
+            let moment = Timestamp(timeIntervalSince1970: seconds)
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(moment.iso8601 == formatter.string(from: date), "\(seconds)")
+            #expect(moment.iso8601(separator: " ") == formatter.string(from: date).replacingOccurrences(of: "T", with: " "))
+            #expect(moment.iso8601Day == String(formatter.string(from: date).prefix(10)))
+        }
+        let now = Timestamp()
+        #expect(abs(now.timeIntervalSince1970 - Date().timeIntervalSince1970) < 1)
+    }
+
+    @Test func fileSystemWritesReadsListsAndRemovesATree() throws {
+        let directory = FileSystem.temporaryDirectory + "/pushd-fs-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileSystem.createDirectory(directory + "/a/b")
+        try FileSystem.write("héllo\n", to: directory + "/a/b/file.txt", permissions: 0o600)
+        #expect(try FileSystem.readText(directory + "/a/b/file.txt") == "héllo\n")
+        #expect(FileManager.default.contents(atPath: directory + "/a/b/file.txt") == Data("héllo\n".utf8))
+        let status = try #require(FileSystem.status(directory + "/a/b/file.txt"))
+        #expect(status.isRegularFile && !status.isDirectory && status.size == 7 && status.permissions == 0o600)
+        #expect(FileSystem.status(directory + "/a")?.isDirectory == true)
+        #expect(try FileSystem.contentsOfDirectory(directory + "/a") == ["b"])
+        #expect(throws: SystemCallError.self) { try FileSystem.read(directory + "/missing") }
+        #expect(ErrorReason.of(SystemCallError("open", path: "x", code: ENOENT)) == "No such file or directory")
+        try FileSystem.remove(directory)
+        #expect(!FileSystem.exists(directory))
+        try FileSystem.remove(directory)
+    }
+
+    @Test func environmentListsTheProcessVariables() {
+        #expect(Environment.variables == ProcessInfo.processInfo.environment)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import Glibc
 import Testing
 @testable import pushd
@@ -25,9 +26,9 @@ import Testing
         process.standardOutput = handle
         process.standardError = handle
         try process.run()
-        let deadline = Date().addingTimeInterval(seconds)
+        let deadline = Timestamp().addingTimeInterval(seconds)
         func errors() -> String { String(decoding: FileManager.default.contents(atPath: files.path("err")) ?? Data(), as: UTF8.self) }
-        while process.isRunning, Date() < deadline {
+        while process.isRunning, Timestamp() < deadline {
             if let marker, errors().contains(marker) { break }
             Thread.sleep(forTimeInterval: 0.05)
         }

@@ -86,7 +86,7 @@ import Testing
 
     static func send(_ setup: Setup, _ arguments: [String], input: String = "") throws -> CommandRun {
         try CommandRun(["send", "--config", setup.config] + arguments) { parsed, context in
-            try SendCommand.run(parsed, context, standardInput: { Data(input.utf8) })
+            try SendCommand.run(parsed, context, standardInput: { Array(input.utf8) })
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -20,8 +21,8 @@ import Testing
             for seed in 6..<8 { try tokens.register(connection, app: "shop", token: Self.token(seed), environment: "sandbox") }
             for seed in 10..<13 { try tokens.register(connection, app: "news", token: Self.token(seed)) }
             try tokens.prune(connection, [
-                TokenPrune(app: "shop", token: Self.token(0), reason: "Unregistered", apnsTimestamp: Date()),
-                TokenPrune(app: "shop", token: Self.token(1), reason: "Unregistered", apnsTimestamp: Date()),
+                TokenPrune(app: "shop", token: Self.token(0), reason: "Unregistered", apnsTimestamp: Timestamp()),
+                TokenPrune(app: "shop", token: Self.token(1), reason: "Unregistered", apnsTimestamp: Timestamp()),
                 TokenPrune(app: "shop", token: Self.token(6), reason: "BadDeviceToken", apnsTimestamp: nil),
                 TokenPrune(app: "news", token: Self.token(10), reason: "DeviceTokenNotForTopic", apnsTimestamp: nil),
             ])

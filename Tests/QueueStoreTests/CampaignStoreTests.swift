@@ -1,4 +1,5 @@
 import PushdTestSupport
+import Posix
 import Foundation
 import QueueStore
 import Testing
@@ -7,7 +8,7 @@ import Testing
     let campaigns = CampaignStore()
 
     func makeCampaign(_ connection: PGConnection, targets: Int, chunkSize: Int = 1000, rateLimit: Int? = nil,
-                      startAt: Date? = nil) throws -> Int64 {
+                      startAt: Timestamp? = nil) throws -> Int64 {
         let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "winter sale", payload: Fixtures.payload,
                                                               startAt: startAt, rateLimit: rateLimit))
         try campaigns.importTargets(connection, campaignID: id, targets: (1...targets).map { (Fixtures.token($0), nil) },
@@ -246,7 +247,7 @@ import Testing
     @Test func aScheduledCampaignIsNotLeasedBeforeItsStartTime() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
-            let id = try makeCampaign(connection, targets: 10, startAt: Date().addingTimeInterval(3600))
+            let id = try makeCampaign(connection, targets: 10, startAt: Timestamp().addingTimeInterval(3600))
             #expect(try campaigns.start(connection, id: id) == .scheduled)
             #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             try connection.query("UPDATE pushd.campaigns SET start_at = now() - interval '1 second' WHERE id = $1", [id])
@@ -280,7 +281,7 @@ import Testing
                                     environment: seed % 2 == 0 ? "sandbox" : "production")
             }
             try tokens.register(connection, app: "blog", token: Fixtures.token(99))
-            try tokens.prune(connection, app: "shop", token: Fixtures.token(1), reason: "Unregistered", apnsTimestamp: Date().addingTimeInterval(60))
+            try tokens.prune(connection, app: "shop", token: Fixtures.token(1), reason: "Unregistered", apnsTimestamp: Timestamp().addingTimeInterval(60))
             let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "all", payload: Fixtures.payload))
             #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, environment: "production", chunkSize: 4).imported == 12)
             // u0 has five live tokens; the three in production are in the campaign already.

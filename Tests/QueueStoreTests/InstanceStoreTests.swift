@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -7,7 +8,7 @@ import Testing
 @Suite struct InstanceStoreTests {
     static func registration(_ host: String, apps: [String] = ["shop"], version: String = "1.0.0") -> InstanceRegistration {
         InstanceRegistration(host: host, pid: 42, version: version, libcurlVersion: "8.14.1", apps: apps,
-                             startedAt: Date(timeIntervalSince1970: 1_800_000_000))
+                             startedAt: Timestamp(timeIntervalSince1970: 1_800_000_000))
     }
 
     @Test func aHeartbeatRegistersTheInstanceAndTheNextOneRecordsPausedApps() throws {

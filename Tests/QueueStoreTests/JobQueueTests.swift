@@ -1,4 +1,5 @@
 import PushdTestSupport
+import Posix
 import Foundation
 import QueueStore
 import Locking
@@ -102,7 +103,7 @@ import Testing
             let batch = try queue.claim(connection, limit: 10, apps: apps)
             #expect(batch.jobs.count == 6)
             let ids = batch.jobs.map(\.id).sorted()
-            let later = Date().addingTimeInterval(600)
+            let later = Timestamp().addingTimeInterval(600)
             try queue.finish(connection, batch, JobOutcomes(
                 delivered: Array(ids[0..<3]),
                 retries: [JobRetry(id: ids[3], runAt: later, error: "503 ServiceUnavailable")],
@@ -303,7 +304,7 @@ import Testing
             let batch = try queue.claim(claimer, limit: 10, apps: apps)
             #expect(batch.jobs.count == 3)
             #expect(try queue.hasDueJobs(poller, apps: apps) == false)
-            try queue.finish(claimer, batch, JobOutcomes(retries: batch.jobs.map { JobRetry(id: $0.id, runAt: Date(), error: "429") }))
+            try queue.finish(claimer, batch, JobOutcomes(retries: batch.jobs.map { JobRetry(id: $0.id, runAt: Timestamp(), error: "429") }))
             #expect(try queue.hasDueJobs(poller, apps: apps))
         }
     }

@@ -1,4 +1,5 @@
 import PushdTestSupport
+import Posix
 import Foundation
 import QueueStore
 import Testing
@@ -28,8 +29,8 @@ import Testing
     @Test func roundTripsEveryParameterType() throws {
         let connection = try TestDatabase.connect()
         let text = "héllo, \"wörld\" \\ {braces} 'quotes'\ttab\nline 🚀"
-        let date = Date(timeIntervalSince1970: 1_764_424_685.123456)
-        let uuid = UUID()
+        let date = Timestamp(timeIntervalSince1970: 1_764_424_685.123456)
+        let uuid = APNsID()
         let bytes = PGBytes((0...255).map { UInt8($0) })
         let result = try connection.query(
             """
@@ -49,9 +50,9 @@ import Testing
         #expect(try row.get(6, as: Double.self) == -1.5e-300)
         #expect(try row.get(7, as: Bool.self) == true)
         #expect(try row.get(8, as: Bool.self) == false)
-        let readDate = try #require(try row.get(9, as: Date.self))
+        let readDate = try #require(try row.get(9, as: Timestamp.self))
         #expect(abs(readDate.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.000_001)
-        #expect(try row.get(10, as: UUID.self) == uuid)
+        #expect(try row.get(10, as: APNsID.self) == uuid)
         #expect(try row.get(11, as: PGBytes.self) == bytes)
         #expect(try row.get(12, as: [Int64].self) == [1, -2, Int64.max])
         #expect(try row.get(13, as: [String].self) == ["a,b", "c\"d", "e\\f", "", "NULL"])
@@ -71,8 +72,8 @@ import Testing
     @Test func datesBeforeTheEpochAndFarAheadRoundTrip() throws {
         let connection = try TestDatabase.connect()
         for seconds in [-2_208_988_800.5, 0, 4_102_444_800.000001] {
-            let date = Date(timeIntervalSince1970: seconds)
-            let read = try connection.query("SELECT $1::timestamptz", [date]).require(Date.self, row: 0, column: 0)
+            let date = Timestamp(timeIntervalSince1970: seconds)
+            let read = try connection.query("SELECT $1::timestamptz", [date]).require(Timestamp.self, row: 0, column: 0)
             #expect(abs(read.timeIntervalSince1970 - seconds) < 0.000_002, "\(seconds)")
         }
     }

@@ -1,4 +1,5 @@
 import PushdTestSupport
+import Posix
 import Foundation
 import QueueStore
 import Locking
@@ -11,17 +12,17 @@ import Testing
     @Test func aFreshTokenIsReadWithoutMintingAndAStaleOneIsReplaced() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
-            let first = try store.providerToken(connection, keyID: "KEY1", teamID: "TEAM", maxAge: 3000) { ("jwt-1", Date()) }
+            let first = try store.providerToken(connection, keyID: "KEY1", teamID: "TEAM", maxAge: 3000) { ("jwt-1", Timestamp()) }
             #expect(first.minted && first.token == "jwt-1")
             let second = try store.providerToken(connection, keyID: "KEY1", teamID: "TEAM", maxAge: 3000) {
                 Issue.record("minted although a fresh token was stored")
-                return ("jwt-unexpected", Date())
+                return ("jwt-unexpected", Timestamp())
             }
             #expect(!second.minted && second.token == "jwt-1")
             try connection.query("UPDATE pushd.provider_tokens SET issued_at = now() - interval '51 minutes'")
-            let third = try store.providerToken(connection, keyID: "KEY1", teamID: "TEAM", maxAge: 3000) { ("jwt-2", Date()) }
+            let third = try store.providerToken(connection, keyID: "KEY1", teamID: "TEAM", maxAge: 3000) { ("jwt-2", Timestamp()) }
             #expect(third.minted && third.token == "jwt-2")
-            let otherKey = try store.providerToken(connection, keyID: "KEY2", teamID: "TEAM", maxAge: 3000) { ("jwt-k2", Date()) }
+            let otherKey = try store.providerToken(connection, keyID: "KEY2", teamID: "TEAM", maxAge: 3000) { ("jwt-k2", Timestamp()) }
             #expect(otherKey.token == "jwt-k2")
         }
     }
@@ -38,7 +39,7 @@ import Testing
                                                         instance: "instance-\(instance)") {
                         mints.add(1, ordering: .relaxed)
                         usleep(50_000)
-                        return ("jwt-from-\(instance)", Date())
+                        return ("jwt-from-\(instance)", Timestamp())
                     }
                     seen.withLock { _ = $0.insert(token.token) }
                 } catch {
@@ -55,7 +56,7 @@ import Testing
         struct SigningFailed: Error {}
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
-            _ = try store.providerToken(connection, keyID: "K", teamID: "T", maxAge: 3000) { ("old", Date()) }
+            _ = try store.providerToken(connection, keyID: "K", teamID: "T", maxAge: 3000) { ("old", Timestamp()) }
             try connection.query("UPDATE pushd.provider_tokens SET issued_at = now() - interval '2 hours'")
             #expect(throws: SigningFailed.self) {
                 _ = try store.providerToken(connection, keyID: "K", teamID: "T", maxAge: 3000) { throw SigningFailed() }

@@ -1,4 +1,5 @@
 import PushdTestSupport
+import Posix
 import Foundation
 import QueueStore
 import Testing
@@ -6,7 +7,7 @@ import Testing
 @Suite struct TokenStoreTests {
     let tokens = TokenStore()
 
-    func updatedAt(_ connection: PGConnection, _ token: String) throws -> Date {
+    func updatedAt(_ connection: PGConnection, _ token: String) throws -> Timestamp {
         try #require(try tokens.token(connection, app: "shop", token: token)).updatedAt
     }
 

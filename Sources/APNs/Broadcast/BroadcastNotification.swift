@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// One Live Activity update to every device subscribed to a channel:
 /// `POST /4/broadcasts/apps/<bundle id>` on the ordinary notification host, with
@@ -11,11 +11,11 @@ public struct BroadcastNotification: Sendable, Hashable {
     /// Epoch seconds; 0 delivers only to devices online now; nil omits the header.
     public var expiration: Int64?
     /// nil omits `apns-id`; APNs makes one.
-    public var apnsID: UUID?
+    public var apnsID: APNsID?
     public var payload: [UInt8]
 
     public init(bundleID: String, channelID: ChannelID, priority: Priority? = nil, expiration: Int64? = nil,
-                apnsID: UUID? = nil, payload: [UInt8]) {
+                apnsID: APNsID? = nil, payload: [UInt8]) {
         self.bundleID = bundleID
         self.channelID = channelID
         self.priority = priority

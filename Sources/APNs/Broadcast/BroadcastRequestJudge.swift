@@ -1,3 +1,5 @@
+import Posix
+
 /// Judges incoming broadcast sends and channel management requests the way APNs does, for
 /// servers that stand in for it. Pure functions of the request; authentication and the
 /// channel registry are the server's.

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// One request to the channel management API (create, read, delete a channel, or list all
 /// channels of a bundle id). Sent to `APNsEnvironment.channelManagementHost`, token
@@ -14,9 +14,9 @@ public struct ChannelRequest: Sendable, Hashable {
     public var bundleID: String
     public var operation: Operation
     /// `apns-request-id`; APNs makes one and returns it when absent.
-    public var requestID: UUID?
+    public var requestID: APNsID?
 
-    public init(bundleID: String, operation: Operation, requestID: UUID? = nil) {
+    public init(bundleID: String, operation: Operation, requestID: APNsID? = nil) {
         self.bundleID = bundleID
         self.operation = operation
         self.requestID = requestID

@@ -29,6 +29,18 @@ public enum Base64URL {
         }
     }
 
+    /// Standard base64 with padding (RFC 4648 section 4), the alphabet of APNs channel ids.
+    public static func encodeStandard<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        var out = [UInt8]()
+        encode(bytes, into: &out)
+        for index in out.indices {
+            if out[index] == UInt8(ascii: "-") { out[index] = UInt8(ascii: "+") }
+            if out[index] == UInt8(ascii: "_") { out[index] = UInt8(ascii: "/") }
+        }
+        while out.count % 4 != 0 { out.append(UInt8(ascii: "=")) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
     /// Decodes unpadded base64url; nil on any character outside the alphabet, on padding, or
     /// on a length no encoder produces (one leftover character).
     public static func decode<Text: Collection>(_ text: Text) -> [UInt8]? where Text.Element == UInt8 {

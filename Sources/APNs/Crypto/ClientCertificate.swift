@@ -1,5 +1,5 @@
 internal import COpenSSL
-import FoundationEssentials
+import Posix
 
 /// What an APNs TLS client certificate says about itself, read with OpenSSL so that a wrong,
 /// expired or mismatched certificate is reported when the configuration is checked, not as a
@@ -10,8 +10,8 @@ public struct ClientCertificateInfo: Sendable, Hashable {
     public var commonName: String?
     /// The subject's UID: the bundle id the certificate was issued for.
     public var userID: String?
-    public var notBefore: Date
-    public var notAfter: Date
+    public var notBefore: Timestamp
+    public var notAfter: Timestamp
     /// From Apple's extensions: development (sandbox), production, or both for a universal
     /// certificate. Empty for certificates without them (self-made test certificates).
     public var environments: Set<APNsEnvironment>
@@ -20,7 +20,7 @@ public struct ClientCertificateInfo: Sendable, Hashable {
     public var topics: [String]
 
     /// Why the certificate cannot serve `topic` in `environment` at `now`; empty when it can.
-    public func problems(environment: APNsEnvironment, topic: String?, now: Date = Date()) -> [String] {
+    public func problems(environment: APNsEnvironment, topic: String?, now: Timestamp = Timestamp()) -> [String] {
         var found = [String]()
         if now < notBefore { found.append("the certificate is not valid before \(notBefore)") }
         if now > notAfter { found.append("the certificate expired on \(notAfter)") }
@@ -153,23 +153,21 @@ public enum ClientCertificate {
     }
 
     private static func read(_ path: String) throws(ClientCertificateError) -> [UInt8] {
-        var isDirectory = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+        guard let status = FileSystem.status(path) else {
             throw ClientCertificateError("certificate file \(path) does not exist")
         }
-        if isDirectory { throw ClientCertificateError("certificate file \(path) cannot be read: it is a directory") }
-        if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
-            if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
-                throw ClientCertificateError("certificate file \(path) cannot be read: it is not a regular file")
-            }
-            if let size = (attributes[.size] as? UInt).map({ Int($0) }), size > maximumFileSize {
-                throw ClientCertificateError("certificate file \(path) cannot be read: \(size) bytes is far too large for a certificate")
-            }
+        if status.isDirectory { throw ClientCertificateError("certificate file \(path) cannot be read: it is a directory") }
+        if !status.isRegularFile {
+            throw ClientCertificateError("certificate file \(path) cannot be read: it is not a regular file")
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ClientCertificateError("certificate file \(path) cannot be read: permission denied or I/O error")
+        if status.size > maximumFileSize {
+            throw ClientCertificateError("certificate file \(path) cannot be read: \(status.size) bytes is far too large for a certificate")
         }
-        return [UInt8](data)
+        do {
+            return try FileSystem.read(path)
+        } catch {
+            throw ClientCertificateError("certificate file \(path) cannot be read: \(error.reason)")
+        }
     }
 
     private static func withBIO(_ bytes: [UInt8], _ body: (OpaquePointer) -> OpaquePointer?) -> OpaquePointer? {
@@ -223,10 +221,10 @@ public enum ClientCertificate {
         return Array(UnsafeBufferPointer(start: bytes, count: length))
     }
 
-    private static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Date? {
+    private static func date(_ time: UnsafePointer<ASN1_TIME>?) -> Timestamp? {
         var parts = tm()
         guard let time, ASN1_TIME_to_tm(time, &parts) == 1 else { return nil }
-        return Date(timeIntervalSince1970: TimeInterval(timegm(&parts)))
+        return Timestamp(timeIntervalSince1970: Double(timegm(&parts)))
     }
 
     /// The UTF8String elements directly inside the outer DER SEQUENCE of the topics extension

@@ -1,5 +1,5 @@
 internal import COpenSSL
-import FoundationEssentials
+import Posix
 
 /// An APNs token-signing key: the P-256 private key of a `.p8` file with its key id and team id.
 ///
@@ -13,23 +13,21 @@ public final class SigningKey: @unchecked Sendable {
 
     /// Loads a key file. The file's contents never appear in errors or logs.
     public convenience init(contentsOfFile path: String, keyID: String, teamID: String) throws(SigningKeyError) {
-        var isDirectory = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { throw .fileNotFound(path: path) }
-        guard !isDirectory else { throw .unreadableFile(path: path, detail: "it is a directory") }
+        guard let status = FileSystem.status(path) else { throw .fileNotFound(path: path) }
+        guard !status.isDirectory else { throw .unreadableFile(path: path, detail: "it is a directory") }
         // Reading a device or a huge file by mistake would block or exhaust memory.
-        if let attributes = try? FileManager.default.attributesOfItem(atPath: path) {
-            if let type = attributes[.type] as? FileAttributeType, type != .typeRegular {
-                throw .unreadableFile(path: path, detail: "it is not a regular file")
-            }
-            if let size = (attributes[.size] as? UInt).map({ Int($0) }), size > SigningKey.maximumPEMSize {
-                throw .unreadableFile(path: path, detail: "\(size) bytes is far too large for a key file")
-            }
+        guard status.isRegularFile else { throw .unreadableFile(path: path, detail: "it is not a regular file") }
+        if status.size > SigningKey.maximumPEMSize {
+            throw .unreadableFile(path: path, detail: "\(status.size) bytes is far too large for a key file")
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw .unreadableFile(path: path, detail: "permission denied or I/O error")
+        let data: [UInt8]
+        do {
+            data = try FileSystem.read(path)
+        } catch {
+            throw .unreadableFile(path: path, detail: error.reason)
         }
         do {
-            try self.init(pemBytes: [UInt8](data), keyID: keyID, teamID: teamID, source: path)
+            try self.init(pemBytes: data, keyID: keyID, teamID: teamID, source: path)
         } catch {
             throw error
         }
@@ -88,9 +86,7 @@ public final class SigningKey: @unchecked Sendable {
     /// A warning when the key file can be read by its group or by others, nil otherwise (and
     /// when the file cannot be inspected: loading it will report that).
     public static func permissionWarning(forKeyFile path: String) -> String? {
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              let permissions = attributes[.posixPermissions] as? UInt else { return nil }
-        let mode = Int(permissions)
+        guard let mode = FileSystem.status(path)?.permissions else { return nil }
         guard mode & 0o044 != 0 else { return nil }
         return "signing key file \(path) is readable by \(mode & 0o004 != 0 ? "every user" : "its group") (mode \(String(mode & 0o777, radix: 8))); restrict it with chmod 600"
     }

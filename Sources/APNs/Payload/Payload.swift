@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// A notification payload: the `aps` dictionary plus the app's own top-level keys.
 ///
@@ -279,7 +279,7 @@ extension Notification {
     /// A notification whose payload is rendered from `payload`.
     public init(
         token: DeviceToken, topic: String, pushType: PushType = .alert, priority: Priority? = nil,
-        expiration: Int64? = nil, collapseID: String? = nil, apnsID: UUID? = nil, payload: Payload
+        expiration: Int64? = nil, collapseID: String? = nil, apnsID: APNsID? = nil, payload: Payload
     ) {
         self.init(token: token, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
                   collapseID: collapseID, apnsID: apnsID, payload: payload.bytes)

@@ -1,3 +1,5 @@
+import Posix
+
 /// Judges an incoming HTTP/2 request the way APNs does, for servers that stand in for APNs.
 ///
 /// A pure function of its inputs. It checks the request line, the `apns-*` headers and the

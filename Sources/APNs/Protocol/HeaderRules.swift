@@ -6,30 +6,6 @@ public enum NotificationLimits {
     public static let maxTopicBytes = 255
 }
 
-/// The `apns-id` format: a canonical UUID, 8-4-4-4-12 hexadecimal digits.
-public enum APNsID {
-    /// Accepts either case (APNs does); `Notification` always sends lowercase.
-    public static func isCanonical(_ text: String) -> Bool {
-        let utf8 = text.utf8
-        guard utf8.count == 36 else { return false }
-        var i = 0
-        for byte in utf8 {
-            switch i {
-            case 8, 13, 18, 23:
-                if byte != UInt8(ascii: "-") { return false }
-            default:
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
-                     UInt8(ascii: "A")...UInt8(ascii: "F"): break
-                default: return false
-                }
-            }
-            i += 1
-        }
-        return true
-    }
-}
-
 /// `apns-topic` shape rules.
 public enum TopicRules {
     /// Printable ASCII without spaces, at most `NotificationLimits.maxTopicBytes`: bundle ids

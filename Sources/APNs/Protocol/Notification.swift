@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// Importers of both Foundation and APNs can use this name instead of `APNs.Notification`.
 public typealias APNsNotification = Notification
@@ -18,7 +18,7 @@ public struct Notification: Sendable, Hashable {
     public var expiration: Int64?
     public var collapseID: String?
     /// nil omits `apns-id`; APNs then makes one and returns it.
-    public var apnsID: UUID?
+    public var apnsID: APNsID?
     public var payload: [UInt8]
 
     public init(
@@ -28,7 +28,7 @@ public struct Notification: Sendable, Hashable {
         priority: Priority? = nil,
         expiration: Int64? = nil,
         collapseID: String? = nil,
-        apnsID: UUID? = nil,
+        apnsID: APNsID? = nil,
         payload: [UInt8]
     ) {
         self.token = token

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Locking
 
 /// Holds one signing key's provider token in one process (`pushd send`, tests, benchmarks)
@@ -59,5 +59,5 @@ public final class ProviderTokenCache: Sendable {
         return token
     }
 
-    public static func currentEpochSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    public static func currentEpochSeconds() -> Int64 { Int64(Timestamp().timeIntervalSince1970) }
 }

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Glibc
 
 /// When to try a failed notification again, and when to stop.
@@ -56,9 +56,9 @@ public struct RetryPolicy: Sendable, Hashable {
     public func decide<Random: RandomNumberGenerator>(
         attempt: Int,
         reason: APNsReason?,
-        now: Date,
+        now: Timestamp,
         expiration: Int64?,
-        firstAttemptAt: Date? = nil,
+        firstAttemptAt: Timestamp? = nil,
         random: inout Random
     ) -> RetryDecision {
         let limit = reason.map { $0.isKnown ? maxAttempts : maxAttemptsForUnknownReasons } ?? maxAttempts
@@ -97,9 +97,9 @@ public struct RetryPolicy: Sendable, Hashable {
     /// After a send that got no answer at all (connection refused or reset, no response in
     /// time). Not an attempt; see `decideWithinBudget`.
     public func decideAfterNoAnswer<Random: RandomNumberGenerator>(
-        now: Date,
+        now: Timestamp,
         expiration: Int64?,
-        firstAttemptAt: Date?,
+        firstAttemptAt: Timestamp?,
         random: inout Random
     ) -> RetryDecision {
         decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, throttled: false,
@@ -119,9 +119,9 @@ public struct RetryPolicy: Sendable, Hashable {
     ///   - throttled: APNs answered 429 (TooManyRequests, TooManyProviderTokenUpdates).
     ///   - trouble: what went wrong, for the reason given when the budget is spent.
     public func decideWithinBudget<Random: RandomNumberGenerator>(
-        now: Date,
+        now: Timestamp,
         expiration: Int64?,
-        firstAttemptAt: Date?,
+        firstAttemptAt: Timestamp?,
         throttled: Bool,
         trouble: String,
         random: inout Random
@@ -161,7 +161,7 @@ public struct RetryPolicy: Sendable, Hashable {
 
 public enum RetryDecision: Sendable, Hashable {
     /// Try again `after` seconds from now, that is at `at`.
-    case retry(after: Double, at: Date)
+    case retry(after: Double, at: Timestamp)
     /// Stop; the job goes to dead letters with `why`.
     case giveUp(why: String)
 }

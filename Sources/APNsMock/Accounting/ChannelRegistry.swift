@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 import Locking
 
 /// The channels the mock's management API created, per bundle id, and the broadcasts
@@ -84,6 +84,6 @@ final class ChannelRegistry: Sendable {
     /// Base64 of a readable text, so ids look like APNs's and are unique per server run.
     private static func makeID(bundleID: String, sequence: UInt64) -> String {
         let text = "\(bundleID):\(sequence):\(UInt32.random(in: 0...UInt32.max))"
-        return Data(text.utf8).base64EncodedString()
+        return Base64URL.encodeStandard(text.utf8)
     }
 }

@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Posix
 
 /// Files written by `CertificateGenerator.generate(into:)`.
@@ -20,17 +19,15 @@ public enum CertificateGenerator {
     public static func generate(into directory: String, openssl: String = "/usr/bin/openssl") throws(MockServerError) -> GeneratedCertificates {
         let files = GeneratedCertificates(directory: directory)
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileSystem.createDirectory(directory)
         } catch {
             throw .configuration("cannot create certificate directory \(directory): \(ErrorReason.of(error))")
         }
         let serverExtensions = directory + "/server.ext"
         let clientExtensions = directory + "/client.ext"
         do {
-            try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                .write(toFile: serverExtensions, atomically: true, encoding: .utf8)
-            try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
-                .write(toFile: clientExtensions, atomically: true, encoding: .utf8)
+            try FileSystem.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n", to: serverExtensions)
+            try FileSystem.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n", to: clientExtensions)
         } catch {
             throw .configuration("cannot write into \(directory): \(ErrorReason.of(error))")
         }
@@ -47,17 +44,17 @@ public enum CertificateGenerator {
             try run(openssl, ["req", "-new", "-key", key, "-subj", "/CN=\(name)", "-out", request], in: directory)
             try run(openssl, ["x509", "-req", "-in", request, "-CA", files.caCertificate, "-CAkey", files.caKey,
                               "-CAcreateserial", "-days", "825", "-sha256", "-extfile", extensions, "-out", certificate], in: directory)
-            try? FileManager.default.removeItem(atPath: request)
+            try? FileSystem.remove(request)
         }
-        for file in [serverExtensions, clientExtensions, directory + "/ca.srl"] { try? FileManager.default.removeItem(atPath: file) }
+        for file in [serverExtensions, clientExtensions, directory + "/ca.srl"] { try? FileSystem.remove(file) }
         return files
     }
 
     /// Runs one openssl command; its output goes to a file of its own, shown when it fails.
     private static func run(_ executable: String, _ arguments: [String], in directory: String) throws(MockServerError) {
         let output = directory + "/openssl.out"
-        try? FileManager.default.removeItem(atPath: output)
-        defer { try? FileManager.default.removeItem(atPath: output) }
+        try? FileSystem.remove(output)
+        defer { try? FileSystem.remove(output) }
         do {
             try Subprocess.run([executable] + arguments, outputPath: output)
         } catch {

@@ -1,4 +1,5 @@
-import FoundationEssentials
+import APNs
+import Posix
 
 /// What `apns-mock` was asked to do.
 public enum MockCommand: Sendable {
@@ -58,7 +59,7 @@ public enum MockCommandLine {
       --ignore-pings                  leave clients' HTTP/2 PINGs unanswered
     """
 
-    public static func parse(_ arguments: [String], now: Date = Date()) throws(MockServerError) -> MockCommand {
+    public static func parse(_ arguments: [String], now: Timestamp = Timestamp()) throws(MockServerError) -> MockCommand {
         var remaining = arguments[...]
         if remaining.first == "--help" || remaining.first == "-h" || remaining.first == "help" { return .help }
         if remaining.first == "gen-certs" {
@@ -126,7 +127,7 @@ public enum MockCommandLine {
                 let text = try value()
                 let parts = text.split(separator: ":", maxSplits: 2).map(String.init)
                 guard parts.count == 3 else { throw .configuration("--provider-key expects KEY_ID:TEAM_ID:PEM_FILE, got \(text)") }
-                guard let pem = try? String(contentsOfFile: parts[2], encoding: .utf8) else {
+                guard let pem = try? FileSystem.readText(parts[2]) else {
                     throw .configuration("--provider-key: cannot read the public key file \(parts[2])")
                 }
                 providerKeys.append(ProviderKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem))
@@ -204,11 +205,14 @@ public enum MockCommandLine {
 
     /// Reads a fault file (JSON); the error names the file and what was wrong.
     public static func loadFaults(_ file: String) throws(MockServerError) -> FaultConfiguration {
-        guard let data = FileManager.default.contents(atPath: file) else {
-            throw .configuration("cannot read the faults file \(file)")
+        let data: [UInt8]
+        do {
+            data = try FileSystem.read(file)
+        } catch {
+            throw .configuration("cannot read the faults file \(file): \(error.reason)")
         }
         do {
-            return try JSONDecoder().decode(FaultConfiguration.self, from: data).validated()
+            return try JSONValueDecoder().decode(FaultConfiguration.self, from: data).validated()
         } catch let error as MockServerError {
             throw .configuration("faults file \(file): \(error)")
         } catch {

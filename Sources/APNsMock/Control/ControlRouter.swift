@@ -1,4 +1,4 @@
-import FoundationEssentials
+import APNs
 
 /// One control answer.
 struct ControlResponse {
@@ -28,7 +28,7 @@ struct ControlRouter: Sendable {
         case ("GET", "/faults"): return json(server.faults)
         case ("PUT", "/faults"), ("POST", "/faults"):
             do {
-                let faults = try JSONDecoder().decode(FaultConfiguration.self, from: Data(body))
+                let faults = try JSONValueDecoder().decode(FaultConfiguration.self, from: body)
                 try server.setFaults(faults)
                 return json(server.faults)
             } catch let error as MockServerError {
@@ -50,9 +50,9 @@ struct ControlRouter: Sendable {
     }
 
     private func json<T: Encodable>(_ value: T) -> ControlResponse {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let data = (try? encoder.encode(value)) ?? Data("null".utf8)
+        var encoder = JSONValueEncoder()
+        encoder.sortedKeys = true
+        let data = (try? encoder.encode(value))?.compactBytes ?? Array("null".utf8)
         return ControlResponse(status: 200, contentType: "application/json", body: String(decoding: data, as: UTF8.self) + "\n")
     }
 

@@ -1,4 +1,5 @@
 import APNs
+import Posix
 
 /// Broadcast sends (on the notification listener) and channel management (on its own
 /// listener), decided like the rest: the request's form, then the provider token, then the

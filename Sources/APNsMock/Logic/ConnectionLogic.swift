@@ -1,4 +1,5 @@
 import APNs
+import Posix
 
 /// Decides the answer to each request on one connection: protocol checks, authentication,
 /// then injected faults. Holds the connection's own state (stream counts, concurrency).

@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 
 /// Broadcast sends and channel management through the same client and engine. Both APIs take
 /// only provider tokens: a certificate client refuses them before anything is sent.

@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 
 /// How an `APNsClient` proves who it is.
 public enum APNsAuthentication: Sendable {

@@ -1,5 +1,5 @@
 internal import CCurl
-import FoundationEssentials
+import Posix
 import Glibc
 
 // The per-transfer callbacks libcurl makes on the loop's thread while it runs a transfer.
@@ -80,8 +80,8 @@ enum ResponseHeaderLine {
         return status
     }
 
-    /// The UUID of an "apns-id:" line (name in any case, optional blanks), or nil.
-    static func apnsID(_ line: UnsafeRawBufferPointer) -> UUID? {
+    /// The id of an "apns-id:" line (name in any case, optional blanks), or nil.
+    static func apnsID(_ line: UnsafeRawBufferPointer) -> APNsID? {
         guard line.count >= 44 else { return nil }
         let name: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0x61, 0x70, 0x6E, 0x73, 0x2D, 0x69, 0x64, 0x3A)
         // Setting bit 0x20 lowercases the letters and leaves '-' and ':' as they are.
@@ -90,7 +90,7 @@ enum ResponseHeaderLine {
         var start = 8
         while start < line.count, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
         guard start + 36 <= line.count else { return nil }
-        return parseUUID(UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
+        return APNsID(utf8: UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
     }
 
     /// "apns-channel-id:" as bytes, made once: every header line of every answer is held
@@ -109,33 +109,4 @@ enum ResponseHeaderLine {
         return start < end ? String(decoding: line[start..<end], as: UTF8.self) : nil
     }
 
-    static func parseUUID(_ text: UnsafeRawBufferPointer) -> UUID? {
-        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        let complete = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
-            var out = 0
-            var high: UInt8?
-            for (position, character) in text.enumerated() {
-                if position == 8 || position == 13 || position == 18 || position == 23 {
-                    guard character == UInt8(ascii: "-") else { return false }
-                    continue
-                }
-                let nibble: UInt8
-                switch character {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = character - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = character - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): nibble = character - UInt8(ascii: "A") + 10
-                default: return false
-                }
-                if let value = high {
-                    bytes[out] = value << 4 | nibble
-                    out += 1
-                    high = nil
-                } else {
-                    high = nibble
-                }
-            }
-            return out == 16
-        }
-        return complete ? UUID(uuid: uuid) : nil
-    }
 }

@@ -1,5 +1,5 @@
 internal import CCurl
-import FoundationEssentials
+import Posix
 import Glibc
 
 /// One pooled easy handle with the buffers libcurl reads from and writes into while it runs.
@@ -20,7 +20,7 @@ final class CurlTransfer {
     /// When the loop put this attempt into libcurl: its answer's round trip feeds `AnswerCoalescing`.
     var enteredCurlAt: UInt64 = 0
     var responseBody: [UInt8] = []
-    var apnsID: UUID?
+    var apnsID: APNsID?
     /// The `apns-channel-id` response header (a created channel's id, from the channel API).
     var channelID: String?
     /// A GET's success body is the answer (a channel read or list); a POST's is not kept.

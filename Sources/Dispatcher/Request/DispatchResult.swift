@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 
 /// What became of one request: the server's answer or the transport failure that ended it.
 public struct DispatchResult: Sendable {
@@ -31,7 +31,7 @@ public struct DispatchResult: Sendable {
 /// and the answer read once, by the engine, into the APNs module's `APNsResponse`.
 public struct Response: Sendable, Equatable {
     public let status: Int
-    public let apnsID: UUID?
+    public let apnsID: APNsID?
     /// Empty for a 200; APNs puts `{"reason": …}` (and on 410 `"timestamp"`) in error bodies.
     public let body: [UInt8]
     /// The `apns-channel-id` response header: the id of a channel just created.
@@ -40,12 +40,12 @@ public struct Response: Sendable, Equatable {
     /// inspects costs no apns-id string.
     private let errorBody: APNsErrorBody?
 
-    public init(status: Int, apnsID: UUID?, body: [UInt8], channelID: String? = nil) {
+    public init(status: Int, apnsID: APNsID?, body: [UInt8], channelID: String? = nil) {
         self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body), channelID: channelID)
     }
 
     /// With the error body already read (the engine reads it once, for its own decisions too).
-    init(status: Int, apnsID: UUID?, body: [UInt8], errorBody: APNsErrorBody?, channelID: String? = nil) {
+    init(status: Int, apnsID: APNsID?, body: [UInt8], errorBody: APNsErrorBody?, channelID: String? = nil) {
         self.status = status
         self.apnsID = apnsID
         self.body = body

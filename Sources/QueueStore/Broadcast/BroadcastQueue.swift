@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// One broadcast job: a Live Activity update for every device subscribed to `channelID`.
 public struct BroadcastJob: Sendable, Hashable {
@@ -7,15 +7,15 @@ public struct BroadcastJob: Sendable, Hashable {
     public var channelID: String
     public var payload: String
     public var priority: Int
-    public var expiration: Date?
-    public var apnsID: UUID?
+    public var expiration: Timestamp?
+    public var apnsID: APNsID?
     /// The job's own environment, else the one recorded for the channel in `pushd.channels`;
     /// nil: the app's configured environment.
     public var environment: String?
     public var attempts: Int
-    public var createdAt: Date
+    public var createdAt: Timestamp
     /// When it was first sent, once a send has been retried; retry windows count from here.
-    public var firstAttemptAt: Date?
+    public var firstAttemptAt: Timestamp?
 }
 
 /// `pushd.broadcast_jobs`, filled by INSERTs into `pushd.jobs` that name a `channel_id`.
@@ -55,8 +55,8 @@ public struct BroadcastQueue: Sendable {
 
     /// Puts the job back for `runAt`. `sentAt`: when the send being retried went out; the
     /// first one is kept as the job's `first_attempt_at`. nil when nothing was sent.
-    public func retry(_ connection: PGConnection, id: Int64, runAt: Date, error: String, countsAsAttempt: Bool,
-                      sentAt: Date? = nil) throws {
+    public func retry(_ connection: PGConnection, id: Int64, runAt: Timestamp, error: String, countsAsAttempt: Bool,
+                      sentAt: Timestamp? = nil) throws {
         try connection.query(connection.prepared("""
             UPDATE pushd.broadcast_jobs SET run_at = $2, last_error = $3,
                                             attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END,

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// One pending channel operation, as pushd carries it out against APNs.
 public struct ChannelOperation: Sendable, Hashable {
@@ -17,7 +17,7 @@ public struct ChannelOperation: Sendable, Hashable {
     /// "none" or "most-recent".
     public var storagePolicy: String
     public var attempts: Int
-    public var requestedAt: Date
+    public var requestedAt: Timestamp
 }
 
 /// `pushd.channels`: the operations applications asked for with `pushd.create_channel` and
@@ -77,7 +77,7 @@ public struct ChannelStore: Sendable {
     }
 
     /// Try again at `runAt`; the row stays pending with the error in `outcome`.
-    public func recordRetry(_ connection: PGConnection, id: Int64, runAt: Date, outcome: String, countsAsAttempt: Bool = true) throws {
+    public func recordRetry(_ connection: PGConnection, id: Int64, runAt: Timestamp, outcome: String, countsAsAttempt: Bool = true) throws {
         try connection.query(connection.prepared("""
             UPDATE pushd.channels SET run_at = $2, outcome = $3, attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END WHERE id = $1
             """), [id, runAt, outcome, countsAsAttempt])
@@ -123,7 +123,7 @@ public struct ChannelRow: Sendable, Hashable {
     public var storagePolicy: String
     public var state: String
     public var outcome: String?
-    public var requestedAt: Date
-    public var createdAt: Date?
-    public var deletedAt: Date?
+    public var requestedAt: Timestamp
+    public var createdAt: Timestamp?
+    public var deletedAt: Timestamp?
 }

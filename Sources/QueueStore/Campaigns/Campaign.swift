@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 public enum CampaignStatus: String, Sendable, Hashable, CaseIterable {
     case draft, scheduled, running, paused, done, cancelled
@@ -36,16 +36,16 @@ public struct NewCampaign: Sendable, Hashable {
     /// The payload sent to every target without one of its own; nil when every target has one.
     public var payload: String?
     public var collapseID: String?
-    public var expiration: Date?
+    public var expiration: Timestamp?
     /// Sending does not begin before this time.
-    public var startAt: Date?
+    public var startAt: Timestamp?
     /// Notifications per second across all pushd instances; nil is unlimited.
     public var rateLimit: Int?
 
     /// `priority` nil means 5 for background pushes (the only priority APNs allows them) and 10 otherwise.
     public init(app: String, name: String, pushType: String = "alert", priority: Int? = nil,
-                environment: String? = nil, payload: String?, collapseID: String? = nil, expiration: Date? = nil,
-                startAt: Date? = nil, rateLimit: Int? = nil) {
+                environment: String? = nil, payload: String?, collapseID: String? = nil, expiration: Timestamp? = nil,
+                startAt: Timestamp? = nil, rateLimit: Int? = nil) {
         self.app = app
         self.name = name
         self.pushType = pushType
@@ -68,7 +68,7 @@ public struct Campaign: Sendable, Hashable {
     public var pushType: String
     public var priority: Int
     public var payload: String?
-    public var startAt: Date?
+    public var startAt: Timestamp?
     public var rateLimit: Int?
     public var targets: Int
     public var sent: Int
@@ -80,9 +80,9 @@ public struct Campaign: Sendable, Hashable {
     public var keptTokens: Int = 0
     public var chunksTotal: Int
     public var chunksDone: Int
-    public var createdAt: Date
-    public var startedAt: Date?
-    public var finishedAt: Date?
+    public var createdAt: Timestamp
+    public var startedAt: Timestamp?
+    public var finishedAt: Timestamp?
 
     /// Targets neither sent nor failed yet.
     public var remaining: Int { max(0, targets - sent - failed) }
@@ -112,7 +112,7 @@ public struct CampaignChunk: Sendable, Hashable {
     public var campaignID: Int64
     public var chunk: Int
     public var owner: String
-    public var leaseUntil: Date
+    public var leaseUntil: Timestamp
     public var size: Int
     /// The checkpoint the chunk resumed from (0 for a fresh chunk).
     public var startIndex: Int
@@ -121,14 +121,14 @@ public struct CampaignChunk: Sendable, Hashable {
     public var priority: Int
     public var environment: String?
     public var collapseID: String?
-    public var expiration: Date?
+    public var expiration: Timestamp?
     public var payload: String?
     public var rateLimit: Int?
     public var targets: [CampaignTarget]
     /// The worker whose lease on this chunk ran out before it was handed here (it was killed,
     /// hung or lost the database), and when; nil for a fresh or released chunk.
     public var expiredOwner: String? = nil
-    public var expiredAt: Date? = nil
+    public var expiredAt: Timestamp? = nil
 }
 
 /// Outcomes since the previous checkpoint of a chunk (deltas, not totals).

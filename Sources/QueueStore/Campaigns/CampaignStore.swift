@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Glibc
 
 /// Campaigns: creation, audience import, the status machine, chunk leases and
@@ -240,7 +240,7 @@ public struct CampaignStore: Sendable {
     /// counted as duplicates and not added again).
     @discardableResult
     public func importFromDeviceTokens(_ connection: PGConnection, campaignID: Int64, environment: String? = nil,
-                                       userIDs: [String]? = nil, updatedSince: Date? = nil,
+                                       userIDs: [String]? = nil, updatedSince: Timestamp? = nil,
                                        chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         try connection.transaction {
             try connection.execute(script: "SET LOCAL statement_timeout = 0")

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 extension CampaignStore {
     /// Seconds until the next chunk of a rate-capped running campaign may be leased (zero or

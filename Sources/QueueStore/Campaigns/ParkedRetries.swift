@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// A campaign target waiting for its retry outside any chunk, in `pushd.campaign_retries`.
 public struct ParkedTarget: Sendable, Hashable {
@@ -9,17 +9,17 @@ public struct ParkedTarget: Sendable, Hashable {
     public var token: String
     /// Overrides the campaign's payload when present.
     public var payload: String?
-    public var dueAt: Date
+    public var dueAt: Timestamp
     /// Attempts used up so far (answers that blamed the request).
     public var attempts: Int
     /// Retry windows and the outage budget count from here.
-    public var firstAttemptAt: Date
+    public var firstAttemptAt: Timestamp
     public var lastError: String
     /// The environment it was sent to (a registered token's), nil for the campaign's own.
     public var environment: String?
 
-    public init(campaignID: Int64, chunk: Int, position: Int, token: String, payload: String?, dueAt: Date,
-                attempts: Int, firstAttemptAt: Date, lastError: String, environment: String? = nil) {
+    public init(campaignID: Int64, chunk: Int, position: Int, token: String, payload: String?, dueAt: Timestamp,
+                attempts: Int, firstAttemptAt: Timestamp, lastError: String, environment: String? = nil) {
         self.campaignID = campaignID
         self.chunk = chunk
         self.position = position
@@ -42,7 +42,7 @@ public struct ParkedBatch: Sendable, Hashable {
     public var pushType: String
     public var priority: Int
     public var collapseID: String?
-    public var expiration: Date?
+    public var expiration: Timestamp?
     public var payload: String?
     public var rateLimit: Int?
     public var targets: [ParkedTarget]

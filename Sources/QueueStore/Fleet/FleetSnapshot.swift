@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// A campaign that is scheduled, running or paused, with what its rate needs.
 public struct ActiveCampaign: Sendable, Hashable {

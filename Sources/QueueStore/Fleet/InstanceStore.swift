@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// What a running `pushd run` says about itself in `pushd.instances`.
 public struct InstanceRegistration: Sendable, Hashable {
@@ -11,9 +11,9 @@ public struct InstanceRegistration: Sendable, Hashable {
     public var libcurlVersion: String
     /// The apps of its configuration, sorted: it claims work of these apps only.
     public var apps: [String]
-    public var startedAt: Date
+    public var startedAt: Timestamp
 
-    public init(host: String, pid: Int, version: String, libcurlVersion: String, apps: [String], startedAt: Date) {
+    public init(host: String, pid: Int, version: String, libcurlVersion: String, apps: [String], startedAt: Timestamp) {
         id = "\(host)/\(pid)"
         self.host = host
         self.pid = pid
@@ -29,7 +29,7 @@ public struct InstanceRecord: Sendable, Hashable {
     public var registration: InstanceRegistration
     /// App name → why sending for it is paused (APNs rejected its credentials).
     public var paused: [String: String]
-    public var heartbeatAt: Date
+    public var heartbeatAt: Timestamp
     /// Seconds since its last heartbeat, by the database's clock.
     public var silentSeconds: Double
 
@@ -37,7 +37,7 @@ public struct InstanceRecord: Sendable, Hashable {
     /// from the database.
     public var isGone: Bool { silentSeconds > InstanceStore.goneAfterSeconds }
 
-    public init(registration: InstanceRegistration, paused: [String: String], heartbeatAt: Date, silentSeconds: Double) {
+    public init(registration: InstanceRegistration, paused: [String: String], heartbeatAt: Timestamp, silentSeconds: Double) {
         self.registration = registration
         self.paused = paused
         self.heartbeatAt = heartbeatAt

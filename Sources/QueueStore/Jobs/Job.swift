@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// One row of `pushd.jobs` as handed to a sender.
 public struct Job: Sendable, Hashable {
@@ -12,29 +12,29 @@ public struct Job: Sendable, Hashable {
     public var pushType: String
     /// 10, 5 or 1.
     public var priority: Int
-    public var expiration: Date?
+    public var expiration: Timestamp?
     public var collapseID: String?
-    public var apnsID: UUID?
+    public var apnsID: APNsID?
     public var dedupeKey: String?
     public var userID: String?
     /// `production` or `sandbox`; nil means the app's configured environment.
     public var environment: String?
-    public var runAt: Date
+    public var runAt: Timestamp
     /// Failed attempts so far.
     public var attempts: Int
     public var lastError: String?
-    public var createdAt: Date
+    public var createdAt: Timestamp
     /// When pushd first sent it; nil until then. Retry windows and the outage budget count
     /// from here, not from `createdAt`: a job scheduled for later has not started waiting.
-    public var firstAttemptAt: Date?
+    public var firstAttemptAt: Timestamp?
     /// The environment its token was registered with in `pushd.device_tokens`, read with the
     /// claim for a job that names no environment of its own; nil otherwise. Not a column.
     public var registeredEnvironment: String?
 
     public init(id: Int64, app: String, deviceToken: String, payload: String, pushType: String = "alert",
-                priority: Int = 10, expiration: Date? = nil, collapseID: String? = nil, apnsID: UUID? = nil,
+                priority: Int = 10, expiration: Timestamp? = nil, collapseID: String? = nil, apnsID: APNsID? = nil,
                 dedupeKey: String? = nil, userID: String? = nil, environment: String? = nil,
-                runAt: Date, attempts: Int = 0, lastError: String? = nil, createdAt: Date, firstAttemptAt: Date? = nil) {
+                runAt: Timestamp, attempts: Int = 0, lastError: String? = nil, createdAt: Timestamp, firstAttemptAt: Timestamp? = nil) {
         self.id = id
         self.app = app
         self.deviceToken = deviceToken
@@ -58,16 +58,16 @@ public struct Job: Sendable, Hashable {
 /// A job to try again later.
 public struct JobRetry: Sendable, Hashable {
     public var id: Int64
-    public var runAt: Date
+    public var runAt: Timestamp
     public var error: String
     /// False for a job put back without being tried (its app is paused): it keeps its
     /// attempt budget for when the app works again.
     public var countsAsAttempt: Bool
     /// When the job was first sent, recorded if it has none yet; nil when it was put back
     /// without being sent.
-    public var sentAt: Date?
+    public var sentAt: Timestamp?
 
-    public init(id: Int64, runAt: Date, error: String, countsAsAttempt: Bool = true, sentAt: Date? = nil) {
+    public init(id: Int64, runAt: Timestamp, error: String, countsAsAttempt: Bool = true, sentAt: Timestamp? = nil) {
         self.id = id
         self.runAt = runAt
         self.error = error

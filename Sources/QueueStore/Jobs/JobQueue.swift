@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// The transactional lane: claim, then settle, a batch of `pushd.jobs`.
 ///

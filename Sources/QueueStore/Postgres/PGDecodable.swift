@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// A value that can be read from a text-format result cell.
 ///
@@ -87,14 +87,14 @@ extension Bool: PGDecodable {
     }
 }
 
-extension UUID: PGDecodable {
+extension APNsID: PGDecodable {
     public init?(pgBytes bytes: UnsafeBufferPointer<UInt8>) {
-        guard let value = UUID(uuidString: String(decoding: bytes, as: UTF8.self)) else { return nil }
+        guard let value = APNsID(String(decoding: bytes, as: UTF8.self)) else { return nil }
         self = value
     }
 }
 
-extension Date: PGDecodable {
+extension Timestamp: PGDecodable {
     /// Expects the session's TimeZone to be UTC and DateStyle ISO, which `PGConnection` sets.
     public init?(pgBytes bytes: UnsafeBufferPointer<UInt8>) {
         guard let value = PGTimestamp.parse(bytes) else { return nil }

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Glibc
 
 /// A value that can be sent as a text-format query parameter.
@@ -24,9 +24,9 @@ extension Double: PGParameter {
     }
 }
 
-extension UUID: PGParameter { public var pgText: String? { uuidString.lowercased() } }
+extension APNsID: PGParameter { public var pgText: String? { lowercasedString } }
 
-extension Date: PGParameter {
+extension Timestamp: PGParameter {
     /// Rendered in UTC with microseconds, the precision of `timestamptz`.
     public var pgText: String? { PGTimestamp.render(self) }
 }
@@ -80,7 +80,7 @@ extension Array: PGParameter where Element: PGParameter {
 
 /// The text form of `timestamptz` in UTC, both ways.
 enum PGTimestamp {
-    static func render(_ date: Date) -> String {
+    static func render(_ date: Timestamp) -> String {
         let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
         var seconds = Int(floor(totalMicros / 1_000_000))
         let micros = Int(totalMicros - Double(seconds) * 1_000_000)
@@ -97,7 +97,7 @@ enum PGTimestamp {
     }
 
     /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]`, the server's output with DateStyle ISO.
-    static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> Date? {
+    static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> Timestamp? {
         var index = 0
         func number(_ width: Int) -> Int? {
             guard index + width <= bytes.count else { return nil }
@@ -144,7 +144,7 @@ enum PGTimestamp {
         guard index == bytes.count else { return nil }
         let days = daysFromCivil(year: year, month: month, day: day)
         let epochSeconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
-        return Date(timeIntervalSince1970: Double(epochSeconds) + Double(micros) / 1_000_000)
+        return Timestamp(timeIntervalSince1970: Double(epochSeconds) + Double(micros) / 1_000_000)
     }
 
     /// Days since 1970-01-01 in the proleptic Gregorian calendar (Howard Hinnant's algorithm).

@@ -1,13 +1,13 @@
-import FoundationEssentials
+import Posix
 
 /// A provider JWT shared by every pushd instance using the same signing key.
 public struct SharedProviderToken: Sendable, Hashable {
     public var token: String
-    public var issuedAt: Date
+    public var issuedAt: Timestamp
     /// True when this call minted it (and stored it for the others).
     public var minted: Bool
 
-    public init(token: String, issuedAt: Date, minted: Bool) {
+    public init(token: String, issuedAt: Timestamp, minted: Bool) {
         self.token = token
         self.issuedAt = issuedAt
         self.minted = minted
@@ -26,9 +26,9 @@ public struct ProviderTokenStore: Sendable {
     /// Returns the stored token if it is younger than `maxAge` seconds (measured on the
     /// database's clock), otherwise calls `mint` once under the row lock and stores its result.
     /// A stored token equal to `rejected` (APNs called it expired) is replaced whatever its age.
-    public func providerToken(_ connection: PGConnection, keyID: String, teamID: String, maxAge: TimeInterval,
+    public func providerToken(_ connection: PGConnection, keyID: String, teamID: String, maxAge: Double,
                               instance: String = "pushd", rejected: String? = nil,
-                              mint: () throws -> (token: String, issuedAt: Date)) throws -> SharedProviderToken {
+                              mint: () throws -> (token: String, issuedAt: Timestamp)) throws -> SharedProviderToken {
         guard maxAge > 0 else { throw QueueError("provider token maxAge must be positive, got \(maxAge)") }
         let read = """
             SELECT token, issued_at, extract(epoch FROM now() - issued_at)::float8
@@ -50,9 +50,9 @@ public struct ProviderTokenStore: Sendable {
         }
     }
 
-    private static func fresh(_ result: PGResult, maxAge: TimeInterval, rejected: String?) throws -> SharedProviderToken? {
+    private static func fresh(_ result: PGResult, maxAge: Double, rejected: String?) throws -> SharedProviderToken? {
         guard result.rowCount == 1, let token = try result.get(String.self, row: 0, column: 0), token != rejected,
-              let issuedAt = try result.get(Date.self, row: 0, column: 1),
+              let issuedAt = try result.get(Timestamp.self, row: 0, column: 1),
               let age = try result.get(Double.self, row: 0, column: 2), age < maxAge, age > -60 else { return nil }
         return SharedProviderToken(token: token, issuedAt: issuedAt, minted: false)
     }

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// Depth of one lane for one app.
 public struct LaneDepth: Sendable, Hashable {

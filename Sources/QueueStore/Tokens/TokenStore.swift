@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// A row of `pushd.device_tokens`.
 public struct RegisteredToken: Sendable, Hashable {
@@ -6,9 +6,9 @@ public struct RegisteredToken: Sendable, Hashable {
     public var token: String
     public var environment: String
     public var userID: String?
-    public var createdAt: Date
-    public var updatedAt: Date
-    public var invalidatedAt: Date?
+    public var createdAt: Timestamp
+    public var updatedAt: Timestamp
+    public var invalidatedAt: Timestamp?
     public var invalidReason: String?
 
     public var isLive: Bool { invalidatedAt == nil }
@@ -22,12 +22,12 @@ public struct TokenPrune: Sendable, Hashable {
     public var reason: String
     /// The 410 answer's timestamp: the token is kept if it was registered again after it.
     /// nil (400 BadDeviceToken, DeviceTokenNotForTopic) prunes unconditionally.
-    public var apnsTimestamp: Date?
+    public var apnsTimestamp: Timestamp?
     /// The environment whose host gave the answer: a token registered for the other
     /// environment is not pruned (that host never knew it). nil prunes whatever the environment.
     public var environment: String?
 
-    public init(app: String, token: String, reason: String, apnsTimestamp: Date?, environment: String? = nil) {
+    public init(app: String, token: String, reason: String, apnsTimestamp: Timestamp?, environment: String? = nil) {
         self.app = app
         self.token = token
         self.reason = reason
@@ -63,7 +63,7 @@ public struct TokenStore: Sendable {
     /// Returns true when the token was pruned by this call.
     @discardableResult
     public func prune(_ connection: PGConnection, app: String, token: String, reason: String,
-                      apnsTimestamp: Date?) throws -> Bool {
+                      apnsTimestamp: Timestamp?) throws -> Bool {
         try prune(connection, [TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: apnsTimestamp)]).invalidated.count == 1
     }
 
@@ -168,7 +168,7 @@ public struct TokenCounts: Sendable, Equatable {
     public var liveSandbox: Int
     public var pruned: Int
     public var prunedLastDay: Int
-    public var lastPruned: Date?
+    public var lastPruned: Timestamp?
 }
 
 /// How many of an app's tokens were pruned for one reason.

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 
 /// A small command-line parser: nested commands, `--name value`, `--name=value`,
 /// `-x value`, boolean flags, positionals, `--` to end options, and generated `--help`.

@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Posix
 import QueueStore
 
@@ -6,7 +5,7 @@ import QueueStore
 /// the configuration and the database. Commands return an exit code: 0 ok, 1 failure
 /// (2, usage, comes from the parser).
 struct CommandContext {
-    var environment: [String: String] = ProcessInfo.processInfo.environment
+    var environment: [String: String] = Environment.variables
     var output: @Sendable (String) -> Void = { print($0) }
     var errorOutput: @Sendable (String) -> Void = { StandardStreams.writeError($0 + "\n") }
 
@@ -35,7 +34,7 @@ struct CommandContext {
     func databaseURL(_ parsed: ParsedCommand) throws -> String {
         if let url = parsed.value("database-url"), !url.isEmpty { return url }
         if let url = environment["PUSHD_DATABASE_URL"], !url.isEmpty { return url }
-        if parsed.value("config") != nil || FileManager.default.fileExists(atPath: Self.defaultConfigPath) {
+        if parsed.value("config") != nil || FileSystem.exists(Self.defaultConfigPath) {
             return try loadConfig(parsed).databaseURL
         }
         throw Failure("no database: pass --database-url, set PUSHD_DATABASE_URL or give --config FILE")

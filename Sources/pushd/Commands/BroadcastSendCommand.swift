@@ -1,14 +1,14 @@
 import APNs
 import Dispatch
 import Dispatcher
-import FoundationEssentials
+import Posix
 import Locking
 
 /// `pushd send --channel ID`: one broadcast now, to every device subscribed to the channel,
 /// with the app's provider token (broadcasts take no certificate), and APNs's answer printed.
 enum BroadcastSendCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext, config: PushdConfig,
-                    standardInput: () -> Data) throws -> Int32 {
+                    standardInput: () -> [UInt8]) throws -> Int32 {
         var app = try SendCommand.chooseApp(parsed.value("app"), config: config)
         if let environment = parsed.value("environment") {
             guard let chosen = PushdConfig.Environment(rawValue: environment) else {
@@ -38,8 +38,8 @@ enum BroadcastSendCommand {
             guard let value = Int64(text), value >= 0 else { throw CommandContext.Failure("--expiration '\(text)' must be epoch seconds (0: deliver once)") }
             return value
         }
-        let apnsID = try parsed.value("apns-id").map { text -> UUID in
-            guard let value = UUID(uuidString: text) else { throw CommandContext.Failure("--apns-id '\(text)' is not a UUID") }
+        let apnsID = try parsed.value("apns-id").map { text -> APNsID in
+            guard let value = APNsID(text) else { throw CommandContext.Failure("--apns-id '\(text)' is not a UUID") }
             return value
         }
         let broadcast = BroadcastNotification(bundleID: app.bundleID, channelID: channel, priority: priority, expiration: expiration,

@@ -1,5 +1,4 @@
 import APNs
-import FoundationEssentials
 import Posix
 import Glibc
 import QueueStore
@@ -11,7 +10,7 @@ enum CampaignCommand {
     // MARK: create
 
     static func create(_ parsed: ParsedCommand, _ context: CommandContext,
-                       standardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> Int32 {
+                       standardInput: () -> [UInt8] = { StandardStreams.readInput() }) throws -> Int32 {
         guard let app = parsed.value("app"), !app.isEmpty else {
             throw CommandContext.Failure("campaign create needs --app NAME: the app whose tokens the campaign addresses")
         }
@@ -55,7 +54,7 @@ enum CampaignCommand {
         if let payload {
             try validate(payload: payload, pushType: pushType, priority: priority, bundleID: bundleID)
         }
-        let name = parsed.value("name") ?? "\(app) \(TimeText.moment(Date()))"
+        let name = parsed.value("name") ?? "\(app) \(TimeText.moment(Timestamp()))"
         guard (1...200).contains(name.count) else {
             throw CommandContext.Failure("--name must be 1 to 200 characters, got \(name.count)")
         }
@@ -120,7 +119,7 @@ enum CampaignCommand {
         let chunkSize = config?.campaignChunkSize ?? CampaignStore.defaultChunkSize
         let connection = try context.connect(parsed, config: config, applicationName: applicationName)
         let store = CampaignStore()
-        let started = Date()
+        let started = Timestamp()
         let result: TargetImportResult
         let origin: String
         if fromTokens {
@@ -135,7 +134,7 @@ enum CampaignCommand {
             origin = source!
         }
         let imported = result.imported
-        let seconds = Date().timeIntervalSince(started)
+        let seconds = Timestamp().timeIntervalSince(started)
         // A rate over a handful of rows says nothing.
         let speed = seconds > 0 && imported >= 1000 ? ", \(Int((Double(imported) / seconds).rounded())) targets/s" : ""
         context.output("imported \(imported) target\(imported == 1 ? "" : "s"), \(result.duplicatesDropped) duplicate\(result.duplicatesDropped == 1 ? "" : "s") dropped, into campaign \(id) from \(origin) in \(seconds.fixed(2)) s\(speed)")
@@ -224,7 +223,7 @@ enum CampaignCommand {
             } : { text in context.output(text) })
             campaign = try watch.run(first: campaign, read: read)
         }
-        for line in CampaignReport.statusLines(campaign, now: Date()) { context.output(line) }
+        for line in CampaignReport.statusLines(campaign, now: Timestamp()) { context.output(line) }
         return 0
     }
 
@@ -259,7 +258,7 @@ struct CampaignWatch {
     var drawsBar: Bool
     /// Raw text for a terminal (the caller adds no newline); one line per call otherwise.
     var write: (String) -> Void
-    var now: () -> Date = Date.init
+    var now: () -> Timestamp = Timestamp.init
     private var meter = RateMeter()
 
     init(interval: Double, drawsBar: Bool, write: @escaping (String) -> Void) {

@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Posix
 import QueueStore
 
@@ -19,10 +18,10 @@ struct CampaignFigures: Sendable, Equatable {
     var keptTokens: Int = 0
     var chunksTotal: Int
     var chunksDone: Int
-    var createdAt: Date
-    var startAt: Date?
-    var startedAt: Date?
-    var finishedAt: Date?
+    var createdAt: Timestamp
+    var startAt: Timestamp?
+    var startedAt: Timestamp?
+    var finishedAt: Timestamp?
 
     var remaining: Int { max(0, targets - sent - failed) }
 }
@@ -52,7 +51,7 @@ enum CampaignReport {
     }
 
     /// Notifications per second since the campaign started, up to its end or `now`.
-    static func averageRate(_ campaign: CampaignFigures, now: Date) -> Double? {
+    static func averageRate(_ campaign: CampaignFigures, now: Timestamp) -> Double? {
         guard let started = campaign.startedAt else { return nil }
         let end = campaign.finishedAt ?? now
         let seconds = end.timeIntervalSince(started)
@@ -78,7 +77,7 @@ enum CampaignReport {
         return reasons.isEmpty ? "\(campaign.failed)" : "\(campaign.failed) (\(reasons))"
     }
 
-    static func statusLines(_ campaign: CampaignFigures, now: Date) -> [String] {
+    static func statusLines(_ campaign: CampaignFigures, now: Timestamp) -> [String] {
         var settings = [campaign.pushType, "priority \(campaign.priority)"]
         if let limit = campaign.rateLimit { settings.append("rate limit \(limit)/s") }
         let rate = averageRate(campaign, now: now)
@@ -120,7 +119,7 @@ enum CampaignReport {
     }
 
     /// One self-contained line per sample, for logs and pipes.
-    static func plainLine(_ campaign: CampaignFigures, rate: Double?, now: Date) -> String {
+    static func plainLine(_ campaign: CampaignFigures, rate: Double?, now: Timestamp) -> String {
         var line = "\(TimeText.moment(now))  campaign \(campaign.id) \(campaign.status.rawValue)"
         line += "  \(processed(campaign))/\(campaign.targets) (\(percent(campaign)))"
         line += "  sent \(campaign.sent)  failed \(campaign.failed)  pruned \(campaign.pruned)"
@@ -135,10 +134,10 @@ enum CampaignReport {
 struct RateMeter {
     /// Weight of the newest interval.
     var smoothing = 0.3
-    private var last: (processed: Int, at: Date)?
+    private var last: (processed: Int, at: Timestamp)?
     private(set) var rate: Double?
 
-    mutating func observe(processed: Int, at now: Date) -> Double? {
+    mutating func observe(processed: Int, at now: Timestamp) -> Double? {
         defer { last = (processed, now) }
         guard let last else { return rate }
         let seconds = now.timeIntervalSince(last.at)

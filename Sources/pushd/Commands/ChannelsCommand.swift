@@ -1,5 +1,4 @@
 import APNs
-import FoundationEssentials
 import Posix
 import QueueStore
 
@@ -59,8 +58,8 @@ enum ChannelsCommand {
     /// exit 0 when it succeeded, 1 when it failed or time ran out.
     private static func wait(_ parsed: ParsedCommand, _ context: CommandContext, connection: PGConnection, id: Int64) throws -> Int32 {
         guard let seconds = try CommandValue.integer(parsed, "wait", in: 1...3600) else { return 0 }
-        let deadline = Date().addingTimeInterval(Double(seconds))
-        while Date() < deadline {
+        let deadline = Timestamp().addingTimeInterval(Double(seconds))
+        while Timestamp() < deadline {
             if let row = try ChannelStore().row(connection, id: id), !row.state.hasPrefix("pending_") {
                 context.output("\(row.state): \(row.channelID ?? "-") (\(row.environment ?? "-")) \(row.outcome ?? "")")
                 return row.state == "failed" ? 1 : 0

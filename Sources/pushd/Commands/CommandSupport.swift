@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Posix
 import QueueStore
 
@@ -39,14 +38,14 @@ enum CommandValue {
     }
 
     /// ISO 8601 with a time zone: `2026-12-01T09:00:00Z`, `2026-12-01T09:00:00+01:00`, fractions allowed.
-    static func time(_ parsed: ParsedCommand, _ option: String) throws -> Date? {
+    static func time(_ parsed: ParsedCommand, _ option: String) throws -> Timestamp? {
         guard let text = parsed.value(option) else { return nil }
-        if let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text) { return date }
+        if let date = Timestamp(iso8601: text) { return date }
         throw CommandContext.Failure("--\(option) '\(text)' is not an ISO 8601 time with a zone, for example 2026-12-01T09:00:00Z")
     }
 
     /// A payload from `--payload` or `--payload-file` (`-` reads standard input); nil when neither is given.
-    static func payload(_ parsed: ParsedCommand, readStandardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> [UInt8]? {
+    static func payload(_ parsed: ParsedCommand, readStandardInput: () -> [UInt8] = { StandardStreams.readInput() }) throws -> [UInt8]? {
         switch (parsed.value("payload"), parsed.value("payload-file")) {
         case (.some, .some):
             throw CommandContext.Failure("give the payload once: --payload or --payload-file, not both")
@@ -54,10 +53,11 @@ enum CommandValue {
             return Array(text.utf8)
         case (nil, let file?):
             if file == "-" { return [UInt8](readStandardInput()) }
-            guard let data = FileManager.default.contents(atPath: file) else {
-                throw CommandContext.Failure("--payload-file \(file) cannot be read: \(FileManager.default.fileExists(atPath: file) ? "permission denied or a directory" : "no such file")")
+            do {
+                return try FileSystem.read(file)
+            } catch {
+                throw CommandContext.Failure("--payload-file \(file) cannot be read: \(FileSystem.exists(file) ? error.reason : "no such file")")
             }
-            return [UInt8](data)
         case (nil, nil):
             return nil
         }
@@ -80,10 +80,9 @@ enum TextTable {
 
 enum TimeText {
     /// `2026-11-29 14:01:05Z`: what operators compare with logs.
-    static func moment(_ date: Date?) -> String {
+    static func moment(_ date: Timestamp?) -> String {
         guard let date else { return "-" }
-        return date.formatted(Date.ISO8601FormatStyle(dateTimeSeparator: .space).year().month().day()
-            .time(includingFractionalSeconds: false).timeZone(separator: .omitted))
+        return date.iso8601(separator: " ")
     }
 
     /// `42s`, `3m05s`, `2h10m`, `3d04h`.

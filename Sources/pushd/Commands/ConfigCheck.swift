@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 import Glibc
 import QueueStore
 
@@ -32,15 +32,15 @@ struct ConfigCheck {
     var file: String
     var environment: [String: String]
     var checkDatabase = true
-    var now = Date()
+    var now = Timestamp()
     /// A certificate expiring sooner than this is a warning.
-    var expiryWarning: TimeInterval = 30 * 86_400
+    var expiryWarning: Double = 30 * 86_400
 
     private(set) var findings: [Finding] = []
     /// The settings could not be read, so the files and the database were not checked.
     private(set) var settingsInvalid = false
 
-    init(file: String, environment: [String: String], checkDatabase: Bool = true, now: Date = Date()) {
+    init(file: String, environment: [String: String], checkDatabase: Bool = true, now: Timestamp = Timestamp()) {
         self.file = file
         self.environment = environment
         self.checkDatabase = checkDatabase
@@ -348,7 +348,7 @@ struct ConfigCheck {
         add(problem.severity == .error ? .error : .warning, setting, problem.message)
     }
 
-    static func day(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle().year().month().day())
+    static func day(_ date: Timestamp) -> String {
+        date.iso8601Day
     }
 }

@@ -1,5 +1,5 @@
-import FoundationEssentials
 import Posix
+import APNs
 import QueueStore
 
 /// What `pushd status` concludes from a `FleetSnapshot`: a pure function of the snapshot,
@@ -147,7 +147,7 @@ struct FleetReport: Sendable {
 
     // MARK: Text
 
-    func lines(now: Date) -> [String] {
+    func lines(now: Timestamp) -> [String] {
         var lines = ["pushd status at \(TimeText.moment(now)): \(healthy ? "HEALTHY" : "DEGRADED")"]
         lines += problems.map { "  problem: \($0)" }
         lines += notes.map { "  note: \($0)" }
@@ -301,8 +301,8 @@ struct FleetReport: Sendable {
         }
     }
 
-    func jsonReport(now: Date) -> JSONReport {
-        let time = { (date: Date) in date.formatted(.iso8601) }
+    func jsonReport(now: Timestamp) -> JSONReport {
+        let time = { (date: Timestamp) in date.iso8601 }
         return JSONReport(
             checkedAt: time(now), healthy: healthy, problems: problems, notes: notes,
             instances: instances.map { instance in
@@ -337,9 +337,10 @@ struct FleetReport: Sendable {
     }
 
     /// The `--json` text: one line per sample with `--watch`, indented otherwise.
-    func json(now: Date, pretty: Bool) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = pretty ? [.sortedKeys, .prettyPrinted] : [.sortedKeys]
-        return String(decoding: try encoder.encode(jsonReport(now: now)), as: UTF8.self)
+    func json(now: Timestamp, pretty: Bool) throws -> String {
+        var encoder = JSONValueEncoder()
+        encoder.sortedKeys = true
+        let value = try encoder.encode(jsonReport(now: now))
+        return pretty ? value.prettyText : String(decoding: value.compactBytes, as: UTF8.self)
     }
 }

@@ -1,5 +1,4 @@
 import Dispatch
-import FoundationEssentials
 import Posix
 import Glibc
 import Metrics
@@ -120,7 +119,7 @@ enum RunCommand {
         logger.info("pushd is running", ("apps", .string(config.apps.map(\.name).joined(separator: ","))))
 
         var hangupsSeen = state.hangups.load(ordering: .relaxed)
-        var lastHealthCheck = Date.distantPast
+        var lastHealthCheck = Timestamp.distantPast
         while state.stops.load(ordering: .relaxed) == 0 {
             PosixThread.sleep(seconds: 0.1)
             let hangups = state.hangups.load(ordering: .relaxed)
@@ -128,8 +127,8 @@ enum RunCommand {
                 hangupsSeen = hangups
                 pipeline.resumePausedApps()
             }
-            if Date().timeIntervalSince(lastHealthCheck) >= 5 {
-                lastHealthCheck = Date()
+            if Timestamp().timeIntervalSince(lastHealthCheck) >= 5 {
+                lastHealthCheck = Timestamp()
                 do {
                     try pipeline.checkDatabase()
                     // Paused apps keep the process ready (their jobs wait, the others send) but are named.
@@ -143,7 +142,7 @@ enum RunCommand {
             }
         }
         server.setReady(false, detail: "draining")
-        let deadline = Date().addingTimeInterval(Double(config.drainTimeoutSeconds))
+        let deadline = Timestamp().addingTimeInterval(Double(config.drainTimeoutSeconds))
         pipeline.stop(deadline: deadline)
         heartbeat.stop()
         let tally = pipeline.context.tally

@@ -1,7 +1,6 @@
 import APNs
 import Dispatch
 import Dispatcher
-import FoundationEssentials
 import Posix
 import Locking
 
@@ -26,7 +25,7 @@ enum SendCommand {
     }
 
     static func run(_ parsed: ParsedCommand, _ context: CommandContext,
-                    standardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> Int32 {
+                    standardInput: () -> [UInt8] = { StandardStreams.readInput() }) throws -> Int32 {
         let config = try context.loadConfig(parsed)
         if parsed.value("channel") != nil {
             return try BroadcastSendCommand.run(parsed, context, config: config, standardInput: standardInput)
@@ -60,7 +59,7 @@ enum SendCommand {
     // MARK: Building
 
     static func prepare(_ parsed: ParsedCommand, config: PushdConfig,
-                        standardInput: () -> Data = { Data(StandardStreams.readInput()) }) throws -> Prepared {
+                        standardInput: () -> [UInt8] = { StandardStreams.readInput() }) throws -> Prepared {
         let app = try chooseApp(parsed.value("app"), config: config)
         var environment = app.environment
         if let given = parsed.value("environment") {
@@ -92,8 +91,8 @@ enum SendCommand {
             }
             return seconds
         }
-        let apnsID = try parsed.value("apns-id").map { text -> UUID in
-            guard let id = UUID(uuidString: text) else {
+        let apnsID = try parsed.value("apns-id").map { text -> APNsID in
+            guard let id = APNsID(text) else {
                 throw CommandContext.Failure("--apns-id '\(text)' is not a UUID like 123e4567-e89b-12d3-a456-426614174000")
             }
             return id
@@ -133,7 +132,7 @@ enum SendCommand {
 
     /// The payload from `--payload`/`--payload-file`, or built from `--alert`, `--title`,
     /// `--badge` and `--sound`; and the push type it suggests when none is given.
-    static func payload(_ parsed: ParsedCommand, standardInput: () -> Data) throws -> ([UInt8], PushType) {
+    static func payload(_ parsed: ParsedCommand, standardInput: () -> [UInt8]) throws -> ([UInt8], PushType) {
         let builderFlags = ["alert", "title", "badge", "sound"].filter { parsed.value($0) != nil }
         if let given = try CommandValue.payload(parsed, readStandardInput: standardInput) {
             guard builderFlags.isEmpty else {
@@ -175,7 +174,7 @@ enum SendCommand {
         guard case .token(let teamID, let keyID, let keyFile) = app.credentials else { return nil }
         do {
             let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
-            return try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Date().timeIntervalSince1970)).authorizationValue
+            return try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Timestamp().timeIntervalSince1970)).authorizationValue
         } catch {
             throw CommandContext.Failure("app \(app.name): \(error)")
         }
@@ -226,7 +225,7 @@ enum SendCommand {
             let error = result.transportError.map(\.description) ?? "no response"
             return (["not sent: \(error) (after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed))"], 1)
         }
-        let id = response.apnsID.map { " apns-id \($0.uuidString.lowercased())" } ?? ""
+        let id = response.apnsID.map { " apns-id \($0.lowercasedString)" } ?? ""
         if response.status == 200 {
             return (["200 accepted:\(id) (\(elapsed))"], 0)
         }
@@ -242,7 +241,7 @@ enum SendCommand {
         case .delivered:
             return "accepted"
         case .pruneToken(let timestamp):
-            let since = timestamp.map { " since \(TimeText.moment(Date(timeIntervalSince1970: Double($0) / 1000)))" } ?? ""
+            let since = timestamp.map { " since \(TimeText.moment(Timestamp(timeIntervalSince1970: Double($0) / 1000)))" } ?? ""
             return "the device token is not valid for this app\(since); pushd prunes such tokens"
         case .retry:
             return "a temporary refusal; pushd retries such notifications later"

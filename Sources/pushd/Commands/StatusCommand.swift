@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Posix
 import Glibc
 import QueueStore
@@ -19,7 +18,7 @@ enum StatusCommand {
         let terminal = isatty(STDOUT_FILENO) == 1
         while true {
             let report = FleetReport(try readSnapshot(connection))
-            let now = Date()
+            let now = Timestamp()
             if json {
                 context.output(try report.json(now: now, pretty: !parsed.has("watch")))
             } else {

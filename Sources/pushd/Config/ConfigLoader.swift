@@ -1,5 +1,4 @@
 import APNs
-import FoundationEssentials
 import Posix
 import QueueStore
 
@@ -10,10 +9,10 @@ import QueueStore
 /// (name upper-cased, other characters as `_`): `PUSHD_APP_<NAME>_KEY_FILE`,
 /// `PUSHD_APP_<NAME>_P12_PASSWORD`.
 enum ConfigLoader {
-    static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> (PushdConfig, [ConfigProblem]) {
+    static func load(file: String, environment: [String: String] = Environment.variables) throws -> (PushdConfig, [ConfigProblem]) {
         let text: String
         do {
-            text = try String(contentsOfFile: file, encoding: .utf8)
+            text = try FileSystem.readText(file)
         } catch {
             throw ConfigError(file: file, problems: [ConfigProblem(severity: .error, path: "file", line: 0,
                                                                     message: "cannot read \(file): \(ErrorReason.of(error))")])

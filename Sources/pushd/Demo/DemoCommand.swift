@@ -1,6 +1,5 @@
 import APNs
 import APNsMock
-import FoundationEssentials
 import Posix
 import Glibc
 import Metrics
@@ -48,7 +47,7 @@ private final class Demo {
     let options: DemoCommand.Options
     let output: @Sendable (String) -> Void
     let interrupted: RunState
-    let started = Date()
+    let started = Timestamp()
     let directory: String
     let interactive = isatty(1) == 1
 
@@ -56,7 +55,7 @@ private final class Demo {
         self.options = options
         self.output = output
         self.interrupted = interrupted
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-demo-\(getpid())").path
+        directory = FileSystem.temporaryDirectory + "/pushd-demo-\(getpid())"
     }
 
     var wasInterrupted: Bool { interrupted.stops.load(ordering: .relaxed) > 0 }
@@ -66,8 +65,8 @@ private final class Demo {
     }
 
     func run() throws -> Int32 {
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileSystem.createDirectory(directory)
+        defer { try? FileSystem.remove(directory) }
         output("pushd demo: a campaign of \(options.targets) device tokens and \(options.transactional) transactional pushes, end to end on this machine")
 
         let postgres = try ThrowawayPostgres()
@@ -83,7 +82,7 @@ private final class Demo {
 
         // Tokens: the campaign's come from pushd.device_tokens; a few are dead at APNs.
         let campaignTokens = (0..<options.targets).map { Self.token(UInt64($0) &* 0x9E37_79B9_7F4A_7C15 | 1) }
-        let learned = Int64(Date().addingTimeInterval(60).timeIntervalSince1970 * 1000)
+        let learned = Int64(Timestamp().addingTimeInterval(60).timeIntervalSince1970 * 1000)
         var unregistered = [String: Int64]()
         var bad = Set<String>()
         for (index, token) in campaignTokens.enumerated() {
@@ -92,7 +91,7 @@ private final class Demo {
         var mockConfiguration = MockConfiguration(certificateChainFile: certificates.serverCertificate,
                                                   privateKeyFile: certificates.serverKey)
         mockConfiguration.authentication = .token(keys: [ProviderKey(keyID: keyID, teamID: teamID,
-                                                                     publicKeyPEM: try String(contentsOfFile: directory + "/key.pub", encoding: .utf8))],
+                                                                     publicKeyPEM: try FileSystem.readText(directory + "/key.pub"))],
                                                   startAtOneStream: true)
         mockConfiguration.allowedBundleIDs = [bundleID]
         mockConfiguration.channelManagementPort = 0
@@ -108,7 +107,7 @@ private final class Demo {
         let version = try Migrator().appliedVersions(connection).last ?? 0
         step(3, "schema pushd migrated to version \(version)")
 
-        let importStart = Date()
+        let importStart = Timestamp()
         try connection.copyIn("COPY pushd.device_tokens (app, token, environment) FROM STDIN") { writer in
             for token in campaignTokens { try writer.writeRow(["demo", token, "sandbox"]) }
         }
@@ -119,7 +118,7 @@ private final class Demo {
         let imported = try store.importFromDeviceTokens(connection, campaignID: campaignID).imported
         _ = try store.start(connection, id: campaignID)
         step(4, "registered \(campaignTokens.count) device tokens and built campaign \(campaignID) of \(imported) targets from them in "
-             + Date().timeIntervalSince(importStart).fixed(1) + " s")
+             + Timestamp().timeIntervalSince(importStart).fixed(1) + " s")
 
         var config = PushdConfig(databaseURL: postgres.url, apps: [
             PushdConfig.App(name: "demo", bundleID: bundleID, environment: .sandbox,
@@ -136,29 +135,29 @@ private final class Demo {
         defer { server.stop() }
         let logger = Logger(level: .warning, sink: FileLogSink(path: directory + "/pushd.log"))
         let pipeline = try Pipeline(config: config, metrics: metrics, logger: logger, instance: "demo")
-        let pipelineStart = Date()
+        let pipelineStart = Timestamp()
         pipeline.start()
         server.setReady(true, detail: "demo")
         var psql = try startTransactionalStream(url: postgres.url)
         step(5, "pushd is sending (metrics on http://127.0.0.1:\(server.port)/metrics); psql is inserting \(options.transactional) transactional pushes")
 
         var campaign = try store.campaign(connection, id: campaignID)
-        var lastLine = Date.distantPast
-        var finishedAt: Date?
+        var lastLine = Timestamp.distantPast
+        var finishedAt: Timestamp?
         while !wasInterrupted {
             campaign = try store.campaign(connection, id: campaignID)
             let pending = try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0)
             let psqlRunning = psql.isRunning()
             let done = campaign?.status == .done && !psqlRunning && pending == 0
-            if done || Date().timeIntervalSince(lastLine) >= 1 {
-                lastLine = Date()
+            if done || Timestamp().timeIntervalSince(lastLine) >= 1 {
+                lastLine = Timestamp()
                 progress(campaign, pending: pending, psqlRunning: psqlRunning, since: pipelineStart)
             }
             if done {
-                finishedAt = Date()
+                finishedAt = Timestamp()
                 break
             }
-            if Date().timeIntervalSince(pipelineStart) > 1800 {
+            if Timestamp().timeIntervalSince(pipelineStart) > 1800 {
                 output("\nthe demo did not finish within 30 minutes; see \(directory)/pushd.log")
                 break
             }
@@ -167,14 +166,14 @@ private final class Demo {
         if interactive { output("") }
         let broadcastsDone = finishedAt != nil && !wasInterrupted ? try broadcastStep(connection: connection, mock: mock) : false
         let scrape = scrapeMetrics(port: server.port)
-        pipeline.stop(deadline: Date().addingTimeInterval(5))
+        pipeline.stop(deadline: Timestamp().addingTimeInterval(5))
         psql.terminate()
         if wasInterrupted {
             output("interrupted: stopping and cleaning up")
             return 1
         }
         report(pipeline: pipeline, campaign: try store.campaign(connection, id: campaignID), connection: connection, mock: mock,
-               elapsed: (finishedAt ?? Date()).timeIntervalSince(pipelineStart), scrape: scrape)
+               elapsed: (finishedAt ?? Timestamp()).timeIntervalSince(pipelineStart), scrape: scrape)
         connection.close()
         return finishedAt == nil || !broadcastsDone ? 1 : 0
     }
@@ -183,8 +182,8 @@ private final class Demo {
     /// by INSERT, deleted in SQL; the running pushd carries each out against apns-mock.
     func broadcastStep(connection: PGConnection, mock: APNsMockServer) throws -> Bool {
         func waitFor(_ seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
-            let deadline = Date().addingTimeInterval(seconds)
-            while Date() < deadline {
+            let deadline = Timestamp().addingTimeInterval(seconds)
+            while Timestamp() < deadline {
                 if try condition() { return true }
                 PosixThread.sleep(seconds: 0.1)
             }
@@ -204,7 +203,7 @@ private final class Demo {
         let updates = 3
         for score in 1...updates {
             try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('demo', $1, $2)", [channel,
-                #"{"aps":{"timestamp":\#(Int(Date().timeIntervalSince1970)),"event":"update","content-state":{"home":\#(score),"away":0}}}"#])
+                #"{"aps":{"timestamp":\#(Int(Timestamp().timeIntervalSince1970)),"event":"update","content-state":{"home":\#(score),"away":0}}}"#])
         }
         let sent = waitFor(20) { mock.stats.broadcastsAccepted[channel] == updates }
         try connection.query("SELECT pushd.delete_channel('demo', $1)", [channel])
@@ -217,11 +216,11 @@ private final class Demo {
         return sent && deleted
     }
 
-    func progress(_ campaign: Campaign?, pending: Int, psqlRunning: Bool, since start: Date) {
+    func progress(_ campaign: Campaign?, pending: Int, psqlRunning: Bool, since start: Timestamp) {
         guard let campaign else { return }
         let processed = campaign.sent + campaign.failed
         let fraction = campaign.targets == 0 ? 1 : Double(processed) / Double(campaign.targets)
-        let elapsed = max(0.001, Date().timeIntervalSince(start))
+        let elapsed = max(0.001, Timestamp().timeIntervalSince(start))
         let width = 30
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
@@ -270,7 +269,7 @@ private final class Demo {
             if index % 10 == 9 { sql += "SELECT pg_sleep(0.04);\n" }
         }
         let file = directory + "/transactional.sql"
-        try sql.write(toFile: file, atomically: true, encoding: .utf8)
+        try FileSystem.write(sql, to: file)
         return try Subprocess.start(["/usr/bin/psql", "-X", "-q", "-o", "/dev/null", "-f", file, url],
                                     outputPath: directory + "/psql.out")
     }
@@ -279,7 +278,7 @@ private final class Demo {
         let file = directory + "/metrics.txt"
         guard (try? Subprocess.run(["/usr/bin/curl", "-s", "--max-time", "5", "-o", file, "http://127.0.0.1:\(port)/metrics"],
                                    outputPath: directory + "/curl.out")) != nil,
-              let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+              let text = try? FileSystem.readText(file) else {
             return ["(could not scrape /metrics with curl)"]
         }
         let wanted = ["pushd_notifications_sent_total", "pushd_tokens_pruned_total", "pushd_retries_total",

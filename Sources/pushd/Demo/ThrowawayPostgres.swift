@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Posix
 import Glibc
 
@@ -18,13 +17,13 @@ final class ThrowawayPostgres {
     }
 
     init() throws {
-        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        let versions = (try? FileSystem.contentsOfDirectory("/usr/lib/postgresql")) ?? []
         guard let newest = versions.compactMap(Int.init).max() else {
             throw Failure(description: "no PostgreSQL server under /usr/lib/postgresql: install the postgresql package (make demo does)")
         }
         binaries = "/usr/lib/postgresql/\(newest)/bin"
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-demo-pg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = FileSystem.temporaryDirectory + "/pushd-demo-pg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileSystem.createDirectory(directory)
         if getuid() == 0 {
             guard let owner = getpwnam("postgres") else {
                 throw Failure(description: "running as root needs the 'postgres' user to run PostgreSQL as")
@@ -48,7 +47,7 @@ final class ThrowawayPostgres {
             max_wal_size = 4GB
             """
             let configuration = "\(directory)/data/postgresql.conf"
-            try (String(contentsOfFile: configuration, encoding: .utf8) + settings).write(toFile: configuration, atomically: false, encoding: .utf8)
+            try FileSystem.write(FileSystem.readText(configuration) + settings, to: configuration)
             try run(runAs + ["\(binaries)/pg_ctl", "-D", "\(directory)/data", "-l", "\(directory)/server.log", "-w", "-t", "60", "start"])
             try run(["/usr/bin/psql", "-X", "-q", "-h", "127.0.0.1", "-p", "\(port)", "-U", "pushd", "-d", "postgres",
                      "-c", "CREATE DATABASE pushd"])
@@ -63,10 +62,10 @@ final class ThrowawayPostgres {
     func stop() {
         guard running else { return }
         running = false
-        if FileManager.default.fileExists(atPath: "\(directory)/data/postmaster.pid") {
+        if FileSystem.exists("\(directory)/data/postmaster.pid") {
             try? run(runAs + ["\(binaries)/pg_ctl", "-D", "\(directory)/data", "-m", "immediate", "-w", "stop"])
         }
-        try? FileManager.default.removeItem(atPath: directory)
+        try? FileSystem.remove(directory)
     }
 
     private func run(_ command: [String]) throws {

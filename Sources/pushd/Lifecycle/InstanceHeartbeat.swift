@@ -1,6 +1,5 @@
 import Dispatch
 import Dispatcher
-import FoundationEssentials
 import Posix
 import Metrics
 import QueueStore
@@ -60,7 +59,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
         let context = pipeline.context
         let registration = InstanceRegistration(host: host, pid: Int(pid), version: VersionCommand.pushdVersion,
                                                 libcurlVersion: CurlRuntime.info.version,
-                                                apps: context.config.apps.map(\.name), startedAt: Date())
+                                                apps: context.config.apps.map(\.name), startedAt: Timestamp())
         let senders = context.senders
         self.init(registration: registration, databaseURL: context.config.databaseURL, metrics: context.metrics,
                   logger: context.logger,

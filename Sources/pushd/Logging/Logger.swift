@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Glibc
 import Locking
 
@@ -129,7 +129,7 @@ struct Logger: Sendable {
         token.count <= 8 ? token : String(token.prefix(8)) + "…"
     }
 
-    static func timestamp(_ date: Date = Date()) -> String {
+    static func timestamp(_ date: Timestamp = Timestamp()) -> String {
         var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
         let millis = Int((date.timeIntervalSince1970 - Double(seconds)) * 1000)
         var parts = tm()

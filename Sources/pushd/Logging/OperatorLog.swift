@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 import Locking
 
 /// What an operator reads in the log: one line per change of state, never one per
@@ -20,7 +20,7 @@ final class OperatorLog: Sendable {
     }
 
     private struct Trouble {
-        var since: Date
+        var since: Timestamp
         var error: String
         var failures: Int
         var reported: Bool
@@ -63,12 +63,12 @@ final class OperatorLog: Sendable {
             guard let failure else {
                 // The common case, every answer of a working APNs: nothing to clear, no key to hash.
                 guard !state.trouble.isEmpty, let trouble = state.trouble.removeValue(forKey: key), trouble.reported else { return nil }
-                let seconds = Int(Date().timeIntervalSince(trouble.since))
+                let seconds = Int(Timestamp().timeIntervalSince(trouble.since))
                 return ("APNs takes notifications of app \(app) on the \(lane) lane again after \(seconds) s",
                         [("app", .string(app)), ("lane", .string(lane)), ("seconds", .int(Int64(seconds))),
                          ("failed_sends", .int(Int64(trouble.failures))), ("event", "apns_back")], false)
             }
-            var trouble = state.trouble[key] ?? Trouble(since: Date(), error: failure, failures: 0, reported: false)
+            var trouble = state.trouble[key] ?? Trouble(since: Timestamp(), error: failure, failures: 0, reported: false)
             trouble.failures += 1
             trouble.error = failure
             defer { state.trouble[key] = trouble }

@@ -1,6 +1,6 @@
 import APNs
 import Dispatcher
-import FoundationEssentials
+import Posix
 import Metrics
 import Locking
 
@@ -16,7 +16,7 @@ final class AppSender: @unchecked Sendable {
     let tokenKey: ProviderTokenService.Key?
     let tokens: ProviderTokenService
     let environmentLabel: String
-    private let pause = Lock<(until: Date, reason: String)?>(nil)
+    private let pause = Lock<(until: Timestamp, reason: String)?>(nil)
     /// Transactional jobs and campaign targets go over separate connections, so a campaign's
     /// full window and busy streams add nothing to a transactional push's latency.
     private let clients = APNsClientRegistry<ClientKey>()
@@ -118,11 +118,11 @@ final class AppSender: @unchecked Sendable {
     /// Stops sending for the app until `until` (or a reload): its credentials were rejected.
     /// Returns true when this call paused it (so the caller logs once).
     @discardableResult
-    func pauseSending(reason: String, until: Date) -> Bool {
+    func pauseSending(reason: String, until: Timestamp) -> Bool {
         // The gauge changes under the lock: set outside it, a reader that saw no pause yet
         // could reset it to 0 while the app stays paused.
         pause.withLock { current in
-            let wasRunning = current == nil || current!.until <= Date()
+            let wasRunning = current == nil || current!.until <= Timestamp()
             current = (until, reason)
             pausedGauge.set(1)
             return wasRunning
@@ -139,7 +139,7 @@ final class AppSender: @unchecked Sendable {
     /// The reason the app is paused, or nil when it may send.
     var pausedReason: String? {
         pause.withLock { current -> String? in
-            guard let paused = current, paused.until > Date() else {
+            guard let paused = current, paused.until > Timestamp() else {
                 pausedGauge.set(0)
                 return nil
             }

@@ -1,7 +1,6 @@
 import APNs
 import Dispatch
 import Dispatcher
-import FoundationEssentials
 import Locking
 import Posix
 import QueueStore
@@ -113,14 +112,14 @@ final class BroadcastWorker: @unchecked Sendable {
         switch operation.kind {
         case .create:
             let policy = MessageStoragePolicy(name: operation.storagePolicy) ?? .noMessageStored
-            request = ChannelRequest(bundleID: sender.app.bundleID, operation: .create(policy), requestID: UUID())
+            request = ChannelRequest(bundleID: sender.app.bundleID, operation: .create(policy), requestID: APNsID())
         case .delete:
             guard let text = operation.channelID, let id = try? ChannelID(text) else {
                 count("none", "invalid")
                 try channels.recordFailed(connection, id: operation.id, outcome: "no valid channel id to delete")
                 return
             }
-            request = ChannelRequest(bundleID: sender.app.bundleID, operation: .delete(id), requestID: UUID())
+            request = ChannelRequest(bundleID: sender.app.bundleID, operation: .delete(id), requestID: APNsID())
         }
         let issues = request.issues(authentication: .token)
         if !issues.isEmpty {
@@ -136,7 +135,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sent = dispatch(dispatchRequest, sender: sender, environment: environment, management: true)
         } catch {
             count("none", "provider_token")
-            try channels.recordRetry(connection, id: operation.id, runAt: Date().addingTimeInterval(30),
+            try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
                                      outcome: "could not sign the provider token: \(error)", countsAsAttempt: false)
             return
         }
@@ -167,7 +166,7 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let verdict = context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
-                                             firstAttemptAt: operation.requestedAt, now: Date(), random: &random)
+                                             firstAttemptAt: operation.requestedAt, now: Timestamp(), random: &random)
         switch verdict {
         case .delivered:
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
@@ -179,7 +178,7 @@ final class BroadcastWorker: @unchecked Sendable {
             try channels.recordFailed(connection, id: operation.id, outcome: reason)
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
-            try channels.recordRetry(connection, id: operation.id, runAt: Date().addingTimeInterval(30),
+            try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
                                      outcome: "app paused: \(reason)", countsAsAttempt: false)
         }
     }
@@ -206,20 +205,20 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let sent: (outcome: SendOutcome, response: Response?)
-        let sentAt = Date()
+        let sentAt = Timestamp()
         do {
             let request = try DispatchRequest(path: broadcast.path,
                                               headerLines: broadcast.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line),
                                               body: broadcast.payload)
             sent = dispatch(request, sender: sender, environment: environment, management: false)
         } catch {
-            try broadcasts.retry(connection, id: job.id, runAt: Date().addingTimeInterval(30),
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30),
                                  error: "could not sign the provider token: \(error)", countsAsAttempt: false)
             return
         }
         let outcome = sent.outcome
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
-                                             expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Date(),
+                                             expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
                                              random: &random)
         let status = sent.response?.status
         switch verdict {
@@ -244,7 +243,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.pause(sender, reason: reason)
-            try broadcasts.retry(connection, id: job.id, runAt: Date().addingTimeInterval(30), error: "app paused: \(reason)",
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: "app paused: \(reason)",
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
         }
     }

@@ -1,7 +1,6 @@
 import APNs
 import Dispatch
 import Dispatcher
-import FoundationEssentials
 import Glibc
 import Posix
 import Polling
@@ -169,7 +168,7 @@ final class CampaignWorker: @unchecked Sendable {
         case sent
         case pruned(String, TokenPrune)
         case failed(String)
-        case retry(at: Date, reason: String, countsAsAttempt: Bool)
+        case retry(at: Timestamp, reason: String, countsAsAttempt: Bool)
         case pause
     }
 
@@ -227,7 +226,7 @@ final class CampaignWorker: @unchecked Sendable {
         if let previous = chunk.expiredOwner {
             // The previous worker died, hung or lost the database mid-chunk: the targets it sent
             // after its last checkpoint are sent again.
-            let since = chunk.expiredAt.map { Int(max(0, Date().timeIntervalSince($0))) } ?? 0
+            let since = chunk.expiredAt.map { Int(max(0, Timestamp().timeIntervalSince($0))) } ?? 0
             context.logger.warning("took over chunk \(chunk.chunk) of campaign \(chunk.campaignID) from worker \(previous), whose lease expired \(since) s ago; resuming at its checkpoint, target \(chunk.startIndex)",
                                    ("event", "chunk_taken_over"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                                    ("previous_owner", .string(previous)), ("expired_s", .int(Int64(since))),
@@ -394,7 +393,7 @@ final class CampaignWorker: @unchecked Sendable {
         let chunk = run.chunk
         let outcome = run.sender.outcome(of: result, environment: run.environments[target])
         let verdict = policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
-                                     firstAttemptAt: run.firstAttempt, now: Date(), random: &random)
+                                     firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random)
         switch handle(verdict, of: outcome, app: chunk.app, token: chunk.targets[target].token, pushType: chunk.pushType,
                       sender: run.sender, environment: run.environments[target]) {
         case .sent:
@@ -460,7 +459,7 @@ final class CampaignWorker: @unchecked Sendable {
         }
         context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
-                             ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Date().timeIntervalSince(run.leasedAt) * 1000))))
+                             ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
         if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
         countProcessed(run.progress, app: chunk.app)
     }
@@ -487,7 +486,7 @@ final class CampaignWorker: @unchecked Sendable {
             // The app is paused (or unknown here): they stay parked for a while, untouched.
             outcomes.retries = batch.targets.map { target in
                 var target = target
-                target.dueAt = Date().addingTimeInterval(30)
+                target.dueAt = Timestamp().addingTimeInterval(30)
                 return target
             }
             for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
@@ -501,7 +500,7 @@ final class CampaignWorker: @unchecked Sendable {
         var prunes = [TokenPrune]()
         var inFlight = [Int: ParkedTarget]()
 
-        func again(_ target: ParkedTarget, at time: Date, reason: String? = nil, countsAsAttempt: Bool = false) {
+        func again(_ target: ParkedTarget, at time: Timestamp, reason: String? = nil, countsAsAttempt: Bool = false) {
             var target = target
             target.dueAt = time
             if countsAsAttempt { target.attempts += 1 }
@@ -511,7 +510,7 @@ final class CampaignWorker: @unchecked Sendable {
 
         for (position, target) in batch.targets.enumerated() {
             if context.isStopping || sender.pausedReason != nil {
-                again(target, at: Date())
+                again(target, at: Timestamp())
                 continue
             }
             if let held = context.throttle.heldUntil(target.token) {
@@ -547,7 +546,7 @@ final class CampaignWorker: @unchecked Sendable {
                 continue
             } catch {
                 context.logger.error("cannot send for app \(batch.app) to \(environment.rawValue): \(error)", ("app", .string(batch.app)))
-                again(target, at: Date().addingTimeInterval(10))
+                again(target, at: Timestamp().addingTimeInterval(10))
                 continue
             }
             inFlight[position] = target
@@ -555,7 +554,7 @@ final class CampaignWorker: @unchecked Sendable {
 
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
             let verdict = policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
-                                         firstAttemptAt: target.firstAttemptAt, now: Date(), random: &random)
+                                         firstAttemptAt: target.firstAttemptAt, now: Timestamp(), random: &random)
             let environment = sender.environment(job: target.environment, registered: nil)
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
                           environment: environment) {
@@ -569,7 +568,7 @@ final class CampaignWorker: @unchecked Sendable {
             case .retry(let at, let reason, let countsAsAttempt):
                 again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
             case .pause:
-                again(target, at: Date().addingTimeInterval(30))
+                again(target, at: Timestamp().addingTimeInterval(30))
             }
         }
 

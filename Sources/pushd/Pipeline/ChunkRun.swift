@@ -1,6 +1,6 @@
 import APNs
 import Dispatcher
-import FoundationEssentials
+import Posix
 import QueueStore
 
 /// One leased chunk that a campaign worker is sending: what became of each target, which
@@ -25,16 +25,16 @@ final class ChunkRun {
         /// Monotonic seconds.
         var at: Double
         var target: Int
-        var dueAt = Date()
+        var dueAt = Timestamp()
         var reason = ""
     }
 
     let chunk: CampaignChunk
     let sender: AppSender
     let generation: UInt32
-    let leasedAt = Date()
+    let leasedAt = Timestamp()
     /// The first send of every target of this lease: its retry window starts here.
-    let firstAttempt = Date()
+    let firstAttempt = Timestamp()
     let expiration: Int64?
     /// The campaign's rate cap (its own, else its app's, else the default), nil for none.
     let rate: Int?

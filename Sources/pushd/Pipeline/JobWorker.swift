@@ -1,7 +1,6 @@
 import APNs
 import Dispatch
 import Dispatcher
-import FoundationEssentials
 import Glibc
 import Posix
 import QueueStore
@@ -93,7 +92,7 @@ final class JobWorker: @unchecked Sendable {
         var sender: AppSender
         var pushType: String
         /// When this send was submitted; the job's first attempt unless it has an earlier one.
-        var sentAt: Date
+        var sentAt: Timestamp
         /// Whose host it was sent to: only that host's verdict may prune the token.
         var environment: PushdConfig.Environment
     }
@@ -101,7 +100,7 @@ final class JobWorker: @unchecked Sendable {
     private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
         context.metrics.claimed(lane: Lane.transactional.rawValue).increment(by: UInt64(batch.jobs.count))
         generation &+= 1
-        let now = Date()
+        let now = Timestamp()
         var outcomes = JobOutcomes()
         var prunes = [TokenPrune]()
         var inFlight = [Int: InFlight]()
@@ -156,7 +155,7 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
                 continue
             }
-            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Date(), environment: environment)
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Timestamp(), environment: environment)
         }
 
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
@@ -182,7 +181,7 @@ final class JobWorker: @unchecked Sendable {
             context.logger.debug("settled a batch of \(batch.jobs.count) jobs", ("worker", .int(Int64(index))),
                                  ("delivered", .int(Int64(outcomes.delivered.count))), ("retried", .int(Int64(outcomes.retries.count))),
                                  ("failed", .int(Int64(outcomes.failures.count))),
-                                 ("ms", .int(Int64(Date().timeIntervalSince(now) * 1000))))
+                                 ("ms", .int(Int64(Timestamp().timeIntervalSince(now) * 1000))))
         }
     }
 
@@ -199,14 +198,14 @@ final class JobWorker: @unchecked Sendable {
         context.operatorLog.record(outcome, app: job.app, lane: "transactional")
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
-                                             firstAttemptAt: firstAttemptAt, now: Date(), random: &random)
+                                             firstAttemptAt: firstAttemptAt, now: Timestamp(), random: &random)
         switch verdict {
         case .delivered:
             outcomes.delivered.append(job.id)
             sender.countResponse(status: 200, reason: "none", environment: item.environment)
             sender.countSent(pushType: item.pushType, lane: .transactional, environment: item.environment)
             context.tally.add(context.tally.sent)
-            let latency = Date().timeIntervalSince(job.createdAt)
+            let latency = Timestamp().timeIntervalSince(job.createdAt)
             sender.deliveryLatency.observe(latency)
             context.tally.recordLatency(latency)
         case .prune(let status, let reason, let timestamp):
@@ -229,7 +228,7 @@ final class JobWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)
-            outcomes.retries.append(JobRetry(id: job.id, runAt: Date().addingTimeInterval(30),
+            outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(30),
                                              error: "app paused: \(reason)", countsAsAttempt: false, sentAt: firstAttemptAt))
         }
     }

@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 
 /// Builds the APNs request for a job or a campaign target, or says why it can never
 /// be sent (that job goes to dead letters with the reason, it is never dropped).
@@ -18,9 +18,9 @@ struct NotificationFactory: Sendable {
         var token: String
         var pushType: String
         var priority: Int
-        var expiration: Date?
+        var expiration: Timestamp?
         var collapseID: String?
-        var apnsID: UUID?
+        var apnsID: APNsID?
         var payload: String
     }
 

@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 
 /// What came back for one send: APNs's answer (read once, by the engine), or no answer at all.
 enum SendOutcome: Sendable, Equatable {
@@ -34,10 +34,10 @@ enum Verdict: Sendable, Equatable {
     case delivered
     /// The token is dead: record the job as failed with `reason` and prune the token
     /// (unless it was registered again after `apnsTimestamp`).
-    case prune(status: Int, reason: String, apnsTimestamp: Date?)
+    case prune(status: Int, reason: String, apnsTimestamp: Timestamp?)
     /// Send again at `at`. `refreshProviderToken` asks for a new JWT first. `countsAsAttempt`
     /// is false when APNs never answered: the send does not use up the attempt budget.
-    case retry(at: Date, reason: String, refreshProviderToken: Bool, countsAsAttempt: Bool)
+    case retry(at: Timestamp, reason: String, refreshProviderToken: Bool, countsAsAttempt: Bool)
     /// Give up: the job goes to dead letters with `reason`.
     case dead(status: Int?, reason: String)
     /// The app's credentials are rejected: stop sending for the app and keep the job.
@@ -57,7 +57,7 @@ struct OutcomePolicy: Sendable {
     ///   - firstAttemptAt: when the notification was first sent (not when it was queued): every
     ///     retry window counts from there.
     func verdict<Random: RandomNumberGenerator>(for outcome: SendOutcome, attempt: Int, expiration: Int64?,
-                                                firstAttemptAt: Date?, now: Date, random: inout Random) -> Verdict {
+                                                firstAttemptAt: Timestamp?, now: Timestamp, random: inout Random) -> Verdict {
         let action: ResponseAction
         let reason: APNsReason?
         let status: Int?
@@ -83,7 +83,7 @@ struct OutcomePolicy: Sendable {
             label = response.reason?.rawValue ?? "HTTP \(code)"
             if case .pruneToken(let timestamp) = action {
                 return .prune(status: code, reason: label,
-                              apnsTimestamp: timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) })
+                              apnsTimestamp: timestamp.map { Timestamp(timeIntervalSince1970: Double($0) / 1000) })
             }
         }
         switch action {

@@ -1,7 +1,7 @@
 import APNs
 import Dispatch
 import Dispatcher
-import FoundationEssentials
+import Posix
 import Metrics
 import QueueStore
 import Locking
@@ -160,7 +160,7 @@ final class Pipeline: @unchecked Sendable {
     /// Tells the workers to stop claiming, waits up to `deadline` for them to settle what
     /// they hold, then stops the dispatchers. Work not settled by then stays in the queue
     /// (an open transaction aborts; a chunk's lease expires) and is sent again later.
-    func stop(deadline: Date) {
+    func stop(deadline: Timestamp) {
         context.stopping.store(true, ordering: .relaxed)
         context.doorbell.ring()
         unknownApps.stop()
@@ -175,7 +175,7 @@ final class Pipeline: @unchecked Sendable {
         }
     }
 
-    static func dispatchTime(_ date: Date) -> DispatchTime {
+    static func dispatchTime(_ date: Timestamp) -> DispatchTime {
         .now() + max(0, date.timeIntervalSinceNow)
     }
 

@@ -1,5 +1,4 @@
 import APNs
-import FoundationEssentials
 import Glibc
 import Posix
 import Metrics
@@ -24,7 +23,7 @@ final class PipelineContext: @unchecked Sendable {
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
-    let pauseDuration: TimeInterval = 300
+    let pauseDuration: Double = 300
 
     init(config: PushdConfig, instance: String, senders: [String: AppSender], metrics: PushdMetrics, logger: Logger) {
         self.config = config
@@ -54,7 +53,7 @@ final class PipelineContext: @unchecked Sendable {
     }
 
     func pause(_ sender: AppSender, reason: String) {
-        if sender.pauseSending(reason: reason, until: Date().addingTimeInterval(pauseDuration)) {
+        if sender.pauseSending(reason: reason, until: Timestamp().addingTimeInterval(pauseDuration)) {
             logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
         }

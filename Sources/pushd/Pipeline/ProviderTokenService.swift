@@ -1,5 +1,5 @@
 import APNs
-import FoundationEssentials
+import Posix
 import QueueStore
 import Locking
 
@@ -51,7 +51,7 @@ final class ProviderTokenService: @unchecked Sendable {
         self.clock = clock
     }
 
-    @Sendable static func now() -> Int64 { Int64(Date().timeIntervalSince1970) }
+    @Sendable static func now() -> Int64 { Int64(Timestamp().timeIntervalSince1970) }
 
     /// The `authorization` header value for `key`.
     func authorization(_ key: Key) throws -> String {
@@ -95,11 +95,11 @@ final class ProviderTokenService: @unchecked Sendable {
             let now = clock()
             let held = state.withLock { $0[key]?.held }
             if let held, held.jwt != rejected, !policy.isDue(held, now: now) { return held }
-            let mint = { () throws -> (token: String, issuedAt: Date) in
+            let mint = { () throws -> (token: String, issuedAt: Timestamp) in
                 let token = try signer.makeToken(issuedAt: self.clock())
-                return (token.jwt, Date(timeIntervalSince1970: Double(token.issuedAt)))
+                return (token.jwt, Timestamp(timeIntervalSince1970: Double(token.issuedAt)))
             }
-            let maxAge = TimeInterval(policy.adoptableAgeSeconds)
+            let maxAge = Double(policy.adoptableAgeSeconds)
             let fresh: (jwt: String, issuedAt: Int64)
             do {
                 if connection == nil {

@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Glibc
 import Locking
 

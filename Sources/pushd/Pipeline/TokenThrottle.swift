@@ -1,4 +1,4 @@
-import FoundationEssentials
+import Posix
 import Locking
 
 /// Device tokens APNs is throttling (429 TooManyRequests is about one token: too many
@@ -6,7 +6,7 @@ import Locking
 /// notifications wait too instead of drawing more 429s; every other token keeps flowing.
 /// Shared by every worker of the process.
 final class TokenThrottle: Sendable {
-    private let until = Lock<[String: Date]>([:])
+    private let until = Lock<[String: Timestamp]>([:])
     /// Expired entries are swept once the table grows past this.
     private let sweepAbove: Int
 
@@ -15,7 +15,7 @@ final class TokenThrottle: Sendable {
     }
 
     /// APNs throttled `token`: hold its sends until `time` (the throttled notification's retry).
-    func throttle(_ token: String, until time: Date, now: Date = Date()) {
+    func throttle(_ token: String, until time: Timestamp, now: Timestamp = Timestamp()) {
         until.withLock { table in
             if table.count >= sweepAbove { table = table.filter { $0.value > now } }
             table[token] = max(table[token] ?? time, time)
@@ -23,7 +23,7 @@ final class TokenThrottle: Sendable {
     }
 
     /// When `token` may be sent to again, or nil when it may be now.
-    func heldUntil(_ token: String, now: Date = Date()) -> Date? {
+    func heldUntil(_ token: String, now: Timestamp = Timestamp()) -> Timestamp? {
         until.withLock { table in
             // Almost always nothing is throttled: no need to hash the token for that.
             guard !table.isEmpty, let time = table[token] else { return nil }

@@ -1,5 +1,4 @@
 import Dispatch
-import FoundationEssentials
 import Posix
 import QueueStore
 
@@ -11,13 +10,13 @@ import QueueStore
 final class UnknownAppWatch: @unchecked Sendable {
     // Immutable after init; `stop` is the only cross-thread signal.
     private let configured: Set<String>
-    private let interval: TimeInterval
+    private let interval: Double
     private let readStats: () throws -> QueueStats
     private let logger: Logger
     private let stopped = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
 
-    init(configured: Set<String>, interval: TimeInterval = 60, logger: Logger, readStats: @escaping () throws -> QueueStats) {
+    init(configured: Set<String>, interval: Double = 60, logger: Logger, readStats: @escaping () throws -> QueueStats) {
         self.configured = configured
         self.interval = interval
         self.logger = logger

@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import Glibc
 
 /// An HTTP/2 client that writes frames by hand through `openssl s_client`, for what no
@@ -57,8 +58,8 @@ final class RawH2Client {
 
     /// Whether a frame of `type` from the server has arrived (on `stream`, when given), within `seconds`.
     func waitForFrame(type: UInt8, stream: UInt32? = nil, endingStream: Bool = false, seconds: Double = 10) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        let deadline = Timestamp().addingTimeInterval(seconds)
+        while Timestamp() < deadline {
             if hasFrame(type: type, stream: stream, endingStream: endingStream) { return true }
             Thread.sleep(forTimeInterval: 0.02)
         }
@@ -76,13 +77,13 @@ final class RawH2Client {
     @discardableResult
     private func write(_ bytes: [UInt8]) -> Bool {
         let fd = input.fileHandleForWriting.fileDescriptor
-        let deadline = Date().addingTimeInterval(2)
+        let deadline = Timestamp().addingTimeInterval(2)
         var sent = 0
         while sent < bytes.count {
             let count = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + sent, $0.count - sent) }
             if count > 0 {
                 sent += count
-            } else if count < 0 && (errno == EAGAIN || errno == EINTR) && Date() < deadline {
+            } else if count < 0 && (errno == EAGAIN || errno == EINTR) && Timestamp() < deadline {
                 usleep(1000)
             } else {
                 return false

@@ -1,4 +1,5 @@
 import APNsMock
+import Posix
 import Foundation
 
 /// One CA, server and client certificate for the whole test process.
@@ -45,8 +46,8 @@ let examplePayload = Array(#"{"aps":{"alert":{"title":"Order shipped","body":"Yo
 /// Polls `condition` until it holds or `seconds` pass; for state the server updates after the
 /// client has already seen its answer (connection close, for example).
 func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
+    let deadline = Timestamp().addingTimeInterval(seconds)
+    while Timestamp() < deadline {
         if condition() { return true }
         Thread.sleep(forTimeInterval: 0.01)
     }

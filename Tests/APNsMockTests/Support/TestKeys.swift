@@ -1,4 +1,5 @@
 import APNs
+import Posix
 import APNsMock
 import Foundation
 
@@ -22,6 +23,6 @@ struct TestProviderKey {
 
     /// "authorization: bearer …" for a token issued `age` seconds ago.
     func header(age: Int64 = 0) throws -> String {
-        "authorization: " + (try signer.makeToken(issuedAt: Int64(Date().timeIntervalSince1970) - age)).authorizationValue
+        "authorization: " + (try signer.makeToken(issuedAt: Int64(Timestamp().timeIntervalSince1970) - age)).authorizationValue
     }
 }
