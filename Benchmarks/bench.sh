@@ -108,6 +108,13 @@ row() { # name, server, line with rate/cpu/rss fields (engine or drain style), n
     rss=$(field peak_rss_kb "$3")
     printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$2" "${rate:-n/a}" "${cpu:-n/a}" "$(mb "$rss")" "$4"
 }
+# INSERT → accepted exact, from each job's created_at and pushd's trace of it (tx-latency.py),
+# and COMMIT → accepted, the part after the application's own commit.
+tx_notes() {
+    printf 'INSERT → accepted p50 %s, p90 %s, p99 %s, max %s ms, mean %s ms; COMMIT → accepted p50 %s, p99 %s ms' \
+        "$(field tx_exact_p50_ms "$1")" "$(field tx_exact_p90_ms "$1")" "$(field tx_exact_p99_ms "$1")" "$(field tx_exact_max_ms "$1")" \
+        "$(field tx_exact_mean_ms "$1")" "$(field tx_exact_commit_p50_ms "$1")" "$(field tx_exact_commit_p99_ms "$1")"
+}
 h2rate=$(field h2load_rate "$d")
 table=$(
     echo "| client | server | rate/s | CPU µs per notification | peak RSS MB | notes |"
@@ -119,8 +126,8 @@ table=$(
     row "pushd engine, the daemon's requests (DispatcherBench)" apns-mock "$e_same" "2 threads × 1 connection × 500 streams; the daemon's JWT, headers, payload and a device path per request"
     printf '| h2load | apns-mock | %s | n/a | n/a | 4 connections × 100 streams, same JWT, headers and payload as the daemon |\n' "${h2rate:-n/a}"
     row "**pushd daemon draining a campaign**" apns-mock "$d" "$targets targets from PostgreSQL, token auth; the mock saw $(field connections "$d") connections; beside it PostgreSQL $(field pg_cpu_us "$d") and apns-mock $(field mock_cpu_us "$d") CPU µs per notification"
-    row "pushd daemon, transactional jobs during the drain" apns-mock "$tx" "300 INSERTs 20 ms apart: INSERT → accepted p50 ≤ $(field tx_p50_ms "$tx") ms, p99 ≤ $(field tx_p99_ms "$tx") ms (histogram bucket bounds), mean $(field tx_mean_ms "$tx") ms"
-    row "pushd daemon, transactional jobs, no campaign" apns-mock "$idle" "300 INSERTs 20 ms apart, idle otherwise: INSERT → accepted p50 ≤ $(field tx_p50_ms "$idle") ms, p99 ≤ $(field tx_p99_ms "$idle") ms, mean $(field tx_mean_ms "$idle") ms"
+    row "pushd daemon, transactional jobs during the drain" apns-mock "$tx" "300 INSERTs 20 ms apart: $(tx_notes "$tx")"
+    row "pushd daemon, transactional jobs, no campaign" apns-mock "$idle" "300 INSERTs 20 ms apart, idle otherwise: $(tx_notes "$idle")"
     row "two pushd daemons, one campaign" apns-mock "$two" "aggregate rate, CPU summed, RSS of the larger; $(field duplicates "$two") accepted twice"
     row "three pushd daemons, one campaign" apns-mock "$three" "aggregate rate, CPU summed, RSS of the largest; $(field duplicates "$three") accepted twice"
     row "pushd daemon, mock answers after 50 ms" "apns-mock --delay-ms 50" "$d50" "max_connections_per_app 8 (default); the mock saw $(field connections "$d50") connections"

@@ -4,8 +4,11 @@
 #   PUSHD_BENCH_MOCK_ARGS       extra apns-mock options, e.g. "--delay-ms 50"
 #   PUSHD_BENCH_INSTANCES       pushd daemons draining the one campaign (default 1)
 #   PUSHD_BENCH_TRANSACTIONAL   transactional jobs INSERTed one per transaction during the
-#                               drain; their INSERT → accepted p50/p99 come from
-#                               pushd_job_delivery_latency_seconds (default 0)
+#                               drain; their INSERT → accepted percentiles are exact, from
+#                               each job's created_at and the trace pushd logs at level debug
+#                               (tx-latency.py), and the histogram
+#                               pushd_job_delivery_latency_seconds gives its bucket bounds
+#                               (default 0)
 #   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
 #   PUSHD_BENCH_ENGINE          0 skips DispatcherBench sending the daemon's very requests to
 #                               the same mock (default 1; needs DispatcherBench built in BIN)
@@ -60,7 +63,7 @@ database:
 metrics:
   listen: 127.0.0.1:${metrics_ports[$((i - 1))]}
 log:
-  level: warning
+  level: $([ "$transactional" -gt 0 ] && echo debug || echo warning)
 apns:
   host: 127.0.0.1:$port
   ca_file: $work/certs/ca.pem
@@ -108,13 +111,16 @@ for i in $(seq "$instances"); do
   "$bin/pushd" run --config "$work/pushd$i.yml" 2>"$work/pushd$i.log" &
   pushd_pids+=($!)
 done
-# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart.
+# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart. Each
+# prints its id and created_at, and the statement after it the server's clock once the
+# COMMIT has returned (tx-latency.py).
 tx_pid=
 if [ "$transactional" -gt 0 ]; then
   (sleep 1; for n in $(seq "$transactional"); do
-     printf "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', '%064x', '{\"aps\":{\"alert\":\"order %d shipped\"}}');\n" "$((n + 7000000))" "$n"
+     printf "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', '%064x', '{\"aps\":{\"alert\":\"order %d shipped\"}}') RETURNING 'insert', id, extract(epoch FROM created_at);\n" "$((n + 7000000))" "$n"
+     echo "SELECT 'commit', extract(epoch FROM clock_timestamp());"
      echo "SELECT pg_sleep(0.02);"
-   done | psql -X -q "$PUSHD_DATABASE_URL" >/dev/null) &
+   done | psql -X -q -At -F ' ' "$PUSHD_DATABASE_URL" >"$work/inserts.txt") &
   tx_pid=$!
 fi
 while :; do
@@ -146,10 +152,12 @@ for pid in "${pushd_pids[@]}"; do
   # Context switches of every thread, voluntary (waits) and not (preempted).
   switches=$((switches + $(cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }')))
 done
-# INSERT → accepted of the transactional jobs, from the first daemon's histogram (all of them
-# when one runs): the bucket bounds where half and 99 % of the jobs were reached.
-tx_p50=; tx_p99=; tx_mean=
+# INSERT → accepted of the transactional jobs, exact, from each job's trace; and from the
+# daemons' histograms: the bucket bounds where half and 99 % of the jobs were reached.
+tx_p50=; tx_p99=; tx_mean=; tx_exact=
 if [ "$transactional" -gt 0 ]; then
+  tx_report=$(python3 "$(dirname "$0")/tx-latency.py" "$work/inserts.txt" "$work"/pushd*.log)
+  tx_exact=$(sed -n 's/^tx //p' <<<"$tx_report")
   buckets=""; sums=""
   for mport in "${metrics_ports[@]}"; do
     scrape=$(curl -s "http://127.0.0.1:$mport/metrics")
@@ -217,7 +225,8 @@ if [ -n "${PUSHD_BENCH_PEER:-}" ]; then
   echo "peer ${peer#result }"
 fi
 if [ "$transactional" -gt 0 ]; then
-  printf '  transactional: %d jobs during the drain, INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms, mean %s ms\n' "$transactional" "$tx_p50" "$tx_p99" "$tx_mean"
+  grep -v '^tx ' <<<"$tx_report"
+  printf '  transactional: %d jobs during the drain, histogram: INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms, mean %s ms\n' "$transactional" "$tx_p50" "$tx_p99" "$tx_mean"
 fi
 if [ -n "$engine_line" ]; then
   echo "  engine:  $engine_line"
@@ -230,6 +239,8 @@ fi
 # Campaign and transactional notifications the mock accepted beyond one each (libcurl's
 # resends and redelivery after a lost claim both count).
 duplicates=$(( ${accepted%.*} - sent - transactional ))
-printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s tx_mean_ms=%s switches_per_1000=%.0f pg_cpu_us=%.1f mock_cpu_us=%.1f\n' \
+# tx_exact_* are the exact INSERT → accepted figures (and commit_* COMMIT → accepted) of tx-latency.py.
+printf 'result rate=%.0f cpu_us=%.1f peak_rss_kb=%d sent=%d accepted=%s connections=%s duplicates=%d h2load_rate=%.0f tx_p50_ms=%s tx_p99_ms=%s tx_mean_ms=%s switches_per_1000=%.0f pg_cpu_us=%.1f mock_cpu_us=%.1f%s\n' \
   "$rate" "$(echo "$cpu * 1000000 / ($sent + $transactional)" | bc -l)" "$peak_kb" "$sent" "$accepted" "$connections" "$duplicates" "$h2rate" "${tx_p50:-n/a}" "${tx_p99:-n/a}" "${tx_mean:-n/a}" "$(echo "$switches * 1000 / $sent" | bc -l)" \
-  "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)"
+  "$(echo "$pg_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" "$(echo "$mock_ticks / $clock_ticks * 1000000 / $sent" | bc -l)" \
+  "$(for pair in $tx_exact; do printf ' tx_exact_%s' "$pair"; done)"

@@ -136,7 +136,7 @@ public struct PushdMetrics: Sendable {
         jobDeliveryLatency = try registry.histogram(
             "pushd_job_delivery_latency_seconds",
             help: "Time from a transactional job's INSERT (its created_at) to APNs accepting it, retries included.",
-            unit: "seconds", labels: ["app"], buckets: HistogramBuckets.apnsLatency)
+            unit: "seconds", labels: ["app"], buckets: HistogramBuckets.transactionalLatency)
         queueDepth = try registry.callbackGauge(
             "pushd_queue_depth",
             help: "Jobs waiting in the queue and due now.",

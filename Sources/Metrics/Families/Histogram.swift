@@ -8,6 +8,12 @@ public enum HistogramBuckets {
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
     ]
 
+    /// `apnsLatency` with finer steps below 25 ms, where a transactional push's INSERT → accepted
+    /// lies and its 5 ms target sits; every bound of `apnsLatency` is kept, so queries on them hold.
+    public static let transactionalLatency: [Double] = [
+        0.001, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    ]
+
     /// Upper bounds start, start·factor, start·factor², … (`count` of them).
     public static func exponential(start: Double, factor: Double, count: Int) -> [Double] {
         guard count > 0 else { return [] }

@@ -39,31 +39,35 @@ final class JobWorker: @unchecked Sendable {
 
     private func run() {
         var failures = 0
-        // Inserts notify only claimers registered as asleep (a NOTIFY serialises commits),
-        // so a claimer that just had work polls cheaply for a second before it sleeps.
-        let waiting = JobWaitPolicy()
-        var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
+        // Inserts notify only a claimer registered as asleep (a NOTIFY serialises commits), so
+        // after work the worker watching the queue probes it cheaply for a while before it sleeps.
+        let waiting = context.config.transactionalWait
+        let claimers = context.idleClaimers
+        var woke = ClaimTrace.Wake.batch
         while !context.isStopping {
             context.operatorLog.tick()
             do {
                 let connection = try connectIfNeeded()
                 let apps = context.claimableApps()
+                let claimStarted = Date()
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps)
                 failures = 0
                 if batch.isEmpty {
-                    switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
-                    case .poll(let microseconds):
-                        if try !queue.hasDueJobs(connection, apps: apps) { usleep(microseconds) }
-                    case .sleep(let milliseconds):
-                        // Woken within milliseconds of an insert's COMMIT; the time-out is the
-                        // fallback for scheduled jobs and bounds how long shutdown waits.
-                        _ = try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds)
+                    context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
+                    if claimers.becameIdle(index) {
+                        woke = try watch(connection, apps: apps, waiting: waiting)
+                    } else {
+                        woke = claimers.rest(index, timeout: waiting.sleepTimeout) ? .handoff : .timeout
                     }
                     continue
                 }
-                lastWork = RateLimiter.monotonicSeconds()
-                try process(batch, on: connection)
+                // Another worker watches the queue while this batch is sent.
+                claimers.foundWork(index, now: RateLimiter.monotonicSeconds())
+                try process(batch, on: connection, trace: ClaimTrace(woke: woke, claimStarted: claimStarted, claimed: Date()))
+                woke = .batch
             } catch {
+                // Another worker watches the queue while this one reconnects.
+                claimers.left(index)
                 failures += 1
                 context.databaseError(error)
                 context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
@@ -72,8 +76,29 @@ final class JobWorker: @unchecked Sendable {
                 PipelineContext.sleepAfterDatabaseFailure(failures)
             }
         }
+        claimers.left(index)
         connection?.close()
         connection = nil
+    }
+
+    /// Waits, as the one worker watching the queue, until jobs may be due. Within the busy
+    /// window it probes every poll interval (one round trip; a claim that finds nothing costs
+    /// three); after it, it sleeps until an insert notifies or the time-out passes.
+    private func watch(_ connection: PGConnection, apps: [String], waiting: JobWaitPolicy) throws -> ClaimTrace.Wake {
+        while !context.isStopping {
+            switch waiting.step(idleSeconds: context.idleClaimers.idleSeconds(now: RateLimiter.monotonicSeconds())) {
+            case .poll(let microseconds):
+                context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
+                if try queue.hasDueJobs(connection, apps: apps) { return .probe }
+                usleep(microseconds)
+            case .sleep(let milliseconds):
+                // Woken within milliseconds of an insert's COMMIT; the time-out is the
+                // fallback for scheduled jobs and bounds how long shutdown waits.
+                context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
+                return try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds) ? .notify : .timeout
+            }
+        }
+        return .timeout
     }
 
     private func connectIfNeeded() throws -> PGConnection {
@@ -87,6 +112,26 @@ final class JobWorker: @unchecked Sendable {
         return fresh
     }
 
+    /// How a batch was reached, for the per-job trace at `debug`: what ended the wait before
+    /// the claim that found it, and when that claim ran.
+    struct ClaimTrace {
+        enum Wake: String {
+            /// Claimed right after settling the previous batch.
+            case batch
+            /// The watching worker's due-jobs probe found work.
+            case probe
+            /// An insert's NOTIFY woke the watching worker.
+            case notify
+            /// The watching worker's sleep, or a resting worker's rest, timed out.
+            case timeout
+            /// A resting worker was given the watch: the watcher had found work.
+            case handoff
+        }
+        var woke: Wake
+        var claimStarted: Date
+        var claimed: Date
+    }
+
     private struct InFlight {
         var job: Job
         var sender: AppSender
@@ -97,7 +142,15 @@ final class JobWorker: @unchecked Sendable {
         var environment: PushdConfig.Environment
     }
 
-    private func process(_ batch: ClaimedJobs, on connection: PGConnection) throws {
+    /// A delivered job's path, logged at `debug` once its batch is committed.
+    private struct Delivered {
+        var job: Job
+        var sentAt: Date
+        var answeredAt: Date
+        var engineSeconds: Double
+    }
+
+    private func process(_ batch: ClaimedJobs, on connection: PGConnection, trace: ClaimTrace) throws {
         context.metrics.claimed(lane: Lane.transactional.rawValue).increment(by: UInt64(batch.jobs.count))
         generation &+= 1
         let now = Timestamp()
@@ -158,14 +211,22 @@ final class JobWorker: @unchecked Sendable {
             inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Timestamp(), environment: environment)
         }
 
+        let tracing = context.logger.enabled(.debug)
+        var delivered = [Delivered]()
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
         let deadline = DispatchTime.now() + timeout
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)
             if results.isEmpty { break }
+            let answeredAt = Date()
             for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
                 guard let item = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
+                let before = outcomes.delivered.count
                 settle(item, result, into: &outcomes, prunes: &prunes)
+                if tracing, outcomes.delivered.count > before {
+                    delivered.append(Delivered(job: item.job, sentAt: item.sentAt, answeredAt: answeredAt,
+                                               engineSeconds: Double(result.latencyNanoseconds) / 1e9))
+                }
             }
         }
         for item in inFlight.values {
@@ -177,6 +238,23 @@ final class JobWorker: @unchecked Sendable {
 
         _ = try context.prune(prunes, on: connection)
         try queue.finish(connection, batch, outcomes)
+        if tracing {
+            // Every time on the same wall clock as the database's created_at (one host in
+            // Benchmarks/DaemonBench), so the stages of INSERT → accepted can be told apart.
+            let recordedAt = Date()
+            for item in delivered {
+                context.logger.debug("delivered transactional job \(item.job.id)", ("worker", .int(Int64(index))),
+                                     ("job", .int(item.job.id)), ("woke", .string(trace.woke.rawValue)),
+                                     ("batch", .int(Int64(batch.jobs.count))),
+                                     ("created_at", .double(item.job.createdAt.timeIntervalSince1970)),
+                                     ("claim_started_at", .double(trace.claimStarted.timeIntervalSince1970)),
+                                     ("claimed_at", .double(trace.claimed.timeIntervalSince1970)),
+                                     ("sent_at", .double(item.sentAt.timeIntervalSince1970)),
+                                     ("engine_s", .double(item.engineSeconds)),
+                                     ("answered_at", .double(item.answeredAt.timeIntervalSince1970)),
+                                     ("recorded_at", .double(recordedAt.timeIntervalSince1970)))
+            }
+        }
         if context.logger.enabled(.debug) {
             context.logger.debug("settled a batch of \(batch.jobs.count) jobs", ("worker", .int(Int64(index))),
                                  ("delivered", .int(Int64(outcomes.delivered.count))), ("retried", .int(Int64(outcomes.retries.count))),
