@@ -6,9 +6,13 @@
 /// pace. On loopback a few hundred give the rate a thousand give; 150 ms away thousands are
 /// needed. So the limit climbs the throughput curve (docs/dispatcher.md, "Adaptive in-flight
 /// limit"): measured at one limit, it tries a quarter less and keeps that when the rate holds
-/// within `shrinkTolerance`; when work waited for the window it tries more (twice as much when
-/// the answers' round trips show no queue: `windowBoundSpread`) and keeps that when the rate
-/// rose by `growthGain`. A probe that fails is tried again after twice as many samples.
+/// within `shrinkTolerance`; when work waited for the window it tries more and keeps that when
+/// the rate rose by `growthGain`. A probe that fails is tried again after twice as many samples.
+///
+/// Little's law guards both ways: the rate × the least round trip of a period is what the
+/// pipe to the server holds without any queue, and the limit is never tried below `headroom`
+/// times that, while a limit under it is doubled (until a larger one first failed): a far
+/// server gets its window in a few periods, and noise on a busy host cannot talk it down.
 ///
 /// A plain value: the loop hands it one `Sample` per period and applies the limit it returns.
 struct InFlightWindow: Equatable {
@@ -67,9 +71,7 @@ struct InFlightWindow: Equatable {
     static let shrinkTolerance = 0.05
     static let growthGain = 0.08
     static let chainedGrowthGain = 0.15
-    /// Mean round trip at most this many times the least in a sample: answers are not queued
-    /// behind the loop's CPU, so the window is what holds the rate.
-    static let windowBoundSpread = 1.5
+    static let headroom = 1.5
     static let firstProbeInterval = 2
     static let longestProbeInterval = 32
     /// Samples without work waiting before the limit follows what was used.
@@ -97,9 +99,13 @@ struct InFlightWindow: Equatable {
         samplesSinceShrink += 1
         samplesSinceGrowth += 1
         guard measured >= 2 else { return keep() }
-        if limit < ceiling, samplesSinceGrowth >= growEvery { return grow(sample) }
+        if limit < ceiling, samplesSinceGrowth >= growEvery || Double(limit) < Self.needed(sample) && !growthFailed {
+            return grow(sample)
+        }
         if limit > floor, samplesSinceShrink >= shrinkEvery {
-            return change(to: limit - max(1, limit / 4), growing: false)
+            let target = limit - max(1, limit / 4)
+            if Double(target) >= Self.needed(sample) { return change(to: target, growing: false) }
+            samplesSinceShrink = 0
         }
         return keep()
     }
@@ -163,11 +169,16 @@ struct InFlightWindow: Equatable {
         return decision()
     }
 
+    /// What the pipe holds at this rate without a queue, with `headroom`.
+    static func needed(_ sample: Sample) -> Double {
+        sample.rate * Double(sample.minimumRoundTrip) / 1e9 * headroom
+    }
+
     /// Twice the limit until a larger one first failed, while the round trips show no queue
     /// (the window holds the rate back: a far server); a quarter more otherwise, so that probes
     /// above a limit found once cost little memory.
     private mutating func grow(_ sample: Sample) -> Decision {
-        let windowBound = Double(sample.meanRoundTrip) <= Double(sample.minimumRoundTrip) * Self.windowBoundSpread
+        let windowBound = Double(limit) < Self.needed(sample)
         return change(to: windowBound && !growthFailed ? limit * 2 : limit + max(1, limit / 4), growing: true)
     }
 
