@@ -18,6 +18,8 @@
 #                               2 holds the connection count still when comparing memory on a
 #                               busy machine, where slow answers make pushd open more
 #   PUSHD_BENCH_COALESCE_MS     campaigns.answer_coalescing_ms of every daemon (default: pushd's)
+#   PUSHD_BENCH_LOG_LEVEL       log.level of the daemons (default warning; info shows the in-flight limit)
+#   PUSHD_BENCH_ADAPTIVE        campaigns.adaptive_in_flight of every daemon, true or false (default: pushd's)
 #   PUSHD_BENCH_SMAPS           1 keeps /proc/PID/smaps of the first daemon at its highest RSS
 #                               during the drain and prints where that memory is
 #                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
@@ -57,20 +59,23 @@ mock_pid=$!
 metrics_ports=()
 for i in $(seq "$instances"); do
 if [ "$i" = 1 ] && [ -n "${PUSHD_BENCH_METRICS_PORT:-}" ]; then metrics_ports+=("$PUSHD_BENCH_METRICS_PORT"); else metrics_ports+=("$(free_port)"); fi
+campaigns_section=""
+[ -n "${PUSHD_BENCH_COALESCE_MS:-}" ] && campaigns_section+=$'\n'"  answer_coalescing_ms: $PUSHD_BENCH_COALESCE_MS"
+[ -n "${PUSHD_BENCH_ADAPTIVE:-}" ] && campaigns_section+=$'\n'"  adaptive_in_flight: $PUSHD_BENCH_ADAPTIVE"
+[ -n "$campaigns_section" ] && campaigns_section="campaigns:$campaigns_section"
 cat >"$work/pushd$i.yml" <<YAML
 database:
   url: $PUSHD_DATABASE_URL
 metrics:
   listen: 127.0.0.1:${metrics_ports[$((i - 1))]}
 log:
-  level: $([ "$transactional" -gt 0 ] && echo debug || echo warning)
+  level: ${PUSHD_BENCH_LOG_LEVEL:-$([ "$transactional" -gt 0 ] \&\& echo debug || echo warning)}
 apns:
   host: 127.0.0.1:$port
   ca_file: $work/certs/ca.pem
   streams_per_connection: ${PUSHD_BENCH_STREAMS:-500}
 ${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
-${PUSHD_BENCH_COALESCE_MS:+campaigns:
-  answer_coalescing_ms: $PUSHD_BENCH_COALESCE_MS}
+${campaigns_section}
 apps:
   - name: bench
     bundle_id: com.example.bench
@@ -180,6 +185,8 @@ jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tok
 for pid in "${pushd_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
 pushd_pids=()
 
+# What the campaign lane's adaptive in-flight limit settled at (logged at info).
+grep -h '"event":"in_flight_limit"' "$work"/pushd*.log 2>/dev/null | sed 's/^/  limit: /' | tail -8 || true
 elapsed=$(echo "$end - $start" | bc -l)
 cpu=$(echo "$cpu_ticks / $clock_ticks" | bc -l)
 rate=$(echo "$sent / $elapsed" | bc -l)

@@ -127,4 +127,10 @@ import Testing
         #expect(found.count >= 4, "\(found)")
         #expect(found.allSatisfy { $0.hasPrefix("error: ") })
     }
+
+    @Test func theCampaignLanesAdaptiveInFlightLimitIsOnUnlessPinned() throws {
+        #expect(try ConfigLoader.parse(Self.valid, environment: [:]).0.campaignAdaptiveInFlight)
+        let pinned = Self.valid.replacingOccurrences(of: "retry:\n", with: "campaigns:\n  adaptive_in_flight: false\nretry:\n")
+        #expect(try !ConfigLoader.parse(pinned, environment: [:]).0.campaignAdaptiveInFlight)
+    }
 }

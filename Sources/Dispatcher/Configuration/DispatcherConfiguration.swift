@@ -40,6 +40,13 @@ public struct DispatcherConfiguration: Sendable {
     /// (docs/dispatcher.md, "Answers at long round trips"). 0 reads as soon as an answer arrives.
     public var answerCoalescingMilliseconds: Int = 0
     public var answerCoalescingMinimumInFlight: Int = 100
+    /// Each loop keeps inside libcurl only as many requests as its rate needs, found by trying
+    /// (`InFlightWindow`, docs/dispatcher.md "Adaptive in-flight limit"), between
+    /// `adaptiveInFlightFloor` and its share of `maxConnections` × streams and of
+    /// `maxOutstanding`; it starts at `adaptiveInFlightInitial`. false: connections × streams.
+    public var adaptiveInFlight = false
+    public var adaptiveInFlightFloor = 16
+    public var adaptiveInFlightInitial = 100
 
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
@@ -97,6 +104,14 @@ public struct DispatcherConfiguration: Sendable {
                                 delayNanoseconds: UInt64(max(0, connectionGrowthDelayMilliseconds)) * 1_000_000)
     }
 
+    /// One loop's adaptive window, nil when the limit is pinned.
+    var adaptiveInFlightWindow: InFlightWindow? {
+        guard adaptiveInFlight else { return nil }
+        let growth = connectionGrowth
+        let ceiling = min(growth.ceiling * streamsPerConnection, max(1, effectiveMaxOutstanding / threads))
+        return InFlightWindow(floor: adaptiveInFlightFloor, ceiling: ceiling, initial: adaptiveInFlightInitial)
+    }
+
     /// Requests one thread keeps inside libcurl; the rest of its share waits in the engine's queue,
     /// where waiting is cheap.
     var inFlightPerThread: Int { connectionsPerThread * streamsPerConnection }
@@ -126,6 +141,10 @@ public struct DispatcherConfiguration: Sendable {
         }
         if answerCoalescingMinimumInFlight < 1 {
             throw .invalid(field: "answerCoalescingMinimumInFlight", value: String(answerCoalescingMinimumInFlight), expected: "1 or more")
+        }
+        if adaptiveInFlightFloor < 1 || adaptiveInFlightInitial < adaptiveInFlightFloor {
+            throw .invalid(field: "adaptiveInFlightFloor", value: "\(adaptiveInFlightFloor) (initial \(adaptiveInFlightInitial))",
+                           expected: "1 or more, and adaptiveInFlightInitial at least as much")
         }
         if let maxOutstanding, maxOutstanding < threads {
             throw .invalid(field: "maxOutstanding", value: String(maxOutstanding), expected: "at least one per thread (\(threads))")

@@ -35,8 +35,14 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private var drained: [PendingRequest] = []
     private var inCurl = 0
     private let inCurlLimit: Int
-    /// What the policy admitted at the last refill: requests beyond it wait for a stream.
+    /// What the policy and the window admitted at the last refill: requests beyond it wait.
     private var admitted = 0
+    /// What the policy alone admitted (the streams): requests beyond it wait for a stream.
+    private var streamsAdmitted = 0
+    /// The bulk lane's adaptive limit on requests inside libcurl; nil keeps the streams' limit.
+    private var inFlightSampler: InFlightSampler?
+    /// The limit last reported to the metrics hook.
+    private var reportedLimit = 0
     /// libcurl's `CURLMOPT_MAX_HOST_CONNECTIONS` for this loop.
     private var connectionLimit: Int
     private var policy: ConnectionPolicy
@@ -80,6 +86,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                                       minimumInFlight: configuration.answerCoalescingMinimumInFlight)
         policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, maxAttempts: configuration.maxAttempts,
                                   growth: configuration.connectionGrowth)
+        if let window = configuration.adaptiveInFlightWindow { inFlightSampler = InFlightSampler(window: window) }
         do {
             epoll = try EpollLoop()
         } catch {
@@ -145,7 +152,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             readCompletions()
             return 0
         }
-        let waiting = !backlog.isEmpty && inCurl >= admitted
+        trackInFlightLimit(now: now)
+        let waiting = !backlog.isEmpty && inCurl >= streamsAdmitted
         if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds &+ coalescedNanoseconds))) {
             refill()
             return 0
@@ -178,6 +186,27 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             coalescing.socketsRead(at: now, waited: idle &- idleAtLastRead, answers: answers, inFlight: inFlight)
             idleAtLastRead = idle
         }
+    }
+
+    /// Notes whether work waited for the window, hands a finished period to the adaptive
+    /// window, and reports the loop's limit when it changed: the window's, or the streams' when
+    /// the limit is pinned.
+    private func trackInFlightLimit(now: UInt64) {
+        let capacity = policy.streamCapacity(configured: inCurlLimit)
+        var limit = capacity
+        if var sampler = inFlightSampler {
+            if !backlog.isEmpty, inCurl >= admitted { sampler.workWaited() }
+            if let decision = sampler.tick(now: now, inFlight: inCurl, capacity: capacity), decision.notable {
+                sink.metrics.inFlightLimitSettled(limit: decision.limit, rate: sampler.lastRate,
+                                                  roundTripNanoseconds: sampler.lastRoundTrip)
+            }
+            limit = sampler.limit
+            inFlightSampler = sampler
+        }
+        guard limit != reportedLimit else { return }
+        sink.metrics.inFlightLimitChanged(by: limit - reportedLimit)
+        sink.counters.inFlightLimit.add(limit - reportedLimit, ordering: .relaxed)
+        reportedLimit = limit
     }
 
     /// Pauses as `AnswerCoalescing` says before the sockets are read again. New requests and
@@ -213,7 +242,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private func refill() {
         guard !backlog.isEmpty else { return }
         let now = monotonicNanoseconds()
-        let limit = policy.admissionLimit(configured: inCurlLimit, now: now)
+        let streams = policy.admissionLimit(configured: inCurlLimit, now: now)
+        streamsAdmitted = streams
+        let limit = inFlightSampler.map { min(streams, $0.limit) } ?? streams
         admitted = limit
         var added = 0
         while inCurl < limit, !backlog.isEmpty {
@@ -246,6 +277,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             added += 1
         }
         if added > 0 { sink.metrics.inFlightChanged(by: added) }
+        if inFlightSampler != nil {
+            inFlightSampler!.inCurl(inCurl)
+            if streams < min(inCurlLimit, inFlightSampler!.limit) { inFlightSampler!.admissionsHeld() }
+        }
         releaseSlots()
     }
 
@@ -253,6 +288,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         let transfer = try CurlTransfer.make(index: transfers.count, configuration: configuration,
                                              socketOwner: Unmanaged.passUnretained(self).toOpaque())
         transfers.append(transfer)
+        sink.counters.easyHandles.add(1, ordering: .relaxed)
         return transfer
     }
 
@@ -262,7 +298,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     @discardableResult
     private func readCompletions() -> Int {
         var finished = 0
-        let now = coalescing.enabled ? monotonicNanoseconds() : 0
+        let timed = coalescing.enabled || inFlightSampler != nil
+        let now = timed ? monotonicNanoseconds() : 0
         multi.forEachFinished { easy, code in
             var privateData: UnsafeMutableRawPointer?
             _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
@@ -273,7 +310,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
             inCurl -= 1
             finished += 1
-            if coalescing.enabled, status != 0 { coalescing.answered(after: now &- transfers[index].enteredCurlAt) }
+            if timed, status != 0 {
+                let roundTrip = now &- transfers[index].enteredCurlAt
+                if coalescing.enabled { coalescing.answered(after: roundTrip) }
+                inFlightSampler?.answered(after: roundTrip)
+            }
             finish(transfers[index], code: code, status: status)
         }
         guard finished > 0 else { return 0 }

@@ -23,6 +23,12 @@ public struct DispatcherStatistics: Sendable, Equatable {
     /// Loop passes that handed socket events to libcurl; each runs every transfer on the
     /// connections that had events (see `answerCoalescingMilliseconds`).
     public var socketReads: Int = 0
+    /// Easy handles the loops made: each loop makes one only when all of its own are inside
+    /// libcurl, so this is the sum of the most requests each loop held in libcurl at once.
+    public var easyHandles: Int = 0
+    /// The loops' limits on requests inside libcurl now, summed: the adaptive window's, or
+    /// connections × streams where it is pinned.
+    public var inFlightLimit: Int = 0
 }
 
 /// Shared by the engine and its loops; relaxed atomics because they are only ever read as totals.
@@ -37,6 +43,8 @@ final class DispatcherCounters: Sendable {
     let resentByTransport = Atomic<Int>(0)
     let connectionsGrown = Atomic<Int>(0)
     let socketReads = Atomic<Int>(0)
+    let easyHandles = Atomic<Int>(0)
+    let inFlightLimit = Atomic<Int>(0)
     private let openConnections = Atomic<Int>(0)
     private let peakOpenConnections = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
@@ -67,6 +75,8 @@ final class DispatcherCounters: Sendable {
                              connectionFailures: failures.withLock { $0 },
                              connectionsGrown: connectionsGrown.load(ordering: .relaxed),
                              peakOpenConnections: peakOpenConnections.load(ordering: .relaxed),
-                             socketReads: socketReads.load(ordering: .relaxed))
+                             socketReads: socketReads.load(ordering: .relaxed),
+                             easyHandles: easyHandles.load(ordering: .relaxed),
+                             inFlightLimit: inFlightLimit.load(ordering: .relaxed))
     }
 }

@@ -20,6 +20,12 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A loop now lets libcurl hold `connections` connections: grown by one because requests
     /// waited for a stream, or lowered after connections closed.
     func connectionLimitChanged(to connections: Int)
+    /// A loop's limit on requests inside libcurl changed by `delta`: summed over the loops, the
+    /// engine's limit (`adaptiveInFlight`, or connections × streams).
+    func inFlightLimitChanged(by delta: Int)
+    /// A loop's adaptive limit settled, or moved to half or twice the one last reported:
+    /// `limit` requests gave `rate` answers per second at a mean round trip of `roundTripNanoseconds`.
+    func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64)
 }
 
 extension DispatcherMetricsHook {
@@ -31,6 +37,8 @@ extension DispatcherMetricsHook {
     public func requestRetried() {}
     public func connectionReplacementRequested() {}
     public func connectionLimitChanged(to connections: Int) {}
+    public func inFlightLimitChanged(by delta: Int) {}
+    public func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {}
 }
 
 /// Reports nothing.

@@ -80,6 +80,12 @@ struct ConnectionPolicy: Equatable {
         return configured + (connectionLimit - growth.base) * growth.streamsPerConnection
     }
 
+    /// Requests the loop's connections may carry, grown ones included, whatever holds
+    /// admissions now.
+    func streamCapacity(configured: Int) -> Int {
+        configured + (connectionLimit - growth.base) * growth.streamsPerConnection
+    }
+
     /// When a backoff holds admissions, the time it ends.
     func backoffDeadline(now: UInt64) -> UInt64? { backoffUntil > now ? backoffUntil : nil }
 

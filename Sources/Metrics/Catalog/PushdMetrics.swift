@@ -17,6 +17,7 @@ public struct PushdMetrics: Sendable {
     public let apnsRequestDuration: HistogramFamily
     public let apnsStreamsInFlight: GaugeFamily
     public let apnsConnections: GaugeFamily
+    public let apnsInFlightLimit: GaugeFamily
     public let apnsConnectionErrors: CounterFamily
     public let apnsRequestsResent: CounterFamily
     public let apnsReconnects: CounterFamily
@@ -86,6 +87,10 @@ public struct PushdMetrics: Sendable {
         apnsConnections = try registry.gauge(
             "pushd_apns_connections",
             help: "Open HTTP/2 connections to APNs.",
+            labels: target)
+        apnsInFlightLimit = try registry.gauge(
+            "pushd_apns_in_flight_limit",
+            help: "Notifications the campaign lane lets into libcurl at most now: found by trying (campaigns.adaptive_in_flight), or connections x streams.",
             labels: target)
         apnsConnectionErrors = try registry.counter(
             "pushd_apns_connection_errors_total",
@@ -233,6 +238,10 @@ public struct PushdMetrics: Sendable {
 
     public func connections(app: String, environment: String) -> Gauge {
         apnsConnections.bound([app, environment])
+    }
+
+    public func inFlightLimit(app: String, environment: String) -> Gauge {
+        apnsInFlightLimit.bound([app, environment])
     }
 
     public func connectionError(app: String, environment: String, reason: String) -> Counter {

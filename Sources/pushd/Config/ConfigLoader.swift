@@ -128,6 +128,7 @@ enum ConfigLoader {
         config.campaignNiceness = campaigns.int("niceness", default: config.campaignNiceness, range: 0...19)
         config.campaignAnswerCoalescingMilliseconds = campaigns.int("answer_coalescing_ms", default: config.campaignAnswerCoalescingMilliseconds,
                                                                     range: 0...50)
+        config.campaignAdaptiveInFlight = campaigns.bool("adaptive_in_flight", default: config.campaignAdaptiveInFlight)
         campaigns.rejectUnknownKeys()
 
         let shutdown = top.section("shutdown")

@@ -110,6 +110,10 @@ struct PushdConfig: Sendable, Equatable {
     /// reading them, while many are in flight and they arrive a few at a time (far APNs):
     /// libcurl's cost per read grows with the streams in flight (docs/dispatcher.md). 0: none.
     var campaignAnswerCoalescingMilliseconds: Int = 25
+    /// The campaign lane keeps inside libcurl only as many requests as its rate needs, found
+    /// by trying, up to `apns.max_in_flight` and `max_connections_per_app` × streams
+    /// (docs/dispatcher.md, "Adaptive in-flight limit"); false keeps connections × streams.
+    var campaignAdaptiveInFlight = true
     /// How long a leased campaign chunk stays with its worker without a checkpoint; a
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60

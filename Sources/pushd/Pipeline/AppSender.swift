@@ -186,6 +186,8 @@ final class AppSender: @unchecked Sendable {
 struct AppDispatcherMetrics: DispatcherMetricsHook {
     let inFlight: Gauge
     let connections: Gauge
+    /// The campaign lane's limit on notifications inside libcurl; nil for the other lanes.
+    let inFlightLimit: Gauge?
     let errors: [ConnectionFailureReason: Counter]
     let resent: Counter
     let reconnects: Counter
@@ -198,6 +200,7 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         self.retirements = retirements
         inFlight = metrics.streamsInFlight(app: app, environment: environment)
         connections = metrics.connections(app: app, environment: environment)
+        inFlightLimit = lane == Lane.campaign.rawValue ? metrics.inFlightLimit(app: app, environment: environment) : nil
         errors = Dictionary(uniqueKeysWithValues: ConnectionFailureReason.allCases.map {
             ($0, metrics.connectionError(app: app, environment: environment, reason: $0.rawValue))
         })
@@ -231,6 +234,13 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
     func requestRetried() { resent.increment() }
+    func inFlightLimitChanged(by delta: Int) { inFlightLimit?.add(Double(delta)) }
+    func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {
+        logger?.info("the limit on notifications in flight for \(label) is now \(limit) on one of its event loops: "
+                     + "\(Int(rate)) answers/s at a mean round trip of \(roundTripNanoseconds / 1_000_000) ms",
+                     ("event", "in_flight_limit"), ("limit", .int(Int64(limit))), ("rate", .int(Int64(rate))),
+                     ("round_trip_ms", .int(Int64(roundTripNanoseconds / 1_000_000))))
+    }
     func connectionReplacementRequested() {
         logger?.debug("retiring a connection to APNs for \(label): an answer asked for a fresh one",
                       ("event", "connection_retiring"))

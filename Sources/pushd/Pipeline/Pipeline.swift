@@ -67,6 +67,9 @@ final class Pipeline: @unchecked Sendable {
                     configuration.threadNiceness = Int32(config.campaignNiceness)
                     // Bulk only: a transactional push reads its answer the moment it arrives.
                     configuration.answerCoalescingMilliseconds = config.campaignAnswerCoalescingMilliseconds
+                    // Bulk only: memory and CPU follow the transfers inside libcurl, and a
+                    // transactional push never waits for a window that is still finding its size.
+                    configuration.adaptiveInFlight = config.campaignAdaptiveInFlight
                 }
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
