@@ -69,7 +69,7 @@ database:
 metrics:
   listen: 127.0.0.1:${metrics_ports[$((i - 1))]}
 log:
-  level: ${PUSHD_BENCH_LOG_LEVEL:-$([ "$transactional" -gt 0 ] \&\& echo debug || echo warning)}
+  level: ${PUSHD_BENCH_LOG_LEVEL:-$([ "$transactional" -gt 0 ] && echo debug || echo warning)}
 apns:
   host: 127.0.0.1:$port
   ca_file: $work/certs/ca.pem

@@ -105,7 +105,7 @@ import Testing
             config.retry.outageLimitSeconds = 60
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.rejected("ServiceUnavailable") >= 3 },
                     "\(harness.mock.stats.rejected("ServiceUnavailable")) answers of 503")
             let deadReasons = try connection.query("SELECT reason FROM pushd.dead_jobs").rows.map { try $0.require(0) as String }

@@ -58,7 +58,7 @@ import Testing
             let id = try CampaignLaneTests.campaign(connection, count: targets)
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let parkedSQL = "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id)"
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, parkedSQL) == targets },
                     "the campaign's targets were not parked for their retry")

@@ -1,5 +1,6 @@
 @testable import APNsMock
 import Foundation
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -17,7 +18,7 @@ import Testing
             config.transactionalWait = JobWaitPolicy(pollInterval: 0.05, busyWindow: 600, sleepTimeout: 1)
             let pipeline = try harness.pipeline(config)
             pipeline.start()
-            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             // Forty jobs at once, one per batch: every worker finds work.
             try connection.query("""

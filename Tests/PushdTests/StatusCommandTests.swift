@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -82,7 +83,7 @@ import Testing
             defer { connection.close() }
             // A live instance serves shop; news is served by none.
             _ = try InstanceStore().heartbeat(connection, InstanceRegistration(host: "web1", pid: 7, version: "1.0.0", libcurlVersion: "8.14.1",
-                                                                               apps: ["shop"], startedAt: Date()), paused: [:])
+                                                                               apps: ["shop"], startedAt: Timestamp()), paused: [:])
             try connection.query("""
                 INSERT INTO pushd.channels (app, channel_id, state, outcome, attempts, run_at) VALUES
                     ('shop', 'AAAAAQ==', 'active', 'created', 1, now()),

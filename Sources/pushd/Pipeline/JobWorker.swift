@@ -49,7 +49,7 @@ final class JobWorker: @unchecked Sendable {
             do {
                 let connection = try connectIfNeeded()
                 let apps = context.claimableApps()
-                let claimStarted = Date()
+                let claimStarted = Timestamp()
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps)
                 failures = 0
                 if batch.isEmpty {
@@ -63,7 +63,7 @@ final class JobWorker: @unchecked Sendable {
                 }
                 // Another worker watches the queue while this batch is sent.
                 claimers.foundWork(index, now: RateLimiter.monotonicSeconds())
-                try process(batch, on: connection, trace: ClaimTrace(woke: woke, claimStarted: claimStarted, claimed: Date()))
+                try process(batch, on: connection, trace: ClaimTrace(woke: woke, claimStarted: claimStarted, claimed: Timestamp()))
                 woke = .batch
             } catch {
                 // Another worker watches the queue while this one reconnects.
@@ -128,8 +128,8 @@ final class JobWorker: @unchecked Sendable {
             case handoff
         }
         var woke: Wake
-        var claimStarted: Date
-        var claimed: Date
+        var claimStarted: Timestamp
+        var claimed: Timestamp
     }
 
     private struct InFlight {
@@ -145,8 +145,8 @@ final class JobWorker: @unchecked Sendable {
     /// A delivered job's path, logged at `debug` once its batch is committed.
     private struct Delivered {
         var job: Job
-        var sentAt: Date
-        var answeredAt: Date
+        var sentAt: Timestamp
+        var answeredAt: Timestamp
         var engineSeconds: Double
     }
 
@@ -218,7 +218,7 @@ final class JobWorker: @unchecked Sendable {
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)
             if results.isEmpty { break }
-            let answeredAt = Date()
+            let answeredAt = Timestamp()
             for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
                 guard let item = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
                 let before = outcomes.delivered.count
@@ -241,7 +241,7 @@ final class JobWorker: @unchecked Sendable {
         if tracing {
             // Every time on the same wall clock as the database's created_at (one host in
             // Benchmarks/DaemonBench), so the stages of INSERT → accepted can be told apart.
-            let recordedAt = Date()
+            let recordedAt = Timestamp()
             for item in delivered {
                 context.logger.debug("delivered transactional job \(item.job.id)", ("worker", .int(Int64(index))),
                                      ("job", .int(item.job.id)), ("woke", .string(trace.woke.rawValue)),
