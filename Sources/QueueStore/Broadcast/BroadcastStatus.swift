@@ -1,5 +1,3 @@
-import FoundationEssentials
-
 /// One app's broadcast channels and broadcast jobs, as `pushd status` shows them.
 public struct BroadcastAppStatus: Sendable, Hashable {
     public var app: String
