@@ -37,6 +37,31 @@ import Testing
         }
     }
 
+    @Test func aJobInsertedSoonAfterAnotherIsWokenByItsNotifyNotByAProbe() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            var config = harness.config()
+            // Probes and sleeps 3 s apart: a job that waits for either is late by seconds.
+            config.transactionalWait.pollInterval = 3
+            config.transactionalWait.sleepTimeout = 3
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Date().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            let insert = "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"x\"}}')"
+            try connection.query(insert, [DaemonHarness.token(1)])
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.acceptedLog.count == 1 })
+
+            Thread.sleep(forTimeInterval: 0.2)
+            let inserted = Date()
+            try connection.query(insert, [DaemonHarness.token(2)])
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.acceptedLog.count == 2 })
+            let waited = Date().timeIntervalSince(inserted)
+            // The insert's NOTIFY wakes the watching worker: well before its 3 s probe or sleep.
+            #expect(waited < 1.5, "the second job was accepted \(waited) s after its INSERT")
+        }
+    }
+
     @Test func theWatchPassesToTheLongestRestingWorkerWhenTheWatcherFindsWork() {
         var state = IdleClaimers.State(lastWork: 0)
         var watches = [state.becameIdle(0), state.becameIdle(1), state.becameIdle(2), state.becameIdle(0)]

@@ -87,11 +87,14 @@ final class JobWorker: @unchecked Sendable {
     /// three); after it, it sleeps until an insert notifies or the time-out passes.
     private func watch(_ connection: PGConnection, apps: [String], waiting: JobWaitPolicy) throws -> ClaimTrace.Wake {
         while !context.isStopping {
-            switch waiting.step(idleSeconds: context.idleClaimers.idleSeconds(now: RateLimiter.monotonicSeconds())) {
+            let idle = context.idleClaimers.idleSeconds(now: RateLimiter.monotonicSeconds())
+            switch waiting.step(idleSeconds: idle) {
             case .poll(let microseconds):
                 context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
                 if try queue.hasDueJobs(connection, apps: apps) { return .probe }
-                usleep(microseconds)
+                // No probe interval outlasts the busy window: after it, inserts notify.
+                let rest = max(0, waiting.busyWindow - idle) * 1_000_000
+                usleep(min(microseconds, UInt32(min(rest.rounded(.up), Double(UInt32.max)))))
             case .sleep(let milliseconds):
                 // Woken within milliseconds of an insert's COMMIT; the time-out is the
                 // fallback for scheduled jobs and bounds how long shutdown waits.
