@@ -1,5 +1,4 @@
 import APNs
-import QueueStore
 
 /// Everything pushd reads from its configuration file, after environment overrides.
 struct PushdConfig: Sendable, Equatable {
@@ -96,14 +95,6 @@ struct PushdConfig: Sendable, Equatable {
     var transactionalWorkers: Int = 4
     /// Jobs per transactional batch.
     var batchSize: Int = 500
-    /// How idle transactional workers wait for jobs (poll interval, busy window, sleep time-out).
-    /// Not read from the file: the defaults are what pushd is measured with; tests change it.
-    /// One worker watches at a time (`IdleClaimers`). For 10 ms after the last claim that found
-    /// work it probes every 1 ms, so a stream of inserts (100 a second and more) finds it
-    /// probing and notifies nobody (a NOTIFY serialises commits); after that it sleeps on
-    /// NOTIFY, and an insert wakes it within a context switch of its COMMIT at no polling cost.
-    /// Probing for a whole second after each job made every job wait for a probe instead.
-    var transactionalWait = JobWaitPolicy(pollInterval: 0.001, busyWindow: 0.01)
     /// Threads sending campaign chunks, each with its own connection.
     var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000
