@@ -1,5 +1,4 @@
 import APNs
-import QueueStore
 
 /// Everything pushd reads from its configuration file, after environment overrides.
 struct PushdConfig: Sendable, Equatable {
@@ -96,9 +95,6 @@ struct PushdConfig: Sendable, Equatable {
     var transactionalWorkers: Int = 4
     /// Jobs per transactional batch.
     var batchSize: Int = 500
-    /// How idle transactional workers wait for jobs (poll interval, busy window, sleep time-out).
-    /// Not read from the file: the defaults are what pushd is measured with; tests change it.
-    var transactionalWait = JobWaitPolicy()
     /// Threads sending campaign chunks, each with its own connection.
     var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000

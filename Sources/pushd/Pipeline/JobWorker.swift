@@ -39,10 +39,10 @@ final class JobWorker: @unchecked Sendable {
 
     private func run() {
         var failures = 0
-        // Inserts notify only a claimer registered as asleep (a NOTIFY serialises commits), so
-        // after work the worker watching the queue probes it cheaply for a while before it sleeps.
-        let waiting = context.config.transactionalWait
-        let claimers = context.idleClaimers
+        // Inserts notify only claimers registered as asleep (a NOTIFY serialises commits),
+        // so a claimer that just had work polls cheaply for a second before it sleeps.
+        let waiting = JobWaitPolicy()
+        var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         var woke = ClaimTrace.Wake.batch
         while !context.isStopping {
             context.operatorLog.tick()
@@ -53,21 +53,25 @@ final class JobWorker: @unchecked Sendable {
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps)
                 failures = 0
                 if batch.isEmpty {
-                    context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
-                    if claimers.becameIdle(index) {
-                        woke = try watch(connection, apps: apps, waiting: waiting)
-                    } else {
-                        woke = claimers.rest(index, timeout: waiting.sleepTimeout) ? .handoff : .timeout
+                    switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
+                    case .poll(let microseconds):
+                        if try queue.hasDueJobs(connection, apps: apps) {
+                            woke = .probe
+                        } else {
+                            usleep(microseconds)
+                            woke = .tick
+                        }
+                    case .sleep(let milliseconds):
+                        // Woken within milliseconds of an insert's COMMIT; the time-out is the
+                        // fallback for scheduled jobs and bounds how long shutdown waits.
+                        woke = try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds) ? .notify : .timeout
                     }
                     continue
                 }
-                // Another worker watches the queue while this batch is sent.
-                claimers.foundWork(index, now: RateLimiter.monotonicSeconds())
+                lastWork = RateLimiter.monotonicSeconds()
                 try process(batch, on: connection, trace: ClaimTrace(woke: woke, claimStarted: claimStarted, claimed: Timestamp()))
                 woke = .batch
             } catch {
-                // Another worker watches the queue while this one reconnects.
-                claimers.left(index)
                 failures += 1
                 context.databaseError(error)
                 context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
@@ -76,29 +80,8 @@ final class JobWorker: @unchecked Sendable {
                 PipelineContext.sleepAfterDatabaseFailure(failures)
             }
         }
-        claimers.left(index)
         connection?.close()
         connection = nil
-    }
-
-    /// Waits, as the one worker watching the queue, until jobs may be due. Within the busy
-    /// window it probes every poll interval (one round trip; a claim that finds nothing costs
-    /// three); after it, it sleeps until an insert notifies or the time-out passes.
-    private func watch(_ connection: PGConnection, apps: [String], waiting: JobWaitPolicy) throws -> ClaimTrace.Wake {
-        while !context.isStopping {
-            switch waiting.step(idleSeconds: context.idleClaimers.idleSeconds(now: RateLimiter.monotonicSeconds())) {
-            case .poll(let microseconds):
-                context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
-                if try queue.hasDueJobs(connection, apps: apps) { return .probe }
-                usleep(microseconds)
-            case .sleep(let milliseconds):
-                // Woken within milliseconds of an insert's COMMIT; the time-out is the
-                // fallback for scheduled jobs and bounds how long shutdown waits.
-                context.idleQueueQueries.wrappingAdd(1, ordering: .relaxed)
-                return try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds) ? .notify : .timeout
-            }
-        }
-        return .timeout
     }
 
     private func connectIfNeeded() throws -> PGConnection {
@@ -118,14 +101,14 @@ final class JobWorker: @unchecked Sendable {
         enum Wake: String {
             /// Claimed right after settling the previous batch.
             case batch
-            /// The watching worker's due-jobs probe found work.
+            /// The busy claimer's due-jobs probe found work.
             case probe
-            /// An insert's NOTIFY woke the watching worker.
+            /// The busy claimer's poll interval ended.
+            case tick
+            /// An insert's NOTIFY woke the sleeping claimer.
             case notify
-            /// The watching worker's sleep, or a resting worker's rest, timed out.
+            /// The sleeping claimer's fallback time-out ended.
             case timeout
-            /// A resting worker was given the watch: the watcher had found work.
-            case handoff
         }
         var woke: Wake
         var claimStarted: Timestamp

@@ -20,11 +20,6 @@ final class PipelineContext: @unchecked Sendable {
     let tally = Tally()
     let throttle = TokenThrottle()
     let operatorLog: OperatorLog
-    /// Statements the transactional workers sent looking for jobs and finding none: empty
-    /// claims, due-jobs probes and sleeps on NOTIFY. What waiting for work costs the database.
-    let idleQueueQueries = Atomic<Int>(0)
-    /// Which idle transactional worker watches the queue; the others rest.
-    let idleClaimers: IdleClaimers
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
@@ -36,7 +31,6 @@ final class PipelineContext: @unchecked Sendable {
         self.senders = senders
         self.metrics = metrics
         self.logger = logger
-        idleClaimers = IdleClaimers(lastWork: RateLimiter.monotonicSeconds() - config.transactionalWait.busyWindow)
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds))
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
