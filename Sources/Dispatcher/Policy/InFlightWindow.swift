@@ -71,7 +71,7 @@ struct InFlightWindow: Equatable {
     static let shrinkTolerance = 0.05
     static let growthGain = 0.08
     static let chainedGrowthGain = 0.15
-    static let headroom = 1.5
+    static let headroom = 2.0
     static let firstProbeInterval = 2
     static let longestProbeInterval = 32
     /// Samples without work waiting before the limit follows what was used.
