@@ -176,3 +176,20 @@ import Testing
         #expect(notable <= 4)
     }
 }
+
+extension InFlightWindowTests {
+    @Test func answersSecondsAwayOpenTheWindowByOnePerAnswerUntilALargerLimitFailed() {
+        var window = InFlightWindow(floor: 16, ceiling: 2000, initial: 100)
+        for _ in 0..<100 { window.answeredAfterLongRoundTrip() }
+        #expect(window.limit == 200)
+        for _ in 0..<5000 { window.answeredAfterLongRoundTrip() }
+        #expect(window.limit == 2000)
+        // A larger limit that brought no more answers stops it.
+        let curve = Curve(roundTripMilliseconds: 10, cap: 20_000)
+        var near = InFlightWindow(floor: 16, ceiling: 2000, initial: 300)
+        _ = run(&near, curve, samples: 40)
+        let settled = near.limit
+        for _ in 0..<100 { near.answeredAfterLongRoundTrip() }
+        #expect(near.limit == settled)
+    }
+}
