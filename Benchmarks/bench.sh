@@ -6,7 +6,8 @@
 #     (Benchmarks/DaemonBench/drain.sh; aioapns from a throwaway Python venv),
 #   - the transactional INSERT → accepted latency during a drain,
 #   - two and three daemons draining one campaign,
-#   - drains with apns-mock answering after 50 ms and after 150 ms.
+#   - drains with apns-mock answering after 50 ms and after 150 ms,
+#   - the loopback and 50 ms drains again with campaigns.adaptive_in_flight on.
 # Prints one table with the ratios daemon/engine, engine/C reference, daemon/h2load and
 # daemon/aioapns, and writes it with the date, libcurl version and machine to
 # Benchmarks/results/latest.md. Not part of `make test`.
@@ -94,10 +95,14 @@ drain two-daemons PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_INSTANCE
 drain three-daemons PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_INSTANCES=3
 drain delay50 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 50"
 drain delay150 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_MOCK_ARGS="--delay-ms 150"
+# campaigns.adaptive_in_flight (off by default) on loopback and at 50 ms, beside the rows above.
+drain adaptive PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_ADAPTIVE=true
+drain adaptive50 PUSHD_BENCH_H2LOAD=0 PUSHD_BENCH_ENGINE=0 PUSHD_BENCH_ADAPTIVE=true PUSHD_BENCH_MOCK_ARGS="--delay-ms 50"
 
 result() { sed -n 's/^result //p' "$work/drain-$1"; }
 d=$(result loopback); tx=$(result transactional); two=$(result two-daemons); d50=$(result delay50); d150=$(result delay150)
 idle=$(result transactional-idle); three=$(result three-daemons)
+adaptive=$(result adaptive); adaptive50=$(result adaptive50)
 # DispatcherBench sending the daemon's very requests to the loopback drain's mock.
 e_same=$(sed -n 's/^engine //p' "$work/drain-loopback")
 aio=$(sed -n 's/^peer //p' "$work/drain-loopback")
@@ -132,6 +137,8 @@ table=$(
     row "three pushd daemons, one campaign" apns-mock "$three" "aggregate rate, CPU summed, RSS of the largest; $(field duplicates "$three") accepted twice"
     row "pushd daemon, mock answers after 50 ms" "apns-mock --delay-ms 50" "$d50" "max_connections_per_app 8 (default); the mock saw $(field connections "$d50") connections"
     row "pushd daemon, mock answers after 150 ms" "apns-mock --delay-ms 150" "$d150" "max_connections_per_app 8 (default); the mock saw $(field connections "$d150") connections"
+    row "pushd daemon, adaptive in-flight limit" apns-mock "$adaptive" "\`campaigns.adaptive_in_flight: true\` (off by default); the mock saw $(field connections "$adaptive") connections"
+    row "pushd daemon, adaptive in-flight limit, mock answers after 50 ms" "apns-mock --delay-ms 50" "$adaptive50" "\`campaigns.adaptive_in_flight: true\`; the mock saw $(field connections "$adaptive50") connections"
     row "aioapns $aioapns_version (Python)" apns-mock "$aio" "$peer_count notifications, 1,000 at once, 4 connections"
     echo
     echo "| ratio | rate | CPU per notification |"
@@ -143,6 +150,8 @@ table=$(
     printf '| daemon / aioapns | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$aio")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us "$aio")")"
     printf '| daemon at 50 ms / loopback | %s | %s |\n' "$(ratio "$(field rate "$d50")" "$(field rate "$d")")" "$(ratio "$(field cpu_us "$d50")" "$(field cpu_us "$d")")"
     printf '| daemon at 150 ms / loopback | %s | %s |\n' "$(ratio "$(field rate "$d150")" "$(field rate "$d")")" "$(ratio "$(field cpu_us "$d150")" "$(field cpu_us "$d")")"
+    printf '| adaptive / pinned in-flight limit, loopback | %s | %s |\n' "$(ratio "$(field rate "$adaptive")" "$(field rate "$d")")" "$(ratio "$(field cpu_us "$adaptive")" "$(field cpu_us "$d")")"
+    printf '| adaptive / pinned in-flight limit, 50 ms | %s | %s |\n' "$(ratio "$(field rate "$adaptive50")" "$(field rate "$d50")")" "$(ratio "$(field cpu_us "$adaptive50")" "$(field cpu_us "$d50")")"
 )
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 libcurl=$(curl-config --version 2>/dev/null || curl --version | head -1 | cut -d' ' -f1-2)

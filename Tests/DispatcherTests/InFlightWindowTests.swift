@@ -56,7 +56,11 @@ import Testing
         let limits = run(&window, curve, samples: 400)
         let settled = limits.suffix(200)
         #expect(settled.min()! >= curve.knee * 3 / 4)
-        #expect(settled.max()! <= curve.knee * 2)
+        // Kept no higher than a shrinking step (a quarter) above the headroom Little's law asks
+        // for (2 × the pipe, the knee here); a probe goes a quarter above that.
+        let kept = curve.knee * 2 * 4 / 3 + 1
+        #expect(settled.sorted()[settled.count / 2] <= kept)
+        #expect(settled.max()! <= kept * 5 / 4 + 1)
         // The rate at the limits it keeps is within a few % of the full rate most of the time.
         let full = settled.filter { curve.rate($0) >= curve.cap * 0.95 }.count
         #expect(full >= settled.count * 3 / 4)
@@ -170,5 +174,22 @@ import Testing
         // From 1,000 down to about 200: a move to half, then the first settling; not per probe.
         #expect(notable >= 1)
         #expect(notable <= 4)
+    }
+}
+
+extension InFlightWindowTests {
+    @Test func answersSecondsAwayOpenTheWindowByOnePerAnswerUntilALargerLimitFailed() {
+        var window = InFlightWindow(floor: 16, ceiling: 2000, initial: 100)
+        for _ in 0..<100 { window.answeredAfterLongRoundTrip() }
+        #expect(window.limit == 200)
+        for _ in 0..<5000 { window.answeredAfterLongRoundTrip() }
+        #expect(window.limit == 2000)
+        // A larger limit that brought no more answers stops it.
+        let curve = Curve(roundTripMilliseconds: 10, cap: 20_000)
+        var near = InFlightWindow(floor: 16, ceiling: 2000, initial: 300)
+        _ = run(&near, curve, samples: 40)
+        let settled = near.limit
+        for _ in 0..<100 { near.answeredAfterLongRoundTrip() }
+        #expect(near.limit == settled)
     }
 }

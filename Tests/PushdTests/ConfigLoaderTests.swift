@@ -128,9 +128,9 @@ import Testing
         #expect(found.allSatisfy { $0.hasPrefix("error: ") })
     }
 
-    @Test func theCampaignLanesAdaptiveInFlightLimitIsOnUnlessPinned() throws {
-        #expect(try ConfigLoader.parse(Self.valid, environment: [:]).0.campaignAdaptiveInFlight)
-        let pinned = Self.valid.replacingOccurrences(of: "retry:\n", with: "campaigns:\n  adaptive_in_flight: false\nretry:\n")
-        #expect(try !ConfigLoader.parse(pinned, environment: [:]).0.campaignAdaptiveInFlight)
+    @Test func theCampaignLanesAdaptiveInFlightLimitIsOffUnlessAskedFor() throws {
+        #expect(try !ConfigLoader.parse(Self.valid, environment: [:]).0.campaignAdaptiveInFlight)
+        let adaptive = Self.valid.replacingOccurrences(of: "retry:\n", with: "campaigns:\n  adaptive_in_flight: true\nretry:\n")
+        #expect(try ConfigLoader.parse(adaptive, environment: [:]).0.campaignAdaptiveInFlight)
     }
 }

@@ -45,7 +45,9 @@ public struct DispatcherConfiguration: Sendable {
     /// `adaptiveInFlightFloor` and its share of `maxConnections` × streams and of
     /// `maxOutstanding`; it starts at `adaptiveInFlightInitial`. false: connections × streams.
     public var adaptiveInFlight = false
-    public var adaptiveInFlightFloor = 16
+    /// 64: a rate-capped campaign (which the window never holds back, so it shrinks to this)
+    /// still sends 600/s per loop at a round trip of 100 ms.
+    public var adaptiveInFlightFloor = 64
     public var adaptiveInFlightInitial = 100
 
     public var connectTimeoutMilliseconds: Int

@@ -29,6 +29,7 @@ struct InFlightSampler {
     var limit: Int { window.limit }
 
     mutating func answered(after nanoseconds: UInt64) {
+        if nanoseconds >= Self.minimumPeriod, waited { window.answeredAfterLongRoundTrip() }
         answers += 1
         roundTripSum &+= nanoseconds
         if nanoseconds < minimumRoundTrip { minimumRoundTrip = nanoseconds }

@@ -71,7 +71,7 @@ struct InFlightWindow: Equatable {
     static let shrinkTolerance = 0.05
     static let growthGain = 0.08
     static let chainedGrowthGain = 0.15
-    static let headroom = 1.5
+    static let headroom = 2.0
     static let firstProbeInterval = 2
     static let longestProbeInterval = 32
     /// Samples without work waiting before the limit follows what was used.
@@ -84,6 +84,15 @@ struct InFlightWindow: Equatable {
         reported = limit
     }
 
+    /// An answer came a round trip longer than a sample period after its request, while work
+    /// waited for the window: periods of two round trips would take many seconds to open the
+    /// window, so until a larger limit first failed it grows by one per such answer (twice per
+    /// round trip), as TCP's slow start does. Answers from a near server never do this.
+    mutating func answeredAfterLongRoundTrip() {
+        guard !growthFailed, probe == nil, limit < ceiling else { return }
+        limit += 1
+    }
+
     mutating func sampled(_ sample: Sample) -> Decision {
         if skip > 0 {
             skip -= 1
@@ -94,6 +103,9 @@ struct InFlightWindow: Equatable {
         idleSamples = 0
         let rate = sample.rate
         if let probe { return judge(probe, rate: rate, sample: sample) }
+        // The rate fell well below what this limit gave (the round trip grew, or the host got
+        // busier) while work waits: a larger limit is tried at once, not after the back-off.
+        if measured > 0, rate < reference * (1 - 2 * Self.shrinkTolerance) { samplesSinceGrowth = growEvery }
         reference = measured == 0 ? rate : (reference + rate) / 2
         measured += 1
         samplesSinceShrink += 1

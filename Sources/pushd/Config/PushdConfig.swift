@@ -109,7 +109,7 @@ struct PushdConfig: Sendable, Equatable {
     /// The campaign lane keeps inside libcurl only as many requests as its rate needs, found
     /// by trying, up to `apns.max_in_flight` and `max_connections_per_app` × streams
     /// (docs/dispatcher.md, "Adaptive in-flight limit"); false keeps connections × streams.
-    var campaignAdaptiveInFlight = true
+    var campaignAdaptiveInFlight = false
     /// How long a leased campaign chunk stays with its worker without a checkpoint; a
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60
