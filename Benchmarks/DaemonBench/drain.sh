@@ -180,6 +180,10 @@ fi
 mock_metrics=$(curl -s "http://127.0.0.1:$control_port/metrics")
 accepted=$(awk '/^apns_mock_accepted_total/ {print $2}' <<<"$mock_metrics")
 connections=$(awk '/^apns_mock_connections_accepted_total/ {print $2}' <<<"$mock_metrics")
+# Accepted counts every reconnect; the peak is how many were open at once, and the connections
+# pushd ended itself (without a GOAWAY from the mock) say where reconnects came from.
+connections_peak=$(awk '/^apns_mock_connections_open_peak/ {print $2}' <<<"$mock_metrics")
+closed_by_client=$(awk '/^apns_mock_connections_closed_by_client_total/ {print $2}' <<<"$mock_metrics")
 sent=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT sent FROM pushd.campaigns WHERE id = $id")
 jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens WHERE key_id = '$kid'")
 for pid in "${pushd_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
@@ -213,7 +217,7 @@ if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && [ -x "$bin/DispatcherBench" ]; then
     --header "apns-push-type: alert" --header "apns-priority: 10" 2>&1 | tail -1)
 fi
 
-printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections"
+printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections, at most %s open at once, %s ended by pushd before any GOAWAY of the mock)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections" "${connections_peak:-?}" "${closed_by_client:-?}"
 printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
   "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
 printf '  beside:  PostgreSQL %.1f and apns-mock %.1f CPU µs per notification during the drain\n' \

@@ -230,6 +230,19 @@ struct ConfigurationTests {
         #expect(text.contains("# TYPE apns_mock_accepted_total counter\n"))
     }
 
+    @Test func metricsTextTellsConnectionsOpenAtOnceFromConnectionsAccepted() {
+        var stats = MockStats()
+        stats.connectionsAccepted = 16
+        stats.connectionsClosed = 15
+        stats.connectionsClosedByClient = 15
+        stats.connectionsOpenPeak = 8
+        let text = StatsText.render(stats)
+        #expect(text.contains("apns_mock_connections_accepted_total 16\n"))
+        #expect(text.contains("apns_mock_connections_closed_by_client_total 15\n"))
+        #expect(text.contains("# TYPE apns_mock_connections_open gauge\napns_mock_connections_open 1\n"))
+        #expect(text.contains("# TYPE apns_mock_connections_open_peak gauge\napns_mock_connections_open_peak 8\n"))
+    }
+
     @Test func controlRequestHeadIsParsedOnceTheBlankLineArrives() {
         #expect(HTTPRequestHead.parse(Array("PUT /faults HTTP/1.1\r\nContent-Length: 2\r\n".utf8)) == nil)
         let head = HTTPRequestHead.parse(Array("PUT /faults HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}".utf8))

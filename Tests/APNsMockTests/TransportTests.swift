@@ -162,3 +162,21 @@ func runProcess(_ executable: String, _ arguments: [String], input: [UInt8]? = n
 func runCurlCLI(_ arguments: [String]) throws -> ProcessResult {
     try runProcess("/usr/bin/curl", ["-s", "-S", "--max-time", "10"] + arguments)
 }
+
+/// Accepted connections count every reconnect; how many were open at once, and which ones the
+/// client ended, are counted apart, so a client's reconnects are not read as the mock's doing.
+@Suite struct ConnectionCountTests {
+    @Test func connectionsTheClientClosesAreCountedAsSuchAndThePeakOfOpenOnesIsKept() throws {
+        try withMockServer({ _ in }) { server, port in
+            // Three requests, each on a connection of its own that the client closes afterwards.
+            for seed in 1...3 {
+                let answer = try H2Client.send(.push(token: deviceToken(seed)), port: port)
+                #expect(answer.status == 200)
+            }
+            #expect(eventually { server.stats.connectionsClosed == 3 })
+            #expect(server.stats.connectionsAccepted == 3)
+            #expect(server.stats.connectionsClosedByClient == 3)
+            #expect(server.stats.connectionsOpenPeak == 1)
+        }
+    }
+}

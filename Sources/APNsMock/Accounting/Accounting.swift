@@ -37,8 +37,19 @@ final class Accounting: Sendable {
         }
     }
 
-    func recordConnectionAccepted() { state.withLock { $0.stats.connectionsAccepted += 1 } }
-    func recordConnectionClosed() { state.withLock { $0.stats.connectionsClosed += 1 } }
+    func recordConnectionAccepted() {
+        state.withLock { state in
+            state.stats.connectionsAccepted += 1
+            state.stats.connectionsOpenPeak = max(state.stats.connectionsOpenPeak,
+                                                  state.stats.connectionsAccepted - state.stats.connectionsClosed)
+        }
+    }
+    func recordConnectionClosed(byClient: Bool = false) {
+        state.withLock { state in
+            state.stats.connectionsClosed += 1
+            if byClient { state.stats.connectionsClosedByClient += 1 }
+        }
+    }
     func recordReset() { state.withLock { $0.stats.connectionsReset += 1 } }
     func recordTokenVerifications(_ count: Int) { state.withLock { $0.stats.providerTokenVerifications += count } }
     func recordPing() { state.withLock { $0.stats.pingsReceived += 1 } }

@@ -42,8 +42,15 @@ public struct MockStats: Sendable, Equatable, Codable {
     public var rejected: [String: Int] = [:]
     /// Answers per device token, filled only when the server counts per token.
     public var perToken: [String: TokenCounts] = [:]
+    /// Connections accepted since start: every reconnect counts again, so this is not how many
+    /// were open at once (`connectionsOpenPeak`).
     public var connectionsAccepted: Int = 0
     public var connectionsClosed: Int = 0
+    /// Closed because the client ended the connection (sent GOAWAY, closed or reset its end)
+    /// before the mock sent any GOAWAY.
+    public var connectionsClosedByClient: Int = 0
+    /// The most connections open at one time.
+    public var connectionsOpenPeak: Int = 0
     /// Connections reset on purpose (fault injection).
     public var connectionsReset: Int = 0
     /// Streams refused because they arrived after a GOAWAY's last stream.

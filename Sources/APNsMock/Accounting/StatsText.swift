@@ -17,6 +17,8 @@ enum StatsText {
             ("apns_mock_requests_received_total", "Complete requests received.", stats.requestsReceived),
             ("apns_mock_connections_accepted_total", "TLS connections accepted.", stats.connectionsAccepted),
             ("apns_mock_connections_closed_total", "Connections closed.", stats.connectionsClosed),
+            ("apns_mock_connections_closed_by_client_total", "Connections the client ended (GOAWAY, close or reset) before the mock sent a GOAWAY.",
+             stats.connectionsClosedByClient),
             ("apns_mock_connections_reset_total", "Connections reset by fault injection.", stats.connectionsReset),
             ("apns_mock_streams_refused_total", "Streams left unprocessed after a GOAWAY.", stats.streamsRefused),
             ("apns_mock_goaways_sent_total", "GOAWAY frames sent.", stats.goaways.count),
@@ -31,6 +33,14 @@ enum StatsText {
         ]
         for (name, help, value) in counters {
             out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n\(name) \(value)\n"
+        }
+        // Accepted connections count every reconnect; these say how many were open at once.
+        let gauges: [(String, String, Int)] = [
+            ("apns_mock_connections_open", "Connections open now.", stats.connectionsAccepted - stats.connectionsClosed),
+            ("apns_mock_connections_open_peak", "The most connections open at one time.", stats.connectionsOpenPeak),
+        ]
+        for (name, help, value) in gauges {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
         }
         return out
     }

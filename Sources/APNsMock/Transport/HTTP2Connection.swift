@@ -28,6 +28,9 @@ final class HTTP2Connection: EventLoopHandler {
     private var output: [UInt8] = []
     private var outputOffset = 0
     private var wantsWritable = false
+    /// The client ended the connection (sent GOAWAY, closed or reset its end) before the mock
+    /// sent any GOAWAY.
+    private var closedByClient = false
     private var streamsBegun = 0
     private var goawayLastStreamID: Int32?
     /// Timers hold the connection strongly and are cancelled on close: a weak reference would
@@ -169,7 +172,12 @@ final class HTTP2Connection: EventLoopHandler {
                 if consumed < 0 { return close() }
             case .wantRead: return
             case .wantWrite: return setWritableInterest(true)
-            case .closed, .failed: return close()
+            case .closed:
+                // An end of input or a reset while open is the client's doing, unless the mock had
+                // asked it to go: told apart in the stats, so a client's reconnects show as such.
+                closedByClient = goawayLastStreamID == nil
+                return close()
+            case .failed: return close()
             }
         }
     }
@@ -390,6 +398,8 @@ final class HTTP2Connection: EventLoopHandler {
     /// that closing with unread input would send.
     private func beginDraining() {
         guard phase == .open else { return }
+        // The session wants nothing more although the mock sent no GOAWAY: the client did.
+        if goawayLastStreamID == nil { closedByClient = true }
         phase = .draining
         tls.sendCloseNotify()
         _ = shutdown(fd, Int32(SHUT_WR))
@@ -416,7 +426,7 @@ final class HTTP2Connection: EventLoopHandler {
         loop.unregister(fd: fd)
         Glibc.close(fd)
         streams.removeAll()
-        core.accounting.recordConnectionClosed()
+        core.accounting.recordConnectionClosed(byClient: closedByClient)
         onClose(self)
     }
 }
