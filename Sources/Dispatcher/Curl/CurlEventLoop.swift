@@ -345,7 +345,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             if let failure = ConnectionFailureReason(failedTransferCode: curlCode) { failuresThisBatch.insert(failure) }
             if transfer.connectionID >= 0 { _ = brokenConnections.insert(transfer.connectionID) }
         }
-        if status != 0 { _ = policy.handle(.answered) }
+        if status != 0 { _ = policy.handle(.answered(connection: transfer.connectionID)) }
         if disposition.replaceConnection { retire(transfer) }
         if disposition.connectFailed {
             sink.counters.connectFailures.add(1, ordering: .relaxed)
