@@ -49,6 +49,7 @@ import Testing
             #expect(statistics.resentByTransport == 0)
             #expect(statistics.retried == 0)
             #expect((statistics.connectionFailures[.goaway] ?? 0) == 0)
+            #expect((statistics.connectionFailures[.refusedStream] ?? 0) == 0)
             #expect(statistics.connectionsClosed == 0)
         }
     }
