@@ -13,14 +13,15 @@ import Testing
         var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
                                       maxAttempts: 3, growth: growth)
         _ = policy.handle(.connectionOpened)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         return policy
     }
 
-    /// Opens the connection libcurl makes after a raised limit and lets it answer.
+    /// Opens the connection libcurl makes after a raised limit (its id one above the newest
+    /// that answered) and lets it answer.
     private func openAndAnswer(_ policy: inout ConnectionPolicy) {
         #expect(policy.handle(.connectionOpened) == .none)
-        #expect(policy.handle(.answered) == .none)
+        #expect(policy.handle(.answered(connection: policy.newestAnswered + 1)) == .none)
     }
 
     @Test func requestsWaitingForAStreamLongerThanTheDelayRaiseTheLimitByOne() {
@@ -28,7 +29,33 @@ import Testing
         #expect(policy.handle(.beforeWait(now: 0, waiting: true, idle: 0)) == .none)
         #expect(policy.handle(.beforeWait(now: 249 * Self.ms, waiting: true, idle: 249 * Self.ms)) == .none)
         #expect(policy.handle(.beforeWait(now: 250 * Self.ms, waiting: true, idle: 250 * Self.ms)) == .setConnectionLimit(2))
+        #expect(policy.admissionLimit(configured: 100, now: 250 * Self.ms) == 200 - 100 + 1)
+        openAndAnswer(&policy)
         #expect(policy.admissionLimit(configured: 100, now: 250 * Self.ms) == 200)
+    }
+
+    @Test func untilTheNewConnectionAnswersOnlyOneRequestMoreThanTheOthersCarryIsLetIn() {
+        var policy = warm()
+        _ = policy.handle(.beforeWait(now: 0, waiting: true, idle: 0))
+        #expect(policy.handle(.beforeWait(now: 300 * Self.ms, waiting: true, idle: 300 * Self.ms)) == .setConnectionLimit(2))
+        // The requests let in at once would all wait in libcurl for the new connection and go
+        // on it before the server's SETTINGS (one stream for a token connection) are read.
+        #expect(policy.admissionLimit(configured: 100, now: 300 * Self.ms) == 101)
+        _ = policy.handle(.connectionOpened)
+        _ = policy.handle(.answered(connection: 0))
+        // Answers on the old connection say nothing of the new one's streams.
+        #expect(policy.admissionLimit(configured: 100, now: 300 * Self.ms) == 101)
+        _ = policy.handle(.answered(connection: 1))
+        #expect(policy.admissionLimit(configured: 100, now: 300 * Self.ms) == 200)
+    }
+
+    @Test func theConnectionReplacingARetiredOneAlsoStartsWithOneRequest() {
+        var policy = warm()
+        #expect(policy.handle(.retireRequested(connection: 0, socket: 7)) == .holdAdmissions)
+        #expect(policy.handle(.drained(connection: 0)) == .closeRetired(socket: 7))
+        #expect(policy.admissionLimit(configured: 100, now: 0) == 1)
+        _ = policy.handle(.answered(connection: 1))
+        #expect(policy.admissionLimit(configured: 100, now: 0) == 100)
     }
 
     @Test func aLoopBusyAllAlongDoesNotGrowForItIsLimitedByCPUNotStreams() {
@@ -77,7 +104,7 @@ import Testing
         // Open, but its SETTINGS are not known yet: one request at a time, no growth.
         #expect(policy.admissionLimit(configured: 100, now: 900 * Self.ms) == 1)
         #expect(policy.handle(.beforeWait(now: 1200 * Self.ms, waiting: true, idle: 1200 * Self.ms)) == .none)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 1))
         #expect(policy.handle(.beforeWait(now: 1300 * Self.ms, waiting: true, idle: 1300 * Self.ms)) == .none)
         #expect(policy.handle(.beforeWait(now: 1550 * Self.ms, waiting: true, idle: 1550 * Self.ms)) == .setConnectionLimit(3))
     }
@@ -114,7 +141,7 @@ import Testing
     @Test func withoutGrowthConfiguredTheLimitNeverMoves() {
         var policy = ConnectionPolicy(backoff: ReconnectBackoff(), maxAttempts: 3)
         _ = policy.handle(.connectionOpened)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         for second in 0..<10 {
             #expect(policy.handle(.beforeWait(now: UInt64(second) * 1000 * Self.ms, waiting: true, idle: UInt64(second) * 1000 * Self.ms)) == .none)
         }

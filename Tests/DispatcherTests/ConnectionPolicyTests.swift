@@ -13,7 +13,7 @@ import Testing
     private func warm() -> ConnectionPolicy {
         var policy = policy()
         #expect(policy.handle(.connectionOpened) == .none)
-        #expect(policy.handle(.answered) == .none)
+        #expect(policy.handle(.answered(connection: 0)) == .none)
         return policy
     }
 
@@ -23,12 +23,12 @@ import Testing
         _ = policy.handle(.connectionOpened)
         #expect(policy.cold)
         #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
         // A second connection is cold again until an answer: its SETTINGS are unknown.
         _ = policy.handle(.connectionOpened)
         #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         _ = policy.handle(.connectionClosed(socket: 9))
         _ = policy.handle(.connectionClosed(socket: 10))
         #expect(policy.openConnections == 0)
@@ -47,7 +47,7 @@ import Testing
         #expect(policy.backoffDeadline(now: 1_100_000_000) == nil)
         #expect(policy.handle(.connectFailed(now: 2_000_000_000, unitRandom: 0)) == .none)
         #expect(policy.backoffDeadline(now: 2_000_000_000) == 2_200_000_000)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         #expect(policy.consecutiveConnectFailures == 0)
         #expect(policy.handle(.connectFailed(now: 3_000_000_000, unitRandom: 0)) == .none)
         #expect(policy.backoffDeadline(now: 3_000_000_000) == 3_100_000_000)
@@ -60,7 +60,7 @@ import Testing
         #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .failWaiting(consecutiveFailures: 3))
         // Every later failure fails what waits then, too, until an answer arrives.
         #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .failWaiting(consecutiveFailures: 4))
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
     }
 
@@ -71,6 +71,9 @@ import Testing
         // More answers from the same connection ask nothing more.
         #expect(policy.handle(.retireRequested(connection: 4, socket: 12)) == .holdAdmissions)
         #expect(policy.handle(.drained(connection: 4)) == .closeRetired(socket: 12))
+        // One request opens the replacement; the rest follow once it has answered.
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        _ = policy.handle(.answered(connection: 5))
         #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
         // An answer arriving late from the closed connection retires nothing new.
         #expect(policy.handle(.retireRequested(connection: 4, socket: 12)) == .none)
@@ -82,6 +85,8 @@ import Testing
         var policy = warm()
         #expect(policy.handle(.retireRequested(connection: 2, socket: nil)) == .holdAdmissions)
         #expect(policy.handle(.drained(connection: 2)) == .freshConnect)
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        _ = policy.handle(.answered(connection: 3))
         #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
     }
 
@@ -99,12 +104,14 @@ import Testing
     @Test func twoRetiredConnectionsHoldAdmissionsUntilBothAreDrained() {
         var policy = warm()
         _ = policy.handle(.connectionOpened)
-        _ = policy.handle(.answered)
+        _ = policy.handle(.answered(connection: 0))
         #expect(policy.handle(.retireRequested(connection: 1, socket: 8)) == .holdAdmissions)
         #expect(policy.handle(.retireRequested(connection: 2, socket: 9)) == .holdAdmissions)
         #expect(policy.handle(.drained(connection: 1)) == .closeRetired(socket: 8))
         #expect(policy.admissionLimit(configured: 500, now: 0) == 0)
         #expect(policy.handle(.drained(connection: 2)) == .closeRetired(socket: 9))
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
+        _ = policy.handle(.answered(connection: 3))
         #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
     }
 
@@ -120,6 +127,8 @@ import Testing
         _ = policy.handle(.retireRequested(connection: 3, socket: 6))
         _ = policy.handle(.drained(connection: 3))
         #expect(policy.admissionLimit(configured: 500, now: 50_000_000) == 0)
+        #expect(policy.admissionLimit(configured: 500, now: 100_000_000) == 1)
+        _ = policy.handle(.answered(connection: 4))
         #expect(policy.admissionLimit(configured: 500, now: 100_000_000) == 500)
     }
 }

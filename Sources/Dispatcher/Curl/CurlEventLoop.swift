@@ -68,7 +68,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private var brokenConnections = RecentSet(capacity: 64)
     /// Connections libcurl moved a request away from, and when: judged a moment later, since
     /// the requests that failed on a broken one may be reported after one it moved.
-    private var movedFrom: [(connection: Int64, at: UInt64)] = []
+    private var movedFrom: [(connection: Int64, at: UInt64, beforeFirstAnswer: Bool)] = []
+    /// When each recent connection first answered (libcurl's ids only grow): a request sent
+    /// before that went on a connection whose SETTINGS were not known yet.
+    private var firstAnswers: [(connection: Int64, at: UInt64)] = []
     private var coalescing: AnswerCoalescing
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
@@ -345,7 +348,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             if let failure = ConnectionFailureReason(failedTransferCode: curlCode) { failuresThisBatch.insert(failure) }
             if transfer.connectionID >= 0 { _ = brokenConnections.insert(transfer.connectionID) }
         }
-        if status != 0 { _ = policy.handle(.answered) }
+        if status != 0 {
+            _ = policy.handle(.answered(connection: transfer.connectionID))
+            noteFirstAnswer(on: transfer.connectionID)
+        }
         if disposition.replaceConnection { retire(transfer) }
         if disposition.connectFailed {
             sink.counters.connectFailures.add(1, ordering: .relaxed)
@@ -391,17 +397,31 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         for _ in 0..<resent { sink.metrics.requestRetried() }
         let first = transfer.firstConnectionID
         if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
-            movedFrom.append((first, monotonicNanoseconds()))
+            // One not among the recent first answers answered long ago, unless it is newer than all.
+            let beforeFirstAnswer = firstAnswers.first { $0.connection == first }.map { $0.at > transfer.enteredCurlAt }
+                ?? (first > (firstAnswers.last?.connection ?? -1))
+            movedFrom.append((first, monotonicNanoseconds(), beforeFirstAnswer))
         }
     }
 
+    private func noteFirstAnswer(on connection: Int64) {
+        // Called for every answer: only a connection newer than the last recorded is looked at.
+        guard connection > (firstAnswers.last?.connection ?? -1) else { return }
+        firstAnswers.append((connection, monotonicNanoseconds()))
+        if firstAnswers.count > 64 { firstAnswers.removeFirst() }
+    }
+
     /// A connection requests were moved from, and on which none failed within
-    /// `Self.endJudgedAfter`, was ended by the server in order: reported once as a GOAWAY.
+    /// `Self.endJudgedAfter`, stopped taking streams in order, reported once: as a GOAWAY when
+    /// the moved request went on it after it had answered, else as streams the server refused
+    /// before its SETTINGS were read, after which libcurl closed the connection itself.
     private func judgeMovedConnections(now: UInt64) {
         guard let oldest = movedFrom.first, now >= oldest.at + Self.endJudgedAfter else { return }
         movedFrom.removeAll { moved in
             guard now >= moved.at + Self.endJudgedAfter else { return false }
-            if !brokenConnections.contains(moved.connection), endedConnections.insert(moved.connection) { reportFailure(.goaway) }
+            if !brokenConnections.contains(moved.connection), endedConnections.insert(moved.connection) {
+                reportFailure(moved.beforeFirstAnswer ? .refusedStream : .goaway)
+            }
             return true
         }
     }

@@ -57,6 +57,12 @@ public enum ConnectionFailureReason: String, Sendable, CaseIterable {
     /// requests from it to another connection, and none failed on it. libcurl reports GOAWAY
     /// frames no more directly, and one on a connection nothing was moved from is not seen.
     case goaway
+    /// libcurl moved requests off a connection they had gone on before it answered anything
+    /// (its SETTINGS not yet known): the server refused those streams (a token connection
+    /// allows one at first), and libcurl then closes that connection itself and resends them.
+    /// A GOAWAY sent before a connection's first answer is counted here too: libcurl reports
+    /// both as a refused stream.
+    case refusedStream = "refused_stream"
     /// The connection dropped with requests unanswered, or a write on it failed.
     case reset
     /// A request got no answer in time.

@@ -10,8 +10,8 @@ struct ConnectionPolicy: Equatable {
         case connectionOpened
         /// libcurl closed one of the loop's sockets.
         case connectionClosed(socket: Int32)
-        /// An HTTP answer arrived on `connection`.
-        case answered
+        /// An HTTP answer arrived on `connection` (libcurl's id, -1 when not known).
+        case answered(connection: Int64)
         /// A response asked for a new connection (503, IdleTimeout, ExpiredProviderToken,
         /// TooManyProviderTokenUpdates): `connection` on `socket` takes no new stream.
         case retireRequested(connection: Int64, socket: Int32?)
@@ -56,6 +56,15 @@ struct ConnectionPolicy: Equatable {
     /// A connection was opened and no answer has arrived since, so its SETTINGS are unknown:
     /// libcurl assumes 100 streams while APNs may allow 1 at first and refuse the rest.
     private(set) var cold = false
+    /// Set when a connection is to be opened beyond those carrying streams (grown, or replacing
+    /// a retired one): the highest connection id that had answered then. Until a connection
+    /// above it answers, one request more than the others carry is let in: everything admitted
+    /// at once waited in libcurl for the new connection and went on it before the server's
+    /// SETTINGS were read, and APNs (token connections start at one stream) refuses all but
+    /// the first, for which libcurl closes the whole connection and sends them again.
+    private(set) var opensAbove: Int64?
+    /// The highest connection id an answer arrived on.
+    private(set) var newestAnswered: Int64 = -1
     private(set) var consecutiveConnectFailures = 0
     private(set) var backoffUntil: UInt64 = 0
     /// Retired connections still carrying streams, with their sockets where known.
@@ -77,7 +86,9 @@ struct ConnectionPolicy: Equatable {
         // One at a time while no connection exists or the newest has not answered: the first
         // batch would otherwise be inside libcurl before the server's SETTINGS arrive.
         if cold || openConnections == 0 { return 1 }
-        return configured + (connectionLimit - growth.base) * growth.streamsPerConnection
+        let capacity = configured + (connectionLimit - growth.base) * growth.streamsPerConnection
+        if opensAbove != nil { return max(1, capacity - configured / max(1, growth.base) + 1) }
+        return capacity
     }
 
     /// Requests the loop's connections may carry, grown ones included, whatever holds
@@ -105,10 +116,13 @@ struct ConnectionPolicy: Equatable {
             let limit = max(growth.base, min(connectionLimit, openConnections))
             guard limit != connectionLimit else { return .none }
             connectionLimit = limit
+            opensAbove = nil
             waitingSince = nil
             return .setConnectionLimit(limit)
-        case .answered:
+        case .answered(let connection):
             cold = false
+            newestAnswered = max(newestAnswered, connection)
+            if let above = opensAbove, connection > above { opensAbove = nil }
             consecutiveConnectFailures = 0
             return .none
         case .retireRequested(let connection, let socket):
@@ -119,6 +133,7 @@ struct ConnectionPolicy: Equatable {
             return .holdAdmissions
         case .drained(let connection):
             guard let socket = retiring.removeValue(forKey: connection) else { return .none }
+            opensAbove = newestAnswered
             if let socket { return .closeRetired(socket: socket) }
             return .freshConnect
         case .connectFailed(let now, let unitRandom):
@@ -134,7 +149,7 @@ struct ConnectionPolicy: Equatable {
             // Grow one connection at a time, only on a healthy loop: not while the newest has
             // not answered (its streams are not known yet), a connection is being retired, or
             // connects fail.
-            guard connectionLimit < growth.ceiling, !cold, retiring.isEmpty, consecutiveConnectFailures == 0,
+            guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, consecutiveConnectFailures == 0,
                   openConnections >= connectionLimit else {
                 waitingSince = nil
                 return .none
@@ -156,6 +171,7 @@ struct ConnectionPolicy: Equatable {
             }
             connectionLimit += 1
             waitingSince = nil
+            opensAbove = newestAnswered
             return .setConnectionLimit(connectionLimit)
         }
     }

@@ -230,6 +230,7 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     func connectionFailed(_ reason: ConnectionFailureReason) {
         errors[reason]?.increment()
         if reason == .goaway { retirements?.record(.goaway) }
+        if reason == .refusedStream { retirements?.record(.refusedStream) }
         logger?.debug("a connection to APNs for \(label) failed or ended: \(reason.rawValue)",
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }

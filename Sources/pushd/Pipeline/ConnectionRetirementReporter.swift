@@ -16,6 +16,7 @@ final class ConnectionRetirementReporter: Sendable {
         case expiredProviderToken = "ExpiredProviderToken"
         case shutdown = "Shutdown"
         case goaway = "GOAWAY"
+        case refusedStream = "REFUSED_STREAM"
 
         var explanation: String {
             switch self {
@@ -23,6 +24,7 @@ final class ConnectionRetirementReporter: Sendable {
             case .expiredProviderToken: "APNs called the provider token expired (over 60 minutes old)"
             case .shutdown: "APNs is shutting the server down (503 Shutdown)"
             case .goaway: "APNs ended the connection with GOAWAY"
+            case .refusedStream: "APNs refused streams sent on a new connection before its SETTINGS were read; libcurl closed that connection and resent them"
             }
         }
     }
