@@ -20,16 +20,16 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     }
 
     private let configuration: DispatcherConfiguration
-    private let sink: CompletionSink
+    let sink: CompletionSink
     private let epoll: EpollLoop
-    private let multi: CurlMulti
+    let multi: CurlMulti
     private let inbox = Lock(Inbox())
     /// Requests accepted and not yet reported. The dispatcher hands each chunk of window slots to
     /// the loop with the fewest: dealt out in turn, the chunks (a quarter of the window each, one
     /// per wake-up of the submitter) kept one loop's backlog full while the other's ran dry.
     let outstanding = Atomic<Int>(0)
 
-    private var transfers: [CurlTransfer] = []
+    var transfers: [CurlTransfer] = []
     private var freeTransfers: [Int] = []
     private var backlog = RingBuffer<PendingRequest>(capacity: 1024)
     private var drained: [PendingRequest] = []
@@ -44,15 +44,15 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// The limit last reported to the metrics hook.
     private var reportedLimit = 0
     /// libcurl's `CURLMOPT_MAX_HOST_CONNECTIONS` for this loop.
-    private var connectionLimit: Int
-    private var policy: ConnectionPolicy
+    var connectionLimit: Int
+    var policy: ConnectionPolicy
     /// The next transfer opens a new connection (a retired one's socket was not known).
-    private var nextTransferFresh = false
-    private var openSockets: Set<Int32> = []
+    var nextTransferFresh = false
+    var openSockets: Set<Int32> = []
     /// Connections this loop has opened; those beyond its configured count and the ones it grew
     /// are reconnects.
-    private var connectionsEverOpened = 0
-    private var connectionsExpected: Int
+    var connectionsEverOpened = 0
+    var connectionsExpected: Int
     // SystemRandom, not SystemRandomNumberGenerator: see Sources/APNs/Retry/SystemRandom.swift.
     private var random = SystemRandom()
     private var slotsToRelease = 0
@@ -63,15 +63,15 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// streams timing out on one connection are one failed connection.
     private var failuresThisBatch: Set<ConnectionFailureReason> = []
     /// Connections libcurl moved requests away from, already reported (libcurl never reuses an id).
-    private var endedConnections = RecentSet(capacity: 64)
+    var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.
-    private var brokenConnections = RecentSet(capacity: 64)
+    var brokenConnections = RecentSet(capacity: 64)
     /// Connections libcurl moved a request away from, and when: judged a moment later, since
     /// the requests that failed on a broken one may be reported after one it moved.
-    private var movedFrom: [(connection: Int64, at: UInt64, beforeFirstAnswer: Bool)] = []
+    var movedFrom: [(connection: Int64, at: UInt64, beforeFirstAnswer: Bool)] = []
     /// When each recent connection first answered (libcurl's ids only grow): a request sent
     /// before that went on a connection whose SETTINGS were not known yet.
-    private var firstAnswers: [(connection: Int64, at: UInt64)] = []
+    var firstAnswers: [(connection: Int64, at: UInt64)] = []
     private var coalescing: AnswerCoalescing
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
@@ -385,76 +385,6 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         deliver(pending, outcome: outcome)
     }
 
-    /// libcurl sent the request more than once: count the resends. When it moved the request
-    /// off the connection it first went on, and no request on that connection failed, the
-    /// server ended the connection in order (a GOAWAY: libcurl reports no more than that);
-    /// that is reported once per connection. A broken connection is reported as `reset` by
-    /// the requests that failed on it.
-    private func noteResends(_ transfer: CurlTransfer) {
-        guard transfer.sends > 1 else { return }
-        let resent = transfer.sends - 1
-        sink.counters.resentByTransport.add(resent, ordering: .relaxed)
-        for _ in 0..<resent { sink.metrics.requestRetried() }
-        let first = transfer.firstConnectionID
-        if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
-            // One not among the recent first answers answered long ago, unless it is newer than all.
-            let beforeFirstAnswer = firstAnswers.first { $0.connection == first }.map { $0.at > transfer.enteredCurlAt }
-                ?? (first > (firstAnswers.last?.connection ?? -1))
-            movedFrom.append((first, monotonicNanoseconds(), beforeFirstAnswer))
-        }
-    }
-
-    private func noteFirstAnswer(on connection: Int64) {
-        // Called for every answer: only a connection newer than the last recorded is looked at.
-        guard connection > (firstAnswers.last?.connection ?? -1) else { return }
-        firstAnswers.append((connection, monotonicNanoseconds()))
-        if firstAnswers.count > 64 { firstAnswers.removeFirst() }
-    }
-
-    /// A connection requests were moved from, and on which none failed within
-    /// `Self.endJudgedAfter`, stopped taking streams in order, reported once: as a GOAWAY when
-    /// the moved request went on it after it had answered, else as streams the server refused
-    /// before its SETTINGS were read, after which libcurl closed the connection itself.
-    private func judgeMovedConnections(now: UInt64) {
-        guard let oldest = movedFrom.first, now >= oldest.at + Self.endJudgedAfter else { return }
-        movedFrom.removeAll { moved in
-            guard now >= moved.at + Self.endJudgedAfter else { return false }
-            if !brokenConnections.contains(moved.connection), endedConnections.insert(moved.connection) {
-                reportFailure(moved.beforeFirstAnswer ? .refusedStream : .goaway)
-            }
-            return true
-        }
-    }
-
-    static let endJudgedAfter: UInt64 = 250_000_000
-
-    /// The server asked for a new connection: the one that answered takes no new stream.
-    private func retire(_ transfer: CurlTransfer) {
-        sink.counters.connectionReplacements.add(1, ordering: .relaxed)
-        sink.metrics.connectionReplacementRequested()
-        let socket = openSockets.first { SocketAddress.localPort(of: $0) == transfer.localPort }
-        _ = policy.handle(.retireRequested(connection: transfer.connectionID, socket: socket))
-    }
-
-    /// A retired connection with no transfer left on it (and none that may still join it:
-    /// those libcurl has not sent yet) is closed, so libcurl opens a new one.
-    private func checkRetiredConnections() {
-        for connection in policy.retiring.keys {
-            let busy = transfers.contains { $0.pending != nil && ($0.sends == 0 || $0.connectionID == connection) }
-            if busy { continue }
-            switch policy.handle(.drained(connection: connection)) {
-            case .closeRetired(let socket):
-                // libcurl offers no call to stop reusing a multiplexed connection (docs/dispatcher.md);
-                // a socket shut down while idle is found dead by its check before reuse.
-                _ = shutdown(socket, Int32(SHUT_RDWR))
-            case .freshConnect:
-                nextTransferFresh = true
-            case .none, .holdAdmissions, .failWaiting, .setConnectionLimit:
-                break
-            }
-        }
-    }
-
     /// The server cannot be reached after as many tries as a request gets: everything waiting
     /// here is reported now and the caller keeps it (pushd in its queue) until the server is
     /// back. Transfers inside libcurl that it has not begun to send (they wait for a
@@ -475,31 +405,6 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             inCurl -= withdrawn
             sink.metrics.inFlightChanged(by: -withdrawn)
         }
-    }
-
-    /// Carries out a connection-limit change; true when there was one.
-    @discardableResult
-    private func apply(_ action: ConnectionPolicy.Action) -> Bool {
-        guard case .setConnectionLimit(let connections) = action else { return false }
-        do {
-            try multi.setConnectionLimit(connections)
-        } catch {
-            // libcurl accepted this option at start-up; should it refuse now, the loop keeps the
-            // connections it has, which is what it would do without growth.
-            return false
-        }
-        sink.metrics.connectionLimitChanged(to: connections)
-        if connections > connectionLimit {
-            sink.counters.connectionsGrown.add(1, ordering: .relaxed)
-            connectionsExpected += 1
-        }
-        connectionLimit = connections
-        return true
-    }
-
-    private func reportFailure(_ reason: ConnectionFailureReason) {
-        sink.counters.countFailure(reason)
-        sink.metrics.connectionFailed(reason)
     }
 
     private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
@@ -527,25 +432,5 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         takeInbox()
         while let pending = backlog.popFront() { deliver(pending, outcome: .transportFailure(.engineStopped)) }
         releaseSlots()
-    }
-
-    // MARK: - Sockets, from libcurl's open/close callbacks on this loop's thread
-
-    func socketOpened(_ fd: Int32) {
-        openSockets.insert(fd)
-        _ = policy.handle(.connectionOpened)
-        sink.counters.connectionsOpened.add(1, ordering: .relaxed)
-        sink.counters.connectionsChanged(by: 1)
-        sink.metrics.connectionOpened(reconnect: connectionsEverOpened >= connectionsExpected)
-        connectionsEverOpened += 1
-    }
-
-    func socketClosed(_ fd: Int32) {
-        openSockets.remove(fd)
-        multi.socketClosing(fd)
-        apply(policy.handle(.connectionClosed(socket: fd)))
-        sink.counters.connectionsClosed.add(1, ordering: .relaxed)
-        sink.counters.connectionsChanged(by: -1)
-        sink.metrics.connectionClosed()
     }
 }

@@ -1,0 +1,122 @@
+import Glibc
+import Polling
+
+// Connection bookkeeping of the loop: which connections requests were moved off (ended in
+// order or refused streams), retirement at the server's request, connection-limit changes
+// and libcurl's socket callbacks. Runs on the loop's thread only, like the rest of the loop.
+extension CurlEventLoop {
+    /// libcurl sent the request more than once: count the resends. When it moved the request
+    /// off the connection it first went on, and no request on that connection failed, the
+    /// server ended the connection in order (a GOAWAY: libcurl reports no more than that);
+    /// that is reported once per connection. A broken connection is reported as `reset` by
+    /// the requests that failed on it.
+    func noteResends(_ transfer: CurlTransfer) {
+        guard transfer.sends > 1 else { return }
+        let resent = transfer.sends - 1
+        sink.counters.resentByTransport.add(resent, ordering: .relaxed)
+        for _ in 0..<resent { sink.metrics.requestRetried() }
+        let first = transfer.firstConnectionID
+        if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
+            // One not among the recent first answers answered long ago, unless it is newer than all.
+            let beforeFirstAnswer = firstAnswers.first { $0.connection == first }.map { $0.at > transfer.enteredCurlAt }
+                ?? (first > (firstAnswers.last?.connection ?? -1))
+            movedFrom.append((first, monotonicNanoseconds(), beforeFirstAnswer))
+        }
+    }
+
+    func noteFirstAnswer(on connection: Int64) {
+        // Called for every answer: only a connection newer than the last recorded is looked at.
+        guard connection > (firstAnswers.last?.connection ?? -1) else { return }
+        firstAnswers.append((connection, monotonicNanoseconds()))
+        if firstAnswers.count > 64 { firstAnswers.removeFirst() }
+    }
+
+    /// A connection requests were moved from, and on which none failed within
+    /// `Self.endJudgedAfter`, stopped taking streams in order, reported once: as a GOAWAY when
+    /// the moved request went on it after it had answered, else as streams the server refused
+    /// before its SETTINGS were read, after which libcurl closed the connection itself.
+    func judgeMovedConnections(now: UInt64) {
+        guard let oldest = movedFrom.first, now >= oldest.at + Self.endJudgedAfter else { return }
+        movedFrom.removeAll { moved in
+            guard now >= moved.at + Self.endJudgedAfter else { return false }
+            if !brokenConnections.contains(moved.connection), endedConnections.insert(moved.connection) {
+                reportFailure(moved.beforeFirstAnswer ? .refusedStream : .goaway)
+            }
+            return true
+        }
+    }
+
+    static let endJudgedAfter: UInt64 = 250_000_000
+
+    /// The server asked for a new connection: the one that answered takes no new stream.
+    func retire(_ transfer: CurlTransfer) {
+        sink.counters.connectionReplacements.add(1, ordering: .relaxed)
+        sink.metrics.connectionReplacementRequested()
+        let socket = openSockets.first { SocketAddress.localPort(of: $0) == transfer.localPort }
+        _ = policy.handle(.retireRequested(connection: transfer.connectionID, socket: socket))
+    }
+
+    /// A retired connection with no transfer left on it (and none that may still join it:
+    /// those libcurl has not sent yet) is closed, so libcurl opens a new one.
+    func checkRetiredConnections() {
+        for connection in policy.retiring.keys {
+            let busy = transfers.contains { $0.pending != nil && ($0.sends == 0 || $0.connectionID == connection) }
+            if busy { continue }
+            switch policy.handle(.drained(connection: connection)) {
+            case .closeRetired(let socket):
+                // libcurl offers no call to stop reusing a multiplexed connection (docs/dispatcher.md);
+                // a socket shut down while idle is found dead by its check before reuse.
+                _ = shutdown(socket, Int32(SHUT_RDWR))
+            case .freshConnect:
+                nextTransferFresh = true
+            case .none, .holdAdmissions, .failWaiting, .setConnectionLimit:
+                break
+            }
+        }
+    }
+
+    /// Carries out a connection-limit change; true when there was one.
+    @discardableResult
+    func apply(_ action: ConnectionPolicy.Action) -> Bool {
+        guard case .setConnectionLimit(let connections) = action else { return false }
+        do {
+            try multi.setConnectionLimit(connections)
+        } catch {
+            // libcurl accepted this option at start-up; should it refuse now, the loop keeps the
+            // connections it has, which is what it would do without growth.
+            return false
+        }
+        sink.metrics.connectionLimitChanged(to: connections)
+        if connections > connectionLimit {
+            sink.counters.connectionsGrown.add(1, ordering: .relaxed)
+            connectionsExpected += 1
+        }
+        connectionLimit = connections
+        return true
+    }
+
+    func reportFailure(_ reason: ConnectionFailureReason) {
+        sink.counters.countFailure(reason)
+        sink.metrics.connectionFailed(reason)
+    }
+
+    // MARK: - Sockets, from libcurl's open/close callbacks on this loop's thread
+
+    func socketOpened(_ fd: Int32) {
+        openSockets.insert(fd)
+        _ = policy.handle(.connectionOpened)
+        sink.counters.connectionsOpened.add(1, ordering: .relaxed)
+        sink.counters.connectionsChanged(by: 1)
+        sink.metrics.connectionOpened(reconnect: connectionsEverOpened >= connectionsExpected)
+        connectionsEverOpened += 1
+    }
+
+    func socketClosed(_ fd: Int32) {
+        openSockets.remove(fd)
+        multi.socketClosing(fd)
+        apply(policy.handle(.connectionClosed(socket: fd)))
+        sink.counters.connectionsClosed.add(1, ordering: .relaxed)
+        sink.counters.connectionsChanged(by: -1)
+        sink.metrics.connectionClosed()
+    }
+}
