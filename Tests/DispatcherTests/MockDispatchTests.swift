@@ -117,6 +117,9 @@ import Testing
             #expect(Set(accepted) == sentIDs)
             #expect(!server.stats.goaways.isEmpty)
             #expect(dispatcher.statistics.connectionsOpened > 2)
+            // A server's GOAWAY after answers is reported as one, not as refused streams.
+            #expect((dispatcher.statistics.connectionFailures[.goaway] ?? 0) >= 1)
+            #expect((dispatcher.statistics.connectionFailures[.refusedStream] ?? 0) == 0)
         }
     }
 

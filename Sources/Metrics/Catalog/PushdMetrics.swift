@@ -169,7 +169,7 @@ public struct PushdMetrics: Sendable {
             labels: ["status"])
         campaignTargetsProcessed = try registry.counter(
             "pushd_campaign_targets_processed_total",
-            help: "Campaign targets checkpointed as sent or failed, counted per completed chunk.",
+            help: "Campaign targets checkpointed as sent or failed, counted per completed chunk; cancelled: parked for a retry when their campaign was cancelled, dropped unsent.",
             labels: ["app", "status"])
         campaignTargetsRemaining = try registry.callbackGauge(
             "pushd_campaign_targets_remaining",
