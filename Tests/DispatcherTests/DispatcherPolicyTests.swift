@@ -179,3 +179,29 @@ import Testing
         #expect(await waiter.value)
     }
 }
+
+/// Whether requests libcurl moved off a connection were refused before its SETTINGS were read
+/// or ended by a GOAWAY is judged by how many answers the connection gave, not by when the
+/// requests entered libcurl: a request can wait inside libcurl and go out long after.
+@Suite struct AnswerCountsTests {
+    @Test func aConnectionThatAnsweredAtMostOnceRefusedAndOneThatAnsweredMoreWasEnded() {
+        var counts = AnswerCounts()
+        counts.answered(on: 3)
+        for _ in 0..<700 { counts.answered(on: 4) }
+        #expect(counts.refusedBeforeAnswering(3))
+        #expect(!counts.refusedBeforeAnswering(4))
+        // Never answered, newer or older than those that did: refused.
+        #expect(counts.refusedBeforeAnswering(9))
+        #expect(counts.refusedBeforeAnswering(1))
+    }
+
+    @Test func aConnectionOlderThanEveryOneRememberedCountsAsHavingAnswered() {
+        var counts = AnswerCounts(capacity: 4)
+        for connection in Int64(10)..<20 { counts.answered(on: connection); counts.answered(on: connection) }
+        #expect(!counts.refusedBeforeAnswering(2))
+        #expect(!counts.refusedBeforeAnswering(19))
+        // Between the remembered ones, absent: it never answered.
+        counts.answered(on: 25)
+        #expect(counts.refusedBeforeAnswering(22))
+    }
+}

@@ -7,9 +7,9 @@ import Polling
 extension CurlEventLoop {
     /// libcurl sent the request more than once: count the resends. When it moved the request
     /// off the connection it first went on, and no request on that connection failed, the
-    /// server ended the connection in order (a GOAWAY: libcurl reports no more than that);
-    /// that is reported once per connection. A broken connection is reported as `reset` by
-    /// the requests that failed on it.
+    /// server ended the connection in order (a GOAWAY, or streams it refused: libcurl reports
+    /// no more than that); that is reported once per connection. A broken connection is
+    /// reported as `reset` by the requests that failed on it.
     func noteResends(_ transfer: CurlTransfer) {
         guard transfer.sends > 1 else { return }
         let resent = transfer.sends - 1
@@ -17,30 +17,20 @@ extension CurlEventLoop {
         for _ in 0..<resent { sink.metrics.requestRetried() }
         let first = transfer.firstConnectionID
         if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
-            // One not among the recent first answers answered long ago, unless it is newer than all.
-            let beforeFirstAnswer = firstAnswers.first { $0.connection == first }.map { $0.at > transfer.enteredCurlAt }
-                ?? (first > (firstAnswers.last?.connection ?? -1))
-            movedFrom.append((first, monotonicNanoseconds(), beforeFirstAnswer))
+            movedFrom.append((first, monotonicNanoseconds(), answerCounts.refusedBeforeAnswering(first)))
         }
     }
 
-    func noteFirstAnswer(on connection: Int64) {
-        // Called for every answer: only a connection newer than the last recorded is looked at.
-        guard connection > (firstAnswers.last?.connection ?? -1) else { return }
-        firstAnswers.append((connection, monotonicNanoseconds()))
-        if firstAnswers.count > 64 { firstAnswers.removeFirst() }
-    }
-
     /// A connection requests were moved from, and on which none failed within
-    /// `Self.endJudgedAfter`, stopped taking streams in order, reported once: as a GOAWAY when
-    /// the moved request went on it after it had answered, else as streams the server refused
-    /// before its SETTINGS were read, after which libcurl closed the connection itself.
+    /// `Self.endJudgedAfter`, stopped taking streams in order, reported once: as streams the
+    /// server refused when it had answered at most one (its SETTINGS allowed fewer than libcurl
+    /// sent before reading them, and libcurl closed it), else as a GOAWAY.
     func judgeMovedConnections(now: UInt64) {
         guard let oldest = movedFrom.first, now >= oldest.at + Self.endJudgedAfter else { return }
         movedFrom.removeAll { moved in
             guard now >= moved.at + Self.endJudgedAfter else { return false }
             if !brokenConnections.contains(moved.connection), endedConnections.insert(moved.connection) {
-                reportFailure(moved.beforeFirstAnswer ? .refusedStream : .goaway)
+                reportFailure(moved.refused ? .refusedStream : .goaway)
             }
             return true
         }

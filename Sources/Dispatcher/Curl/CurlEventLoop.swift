@@ -68,10 +68,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var brokenConnections = RecentSet(capacity: 64)
     /// Connections libcurl moved a request away from, and when: judged a moment later, since
     /// the requests that failed on a broken one may be reported after one it moved.
-    var movedFrom: [(connection: Int64, at: UInt64, beforeFirstAnswer: Bool)] = []
-    /// When each recent connection first answered (libcurl's ids only grow): a request sent
-    /// before that went on a connection whose SETTINGS were not known yet.
-    var firstAnswers: [(connection: Int64, at: UInt64)] = []
+    var movedFrom: [(connection: Int64, at: UInt64, refused: Bool)] = []
+    /// How many answers each recent connection gave: one that gave at most one before libcurl
+    /// moved requests off it refused them before its SETTINGS were read; one that gave more
+    /// was ended by the server's GOAWAY.
+    var answerCounts = AnswerCounts()
     private var coalescing: AnswerCoalescing
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
@@ -350,7 +351,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         }
         if status != 0 {
             _ = policy.handle(.answered(connection: transfer.connectionID))
-            noteFirstAnswer(on: transfer.connectionID)
+            answerCounts.answered(on: transfer.connectionID)
         }
         if disposition.replaceConnection { retire(transfer) }
         if disposition.connectFailed {
