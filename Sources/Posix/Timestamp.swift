@@ -69,16 +69,33 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
     /// (`+0100` too); nil for anything else, including a time without a zone or an
     /// impossible date such as February 30.
     public init?(iso8601 text: String) {
-        let bytes = Array(text.utf8)
+        var text = text
+        guard let parsed = text.withUTF8({ Timestamp(parsing: $0, as: .iso8601) }) else { return nil }
+        self = parsed
+    }
+
+    /// The text forms of a moment the project reads.
+    public enum TextForm: Sendable {
+        /// `2026-12-01T09:00:00[.fff](Z|±hh[:]mm)`: a zone is required.
+        case iso8601
+        /// PostgreSQL's `timestamptz` output with DateStyle ISO:
+        /// `2026-12-01 09:00:00[.ffffff][±hh[:mm[:ss]]]`.
+        case postgres
+    }
+
+    /// Parses `bytes` in `form`, to the microsecond; nil for anything else, including an
+    /// impossible date such as February 30.
+    public init?(parsing bytes: UnsafeBufferPointer<UInt8>, as form: TextForm) {
         var index = 0
         func number(_ width: Int) -> Int? {
             guard index + width <= bytes.count else { return nil }
             var value = 0
-            for byte in bytes[index..<index + width] {
+            for _ in 0..<width {
+                let byte = bytes[index]
                 guard byte >= 48, byte <= 57 else { return nil }
                 value = value * 10 + Int(byte - 48)
+                index += 1
             }
-            index += width
             return value
         }
         func expect(_ character: Character) -> Bool {
@@ -86,44 +103,66 @@ public struct Timestamp: Sendable, Hashable, Comparable, CustomStringConvertible
             index += 1
             return true
         }
+        let separated = form == .iso8601 ? { expect("T") || expect("t") } : { expect(" ") }
         guard let year = number(4), expect("-"), let month = number(2), expect("-"), let day = number(2),
-              expect("T") || expect("t"), let hour = number(2), expect(":"), let minute = number(2), expect(":"),
+              separated(), let hour = number(2), expect(":"), let minute = number(2), expect(":"),
               let second = number(2) else { return nil }
-        var fraction = 0.0
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") || bytes[index] == UInt8(ascii: ",") {
-            index += 1
-            var scale = 0.1
-            let start = index
+        var micros = 0
+        if expect(".") || (form == .iso8601 && expect(",")) {
+            var digits = 0
             while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
-                fraction += Double(bytes[index] - 48) * scale
-                scale /= 10
+                if digits < 6 { micros = micros * 10 + Int(bytes[index] - 48) }
+                digits += 1
                 index += 1
             }
-            guard index > start else { return nil }
+            guard digits > 0 else { return nil }
+            for _ in min(digits, 6)..<6 { micros *= 10 }
         }
         var offset = 0
-        if expect("Z") || expect("z") {
+        if form == .iso8601, expect("Z") || expect("z") {
         } else if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
             let sign = bytes[index] == UInt8(ascii: "-") ? -1 : 1
             index += 1
-            guard let hours = number(2) else { return nil }
-            _ = expect(":")
-            guard let minutes = number(2), hours < 24, minutes < 60 else { return nil }
-            offset = sign * (hours * 3600 + minutes * 60)
-        } else {
+            guard let hours = number(2), hours < 24 else { return nil }
+            offset = hours * 3600
+            let colon = expect(":")
+            if colon || (form == .iso8601 && index < bytes.count) {
+                guard let minutes = number(2), minutes < 60 else { return nil }
+                offset += minutes * 60
+                if form == .postgres, colon, expect(":") {
+                    guard let extra = number(2), extra < 60 else { return nil }
+                    offset += extra
+                }
+            } else if form == .iso8601 {
+                return nil
+            }
+            offset *= sign
+        } else if form == .iso8601 {
             return nil
         }
-        guard index == bytes.count, (1...12).contains(month), day >= 1, hour < 24, minute < 60, second < 61 else { return nil }
-        var parts = tm()
-        parts.tm_year = Int32(year - 1900)
-        parts.tm_mon = Int32(month - 1)
-        parts.tm_mday = Int32(day)
-        parts.tm_hour = Int32(hour)
-        parts.tm_min = Int32(minute)
-        parts.tm_sec = Int32(second)
-        let seconds = timegm(&parts)
-        // timegm normalises February 30 to March 2; a date that moved was not a real one.
-        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
-        self.init(timeIntervalSince1970: Double(seconds - offset) + fraction)
+        guard index == bytes.count, (1...12).contains(month), day >= 1, day <= Self.daysIn(month: month, year: year),
+              hour < 24, minute < 60, second < 61 else { return nil }
+        let days = Self.daysFromCivil(year: year, month: month, day: day)
+        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
+        self.init(timeIntervalSince1970: Double(seconds) + Double(micros) / 1_000_000)
+    }
+
+    private static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+
+    /// Days since 1970-01-01 in the proleptic Gregorian calendar (Howard Hinnant's algorithm).
+    private static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
     }
 }

@@ -63,6 +63,25 @@ import Testing
         }
     }
 
+    @Test func timestampParsesPostgreSQLOutputToTheMicrosecond() throws {
+        func parse(_ text: String) -> Timestamp? {
+            var text = text
+            return text.withUTF8 { Timestamp(parsing: $0, as: .postgres) }
+        }
+        let cases: [(String, Double)] = [
+            ("2026-12-01 09:00:00+00", 1_796_115_600), ("2026-12-01 09:00:00.000250+00", 1_796_115_600.000250),
+            ("2026-12-01 10:30:00+01:30", 1_796_115_600), ("2026-12-01 09:00:00", 1_796_115_600),
+            ("1901-12-13 20:45:52+00:19:32", -2_147_484_820), ("2024-02-29 23:59:59.5-05", 1_709_269_199.5),
+        ]
+        for (text, seconds) in cases {
+            let parsed = try #require(parse(text), "\(text)")
+            #expect(abs(parsed.timeIntervalSince1970 - seconds) < 0.000_001, "\(text)")
+        }
+        for text in ["2026-12-01T09:00:00Z", "2026-12-01 09:00:00Z", "2026-02-30 09:00:00+00", "2026-12-01 09:00:00.+00", "2026-12-01 09:00"] {
+            #expect(parse(text) == nil, "\(text)")
+        }
+    }
+
     @Test func timestampPrintsISO8601LikeFoundation() {
         let formatter = ISO8601DateFormatter()
         for seconds in [0, 1_700_000_000.9, 4_102_444_800, 951_782_400, -86_400] as [Double] {

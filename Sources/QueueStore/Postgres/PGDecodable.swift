@@ -97,7 +97,7 @@ extension APNsID: PGDecodable {
 extension Timestamp: PGDecodable {
     /// Expects the session's TimeZone to be UTC and DateStyle ISO, which `PGConnection` sets.
     public init?(pgBytes bytes: UnsafeBufferPointer<UInt8>) {
-        guard let value = PGTimestamp.parse(bytes) else { return nil }
+        guard let value = Timestamp(parsing: bytes, as: .postgres) else { return nil }
         self = value
     }
 }

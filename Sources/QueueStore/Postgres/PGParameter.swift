@@ -78,7 +78,7 @@ extension Array: PGParameter where Element: PGParameter {
     }
 }
 
-/// The text form of `timestamptz` in UTC, both ways.
+/// The text form of `timestamptz` in UTC that the server reads (`Timestamp(parsing:as: .postgres)` reads its output).
 enum PGTimestamp {
     static func render(_ date: Timestamp) -> String {
         let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
@@ -94,67 +94,5 @@ enum PGTimestamp {
         return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
             + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))."
             + String(repeating: "0", count: 6 - fraction.count) + fraction + "+00"
-    }
-
-    /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]`, the server's output with DateStyle ISO.
-    static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> Timestamp? {
-        var index = 0
-        func number(_ width: Int) -> Int? {
-            guard index + width <= bytes.count else { return nil }
-            var value = 0
-            for _ in 0..<width {
-                let byte = bytes[index]
-                guard byte >= 48, byte <= 57 else { return nil }
-                value = value * 10 + Int(byte - 48)
-                index += 1
-            }
-            return value
-        }
-        func expect(_ character: Character) -> Bool {
-            guard index < bytes.count, bytes[index] == character.asciiValue else { return false }
-            index += 1
-            return true
-        }
-        guard let year = number(4), expect("-"), let month = number(2), expect("-"), let day = number(2),
-              expect(" "), let hour = number(2), expect(":"), let minute = number(2), expect(":"),
-              let second = number(2) else { return nil }
-        var micros = 0
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
-            index += 1
-            var digits = 0
-            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
-                if digits < 6 { micros = micros * 10 + Int(bytes[index] - 48); digits += 1 }
-                index += 1
-            }
-            while digits < 6 { micros *= 10; digits += 1 }
-        }
-        var offsetSeconds = 0
-        if index < bytes.count {
-            let sign = bytes[index] == UInt8(ascii: "-") ? -1 : 1
-            guard bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") else { return nil }
-            index += 1
-            guard let offsetHours = number(2) else { return nil }
-            offsetSeconds = offsetHours * 3600
-            if expect(":"), let offsetMinutes = number(2) {
-                offsetSeconds += offsetMinutes * 60
-                if expect(":"), let extra = number(2) { offsetSeconds += extra }
-            }
-            offsetSeconds *= sign
-        }
-        guard index == bytes.count else { return nil }
-        let days = daysFromCivil(year: year, month: month, day: day)
-        let epochSeconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
-        return Timestamp(timeIntervalSince1970: Double(epochSeconds) + Double(micros) / 1_000_000)
-    }
-
-    /// Days since 1970-01-01 in the proleptic Gregorian calendar (Howard Hinnant's algorithm).
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
     }
 }
