@@ -14,14 +14,8 @@ import Testing
         var configuration = configurationForMock(port: port, material: material, threads: 1, streams: Self.streams)
         configuration.connectionsPerThread = 1
         configuration.answerCoalescingMilliseconds = coalescingMilliseconds
-        let collector = ResultCollector()
-        let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
-        defer { engine.shutdown() }
-        try await onOwnThread {
-            for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
-        }
-        #expect(await collector.wait(for: total, seconds: 120) == total)
-        return (engine.statistics, collector)
+        let run = try await sendThroughEngine(configuration, total: total)
+        return (run.statistics, run.collector)
     }
 
     @Test func manyRequestsInFlightAtALongRoundTripAreReadInFewerLargerBatches() async throws {

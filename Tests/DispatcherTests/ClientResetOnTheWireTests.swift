@@ -12,16 +12,9 @@ import Testing
         try await withMock({ configuration, _ in
             configuration.logsAccepted = false
         }) { server, port, material in
-            let collector = ResultCollector()
-            let engine = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material),
-                                             onResult: collector.handler)
-            defer { engine.shutdown() }
             let total = 100_000
-            try await onOwnThread {
-                for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
-            }
-            #expect(await collector.wait(for: total, seconds: 600) == total)
-            let summary = collector.snapshot()
+            let summary = try await sendThroughEngine(configurationForMock(port: port, material: material), total: total,
+                                                      seconds: 600).collector.snapshot()
             #expect(summary.results.values.allSatisfy { $0.response?.status == 200 })
             #expect(summary.timesReported.values.allSatisfy { $0 == 1 })
             let stats = server.stats

@@ -21,15 +21,7 @@ import Testing
         configuration.connectionGrowthDelayMilliseconds = 50
         // Far more work than one connection's streams, so requests wait in the engine.
         configuration.maxOutstanding = 400
-        let collector = ResultCollector()
-        let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
-        defer { engine.shutdown() }
-        let started = Timestamp()
-        try await onOwnThread {
-            for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
-        }
-        #expect(await collector.wait(for: total, seconds: 120) == total)
-        return (engine.statistics, collector, Timestamp().timeIntervalSince(started))
+        return try await sendThroughEngine(configuration, total: total)
     }
 
     private func withSlowMock<T>(_ body: (APNsMockServer, Int, MockMaterial) async throws -> T) async throws -> T {

@@ -17,15 +17,9 @@ import Testing
         configuration.maxConnections = 3
         configuration.maxOutstanding = 3 * Self.streams
         configuration.adaptiveInFlight = adaptive
-        let collector = ResultCollector()
-        let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
-        defer { engine.shutdown() }
-        try await onOwnThread {
-            for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
-        }
-        #expect(await collector.wait(for: total, seconds: 120) == total)
-        #expect(collector.snapshot().results.values.allSatisfy { $0.response?.status == 200 })
-        return (engine.statistics, collector)
+        let run = try await sendThroughEngine(configuration, total: total)
+        #expect(run.collector.snapshot().results.values.allSatisfy { $0.response?.status == 200 })
+        return (run.statistics, run.collector)
     }
 
     @Test func onLoopbackFarFewerTransfersThanConnectionsTimesStreamsEnterLibcurl() async throws {

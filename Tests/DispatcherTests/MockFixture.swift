@@ -3,6 +3,7 @@ import Posix
 import APNsMock
 import Dispatcher
 import Foundation
+import Testing
 
 /// apns-mock's CA, server and client certificates plus one provider key, made once per process.
 struct MockMaterial: Sendable {
@@ -92,4 +93,19 @@ func mockTuning(_ material: MockMaterial, threads: Int = 2, connections: Int = 1
         configuration.requestTimeoutMilliseconds = 20_000
         configuration.reconnectBackoff = ReconnectBackoff(initialMilliseconds: 10, maxMilliseconds: 200)
     }
+}
+
+/// Sends `total` unauthenticated requests (tags 0..<total) through a new engine set up with
+/// `configuration`, waits up to `seconds` for their results and shuts the engine down.
+func sendThroughEngine(_ configuration: DispatcherConfiguration, total: Int, seconds: Double = 120) async throws
+    -> (statistics: DispatcherStatistics, collector: ResultCollector, seconds: Double) {
+    let collector = ResultCollector()
+    let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
+    defer { engine.shutdown() }
+    let started = Timestamp()
+    try await onOwnThread {
+        for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
+    }
+    #expect(await collector.wait(for: total, seconds: seconds) == total)
+    return (engine.statistics, collector, Timestamp().timeIntervalSince(started))
 }

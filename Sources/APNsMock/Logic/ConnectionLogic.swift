@@ -126,7 +126,8 @@ struct ConnectionLogic {
     mutating func makeID() -> String {
         let high = random.next()
         let low = random.next()
-        return UUIDText.lowercased(high: (high & ~0xF000) | 0x4000, low: (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000)
+        // A version 4 UUID, as APNs makes one when the request had no apns-id.
+        return APNsID(high: (high & ~0xF000) | 0x4000, low: (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000).lowercasedString
     }
 }
 
@@ -170,22 +171,4 @@ struct SplitMix64 {
 
     /// Uniform in [0, 1).
     mutating func nextUnit() -> Double { Double(next() >> 11) / Double(1 << 53) }
-}
-
-enum UUIDText {
-    private static let hex = Array("0123456789abcdef".utf8)
-
-    static func lowercased(high: UInt64, low: UInt64) -> String {
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(36)
-        for (index, shift) in stride(from: 60, through: 0, by: -4).enumerated() {
-            if index == 8 || index == 12 { bytes.append(UInt8(ascii: "-")) }
-            bytes.append(hex[Int((high >> UInt64(shift)) & 0xF)])
-        }
-        for (index, shift) in stride(from: 60, through: 0, by: -4).enumerated() {
-            if index == 0 || index == 4 { bytes.append(UInt8(ascii: "-")) }
-            bytes.append(hex[Int((low >> UInt64(shift)) & 0xF)])
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
 }
