@@ -2,8 +2,7 @@
 ///
 /// Right after finding work a claimer polls with `JobQueue.hasDueJobs` every
 /// `pollInterval` (a one-round-trip index probe), so a steady stream of inserts is
-/// picked up within milliseconds without any NOTIFY, and claims when a probe sees work
-/// or every `claimInterval`. Once it has been idle for
+/// picked up within milliseconds without any NOTIFY. Once it has been idle for
 /// `busyWindow` it sleeps with `JobQueue.sleepUntilJobs`, and inserts wake it
 /// through NOTIFY; `sleepTimeout` bounds that sleep as a fallback poll.
 public struct JobWaitPolicy: Sendable, Hashable {
@@ -17,15 +16,11 @@ public struct JobWaitPolicy: Sendable, Hashable {
     public var pollInterval: Double
     public var busyWindow: Double
     public var sleepTimeout: Double
-    /// While polling, a claimer claims at least this often even when no probe saw a due job:
-    /// the probe skips rows whose claim was rolled back (they keep its xmax), a claim does not.
-    public var claimInterval: Double
 
-    public init(pollInterval: Double = 0.002, busyWindow: Double = 1.0, sleepTimeout: Double = 1.0, claimInterval: Double = 0.05) {
+    public init(pollInterval: Double = 0.002, busyWindow: Double = 1.0, sleepTimeout: Double = 1.0) {
         self.pollInterval = pollInterval
         self.busyWindow = busyWindow
         self.sleepTimeout = sleepTimeout
-        self.claimInterval = claimInterval
     }
 
     /// The next step for a claimer whose last claim that found work was `idleSeconds` ago.

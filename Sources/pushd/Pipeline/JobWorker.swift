@@ -53,7 +53,19 @@ final class JobWorker: @unchecked Sendable {
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps)
                 failures = 0
                 if batch.isEmpty {
-                    woke = try waitForJobs(connection, apps: apps, policy: waiting, lastWork: lastWork)
+                    switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
+                    case .poll(let microseconds):
+                        if try queue.hasDueJobs(connection, apps: apps) {
+                            woke = .probe
+                        } else {
+                            usleep(microseconds)
+                            woke = .tick
+                        }
+                    case .sleep(let milliseconds):
+                        // Woken within milliseconds of an insert's COMMIT; the time-out is the
+                        // fallback for scheduled jobs and bounds how long shutdown waits.
+                        woke = try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds) ? .notify : .timeout
+                    }
                     continue
                 }
                 lastWork = RateLimiter.monotonicSeconds()
@@ -70,29 +82,6 @@ final class JobWorker: @unchecked Sendable {
         }
         connection?.close()
         connection = nil
-    }
-
-    /// Waits after a claim that found nothing until the next claim is worth making. A claimer
-    /// that had work recently probes every `pollInterval` (one round trip, no transaction: a
-    /// claim that finds nothing costs two and the server's work of a transaction) and claims
-    /// when the probe sees a due job, or after `claimInterval` whatever it saw: the probe does
-    /// not see rows an aborted claim left behind, a claim does. An idle one sleeps until an
-    /// insert's NOTIFY; the time-out is the fallback for scheduled jobs and bounds how long
-    /// shutdown waits.
-    private func waitForJobs(_ connection: PGConnection, apps: [String], policy: JobWaitPolicy,
-                             lastWork: Double) throws -> ClaimTrace.Wake {
-        let started = RateLimiter.monotonicSeconds()
-        while !context.isStopping {
-            switch policy.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
-            case .poll(let microseconds):
-                if try queue.hasDueJobs(connection, apps: apps) { return .probe }
-                usleep(microseconds)
-                if RateLimiter.monotonicSeconds() - started >= policy.claimInterval { return .tick }
-            case .sleep(let milliseconds):
-                return try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds) ? .notify : .timeout
-            }
-        }
-        return .tick
     }
 
     private func connectIfNeeded() throws -> PGConnection {
@@ -114,7 +103,7 @@ final class JobWorker: @unchecked Sendable {
             case batch
             /// The busy claimer's due-jobs probe found work.
             case probe
-            /// The busy claimer's claim interval ended with no probe seeing work.
+            /// The busy claimer's poll interval ended.
             case tick
             /// An insert's NOTIFY woke the sleeping claimer.
             case notify
