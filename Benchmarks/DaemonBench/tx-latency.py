@@ -68,6 +68,15 @@ def main():
         stages["engine: handed → answer"].append(ms(t["engine_s"]))
         stages["answer → worker has it"].append(ms(t["answered_at"] - t["sent_at"] - t["engine_s"]))
         stages["accepted → batch committed"].append(ms(t["recorded_at"] - t["answered_at"]))
+        if "queued_s" in t:
+            # The engine's part split by libcurl's own times, counted from the hand-over to it.
+            for name, value in (
+                    ("  engine: its queue and loop wake-up → in libcurl", t["queued_s"]),
+                    ("  libcurl: in → request written", t["request_sent_s"]),
+                    ("  request written → answer's first byte read", t["first_byte_s"] - t["request_sent_s"]),
+                    ("  first byte → transfer done", t["transfer_s"] - t["first_byte_s"]),
+                    ("  transfer done → result out of the engine", t["engine_s"] - t["queued_s"] - t["transfer_s"])):
+                stages.setdefault(name, []).append(ms(value))
         woke[t["woke"]] = woke.get(t["woke"], 0) + 1
     total = stages["INSERT → accepted"]
     after_commit = stages["COMMIT → accepted"]
@@ -77,7 +86,12 @@ def main():
     print("    INSERT → accepted: " + figures(total))
     print("    COMMIT → accepted: " + figures(after_commit))
     print("    stages (mean, p99 ms):")
-    for name, values in stages.items():
+    # The engine's sub-stages, when traced, right under the engine's line.
+    names = [name for name in stages if not name.startswith("  ")]
+    at = names.index("engine: handed → answer") + 1
+    names[at:at] = [name for name in stages if name.startswith("  ")]
+    for name in names:
+        values = stages[name]
         if name in ("INSERT → accepted", "COMMIT → accepted"):
             continue
         print("      %-66s %7.2f %7.2f" % (name, sum(values) / len(values), percentile(values, 0.99)))

@@ -52,6 +52,35 @@ import Testing
         }
     }
 
+    @Test func anEngineRecordingTransferTimingsSaysWhereEachAnswersTimeWentAndOthersSayNothing() async throws {
+        try await withMock({ configuration, material in
+            configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)
+        }) { _, port, material in
+            let tuning = mockTuning(material, threads: 1)
+            let (traced, _) = try tokenClient(port: port, material: material) { configuration in
+                tuning(&configuration)
+                configuration.recordsTransferTimings = true
+            }
+            defer { traced.shutdown() }
+            let (plain, _) = try tokenClient(port: port, material: material, tune: tuning)
+            defer { plain.shutdown() }
+            for seed in 1...3 {
+                let result = try await traced.send(notification(seed))
+                #expect(result.response?.status == 200)
+                let timings = try #require(result.dispatch.timings)
+                // The first request also waited for the connection and its TLS handshake.
+                if seed == 1 { #expect(timings.sentMicroseconds > 0) }
+                #expect(timings.sentMicroseconds <= timings.firstByteMicroseconds)
+                #expect(timings.firstByteMicroseconds <= timings.totalMicroseconds)
+                // The stages fit inside the whole, to the microsecond rounding.
+                #expect(timings.queuedNanoseconds / 1000 + UInt64(timings.totalMicroseconds) <= result.latencyNanoseconds / 1000 + 2)
+            }
+            let untraced = try await plain.send(notification(4))
+            #expect(untraced.response?.status == 200)
+            #expect(untraced.dispatch.timings == nil)
+        }
+    }
+
     @Test func streamLimitOfOneRaisedToAThousandIsFollowedWithoutLossOrDuplicates() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .token(keys: [material.trustedKey], startAtOneStream: true)

@@ -309,6 +309,20 @@ import Testing
         }
     }
 
+    @Test func aRolledBackClaimHidesItsJobsFromTheProbeButNotFromTheNextClaim() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try insertJobs(connection, count: 2)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
+            try queue.abandon(connection)
+            // The rows keep the aborted claim's xmax: why a polling claimer claims on every
+            // tick rather than only when a probe sees work.
+            #expect(try queue.hasDueJobs(connection, apps: apps) == false)
+            #expect(Set(try queue.claim(connection, limit: 10, apps: apps).jobs) == Set(batch.jobs))
+            try queue.abandon(connection)
+        }
+    }
+
     @Test func waitPolicyPollsRightAfterWorkAndSleepsOnceIdle() {
         let policy = JobWaitPolicy(pollInterval: 0.002, busyWindow: 1, sleepTimeout: 1.5)
         #expect(policy.step(idleSeconds: 0) == .poll(microseconds: 2000))

@@ -138,6 +138,44 @@ import Testing
         #expect(ids == [1])
     }
 
+    @Test func beginAndQueryLeavesItsTransactionOpenForTheCallerToCommitOrRollBack() throws {
+        let connection = try TestDatabase.connect()
+        let other = try TestDatabase.connect()
+        let table = TestDatabase.uniqueName("pipelined")
+        try connection.execute(script: "CREATE TABLE \(table) (id int)")
+        defer { _ = try? connection.execute(script: "DROP TABLE \(table)") }
+        let insert = try connection.prepare("INSERT INTO \(table) VALUES ($1) RETURNING id * 10")
+        let count = { try other.query("SELECT count(*) FROM \(table)").require(Int64.self, row: 0, column: 0) }
+
+        #expect(try connection.beginAndQuery(insert, [1]).require(Int64.self, row: 0, column: 0) == 10)
+        #expect(try count() == 0)
+        try connection.execute(script: "COMMIT")
+        #expect(try count() == 1)
+
+        try connection.beginAndQuery(insert, [2])
+        try connection.execute(script: "ROLLBACK")
+        #expect(try count() == 1)
+    }
+
+    @Test func aStatementFailingInBeginAndQueryLeavesAnAbortedTransactionThatARollbackEnds() throws {
+        let connection = try TestDatabase.connect()
+        let divide = try connection.prepare("SELECT 1 / $1::int")
+        #expect {
+            try connection.beginAndQuery(divide, [0])
+        } throws: { error in
+            (error as? PGError)?.code == PGError.Code("22012")
+        }
+        // Still inside the transaction BEGIN opened, now aborted.
+        #expect {
+            try connection.query("SELECT 1")
+        } throws: { error in
+            (error as? PGError)?.code == PGError.Code("25P02")
+        }
+        try connection.execute(script: "ROLLBACK")
+        #expect(try connection.beginAndQuery(divide, [1]).require(Int32.self, row: 0, column: 0) == 1)
+        try connection.execute(script: "COMMIT")
+    }
+
     @Test func preparedStatementRunsManyTimes() throws {
         let connection = try TestDatabase.connect()
         let statement = try connection.prepare("SELECT $1::int8 * 2")

@@ -49,6 +49,9 @@ public struct DispatcherConfiguration: Sendable {
     /// still sends 600/s per loop at a round trip of 100 ms.
     public var adaptiveInFlightFloor = 64
     public var adaptiveInFlightInitial = 100
+    /// Each answered request's result carries where its time went (`TransferTimings`): three
+    /// more libcurl look-ups per request, for a lane whose every request is traced.
+    public var recordsTransferTimings = false
 
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.

@@ -383,7 +383,19 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             transfer.responseBody.removeAll(keepingCapacity: true)
             outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))
         }
-        deliver(pending, outcome: outcome)
+        deliver(pending, outcome: outcome, timings: configuration.recordsTransferTimings ? timings(of: transfer, pending) : nil)
+    }
+
+    private func timings(of transfer: CurlTransfer, _ pending: PendingRequest) -> TransferTimings {
+        func microseconds(_ info: CURLINFO) -> Int64 {
+            var value: curl_off_t = 0
+            _ = pushd_curl_easy_getinfo_off(transfer.easy, info, &value)
+            return Int64(value)
+        }
+        return TransferTimings(queuedNanoseconds: transfer.enteredCurlAt &- pending.submittedAt,
+                               sentMicroseconds: microseconds(CURLINFO_POSTTRANSFER_TIME_T),
+                               firstByteMicroseconds: microseconds(CURLINFO_STARTTRANSFER_TIME_T),
+                               totalMicroseconds: microseconds(CURLINFO_TOTAL_TIME_T))
     }
 
     /// The server cannot be reached after as many tries as a request gets: everything waiting
@@ -408,8 +420,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         }
     }
 
-    private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome) {
-        sink.deliver(pending, outcome: outcome)
+    private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome, timings: TransferTimings? = nil) {
+        sink.deliver(pending, outcome: outcome, timings: timings)
         slotsToRelease += 1
     }
 

@@ -10,6 +10,8 @@ public struct DispatchResult: Sendable {
     public var latencyNanoseconds: UInt64
     /// How many times the request was handed to the transport (1 + transparent retries).
     public var attempts: Int
+    /// Where the time went, when the engine records it (`DispatcherConfiguration.recordsTransferTimings`).
+    public var timings: TransferTimings?
 
     public enum Outcome: Sendable, Equatable {
         case response(Response)
@@ -24,6 +26,27 @@ public struct DispatchResult: Sendable {
     public var transportError: TransportError? {
         if case .transportFailure(let error) = outcome { return error }
         return nil
+    }
+}
+
+/// The stages of one request's time in the engine, for tracing where latency goes. libcurl's
+/// times count from the moment the loop handed it the request's last attempt.
+public struct TransferTimings: Sendable, Equatable {
+    /// Submission → handed to libcurl: the engine's queue and its event loop's wake-up.
+    public var queuedNanoseconds: UInt64
+    /// Handed to libcurl → the request's last byte written (`CURLINFO_POSTTRANSFER_TIME_T`).
+    public var sentMicroseconds: Int64
+    /// Handed to libcurl → the answer's first byte read (`CURLINFO_STARTTRANSFER_TIME_T`): the
+    /// server, the network and the loop's wake-up to read it.
+    public var firstByteMicroseconds: Int64
+    /// Handed to libcurl → the transfer finished (`CURLINFO_TOTAL_TIME_T`).
+    public var totalMicroseconds: Int64
+
+    public init(queuedNanoseconds: UInt64, sentMicroseconds: Int64, firstByteMicroseconds: Int64, totalMicroseconds: Int64) {
+        self.queuedNanoseconds = queuedNanoseconds
+        self.sentMicroseconds = sentMicroseconds
+        self.firstByteMicroseconds = firstByteMicroseconds
+        self.totalMicroseconds = totalMicroseconds
     }
 }
 

@@ -78,9 +78,9 @@ public struct JobQueue: Sendable {
         let statement = try connection.prepared(Self.claimSQL)
         let lead = Int.random(in: 0..<apps.count)
         let turn = Array(apps[lead...] + apps[..<lead])
-        try connection.execute(script: "BEGIN")
         do {
-            let result = try connection.query(statement, [limit, turn])
+            // BEGIN travels with the claim: a claim costs one round trip, not two.
+            let result = try connection.beginAndQuery(statement, [limit, turn])
             if result.rowCount == 0 {
                 try connection.execute(script: "COMMIT")
                 return ClaimedJobs(jobs: [])

@@ -148,6 +148,56 @@ public final class PGConnection {
         return try check(result, statement: statement.name)
     }
 
+    /// Opens a transaction and runs a prepared statement in it, in one round trip: BEGIN and
+    /// the statement go out together (libpq's pipeline mode) and the server answers both.
+    /// The transaction stays open, for the caller to commit or roll back; if the statement
+    /// failed it is open and aborted, and only a ROLLBACK ends it.
+    @discardableResult
+    public func beginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter] = []) throws -> PGResult {
+        let connection = try open()
+        guard PQenterPipelineMode(connection) == 1 else {
+            throw PGError(code: .connectionFailure, message: "cannot enter pipeline mode: \(errorMessage(connection))",
+                          statement: statement.name)
+        }
+        let sent = try withParameters(parameters) { count, values in
+            PQsendQueryParams(connection, "BEGIN", 0, nil, nil, nil, nil, 0) == 1
+                && PQsendQueryPrepared(connection, statement.name, count, values, nil, nil, 0) == 1
+                && PQpipelineSync(connection) == 1
+        }
+        // Every result up to the sync is read, whatever failed, so that the connection can
+        // leave pipeline mode: two results, each followed by a NULL, then the sync's.
+        var results: [OpaquePointer] = []
+        var separators = 0
+        while results.count <= 2 {
+            guard let result = PQgetResult(connection) else {
+                separators += 1
+                if separators > 2 || PQstatus(connection) != CONNECTION_OK { break }
+                continue
+            }
+            if PQresultStatus(result) == PGRES_PIPELINE_SYNC {
+                PQclear(result)
+                break
+            }
+            results.append(result)
+        }
+        let left = PQexitPipelineMode(connection) == 1
+        guard sent, left, results.count == 2 else {
+            let message = errorMessage(connection)
+            for result in results { PQclear(result) }
+            // A connection stuck in pipeline mode cannot run another statement: close it.
+            if !left { close() }
+            throw PGError(code: .connectionFailure, message: message.isEmpty ? "the pipelined statement got no answer" : message,
+                          statement: statement.name)
+        }
+        do {
+            _ = try check(results[0], statement: "BEGIN")
+        } catch {
+            PQclear(results[1])
+            throw error
+        }
+        return try check(results[1], statement: statement.name)
+    }
+
     /// Runs `body` inside BEGIN … COMMIT; rolls back if it throws.
     @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {

@@ -131,6 +131,7 @@ final class JobWorker: @unchecked Sendable {
         var sentAt: Timestamp
         var answeredAt: Timestamp
         var engineSeconds: Double
+        var timings: TransferTimings?
     }
 
     private func process(_ batch: ClaimedJobs, on connection: PGConnection, trace: ClaimTrace) throws {
@@ -208,7 +209,7 @@ final class JobWorker: @unchecked Sendable {
                 settle(item, result, into: &outcomes, prunes: &prunes)
                 if tracing, outcomes.delivered.count > before {
                     delivered.append(Delivered(job: item.job, sentAt: item.sentAt, answeredAt: answeredAt,
-                                               engineSeconds: Double(result.latencyNanoseconds) / 1e9))
+                                               engineSeconds: Double(result.latencyNanoseconds) / 1e9, timings: result.timings))
                 }
             }
         }
@@ -226,16 +227,24 @@ final class JobWorker: @unchecked Sendable {
             // Benchmarks/DaemonBench), so the stages of INSERT → accepted can be told apart.
             let recordedAt = Timestamp()
             for item in delivered {
-                context.logger.debug("delivered transactional job \(item.job.id)", ("worker", .int(Int64(index))),
-                                     ("job", .int(item.job.id)), ("woke", .string(trace.woke.rawValue)),
-                                     ("batch", .int(Int64(batch.jobs.count))),
-                                     ("created_at", .double(item.job.createdAt.timeIntervalSince1970)),
-                                     ("claim_started_at", .double(trace.claimStarted.timeIntervalSince1970)),
-                                     ("claimed_at", .double(trace.claimed.timeIntervalSince1970)),
-                                     ("sent_at", .double(item.sentAt.timeIntervalSince1970)),
-                                     ("engine_s", .double(item.engineSeconds)),
-                                     ("answered_at", .double(item.answeredAt.timeIntervalSince1970)),
-                                     ("recorded_at", .double(recordedAt.timeIntervalSince1970)))
+                var fields: [(String, LogValue)] = [
+                    ("worker", .int(Int64(index))), ("job", .int(item.job.id)), ("woke", .string(trace.woke.rawValue)),
+                    ("batch", .int(Int64(batch.jobs.count))),
+                    ("created_at", .double(item.job.createdAt.timeIntervalSince1970)),
+                    ("claim_started_at", .double(trace.claimStarted.timeIntervalSince1970)),
+                    ("claimed_at", .double(trace.claimed.timeIntervalSince1970)),
+                    ("sent_at", .double(item.sentAt.timeIntervalSince1970)),
+                    ("engine_s", .double(item.engineSeconds)),
+                    ("answered_at", .double(item.answeredAt.timeIntervalSince1970)),
+                    ("recorded_at", .double(recordedAt.timeIntervalSince1970))]
+                if let timings = item.timings {
+                    // The engine's part, split: its queue, then libcurl's times from the hand-over.
+                    fields += [("queued_s", .double(Double(timings.queuedNanoseconds) / 1e9)),
+                               ("request_sent_s", .double(Double(timings.sentMicroseconds) / 1e6)),
+                               ("first_byte_s", .double(Double(timings.firstByteMicroseconds) / 1e6)),
+                               ("transfer_s", .double(Double(timings.totalMicroseconds) / 1e6))]
+                }
+                context.logger.write(.debug, "delivered transactional job \(item.job.id)", fields: fields)
             }
         }
         if context.logger.enabled(.debug) {

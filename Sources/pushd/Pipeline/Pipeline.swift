@@ -70,6 +70,9 @@ final class Pipeline: @unchecked Sendable {
                     // Bulk only: memory and CPU follow the transfers inside libcurl, and a
                     // transactional push never waits for a window that is still finding its size.
                     configuration.adaptiveInFlight = config.campaignAdaptiveInFlight
+                } else if lane == .transactional {
+                    // Few requests, each traced at debug level stage by stage (docs/queue.md).
+                    configuration.recordsTransferTimings = true
                 }
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
