@@ -106,6 +106,8 @@ import Testing
          "apns.max_connections_per_app (line 2): 6 is below apns.threads × apns.connections_per_app (8)"),
         ("database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 5000}\napps: []",
          "apns.max_connections_per_app (line 2): 5000 is out of range: expected 1…1024"),
+        ("database: {url: 'postgresql://h/d'}\napns: {threads: 4, max_in_flight: 2}\napps: []",
+         "apns.max_in_flight (line 2): 2 is below apns.threads (4)"),
         ("database: {url: 'postgresql://h/d'}\nmetrics: {listen: nowhere}\napps: []", "metrics.listen (line 2): 'nowhere' is not host:port"),
         ("database: {url: 'postgresql://h/d'}\ncampaigns: {answer_coalescing_ms: 200}\napps: []",
          "campaigns.answer_coalescing_ms (line 2): 200 is out of range: expected 0…50"),
@@ -126,6 +128,16 @@ import Testing
         let found = Self.problems("apns: {threads: 0, colour: red}\napps: [{name: '', bundle_id: x}]")
         #expect(found.count >= 4, "\(found)")
         #expect(found.allSatisfy { $0.hasPrefix("error: ") })
+    }
+
+    @Test func maxInFlightDefaultsToEveryStreamTheLaneMayOpen() throws {
+        let unset = Self.valid.replacingOccurrences(of: "  max_in_flight: 2_000\n", with: "")
+        #expect(try ConfigLoader.parse(unset, environment: [:]).0.apns.maxInFlight == 8 * 500)
+        let raised = unset.replacingOccurrences(of: "  threads: 2\n",
+                                                with: "  threads: 2\n  max_connections_per_app: 16\n  streams_per_connection: 1000\n")
+        #expect(try ConfigLoader.parse(raised, environment: [:]).0.apns.maxInFlight == 16 * 1000)
+        let pinned = Self.valid.replacingOccurrences(of: "  threads: 2\n", with: "  threads: 2\n  max_connections_per_app: 16\n")
+        #expect(try ConfigLoader.parse(pinned, environment: [:]).0.apns.maxInFlight == 2000)
     }
 
     @Test func theCampaignLanesAdaptiveInFlightLimitIsOffUnlessAskedFor() throws {

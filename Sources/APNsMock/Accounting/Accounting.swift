@@ -11,6 +11,7 @@ final class Accounting: Sendable {
     private let state = Lock(State())
     /// Counted on every request, so a relaxed atomic rather than the lock.
     private let received = Atomic<Int>(0)
+    private let delayedAnswerWrites = Atomic<Int>(0)
     let countsPerToken: Bool
     let logLimit: Int
 
@@ -65,10 +66,12 @@ final class Accounting: Sendable {
     }
 
     func recordRequestReceived() { received.add(1, ordering: .relaxed) }
+    func recordDelayedAnswerWrite() { delayedAnswerWrites.add(1, ordering: .relaxed) }
 
     var stats: MockStats {
         var stats = state.withLock { $0.stats }
         stats.requestsReceived = received.load(ordering: .relaxed)
+        stats.delayedAnswerWrites = delayedAnswerWrites.load(ordering: .relaxed)
         return stats
     }
     var acceptedLog: [AcceptedNotification] { state.withLock { $0.log } }
@@ -76,5 +79,6 @@ final class Accounting: Sendable {
     func reset() {
         state.withLock { $0 = State() }
         received.store(0, ordering: .relaxed)
+        delayedAnswerWrites.store(0, ordering: .relaxed)
     }
 }

@@ -36,6 +36,9 @@ public struct TokenCounts: Sendable, Hashable, Codable {
 public struct MockStats: Sendable, Equatable, Codable {
     /// Complete requests received and handed to the logic (answered, delayed or reset).
     public var requestsReceived: Int = 0
+    /// Writes that carried answers held back by a delay (`--delay-ms`): answers due together
+    /// share one, so far fewer than the delayed answers when many streams are in flight.
+    public var delayedAnswerWrites: Int = 0
     /// Device notifications answered 200 (broadcasts are counted in `broadcastsAccepted`).
     public var accepted: Int = 0
     /// Error answers by "status reason", for example "410 Unregistered".

@@ -15,6 +15,7 @@ enum StatsText {
         }
         let counters: [(String, String, Int)] = [
             ("apns_mock_requests_received_total", "Complete requests received.", stats.requestsReceived),
+            ("apns_mock_delayed_answer_writes_total", "Writes carrying answers held back by a delay; answers due together share one.", stats.delayedAnswerWrites),
             ("apns_mock_connections_accepted_total", "TLS connections accepted.", stats.connectionsAccepted),
             ("apns_mock_connections_closed_total", "Connections closed.", stats.connectionsClosed),
             ("apns_mock_connections_closed_by_client_total", "Connections the client ended (GOAWAY, close or reset) before the mock sent a GOAWAY.",

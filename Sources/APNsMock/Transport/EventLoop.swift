@@ -21,6 +21,8 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
     private var handlers: [Int32: EventLoopHandler] = [:]
     private var timers = TimerHeap()
     private var timerActions: [UInt64: () -> Void] = [:]
+    /// Run after the due timers of a pass: what they left to do together (one write per connection).
+    private var afterTimers: [() -> Void] = []
     private var nextTimerID: UInt64 = 1
     private let inbox = Lock<[@Sendable () -> Void]>([])
 
@@ -121,6 +123,15 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
             _ = timers.pop()
             if let action = timerActions.removeValue(forKey: top.id) { action() }
         }
+        guard !afterTimers.isEmpty else { return }
+        let actions = afterTimers
+        afterTimers.removeAll(keepingCapacity: true)
+        for action in actions { action() }
+    }
+
+    /// Runs `action` once every timer now due has fired (on the loop's thread).
+    func afterDueTimers(_ action: @escaping () -> Void) {
+        afterTimers.append(action)
     }
 
     private func runInbox() {

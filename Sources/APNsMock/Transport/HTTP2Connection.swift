@@ -184,6 +184,22 @@ final class HTTP2Connection: EventLoopHandler {
 
     // MARK: writing
 
+    /// Answers that come due in the same pass of the timers (requests read together, with
+    /// the same delay) go out in one TLS write, as they do without a delay: a write per
+    /// answer cost the mock and its client a system call each, which no server answering
+    /// many streams at once makes.
+    private var flushQueued = false
+
+    fileprivate func flushAfterDueTimers() {
+        guard !flushQueued else { return }
+        flushQueued = true
+        loop.afterDueTimers { [self] in
+            flushQueued = false
+            core.accounting.recordDelayedAnswerWrite()
+            flush()
+        }
+    }
+
     private func flush() {
         guard phase == .open, let session else { return }
         while true {
@@ -312,7 +328,7 @@ final class HTTP2Connection: EventLoopHandler {
                 schedule(afterMilliseconds: answer.delayMilliseconds) { connection in
                     guard connection.phase == .open else { return }
                     connection.respond(streamID, answer)
-                    connection.flush()
+                    connection.flushAfterDueTimers()
                 }
             }
         }

@@ -86,7 +86,13 @@ enum ConfigLoader {
                          "\(config.apns.maxConnectionsPerApp) is below apns.threads × apns.connections_per_app (\(config.apns.threads * config.apns.connectionsPerApp)): the connections every thread keeps")
         }
         config.apns.streamsPerConnection = apns.int("streams_per_connection", default: config.apns.streamsPerConnection, range: 1...10_000)
-        config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.maxInFlight, range: 1...1_000_000)
+        // Unset, the window is every stream the lane may open: a ceiling raised on connections
+        // or streams is usable without a second setting that would silently cap it.
+        config.apns.maxInFlight = apns.int("max_in_flight", default: config.apns.derivedMaxInFlight, range: 1...1_000_000)
+        if config.apns.maxInFlight < config.apns.threads {
+            reader.error("apns.max_in_flight", line: apns.line,
+                         "\(config.apns.maxInFlight) is below apns.threads (\(config.apns.threads)): every thread needs at least one notification in flight")
+        }
         config.apns.connectTimeoutMilliseconds = apns.int("connect_timeout_ms", default: config.apns.connectTimeoutMilliseconds, range: 100...600_000)
         config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)
         config.apns.pingIntervalMilliseconds = apns.int("ping_interval_ms", default: config.apns.pingIntervalMilliseconds, range: 100...3_600_000)

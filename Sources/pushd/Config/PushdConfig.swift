@@ -62,7 +62,13 @@ struct PushdConfig: Sendable, Equatable {
         var maxConnectionsPerApp: Int = 8
         /// Streams used per connection at most; the server's SETTINGS may allow fewer.
         var streamsPerConnection: Int = 500
+        /// Notifications sent and not answered per app, environment and lane, queued ones
+        /// included; unset, `derivedMaxInFlight`. At a round trip of R seconds a lane sends at
+        /// most maxInFlight ÷ R per second.
         var maxInFlight: Int = 4000
+        /// Every stream the lane may open, `maxConnectionsPerApp` × `streamsPerConnection`
+        /// (4,000 with the defaults): the window when `max_in_flight` is not set.
+        var derivedMaxInFlight: Int { min(1_000_000, maxConnectionsPerApp * streamsPerConnection) }
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
         /// TCP keep-alive probes start on a connection idle this long; an idle connection whose probes go unanswered for `pingTimeoutMilliseconds` is closed, not reused (libcurl offers no HTTP/2 PING on idle connections).

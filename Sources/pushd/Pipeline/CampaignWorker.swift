@@ -137,8 +137,12 @@ final class CampaignWorker: @unchecked Sendable {
     static let parkedBatchLimit = 200
     /// Seconds between looks for due parked targets while there are chunks to send.
     static let parkedCheckInterval = 0.5
-    /// Chunks one worker sends at once, at most: enough for the window at a long round trip.
-    static let maxRuns = 16
+    /// Chunks one worker sends at once, at most: enough to hold its whole budget in flight
+    /// (a chunk stays a run until its last answer is back, and the next one is being sent
+    /// meanwhile), and never fewer than 16, since resumed and last chunks are short.
+    static func maxRuns(budget: Int, chunkSize: Int) -> Int {
+        max(16, (budget + chunkSize - 1) / max(1, chunkSize) + 1)
+    }
     /// Seconds before a worker with chunks in flight tries to lease again after finding none.
     static let leaseRetryInterval = 0.2
     /// Seconds between sweeps for targets of cancelled campaigns still parked for a retry.
@@ -159,7 +163,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// its requests go out while the previous chunks' answers are still coming back. A capped
     /// campaign's chunks are leased one after the other, when due (its pace needs no window).
     private var wantsAnotherChunk: Bool {
-        runs.count < Self.maxRuns && inFlight < budget
+        runs.count < Self.maxRuns(budget: budget, chunkSize: context.config.campaignChunkSize) && inFlight < budget
             && runs.allSatisfy { $0.submittedAll && !$0.stopSubmitting && $0.rate == nil }
     }
 
