@@ -11,7 +11,9 @@
 # CONTROL_PORT is apns-mock's control port: the notifications of the window are the growth
 # of its apns_mock_accepted_total. Needs root (or perf_event_paranoid ≤ 1) for the tracepoints.
 # Prints one line per process: "probe LABEL key=value ...", every figure per notification
-# except where the key says otherwise (per_1000, bytes_per_*).
+# except where the key says otherwise (per_1000, bytes_per_*). io_reads/io_writes and their
+# bytes count read(2)/write(2) only (apns-mock's OpenSSL); libcurl's sendto/recvfrom show in
+# the system call counts, not there.
 set -euo pipefail
 seconds=$1
 control_port=$2
