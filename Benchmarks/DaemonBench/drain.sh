@@ -61,7 +61,7 @@ port=$(free_port)
 control_port=$(free_port)
 # shellcheck disable=SC2086  # the extra options are words
 "$bin/apns-mock" --cert "$work/certs/server.pem" --key "$work/certs/server.key" --port "$port" --control-port "$control_port" \
-  --provider-key "$kid:BENCHTEAM1:$work/key.pub" --topic com.example.bench ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
+  --provider-key "$kid:BENCHTEAM1:$work/key.pub" --topic com.example.bench --read-ahead ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
 mock_pid=$!
 metrics_ports=()
 for i in $(seq "$instances"); do
