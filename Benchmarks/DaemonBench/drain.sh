@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Called by run.sh (and Benchmarks/bench.sh) inside scripts/with-postgres.sh
 # (PUSHD_DATABASE_URL is set). Optional environment:
-#   PUSHD_BENCH_MOCK_ARGS       extra apns-mock options, e.g. "--delay-ms 50"
+#   PUSHD_BENCH_MOCK_ARGS       extra apns-mock options, e.g. "--delay-ms 50" (the mock always
+#                               runs with --read-ahead: many TLS records per read, as a server does)
 #   PUSHD_BENCH_INSTANCES       pushd daemons draining the one campaign (default 1)
 #   PUSHD_BENCH_TRANSACTIONAL   transactional jobs INSERTed one per transaction during the
 #                               drain; their INSERT → accepted percentiles are exact, from
