@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Called by run.sh (and Benchmarks/bench.sh) inside scripts/with-postgres.sh
 # (PUSHD_DATABASE_URL is set). Optional environment:
-#   PUSHD_BENCH_MOCK_ARGS       extra apns-mock options, e.g. "--delay-ms 50"
+#   PUSHD_BENCH_MOCK_ARGS       extra apns-mock options, e.g. "--delay-ms 50" (the mock always
+#                               runs with --read-ahead: many TLS records per read, as a server does)
 #   PUSHD_BENCH_INSTANCES       pushd daemons draining the one campaign (default 1)
 #   PUSHD_BENCH_TRANSACTIONAL   transactional jobs INSERTed one per transaction during the
 #                               drain; their INSERT → accepted percentiles are exact, from
@@ -25,6 +26,13 @@
 #                               during the drain and prints where that memory is
 #                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
 #                               the highest RSS of each quarter of the drain
+#   PUSHD_BENCH_PROBE_SECONDS   probe.sh over a window of this many seconds, 3 s into the drain
+#                               (pushd and apns-mock) and 1 s into the engine's run (DispatcherBench
+#                               and apns-mock): system calls, switches, reads and writes per
+#                               notification; printed as "probe …" lines (default: no probe)
+#   PUSHD_BENCH_WRAP            a command prefix for the first daemon and for DispatcherBench, e.g.
+#                               "valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p" to count
+#                               instructions per notification (default: none)
 #   PUSHD_BENCH_PEER            a command run last against the same mock with the arguments
 #                               PORT CA KEY_FILE KEY_ID TEAM_ID TOPIC; its "result …" line is
 #                               printed as "peer …" (Benchmarks/bench.sh runs aioapns so)
@@ -55,7 +63,7 @@ port=$(free_port)
 control_port=$(free_port)
 # shellcheck disable=SC2086  # the extra options are words
 "$bin/apns-mock" --cert "$work/certs/server.pem" --key "$work/certs/server.key" --port "$port" --control-port "$control_port" \
-  --provider-key "$kid:BENCHTEAM1:$work/key.pub" --topic com.example.bench ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
+  --provider-key "$kid:BENCHTEAM1:$work/key.pub" --topic com.example.bench --read-ahead ${PUSHD_BENCH_MOCK_ARGS:-} >"$work/mock.log" 2>&1 &
 mock_pid=$!
 metrics_ports=()
 for i in $(seq "$instances"); do
@@ -115,9 +123,16 @@ pg_ticks_before=$(tree_ticks "$postmaster")
 mock_ticks_before=$(tree_ticks "$mock_pid")
 start=$(date +%s.%N)
 for i in $(seq "$instances"); do
-  "$bin/pushd" run --config "$work/pushd$i.yml" 2>"$work/pushd$i.log" &
+  wrap=(); [ "$i" = 1 ] && [ -n "${PUSHD_BENCH_WRAP:-}" ] && read -r -a wrap <<<"$PUSHD_BENCH_WRAP"
+  "${wrap[@]}" "$bin/pushd" run --config "$work/pushd$i.yml" 2>"$work/pushd$i.log" &
   pushd_pids+=($!)
 done
+probe_pid=
+if [ -n "${PUSHD_BENCH_PROBE_SECONDS:-}" ]; then
+  (sleep 3; bash "$(dirname "$0")/probe.sh" "$PUSHD_BENCH_PROBE_SECONDS" "$control_port" pushd="${pushd_pids[0]}" mock-during-drain="$mock_pid" \
+     >"$work/probe.drain" 2>&1 || true) &
+  probe_pid=$!
+fi
 # Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart. Each
 # prints its id and created_at, and the statement after it the server's clock once the
 # COMMIT has returned (tx-latency.py).
@@ -144,6 +159,7 @@ while :; do
   sleep 0.2
 done
 end=$(date +%s.%N)
+[ -n "$probe_pid" ] && wait "$probe_pid"
 if [ -n "$tx_pid" ]; then
   wait "$tx_pid"
   while [ "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT count(*) FROM pushd.jobs WHERE app = 'bench'")" != 0 ]; do sleep 0.2; done
@@ -213,10 +229,19 @@ fi
 # the daemon's shape (2 threads x 1 connection x its streams): what the daemon costs beyond it.
 engine_line=""
 if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && [ -x "$bin/DispatcherBench" ]; then
-  engine_line=$("$bin/DispatcherBench" --port "$port" --ca "$work/certs/ca.pem" --requests "$h2_requests" --threads 2 \
+  wrap=(); [ -n "${PUSHD_BENCH_WRAP:-}" ] && read -r -a wrap <<<"$PUSHD_BENCH_WRAP"
+  "${wrap[@]}" "$bin/DispatcherBench" --port "$port" --ca "$work/certs/ca.pem" --requests "$h2_requests" --threads 2 \
     --connections 1 --streams "${PUSHD_BENCH_STREAMS:-500}" --label engine-same-requests --device-paths yes \
     --payload-file "$work/payload.json" --header "authorization: bearer $jwt" --header "apns-topic: com.example.bench" \
-    --header "apns-push-type: alert" --header "apns-priority: 10" 2>&1 | tail -1)
+    --header "apns-push-type: alert" --header "apns-priority: 10" >"$work/engine.out" 2>&1 &
+  engine_pid=$!
+  if [ -n "${PUSHD_BENCH_PROBE_SECONDS:-}" ]; then
+    sleep 1
+    bash "$(dirname "$0")/probe.sh" "$PUSHD_BENCH_PROBE_SECONDS" "$control_port" engine="$engine_pid" mock-during-engine="$mock_pid" \
+      >"$work/probe.engine" 2>&1 || true
+  fi
+  wait "$engine_pid" || true
+  engine_line=$(tail -1 "$work/engine.out")
 fi
 
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections, at most %s open at once, %s ended by pushd before any GOAWAY of the mock)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections" "${connections_peak:-?}" "${closed_by_client:-?}"
@@ -241,6 +266,7 @@ if [ "$transactional" -gt 0 ]; then
   grep -v '^tx ' <<<"$tx_report"
   printf '  transactional: %d jobs during the drain, histogram: INSERT → accepted p50 ≤ %s ms, p99 ≤ %s ms, mean %s ms\n' "$transactional" "$tx_p50" "$tx_p99" "$tx_mean"
 fi
+cat "$work"/probe.* 2>/dev/null || true
 if [ -n "$engine_line" ]; then
   echo "  engine:  $engine_line"
   echo "engine ${engine_line}"

@@ -49,6 +49,7 @@ static inline long pushd_openssl_ssl_ctx_set_mode_nonblocking_writes(SSL_CTX *ct
     return SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 }
 static inline long pushd_openssl_ssl_ctx_set_session_cache_server(SSL_CTX *ctx) { return SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER); }
+static inline long pushd_openssl_ssl_ctx_set_read_ahead(SSL_CTX *ctx) { return SSL_CTX_set_read_ahead(ctx, 1); }
 
 
 #endif

@@ -49,6 +49,21 @@ import Testing
         #expect(!after.contains("authorization: bearer first.jwt.value"))
     }
 
+    @Test func aBatchCarriesTheProviderTokenOfItsRefreshAndTheNextRefreshTakesTheNewOne() throws {
+        let source = Source()
+        let client = try client(source)
+        defer { client.shutdown(drainTimeoutMilliseconds: 0) }
+        let template = try NotificationTemplate(client: client, notification: try notification(String(repeating: "a", count: 64)))
+        let token = try DeviceToken(String(repeating: "b", count: 64))
+        try template.refreshAuthorization()
+        source.value.withLock { $0 = "bearer second.jwt.value" }
+        #expect(try template.requestWithCurrentHeaders(for: token).headerLines.contains("authorization: bearer first.jwt.value"))
+        try template.refreshAuthorization()
+        let after = try template.requestWithCurrentHeaders(for: token)
+        #expect(after.headerLines.contains("authorization: bearer second.jwt.value"))
+        #expect(after.path == "/3/device/" + String(repeating: "b", count: 64))
+    }
+
     @Test func headerLinesAreCheckedOnceWhenTheBlockIsMade() {
         #expect(throws: DispatchRequestError.malformedHeaderLine(index: 1, line: "bad\r\nline: x")) {
             try DispatchRequest.HeaderBlock(lines: ["apns-topic: a", "bad\r\nline: x"])

@@ -15,8 +15,10 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible, Comparab
         guard !utf8.isEmpty else { throw .empty }
         // Tokens come lowercase from the queue (a campaign's chunk holds thousands): such a
         // token is its own text, with no copy.
+        // The bytes are read in place (a native string's are contiguous), not through the
+        // string's index: that took about 2,300 instructions per token of a campaign.
         if (DeviceToken.minimumHexLength...DeviceToken.maximumHexLength).contains(utf8.count), utf8.count % 2 == 0,
-           utf8.allSatisfy({ ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) || ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "f")) }) {
+           utf8.withContiguousStorageIfAvailable({ $0.allSatisfy(DeviceToken.isLowercaseHex) }) ?? utf8.allSatisfy(DeviceToken.isLowercaseHex) {
             hex = text
             return
         }
@@ -38,6 +40,10 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible, Comparab
         guard lowered.count <= DeviceToken.maximumHexLength else { throw .tooLong(length: lowered.count) }
         guard lowered.count % 2 == 0 else { throw .oddLength(length: lowered.count) }
         hex = String(decoding: lowered, as: UTF8.self)
+    }
+
+    private static func isLowercaseHex(_ byte: UInt8) -> Bool {
+        (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
     }
 
     /// Builds the token from the raw bytes an app receives from

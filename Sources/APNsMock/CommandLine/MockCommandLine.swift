@@ -32,6 +32,8 @@ public enum MockCommandLine {
       --log-accepted                  keep a log of accepted notifications (GET /accepted)
       --log-limit N                   keep at most N log entries, count the rest (default 2000000)
       --count-per-token               count answers per device token
+      --read-ahead                    read as many TLS records per system call as 64 KiB hold
+                                      (the benchmarks use it; see MockConfiguration.readAhead)
 
     AUTHENTICATION (default: none)
       --provider-key KID:TEAM:FILE    trust this ES256 public key (PEM) for token auth; repeat
@@ -84,6 +86,7 @@ public enum MockCommandLine {
         var logAccepted = false
         var logLimit: Int?
         var perToken = false
+        var readAhead = false
         var providerKeys: [ProviderKey] = []
         var startAtOne = true
         var tokenUpdateWindow: Int?
@@ -123,6 +126,7 @@ public enum MockCommandLine {
             case "--log-accepted": logAccepted = true
             case "--log-limit": logLimit = try integer(Int.self)
             case "--count-per-token": perToken = true
+            case "--read-ahead": readAhead = true
             case "--provider-key":
                 let text = try value()
                 let parts = text.split(separator: ":", maxSplits: 2).map(String.init)
@@ -188,6 +192,7 @@ public enum MockCommandLine {
             configuration.acceptedLogLimit = logLimit
         }
         configuration.countsPerToken = perToken
+        configuration.readAhead = readAhead
         if let tokenUpdateWindow {
             guard tokenUpdateWindow >= 1 else {
                 throw MockServerError.configuration("--token-update-window must be at least 1 second, got \(tokenUpdateWindow)")

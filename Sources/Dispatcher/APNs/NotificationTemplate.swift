@@ -32,11 +32,22 @@ public final class NotificationTemplate {
 
     /// The request for `token`, with the provider token current now.
     public func request(for token: DeviceToken) throws(APNsClientError) -> DispatchRequest {
+        try refreshAuthorization()
+        return try requestWithCurrentHeaders(for: token)
+    }
+
+    /// Takes the provider token current now into the headers, when it changed.
+    public func refreshAuthorization() throws(APNsClientError) {
         let current = try client.authorization()
         if current != authorization {
             headers = try Self.headers(of: notification, authorization: current)
             authorization = current
         }
+    }
+
+    /// The request for `token` with the provider token of the last `refreshAuthorization`: a
+    /// batch asks for the token once (a lock and a lookup by key in pushd) instead of per request.
+    public func requestWithCurrentHeaders(for token: DeviceToken) throws(APNsClientError) -> DispatchRequest {
         do {
             return try DispatchRequest(path: "/3/device/" + token.hex, headers: headers, sharedBody: body)
         } catch {

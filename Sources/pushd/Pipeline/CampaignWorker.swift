@@ -287,12 +287,31 @@ final class CampaignWorker: @unchecked Sendable {
         }
     }
 
+    /// Requests built from a chunk's template and not yet handed to the engine, with the
+    /// template they came from; kept between fills for its capacity.
+    private var batch: [(request: DispatchRequest, tag: UInt64)] = []
+    private var batchTemplate: NotificationTemplate?
+    /// Requests handed to the engine at once: one window acquisition, one lock of a loop's
+    /// inbox and at most one wake-up for all of them, instead of one each.
+    static let submitBatch = 256
+
+    /// Hands the batched requests to their engine; blocks while its window is full.
+    private func submitBatched() {
+        if let template = batchTemplate, !batch.isEmpty { template.client.dispatcher.submit(contentsOf: batch) }
+        batch.removeAll(keepingCapacity: true)
+        batchTemplate = nil
+    }
+
     /// Submits targets of `run` while the worker's window has room.
     private func fill(_ run: ChunkRun, on connection: PGConnection) throws {
+        defer { submitBatched() }
         let chunk = run.chunk
         let sender = run.sender
+        // One clock read per fill for an uncapped run: it never waits inside this loop except
+        // for the engine's window, after which the clock is read again.
+        var now = RateLimiter.monotonicSeconds()
         while !run.stopSubmitting, inFlight < budget {
-            let now = RateLimiter.monotonicSeconds()
+            if run.rate != nil { now = RateLimiter.monotonicSeconds() }
             guard let target = run.takeNextTarget(now: now) else { break }
             if let rate = run.rate {
                 let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
@@ -326,8 +345,19 @@ final class CampaignWorker: @unchecked Sendable {
                     fail(run, target, "BadDeviceToken")
                     continue
                 }
+                let tag = CompletionQueue.tag(worker: index, generation: run.generation, index: target)
                 do {
-                    try template.submit(to: token, tag: CompletionQueue.tag(worker: index, generation: run.generation, index: target))
+                    if run.rate != nil {
+                        // A capped run sends each request at its moment, not in batches.
+                        try template.submit(to: token, tag: tag)
+                    } else {
+                        if batchTemplate !== template {
+                            submitBatched()
+                            try template.refreshAuthorization()
+                            batchTemplate = template
+                        }
+                        batch.append((try template.requestWithCurrentHeaders(for: token), tag))
+                    }
                 } catch {
                     context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
                     run.retries.append(ChunkRun.Retry(at: 0, target: target))
@@ -336,8 +366,14 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 run.sent(target, to: environment)
                 inFlight += 1
+                if batch.count >= Self.submitBatch {
+                    submitBatched()
+                    now = RateLimiter.monotonicSeconds()
+                }
                 continue
             }
+            // The notification is built on its own: what was batched goes first, in order.
+            submitBatched()
             let notification: APNsNotification
             do {
                 notification = try sender.factory.notification(.init(
