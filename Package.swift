@@ -7,6 +7,11 @@ func systemLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
     .systemLibrary(name: name, path: "Sources/\(name)", pkgConfig: pkgConfig, providers: [.apt(apt)])
 }
 
+/// The engine's modules (everything DispatcherBench links) use the standard library alone for
+/// text: without the implicit `_StringProcessing` import the engine does not load it and
+/// `_RegexParser`, 0.8 MB of its resident memory (docs/dispatcher.md, Peak RSS in December 2026).
+let withoutStringProcessing: [SwiftSetting] = [.unsafeFlags(["-Xfrontend", "-disable-implicit-string-processing-module-import"])]
+
 let package = Package(
     name: "pushd",
     platforms: [.macOS(.v15)],
@@ -30,16 +35,16 @@ let package = Package(
         systemLibrary("CYAML", pkgConfig: "yaml-0.1", apt: ["libyaml-dev"]),
 
         // Shared state behind a pthread mutex, which ThreadSanitizer understands (Sources/Locking).
-        .target(name: "Locking"),
+        .target(name: "Locking", swiftSettings: withoutStringProcessing),
         // Threads, standard streams and child processes on POSIX, so that no target needs Foundation.
-        .target(name: "Posix"),
-        .target(name: "APNs", dependencies: ["COpenSSL", "Locking", "Posix"]),
+        .target(name: "Posix", swiftSettings: withoutStringProcessing),
+        .target(name: "APNs", dependencies: ["COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "QueueStore", dependencies: ["CLibPQ", "Posix"]),
         .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"]),
         .target(name: "CEpoll"),
         .target(name: "CSignal"),
-        .target(name: "Polling", dependencies: ["CEpoll", "Locking"]),
-        .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "Locking", "Posix"]),
+        .target(name: "Polling", dependencies: ["CEpoll", "Locking"], swiftSettings: withoutStringProcessing),
+        .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"]),
@@ -52,7 +57,8 @@ let package = Package(
         .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport", "APNsMock", "Locking"]),
         .testTarget(name: "DaemonTests", dependencies: ["pushd", "APNs", "APNsMock", "QueueStore", "Metrics", "PushdTestSupport"]),
         .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "Polling", "APNs", "APNsMock", "Locking"]),
-        .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench"),
+        .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench",
+                          swiftSettings: withoutStringProcessing),
         .testTarget(name: "APNsTests", dependencies: ["APNs"]),
         .testTarget(name: "MetricsTests", dependencies: ["Metrics", "Locking"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics", "Locking"], path: "Benchmarks/MetricsBench"),

@@ -2,7 +2,8 @@ import APNs
 
 /// Requests for notifications that differ only in their device token, as a campaign chunk's
 /// do: the headers are checked and packed once (again only when the provider token
-/// changes) and every request shares the payload bytes, so each one costs its path alone.
+/// changes) and every request shares them and the payload bytes, so each one costs its
+/// path alone.
 ///
 /// Thread rule: one thread at a time (a campaign worker keeps one per chunk and host).
 public final class NotificationTemplate {
@@ -10,16 +11,15 @@ public final class NotificationTemplate {
     /// The notification every request repeats, its token aside; checked by the caller.
     public let notification: APNs.Notification
     private var authorization: String?
-    private var headers: DispatchRequest.HeaderBlock
-    /// The payload, copied once for all the requests.
-    private let body: RequestBytes.Body
+    /// The header lines and the payload, laid out once for all the requests.
+    private var shared: RequestBytes
 
     public init(client: APNsClient, notification: APNs.Notification) throws(APNsClientError) {
         self.client = client
         self.notification = notification
         authorization = try client.authorization()
-        headers = try Self.headers(of: notification, authorization: authorization)
-        body = RequestBytes.Body(notification.payload)
+        shared = DispatchRequest.sharedPart(headers: try Self.headers(of: notification, authorization: authorization),
+                                            body: notification.payload)
     }
 
     private static func headers(of notification: APNs.Notification, authorization: String?) throws(APNsClientError) -> DispatchRequest.HeaderBlock {
@@ -40,7 +40,8 @@ public final class NotificationTemplate {
     public func refreshAuthorization() throws(APNsClientError) {
         let current = try client.authorization()
         if current != authorization {
-            headers = try Self.headers(of: notification, authorization: current)
+            shared = DispatchRequest.sharedPart(headers: try Self.headers(of: notification, authorization: current),
+                                                body: notification.payload)
             authorization = current
         }
     }
@@ -49,7 +50,7 @@ public final class NotificationTemplate {
     /// batch asks for the token once (a lock and a lookup by key in pushd) instead of per request.
     public func requestWithCurrentHeaders(for token: DeviceToken) throws(APNsClientError) -> DispatchRequest {
         do {
-            return try DispatchRequest(path: "/3/device/" + token.hex, headers: headers, sharedBody: body)
+            return try DispatchRequest(path: "/3/device/" + token.hex, shared: shared)
         } catch {
             throw .invalidRequest(error)
         }

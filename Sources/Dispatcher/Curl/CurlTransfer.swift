@@ -68,7 +68,7 @@ final class CurlTransfer {
         func check(_ code: CURLcode, _ option: String) {
             if code != CURLE_OK, failure == nil { failure = CurlOptionFailure(code: code, option: option) }
         }
-        let headers = bytes.headerList
+        let headers = request.headersAndBody.headerList
         if attachedHeaders != .some(headers) {
             check(pushd_curl_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER")
             attachedHeaders = headers
@@ -88,9 +88,9 @@ final class CurlTransfer {
             method = request.method
         }
         if request.method != .get {
-            let body = request.sharedBody.map { ($0.pointer, $0.count) } ?? (bytes.bodyPointer, bytes.bodyCount)
-            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, body.0), "CURLOPT_POSTFIELDS")
-            check(pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, body.1), "CURLOPT_POSTFIELDSIZE")
+            let body = request.headersAndBody
+            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, body.bodyPointer), "CURLOPT_POSTFIELDS")
+            check(pushd_curl_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, body.bodyCount), "CURLOPT_POSTFIELDSIZE")
         }
         if fresh != freshConnect {
             check(pushd_curl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, fresh ? 1 : 0), "CURLOPT_FRESH_CONNECT")

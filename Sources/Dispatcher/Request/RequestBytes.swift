@@ -8,6 +8,9 @@ import Glibc
 ///
 /// Thread rule: immutable after `init`, so any thread may read it; libcurl reads it only on
 /// the loop thread that runs the transfer.
+///
+/// Requests that differ only in their path (a campaign's) share one block with their header
+/// lines and body and each keep a block with their path alone (`DispatchRequest.shared`).
 final class RequestBytes: @unchecked Sendable {
     private let base: UnsafeMutableRawPointer
     let headerCount: Int
@@ -66,23 +69,4 @@ final class RequestBytes: @unchecked Sendable {
     }
 
     var body: [UInt8] { Array(UnsafeRawBufferPointer(start: base + bodyOffset, count: bodyCount)) }
-
-    /// A body many requests send unchanged, copied once.
-    final class Body: @unchecked Sendable {
-        private let base: UnsafeMutableRawPointer
-        let count: Int
-
-        init(_ bytes: [UInt8]) {
-            count = bytes.count
-            base = UnsafeMutableRawPointer.allocate(byteCount: max(1, count), alignment: 1)
-            bytes.withUnsafeBytes { if $0.count > 0 { base.copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
-        }
-
-        deinit {
-            base.deallocate()
-        }
-
-        var pointer: UnsafeMutableRawPointer { base }
-        var bytes: [UInt8] { Array(UnsafeRawBufferPointer(start: base, count: count)) }
-    }
 }

@@ -75,18 +75,31 @@ public enum TransportFailureKind: String, Sendable, Equatable, CaseIterable {
     }
 
     private static func classify(message: String) -> TransportFailureKind {
-        let text = message.lowercased()
-        if text.contains("certificate verify failed") || text.contains("ssl certificate problem")
-            || text.contains("no alternative certificate subject name matches") || text.contains("does not match target host") {
+        let text = Array(message.lowercased().utf8)
+        let serverRefusals = ["certificate verify failed", "ssl certificate problem",
+                              "no alternative certificate subject name matches", "does not match target host"]
+        if serverRefusals.contains(where: { contains(text, $0) }) {
             return .serverCertificateUntrusted
         }
         // Alerts a server sends when it rejects the client's certificate (RFC 8446 §6.2).
         let clientAlerts = ["alert unknown ca", "alert bad certificate", "alert certificate required",
                             "alert certificate unknown", "alert certificate revoked", "alert certificate expired",
                             "alert unsupported certificate", "alert access denied"]
-        if clientAlerts.contains(where: text.contains) {
+        if clientAlerts.contains(where: { contains(text, $0) }) {
             return .clientCertificateRefused
         }
         return .unreachable
+    }
+
+    /// Whether `phrase` occurs in `text`. The engine's modules search text with the standard
+    /// library alone: `String.contains(String)` comes from _StringProcessing, whose libraries
+    /// (with _RegexParser) were 0.8 MB of the engine's resident memory for this one use.
+    private static func contains(_ text: [UInt8], _ phrase: String) -> Bool {
+        let needle = Array(phrase.utf8)
+        guard !needle.isEmpty, needle.count <= text.count else { return needle.isEmpty }
+        for start in 0...(text.count - needle.count) where text[start] == needle[0] {
+            if text[start..<(start + needle.count)].elementsEqual(needle) { return true }
+        }
+        return false
     }
 }
