@@ -171,6 +171,8 @@ mkdir -p Benchmarks/results
     echo
     echo "Every program ran on this machine one after the other, with PostgreSQL, apns-mock and"
     echo "nghttpd sharing it; CPU per notification is user + system time of the client process."
+    echo "The drains and the engine with the daemon's requests run apns-mock with --read-ahead (many TLS"
+    echo "records per read, as a server does); the engine and C rows with no authorization header do not."
     [ -n "$note" ] && { echo; echo "$note"; }
     echo
     echo "$table"
