@@ -30,6 +30,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     let outstanding = Atomic<Int>(0)
 
     var transfers: [CurlTransfer] = []
+    /// Unmapped only after `deinit` has cleaned up every easy handle that may still write to one.
+    private let errorBuffers = CurlErrorBuffers()
     private var freeTransfers: [Int] = []
     private var backlog = RingBuffer<PendingRequest>(capacity: 1024)
     private var drained: [PendingRequest] = []
@@ -275,6 +277,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                 deliver(refusedRequest, outcome: .transportFailure(refused))
                 continue
             }
+            transfer.attachErrorBuffer()
             nextTransferFresh = false
             transfer.enteredCurlAt = now
             inCurl += 1
@@ -290,7 +293,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     private func makeTransfer() throws(DispatcherConfigurationError) -> CurlTransfer {
         let transfer = try CurlTransfer.make(index: transfers.count, configuration: configuration,
-                                             socketOwner: Unmanaged.passUnretained(self).toOpaque())
+                                             socketOwner: Unmanaged.passUnretained(self).toOpaque(),
+                                             errorBuffer: errorBuffers.buffer(for: transfers.count))
         transfers.append(transfer)
         sink.counters.easyHandles.add(1, ordering: .relaxed)
         return transfer

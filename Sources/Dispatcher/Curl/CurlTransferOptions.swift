@@ -4,13 +4,14 @@ import Glibc
 extension CurlTransfer {
     /// A new easy handle with every option that stays the same for all requests; a rejected
     /// option fails here, at start-up or when the pool grows, never on a request.
-    /// `socketOwner` receives the open/close-socket callbacks.
-    static func make(index: Int, configuration config: DispatcherConfiguration,
-                     socketOwner: UnsafeMutableRawPointer) throws(DispatcherConfigurationError) -> CurlTransfer {
+    /// `socketOwner` receives the open/close-socket callbacks; `errorBuffer` is the transfer's
+    /// `CURLOPT_ERRORBUFFER`, attached while it runs.
+    static func make(index: Int, configuration config: DispatcherConfiguration, socketOwner: UnsafeMutableRawPointer,
+                     errorBuffer: UnsafeMutablePointer<CChar>) throws(DispatcherConfigurationError) -> CurlTransfer {
         guard let easy = curl_easy_init(), let url = curl_url() else {
             throw .transportRejected(setting: "curl_easy_init", message: "out of memory")
         }
-        let transfer = CurlTransfer(index: index, easy: easy, url: url)
+        let transfer = CurlTransfer(index: index, easy: easy, url: url, errorBuffer: errorBuffer)
         let urlCode = curl_url_set(url, CURLUPART_URL, "https://\(hostForURL(config.host)):\(config.port)/", 0)
         if urlCode != CURLUE_OK {
             throw .invalid(field: "host", value: config.host, expected: "a valid host (\(String(cString: curl_url_strerror(urlCode))))")
@@ -43,7 +44,6 @@ extension CurlTransfer {
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, transferPointer), "CURLOPT_HEADERDATA")
         check(pushd_curl_easy_setopt_prereq_cb(easy, curlPrereqCallback), "CURLOPT_PREREQFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PREREQDATA, transferPointer), "CURLOPT_PREREQDATA")
-        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, transfer.errorBuffer), "CURLOPT_ERRORBUFFER")
         check(pushd_curl_easy_setopt_opensocket_cb(easy, curlOpenSocketCallback), "CURLOPT_OPENSOCKETFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_OPENSOCKETDATA, socketOwner), "CURLOPT_OPENSOCKETDATA")
         check(pushd_curl_easy_setopt_closesocket_cb(easy, curlCloseSocketCallback), "CURLOPT_CLOSESOCKETFUNCTION")
