@@ -19,7 +19,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         var closed = false
     }
 
-    private let configuration: DispatcherConfiguration
+    let configuration: DispatcherConfiguration
     let sink: CompletionSink
     private let epoll: EpollLoop
     let multi: CurlMulti
@@ -32,17 +32,17 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var transfers: [CurlTransfer] = []
     /// Unmapped only after `deinit` has cleaned up every easy handle that may still write to one.
     private let errorBuffers = CurlErrorBuffers()
-    private var freeTransfers: [Int] = []
-    private var backlog = RingBuffer<PendingRequest>(capacity: 1024)
+    var freeTransfers: [Int] = []
+    var backlog = RingBuffer<PendingRequest>(capacity: 1024)
     private var drained: [PendingRequest] = []
-    private var inCurl = 0
+    var inCurl = 0
     private let inCurlLimit: Int
     /// What the policy and the window admitted at the last refill: requests beyond it wait.
     private var admitted = 0
     /// What the policy alone admitted (the streams): requests beyond it wait for a stream.
     private var streamsAdmitted = 0
     /// The bulk lane's adaptive limit on requests inside libcurl; nil keeps the streams' limit.
-    private var inFlightSampler: InFlightSampler?
+    var inFlightSampler: InFlightSampler?
     /// The limit last reported to the metrics hook.
     private var reportedLimit = 0
     /// libcurl's `CURLMOPT_MAX_HOST_CONNECTIONS` for this loop.
@@ -56,14 +56,14 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var connectionsEverOpened = 0
     var connectionsExpected: Int
     // SystemRandom, not SystemRandomNumberGenerator: see Sources/APNs/Retry/SystemRandom.swift.
-    private var random = SystemRandom()
-    private var slotsToRelease = 0
+    var random = SystemRandom()
+    var slotsToRelease = 0
     /// Set when a completion batch held requests a dropped connection left unanswered; one
     /// lost connection fails many streams at once and is reported once.
-    private var lostThisBatch = false
+    var lostThisBatch = false
     /// Connection-level failures seen in one completion batch, reported once each: a thousand
     /// streams timing out on one connection are one failed connection.
-    private var failuresThisBatch: Set<ConnectionFailureReason> = []
+    var failuresThisBatch: Set<ConnectionFailureReason> = []
     /// Connections libcurl moved requests away from, already reported (libcurl never reuses an id).
     var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.
@@ -75,7 +75,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// moved requests off it refused them before its SETTINGS were read; one that gave more
     /// was ended by the server's GOAWAY.
     var answerCounts = AnswerCounts()
-    private var coalescing: AnswerCoalescing
+    var coalescing: AnswerCoalescing
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
     private var coalescedNanoseconds: UInt64 = 0
@@ -298,144 +298,6 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         transfers.append(transfer)
         sink.counters.easyHandles.add(1, ordering: .relaxed)
         return transfer
-    }
-
-    // MARK: - Results out of libcurl
-
-    /// Returns how many transfers finished.
-    @discardableResult
-    private func readCompletions() -> Int {
-        var finished = 0
-        let timed = coalescing.enabled || inFlightSampler != nil
-        let now = timed ? monotonicNanoseconds() : 0
-        multi.forEachFinished { easy, code in
-            var privateData: UnsafeMutableRawPointer?
-            _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
-            multi.remove(easy)
-            // Every handle this loop adds is one of its transfers; anything else is not ours to report.
-            guard let index = CurlTransfer.poolIndex(privateData: privateData, count: transfers.count) else { return }
-            var status = 0
-            _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
-            inCurl -= 1
-            finished += 1
-            if timed, status != 0 {
-                let roundTrip = now &- transfers[index].enteredCurlAt
-                if coalescing.enabled { coalescing.answered(after: roundTrip) }
-                inFlightSampler?.answered(after: roundTrip)
-            }
-            finish(transfers[index], code: code, status: status)
-        }
-        guard finished > 0 else { return 0 }
-        sink.metrics.inFlightChanged(by: -finished)
-        if lostThisBatch {
-            lostThisBatch = false
-            failuresThisBatch.insert(.reset)
-        }
-        if !failuresThisBatch.isEmpty {
-            for reason in failuresThisBatch { reportFailure(reason) }
-            failuresThisBatch.removeAll(keepingCapacity: true)
-        }
-        checkRetiredConnections()
-        releaseSlots()
-        return finished
-    }
-
-    private func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
-        guard let pending = transfer.pending.take() else { return }
-        freeTransfers.append(transfer.index)
-        noteResends(transfer)
-        let curlCode = Int(code.rawValue)
-        // The one place an answer's body is read: for the decision here and for the caller.
-        let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
-        let disposition = TransferDisposition.decide(curlCode: curlCode, status: status, reason: errorBody?.reason,
-                                                     attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
-        if status == 0, curlCode != 0 {
-            if let failure = ConnectionFailureReason(failedTransferCode: curlCode) { failuresThisBatch.insert(failure) }
-            if transfer.connectionID >= 0 { _ = brokenConnections.insert(transfer.connectionID) }
-        }
-        if status != 0 {
-            _ = policy.handle(.answered(connection: transfer.connectionID))
-            answerCounts.answered(on: transfer.connectionID)
-        }
-        if disposition.replaceConnection { retire(transfer) }
-        if disposition.connectFailed {
-            sink.counters.connectFailures.add(1, ordering: .relaxed)
-            let action = policy.handle(.connectFailed(now: monotonicNanoseconds(), unitRandom: Double.random(in: 0..<1, using: &random)))
-            if case .failWaiting(let failures) = action {
-                let failure = TransportError(code: curlCode, message: "\(transfer.failureMessage(code)) (\(failures) connection attempts failed in a row)")
-                transfer.responseBody.removeAll(keepingCapacity: true)
-                deliver(pending, outcome: .transportFailure(failure))
-                failWaiting(with: failure)
-                return
-            }
-        }
-        if disposition.retry {
-            transfer.responseBody.removeAll(keepingCapacity: true)
-            sink.counters.retried.add(1, ordering: .relaxed)
-            sink.metrics.requestRetried()
-            if !disposition.connectFailed { lostThisBatch = true }
-            backlog.pushFront(pending)
-            return
-        }
-        let outcome: DispatchResult.Outcome
-        if curlCode == CurlResultCode.ok.rawValue || status != 0 {
-            let body = transfer.responseBody
-            if !body.isEmpty { transfer.responseBody = [] }
-            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body, errorBody: errorBody,
-                                        channelID: transfer.channelID))
-        } else {
-            transfer.responseBody.removeAll(keepingCapacity: true)
-            outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))
-        }
-        deliver(pending, outcome: outcome, timings: configuration.recordsTransferTimings ? timings(of: transfer, pending) : nil)
-    }
-
-    private func timings(of transfer: CurlTransfer, _ pending: PendingRequest) -> TransferTimings {
-        func microseconds(_ info: CURLINFO) -> Int64 {
-            var value: curl_off_t = 0
-            _ = pushd_curl_easy_getinfo_off(transfer.easy, info, &value)
-            return Int64(value)
-        }
-        return TransferTimings(queuedNanoseconds: transfer.enteredCurlAt &- pending.submittedAt,
-                               sentMicroseconds: microseconds(CURLINFO_POSTTRANSFER_TIME_T),
-                               firstByteMicroseconds: microseconds(CURLINFO_STARTTRANSFER_TIME_T),
-                               totalMicroseconds: microseconds(CURLINFO_TOTAL_TIME_T))
-    }
-
-    /// The server cannot be reached after as many tries as a request gets: everything waiting
-    /// here is reported now and the caller keeps it (pushd in its queue) until the server is
-    /// back. Transfers inside libcurl that it has not begun to send (they wait for a
-    /// connection) are taken back too; anything already sent stays to finish.
-    private func failWaiting(with failure: TransportError) {
-        while let waiting = backlog.popFront() { deliver(waiting, outcome: .transportFailure(failure)) }
-        var withdrawn = 0
-        for other in transfers where other.sends == 0 {
-            guard let waiting = other.pending else { continue }
-            multi.remove(other.easy)
-            other.pending = nil
-            other.responseBody.removeAll(keepingCapacity: true)
-            freeTransfers.append(other.index)
-            withdrawn += 1
-            deliver(waiting, outcome: .transportFailure(failure))
-        }
-        if withdrawn > 0 {
-            inCurl -= withdrawn
-            sink.metrics.inFlightChanged(by: -withdrawn)
-        }
-    }
-
-    private func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome, timings: TransferTimings? = nil) {
-        sink.deliver(pending, outcome: outcome, timings: timings)
-        slotsToRelease += 1
-    }
-
-    /// Returns the window slots of everything delivered since the last call, in one go.
-    private func releaseSlots() {
-        if slotsToRelease > 0 {
-            outstanding.subtract(slotsToRelease, ordering: .relaxed)
-            sink.window.release(slotsToRelease)
-            slotsToRelease = 0
-        }
     }
 
     private func shutDownTransfers() {

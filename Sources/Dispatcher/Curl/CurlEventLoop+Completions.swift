@@ -1,0 +1,145 @@
+internal import CCurl
+import APNs
+import Glibc
+import Polling
+
+// Results out of libcurl: the loop reads what finished after every socket event and timer,
+// applies `TransferDisposition` and `ConnectionPolicy` to each, retries or reports it, and
+// returns the window slots of what it reported. Runs on the loop's thread only.
+extension CurlEventLoop {
+    /// Returns how many transfers finished.
+    @discardableResult
+    func readCompletions() -> Int {
+        var finished = 0
+        let timed = coalescing.enabled || inFlightSampler != nil
+        let now = timed ? monotonicNanoseconds() : 0
+        multi.forEachFinished { easy, code in
+            var privateData: UnsafeMutableRawPointer?
+            _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
+            multi.remove(easy)
+            // Every handle this loop adds is one of its transfers; anything else is not ours to report.
+            guard let index = CurlTransfer.poolIndex(privateData: privateData, count: transfers.count) else { return }
+            var status = 0
+            _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+            inCurl -= 1
+            finished += 1
+            if timed, status != 0 {
+                let roundTrip = now &- transfers[index].enteredCurlAt
+                if coalescing.enabled { coalescing.answered(after: roundTrip) }
+                inFlightSampler?.answered(after: roundTrip)
+            }
+            finish(transfers[index], code: code, status: status)
+        }
+        guard finished > 0 else { return 0 }
+        sink.metrics.inFlightChanged(by: -finished)
+        if lostThisBatch {
+            lostThisBatch = false
+            failuresThisBatch.insert(.reset)
+        }
+        if !failuresThisBatch.isEmpty {
+            for reason in failuresThisBatch { reportFailure(reason) }
+            failuresThisBatch.removeAll(keepingCapacity: true)
+        }
+        checkRetiredConnections()
+        releaseSlots()
+        return finished
+    }
+
+    func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
+        guard let pending = transfer.pending.take() else { return }
+        freeTransfers.append(transfer.index)
+        noteResends(transfer)
+        let curlCode = Int(code.rawValue)
+        // The one place an answer's body is read: for the decision here and for the caller.
+        let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
+        let disposition = TransferDisposition.decide(curlCode: curlCode, status: status, reason: errorBody?.reason,
+                                                     attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
+        if status == 0, curlCode != 0 {
+            if let failure = ConnectionFailureReason(failedTransferCode: curlCode) { failuresThisBatch.insert(failure) }
+            if transfer.connectionID >= 0 { _ = brokenConnections.insert(transfer.connectionID) }
+        }
+        if status != 0 {
+            _ = policy.handle(.answered(connection: transfer.connectionID))
+            answerCounts.answered(on: transfer.connectionID)
+        }
+        if disposition.replaceConnection { retire(transfer) }
+        if disposition.connectFailed {
+            sink.counters.connectFailures.add(1, ordering: .relaxed)
+            let action = policy.handle(.connectFailed(now: monotonicNanoseconds(), unitRandom: Double.random(in: 0..<1, using: &random)))
+            if case .failWaiting(let failures) = action {
+                let failure = TransportError(code: curlCode, message: "\(transfer.failureMessage(code)) (\(failures) connection attempts failed in a row)")
+                transfer.responseBody.removeAll(keepingCapacity: true)
+                deliver(pending, outcome: .transportFailure(failure))
+                failWaiting(with: failure)
+                return
+            }
+        }
+        if disposition.retry {
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            sink.counters.retried.add(1, ordering: .relaxed)
+            sink.metrics.requestRetried()
+            if !disposition.connectFailed { lostThisBatch = true }
+            backlog.pushFront(pending)
+            return
+        }
+        let outcome: DispatchResult.Outcome
+        if curlCode == CurlResultCode.ok.rawValue || status != 0 {
+            let body = transfer.responseBody
+            if !body.isEmpty { transfer.responseBody = [] }
+            outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body, errorBody: errorBody,
+                                        channelID: transfer.channelID))
+        } else {
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))
+        }
+        deliver(pending, outcome: outcome, timings: configuration.recordsTransferTimings ? timings(of: transfer, pending) : nil)
+    }
+
+    func timings(of transfer: CurlTransfer, _ pending: PendingRequest) -> TransferTimings {
+        func microseconds(_ info: CURLINFO) -> Int64 {
+            var value: curl_off_t = 0
+            _ = pushd_curl_easy_getinfo_off(transfer.easy, info, &value)
+            return Int64(value)
+        }
+        return TransferTimings(queuedNanoseconds: transfer.enteredCurlAt &- pending.submittedAt,
+                               sentMicroseconds: microseconds(CURLINFO_POSTTRANSFER_TIME_T),
+                               firstByteMicroseconds: microseconds(CURLINFO_STARTTRANSFER_TIME_T),
+                               totalMicroseconds: microseconds(CURLINFO_TOTAL_TIME_T))
+    }
+
+    /// The server cannot be reached after as many tries as a request gets: everything waiting
+    /// here is reported now and the caller keeps it (pushd in its queue) until the server is
+    /// back. Transfers inside libcurl that it has not begun to send (they wait for a
+    /// connection) are taken back too; anything already sent stays to finish.
+    func failWaiting(with failure: TransportError) {
+        while let waiting = backlog.popFront() { deliver(waiting, outcome: .transportFailure(failure)) }
+        var withdrawn = 0
+        for other in transfers where other.sends == 0 {
+            guard let waiting = other.pending else { continue }
+            multi.remove(other.easy)
+            other.pending = nil
+            other.responseBody.removeAll(keepingCapacity: true)
+            freeTransfers.append(other.index)
+            withdrawn += 1
+            deliver(waiting, outcome: .transportFailure(failure))
+        }
+        if withdrawn > 0 {
+            inCurl -= withdrawn
+            sink.metrics.inFlightChanged(by: -withdrawn)
+        }
+    }
+
+    func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome, timings: TransferTimings? = nil) {
+        sink.deliver(pending, outcome: outcome, timings: timings)
+        slotsToRelease += 1
+    }
+
+    /// Returns the window slots of everything delivered since the last call, in one go.
+    func releaseSlots() {
+        if slotsToRelease > 0 {
+            outstanding.subtract(slotsToRelease, ordering: .relaxed)
+            sink.window.release(slotsToRelease)
+            slotsToRelease = 0
+        }
+    }
+}
