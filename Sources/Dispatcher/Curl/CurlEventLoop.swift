@@ -35,6 +35,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var freeTransfers: [Int] = []
     var backlog = RingBuffer<PendingRequest>(capacity: 1024)
     private var drained: [PendingRequest] = []
+    /// Requests' worth of `drained` kept between wake-ups: more than a wake-up brings in steady state.
+    private static let drainedCapacityKept = 1024
     var inCurl = 0
     private let inCurlLimit: Int
     /// What the policy and the window admitted at the last refill: requests beyond it wait.
@@ -241,6 +243,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         // Moved out from the end, so reversed first to keep their order.
         drained.reverse()
         while let request = drained.popLast() { backlog.pushBack(request) }
+        // The window filling at once (at start, after a stall) grows both arrays to half the
+        // window each, and swapped they would keep that size: the one just emptied is let go.
+        if drained.capacity > Self.drainedCapacityKept { drained = [] }
     }
 
     /// Moves requests from the backlog into libcurl up to what the policy admits. Called before
