@@ -35,6 +35,8 @@ struct Options {
     var path = "/ok"
     var idleProbeRounds = 0
     var maxConnections: Int?
+    /// The engine's window; nil keeps its default, twice the streams.
+    var maxOutstanding: Int?
     var coalesceMilliseconds = 0
     var headers: [String] = []
     var payloadFile: String?
@@ -45,7 +47,7 @@ func parseOptions() -> Options {
     var options = Options()
     var arguments = CommandLine.arguments.dropFirst().makeIterator()
     func fail(_ message: String) -> Never {
-        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH] [--header LINE]... [--payload-file FILE] [--device-paths yes]")
+        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH] [--max-outstanding N] [--header LINE]... [--payload-file FILE] [--device-paths yes]")
         exit(2)
     }
     while let flag = arguments.next() {
@@ -65,6 +67,7 @@ func parseOptions() -> Options {
         case "--path": options.path = value
         case "--idle-probe": options.idleProbeRounds = number()
         case "--max-connections": options.maxConnections = number()
+        case "--max-outstanding": options.maxOutstanding = number()
         case "--coalesce-ms": options.coalesceMilliseconds = number()
         case "--header": options.headers.append(value)
         case "--payload-file": options.payloadFile = value
@@ -148,6 +151,7 @@ do {
                                                 streamsPerConnection: options.streams,
                                                 idleCloseSeconds: options.idleProbeRounds > 0 ? 1 : 600)
     configuration.maxConnections = options.maxConnections
+    configuration.maxOutstanding = options.maxOutstanding
     configuration.answerCoalescingMilliseconds = options.coalesceMilliseconds
     dispatcher = try HTTP2Dispatcher(
         configuration: configuration,
