@@ -47,9 +47,17 @@ struct ValidationMemo {
     }
 
     /// The token of a `/3/device/<token>` path that passes all of the validator's path checks.
+    /// Compared in contiguous bytes: the generic `starts(with:)` on two UTF-8 views took ~900
+    /// instructions per request.
     private static func deviceToken(inPath path: String) -> DeviceToken? {
-        let prefix = APNsRequestValidator.devicePathPrefix.utf8
-        guard path.utf8.starts(with: prefix) else { return nil }
-        return try? DeviceToken(String(decoding: path.utf8.dropFirst(prefix.count), as: UTF8.self))
+        var path = path
+        return path.withUTF8 { bytes -> DeviceToken? in
+            let prefixLength = devicePathPrefix.count
+            guard bytes.count > prefixLength, let start = bytes.baseAddress,
+                  devicePathPrefix.withUnsafeBufferPointer({ memcmp(start, $0.baseAddress!, prefixLength) == 0 }) else { return nil }
+            return try? DeviceToken(String(decoding: UnsafeBufferPointer(rebasing: bytes[prefixLength...]), as: UTF8.self))
+        }
     }
+
+    private static let devicePathPrefix = Array(APNsRequestValidator.devicePathPrefix.utf8)
 }

@@ -522,11 +522,19 @@ private func withHeaderList(
             let noIndex = UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue)
             let base = bytes.baseAddress!
             var offset = 0
+            // Copied a string at a time: byte by byte through `utf8` cost ~1,900 instructions per answer.
+            func copy(_ text: String) -> UnsafeMutablePointer<UInt8> {
+                var text = text
+                let start = base + offset
+                text.withUTF8 { utf8 in
+                    if let source = utf8.baseAddress { start.update(from: source, count: utf8.count) }
+                    offset += utf8.count
+                }
+                return start
+            }
             for (index, (name, value)) in fields.enumerated() {
-                let nameStart = base + offset
-                for byte in name.utf8 { base[offset] = byte; offset += 1 }
-                let valueStart = base + offset
-                for byte in value.utf8 { base[offset] = byte; offset += 1 }
+                let nameStart = copy(name)
+                let valueStart = copy(value)
                 list.initializeElement(at: index, to: nghttp2_nv(
                     name: nameStart, value: valueStart, namelen: name.utf8.count, valuelen: value.utf8.count,
                     flags: name == "apns-id" ? noIndex : UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
