@@ -399,11 +399,16 @@ final class HTTP2Connection: EventLoopHandler {
     fileprivate func streamClosed(_ streamID: Int32) {
         if recentStream?.id == streamID { recentStream = nil }
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        if spareStreams.count < Self.spareStreamLimit { spareStreams.append(stream) }
+        if spareStreams.count < Self.spareStreamLimit && stream.request.body.capacity <= Self.spareBodyCapacityLimit {
+            spareStreams.append(stream)
+        }
     }
 
     /// Enough for the bursts of a connection at a thousand streams without holding on to more.
     private static let spareStreamLimit = 256
+    /// A stream that carried a large payload is let go rather than kept with its buffer, so the
+    /// spares of a connection stay within a few MB.
+    private static let spareBodyCapacityLimit = 8 * 1024
 
     private func respond(_ streamID: Int32, _ answer: Answer) {
         guard phase == .open, let stream = lookUp(streamID), let session else { return }
