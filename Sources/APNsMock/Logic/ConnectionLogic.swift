@@ -17,6 +17,7 @@ struct ConnectionLogic {
     private(set) var tokens: ProviderTokenState
     private(set) var random: SplitMix64
     private var announcedMaxStreams: Int
+    private var validation = ValidationMemo()
 
     init(connectionID: UInt64, settings: LogicSettings, seed: UInt64, role: ListenerRole = .notifications) {
         self.connectionID = connectionID
@@ -59,7 +60,7 @@ struct ConnectionLogic {
             return decideBroadcast(request, faults: faults, now: now, requestedID: requestedID)
         }
         let accepted: AcceptedRequest
-        switch settings.validator.validate(method: request.method, path: request.path, headers: request.headers, body: request.body) {
+        switch validation.validate(request, with: settings.validator) {
         case .rejected(let status, let reason):
             return reject(status, reason, apnsID: requestedID ?? makeID())
         case .accepted(let value):
@@ -76,13 +77,18 @@ struct ConnectionLogic {
             return reject(status, reason, apnsID: apnsID, token: token)
         }
 
-        if let timestamp = faults.unregisteredTokens[token] {
+        // Empty lists are the rule; hashing the 64-character token for them cost every request.
+        if !faults.unregisteredTokens.isEmpty, let timestamp = faults.unregisteredTokens[token] {
             var answer = reject(410, .unregistered, apnsID: apnsID, token: token)
             answer.timestamp = timestamp
             return answer
         }
-        if faults.badDeviceTokens.contains(token) { return reject(400, .badDeviceToken, apnsID: apnsID, token: token) }
-        if faults.tokensNotForTopic.contains(token) { return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token) }
+        if !faults.badDeviceTokens.isEmpty && faults.badDeviceTokens.contains(token) {
+            return reject(400, .badDeviceToken, apnsID: apnsID, token: token)
+        }
+        if !faults.tokensNotForTopic.isEmpty && faults.tokensNotForTopic.contains(token) {
+            return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token)
+        }
 
         if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID, token: token) }
 
