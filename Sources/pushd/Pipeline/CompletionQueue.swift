@@ -1,4 +1,3 @@
-import Dispatch
 import Dispatcher
 import Locking
 
@@ -16,7 +15,7 @@ final class CompletionQueue: @unchecked Sendable {
     }
 
     private let state = Lock(State())
-    private let ready = DispatchSemaphore(value: 0)
+    private let ready = Semaphore()
 
     /// Queues `result`. The event loop pays for a wake-up (a futex call, and on a busy
     /// machine a context switch) only when the taker sleeps and this result completes the
@@ -31,12 +30,13 @@ final class CompletionQueue: @unchecked Sendable {
         if wake { ready.signal() }
     }
 
-    /// Waits until at least `batch` results are queued or `deadline` passes, and returns
+    /// Waits until at least `batch` results are queued or `deadline` (monotonic seconds,
+    /// `RateLimiter.monotonicSeconds()`) passes, and returns
     /// every result queued (possibly fewer than `batch`, or none, on time-out).
     ///
     /// A campaign worker with hundreds of requests in flight asks for a batch, so it wakes
     /// once per batch instead of once per answer; a transactional worker asks for 1.
-    func take(atLeast batch: Int = 1, until deadline: DispatchTime) -> [DispatchResult] {
+    func take(atLeast batch: Int = 1, until deadline: Double) -> [DispatchResult] {
         let wanted = max(1, batch)
         while true {
             let taken = state.withLock { state -> [DispatchResult]? in
@@ -47,7 +47,7 @@ final class CompletionQueue: @unchecked Sendable {
                 return nil
             }
             if let taken { return taken }
-            if ready.wait(timeout: deadline) == .timedOut {
+            if !ready.wait(timeout: deadline - RateLimiter.monotonicSeconds()) {
                 // A push may have signalled just after the time-out: that signal makes a later
                 // call's wait return at once, and that call simply looks again.
                 return state.withLock { Self.takeAll(&$0) }
