@@ -279,7 +279,8 @@ final class CampaignWorker: @unchecked Sendable {
         // the next lease goes out now, not a round trip later.
         let leaseNext = wantsAnotherChunk && now >= nextLeaseTry && !context.isStopping
         let batch = leaseNext ? 1 : min(inFlight / 4, 256)
-        for result in completions.take(atLeast: batch, until: now + (leaseNext ? 0 : wait)) {
+        completions.take(atLeast: batch, until: now + (leaseNext ? 0 : wait), into: &results)
+        for result in results {
             record(result)
         }
         for run in runs where !run.leaseLost && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
@@ -287,6 +288,8 @@ final class CampaignWorker: @unchecked Sendable {
         }
     }
 
+    /// The last batch of answers; kept between rounds for its capacity (`CompletionQueue`).
+    private var results: [DispatchResult] = []
     /// Requests built from a chunk's template and not yet handed to the engine, with the
     /// template they came from; kept between fills for its capacity.
     private var batch: [(request: DispatchRequest, tag: UInt64)] = []
