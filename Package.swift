@@ -7,9 +7,11 @@ func systemLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
     .systemLibrary(name: name, path: "Sources/\(name)", pkgConfig: pkgConfig, providers: [.apt(apt)])
 }
 
-/// The engine's modules (everything DispatcherBench links) use the standard library alone for
-/// text: without the implicit `_StringProcessing` import the engine does not load it and
-/// `_RegexParser`, 0.8 MB of its resident memory (docs/dispatcher.md, Peak RSS in December 2026).
+/// The engine's modules (everything DispatcherBench links) and pushd's use the standard library
+/// alone for text: without the implicit `_StringProcessing` import a process does not load it and
+/// `_RegexParser`, 0.8 MB of the engine's resident memory (docs/dispatcher.md, Peak RSS in December
+/// 2026). pushd also waits without the Swift Dispatch overlay (`Locking.Semaphore`), whose library
+/// would load the two again: 1.2 MB of the daemon's (docs/queue.md, Memory of a campaign drain).
 let withoutStringProcessing: [SwiftSetting] = [.unsafeFlags(["-Xfrontend", "-disable-implicit-string-processing-module-import"])]
 
 let package = Package(
@@ -39,8 +41,8 @@ let package = Package(
         // Threads, standard streams and child processes on POSIX, so that no target needs Foundation.
         .target(name: "Posix", swiftSettings: withoutStringProcessing),
         .target(name: "APNs", dependencies: ["COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
-        .target(name: "QueueStore", dependencies: ["CLibPQ", "Posix"]),
-        .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"]),
+        .target(name: "QueueStore", dependencies: ["CLibPQ", "Posix"], swiftSettings: withoutStringProcessing),
+        .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"], swiftSettings: withoutStringProcessing),
         .target(name: "CEpoll"),
         .target(name: "CSignal"),
         .target(name: "Polling", dependencies: ["CEpoll", "Locking"], swiftSettings: withoutStringProcessing),
@@ -49,8 +51,9 @@ let package = Package(
         // instructions per request (docs/apns-mock.md); debug builds and tests keep them.
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"],
                 swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]),
+        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
-        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"]),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"], swiftSettings: withoutStringProcessing),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 

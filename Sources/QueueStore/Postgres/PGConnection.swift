@@ -1,5 +1,6 @@
 internal import CLibPQ
 import Glibc
+import Posix
 
 /// A PostgreSQL notification received through LISTEN.
 public struct PGNotification: Sendable, Equatable {
@@ -46,7 +47,7 @@ public final class PGConnection {
         self.connectionString = connectionString
         var options = "-c TimeZone=UTC -c DateStyle=ISO"
         for (key, value) in settings.sorted(by: { $0.key < $1.key }) {
-            options += " -c \(key)=\(value.replacing(" ", with: "\\ "))"
+            options += " -c \(key)=\(value.replacing(text: " ", with: "\\ "))"
         }
         let keys = ["dbname", "application_name", "client_encoding", "options"]
         let values = [url, applicationName, "UTF8", options]

@@ -1,5 +1,6 @@
 internal import CLibPQ
 import Glibc
+import Posix
 
 /// What of a libpq connection string may be shown to an operator.
 ///
@@ -40,8 +41,8 @@ public struct PGConnectionString: Sendable {
     /// `message` with every secret of this connection string replaced by `***`.
     public func scrub(_ message: String) -> String {
         var out = message
-        for secret in secrets where out.contains(secret) {
-            out = out.replacing(secret, with: Self.mask)
+        for secret in secrets where out.contains(text: secret) {
+            out = out.replacing(text: secret, with: Self.mask)
         }
         return out
     }
@@ -73,7 +74,7 @@ public struct PGConnectionString: Sendable {
 
     static func isSecretKey(_ key: String) -> Bool {
         let lowered = key.lowercased()
-        return secretKeywords.contains(lowered) || lowered.contains("password")
+        return secretKeywords.contains(lowered) || lowered.contains(text: "password")
     }
 
     /// The password in the userinfo and the query string of a URL.
@@ -81,7 +82,7 @@ public struct PGConnectionString: Sendable {
     /// libpq ends the userinfo at the first `@` before a `/`; the last `@` before the query
     /// is taken here instead, so that a password holding a raw `/` or `@` is masked whole.
     static func urlParts(_ text: String) -> (password: String?, query: Substring) {
-        guard let schemeEnd = text.firstRange(of: "://") else { return (nil, "") }
+        guard let schemeEnd = text.range(ofText: "://") else { return (nil, "") }
         let rest = text[schemeEnd.upperBound...]
         let beforeQuery = rest.firstIndex(of: "?").map { rest[..<$0] } ?? rest
         let query = rest.firstIndex(of: "?").map { rest[rest.index(after: $0)...] } ?? ""
@@ -92,7 +93,7 @@ public struct PGConnectionString: Sendable {
     }
 
     static func redactedURL(_ text: String) -> String {
-        guard let schemeEnd = text.firstRange(of: "://") else { return text }
+        guard let schemeEnd = text.range(ofText: "://") else { return text }
         let rest = text[schemeEnd.upperBound...]
         let queryStart = rest.firstIndex(of: "?")
         var authorityAndPath = String(queryStart.map { rest[..<$0] } ?? rest)

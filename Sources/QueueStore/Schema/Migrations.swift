@@ -1,3 +1,5 @@
+import Posix
+
 /// The versioned schema of `pushd`, oldest first. A migration is never edited once
 /// released; a change is a new version appended to the list.
 extension Migrator {
@@ -1075,7 +1077,7 @@ extension Migrator {
     BEGIN
         IF value IS NULL OR value ~ '\#(AppName.pattern)' THEN RETURN true; END IF;
         RETURN pushd.fail_check(label, constraint_name,
-            format('must be \#(AppName.rule.replacing("'", with: "''")), got %L', left(value, 80)));
+            format('must be \#(AppName.rule.replacing(text: "'", with: "''")), got %L', left(value, 80)));
     END $$;
 
     ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_app_valid;

@@ -1,5 +1,4 @@
 import APNs
-import Dispatch
 import Dispatcher
 import Posix
 import Locking
@@ -84,7 +83,7 @@ enum BroadcastSendCommand {
     /// engine's own timeouts (plus a margin against a hang).
     static func send(_ request: DispatchRequest, configuration: DispatcherConfiguration) throws -> DispatchResult {
         let answer = Lock<DispatchResult?>(nil)
-        let done = DispatchSemaphore(value: 0)
+        let done = Semaphore()
         let dispatcher = try HTTP2Dispatcher(configuration: configuration) { result in
             answer.withLock { $0 = result }
             done.signal()
@@ -92,7 +91,7 @@ enum BroadcastSendCommand {
         defer { dispatcher.shutdown(drainTimeoutMilliseconds: 0) }
         dispatcher.submit(request, tag: 1)
         let limit = Double(configuration.connectTimeoutMilliseconds + max(configuration.requestTimeoutMilliseconds, 1000)) / 1000 + 5
-        guard done.wait(timeout: .now() + limit) == .success, let result = answer.withLock({ $0 }) else {
+        guard done.wait(timeout: limit), let result = answer.withLock({ $0 }) else {
             throw CommandContext.Failure("no answer from \(configuration.host):\(configuration.port) within \(Int(limit)) s")
         }
         return result

@@ -305,7 +305,7 @@ struct ConfigCheck {
             connection = try QueueSession.connect(url: bounded, applicationName: "pushd-check-config")
         } catch {
             let added = String(bounded.dropFirst(url.count))
-            add(.error, "database.url", added.isEmpty ? "\(error)" : "\(error)".replacing(added, with: ""))
+            add(.error, "database.url", added.isEmpty ? "\(error)" : "\(error)".replacing(text: added, with: ""))
             return
         }
         defer { connection.close() }
@@ -330,7 +330,7 @@ struct ConfigCheck {
 
     /// Bounds the wait for an unreachable host; an explicit connect_timeout in the URL wins.
     static func withConnectTimeout(_ url: String, seconds: Int = 5) -> String {
-        if url.contains("connect_timeout") { return url }
+        if url.contains(text: "connect_timeout") { return url }
         if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") {
             return url + (url.contains("?") ? "&" : "?") + "connect_timeout=\(seconds)"
         }

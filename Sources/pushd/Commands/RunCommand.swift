@@ -1,4 +1,3 @@
-import Dispatch
 import Posix
 import Glibc
 import Metrics

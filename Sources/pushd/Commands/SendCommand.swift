@@ -1,5 +1,4 @@
 import APNs
-import Dispatch
 import Dispatcher
 import Posix
 import Locking
@@ -193,7 +192,7 @@ enum SendCommand {
     static func send(_ notification: APNsNotification, app: PushdConfig.App, environment: PushdConfig.Environment,
                      configuration: DispatcherConfiguration) throws -> DispatchResult {
         let answer = Lock<DispatchResult?>(nil)
-        let done = DispatchSemaphore(value: 0)
+        let done = Semaphore()
         let authentication: APNsAuthentication
         if let token = try authorization(app) {
             authentication = .tokenSource { token }
@@ -212,7 +211,7 @@ enum SendCommand {
         }
         // The dispatcher's own timeouts end every request; the margin only guards against a hang.
         let limit = Double(configuration.connectTimeoutMilliseconds + max(configuration.requestTimeoutMilliseconds, 1000)) / 1000 + 5
-        guard done.wait(timeout: .now() + limit) == .success, let result = answer.withLock({ $0 }) else {
+        guard done.wait(timeout: limit), let result = answer.withLock({ $0 }) else {
             throw CommandContext.Failure("no answer from \(configuration.host):\(configuration.port) within \(Int(limit)) s")
         }
         return result

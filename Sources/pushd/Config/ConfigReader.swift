@@ -68,7 +68,7 @@ final class ConfigReader {
 
         func int(_ key: String, default value: Int, range: ClosedRange<Int>) -> Int {
             guard let node = node(key) else { return value }
-            guard case .scalar(let text, _, let line) = node, let number = Int(text.replacing("_", with: "")) else {
+            guard case .scalar(let text, _, let line) = node, let number = Int(String(text.filter { $0 != "_" })) else {
                 reader.error(childPath(key), line: node.line, "expected a whole number between \(range.lowerBound) and \(range.upperBound)")
                 return value
             }

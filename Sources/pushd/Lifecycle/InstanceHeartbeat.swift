@@ -1,4 +1,3 @@
-import Dispatch
 import Dispatcher
 import Posix
 import Metrics
@@ -23,8 +22,8 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let store = InstanceStore()
     private let summary = Lock<FleetSummary?>(nil)
     private let stopping = Atomic<Bool>(false)
-    private let wake = DispatchSemaphore(value: 0)
-    private let finished = DispatchSemaphore(value: 0)
+    private let wake = Semaphore()
+    private let finished = Semaphore()
     private let interval: Double
 
     init(registration: InstanceRegistration, databaseURL: String, metrics: PushdMetrics, logger: Logger,
@@ -79,7 +78,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
     func stop(timeout: Double = 5) {
         stopping.store(true, ordering: .relaxed)
         wake.signal()
-        _ = finished.wait(timeout: .now() + timeout)
+        finished.wait(timeout: timeout)
     }
 
     private func run() {
@@ -107,7 +106,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
                                    ("instance", .string(registration.id)))
                 }
             }
-            _ = wake.wait(timeout: .now() + interval)
+            wake.wait(timeout: interval)
         }
         do {
             let final = try connection ?? QueueSession.connect(url: databaseURL, applicationName: "pushd-heartbeat")

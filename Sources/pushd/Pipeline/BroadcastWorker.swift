@@ -1,5 +1,4 @@
 import APNs
-import Dispatch
 import Dispatcher
 import Locking
 import Posix
@@ -23,7 +22,7 @@ final class BroadcastWorker: @unchecked Sendable {
     private var random = SystemRandom()
     private let channels = ChannelStore()
     private let broadcasts = BroadcastQueue()
-    let finished = DispatchSemaphore(value: 0)
+    let finished = Semaphore()
 
     /// A claimed row is not offered to another worker for this long; an answer takes at most
     /// the request timeout, so the lease outlives it.

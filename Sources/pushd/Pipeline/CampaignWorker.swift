@@ -1,9 +1,9 @@
 import APNs
-import Dispatch
 import Dispatcher
 import Glibc
-import Posix
+import Locking
 import Polling
+import Posix
 import QueueStore
 
 /// One worker of the campaign lane, on its own thread with its own connection: lease a
@@ -36,7 +36,7 @@ final class CampaignWorker: @unchecked Sendable {
     private let leaseSeconds: Double
     /// Progress is checkpointed (and the lease extended) this often.
     private let checkpointInterval: Double
-    let finished = DispatchSemaphore(value: 0)
+    let finished = Semaphore()
 
     init(context: PipelineContext, index: Int, completions: CompletionQueue, limiter: RateLimiter) {
         self.context = context
@@ -279,7 +279,8 @@ final class CampaignWorker: @unchecked Sendable {
         // the next lease goes out now, not a round trip later.
         let leaseNext = wantsAnotherChunk && now >= nextLeaseTry && !context.isStopping
         let batch = leaseNext ? 1 : min(inFlight / 4, 256)
-        for result in completions.take(atLeast: batch, until: leaseNext ? .now() : .now() + wait) {
+        completions.take(atLeast: batch, until: now + (leaseNext ? 0 : wait), into: &results)
+        for result in results {
             record(result)
         }
         for run in runs where !run.leaseLost && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
@@ -287,6 +288,8 @@ final class CampaignWorker: @unchecked Sendable {
         }
     }
 
+    /// The last batch of answers; kept between rounds for its capacity (`CompletionQueue`).
+    private var results: [DispatchResult] = []
     /// Requests built from a chunk's template and not yet handed to the engine, with the
     /// template they came from; kept between fills for its capacity.
     private var batch: [(request: DispatchRequest, tag: UInt64)] = []
@@ -613,7 +616,7 @@ final class CampaignWorker: @unchecked Sendable {
         }
 
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
-        let deadline = DispatchTime.now() + timeout
+        let deadline = RateLimiter.monotonicSeconds() + timeout
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)
             if results.isEmpty { break }

@@ -1,4 +1,3 @@
-import Dispatch
 import Dispatcher
 import Locking
 
@@ -16,7 +15,7 @@ final class CompletionQueue: @unchecked Sendable {
     }
 
     private let state = Lock(State())
-    private let ready = DispatchSemaphore(value: 0)
+    private let ready = Semaphore()
 
     /// Queues `result`. The event loop pays for a wake-up (a futex call, and on a busy
     /// machine a context switch) only when the taker sleeps and this result completes the
@@ -31,36 +30,54 @@ final class CompletionQueue: @unchecked Sendable {
         if wake { ready.signal() }
     }
 
-    /// Waits until at least `batch` results are queued or `deadline` passes, and returns
-    /// every result queued (possibly fewer than `batch`, or none, on time-out).
+    /// Waits until at least `batch` results are queued or `deadline` (monotonic seconds,
+    /// `RateLimiter.monotonicSeconds()`) passes, and returns every result queued (possibly
+    /// fewer than `batch`, or none, on time-out).
     ///
     /// A campaign worker with hundreds of requests in flight asks for a batch, so it wakes
     /// once per batch instead of once per answer; a transactional worker asks for 1.
-    func take(atLeast batch: Int = 1, until deadline: DispatchTime) -> [DispatchResult] {
+    func take(atLeast batch: Int = 1, until deadline: Double) -> [DispatchResult] {
+        var taken = [DispatchResult]()
+        take(atLeast: batch, until: deadline, into: &taken)
+        return taken
+    }
+
+    /// As `take(atLeast:until:)`, into `taken` (emptied first): a worker that takes batch after
+    /// batch passes the same array each time, and the queue and the worker swap their two
+    /// arrays, so no batch allocates. Handing out the queue's array and emptying it in place
+    /// allocated one as large as the largest batch yet at every take (the copy handed out
+    /// keeps the old one): hundreds of results, tens of kilobytes, each mapped and unmapped on
+    /// its own above the 16 KiB mmap threshold the engine sets.
+    func take(atLeast batch: Int = 1, until deadline: Double, into taken: inout [DispatchResult]) {
+        taken.removeAll(keepingCapacity: true)
         let wanted = max(1, batch)
         while true {
-            let taken = state.withLock { state -> [DispatchResult]? in
+            let done = state.withLock { state -> Bool in
                 if state.items.count >= wanted {
-                    return Self.takeAll(&state)
+                    Self.swapAll(&state, &taken)
+                    return true
                 }
                 state.wakeAt = wanted
-                return nil
+                return false
             }
-            if let taken { return taken }
-            if ready.wait(timeout: deadline) == .timedOut {
+            if done { return }
+            if !ready.wait(timeout: deadline - RateLimiter.monotonicSeconds()) {
                 // A push may have signalled just after the time-out: that signal makes a later
                 // call's wait return at once, and that call simply looks again.
-                return state.withLock { Self.takeAll(&$0) }
+                state.withLock { Self.swapAll(&$0, &taken) }
+                return
             }
         }
     }
 
-    private static func takeAll(_ state: inout State) -> [DispatchResult] {
+    /// The queued results go to `taken` (empty), whose capacity the next pushes fill.
+    private static func swapAll(_ state: inout State, _ taken: inout [DispatchResult]) {
         state.wakeAt = Int.max
-        let all = state.items
-        state.items.removeAll(keepingCapacity: true)
-        return all
+        swap(&state.items, &taken)
     }
+
+    /// The capacity of the queue's own array: what pushes fill before it grows again.
+    var capacity: Int { state.withLock { $0.items.capacity } }
 
     static func tag(worker: Int, generation: UInt32, index: Int) -> UInt64 {
         UInt64(worker) << 48 | UInt64(generation & 0xFF_FFFF) << 24 | UInt64(index & 0xFF_FFFF)

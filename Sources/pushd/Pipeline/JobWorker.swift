@@ -1,7 +1,7 @@
 import APNs
-import Dispatch
 import Dispatcher
 import Glibc
+import Locking
 import Posix
 import QueueStore
 
@@ -21,7 +21,7 @@ final class JobWorker: @unchecked Sendable {
     private var generation: UInt32 = 0
     private var random = SystemRandom()
     private let queue = JobQueue()
-    let finished = DispatchSemaphore(value: 0)
+    let finished = Semaphore()
 
     init(context: PipelineContext, index: Int, completions: CompletionQueue, batchSize: Int) {
         self.context = context
@@ -198,7 +198,7 @@ final class JobWorker: @unchecked Sendable {
         let tracing = context.logger.enabled(.debug)
         var delivered = [Delivered]()
         let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
-        let deadline = DispatchTime.now() + timeout
+        let deadline = RateLimiter.monotonicSeconds() + timeout
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)
             if results.isEmpty { break }

@@ -1,5 +1,4 @@
 import APNs
-import Dispatch
 import Dispatcher
 import Posix
 import Metrics
@@ -170,19 +169,15 @@ final class Pipeline: @unchecked Sendable {
         context.stopping.store(true, ordering: .relaxed)
         context.doorbell.ring()
         unknownApps.stop()
-        for worker in jobWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
-        for worker in campaignWorkers { _ = worker.finished.wait(timeout: Self.dispatchTime(deadline)) }
-        if broadcastWorker.finished.wait(timeout: Self.dispatchTime(deadline)) == .success { broadcastWorker.shutdown() }
+        for worker in jobWorkers { worker.finished.wait(timeout: deadline.timeIntervalSinceNow) }
+        for worker in campaignWorkers { worker.finished.wait(timeout: deadline.timeIntervalSinceNow) }
+        if broadcastWorker.finished.wait(timeout: deadline.timeIntervalSinceNow) { broadcastWorker.shutdown() }
         for sender in context.senders.values { sender.shutdown(drainTimeoutMilliseconds: 1000) }
         tokens.close()
         statsConnection.withLock { connection in
             connection?.close()
             connection = nil
         }
-    }
-
-    static func dispatchTime(_ date: Timestamp) -> DispatchTime {
-        .now() + max(0, date.timeIntervalSinceNow)
     }
 
     /// Resumes every paused app (after the operator fixed its credentials and sent SIGHUP).

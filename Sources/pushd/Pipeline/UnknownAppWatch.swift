@@ -1,4 +1,4 @@
-import Dispatch
+import Locking
 import Posix
 import QueueStore
 
@@ -13,8 +13,8 @@ final class UnknownAppWatch: @unchecked Sendable {
     private let interval: Double
     private let readStats: () throws -> QueueStats
     private let logger: Logger
-    private let stopped = DispatchSemaphore(value: 0)
-    private let finished = DispatchSemaphore(value: 0)
+    private let stopped = Semaphore()
+    private let finished = Semaphore()
 
     init(configured: Set<String>, interval: Double = 60, logger: Logger, readStats: @escaping () throws -> QueueStats) {
         self.configured = configured
@@ -63,13 +63,13 @@ final class UnknownAppWatch: @unchecked Sendable {
                 } catch {
                     // Counted in pushd_database_errors_total by the stats read; the workers log the outage.
                 }
-            } while stopped.wait(timeout: .now() + interval) == .timedOut
+            } while !stopped.wait(timeout: interval)
             finished.signal()
         }
     }
 
     func stop() {
         stopped.signal()
-        _ = finished.wait(timeout: .now() + 2)
+        finished.wait(timeout: 2)
     }
 }
