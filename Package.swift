@@ -50,8 +50,7 @@ let package = Package(
         // Release builds of the mock skip Swift's run-time exclusivity checks, ~8% of its
         // instructions per request (docs/apns-mock.md); debug builds and tests keep them.
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"],
-                swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]),
-        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
+                swiftSettings: withoutStringProcessing + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"], swiftSettings: withoutStringProcessing),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
