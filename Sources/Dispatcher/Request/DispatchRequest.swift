@@ -76,7 +76,7 @@ public struct DispatchRequest: Sendable {
     init(method: Method = .post, path: String, shared: RequestBytes) throws(DispatchRequestError) {
         try Self.checkPath(path)
         self.method = method
-        bytes = RequestBytes(path: path, headers: .none, body: UnsafeRawBufferPointer(start: nil, count: 0))
+        bytes = RequestBytes(path: path, headers: .none, body: UnsafeRawBufferPointer(start: nil, count: 0), listsHeaders: false)
         self.shared = shared
     }
 
