@@ -9,6 +9,8 @@
  * prints: requests=N ok=N seconds=S rate=R cpu_us_per_request=C peak_rss_kb=K
  *
  * Without options each request carries apns-topic, apns-push-type and an apns-id of its own.
+ * Like the engine, it sends no accept or content-type header of libcurl's, gives libcurl the
+ * path as the request target and no proxy variables to look up per transfer.
  * --header (repeatable), --payload-file and --device-paths send what DispatcherBench sends
  * with the same options, the daemon's requests: these header lines, the same for every
  * request (set once per easy handle, as the engine shares a campaign's), this body, and a
@@ -29,7 +31,7 @@ struct loop;
 struct transfer {
     CURL *easy;
     CURLU *url;
-    struct curl_slist nodes[3];
+    struct curl_slist nodes[5];
     char lines[3][96];
 };
 
@@ -109,15 +111,21 @@ static void refill(struct loop *loop, long *sequence) {
         int index = loop->free_list[--loop->free_count];
         struct transfer *t = &loop->transfers[index];
         long n = (*sequence)++;
-        curl_url_set(t->url, CURLUPART_PATH, device_paths ? device_paths[n % device_path_count] : request_path, 0);
+        /* The path as the request target, as the engine does: setting it into the URL made
+         * libcurl take the URL apart and re-encode the path for every request. */
+        curl_easy_setopt(t->easy, CURLOPT_REQUEST_TARGET, device_paths ? device_paths[n % device_path_count] : request_path);
         if (!fixed_headers) {
             snprintf(t->lines[0], sizeof t->lines[0], "apns-topic: com.example.app");
             snprintf(t->lines[1], sizeof t->lines[1], "apns-push-type: alert");
             snprintf(t->lines[2], sizeof t->lines[2], "apns-id: 00000000-0000-0000-0000-%012ld", n % 10000);
             for (int i = 0; i < 3; i++) {
                 t->nodes[i].data = t->lines[i];
-                t->nodes[i].next = i < 2 ? &t->nodes[i + 1] : NULL;
+                t->nodes[i].next = &t->nodes[i + 1];
             }
+            t->nodes[3].data = (char *)"Accept:";
+            t->nodes[3].next = &t->nodes[4];
+            t->nodes[4].data = (char *)"Content-Type:";
+            t->nodes[4].next = NULL;
         }
         curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE, body_size);
@@ -232,6 +240,11 @@ int main(int argc, char **argv) {
     mallopt(M_MMAP_THRESHOLD, 16 * 1024);
     curl_global_init(CURL_GLOBAL_ALL);
     for (int i = 0; i < header_count; i++) fixed_headers = curl_slist_append(fixed_headers, header_lines[i]);
+    /* Like the engine: no accept or content-type header of libcurl's own. */
+    if (fixed_headers) {
+        fixed_headers = curl_slist_append(fixed_headers, "Accept:");
+        fixed_headers = curl_slist_append(fixed_headers, "Content-Type:");
+    }
     char base[128];
     snprintf(base, sizeof base, "https://127.0.0.1:%d/", port);
 
@@ -264,6 +277,9 @@ int main(int argc, char **argv) {
             curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
             curl_easy_setopt(t->easy, CURLOPT_TCP_NODELAY, 1L);
             curl_easy_setopt(t->easy, CURLOPT_CAINFO, argv[2]);
+            /* Like the engine: proxy variables settled once, not looked up per transfer. */
+            curl_easy_setopt(t->easy, CURLOPT_PROXY, "");
+            curl_easy_setopt(t->easy, CURLOPT_NOPROXY, "");
             curl_easy_setopt(t->easy, CURLOPT_POST, 1L);
             curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, fixed_headers ? fixed_headers : t->nodes);
             curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, discard);
