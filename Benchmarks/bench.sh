@@ -105,6 +105,7 @@ idle=$(result transactional-idle); three=$(result three-daemons)
 adaptive=$(result adaptive); adaptive50=$(result adaptive50)
 # DispatcherBench sending the daemon's very requests to the loopback drain's mock.
 e_same=$(sed -n 's/^engine //p' "$work/drain-loopback")
+c_same=$(sed -n 's/^reference //p' "$work/drain-loopback")
 aio=$(sed -n 's/^peer //p' "$work/drain-loopback")
 
 row() { # name, server, line with rate/cpu/rss fields (engine or drain style), notes
@@ -129,6 +130,7 @@ table=$(
     row "C curl-multi reference" apns-mock "$c_mock" "no authorization header"
     row "pushd engine (DispatcherBench)" apns-mock "$e_mock" "no authorization header"
     row "pushd engine, the daemon's requests (DispatcherBench)" apns-mock "$e_same" "2 threads × 1 connection × 500 streams; the daemon's JWT, headers, payload and a device path per request"
+    row "C curl-multi reference, the daemon's requests" apns-mock "$c_same" "same shape, same header lines, payload and device paths"
     printf '| h2load | apns-mock | %s | n/a | n/a | 4 connections × 100 streams, same JWT, headers and payload as the daemon |\n' "${h2rate:-n/a}"
     row "**pushd daemon draining a campaign**" apns-mock "$d" "$targets targets from PostgreSQL, token auth; the mock saw $(field connections "$d") connections; beside it PostgreSQL $(field pg_cpu_us "$d") and apns-mock $(field mock_cpu_us "$d") CPU µs per notification"
     row "pushd daemon, transactional jobs during the drain" apns-mock "$tx" "300 INSERTs 20 ms apart: $(tx_notes "$tx")"
@@ -145,6 +147,7 @@ table=$(
     echo "|---|---|---|"
     printf '| daemon / engine (apns-mock) | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$e_mock")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us_per_request "$e_mock")")"
     printf '| daemon / engine, the same requests | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$e_same")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us_per_request "$e_same")")"
+    printf '| engine / C reference, the daemon'"'"'s requests | %s | %s |\n' "$(ratio "$(field rate "$e_same")" "$(field rate "$c_same")")" "$(ratio "$(field cpu_us_per_request "$e_same")" "$(field cpu_us_per_request "$c_same")")"
     printf '| engine / C reference (nghttpd) | %s | %s |\n' "$(ratio "$(field rate "$e_nghttpd")" "$(field rate "$c_nghttpd")")" "$(ratio "$(field cpu_us_per_request "$e_nghttpd")" "$(field cpu_us_per_request "$c_nghttpd")")"
     printf '| daemon / h2load | %s | n/a |\n' "$(ratio "$(field rate "$d")" "$h2rate")"
     printf '| daemon / aioapns | %s | %s |\n' "$(ratio "$(field rate "$d")" "$(field rate "$aio")")" "$(ratio "$(field cpu_us "$d")" "$(field cpu_us "$aio")")"

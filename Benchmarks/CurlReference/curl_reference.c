@@ -5,7 +5,16 @@
  * replaced before every wait.
  *
  * usage: curl_reference PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS [PATH]
- * prints: requests=N ok=N seconds=S rate=R cpu_us_per_request=C peak_rss_kb=K */
+ *                      [--header LINE]... [--payload-file FILE] [--device-paths]
+ * prints: requests=N ok=N seconds=S rate=R cpu_us_per_request=C peak_rss_kb=K
+ *
+ * Without options each request carries apns-topic, apns-push-type and an apns-id of its own.
+ * Like the engine, it sends no accept or content-type header of libcurl's, gives libcurl the
+ * path as the request target and no proxy variables to look up per transfer.
+ * --header (repeatable), --payload-file and --device-paths send what DispatcherBench sends
+ * with the same options, the daemon's requests: these header lines, the same for every
+ * request (set once per easy handle, as the engine shares a campaign's), this body, and a
+ * path /3/device/<64 hex> per request from 1,024 distinct ones. */
 #include <curl/curl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -22,7 +31,7 @@ struct loop;
 struct transfer {
     CURL *easy;
     CURLU *url;
-    struct curl_slist nodes[3];
+    struct curl_slist nodes[5];
     char lines[3][96];
 };
 
@@ -45,7 +54,14 @@ struct loop {
 };
 
 static const char *request_path = "/ok";
-static const char body[] = "{\"aps\":{\"alert\":\"hello\"}}";
+static const char default_body[] = "{\"aps\":{\"alert\":\"hello\"}}";
+static const char *body = default_body;
+static long body_size = sizeof default_body - 1;
+/* --header lines as one list every easy handle points at; NULL: the per-request default. */
+static struct curl_slist *fixed_headers;
+/* --device-paths: 1,024 paths, sent in turn; NULL: request_path. */
+enum { device_path_count = 1024 };
+static char (*device_paths)[80];
 
 static long now_ms(void) {
     struct timespec ts;
@@ -95,16 +111,24 @@ static void refill(struct loop *loop, long *sequence) {
         int index = loop->free_list[--loop->free_count];
         struct transfer *t = &loop->transfers[index];
         long n = (*sequence)++;
-        curl_url_set(t->url, CURLUPART_PATH, request_path, 0);
-        snprintf(t->lines[0], sizeof t->lines[0], "apns-topic: com.example.app");
-        snprintf(t->lines[1], sizeof t->lines[1], "apns-push-type: alert");
-        snprintf(t->lines[2], sizeof t->lines[2], "apns-id: 00000000-0000-0000-0000-%012ld", n % 10000);
-        for (int i = 0; i < 3; i++) {
-            t->nodes[i].data = t->lines[i];
-            t->nodes[i].next = i < 2 ? &t->nodes[i + 1] : NULL;
+        /* The path as the request target, as the engine does: setting it into the URL made
+         * libcurl take the URL apart and re-encode the path for every request. */
+        curl_easy_setopt(t->easy, CURLOPT_REQUEST_TARGET, device_paths ? device_paths[n % device_path_count] : request_path);
+        if (!fixed_headers) {
+            snprintf(t->lines[0], sizeof t->lines[0], "apns-topic: com.example.app");
+            snprintf(t->lines[1], sizeof t->lines[1], "apns-push-type: alert");
+            snprintf(t->lines[2], sizeof t->lines[2], "apns-id: 00000000-0000-0000-0000-%012ld", n % 10000);
+            for (int i = 0; i < 3; i++) {
+                t->nodes[i].data = t->lines[i];
+                t->nodes[i].next = &t->nodes[i + 1];
+            }
+            t->nodes[3].data = (char *)"Accept:";
+            t->nodes[3].next = &t->nodes[4];
+            t->nodes[4].data = (char *)"Content-Type:";
+            t->nodes[4].next = NULL;
         }
         curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE, (long)(sizeof body - 1));
+        curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE, body_size);
         curl_multi_add_handle(loop->multi, t->easy);
         loop->remaining--;
         loop->in_curl++;
@@ -168,22 +192,59 @@ static double cpu_seconds(void) {
     return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
+static void usage(const char *program) {
+    fprintf(stderr, "usage: %s PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS [PATH] "
+                    "[--header LINE]... [--payload-file FILE] [--device-paths]\n", program);
+    exit(2);
+}
+
+/* The whole file, as the request body. */
+static void read_body(const char *file) {
+    FILE *f = fopen(file, "rb");
+    if (!f) { fprintf(stderr, "curl_reference: cannot read --payload-file %s\n", file); exit(2); }
+    static char buffer[8192];
+    size_t size = fread(buffer, 1, sizeof buffer, f);
+    if (!feof(f)) { fprintf(stderr, "curl_reference: --payload-file %s is over %zu bytes\n", file, sizeof buffer); exit(2); }
+    fclose(f);
+    body = buffer;
+    body_size = (long)size;
+}
+
+/* 64 lowercase hex digits, distinct per index: the device tokens DispatcherBench uses. */
+static void make_device_paths(void) {
+    device_paths = calloc(device_path_count, sizeof *device_paths);
+    for (unsigned long i = 0; i < device_path_count; i++)
+        snprintf(device_paths[i], sizeof device_paths[i], "/3/device/%064lx", i * 2654435761UL + 1);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 7 && argc != 8) {
-        fprintf(stderr, "usage: %s PORT CAFILE REQUESTS THREADS CONNECTIONS STREAMS [PATH]\n", argv[0]);
-        return 2;
-    }
+    if (argc < 7) usage(argv[0]);
     int port = atoi(argv[1]);
     long requests = atol(argv[3]);
     int threads = atoi(argv[4]);
     int connections = atoi(argv[5]);
     int streams = atoi(argv[6]);
-    if (argc == 8) request_path = argv[7];
+    int next = 7;
+    const char **header_lines = calloc(argc, sizeof *header_lines);
+    int header_count = 0;
+    if (argc > next && strncmp(argv[next], "--", 2) != 0) request_path = argv[next++];
+    for (; next < argc; next++) {
+        if (strcmp(argv[next], "--header") == 0 && next + 1 < argc) header_lines[header_count++] = argv[++next];
+        else if (strcmp(argv[next], "--payload-file") == 0 && next + 1 < argc) read_body(argv[++next]);
+        else if (strcmp(argv[next], "--device-paths") == 0) make_device_paths();
+        else usage(argv[0]);
+    }
     signal(SIGPIPE, SIG_IGN);
     /* What the engine does before curl_global_init (CurlRuntime): libcurl's 16 KiB buffers
      * mapped on their own, so only their written pages are resident. */
     mallopt(M_MMAP_THRESHOLD, 16 * 1024);
     curl_global_init(CURL_GLOBAL_ALL);
+    for (int i = 0; i < header_count; i++) fixed_headers = curl_slist_append(fixed_headers, header_lines[i]);
+    /* Like the engine: no accept or content-type header of libcurl's own. */
+    if (fixed_headers) {
+        fixed_headers = curl_slist_append(fixed_headers, "Accept:");
+        fixed_headers = curl_slist_append(fixed_headers, "Content-Type:");
+    }
     char base[128];
     snprintf(base, sizeof base, "https://127.0.0.1:%d/", port);
 
@@ -216,8 +277,11 @@ int main(int argc, char **argv) {
             curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
             curl_easy_setopt(t->easy, CURLOPT_TCP_NODELAY, 1L);
             curl_easy_setopt(t->easy, CURLOPT_CAINFO, argv[2]);
+            /* Like the engine: proxy variables settled once, not looked up per transfer. */
+            curl_easy_setopt(t->easy, CURLOPT_PROXY, "");
+            curl_easy_setopt(t->easy, CURLOPT_NOPROXY, "");
             curl_easy_setopt(t->easy, CURLOPT_POST, 1L);
-            curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->nodes);
+            curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, fixed_headers ? fixed_headers : t->nodes);
             curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, discard);
             loop->free_list[loop->free_count++] = j;
         }

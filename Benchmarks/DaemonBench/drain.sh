@@ -219,7 +219,7 @@ h2_requests=$(( targets < 300000 ? targets : 300000 ))
 h2rate=0; h2ok=0
 if [ "${PUSHD_BENCH_H2LOAD:-1}" = 1 ]; then
 h2out=$(h2load -n "$h2_requests" -c 4 -m 100 -t 1 -d "$work/payload.json" \
-  -H "authorization: bearer $jwt" -H "apns-topic: com.example.bench" -H "apns-push-type: alert" -H "apns-priority: 10" \
+  -H "authorization: bearer $jwt" -H "apns-topic: com.example.bench" -H "apns-push-type: alert" \
   "https://127.0.0.1:$port/3/device/$(printf '%064x' 12345)" 2>&1)
 h2rate=$(echo "$h2out" | awk '/^finished in/ {gsub(",", "", $4); print $4}')
 h2ok=$(echo "$h2out" | awk '/status codes:/ {print $3}')
@@ -227,13 +227,15 @@ fi
 
 # The engine alone (DispatcherBench) sending the very same requests to the same mock, with
 # the daemon's shape (2 threads x 1 connection x its streams): what the daemon costs beyond it.
+# The header lines the daemon sends for the campaign (apns-priority 10 is APNs's default and
+# not sent; docs/dispatcher.md).
+daemon_headers=(--header "authorization: bearer $jwt" --header "apns-topic: com.example.bench" --header "apns-push-type: alert")
 engine_line=""
 if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && [ -x "$bin/DispatcherBench" ]; then
   wrap=(); [ -n "${PUSHD_BENCH_WRAP:-}" ] && read -r -a wrap <<<"$PUSHD_BENCH_WRAP"
   "${wrap[@]}" "$bin/DispatcherBench" --port "$port" --ca "$work/certs/ca.pem" --requests "$h2_requests" --threads 2 \
     --connections 1 --streams "${PUSHD_BENCH_STREAMS:-500}" --label engine-same-requests --device-paths yes \
-    --payload-file "$work/payload.json" --header "authorization: bearer $jwt" --header "apns-topic: com.example.bench" \
-    --header "apns-push-type: alert" --header "apns-priority: 10" >"$work/engine.out" 2>&1 &
+    --payload-file "$work/payload.json" "${daemon_headers[@]}" >"$work/engine.out" 2>&1 &
   engine_pid=$!
   if [ -n "${PUSHD_BENCH_PROBE_SECONDS:-}" ]; then
     sleep 1
@@ -242,6 +244,14 @@ if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && [ -x "$bin/DispatcherBench" ]; then
   fi
   wait "$engine_pid" || true
   engine_line=$(tail -1 "$work/engine.out")
+fi
+# The C curl-multi reference sending the very same requests to the same mock, same shape:
+# what libcurl itself costs for the daemon's requests.
+reference_line=""
+if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && command -v cc >/dev/null; then
+  cc -O2 -o "$work/curl_reference" "$(dirname "$0")/../CurlReference/curl_reference.c" -lcurl -lpthread
+  reference_line=$("$work/curl_reference" "$port" "$work/certs/ca.pem" "$h2_requests" 2 1 "${PUSHD_BENCH_STREAMS:-500}" \
+    --device-paths --payload-file "$work/payload.json" "${daemon_headers[@]}" 2>&1 | tail -1 || true)
 fi
 
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections, at most %s open at once, %s ended by pushd before any GOAWAY of the mock)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections" "${connections_peak:-?}" "${closed_by_client:-?}"
@@ -270,6 +280,10 @@ cat "$work"/probe.* 2>/dev/null || true
 if [ -n "$engine_line" ]; then
   echo "  engine:  $engine_line"
   echo "engine ${engine_line}"
+fi
+if [ -n "$reference_line" ]; then
+  echo "  C reference: $reference_line"
+  echo "reference ${reference_line}"
 fi
 if [ "${PUSHD_BENCH_H2LOAD:-1}" = 1 ]; then
   printf '  h2load:  %.0f requests/s (%s of %s answered 2xx) against the same mock\n' "$h2rate" "$h2ok" "$h2_requests"

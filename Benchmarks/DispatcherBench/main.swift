@@ -11,9 +11,10 @@
 // request on a warm connection against one sent after the connection idled past
 // idleCloseSeconds (1 s here), which opens a new connection.
 // --header LINE (repeatable), --payload-file FILE and --device-paths send what the daemon
-// sends instead (its authorization, topic, push type and priority headers, its payload, a
-// path /3/device/<64 hex> per request), so the daemon's drain compares with the engine on
-// the very same requests (Benchmarks/DaemonBench/drain.sh does so).
+// sends instead (its authorization, topic and push type headers, and apns-priority when it
+// is not 10; its payload; a path /3/device/<64 hex> per request), so the daemon's drain
+// compares with the engine and the C reference (same options) on the very same requests
+// (Benchmarks/DaemonBench/drain.sh does so).
 // Requests are built before timing starts (1,024 distinct ones, sent in turn) so only the
 // engine and libcurl are measured. A request may be in flight on several streams at once, as
 // the C reference's apns-ids repeat too; the harness's requests count in the engine's peak

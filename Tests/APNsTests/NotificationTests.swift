@@ -4,7 +4,8 @@ import Foundation
 import Testing
 
 @Suite struct NotificationTests {
-    /// The request shown in the HTTP/2 provider API seed document.
+    /// The request shown in the HTTP/2 provider API seed document, but for its
+    /// `apns-priority: 10`, which APNs assumes when the header is absent.
     @Test func rendersTheSeedRequestHeaders() throws {
         let n = APNsNotification(
             token: TestSupport.token(),
@@ -20,10 +21,26 @@ import Testing
             "apns-id: eabeae54-14a8-11e5-b60b-1697f925ec7b",
             "apns-push-type: alert",
             "apns-expiration: 0",
-            "apns-priority: 10",
             "apns-topic: com.example.app",
         ])
         #expect(APNsEnvironment.sandbox.host == "api.sandbox.push.apple.com")
+    }
+
+    /// Apple: "If you omit this header, APNs sets the notification priority to 10." So 10 is
+    /// not sent; 5 and 1 are, and so is 10 on a background push, which APNs refuses.
+    @Test func leavesOutPriorityTenWhichAPNsAssumesWhenTheHeaderIsAbsent() {
+        func priorityLines(_ pushType: PushType, _ priority: Priority?) -> [String] {
+            APNsNotification(token: TestSupport.token(), topic: "com.example.app", pushType: pushType, priority: priority,
+                             payload: Array("{}".utf8))
+                .headerFields(authorization: "bearer x").map(\.line).filter { $0.hasPrefix("apns-priority") }
+        }
+        #expect(priorityLines(.alert, .immediate) == [])
+        #expect(priorityLines(.voip, .immediate) == [])
+        #expect(priorityLines(.alert, nil) == [])
+        #expect(priorityLines(.alert, .conservePower) == ["apns-priority: 5"])
+        #expect(priorityLines(.alert, .prioritizePower) == ["apns-priority: 1"])
+        #expect(priorityLines(.background, .conservePower) == ["apns-priority: 5"])
+        #expect(priorityLines(.background, .immediate) == ["apns-priority: 10"])
     }
 
     @Test func apnsIDPrintsAndParsesFoundationsCanonicalForm() {

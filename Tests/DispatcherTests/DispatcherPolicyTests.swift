@@ -110,6 +110,8 @@ import Testing
     @Test func rejectsMalformedPathsAndHeadersNamingThem() {
         #expect(throws: DispatchRequestError.pathNotAbsolute("3/device")) { try DispatchRequest(path: "3/device", headerLines: [], body: []) }
         #expect(throws: DispatchRequestError.invalidPathByte("/a b")) { try DispatchRequest(path: "/a b", headerLines: [], body: []) }
+        // Sent as the request target without encoding: a byte outside ASCII would reach the server raw.
+        #expect(throws: DispatchRequestError.invalidPathByte("/caf\u{e9}")) { try DispatchRequest(path: "/caf\u{e9}", headerLines: [], body: []) }
         #expect(throws: DispatchRequestError.malformedHeaderLine(index: 1, line: "novalue")) {
             try DispatchRequest(path: "/", headerLines: ["a: b", "novalue"], body: [])
         }

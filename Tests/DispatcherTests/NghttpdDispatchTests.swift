@@ -166,6 +166,70 @@ import Testing
         #expect(proxy.targets.withLock { $0 } == ["127.0.0.1:\(server.port)"])
     }
 
+    /// The proxy variables are read once when the transfers are made, no longer by libcurl
+    /// per transfer: https_proxy still sends the requests through the proxy, and no_proxy
+    /// naming the host still bypasses it.
+    @Test func theProxyVariablesOfTheEnvironmentStillApply() async throws {
+        let server = try NghttpdServer()
+        let proxy = try ConnectProxy()
+        defer { proxy.stop() }
+        setenv("https_proxy", "http://127.0.0.1:\(proxy.port)", 1)
+        defer { unsetenv("https_proxy") }
+        do {
+            let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, threads: 1))
+            defer { dispatcher.shutdown() }
+            for _ in 0..<3 { #expect(await dispatcher.send(Self.okRequest).response?.status == 200) }
+            #expect(proxy.tunnels.load(ordering: .relaxed) == 1)
+        }
+        setenv("no_proxy", "127.0.0.1", 1)
+        defer { unsetenv("no_proxy") }
+        let direct = try HTTP2Dispatcher(configuration: configuration(server, threads: 1))
+        defer { direct.shutdown() }
+        #expect(await direct.send(Self.okRequest).response?.status == 200)
+        #expect(proxy.tunnels.load(ordering: .relaxed) == 1)
+    }
+
+    @Test func proxyVariablesAreTakenInLibcurlsOrderAndEmptyOnesAreUnset() {
+        func read(_ variables: [String: String]) -> CurlTransfer.EnvironmentProxy {
+            CurlTransfer.EnvironmentProxy.read { variables[$0] }
+        }
+        #expect(read([:]) == .init(proxy: nil, noProxy: nil))
+        #expect(read(["https_proxy": "http://a:1", "HTTPS_PROXY": "http://b:1", "all_proxy": "http://c:1"]).proxy == "http://a:1")
+        #expect(read(["https_proxy": "", "HTTPS_PROXY": "http://b:1", "all_proxy": "http://c:1"]).proxy == "http://b:1")
+        #expect(read(["all_proxy": "", "ALL_PROXY": "socks5://d:1", "http_proxy": "http://e:1"]).proxy == "socks5://d:1")
+        #expect(read(["no_proxy": "", "NO_PROXY": "example.com"]).noProxy == "example.com")
+    }
+
+    /// libcurl adds `accept: */*` and `content-type: application/x-www-form-urlencoded` to a
+    /// POST unless told not to; APNs reads neither and each costs instructions per request.
+    @Test func theServerReceivesTheRequestsHeaderLinesWithoutLibcurlsAcceptAndContentType() async throws {
+        let server = try NghttpdServer(verbose: true)
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, threads: 1))
+        defer { dispatcher.shutdown() }
+        #expect(await dispatcher.send(Self.okRequest).response?.status == 200)
+        // nghttpd -v prints each received field as "recv (stream_id=1) name: value".
+        let names = server.log.split(separator: "\n").compactMap { line -> String? in
+            guard let start = line.range(of: "recv (stream_id=") else { return nil }
+            let field = line[start.upperBound...].drop { $0 != ")" }.dropFirst(2)
+            guard !field.hasPrefix(":"), let colon = field.firstIndex(of: ":") else { return nil }
+            return String(field[..<colon])
+        }
+        #expect(names.sorted() == ["apns-push-type", "apns-topic", "content-length"])
+    }
+
+    @Test func theSharedBlockListsTheLinesThatDropLibcurlsDefaultsAndAPathBlockListsNothing() throws {
+        let shared = DispatchRequest.sharedPart(headers: try .init(lines: ["apns-topic: com.example.app"]), body: [1, 2])
+        let request = try DispatchRequest(path: "/3/device/ab", shared: shared)
+        #expect(request.bytes.headerList == nil)
+        #expect(request.headersAndBody.listedLines == ["apns-topic: com.example.app", "Accept:", "Content-Type:"])
+        #expect(request.headerLines == ["apns-topic: com.example.app"])
+        #expect(request.body == [1, 2])
+        #expect(request.path == "/3/device/ab")
+        let own = try DispatchRequest(path: "/ok", headerLines: [], body: [])
+        #expect(own.headersAndBody.listedLines == ["Accept:", "Content-Type:"])
+        #expect(own.headerLines == [])
+    }
+
     @Test func certificateAuthenticationWorksWithPEMAndPKCS12() async throws {
         let server = try NghttpdServer(requireClientCertificate: true)
         let certificates = server.certificates

@@ -76,7 +76,7 @@ public struct DispatchRequest: Sendable {
     init(method: Method = .post, path: String, shared: RequestBytes) throws(DispatchRequestError) {
         try Self.checkPath(path)
         self.method = method
-        bytes = RequestBytes(path: path, headers: .none, body: UnsafeRawBufferPointer(start: nil, count: 0))
+        bytes = RequestBytes(path: path, headers: .none, body: UnsafeRawBufferPointer(start: nil, count: 0), listsHeaders: false)
         self.shared = shared
     }
 
@@ -90,9 +90,10 @@ public struct DispatchRequest: Sendable {
         // Every request of a campaign has a path of its own: its bytes are read in place (a
         // native string's are contiguous), not through the string's index, which cost about
         // 2,300 instructions per device path.
+        // libcurl sends the path as it is (the request target), so only printable ASCII passes.
         let clean = path.utf8.withContiguousStorageIfAvailable { bytes in
-            !bytes.contains { $0 <= 0x20 || $0 == 0x7F }
-        } ?? !path.utf8.contains { $0 <= 0x20 || $0 == 0x7F }
+            !bytes.contains { $0 <= 0x20 || $0 >= 0x7F }
+        } ?? !path.utf8.contains { $0 <= 0x20 || $0 >= 0x7F }
         guard clean else { throw .invalidPathByte(path) }
     }
 
@@ -120,7 +121,7 @@ public enum DispatchRequestError: Error, Sendable, Equatable, CustomStringConver
     public var description: String {
         switch self {
         case .pathNotAbsolute(let path): return "request path \"\(path)\" must start with \"/\""
-        case .invalidPathByte(let path): return "request path \"\(path)\" contains a space or control character"
+        case .invalidPathByte(let path): return "request path \"\(path)\" contains a space, a control character or a byte outside ASCII"
         case .malformedHeaderLine(let index, let line):
             return "header line \(index) \"\(line)\" must be \"name: value\" without NUL, CR or LF"
         }
