@@ -15,4 +15,17 @@ import Testing
         #expect(CampaignWorker.maxRuns(budget: 2_000, chunkSize: 1_000) == 16)
         #expect(CampaignWorker.maxRuns(budget: 1, chunkSize: 1_000) == 16)
     }
+
+    /// Beyond the streams its connections carry, an engine takes one connection's worth per
+    /// event loop of waiting requests, not the rest of the configured window.
+    @Test func requestsBeyondTheStreamsWaitOneConnectionsWorthPerLoop() {
+        #expect(CampaignWorker.engineHasRoom(outstanding: 1_999, streamCapacity: 1_000, waiting: 1_000))
+        #expect(!CampaignWorker.engineHasRoom(outstanding: 2_000, streamCapacity: 1_000, waiting: 1_000))
+        // A grown connection's streams let as many more in.
+        #expect(CampaignWorker.engineHasRoom(outstanding: 2_000, streamCapacity: 1_500, waiting: 1_000))
+    }
+
+    @Test func beforeTheLoopsReportTheirStreamsOnlyTheWindowLimits() {
+        #expect(CampaignWorker.engineHasRoom(outstanding: 10_000, streamCapacity: 0, waiting: 1_000))
+    }
 }

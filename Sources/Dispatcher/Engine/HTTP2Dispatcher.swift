@@ -136,6 +136,11 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
 
     public var statistics: DispatcherStatistics { counters.snapshot }
 
+    /// Requests the loops let into libcurl now, all loops together: the streams of their
+    /// connections, grown ones included (or the adaptive window's limit where it is lower);
+    /// 0 until the loops have started. What is outstanding beyond it waits for a stream.
+    public var streamCapacity: Int { counters.inFlightLimit.load(ordering: .relaxed) }
+
     /// Waits up to `drainTimeoutMilliseconds` for outstanding requests to finish, then stops the
     /// loops; whatever is still unfinished is reported as `.engineStopped`. Idempotent.
     public func shutdown(drainTimeoutMilliseconds: Int = 10_000) {

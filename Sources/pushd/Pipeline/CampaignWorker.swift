@@ -143,6 +143,9 @@ final class CampaignWorker: @unchecked Sendable {
     static func maxRuns(budget: Int, chunkSize: Int) -> Int {
         max(16, (budget + chunkSize - 1) / max(1, chunkSize) + 1)
     }
+    /// Seconds a worker with nothing in flight waits before looking again at an engine that
+    /// had no room for its requests.
+    static let heldByEngineWait = 0.02
     /// Seconds before a worker with chunks in flight tries to lease again after finding none.
     static let leaseRetryInterval = 0.2
     /// Seconds between sweeps for targets of cancelled campaigns still parked for a retry.
@@ -163,7 +166,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// its requests go out while the previous chunks' answers are still coming back. A capped
     /// campaign's chunks are leased one after the other, when due (its pace needs no window).
     private var wantsAnotherChunk: Bool {
-        runs.count < Self.maxRuns(budget: budget, chunkSize: context.config.campaignChunkSize) && inFlight < budget
+        (runs.isEmpty || !heldByEngine) && runs.count < Self.maxRuns(budget: budget, chunkSize: context.config.campaignChunkSize) && inFlight < budget
             && runs.allSatisfy { $0.submittedAll && !$0.stopSubmitting && $0.rate == nil }
     }
 
@@ -255,6 +258,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// targets, oldest chunk first), park and finish what is done, wait for a batch of answers
     /// and record them, checkpoint what is due.
     private func pump(on connection: PGConnection) throws {
+        heldByEngine = false
         for run in runs {
             if context.isStopping || run.sender.pausedReason != nil { run.stopSubmitting = true }
             if inFlight < budget { try fill(run, on: connection) }
@@ -275,6 +279,8 @@ final class CampaignWorker: @unchecked Sendable {
         let now = RateLimiter.monotonicSeconds()
         var wait = 0.5
         if inFlight == 0, let soonest = runs.compactMap(\.soonestRetry).min() { wait = max(0.001, min(wait, soonest - now)) }
+        // Held back by requests of the other workers: room comes with their answers, not ours.
+        if heldByEngine, inFlight == 0 { wait = min(wait, Self.heldByEngineWait) }
         // While another chunk is wanted, the answers already here are taken without waiting:
         // the next lease goes out now, not a round trip later.
         let leaseNext = wantsAnotherChunk && now >= nextLeaseTry && !context.isStopping
@@ -298,6 +304,26 @@ final class CampaignWorker: @unchecked Sendable {
     /// inbox and at most one wake-up for all of them, instead of one each.
     static let submitBatch = 256
 
+    /// The last fill stopped because the engine already held enough requests waiting for a
+    /// stream (`engineHasRoom`): no chunk is leased ahead until answers make room.
+    private var heldByEngine = false
+
+    /// Whether `engine` takes more of this worker's requests now. Beyond what its connections
+    /// carry, one connection's worth per event loop may wait for a stream: a loop grows a
+    /// connection only after requests have waited for one without a break (250 ms), and at a
+    /// round trip of 50 ms a connection's streams come free at once, so less would empty the
+    /// loop's queue between two fills and the drain would stay on too few connections. More
+    /// only holds memory: at 8 × 500 configured and 2 × 500 open on loopback, the workers
+    /// kept 3,000 requests waiting, with the chunks leased ahead for them.
+    static func engineHasRoom(outstanding: Int, streamCapacity: Int, waiting: Int) -> Bool {
+        streamCapacity <= 0 || outstanding < streamCapacity + waiting
+    }
+
+    private func engineHasRoom(_ engine: HTTP2Dispatcher) -> Bool {
+        Self.engineHasRoom(outstanding: engine.outstanding, streamCapacity: engine.streamCapacity,
+                           waiting: engine.configuration.threads * engine.configuration.streamsPerConnection)
+    }
+
     /// Hands the batched requests to their engine; blocks while its window is full.
     private func submitBatched() {
         if let template = batchTemplate, !batch.isEmpty { template.client.dispatcher.submit(contentsOf: batch) }
@@ -314,6 +340,11 @@ final class CampaignWorker: @unchecked Sendable {
         // for the engine's window, after which the clock is read again.
         var now = RateLimiter.monotonicSeconds()
         while !run.stopSubmitting, inFlight < budget {
+            // Looked at between batches only: a batch past the limit is one batch of waiting requests.
+            if run.rate == nil, batch.isEmpty, let engine = run.templates.values.first?.client.dispatcher, !engineHasRoom(engine) {
+                heldByEngine = true
+                break
+            }
             if run.rate != nil { now = RateLimiter.monotonicSeconds() }
             guard let target = run.takeNextTarget(now: now) else { break }
             if let rate = run.rate {
