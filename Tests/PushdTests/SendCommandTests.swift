@@ -1,5 +1,7 @@
 import APNsMock
+@testable import Dispatcher
 import Foundation
+import Posix
 import Testing
 @testable import pushd
 
@@ -331,5 +333,15 @@ import Testing
                                   "--push-type", "location", "--payload", "{}", "--dry-run"]) { try SendCommand.run($0, $1) }
         #expect(run.exitCode == 1)
         #expect(run.output.errorText.contains("[token-authentication-required]"), "\(run.output.errorText)")
+    }
+
+    @Test func theDevelopmentEnvironmentsUniqueIDIsPrintedBesideTheApnsID() throws {
+        let apnsID = try #require(APNsID("6c9a1c1e-3a5b-4c47-8f2e-1b2c3d4e5f60"))
+        let uniqueID = try #require(APNsID("0b1e7f6c-6f0a-4d1e-9c54-4a1c2b3d4e5f"))
+        let result = DispatchResult(tag: 1, outcome: .response(Response(status: 200, apnsID: apnsID, body: [], uniqueID: uniqueID)),
+                                    latencyNanoseconds: 2_000_000, attempts: 1)
+        let (lines, code) = SendCommand.describe(result)
+        #expect(code == 0)
+        #expect(lines == ["200 accepted: apns-id 6c9a1c1e-3a5b-4c47-8f2e-1b2c3d4e5f60 apns-unique-id 0b1e7f6c-6f0a-4d1e-9c54-4a1c2b3d4e5f (2 ms)"])
     }
 }

@@ -55,13 +55,15 @@ let curlHeaderCallback: pushd_curl_data_cb = { data, size, count, userData in
     }
     if let apnsID = ResponseHeaderLine.apnsID(line) {
         Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().apnsID = apnsID
+    } else if let uniqueID = ResponseHeaderLine.uniqueID(line) {
+        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().uniqueID = uniqueID
     } else if let channelID = ResponseHeaderLine.channelID(line) {
         Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().channelID = channelID
     }
     return bytes
 }
 
-/// Reads the two things the engine wants from response header lines, without allocating.
+/// Reads what the engine wants from response header lines, without allocating.
 enum ResponseHeaderLine {
     /// The status of "HTTP/2 200" (a status line starts every header block, also of a
     /// 100-continue), or nil for any other line.
@@ -88,6 +90,19 @@ enum ResponseHeaderLine {
         let matches = withUnsafeBytes(of: name) { expected in (0..<8).allSatisfy { line[$0] | 0x20 == expected[$0] } }
         guard matches else { return nil }
         var start = 8
+        while start < line.count, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+        guard start + 36 <= line.count else { return nil }
+        return APNsID(utf8: UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))
+    }
+
+    /// "apns-unique-id:" as bytes, made once.
+    private static let uniqueIDName: [UInt8] = Array("apns-unique-id:".utf8)
+
+    /// The id of an "apns-unique-id:" line (name in any case, optional blanks), or nil.
+    static func uniqueID(_ line: UnsafeRawBufferPointer) -> APNsID? {
+        let name = uniqueIDName
+        guard line.count >= name.count + 36, (0..<name.count).allSatisfy({ line[$0] | 0x20 == name[$0] | 0x20 }) else { return nil }
+        var start = name.count
         while start < line.count, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
         guard start + 36 <= line.count else { return nil }
         return APNsID(utf8: UnsafeRawBufferPointer(rebasing: line[start..<(start + 36)]))

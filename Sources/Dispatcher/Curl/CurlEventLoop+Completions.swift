@@ -87,7 +87,7 @@ extension CurlEventLoop {
             let body = transfer.responseBody
             if !body.isEmpty { transfer.responseBody = [] }
             outcome = .response(Response(status: status, apnsID: transfer.apnsID, body: body, errorBody: errorBody,
-                                        channelID: transfer.channelID))
+                                        channelID: transfer.channelID, uniqueID: transfer.uniqueID))
         } else {
             transfer.responseBody.removeAll(keepingCapacity: true)
             outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))

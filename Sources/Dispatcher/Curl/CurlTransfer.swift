@@ -28,6 +28,9 @@ final class CurlTransfer {
     var enteredCurlAt: UInt64 = 0
     var responseBody: [UInt8] = []
     var apnsID: APNsID?
+    /// The `apns-unique-id` response header, which only APNs's development environment sends:
+    /// the id to look the notification up by in Apple's delivery log.
+    var uniqueID: APNsID?
     private var sendCount: Int32 = 0
     /// The `apns-channel-id` response header (a created channel's id, from the channel API).
     var channelID: String?
@@ -128,6 +131,7 @@ final class CurlTransfer {
         // Read before written: an untouched buffer stays out of memory.
         if errorBuffer[0] != 0 { errorBuffer[0] = 0 }
         apnsID = nil
+        uniqueID = nil
         channelID = nil
         status = 0
         sends = 0

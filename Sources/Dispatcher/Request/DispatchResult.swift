@@ -59,20 +59,24 @@ public struct Response: Sendable, Equatable {
     public let body: [UInt8]
     /// The `apns-channel-id` response header: the id of a channel just created.
     public let channelID: String?
+    /// The `apns-unique-id` response header, sent only by APNs's development environment: the
+    /// id that finds this notification in Apple's delivery log (the Push Notifications Console).
+    public let uniqueID: APNsID?
     /// Read once, by the engine; `apns` is built from it only when asked, so an answer nobody
     /// inspects costs no apns-id string.
     private let errorBody: APNsErrorBody?
 
-    public init(status: Int, apnsID: APNsID?, body: [UInt8], channelID: String? = nil) {
-        self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body), channelID: channelID)
+    public init(status: Int, apnsID: APNsID?, body: [UInt8], channelID: String? = nil, uniqueID: APNsID? = nil) {
+        self.init(status: status, apnsID: apnsID, body: body, errorBody: APNsErrorBody.parse(body), channelID: channelID, uniqueID: uniqueID)
     }
 
     /// With the error body already read (the engine reads it once, for its own decisions too).
-    init(status: Int, apnsID: APNsID?, body: [UInt8], errorBody: APNsErrorBody?, channelID: String? = nil) {
+    init(status: Int, apnsID: APNsID?, body: [UInt8], errorBody: APNsErrorBody?, channelID: String? = nil, uniqueID: APNsID? = nil) {
         self.status = status
         self.apnsID = apnsID
         self.body = body
         self.channelID = channelID
+        self.uniqueID = uniqueID
         self.errorBody = errorBody
     }
 

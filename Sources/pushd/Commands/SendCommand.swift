@@ -224,7 +224,9 @@ enum SendCommand {
             let error = result.transportError.map(\.description) ?? "no response"
             return (["not sent: \(error) (after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed))"], 1)
         }
-        let id = response.apnsID.map { " apns-id \($0.lowercasedString)" } ?? ""
+        var id = response.apnsID.map { " apns-id \($0.lowercasedString)" } ?? ""
+        // Only the development environment sends it; Apple's delivery log finds the push by it.
+        if let unique = response.uniqueID { id += " apns-unique-id \(unique.lowercasedString)" }
         if response.status == 200 {
             return (["200 accepted:\(id) (\(elapsed))"], 0)
         }

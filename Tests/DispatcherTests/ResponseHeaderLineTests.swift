@@ -1,0 +1,29 @@
+@testable import Dispatcher
+import Testing
+
+/// The response header lines the engine reads without allocating: the status, `apns-id`,
+/// `apns-unique-id` (development environment only) and `apns-channel-id`.
+@Suite struct ResponseHeaderLineTests {
+    static func read<T>(_ line: String, _ reader: (UnsafeRawBufferPointer) -> T) -> T {
+        Array(line.utf8).withUnsafeBytes { reader($0) }
+    }
+
+    @Test func theUniqueIDOfTheDevelopmentEnvironmentIsRead() {
+        let id = "0b1e7f6c-6f0a-4d1e-9c54-4a1c2b3d4e5f"
+        for line in ["apns-unique-id: \(id)\r\n", "APNS-Unique-ID:\(id)\r\n", "apns-unique-id:\t\(id)\r\n"] {
+            #expect(Self.read(line, ResponseHeaderLine.uniqueID)?.lowercasedString == id, "\(line)")
+        }
+    }
+
+    @Test func theUniqueIDIsNotTakenForTheApnsIDOrTheOtherWayRound() {
+        let id = "0b1e7f6c-6f0a-4d1e-9c54-4a1c2b3d4e5f"
+        #expect(Self.read("apns-unique-id: \(id)\r\n", ResponseHeaderLine.apnsID) == nil)
+        #expect(Self.read("apns-id: \(id)\r\n", ResponseHeaderLine.uniqueID) == nil)
+        #expect(Self.read("apns-id: \(id)\r\n", ResponseHeaderLine.apnsID)?.lowercasedString == id)
+    }
+
+    @Test func aShortOrMalformedUniqueIDIsIgnored() {
+        #expect(Self.read("apns-unique-id: 0b1e7f6c\r\n", ResponseHeaderLine.uniqueID) == nil)
+        #expect(Self.read("apns-unique-id: zzzzzzzz-6f0a-4d1e-9c54-4a1c2b3d4e5f\r\n", ResponseHeaderLine.uniqueID) == nil)
+    }
+}
