@@ -512,6 +512,19 @@ import Testing
                                                                  payload: #"{"aps":{"content-available":1}}"#))
             }
             #expect(background?.constraint == "campaigns_background_priority", "\(background?.message ?? "accepted")")
+            let bellInCollapseID = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "bell", payload: Fixtures.payload, collapseID: "score\u{7}"))
+            }
+            #expect(bellInCollapseID?.constraint == "campaigns_collapse_id_printable", "\(bellInCollapseID?.message ?? "accepted")")
+            #expect(bellInCollapseID?.message.hasPrefix("pushd.campaigns.collapse_id must not contain control characters (APNs refuses them), found U+0007 at position 6") == true,
+                    "\(bellInCollapseID?.message ?? "accepted")")
+            let before1970 = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "old", payload: Fixtures.payload,
+                                                                 expiration: Timestamp(timeIntervalSince1970: -1)))
+            }
+            #expect(before1970?.constraint == "campaigns_expiration_valid", "\(before1970?.message ?? "accepted")")
+            #expect(before1970?.message.hasPrefix("pushd.campaigns.expiration must not be before 1970-01-01 00:00:00 UTC") == true,
+                    "\(before1970?.message ?? "accepted")")
             let oversized = Fixtures.pgError {
                 _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "big", payload: Self.payload(bytes: 4097)))
             }
