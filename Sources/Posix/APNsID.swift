@@ -33,8 +33,11 @@ public struct APNsID: Sendable, Hashable, CustomStringConvertible {
         self = parsed
     }
 
-    /// Whether `text` has the `apns-id` form; either case is accepted, as APNs accepts it.
-    public static func isCanonical(_ text: String) -> Bool { APNsID(text) != nil }
+    /// Whether `text` is in the canonical form APNs asks for in `apns-id`: "32 lowercase
+    /// hexadecimal digits" in 8-4-4-4-12 groups. Parsing (`init?`) still takes either case.
+    public static func isCanonical(_ text: String) -> Bool {
+        APNsID(text) != nil && !text.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "F") }
+    }
 
     /// Parses the canonical form from raw bytes (a header value), without making a String.
     public init?(utf8 text: UnsafeRawBufferPointer) {

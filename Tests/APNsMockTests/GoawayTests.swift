@@ -48,6 +48,22 @@ struct GoawayTests {
         }
     }
 
+    /// Apple: "The GOAWAY frame includes JSON data in its payload with a reason key".
+    @Test func goawayCarriesTheShutdownReasonAsJSON() throws {
+        try withMockServer { server, port in
+            let client = try RawH2Client(port: port)
+            defer { client.close() }
+            client.sendRequest(stream: 1)
+            #expect(client.waitForFrame(type: 0x1, stream: 1))
+            server.sendGoawayToAll()
+            #expect(client.waitForFrame(type: 0x7))
+            let payload = try #require(client.payloads(ofType: 0x7).first)
+            #expect(payload.count > 8)
+            #expect(Array(payload.dropFirst(4).prefix(4)) == [0, 0, 0, 0], "NO_ERROR")
+            #expect(String(decoding: payload.dropFirst(8), as: UTF8.self) == #"{"reason":"Shutdown"}"#)
+        }
+    }
+
     @Test func goawayOnRequestKeepsBegunStreamsAndClosesTheConnection() throws {
         try withMockServer({ $0.faults.delayMilliseconds = 800 }) { server, port in
             let done = DispatchSemaphore(value: 0)

@@ -1,5 +1,6 @@
 import APNs
 import APNsMock
+import Posix
 import Testing
 
 /// Every rule the mock enforces, answered with APNs's status and reason over real HTTP/2.
@@ -31,6 +32,20 @@ struct ValidationTests {
         Case(name: "bad priority", headers: ["apns-topic: com.example.app", "apns-priority: 7"], status: 400, reason: "BadPriority"),
         Case(name: "background at priority 10", headers: ["apns-topic: com.example.app", "apns-push-type: background", "apns-priority: 10"],
              body: Array(#"{"aps":{"content-available":1}}"#.utf8), status: 400, reason: "BadPriority"),
+        // Apple: a missing apns-priority means 10, and background pushes must use 5.
+        Case(name: "background without apns-priority", headers: ["apns-topic: com.example.app", "apns-push-type: background"],
+             body: Array(#"{"aps":{"content-available":1}}"#.utf8), status: 400, reason: "BadPriority"),
+        Case(name: "background at priority 1", headers: ["apns-topic: com.example.app", "apns-push-type: background", "apns-priority: 1"],
+             body: Array(#"{"aps":{"content-available":1}}"#.utf8), status: 400, reason: "BadPriority"),
+        Case(name: "background at priority 5", headers: ["apns-topic: com.example.app", "apns-push-type: background", "apns-priority: 5"],
+             body: Array(#"{"aps":{"content-available":1}}"#.utf8), status: 200),
+        // Apple: "32 lowercase hexadecimal digits … in the form 8-4-4-4-12".
+        Case(name: "uppercase apns-id", headers: ["apns-topic: com.example.app", "apns-id: 0A1B2C3D-4E5F-4A6B-8C7D-9E0F1A2B3C4D"],
+             status: 400, reason: "BadMessageId"),
+        Case(name: "mixed-case apns-id", headers: ["apns-topic: com.example.app", "apns-id: 0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3C4d"],
+             status: 400, reason: "BadMessageId"),
+        Case(name: "lowercase apns-id", headers: ["apns-topic: com.example.app", "apns-id: 0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"],
+             status: 200),
         Case(name: "bad expiration", headers: ["apns-topic: com.example.app", "apns-expiration: soon"], status: 400, reason: "BadExpirationDate"),
         Case(name: "collapse id over 64 bytes", headers: ["apns-topic: com.example.app", "apns-collapse-id: " + String(repeating: "c", count: 65)],
              status: 400, reason: "BadCollapseId"),
@@ -101,6 +116,26 @@ struct ValidationTests {
                 #expect(response.status == 400)
                 #expect(response.reason == "InvalidPushType")
             }
+        }
+    }
+
+    @Test func developmentServerAnswersWithAnApnsUniqueID() throws {
+        try withMockServer({ $0.development = true }) { _, port in
+            let first = try H2Client.send(.push(token: deviceToken(1)), port: port)
+            let second = try H2Client.send(.push(token: deviceToken(1), body: []), port: port)
+            #expect(first.status == 200)
+            let firstID = try #require(first.headers["apns-unique-id"])
+            let secondID = try #require(second.headers["apns-unique-id"])
+            #expect(APNsID.isCanonical(firstID) && APNsID.isCanonical(secondID))
+            #expect(firstID != secondID)
+        }
+    }
+
+    @Test func productionServerAnswersWithoutApnsUniqueID() throws {
+        try withMockServer { _, port in
+            let response = try H2Client.send(.push(token: deviceToken(1)), port: port)
+            #expect(response.status == 200)
+            #expect(response.headers["apns-unique-id"] == nil)
         }
     }
 

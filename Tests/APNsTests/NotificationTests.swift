@@ -64,6 +64,14 @@ import Testing
         }
     }
 
+    /// Apple: canonical UUIDs are "32 lowercase hexadecimal digits"; parsing stays lenient.
+    @Test func apnsIDIsCanonicalOnlyInLowercase() {
+        #expect(APNsID.isCanonical("123e4567-e89b-12d3-a456-426614174000"))
+        #expect(!APNsID.isCanonical("123E4567-E89B-12D3-A456-426614174000"))
+        #expect(!APNsID.isCanonical("123e4567-e89b-12d3-a456-42661417400A"))
+        #expect(APNsID("123E4567-E89B-12D3-A456-426614174000") != nil)
+    }
+
     @Test func newAPNsIDsAreRandomVersion4IDsFoundationReads() {
         let ids = (0..<1000).map { _ in APNsID() }
         #expect(Set(ids).count == ids.count)

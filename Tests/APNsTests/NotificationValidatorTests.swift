@@ -88,6 +88,17 @@ import Testing
              payload: #"{"aps":{"timestamp":1,"event":"end","stale-date":-1}}"#, field: "aps.stale-date", rule: .outOfRange),
         Case(name: "live activity without aps", pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity",
              payload: "{}", field: "aps", rule: .liveActivityTimestamp),
+        Case(name: "live activity input-push-channel a number", pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity",
+             payload: #"{"aps":{"timestamp":1,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"input-push-channel":1}}"#,
+             field: "aps.input-push-channel", rule: .wrongType),
+        Case(name: "live activity localized title without loc-key", pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity",
+             payload: #"{"aps":{"timestamp":1,"event":"update","content-state":{},"alert":{"title":{"loc-args":["x"]}}}}"#,
+             field: "aps.alert.title.loc-key", rule: .missingKey),
+        Case(name: "live activity localized body with numeric loc-args", pushType: .liveactivity, topic: "com.example.app.push-type.liveactivity",
+             payload: #"{"aps":{"timestamp":1,"event":"update","content-state":{},"alert":{"body":{"loc-key":"K","loc-args":[1]}}}}"#,
+             field: "aps.alert.body.loc-args[0]", rule: .wrongType),
+        Case(name: "alert push title an object", payload: #"{"aps":{"alert":{"title":{"loc-key":"K"}}}}"#,
+             field: "aps.alert.title", rule: .wrongType),
         Case(name: "mdm without push magic", pushType: .mdm, topic: "com.apple.mgmt.External.abc", payload: "{}", field: "mdm", rule: .mdmPushMagic),
     ]
 
@@ -113,6 +124,9 @@ import Testing
         (.liveactivity, "com.example.app.push-type.liveactivity", .immediate, #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"eta":5},"relevance-score":100,"stale-date":1700000600}}"#),
         (.liveactivity, "com.example.app.push-type.liveactivity", .immediate, #"{"aps":{"timestamp":1700000000,"event":"end","dismissal-date":1700003600}}"#),
         (.liveactivity, "com.example.app.push-type.liveactivity", .immediate, #"{"aps":{"timestamp":1700000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{"id":1},"alert":{"title":"t","body":"b"}}}"#),
+        // ActivityKit's localized alert and a broadcast channel to start on (Apple's example payloads).
+        (.liveactivity, "com.example.app.push-type.liveactivity", .immediate, #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"eta":5},"alert":{"title":{"loc-key":"%@ is on an adventure!","loc-args":["Power Panda"]},"body":{"loc-key":"%@ found a sword!","loc-args":["Power Panda"]},"sound":"chime.aiff"}}}"#),
+        (.liveactivity, "com.example.app.push-type.liveactivity", .immediate, #"{"aps":{"timestamp":1700000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{"id":1},"input-push-channel":"dHJ5IHRoaXM=","alert":{"title":"t","body":"b"}}}"#),
         (.pushtotalk, "com.example.app.voip-ptt", .immediate, #"{"activeSpeaker":"Anne"}"#),
         (.widgets, "com.example.app.push-type.widgets", .immediate, #"{"aps":{"content-changed":true}}"#),
         (.controls, "com.example.app.push-type.controls", .immediate, #"{"aps":{"content-changed":true}}"#),

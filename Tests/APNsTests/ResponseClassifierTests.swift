@@ -68,11 +68,22 @@ import Testing
         #expect(ResponseClassifier.classify(status: 410, reason: .unregistered, timestamp: nil) == .pruneToken(timestamp: nil))
     }
 
-    @Test(arguments: [400, 403, 404, 410, 429, 500, 502, 503, 418])
+    @Test(arguments: [400, 404, 410, 429, 500, 502, 503, 418])
     func unknownReasonsAreRetriedNeverDropped(status: Int) {
         let action = ResponseClassifier.classify(status: status, reason: APNsReason("SomethingNew"), timestamp: nil)
         #expect(action == .retry)
         #expect(!APNsReason("SomethingNew").isKnown)
+    }
+
+    /// Apple documents 403 as "an error with the certificate or with the provider
+    /// authentication token": whatever the reason, the app's credentials are refused, so the
+    /// app stops and keeps its jobs instead of spending every job's retries.
+    @Test func a403WithAnUnknownReasonOrNoneIsACredentialFailure() {
+        #expect(ResponseClassifier.classify(status: 403, reason: APNsReason("SomethingNew"), timestamp: nil)
+            == .configurationError(reason: APNsReason("SomethingNew")))
+        guard case .configurationError = ResponseClassifier.classify(status: 403, reason: nil, timestamp: nil) else {
+            Issue.record("a 403 without a reason must pause the app"); return
+        }
     }
 
     @Test func missingReasonFallsBackOnStatus() {

@@ -61,4 +61,29 @@ import Testing
             #expect(text.contains("pushd_app_paused{app=\"shop\"} 1"))
         }
     }
+
+    /// Apple documents 403 as "an error with the certificate or with the provider
+    /// authentication token": a reason pushd does not know, or none at all, still means the
+    /// credentials are refused, so the app pauses with its jobs kept, as for InvalidProviderToken.
+    @Test(arguments: ["CredentialsRevokedSomehow", ""])
+    func a403WithAnUnknownReasonOrNonePausesTheAppAndKeepsItsJobs(reason: String) throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(forbiddenReason: reason))
+            let connection = try database.connect()
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{"aps":{"alert":"hi"}}' FROM generate_series(1, 3)
+                """, [DaemonHarness.token(6)])
+            let sender = try #require(pipeline.context.senders["shop"])
+            #expect(DaemonHarness.wait(seconds: 20) { sender.pausedReason != nil })
+            #expect(sender.pausedReason == (reason.isEmpty ? "HTTP 403" : reason))
+            Thread.sleep(forTimeInterval: 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(pipeline.context.pausedApps() == ["shop"])
+            #expect(pipeline.context.metrics.registry.expositionText().contains("pushd_app_paused{app=\"shop\"} 1"))
+        }
+    }
 }

@@ -45,6 +45,9 @@ import Testing
                 ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)",
                  [Self.channel, #"{"aps":{"timestamp":"now","event":"end"}}"#],
                  #"pushd.jobs.payload must have "aps"."timestamp" as a non-negative integer (epoch seconds), got "now""#),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '1969-12-31 23:00:00+00')",
+                 [Self.channel, Self.update],
+                 "pushd.broadcast_jobs.expiration must not be before 1970-01-01 00:00:00 UTC (APNs takes epoch seconds, 0 or more)"),
                 ("INSERT INTO pushd.jobs (app, payload) VALUES ('shop', $1)", [Self.update],
                  "pushd.jobs.device_token is required (or channel_id, for a broadcast)"),
             ]

@@ -60,6 +60,14 @@ import Testing
                  [good, Fixtures.payload], "jobs_priority_valid", "pushd.jobs.priority must be 10, 5 or 1, got 7"),
                 ("INSERT INTO pushd.jobs (app, device_token, payload, collapse_id) VALUES ('shop', $1, $2, repeat('x', 65))",
                  [good, Fixtures.payload], "jobs_collapse_id_length", "pushd.jobs.collapse_id must be at most 64 bytes, got 65"),
+                // apns-collapse-id is a header value: CR or LF would split the header line.
+                ("INSERT INTO pushd.jobs (app, device_token, payload, collapse_id) VALUES ('shop', $1, $2, E'score\\nupdate')",
+                 [good, Fixtures.payload], "jobs_collapse_id_printable",
+                 "pushd.jobs.collapse_id must not contain control characters (APNs refuses them), found U+000A at position 6"),
+                // apns-expiration is epoch seconds, 0 or more.
+                ("INSERT INTO pushd.jobs (app, device_token, payload, expiration) VALUES ('shop', $1, $2, '1969-12-31 23:59:59+00')",
+                 [good, Fixtures.payload], "jobs_expiration_valid",
+                 "pushd.jobs.expiration must not be before 1970-01-01 00:00:00 UTC (APNs takes epoch seconds, 0 or more)"),
                 ("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('', $1, $2)",
                  [good, Fixtures.payload], "jobs_app_valid", "pushd.jobs.app must be 1 to 64 lower-case letters"),
             ]
@@ -457,6 +465,14 @@ import Testing
                  #"pushd.jobs.payload must have "aps"."dismissal-date" as a non-negative integer (epoch seconds), got -1"#),
                 (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"stale-date":1.5}}"#, "liveactivity", nil,
                  "jobs_payload_shape", #"pushd.jobs.payload must have "aps"."stale-date" as a non-negative integer (epoch seconds), got 1.5"#),
+                (#"{"aps":{"timestamp":1700000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"input-push-channel":7}}"#,
+                 "liveactivity", nil, "jobs_payload_shape", #"pushd.jobs.payload must have "aps"."input-push-channel" as a string, got 7"#),
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"alert":{"title":{"loc-args":["Panda"]}}}}"#, "liveactivity", nil,
+                 "jobs_payload_shape", #"pushd.jobs.payload must have "aps"."alert"."title" as a string or an object with a string "loc-key" and "loc-args" an array of strings, got {"loc-args":["Panda"]}"#),
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"alert":{"body":{"loc-key":"K","loc-args":[1]}}}}"#, "liveactivity", nil,
+                 "jobs_payload_shape", #"pushd.jobs.payload must have "aps"."alert"."body" as a string or an object with a string "loc-key" and "loc-args" an array of strings, got {"loc-key":"K","loc-args":[1]}"#),
+                (#"{"aps":{"alert":{"title":{"loc-key":"K"}}}}"#, "alert", nil, "jobs_payload_shape",
+                 #"pushd.jobs.payload must have "aps"."alert"."title" as a string, got {"loc-key":"K"}"#),
                 (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":"2:1"}}"#, "liveactivity", nil, "jobs_payload_shape",
                  #"pushd.jobs.payload must have "aps"."content-state" as an object, got "2:1""#),
             ]
@@ -478,6 +494,11 @@ import Testing
                 (#"{"aps":{"alert":{"title":"Game","loc-key":"GAME","loc-args":["Jenna","Frank"]},"sound":{"critical":1,"name":"siren","volume":0.8},"thread-id":"t","category":"INVITE","target-content-id":"w","relevance-score":0.5,"mutable-content":1,"filter-criteria":"work"}}"#, "alert", nil),
                 (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"relevance-score":75,"stale-date":1700003600,"dismissal-date":0}}"#,
                  "liveactivity", nil),
+                // ActivityKit's localized alert and a broadcast channel to start on, as Apple documents them.
+                (#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{},"alert":{"title":{"loc-key":"%@ is on an adventure!","loc-args":["Power Panda"]},"body":{"loc-key":"%@ found a sword!","loc-args":["Power Panda"]},"sound":"chime.aiff"}}}"#,
+                 "liveactivity", nil),
+                (#"{"aps":{"timestamp":1700000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"input-push-channel":"dHJ5IHRoaXM=","alert":{"title":"t","body":"b"}}}"#,
+                 "liveactivity", nil),
             ]
             for (index, row) in accepted.enumerated() {
                 let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(100 + index), row.payload, row.pushType, row.priority]) }
@@ -491,6 +512,19 @@ import Testing
                                                                  payload: #"{"aps":{"content-available":1}}"#))
             }
             #expect(background?.constraint == "campaigns_background_priority", "\(background?.message ?? "accepted")")
+            let bellInCollapseID = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "bell", payload: Fixtures.payload, collapseID: "score\u{7}"))
+            }
+            #expect(bellInCollapseID?.constraint == "campaigns_collapse_id_printable", "\(bellInCollapseID?.message ?? "accepted")")
+            #expect(bellInCollapseID?.message.hasPrefix("pushd.campaigns.collapse_id must not contain control characters (APNs refuses them), found U+0007 at position 6") == true,
+                    "\(bellInCollapseID?.message ?? "accepted")")
+            let before1970 = Fixtures.pgError {
+                _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "old", payload: Fixtures.payload,
+                                                                 expiration: Timestamp(timeIntervalSince1970: -1)))
+            }
+            #expect(before1970?.constraint == "campaigns_expiration_valid", "\(before1970?.message ?? "accepted")")
+            #expect(before1970?.message.hasPrefix("pushd.campaigns.expiration must not be before 1970-01-01 00:00:00 UTC") == true,
+                    "\(before1970?.message ?? "accepted")")
             let oversized = Fixtures.pgError {
                 _ = try campaigns.create(connection, NewCampaign(app: "shop", name: "big", payload: Self.payload(bytes: 4097)))
             }

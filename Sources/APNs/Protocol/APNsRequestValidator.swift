@@ -79,12 +79,14 @@ public struct APNsRequestValidator: Sendable {
 
         if let apnsID, !APNsID.isCanonical(apnsID) { return .rejected(status: 400, reason: .badMessageId) }
 
-        var priority: Priority = pushType == .background ? .conservePower : .immediate
+        // Apple: without the header APNs sets the priority to 10, and background pushes must
+        // have 5, so a background push without it, or with 1 or 10, is refused.
+        var priority: Priority = .immediate
         if let priorityText {
             guard let parsed = Priority(headerValue: priorityText) else { return .rejected(status: 400, reason: .badPriority) }
-            if pushType == .background && parsed == .immediate { return .rejected(status: 400, reason: .badPriority) }
             priority = parsed
         }
+        if pushType == .background && priority != .conservePower { return .rejected(status: 400, reason: .badPriority) }
 
         var expiration: Int64?
         if let expirationText {

@@ -50,6 +50,9 @@ public enum ResponseClassifier {
             return .retry
 
         default:
+            // Apple documents 403 only for "an error with the certificate or with the provider
+            // authentication token": a new 403 reason still refuses the app's credentials.
+            if status == 403 { return .configurationError(reason: reason) }
             // A reason APNs added after this code was written: retry, with the smaller attempt
             // budget `RetryPolicy` gives unknown reasons, so a permanent error still ends up in
             // dead letters instead of looping.
@@ -69,6 +72,9 @@ public enum ResponseClassifier {
             return .deadLetter(why: "APNs rejected the method (HTTP 405); this is a sender bug")
         case 503:
             return .reconnectThenRetry
+        case 403:
+            // The credentials are refused whatever the body says: stop the app, keep its jobs.
+            return .configurationError(reason: APNsReason("HTTP 403"))
         default:
             // Unreadable bodies are treated like unknown reasons: a limited number of retries.
             return .retry

@@ -174,7 +174,7 @@ struct APSChecker {
             case "alert": checkAlert(value)
             case "badge": checkNonNegativeInteger(value, field: "aps.badge")
             case "sound": checkSound(value)
-            case "thread-id", "category", "target-content-id", "filter-criteria", "attributes-type":
+            case "thread-id", "category", "target-content-id", "filter-criteria", "attributes-type", "input-push-channel":
                 checkString(value, field: "aps." + member.key)
             case "content-available", "mutable-content", "input-push-token":
                 checkFlag(value, field: "aps." + member.key)
@@ -273,7 +273,9 @@ struct APSChecker {
         case .object(let alert):
             for member in alert.members {
                 let field = "aps.alert." + member.key
-                if APSChecker.alertStringKeys.contains(member.key) {
+                if type == .liveactivity && (member.key == "title" || member.key == "body") {
+                    checkLiveActivityText(member.value, field: field)
+                } else if APSChecker.alertStringKeys.contains(member.key) {
                     checkString(member.value, field: field)
                 } else if APSChecker.alertArrayKeys.contains(member.key) {
                     guard case .array(let args) = member.value else {
@@ -287,6 +289,34 @@ struct APSChecker {
             }
         default:
             issue("aps.alert", .wrongType, "must be a string or an object, found \(value.typeName)")
+        }
+    }
+
+    /// ActivityKit's alert `title` and `body` are a string or a localized string:
+    /// `{"loc-key": "…", "loc-args": ["…"]}` (loc-args optional).
+    mutating func checkLiveActivityText(_ value: JSONValue, field: String) {
+        switch value {
+        case .string:
+            return
+        case .object(let localized):
+            if let key = localized["loc-key"] {
+                checkString(key, field: field + ".loc-key")
+            } else {
+                issue(field + ".loc-key", .missingKey, "a localized \(field) needs \"loc-key\"")
+            }
+            if let args = localized["loc-args"] { checkStringArray(args, field: field + ".loc-args") }
+        default:
+            issue(field, .wrongType, "must be a string or an object with \"loc-key\" and \"loc-args\", found \(value.typeName)")
+        }
+    }
+
+    mutating func checkStringArray(_ value: JSONValue, field: String) {
+        guard case .array(let args) = value else {
+            issue(field, .wrongType, "must be an array of strings, found \(value.typeName)")
+            return
+        }
+        for (i, arg) in args.enumerated() where arg.stringValue == nil {
+            issue("\(field)[\(i)]", .wrongType, "must be a string, found \(arg.typeName)")
         }
     }
 

@@ -29,6 +29,7 @@ public enum MockCommandLine {
                                       HTTP/2 listener, as APNs's 2195/2196 (0 picks a free one)
       --max-channels N                channels per bundle id before CannotCreateChannelConfig
                                       (default 10000)
+      --development                   answer as APNs's development server: add apns-unique-id
       --log-accepted                  keep a log of accepted notifications (GET /accepted)
       --log-limit N                   keep at most N log entries, count the rest (default 2000000)
       --count-per-token               count answers per device token
@@ -51,6 +52,7 @@ public enum MockCommandLine {
                                       share (0…1) answered TooManyRequests / InternalServerError /
                                       ServiceUnavailable
       --rate-shutdown R               share (0…1) answered 503 Shutdown
+      --forbidden-reason R            answer every valid notification 403 with reason R ("" for none)
       --goaway-after-streams N        GOAWAY once a connection has begun N streams
       --goaway-after-seconds S        GOAWAY S seconds after a connection starts
       --reset-after-streams N         TCP reset when a connection completes N streams
@@ -84,6 +86,7 @@ public enum MockCommandLine {
         var channelPort: UInt16?
         var maxChannels = MockConfiguration.apnsChannelLimit
         var logAccepted = false
+        var development = false
         var logLimit: Int?
         var perToken = false
         var readAhead = false
@@ -124,6 +127,7 @@ public enum MockCommandLine {
             case "--channel-port": channelPort = try integer(UInt16.self)
             case "--max-channels": maxChannels = try integer(Int.self)
             case "--log-accepted": logAccepted = true
+            case "--development": development = true
             case "--log-limit": logLimit = try integer(Int.self)
             case "--count-per-token": perToken = true
             case "--read-ahead": readAhead = true
@@ -157,6 +161,7 @@ public enum MockCommandLine {
             case "--rate-500": faults.internalServerErrorRate = try rate()
             case "--rate-503": faults.serviceUnavailableRate = try rate()
             case "--rate-shutdown": faults.shutdownRate = try rate()
+            case "--forbidden-reason": faults.forbiddenReason = try value()
             case "--goaway-after-streams": faults.goawayAfterStreams = try integer(Int.self)
             case "--goaway-after-seconds":
                 let text = try value()
@@ -187,6 +192,7 @@ public enum MockCommandLine {
         configuration.channelManagementPort = channelPort
         configuration.maxChannelsPerApp = maxChannels
         configuration.logsAccepted = logAccepted
+        configuration.development = development
         if let logLimit {
             guard logLimit >= 1 else { throw MockServerError.configuration("--log-limit must be at least 1, got \(logLimit)") }
             configuration.acceptedLogLimit = logLimit

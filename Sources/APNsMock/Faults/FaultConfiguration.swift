@@ -38,6 +38,11 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// Share answered 503 Shutdown (0…1), as a server about to go away answers.
     public var shutdownRate: Double
 
+    /// Answer every otherwise valid notification 403 with this reason, as APNs answers when it
+    /// refuses the credentials (a reason added after pushd was written, say); the empty string
+    /// answers 403 without a body.
+    public var forbiddenReason: String?
+
     public init(
         unregisteredTokens: [String: Int64] = [:],
         badDeviceTokens: Set<String> = [],
@@ -53,7 +58,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         randomDelayMilliseconds: Int = 0,
         lowerConcurrencyAfterError: Bool = false,
         ignorePings: Bool = false,
-        shutdownRate: Double = 0
+        shutdownRate: Double = 0,
+        forbiddenReason: String? = nil
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -70,6 +76,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.lowerConcurrencyAfterError = lowerConcurrencyAfterError
         self.ignorePings = ignorePings
         self.shutdownRate = shutdownRate
+        self.forbiddenReason = forbiddenReason
     }
 
     /// No faults: every valid request is accepted at once.
@@ -112,6 +119,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tooManyRequestsRate, internalServerErrorRate
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
+        case forbiddenReason
     }
 
     public init(from decoder: any Decoder) throws {
@@ -131,6 +139,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             randomDelayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .randomDelayMilliseconds) ?? 0,
             lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,
             ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false,
-            shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0)
+            shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0,
+            forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason))
     }
 }

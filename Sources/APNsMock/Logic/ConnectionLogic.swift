@@ -38,6 +38,10 @@ struct ConnectionLogic {
         if faults.resetRate > 0 && random.nextUnit() < faults.resetRate { return .resetConnection }
 
         var answer = decide(request, faults: faults, now: now)
+        if settings.development && role == .notifications && request.path.utf8.starts(with: APNsRequestValidator.devicePathPrefix.utf8) {
+            // APNs's development server adds the id Delivery Log queries take; production does not.
+            answer.extraHeaders.append(HeaderField(name: APNsHeader.uniqueID, value: makeID()))
+        }
         answer.delayMilliseconds = UInt64(faults.delayMilliseconds)
         if faults.randomDelayMilliseconds > 0 {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
@@ -75,6 +79,10 @@ struct ConnectionLogic {
 
         if let (status, reason) = authenticate(accepted.authorization, now: now) {
             return reject(status, reason, apnsID: apnsID, token: token)
+        }
+
+        if let forbidden = faults.forbiddenReason {
+            return Answer(status: 403, apnsID: apnsID, reason: forbidden.isEmpty ? nil : forbidden, token: token)
         }
 
         // Empty lists are the rule; hashing the 64-character token for them cost every request.
@@ -149,6 +157,8 @@ struct LogicSettings: Sendable {
     /// Certificate-auth mode, where location and Live Activity pushes are refused.
     var certificateMode: Bool = false
     var logsAccepted: Bool
+    /// Answers carry `apns-unique-id`, as APNs's development (sandbox) server's do.
+    var development: Bool = false
     /// Broadcast and channel management checks.
     var broadcastJudge = BroadcastRequestJudge()
     /// Shared by every connection of both listeners.

@@ -58,6 +58,9 @@ public struct MockConfiguration: Sendable {
     /// GOAWAY decided within that read and are refused, which tests of a client's GOAWAY
     /// accounting were not written for. The benchmarks turn it on.
     public var readAhead: Bool = false
+    /// Stand in for APNs's development (sandbox) server, which adds `apns-unique-id` to its
+    /// answers (the id Delivery Log queries take); the production server does not.
+    public var development: Bool = false
     /// Connections that have not completed TLS within this time are closed.
     public var handshakeTimeoutMilliseconds: Int = 10_000
     /// Port of the plain-HTTP control endpoint on 127.0.0.1 (0 picks one); nil disables it.

@@ -43,6 +43,7 @@ final class ServerCore: Sendable {
             tokenVerifier: verifier, startAtOneStream: startAtOne,
             providerTokenUpdateWindowSeconds: Int64(configuration.providerTokenUpdateWindowSeconds),
             certificateMode: clientCA != nil, logsAccepted: configuration.logsAccepted,
+            development: configuration.development,
             broadcastJudge: BroadcastRequestJudge(
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
             channels: ChannelRegistry(maximumPerApp: configuration.maxChannelsPerApp))

@@ -456,11 +456,18 @@ final class HTTP2Connection: EventLoopHandler {
 
     // MARK: GOAWAY, reset, close
 
+    private static let goawayReason = Array(#"{"reason":"Shutdown"}"#.utf8)
+
     private func submitGoaway(lastStreamID: Int32) {
         guard let session, goawayLastStreamID == nil else { return }
         goawayLastStreamID = lastStreamID
         core.accounting.recordGoaway(connectionID: id, lastStreamID: lastStreamID)
-        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, NGHTTP2_NO_ERROR.rawValue, nil, 0)
+        // APNs's GOAWAY carries JSON with a reason; the mock ends connections only as a server
+        // shutting down does.
+        Self.goawayReason.withUnsafeBufferPointer { reason in
+            _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStreamID, NGHTTP2_NO_ERROR.rawValue,
+                                      reason.baseAddress, reason.count)
+        }
     }
 
     private func sendGoawayAfterLastProcessed() {

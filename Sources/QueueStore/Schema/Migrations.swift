@@ -26,6 +26,7 @@ extension Migrator {
         // The roles migration stays last: its grants cover every table created before it.
         Migration(version: 20, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV20),
         Migration(version: 21, name: "broadcast retry windows count from a broadcast's first send", sql: broadcastFirstAttemptV21),
+        Migration(version: 22, name: "Apple's header and Live Activity rules the row can show are checked at insert", sql: appleRulesV22),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1451,5 +1452,199 @@ extension Migrator {
     ALTER TABLE pushd.broadcast_jobs ADD COLUMN first_attempt_at timestamptz;
 
     SELECT pushd.grant_roles();
+    """#
+    /// Rules from Apple's documentation that the row alone can show, refused at insert with
+    /// the column named, as the sender would refuse them later (`NotificationValidator`):
+    /// - ActivityKit's alert `title` and `body` may be localized objects (`loc-key`,
+    ///   `loc-args`), and `input-push-channel` (start a Live Activity on a broadcast channel)
+    ///   is a string. The V19 functions are replaced with these rules added; campaign targets
+    ///   (push type unknown, NULL) get the Live Activity forms, the sender checks the type.
+    /// - `apns-collapse-id` is a header value: no control characters (CR or LF would split
+    ///   the header line; APNs answers BadCollapseId).
+    /// - `apns-expiration` is epoch seconds, 0 or more: nothing before 1970.
+    static let appleRulesV22 = #"""
+    CREATE OR REPLACE FUNCTION pushd.aps_values_ok(payload text, push_type text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE AS $$
+        SELECT payload IS NULL OR NOT coalesce(jsonb_path_exists(payload::jsonb, '
+            lax $.aps ? (
+              @."thread-id".type() != "string" || @.category.type() != "string" || @."target-content-id".type() != "string"
+           || @."input-push-channel".type() != "string"
+           || @."filter-criteria".type() != "string" || @."attributes-type".type() != "string"
+           || @."content-available".type() != "number" || (exists(@."content-available") && !(@."content-available" == 0 || @."content-available" == 1))
+           || @."mutable-content".type() != "number" || (exists(@."mutable-content") && !(@."mutable-content" == 0 || @."mutable-content" == 1))
+           || @."input-push-token".type() != "number" || (exists(@."input-push-token") && !(@."input-push-token" == 0 || @."input-push-token" == 1))
+           || @.timestamp.type() != "number" || @.timestamp < 0 || @.timestamp.floor() != @.timestamp
+           || @."stale-date".type() != "number" || @."stale-date" < 0 || @."stale-date".floor() != @."stale-date"
+           || @."dismissal-date".type() != "number" || @."dismissal-date" < 0 || @."dismissal-date".floor() != @."dismissal-date"
+           || @."relevance-score".type() != "number" || ($anyscore == false && (@."relevance-score" < 0 || @."relevance-score" > 1))
+           || @."content-state".type() != "object" || @.attributes.type() != "object"
+           || (@.alert.type() != "string" && @.alert.type() != "object")
+           || ($localized == false && (@.alert.title.type() != "string" || @.alert.body.type() != "string"))
+           || ($localized == true && (
+                 (@.alert.title.type() != "string" && @.alert.title.type() != "object")
+              || (@.alert.title.type() == "object" && !exists(@.alert.title."loc-key"))
+              || @.alert.title."loc-key".type() != "string"
+              || @.alert.title."loc-args".type() != "array" || exists(@.alert.title."loc-args"[*] ? (@.type() != "string"))
+              || (@.alert.body.type() != "string" && @.alert.body.type() != "object")
+              || (@.alert.body.type() == "object" && !exists(@.alert.body."loc-key"))
+              || @.alert.body."loc-key".type() != "string"
+              || @.alert.body."loc-args".type() != "array" || exists(@.alert.body."loc-args"[*] ? (@.type() != "string"))))
+           || @.alert.subtitle.type() != "string"
+           || @.alert."launch-image".type() != "string" || @.alert."title-loc-key".type() != "string"
+           || @.alert."subtitle-loc-key".type() != "string" || @.alert."loc-key".type() != "string"
+           || @.alert."action-loc-key".type() != "string" || @.alert.action.type() != "string"
+           || @.alert."title-loc-args".type() != "array" || exists(@.alert."title-loc-args"[*] ? (@.type() != "string"))
+           || @.alert."subtitle-loc-args".type() != "array" || exists(@.alert."subtitle-loc-args"[*] ? (@.type() != "string"))
+           || @.alert."loc-args".type() != "array" || exists(@.alert."loc-args"[*] ? (@.type() != "string"))
+           || (@.sound.type() != "string" && @.sound.type() != "object")
+           || (@.sound.type() == "object" && !exists(@.sound.name))
+           || @.sound.name.type() != "string"
+           || @.sound.critical.type() != "number" || (exists(@.sound.critical) && !(@.sound.critical == 0 || @.sound.critical == 1))
+           || @.sound.volume.type() != "number" || @.sound.volume < 0 || @.sound.volume > 1)'
+            , jsonb_build_object('anyscore', push_type IS NULL OR push_type = 'liveactivity',
+                                 'localized', push_type IS NULL OR push_type = 'liveactivity'), true), false)
+    $$;
+
+    -- The same rules, raising the first value of the wrong type with its path and value.
+    CREATE OR REPLACE FUNCTION pushd.check_aps_values(payload text, push_type text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        aps json;
+        k text;
+        v json;
+        inner_key text;
+        inner_value json;
+        position integer;
+        path text;
+        wanted text;
+        got json;
+        localized_text constant text := 'a string or an object with a string "loc-key" and "loc-args" an array of strings';
+    BEGIN
+        IF payload IS NULL THEN RETURN true; END IF;
+        aps := payload::json -> 'aps';
+        IF aps IS NULL OR json_typeof(aps) <> 'object' THEN RETURN true; END IF;
+        FOR k, v IN SELECT e.key, e.value FROM json_each(aps) AS e LOOP
+            path := format('"aps"."%s"', k);
+            got := v;
+            wanted := NULL;
+            IF k IN ('thread-id', 'category', 'target-content-id', 'filter-criteria', 'attributes-type', 'input-push-channel') THEN
+                IF json_typeof(v) <> 'string' THEN wanted := 'a string'; END IF;
+            ELSIF k IN ('content-available', 'mutable-content', 'input-push-token') THEN
+                IF json_typeof(v) <> 'number' OR v::text::numeric NOT IN (0, 1) THEN wanted := 'the number 0 or 1'; END IF;
+            ELSIF k IN ('timestamp', 'stale-date', 'dismissal-date') THEN
+                IF json_typeof(v) <> 'number' OR v::text::numeric < 0 OR v::text::numeric <> trunc(v::text::numeric) THEN
+                    wanted := 'a non-negative integer (epoch seconds)';
+                END IF;
+            ELSIF k = 'relevance-score' THEN
+                IF json_typeof(v) <> 'number' THEN
+                    wanted := 'a number';
+                ELSIF push_type IS DISTINCT FROM 'liveactivity' AND push_type IS NOT NULL AND v::text::numeric NOT BETWEEN 0 AND 1 THEN
+                    wanted := 'a number from 0 to 1 (only Live Activities take any number)';
+                END IF;
+            ELSIF k IN ('content-state', 'attributes') THEN
+                IF json_typeof(v) <> 'object' THEN wanted := 'an object'; END IF;
+            ELSIF k = 'alert' THEN
+                IF json_typeof(v) = 'object' THEN
+                    FOR inner_key, inner_value IN SELECT e.key, e.value FROM json_each(v) AS e LOOP
+                        path := format('"aps"."alert"."%s"', inner_key);
+                        got := inner_value;
+                        IF inner_key IN ('title', 'body') AND (push_type IS NULL OR push_type = 'liveactivity') THEN
+                            IF json_typeof(inner_value) = 'string' THEN
+                                NULL;
+                            ELSIF json_typeof(inner_value) <> 'object' OR json_typeof(inner_value -> 'loc-key') IS DISTINCT FROM 'string' THEN
+                                wanted := localized_text;
+                            ELSIF inner_value -> 'loc-args' IS NOT NULL THEN
+                                IF json_typeof(inner_value -> 'loc-args') <> 'array' THEN
+                                    wanted := localized_text;
+                                ELSIF EXISTS (SELECT 1 FROM json_array_elements(inner_value -> 'loc-args') AS e WHERE json_typeof(e) <> 'string') THEN
+                                    wanted := localized_text;
+                                END IF;
+                            END IF;
+                        ELSIF inner_key IN ('title', 'subtitle', 'body', 'launch-image', 'title-loc-key', 'subtitle-loc-key',
+                                         'loc-key', 'action-loc-key', 'action') AND json_typeof(inner_value) <> 'string' THEN
+                            wanted := 'a string';
+                        ELSIF inner_key IN ('title-loc-args', 'subtitle-loc-args', 'loc-args') THEN
+                            IF json_typeof(inner_value) <> 'array' THEN
+                                wanted := 'an array of strings';
+                            ELSE
+                                position := 0;
+                                FOR got IN SELECT e FROM json_array_elements(inner_value) AS e LOOP
+                                    IF json_typeof(got) <> 'string' THEN
+                                        path := format('"aps"."alert"."%s"[%s]', inner_key, position);
+                                        wanted := 'a string';
+                                        EXIT;
+                                    END IF;
+                                    position := position + 1;
+                                END LOOP;
+                            END IF;
+                        END IF;
+                        EXIT WHEN wanted IS NOT NULL;
+                    END LOOP;
+                ELSIF json_typeof(v) <> 'string' THEN
+                    wanted := 'a string or an object';
+                END IF;
+            ELSIF k = 'sound' THEN
+                IF json_typeof(v) = 'object' THEN
+                    IF v -> 'name' IS NULL THEN
+                        RETURN pushd.fail_check(label, constraint_name,
+                            'needs "aps"."sound"."name" when "sound" is an object ("default" for the system sound)');
+                    END IF;
+                    FOR inner_key, inner_value IN SELECT e.key, e.value FROM json_each(v) AS e LOOP
+                        path := format('"aps"."sound"."%s"', inner_key);
+                        got := inner_value;
+                        IF inner_key = 'name' AND json_typeof(inner_value) <> 'string' THEN
+                            wanted := 'a string';
+                        ELSIF inner_key = 'critical' AND (json_typeof(inner_value) <> 'number' OR inner_value::text::numeric NOT IN (0, 1)) THEN
+                            wanted := 'the number 0 or 1';
+                        ELSIF inner_key = 'volume' AND (json_typeof(inner_value) <> 'number' OR inner_value::text::numeric NOT BETWEEN 0 AND 1) THEN
+                            wanted := 'a number from 0 to 1';
+                        END IF;
+                        EXIT WHEN wanted IS NOT NULL;
+                    END LOOP;
+                ELSIF json_typeof(v) <> 'string' THEN
+                    wanted := 'a string or an object with name, critical and volume';
+                END IF;
+            END IF;
+            IF wanted IS NOT NULL THEN
+                RETURN pushd.fail_check(label, constraint_name, format('must have %s as %s, got %s', path, wanted, got));
+            END IF;
+        END LOOP;
+        RETURN true;
+    END $$;
+
+    CREATE FUNCTION pushd.check_collapse_id_printable(value text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        position integer;
+    BEGIN
+        IF value IS NULL OR value !~ '[\x01-\x1f\x7f]' THEN RETURN true; END IF;
+        position := length(substring(value from '^[^\x01-\x1f\x7f]*')) + 1;
+        RETURN pushd.fail_check(label, constraint_name, format(
+            'must not contain control characters (APNs refuses them), found U+%s at position %s',
+            lpad(upper(to_hex(ascii(substr(value, position, 1)))), 4, '0'), position));
+    END $$;
+
+    CREATE FUNCTION pushd.check_expiration(value timestamptz, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        IF value IS NULL OR value >= timestamptz '1970-01-01 00:00:00+00' THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name, format(
+            'must not be before 1970-01-01 00:00:00 UTC (APNs takes epoch seconds, 0 or more), got %s',
+            to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')));
+    END $$;
+
+    ALTER TABLE pushd.jobs
+        ADD CONSTRAINT jobs_collapse_id_printable CHECK (collapse_id IS NULL OR collapse_id !~ '[\x01-\x1f\x7f]'
+            OR pushd.check_collapse_id_printable(collapse_id, 'pushd.jobs.collapse_id', 'jobs_collapse_id_printable')) NOT VALID,
+        ADD CONSTRAINT jobs_expiration_valid CHECK (expiration IS NULL OR expiration >= timestamptz '1970-01-01 00:00:00+00'
+            OR pushd.check_expiration(expiration, 'pushd.jobs.expiration', 'jobs_expiration_valid')) NOT VALID;
+    ALTER TABLE pushd.campaigns
+        ADD CONSTRAINT campaigns_collapse_id_printable CHECK (collapse_id IS NULL OR collapse_id !~ '[\x01-\x1f\x7f]'
+            OR pushd.check_collapse_id_printable(collapse_id, 'pushd.campaigns.collapse_id', 'campaigns_collapse_id_printable')) NOT VALID,
+        ADD CONSTRAINT campaigns_expiration_valid CHECK (expiration IS NULL OR expiration >= timestamptz '1970-01-01 00:00:00+00'
+            OR pushd.check_expiration(expiration, 'pushd.campaigns.expiration', 'campaigns_expiration_valid')) NOT VALID;
+    ALTER TABLE pushd.broadcast_jobs
+        ADD CONSTRAINT broadcast_jobs_expiration_valid CHECK (expiration IS NULL OR expiration >= timestamptz '1970-01-01 00:00:00+00'
+            OR pushd.check_expiration(expiration, 'pushd.broadcast_jobs.expiration', 'broadcast_jobs_expiration_valid')) NOT VALID;
     """#
 }

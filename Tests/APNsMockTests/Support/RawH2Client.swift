@@ -66,6 +66,20 @@ final class RawH2Client {
         return hasFrame(type: type, stream: stream, endingStream: endingStream)
     }
 
+    /// The payloads of the server's frames of `type`, as far as complete frames go.
+    func payloads(ofType type: UInt8) -> [[UInt8]] {
+        let bytes = received.bytes
+        var result: [[UInt8]] = []
+        var offset = 0
+        while offset + 9 <= bytes.count {
+            let length = Int(bytes[offset]) << 16 | Int(bytes[offset + 1]) << 8 | Int(bytes[offset + 2])
+            guard offset + 9 + length <= bytes.count else { break }
+            if bytes[offset + 3] == type { result.append(Array(bytes[(offset + 9)..<(offset + 9 + length)])) }
+            offset += 9 + length
+        }
+        return result
+    }
+
     private func hasFrame(type: UInt8, stream: UInt32?, endingStream: Bool) -> Bool {
         Self.frames(in: received.bytes).contains { frame in
             frame.type == type && (stream == nil || frame.stream == stream)
