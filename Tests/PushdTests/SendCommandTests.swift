@@ -64,7 +64,7 @@ import Testing
     }
 
     /// Starts a mock trusting `setup`'s key, runs `body`, stops the mock.
-    static func withMock<T>(_ setup: inout Setup, faults: FaultConfiguration = .none, trustKey: Bool = true,
+    static func withMock<T>(_ setup: inout Setup, faults: FaultConfiguration = .none, trustKey: Bool = true, development: Bool = false,
                             _ body: (APNsMockServer, Setup) throws -> T) throws -> T {
         let certificates = try Self.certificates.get()
         try setup.files.signingKey("shop.p8")
@@ -79,6 +79,7 @@ import Testing
         configuration.allowedBundleIDs = ["com.example.shop"]
         configuration.logsAccepted = true
         configuration.faults = faults
+        configuration.development = development
         let server = try APNsMockServer(configuration: configuration)
         let port = try server.start()
         defer { server.stop() }
@@ -119,6 +120,19 @@ import Testing
             #expect(lines.last?.contains(accepted.first?.apnsID ?? "missing") == true)
             let expected = Array(#"{"aps":{"alert":{"title":"Hi","body":"Hello"},"badge":3,"sound":"default"}}"#.utf8)
             #expect(accepted.first?.payloadSHA256 == (try Self.sha256(expected, setup.files)))
+        }
+    }
+
+    @Test func theDevelopmentServersUniqueIDIsPrintedAndProductionsAbsenceIsNot() throws {
+        for development in [true, false] {
+            var setup = try Setup()
+            try Self.withMock(&setup, development: development) { _, setup in
+                let run = try Self.send(setup, ["--token", Self.token, "--alert", "Hello"])
+                #expect(run.exitCode == 0, "\(run.output.text)\n\(run.output.errorText)")
+                let last = run.output.output.last ?? ""
+                #expect(last.hasPrefix("200 accepted: apns-id "), "\(last)")
+                #expect(last.contains(" apns-unique-id ") == development, "\(last)")
+            }
         }
     }
 
