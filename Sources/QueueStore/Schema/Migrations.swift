@@ -26,6 +26,7 @@ extension Migrator {
         // The roles migration stays last: its grants cover every table created before it.
         Migration(version: 20, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV20),
         Migration(version: 21, name: "broadcast retry windows count from a broadcast's first send", sql: broadcastFirstAttemptV21),
+        Migration(version: 22, name: "instances report the apps APNs takes no notifications of", sql: instanceOutagesV22),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1449,6 +1450,14 @@ extension Migrator {
     /// runs again so that `pushd_readonly` may read the new column.
     static let broadcastFirstAttemptV21 = #"""
     ALTER TABLE pushd.broadcast_jobs ADD COLUMN first_attempt_at timestamptz;
+
+    SELECT pushd.grant_roles();
+    """#
+
+    /// App name → the lanes APNs takes none of its notifications on, and the error, as each
+    /// instance last saw it: `pushd status` names them.
+    static let instanceOutagesV22 = #"""
+    ALTER TABLE pushd.instances ADD COLUMN apns_unavailable jsonb NOT NULL DEFAULT '{}';
 
     SELECT pushd.grant_roles();
     """#
