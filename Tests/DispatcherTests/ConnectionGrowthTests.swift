@@ -11,7 +11,7 @@ import Testing
     /// A policy whose one connection is open and has answered.
     private func warm() -> ConnectionPolicy {
         var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
-                                      maxAttempts: 3, growth: growth)
+                                      growth: growth)
         _ = policy.handle(.connectionOpened)
         _ = policy.handle(.answered(connection: 0))
         return policy
@@ -139,7 +139,7 @@ import Testing
     }
 
     @Test func withoutGrowthConfiguredTheLimitNeverMoves() {
-        var policy = ConnectionPolicy(backoff: ReconnectBackoff(), maxAttempts: 3)
+        var policy = ConnectionPolicy(backoff: ReconnectBackoff())
         _ = policy.handle(.connectionOpened)
         _ = policy.handle(.answered(connection: 0))
         for second in 0..<10 {

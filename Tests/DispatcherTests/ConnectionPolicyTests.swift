@@ -5,8 +5,8 @@ import Testing
 @Suite struct ConnectionPolicyTests {
     private let backoff = ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0)
 
-    private func policy(maxAttempts: Int = 3) -> ConnectionPolicy {
-        ConnectionPolicy(backoff: backoff, maxAttempts: maxAttempts)
+    private func policy() -> ConnectionPolicy {
+        ConnectionPolicy(backoff: backoff)
     }
 
     /// A policy with one open connection that has answered.
@@ -38,30 +38,36 @@ import Testing
         #expect(policy.openConnections == 0)
     }
 
-    @Test func connectFailuresBackOffExponentiallyAndAnAnswerResetsTheCount() {
+    @Test func connectFailuresBackOffExponentiallyAndTwoSecondsOfAnswersResetTheCount() {
         var policy = warm()
-        #expect(policy.handle(.connectFailed(now: 1_000_000_000, unitRandom: 0)) == .none)
+        #expect(policy.handle(.connectFailed(now: 1_000_000_000, unitRandom: 0))
+                == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
         #expect(policy.backoffDeadline(now: 1_000_000_000) == 1_100_000_000)
         #expect(policy.admissionLimit(configured: 500, now: 1_050_000_000) == 0)
         #expect(policy.admissionLimit(configured: 500, now: 1_100_000_000) == 500)
         #expect(policy.backoffDeadline(now: 1_100_000_000) == nil)
-        #expect(policy.handle(.connectFailed(now: 2_000_000_000, unitRandom: 0)) == .none)
+        #expect(policy.handle(.connectFailed(now: 2_000_000_000, unitRandom: 0))
+                == .backOff(delayMilliseconds: 200, failures: 2, startsRun: false, handsBack: false))
         #expect(policy.backoffDeadline(now: 2_000_000_000) == 2_200_000_000)
-        _ = policy.handle(.answered(connection: 0))
-        #expect(policy.consecutiveConnectFailures == 0)
-        #expect(policy.handle(.connectFailed(now: 3_000_000_000, unitRandom: 0)) == .none)
-        #expect(policy.backoffDeadline(now: 3_000_000_000) == 3_100_000_000)
+        // One answer does not end the run; answers for 2 s do.
+        #expect(policy.handle(.answered(connection: 0, now: 2_300_000_000)) == .none)
+        #expect(policy.consecutiveFailures == 2)
+        #expect(policy.handle(.answered(connection: 0, now: 4_300_000_000)) == .backoffEnded(failures: 2))
+        #expect(policy.consecutiveFailures == 0)
+        #expect(policy.handle(.connectFailed(now: 5_000_000_000, unitRandom: 0))
+                == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+        #expect(policy.backoffDeadline(now: 5_000_000_000) == 5_100_000_000)
     }
 
-    @Test func asManyConnectFailuresInARowAsARequestHasAttemptsFailEverythingWaiting() {
-        var policy = policy(maxAttempts: 3)
-        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
-        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
-        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .failWaiting(consecutiveFailures: 3))
-        // Every later failure fails what waits then, too, until an answer arrives.
-        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .failWaiting(consecutiveFailures: 4))
-        _ = policy.handle(.answered(connection: 0))
-        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .none)
+    @Test func fromTheThirdFailedConnectionInARowEverythingWaitingIsHandedBack() {
+        var policy = policy()
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .backOff(delayMilliseconds: 200, failures: 2, startsRun: false, handsBack: false))
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .backOff(delayMilliseconds: 400, failures: 3, startsRun: false, handsBack: true))
+        // Every later failure hands back what waits then, too, until the run ends.
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .backOff(delayMilliseconds: 800, failures: 4, startsRun: false, handsBack: true))
+        for _ in 0..<FailureRun.answersEndingRun { _ = policy.handle(.answered(connection: 0)) }
+        #expect(policy.handle(.connectFailed(now: 0, unitRandom: 0)) == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
     }
 
     @Test func aRetiredConnectionHoldsAdmissionsUntilDrainedThenItsSocketIsClosed() {

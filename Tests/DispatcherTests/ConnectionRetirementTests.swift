@@ -45,7 +45,7 @@ import Testing
         return condition()
     }
 
-    @Test func afterServiceUnavailableTheConnectionTakesNoNewStreamAndIsClosed() async throws {
+    @Test func afterShutdownTheConnectionTakesNoNewStreamAndIsClosed() async throws {
         try await withMock { server, port, material in
             let collector = ResultCollector()
             let engine = try engine(port: port, material: material, collector: collector)
@@ -54,8 +54,8 @@ import Testing
             let old = connections(of: first, in: server)
             #expect(old.count == 1)
 
-            try server.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
-            #expect(try await engine.send(request(100, authorization: nil).0).response?.status == 503)
+            try server.setFaults(FaultConfiguration(shutdownRate: 1))
+            #expect(try await engine.send(request(100, authorization: nil).0).response?.reason == "Shutdown")
             try server.setFaults(.none)
 
             let later = try await sendTogether(200..<400, engine: engine, collector: collector)
@@ -65,6 +65,27 @@ import Testing
             #expect(!used.isEmpty)
             #expect(try await eventually(5) { server.stats.connectionsClosed >= 1 })
             #expect(engine.statistics.connectionReplacements == 1)
+            #expect(engine.statistics.reconnectBackoffs == 1)
+        }
+    }
+
+    @Test func afterServiceUnavailableTheConnectionKeepsTakingStreams() async throws {
+        try await withMock { server, port, material in
+            let collector = ResultCollector()
+            let engine = try engine(port: port, material: material, collector: collector)
+            defer { engine.shutdown() }
+            let first = try await sendTogether(0..<20, engine: engine, collector: collector)
+            let old = connections(of: first, in: server)
+            #expect(old.count == 1)
+
+            try server.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            #expect(try await engine.send(request(100, authorization: nil).0).response?.reason == "ServiceUnavailable")
+            try server.setFaults(.none)
+
+            let later = try await sendTogether(200..<400, engine: engine, collector: collector)
+            #expect(connections(of: later, in: server) == old)
+            #expect(server.stats.connectionsAccepted == 1)
+            #expect(engine.statistics.connectionReplacements == 0)
         }
     }
 
@@ -82,7 +103,7 @@ import Testing
             let slow = try (10..<20).map { try request($0, authorization: nil) }
             engine.submit(contentsOf: slow.enumerated().map { (request: $0.element.0, tag: UInt64(10 + $0.offset)) })
             #expect(try await eventually(5) { server.stats.accepted >= 15 })
-            try server.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            try server.setFaults(FaultConfiguration(shutdownRate: 1))
             #expect(try await engine.send(request(100, authorization: nil).0).response?.status == 503)
             try server.setFaults(.none)
 

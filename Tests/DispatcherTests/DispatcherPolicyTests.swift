@@ -36,7 +36,7 @@ import Testing
     }
 
     @Test func answersThatCondemnTheConnectionAskForAFreshOneAndAreStillDelivered() {
-        for (status, reason) in [(503, "ServiceUnavailable"), (503, "Shutdown"), (400, "IdleTimeout"),
+        for (status, reason) in [(503, "Shutdown"), (400, "IdleTimeout"),
                                  (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates")] {
             let disposition = decide(status: status, reason: reason)
             #expect(disposition.replaceConnection, "\(status) \(reason)")

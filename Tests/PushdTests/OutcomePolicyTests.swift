@@ -126,6 +126,22 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(why.contains("gave up after 4 attempts"))
     }
 
+    @Test func aNotificationHandedBackUnsentIsRetriedWithoutUsingAnAttempt() {
+        let notSent = SendOutcome.notSent("not sent: 3 connections to APNs failed in a row (last: HTTP 503 Shutdown)")
+        #expect(notSent.label == "not_sent")
+        guard case .retry(let at, let reason, false, false) = verdict(notSent, attempt: 40) else {
+            Issue.record("not a retry that keeps the budget")
+            return
+        }
+        #expect(reason.hasPrefix("not sent: 3 connections"))
+        #expect(at.timeIntervalSince(now) <= 1)
+        // Its expiration still ends it.
+        guard case .dead(nil, _) = verdict(notSent, expiration: Int64(now.timeIntervalSince1970) - 1) else {
+            Issue.record("an expired notification was kept")
+            return
+        }
+    }
+
     @Test func noAnswerWaitsOutAnOutageWithoutUsingTheAttemptBudget() {
         // Far past the budget of 4 attempts, a send that got no answer is still retried, and
         // the retry does not count as an attempt.

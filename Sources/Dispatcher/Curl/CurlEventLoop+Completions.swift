@@ -12,7 +12,7 @@ extension CurlEventLoop {
     func readCompletions() -> Int {
         var finished = 0
         let timed = coalescing.enabled || inFlightSampler != nil
-        let now = timed ? monotonicNanoseconds() : 0
+        let now = monotonicNanoseconds()
         multi.forEachFinished { easy, code in
             var privateData: UnsafeMutableRawPointer?
             _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
@@ -28,7 +28,7 @@ extension CurlEventLoop {
                 if coalescing.enabled { coalescing.answered(after: roundTrip) }
                 inFlightSampler?.answered(after: roundTrip)
             }
-            finish(transfers[index], code: code, status: status)
+            finish(transfers[index], code: code, status: status, now: now)
         }
         guard finished > 0 else { return 0 }
         sink.metrics.inFlightChanged(by: -finished)
@@ -40,12 +40,17 @@ extension CurlEventLoop {
             for reason in failuresThisBatch { reportFailure(reason) }
             failuresThisBatch.removeAll(keepingCapacity: true)
         }
+        if let failure = connectFailureThisBatch {
+            connectFailureThisBatch = nil
+            backOff(policy.handle(.connectFailed(now: now, unitRandom: Double.random(in: 0..<1, using: &random))),
+                    cause: "\(failure.message) (libcurl error \(failure.code))")
+        }
         checkRetiredConnections()
         releaseSlots()
         return finished
     }
 
-    func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
+    func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int, now: UInt64) {
         guard let pending = transfer.pending.take() else { return }
         freeTransfers.append(transfer.index)
         noteResends(transfer)
@@ -59,20 +64,18 @@ extension CurlEventLoop {
             if transfer.connectionID >= 0 { _ = brokenConnections.insert(transfer.connectionID) }
         }
         if status != 0 {
-            _ = policy.handle(.answered(connection: transfer.connectionID))
+            if case .backoffEnded(let failures) = policy.handle(.answered(connection: transfer.connectionID, now: now)) {
+                sink.metrics.reconnectBackoffEnded(failures: failures)
+            }
             answerCounts.answered(on: transfer.connectionID)
         }
-        if disposition.replaceConnection { retire(transfer) }
+        if disposition.replaceConnection {
+            let cause = status != 0 ? "HTTP \(status) \(errorBody?.reason?.rawValue ?? "")" : transfer.failureMessage(code)
+            retire(transfer, failedAt: disposition.connectionFailed ? now : nil, cause: cause)
+        }
         if disposition.connectFailed {
             sink.counters.connectFailures.add(1, ordering: .relaxed)
-            let action = policy.handle(.connectFailed(now: monotonicNanoseconds(), unitRandom: Double.random(in: 0..<1, using: &random)))
-            if case .failWaiting(let failures) = action {
-                let failure = TransportError(code: curlCode, message: "\(transfer.failureMessage(code)) (\(failures) connection attempts failed in a row)")
-                transfer.responseBody.removeAll(keepingCapacity: true)
-                deliver(pending, outcome: .transportFailure(failure))
-                failWaiting(with: failure)
-                return
-            }
+            if connectFailureThisBatch == nil { connectFailureThisBatch = (curlCode, transfer.failureMessage(code)) }
         }
         if disposition.retry {
             transfer.responseBody.removeAll(keepingCapacity: true)
@@ -107,12 +110,13 @@ extension CurlEventLoop {
                                totalMicroseconds: microseconds(CURLINFO_TOTAL_TIME_T))
     }
 
-    /// The server cannot be reached after as many tries as a request gets: everything waiting
-    /// here is reported now and the caller keeps it (pushd in its queue) until the server is
-    /// back. Transfers inside libcurl that it has not begun to send (they wait for a
-    /// connection) are taken back too; anything already sent stays to finish.
-    func failWaiting(with failure: TransportError) {
-        while let waiting = backlog.popFront() { deliver(waiting, outcome: .transportFailure(failure)) }
+    /// Connections have failed several times in a row: everything waiting here is handed back
+    /// unsent, and the caller keeps it (pushd in its queue) until the server is back.
+    /// Transfers inside libcurl that it has not begun to send (they wait for a connection) are
+    /// taken back too; anything already sent stays to finish.
+    func handBackWaiting(_ notSent: NotSent) {
+        let failure = DispatchResult.Outcome.notSent(notSent)
+        while let waiting = backlog.popFront() { deliver(waiting, outcome: failure) }
         var withdrawn = 0
         for other in transfers where other.sends == 0 {
             guard let waiting = other.pending else { continue }
@@ -121,7 +125,7 @@ extension CurlEventLoop {
             other.responseBody.removeAll(keepingCapacity: true)
             freeTransfers.append(other.index)
             withdrawn += 1
-            deliver(waiting, outcome: .transportFailure(failure))
+            deliver(waiting, outcome: failure)
         }
         if withdrawn > 0 {
             inCurl -= withdrawn

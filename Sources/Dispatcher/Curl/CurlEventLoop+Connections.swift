@@ -38,12 +38,27 @@ extension CurlEventLoop {
 
     static let endJudgedAfter: UInt64 = 250_000_000
 
-    /// The server asked for a new connection: the one that answered takes no new stream.
-    func retire(_ transfer: CurlTransfer) {
+    /// The server asked for a new connection, or the connection failed (`failedAt`): the one
+    /// the transfer went on takes no new stream, and after a failure its replacement waits.
+    func retire(_ transfer: CurlTransfer, failedAt: UInt64?, cause: String) {
         sink.counters.connectionReplacements.add(1, ordering: .relaxed)
         sink.metrics.connectionReplacementRequested()
         let socket = openSockets.first { SocketAddress.localPort(of: $0) == transfer.localPort }
-        _ = policy.handle(.retireRequested(connection: transfer.connectionID, socket: socket))
+        guard let now = failedAt else {
+            _ = policy.handle(.retireRequested(connection: transfer.connectionID, socket: socket))
+            return
+        }
+        backOff(policy.handle(.connectionFailed(connection: transfer.connectionID, socket: socket, now: now,
+                                                unitRandom: Double.random(in: 0..<1, using: &random))), cause: cause)
+    }
+
+    /// Carries out a backoff the policy decided: announced once per run, and from the third
+    /// failure in a row what waits unsent goes back to the caller.
+    func backOff(_ action: ConnectionPolicy.Action, cause: String) {
+        guard case .backOff(let delay, let failures, let startsRun, let handsBack) = action else { return }
+        sink.counters.reconnectBackoffs.add(1, ordering: .relaxed)
+        if startsRun { sink.metrics.reconnectBackoffStarted(cause: cause, delayMilliseconds: delay) }
+        if handsBack { handBackWaiting(NotSent(consecutiveFailures: failures, lastFailure: cause)) }
     }
 
     /// A retired connection with no transfer left on it (and none that may still join it:
@@ -59,7 +74,7 @@ extension CurlEventLoop {
                 _ = shutdown(socket, Int32(SHUT_RDWR))
             case .freshConnect:
                 nextTransferFresh = true
-            case .none, .holdAdmissions, .failWaiting, .setConnectionLimit:
+            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit:
                 break
             }
         }

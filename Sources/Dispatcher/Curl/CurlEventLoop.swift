@@ -66,6 +66,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// Connection-level failures seen in one completion batch, reported once each: a thousand
     /// streams timing out on one connection are one failed connection.
     var failuresThisBatch: Set<ConnectionFailureReason> = []
+    /// A connection could not be opened in this completion batch (its libcurl code and message):
+    /// the transfers that waited for it fail together, and that is one failure.
+    var connectFailureThisBatch: (code: Int, message: String)?
     /// Connections libcurl moved requests away from, already reported (libcurl never reuses an id).
     var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.
@@ -92,8 +95,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         connectionsExpected = configuration.connectionsPerThread
         coalescing = AnswerCoalescing(maximumPauseMilliseconds: configuration.answerCoalescingMilliseconds,
                                       minimumInFlight: configuration.answerCoalescingMinimumInFlight)
-        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, maxAttempts: configuration.maxAttempts,
-                                  growth: configuration.connectionGrowth)
+        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth)
         if let window = configuration.adaptiveInFlightWindow { inFlightSampler = InFlightSampler(window: window) }
         do {
             epoll = try EpollLoop()

@@ -23,6 +23,12 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A loop's limit on requests inside libcurl changed by `delta`: summed over the loops, the
     /// engine's limit (`adaptiveInFlight`, or connections × streams).
     func inFlightLimitChanged(by delta: Int)
+    /// An event loop's connection failed (`cause`) after none had: it opens no connection for
+    /// `delayMilliseconds`, and longer after each further failure, until answers come again.
+    /// Called once per run of failures, not per attempt.
+    func reconnectBackoffStarted(cause: String, delayMilliseconds: Int)
+    /// The run of failed connections announced by `reconnectBackoffStarted` ended after `failures`.
+    func reconnectBackoffEnded(failures: Int)
     /// A loop's adaptive limit settled, or moved to half or twice the one last reported:
     /// `limit` requests gave `rate` answers per second at a mean round trip of `roundTripNanoseconds`.
     func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64)
@@ -39,6 +45,8 @@ extension DispatcherMetricsHook {
     public func connectionLimitChanged(to connections: Int) {}
     public func inFlightLimitChanged(by delta: Int) {}
     public func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {}
+    public func reconnectBackoffStarted(cause: String, delayMilliseconds: Int) {}
+    public func reconnectBackoffEnded(failures: Int) {}
 }
 
 /// Reports nothing.

@@ -10,11 +10,14 @@ struct ConnectionPolicy: Equatable {
         case connectionOpened
         /// libcurl closed one of the loop's sockets.
         case connectionClosed(socket: Int32)
-        /// An HTTP answer arrived on `connection` (libcurl's id, -1 when not known).
-        case answered(connection: Int64)
-        /// A response asked for a new connection (503, IdleTimeout, ExpiredProviderToken,
+        /// An HTTP answer arrived on `connection` (libcurl's id, -1 when not known) at `now`.
+        case answered(connection: Int64, now: UInt64 = 0)
+        /// A response asked for a new connection (IdleTimeout, ExpiredProviderToken,
         /// TooManyProviderTokenUpdates): `connection` on `socket` takes no new stream.
         case retireRequested(connection: Int64, socket: Int32?)
+        /// `connection` on `socket` failed at `now` (503 Shutdown, no answer in time): it takes no
+        /// new stream, and its replacement waits out a backoff; `unitRandom` in [0, 1) places it.
+        case connectionFailed(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double)
         /// No transfer remains on (or may still join) the retired `connection`.
         case drained(connection: Int64)
         /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
@@ -35,16 +38,17 @@ struct ConnectionPolicy: Equatable {
         /// The drained connection's socket is not known: the next transfer opens a fresh
         /// connection, and libcurl closes the oldest idle one to stay within the limit.
         case freshConnect
-        /// As many connection attempts as a request gets have failed in a row: report
-        /// everything waiting instead of failing it one by one behind ever longer backoffs.
-        case failWaiting(consecutiveFailures: Int)
+        /// A connection failed: open none for `delayMilliseconds`. `startsRun` for the first
+        /// failure in a row (announce it once); `handsBack` from the third: hand requests waiting
+        /// unsent back to the caller instead of keeping them behind ever longer backoffs.
+        case backOff(delayMilliseconds: Int, failures: Int, startsRun: Bool, handsBack: Bool)
+        /// Answers came for long enough after a run of `failures` failed connections.
+        case backoffEnded(failures: Int)
         /// Let libcurl hold this many connections (`CURLMOPT_MAX_HOST_CONNECTIONS`): raised by
         /// one when requests have waited for a stream long enough, lowered as connections close.
         case setConnectionLimit(Int)
     }
 
-    let backoff: ReconnectBackoff
-    let maxAttempts: Int
     let growth: ConnectionGrowth
     /// Connections libcurl may hold now: `growth.base` … `growth.ceiling`.
     private(set) var connectionLimit: Int
@@ -65,16 +69,16 @@ struct ConnectionPolicy: Equatable {
     private(set) var opensAbove: Int64?
     /// The highest connection id an answer arrived on.
     private(set) var newestAnswered: Int64 = -1
-    private(set) var consecutiveConnectFailures = 0
-    private(set) var backoffUntil: UInt64 = 0
+    /// Failed connections in a row and the backoff they impose.
+    private(set) var failureRun: FailureRun
+    var consecutiveFailures: Int { failureRun.failures }
     /// Retired connections still carrying streams, with their sockets where known.
     private(set) var retiring: [Int64: Int32?] = [:]
     /// Connection ids already retired; libcurl never reuses an id, so a late event for one is ignored.
     private var retired: Set<Int64> = []
 
-    init(backoff: ReconnectBackoff, maxAttempts: Int, growth: ConnectionGrowth = .fixed) {
-        self.backoff = backoff
-        self.maxAttempts = maxAttempts
+    init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed) {
+        failureRun = FailureRun(backoff: backoff)
         self.growth = growth
         connectionLimit = growth.base
     }
@@ -82,7 +86,7 @@ struct ConnectionPolicy: Equatable {
     /// How many requests may be inside libcurl at `now`, given the loop's configured limit
     /// (its base connections' streams): each connection grown beyond the base adds its streams.
     func admissionLimit(configured: Int, now: UInt64) -> Int {
-        if now < backoffUntil || !retiring.isEmpty { return 0 }
+        if now < failureRun.until || !retiring.isEmpty { return 0 }
         // One at a time while no connection exists or the newest has not answered: the first
         // batch would otherwise be inside libcurl before the server's SETTINGS arrive.
         if cold || openConnections == 0 { return 1 }
@@ -98,7 +102,7 @@ struct ConnectionPolicy: Equatable {
     }
 
     /// When a backoff holds admissions, the time it ends.
-    func backoffDeadline(now: UInt64) -> UInt64? { backoffUntil > now ? backoffUntil : nil }
+    func backoffDeadline(now: UInt64) -> UInt64? { failureRun.until > now ? failureRun.until : nil }
 
     mutating func handle(_ event: Event) -> Action {
         switch event {
@@ -119,28 +123,27 @@ struct ConnectionPolicy: Equatable {
             opensAbove = nil
             waitingSince = nil
             return .setConnectionLimit(limit)
-        case .answered(let connection):
+        case .answered(let connection, let now):
             cold = false
             newestAnswered = max(newestAnswered, connection)
             if let above = opensAbove, connection > above { opensAbove = nil }
-            consecutiveConnectFailures = 0
+            if case .ended(let failures) = failureRun.handle(.answered(now: now)) { return .backoffEnded(failures: failures) }
             return .none
         case .retireRequested(let connection, let socket):
-            guard connection >= 0, !retired.contains(connection) else { return retiring.isEmpty ? .none : .holdAdmissions }
-            retired.insert(connection)
-            if retired.count > 256 { retired.remove(retired.min()!) }
-            retiring[connection] = socket
+            guard retire(connection, socket: socket) else { return retiring.isEmpty ? .none : .holdAdmissions }
             return .holdAdmissions
+        case .connectionFailed(let connection, let socket, let now, let unitRandom):
+            // One failed connection is one failure, however many of its streams report it; one
+            // whose id is not known (it never connected) counts each time.
+            if connection >= 0, !retire(connection, socket: socket) { return retiring.isEmpty ? .none : .holdAdmissions }
+            return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .drained(let connection):
             guard let socket = retiring.removeValue(forKey: connection) else { return .none }
             opensAbove = newestAnswered
             if let socket { return .closeRetired(socket: socket) }
             return .freshConnect
         case .connectFailed(let now, let unitRandom):
-            consecutiveConnectFailures += 1
-            let delay = backoff.delayMilliseconds(afterFailures: consecutiveConnectFailures, unitRandom: unitRandom)
-            backoffUntil = now + UInt64(delay) * 1_000_000
-            return consecutiveConnectFailures >= maxAttempts ? .failWaiting(consecutiveFailures: consecutiveConnectFailures) : .none
+            return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .beforeWait(let now, let waiting, let idle):
             guard waiting else {
                 waitingSince = nil
@@ -149,7 +152,7 @@ struct ConnectionPolicy: Equatable {
             // Grow one connection at a time, only on a healthy loop: not while the newest has
             // not answered (its streams are not known yet), a connection is being retired, or
             // connects fail.
-            guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, consecutiveConnectFailures == 0,
+            guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, failureRun.failures == 0,
                   openConnections >= connectionLimit else {
                 waitingSince = nil
                 return .none
@@ -174,6 +177,20 @@ struct ConnectionPolicy: Equatable {
             opensAbove = newestAnswered
             return .setConnectionLimit(connectionLimit)
         }
+    }
+
+    /// Marks `connection` retired; false when it already was (or has no id).
+    private mutating func retire(_ connection: Int64, socket: Int32?) -> Bool {
+        guard connection >= 0, !retired.contains(connection) else { return false }
+        retired.insert(connection)
+        if retired.count > 256 { retired.remove(retired.min()!) }
+        retiring[connection] = socket
+        return true
+    }
+
+    private func backOff(_ action: FailureRun.Action) -> Action {
+        guard case .backOff(_, let delay, let failures, let startsRun, let handsBack) = action else { return .none }
+        return .backOff(delayMilliseconds: delay, failures: failures, startsRun: startsRun, handsBack: handsBack)
     }
 }
 

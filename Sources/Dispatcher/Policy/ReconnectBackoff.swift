@@ -9,7 +9,7 @@ public struct ReconnectBackoff: Sendable, Equatable {
     /// 0 (none) … 1 (anywhere between 0 and the full delay).
     public var jitter: Double
 
-    public init(initialMilliseconds: Int = 100, maxMilliseconds: Int = 30_000, jitter: Double = 0.5) {
+    public init(initialMilliseconds: Int = 250, maxMilliseconds: Int = 4000, jitter: Double = 0.5) {
         self.initialMilliseconds = max(1, initialMilliseconds)
         self.maxMilliseconds = max(self.initialMilliseconds, maxMilliseconds)
         self.jitter = min(1, max(0, jitter))

@@ -9,6 +9,9 @@ struct TransferDisposition: Equatable {
     var replaceConnection: Bool
     /// Opening a connection failed: back off before starting more transfers.
     var connectFailed: Bool
+    /// The retired connection failed (503 Shutdown, no answer in time): its replacement waits
+    /// out a backoff, unlike one retired in order (IdleTimeout, a provider token to replace).
+    var connectionFailed = false
 
     static let deliver = TransferDisposition(retry: false, replaceConnection: false, connectFailed: false)
 
@@ -22,8 +25,14 @@ struct TransferDisposition: Equatable {
         let code = CurlResultCode(curlCode)
         if code == .ok || status != 0 {
             // APNs documents these as the end of the connection's usefulness (a server
-            // shutting down, an idle connection, a provider token that must be replaced).
-            let retires = status == 503 || (status == 400 && reason == .idleTimeout)
+            // shutting down, an idle connection, a provider token that must be replaced). A 503
+            // ServiceUnavailable is the service's state, not the connection's: APNs asks
+            // providers to keep their connections open, and replacing one per answer made a
+            // reconnect storm.
+            if status == 503 && reason == .shutdown {
+                return TransferDisposition(retry: false, replaceConnection: true, connectFailed: false, connectionFailed: true)
+            }
+            let retires = (status == 400 && reason == .idleTimeout)
                 || (status == 403 && reason == .expiredProviderToken) || (status == 429 && reason == .tooManyProviderTokenUpdates)
             return retires ? TransferDisposition(retry: false, replaceConnection: true, connectFailed: false) : .deliver
         }
@@ -35,7 +44,7 @@ struct TransferDisposition: Equatable {
             // dropped connection left the request unanswered, and HTTP/2 lets it go elsewhere.
             return TransferDisposition(retry: canRetry, replaceConnection: false, connectFailed: false)
         case .operationTimedOut:
-            return TransferDisposition(retry: canRetry, replaceConnection: true, connectFailed: false)
+            return TransferDisposition(retry: canRetry, replaceConnection: true, connectFailed: false, connectionFailed: true)
         default:
             return .deliver
         }

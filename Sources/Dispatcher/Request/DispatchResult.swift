@@ -16,6 +16,9 @@ public struct DispatchResult: Sendable {
     public enum Outcome: Sendable, Equatable {
         case response(Response)
         case transportFailure(TransportError)
+        /// Never put on the wire: the request waited for a connection while several in a row
+        /// failed, and the engine hands it back rather than hold it behind its backoffs.
+        case notSent(NotSent)
     }
 
     public var response: Response? {
@@ -26,6 +29,29 @@ public struct DispatchResult: Sendable {
     public var transportError: TransportError? {
         if case .transportFailure(let error) = outcome { return error }
         return nil
+    }
+
+    public var notSent: NotSent? {
+        if case .notSent(let notSent) = outcome { return notSent }
+        return nil
+    }
+}
+
+/// Why a request was handed back without being sent: nothing of it reached the server, so
+/// sending it again later is no second delivery attempt.
+public struct NotSent: Sendable, Equatable, CustomStringConvertible {
+    /// Connections that failed in a row on the event loop that held the request.
+    public var consecutiveFailures: Int
+    /// The last failure, as an operator reads it.
+    public var lastFailure: String
+
+    public init(consecutiveFailures: Int, lastFailure: String) {
+        self.consecutiveFailures = consecutiveFailures
+        self.lastFailure = lastFailure
+    }
+
+    public var description: String {
+        "not sent: \(consecutiveFailures) connections to APNs failed in a row (last: \(lastFailure))"
     }
 }
 

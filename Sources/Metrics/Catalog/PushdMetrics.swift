@@ -21,6 +21,8 @@ public struct PushdMetrics: Sendable {
     public let apnsConnectionErrors: CounterFamily
     public let apnsRequestsResent: CounterFamily
     public let apnsReconnects: CounterFamily
+    public let apnsReconnectBackoffs: CounterFamily
+    public let apnsUnavailable: GaugeFamily
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
     public let tokensPruned: CounterFamily
@@ -104,6 +106,14 @@ public struct PushdMetrics: Sendable {
             "pushd_apns_reconnects_total",
             help: "Connections to APNs opened after the first one (to replace one that closed, failed or was asked to be replaced).",
             labels: target)
+        apnsReconnectBackoffs = try registry.counter(
+            "pushd_apns_reconnect_backoffs_total",
+            help: "Runs of failed connections to APNs (connect, TLS, 503 Shutdown, no answer in time) after which an event loop waits 250 ms doubling to 4 s before each new connection.",
+            labels: target)
+        apnsUnavailable = try registry.gauge(
+            "pushd_apns_unavailable",
+            help: "1 while APNs takes none of an app's notifications on a lane (3 failed sends in a row, until answers come for 1 s without a failure), else 0.",
+            labels: ["app", "lane"])
         retries = try registry.counter(
             "pushd_retries_total",
             help: "Notifications rescheduled for another attempt, by the reason of the failed one.",
@@ -250,6 +260,14 @@ public struct PushdMetrics: Sendable {
 
     public func reconnects(app: String, environment: String) -> Counter {
         apnsReconnects.bound([app, environment])
+    }
+
+    public func reconnectBackoffs(app: String, environment: String) -> Counter {
+        apnsReconnectBackoffs.bound([app, environment])
+    }
+
+    public func apnsUnavailable(app: String, lane: String) -> Gauge {
+        apnsUnavailable.bound([app, lane])
     }
 
     public func requestsResent(app: String, environment: String) -> Counter {

@@ -29,6 +29,8 @@ public struct InstanceRecord: Sendable, Hashable {
     public var registration: InstanceRegistration
     /// App name → why sending for it is paused (APNs rejected its credentials).
     public var paused: [String: String]
+    /// App name → the lanes APNs takes none of its notifications on now, with the error.
+    public var apnsUnavailable: [String: String]
     public var heartbeatAt: Timestamp
     /// Seconds since its last heartbeat, by the database's clock.
     public var silentSeconds: Double
@@ -37,9 +39,11 @@ public struct InstanceRecord: Sendable, Hashable {
     /// from the database.
     public var isGone: Bool { silentSeconds > InstanceStore.goneAfterSeconds }
 
-    public init(registration: InstanceRegistration, paused: [String: String], heartbeatAt: Timestamp, silentSeconds: Double) {
+    public init(registration: InstanceRegistration, paused: [String: String], apnsUnavailable: [String: String] = [:],
+                heartbeatAt: Timestamp, silentSeconds: Double) {
         self.registration = registration
         self.paused = paused
+        self.apnsUnavailable = apnsUnavailable
         self.heartbeatAt = heartbeatAt
         self.silentSeconds = silentSeconds
     }
@@ -79,11 +83,12 @@ public struct InstanceStore: Sendable {
             DELETE FROM pushd.instances
             WHERE heartbeat_at < now() - make_interval(secs => $9) AND id <> $1
         )
-        INSERT INTO pushd.instances (id, host, pid, version, libcurl_version, apps, paused, started_at, heartbeat_at)
-        VALUES ($1, $2, $3, $4, $5, $6::text[], jsonb_object($7::text[], $8::text[]), $10, now())
+        INSERT INTO pushd.instances (id, host, pid, version, libcurl_version, apps, paused, apns_unavailable, started_at, heartbeat_at)
+        VALUES ($1, $2, $3, $4, $5, $6::text[], jsonb_object($7::text[], $8::text[]), jsonb_object($11::text[], $12::text[]), $10, now())
         ON CONFLICT (id) DO UPDATE SET
             host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
             libcurl_version = EXCLUDED.libcurl_version, apps = EXCLUDED.apps, paused = EXCLUDED.paused,
+            apns_unavailable = EXCLUDED.apns_unavailable,
             started_at = EXCLUDED.started_at, heartbeat_at = now()
         """
 
@@ -99,19 +104,24 @@ public struct InstanceStore: Sendable {
         SELECT id, host, pid, version, libcurl_version, apps,
                ARRAY(SELECT key FROM jsonb_each_text(paused) ORDER BY key),
                ARRAY(SELECT value FROM jsonb_each_text(paused) ORDER BY key),
-               started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8
+               started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8,
+               ARRAY(SELECT key FROM jsonb_each_text(apns_unavailable) ORDER BY key),
+               ARRAY(SELECT value FROM jsonb_each_text(apns_unavailable) ORDER BY key)
         FROM pushd.instances ORDER BY host, pid
         """
 
-    /// Registers or refreshes `instance` with the apps it has paused now, removes rows
-    /// silent for longer than `removedAfterSeconds`, and returns the fleet's numbers.
+    /// Registers or refreshes `instance` with the apps it has paused now and those APNs takes
+    /// no notifications of, removes rows silent for longer than `removedAfterSeconds`, and
+    /// returns the fleet's numbers.
     @discardableResult
     public func heartbeat(_ connection: PGConnection, _ instance: InstanceRegistration,
-                          paused: [String: String]) throws -> FleetSummary {
+                          paused: [String: String], apnsUnavailable: [String: String] = [:]) throws -> FleetSummary {
         let pausedApps = paused.keys.sorted()
+        let unavailableApps = apnsUnavailable.keys.sorted()
         try connection.query(connection.prepared(Self.heartbeatSQL), [
             instance.id, instance.host, instance.pid, instance.version, instance.libcurlVersion, instance.apps,
             pausedApps, pausedApps.map { paused[$0] ?? "" }, Self.removedAfterSeconds, instance.startedAt,
+            unavailableApps, unavailableApps.map { apnsUnavailable[$0] ?? "" },
         ])
         return try summary(connection)
     }
@@ -136,8 +146,11 @@ public struct InstanceStore: Sendable {
             registration.id = try row.require(0)
             let keys: [String] = try row.require(6)
             let reasons: [String] = try row.require(7)
+            let unavailableApps: [String] = try row.require(11)
+            let unavailableErrors: [String] = try row.require(12)
             return InstanceRecord(registration: registration,
                                   paused: Dictionary(zip(keys, reasons), uniquingKeysWith: { first, _ in first }),
+                                  apnsUnavailable: Dictionary(zip(unavailableApps, unavailableErrors), uniquingKeysWith: { first, _ in first }),
                                   heartbeatAt: try row.require(9), silentSeconds: try row.require(10))
         }
     }

@@ -27,6 +27,7 @@ extension Migrator {
         Migration(version: 20, name: "least-privilege roles: pushd_enqueue, pushd_daemon, pushd_readonly", sql: rolesV20),
         Migration(version: 21, name: "broadcast retry windows count from a broadcast's first send", sql: broadcastFirstAttemptV21),
         Migration(version: 22, name: "Apple's header and Live Activity rules the row can show are checked at insert", sql: appleRulesV22),
+        Migration(version: 23, name: "instances report the apps APNs takes no notifications of", sql: instanceOutagesV23),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1646,5 +1647,13 @@ extension Migrator {
     ALTER TABLE pushd.broadcast_jobs
         ADD CONSTRAINT broadcast_jobs_expiration_valid CHECK (expiration IS NULL OR expiration >= timestamptz '1970-01-01 00:00:00+00'
             OR pushd.check_expiration(expiration, 'pushd.broadcast_jobs.expiration', 'broadcast_jobs_expiration_valid')) NOT VALID;
+    """#
+
+    /// App name → the lanes APNs takes none of its notifications on, and the error, as each
+    /// instance last saw it: `pushd status` names them.
+    static let instanceOutagesV23 = #"""
+    ALTER TABLE pushd.instances ADD COLUMN apns_unavailable jsonb NOT NULL DEFAULT '{}';
+
+    SELECT pushd.grant_roles();
     """#
 }

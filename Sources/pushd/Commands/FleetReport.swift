@@ -111,6 +111,11 @@ struct FleetReport: Sendable {
         for app in paused {
             problems.append("app \(app.app) is paused on \(app.instance): \(app.reason)")
         }
+        for record in live {
+            for (app, detail) in record.apnsUnavailable.sorted(by: { $0.key < $1.key }) {
+                problems.append("APNs is not taking notifications of app \(app) on \(record.registration.id): \(detail)")
+            }
+        }
         for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
             problems.append("transactional jobs of app \(row.app) have been due for \(TimeText.duration(row.oldestDueSeconds))")
         }
@@ -224,10 +229,12 @@ struct FleetReport: Sendable {
             var state, version, libcurlVersion: String
             var apps: [String]
             var paused: [String: String]
+            var apnsUnavailable: [String: String]
             var startedAt, lastHeartbeatAt: String
             var silentSeconds: Double
             enum CodingKeys: String, CodingKey {
                 case id, host, pid, state, version, apps, paused
+                case apnsUnavailable = "apns_unavailable"
                 case libcurlVersion = "libcurl_version", startedAt = "started_at"
                 case lastHeartbeatAt = "last_heartbeat_at", silentSeconds = "silent_seconds"
             }
@@ -310,7 +317,7 @@ struct FleetReport: Sendable {
                 return .init(id: registration.id, host: registration.host, pid: registration.pid,
                              state: instance.alive ? "alive" : "gone", version: registration.version,
                              libcurlVersion: registration.libcurlVersion, apps: registration.apps,
-                             paused: instance.record.paused, startedAt: time(registration.startedAt),
+                             paused: instance.record.paused, apnsUnavailable: instance.record.apnsUnavailable, startedAt: time(registration.startedAt),
                              lastHeartbeatAt: time(instance.record.heartbeatAt), silentSeconds: instance.record.silentSeconds)
             },
             versions: Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),

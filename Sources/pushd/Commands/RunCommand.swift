@@ -132,8 +132,16 @@ enum RunCommand {
                     try pipeline.checkDatabase()
                     // Paused apps keep the process ready (their jobs wait, the others send) but are named.
                     let paused = pipeline.context.pausedApps().sorted()
-                    server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded"
-                                    + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))"))
+                    // An app APNs takes nothing of makes the process not ready, naming it: its
+                    // notifications are kept but nothing is delivered.
+                    let outages = pipeline.context.apnsUnavailable()
+                    if !outages.isEmpty {
+                        server.setReady(false, detail: "APNs is not taking notifications of "
+                                        + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))
+                    } else {
+                        server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded"
+                                        + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))"))
+                    }
                 } catch {
                     if server.readiness.isReady { logger.warning("database check failed: \(error)") }
                     server.setReady(false, detail: Self.databaseNotReady(error))

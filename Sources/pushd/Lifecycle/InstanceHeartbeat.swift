@@ -18,6 +18,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let databaseURL: String
     private let logger: Logger
     private let pausedApps: @Sendable () -> [String: String]
+    private let apnsUnavailable: @Sendable () -> [String: String]
     private let onDatabaseError: @Sendable (any Error) -> Void
     private let store = InstanceStore()
     private let summary = Lock<FleetSummary?>(nil)
@@ -29,12 +30,14 @@ final class InstanceHeartbeat: @unchecked Sendable {
     init(registration: InstanceRegistration, databaseURL: String, metrics: PushdMetrics, logger: Logger,
          interval: Double = InstanceStore.heartbeatSeconds,
          pausedApps: @escaping @Sendable () -> [String: String],
+         apnsUnavailable: @escaping @Sendable () -> [String: String] = { [:] },
          onDatabaseError: @escaping @Sendable (any Error) -> Void) {
         self.registration = registration
         self.databaseURL = databaseURL
         self.logger = logger
         self.interval = interval
         self.pausedApps = pausedApps
+        self.apnsUnavailable = apnsUnavailable
         self.onDatabaseError = onDatabaseError
         // No sample while the registry cannot be read, rather than a stale one.
         metrics.fleetInstances.setSource { [weak self] in
@@ -67,6 +70,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
                           sender.pausedReason.map { (sender.app.name, $0) }
                       })
                   },
+                  apnsUnavailable: { context.apnsUnavailable() },
                   onDatabaseError: { context.databaseError($0) })
     }
 
@@ -89,7 +93,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
                 if connection == nil {
                     connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-heartbeat")
                 }
-                let fleet = try store.heartbeat(connection!, registration, paused: pausedApps())
+                let fleet = try store.heartbeat(connection!, registration, paused: pausedApps(), apnsUnavailable: apnsUnavailable())
                 summary.withLock { $0 = fleet }
                 if failing {
                     failing = false

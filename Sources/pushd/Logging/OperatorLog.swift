@@ -1,10 +1,12 @@
 import APNs
+import Metrics
 import Posix
 import Locking
 
 /// What an operator reads in the log: one line per change of state, never one per
 /// notification. APNs stops taking an app's notifications on a lane and takes them again
-/// (with the error), a summary per interval of connection errors, retries and dead letters
+/// (with the error; `pushd_apns_unavailable` is 1 meanwhile, and `/readyz` and `pushd status`
+/// name the app), a summary per interval of connection errors, retries and dead letters
 /// by reason (only when there was any), campaigns starting, pausing and finishing.
 ///
 /// Thread rule: every worker thread reports here; state changes under the mutex, and lines
@@ -13,6 +15,9 @@ final class OperatorLog: Sendable {
     /// Consecutive failed sends (no answer, or 5xx) before a lane counts as cut off from APNs:
     /// one lost stream is not an outage.
     static let failuresBeforeDown = 3
+    /// A lane in an outage is back only after answers came this long without a failure: an
+    /// APNs failing and answering by turns is one outage, not a pair of lines per turn.
+    static let answeringSecondsBeforeBack = 1.0
 
     private struct Lane: Hashable {
         var app: String
@@ -24,6 +29,8 @@ final class OperatorLog: Sendable {
         var error: String
         var failures: Int
         var reported: Bool
+        /// The first answer since the last failure, while the outage is reported.
+        var answeringSince: Double?
     }
 
     private struct State {
@@ -38,11 +45,23 @@ final class OperatorLog: Sendable {
     private let logger: Logger
     private let summaryInterval: Double
     private let state: Lock<State>
+    private let metrics: PushdMetrics?
+    private let clock: @Sendable () -> Double
 
-    init(logger: Logger, summaryInterval: Double) {
+    init(logger: Logger, summaryInterval: Double, metrics: PushdMetrics? = nil,
+         clock: @escaping @Sendable () -> Double = RateLimiter.monotonicSeconds) {
         self.logger = logger
         self.summaryInterval = summaryInterval
-        state = Lock(State(summaryDue: RateLimiter.monotonicSeconds() + summaryInterval))
+        self.metrics = metrics
+        self.clock = clock
+        state = Lock(State(summaryDue: clock() + summaryInterval))
+    }
+
+    /// The lanes APNs takes no notifications on now, with their last error, by app and lane.
+    func outages() -> [(app: String, lane: String, error: String)] {
+        state.withLock { state in
+            state.trouble.filter { $0.value.reported }.map { (app: $0.key.app, lane: $0.key.lane, error: $0.value.error) }
+        }.sorted { ($0.app, $0.lane) < ($1.app, $1.lane) }
     }
 
     /// One send's outcome on `lane` of `app`: answers from a working APNs (any status but
@@ -52,6 +71,7 @@ final class OperatorLog: Sendable {
         let failure: String?
         switch outcome {
         case .transportFailure(let message): failure = "no answer: \(message)"
+        case .notSent(let message): failure = message
         case .response(let response) where response.status >= 500:
             failure = "HTTP \(response.status)" + (response.reason.map { " \($0.rawValue)" } ?? "")
         case .response: failure = nil
@@ -62,25 +82,60 @@ final class OperatorLog: Sendable {
             if case .transportFailure = outcome { state.connectionErrors += 1 }
             guard let failure else {
                 // The common case, every answer of a working APNs: nothing to clear, no key to hash.
-                guard !state.trouble.isEmpty, let trouble = state.trouble.removeValue(forKey: key), trouble.reported else { return nil }
-                let seconds = Int(Timestamp().timeIntervalSince(trouble.since))
-                return ("APNs takes notifications of app \(app) on the \(lane) lane again after \(seconds) s",
-                        [("app", .string(app)), ("lane", .string(lane)), ("seconds", .int(Int64(seconds))),
-                         ("failed_sends", .int(Int64(trouble.failures))), ("event", "apns_back")], false)
+                guard !state.trouble.isEmpty, var trouble = state.trouble[key] else { return nil }
+                guard trouble.reported else {
+                    // Fewer failures in a row than an outage takes: an answer clears them.
+                    state.trouble.removeValue(forKey: key)
+                    return nil
+                }
+                let now = clock()
+                guard let since = trouble.answeringSince else {
+                    trouble.answeringSince = now
+                    state.trouble[key] = trouble
+                    return nil
+                }
+                guard now - since >= Self.answeringSecondsBeforeBack else { return nil }
+                state.trouble.removeValue(forKey: key)
+                return backLine(key, trouble)
             }
             var trouble = state.trouble[key] ?? Trouble(since: Timestamp(), error: failure, failures: 0, reported: false)
             trouble.failures += 1
             trouble.error = failure
+            trouble.answeringSince = nil
             defer { state.trouble[key] = trouble }
             guard !trouble.reported, trouble.failures >= Self.failuresBeforeDown else { return nil }
             trouble.reported = true
             return ("APNs is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
                     [("app", .string(app)), ("lane", .string(lane)), ("error", .string(failure)), ("event", "apns_down")], true)
         }
-        if let line {
-            logger.write(line.down ? .warning : .notice, line.message, fields: line.fields)
-        }
+        if let line { write(line, app: app, lane: lane) }
         tick()
+    }
+
+    private func backLine(_ key: Lane, _ trouble: Trouble) -> (message: String, fields: [(String, LogValue)], down: Bool) {
+        let seconds = Int(Timestamp().timeIntervalSince(trouble.since))
+        return ("APNs takes notifications of app \(key.app) on the \(key.lane) lane again after \(seconds) s",
+                [("app", .string(key.app)), ("lane", .string(key.lane)), ("seconds", .int(Int64(seconds))),
+                 ("failed_sends", .int(Int64(trouble.failures))), ("event", "apns_back")], false)
+    }
+
+    private func write(_ line: (message: String, fields: [(String, LogValue)], down: Bool), app: String, lane: String) {
+        metrics?.apnsUnavailable(app: app, lane: lane).set(line.down ? 1 : 0)
+        logger.write(line.down ? .warning : .notice, line.message, fields: line.fields)
+    }
+
+    /// Lanes whose answers have come for long enough with no send since are back: a lane
+    /// that had its last answers in its second of proof is not left in an outage.
+    private func settleQuietLanes(now: Double) {
+        let back: [(Lane, Trouble)] = state.withLock { state in
+            guard !state.trouble.isEmpty else { return [] }
+            let due = state.trouble.filter { entry in
+                entry.value.reported && entry.value.answeringSince.map { now - $0 >= Self.answeringSecondsBeforeBack } == true
+            }
+            for (key, _) in due { state.trouble.removeValue(forKey: key) }
+            return due.map { ($0.key, $0.value) }
+        }
+        for (key, trouble) in back { write(backLine(key, trouble), app: key.app, lane: key.lane) }
     }
 
     func retried(reason: String) {
@@ -93,7 +148,9 @@ final class OperatorLog: Sendable {
 
     /// Writes the summary when its interval has passed and something happened in it.
     /// Workers call this on every turn of their loops.
-    func tick(now: Double = RateLimiter.monotonicSeconds()) {
+    func tick(now: Double? = nil) {
+        let now = now ?? clock()
+        settleQuietLanes(now: now)
         let summary: (Int, [String: Int], [String: Int])? = state.withLock { state in
             guard now >= state.summaryDue else { return nil }
             state.summaryDue = now + summaryInterval

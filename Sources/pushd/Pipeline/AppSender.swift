@@ -161,6 +161,8 @@ final class AppSender: @unchecked Sendable {
                 return .tlsRefused("\(kind.explanation) (libcurl error \(error.code): \(error.message))")
             }
             return .transportFailure(error.message)
+        case .notSent(let notSent):
+            return .notSent(notSent.description)
         }
     }
 
@@ -191,6 +193,9 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let errors: [ConnectionFailureReason: Counter]
     let resent: Counter
     let reconnects: Counter
+    let backoffs: Counter
+    /// Shared by the client's event loops, so a run of failures they see together is one line.
+    let backoffRuns: ReconnectBackoffAnnouncer
     let retirements: ConnectionRetirementReporter?
     let logger: Logger?
     let label: String
@@ -206,6 +211,8 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         })
         resent = metrics.requestsResent(app: app, environment: environment)
         reconnects = metrics.reconnects(app: app, environment: environment)
+        backoffs = metrics.reconnectBackoffs(app: app, environment: environment)
+        backoffRuns = ReconnectBackoffAnnouncer()
         label = "app \(app), \(environment)" + (lane.map { ", \($0) lane" } ?? "")
         self.logger = logger.map { logger in
             var fields: [(String, LogValue)] = [("app", .string(app)), ("environment", .string(environment))]
@@ -235,6 +242,17 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
     func requestRetried() { resent.increment() }
+    func reconnectBackoffStarted(cause: String, delayMilliseconds: Int) {
+        backoffs.increment()
+        guard backoffRuns.started(), let logger else { return }
+        logger.warning("a connection to APNs for \(label) failed (\(cause)); reconnecting after a backoff of \(delayMilliseconds) ms, doubling to 4 s while connections keep failing; from the third failure in a row, notifications waiting for a connection go back to the queue unsent",
+                       ("event", "apns_reconnect_backoff"), ("cause", .string(cause)), ("delay_ms", .int(Int64(delayMilliseconds))))
+    }
+    func reconnectBackoffEnded(failures: Int) {
+        guard backoffRuns.ended(), let logger else { return }
+        logger.info("connections to APNs for \(label) answer again after \(failures) failed in a row",
+                    ("event", "apns_reconnect_backoff_ended"), ("failures", .int(Int64(failures))))
+    }
     func inFlightLimitChanged(by delta: Int) { inFlightLimit?.add(Double(delta)) }
     func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {
         logger?.info("the limit on notifications in flight for \(label) is now \(limit) on one of its event loops: "

@@ -311,6 +311,9 @@ final class JobWorker: @unchecked Sendable {
             sender.countResponse(status: nil, reason: outcome.label, environment: environment)
         case .tlsRefused:
             sender.countResponse(status: nil, reason: outcome.label, environment: environment)
+        case .notSent:
+            // Not sent, so no answer and no failed attempt to count.
+            break
         }
     }
 

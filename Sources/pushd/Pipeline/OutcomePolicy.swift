@@ -8,6 +8,9 @@ enum SendOutcome: Sendable, Equatable {
     /// No answer because TLS failed on a certificate (the server's or the app's): nothing
     /// was sent, and no retry can succeed until the configuration is fixed.
     case tlsRefused(String)
+    /// Never sent: connections to APNs failed several times in a row and the engine handed
+    /// the notification back. No attempt was made, so none is counted.
+    case notSent(String)
 
     static func response(status: Int, body: [UInt8]) -> SendOutcome {
         .response(APNsResponse(status: status, body: body))
@@ -22,6 +25,8 @@ enum SendOutcome: Sendable, Equatable {
             return "transport"
         case .tlsRefused:
             return "tls"
+        case .notSent:
+            return "not_sent"
         case .response(let response):
             guard let reason = response.reason else { return "none" }
             return APNsReason.known.contains { $0.reason == reason } ? reason.rawValue : "unknown"
@@ -65,10 +70,10 @@ struct OutcomePolicy: Sendable {
         switch outcome {
         case .tlsRefused(let message):
             return .pauseApp(reason: message)
-        case .transportFailure(let message):
+        case .transportFailure(let message), .notSent(let message):
             // No answer: APNs or the path to it is down. That is no verdict on the notification,
             // so it waits the outage out (within the outage limit and its expiration).
-            let label = "transport: \(message)"
+            let label = outcome.label == "not_sent" ? message : "transport: \(message)"
             switch retry.decideAfterNoAnswer(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, random: &random) {
             case .retry(_, let at):
                 return .retry(at: at, reason: label, refreshProviderToken: false, countsAsAttempt: false)

@@ -31,7 +31,11 @@ final class PipelineContext: @unchecked Sendable {
         self.senders = senders
         self.metrics = metrics
         self.logger = logger
-        operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds))
+        operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
+        // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series appear.
+        for app in config.apps.map(\.name) {
+            for lane in Lane.allCases { metrics.apnsUnavailable(app: app, lane: lane.rawValue).set(0) }
+        }
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
                                                   maxAttempts: config.retry.maxAttempts,
@@ -50,6 +54,17 @@ final class PipelineContext: @unchecked Sendable {
     /// Apps whose jobs stay queued for now.
     func pausedApps() -> [String] {
         senders.values.compactMap { $0.pausedReason == nil ? nil : $0.app.name }
+    }
+
+    /// App → "lane lane(s): error" for every app APNs takes none of the notifications of on
+    /// some lane now (`OperatorLog`'s outages).
+    func apnsUnavailable() -> [String: String] {
+        var byApp = [String: String]()
+        for outage in operatorLog.outages() {
+            let entry = "\(outage.lane) lane: \(outage.error)"
+            byApp[outage.app] = byApp[outage.app].map { "\($0); \(entry)" } ?? entry
+        }
+        return byApp
     }
 
     func pause(_ sender: AppSender, reason: String) {

@@ -1,0 +1,51 @@
+import APNsMock
+import Foundation
+import Glibc
+import Posix
+import PushdTestSupport
+import Testing
+@testable import pushd
+
+/// APNs failing and answering by turns, a quarter second each, while jobs keep coming: the
+/// real `pushd run` logs the outage once and its end once, not a pair of lines per flip.
+@Suite(.serialized) struct OutageFlapTests {
+    static func lines(_ log: String, event: String) -> [Substring] {
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").filter { $0.contains("\"event\":\"\(event)\"") }
+    }
+
+    @Test func anApnsFailingByTurnsIsLoggedAsOneOutage() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: log)
+            defer { FleetStatusTests.stop(process) }
+            let failing = FaultConfiguration(internalServerErrorRate: 1)
+            let started = Timestamp()
+            var flips = 0
+            var jobs = 0
+            while Timestamp().timeIntervalSince(started) < 15 {
+                try harness.mock.setFaults(flips % 2 == 0 ? failing : .none)
+                flips += 1
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload)
+                    SELECT 'shop', lpad(to_hex(700000 + $1::int + g), 64, '0'), '{"aps":{"alert":"flap"}}'
+                    FROM generate_series(0, 19) g
+                    """, [jobs])
+                jobs += 20
+                Thread.sleep(forTimeInterval: 0.25)
+            }
+            try harness.mock.setFaults(.none)
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            // The lane is back once answers have come for a second without a failure.
+            #expect(DaemonHarness.wait(seconds: 10) { !Self.lines(log, event: "apns_back").isEmpty })
+            let down = Self.lines(log, event: "apns_down")
+            let back = Self.lines(log, event: "apns_back")
+            print("\(flips) flips in 15 s: \(down.count) outage lines, \(back.count) back lines")
+            #expect(down.count >= 1)
+            #expect(down.count + back.count <= 6, "\(down.count) outage and \(back.count) back lines for \(flips) flips")
+            #expect(harness.mock.stats.rejected("InternalServerError") > 0)
+        }
+    }
+}
