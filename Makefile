@@ -1,4 +1,4 @@
-.PHONY: demo test build fuzz bench sanitize-address sanitize-thread release-static
+.PHONY: demo test build fuzz bench sanitize-address sanitize-thread release
 
 demo:
 	bash scripts/demo.sh
@@ -35,9 +35,8 @@ sanitize-thread:
 bench:
 	bash Benchmarks/bench.sh $(BENCH_ARGS)
 
-# pushd and apns-mock with the Swift runtime linked in, as the container image builds pushd
-# (deploy/container/Containerfile), in .build/static/release: 3 MB less resident memory
-# than the shared runtime (Benchmarks/README.md, Memory of the daemon).
-release-static:
-	swift build -c release --static-swift-stdlib --scratch-path .build/static --product pushd
-	swift build -c release --static-swift-stdlib --scratch-path .build/static --product apns-mock
+# The one release build (scripts/build-release.sh): pushd and apns-mock with the Swift runtime
+# linked in by the toolchain's lld, in .build/static/release, as the container image, the demo
+# and the benchmarks build them (Benchmarks/README.md, Memory of the daemon).
+release:
+	bash scripts/build-release.sh

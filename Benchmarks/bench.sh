@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: every benchmark of the sending path in one run, release builds, on one
+# `make bench`: every benchmark of the sending path in one run, release builds
+# (scripts/build-release.sh, as the container image builds pushd), on one
 # throwaway PostgreSQL (scripts/with-postgres.sh), apns-mock and nghttpd on loopback:
 #   - the C curl-multi reference and DispatcherBench (Benchmarks/run-dispatcher-bench.sh --quick --mock),
 #   - the daemon draining a campaign, h2load and aioapns against the same apns-mock
@@ -39,13 +40,11 @@ done
 
 # One throwaway PostgreSQL for every drain: run the rest inside it.
 if [ -z "${PUSHD_BENCH_INSIDE:-}" ]; then
-    swift build -c release --product pushd >/dev/null
-    swift build -c release --product apns-mock >/dev/null
-    swift build -c release --product DispatcherBench >/dev/null
+    bash scripts/build-release.sh DispatcherBench >/dev/null
     PUSHD_BENCH_INSIDE=1 exec scripts/with-postgres.sh bash "$0" "${arguments[@]}"
 fi
 
-bin=$(swift build -c release --show-bin-path)
+bin=$(bash scripts/build-release.sh --show-bin-path)
 work=$(mktemp -d /tmp/pushd-make-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 log="$work/log"

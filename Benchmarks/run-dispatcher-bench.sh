@@ -3,13 +3,13 @@
 # local nghttpd in one run, for each connection count and server stream limit, and prints
 # both lines with the engine/reference ratios.
 #
-# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock] [--static] [--relr]
+# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock] [--shared]
 #   Connections 1 and 2 per thread × server stream limits 100, 500 and 1000.
 #   --quick runs only 1 connection with 100 streams.
-#   --static links the Swift runtime into DispatcherBench, as the container image links pushd
-#   (built in .build/static so the everyday build is not redone).
-#   --relr is --static linked with lld and `-z pack-relative-relocs` (glibc 2.36 or later): the
-#   loader then reads 4 KB of relocations instead of 0.5 MB (in .build/static-relr).
+#   DispatcherBench and apns-mock come from the one release build (scripts/build-release.sh:
+#   the Swift runtime linked in by lld with `-z pack-relative-relocs`, as the container image
+#   links pushd); --static and --relr, which chose that build before, are still accepted.
+#   --shared builds DispatcherBench with the Swift runtime as shared libraries instead.
 #   --mock also runs the same rows against apns-mock (no authentication), and measures
 #   the latency a request pays when the connection idled past idleCloseSeconds.
 # Ends with a markdown table: rate, CPU per request and peak RSS of both, and the ratios.
@@ -20,16 +20,15 @@ requests=500000
 threads=2
 quick=0
 mock=0
-static=0
-relr=0
+shared=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --requests) requests="$2"; shift 2 ;;
         --threads) threads="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
         --mock) mock=1; shift ;;
-        --static) static=1; shift ;;
-        --relr) static=1; relr=1; shift ;;
+        --static|--relr) shift ;;
+        --shared) shared=1; shift ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -48,14 +47,10 @@ mkdir -p "$work/htdocs"
 # Non-empty: with content-length 0 libcurl resets each stream after the response headers.
 printf '{}' > "$work/htdocs/ok"
 
-if [ "$relr" = 1 ]; then
-    swift build -c release --static-swift-stdlib --scratch-path .build/static-relr -Xswiftc -use-ld=lld \
-        -Xlinker -z -Xlinker pack-relative-relocs --product DispatcherBench >/dev/null
-    bench=.build/static-relr/release/DispatcherBench
-elif [ "$static" = 1 ]; then
-    swift build -c release --static-swift-stdlib --scratch-path .build/static --product DispatcherBench >/dev/null
-    bench=.build/static/release/DispatcherBench
-else
+bash scripts/build-release.sh DispatcherBench >/dev/null
+bin=$(bash scripts/build-release.sh --show-bin-path)
+bench=$bin/DispatcherBench
+if [ "$shared" = 1 ]; then
     swift build -c release --product DispatcherBench >/dev/null
     bench=.build/release/DispatcherBench
 fi
@@ -96,20 +91,19 @@ compare() {
         "$(( $(field peak_rss_kb "$reference") / 1024 ))" "$(( $(field peak_rss_kb "$engine") / 1024 ))" "$rss_diff" >> "$work/table"
 }
 
-echo "requests=$requests threads=$threads (TLS, loopback)$([ "$static" = 1 ] && echo ", Swift runtime linked statically")$([ "$relr" = 1 ] && echo ", RELR relocations")"
+echo "requests=$requests threads=$threads (TLS, loopback)$([ "$shared" = 1 ] && echo ", Swift runtime as shared libraries" || echo ", Swift runtime linked in, RELR relocations")"
 for variant in $variants; do
     start_server "${variant##*:}"
     compare nghttpd "${variant%%:*}" "${variant##*:}" "$work/cert.pem" /ok
 done
 
 if [ "$mock" = 1 ]; then
-    swift build -c release --product apns-mock >/dev/null
-    .build/release/apns-mock gen-certs "$work/mock" >/dev/null
+    "$bin/apns-mock" gen-certs "$work/mock" >/dev/null
     path="/3/device/$(printf 'ab%.0s' $(seq 32))"
     for variant in $variants; do
         if [ -n "$server_pid" ]; then kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; fi
         port=$(( 20000 + RANDOM % 20000 ))
-        .build/release/apns-mock --cert "$work/mock/server.pem" --key "$work/mock/server.key" --port "$port" \
+        "$bin/apns-mock" --cert "$work/mock/server.pem" --key "$work/mock/server.key" --port "$port" \
             --max-streams "${variant##*:}" >/dev/null 2>&1 &
         server_pid=$!
         for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done

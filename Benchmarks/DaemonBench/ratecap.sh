@@ -11,9 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" != --inner ]; then
   export PATH="$PATH:/opt/swift/usr/bin"
-  swift build -c release --product pushd >/dev/null
-  swift build -c release --product apns-mock >/dev/null
-  exec scripts/with-postgres.sh bash "$0" --inner "$(swift build -c release --show-bin-path)" \
+  bash scripts/build-release.sh >/dev/null
+  exec scripts/with-postgres.sh bash "$0" --inner "$(bash scripts/build-release.sh --show-bin-path)" \
     "${1:-100 500 2000 5000 20000}" "${2:-1 2 3}" "${3:-35}"
 fi
 bin=$2

@@ -7,16 +7,13 @@
 #
 #   Benchmarks/DaemonBench/run.sh [targets]
 #
-# PUSHD_BENCH_STATIC=1 builds pushd and apns-mock with the Swift runtime linked in
-# (--static-swift-stdlib, in .build/static), as the container image builds pushd; drain.sh
-# reads its other options (PUSHD_BENCH_*) from the environment.
+# pushd and apns-mock come from the one release build (scripts/build-release.sh, the Swift
+# runtime linked in, as the container image builds pushd); drain.sh reads its options
+# (PUSHD_BENCH_*) from the environment.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/opt/swift/usr/bin"
 targets=${1:-1000000}
-build=(-c release)
-[ "${PUSHD_BENCH_STATIC:-0}" = 1 ] && build+=(--static-swift-stdlib --scratch-path .build/static)
-swift build "${build[@]}" --product pushd >/dev/null
-swift build "${build[@]}" --product apns-mock >/dev/null
-bin=$(swift build "${build[@]}" --show-bin-path)
+bash scripts/build-release.sh >/dev/null
+bin=$(bash scripts/build-release.sh --show-bin-path)
 exec scripts/with-postgres.sh bash Benchmarks/DaemonBench/drain.sh "$bin" "$targets"

@@ -29,9 +29,8 @@ windows=${2:-21}
 windows=$((windows | 1))
 seconds=${3:-8}
 rate=${4:-100}
-swift build -c release --product pushd >/dev/null
-swift build -c release --product apns-mock >/dev/null
-bin=$(swift build -c release --show-bin-path)
+bash scripts/build-release.sh >/dev/null
+bin=$(bash scripts/build-release.sh --show-bin-path)
 work=$(mktemp -d /tmp/pushd-flood.XXXXXX)
 drain_pid=; flood_pid=; probe_pid=
 cleanup() {

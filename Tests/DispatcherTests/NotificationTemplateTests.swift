@@ -36,6 +36,24 @@ import Testing
         #expect(fromTemplate.method == direct.method)
     }
 
+    @Test func aRequestFromRawTokenBytesIsTheRequestForTheirHex() throws {
+        let source = Source()
+        let client = try client(source)
+        defer { client.shutdown(drainTimeoutMilliseconds: 0) }
+        let template = try NotificationTemplate(client: client, notification: try notification(String(repeating: "a", count: 64)))
+        try template.refreshAuthorization()
+        for length in [32, 33, 100] {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 5) }
+            let token = try DeviceToken(bytes: bytes)
+            let fromBytes = bytes.withUnsafeBytes { template.requestWithCurrentHeaders(forTokenBytes: $0) }
+            let fromHex = try template.requestWithCurrentHeaders(for: token)
+            #expect(fromBytes.path == "/3/device/" + token.hex)
+            #expect(fromBytes.path == fromHex.path)
+            #expect(fromBytes.headerLines == fromHex.headerLines)
+            #expect(fromBytes.body == fromHex.body)
+        }
+    }
+
     @Test func aNewProviderTokenReachesTheNextRequest() throws {
         let source = Source()
         let client = try client(source)

@@ -29,4 +29,26 @@ import Testing
             #expect(targets.allSatisfy { ($0["expr"] as? String)?.contains("pushd_") == true || ($0["expr"] as? String)?.contains("process_") == true })
         }
     }
+
+    /// The container image, the demo, `make release` and the benchmarks ship and measure one
+    /// build: scripts/build-release.sh, the Swift runtime linked in by the toolchain's lld.
+    @Test func everyReleaseBuildIsTheReleaseScript() throws {
+        func text(_ path: String) throws -> String {
+            try String(contentsOf: Self.root.appendingPathComponent(path), encoding: .utf8)
+        }
+        let script = try text("scripts/build-release.sh")
+        for flag in ["--static-swift-stdlib", "-use-ld=lld", "pack-relative-relocs", "-c release"] {
+            #expect(script.contains(flag), "scripts/build-release.sh lacks \(flag)")
+        }
+        let users = ["Makefile", "scripts/demo.sh", "deploy/container/Containerfile", "Benchmarks/bench.sh",
+                     "Benchmarks/DaemonBench/run.sh", "Benchmarks/DaemonBench/ratecap.sh", "Benchmarks/DaemonBench/throttled.sh",
+                     "Benchmarks/ScrapeFlood/run.sh"]
+        for path in users {
+            let file = try text(path)
+            #expect(file.contains("scripts/build-release.sh"), "\(path) does not build with scripts/build-release.sh")
+            #expect(!file.contains("swift build -c release"), "\(path) builds release on its own")
+            #expect(!file.contains("release-static"), "\(path) names the former release-static target")
+        }
+        #expect(try text("Makefile").contains("\nrelease:\n\tbash scripts/build-release.sh"))
+    }
 }

@@ -56,6 +56,37 @@ public final class NotificationTemplate {
         }
     }
 
+    /// The request for the token whose raw bytes are `token` (32 to 100, as `DeviceToken`
+    /// accepts), with the provider token of the last `refreshAuthorization`. The hex digits
+    /// are written straight into the request's path: no string is made for the token.
+    public func requestWithCurrentHeaders(forTokenBytes token: UnsafeRawBufferPointer) -> DispatchRequest {
+        precondition((DeviceToken.minimumHexLength / 2...DeviceToken.maximumHexLength / 2).contains(token.count),
+                     "a device token of \(token.count) bytes")
+        let prefix = Self.devicePathPrefix
+        return DispatchRequest(pathLength: prefix.count + token.count * 2, shared: shared) { out in
+            prefix.withUnsafeBytes { out.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            withUnsafeBytes(of: Self.hexDigits) { digits in
+                var position = prefix.count
+                for byte in token {
+                    out.storeBytes(of: digits[Int(byte >> 4)], toByteOffset: position, as: UInt8.self)
+                    out.storeBytes(of: digits[Int(byte & 0x0F)], toByteOffset: position + 1, as: UInt8.self)
+                    position += 2
+                }
+            }
+        }
+    }
+
+    /// Queues the notification for the token whose raw bytes are `token`, with the provider
+    /// token current now; blocks while the engine's window is full.
+    public func submit(toTokenBytes token: UnsafeRawBufferPointer, tag: UInt64) throws(APNsClientError) {
+        try refreshAuthorization()
+        client.dispatcher.submit(requestWithCurrentHeaders(forTokenBytes: token), tag: tag)
+    }
+
+    private static let devicePathPrefix: [UInt8] = Array("/3/device/".utf8)
+    private static let hexDigits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+        (0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66)
+
     /// Queues the notification for `token`; blocks while the engine's window is full.
     public func submit(to token: DeviceToken, tag: UInt64) throws(APNsClientError) {
         client.dispatcher.submit(try request(for: token), tag: tag)

@@ -80,6 +80,14 @@ public struct DispatchRequest: Sendable {
         self.shared = shared
     }
 
+    /// A request like `init(method:path:shared:)` whose path `writePath` writes in place,
+    /// `pathLength` bytes of printable ASCII (the caller's guarantee: nothing is checked).
+    init(method: Method = .post, pathLength: Int, shared: RequestBytes, writePath: (UnsafeMutableRawPointer) -> Void) {
+        self.method = method
+        bytes = RequestBytes(pathLength: pathLength, writePath: writePath)
+        self.shared = shared
+    }
+
     /// Header lines and a body for many requests, laid out once for `init(method:path:shared:)`.
     static func sharedPart(headers: HeaderBlock, body: [UInt8]) -> RequestBytes {
         body.withUnsafeBytes { RequestBytes(path: "", headers: headers, body: $0) }

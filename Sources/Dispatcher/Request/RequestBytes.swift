@@ -62,6 +62,19 @@ final class RequestBytes: @unchecked Sendable {
         }
     }
 
+    /// A block that holds a path alone, `pathLength` printable ASCII bytes that `writePath`
+    /// writes in place: a campaign's device path costs no string of its own.
+    init(pathLength: Int, writePath: (UnsafeMutableRawPointer) -> Void) {
+        headerCount = 0
+        nodeCount = 0
+        self.pathLength = pathLength
+        bodyOffset = pathLength + 1
+        bodyCount = 0
+        base = UnsafeMutableRawPointer.allocate(byteCount: pathLength + 1, alignment: MemoryLayout<curl_slist>.alignment)
+        writePath(base)
+        (base + pathLength).storeBytes(of: 0, as: UInt8.self)
+    }
+
     deinit {
         base.deallocate()
     }

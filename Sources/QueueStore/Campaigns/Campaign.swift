@@ -107,6 +107,51 @@ public struct CampaignTarget: Sendable, Hashable {
     }
 }
 
+/// The targets of a leased chunk: their tokens raw in one block (`DeviceTokenBlock`), their
+/// payloads and environments only when some target has its own. Read as `CampaignTarget`s
+/// (each makes its token's hex), or per field by offset where a target is sent.
+public struct CampaignTargets: RandomAccessCollection, Sendable, Hashable {
+    /// The position within the chunk of the first target.
+    public var firstIndex: Int
+    public var tokens: DeviceTokenBlock
+    /// One per target, or empty when every target has the campaign's payload.
+    public var payloads: [String?]
+    /// One per target, or empty when every target has the campaign's environment.
+    public var environments: [String?]
+
+    public init(firstIndex: Int = 0, tokens: DeviceTokenBlock = DeviceTokenBlock(), payloads: [String?] = [], environments: [String?] = []) {
+        self.firstIndex = firstIndex
+        self.tokens = tokens
+        self.payloads = payloads
+        self.environments = environments
+    }
+
+    /// Targets at consecutive positions from the first one's.
+    public init(_ targets: [CampaignTarget]) {
+        self.init(firstIndex: targets.first?.index ?? 0, tokens: DeviceTokenBlock(hex: targets.map(\.token)),
+                  payloads: targets.contains { $0.payload != nil } ? targets.map(\.payload) : [],
+                  environments: targets.contains { $0.environment != nil } ? targets.map(\.environment) : [])
+    }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { tokens.count }
+
+    public subscript(offset: Int) -> CampaignTarget {
+        CampaignTarget(index: firstIndex + offset, token: tokens.hex(at: offset), payload: payload(at: offset),
+                       environment: environment(at: offset))
+    }
+
+    /// The target's own payload, nil for the campaign's.
+    public func payload(at offset: Int) -> String? {
+        offset < payloads.count ? payloads[offset] : nil
+    }
+
+    /// The target's registered environment, nil for the campaign's.
+    public func environment(at offset: Int) -> String? {
+        offset < environments.count ? environments[offset] : nil
+    }
+}
+
 /// A leased chunk: the targets from its last checkpoint on, and what to send them.
 public struct CampaignChunk: Sendable, Hashable {
     public var campaignID: Int64
@@ -124,7 +169,7 @@ public struct CampaignChunk: Sendable, Hashable {
     public var expiration: Timestamp?
     public var payload: String?
     public var rateLimit: Int?
-    public var targets: [CampaignTarget]
+    public var targets: CampaignTargets
     /// The worker whose lease on this chunk ran out before it was handed here (it was killed,
     /// hung or lost the database), and when; nil for a fresh or released chunk.
     public var expiredOwner: String? = nil

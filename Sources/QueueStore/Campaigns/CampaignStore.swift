@@ -349,9 +349,9 @@ public struct CampaignStore: Sendable {
         guard result.rowCount == 1 else { return nil }
         let row = result[0]
         let start: Int = try row.require(3)
-        let tokens = try result.withBytes(row: 0, column: 13) { bytes -> [String] in
-            guard let bytes else { return [] }
-            guard let tokens = Self.parseTokenArray(bytes) else {
+        let tokens = try result.withBytes(row: 0, column: 13) { bytes -> DeviceTokenBlock in
+            guard let bytes else { return DeviceTokenBlock() }
+            guard let tokens = DeviceTokenBlock(arrayLiteral: bytes) else {
                 throw QueueError("the device tokens of chunk \(try row.require(1, as: Int.self)) of campaign \(try row.require(0, as: Int64.self)) are not a readable array")
             }
             return tokens
@@ -370,34 +370,16 @@ public struct CampaignStore: Sendable {
             }
             return items
         }
-        var targets = [CampaignTarget]()
-        targets.reserveCapacity(tokens.count)
-        for (offset, token) in tokens.enumerated() {
-            targets.append(CampaignTarget(index: start + offset, token: token,
-                                          payload: offset < payloads.count ? payloads[offset] : nil,
-                                          environment: offset < environments.count ? environments[offset] : nil))
-        }
+        // A chunk's payloads and environments are NULL when no target has its own, else one per target.
+        let targets = CampaignTargets(firstIndex: start, tokens: tokens,
+                                      payloads: payloads.contains { $0 != nil } ? payloads : [],
+                                      environments: environments.contains { $0 != nil } ? environments : [])
         return CampaignChunk(campaignID: try row.require(0), chunk: try row.require(1), owner: owner,
                              leaseUntil: try row.require(4), size: try row.require(2), startIndex: start,
                              app: try row.require(5), pushType: try row.require(6), priority: try row.require(7),
                              environment: try row.get(8), collapseID: try row.get(9), expiration: try row.get(10),
                              payload: try row.get(11), rateLimit: try row.get(12), targets: targets,
                              expiredOwner: try row.get(16), expiredAt: try row.get(17))
-    }
-
-    /// Splits `{hex,hex,…}`; tokens are validated hex, so no element is quoted or NULL.
-    static func parseTokenArray(_ bytes: UnsafeBufferPointer<UInt8>) -> [String]? {
-        guard bytes.count >= 2, bytes.first == UInt8(ascii: "{"), bytes.last == UInt8(ascii: "}") else { return nil }
-        if bytes.count == 2 { return [] }
-        var tokens = [String]()
-        var start = 1
-        let end = bytes.count - 1
-        for index in 1...end where index == end || bytes[index] == UInt8(ascii: ",") {
-            guard index > start, bytes[start] != UInt8(ascii: "\""), bytes[start] != UInt8(ascii: "N") else { return nil }
-            tokens.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
-            start = index + 1
-        }
-        return tokens
     }
 
     static func recordSQL(synchronous: Bool) -> String {

@@ -179,7 +179,8 @@ final class CampaignWorker: @unchecked Sendable {
         case pause
     }
 
-    private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: String, pushType: String,
+    /// `token` is made only for a prune or a throttle: most answers need no hex of their token.
+    private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: @autoclosure () -> String, pushType: String,
                         sender: AppSender, environment: PushdConfig.Environment) -> Handled {
         context.operatorLog.record(outcome, app: app, lane: "campaign")
         switch verdict {
@@ -190,14 +191,14 @@ final class CampaignWorker: @unchecked Sendable {
             return .sent
         case .prune(let status, let reason, let timestamp):
             sender.countResponse(status: status, reason: reason, environment: environment)
-            return .pruned(reason, TokenPrune(app: app, token: token, reason: reason, apnsTimestamp: timestamp,
+            return .pruned(reason, TokenPrune(app: app, token: token(), reason: reason, apnsTimestamp: timestamp,
                                                   environment: environment.rawValue))
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
             if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
-            if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token, until: at) }
+            if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token(), until: at) }
             return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
         case .dead(let status, _):
             sender.countResponse(status: status, reason: outcome.label, environment: environment)
@@ -360,8 +361,10 @@ final class CampaignWorker: @unchecked Sendable {
                     }
                 }
             }
-            let item = chunk.targets[target]
-            if let held = context.throttle.heldUntil(item.token) {
+            // The token stays raw in the chunk's block: its hex is written only into the request's path.
+            let tokens = chunk.targets.tokens
+            let ownPayload = chunk.targets.payload(at: target)
+            if let held = context.throttle.heldUntil(tokens.hex(at: target)) {
                 // APNs is throttling this device: wait with the notification that drew the 429.
                 run.retries.append(ChunkRun.Retry(at: now + held.timeIntervalSinceNow, target: target, dueAt: held,
                                                   reason: "TooManyRequests: the device token is throttled"))
@@ -369,13 +372,11 @@ final class CampaignWorker: @unchecked Sendable {
             }
             // A target imported from registered tokens keeps its token's environment; a
             // file import has the campaign's; else the app's.
-            let environment = sender.environment(job: item.environment ?? chunk.environment, registered: nil)
+            let environment = sender.environment(job: chunk.targets.environment(at: target) ?? chunk.environment, registered: nil)
             // The chunk's notification was checked for an earlier target: this one's token is all that is new.
-            if item.payload == nil, let template = run.templates[environment] {
-                let token: DeviceToken
-                do {
-                    token = try DeviceToken(item.token)
-                } catch {
+            if ownPayload == nil, let template = run.templates[environment] {
+                // A text in the chunk that is not a token of 32 to 100 bytes in hex.
+                guard tokens.isValid(at: target) else {
                     fail(run, target, "BadDeviceToken")
                     continue
                 }
@@ -383,14 +384,14 @@ final class CampaignWorker: @unchecked Sendable {
                 do {
                     if run.rate != nil {
                         // A capped run sends each request at its moment, not in batches.
-                        try template.submit(to: token, tag: tag)
+                        try tokens.withBytes(at: target) { try template.submit(toTokenBytes: $0, tag: tag) }
                     } else {
                         if batchTemplate !== template {
                             submitBatched()
                             try template.refreshAuthorization()
                             batchTemplate = template
                         }
-                        batch.append((try template.requestWithCurrentHeaders(for: token), tag))
+                        batch.append((tokens.withBytes(at: target) { template.requestWithCurrentHeaders(forTokenBytes: $0) }, tag))
                     }
                 } catch {
                     context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
@@ -411,8 +412,8 @@ final class CampaignWorker: @unchecked Sendable {
             let notification: APNsNotification
             do {
                 notification = try sender.factory.notification(.init(
-                    token: item.token, pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
-                    collapseID: chunk.collapseID, apnsID: nil, payload: item.payload ?? chunk.payload ?? "{}"))
+                    token: tokens.hex(at: target), pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
+                    collapseID: chunk.collapseID, apnsID: nil, payload: ownPayload ?? chunk.payload ?? "{}"))
             } catch {
                 fail(run, target, error.label)
                 continue
@@ -438,7 +439,7 @@ final class CampaignWorker: @unchecked Sendable {
                 run.stopSubmitting = true
                 break
             }
-            if item.payload == nil, run.templates[environment] == nil {
+            if ownPayload == nil, run.templates[environment] == nil {
                 run.templates[environment] = try? NotificationTemplate(client: client, notification: notification)
             }
             run.sent(target, to: environment)
@@ -468,7 +469,7 @@ final class CampaignWorker: @unchecked Sendable {
         let outcome = run.sender.outcome(of: result, environment: run.environments[target])
         let verdict = policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
                                      firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random)
-        switch handle(verdict, of: outcome, app: chunk.app, token: chunk.targets[target].token, pushType: chunk.pushType,
+        switch handle(verdict, of: outcome, app: chunk.app, token: chunk.targets.tokens.hex(at: target), pushType: chunk.pushType,
                       sender: run.sender, environment: run.environments[target]) {
         case .sent:
             run.resolve(target, .sent)

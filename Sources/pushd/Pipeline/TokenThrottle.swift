@@ -23,10 +23,13 @@ final class TokenThrottle: Sendable {
     }
 
     /// When `token` may be sent to again, or nil when it may be now.
-    func heldUntil(_ token: String, now: Timestamp = Timestamp()) -> Timestamp? {
+    /// `token` is made only when some token is throttled (a campaign keeps its tokens raw).
+    func heldUntil(_ token: @autoclosure () -> String, now: Timestamp = Timestamp()) -> Timestamp? {
         until.withLock { table in
-            // Almost always nothing is throttled: no need to hash the token for that.
-            guard !table.isEmpty, let time = table[token] else { return nil }
+            // Almost always nothing is throttled: no need to make or hash the token for that.
+            guard !table.isEmpty else { return nil }
+            let token = token()
+            guard let time = table[token] else { return nil }
             if time <= now {
                 table[token] = nil
                 return nil
