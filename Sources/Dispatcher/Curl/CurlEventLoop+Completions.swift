@@ -46,7 +46,8 @@ extension CurlEventLoop {
     }
 
     func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int) {
-        guard let pending = transfer.pending.take() else { return }
+        guard var pending = transfer.pending.take() else { return }
+        if transfer.sends > 0 { pending.wentOnWire = true }
         freeTransfers.append(transfer.index)
         noteResends(transfer)
         let curlCode = Int(code.rawValue)
@@ -74,7 +75,15 @@ extension CurlEventLoop {
                 return
             }
         }
-        if disposition.retry {
+        // A retry that could not end by the request's answer deadline is not made: the request
+        // is answered now, `notSent` when nothing of it went on the wire.
+        let retry = disposition.retry && mayStart(pending, now: monotonicNanoseconds())
+        if disposition.retry, !retry, !pending.wentOnWire {
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            answerPastDeadline(pending)
+            return
+        }
+        if retry {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()

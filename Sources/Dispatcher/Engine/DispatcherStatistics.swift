@@ -29,6 +29,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     /// The loops' limits on requests inside libcurl now, summed: the adaptive window's, or
     /// connections × streams where it is pinned.
     public var inFlightLimit: Int = 0
+    /// Requests answered at their answer deadline without a further attempt
+    /// (`DispatcherConfiguration.answerDeadlineMilliseconds`), most of them `notSent`.
+    public var pastDeadline: Int = 0
 }
 
 /// Shared by the engine and its loops; relaxed atomics because they are only ever read as totals.
@@ -45,6 +48,7 @@ final class DispatcherCounters: Sendable {
     let socketReads = Atomic<Int>(0)
     let easyHandles = Atomic<Int>(0)
     let inFlightLimit = Atomic<Int>(0)
+    let pastDeadline = Atomic<Int>(0)
     private let openConnections = Atomic<Int>(0)
     private let peakOpenConnections = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
@@ -77,6 +81,7 @@ final class DispatcherCounters: Sendable {
                              peakOpenConnections: peakOpenConnections.load(ordering: .relaxed),
                              socketReads: socketReads.load(ordering: .relaxed),
                              easyHandles: easyHandles.load(ordering: .relaxed),
-                             inFlightLimit: inFlightLimit.load(ordering: .relaxed))
+                             inFlightLimit: inFlightLimit.load(ordering: .relaxed),
+                             pastDeadline: pastDeadline.load(ordering: .relaxed))
     }
 }

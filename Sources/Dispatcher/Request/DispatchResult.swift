@@ -103,4 +103,12 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
 
     /// The engine was stopped before the request completed.
     public static let engineStopped = TransportError(code: -1, message: "dispatcher stopped before the request completed")
+
+    /// The request's answer deadline (`DispatcherConfiguration.answerDeadlineMilliseconds`) came
+    /// before a whole request timeout fitted in front of it, and no attempt had gone on the
+    /// wire: APNs never saw it, so it may be sent again without being counted as delivered.
+    public static let notSent = TransportError(code: -2, message: "not sent: the answer deadline left no room for another attempt, and none went on the wire")
+
+    /// Nothing of this request reached the network (`notSent`): safe to send again.
+    public var isNotSent: Bool { code == Self.notSent.code }
 }
