@@ -31,13 +31,18 @@ import Testing
 
     /// Starts two instances, runs `fault` once the campaign is sending, waits for the campaign
     /// to finish and checks that nothing was taken over or sent twice.
-    private func drainWithTwoInstances(targets: Int, rate: Int, maxInFlight: Int? = nil,
+    private func drainWithTwoInstances(targets: Int, rate: Int, maxInFlight: Int? = nil, chunkSize: Int = 1000,
                                        fault: (DaemonHarness) throws -> Void) throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
             let connection = try database.connect()
             let config = try Self.configFile(harness, rate: rate, maxInFlight: maxInFlight)
-            let id = try CampaignLaneTests.campaign(connection, count: targets)
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "lease keeping", pushType: "alert",
+                                                              payload: #"{"aps":{"alert":"sale"}}"#))
+            let list = (1...targets).map { (token: DaemonHarness.token($0), payload: String?.none) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: list, chunkSize: chunkSize).imported == targets)
+            #expect(try store.start(connection, id: id) == .running)
             let logs = [harness.directory + "/pushd-a.log", harness.directory + "/pushd-b.log"]
             let processes = try logs.map { try DaemonProcessTests.start(config: config, log: $0) }
             defer {
@@ -47,7 +52,6 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted >= targets / 10 })
             let first = harness.mock
             try fault(harness)
-            let store = CampaignStore()
             let done = try DaemonHarness.wait(seconds: 180) { try store.campaign(connection, id: id)?.status == .done }
             #expect(done)
             Thread.sleep(forTimeInterval: 2)
@@ -70,11 +74,12 @@ import Testing
     }
 
     @Test func aStormWhileParkedRetriesAreSentTakesNoChunkFromALiveInstance() throws {
-        // 50/s per instance, shared by its workers: a parked batch of 200 holds its worker
-        // longer than the 6 s lease, while the worker's own chunks wait for a checkpoint.
-        try drainWithTwoInstances(targets: 3000, rate: 50) { harness in
+        // Chunks of 100 finish sending within seconds and park what the storm refused; at
+        // 50/s per instance, shared by its two workers, a parked batch of 200 then holds its
+        // worker longer than the 6 s lease while the worker's newer chunks wait.
+        try drainWithTwoInstances(targets: 3000, rate: 50, chunkSize: 100) { harness in
             try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
-            Thread.sleep(forTimeInterval: 8)
+            Thread.sleep(forTimeInterval: 10)
             try harness.mock.setFaults(FaultConfiguration(tooManyRequestsRate: 1))
             Thread.sleep(forTimeInterval: 4)
             try harness.mock.setFaults(.none)
