@@ -157,7 +157,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     func prepareToWait() -> Int32 {
         takeInbox()
-        answerOverdue(now: monotonicNanoseconds())
+        answerOverdue()
         refill()
         var now = monotonicNanoseconds()
         judgeMovedConnections(now: now)
@@ -342,8 +342,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     /// Answers the waiting requests, oldest first, whose last moment to start has passed:
     /// during a back-off nothing is let into libcurl, yet each is answered by its deadline.
-    private func answerOverdue(now: UInt64) {
-        guard answerDeadlineNanoseconds > 0 else { return }
+    private func answerOverdue() {
+        guard answerDeadlineNanoseconds > 0, !backlog.isEmpty else { return }
+        let now = monotonicNanoseconds()
         var answered = false
         while let front = backlog.front, !mayStart(front, now: now), let overdue = backlog.popFront() {
             answerPastDeadline(overdue)
