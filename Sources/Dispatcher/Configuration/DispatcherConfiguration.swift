@@ -56,6 +56,13 @@ public struct DispatcherConfiguration: Sendable {
     public var connectTimeoutMilliseconds: Int
     /// Whole-request limit including time queued in libcurl for a stream; 0 for none.
     public var requestTimeoutMilliseconds: Int
+    /// Every submitted request is answered within this many milliseconds of its submission
+    /// (plus an event loop's wake-up): an attempt is put on the wire only while a whole
+    /// `requestTimeoutMilliseconds` still fits before the deadline, and a request that never
+    /// went on the wire by then is answered `DispatchResult.Outcome.notSent`. A caller that waits this
+    /// long (plus a margin) for every answer never gives up on a request the engine still
+    /// holds and may send later. 0: no deadline.
+    public var answerDeadlineMilliseconds: Int = 0
     /// TCP keep-alive probes start on a connection idle this long (whole seconds, at least 1).
     public var keepAliveIntervalMilliseconds: Int
     /// An idle connection whose keep-alive probes go unanswered this long is dead: three
@@ -159,6 +166,9 @@ public struct DispatcherConfiguration: Sendable {
         }
         if requestTimeoutMilliseconds < 0 {
             throw .invalid(field: "requestTimeoutMilliseconds", value: String(requestTimeoutMilliseconds), expected: "0 (none) or more")
+        }
+        if answerDeadlineMilliseconds < 0 {
+            throw .invalid(field: "answerDeadlineMilliseconds", value: String(answerDeadlineMilliseconds), expected: "0 (none) or more")
         }
         if keepAliveIntervalMilliseconds < 1 {
             throw .invalid(field: "keepAliveIntervalMilliseconds", value: String(keepAliveIntervalMilliseconds), expected: "a positive number")

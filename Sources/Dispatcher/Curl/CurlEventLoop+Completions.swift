@@ -51,7 +51,8 @@ extension CurlEventLoop {
     }
 
     func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int, now: UInt64) {
-        guard let pending = transfer.pending.take() else { return }
+        guard var pending = transfer.pending.take() else { return }
+        if transfer.sends > 0 { pending.wentOnWire = true }
         freeTransfers.append(transfer.index)
         noteResends(transfer)
         let curlCode = Int(code.rawValue)
@@ -77,7 +78,15 @@ extension CurlEventLoop {
             sink.counters.connectFailures.add(1, ordering: .relaxed)
             if connectFailureThisBatch == nil { connectFailureThisBatch = (curlCode, transfer.failureMessage(code)) }
         }
-        if disposition.retry {
+        // A retry that could not end by the request's answer deadline is not made: the request
+        // is answered now, `notSent` when nothing of it went on the wire.
+        let retry = disposition.retry && mayStart(pending, now: now)
+        if disposition.retry, !retry, !pending.wentOnWire {
+            transfer.responseBody.removeAll(keepingCapacity: true)
+            answerPastDeadline(pending)
+            return
+        }
+        if retry {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()

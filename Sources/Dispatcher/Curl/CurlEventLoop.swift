@@ -39,6 +39,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private static let drainedCapacityKept = 1024
     var inCurl = 0
     private let inCurlLimit: Int
+    /// `answerDeadlineMilliseconds` and `requestTimeoutMilliseconds` in nanoseconds (0: none).
+    private let answerDeadlineNanoseconds: UInt64
+    private let requestTimeoutNanoseconds: UInt64
     /// What the policy and the window admitted at the last refill: requests beyond it wait.
     private var admitted = 0
     /// What the policy alone admitted (the streams): requests beyond it wait for a stream.
@@ -91,6 +94,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         self.configuration = configuration
         self.sink = sink
         inCurlLimit = configuration.inFlightPerThread
+        answerDeadlineNanoseconds = UInt64(max(0, configuration.answerDeadlineMilliseconds)) * 1_000_000
+        requestTimeoutNanoseconds = UInt64(max(0, configuration.requestTimeoutMilliseconds)) * 1_000_000
         connectionLimit = configuration.connectionsPerThread
         connectionsExpected = configuration.connectionsPerThread
         coalescing = AnswerCoalescing(maximumPauseMilliseconds: configuration.answerCoalescingMilliseconds,
@@ -154,6 +159,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     func prepareToWait() -> Int32 {
         takeInbox()
+        answerOverdue()
         refill()
         var now = monotonicNanoseconds()
         judgeMovedConnections(now: now)
@@ -176,6 +182,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         if !backlog.isEmpty, let until = policy.backoffDeadline(now: now) {
             let backoff = Int64((until - now + 999_999) / 1_000_000)
             wait = wait < 0 ? backoff : min(wait, backoff)
+        }
+        if let front = backlog.front, let last = lastStart(of: front) {
+            // Wakes to answer the oldest waiting request by its deadline, even while nothing else happens.
+            let due = Int64((last - min(now, last) + 999_999) / 1_000_000)
+            wait = wait < 0 ? due : min(wait, due)
         }
         return Int32(clamping: wait)
     }
@@ -272,6 +283,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                 }
             }
             guard var request = backlog.popFront() else { break }
+            if !mayStart(request, now: now) {
+                freeTransfers.append(transfer.index)
+                answerPastDeadline(request)
+                continue
+            }
             request.attempts += 1
             if let failure = transfer.prepare(for: request.request, fresh: nextTransferFresh) {
                 freeTransfers.append(transfer.index)
@@ -296,6 +312,47 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             if streams < min(inCurlLimit, inFlightSampler!.limit) { inFlightSampler!.admissionsHeld() }
         }
         releaseSlots()
+    }
+
+    // MARK: - Answer deadline
+
+    /// The monotonic time after which `pending` may start no more attempts: its answer deadline
+    /// less one whole request timeout, so an attempt started before it ends by the deadline.
+    /// nil without a deadline.
+    func lastStart(of pending: PendingRequest) -> UInt64? {
+        guard answerDeadlineNanoseconds > 0 else { return nil }
+        let last = pending.submittedAt &+ answerDeadlineNanoseconds
+        return last >= requestTimeoutNanoseconds ? last - requestTimeoutNanoseconds : 0
+    }
+
+    /// Whether an attempt of `pending` started now still ends (by the request timeout) before its deadline.
+    func mayStart(_ pending: PendingRequest, now: UInt64) -> Bool {
+        guard let last = lastStart(of: pending) else { return true }
+        return now <= last
+    }
+
+    /// Answers a request that may start no more attempts: `notSent` when none went on the
+    /// wire, else a time-out (an earlier attempt may have reached the server).
+    func answerPastDeadline(_ pending: PendingRequest) {
+        sink.counters.pastDeadline.add(1, ordering: .relaxed)
+        let outcome: DispatchResult.Outcome = pending.wentOnWire
+            ? .transportFailure(TransportError(code: CurlResultCode.operationTimedOut.rawValue,
+                                               message: "no answer by the answer deadline (\(configuration.answerDeadlineMilliseconds) ms); an earlier attempt may have reached the server"))
+            : .notSent(.pastAnswerDeadline(milliseconds: configuration.answerDeadlineMilliseconds))
+        deliver(pending, outcome: outcome)
+    }
+
+    /// Answers the waiting requests, oldest first, whose last moment to start has passed:
+    /// during a back-off nothing is let into libcurl, yet each is answered by its deadline.
+    private func answerOverdue() {
+        guard answerDeadlineNanoseconds > 0, !backlog.isEmpty else { return }
+        let now = monotonicNanoseconds()
+        var answered = false
+        while let front = backlog.front, !mayStart(front, now: now), let overdue = backlog.popFront() {
+            answerPastDeadline(overdue)
+            answered = true
+        }
+        if answered { releaseSlots() }
     }
 
     private func makeTransfer() throws(DispatcherConfigurationError) -> CurlTransfer {

@@ -7,6 +7,9 @@ struct PendingRequest: Sendable {
     var continuation: CheckedContinuation<DispatchResult, Never>?
     var submittedAt: UInt64
     var attempts: Int
+    /// An attempt of this request went on the wire (libcurl began to send it): a failure after
+    /// the answer deadline is then reported as that failure, never as `notSent`.
+    var wentOnWire = false
 }
 
 /// Where a loop hands finished requests; shared by all loops of one engine.

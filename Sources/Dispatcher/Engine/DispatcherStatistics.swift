@@ -32,6 +32,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     /// Failed connections (connect, TLS, 503 Shutdown, no answer in time) after which a loop
     /// waited before opening another.
     public var reconnectBackoffs: Int = 0
+    /// Requests answered at their answer deadline without a further attempt
+    /// (`DispatcherConfiguration.answerDeadlineMilliseconds`), most of them `notSent`.
+    public var pastDeadline: Int = 0
 }
 
 /// Shared by the engine and its loops; relaxed atomics because they are only ever read as totals.
@@ -49,6 +52,7 @@ final class DispatcherCounters: Sendable {
     let easyHandles = Atomic<Int>(0)
     let inFlightLimit = Atomic<Int>(0)
     let reconnectBackoffs = Atomic<Int>(0)
+    let pastDeadline = Atomic<Int>(0)
     private let openConnections = Atomic<Int>(0)
     private let peakOpenConnections = Atomic<Int>(0)
     /// Rare events (a few per connection at most), so a lock is cheap enough.
@@ -82,6 +86,7 @@ final class DispatcherCounters: Sendable {
                              socketReads: socketReads.load(ordering: .relaxed),
                              easyHandles: easyHandles.load(ordering: .relaxed),
                              inFlightLimit: inFlightLimit.load(ordering: .relaxed),
-                             reconnectBackoffs: reconnectBackoffs.load(ordering: .relaxed))
+                             reconnectBackoffs: reconnectBackoffs.load(ordering: .relaxed),
+                             pastDeadline: pastDeadline.load(ordering: .relaxed))
     }
 }

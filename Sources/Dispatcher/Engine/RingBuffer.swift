@@ -26,6 +26,9 @@ struct RingBuffer<Element> {
         count += 1
     }
 
+    /// The element `popFront` would return, left in place.
+    var front: Element? { count == 0 ? nil : storage[head] }
+
     mutating func popFront() -> Element? {
         guard count > 0 else { return nil }
         let element = storage[head].take()

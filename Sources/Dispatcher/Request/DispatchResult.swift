@@ -17,7 +17,8 @@ public struct DispatchResult: Sendable {
         case response(Response)
         case transportFailure(TransportError)
         /// Never put on the wire: the request waited for a connection while several in a row
-        /// failed, and the engine hands it back rather than hold it behind its backoffs.
+        /// failed, and the engine hands it back rather than hold it behind its backoffs; or its
+        /// answer deadline came before another attempt could fit.
         case notSent(NotSent)
     }
 
@@ -40,18 +41,33 @@ public struct DispatchResult: Sendable {
 /// Why a request was handed back without being sent: nothing of it reached the server, so
 /// sending it again later is no second delivery attempt.
 public struct NotSent: Sendable, Equatable, CustomStringConvertible {
-    /// Connections that failed in a row on the event loop that held the request.
+    /// Connections that failed in a row on the event loop that held the request (0 when the
+    /// answer deadline handed it back).
     public var consecutiveFailures: Int
     /// The last failure, as an operator reads it.
     public var lastFailure: String
+    /// Set when the request's answer deadline (`DispatcherConfiguration.answerDeadlineMilliseconds`)
+    /// came before a whole request timeout fitted in front of it.
+    public var answerDeadlineMilliseconds: Int?
 
     public init(consecutiveFailures: Int, lastFailure: String) {
         self.consecutiveFailures = consecutiveFailures
         self.lastFailure = lastFailure
+        answerDeadlineMilliseconds = nil
+    }
+
+    /// The answer deadline left no room for another attempt, and none had gone on the wire.
+    public static func pastAnswerDeadline(milliseconds: Int) -> NotSent {
+        var notSent = NotSent(consecutiveFailures: 0, lastFailure: "")
+        notSent.answerDeadlineMilliseconds = milliseconds
+        return notSent
     }
 
     public var description: String {
-        "not sent: \(consecutiveFailures) connections to APNs failed in a row (last: \(lastFailure))"
+        if let milliseconds = answerDeadlineMilliseconds {
+            return "not sent: the answer deadline (\(milliseconds) ms) left no room for another attempt, and none went on the wire"
+        }
+        return "not sent: \(consecutiveFailures) connections to APNs failed in a row (last: \(lastFailure))"
     }
 }
 

@@ -49,6 +49,8 @@ public struct PushdMetrics: Sendable {
     public let campaignChunksSending: GaugeFamily
     /// `pushd_campaign_chunks_sending`, which has no labels.
     public let chunksSending: Gauge
+    /// `pushd_campaign_worker_stalls_total`, which has no labels.
+    public let campaignLeaseStalls: Counter
 
     // Database and process
     public let databaseErrors: CounterFamily
@@ -190,6 +192,10 @@ public struct PushdMetrics: Sendable {
             help: "Campaign chunks this instance holds a lease on and is sending; above one per campaign worker while answers of finished-sending chunks are still on their way (a long round trip).",
             labels: [])
         chunksSending = campaignChunksSending.bound([])
+        campaignLeaseStalls = try registry.counter(
+            "pushd_campaign_worker_stalls_total",
+            help: "Campaign workers found hung (no progress for the answer wait and 5 s): the lease keeper stopped extending their chunks' leases, which other workers then take over.",
+            labels: []).bound([])
 
         databaseErrors = try registry.counter(
             "pushd_database_errors_total",

@@ -451,3 +451,48 @@ public struct CampaignStore: Sendable {
         return status == .running ? .proceed : .stop(status)
     }
 }
+
+/// Lease keeping apart from checkpoints: an instance's lease keeper extends, on a connection of
+/// its own, the leases of the chunks its live workers hold (docs/operations.md, "Lease keeping").
+extension CampaignStore {
+    /// One chunk a worker holds: the lease is extended only while `owner` still holds it.
+    public struct HeldChunk: Sendable, Hashable {
+        public var campaignID: Int64
+        public var chunk: Int
+        public var owner: String
+
+        public init(campaignID: Int64, chunk: Int, owner: String) {
+            self.campaignID = campaignID
+            self.chunk = chunk
+            self.owner = owner
+        }
+    }
+
+    /// Rows locked by another session (a checkpoint of the same chunk, a lease in progress)
+    /// are skipped, never waited for: the keeper must not stall behind anyone's transaction.
+    static let renewSQL = """
+        WITH held AS (
+            SELECT c.campaign_id, c.chunk FROM pushd.campaign_chunks c
+            JOIN unnest($1::bigint[], $2::integer[], $3::text[]) AS u(campaign_id, chunk, owner)
+              ON c.campaign_id = u.campaign_id AND c.chunk = u.chunk AND c.lease_owner = u.owner
+            WHERE c.finished_at IS NULL
+            FOR UPDATE OF c SKIP LOCKED
+        )
+        UPDATE pushd.campaign_chunks c
+        SET lease_until = greatest(c.lease_until, now() + make_interval(secs => $4))
+        FROM held WHERE c.campaign_id = held.campaign_id AND c.chunk = held.chunk
+        RETURNING c.campaign_id, c.chunk
+        """
+
+    /// Extends by `leaseSeconds` the leases of `chunks` still held by their owners; returns
+    /// how many were extended (a skipped, locked row is being checkpointed by its owner).
+    @discardableResult
+    public func renewLeases(_ connection: PGConnection, _ chunks: [HeldChunk], leaseSeconds: Double) throws -> Int {
+        guard !chunks.isEmpty else { return 0 }
+        guard leaseSeconds > 0 else { throw QueueError("lease duration must be positive, got \(leaseSeconds)") }
+        let result = try connection.query(connection.prepared(Self.renewSQL), [
+            chunks.map(\.campaignID), chunks.map { Int32(clamping: $0.chunk) }, chunks.map(\.owner), leaseSeconds,
+        ])
+        return result.rowCount
+    }
+}

@@ -71,6 +71,12 @@ struct PushdConfig: Sendable, Equatable {
         var derivedMaxInFlight: Int { min(1_000_000, maxConnectionsPerApp * streamsPerConnection) }
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
+        /// The engine answers every request within this long of its submission: two whole
+        /// request timeouts (an attempt and one retry) and 10 s for the engine's queue.
+        var answerDeadlineMilliseconds: Int { 2 * requestTimeoutMilliseconds + 10_000 }
+        /// How long a worker waits for the answers of what it submitted: the engine's deadline
+        /// and 5 s, so a worker never gives up on a request the engine still holds.
+        var answerWaitSeconds: Double { Double(answerDeadlineMilliseconds) / 1000 + 5 }
         /// TCP keep-alive probes start on a connection idle this long; an idle connection whose probes go unanswered for `pingTimeoutMilliseconds` is closed, not reused (libcurl offers no HTTP/2 PING on idle connections).
         var pingIntervalMilliseconds: Int = 60_000
         var pingTimeoutMilliseconds: Int = 20_000

@@ -24,9 +24,9 @@ final class BroadcastWorker: @unchecked Sendable {
     private let broadcasts = BroadcastQueue()
     let finished = Semaphore()
 
-    /// A claimed row is not offered to another worker for this long; an answer takes at most
-    /// the request timeout, so the lease outlives it.
-    private var leaseSeconds: Double { Double(context.config.apns.requestTimeoutMilliseconds) / 1000 + 30 }
+    /// A claimed row is not offered to another worker for this long; the engine answers by its
+    /// answer deadline (`answerWaitSeconds` less 5 s), so the lease outlives the wait.
+    private var leaseSeconds: Double { context.config.apns.answerWaitSeconds + 30 }
 
     private struct DispatcherKey: Hashable {
         var app: String
@@ -270,7 +270,7 @@ final class BroadcastWorker: @unchecked Sendable {
     }
 
     /// Sends one request on the app's dispatcher for that environment and API and waits for
-    /// its result (at most the request timeout, which the engine enforces).
+    /// its result (by the answer deadline, which the engine enforces).
     private func dispatch(_ request: DispatchRequest, sender: AppSender, environment: APNsEnvironment,
                           management: Bool) -> (outcome: SendOutcome, response: Response?) {
         let key = DispatcherKey(app: sender.app.name, environment: environment, management: management)

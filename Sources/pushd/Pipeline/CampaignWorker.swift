@@ -28,6 +28,8 @@ final class CampaignWorker: @unchecked Sendable {
     private let index: Int
     private let completions: CompletionQueue
     private let limiter: RateLimiter
+    /// Extends the leases of this worker's chunks while it is alive, whatever it waits for.
+    private let keeper: LeaseKeeper
     private let policy: OutcomePolicy
     private let store = CampaignStore()
     private var connection: PGConnection?
@@ -38,16 +40,19 @@ final class CampaignWorker: @unchecked Sendable {
     private let checkpointInterval: Double
     let finished = Semaphore()
 
-    init(context: PipelineContext, index: Int, completions: CompletionQueue, limiter: RateLimiter) {
+    init(context: PipelineContext, index: Int, completions: CompletionQueue, limiter: RateLimiter, keeper: LeaseKeeper) {
         self.context = context
+        self.keeper = keeper
         self.index = index
         self.completions = completions
         self.limiter = limiter
         leaseSeconds = Double(context.config.campaignLeaseSeconds)
-        checkpointInterval = min(2, leaseSeconds / 3)
+        checkpointInterval = Self.checkpointInterval(leaseSeconds: leaseSeconds)
         // The same policy as the transactional lane: an APNs storm costs a target time, not attempts.
         policy = context.policy
     }
+
+    static func checkpointInterval(leaseSeconds: Double) -> Double { min(2, leaseSeconds / 3) }
 
     private var owner: String { "\(context.instance)/campaign-\(index)" }
 
@@ -66,6 +71,7 @@ final class CampaignWorker: @unchecked Sendable {
         var dueButNotLeased = 0
         while !(context.isStopping && runs.isEmpty) {
             context.operatorLog.tick()
+            keeper.beat(worker: index)
             do {
                 if connection == nil || connection?.isOpen == false {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
@@ -252,6 +258,7 @@ final class CampaignWorker: @unchecked Sendable {
         let rate = chunk.rateLimit ?? context.config.apps.first(where: { $0.name == chunk.app })?.campaignRate
             ?? context.config.defaultCampaignRate
         runs.append(ChunkRun(chunk: chunk, sender: sender, generation: generation & 0xFF_FFFF, rate: rate))
+        keeper.hold(chunk, worker: index)
         context.metrics.chunksSending.increment()
     }
 
@@ -327,6 +334,7 @@ final class CampaignWorker: @unchecked Sendable {
 
     /// Hands the batched requests to their engine; blocks while its window is full.
     private func submitBatched() {
+        keeper.beat(worker: index)
         if let template = batchTemplate, !batch.isEmpty { template.client.dispatcher.submit(contentsOf: batch) }
         batch.removeAll(keepingCapacity: true)
         batchTemplate = nil
@@ -351,6 +359,7 @@ final class CampaignWorker: @unchecked Sendable {
             if let rate = run.rate {
                 let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
                 if wait > 0 { PosixThread.sleep(seconds: wait) }
+                keeper.beat(worker: index)
                 // Paced sending can stay in this loop longer than the lease: renew it here,
                 // or another worker takes the chunk over and sends it again.
                 if !run.leaseLost, RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
@@ -511,6 +520,7 @@ final class CampaignWorker: @unchecked Sendable {
                                    ("campaign", .int(chunk.campaignID)))
             run.stopSubmitting = true
             run.leaseLost = true
+            keeper.drop(chunk)
         }
         countProcessed(counted, app: chunk.app)
         run.progress = ChunkProgress(position: run.progress.position)
@@ -521,6 +531,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// it stopped early, released at its watermark for whichever worker leases it next.
     private func finish(_ run: ChunkRun, on connection: PGConnection) throws {
         let chunk = run.chunk
+        keeper.drop(chunk)
         // Another worker holds the chunk now; it resumes from the last checkpoint.
         if run.leaseLost { return }
         run.advance()
@@ -542,6 +553,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// After a database failure: the runs are forgotten without a word to the database (it is
     /// gone); their leases expire and another worker resumes each chunk from its checkpoint.
     private func abandonRuns() {
+        for run in runs { keeper.drop(run.chunk) }
         context.metrics.chunksSending.add(-Double(runs.count))
         runs.removeAll()
         inFlight = 0
@@ -584,6 +596,7 @@ final class CampaignWorker: @unchecked Sendable {
         }
 
         for (position, target) in batch.targets.enumerated() {
+            keeper.beat(worker: index)
             if context.isStopping || sender.pausedReason != nil {
                 again(target, at: Timestamp())
                 continue
@@ -647,10 +660,12 @@ final class CampaignWorker: @unchecked Sendable {
             }
         }
 
-        let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
+        // The engine answers each request by its answer deadline: no answer is given up on early.
+        let timeout = context.config.apns.answerWaitSeconds
         let deadline = RateLimiter.monotonicSeconds() + timeout
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)
+            keeper.beat(worker: index)
             if results.isEmpty { break }
             for result in results {
                 // The answers of the chunks being sent keep arriving meanwhile.

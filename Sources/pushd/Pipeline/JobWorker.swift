@@ -87,7 +87,7 @@ final class JobWorker: @unchecked Sendable {
     private func connectIfNeeded() throws -> PGConnection {
         if let connection, connection.isOpen { return connection }
         // The batch's transaction waits on APNs; give it more than a request's time-out.
-        let idle = max(120, context.config.apns.requestTimeoutMilliseconds * 3 / 1000)
+        let idle = max(120, Int(context.config.apns.answerWaitSeconds) * 2)
         let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-jobs-\(index)",
                                              settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
         try queue.listen(fresh)
@@ -197,7 +197,9 @@ final class JobWorker: @unchecked Sendable {
 
         let tracing = context.logger.enabled(.debug)
         var delivered = [Delivered]()
-        let timeout = Double(context.config.apns.requestTimeoutMilliseconds) / 1000 * 2 + 10
+        // The engine answers each request by its answer deadline, counted from its submission:
+        // waiting that long and 5 s more never gives up on a request the engine still holds.
+        let timeout = context.config.apns.answerWaitSeconds
         let deadline = RateLimiter.monotonicSeconds() + timeout
         while !inFlight.isEmpty {
             let results = completions.take(until: deadline)

@@ -14,6 +14,7 @@ final class Pipeline: @unchecked Sendable {
     let context: PipelineContext
     private let jobWorkers: [JobWorker]
     private let campaignWorkers: [CampaignWorker]
+    private let leaseKeeper: LeaseKeeper
     private let broadcastWorker: BroadcastWorker
     private let tokens: ProviderTokenService
     private var unknownApps: UnknownAppWatch!
@@ -93,9 +94,12 @@ final class Pipeline: @unchecked Sendable {
             JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize)
         }
         let limiter = RateLimiter()
+        let leaseSeconds = Double(config.campaignLeaseSeconds)
+        let leaseKeeper = LeaseKeeper(context: context, leaseSeconds: leaseSeconds, interval: CampaignWorker.checkpointInterval(leaseSeconds: leaseSeconds))
+        self.leaseKeeper = leaseKeeper
         campaignWorkers = (0..<config.campaignWorkers).map {
             CampaignWorker(context: context, index: config.transactionalWorkers + $0,
-                           completions: queues[config.transactionalWorkers + $0], limiter: limiter)
+                           completions: queues[config.transactionalWorkers + $0], limiter: limiter, keeper: leaseKeeper)
         }
         broadcastWorker = BroadcastWorker(context: context)
         registerGauges(appByKey: appByKey)
@@ -152,11 +156,13 @@ final class Pipeline: @unchecked Sendable {
             keepAliveIntervalMilliseconds: config.apns.pingIntervalMilliseconds,
             keepAliveTimeoutMilliseconds: config.apns.pingTimeoutMilliseconds)
         configuration.maxConnections = config.apns.maxConnectionsPerApp
+        configuration.answerDeadlineMilliseconds = config.apns.answerDeadlineMilliseconds
         return configuration
     }
 
     func start() {
         for worker in jobWorkers { worker.start() }
+        if !campaignWorkers.isEmpty { leaseKeeper.start() }
         for worker in campaignWorkers { worker.start() }
         broadcastWorker.start()
         unknownApps.start()
@@ -171,6 +177,7 @@ final class Pipeline: @unchecked Sendable {
         unknownApps.stop()
         for worker in jobWorkers { worker.finished.wait(timeout: deadline.timeIntervalSinceNow) }
         for worker in campaignWorkers { worker.finished.wait(timeout: deadline.timeIntervalSinceNow) }
+        if !campaignWorkers.isEmpty { leaseKeeper.stop() }
         if broadcastWorker.finished.wait(timeout: deadline.timeIntervalSinceNow) { broadcastWorker.shutdown() }
         for sender in context.senders.values { sender.shutdown(drainTimeoutMilliseconds: 1000) }
         tokens.close()

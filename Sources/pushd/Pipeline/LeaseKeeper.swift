@@ -1,0 +1,130 @@
+import Locking
+import Posix
+import QueueStore
+
+/// Keeps the leases of the chunks this instance's campaign workers are sending, on a thread and
+/// a database connection of its own.
+///
+/// A worker's checkpoint records progress and extends its lease too, but a worker can be held
+/// longer than a lease between two checkpoints without being stuck: blocked in the engine's
+/// submit while the window is full around an outage, waiting for the answers of parked retries
+/// during a 429/503 storm, or waiting on a row another session holds. The chunks' leases then
+/// ran out and another instance took them over and sent them again. The keeper extends them
+/// every `interval` whatever the worker is doing, as long as the worker is alive: it beats at
+/// least once per loop, and every wait of its loop is bounded (the engine answers each request
+/// by its answer deadline, and the worker waits that and 5 s more at most). A worker silent for
+/// longer than `stallSeconds` is hung: its chunks are no longer extended, their leases run out
+/// and another worker resumes them from their checkpoints.
+///
+/// Thread rule: `hold`, `drop` and `beat` from the workers' threads; the rest on the keeper's.
+final class LeaseKeeper: @unchecked Sendable {
+    private struct State {
+        var held: [CampaignStore.HeldChunk: Int] = [:]
+        /// Monotonic seconds of each worker's last beat.
+        var beats: [Int: Double] = [:]
+        /// Workers reported as hung, so each stall is told once.
+        var stalled: Set<Int> = []
+    }
+
+    private let context: PipelineContext
+    private let leaseSeconds: Double
+    private let interval: Double
+    let stallSeconds: Double
+    private let state = Lock(State())
+    private let store = CampaignStore()
+    private let stopped = Semaphore()
+    private let finished = Semaphore()
+
+    init(context: PipelineContext, leaseSeconds: Double, interval: Double) {
+        self.context = context
+        self.leaseSeconds = leaseSeconds
+        self.interval = interval
+        stallSeconds = context.config.apns.answerWaitSeconds + 5
+    }
+
+    func start() {
+        PosixThread.detach(name: "pushd-leases") { [self] in
+            run()
+            finished.signal()
+        }
+    }
+
+    func stop() {
+        stopped.signal()
+        finished.wait(timeout: 5)
+    }
+
+    /// `worker` holds `chunk` until `drop`: its lease is extended while the worker is alive.
+    func hold(_ chunk: CampaignChunk, worker: Int) {
+        let now = RateLimiter.monotonicSeconds()
+        state.withLock {
+            $0.held[Self.key(chunk)] = worker
+            $0.beats[worker] = now
+        }
+    }
+
+    func drop(_ chunk: CampaignChunk) {
+        _ = state.withLock { $0.held.removeValue(forKey: Self.key(chunk)) }
+    }
+
+    /// The worker is alive: called at least once per pass of its loops.
+    func beat(worker: Int) {
+        let now = RateLimiter.monotonicSeconds()
+        state.withLock { $0.beats[worker] = now }
+    }
+
+    private static func key(_ chunk: CampaignChunk) -> CampaignStore.HeldChunk {
+        CampaignStore.HeldChunk(campaignID: chunk.campaignID, chunk: chunk.chunk, owner: chunk.owner)
+    }
+
+    /// The chunks of live workers, and the workers newly found hung.
+    private func due(now: Double) -> (chunks: [CampaignStore.HeldChunk], hung: [(worker: Int, silent: Double, chunks: Int)]) {
+        state.withLock { state in
+            var chunks: [CampaignStore.HeldChunk] = []
+            var hung: [Int: Int] = [:]
+            for (chunk, worker) in state.held {
+                let silent = now - (state.beats[worker] ?? now)
+                if silent <= stallSeconds {
+                    chunks.append(chunk)
+                    state.stalled.remove(worker)
+                } else if !state.stalled.contains(worker) {
+                    hung[worker, default: 0] += 1
+                }
+            }
+            for worker in hung.keys { state.stalled.insert(worker) }
+            return (chunks, hung.map { (worker: $0.key, silent: now - (state.beats[$0.key] ?? now), chunks: $0.value) })
+        }
+    }
+
+    private func run() {
+        var connection: PGConnection?
+        var failures = 0
+        while !stopped.wait(timeout: failures == 0 ? interval : min(interval * Double(failures + 1), leaseSeconds / 3)) {
+            let (chunks, hung) = due(now: RateLimiter.monotonicSeconds())
+            for stall in hung {
+                context.metrics.campaignLeaseStalls.increment()
+                context.logger.warning("campaign worker \(stall.worker) has shown no progress for \(Int(stall.silent)) s: the leases of its \(stall.chunks) chunks are no longer extended, and another worker resumes them from their checkpoints when they run out",
+                                       ("event", "campaign_worker_stalled"), ("worker", .int(Int64(stall.worker))),
+                                       ("silent_s", .int(Int64(stall.silent))), ("chunks", .int(Int64(stall.chunks))))
+            }
+            guard !chunks.isEmpty else { continue }
+            do {
+                if connection == nil || connection?.isOpen == false {
+                    // Never waits behind a lock or a slow statement for longer than a round.
+                    connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-leases",
+                                                          settings: ["lock_timeout": "1s", "statement_timeout": "\(max(1, Int(leaseSeconds / 3)))s"])
+                }
+                try store.renewLeases(connection!, chunks, leaseSeconds: leaseSeconds)
+                failures = 0
+            } catch {
+                failures += 1
+                context.databaseError(error)
+                context.logger.warning("campaign lease keeper: cannot extend the leases of \(chunks.count) chunks: \(error); the workers' checkpoints still extend them",
+                                       ("event", "campaign_lease_renewal_failed"), ("chunks", .int(Int64(chunks.count))))
+                connection?.close()
+                connection = nil
+            }
+        }
+        connection?.close()
+    }
+}
