@@ -67,7 +67,8 @@ final class DaemonHarness: @unchecked Sendable {
 
     deinit {
         mock.stop()
-        try? FileManager.default.removeItem(atPath: directory)
+        // KEEP_HARNESS=1 keeps the directory (the daemon's log, its configuration) to read after a failure.
+        if ProcessInfo.processInfo.environment["KEEP_HARNESS"] == nil { try? FileManager.default.removeItem(atPath: directory) }
     }
 
     /// pushd's configuration for this world, with short retry and lease times for tests.

@@ -6,8 +6,8 @@ import PushdTestSupport
 import Testing
 @testable import pushd
 
-/// APNs failing and answering by turns, a quarter second each, while jobs keep coming: the
-/// real `pushd run` logs the outage once and its end once, not a pair of lines per flip.
+/// APNs failing for 1.5 s and answering for half a second by turns, while jobs keep coming:
+/// the real `pushd run` logs the outage once and its end once, not a pair of lines per flip.
 @Suite(.serialized) struct OutageFlapTests {
     static func lines(_ log: String, event: String) -> [Substring] {
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
@@ -25,9 +25,16 @@ import Testing
             let started = Timestamp()
             var flips = 0
             var jobs = 0
+            var wasFailing = false
             while Timestamp().timeIntervalSince(started) < 15 {
-                try harness.mock.setFaults(flips % 2 == 0 ? failing : .none)
-                flips += 1
+                // Failing long enough to be an outage (a second without an answer), answering
+                // too briefly to end it (a second of answers).
+                let failingNow = Timestamp().timeIntervalSince(started).truncatingRemainder(dividingBy: 2) < 1.5
+                if failingNow != wasFailing || flips == 0 {
+                    try harness.mock.setFaults(failingNow ? failing : .none)
+                    flips += 1
+                    wasFailing = failingNow
+                }
                 try connection.query("""
                     INSERT INTO pushd.jobs (app, device_token, payload)
                     SELECT 'shop', lpad(to_hex(700000 + $1::int + g), 64, '0'), '{"aps":{"alert":"flap"}}'

@@ -114,7 +114,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsUnavailable = try registry.gauge(
             "pushd_apns_unavailable",
-            help: "1 while APNs takes none of an app's notifications on a lane (3 failed sends in a row, until answers come for 1 s without a failure), else 0.",
+            help: "1 while APNs takes none of an app's notifications on a lane (3 or more failed sends and no answer for 1 s, until answers come for 1 s without a failure), else 0.",
             labels: ["app", "lane"])
         retries = try registry.counter(
             "pushd_retries_total",

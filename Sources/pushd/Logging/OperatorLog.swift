@@ -15,6 +15,11 @@ final class OperatorLog: Sendable {
     /// Consecutive failed sends (no answer, or 5xx) before a lane counts as cut off from APNs:
     /// one lost stream is not an outage.
     static let failuresBeforeDown = 3
+    /// ... and for this long without an answer between them. At thousands of answers a second
+    /// a few 5xx answers in a row come by chance (a 1 % error rate makes three in a row about
+    /// once a minute at 20,000 answers/s): an outage is APNs answering nothing for a while, not
+    /// a short run of errors among its answers.
+    static let failingSecondsBeforeDown = 1.0
     /// A lane in an outage is back only after answers came this long without a failure: an
     /// APNs failing and answering by turns is one outage, not a pair of lines per turn.
     static let answeringSecondsBeforeBack = 1.0
@@ -26,6 +31,8 @@ final class OperatorLog: Sendable {
 
     private struct Trouble {
         var since: Timestamp
+        /// Monotonic seconds of the first failure of this run.
+        var firstFailure: Double
         var error: String
         var failures: Int
         var reported: Bool
@@ -98,12 +105,14 @@ final class OperatorLog: Sendable {
                 state.trouble.removeValue(forKey: key)
                 return backLine(key, trouble)
             }
-            var trouble = state.trouble[key] ?? Trouble(since: Timestamp(), error: failure, failures: 0, reported: false)
+            let now = clock()
+            var trouble = state.trouble[key] ?? Trouble(since: Timestamp(), firstFailure: now, error: failure, failures: 0, reported: false)
             trouble.failures += 1
             trouble.error = failure
             trouble.answeringSince = nil
             defer { state.trouble[key] = trouble }
-            guard !trouble.reported, trouble.failures >= Self.failuresBeforeDown else { return nil }
+            guard !trouble.reported, trouble.failures >= Self.failuresBeforeDown,
+                  now - trouble.firstFailure >= Self.failingSecondsBeforeDown else { return nil }
             trouble.reported = true
             return ("APNs is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
                     [("app", .string(app)), ("lane", .string(lane)), ("error", .string(failure)), ("event", "apns_down")], true)
