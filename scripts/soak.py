@@ -313,6 +313,12 @@ apps:
         for s in stats:
             for token, c in s.get("perToken", {}).items():
                 counts[token] = counts.get(token, 0) + c.get("accepted", 0)
+        # Tokens accepted more than once, with the count of each mock process: both in one
+        # process is a resend pushd made while the mock was up; one in each straddles a stop.
+        with open(self.run_dir + "/accepted-twice.txt", "w") as f:
+            for token, n in sorted(counts.items()):
+                if n > 1:
+                    f.write("%s %s\n" % (token, [s.get("perToken", {}).get(token, {}).get("accepted", 0) for s in stats]))
         return counts, stats
 
     def verify(self, cid, finished):
@@ -364,9 +370,15 @@ apps:
                        "(killed instance: %d campaign workers x 16 chunks x 1,000 + %d x %d claimed jobs)"
                        % (dup_targets, extra_targets, dup_jobs, bound, s["camp"], s["tx"], s["batch"]))
         else:
+            straddling = 0
+            if len(stats) > 1:
+                for token, n in counts.items():
+                    if n > 1 and sum(1 for st in stats if st.get("perToken", {}).get(token, {}).get("accepted", 0)) > 1:
+                        straddling += 1
             self.check("accepted twice", dup_targets == 0 and dup_jobs == 0,
-                       "%d campaign targets (%d extra answers) and %d jobs accepted more than once"
-                       % (dup_targets, extra_targets, dup_jobs))
+                       "%d campaign targets (%d extra answers) and %d jobs accepted more than once; %d of them "
+                       "accepted by the mock before its stop and again after (accepted-twice.txt)"
+                       % (dup_targets, extra_targets, dup_jobs, straddling))
         self.check("dead-lettered yet accepted", accepted_dead == 0, "%d jobs" % accepted_dead)
         db_sent = camp["sent"]
         mock_distinct = a.targets - len(missing)
