@@ -69,7 +69,7 @@ class Soak:
         self.prune_tokens = set()
         self.results = []
 
-    # ---------- helpers ----------
+    # ---------- small utilities ----------
     def psql(self, sql):
         out = subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", self.db, "-c", sql],
                              capture_output=True, text=True)
