@@ -47,13 +47,17 @@ import Testing
                  #"pushd.jobs.payload must have "aps"."timestamp" as a non-negative integer (epoch seconds), got "now""#),
                 ("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '1969-12-31 23:00:00+00')",
                  [Self.channel, Self.update],
-                 "pushd.broadcast_jobs.expiration must not be before 1970-01-01 00:00:00 UTC (APNs takes epoch seconds, 0 or more)"),
+                 "pushd.jobs.expiration must not be before 1970-01-01 00:00:00 UTC (APNs takes epoch seconds, 0 or more)"),
+                // The row was written to pushd.jobs: no refusal names pushd.broadcast_jobs.
+                ("INSERT INTO pushd.jobs (channel_id, payload) VALUES ($1, $2)", [Self.channel, Self.update],
+                 "pushd.jobs.app is required"),
                 ("INSERT INTO pushd.jobs (app, payload) VALUES ('shop', $1)", [Self.update],
                  "pushd.jobs.device_token is required (or channel_id, for a broadcast)"),
             ]
             for (sql, parameters, message) in cases {
                 let error = Fixtures.pgError { try connection.query(sql, parameters) }
                 #expect(error?.description.contains(message) == true, "\(sql): \(String(describing: error))")
+                #expect(error?.description.contains("broadcast_jobs") == false, "\(sql): \(String(describing: error))")
             }
             #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 0)
         }

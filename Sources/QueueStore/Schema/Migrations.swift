@@ -28,6 +28,7 @@ extension Migrator {
         Migration(version: 21, name: "broadcast retry windows count from a broadcast's first send", sql: broadcastFirstAttemptV21),
         Migration(version: 22, name: "Apple's header and Live Activity rules the row can show are checked at insert", sql: appleRulesV22),
         Migration(version: 23, name: "instances report the apps APNs takes no notifications of", sql: instanceOutagesV23),
+        Migration(version: 24, name: "a broadcast inserted into pushd.jobs is refused naming pushd.jobs", sql: broadcastRedirectChecksV24),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1653,6 +1654,49 @@ extension Migrator {
     /// instance last saw it: `pushd status` names them.
     static let instanceOutagesV23 = #"""
     ALTER TABLE pushd.instances ADD COLUMN apns_unavailable jsonb NOT NULL DEFAULT '{}';
+
+    SELECT pushd.grant_roles();
+    """#
+
+    /// A broadcast is inserted into `pushd.jobs` and moved to `pushd.broadcast_jobs` by a
+    /// trigger: every rule is checked there first, so that a refusal names the table the
+    /// application wrote (`pushd.jobs.expiration`, `pushd.jobs.app`), not the one it never saw.
+    /// Replacing the function resets its SECURITY DEFINER, which `grant_roles` sets again.
+    static let broadcastRedirectChecksV24 = #"""
+    CREATE OR REPLACE FUNCTION pushd.jobs_broadcast_redirect() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.channel_id IS NULL THEN RETURN NEW; END IF;
+        IF NEW.device_token IS NOT NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.channel_id', 'jobs_one_target', 'and device_token were both given; a job goes to one device or to one channel');
+        END IF;
+        -- The column default is alert; a broadcast is always a Live Activity update.
+        IF NEW.push_type IS NOT NULL AND NEW.push_type NOT IN ('alert', 'liveactivity') THEN
+            PERFORM pushd.fail_check('pushd.jobs.push_type', 'jobs_broadcast_push_type',
+                format('must be liveactivity for a broadcast (channel_id given), got %L', NEW.push_type));
+        END IF;
+        IF NEW.app IS NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.app', 'jobs_app_present', 'is required');
+        END IF;
+        PERFORM pushd.check_app(NEW.app, 'pushd.jobs.app', 'jobs_app_valid');
+        PERFORM pushd.check_channel_id(NEW.channel_id, 'pushd.jobs.channel_id', 'jobs_channel_id_valid');
+        PERFORM pushd.check_json_object(NEW.payload, 'pushd.jobs.payload', 'jobs_payload_json_object');
+        PERFORM pushd.check_payload_size(NEW.payload, 'liveactivity', 'pushd.jobs.payload', 'jobs_payload_size');
+        PERFORM pushd.check_payload_shape(NEW.payload, 'liveactivity', 'pushd.jobs.payload', 'jobs_payload_shape');
+        PERFORM pushd.check_priority(NEW.priority, 'pushd.jobs.priority', 'jobs_priority_valid');
+        PERFORM pushd.check_environment(NEW.environment, 'pushd.jobs.environment', 'jobs_environment_valid');
+        PERFORM pushd.check_expiration(NEW.expiration, 'pushd.jobs.expiration', 'jobs_expiration_valid');
+        IF NEW.payload IS NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.payload', 'jobs_payload_present', 'is required');
+        END IF;
+        INSERT INTO pushd.broadcast_jobs (id, app, channel_id, payload, priority, expiration, apns_id, dedupe_key,
+                                          environment, run_at)
+        VALUES (nextval(pg_get_serial_sequence('pushd.jobs', 'id')), NEW.app, NEW.channel_id, NEW.payload,
+                coalesce(NEW.priority, 10), NEW.expiration, NEW.apns_id, NEW.dedupe_key, NEW.environment,
+                coalesce(NEW.run_at, now()));
+        PERFORM pg_notify('pushd_broadcasts', '');
+        RETURN NULL;
+    END $$;
 
     SELECT pushd.grant_roles();
     """#
