@@ -37,7 +37,7 @@ import Testing
         for seed in 1...500 { unregistered[DaemonHarness.token(seed)] = now + 60_000 }
         // 501…1000: registered again after APNs' timestamp: kept.
         for seed in 501...1000 { unregistered[DaemonHarness.token(seed)] = now - 3_600_000 }
-        // 1001…1100: never registered, so there is nothing to invalidate.
+        // 1001…1100: never registered (imported from a file): recorded as pruned.
         for seed in 1001...1100 { unregistered[DaemonHarness.token(seed)] = now + 60_000 }
         // 1101…1300: 400 BadDeviceToken prunes whatever the timestamps.
         let bad = Set((1101...1300).map(DaemonHarness.token))
@@ -60,21 +60,55 @@ import Testing
 
             let campaign = try #require(try store.campaign(connection, id: id))
             #expect(campaign.failedByReason == ["Unregistered": 1100, "BadDeviceToken": 200])
-            #expect(campaign.pruned == 700)
+            #expect(campaign.pruned == 800)
             #expect(campaign.keptTokens == 500)
-            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == 700)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == 800)
 
             let status = try Self.pushd(["campaign", "status", String(id)], database: database)
-            #expect(status.contains("700 (500 more kept: registered again after APNs' timestamp)"), "\(status)")
+            #expect(status.contains("800 (500 more kept: registered again after APNs' timestamp)"), "\(status)")
             let stats = try Self.pushd(["tokens", "prune-stats", "--app", "shop"], database: database)
             let shopRow = try #require(stats.split(separator: "\n").first { $0.hasPrefix("shop ") }, "\(stats)")
-            #expect(shopRow.split(separator: " ", omittingEmptySubsequences: true)[4] == "700", "\(stats)")
+            #expect(shopRow.split(separator: " ", omittingEmptySubsequences: true)[4] == "800", "\(stats)")
             var scrape = ""
             #expect(DaemonHarness.wait(seconds: 10) {
                 scrape = MixedFleetTests.scrape(port: port)
-                return Self.total(scrape, "pushd_tokens_pruned_total") == 700
+                return Self.total(scrape, "pushd_tokens_pruned_total") == 800
             }, "\(scrape)")
             #expect(Self.total(scrape, "pushd_tokens_kept_total") == 500)
+
+            // The next campaign from the same list leaves the pruned tokens out.
+            let next = try store.create(connection, NewCampaign(app: "shop", name: "next", pushType: "alert",
+                                                                payload: #"{"aps":{"alert":"again"}}"#))
+            let again = try store.importTargets(connection, campaignID: next,
+                                                targets: (1...3000).map { (token: DaemonHarness.token($0), payload: String?.none) })
+            #expect(again == TargetImportResult(imported: 2200, duplicatesDropped: 0, prunedDropped: 800))
+        }
+    }
+
+    /// A file-imported target APNs answers 410 Unregistered or 400 BadDeviceToken for is
+    /// pruned like a registered one: in the campaign's counters, in `/metrics`, and in
+    /// `pushd.device_tokens`, so that the next campaign leaves it out.
+    @Test func fileImportedTargetsAnsweredUnregisteredOrBadDeviceTokenArePruned() throws {
+        let learned = Int64(Timestamp().timeIntervalSince1970 * 1000)
+        let unregistered = Dictionary(uniqueKeysWithValues: (1...30).map { (DaemonHarness.token($0), learned) })
+        let bad = Set((31...40).map(DaemonHarness.token))
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(unregisteredTokens: unregistered, badDeviceTokens: bad))
+            let connection = try database.connect()
+            let id = try CampaignLaneTests.campaign(connection, count: 200)
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let store = CampaignStore()
+            #expect(try DaemonHarness.wait(seconds: 60) { try store.campaign(connection, id: id)?.status == .done })
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == 160)
+            #expect(campaign.failedByReason == ["Unregistered": 30, "BadDeviceToken": 10])
+            #expect(campaign.pruned == 40)
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.device_tokens
+                WHERE app = 'shop' AND environment = 'sandbox' AND invalidated_at IS NOT NULL AND invalid_reason IN ('Unregistered', 'BadDeviceToken')
+                """) == 40)
         }
     }
 }

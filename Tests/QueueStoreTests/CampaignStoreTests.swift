@@ -272,6 +272,35 @@ import Testing
         }
     }
 
+    @Test func aFileImportLeavesOutTokensPrunedForTheCampaignsAppAndEnvironment() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let tokens = TokenStore()
+            // 1: pruned in production; 2: pruned in sandbox; 3: pruned for another app;
+            // 4: pruned, then registered again; 5: live; 6: never heard of.
+            try tokens.prune(connection, [
+                TokenPrune(app: "shop", token: Fixtures.token(1), reason: "Unregistered", apnsTimestamp: nil, environment: "production"),
+                TokenPrune(app: "shop", token: Fixtures.token(2), reason: "BadDeviceToken", apnsTimestamp: nil, environment: "sandbox"),
+                TokenPrune(app: "blog", token: Fixtures.token(3), reason: "Unregistered", apnsTimestamp: nil),
+                TokenPrune(app: "shop", token: Fixtures.token(4), reason: "Unregistered", apnsTimestamp: nil),
+            ])
+            try tokens.register(connection, app: "shop", token: Fixtures.token(4))
+            try tokens.register(connection, app: "shop", token: Fixtures.token(5))
+            let list = (1...6).map { (token: Fixtures.token($0).uppercased(), payload: String?.none) }
+
+            let production = try campaigns.create(connection, NewCampaign(app: "shop", name: "p", environment: "production", payload: Fixtures.payload))
+            #expect(try campaigns.importTargets(connection, campaignID: production, targets: list)
+                    == TargetImportResult(imported: 5, duplicatesDropped: 0, prunedDropped: 1))
+            // Imported again: all are in the campaign or pruned, and each is counted once.
+            #expect(try campaigns.importTargets(connection, campaignID: production, targets: list)
+                    == TargetImportResult(imported: 0, duplicatesDropped: 5, prunedDropped: 1))
+            let anyEnvironment = try campaigns.create(connection, NewCampaign(app: "shop", name: "a", payload: Fixtures.payload))
+            #expect(try campaigns.importTargets(connection, campaignID: anyEnvironment, targets: list)
+                    == TargetImportResult(imported: 4, duplicatesDropped: 0, prunedDropped: 2))
+            #expect(try campaigns.campaign(connection, id: anyEnvironment)?.targets == 4)
+        }
+    }
+
     @Test func importFromRegisteredTokensTakesLiveTokensMatchingTheFilter() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

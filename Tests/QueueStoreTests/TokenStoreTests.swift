@@ -62,6 +62,31 @@ import Testing
         }
     }
 
+    @Test func aTokenNeverRegisteredIsRecordedAsPrunedForTheEnvironmentThatAnswered() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let outcome = try tokens.prune(connection, [
+                TokenPrune(app: "shop", token: Fixtures.token(20).uppercased(), reason: "Unregistered",
+                           apnsTimestamp: Timestamp().addingTimeInterval(-3600), environment: "sandbox"),
+                TokenPrune(app: "shop", token: Fixtures.token(21), reason: "BadDeviceToken", apnsTimestamp: nil),
+                // The same token twice in one batch is one prune.
+                TokenPrune(app: "shop", token: Fixtures.token(21), reason: "BadDeviceToken", apnsTimestamp: nil),
+            ])
+            #expect(outcome.invalidated.count == 2)
+            #expect(outcome.keptByTimestamp.isEmpty)
+            let unregistered = try #require(try tokens.token(connection, app: "shop", token: Fixtures.token(20)))
+            #expect(!unregistered.isLive)
+            #expect(unregistered.invalidReason == "Unregistered")
+            #expect(unregistered.environment == "sandbox")
+            #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(21))?.environment == "production")
+            // Already pruned: a second answer changes nothing and counts nothing.
+            #expect(try tokens.prune(connection, app: "shop", token: Fixtures.token(20), reason: "Unregistered", apnsTimestamp: nil) == false)
+            // A registration revives it.
+            try tokens.register(connection, app: "shop", token: Fixtures.token(20), environment: "sandbox")
+            #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(20))?.isLive == true)
+        }
+    }
+
     @Test func batchPruneAppliesTheTimestampRulePerToken() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
@@ -73,7 +98,9 @@ import Testing
                 TokenPrune(app: "shop", token: Fixtures.token(3), reason: "DeviceTokenNotForTopic", apnsTimestamp: nil),
                 TokenPrune(app: "blog", token: Fixtures.token(3), reason: "BadDeviceToken", apnsTimestamp: nil),
             ])
-            #expect(outcome.invalidated.map(\.token) == [Fixtures.token(2), Fixtures.token(3)])
+            // blog never registered token 3: recorded as pruned for blog.
+            #expect(outcome.invalidated.map { "\($0.app) \($0.token)" }
+                    == ["shop \(Fixtures.token(2))", "shop \(Fixtures.token(3))", "blog \(Fixtures.token(3))"])
             #expect(outcome.keptByTimestamp.map(\.token) == [Fixtures.token(1)])
             #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(1))?.isLive == true)
             #expect(try tokens.token(connection, app: "shop", token: Fixtures.token(2))?.isLive == false)

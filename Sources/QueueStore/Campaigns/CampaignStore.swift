@@ -252,15 +252,23 @@ public struct CampaignStore: Sendable {
 
     /// Groups the staged targets into chunk rows in their file order, keeping the first
     /// line of each token and leaving out tokens the campaign already has (from an
-    /// earlier import), so that a campaign reaches each device once.
+    /// earlier import), so that a campaign reaches each device once. Tokens pruned for the
+    /// campaign's app (in its environment, when it names one) are left out and counted:
+    /// APNs said they are gone, and only a new registration revives them.
     static let chunkStagedSQL = """
         WITH staged AS (
             SELECT DISTINCT ON (token) position, token, payload FROM pg_temp.pushd_import_targets ORDER BY token, position
         ), existing AS (
             SELECT e.token FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens) AS e(token) WHERE t.campaign_id = $1
+        ), fresh AS (
+            SELECT s.* FROM staged s WHERE NOT EXISTS (SELECT 1 FROM existing x WHERE x.token = s.token)
+        ), pruned AS (
+            SELECT f.token FROM fresh f JOIN pushd.campaigns k ON k.id = $1
+            JOIN pushd.device_tokens d ON d.app = k.app AND d.token = f.token
+            WHERE d.invalidated_at IS NOT NULL AND (k.environment IS NULL OR d.environment = k.environment)
         ), numbered AS (
-            SELECT s.position, s.token, s.payload, (row_number() OVER (ORDER BY s.position) - 1) / $3 AS n
-            FROM staged s WHERE NOT EXISTS (SELECT 1 FROM existing x WHERE x.token = s.token)
+            SELECT f.position, f.token, f.payload, (row_number() OVER (ORDER BY f.position) - 1) / $3 AS n
+            FROM fresh f WHERE NOT EXISTS (SELECT 1 FROM pruned x WHERE x.token = f.token)
         ), targets AS (
             INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, payloads)
             SELECT $1, $2 + n::integer, array_agg(token ORDER BY position),
@@ -270,7 +278,7 @@ public struct CampaignStore: Sendable {
         ), chunks AS (
             INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size) SELECT $1, chunk, size FROM targets RETURNING size
         )
-        SELECT coalesce(sum(size), 0)::bigint, count(*)::bigint FROM chunks
+        SELECT coalesce(sum(size), 0)::bigint, count(*)::bigint, (SELECT count(*) FROM pruned)::bigint FROM chunks
         """
 
     private func importChunks(_ connection: PGConnection, campaignID: Int64, chunkSize: Int,
@@ -309,6 +317,7 @@ public struct CampaignStore: Sendable {
             let chunked = try connection.query(Self.chunkStagedSQL, [campaignID, firstChunk, chunkSize])
             let added: Int = try chunked.require(row: 0, column: 0)
             let chunks: Int = try chunked.require(row: 0, column: 1)
+            let pruned: Int = try chunked.require(row: 0, column: 2)
             if chunks > 0 {
                 try connection.query("""
                     UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
@@ -317,7 +326,7 @@ public struct CampaignStore: Sendable {
                 // row count it can sort every chunk of the campaign for each lease.
                 try connection.execute(script: "ANALYZE pushd.campaign_chunks")
             }
-            return TargetImportResult(imported: added, duplicatesDropped: encoder.count - added)
+            return TargetImportResult(imported: added, duplicatesDropped: encoder.count - added - pruned, prunedDropped: pruned)
         }
     }
 

@@ -58,15 +58,18 @@ public struct TargetLineParser: Sendable {
     }
 }
 
-/// What an import added: targets new to the campaign, and the lines left out because
-/// their token was listed earlier in the same import or was already in the campaign.
+/// What an import added: targets new to the campaign, the lines left out because their
+/// token was listed earlier in the same import or was already in the campaign, and those
+/// left out because APNs said the token is gone (pruned in `pushd.device_tokens`).
 public struct TargetImportResult: Sendable, Hashable {
     public var imported: Int
     public var duplicatesDropped: Int
+    public var prunedDropped: Int
 
-    public init(imported: Int, duplicatesDropped: Int) {
+    public init(imported: Int, duplicatesDropped: Int, prunedDropped: Int = 0) {
         self.imported = imported
         self.duplicatesDropped = duplicatesDropped
+        self.prunedDropped = prunedDropped
     }
 }
 

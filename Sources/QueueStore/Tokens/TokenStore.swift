@@ -69,6 +69,10 @@ public struct TokenStore: Sendable {
 
     // The final SELECT reads the rows as they were before the UPDATE (one snapshot), so
     // a token is "kept" when it was live and registered again after APNs' timestamp.
+    // A token the app never registered (a campaign target imported from a file, a job
+    // INSERTed with its own token) is recorded as pruned, with the environment of the host
+    // that answered: there is no registration for APNs' timestamp to be older than, and
+    // without the row the next campaign or job would send to it again.
     static let pruneSQL = """
         WITH p AS (
             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY
@@ -81,17 +85,28 @@ public struct TokenStore: Sendable {
               AND (p.apns_timestamp IS NULL OR d.updated_at <= p.apns_timestamp)
               AND (p.environment IS NULL OR d.environment = p.environment)
             RETURNING p.n
+        ), recorded AS (
+            INSERT INTO pushd.device_tokens (app, token, environment, invalidated_at, invalid_reason)
+            SELECT DISTINCT ON (p.app, lower(p.token)) p.app, lower(p.token), coalesce(p.environment, 'production'), now(), p.reason
+            FROM p
+            WHERE NOT EXISTS (SELECT 1 FROM pushd.device_tokens d WHERE d.app = p.app AND d.token = lower(p.token))
+            ORDER BY p.app, lower(p.token), p.n
+            ON CONFLICT (app, token) DO NOTHING
+            RETURNING app, token
         )
         SELECT n, true FROM invalidated
+        UNION ALL
+        SELECT min(p.n), true FROM recorded r JOIN p ON p.app = r.app AND lower(p.token) = r.token GROUP BY r.app, r.token
         UNION ALL
         SELECT p.n, false FROM p JOIN pushd.device_tokens d ON d.app = p.app AND d.token = lower(p.token)
         WHERE d.invalidated_at IS NULL AND p.apns_timestamp IS NOT NULL AND d.updated_at > p.apns_timestamp
           AND (p.environment IS NULL OR d.environment = p.environment)
         """
 
-    /// Prunes a batch in one statement and says, per token, what happened: invalidated,
-    /// kept because the app registered it again after APNs' timestamp, or neither (not
-    /// registered, or already pruned).
+    /// Prunes a batch in one statement and says, per token, what happened: invalidated
+    /// (a token never registered is recorded as pruned), kept because the app registered it
+    /// again after APNs' timestamp, or neither (already pruned, or registered for the other
+    /// environment).
     @discardableResult
     public func prune(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }

@@ -137,7 +137,7 @@ enum CampaignCommand {
         let seconds = Timestamp().timeIntervalSince(started)
         // A rate over a handful of rows says nothing.
         let speed = seconds > 0 && imported >= 1000 ? ", \(Int((Double(imported) / seconds).rounded())) targets/s" : ""
-        context.output("imported \(imported) target\(imported == 1 ? "" : "s"), \(result.duplicatesDropped) duplicate\(result.duplicatesDropped == 1 ? "" : "s") dropped, into campaign \(id) from \(origin) in \(seconds.fixed(2)) s\(speed)")
+        context.output("imported \(imported) target\(imported == 1 ? "" : "s"), \(result.duplicatesDropped) duplicate\(result.duplicatesDropped == 1 ? "" : "s") dropped, \(result.prunedDropped == 0 ? "" : "\(result.prunedDropped) pruned token\(result.prunedDropped == 1 ? "" : "s") left out, ")into campaign \(id) from \(origin) in \(seconds.fixed(2)) s\(speed)")
         if let campaign = try store.campaign(connection, id: id) {
             context.output("campaign \(id) now has \(campaign.targets) targets in \(campaign.chunksTotal) chunks")
         }
