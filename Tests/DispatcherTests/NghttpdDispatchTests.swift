@@ -262,7 +262,9 @@ final class RecordingMetrics: DispatcherMetricsHook {
     let inFlight = Atomic<Int>(0)
     let peakInFlight = Atomic<Int>(0)
     let opened = Atomic<Int>(0)
+    let closed = Atomic<Int>(0)
     let reconnects = Atomic<Int>(0)
+    let connectFailures = Atomic<Int>(0)
     let latencyTotal = Atomic<Int>(0)
 
     func requestCompleted(status: Int, latencyNanoseconds: UInt64) {
@@ -279,6 +281,12 @@ final class RecordingMetrics: DispatcherMetricsHook {
     func connectionOpened(reconnect: Bool) {
         opened.add(1, ordering: .relaxed)
         if reconnect { reconnects.add(1, ordering: .relaxed) }
+    }
+
+    func connectionClosed() { closed.add(1, ordering: .relaxed) }
+
+    func connectionFailed(_ reason: ConnectionFailureReason) {
+        if reason == .connect { connectFailures.add(1, ordering: .relaxed) }
     }
 }
 

@@ -18,11 +18,14 @@ let curlCloseSocketCallback: pushd_curl_closesocket_cb = { userData, fd in
 }
 
 /// libcurl is about to send the request on a connection: more than once for one transfer
-/// means libcurl resent it by itself (refused stream, GOAWAY, dead reused connection).
+/// means libcurl resent it by itself (refused stream, GOAWAY, dead reused connection). libcurl
+/// calls it once the connection is established (TCP, proxy tunnel and TLS) or its reuse is
+/// confirmed, so the loop learns here which connections were established.
 let curlPrereqCallback: pushd_curl_prereq_cb = { userData, _, _, _, localPort in
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
     transfer.sends += 1
     transfer.localPort = localPort
+    if let loop = transfer.loop { Unmanaged<CurlEventLoop>.fromOpaque(loop).takeUnretainedValue().connectionUsed(localPort: localPort) }
     var connection: curl_off_t = -1
     // The transfer is attached to its connection here, so libcurl's id for it is current.
     if pushd_curl_easy_getinfo_off(transfer.easy, CURLINFO_CONN_ID, &connection) == CURLE_OK {

@@ -107,21 +107,40 @@ extension CurlEventLoop {
 
     // MARK: - Sockets, from libcurl's open/close callbacks on this loop's thread
 
+    // A socket is not yet a connection: libcurl opens one for every attempt, refused connects
+    // and failed TLS handshakes included (those count as `connect` and `tls` failures). The
+    // metrics hook hears of a connection once a request goes on it (`connectionUsed`), so an
+    // outage's refused attempts do not read as reconnects.
+
     func socketOpened(_ fd: Int32) {
         openSockets.insert(fd)
         _ = policy.handle(.connectionOpened)
         sink.counters.connectionsOpened.add(1, ordering: .relaxed)
         sink.counters.connectionsChanged(by: 1)
-        sink.metrics.connectionOpened(reconnect: connectionsEverOpened >= connectionsExpected)
-        connectionsEverOpened += 1
+    }
+
+    /// From the pre-request callback: a request goes on the connection at `localPort`. The
+    /// first one on it means it was established; the socket is found by its port then (once
+    /// per connection), so that its close is matched without asking the closed socket.
+    func connectionUsed(localPort: Int32) {
+        guard localPort > 0, !establishedPorts.contains(localPort),
+              let fd = openSockets.first(where: { establishedSockets[$0] == nil && SocketAddress.localPort(of: $0) == localPort })
+        else { return }
+        establishedPorts.insert(localPort)
+        establishedSockets[fd] = localPort
+        sink.metrics.connectionOpened(reconnect: connectionsEverEstablished >= connectionsExpected)
+        connectionsEverEstablished += 1
     }
 
     func socketClosed(_ fd: Int32) {
         openSockets.remove(fd)
+        if let port = establishedSockets.removeValue(forKey: fd) {
+            establishedPorts.remove(port)
+            sink.metrics.connectionClosed()
+        }
         multi.socketClosing(fd)
         apply(policy.handle(.connectionClosed(socket: fd)))
         sink.counters.connectionsClosed.add(1, ordering: .relaxed)
         sink.counters.connectionsChanged(by: -1)
-        sink.metrics.connectionClosed()
     }
 }

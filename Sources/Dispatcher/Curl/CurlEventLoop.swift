@@ -56,9 +56,13 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// The next transfer opens a new connection (a retired one's socket was not known).
     var nextTransferFresh = false
     var openSockets: Set<Int32> = []
-    /// Connections this loop has opened; those beyond its configured count and the ones it grew
-    /// are reconnects.
-    var connectionsEverOpened = 0
+    /// Open sockets that became established connections (a request went on them), by socket,
+    /// with their local port; and those ports, looked up on every send.
+    var establishedSockets: [Int32: Int32] = [:]
+    var establishedPorts: Set<Int32> = []
+    /// Connections this loop has established; those beyond its configured count and the ones it
+    /// grew are reconnects. A socket whose connect or TLS handshake failed is not one.
+    var connectionsEverEstablished = 0
     var connectionsExpected: Int
     // SystemRandom, not SystemRandomNumberGenerator: see Sources/APNs/Retry/SystemRandom.swift.
     var random = SystemRandom()

@@ -23,6 +23,9 @@ final class CurlTransfer {
     private(set) var freshConnect = false
     /// Local port of the connection the latest send went on (from libcurl's pre-request callback).
     var localPort: Int32 = 0
+    /// The event loop that owns this transfer (it outlives it): the pre-request callback tells
+    /// it which connections carry requests, that is, which were established.
+    var loop: UnsafeMutableRawPointer?
     var pending: PendingRequest?
     /// When the loop put this attempt into libcurl: its answer's round trip feeds `AnswerCoalescing`.
     var enteredCurlAt: UInt64 = 0

@@ -12,6 +12,7 @@ extension CurlTransfer {
             throw .transportRejected(setting: "curl_easy_init", message: "out of memory")
         }
         let transfer = CurlTransfer(index: index, easy: easy, url: url, errorBuffer: errorBuffer)
+        transfer.loop = socketOwner
         let urlCode = curl_url_set(url, CURLUPART_URL, "https://\(hostForURL(config.host)):\(config.port)/", 0)
         if urlCode != CURLUE_OK {
             throw .invalid(field: "host", value: config.host, expected: "a valid host (\(String(cString: curl_url_strerror(urlCode))))")

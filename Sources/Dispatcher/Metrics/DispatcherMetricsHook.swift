@@ -5,8 +5,11 @@ public protocol DispatcherMetricsHook: Sendable {
     func requestCompleted(status: Int, latencyNanoseconds: UInt64)
     /// Requests inside libcurl (in-flight streams or waiting for one) changed by `delta`.
     func inFlightChanged(by delta: Int)
-    /// A TCP connection to the server (or proxy) was opened; `reconnect` when it replaces one.
+    /// A connection to the server was established (TCP, the proxy tunnel and TLS: a request
+    /// went on it); `reconnect` when it replaces one. A connect or handshake that failed
+    /// establishes nothing: it is reported by `connectionFailed` (`.connect`, `.tls`) only.
     func connectionOpened(reconnect: Bool)
+    /// A connection reported by `connectionOpened` closed.
     func connectionClosed()
     /// A connection could not be opened, or ended other than on the engine's own terms.
     /// `.reset` is reported once per batch of streams a dropped connection left unanswered,

@@ -90,7 +90,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsConnections = try registry.gauge(
             "pushd_apns_connections",
-            help: "Open HTTP/2 connections to APNs.",
+            help: "Open HTTP/2 connections to APNs (established: a request went on them).",
             labels: target)
         apnsInFlightLimit = try registry.gauge(
             "pushd_apns_in_flight_limit",
@@ -98,7 +98,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsConnectionErrors = try registry.counter(
             "pushd_apns_connection_errors_total",
-            help: "Connections to APNs that failed or were closed by the server (reason: connect, tls, goaway, reset, timeout).",
+            help: "Connections to APNs that failed or were closed by the server (reason: goaway, reset, timeout), and attempts that failed (reason: connect, tls).",
             labels: target + ["reason"])
         apnsRequestsResent = try registry.counter(
             "pushd_apns_requests_resent_total",
@@ -106,7 +106,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsReconnects = try registry.counter(
             "pushd_apns_reconnects_total",
-            help: "Connections to APNs opened after the first one (to replace one that closed, failed or was asked to be replaced).",
+            help: "Connections to APNs established after the first one (to replace one that closed, failed or was asked to be replaced); refused connects and failed TLS handshakes count in pushd_apns_connection_errors_total only.",
             labels: target)
         apnsReconnectBackoffs = try registry.counter(
             "pushd_apns_reconnect_backoffs_total",
