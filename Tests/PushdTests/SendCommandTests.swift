@@ -161,7 +161,7 @@ import Testing
     }
 
     @Test(arguments: [
-        ("bad", "400 BadDeviceToken:", "the device token is not valid for this app; pushd prunes such tokens"),
+        ("bad", "400 BadDeviceToken:", "the device token is not valid for this app; not recorded by this command (pushd run prunes such tokens in pushd.device_tokens)"),
         ("gone", "410 Unregistered:", "the device token is not valid for this app since 2026-"),
         ("topic", "400 DeviceTokenNotForTopic:", "the device token is not valid for this app"),
     ])

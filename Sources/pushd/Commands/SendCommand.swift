@@ -243,7 +243,8 @@ enum SendCommand {
             return "accepted"
         case .pruneToken(let timestamp):
             let since = timestamp.map { " since \(TimeText.moment(Timestamp(timeIntervalSince1970: Double($0) / 1000)))" } ?? ""
-            return "the device token is not valid for this app\(since); pushd prunes such tokens"
+            // This command writes nothing to the database: say so, rather than let it read as pruned.
+            return "the device token is not valid for this app\(since); not recorded by this command (pushd run prunes such tokens in pushd.device_tokens)"
         case .retry:
             return "a temporary refusal; pushd retries such notifications later"
         case .refreshProviderTokenThenRetry:
