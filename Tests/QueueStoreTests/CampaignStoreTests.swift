@@ -272,6 +272,32 @@ import Testing
         }
     }
 
+    @Test func aParkedTargetsAnswersAreCountedLikeAChunksIncludingTokensKeptByTheTimestampRule() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "parked", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: id, targets: (1...3).map { (Fixtures.token($0), nil) })
+            try campaigns.start(connection, id: id)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
+            let parked = chunk.targets.map {
+                ParkedTarget(campaignID: id, chunk: chunk.chunk, position: $0.index, token: $0.token, payload: nil,
+                             dueAt: Timestamp().addingTimeInterval(-1), attempts: 1, firstAttemptAt: Timestamp(), lastError: "ServiceUnavailable")
+            }
+            try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size), parking: parked)
+            let batch = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop"]))
+            var outcomes = ParkedOutcomes()
+            outcomes.sent = 1
+            outcomes.failedByReason = ["Unregistered": 2]
+            outcomes.pruned = 1
+            outcomes.keptTokens = 1
+            #expect(try campaigns.settleParked(connection, batch, outcomes) == [id])
+            let campaign = try #require(try campaigns.campaign(connection, id: id))
+            #expect(campaign.status == .done)
+            #expect(campaign.sent == 1 && campaign.failed == 2 && campaign.pruned == 1)
+            #expect(campaign.keptTokens == 1)
+        }
+    }
+
     @Test func aFileImportLeavesOutTokensPrunedForTheCampaignsAppAndEnvironment() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -53,6 +53,8 @@ public struct ParkedOutcomes: Sendable, Hashable {
     public var sent: Int = 0
     public var failedByReason: [String: Int] = [:]
     public var pruned: Int = 0
+    /// 410 answers whose token was registered again after APNs' timestamp, so it was kept.
+    public var keptTokens: Int = 0
     public var retries: [ParkedTarget] = []
 
     public init() {}
@@ -92,7 +94,7 @@ extension CampaignStore {
 
     static let countParkedSQL = """
         UPDATE pushd.campaigns k
-        SET sent = k.sent + $2, failed = k.failed + $3, pruned = k.pruned + $4,
+        SET sent = k.sent + $2, failed = k.failed + $3, pruned = k.pruned + $4, pruned_kept = k.pruned_kept + $7,
             failed_by_reason = CASE WHEN cardinality($5::text[]) = 0 THEN k.failed_by_reason
                 ELSE pushd.add_counts(k.failed_by_reason,
                     (SELECT jsonb_object_agg(r, n) FROM unnest($5::text[], $6::bigint[]) AS u(r, n))) END
@@ -181,6 +183,7 @@ extension CampaignStore {
             if outcomes.sent + failed > 0 {
                 try connection.query(connection.prepared(Self.countParkedSQL), [
                     batch.campaignID, outcomes.sent, failed, outcomes.pruned, reasons, reasons.map { outcomes.failedByReason[$0]! },
+                    outcomes.keptTokens,
                 ])
             }
             try connection.execute(script: "COMMIT")

@@ -680,9 +680,15 @@ final class CampaignWorker: @unchecked Sendable {
         for target in inFlight.values {
             settle(target, .transportFailure("no answer within \(Int(timeout))s"))
         }
-        if !prunes.isEmpty { outcomes.pruned = try context.prune(prunes, on: connection).invalidated.count }
+        if !prunes.isEmpty {
+            // The timestamp rule is counted as for a chunk's own targets: kept tokens apart.
+            let pruned = try context.prune(prunes, on: connection)
+            outcomes.pruned = pruned.invalidated.count
+            outcomes.keptTokens = pruned.keptByTimestamp.count
+        }
         for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
-        countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned),
+        countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned,
+                                     keptTokens: outcomes.keptTokens),
                        app: batch.app)
     }
 
