@@ -34,7 +34,8 @@ extension Migrator {
     /// Validation is done by functions that raise with the column's name and what is
     /// wrong, because a bare CHECK failure only names the constraint. Each CHECK runs
     /// the cheap inline test first and calls the function only when that fails (OR
-    /// stops at the first true operand), so valid rows pay no PL/pgSQL call.
+    /// stops at the first true operand), so valid rows pay no PL/pgSQL call (except the
+    /// payload shape test since version 24, which is PL/pgSQL to keep its plan).
     static let jobsV1 = #"""
     CREATE FUNCTION pushd.fail_check(label text, constraint_name text, message text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE AS $$
