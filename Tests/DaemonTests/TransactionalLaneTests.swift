@@ -251,4 +251,33 @@ import Testing
             #expect(second.context.tally.sent.load(ordering: .relaxed) > 0)
         }
     }
+
+    /// A worker that had work recently polls; a NOTIFY sent because another claimer sleeps
+    /// (here a registration standing for another instance's idle worker) ends its wait at
+    /// once. The poll interval is made 10 s so that waiting it out cannot pass for the NOTIFY.
+    @Test func aPollingWorkerTakesAJobWhenItsNotifyArrivesNotAtTheEndOfItsPollInterval() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            var config = harness.config()
+            config.transactionalWorkers = 1
+            config.jobWait = JobWaitPolicy(pollInterval: 10, busyWindow: 600, sleepTimeout: 1)
+            let sleeper = try database.connect()
+            try sleeper.query("INSERT INTO pushd.job_waiters (pid) VALUES (pg_backend_pid())")
+            let pipeline = try harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+
+            let connection = try database.connect()
+            let insert = "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"x\"}}')"
+            try connection.query(insert, [DaemonHarness.token(1)])
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.acceptedLog.count == 1 })
+            // The worker has settled the first job and is in its poll interval.
+            Thread.sleep(forTimeInterval: 1.5)
+            let inserted = Timestamp()
+            try connection.query(insert, [DaemonHarness.token(2)])
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.acceptedLog.count == 2 })
+            let waited = Timestamp().timeIntervalSince(inserted)
+            #expect(waited < 4, "the second job was sent \(waited) s after its INSERT")
+        }
+    }
 }

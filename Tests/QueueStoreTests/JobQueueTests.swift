@@ -303,6 +303,31 @@ import Testing
         }
     }
 
+    @Test func aBusyClaimersWaitEndsAtANotificationSentForASleepingOneAndIgnoresStaleOnes() throws {
+        try IsolatedDatabase.with { database in
+            let sleeper = try database.connect()
+            try sleeper.query("INSERT INTO pushd.job_waiters (pid) VALUES (pg_backend_pid())")
+            let poller = try database.connect()
+            try queue.listen(poller)
+            let writer = try database.connect()
+            // A notification for a job the probe already sees, then taken by a claim: not a wake-up.
+            try insertJobs(writer, count: 1)
+            Thread.sleep(forTimeInterval: 0.2)
+            #expect(try queue.waitWhileBusy(poller, apps: apps, timeoutMilliseconds: 50) == .due)
+            let batch = try queue.claim(writer, limit: 10, apps: apps)
+            try queue.finish(writer, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            #expect(try queue.waitWhileBusy(poller, apps: apps, timeoutMilliseconds: 50) == .timedOut)
+            // An insert during the wait ends it long before the time-out.
+            let started = Timestamp()
+            Thread.detachNewThread {
+                Thread.sleep(forTimeInterval: 0.3)
+                do { try insertJobs(try database.connect(), count: 1) } catch { Issue.record("insert failed: \(error)") }
+            }
+            #expect(try queue.waitWhileBusy(poller, apps: apps, timeoutMilliseconds: 20_000) == .notified)
+            #expect(Timestamp().timeIntervalSince(started) < 10)
+        }
+    }
+
     @Test func hasDueJobsIgnoresJobsHeldInAnotherClaimersOpenBatch() throws {
         try IsolatedDatabase.with { database in
             let claimer = try database.connect()

@@ -163,6 +163,29 @@ public struct JobQueue: Sendable {
             """), [apps]).require(Bool.self, row: 0, column: 0)
     }
 
+    /// What ended a busy claimer's wait (`waitWhileBusy`).
+    public enum BusyWake: Sendable, Equatable {
+        /// The probe saw a due job.
+        case due
+        /// An insert's notification arrived during the wait.
+        case notified
+        /// The wait ended with neither.
+        case timedOut
+    }
+
+    /// The wait of a claimer that found work recently, between two claims: probes for due
+    /// jobs, and if there are none, waits up to `timeoutMilliseconds` on its connection for an
+    /// insert's notification. Inserts notify while any claimer of the fleet is registered as
+    /// asleep (`sleepUntilJobs`), and every listening connection receives the notification, so
+    /// a busy claimer takes the job the moment it is committed instead of at the end of its
+    /// poll interval; with no claimer asleep nothing is notified and this is the plain poll.
+    /// Notifications queued before the probe are dropped first: the probe has seen their jobs.
+    public func waitWhileBusy(_ connection: PGConnection, apps: [String], timeoutMilliseconds: Int32) throws -> BusyWake {
+        _ = try connection.pendingNotifications()
+        if try hasDueJobs(connection, apps: apps) { return .due }
+        return try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds).isEmpty ? .timedOut : .notified
+    }
+
     /// Sleeps until an insert notifies or `timeoutMilliseconds` pass (the fallback poll,
     /// which also catches jobs scheduled for later). Returns true when woken by an
     /// insert or when jobs of `apps` were already due.

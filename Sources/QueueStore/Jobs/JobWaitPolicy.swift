@@ -2,7 +2,9 @@
 ///
 /// Right after finding work a claimer polls with `JobQueue.hasDueJobs` every
 /// `pollInterval` (a one-round-trip index probe), so a steady stream of inserts is
-/// picked up within milliseconds without any NOTIFY. Once it has been idle for
+/// picked up within milliseconds without any NOTIFY; between probes it waits on its
+/// connection, so a NOTIFY sent for another, sleeping claimer ends the wait at once
+/// (`JobQueue.waitWhileBusy`). Once it has been idle for
 /// `busyWindow` it sleeps with `JobQueue.sleepUntilJobs`, and inserts wake it
 /// through NOTIFY; `sleepTimeout` bounds that sleep as a fallback poll.
 public struct JobWaitPolicy: Sendable, Hashable {

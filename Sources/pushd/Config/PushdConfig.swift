@@ -1,4 +1,5 @@
 import APNs
+import QueueStore
 
 /// Everything pushd reads from its configuration file, after environment overrides.
 struct PushdConfig: Sendable, Equatable {
@@ -107,6 +108,8 @@ struct PushdConfig: Sendable, Equatable {
     var transactionalWorkers: Int = 4
     /// Jobs per transactional batch.
     var batchSize: Int = 500
+    /// When an idle transactional worker polls and when it sleeps on NOTIFY (not in the YAML).
+    var jobWait = JobWaitPolicy()
     /// Threads sending campaign chunks, each with its own connection.
     var campaignWorkers: Int = 2
     var campaignChunkSize: Int = 1000

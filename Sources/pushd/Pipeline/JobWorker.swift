@@ -41,7 +41,7 @@ final class JobWorker: @unchecked Sendable {
         var failures = 0
         // Inserts notify only claimers registered as asleep (a NOTIFY serialises commits),
         // so a claimer that just had work polls cheaply for a second before it sleeps.
-        let waiting = JobWaitPolicy()
+        let waiting = context.config.jobWait
         var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         var woke = ClaimTrace.Wake.batch
         while !context.isStopping {
@@ -55,11 +55,12 @@ final class JobWorker: @unchecked Sendable {
                 if batch.isEmpty {
                     switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
                     case .poll(let microseconds):
-                        if try queue.hasDueJobs(connection, apps: apps) {
-                            woke = .probe
-                        } else {
-                            usleep(microseconds)
-                            woke = .tick
+                        // An insert's NOTIFY (sent while another claimer sleeps) ends the wait at once.
+                        let milliseconds = Int32(clamping: (Int(microseconds) + 999) / 1000)
+                        switch try queue.waitWhileBusy(connection, apps: apps, timeoutMilliseconds: milliseconds) {
+                        case .due: woke = .probe
+                        case .notified: woke = .notify
+                        case .timedOut: woke = .tick
                         }
                     case .sleep(let milliseconds):
                         // Woken within milliseconds of an insert's COMMIT; the time-out is the
@@ -105,7 +106,7 @@ final class JobWorker: @unchecked Sendable {
             case probe
             /// The busy claimer's poll interval ended.
             case tick
-            /// An insert's NOTIFY woke the sleeping claimer.
+            /// An insert's NOTIFY woke the claimer, asleep or between two polls.
             case notify
             /// The sleeping claimer's fallback time-out ended.
             case timeout
