@@ -23,8 +23,8 @@
 #                                                      scripts/build-release.sh --show-bin-path)
 #        deploy/container/check-runtime.sh --build     build them in the build stage first
 # Needs root, debootstrap (Debian package debootstrap), network access to the Debian mirror
-# this machine's apt sources name, and minutes (--build: a release build, 15–25 minutes on 2
-# cores, and 4 GB in the throwaway folder). Not part of the test suite. Environment:
+# this machine's apt sources name, and minutes (2–5; --build: a release build, 33 minutes on
+# 2 busy cores, and 4 GB in the throwaway folder). Not part of the test suite. Environment:
 # PUSHD_CHECK_KEEP=1 keeps the folder for a look afterwards; PUSHD_TOOLCHAIN, the toolchain
 # --build copies (default /opt/swift: its usr/ is the archive's).
 set -euo pipefail
