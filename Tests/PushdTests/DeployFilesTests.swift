@@ -51,4 +51,33 @@ import Testing
         }
         #expect(try text("Makefile").contains("\nrelease:\n\tbash scripts/build-release.sh"))
     }
+
+    /// The image builds with the toolchain series the suite runs on (no other has built this
+    /// code), from the sources only: a host's .build must not go into the build context.
+    @Test func containerImageBuildsWithTheTestedToolchainFromTheSourcesOnly() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["swift", "--version"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["PATH"] = (environment["PATH"] ?? "/usr/bin:/bin") + ":/opt/swift/usr/bin"
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        process.waitUntilExit()
+        let version = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        // "Swift version 6.3.1 (swift-6.3.1-RELEASE)": the series is 6.3.
+        let words = version.split(whereSeparator: { $0 == " " || $0 == "\n" })
+        let at = try #require(words.indices.first { words[$0] == "version" && $0 > 0 && words[$0 - 1] == "Swift" })
+        let series = words[at + 1].split(separator: ".").prefix(2).joined(separator: ".")
+        let containerfile = try String(contentsOf: Self.root.appendingPathComponent("deploy/container/Containerfile"), encoding: .utf8)
+        let from = containerfile.split(separator: "\n").first { $0.hasPrefix("FROM ") && $0.contains("AS build") }
+        #expect(from == "FROM docker.io/library/swift:\(series)-bookworm AS build", "toolchain \(version)")
+        let ignored = try String(contentsOf: Self.root.appendingPathComponent(".dockerignore"), encoding: .utf8)
+            .split(separator: "\n").map(String.init)
+        for path in [".build/", ".git/"] {
+            #expect(ignored.contains(path), ".dockerignore lacks \(path)")
+        }
+    }
 }
