@@ -118,6 +118,7 @@ extension CurlEventLoop {
 
     func socketClosed(_ fd: Int32) {
         openSockets.remove(fd)
+        forgetSocketPort(fd)
         multi.socketClosing(fd)
         apply(policy.handle(.connectionClosed(socket: fd)))
         sink.counters.connectionsClosed.add(1, ordering: .relaxed)

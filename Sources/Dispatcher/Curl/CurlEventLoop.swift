@@ -84,11 +84,19 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// was ended by the server's GOAWAY.
     var answerCounts = AnswerCounts()
     var coalescing: AnswerCoalescing
+    /// Of the requests the last `readCompletions` finished, those with an HTTP status.
+    var answeredInLastBatch = 0
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
     private var coalescedNanoseconds: UInt64 = 0
     /// Idle nanoseconds (epoll and pauses) at the last socket read.
     private var idleAtLastRead: UInt64 = 0
+    var readRoute: SocketReadRoute
+    /// Some socket of this round of events was read through one transfer.
+    private var readThroughOneTransfer = false
+    /// Local port of each open socket, learnt at its first read through one transfer: a
+    /// transfer knows the local port of its connection (`CurlTransfer.localPort`), not its socket.
+    private var socketPorts: [(fd: Int32, port: Int32)] = []
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -100,6 +108,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         connectionsExpected = configuration.connectionsPerThread
         coalescing = AnswerCoalescing(maximumPauseMilliseconds: configuration.answerCoalescingMilliseconds,
                                       minimumInFlight: configuration.answerCoalescingMinimumInFlight)
+        readRoute = SocketReadRoute(enabled: configuration.readsSocketsThroughOneTransfer,
+                                    minimumInFlight: configuration.answerCoalescingMinimumInFlight)
         policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth)
         if let window = configuration.adaptiveInFlightWindow { inFlightSampler = InFlightSampler(window: window) }
         do {
@@ -111,6 +121,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                               connectionCeiling: configuration.connectionGrowth.ceiling,
                               streamsPerConnection: configuration.streamsPerConnection)
         epoll.driver = self
+        if readRoute.enabled {
+            multi.readerForSocket = { [unowned self] fd, readable, writable, failed in
+                reader(for: fd, readable: readable, writable: writable, failed: failed)
+            }
+        }
         // The first easy handle is made now so a rejected option surfaces at start-up, not on a request.
         try freeTransfers.append(makeTransfer().index)
     }
@@ -198,15 +213,45 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     func eventsHandled() {
         let now = monotonicNanoseconds()
         let socketsRead = multi.takeSocketEvents()
-        multi.runTimerIfDue(now: now)
+        let throughOneTransfer = readThroughOneTransfer
+        readThroughOneTransfer = false
+        if !multi.runReaders() { multi.runTimerIfDue(now: now) }
         let inFlight = inCurl
         let answers = readCompletions()
         if socketsRead {
+            readRoute.roundFinished(throughOneTransfer: throughOneTransfer, answered: answeredInLastBatch,
+                                    unanswered: answers - answeredInLastBatch)
             sink.counters.socketReads.add(1, ordering: .relaxed)
             let idle = epoll.idleNanoseconds &+ coalescedNanoseconds
             coalescing.socketsRead(at: now, waited: idle &- idleAtLastRead, answers: answers, inFlight: inFlight)
             idleAtLastRead = idle
         }
+    }
+
+    /// The transfer that reads `fd` for its connection, if `readRoute` says so: one that has
+    /// sent its request on the connection with that socket's local port. nil hands the event to
+    /// libcurl, which runs every transfer on the socket.
+    private func reader(for fd: Int32, readable: Bool, writable: Bool, failed: Bool) -> UnsafeMutableRawPointer? {
+        guard readRoute.throughOneTransfer(readable: readable, writable: writable, failed: failed, inFlight: inCurl) else { return nil }
+        let port: Int32
+        if let known = socketPorts.first(where: { $0.fd == fd }) {
+            port = known.port
+        } else {
+            port = SocketAddress.localPort(of: fd)
+            guard port > 0 else { return nil }
+            socketPorts.append((fd, port))
+        }
+        for transfer in transfers where transfer.localPort == port && transfer.sends > 0 && transfer.pending != nil {
+            readThroughOneTransfer = true
+            sink.counters.socketReadsThroughOneTransfer.add(1, ordering: .relaxed)
+            return transfer.easy
+        }
+        return nil
+    }
+
+    /// libcurl closed `fd`: a later socket with its number may have another local port.
+    func forgetSocketPort(_ fd: Int32) {
+        socketPorts.removeAll { $0.fd == fd }
     }
 
     /// Notes whether work waited for the window, hands a finished period to the adaptive
