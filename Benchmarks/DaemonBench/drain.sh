@@ -22,6 +22,7 @@
 #   PUSHD_BENCH_COALESCE_MS     campaigns.answer_coalescing_ms of every daemon (default: pushd's)
 #   PUSHD_BENCH_LOG_LEVEL       log.level of the daemons (default warning; info shows the in-flight limit)
 #   PUSHD_BENCH_ADAPTIVE        campaigns.adaptive_in_flight of every daemon, true or false (default: pushd's)
+#   PUSHD_BENCH_ONE_READER      campaigns.read_through_one_transfer of every daemon, true or false (default: pushd's)
 #   PUSHD_BENCH_SMAPS           1 keeps /proc/PID/smaps of the first daemon at its highest RSS
 #                               during the drain and prints where that memory is
 #                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
@@ -71,6 +72,7 @@ if [ "$i" = 1 ] && [ -n "${PUSHD_BENCH_METRICS_PORT:-}" ]; then metrics_ports+=(
 campaigns_section=""
 [ -n "${PUSHD_BENCH_COALESCE_MS:-}" ] && campaigns_section+=$'\n'"  answer_coalescing_ms: $PUSHD_BENCH_COALESCE_MS"
 [ -n "${PUSHD_BENCH_ADAPTIVE:-}" ] && campaigns_section+=$'\n'"  adaptive_in_flight: $PUSHD_BENCH_ADAPTIVE"
+[ -n "${PUSHD_BENCH_ONE_READER:-}" ] && campaigns_section+=$'\n'"  read_through_one_transfer: $PUSHD_BENCH_ONE_READER"
 [ -n "$campaigns_section" ] && campaigns_section="campaigns:$campaigns_section"
 cat >"$work/pushd$i.yml" <<YAML
 database:

@@ -39,6 +39,7 @@ struct Options {
     /// The engine's window; nil keeps its default, twice the streams.
     var maxOutstanding: Int?
     var coalesceMilliseconds = 0
+    var oneReader = false
     var headers: [String] = []
     var payloadFile: String?
     var devicePaths = false
@@ -70,6 +71,9 @@ func parseOptions() -> Options {
         case "--max-connections": options.maxConnections = number()
         case "--max-outstanding": options.maxOutstanding = number()
         case "--coalesce-ms": options.coalesceMilliseconds = number()
+        case "--one-reader":
+            guard value == "yes" || value == "no" else { fail("--one-reader takes yes or no") }
+            options.oneReader = value == "yes"
         case "--header": options.headers.append(value)
         case "--payload-file": options.payloadFile = value
         case "--device-paths":
@@ -154,6 +158,7 @@ do {
     configuration.maxConnections = options.maxConnections
     configuration.maxOutstanding = options.maxOutstanding
     configuration.answerCoalescingMilliseconds = options.coalesceMilliseconds
+    configuration.readsSocketsThroughOneTransfer = options.oneReader
     dispatcher = try HTTP2Dispatcher(
         configuration: configuration,
         onResult: { result in
@@ -219,7 +224,7 @@ dispatcher.shutdown()
 print("label=\(options.label) requests=\(done) ok=\(tally.ok.load(ordering: .relaxed)) seconds=\(format3(seconds)) "
       + "rate=\(Int(Double(done) / seconds)) cpu_us_per_request=\(format2(cpu * 1e6 / Double(done))) "
       + "peak_rss_kb=\(peakRSSKilobytes()) mean_latency_ms=\(format2(Double(tally.latencyTotal.load(ordering: .relaxed)) / Double(done) / 1e6)) "
-      + "retried=\(statistics.retried) connections=\(statistics.connectionsOpened) peak_connections=\(statistics.peakOpenConnections)")
+      + "retried=\(statistics.retried) reads=\(statistics.socketReads) one_reader_reads=\(statistics.socketReadsThroughOneTransfer) connections=\(statistics.connectionsOpened) peak_connections=\(statistics.peakOpenConnections)")
 exit(tally.failed.load(ordering: .relaxed) == 0 ? 0 : 1)
 
 func format2(_ value: Double) -> String { String(Double(Int(value * 100)) / 100) }

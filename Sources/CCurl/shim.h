@@ -47,6 +47,8 @@ static inline int pushd_curl_poll_remove(void) { return CURL_POLL_REMOVE; }
 static inline int pushd_curl_cselect_in(void) { return CURL_CSELECT_IN; }
 static inline int pushd_curl_cselect_out(void) { return CURL_CSELECT_OUT; }
 static inline int pushd_curl_cselect_err(void) { return CURL_CSELECT_ERR; }
+/* curl_easy_pause(h, CURLPAUSE_CONT) on a transfer that is not paused: libcurl runs it at its next timer action. */
+static inline CURLcode pushd_curl_easy_run_soon(CURL *h) { return curl_easy_pause(h, CURLPAUSE_CONT); }
 
 static inline const curl_version_info_data *pushd_curl_version_info(void) { return curl_version_info(CURLVERSION_NOW); }
 static inline int pushd_curl_version_has_http2(const curl_version_info_data *v) { return (v->features & CURL_VERSION_HTTP2) != 0; }

@@ -40,6 +40,11 @@ public struct DispatcherConfiguration: Sendable {
     /// (docs/dispatcher.md, "Answers at long round trips"). 0 reads as soon as an answer arrives.
     public var answerCoalescingMilliseconds: Int = 0
     public var answerCoalescingMinimumInFlight: Int = 100
+    /// While at least `answerCoalescingMinimumInFlight` requests are inside libcurl, a readable
+    /// socket is read through one of its transfers, and libcurl runs only that one and those
+    /// whose frames it read, instead of every transfer on the connection (`SocketReadRoute`,
+    /// docs/dispatcher.md "Reading a socket through one transfer").
+    public var readsSocketsThroughOneTransfer = false
     /// Each loop keeps inside libcurl only as many requests as its rate needs, found by trying
     /// (`InFlightWindow`, docs/dispatcher.md "Adaptive in-flight limit"), between
     /// `adaptiveInFlightFloor` and its share of `maxConnections` × streams and of

@@ -11,6 +11,8 @@ extension CurlEventLoop {
     @discardableResult
     func readCompletions() -> Int {
         var finished = 0
+        var answered = 0
+        defer { answeredInLastBatch = answered }
         let timed = coalescing.enabled || inFlightSampler != nil
         let now = monotonicNanoseconds()
         multi.forEachFinished { easy, code in
@@ -23,6 +25,7 @@ extension CurlEventLoop {
             _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
             inCurl -= 1
             finished += 1
+            if status != 0 { answered += 1 }
             if timed, status != 0 {
                 let roundTrip = now &- transfers[index].enteredCurlAt
                 if coalescing.enabled { coalescing.answered(after: roundTrip) }

@@ -88,11 +88,16 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// was ended by the server's GOAWAY.
     var answerCounts = AnswerCounts()
     var coalescing: AnswerCoalescing
+    /// Of the requests the last `readCompletions` finished, those with an HTTP status.
+    var answeredInLastBatch = 0
     /// Nanoseconds the loop has paused to let answers gather: idle time, like time blocked in
     /// epoll, for the connection policy.
     private var coalescedNanoseconds: UInt64 = 0
     /// Idle nanoseconds (epoll and pauses) at the last socket read.
     private var idleAtLastRead: UInt64 = 0
+    var readRoute: SocketReadRoute
+    /// Some socket of this round of events was read through one transfer.
+    var readThroughOneTransfer = false
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
@@ -104,6 +109,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         connectionsExpected = configuration.connectionsPerThread
         coalescing = AnswerCoalescing(maximumPauseMilliseconds: configuration.answerCoalescingMilliseconds,
                                       minimumInFlight: configuration.answerCoalescingMinimumInFlight)
+        readRoute = SocketReadRoute(enabled: configuration.readsSocketsThroughOneTransfer,
+                                    minimumInFlight: configuration.answerCoalescingMinimumInFlight)
         policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth)
         if let window = configuration.adaptiveInFlightWindow { inFlightSampler = InFlightSampler(window: window) }
         do {
@@ -115,6 +122,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                               connectionCeiling: configuration.connectionGrowth.ceiling,
                               streamsPerConnection: configuration.streamsPerConnection)
         epoll.driver = self
+        if readRoute.enabled {
+            multi.readerForSocket = { [unowned self] fd, readable, writable, failed in
+                reader(for: fd, readable: readable, writable: writable, failed: failed)
+            }
+        }
         // The first easy handle is made now so a rejected option surfaces at start-up, not on a request.
         try freeTransfers.append(makeTransfer().index)
     }
@@ -202,10 +214,14 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     func eventsHandled() {
         let now = monotonicNanoseconds()
         let socketsRead = multi.takeSocketEvents()
-        multi.runTimerIfDue(now: now)
+        let throughOneTransfer = readThroughOneTransfer
+        readThroughOneTransfer = false
+        if !multi.runReaders() { multi.runTimerIfDue(now: now) }
         let inFlight = inCurl
         let answers = readCompletions()
         if socketsRead {
+            readRoute.roundFinished(throughOneTransfer: throughOneTransfer, answered: answeredInLastBatch,
+                                    unanswered: answers - answeredInLastBatch)
             sink.counters.socketReads.add(1, ordering: .relaxed)
             let idle = epoll.idleNanoseconds &+ coalescedNanoseconds
             coalescing.socketsRead(at: now, waited: idle &- idleAtLastRead, answers: answers, inFlight: inFlight)

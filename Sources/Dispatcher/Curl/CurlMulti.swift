@@ -15,6 +15,12 @@ final class CurlMulti: EpollHandler {
     private var running: Int32 = 0
     /// Set when a socket event went to libcurl; `takeSocketEvents` reads and clears it.
     private var socketEventsHandled = false
+    /// Picks, for a socket with events (readable, writable, failed), the transfer that reads it
+    /// in place of libcurl running every transfer attached to it (`SocketReadRoute`); nil hands
+    /// the event to libcurl as it is.
+    var readerForSocket: ((Int32, _ readable: Bool, _ writable: Bool, _ failed: Bool) -> UnsafeMutableRawPointer?)?
+    /// Set when a transfer was asked to read its socket; `runReaders` runs it.
+    private(set) var readersToRun = false
 
     init(loop: EpollLoop, connectionsPerHost: Int, connectionCeiling: Int, streamsPerConnection: Int) throws(DispatcherConfigurationError) {
         guard let multi = curl_multi_init() else { throw .transportRejected(setting: "curl_multi_init", message: "out of memory") }
@@ -82,12 +88,30 @@ final class CurlMulti: EpollHandler {
     }
 
     func handleEvents(fd: Int32, _ events: EpollEvents) {
+        let readable = events.contains(.readable), writable = events.contains(.writable)
+        let failed = events.contains(.hangup) || events.contains(.error)
+        if let pick = readerForSocket, let easy = pick(fd, readable, writable, failed), pushd_curl_easy_run_soon(easy) == CURLE_OK {
+            readersToRun = true
+            socketEventsHandled = true
+            return
+        }
         var mask: Int32 = 0
         if events.contains(.readable) || events.contains(.hangup) { mask |= pushd_curl_cselect_in() }
         if events.contains(.writable) { mask |= pushd_curl_cselect_out() }
         if events.contains(.error) { mask |= pushd_curl_cselect_err() }
         curl_multi_socket_action(handle, fd, mask, &running)
         socketEventsHandled = true
+    }
+
+    /// Runs the transfers `handleEvents` asked to read their sockets, with libcurl's timer action
+    /// (which runs them, the transfers whose frames they read, and any timer due); true when it ran.
+    @discardableResult
+    func runReaders() -> Bool {
+        guard readersToRun else { return false }
+        readersToRun = false
+        timerDeadline = .max
+        curl_multi_socket_action(handle, pushd_curl_socket_timeout(), 0, &running)
+        return true
     }
 
     /// True when socket events went to libcurl since the last call.

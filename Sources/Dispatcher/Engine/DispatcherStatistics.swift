@@ -23,6 +23,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     /// Loop passes that handed socket events to libcurl; each runs every transfer on the
     /// connections that had events (see `answerCoalescingMilliseconds`).
     public var socketReads: Int = 0
+    /// Readable sockets read through one of their transfers instead (`readsSocketsThroughOneTransfer`):
+    /// libcurl then runs that transfer and the ones whose frames it read.
+    public var socketReadsThroughOneTransfer: Int = 0
     /// Easy handles the loops made: each loop makes one only when all of its own are inside
     /// libcurl, so this is the sum of the most requests each loop held in libcurl at once.
     public var easyHandles: Int = 0
@@ -49,6 +52,7 @@ final class DispatcherCounters: Sendable {
     let resentByTransport = Atomic<Int>(0)
     let connectionsGrown = Atomic<Int>(0)
     let socketReads = Atomic<Int>(0)
+    let socketReadsThroughOneTransfer = Atomic<Int>(0)
     let easyHandles = Atomic<Int>(0)
     let inFlightLimit = Atomic<Int>(0)
     let reconnectBackoffs = Atomic<Int>(0)
@@ -84,6 +88,7 @@ final class DispatcherCounters: Sendable {
                              connectionsGrown: connectionsGrown.load(ordering: .relaxed),
                              peakOpenConnections: peakOpenConnections.load(ordering: .relaxed),
                              socketReads: socketReads.load(ordering: .relaxed),
+                             socketReadsThroughOneTransfer: socketReadsThroughOneTransfer.load(ordering: .relaxed),
                              easyHandles: easyHandles.load(ordering: .relaxed),
                              inFlightLimit: inFlightLimit.load(ordering: .relaxed),
                              reconnectBackoffs: reconnectBackoffs.load(ordering: .relaxed),

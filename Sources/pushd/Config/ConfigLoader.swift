@@ -135,6 +135,7 @@ enum ConfigLoader {
         config.campaignAnswerCoalescingMilliseconds = campaigns.int("answer_coalescing_ms", default: config.campaignAnswerCoalescingMilliseconds,
                                                                     range: 0...50)
         config.campaignAdaptiveInFlight = campaigns.bool("adaptive_in_flight", default: config.campaignAdaptiveInFlight)
+        config.campaignReadsThroughOneTransfer = campaigns.bool("read_through_one_transfer", default: config.campaignReadsThroughOneTransfer)
         campaigns.rejectUnknownKeys()
 
         let shutdown = top.section("shutdown")

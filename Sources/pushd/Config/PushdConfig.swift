@@ -121,6 +121,10 @@ struct PushdConfig: Sendable, Equatable {
     /// reading them, while many are in flight and they arrive a few at a time (far APNs):
     /// libcurl's cost per read grows with the streams in flight (docs/dispatcher.md). 0: none.
     var campaignAnswerCoalescingMilliseconds: Int = 25
+    /// A campaign connection's readable socket is read through one of its transfers, so
+    /// libcurl runs only the streams whose answers came instead of all of them
+    /// (docs/dispatcher.md, "Reading a socket through one transfer"); false: libcurl's own way.
+    var campaignReadsThroughOneTransfer = true
     /// The campaign lane keeps inside libcurl only as many requests as its rate needs, found
     /// by trying, up to `apns.max_in_flight` and `max_connections_per_app` × streams
     /// (docs/dispatcher.md, "Adaptive in-flight limit"); false keeps connections × streams.

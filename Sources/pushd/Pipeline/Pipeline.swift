@@ -67,6 +67,9 @@ final class Pipeline: @unchecked Sendable {
                     configuration.threadNiceness = Int32(config.campaignNiceness)
                     // Bulk only: a transactional push reads its answer the moment it arrives.
                     configuration.answerCoalescingMilliseconds = config.campaignAnswerCoalescingMilliseconds
+                    // Bulk only: hundreds of streams wait on each connection, and libcurl would
+                    // run them all for every read of it (docs/dispatcher.md).
+                    configuration.readsSocketsThroughOneTransfer = config.campaignReadsThroughOneTransfer
                     // Bulk only: memory and CPU follow the transfers inside libcurl, and a
                     // transactional push never waits for a window that is still finding its size.
                     configuration.adaptiveInFlight = config.campaignAdaptiveInFlight
