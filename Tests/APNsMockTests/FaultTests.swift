@@ -153,6 +153,28 @@ struct FaultTests {
         }
     }
 
+    /// Every stream reset after its request was read, the connection left open for the next.
+    @Test(arguments: [(2, UInt8(0x2)), (7, UInt8(0x7))])
+    func streamResetRateResetsEveryStreamWithItsCodeAndKeepsTheConnection(code: Int, wire: UInt8) throws {
+        try withMockServer({ $0.faults = FaultConfiguration(streamResetRate: 1, streamResetErrorCode: code) }) { server, port in
+            let client = try RawH2Client(port: port)
+            defer { client.close() }
+            client.sendRequest(stream: 1)
+            #expect(client.waitForFrame(type: 0x3, stream: 1), "RST_STREAM of stream 1")
+            client.sendRequest(stream: 3)
+            #expect(client.waitForFrame(type: 0x3, stream: 3), "RST_STREAM of stream 3 on the same connection")
+            #expect(client.payloads(ofType: 0x3) == [[0, 0, 0, wire], [0, 0, 0, wire]])
+            #expect(!client.waitForFrame(type: 0x7, seconds: 0.2), "no GOAWAY")
+            #expect(!client.waitForFrame(type: 0x1, seconds: 0), "no answer")
+            #expect(server.stats.streamsReset == 2)
+            #expect(server.stats.requestsReceived == 2)
+            #expect(server.stats.connectionsAccepted == 1)
+            #expect(server.stats.connectionsReset == 0)
+            #expect(server.metricsText.contains("apns_mock_streams_reset_total 2\n"))
+        }
+        #expect(try FaultConfiguration(streamResetRate: 1).validated().streamResetErrorCode == 2)
+    }
+
     @Test func countsOnlyAnswersTheClientCouldReceiveWhenConnectionsAreReset() throws {
         try withMockServer({ $0.faults.resetRate = 0.05 }) { server, port in
             var options = H2Client.Options()

@@ -125,6 +125,14 @@ struct LogicTests {
         #expect(logic.handle(request(), faults: faults, now: Self.now) == .resetConnection)
     }
 
+    @Test func streamResetRateResetsTheStreamWithItsCodeAndKeepsTheConnection() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
+        #expect(logic.handle(request(), faults: FaultConfiguration(streamResetRate: 1), now: Self.now) == .resetStream(errorCode: 2))
+        let refused = FaultConfiguration(streamResetRate: 1, streamResetErrorCode: 7)
+        #expect(logic.handle(request(), faults: refused, now: Self.now) == .resetStream(errorCode: 7))
+        #expect(answer(logic.handle(request(), faults: .none, now: Self.now))?.status == 200)
+    }
+
     @Test func errorRatesFollowTheSeededRollsAndSumToTheRequestCount() {
         var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 42)
         let faults = FaultConfiguration(tooManyRequestsRate: 0.2, internalServerErrorRate: 0.1, serviceUnavailableRate: 0.1)
@@ -208,6 +216,8 @@ struct ConfigurationTests {
         (FaultConfiguration(goawayAfterStreams: 0), "goawayAfterStreams"),
         (FaultConfiguration(goawayAfterSeconds: 0), "goawayAfterSeconds"),
         (FaultConfiguration(resetAfterStreams: -1), "resetAfterStreams"),
+        (FaultConfiguration(streamResetRate: 2), "streamResetRate"),
+        (FaultConfiguration(streamResetErrorCode: 0), "streamResetErrorCode"),
         (FaultConfiguration(delayMilliseconds: -5), "delayMilliseconds"),
     ])
     func invalidFaultsNameTheField(faults: FaultConfiguration, mention: String) {

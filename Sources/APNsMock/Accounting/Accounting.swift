@@ -52,6 +52,7 @@ final class Accounting: Sendable {
         }
     }
     func recordReset() { state.withLock { $0.stats.connectionsReset += 1 } }
+    func recordStreamReset() { state.withLock { $0.stats.streamsReset += 1 } }
     func recordTokenVerifications(_ count: Int) { state.withLock { $0.stats.providerTokenVerifications += count } }
     func recordPing() { state.withLock { $0.stats.pingsReceived += 1 } }
     func recordClientReset(afterAnswer: Bool) {

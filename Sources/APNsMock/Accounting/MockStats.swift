@@ -56,6 +56,8 @@ public struct MockStats: Sendable, Equatable, Codable {
     public var connectionsOpenPeak: Int = 0
     /// Connections reset on purpose (fault injection).
     public var connectionsReset: Int = 0
+    /// Streams reset (RST_STREAM) instead of answered, on purpose (fault injection).
+    public var streamsReset: Int = 0
     /// Streams refused because they arrived after a GOAWAY's last stream.
     public var streamsRefused: Int = 0
     public var goaways: [GoawayRecord] = []

@@ -21,6 +21,7 @@ enum StatsText {
             ("apns_mock_connections_closed_by_client_total", "Connections the client ended (GOAWAY, close or reset) before the mock sent a GOAWAY.",
              stats.connectionsClosedByClient),
             ("apns_mock_connections_reset_total", "Connections reset by fault injection.", stats.connectionsReset),
+            ("apns_mock_streams_reset_total", "Streams reset (RST_STREAM) instead of answered by fault injection.", stats.streamsReset),
             ("apns_mock_streams_refused_total", "Streams left unprocessed after a GOAWAY.", stats.streamsRefused),
             ("apns_mock_goaways_sent_total", "GOAWAY frames sent.", stats.goaways.count),
             ("apns_mock_accepted_not_logged_total", "Accepted notifications left out of the full accepted log.", stats.acceptedNotLogged),

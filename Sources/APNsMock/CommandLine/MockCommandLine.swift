@@ -57,6 +57,9 @@ public enum MockCommandLine {
       --goaway-after-seconds S        GOAWAY S seconds after a connection starts
       --reset-after-streams N         TCP reset when a connection completes N streams
       --reset-rate R                  share (0…1) of requests answered with a TCP reset
+      --stream-reset-rate R           share (0…1) of requests whose stream is reset (RST_STREAM)
+      --stream-reset-code N           HTTP/2 error code of those resets (2 INTERNAL_ERROR, default;
+                                      7 REFUSED_STREAM)
       --delay-ms N                    fixed delay before each answer
       --random-delay-ms N             extra uniform random delay 0…N
       --lower-concurrency-after-error drop MAX_CONCURRENT_STREAMS to 1 after an error answer
@@ -169,6 +172,8 @@ public enum MockCommandLine {
                 faults.goawayAfterSeconds = seconds
             case "--reset-after-streams": faults.resetAfterStreams = try integer(Int.self)
             case "--reset-rate": faults.resetRate = try rate()
+            case "--stream-reset-rate": faults.streamResetRate = try rate()
+            case "--stream-reset-code": faults.streamResetErrorCode = try integer(Int.self)
             case "--delay-ms": faults.delayMilliseconds = try integer(Int.self)
             case "--random-delay-ms": faults.randomDelayMilliseconds = try integer(Int.self)
             case "--lower-concurrency-after-error": faults.lowerConcurrencyAfterError = true

@@ -25,6 +25,12 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     public var resetAfterStreams: Int?
     /// Share of requests on which the TCP connection is reset instead of answered (0…1).
     public var resetRate: Double
+    /// Share of requests whose stream is reset (RST_STREAM with `streamResetErrorCode`) instead
+    /// of answered, the connection staying open (0…1).
+    public var streamResetRate: Double
+    /// The HTTP/2 error code of those RST_STREAM frames: 2 INTERNAL_ERROR (the default),
+    /// 7 REFUSED_STREAM, or any other code of RFC 9113 section 7 (1…13).
+    public var streamResetErrorCode: Int
     /// Fixed delay before every answer, in milliseconds.
     public var delayMilliseconds: Int
     /// Extra random delay, uniform in 0…this, in milliseconds.
@@ -54,6 +60,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         goawayAfterSeconds: Double? = nil,
         resetAfterStreams: Int? = nil,
         resetRate: Double = 0,
+        streamResetRate: Double = 0,
+        streamResetErrorCode: Int = 2,
         delayMilliseconds: Int = 0,
         randomDelayMilliseconds: Int = 0,
         lowerConcurrencyAfterError: Bool = false,
@@ -71,6 +79,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.goawayAfterSeconds = goawayAfterSeconds
         self.resetAfterStreams = resetAfterStreams
         self.resetRate = resetRate
+        self.streamResetRate = streamResetRate
+        self.streamResetErrorCode = streamResetErrorCode
         self.delayMilliseconds = delayMilliseconds
         self.randomDelayMilliseconds = randomDelayMilliseconds
         self.lowerConcurrencyAfterError = lowerConcurrencyAfterError
@@ -92,7 +102,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
         let rates: [(String, Double)] = [
             ("tooManyRequestsRate", tooManyRequestsRate), ("internalServerErrorRate", internalServerErrorRate),
-            ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate), ("shutdownRate", shutdownRate),
+            ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate), ("streamResetRate", streamResetRate),
+            ("shutdownRate", shutdownRate),
         ]
         for (name, value) in rates where !(0...1).contains(value) {
             throw .configuration("fault \(name) must be between 0 and 1, got \(value)")
@@ -109,6 +120,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         if let resetAfterStreams, resetAfterStreams < 1 {
             throw .configuration("fault resetAfterStreams must be at least 1, got \(resetAfterStreams)")
         }
+        if !(1...13).contains(streamResetErrorCode) {
+            throw .configuration("fault streamResetErrorCode must be an HTTP/2 error code from 1 to 13 (2 INTERNAL_ERROR, 7 REFUSED_STREAM), got \(streamResetErrorCode)")
+        }
         if delayMilliseconds < 0 || randomDelayMilliseconds < 0 {
             throw .configuration("faults delayMilliseconds and randomDelayMilliseconds must not be negative")
         }
@@ -118,6 +132,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     private enum CodingKeys: String, CodingKey {
         case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tooManyRequestsRate, internalServerErrorRate
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
+        case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
         case forbiddenReason
     }
@@ -135,6 +150,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             goawayAfterSeconds: try c.decodeIfPresent(Double.self, forKey: .goawayAfterSeconds),
             resetAfterStreams: try c.decodeIfPresent(Int.self, forKey: .resetAfterStreams),
             resetRate: try c.decodeIfPresent(Double.self, forKey: .resetRate) ?? 0,
+            streamResetRate: try c.decodeIfPresent(Double.self, forKey: .streamResetRate) ?? 0,
+            streamResetErrorCode: try c.decodeIfPresent(Int.self, forKey: .streamResetErrorCode) ?? 2,
             delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds) ?? 0,
             randomDelayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .randomDelayMilliseconds) ?? 0,
             lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,

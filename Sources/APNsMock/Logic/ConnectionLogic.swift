@@ -36,6 +36,9 @@ struct ConnectionLogic {
         completedStreams += 1
         if let limit = faults.resetAfterStreams, completedStreams >= limit { return .resetConnection }
         if faults.resetRate > 0 && random.nextUnit() < faults.resetRate { return .resetConnection }
+        if faults.streamResetRate > 0 && random.nextUnit() < faults.streamResetRate {
+            return .resetStream(errorCode: UInt32(faults.streamResetErrorCode))
+        }
 
         var answer = decide(request, faults: faults, now: now)
         if settings.development && role == .notifications && request.path.utf8.starts(with: APNsRequestValidator.devicePathPrefix.utf8) {

@@ -28,6 +28,9 @@ enum Verdict: Equatable {
     case answer(Answer)
     /// Drop the TCP connection with RST instead of answering.
     case resetConnection
+    /// Reset the request's stream (RST_STREAM with this HTTP/2 error code) instead of
+    /// answering; the connection stays open.
+    case resetStream(errorCode: UInt32)
 }
 
 /// An HTTP answer in APNs's shape.

@@ -374,6 +374,11 @@ final class HTTP2Connection: EventLoopHandler {
         case .resetConnection:
             core.accounting.recordReset()
             resetConnection()
+        case .resetStream(let errorCode):
+            core.accounting.recordStreamReset()
+            // Ended by the mock: a client's reset of it afterwards is not one of a waiting stream.
+            stream.answered = true
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, errorCode)
         case .answer(let answer):
             if answer.delayMilliseconds == 0 {
                 respond(streamID, answer)
