@@ -137,4 +137,64 @@ import Testing
         _ = policy.handle(.answered(connection: 4))
         #expect(policy.admissionLimit(configured: 500, now: 100_000_000) == 500)
     }
+    // MARK: Connections that end before answering
+
+    @Test func aConnectionLostBeforeAnsweringFailsOnceAndNothingOpensUntilItsBackoffEnds() {
+        var policy = warm()
+        _ = policy.handle(.connectionOpened)
+        let second: UInt64 = 1_000_000_000
+        #expect(policy.handle(.connectionLost(connection: 1, socket: 8, now: second, unitRandom: 0))
+                == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+        // Its other streams, and libcurl sending them again, report the same connection: one failure.
+        #expect(policy.handle(.connectionLost(connection: 1, socket: 8, now: second, unitRandom: 0)) == .holdAdmissions)
+        #expect(policy.consecutiveFailures == 1)
+        #expect(!policy.mayOpenConnection(now: second + 99_999_999))
+        #expect(policy.admissionLimit(configured: 500, now: second + 50_000_000) == 0)
+        #expect(policy.handle(.drained(connection: 1)) == .closeRetired(socket: 8))
+        #expect(policy.mayOpenConnection(now: second + 100_000_000))
+        #expect(policy.admissionLimit(configured: 500, now: second + 100_000_000) == 1)
+    }
+
+    @Test func aConnectionThatAnsweredAndThenEndedIsNoFailure() {
+        var policy = warm()
+        // A GOAWAY, an idle close or a reset after answers: its requests go again at once.
+        #expect(policy.handle(.connectionLost(connection: 0, socket: 7, now: 0, unitRandom: 0)) == .none)
+        #expect(policy.consecutiveFailures == 0)
+        #expect(policy.retiring.isEmpty)
+        #expect(policy.mayOpenConnection(now: 0))
+        #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
+        // Nor is a loss on a connection libcurl gave no id.
+        #expect(policy.handle(.connectionLost(connection: -1, socket: nil, now: 0, unitRandom: 0)) == .none)
+    }
+
+    @Test func whetherAConnectionAnsweredIsKnownPerConnectionNotFromTheNewestThatDid() {
+        var policy = warm()
+        _ = policy.handle(.answered(connection: 2))
+        _ = policy.handle(.answered(connection: 0))
+        // Connection 1 never answered, although older and newer ones did.
+        #expect(policy.hasAnswered(0) && policy.hasAnswered(2) && !policy.hasAnswered(1))
+        #expect(policy.handle(.connectionLost(connection: 1, socket: nil, now: 0, unitRandom: 0))
+                == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+        #expect(policy.handle(.connectionLost(connection: 2, socket: nil, now: 0, unitRandom: 0)) == .none, "it answered")
+        #expect(policy.consecutiveFailures == 1)
+    }
+
+    @Test func anAnswerSeenBeforeItsTransferFinishedCountsForItsConnection() {
+        var policy = warm()
+        // The status line came in libcurl's header callback; libcurl then read a GOAWAY and sends
+        // the refused requests again before the loop reads the finished transfers.
+        policy.noteAnswer(on: 3)
+        #expect(policy.handle(.connectionLost(connection: 3, socket: nil, now: 0, unitRandom: 0)) == .none)
+        #expect(policy.consecutiveFailures == 0)
+    }
+
+    @Test func aConnectionOlderThanEveryOneRememberedIsTakenToHaveAnswered() {
+        var policy = warm()
+        for connection in Int64(1)...300 { _ = policy.handle(.answered(connection: connection)) }
+        #expect(policy.hasAnswered(10))
+        #expect(policy.handle(.connectionLost(connection: 10, socket: nil, now: 0, unitRandom: 0)) == .none)
+        #expect(!policy.hasAnswered(301))
+        #expect(policy.handle(.connectionLost(connection: 301, socket: nil, now: 0, unitRandom: 0))
+                == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+    }
 }

@@ -139,6 +139,46 @@ import Testing
         #expect(policy.admissionLimit(configured: 500, now: 0) == 1)
     }
 
+    @Test func connectionsLostBeforeAnsweringMakeARunAnnouncedOnceThatHandsBackFromTheThird() {
+        var policy = warm()
+        var actions = [ConnectionPolicy.Action]()
+        for connection in Int64(1)...4 {
+            _ = policy.handle(.connectionOpened)
+            // Each connection's streams all report it, as a reset connection's do.
+            for _ in 0..<3 {
+                let action = policy.handle(.connectionLost(connection: connection, socket: nil, now: 0, unitRandom: 0))
+                if case .backOff = action { actions.append(action) }
+            }
+            _ = policy.handle(.drained(connection: connection))
+        }
+        #expect(actions == [.backOff(delayMilliseconds: 250, failures: 1, startsRun: true, handsBack: false),
+                            .backOff(delayMilliseconds: 500, failures: 2, startsRun: false, handsBack: false),
+                            .backOff(delayMilliseconds: 1000, failures: 3, startsRun: false, handsBack: true),
+                            .backOff(delayMilliseconds: 2000, failures: 4, startsRun: false, handsBack: true)])
+        // Answers on the next connection end the run, as after any other failures.
+        for index in 1..<FailureRun.answersEndingRun { _ = policy.handle(.answered(connection: 5, now: UInt64(index))) }
+        #expect(policy.handle(.answered(connection: 5, now: 100)) == .backoffEnded(failures: 4))
+    }
+
+    /// A server that resets every connection once it has read a request, for 20 s: the loop opens
+    /// a connection when the policy lets it, the connection is lost at once, and no more are
+    /// opened than the backoff's delays (250 ms doubling to 4 s) leave room for.
+    @Test func aResetStormOpensOneConnectionPerBackoff() {
+        var policy = warm()
+        let millisecond: UInt64 = 1_000_000
+        var connection: Int64 = 0
+        var opened = [UInt64]()
+        for now in stride(from: UInt64(0), to: 20_000 * millisecond, by: Int(millisecond)) where policy.mayOpenConnection(now: now) {
+            connection += 1
+            opened.append(now / millisecond)
+            _ = policy.handle(.connectionOpened)
+            _ = policy.handle(.connectionLost(connection: connection, socket: nil, now: now + millisecond, unitRandom: 0))
+            _ = policy.handle(.drained(connection: connection))
+        }
+        #expect(opened == [0, 251, 752, 1753, 3754, 7755, 11756, 15757, 19758])
+        #expect(policy.consecutiveFailures == 9)
+    }
+
     @Test func answersEndTheRunThroughThePolicyAndGrowthResumes() {
         var policy = warm()
         _ = policy.handle(.connectFailed(now: 0, unitRandom: 0))

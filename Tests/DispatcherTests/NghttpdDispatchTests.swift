@@ -2,6 +2,7 @@
 import Posix
 import Glibc
 import Synchronization
+import Locking
 import Foundation
 import Testing
 
@@ -266,6 +267,19 @@ final class RecordingMetrics: DispatcherMetricsHook {
     let reconnects = Atomic<Int>(0)
     let connectFailures = Atomic<Int>(0)
     let latencyTotal = Atomic<Int>(0)
+    let backoffRunsStarted = Atomic<Int>(0)
+    let backoffRunsEnded = Atomic<Int>(0)
+    private let causes = Lock<[String]>([])
+
+    /// The causes `reconnectBackoffStarted` was called with, in order.
+    var backoffCauses: [String] { causes.withLock { $0 } }
+
+    func reconnectBackoffStarted(cause: String, delayMilliseconds: Int) {
+        backoffRunsStarted.add(1, ordering: .relaxed)
+        causes.withLock { $0.append(cause) }
+    }
+
+    func reconnectBackoffEnded(failures: Int) { backoffRunsEnded.add(1, ordering: .relaxed) }
 
     func requestCompleted(status: Int, latencyNanoseconds: UInt64) {
         completed.add(1, ordering: .relaxed)

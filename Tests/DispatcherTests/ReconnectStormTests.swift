@@ -12,10 +12,22 @@ import Testing
     static let storm = 20.0
 
     /// The engine as pushd sets it up (the default reconnect backoff) on one event loop.
-    private func engine(port: Int, material: MockMaterial) throws -> HTTP2Dispatcher {
+    private func engine(port: Int, material: MockMaterial, metrics: RecordingMetrics = RecordingMetrics()) throws -> HTTP2Dispatcher {
         var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 100)
         configuration.reconnectBackoff = ReconnectBackoff()
-        return try HTTP2Dispatcher(configuration: configuration)
+        return try HTTP2Dispatcher(configuration: configuration, metrics: metrics)
+    }
+
+    /// The most connections one loop may open in `seconds` of failed connections: the first,
+    /// then one after each backoff at its shortest (half the full delay, with the jitter).
+    static func connectionsAllowed(in seconds: Double, backoff: ReconnectBackoff = ReconnectBackoff()) -> Int {
+        var elapsed = 0.0
+        var failures = 0
+        while true {
+            failures += 1
+            elapsed += Double(backoff.delayMilliseconds(afterFailures: failures, unitRandom: 0.999_999)) / 1000
+            if elapsed > seconds { return failures }
+        }
     }
 
     /// `senders` requests in flight for `seconds`, each sent again as soon as its result is back;
@@ -73,6 +85,113 @@ import Testing
             // Nothing is stuck in the engine: every sender got its results back throughout.
             #expect(elapsed < Self.storm + 10)
             #expect(notSent > 0)
+        }
+    }
+    /// Results of the requests handed back unsent (after three failed connections in a row).
+    private static func handedBack(_ results: [DispatchResult]) -> Int {
+        results.filter { $0.response == nil && $0.transportError == nil }.count
+    }
+
+    /// After a storm: the mock answers again, requests are answered within the longest backoff
+    /// (4 s) and the run of failures ends (20 answers).
+    private func stormEnds(_ engine: HTTP2Dispatcher, _ server: APNsMockServer, _ metrics: RecordingMetrics) async throws {
+        try server.setFaults(.none)
+        let after = try await drive(engine, seconds: 6, senders: 5)
+        let answered = after.filter { $0.response?.status == 200 }.count
+        print("after the storm: \(answered) of \(after.count) answered 200; backoff runs ended \(metrics.backoffRunsEnded.load(ordering: .relaxed))")
+        #expect(answered > 100)
+        #expect(after.suffix(20).allSatisfy { $0.response?.status == 200 })
+        #expect(metrics.backoffRunsEnded.load(ordering: .relaxed) == 1, "the run of failed connections ended")
+    }
+
+    /// apns-mock resets every connection (TCP RST) as soon as it has read a request, as a
+    /// server going down does: each connection is established and sent a request, and never
+    /// answers. Each is one failed connection: the next waits out the backoff, the run is
+    /// announced once, and requests waiting are handed back from the third failure.
+    @Test func aConnectionResetStormWaitsOutTheBackoff() async throws {
+        let storm = 10.0
+        try await withMock({ configuration, _ in
+            configuration.faults = FaultConfiguration(resetRate: 1)
+        }) { server, port, material in
+            let metrics = RecordingMetrics()
+            let engine = try engine(port: port, material: material, metrics: metrics)
+            defer { engine.shutdown() }
+            let results = try await drive(engine, seconds: storm)
+            let stats = server.stats
+            let allowed = Self.connectionsAllowed(in: storm)
+            let backoffs = engine.statistics.reconnectBackoffs
+            print("""
+                TCP reset of every request for \(Int(storm)) s: \(stats.connectionsAccepted) connections accepted \
+                (the backoff allows \(allowed)), \(stats.requestsReceived) requests received, \(stats.connectionsReset) reset; \
+                \(backoffs) backoffs, \(metrics.backoffRunsStarted.load(ordering: .relaxed)) announced; \
+                \(Self.handedBack(results)) of \(results.count) results handed back unsent; causes \(metrics.backoffCauses)
+                """)
+            #expect(stats.connectionsAccepted <= allowed + 1, "the mock accepted \(stats.connectionsAccepted) connections")
+            #expect(stats.connectionsAccepted >= 3)
+            #expect(backoffs >= 3)
+            #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 1, "one run, announced once")
+            #expect(Self.handedBack(results) > 0)
+            #expect(results.allSatisfy { $0.response == nil })
+            try await stormEnds(engine, server, metrics)
+        }
+    }
+
+    /// apns-mock keeps each connection up but resets every stream it is sent (RST_STREAM
+    /// INTERNAL_ERROR, or REFUSED_STREAM, which libcurl answers by sending the request again on
+    /// a new connection by itself). A connection that never answers is a failed one: it is
+    /// retired and the next waits out the backoff, so requests are not sent again in a loop.
+    @Test(arguments: [2, 7])
+    func aStreamResetStormRetiresEachConnectionAndBacksOff(errorCode: Int) async throws {
+        let storm = 10.0
+        try await withMock({ configuration, _ in
+            configuration.faults = FaultConfiguration(streamResetRate: 1, streamResetErrorCode: errorCode)
+        }) { server, port, material in
+            let metrics = RecordingMetrics()
+            let engine = try engine(port: port, material: material, metrics: metrics)
+            defer { engine.shutdown() }
+            let results = try await drive(engine, seconds: storm)
+            let stats = server.stats
+            let allowed = Self.connectionsAllowed(in: storm)
+            print("""
+                RST_STREAM \(errorCode) on every stream for \(Int(storm)) s: \(stats.connectionsAccepted) connections accepted \
+                (the backoff allows \(allowed)), \(stats.requestsReceived) requests received, \(stats.streamsReset) streams reset; \
+                \(engine.statistics.reconnectBackoffs) backoffs, \(metrics.backoffRunsStarted.load(ordering: .relaxed)) announced; \
+                \(Self.handedBack(results)) of \(results.count) results handed back unsent; causes \(metrics.backoffCauses)
+                """)
+            #expect(stats.connectionsAccepted <= allowed + 1, "the mock accepted \(stats.connectionsAccepted) connections")
+            // A new connection carries one request until it answers: about one request per connection.
+            #expect(stats.requestsReceived <= 2 * (allowed + 1), "the mock was sent \(stats.requestsReceived) requests")
+            #expect(engine.statistics.reconnectBackoffs >= 3)
+            #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 1, "one run, announced once")
+            #expect(Self.handedBack(results) > 0)
+            try await stormEnds(engine, server, metrics)
+        }
+    }
+
+    /// Connections that answer and then end (a GOAWAY after 20 streams, a reset after 20) are
+    /// no failures: no backoff, everything answered. With 100 senders, libcurl sends the 80
+    /// streams each GOAWAY refuses again on a new connection by itself, all at once, and that
+    /// connection's GOAWAY comes before its first answers (nghttp2 sends it first): it answered
+    /// nonetheless. (A reset drops the answers not yet written: 10 senders keep the connections
+    /// libcurl opens under 20 streams, so each answers before its reset.)
+    @Test(arguments: [(FaultConfiguration(goawayAfterStreams: 20), 100), (FaultConfiguration(resetAfterStreams: 20), 10)])
+    func connectionsThatAnsweredAndThenEndAreNoFailures(faults: FaultConfiguration, senders: Int) async throws {
+        try await withMock({ configuration, _ in
+            configuration.faults = faults
+        }) { server, port, material in
+            let metrics = RecordingMetrics()
+            let engine = try engine(port: port, material: material, metrics: metrics)
+            defer { engine.shutdown() }
+            let results = try await drive(engine, seconds: 3, senders: senders)
+            let stats = server.stats
+            let answered = results.filter { $0.response?.status == 200 }.count
+            print("\(faults.goawayAfterStreams != nil ? "GOAWAY" : "reset") after 20 streams for 3 s: \(answered) of \(results.count) answered, "
+                  + "\(stats.connectionsAccepted) connections, \(engine.statistics.reconnectBackoffs) backoffs")
+            #expect(stats.connectionsAccepted >= 5)
+            #expect(engine.statistics.reconnectBackoffs == 0)
+            #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 0)
+            #expect(Self.handedBack(results) == 0)
+            #expect(answered > results.count * 9 / 10)
         }
     }
 }

@@ -1,10 +1,12 @@
 import Glibc
 
 /// The last `capacity` values inserted, for "seen before?" over an unbounded stream of ids.
-struct RecentSet {
+struct RecentSet: Equatable {
     private var members: Set<Int64> = []
     private var order: [Int64] = []
     let capacity: Int
+    /// The highest value let go to stay within `capacity` (`Int64.min` while none was).
+    private(set) var forgotten = Int64.min
 
     init(capacity: Int) { self.capacity = capacity }
 
@@ -14,7 +16,11 @@ struct RecentSet {
     mutating func insert(_ value: Int64) -> Bool {
         guard members.insert(value).inserted else { return false }
         order.append(value)
-        if order.count > capacity { members.remove(order.removeFirst()) }
+        if order.count > capacity {
+            let dropped = order.removeFirst()
+            members.remove(dropped)
+            forgotten = max(forgotten, dropped)
+        }
         return true
     }
 }

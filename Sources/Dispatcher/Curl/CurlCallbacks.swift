@@ -4,11 +4,17 @@ import Glibc
 
 // The per-transfer callbacks libcurl makes on the loop's thread while it runs a transfer.
 
+/// libcurl wants a new connection for a transfer: the loop may refuse it during a reconnect
+/// backoff (libcurl then fails the transfer as a refused connect, which the loop knows is none).
 let curlOpenSocketCallback: pushd_curl_opensocket_cb = { userData, _, address in
     guard let address else { return pushd_curl_bad_socket() }
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+    guard let owner = transfer.loop else { return pushd_curl_bad_socket() }
+    let loop = Unmanaged<CurlEventLoop>.fromOpaque(owner).takeUnretainedValue()
+    guard loop.mayOpenConnection(for: transfer) else { return pushd_curl_bad_socket() }
     let fd = socket(pushd_curl_sockaddr_family(address), pushd_curl_sockaddr_socktype(address) | Int32(SOCK_CLOEXEC.rawValue),
                     pushd_curl_sockaddr_protocol(address))
-    if fd >= 0 { Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketOpened(fd) }
+    if fd >= 0 { loop.socketOpened(fd) }
     return fd >= 0 ? fd : pushd_curl_bad_socket()
 }
 
@@ -23,14 +29,20 @@ let curlCloseSocketCallback: pushd_curl_closesocket_cb = { userData, fd in
 /// confirmed, so the loop learns here which connections were established.
 let curlPrereqCallback: pushd_curl_prereq_cb = { userData, _, _, _, localPort in
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+    let previous = (connection: transfer.connectionID, localPort: transfer.localPort)
     transfer.sends += 1
     transfer.localPort = localPort
-    if let loop = transfer.loop { Unmanaged<CurlEventLoop>.fromOpaque(loop).takeUnretainedValue().connectionUsed(localPort: localPort) }
+    let loop = transfer.loop.map { Unmanaged<CurlEventLoop>.fromOpaque($0).takeUnretainedValue() }
+    loop?.connectionUsed(localPort: localPort)
     var connection: curl_off_t = -1
     // The transfer is attached to its connection here, so libcurl's id for it is current.
     if pushd_curl_easy_getinfo_off(transfer.easy, CURLINFO_CONN_ID, &connection) == CURLE_OK {
         transfer.connectionID = Int64(connection)
         if transfer.sends == 1 { transfer.firstConnectionID = Int64(connection) }
+    }
+    // Sent again, on another connection: the one it went on ended without answering it.
+    if transfer.sends > 1, previous.connection >= 0, previous.connection != transfer.connectionID {
+        loop?.resentOffConnection(previous.connection, localPort: previous.localPort)
     }
     return pushd_curl_prereq_ok()
 }
@@ -53,7 +65,9 @@ let curlHeaderCallback: pushd_curl_data_cb = { data, size, count, userData in
     guard bytes >= 12, let data else { return bytes }
     let line = UnsafeRawBufferPointer(start: data, count: bytes)
     if let status = ResponseHeaderLine.status(line) {
-        Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue().status = status
+        let transfer = Unmanaged<CurlTransfer>.fromOpaque(userData!).takeUnretainedValue()
+        transfer.status = status
+        if let loop = transfer.loop { Unmanaged<CurlEventLoop>.fromOpaque(loop).takeUnretainedValue().answerArrived(on: transfer.connectionID) }
         return bytes
     }
     if let apnsID = ResponseHeaderLine.apnsID(line) {

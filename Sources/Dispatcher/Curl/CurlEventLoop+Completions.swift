@@ -33,6 +33,7 @@ extension CurlEventLoop {
             }
             finish(transfers[index], code: code, status: status, now: now)
         }
+        takeDeferredBackoffs()
         guard finished > 0 else { return 0 }
         sink.metrics.inFlightChanged(by: -finished)
         if lostThisBatch {
@@ -58,6 +59,7 @@ extension CurlEventLoop {
         if transfer.sends > 0 { pending.wentOnWire = true }
         freeTransfers.append(transfer.index)
         noteResends(transfer)
+        if transfer.heldBack { return holdBack(pending, transfer, now: now) }
         let curlCode = Int(code.rawValue)
         // The one place an answer's body is read: for the decision here and for the caller.
         let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
@@ -72,6 +74,10 @@ extension CurlEventLoop {
                 sink.metrics.reconnectBackoffEnded(failures: failures)
             }
             answerCounts.answered(on: transfer.connectionID)
+        }
+        if disposition.connectionLost {
+            connectionLost(transfer.connectionID, localPort: transfer.localPort, now: now, deferred: false,
+                           cause: "the connection ended before answering anything: \(transfer.failureMessage(code)) (libcurl error \(curlCode))")
         }
         if disposition.replaceConnection {
             let cause = status != 0 ? "HTTP \(status) \(errorBody?.reason?.rawValue ?? "")" : transfer.failureMessage(code)

@@ -52,6 +52,91 @@ extension CurlEventLoop {
                                                 unitRandom: Double.random(in: 0..<1, using: &random))), cause: cause)
     }
 
+    // MARK: - Connections that end without answering
+
+    /// From libcurl's open-socket callback: whether a connection may be opened now for
+    /// `transfer`. One that already went on a connection in this attempt is being sent again
+    /// by libcurl itself (that connection was reset or closed, or refused its stream), so that
+    /// connection ended without answering it. During a backoff no connection is opened, by the
+    /// loop's admissions or by libcurl: the transfer fails, held back, and its request waits in
+    /// the loop's queue like every other.
+    func mayOpenConnection(for transfer: CurlTransfer) -> Bool {
+        let now = monotonicNanoseconds()
+        if transfer.sends > 0 { resentOffConnection(transfer.connectionID, localPort: transfer.localPort, now: now) }
+        guard policy.mayOpenConnection(now: now) else {
+            transfer.heldBack = true
+            return false
+        }
+        return true
+    }
+
+    /// From libcurl's header callback: an answer's status line arrived on `connection`.
+    func answerArrived(on connection: Int64) {
+        policy.noteAnswer(on: connection)
+    }
+
+    /// From libcurl's callbacks: it sends a request again, on another connection, off
+    /// `connection` (at `localPort`), which ended without answering it. What the policy decides
+    /// is carried out once libcurl has returned (`takeDeferredBackoffs`): handing requests back
+    /// removes transfers, which libcurl forbids inside its callbacks.
+    func resentOffConnection(_ connection: Int64, localPort: Int32, now: UInt64 = monotonicNanoseconds()) {
+        connectionLost(connection, localPort: localPort, now: now, deferred: true,
+                       cause: "the connection ended before answering anything (libcurl sent its requests again)")
+    }
+
+    /// Requests on `connection` (at `localPort`) were left unanswered: it ended, or reset their
+    /// streams. If it never answered, it failed (`ConnectionPolicy.Event.connectionLost`): the
+    /// backoff is carried out now, or after libcurl returns when `deferred`.
+    func connectionLost(_ connection: Int64, localPort: Int32, now: UInt64, deferred: Bool, cause: @autoclosure () -> String) {
+        // Most losses are of connections that answered (a server's GOAWAY, a dropped path): no failure.
+        guard connection >= 0, !policy.hasAnswered(connection) else { return }
+        let socket = localPort > 0 ? openSockets.first { SocketAddress.localPort(of: $0) == localPort } : nil
+        let action = policy.handle(.connectionLost(connection: connection, socket: socket, now: now,
+                                                   unitRandom: Double.random(in: 0..<1, using: &random)))
+        guard case .backOff = action else { return }
+        if deferred {
+            deferredBackoffs.append((action, cause()))
+        } else {
+            backOff(action, cause: cause())
+        }
+    }
+
+    /// Carries out the backoffs decided inside libcurl's callbacks.
+    func takeDeferredBackoffs() {
+        guard !deferredBackoffs.isEmpty else { return }
+        let backoffs = deferredBackoffs
+        deferredBackoffs.removeAll(keepingCapacity: true)
+        for (action, cause) in backoffs { backOff(action, cause: cause) }
+        releaseSlots()
+    }
+
+    /// A transfer libcurl could not send again because the loop refused it a connection during
+    /// a backoff: its request waits in the queue for the backoff to end, its attempt counted
+    /// if it went on the wire; or, out of attempts or time, it is answered now.
+    func holdBack(_ pending: PendingRequest, _ transfer: CurlTransfer, now: UInt64) {
+        var pending = pending
+        transfer.heldBack = false
+        transfer.responseBody.removeAll(keepingCapacity: true)
+        // Nothing of it went out on this attempt: it was none.
+        if transfer.sends == 0 { pending.attempts -= 1 }
+        guard mayStart(pending, now: now) else {
+            answerPastDeadline(pending)
+            return
+        }
+        if pending.wentOnWire {
+            lostThisBatch = true
+            guard pending.attempts < configuration.maxAttempts else {
+                deliver(pending, outcome: .transportFailure(TransportError(
+                    code: CurlResultCode.receiveError.rawValue,
+                    message: "the connection ended without answering, and no new one is opened during the reconnect backoff")))
+                return
+            }
+            sink.counters.retried.add(1, ordering: .relaxed)
+            sink.metrics.requestRetried()
+        }
+        backlog.pushFront(pending)
+    }
+
     /// Carries out a backoff the policy decided: announced once per run, and from the third
     /// failure in a row what waits unsent goes back to the caller.
     func backOff(_ action: ConnectionPolicy.Action, cause: String) {

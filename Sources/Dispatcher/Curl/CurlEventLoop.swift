@@ -76,6 +76,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// A connection could not be opened in this completion batch (its libcurl code and message):
     /// the transfers that waited for it fail together, and that is one failure.
     var connectFailureThisBatch: (code: Int, message: String)?
+    /// Backoffs the policy decided inside libcurl's callbacks, with their causes, carried out
+    /// once libcurl has returned.
+    var deferredBackoffs: [(action: ConnectionPolicy.Action, cause: String)] = []
     /// Connections libcurl moved requests away from, already reported (libcurl never reuses an id).
     var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.

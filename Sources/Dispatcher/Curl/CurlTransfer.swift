@@ -21,6 +21,9 @@ final class CurlTransfer {
     private var errorBufferAttached = false
     private var method: DispatchRequest.Method = .post
     private(set) var freshConnect = false
+    /// libcurl wanted a new connection to send this request again and the loop refused it
+    /// during a reconnect backoff: the transfer ends as a connect failure that is none.
+    var heldBack = false
     /// Local port of the connection the latest send went on (from libcurl's pre-request callback).
     var localPort: Int32 = 0
     /// The event loop that owns this transfer (it outlives it): the pre-request callback tells
@@ -138,6 +141,7 @@ final class CurlTransfer {
         channelID = nil
         status = 0
         sends = 0
+        heldBack = false
         connectionID = -1
         firstConnectionID = -1
         return nil

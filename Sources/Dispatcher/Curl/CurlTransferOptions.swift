@@ -4,7 +4,8 @@ import Glibc
 extension CurlTransfer {
     /// A new easy handle with every option that stays the same for all requests; a rejected
     /// option fails here, at start-up or when the pool grows, never on a request.
-    /// `socketOwner` receives the open/close-socket callbacks; `errorBuffer` is the transfer's
+    /// `socketOwner` receives the open/close-socket callbacks (opening through the transfer,
+    /// which names the request a connection is opened for); `errorBuffer` is the transfer's
     /// `CURLOPT_ERRORBUFFER`, attached while it runs.
     static func make(index: Int, configuration config: DispatcherConfiguration, socketOwner: UnsafeMutableRawPointer,
                      errorBuffer: UnsafeMutablePointer<CChar>) throws(DispatcherConfigurationError) -> CurlTransfer {
@@ -46,7 +47,7 @@ extension CurlTransfer {
         check(pushd_curl_easy_setopt_prereq_cb(easy, curlPrereqCallback), "CURLOPT_PREREQFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PREREQDATA, transferPointer), "CURLOPT_PREREQDATA")
         check(pushd_curl_easy_setopt_opensocket_cb(easy, curlOpenSocketCallback), "CURLOPT_OPENSOCKETFUNCTION")
-        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_OPENSOCKETDATA, socketOwner), "CURLOPT_OPENSOCKETDATA")
+        check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_OPENSOCKETDATA, transferPointer), "CURLOPT_OPENSOCKETDATA")
         check(pushd_curl_easy_setopt_closesocket_cb(easy, curlCloseSocketCallback), "CURLOPT_CLOSESOCKETFUNCTION")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_CLOSESOCKETDATA, socketOwner), "CURLOPT_CLOSESOCKETDATA")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, config.connectTimeoutMilliseconds), "CURLOPT_CONNECTTIMEOUT_MS")

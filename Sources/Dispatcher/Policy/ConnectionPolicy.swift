@@ -18,6 +18,11 @@ struct ConnectionPolicy: Equatable {
         /// `connection` on `socket` failed at `now` (503 Shutdown, no answer in time): it takes no
         /// new stream, and its replacement waits out a backoff; `unitRandom` in [0, 1) places it.
         case connectionFailed(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double)
+        /// Requests sent on the established `connection` (on `socket`) ended at `now` without an
+        /// answer: it was reset or closed, sent a GOAWAY before taking them, or reset their
+        /// streams. Unless it ever answered, it failed: it takes no new stream, and its
+        /// replacement waits out a backoff; `unitRandom` in [0, 1) places it.
+        case connectionLost(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double)
         /// No transfer remains on (or may still join) the retired `connection`.
         case drained(connection: Int64)
         /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
@@ -76,6 +81,10 @@ struct ConnectionPolicy: Equatable {
     private(set) var retiring: [Int64: Int32?] = [:]
     /// Connection ids already retired; libcurl never reuses an id, so a late event for one is ignored.
     private var retired: Set<Int64> = []
+    /// Connections an answer arrived on (the most recent ones), and the last of them, which
+    /// most answers come on, so that the common answer costs one comparison.
+    private(set) var answeredConnections = RecentSet(capacity: 256)
+    private var lastAnswered: Int64 = -1
 
     init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed) {
         failureRun = FailureRun(backoff: backoff)
@@ -104,6 +113,27 @@ struct ConnectionPolicy: Equatable {
     /// When a backoff holds admissions, the time it ends.
     func backoffDeadline(now: UInt64) -> UInt64? { failureRun.until > now ? failureRun.until : nil }
 
+    /// Whether a connection may be opened at `now`: not during a backoff. Admissions stop new
+    /// requests; this also stops libcurl, which on its own sends a request again on a new
+    /// connection when the one it went on was reset or refused its stream.
+    func mayOpenConnection(now: UInt64) -> Bool { now >= failureRun.until }
+
+    /// An answer's status line arrived on `connection`. The loop says so from libcurl's header
+    /// callback, before the transfer finishes: a GOAWAY read with the connection's first
+    /// answers makes libcurl send the refused requests again at once, and their connection
+    /// must then already count as one that answered.
+    mutating func noteAnswer(on connection: Int64) {
+        guard connection != lastAnswered else { return }
+        lastAnswered = connection
+        if connection >= 0 { _ = answeredConnections.insert(connection) }
+    }
+
+    /// Whether an answer ever arrived on `connection`. One older than every connection
+    /// remembered is taken to have answered: only a connection that has answered lives that long.
+    func hasAnswered(_ connection: Int64) -> Bool {
+        connection == lastAnswered || answeredConnections.contains(connection) || connection <= answeredConnections.forgotten
+    }
+
     mutating func handle(_ event: Event) -> Action {
         switch event {
         case .connectionOpened:
@@ -125,6 +155,7 @@ struct ConnectionPolicy: Equatable {
             return .setConnectionLimit(limit)
         case .answered(let connection, let now):
             cold = false
+            noteAnswer(on: connection)
             newestAnswered = max(newestAnswered, connection)
             if let above = opensAbove, connection > above { opensAbove = nil }
             if case .ended(let failures) = failureRun.handle(.answered(now: now)) { return .backoffEnded(failures: failures) }
@@ -136,6 +167,14 @@ struct ConnectionPolicy: Equatable {
             // One failed connection is one failure, however many of its streams report it; one
             // whose id is not known (it never connected) counts each time.
             if connection >= 0, !retire(connection, socket: socket) { return retiring.isEmpty ? .none : .holdAdmissions }
+            return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
+        case .connectionLost(let connection, let socket, let now, let unitRandom):
+            // A connection that answered and then ended (a GOAWAY, an idle close, a reset) did
+            // its work; its unanswered requests simply go again. One that never answered is a
+            // failed connection, once however many of its streams report it, whether it was
+            // reset, closed or reset every stream it was sent.
+            guard connection >= 0, !hasAnswered(connection) else { return .none }
+            guard retire(connection, socket: socket) else { return retiring.isEmpty ? .none : .holdAdmissions }
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .drained(let connection):
             guard let socket = retiring.removeValue(forKey: connection) else { return .none }

@@ -12,6 +12,10 @@ struct TransferDisposition: Equatable {
     /// The retired connection failed (503 Shutdown, no answer in time): its replacement waits
     /// out a backoff, unlike one retired in order (IdleTimeout, a provider token to replace).
     var connectionFailed = false
+    /// No answer came on the connection the request went on: it ended (reset, closed, a GOAWAY
+    /// before this stream) or reset the stream. A failure of that connection if it never
+    /// answered (`ConnectionPolicy.Event.connectionLost`).
+    var connectionLost = false
 
     static let deliver = TransferDisposition(retry: false, replaceConnection: false, connectFailed: false)
 
@@ -42,7 +46,7 @@ struct TransferDisposition: Equatable {
         case .http2, .http2Stream, .sendError, .receiveError, .gotNothing, .partialFile:
             // No response header arrived: a GOAWAY above this stream's id, a reset stream or a
             // dropped connection left the request unanswered, and HTTP/2 lets it go elsewhere.
-            return TransferDisposition(retry: canRetry, replaceConnection: false, connectFailed: false)
+            return TransferDisposition(retry: canRetry, replaceConnection: false, connectFailed: false, connectionLost: true)
         case .operationTimedOut:
             return TransferDisposition(retry: canRetry, replaceConnection: true, connectFailed: false, connectionFailed: true)
         default:

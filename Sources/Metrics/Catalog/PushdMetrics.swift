@@ -110,7 +110,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsReconnectBackoffs = try registry.counter(
             "pushd_apns_reconnect_backoffs_total",
-            help: "Runs of failed connections to APNs (connect, TLS, 503 Shutdown, no answer in time) after which an event loop waits 250 ms doubling to 4 s before each new connection.",
+            help: "Runs of failed connections to APNs (connect, TLS, 503 Shutdown, no answer in time, ended before answering anything) after which an event loop waits 250 ms doubling to 4 s before each new connection.",
             labels: target)
         apnsUnavailable = try registry.gauge(
             "pushd_apns_unavailable",
