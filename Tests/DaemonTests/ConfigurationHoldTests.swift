@@ -168,9 +168,12 @@ import Testing
             let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="CannotCreateChannelConfig"} 1"#
             #expect(DaemonHarness.wait(seconds: 20) { pipeline.context.metrics.registry.expositionText().contains(held) })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed'") == 0)
-            let outcome = try connection.query("SELECT state, coalesce(outcome, '') FROM pushd.channels WHERE id = $1", [second])
-            #expect(try outcome.require(String.self, row: 0, column: 0) != "active")
-            #expect(try outcome.require(String.self, row: 0, column: 1).contains("CannotCreateChannelConfig"))
+            // The hold is set a moment before the request's row is put back with its outcome.
+            #expect(DaemonHarness.wait(seconds: 10) {
+                let outcome = try? connection.query("SELECT state, coalesce(outcome, '') FROM pushd.channels WHERE id = $1", [second])
+                return (try? outcome?.require(String.self, row: 0, column: 0)) == "pending_create"
+                    && (try? outcome?.require(String.self, row: 0, column: 1))??.contains("CannotCreateChannelConfig") == true
+            })
 
             let channel = try connection.query("SELECT channel_id FROM pushd.channels WHERE id = $1", [first]).require(String.self, row: 0, column: 0)
             try connection.query("SELECT pushd.delete_channel('shop', $1)", [channel])
