@@ -3,7 +3,7 @@ import Testing
 
 @Suite struct ResponseClassifierTests {
     enum Expected: Sendable {
-        case prune, deadLetter, deadLetterFlaggingConfiguration, retry, refreshToken, reconnect, configuration
+        case prune, deadLetter, hold(ConfigurationScope), retry, refreshToken, reconnect, configuration
     }
 
     /// DESIGN.md section 4, one row per reason.
@@ -14,7 +14,7 @@ import Testing
         (400, .invalidPushType, .deadLetter), (400, .missingDeviceToken, .deadLetter), (400, .missingTopic, .deadLetter),
         (400, .payloadEmpty, .deadLetter),
         (400, .idleTimeout, .reconnect),
-        (400, .topicDisallowed, .deadLetterFlaggingConfiguration),
+        (400, .topicDisallowed, .hold(.topic)),
         (403, .expiredProviderToken, .refreshToken),
         (403, .invalidProviderToken, .configuration), (403, .missingProviderToken, .configuration),
         (403, .badCertificate, .configuration), (403, .badCertificateEnvironment, .configuration),
@@ -28,8 +28,8 @@ import Testing
         (503, .serviceUnavailable, .reconnect), (503, .shutdown, .reconnect),
         (400, .missingChannelId, .deadLetter), (400, .badChannelId, .deadLetter), (400, .missingPushType, .deadLetter),
         (404, .channelNotRegistered, .deadLetter),
-        (400, .cannotCreateChannelConfig, .deadLetterFlaggingConfiguration),
-        (400, .featureNotEnabled, .deadLetterFlaggingConfiguration),
+        (400, .cannotCreateChannelConfig, .hold(.channelCreation)),
+        (400, .featureNotEnabled, .hold(.broadcast)),
     ]
 
     @Test func tableCoversEveryKnownReason() {
@@ -46,11 +46,14 @@ import Testing
         switch (expected, action) {
         case (.prune, .pruneToken(let ts)):
             #expect(ts == (status == 410 ? 1_700_000_000_000 : nil))
-        case (.deadLetter, .deadLetter(let why, let flags)):
-            #expect(!flags)
+        case (.deadLetter, .deadLetter(let why)):
             #expect(!why.isEmpty)
-        case (.deadLetterFlaggingConfiguration, .deadLetter(_, let flags)):
-            #expect(flags)
+        case (.hold(let scope), .holdScope(let held, let heldReason, let why)):
+            #expect(held == scope)
+            #expect(heldReason == reason)
+            #expect(scope.reason == reason)
+            #expect(!action.retries)
+            #expect(why.contains(reason.rawValue))
         case (.retry, .retry), (.refreshToken, .refreshProviderTokenThenRetry), (.reconnect, .reconnectThenRetry):
             #expect(action.retries)
         case (.configuration, .configurationError(let r)):
@@ -94,5 +97,24 @@ import Testing
 
     @Test func transportFailuresReconnect() {
         #expect(ResponseClassifier.transportFailure == .reconnectThenRetry)
+    }
+
+    /// An answer that blames the app's configuration holds its scope and says what to fix:
+    /// never a dead letter, which would fail every notification of that scope one by one.
+    @Test func configurationAnswersHoldTheirScopeAndNameTheFix() {
+        guard case .holdScope(.topic, _, let topic) = ResponseClassifier.classify(status: 400, reason: .topicDisallowed, timestamp: nil) else {
+            Issue.record("TopicDisallowed must hold the topic"); return
+        }
+        #expect(topic.contains("bundle_id") && topic.contains("team"))
+        guard case .holdScope(.broadcast, _, let broadcast) = ResponseClassifier.classify(status: 400, reason: .featureNotEnabled, timestamp: nil) else {
+            Issue.record("FeatureNotEnabled must hold the app's broadcasts"); return
+        }
+        #expect(broadcast.contains("Broadcast Push capability"))
+        guard case .holdScope(.channelCreation, _, let channels) = ResponseClassifier.classify(status: 400, reason: .cannotCreateChannelConfig, timestamp: nil) else {
+            Issue.record("CannotCreateChannelConfig must hold channel creation"); return
+        }
+        #expect(channels.contains("delete channels"))
+        #expect(Set(ConfigurationScope.allCases.map(\.reason)) == [.topicDisallowed, .featureNotEnabled, .cannotCreateChannelConfig])
+        #expect(ConfigurationScope.topic.describe(topic: "com.example.shop.voip") == "topic com.example.shop.voip")
     }
 }

@@ -21,11 +21,15 @@ final class DaemonHarness: @unchecked Sendable {
     let keyFile: String
     private(set) var mock: APNsMockServer
     let mockPort: UInt16
-    private let mockConfiguration: MockConfiguration
+    private var mockConfiguration: MockConfiguration
 
     /// - Parameter trustedKeyPEM: the public key the mock trusts for `keyID`; nil trusts pushd's own.
+    /// - Parameter allowedBundleIDs: the bundle ids the mock lets pushd's key push to (TopicDisallowed
+    ///   for any other); empty allows every one.
+    /// - Parameter disallowedTopics: topics the mock refuses (TopicDisallowed) although their bundle id is allowed.
     init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
-         maxStreams: Int = 1000, providerTokenUpdateWindowSeconds: Int = 1200) throws {
+         maxStreams: Int = 1000, providerTokenUpdateWindowSeconds: Int = 1200, allowedBundleIDs: [String] = [],
+         disallowedTopics: [String] = [], maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit) throws {
         self.database = database
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-daemon-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -50,6 +54,9 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.faults = faults
         configuration.providerTokenUpdateWindowSeconds = providerTokenUpdateWindowSeconds
         configuration.channelManagementPort = 0
+        configuration.allowedBundleIDs = allowedBundleIDs
+        configuration.disallowedTopics = disallowedTopics
+        configuration.maxChannelsPerApp = maxChannelsPerApp
         mock = try APNsMockServer(configuration: configuration)
         mockPort = try mock.start()
         configuration.port = mockPort
@@ -63,6 +70,14 @@ final class DaemonHarness: @unchecked Sendable {
         mock.stop()
         mock = try APNsMockServer(configuration: mockConfiguration)
         _ = try mock.start()
+    }
+
+    /// A new apns-mock on the same port that lets pushd's key push to `allowedBundleIDs` (empty:
+    /// any), as APNs does once the key or the bundle id is fixed in the developer account.
+    func restartMock(allowedBundleIDs: [String], disallowedTopics: [String] = []) throws {
+        mockConfiguration.allowedBundleIDs = allowedBundleIDs
+        mockConfiguration.disallowedTopics = disallowedTopics
+        try restartMock()
     }
 
     deinit {

@@ -95,8 +95,8 @@ import Testing
             let second = try await management.send(ChannelRequest(bundleID: Self.bundleID, operation: .create(.noMessageStored)))
             #expect(second.response?.status == 400)
             #expect(second.response?.reason == .cannotCreateChannelConfig)
-            #expect(second.action == .deadLetter(why: "the app has as many channels as APNs allows (CannotCreateChannelConfig); delete channels no longer used",
-                                                 flagsConfiguration: true))
+            #expect(second.action == .holdScope(.channelCreation, reason: .cannotCreateChannelConfig,
+                                                why: "the app has as many channels as APNs allows (CannotCreateChannelConfig); delete channels no longer used"))
         }
     }
 

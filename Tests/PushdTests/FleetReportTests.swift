@@ -75,6 +75,21 @@ import Testing
         #expect(report.problems == ["app shop is paused on a/10: InvalidProviderToken"])
     }
 
+    /// A held scope travels in the heartbeat's `paused` map as "app scope": it degrades the
+    /// fleet, and is shown as a scope of its app rather than as an app of that name.
+    @Test func aHeldScopeDegradesAndIsShownAsAScopeOfItsApp() throws {
+        let why = "APNs does not allow the app's credentials to push to this topic (TopicDisallowed); check the app's bundle_id"
+        let report = FleetReport(Self.snapshot([Self.instance("a", paused: ["shop topic com.example.shop.voip (production)": why]),
+                                                Self.instance("b")]))
+        #expect(report.paused == [FleetReport.PausedApp(app: "shop", scope: "topic com.example.shop.voip (production)", reason: why,
+                                                        instance: "a/10")])
+        #expect(report.problems == ["app shop: sending of topic com.example.shop.voip (production) is held on a/10, its notifications are kept: \(why)"])
+        let lines = report.lines(now: Timestamp(timeIntervalSince1970: 1_800_000_000))
+        #expect(lines.contains { $0.contains("shop") && $0.contains("topic com.example.shop.voip (production)") && $0.contains("a/10") })
+        let json = try report.json(now: Timestamp(timeIntervalSince1970: 1_800_000_000), pretty: false)
+        #expect(json.contains(#""scope":"topic com.example.shop.voip (production)""#))
+    }
+
     @Test func transactionalJobsDueForOverAMinuteDegrade() {
         let late = FleetReport(Self.snapshot([Self.instance("a")], lanes: [
             LaneDepth(lane: .transactional, app: "shop", due: 2, scheduled: 0, oldestAge: 75),

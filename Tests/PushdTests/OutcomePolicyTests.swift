@@ -51,6 +51,23 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(verdict(.response(status: 403, body: Self.body(#"{"reason":"BadEnvironmentKeyIdInToken"}"#))) == .pauseApp(reason: "BadEnvironmentKeyIdInToken"))
     }
 
+    /// TopicDisallowed used to be a dead letter: every job of a misconfigured topic failed one by
+    /// one. It holds the topic now, whatever the attempt or the time already waited.
+    @Test(arguments: [("TopicDisallowed", ConfigurationScope.topic), ("FeatureNotEnabled", .broadcast),
+                      ("CannotCreateChannelConfig", .channelCreation)])
+    func configurationAnswersHoldTheirScopeAndKeepTheJob(reason: String, scope: ConfigurationScope) {
+        for (attempt, waited) in [(1, 0.0), (40, 100_000.0)] {
+            guard case .hold(let held, let heldReason, let why) = verdict(.response(status: 400, body: Self.body(#"{"reason":"\#(reason)"}"#)),
+                                                                          attempt: attempt, waited: waited) else {
+                Issue.record("\(reason) at attempt \(attempt): not a hold")
+                continue
+            }
+            #expect(held == scope)
+            #expect(heldReason == reason)
+            #expect(why.contains(reason))
+        }
+    }
+
     @Test func expiredProviderTokenRetriesWithARefresh() {
         guard case .retry(let at, let reason, let refresh, true) = verdict(.response(status: 403, body: Self.body(#"{"reason":"ExpiredProviderToken"}"#))) else {
             Issue.record("not a retry")

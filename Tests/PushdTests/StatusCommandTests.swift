@@ -15,7 +15,7 @@ import Testing
             let text = run.output.text
             #expect(text.hasPrefix("pushd status at "))
             #expect(text.contains(": DEGRADED\n  problem: no live pushd instance: nothing is being sent"))
-            for heading in ["Instances: 0 alive, 0 gone", "Queue", "Campaigns", "Dead letters in the last hour", "Paused apps"] {
+            for heading in ["Instances: 0 alive, 0 gone", "Queue", "Campaigns", "Dead letters in the last hour", "Paused apps and held scopes"] {
                 #expect(text.contains("\n\(heading)\n"), "\(heading) missing in:\n\(text)")
             }
         }

@@ -10,6 +10,9 @@ public struct APNsRequestValidator: Sendable {
     /// the bundle id left after removing the push type's suffix is in the set (for `mdm`, the
     /// topic itself).
     public var allowedBundleIDs: Set<String>?
+    /// Topics refused although their bundle id is allowed, as APNs refuses a topic the
+    /// credentials do not cover (a certificate without the VoIP topic, a capability not enabled).
+    public var disallowedTopics: Set<String> = []
     /// The topic a certificate connection implies when `apns-topic` is absent (a certificate
     /// for a single bundle id). nil makes `apns-topic` required, as with token authentication.
     public var defaultTopic: String?
@@ -76,6 +79,7 @@ public struct APNsRequestValidator: Sendable {
             let bundleID = pushType == .mdm ? resolvedTopic : (pushType.bundleID(fromTopic: resolvedTopic) ?? resolvedTopic)
             if !allowedBundleIDs.contains(bundleID) { return .rejected(status: 400, reason: .topicDisallowed) }
         }
+        if disallowedTopics.contains(resolvedTopic) { return .rejected(status: 400, reason: .topicDisallowed) }
 
         if let apnsID, !APNsID.isCanonical(apnsID) { return .rejected(status: 400, reason: .badMessageId) }
 

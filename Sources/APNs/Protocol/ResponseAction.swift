@@ -12,9 +12,13 @@ public enum ResponseAction: Sendable, Hashable {
     case refreshProviderTokenThenRetry
     /// The connection is no longer usable: open another one, then retry after a backoff.
     case reconnectThenRetry
-    /// Retrying cannot help; record the job as dead. `flagsConfiguration` asks the operator
-    /// to look at the app's settings too (for example a topic the credentials may not use).
-    case deadLetter(why: String, flagsConfiguration: Bool = false)
+    /// Retrying cannot help; record the job as dead.
+    case deadLetter(why: String)
+    /// The app's configuration does not allow this kind of request (a topic its credentials
+    /// may not use, broadcast push not enabled, no room for another channel): nothing of that
+    /// `scope` can succeed until the operator fixes it. Hold sending for the scope, keep the
+    /// notification and everything behind it, and say `why` and what to fix.
+    case holdScope(ConfigurationScope, reason: APNsReason, why: String)
     /// The app's credentials or environment are wrong: stop sending for that app, alert, and
     /// keep its jobs for after the fix.
     case configurationError(reason: APNsReason)
@@ -23,7 +27,7 @@ public enum ResponseAction: Sendable, Hashable {
     public var retries: Bool {
         switch self {
         case .retry, .refreshProviderTokenThenRetry, .reconnectThenRetry: return true
-        case .delivered, .pruneToken, .deadLetter, .configurationError: return false
+        case .delivered, .pruneToken, .deadLetter, .holdScope, .configurationError: return false
         }
     }
 }

@@ -16,8 +16,11 @@ public enum ResponseClassifier {
         case .badCollapseId, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
              .duplicateHeaders, .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty:
             return .deadLetter(why: "APNs rejected the request as malformed (\(reason)); fix the sender, retrying cannot help")
+        // Configuration, not the notification: every request of the same scope gets the same
+        // answer until the operator fixes it, so the scope is held and its work kept.
         case .topicDisallowed:
-            return .deadLetter(why: "APNs does not allow these credentials to push to this topic (TopicDisallowed); check the app's topic and key", flagsConfiguration: true)
+            return .holdScope(.topic, reason: reason,
+                              why: "APNs does not allow the app's credentials to push to this topic (TopicDisallowed); check the app's bundle_id, that its signing key belongs to the team that owns the bundle id (or that its certificate covers this topic), and that the capability behind the topic's suffix is enabled")
         case .badPath, .methodNotAllowed:
             return .deadLetter(why: "APNs rejected the request line (\(reason)); this is a sender bug")
         case .payloadTooLarge:
@@ -28,11 +31,13 @@ public enum ResponseClassifier {
         case .channelNotRegistered:
             return .deadLetter(why: "the channel does not exist in this environment (ChannelNotRegistered); it was deleted or never created there")
         case .cannotCreateChannelConfig:
-            return .deadLetter(why: "the app has as many channels as APNs allows (CannotCreateChannelConfig); delete channels no longer used", flagsConfiguration: true)
+            return .holdScope(.channelCreation, reason: reason,
+                              why: "the app has as many channels as APNs allows (CannotCreateChannelConfig); delete channels no longer used")
         // Not a credential failure of the app as a whole: its ordinary pushes still work, so
-        // the app is not stopped, only this request refused and the configuration flagged.
+        // only its broadcasts and channel requests are held.
         case .featureNotEnabled:
-            return .deadLetter(why: "broadcast push is not enabled for this app's bundle id or key (FeatureNotEnabled)", flagsConfiguration: true)
+            return .holdScope(.broadcast, reason: reason,
+                              why: "broadcast push is not enabled for this app's bundle id or key (FeatureNotEnabled); enable the Broadcast Push capability for the bundle id in the developer account")
 
         case .expiredProviderToken:
             return .refreshProviderTokenThenRetry

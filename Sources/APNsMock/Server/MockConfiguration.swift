@@ -37,6 +37,9 @@ public struct MockConfiguration: Sendable {
     /// Bundle ids a client may post to (a topic is allowed when its bundle id, the topic
     /// without the push type's suffix, is listed); empty means any (TopicDisallowed otherwise).
     public var allowedBundleIDs: [String] = []
+    /// Topics answered TopicDisallowed although their bundle id is allowed (`com.example.app.voip`
+    /// for a certificate that covers the app but not its VoIP topic).
+    public var disallowedTopics: [String] = []
     /// Event-loop threads, each with its own SO_REUSEPORT listener.
     public var loopThreads: Int = 1
     public var faults: FaultConfiguration = .none

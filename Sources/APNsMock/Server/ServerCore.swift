@@ -38,8 +38,7 @@ final class ServerCore: Sendable {
         }
         settings = LogicSettings(
             maxConcurrentStreams: configuration.maxConcurrentStreams,
-            validator: APNsRequestValidator(
-                allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
+            validator: Self.validator(configuration),
             tokenVerifier: verifier, startAtOneStream: startAtOne,
             providerTokenUpdateWindowSeconds: Int64(configuration.providerTokenUpdateWindowSeconds),
             certificateMode: clientCA != nil, logsAccepted: configuration.logsAccepted,
@@ -47,6 +46,13 @@ final class ServerCore: Sendable {
             broadcastJudge: BroadcastRequestJudge(
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
             channels: ChannelRegistry(maximumPerApp: configuration.maxChannelsPerApp))
+    }
+
+    private static func validator(_ configuration: MockConfiguration) -> APNsRequestValidator {
+        var validator = APNsRequestValidator(
+            allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs))
+        validator.disallowedTopics = Set(configuration.disallowedTopics)
+        return validator
     }
 
     func nextConnectionID() -> UInt64 { connectionCounter.add(1, ordering: .relaxed).newValue }

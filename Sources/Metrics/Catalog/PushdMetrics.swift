@@ -31,6 +31,7 @@ public struct PushdMetrics: Sendable {
     // Provider tokens
     public let jwtRefreshes: CounterFamily
     public let appPaused: GaugeFamily
+    public let sendingHeld: GaugeFamily
     public let jwtAge: CallbackFamily
 
     // Queue
@@ -141,6 +142,10 @@ public struct PushdMetrics: Sendable {
             "pushd_app_paused",
             help: "1 while sending for the app is paused because APNs rejected its credentials or TLS refused a certificate, else 0.",
             labels: ["app"])
+        sendingHeld = try registry.gauge(
+            "pushd_sending_held",
+            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled the app's broadcasts, CannotCreateChannelConfig its channel creation. 0 when none.",
+            labels: ["app", "environment", "reason"])
         jwtAge = try registry.callbackGauge(
             "pushd_jwt_age_seconds",
             help: "Age of the provider token (JWT) in use; APNs rejects tokens older than 3600 s.",
@@ -302,6 +307,10 @@ public struct PushdMetrics: Sendable {
 
     public func paused(app: String) -> Gauge {
         appPaused.bound([app])
+    }
+
+    public func sendingHeld(app: String, environment: String, reason: String) -> Gauge {
+        sendingHeld.bound([app, environment, reason])
     }
 
     public func configured(app: String) -> Gauge {

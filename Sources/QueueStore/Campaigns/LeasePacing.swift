@@ -16,3 +16,27 @@ extension CampaignStore {
             """)).get(Double.self, row: 0, column: 0)
     }
 }
+
+extension CampaignStore {
+    /// Keeps a running campaign from being leased by any instance for `seconds`: a scope it
+    /// sends to is held (its topic refused to the app's credentials), so its chunks stay at
+    /// their checkpoints and the campaigns after it are leased meanwhile instead of waiting
+    /// behind it. One write per campaign and period, none per target.
+    public func deferLeases(_ connection: PGConnection, campaignID: Int64, seconds: Double) throws {
+        try connection.query(connection.prepared("""
+            UPDATE pushd.campaigns
+            SET next_lease_at = greatest(coalesce(next_lease_at, now()), now() + make_interval(secs => $2))
+            WHERE id = $1 AND status = 'running'
+            """), [campaignID, seconds])
+    }
+
+    /// Ends `deferLeases` for `campaignIDs` (the hold ended): leasable now; a capped
+    /// campaign keeps its pace from here.
+    public func undeferLeases(_ connection: PGConnection, campaignIDs: [Int64]) throws {
+        try connection.query("""
+            UPDATE pushd.campaigns
+            SET next_lease_at = CASE WHEN rate_limit IS NULL THEN NULL ELSE least(next_lease_at, now()) END
+            WHERE id = ANY ($1::bigint[]) AND status = 'running'
+            """, [campaignIDs])
+    }
+}

@@ -8,7 +8,7 @@ import QueueStore
 /// Degraded (exit code 1) when any of these holds: no live instance; an instance silent
 /// for over a minute (gone, not yet cleaned up); live instances serving different app
 /// sets; due work of an app that no live instance serves; an app paused for its
-/// credentials; a transactional or broadcast job due for longer than a minute; a channel
+/// credentials; a scope of an app held for its configuration (TopicDisallowed, …); a transactional or broadcast job due for longer than a minute; a channel
 /// request (create or delete) due for longer than a minute, or waiting for an app no live
 /// instance serves. Mixed versions (a rolling upgrade), dead letters, failed channels and
 /// retries are shown but do not degrade.
@@ -41,10 +41,33 @@ struct FleetReport: Sendable {
         }
     }
 
+    /// An app paused as a whole (`scope` nil), or one scope of it held (a topic APNs refuses
+    /// to its credentials, its broadcasts, its channel creation).
     struct PausedApp: Sendable, Hashable {
         var app: String
+        var scope: String?
         var reason: String
         var instance: String
+
+        init(app: String, scope: String? = nil, reason: String, instance: String) {
+            self.app = app
+            self.scope = scope
+            self.reason = reason
+            self.instance = instance
+        }
+
+        /// From a key of `pushd.instances.paused`: "shop", or "shop topic com.example.shop.voip (sandbox)".
+        init(key: String, reason: String, instance: String) {
+            if let space = key.firstIndex(of: " ") {
+                app = String(key[..<space])
+                scope = String(key[key.index(after: space)...])
+            } else {
+                app = key
+                scope = nil
+            }
+            self.reason = reason
+            self.instance = instance
+        }
     }
 
     var instances: [Instance]
@@ -78,8 +101,8 @@ struct FleetReport: Sendable {
         deadLetters = snapshot.deadLettersLastHour
         broadcast = snapshot.broadcast.map { ($0, served.contains($0.app)) }
         paused = live.flatMap { record in
-            record.paused.map { PausedApp(app: $0.key, reason: $0.value, instance: record.registration.id) }
-        }.sorted { ($0.app, $0.instance) < ($1.app, $1.instance) }
+            record.paused.map { PausedApp(key: $0.key, reason: $0.value, instance: record.registration.id) }
+        }.sorted { ($0.app, $0.scope ?? "", $0.instance) < ($1.app, $1.scope ?? "", $1.instance) }
 
         var problems = [String]()
         var notes = [String]()
@@ -109,7 +132,11 @@ struct FleetReport: Sendable {
             problems.append("\(count) due notification(s) of app \(app), which no live instance serves, are waiting")
         }
         for app in paused {
-            problems.append("app \(app.app) is paused on \(app.instance): \(app.reason)")
+            if let scope = app.scope {
+                problems.append("app \(app.app): sending of \(scope) is held on \(app.instance), its notifications are kept: \(app.reason)")
+            } else {
+                problems.append("app \(app.app) is paused on \(app.instance): \(app.reason)")
+            }
         }
         for record in live {
             for (app, detail) in record.apnsUnavailable.sorted(by: { $0.key < $1.key }) {
@@ -210,11 +237,12 @@ struct FleetReport: Sendable {
             lines += TextTable.render([["APP", "REASON", "COUNT"]] + deadLetters.map { [$0.app, $0.reason, String($0.count)] }).map { "  " + $0 }
         }
 
-        lines += ["", "Paused apps"]
+        lines += ["", "Paused apps and held scopes"]
         if paused.isEmpty {
             lines.append("  none")
         } else {
-            lines += TextTable.render([["APP", "INSTANCE", "REASON"]] + paused.map { [$0.app, $0.instance, $0.reason] }).map { "  " + $0 }
+            lines += TextTable.render([["APP", "SCOPE", "INSTANCE", "REASON"]]
+                                      + paused.map { [$0.app, $0.scope ?? "all sending", $0.instance, $0.reason] }).map { "  " + $0 }
         }
         return lines
     }
@@ -266,6 +294,8 @@ struct FleetReport: Sendable {
         }
         struct Paused: Encodable {
             var app, instance, reason: String
+            /// nil when the whole app is paused; else the held scope.
+            var scope: String?
         }
         struct Broadcast: Encodable {
             struct Channels: Encodable {
@@ -330,7 +360,7 @@ struct FleetReport: Sendable {
                              percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit)
             },
             deadLettersLastHour: deadLetters.map { .init(app: $0.app, reason: $0.reason, count: $0.count) },
-            pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason) },
+            pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason, scope: $0.scope) },
             broadcast: broadcast.map { status, served in
                 .init(app: status.app, served: served,
                       channels: .init(active: status.activeChannels, pendingCreate: status.pendingCreates,

@@ -14,7 +14,8 @@ import Synchronization
 /// check, the credentials, the pipeline; then ready. SIGTERM or SIGINT: not ready, stop
 /// claiming, settle what is in flight within `shutdown.drain_timeout_s`, exit 0. A
 /// second signal exits at once; nothing is lost either way, since unsettled work is
-/// claimed again. SIGHUP reopens the log file and resumes apps paused for their credentials.
+/// claimed again. SIGHUP reopens the log file, resumes apps paused for their credentials and
+/// ends scopes held for their configuration (TopicDisallowed, …).
 enum RunCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         let file = parsed.value("config") ?? CommandContext.defaultConfigPath
@@ -59,7 +60,7 @@ enum RunCommand {
                 switch number {
                 case SIGHUP:
                     sink.reopen()
-                    logger.notice("SIGHUP: reopened the log; paused apps will be resumed")
+                    logger.notice("SIGHUP: reopened the log; paused apps will be resumed and held scopes ended")
                     state.hangups.wrappingAdd(1, ordering: .relaxed)
                 default:
                     let count = state.stops.wrappingAdd(1, ordering: .relaxed).newValue
@@ -132,6 +133,8 @@ enum RunCommand {
                     try pipeline.checkDatabase()
                     // Paused apps keep the process ready (their jobs wait, the others send) but are named.
                     let paused = pipeline.context.pausedApps().sorted()
+                    // Held scopes likewise: the rest of the app sends; the scope's work is kept.
+                    let held = pipeline.context.heldScopes().map { "app \($0.app) \($0.key): \($0.key.scope.reason)" }
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()
@@ -140,7 +143,8 @@ enum RunCommand {
                                         + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))
                     } else {
                         server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded"
-                                        + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))"))
+                                        + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))")
+                                        + (held.isEmpty ? "" : "; held: \(held.joined(separator: ", "))"))
                     }
                 } catch {
                     if server.readiness.isReady { logger.warning("database check failed: \(error)") }

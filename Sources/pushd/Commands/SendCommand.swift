@@ -251,8 +251,10 @@ enum SendCommand {
             return "the provider token was too old; pushd mints a new one and retries"
         case .reconnectThenRetry:
             return "the connection could not be used; pushd reconnects and retries"
-        case .deadLetter(let why, _):
+        case .deadLetter(let why):
             return why
+        case .holdScope(_, _, let why):
+            return "\(why); pushd run holds such notifications, keeps them and resumes on SIGHUP"
         case .configurationError(let reason):
             return "the app's credentials or environment were refused (\(reason)): check the key id, team id, key or certificate, and production/sandbox"
         }

@@ -6,7 +6,7 @@ import Locking
 import Synchronization
 
 /// Keeps this process's row in `pushd.instances` fresh: who it is (host, pid, version,
-/// libcurl), which apps it serves and which of them are paused, and a heartbeat every
+/// libcurl), which apps it serves, which of them are paused and which scopes held, and a heartbeat every
 /// `InstanceStore.heartbeatSeconds`. Each heartbeat also reads the fleet's numbers for the
 /// `pushd_fleet_*` gauges, so a scrape costs the database nothing. On a clean stop the row
 /// is deleted; after a crash it shows as gone within a minute.
@@ -66,9 +66,13 @@ final class InstanceHeartbeat: @unchecked Sendable {
         self.init(registration: registration, databaseURL: context.config.databaseURL, metrics: context.metrics,
                   logger: context.logger,
                   pausedApps: {
-                      Dictionary(uniqueKeysWithValues: senders.values.compactMap { sender in
+                      var paused = Dictionary(uniqueKeysWithValues: senders.values.compactMap { sender in
                           sender.pausedReason.map { (sender.app.name, $0) }
                       })
+                      // A held scope is keyed "app scope": older readers show it as a paused
+                      // "app" named so, newer ones split it (`FleetReport.PausedApp`).
+                      for held in context.heldScopes() { paused["\(held.app) \(held.key)"] = held.why }
+                      return paused
                   },
                   apnsUnavailable: { context.apnsUnavailable() },
                   onDatabaseError: { context.databaseError($0) })

@@ -3,13 +3,15 @@ import Dispatcher
 import Posix
 import Metrics
 import Locking
+import Synchronization
 
 /// Everything needed to send for one configured app: its APNs clients (a pool of connections
 /// per environment and lane, made on first use, each authenticating its requests), whether it
 /// is paused, and its metric children bound once.
 ///
-/// Thread rule: immutable after init except `pause` (under a mutex) and the client registry
-/// (which has its own); any worker thread may use it.
+/// Thread rule: immutable after init except `pause` and `holds` (each under its lock, with
+/// `holdCount` set under the holds' lock) and the client registry (which has its own); any
+/// worker thread may use it.
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
@@ -17,6 +19,12 @@ final class AppSender: @unchecked Sendable {
     let tokens: ProviderTokenService
     let environmentLabel: String
     private let pause = Lock<(until: Timestamp, reason: String)?>(nil)
+    /// Scopes of the app held because APNs refused its configuration for them (TopicDisallowed,
+    /// FeatureNotEnabled, CannotCreateChannelConfig), each until a time or a SIGHUP.
+    private let holds = Lock<[HoldKey: Hold]>([:])
+    /// How many scopes are held, read without the lock on the hot path: 0 almost always.
+    private let holdCount = Atomic<Int>(0)
+    private let heldGauges: [HeldGaugeKey: Gauge]
     /// Transactional jobs and campaign targets go over separate connections, so a campaign's
     /// full window and busy streams add nothing to a transactional push's latency.
     private let clients = APNsClientRegistry<ClientKey>()
@@ -36,6 +44,28 @@ final class AppSender: @unchecked Sendable {
         var environment: PushdConfig.Environment
         var pushType: PushType
         var lane: Lane
+    }
+
+    /// One held scope: which, in which environment, and for which topic (the bundle id for
+    /// the broadcast scopes).
+    struct HoldKey: Hashable, Sendable, CustomStringConvertible {
+        var scope: ConfigurationScope
+        var environment: PushdConfig.Environment
+        var topic: String
+
+        /// "topic com.example.shop.voip (sandbox)".
+        var description: String { "\(scope.describe(topic: topic)) (\(environment.rawValue))" }
+    }
+
+    struct Hold: Sendable {
+        var until: Timestamp
+        /// What APNs said and what to fix.
+        var why: String
+    }
+
+    private struct HeldGaugeKey: Hashable, Sendable {
+        var environment: PushdConfig.Environment
+        var scope: ConfigurationScope
     }
 
     private struct ClientKey: Hashable, Sendable {
@@ -87,6 +117,15 @@ final class AppSender: @unchecked Sendable {
         deliveryLatency = metrics.deliveryLatency(app: app.name)
         pausedGauge = metrics.paused(app: app.name)
         pausedGauge.set(0)
+        var held = [HeldGaugeKey: Gauge]()
+        for environment in PushdConfig.Environment.allCases {
+            for scope in ConfigurationScope.allCases {
+                let gauge = metrics.sendingHeld(app: app.name, environment: environment.rawValue, reason: scope.reason.rawValue)
+                gauge.set(0)
+                held[HeldGaugeKey(environment: environment, scope: scope)] = gauge
+            }
+        }
+        heldGauges = held
         guard let own = try makeClient(app.environment, .transactional) else { throw NoCredentials(app: app.name, environment: app.environment) }
         transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
         _ = try client(for: app.environment, lane: .campaign)
@@ -145,6 +184,79 @@ final class AppSender: @unchecked Sendable {
             }
             return paused.reason
         }
+    }
+
+    // MARK: Holding one scope
+
+    /// The key of the topic scope a notification to `topic` in `environment` falls under.
+    static func topicKey(_ topic: String, _ environment: PushdConfig.Environment) -> HoldKey {
+        HoldKey(scope: .topic, environment: environment, topic: topic)
+    }
+
+    /// The key of a broadcast scope (FeatureNotEnabled, CannotCreateChannelConfig) of the app.
+    func broadcastKey(_ scope: ConfigurationScope, _ environment: PushdConfig.Environment) -> HoldKey {
+        HoldKey(scope: scope, environment: environment, topic: app.bundleID)
+    }
+
+    /// Holds `key` until `until` (or a SIGHUP). Returns true when it was not held before, so
+    /// the caller logs once.
+    @discardableResult
+    func hold(_ key: HoldKey, why: String, until: Timestamp) -> Bool {
+        holds.withLock { current in
+            let now = Timestamp()
+            let fresh = current[key].map { $0.until <= now } ?? true
+            current[key] = Hold(until: until, why: why)
+            publish(&current, now: now)
+            return fresh
+        }
+    }
+
+    /// Why `key` is held, or nil when it may send. One atomic load when nothing is held.
+    func heldReason(_ key: HoldKey) -> String? {
+        guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
+        return holds.withLock { current -> String? in
+            guard let hold = current[key] else { return nil }
+            let now = Timestamp()
+            if hold.until <= now {
+                publish(&current, now: now)
+                return nil
+            }
+            return hold.why
+        }
+    }
+
+    /// Whether any scope of the app is held (a hint: `heldReason` decides).
+    var hasHolds: Bool { holdCount.load(ordering: .relaxed) > 0 }
+
+    /// Every scope held now, with why.
+    var activeHolds: [(key: HoldKey, why: String)] {
+        guard hasHolds else { return [] }
+        return holds.withLock { current in
+            publish(&current, now: Timestamp())
+            return current.map { (key: $0.key, why: $0.value.why) }.sorted { $0.key.description < $1.key.description }
+        }
+    }
+
+    /// Ends the holds `matching` selects; returns the ones it ended.
+    @discardableResult
+    func releaseHolds(matching: (HoldKey) -> Bool = { _ in true }) -> [HoldKey] {
+        guard hasHolds else { return [] }
+        return holds.withLock { current in
+            let ended = current.keys.filter(matching)
+            for key in ended { current[key] = nil }
+            publish(&current, now: Timestamp())
+            return ended.sorted { $0.description < $1.description }
+        }
+    }
+
+    /// Drops expired holds and sets the count and the gauges; under the holds' lock, so a
+    /// reader never resets a gauge while a scope stays held.
+    private func publish(_ current: inout [HoldKey: Hold], now: Timestamp) {
+        current = current.filter { $0.value.until > now }
+        holdCount.store(current.count, ordering: .relaxed)
+        var counts = [HeldGaugeKey: Int]()
+        for key in current.keys { counts[HeldGaugeKey(environment: key.environment, scope: key.scope), default: 0] += 1 }
+        for (key, gauge) in heldGauges { gauge.set(Double(counts[key] ?? 0)) }
     }
 
     // MARK: Metrics

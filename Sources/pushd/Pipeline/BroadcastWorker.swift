@@ -107,6 +107,15 @@ final class BroadcastWorker: @unchecked Sendable {
                                       outcome: "the channel management API accepts only token (JWT) authentication; app \(operation.app) uses a certificate")
             return
         }
+        // A held scope keeps the request pending, unsent and unspent, until the hold ends.
+        let configured = Self.configured(environment)
+        var held = sender.heldReason(sender.broadcastKey(.broadcast, configured))
+        if held == nil, operation.kind == .create { held = sender.heldReason(sender.broadcastKey(.channelCreation, configured)) }
+        if let held {
+            try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                     outcome: "sending held: \(held)", countsAsAttempt: false)
+            return
+        }
         let request: ChannelRequest
         switch operation.kind {
         case .create:
@@ -154,6 +163,12 @@ final class BroadcastWorker: @unchecked Sendable {
                                     ("app", .string(operation.app)))
             } else {
                 try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue, outcome: "deleted")
+                // A deletion makes room: creations held for the channel limit may go again.
+                for key in sender.releaseHolds(matching: { $0.scope == .channelCreation && $0.environment == configured }) {
+                    context.logger.notice("resumed \(key.scope.describe(topic: key.topic)) for app \(operation.app) in \(configured.rawValue): a channel was deleted",
+                                          ("event", "sending_resumed"), ("app", .string(operation.app)),
+                                          ("environment", .string(configured.rawValue)), ("scope", .string(key.scope.rawValue)))
+                }
             }
             return
         }
@@ -179,6 +194,10 @@ final class BroadcastWorker: @unchecked Sendable {
             context.pause(sender, reason: reason)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
                                      outcome: "app paused: \(reason)", countsAsAttempt: false)
+        case .hold(let scope, _, let why):
+            context.hold(sender, Self.holdKey(scope, sender: sender, environment: configured), why: why)
+            try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                     outcome: "sending held: \(why)", countsAsAttempt: false)
         }
     }
 
@@ -201,6 +220,11 @@ final class BroadcastWorker: @unchecked Sendable {
             try broadcast.validate(authentication: .token)
         } catch {
             try dead(job, status: nil, reason: "\(error)", label: "invalid", on: connection)
+            return
+        }
+        if let held = sender.heldReason(sender.broadcastKey(.broadcast, Self.configured(environment))) {
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                 error: "sending held: \(held)", countsAsAttempt: false)
             return
         }
         let sent: (outcome: SendOutcome, response: Response?)
@@ -244,7 +268,20 @@ final class BroadcastWorker: @unchecked Sendable {
             context.pause(sender, reason: reason)
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: "app paused: \(reason)",
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
+        case .hold(let scope, _, let why):
+            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            context.hold(sender, Self.holdKey(scope, sender: sender, environment: Self.configured(environment)), why: why)
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                 error: "sending held: \(why)", countsAsAttempt: false)
         }
+    }
+
+    /// A held broadcast job or channel request is looked at again after this long.
+    static let heldRetrySeconds = 30.0
+
+    /// What an answer holds: a TopicDisallowed on these APIs refuses the bundle id itself.
+    static func holdKey(_ scope: ConfigurationScope, sender: AppSender, environment: PushdConfig.Environment) -> AppSender.HoldKey {
+        scope == .topic ? AppSender.topicKey(sender.app.bundleID, environment) : sender.broadcastKey(scope, environment)
     }
 
     /// The `lane` label of broadcast retries and dead letters.

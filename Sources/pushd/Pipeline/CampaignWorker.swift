@@ -183,6 +183,8 @@ final class CampaignWorker: @unchecked Sendable {
         case failed(String)
         case retry(at: Timestamp, reason: String, countsAsAttempt: Bool)
         case pause
+        /// A scope of the app is held: the target is kept unsent, not failed.
+        case hold
     }
 
     /// `token` is made only for a prune or a throttle: most answers need no hex of their token.
@@ -215,7 +217,33 @@ final class CampaignWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
             return .pause
+        case .hold(let scope, _, let why):
+            if case .response(let response) = outcome {
+                sender.countResponse(status: response.status, reason: outcome.label, environment: environment)
+            }
+            let key = scope == .topic
+                ? AppSender.topicKey(sender.factory.topic(for: PushType(rawValue: pushType) ?? .alert), environment)
+                : sender.broadcastKey(scope, environment)
+            context.hold(sender, key, why: why)
+            return .hold
         }
+    }
+
+    /// Seconds a campaign of a held scope is left unleased, fleet-wide, before a worker looks
+    /// at it again (a SIGHUP that ends the hold makes it leasable at once).
+    static let heldLeaseDeferral = 30.0
+
+    /// Why notifications of `pushType` cannot go to `environment` now (their topic is held), nil when they can.
+    private func heldReason(_ sender: AppSender, pushType: String, environment: PushdConfig.Environment) -> String? {
+        guard sender.hasHolds else { return nil }
+        return sender.heldReason(AppSender.topicKey(sender.factory.topic(for: PushType(rawValue: pushType) ?? .alert), environment))
+    }
+
+    /// Leaves the campaign unleased for a while: its topic is held here. Recorded so a SIGHUP
+    /// can make it leasable again at once.
+    private func deferHeldCampaign(_ campaignID: Int64, on connection: PGConnection) throws {
+        try store.deferLeases(connection, campaignID: campaignID, seconds: Self.heldLeaseDeferral)
+        context.deferredCampaigns.withLock { _ = $0.insert(campaignID) }
     }
 
     /// Takes a leased chunk on: a run to send, or released at once when its app cannot send here.
@@ -230,6 +258,15 @@ final class CampaignWorker: @unchecked Sendable {
         if sender.pausedReason != nil {
             try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
             if runs.isEmpty { context.doorbell.wait(after: context.doorbell.current, timeout: 5) }
+            return
+        }
+        if let why = heldReason(sender, pushType: chunk.pushType, environment: sender.environment(job: chunk.environment, registered: nil)) {
+            // Its topic is refused to the app's credentials: the chunk goes back untouched and
+            // the campaign waits, so its targets are neither sent nor failed.
+            try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
+            try deferHeldCampaign(chunk.campaignID, on: connection)
+            context.logger.debug("campaign \(chunk.campaignID) waits: \(why)", ("campaign", .int(chunk.campaignID)),
+                                 ("app", .string(chunk.app)))
             return
         }
 
@@ -269,6 +306,12 @@ final class CampaignWorker: @unchecked Sendable {
         heldByEngine = false
         for run in runs {
             if context.isStopping || run.sender.pausedReason != nil { run.stopSubmitting = true }
+            if !run.stopSubmitting, run.sender.hasHolds,
+               heldReason(run.sender, pushType: run.chunk.pushType,
+                          environment: run.sender.environment(job: run.chunk.environment, registered: nil)) != nil {
+                run.stopSubmitting = true
+                run.held = true
+            }
             if inFlight < budget { try fill(run, on: connection) }
             if run.shouldPark { run.parkRetries() }
         }
@@ -382,6 +425,14 @@ final class CampaignWorker: @unchecked Sendable {
             // A target imported from registered tokens keeps its token's environment; a
             // file import has the campaign's; else the app's.
             let environment = sender.environment(job: chunk.targets.environment(at: target) ?? chunk.environment, registered: nil)
+            if sender.hasHolds, sender.heldReason(AppSender.topicKey(run.topic, environment)) != nil {
+                // Its topic is held in this target's environment: the chunk stops before it and
+                // is released at its watermark, the target unsent.
+                run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                run.stopSubmitting = true
+                run.held = true
+                break
+            }
             // The chunk's notification was checked for an earlier target: this one's token is all that is new.
             if ownPayload == nil, let template = run.templates[environment] {
                 // A text in the chunk that is not a token of 32 to 100 bytes in hex.
@@ -494,6 +545,10 @@ final class CampaignWorker: @unchecked Sendable {
             run.resolve(target, .failed(reason))
         case .pause:
             run.stopSubmitting = true
+        case .hold:
+            // Left unresolved: the watermark stops before it and the chunk is released there.
+            run.stopSubmitting = true
+            run.held = true
         }
         return true
     }
@@ -542,6 +597,7 @@ final class CampaignWorker: @unchecked Sendable {
             directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
         } else {
             directive = try store.release(connection, chunk, run.progress)
+            if run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
         }
         context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
@@ -569,8 +625,12 @@ final class CampaignWorker: @unchecked Sendable {
     /// (parking the ones that must wait again) and commits.
     private func sendParked(_ batch: ParkedBatch, on connection: PGConnection) throws {
         var outcomes = ParkedOutcomes()
-        guard let sender = context.senders[batch.app], sender.pausedReason == nil else {
-            // The app is paused (or unknown here): they stay parked for a while, untouched.
+        guard let sender = context.senders[batch.app], sender.pausedReason == nil,
+              !(sender.hasHolds && batch.targets.contains { heldReason(sender, pushType: batch.pushType,
+                                                                       environment: sender.environment(job: $0.environment, registered: nil)) != nil })
+        else {
+            // The app is paused (or unknown here), or the topic of some of them is held: they
+            // stay parked for a while, untouched.
             outcomes.retries = batch.targets.map { target in
                 var target = target
                 target.dueAt = Timestamp().addingTimeInterval(30)
@@ -655,7 +715,7 @@ final class CampaignWorker: @unchecked Sendable {
                 outcomes.failedByReason[reason, default: 0] += 1
             case .retry(let at, let reason, let countsAsAttempt):
                 again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
-            case .pause:
+            case .pause, .hold:
                 again(target, at: Timestamp().addingTimeInterval(30))
             }
         }

@@ -38,6 +38,8 @@ final class ChunkRun {
     let expiration: Int64?
     /// The campaign's rate cap (its own, else its app's, else the default), nil for none.
     let rate: Int?
+    /// The apns-topic of its notifications: a TopicDisallowed answer holds it.
+    let topic: String
     var count: Int { chunk.targets.count }
 
     var progress: ChunkProgress
@@ -53,6 +55,8 @@ final class ChunkRun {
     var next = 0
     var inFlight = 0
     var stopSubmitting = false
+    /// It stopped because a scope it sends to is held: the campaign is not leased again for a while.
+    var held = false
     var leaseLost = false
     var lastCheckpoint = RateLimiter.monotonicSeconds()
     /// Per environment, the chunk's notification checked once and its headers packed once,
@@ -64,6 +68,7 @@ final class ChunkRun {
         self.sender = sender
         self.generation = generation
         self.rate = rate
+        topic = sender.factory.topic(for: PushType(rawValue: chunk.pushType) ?? .alert)
         expiration = chunk.expiration.map { Int64($0.timeIntervalSince1970) }
         progress = ChunkProgress(position: chunk.startIndex)
         resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)

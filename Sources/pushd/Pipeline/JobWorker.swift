@@ -124,7 +124,13 @@ final class JobWorker: @unchecked Sendable {
         var sentAt: Timestamp
         /// Whose host it was sent to: only that host's verdict may prune the token.
         var environment: PushdConfig.Environment
+        /// Its apns-topic: a TopicDisallowed answer holds this topic.
+        var topic: String
     }
+
+    /// A job of a held scope is looked at again after this long (a SIGHUP ends the hold at
+    /// once; the job then waits at most this). Each look costs the job one write.
+    static let heldRetrySeconds = 30.0
 
     /// A delivered job's path, logged at `debug` once its batch is committed.
     private struct Delivered {
@@ -172,6 +178,12 @@ final class JobWorker: @unchecked Sendable {
             }
             // A job without an environment of its own goes where its token was registered.
             let environment = sender.environment(job: job.environment, registered: job.registeredEnvironment)
+            if sender.hasHolds, let why = sender.heldReason(AppSender.topicKey(notification.topic, environment)) {
+                // APNs refused this topic to the app's credentials: the job waits, unspent.
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(Self.heldRetrySeconds),
+                                                 error: "sending held: \(why)", countsAsAttempt: false))
+                continue
+            }
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .transactional)
@@ -193,7 +205,8 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot build a request for app \(job.app): \(error)", ("app", .string(job.app)))
                 continue
             }
-            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Timestamp(), environment: environment)
+            inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Timestamp(), environment: environment,
+                                          topic: notification.topic)
         }
 
         let tracing = context.logger.enabled(.debug)
@@ -298,6 +311,13 @@ final class JobWorker: @unchecked Sendable {
         case .dead(let status, let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)
+        case .hold(let scope, _, let why):
+            countAnswer(outcome, sender: sender, environment: item.environment)
+            let key = scope == .topic ? AppSender.topicKey(item.topic, item.environment) : sender.broadcastKey(scope, item.environment)
+            context.hold(sender, key, why: why)
+            // Not an attempt, and no first send either: its retry windows start when it can go.
+            outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                             error: "sending held: \(why)", countsAsAttempt: false))
         case .pauseApp(let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)

@@ -47,6 +47,9 @@ enum Verdict: Sendable, Equatable {
     case dead(status: Int?, reason: String)
     /// The app's credentials are rejected: stop sending for the app and keep the job.
     case pauseApp(reason: String)
+    /// The app's configuration refuses this kind of request (`scope`): hold sending for the
+    /// scope and keep the job, unspent. `reason` is APNs's, `why` says what to fix.
+    case hold(ConfigurationScope, reason: String, why: String)
 }
 
 /// Turns an outcome into a verdict: APNs's classification of the reason, then the
@@ -96,8 +99,10 @@ struct OutcomePolicy: Sendable {
             return .delivered
         case .pruneToken:
             return .dead(status: status, reason: label)
-        case .deadLetter(let why, _):
+        case .deadLetter(let why):
             return .dead(status: status, reason: "\(label): \(why)")
+        case .holdScope(let scope, let holdReason, let why):
+            return .hold(scope, reason: holdReason.rawValue, why: why)
         case .configurationError(let configurationReason):
             return .pauseApp(reason: configurationReason.rawValue)
         case .retry, .reconnectThenRetry, .refreshProviderTokenThenRetry:

@@ -190,11 +190,33 @@ final class Pipeline: @unchecked Sendable {
         }
     }
 
-    /// Resumes every paused app (after the operator fixed its credentials and sent SIGHUP).
+    /// Resumes every paused app and every held scope (after the operator fixed the
+    /// configuration and sent SIGHUP); campaigns left unleased for a held topic may be leased
+    /// at once.
     func resumePausedApps() {
         for sender in context.senders.values where sender.pausedReason != nil {
             sender.resumeSending()
             context.logger.notice("resumed sending for app \(sender.app.name)", ("app", .string(sender.app.name)))
+        }
+        for sender in context.senders.values {
+            for key in sender.releaseHolds() {
+                context.logger.notice("resumed sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue)",
+                                      ("event", "sending_resumed"), ("app", .string(sender.app.name)),
+                                      ("environment", .string(key.environment.rawValue)), ("topic", .string(key.topic)),
+                                      ("scope", .string(key.scope.rawValue)))
+            }
+        }
+        let deferred = context.deferredCampaigns.withLock { set -> [Int64] in
+            defer { set.removeAll() }
+            return set.sorted()
+        }
+        if !deferred.isEmpty {
+            do {
+                _ = try onStatsConnection(.undefer(deferred))
+            } catch {
+                // They become leasable within `CampaignWorker.heldLeaseDeferral` anyway.
+                context.logger.warning("could not make campaigns \(deferred.map(String.init).joined(separator: ", ")) leasable at once: \(error)")
+            }
         }
         context.doorbell.ring()
     }
@@ -222,7 +244,11 @@ final class Pipeline: @unchecked Sendable {
         _ = try onStatsConnection(.ping)
     }
 
-    private enum StatsQuery { case stats, ping }
+    private enum StatsQuery {
+        case stats, ping
+        /// Campaigns deferred for a held topic: leasable now (a capped one keeps its pace).
+        case undefer([Int64])
+    }
 
     /// Runs `query` on the stats connection, opening it if needed and dropping it on failure.
     private func onStatsConnection(_ query: StatsQuery) throws -> QueueStats? {
@@ -236,6 +262,9 @@ final class Pipeline: @unchecked Sendable {
                     return try QueueStats.read(connection!)
                 case .ping:
                     _ = try connection!.query("SELECT 1")
+                    return nil
+                case .undefer(let ids):
+                    try CampaignStore().undeferLeases(connection!, campaignIDs: ids)
                     return nil
                 }
             } catch {

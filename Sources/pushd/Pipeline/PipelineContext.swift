@@ -22,6 +22,9 @@ final class PipelineContext: @unchecked Sendable {
     let operatorLog: OperatorLog
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
+    /// Campaigns this process left unleased because their topic is held: a SIGHUP makes
+    /// them leasable again at once.
+    let deferredCampaigns = Lock<Set<Int64>>([])
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
     let pauseDuration: Double = 300
 
@@ -72,6 +75,28 @@ final class PipelineContext: @unchecked Sendable {
             logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
         }
+    }
+
+    /// Holds one scope of an app after APNs refused the app's configuration for it (a topic its
+    /// credentials may not use, broadcast push not enabled, no room for a channel): the rest
+    /// of the app keeps sending. One error line when the hold begins, naming the app, the
+    /// environment, the topic, APNs's reason and what to fix.
+    func hold(_ sender: AppSender, _ key: AppSender.HoldKey, why: String) {
+        guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration)) else { return }
+        // Which credentials APNs refused, so the operator knows what to compare with the developer account.
+        let signer = sender.tokenKey.map { " (the app signs with key \($0.keyID) of team \($0.teamID))" } ?? " (the app uses a certificate)"
+        var fields: [(String, LogValue)] = [
+            ("event", "sending_held"), ("app", .string(sender.app.name)), ("environment", .string(key.environment.rawValue)),
+            ("topic", .string(key.topic)), ("scope", .string(key.scope.rawValue)), ("reason", .string(key.scope.reason.rawValue))]
+        if let token = sender.tokenKey { fields += [("key_id", .string(token.keyID)), ("team_id", .string(token.teamID))] }
+        logger.write(.error, "sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue) is held, its notifications are kept (not failed): \(why)\(signer); then send SIGHUP (or restart after a configuration change), else it is tried again in \(Int(pauseDuration / 60)) minutes",
+                     fields: fields)
+    }
+
+    /// "app shop: topic com.example.shop.voip (sandbox)" for every scope held now, sorted.
+    func heldScopes() -> [(app: String, key: AppSender.HoldKey, why: String)] {
+        senders.values.flatMap { sender in sender.activeHolds.map { (app: sender.app.name, key: $0.key, why: $0.why) } }
+            .sorted { ($0.app, $0.key.description) < ($1.app, $1.key.description) }
     }
 
     /// An APNs reason alone (InvalidProviderToken) names a credential APNs rejected; a TLS
