@@ -19,6 +19,8 @@
 #                               2 holds the connection count still when comparing memory on a
 #                               busy machine, where slow answers make pushd open more
 #   PUSHD_BENCH_MAX_IN_FLIGHT   apns.max_in_flight of the daemons (default: pushd's)
+#   PUSHD_BENCH_GROWTH_JUDGED_MS apns.connection_growth_judged_ms of the daemons (default: pushd's;
+#                               0 keeps every connection growth opens, as before it was judged)
 #   PUSHD_BENCH_COALESCE_MS     campaigns.answer_coalescing_ms of every daemon (default: pushd's)
 #   PUSHD_BENCH_LOG_LEVEL       log.level of the daemons (default warning; info shows the in-flight limit)
 #   PUSHD_BENCH_ADAPTIVE        campaigns.adaptive_in_flight of every daemon, true or false (default: pushd's)
@@ -87,6 +89,7 @@ apns:
   streams_per_connection: ${PUSHD_BENCH_STREAMS:-500}
 ${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
 ${PUSHD_BENCH_MAX_IN_FLIGHT:+  max_in_flight: $PUSHD_BENCH_MAX_IN_FLIGHT}
+${PUSHD_BENCH_GROWTH_JUDGED_MS:+  connection_growth_judged_ms: $PUSHD_BENCH_GROWTH_JUDGED_MS}
 ${campaigns_section}
 apps:
   - name: bench

@@ -19,6 +19,8 @@ import Testing
         configuration.connectionsPerThread = 1
         configuration.maxConnections = maxConnections
         configuration.connectionGrowthDelayMilliseconds = 50
+        // Each added connection is judged over five round trips (50 answers or more per window).
+        configuration.connectionGrowthJudgedOverMilliseconds = 500
         // Far more work than one connection's streams, so requests wait in the engine.
         configuration.maxOutstanding = 400
         return try await sendThroughEngine(configuration, total: total)

@@ -148,13 +148,184 @@ import Testing
         #expect(policy.admissionLimit(configured: 500, now: 0) == 500)
     }
 
+    // MARK: - Judged growth: a connection is kept only when the answer rate rose
+
+    /// As `growth`, with each added connection judged over a second of answers.
+    private let judged = ConnectionGrowth(base: 1, ceiling: 3, streamsPerConnection: 100, delayNanoseconds: 250 * ms,
+                                          judgedOverNanoseconds: 1000 * ms)
+
+    private func warmJudged() -> ConnectionPolicy {
+        var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
+                                      growth: judged)
+        _ = policy.handle(.connectionOpened)
+        _ = policy.handle(.answered(connection: 0))
+        return policy
+    }
+
+    /// `count` answers on `connection` spread over [from, to), each with a loop pass before it
+    /// that finds requests waiting; returns what those passes asked for besides `.none`.
+    @discardableResult
+    private func answer(_ policy: inout ConnectionPolicy, _ count: Int, on connection: Int64 = 0,
+                        from: UInt64, to: UInt64) -> [ConnectionPolicy.Action] {
+        var actions: [ConnectionPolicy.Action] = []
+        for index in 0..<count {
+            let now = from + (to - from) * UInt64(index) / UInt64(count)
+            let action = policy.handle(.beforeWait(now: now, waiting: true, idle: now))
+            if action != .none { actions.append(action) }
+            _ = policy.handle(.answered(connection: connection, now: now))
+        }
+        return actions
+    }
+
+    /// Answers `rate` a second on `connection`, a loop pass finding requests waiting before each,
+    /// until the policy raises the limit (within 5 s); the time it did.
+    private func grow(_ policy: inout ConnectionPolicy, rate: Int, on connection: Int64 = 0, from start: UInt64) -> UInt64? {
+        var now = start
+        for _ in 0..<(rate * 5) {
+            if case .setConnectionLimit = policy.handle(.beforeWait(now: now, waiting: true, idle: now)) { return now }
+            _ = policy.handle(.answered(connection: connection, now: now))
+            now += 1000 * Self.ms / UInt64(rate)
+        }
+        return nil
+    }
+
+    @Test func judgedGrowthWaitsForAWholeWindowOfRateWhileRequestsWait() {
+        var policy = warmJudged()
+        // 250 ms of waiting would grow an unjudged loop; a judged one has no rate to compare yet.
+        #expect(answer(&policy, 50, from: 0, to: 500 * Self.ms).isEmpty)
+        #expect(policy.connectionLimit == 1)
+        // A break in the waiting spoils the window it falls in.
+        #expect(policy.handle(.beforeWait(now: 600 * Self.ms, waiting: false, idle: 600 * Self.ms)) == .none)
+        #expect(answer(&policy, 50, from: 600 * Self.ms, to: 1100 * Self.ms).isEmpty)
+        #expect(policy.waitingRate == nil)
+        #expect(answer(&policy, 100, from: 1100 * Self.ms, to: 2100 * Self.ms).isEmpty)
+        #expect(policy.waitingRate == 100)
+        #expect(policy.handle(.beforeWait(now: 2350 * Self.ms, waiting: true, idle: 2350 * Self.ms)) == .setConnectionLimit(2))
+        #expect(policy.trial == ConnectionPolicy.GrowthTrial(baseline: 100, streamsBefore: 100))
+    }
+
+    /// After a growth at `grewAt`: the new connection opens and answers, then `rate` answers a
+    /// second on it for the 250 ms the streams settle and the 1 s measured; what the loop pass at
+    /// the end of the measurement asked for.
+    private func judge(_ policy: inout ConnectionPolicy, rate: Int, grewAt: UInt64) -> ConnectionPolicy.Action {
+        openAndAnswer(&policy)
+        let connection = policy.newestAnswered
+        #expect(answer(&policy, rate / 4, on: connection, from: grewAt, to: grewAt + 250 * Self.ms).isEmpty)
+        #expect(answer(&policy, rate, on: connection, from: grewAt + 250 * Self.ms, to: grewAt + 1250 * Self.ms).isEmpty)
+        #expect(policy.trial?.measuringSince == grewAt + 250 * Self.ms)
+        return policy.handle(.beforeWait(now: grewAt + 1250 * Self.ms, waiting: true, idle: grewAt + 1250 * Self.ms))
+    }
+
+    @Test func aConnectionThatRaisesTheRateIsKeptAndTheNextOneMayFollow() throws {
+        var policy = warmJudged()
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        #expect(policy.connectionLimit == 2)
+        // Answers before the new connection answered are not the new rate.
+        #expect(answer(&policy, 40, from: grewAt, to: grewAt + 400 * Self.ms).isEmpty)
+        #expect(policy.trial?.settlesAt == nil)
+        #expect(policy.trial?.measuringSince == nil)
+        // 200 answers a second against 100: the second connection's streams doubled the rate.
+        let measured = grewAt + 400 * Self.ms
+        #expect(judge(&policy, rate: 200, grewAt: measured) == .none)
+        #expect(policy.trial == nil)
+        #expect(policy.connectionLimit == 2)
+        #expect(policy.waitingRate == 200)
+        #expect(policy.admissionLimit(configured: 100, now: measured + 1250 * Self.ms) == 200)
+        // The next one is judged against the rate of two.
+        let next = measured + 1500 * Self.ms
+        #expect(policy.handle(.beforeWait(now: next, waiting: true, idle: next)) == .setConnectionLimit(3))
+        #expect(policy.trial == ConnectionPolicy.GrowthTrial(baseline: 200, streamsBefore: 200))
+    }
+
+    @Test func aConnectionThatDoesNotRaiseTheRateIsUndoneAndGrowthHoldsOffLongerEachTime() throws {
+        var policy = warmJudged()
+        var start: UInt64 = 0
+        for holdOff: UInt64 in [30_000, 60_000, 120_000] {
+            let grewAt = try #require(grow(&policy, rate: 100, from: start))
+            // The CPU (or the server) sets the pace: the same 100 answers a second with two connections.
+            #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+            let verdictAt = grewAt + 1250 * Self.ms
+            #expect(policy.connectionLimit == 1)
+            #expect(policy.admissionLimit(configured: 100, now: verdictAt) == 100)
+            #expect(policy.growthHeldUntil == verdictAt + holdOff * Self.ms)
+            // Requests waiting all through the hold-off do not grow the loop.
+            var now = verdictAt
+            while now < verdictAt + holdOff * Self.ms {
+                #expect(answer(&policy, 100, from: now, to: now + 1000 * Self.ms).isEmpty)
+                now += 1000 * Self.ms
+            }
+            start = now
+        }
+    }
+
+    @Test func theGainRequiredShrinksWithTheStreamsAlreadyOpen() throws {
+        // The third connection adds half the streams of two: kept from +25 % (half of +50 %).
+        for (after, kept) in [(249, false), (251, true)] {
+            var policy = warmJudged()
+            var grewAt = try #require(grow(&policy, rate: 100, from: 0))
+            #expect(judge(&policy, rate: 200, grewAt: grewAt) == .none)
+            #expect(policy.connectionLimit == 2)
+            grewAt = try #require(grow(&policy, rate: 200, on: 1, from: grewAt + 1250 * Self.ms))
+            #expect(policy.connectionLimit == 3)
+            #expect(judge(&policy, rate: after, grewAt: grewAt) == (kept ? .none : .undoGrowth(connectionLimit: 2)))
+            #expect(policy.connectionLimit == (kept ? 3 : 2))
+        }
+    }
+
+    @Test func theNextGrowthAfterAnUndoneOneUsesTheConnectionStillOpen() throws {
+        var policy = warmJudged()
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+        #expect(policy.openConnections == 2)
+        var now = grewAt + 1250 * Self.ms
+        while now < policy.growthHeldUntil {
+            #expect(answer(&policy, 100, from: now, to: now + 1000 * Self.ms).isEmpty)
+            now += 1000 * Self.ms
+        }
+        let again = try #require(grow(&policy, rate: 100, from: now))
+        // libcurl opens no connection for it: the one given up takes the streams at once.
+        #expect(policy.opensAbove == nil)
+        #expect(policy.admissionLimit(configured: 100, now: again) == 200)
+        #expect(answer(&policy, 25, from: again, to: again + 250 * Self.ms).isEmpty)
+        #expect(answer(&policy, 200, from: again + 250 * Self.ms, to: again + 1250 * Self.ms).isEmpty)
+        #expect(policy.handle(.beforeWait(now: again + 1250 * Self.ms, waiting: true, idle: again + 1250 * Self.ms)) == .none)
+        #expect(policy.connectionLimit == 2)
+        #expect(policy.trial == nil)
+    }
+
+    @Test func aFailureDuringTheTrialStartsItsMeasurementAgain() throws {
+        var policy = warmJudged()
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        openAndAnswer(&policy)
+        #expect(answer(&policy, 50, on: 1, from: grewAt, to: grewAt + 500 * Self.ms).isEmpty)
+        #expect(policy.trial?.measuringSince == grewAt + 250 * Self.ms)
+        _ = policy.handle(.connectFailed(now: grewAt + 500 * Self.ms, unitRandom: 0))
+        #expect(policy.handle(.beforeWait(now: grewAt + 1500 * Self.ms, waiting: true, idle: grewAt + 1500 * Self.ms)) == .none)
+        #expect(policy.trial?.measuringSince == nil)
+        #expect(policy.trial?.settlesAt == nil)
+        #expect(policy.connectionLimit == 2)
+    }
+
+    @Test func aClosedConnectionEndsTheTrialAndTheRateMeasured() throws {
+        var policy = warmJudged()
+        _ = try #require(grow(&policy, rate: 100, from: 0))
+        openAndAnswer(&policy)
+        #expect(policy.handle(.connectionClosed(socket: 11)) == .setConnectionLimit(1))
+        #expect(policy.trial == nil)
+        #expect(policy.waitingRate == nil)
+    }
+
     @Test func theConfigurationSharesTheCeilingBetweenThreadsAndSizesTheWindowForIt() throws {
         var configuration = DispatcherConfiguration(host: "localhost", threads: 2, connectionsPerThread: 1, streamsPerConnection: 500)
         #expect(configuration.connectionGrowth.ceiling == 1)
         #expect(configuration.effectiveMaxOutstanding == 2000)
         configuration.maxConnections = 8
         try configuration.validate()
-        #expect(configuration.connectionGrowth == ConnectionGrowth(base: 1, ceiling: 4, streamsPerConnection: 500, delayNanoseconds: 250 * Self.ms))
+        #expect(configuration.connectionGrowth == ConnectionGrowth(base: 1, ceiling: 4, streamsPerConnection: 500, delayNanoseconds: 250 * Self.ms,
+                                                                   judgedOverNanoseconds: 1000 * Self.ms))
+        configuration.connectionGrowthJudgedOverMilliseconds = -1
+        #expect(throws: DispatcherConfigurationError.self) { try configuration.validate() }
+        configuration.connectionGrowthJudgedOverMilliseconds = 1000
         #expect(configuration.effectiveMaxOutstanding == 8000)
         configuration.maxConnections = 1
         #expect(throws: DispatcherConfigurationError.self) { try configuration.validate() }

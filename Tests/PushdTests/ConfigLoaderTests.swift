@@ -43,6 +43,7 @@ import Testing
         #expect(config.apns.hostOverride == "127.0.0.1:8443")
         #expect(config.apns.maxInFlight == 2000)
         #expect(config.apns.maxConnectionsPerApp == 8)
+        #expect(config.apns.connectionGrowthJudgedOverMilliseconds == 1000)
         #expect(config.apns.pingIntervalMilliseconds == 30_000)
         #expect(config.apns.pingTimeoutMilliseconds == 5000)
         #expect(config.retry.maxAttempts == 5)
@@ -104,6 +105,8 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\napns: {ping_timeout_ms: 0}\napps: []", "apns.ping_timeout_ms (line 2): 0 is out of range: expected 100…600000"),
         ("database: {url: 'postgresql://h/d'}\napns: {threads: 4, connections_per_app: 2, max_connections_per_app: 6}\napps: []",
          "apns.max_connections_per_app (line 2): 6 is below apns.threads × apns.connections_per_app (8)"),
+        ("database: {url: 'postgresql://h/d'}\napns: {connection_growth_judged_ms: -1}\napps: []",
+         "apns.connection_growth_judged_ms (line 2): -1 is out of range: expected 0…60000"),
         ("database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 5000}\napps: []",
          "apns.max_connections_per_app (line 2): 5000 is out of range: expected 1…1024"),
         ("database: {url: 'postgresql://h/d'}\napns: {threads: 4, max_in_flight: 2}\napps: []",

@@ -31,6 +31,10 @@ public struct DispatcherConfiguration: Sendable {
     /// nil: threads × connectionsPerThread, no growth.
     public var maxConnections: Int?
     public var connectionGrowthDelayMilliseconds: Int = 250
+    /// A grown connection is kept only when the answer rate over this long after it answered
+    /// rose against the same span before it (`ConnectionGrowth.requiredShareOfGain`); otherwise
+    /// the limit goes back down and growth holds off (30 s, doubling to 8 min). 0: kept unjudged.
+    public var connectionGrowthJudgedOverMilliseconds: Int = 1000
     /// Nice value of the event-loop threads (0…19): above 0, a bulk lane's loops give way to
     /// an urgent lane's for the CPU.
     public var threadNiceness: Int32 = 0
@@ -118,7 +122,8 @@ public struct DispatcherConfiguration: Sendable {
     var connectionGrowth: ConnectionGrowth {
         let ceiling = max(connectionsPerThread, (maxConnections ?? 0) / max(1, threads))
         return ConnectionGrowth(base: connectionsPerThread, ceiling: ceiling, streamsPerConnection: streamsPerConnection,
-                                delayNanoseconds: UInt64(max(0, connectionGrowthDelayMilliseconds)) * 1_000_000)
+                                delayNanoseconds: UInt64(max(0, connectionGrowthDelayMilliseconds)) * 1_000_000,
+                                judgedOverNanoseconds: UInt64(max(0, connectionGrowthJudgedOverMilliseconds)) * 1_000_000)
     }
 
     /// One loop's adaptive window, nil when the limit is pinned.
@@ -149,6 +154,9 @@ public struct DispatcherConfiguration: Sendable {
         if let maxConnections, maxConnections < threads * connectionsPerThread || maxConnections > threads * 1024 {
             throw .invalid(field: "maxConnections", value: String(maxConnections),
                            expected: "threads × connectionsPerThread (\(threads * connectionsPerThread)) … \(threads * 1024)")
+        }
+        if connectionGrowthJudgedOverMilliseconds < 0 {
+            throw .invalid(field: "connectionGrowthJudgedOverMilliseconds", value: String(connectionGrowthJudgedOverMilliseconds), expected: "0 or more")
         }
         if connectionGrowthDelayMilliseconds < 0 {
             throw .invalid(field: "connectionGrowthDelayMilliseconds", value: String(connectionGrowthDelayMilliseconds), expected: "0 or more")

@@ -159,7 +159,7 @@ extension CurlEventLoop {
                 _ = shutdown(socket, Int32(SHUT_RDWR))
             case .freshConnect:
                 nextTransferFresh = true
-            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit:
+            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit, .undoGrowth:
                 break
             }
         }
@@ -168,7 +168,12 @@ extension CurlEventLoop {
     /// Carries out a connection-limit change; true when there was one.
     @discardableResult
     func apply(_ action: ConnectionPolicy.Action) -> Bool {
-        guard case .setConnectionLimit(let connections) = action else { return false }
+        let connections: Int, undone: Bool
+        switch action {
+        case .setConnectionLimit(let limit): (connections, undone) = (limit, false)
+        case .undoGrowth(let limit): (connections, undone) = (limit, true)
+        case .none, .holdAdmissions, .closeRetired, .freshConnect, .backOff, .backoffEnded: return false
+        }
         do {
             try multi.setConnectionLimit(connections)
         } catch {
@@ -181,6 +186,7 @@ extension CurlEventLoop {
             sink.counters.connectionsGrown.add(1, ordering: .relaxed)
             connectionsExpected += 1
         }
+        if undone { sink.counters.connectionGrowthsUndone.add(1, ordering: .relaxed) }
         connectionLimit = connections
         return true
     }

@@ -18,6 +18,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     public var connectionFailures: [ConnectionFailureReason: Int]
     /// Times a loop raised its connection limit because requests waited for a stream.
     public var connectionsGrown: Int = 0
+    /// Times a loop lowered its connection limit again because the connection it had added did
+    /// not raise the answer rate (`connectionGrowthJudgedOverMilliseconds`).
+    public var connectionGrowthsUndone: Int = 0
     /// The most connections open at once, across the loops.
     public var peakOpenConnections: Int = 0
     /// Loop passes that handed socket events to libcurl; each runs every transfer on the
@@ -51,6 +54,7 @@ final class DispatcherCounters: Sendable {
     let connectFailures = Atomic<Int>(0)
     let resentByTransport = Atomic<Int>(0)
     let connectionsGrown = Atomic<Int>(0)
+    let connectionGrowthsUndone = Atomic<Int>(0)
     let socketReads = Atomic<Int>(0)
     let socketReadsThroughOneTransfer = Atomic<Int>(0)
     let easyHandles = Atomic<Int>(0)
@@ -86,6 +90,7 @@ final class DispatcherCounters: Sendable {
                              resentByTransport: resentByTransport.load(ordering: .relaxed),
                              connectionFailures: failures.withLock { $0 },
                              connectionsGrown: connectionsGrown.load(ordering: .relaxed),
+                             connectionGrowthsUndone: connectionGrowthsUndone.load(ordering: .relaxed),
                              peakOpenConnections: peakOpenConnections.load(ordering: .relaxed),
                              socketReads: socketReads.load(ordering: .relaxed),
                              socketReadsThroughOneTransfer: socketReadsThroughOneTransfer.load(ordering: .relaxed),

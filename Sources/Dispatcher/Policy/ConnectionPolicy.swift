@@ -52,6 +52,10 @@ struct ConnectionPolicy: Equatable {
         /// Let libcurl hold this many connections (`CURLMOPT_MAX_HOST_CONNECTIONS`): raised by
         /// one when requests have waited for a stream long enough, lowered as connections close.
         case setConnectionLimit(Int)
+        /// Let libcurl hold this many connections again: the one added last did not raise the
+        /// rate. It stays open and carries part of the streams still admitted (libcurl closes it
+        /// once idle past `idleCloseSeconds`); what is admitted is back to the connections before.
+        case undoGrowth(connectionLimit: Int)
     }
 
     let growth: ConnectionGrowth
@@ -85,6 +89,38 @@ struct ConnectionPolicy: Equatable {
     /// most answers come on, so that the common answer costs one comparison.
     private(set) var answeredConnections = RecentSet(capacity: 256)
     private var lastAnswered: Int64 = -1
+    /// Answers so far (HTTP answers of any status): what the growth verdicts count.
+    private(set) var answers = 0
+    /// The running rate window (`growth.judgedOverNanoseconds`), and the answers at its start.
+    private(set) var rateWindow: RateWindow?
+    /// Answers per second over the last whole window in which requests waited for a stream
+    /// throughout, at the connection limit now; nil when none was measured since the limit changed.
+    private(set) var waitingRate: Double?
+    /// A grown connection being judged.
+    private(set) var trial: GrowthTrial?
+    /// No growth before this time: the last connection added did not raise the rate.
+    private(set) var growthHeldUntil: UInt64 = 0
+    /// The hold-off the next connection that does not raise the rate imposes.
+    private(set) var nextHoldOff: UInt64 = ConnectionGrowth.firstHoldOffNanoseconds
+
+    struct RateWindow: Equatable {
+        var since: UInt64
+        var answersAtStart: Int
+        /// Every `beforeWait` in the window found requests waiting for a stream.
+        var waitedThroughout: Bool
+    }
+
+    /// A connection added at `streamsBefore` streams when requests waited for them and the
+    /// rate was `baseline`; measured from `settlesAt`, the growth delay after its first answer
+    /// (the streams admitted then answer a round trip later), and judged a window after.
+    struct GrowthTrial: Equatable {
+        var baseline: Double
+        var streamsBefore: Int
+        var settlesAt: UInt64?
+        var measuringSince: UInt64?
+        var answersAtStart = 0
+        var waitedThroughout = true
+    }
 
     init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed) {
         failureRun = FailureRun(backoff: backoff)
@@ -142,6 +178,11 @@ struct ConnectionPolicy: Equatable {
             return .none
         case .connectionClosed(let socket):
             openConnections = max(0, openConnections - 1)
+            // What was measured no longer matches the connections open: a trial measures again.
+            trial?.settlesAt = nil
+            trial?.measuringSince = nil
+            waitingRate = nil
+            rateWindow = nil
             // The retired connection is gone by itself (and its descriptor number may be reused:
             // it must never be closed later).
             for (connection, known) in retiring where known == socket { retiring.removeValue(forKey: connection) }
@@ -149,11 +190,14 @@ struct ConnectionPolicy: Equatable {
             // kept as room: the limit follows what is open, never below the base.
             let limit = max(growth.base, min(connectionLimit, openConnections))
             guard limit != connectionLimit else { return .none }
+            // The connection on trial (or one before it) is gone: the limit follows what is open.
+            trial = nil
             connectionLimit = limit
             opensAbove = nil
             waitingSince = nil
             return .setConnectionLimit(limit)
         case .answered(let connection, let now):
+            answers &+= 1
             cold = false
             noteAnswer(on: connection)
             newestAnswered = max(newestAnswered, connection)
@@ -184,15 +228,18 @@ struct ConnectionPolicy: Equatable {
         case .connectFailed(let now, let unitRandom):
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .beforeWait(let now, let waiting, let idle):
+            if growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting) { return verdict }
             guard waiting else {
                 waitingSince = nil
                 return .none
             }
             // Grow one connection at a time, only on a healthy loop: not while the newest has
             // not answered (its streams are not known yet), a connection is being retired, or
-            // connects fail.
+            // connects fail. Judged growth: not while a connection is on trial or one that did
+            // not raise the rate holds growth off, and only against the rate of the last window.
+            let judged = growth.judgedOverNanoseconds > 0
             guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, failureRun.failures == 0,
-                  openConnections >= connectionLimit else {
+                  openConnections >= connectionLimit, trial == nil, now >= growthHeldUntil, !judged || waitingRate != nil else {
                 waitingSince = nil
                 return .none
             }
@@ -211,11 +258,83 @@ struct ConnectionPolicy: Equatable {
                 idleAtWaitStart = idle
                 return .none
             }
+            if judged, let baseline = waitingRate {
+                trial = GrowthTrial(baseline: baseline, streamsBefore: streamCapacity(configured: growth.baseStreams))
+            }
+            // A connection given up earlier (`undoGrowth`) and still open takes the new streams:
+            // libcurl opens none, and its SETTINGS are known.
+            let opensOne = openConnections <= connectionLimit
             connectionLimit += 1
             waitingSince = nil
-            opensAbove = newestAnswered
+            opensAbove = opensOne ? newestAnswered : nil
             return .setConnectionLimit(connectionLimit)
         }
+    }
+
+    /// Runs the rate window and judges a grown connection: kept when the rate over a window
+    /// after it answered rose by `ConnectionGrowth.requiredShareOfGain` of what its streams add
+    /// when the round trip is all that limits the rate; else the limit goes back down and growth
+    /// holds off. On a host whose CPU (or a server that) sets the pace, a connection adds only
+    /// memory: about 12 KB per stream, 6 MB for 500 (docs/dispatcher.md).
+    private mutating func measure(now: UInt64, waiting: Bool) -> Action? {
+        let window = growth.judgedOverNanoseconds
+        let disturbed = failureRun.failures > 0 || !retiring.isEmpty || cold
+        if var current = trial {
+            guard let since = current.measuringSince else {
+                // Once the new connection has answered (its streams known and in use) and they settled.
+                if opensAbove != nil || disturbed {
+                    current.settlesAt = nil
+                } else if let settles = current.settlesAt {
+                    if now >= settles {
+                        current.measuringSince = now
+                        current.answersAtStart = answers
+                    }
+                } else {
+                    current.settlesAt = now + growth.delayNanoseconds
+                }
+                trial = current
+                return nil
+            }
+            if disturbed {
+                current.settlesAt = nil
+                current.measuringSince = nil
+                current.waitedThroughout = true
+                trial = current
+                return nil
+            }
+            current.waitedThroughout = current.waitedThroughout && waiting
+            trial = current
+            guard now >= since + window else { return nil }
+            let rate = Double(answers &- current.answersAtStart) * 1e9 / Double(now - since)
+            trial = nil
+            rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
+            let gain = Double(growth.streamsPerConnection) / Double(max(1, current.streamsBefore))
+            if rate >= current.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain) {
+                waitingRate = current.waitedThroughout ? rate : nil
+                nextHoldOff = ConnectionGrowth.firstHoldOffNanoseconds
+                return nil
+            }
+            waitingRate = nil
+            waitingSince = nil
+            growthHeldUntil = now + nextHoldOff
+            nextHoldOff = min(ConnectionGrowth.maxHoldOffNanoseconds, nextHoldOff * 2)
+            connectionLimit = max(growth.base, connectionLimit - 1)
+            return .undoGrowth(connectionLimit: connectionLimit)
+        }
+        guard var current = rateWindow, !disturbed else {
+            rateWindow = disturbed ? nil : RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
+            if disturbed { waitingRate = nil }
+            return nil
+        }
+        current.waitedThroughout = current.waitedThroughout && waiting
+        guard now >= current.since + window else {
+            rateWindow = current
+            return nil
+        }
+        // Only the last window counts: an older rate says little of the host's load now.
+        waitingRate = current.waitedThroughout ? Double(answers &- current.answersAtStart) * 1e9 / Double(now - current.since) : nil
+        rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
+        return nil
     }
 
     /// Marks `connection` retired; false when it already was (or has no id).
@@ -245,10 +364,23 @@ struct ConnectionGrowth: Equatable {
     /// Streams each added connection carries (`streamsPerConnection`).
     let streamsPerConnection: Int
     let delayNanoseconds: UInt64
+    /// How long the answer rate is measured before a connection is added and after it answered,
+    /// to keep it only when the rate rose; 0: added connections are kept unjudged.
+    var judgedOverNanoseconds: UInt64 = 0
+
+    /// The streams of the configured connections.
+    var baseStreams: Int { base * streamsPerConnection }
 
     /// A loop grows only if it was idle at least 1/`spareFractionDivisor` of the time requests
     /// waited for a stream.
     static let spareFractionDivisor: UInt64 = 5
+    /// A connection is kept when the rate rose by at least this share of the gain its streams
+    /// give where only the round trip limits the rate (its streams ÷ the streams before it).
+    static let requiredShareOfGain = 0.5
+    /// After a connection that did not raise the rate, no growth for this long; doubled for
+    /// each such connection in a row, up to `maxHoldOffNanoseconds`.
+    static let firstHoldOffNanoseconds: UInt64 = 30_000_000_000
+    static let maxHoldOffNanoseconds: UInt64 = 480_000_000_000
     /// No growth: one connection, as many as configured.
     static let fixed = ConnectionGrowth(base: 1, ceiling: 1, streamsPerConnection: 0, delayNanoseconds: 0)
 }

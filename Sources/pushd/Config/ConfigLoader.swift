@@ -85,6 +85,8 @@ enum ConfigLoader {
             reader.error("apns.max_connections_per_app", line: apns.line,
                          "\(config.apns.maxConnectionsPerApp) is below apns.threads × apns.connections_per_app (\(config.apns.threads * config.apns.connectionsPerApp)): the connections every thread keeps")
         }
+        config.apns.connectionGrowthJudgedOverMilliseconds = apns.int(
+            "connection_growth_judged_ms", default: config.apns.connectionGrowthJudgedOverMilliseconds, range: 0...60_000)
         config.apns.streamsPerConnection = apns.int("streams_per_connection", default: config.apns.streamsPerConnection, range: 1...10_000)
         // Unset, the window is every stream the lane may open: a ceiling raised on connections
         // or streams is usable without a second setting that would silently cap it.

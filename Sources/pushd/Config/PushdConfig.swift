@@ -61,6 +61,10 @@ struct PushdConfig: Sendable, Equatable {
         /// for a free stream, a thread opens another connection up to its share; idle ones close
         /// after 10 minutes. Throughput per connection is streams ÷ round trip.
         var maxConnectionsPerApp: Int = 8
+        /// A connection opened beyond `connectionsPerApp` is kept only when the answer rate over
+        /// this long after it rose (on a busy host the CPU, not the streams, may set the pace);
+        /// 0 keeps every one opened.
+        var connectionGrowthJudgedOverMilliseconds: Int = 1000
         /// Streams used per connection at most; the server's SETTINGS may allow fewer.
         var streamsPerConnection: Int = 500
         /// Notifications sent and not answered per app, environment and lane, queued ones

@@ -159,6 +159,7 @@ final class Pipeline: @unchecked Sendable {
             keepAliveIntervalMilliseconds: config.apns.pingIntervalMilliseconds,
             keepAliveTimeoutMilliseconds: config.apns.pingTimeoutMilliseconds)
         configuration.maxConnections = config.apns.maxConnectionsPerApp
+        configuration.connectionGrowthJudgedOverMilliseconds = config.apns.connectionGrowthJudgedOverMilliseconds
         configuration.answerDeadlineMilliseconds = config.apns.answerDeadlineMilliseconds
         return configuration
     }
