@@ -9,8 +9,8 @@ func systemLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
 
 /// The engine's modules (everything DispatcherBench links) and pushd's use the standard library
 /// alone for text: without the implicit `_StringProcessing` import a process does not load it and
-/// `_RegexParser`, 0.8 MB of the engine's resident memory (docs/dispatcher.md, Peak RSS in December
-/// 2026). pushd also waits without the Swift Dispatch overlay (`Locking.Semaphore`), whose library
+/// `_RegexParser`, 0.8 MB of the engine's resident memory (docs/dispatcher-measurements.md, Peak
+/// RSS in December 2026). pushd also waits without the Swift Dispatch overlay (`Locking.Semaphore`), whose library
 /// would load the two again: 1.2 MB of the daemon's (docs/queue.md, Memory of a campaign drain).
 let withoutStringProcessing: [SwiftSetting] = [.unsafeFlags(["-Xfrontend", "-disable-implicit-string-processing-module-import"])]
 

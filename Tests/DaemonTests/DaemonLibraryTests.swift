@@ -7,7 +7,7 @@ import Testing
 /// dates, ids, files and JSON come from Sources/Posix and the APNs module; libFoundation,
 /// FoundationInternationalization and ICU would cost about 6 MB of resident memory, and
 /// FoundationEssentials alone about 2 MB (Benchmarks/README.md, Memory of the daemon;
-/// docs/dispatcher.md). FoundationUseTests guards the sources; this guards the process,
+/// docs/dispatcher-measurements.md). FoundationUseTests guards the sources; this guards the process,
 /// whatever links them in.
 @Suite(.serialized) struct DaemonLibraryTests {
     @Test func aSendingDaemonMapsNoFoundationLibraryAndNoICU() throws {

@@ -5,7 +5,7 @@ import Testing
 /// Glibc, Sources/Posix (dates, ids, files) and the APNs module's JSON carry what pushd and
 /// apns-mock need. One `import Foundation` anywhere in the daemon makes every `pushd run` map
 /// libFoundation and ICU, about 6 MB of resident memory it never uses (Benchmarks/README.md,
-/// Memory of the daemon), and FoundationEssentials alone about 2 MB (docs/dispatcher.md).
+/// Memory of the daemon), and FoundationEssentials alone about 2 MB (docs/dispatcher-measurements.md).
 /// The tests keep Foundation.
 @Suite struct FoundationUseTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

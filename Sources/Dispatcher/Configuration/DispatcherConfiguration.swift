@@ -41,7 +41,7 @@ public struct DispatcherConfiguration: Sendable {
     /// While at least `answerCoalescingMinimumInFlight` requests are inside libcurl, a loop
     /// reads its sockets at most once per this many milliseconds, so each read carries many
     /// answers: libcurl runs every transfer on a connection for each event on its socket
-    /// (docs/dispatcher.md, "Answers at long round trips"). 0 reads as soon as an answer arrives.
+    /// (docs/dispatcher-measurements.md, "Answers at long round trips"). 0 reads as soon as an answer arrives.
     public var answerCoalescingMilliseconds: Int = 0
     public var answerCoalescingMinimumInFlight: Int = 100
     /// While at least `answerCoalescingMinimumInFlight` requests are inside libcurl, a readable

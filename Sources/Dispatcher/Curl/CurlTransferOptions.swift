@@ -34,7 +34,7 @@ extension CurlTransfer {
         // APNs answers in well under a kilobyte and a payload is at most 5 KB. libcurl 8.14 lends
         // these buffers from the multi handle to the transfer being served, so they are not
         // per stream: at 2 × 1,000 streams peak RSS was the same with libcurl's defaults and
-        // with 1 KB (docs/dispatcher.md, Memory per stream). 16 KB is the upload minimum.
+        // with 1 KB (docs/dispatcher-measurements.md, Memory per stream). 16 KB is the upload minimum.
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 4096), "CURLOPT_BUFFERSIZE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 16384), "CURLOPT_UPLOAD_BUFFERSIZE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")

@@ -6,8 +6,8 @@
 /// at N ÷ round trip per second, that is about round trip ÷ gap transfer runs per answer,
 /// whatever N is, where gap is the time between two reads of the socket. On loopback the gap is
 /// the loop's own work and a read brings most of what is in flight; at 50–150 ms answers trickle
-/// in a few per read and the runs cost more than the answers (docs/dispatcher.md, "Answers at
-/// long round trips").
+/// in a few per read and the runs cost more than the answers (docs/dispatcher-measurements.md,
+/// "Answers at long round trips").
 ///
 /// So when the loop spent at least 1/`waitedFractionDivisor` of the time before a read waiting
 /// (blocked in epoll or paused here: answers, not its CPU, set the pace) and the read brought
