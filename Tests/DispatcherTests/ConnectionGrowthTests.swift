@@ -226,7 +226,9 @@ import Testing
         #expect(policy.trial?.measuringSince == nil)
         // 200 answers a second against 100: the second connection's streams doubled the rate.
         let measured = grewAt + 400 * Self.ms
-        #expect(judge(&policy, rate: 200, grewAt: measured) == .none)
+        #expect(judge(&policy, rate: 200, grewAt: measured) == .growthKept(connections: 2))
+        #expect(policy.lastVerdict == ConnectionPolicy.GrowthVerdict(kept: true, connections: 2, rateBefore: 100, rateAfter: 200,
+                                                                      rateRequired: 150, holdOffNanoseconds: 0))
         #expect(policy.trial == nil)
         #expect(policy.connectionLimit == 2)
         #expect(policy.waitingRate == 200)
@@ -244,6 +246,8 @@ import Testing
             let grewAt = try #require(grow(&policy, rate: 100, from: start))
             // The CPU (or the server) sets the pace: the same 100 answers a second with two connections.
             #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+            #expect(policy.lastVerdict == ConnectionPolicy.GrowthVerdict(kept: false, connections: 1, rateBefore: 100, rateAfter: 100,
+                                                                          rateRequired: 150, holdOffNanoseconds: holdOff * Self.ms))
             let verdictAt = grewAt + 1250 * Self.ms
             #expect(policy.connectionLimit == 1)
             #expect(policy.admissionLimit(configured: 100, now: verdictAt) == 100)
@@ -263,11 +267,12 @@ import Testing
         for (after, kept) in [(249, false), (251, true)] {
             var policy = warmJudged()
             var grewAt = try #require(grow(&policy, rate: 100, from: 0))
-            #expect(judge(&policy, rate: 200, grewAt: grewAt) == .none)
+            #expect(judge(&policy, rate: 200, grewAt: grewAt) == .growthKept(connections: 2))
             #expect(policy.connectionLimit == 2)
             grewAt = try #require(grow(&policy, rate: 200, on: 1, from: grewAt + 1250 * Self.ms))
             #expect(policy.connectionLimit == 3)
-            #expect(judge(&policy, rate: after, grewAt: grewAt) == (kept ? .none : .undoGrowth(connectionLimit: 2)))
+            #expect(judge(&policy, rate: after, grewAt: grewAt) == (kept ? .growthKept(connections: 3) : .undoGrowth(connectionLimit: 2)))
+            #expect(policy.lastVerdict?.rateRequired == 250)
             #expect(policy.connectionLimit == (kept ? 3 : 2))
         }
     }
@@ -288,7 +293,7 @@ import Testing
         #expect(policy.admissionLimit(configured: 100, now: again) == 200)
         #expect(answer(&policy, 25, from: again, to: again + 250 * Self.ms).isEmpty)
         #expect(answer(&policy, 200, from: again + 250 * Self.ms, to: again + 1250 * Self.ms).isEmpty)
-        #expect(policy.handle(.beforeWait(now: again + 1250 * Self.ms, waiting: true, idle: again + 1250 * Self.ms)) == .none)
+        #expect(policy.handle(.beforeWait(now: again + 1250 * Self.ms, waiting: true, idle: again + 1250 * Self.ms)) == .growthKept(connections: 2))
         #expect(policy.connectionLimit == 2)
         #expect(policy.trial == nil)
     }

@@ -97,10 +97,11 @@ func mockTuning(_ material: MockMaterial, threads: Int = 2, connections: Int = 1
 
 /// Sends `total` unauthenticated requests (tags 0..<total) through a new engine set up with
 /// `configuration`, waits up to `seconds` for their results and shuts the engine down.
-func sendThroughEngine(_ configuration: DispatcherConfiguration, total: Int, seconds: Double = 120) async throws
+func sendThroughEngine(_ configuration: DispatcherConfiguration, total: Int, seconds: Double = 120,
+                       metrics: any DispatcherMetricsHook = NoDispatcherMetrics()) async throws
     -> (statistics: DispatcherStatistics, collector: ResultCollector, seconds: Double) {
     let collector = ResultCollector()
-    let engine = try HTTP2Dispatcher(configuration: configuration, onResult: collector.handler)
+    let engine = try HTTP2Dispatcher(configuration: configuration, metrics: metrics, onResult: collector.handler)
     defer { engine.shutdown() }
     let started = Timestamp()
     try await onOwnThread {

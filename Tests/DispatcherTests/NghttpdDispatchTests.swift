@@ -270,6 +270,12 @@ final class RecordingMetrics: DispatcherMetricsHook {
     let backoffRunsStarted = Atomic<Int>(0)
     let backoffRunsEnded = Atomic<Int>(0)
     private let causes = Lock<[String]>([])
+    private let verdicts = Lock<[ConnectionGrowthVerdict]>([])
+
+    /// The growth verdicts reported, in order.
+    var growthVerdicts: [ConnectionGrowthVerdict] { verdicts.withLock { $0 } }
+
+    func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) { verdicts.withLock { $0.append(verdict) } }
 
     /// The causes `reconnectBackoffStarted` was called with, in order.
     var backoffCauses: [String] { causes.withLock { $0 } }

@@ -159,7 +159,7 @@ extension CurlEventLoop {
                 _ = shutdown(socket, Int32(SHUT_RDWR))
             case .freshConnect:
                 nextTransferFresh = true
-            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit, .undoGrowth:
+            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit, .undoGrowth, .growthKept:
                 break
             }
         }
@@ -172,6 +172,9 @@ extension CurlEventLoop {
         switch action {
         case .setConnectionLimit(let limit): (connections, undone) = (limit, false)
         case .undoGrowth(let limit): (connections, undone) = (limit, true)
+        case .growthKept:
+            reportVerdict()
+            return false
         case .none, .holdAdmissions, .closeRetired, .freshConnect, .backOff, .backoffEnded: return false
         }
         do {
@@ -186,9 +189,20 @@ extension CurlEventLoop {
             sink.counters.connectionsGrown.add(1, ordering: .relaxed)
             connectionsExpected += 1
         }
-        if undone { sink.counters.connectionGrowthsUndone.add(1, ordering: .relaxed) }
+        if undone {
+            sink.counters.connectionGrowthsUndone.add(1, ordering: .relaxed)
+            reportVerdict()
+        }
         connectionLimit = connections
         return true
+    }
+
+    private func reportVerdict() {
+        guard let verdict = policy.lastVerdict else { return }
+        sink.metrics.connectionGrowthJudged(ConnectionGrowthVerdict(
+            kept: verdict.kept, connections: verdict.connections, ratePerSecondBefore: verdict.rateBefore,
+            ratePerSecondAfter: verdict.rateAfter, ratePerSecondRequired: verdict.rateRequired,
+            growthHeldOffMilliseconds: Int(verdict.holdOffNanoseconds / 1_000_000)))
     }
 
     func reportFailure(_ reason: ConnectionFailureReason) {

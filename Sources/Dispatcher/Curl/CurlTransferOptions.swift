@@ -31,10 +31,11 @@ extension CurlTransfer {
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1), "CURLOPT_PIPEWAIT")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1), "CURLOPT_TCP_NODELAY")
-        // APNs answers in well under a kilobyte and a payload is at most 5 KB. libcurl 8.14 lends
-        // these buffers from the multi handle to the transfer being served, so they are not
-        // per stream: at 2 × 1,000 streams peak RSS was the same with libcurl's defaults and
-        // with 1 KB (docs/dispatcher-measurements.md, Memory per stream). 16 KB is the upload minimum.
+        // APNs answers in well under a kilobyte and a payload is at most 5 KB. The download
+        // buffer is lent by the multi handle to the transfer being served (at 2 × 1,000 streams
+        // peak RSS was the same with libcurl's defaults and with 1 KB: docs/dispatcher-measurements.md,
+        // Memory per stream). The upload buffer belongs to each easy handle and is kept between its
+        // transfers; 16 KB is libcurl's minimum, and only its written pages become resident.
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 4096), "CURLOPT_BUFFERSIZE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 16384), "CURLOPT_UPLOAD_BUFFERSIZE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")

@@ -23,6 +23,10 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A loop now lets libcurl hold `connections` connections: grown by one because requests
     /// waited for a stream, or lowered after connections closed.
     func connectionLimitChanged(to connections: Int)
+    /// A connection a loop added because requests waited for a stream was judged
+    /// (`connectionGrowthJudgedOverMilliseconds`): kept because the answer rate rose with it,
+    /// or given up (growth held off) because it did not. At most one per added connection.
+    func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict)
     /// A loop's limit on requests inside libcurl changed by `delta`: summed over the loops, the
     /// engine's limit (`adaptiveInFlight`, or connections × streams).
     func inFlightLimitChanged(by delta: Int)
@@ -46,10 +50,37 @@ extension DispatcherMetricsHook {
     public func requestRetried() {}
     public func connectionReplacementRequested() {}
     public func connectionLimitChanged(to connections: Int) {}
+    public func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) {}
     public func inFlightLimitChanged(by delta: Int) {}
     public func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {}
     public func reconnectBackoffStarted(cause: String, delayMilliseconds: Int) {}
     public func reconnectBackoffEnded(failures: Int) {}
+}
+
+/// How a connection added by growth was judged (`DispatcherMetricsHook.connectionGrowthJudged`).
+public struct ConnectionGrowthVerdict: Sendable, Equatable {
+    /// The connection stayed; false: the loop went back to the connections before it.
+    public var kept: Bool
+    /// Connections the loop holds (lets libcurl hold) after the verdict.
+    public var connections: Int
+    /// Answers per second with requests waiting before the connection was added, and over the
+    /// window measured after it answered.
+    public var ratePerSecondBefore: Double
+    public var ratePerSecondAfter: Double
+    /// What the rate had to reach for the connection to be kept.
+    public var ratePerSecondRequired: Double
+    /// When given up: no connection is added for this long (0 when kept).
+    public var growthHeldOffMilliseconds: Int
+
+    public init(kept: Bool, connections: Int, ratePerSecondBefore: Double, ratePerSecondAfter: Double,
+                ratePerSecondRequired: Double, growthHeldOffMilliseconds: Int) {
+        self.kept = kept
+        self.connections = connections
+        self.ratePerSecondBefore = ratePerSecondBefore
+        self.ratePerSecondAfter = ratePerSecondAfter
+        self.ratePerSecondRequired = ratePerSecondRequired
+        self.growthHeldOffMilliseconds = growthHeldOffMilliseconds
+    }
 }
 
 /// Reports nothing.

@@ -56,6 +56,21 @@ struct ConnectionPolicy: Equatable {
         /// rate. It stays open and carries part of the streams still admitted (libcurl closes it
         /// once idle past `idleCloseSeconds`); what is admitted is back to the connections before.
         case undoGrowth(connectionLimit: Int)
+        /// The connection added last raised the rate enough: it stays, and `connections` with it.
+        case growthKept(connections: Int)
+    }
+
+    /// How a grown connection was judged: the answer rates before and after it, and, when it was
+    /// given up, how long no growth is tried (what the loop reports with `growthKept`/`undoGrowth`).
+    struct GrowthVerdict: Equatable {
+        var kept: Bool
+        /// Connections the loop holds after the verdict.
+        var connections: Int
+        var rateBefore: Double
+        var rateAfter: Double
+        /// The rate the connection had to reach to be kept.
+        var rateRequired: Double
+        var holdOffNanoseconds: UInt64
     }
 
     let growth: ConnectionGrowth
@@ -100,6 +115,8 @@ struct ConnectionPolicy: Equatable {
     private(set) var trial: GrowthTrial?
     /// No growth before this time: the last connection added did not raise the rate.
     private(set) var growthHeldUntil: UInt64 = 0
+    /// The last verdict on a grown connection.
+    private(set) var lastVerdict: GrowthVerdict?
     /// The hold-off the next connection that does not raise the rate imposes.
     private(set) var nextHoldOff: UInt64 = ConnectionGrowth.firstHoldOffNanoseconds
 
@@ -228,47 +245,58 @@ struct ConnectionPolicy: Equatable {
         case .connectFailed(let now, let unitRandom):
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .beforeWait(let now, let waiting, let idle):
-            if growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting) { return verdict }
-            guard waiting else {
-                waitingSince = nil
-                return .none
+            guard growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting) else {
+                return considerGrowth(now: now, waiting: waiting, idle: idle)
             }
-            // Grow one connection at a time, only on a healthy loop: not while the newest has
-            // not answered (its streams are not known yet), a connection is being retired, or
-            // connects fail. Judged growth: not while a connection is on trial or one that did
-            // not raise the rate holds growth off, and only against the rate of the last window.
-            let judged = growth.judgedOverNanoseconds > 0
-            guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, failureRun.failures == 0,
-                  openConnections >= connectionLimit, trial == nil, now >= growthHeldUntil, !judged || waitingRate != nil else {
-                waitingSince = nil
-                return .none
-            }
-            guard let since = waitingSince else {
-                waitingSince = now
-                idleAtWaitStart = idle
-                return .none
-            }
-            guard now >= since + growth.delayNanoseconds else { return .none }
-            // Streams are what limits the rate only if the loop had time to spare while requests
-            // waited for them (it waited for answers). A loop busy all along is limited by its CPU
-            // (or the server's): another connection would add memory and no throughput.
-            let spare = idle &- idleAtWaitStart
-            guard spare >= (now - since) / ConnectionGrowth.spareFractionDivisor else {
-                waitingSince = now
-                idleAtWaitStart = idle
-                return .none
-            }
-            if judged, let baseline = waitingRate {
-                trial = GrowthTrial(baseline: baseline, streamsBefore: streamCapacity(configured: growth.baseStreams))
-            }
-            // A connection given up earlier (`undoGrowth`) and still open takes the new streams:
-            // libcurl opens none, and its SETTINGS are known.
-            let opensOne = openConnections <= connectionLimit
-            connectionLimit += 1
-            waitingSince = nil
-            opensAbove = opensOne ? newestAnswered : nil
-            return .setConnectionLimit(connectionLimit)
+            // A kept connection: the wait for the next one starts with this pass (no growth comes
+            // of it, since none was waited for during the trial).
+            if case .growthKept = verdict { _ = considerGrowth(now: now, waiting: waiting, idle: idle) }
+            return verdict
         }
+    }
+
+    /// One more connection when requests have waited for a stream long enough on a healthy loop
+    /// with time to spare.
+    private mutating func considerGrowth(now: UInt64, waiting: Bool, idle: UInt64) -> Action {
+        guard waiting else {
+            waitingSince = nil
+            return .none
+        }
+        // Grow one connection at a time, only on a healthy loop: not while the newest has
+        // not answered (its streams are not known yet), a connection is being retired, or
+        // connects fail. Judged growth: not while a connection is on trial or one that did
+        // not raise the rate holds growth off, and only against the rate of the last window.
+        let judged = growth.judgedOverNanoseconds > 0
+        guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, failureRun.failures == 0,
+              openConnections >= connectionLimit, trial == nil, now >= growthHeldUntil, !judged || waitingRate != nil else {
+            waitingSince = nil
+            return .none
+        }
+        guard let since = waitingSince else {
+            waitingSince = now
+            idleAtWaitStart = idle
+            return .none
+        }
+        guard now >= since + growth.delayNanoseconds else { return .none }
+        // Streams are what limits the rate only if the loop had time to spare while requests
+        // waited for them (it waited for answers). A loop busy all along is limited by its CPU
+        // (or the server's): another connection would add memory and no throughput.
+        let spare = idle &- idleAtWaitStart
+        guard spare >= (now - since) / ConnectionGrowth.spareFractionDivisor else {
+            waitingSince = now
+            idleAtWaitStart = idle
+            return .none
+        }
+        if judged, let baseline = waitingRate {
+            trial = GrowthTrial(baseline: baseline, streamsBefore: streamCapacity(configured: growth.baseStreams))
+        }
+        // A connection given up earlier (`undoGrowth`) and still open takes the new streams:
+        // libcurl opens none, and its SETTINGS are known.
+        let opensOne = openConnections <= connectionLimit
+        connectionLimit += 1
+        waitingSince = nil
+        opensAbove = opensOne ? newestAnswered : nil
+        return .setConnectionLimit(connectionLimit)
     }
 
     /// Runs the rate window and judges a grown connection: kept when the rate over a window
@@ -309,16 +337,21 @@ struct ConnectionPolicy: Equatable {
             trial = nil
             rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
             let gain = Double(growth.streamsPerConnection) / Double(max(1, current.streamsBefore))
-            if rate >= current.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain) {
+            let required = current.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain)
+            if rate >= required {
                 waitingRate = current.waitedThroughout ? rate : nil
                 nextHoldOff = ConnectionGrowth.firstHoldOffNanoseconds
-                return nil
+                lastVerdict = GrowthVerdict(kept: true, connections: connectionLimit, rateBefore: current.baseline,
+                                            rateAfter: rate, rateRequired: required, holdOffNanoseconds: 0)
+                return .growthKept(connections: connectionLimit)
             }
             waitingRate = nil
             waitingSince = nil
             growthHeldUntil = now + nextHoldOff
-            nextHoldOff = min(ConnectionGrowth.maxHoldOffNanoseconds, nextHoldOff * 2)
             connectionLimit = max(growth.base, connectionLimit - 1)
+            lastVerdict = GrowthVerdict(kept: false, connections: connectionLimit, rateBefore: current.baseline,
+                                        rateAfter: rate, rateRequired: required, holdOffNanoseconds: nextHoldOff)
+            nextHoldOff = min(ConnectionGrowth.maxHoldOffNanoseconds, nextHoldOff * 2)
             return .undoGrowth(connectionLimit: connectionLimit)
         }
         guard var current = rateWindow, !disturbed else {

@@ -22,6 +22,7 @@ public struct PushdMetrics: Sendable {
     public let apnsRequestsResent: CounterFamily
     public let apnsReconnects: CounterFamily
     public let apnsReconnectBackoffs: CounterFamily
+    public let apnsConnectionGrowths: CounterFamily
     public let apnsUnavailable: GaugeFamily
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
@@ -87,7 +88,7 @@ public struct PushdMetrics: Sendable {
             unit: "seconds", labels: target, buckets: HistogramBuckets.apnsLatency)
         apnsStreamsInFlight = try registry.gauge(
             "pushd_apns_streams_in_flight",
-            help: "HTTP/2 streams sent to APNs and not yet answered.",
+            help: "Requests inside libcurl: HTTP/2 streams sent to APNs and not yet answered, and the few waiting there for a stream or a new connection (the engine's own queue is not counted).",
             labels: target)
         apnsConnections = try registry.gauge(
             "pushd_apns_connections",
@@ -99,7 +100,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsConnectionErrors = try registry.counter(
             "pushd_apns_connection_errors_total",
-            help: "Connections to APNs that failed or were closed by the server (reason: goaway, reset, timeout), and attempts that failed (reason: connect, tls).",
+            help: "Connections to APNs that failed or were closed by the server (reason: goaway, reset, timeout), closed by libcurl after APNs refused streams sent before its settings were read (reason: refused_stream), and attempts that failed (reason: connect, tls).",
             labels: target + ["reason"])
         apnsRequestsResent = try registry.counter(
             "pushd_apns_requests_resent_total",
@@ -113,6 +114,10 @@ public struct PushdMetrics: Sendable {
             "pushd_apns_reconnect_backoffs_total",
             help: "Runs of failed connections to APNs (connect, TLS, 503 Shutdown, no answer in time, ended before answering anything) after which an event loop waits 250 ms doubling to 4 s before each new connection.",
             labels: target)
+        apnsConnectionGrowths = try registry.counter(
+            "pushd_apns_connection_growths_total",
+            help: "Connections an event loop added because notifications waited for a stream, as judged after apns.connection_growth_judged_ms of answers (result: kept when the answer rate rose with it, given_up when it did not and growth holds off for 30 s to 8 min).",
+            labels: target + ["result"])
         apnsUnavailable = try registry.gauge(
             "pushd_apns_unavailable",
             help: "1 while APNs takes none of an app's notifications on a lane (3 or more failed sends and no answer for 1 s, until answers come for 1 s without a failure), else 0.",
@@ -213,7 +218,7 @@ public struct PushdMetrics: Sendable {
         buildInfo.bound([version]).set(1)
         apnsConnectionRetirements = try registry.counter(
             "pushd_apns_connection_retirements_total",
-            help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503) and GOAWAY.",
+            help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503), GOAWAY and REFUSED_STREAM.",
             labels: ["app", "environment", "reason"])
 
         broadcastsSent = try registry.counter(
@@ -275,6 +280,11 @@ public struct PushdMetrics: Sendable {
 
     public func reconnectBackoffs(app: String, environment: String) -> Counter {
         apnsReconnectBackoffs.bound([app, environment])
+    }
+
+    /// `result`: `kept` or `given_up`.
+    public func connectionGrowths(app: String, environment: String, result: String) -> Counter {
+        apnsConnectionGrowths.bound([app, environment, result])
     }
 
     public func apnsUnavailable(app: String, lane: String) -> Gauge {

@@ -1,7 +1,7 @@
 /// The command tree of `pushd`: every command, its options and its help text.
 enum Commands {
     static let configOption = OptionSpec.value("config", short: "c", "FILE", "configuration file (default: /etc/pushd/pushd.yml)")
-    static let databaseOption = OptionSpec.value("database-url", "URL", "PostgreSQL URL (default: the configuration's, or $PUSHD_DATABASE_URL)")
+    static let databaseOption = OptionSpec.value("database-url", "URL", "PostgreSQL URL (default: $PUSHD_DATABASE_URL, else the configuration's)")
 
     static let root = CommandSpec(
         name: "pushd",

@@ -306,6 +306,8 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let resent: Counter
     let reconnects: Counter
     let backoffs: Counter
+    let growthsKept: Counter
+    let growthsGivenUp: Counter
     /// Shared by the client's event loops, so a run of failures they see together is one line.
     let backoffRuns: ReconnectBackoffAnnouncer
     let retirements: ConnectionRetirementReporter?
@@ -324,6 +326,8 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         resent = metrics.requestsResent(app: app, environment: environment)
         reconnects = metrics.reconnects(app: app, environment: environment)
         backoffs = metrics.reconnectBackoffs(app: app, environment: environment)
+        growthsKept = metrics.connectionGrowths(app: app, environment: environment, result: "kept")
+        growthsGivenUp = metrics.connectionGrowths(app: app, environment: environment, result: "given_up")
         backoffRuns = ReconnectBackoffAnnouncer()
         label = "app \(app), \(environment)" + (lane.map { ", \($0) lane" } ?? "")
         self.logger = logger.map { logger in
@@ -364,6 +368,22 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         guard backoffRuns.ended(), let logger else { return }
         logger.info("connections to APNs for \(label) answer again after \(failures) failed in a row",
                     ("event", "apns_reconnect_backoff_ended"), ("failures", .int(Int64(failures))))
+    }
+    func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) {
+        (verdict.kept ? growthsKept : growthsGivenUp).increment()
+        guard let logger else { return }
+        let rates = "\(Int(verdict.ratePerSecondBefore)) answers/s before it, \(Int(verdict.ratePerSecondAfter)) after, \(Int(verdict.ratePerSecondRequired)) needed"
+        let fields: [(String, LogValue)] = [
+            ("event", "connection_growth"), ("result", .string(verdict.kept ? "kept" : "given_up")),
+            ("connections", .int(Int64(verdict.connections))), ("rate_before", .int(Int64(verdict.ratePerSecondBefore))),
+            ("rate_after", .int(Int64(verdict.ratePerSecondAfter))), ("rate_needed", .int(Int64(verdict.ratePerSecondRequired))),
+            ("held_off_ms", .int(Int64(verdict.growthHeldOffMilliseconds))),
+        ]
+        if verdict.kept {
+            logger.write(.info, "an added connection to APNs for \(label) raised the answer rate and stays (\(rates)); an event loop holds \(verdict.connections)", fields: fields)
+        } else {
+            logger.write(.info, "an added connection to APNs for \(label) did not raise the answer rate (\(rates)): the host's CPU or the server sets the pace, not the streams; the event loop goes back to \(verdict.connections) and adds none for \(verdict.growthHeldOffMilliseconds / 1000) s", fields: fields)
+        }
     }
     func inFlightLimitChanged(by delta: Int) { inFlightLimit?.add(Double(delta)) }
     func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {
