@@ -185,4 +185,49 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed'") == 0)
         }
     }
+
+    /// The bundle id lacks the Broadcast Push capability: APNs answers FeatureNotEnabled to its
+    /// channel requests and broadcasts. Both are held, not failed, the app's device pushes keep
+    /// going, and once the capability is on a resume carries out what was held, once.
+    @Test func broadcastsOfAnAppWithoutTheCapabilityAreHeldWhileItsDevicePushesGoOn() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, broadcastDisabledBundleIDs: [DaemonHarness.bundleID])
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            let created = try connection.query("SELECT pushd.create_channel('shop')").require(Int64.self, row: 0, column: 0)
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [channel, BroadcastDaemonTests.update])
+            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="FeatureNotEnabled"} 1"#
+            #expect(DaemonHarness.wait(seconds: 20) { pipeline.context.metrics.registry.expositionText().contains(held) })
+            // The app's device pushes are not held.
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(7)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(harness.mock.stats.accepted == 1)
+            // Both requests waited a while: neither was failed, dead-lettered or spent.
+            Thread.sleep(forTimeInterval: 2)
+            #expect(harness.mock.stats.rejected("FeatureNotEnabled") >= 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs WHERE attempts = 0") == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed'") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE id = \(created) AND state = 'pending_create'") == 1)
+            #expect(harness.mock.stats.broadcastsAccepted[channel] == nil)
+
+            // The capability is turned on in the developer account; the operator resumes (SIGHUP).
+            try harness.restartMock(allowedBundleIDs: [])
+            harness.mock.adoptChannel(bundleID: DaemonHarness.bundleID, channelID: channel, storagePolicy: .noMessageStored)
+            pipeline.resumePausedApps()
+            #expect(DaemonHarness.wait(seconds: 60) { harness.mock.stats.broadcastsAccepted[channel] == 1 })
+            #expect(DaemonHarness.wait(seconds: 60) {
+                (try? connection.query("SELECT state FROM pushd.channels WHERE id = $1", [created]).require(String.self, row: 0, column: 0)) == "active"
+            })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0)
+            #expect(pipeline.context.metrics.registry.expositionText()
+                .contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="FeatureNotEnabled"} 0"#))
+        }
+    }
 }

@@ -29,7 +29,8 @@ final class DaemonHarness: @unchecked Sendable {
     /// - Parameter disallowedTopics: topics the mock refuses (TopicDisallowed) although their bundle id is allowed.
     init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
          maxStreams: Int = 1000, providerTokenUpdateWindowSeconds: Int = 1200, allowedBundleIDs: [String] = [],
-         disallowedTopics: [String] = [], maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit) throws {
+         disallowedTopics: [String] = [], maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit,
+         broadcastDisabledBundleIDs: [String] = []) throws {
         self.database = database
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-daemon-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -57,6 +58,7 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.allowedBundleIDs = allowedBundleIDs
         configuration.disallowedTopics = disallowedTopics
         configuration.maxChannelsPerApp = maxChannelsPerApp
+        configuration.broadcastDisabledBundleIDs = broadcastDisabledBundleIDs
         mock = try APNsMockServer(configuration: configuration)
         mockPort = try mock.start()
         configuration.port = mockPort
@@ -74,9 +76,10 @@ final class DaemonHarness: @unchecked Sendable {
 
     /// A new apns-mock on the same port that lets pushd's key push to `allowedBundleIDs` (empty:
     /// any), as APNs does once the key or the bundle id is fixed in the developer account.
-    func restartMock(allowedBundleIDs: [String], disallowedTopics: [String] = []) throws {
+    func restartMock(allowedBundleIDs: [String], disallowedTopics: [String] = [], broadcastDisabledBundleIDs: [String] = []) throws {
         mockConfiguration.allowedBundleIDs = allowedBundleIDs
         mockConfiguration.disallowedTopics = disallowedTopics
+        mockConfiguration.broadcastDisabledBundleIDs = broadcastDisabledBundleIDs
         try restartMock()
     }
 

@@ -38,6 +38,11 @@ final class ChannelRegistry: Sendable {
         }
     }
 
+    /// Registers a channel under an id it already has (APNs kept it while the mock was restarted).
+    func adopt(bundleID: String, channelID: String, policy: MessageStoragePolicy) {
+        state.withLock { $0.channels[bundleID, default: [:]][channelID] = policy }
+    }
+
     func policy(bundleID: String, channelID: String) -> MessageStoragePolicy? {
         state.withLock { $0.channels[bundleID]?[channelID] }
     }

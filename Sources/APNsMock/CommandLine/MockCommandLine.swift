@@ -29,6 +29,8 @@ public enum MockCommandLine {
                                       HTTP/2 listener, as APNs's 2195/2196 (0 picks a free one)
       --max-channels N                channels per bundle id before CannotCreateChannelConfig
                                       (default 10000)
+      --no-broadcast BUNDLE_ID        the bundle id lacks the Broadcast Push capability: its
+                                      broadcasts and channel requests get 400 FeatureNotEnabled; repeat
       --development                   answer as APNs's development server: add apns-unique-id
       --log-accepted                  keep a log of accepted notifications (GET /accepted)
       --log-limit N                   keep at most N log entries, count the rest (default 2000000)
@@ -88,6 +90,7 @@ public enum MockCommandLine {
         var controlPort: UInt16?
         var channelPort: UInt16?
         var maxChannels = MockConfiguration.apnsChannelLimit
+        var broadcastDisabled: [String] = []
         var logAccepted = false
         var development = false
         var logLimit: Int?
@@ -129,6 +132,7 @@ public enum MockCommandLine {
             case "--control-port": controlPort = try integer(UInt16.self)
             case "--channel-port": channelPort = try integer(UInt16.self)
             case "--max-channels": maxChannels = try integer(Int.self)
+            case "--no-broadcast": broadcastDisabled.append(try value())
             case "--log-accepted": logAccepted = true
             case "--development": development = true
             case "--log-limit": logLimit = try integer(Int.self)
@@ -196,6 +200,7 @@ public enum MockCommandLine {
         configuration.controlPort = controlPort
         configuration.channelManagementPort = channelPort
         configuration.maxChannelsPerApp = maxChannels
+        configuration.broadcastDisabledBundleIDs = broadcastDisabled
         configuration.logsAccepted = logAccepted
         configuration.development = development
         if let logLimit {

@@ -17,6 +17,7 @@ extension ConnectionLogic {
         // APNs takes broadcasts only with provider tokens.
         if settings.certificateMode { return reject(403, .missingProviderToken, apnsID: apnsID) }
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return reject(status, reason, apnsID: apnsID) }
+        if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return reject(400, .featureNotEnabled, apnsID: apnsID) }
         if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID) }
         guard settings.channels.recordBroadcast(bundleID: accepted.bundleID, channelID: accepted.channelID.value) else {
             return reject(404, .channelNotRegistered, apnsID: apnsID)
@@ -45,6 +46,7 @@ extension ConnectionLogic {
         }
         if settings.certificateMode { return answer(403, .missingProviderToken) }
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return answer(status, reason) }
+        if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return answer(400, .featureNotEnabled) }
 
         let channels = settings.channels
         switch accepted.operation {

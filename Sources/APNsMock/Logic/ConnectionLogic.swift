@@ -164,6 +164,9 @@ struct LogicSettings: Sendable {
     var development: Bool = false
     /// Broadcast and channel management checks.
     var broadcastJudge = BroadcastRequestJudge()
+    /// Bundle ids without the Broadcast Push capability: 400 FeatureNotEnabled to their
+    /// broadcasts and channel management requests.
+    var broadcastDisabledBundleIDs: Set<String> = []
     /// Shared by every connection of both listeners.
     var channels = ChannelRegistry(maximumPerApp: MockConfiguration.apnsChannelLimit)
 }

@@ -112,6 +112,12 @@ public final class APNsMockServer: Sendable {
         return nil
     }
 
+    /// A channel APNs already has under `channelID` (one created before this mock was started
+    /// in place of another), without a request and without counting it as created.
+    public func adoptChannel(bundleID: String, channelID: String, storagePolicy: MessageStoragePolicy) {
+        core.channels.adopt(bundleID: bundleID, channelID: channelID, policy: storagePolicy)
+    }
+
     public func resetStats() {
         core.accounting.reset()
         core.channels.resetCounts()

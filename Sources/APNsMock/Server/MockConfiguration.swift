@@ -71,6 +71,9 @@ public struct MockConfiguration: Sendable {
     /// Port of the channel management listener (TLS HTTP/2, like APNs's own host on 2195 or
     /// 2196; 0 picks one); nil leaves the channel management API out.
     public var channelManagementPort: UInt16? = nil
+    /// Bundle ids whose Broadcast Push capability is off: their broadcasts and channel
+    /// management requests are answered 400 FeatureNotEnabled.
+    public var broadcastDisabledBundleIDs: [String] = []
     /// Channels one bundle id may have; one more is answered 400 CannotCreateChannelConfig.
     public var maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit
 

@@ -36,7 +36,7 @@ final class ServerCore: Sendable {
             verifier = ProviderTokenVerifier(keys: trusted, maximumAgeSeconds: Int64(configuration.providerTokenMaximumAgeSeconds))
             startAtOne = startAtOneStream
         }
-        settings = LogicSettings(
+        var settings = LogicSettings(
             maxConcurrentStreams: configuration.maxConcurrentStreams,
             validator: Self.validator(configuration),
             tokenVerifier: verifier, startAtOneStream: startAtOne,
@@ -46,6 +46,8 @@ final class ServerCore: Sendable {
             broadcastJudge: BroadcastRequestJudge(
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
             channels: ChannelRegistry(maximumPerApp: configuration.maxChannelsPerApp))
+        settings.broadcastDisabledBundleIDs = Set(configuration.broadcastDisabledBundleIDs)
+        self.settings = settings
     }
 
     private static func validator(_ configuration: MockConfiguration) -> APNsRequestValidator {
