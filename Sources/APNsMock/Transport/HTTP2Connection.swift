@@ -138,7 +138,7 @@ final class HTTP2Connection: EventLoopHandler {
         switch tls.handshake() {
         case .done:
             guard tls.negotiatedH2 else { return close() }
-            if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate { return close() }
+            if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate { return refuseHandshake() }
             faults.refresh()
             guard startSession() else { return close() }
             phase = .open
@@ -149,8 +149,22 @@ final class HTTP2Connection: EventLoopHandler {
             if phase == .open { flush() }
         case .wantRead: setWritableInterest(false)
         case .wantWrite: setWritableInterest(true)
-        case .failed: close()
+        case .failed: refuseHandshake()
         }
+    }
+
+    /// The handshake failed (a client certificate refused, say) and OpenSSL has written its
+    /// alert. Half-closes and reads until the client closes, as `beginDraining` does: a TLS 1.3
+    /// client sends its request before it reads the server's verdict on its certificate, and
+    /// closing with that request unread would send an RST that can discard the alert, leaving
+    /// the client a bare "connection reset" instead of the reason.
+    private func refuseHandshake() {
+        guard phase == .handshaking else { return close() }
+        phase = .draining
+        setWritableInterest(false)
+        _ = shutdown(fd, Int32(SHUT_WR))
+        schedule(afterMilliseconds: 2000) { $0.close() }
+        discardUntilEOF()
     }
 
     private func startSession() -> Bool {
