@@ -220,12 +220,16 @@ import Testing
             // The capability is turned on in the developer account; the operator resumes (SIGHUP).
             try harness.restartMock(allowedBundleIDs: [])
             harness.mock.adoptChannel(bundleID: DaemonHarness.bundleID, channelID: channel, storagePolicy: .noMessageStored)
+            // A resume makes what waited due at once, not after the rest of its 30 s wait.
+            let resumed = Timestamp()
             pipeline.resumePausedApps()
-            #expect(DaemonHarness.wait(seconds: 60) { harness.mock.stats.broadcastsAccepted[channel] == 1 })
-            #expect(DaemonHarness.wait(seconds: 60) {
+            #expect(DaemonHarness.wait(seconds: 10) { harness.mock.stats.broadcastsAccepted[channel] == 1 })
+            #expect(DaemonHarness.wait(seconds: 10) {
                 (try? connection.query("SELECT state FROM pushd.channels WHERE id = $1", [created]).require(String.self, row: 0, column: 0)) == "active"
             })
+            #expect(Timestamp().timeIntervalSince(resumed) < 10)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0)
+            #expect(harness.mock.stats.broadcastsAccepted[channel] == 1)
             #expect(pipeline.context.metrics.registry.expositionText()
                 .contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="FeatureNotEnabled"} 0"#))
         }

@@ -113,7 +113,7 @@ final class BroadcastWorker: @unchecked Sendable {
         if held == nil, operation.kind == .create { held = sender.heldReason(sender.broadcastKey(.channelCreation, configured)) }
         if let held {
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
-                                     outcome: "sending held: \(held)", countsAsAttempt: false)
+                                     outcome: HeldWork.errorPrefix + "\(held)", countsAsAttempt: false)
             return
         }
         let request: ChannelRequest
@@ -197,7 +197,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .hold(let scope, _, let why):
             context.hold(sender, Self.holdKey(scope, sender: sender, environment: configured), why: why)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
-                                     outcome: "sending held: \(why)", countsAsAttempt: false)
+                                     outcome: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false)
         }
     }
 
@@ -224,7 +224,7 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         if let held = sender.heldReason(sender.broadcastKey(.broadcast, Self.configured(environment))) {
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
-                                 error: "sending held: \(held)", countsAsAttempt: false)
+                                 error: HeldWork.errorPrefix + "\(held)", countsAsAttempt: false)
             return
         }
         let sent: (outcome: SendOutcome, response: Response?)
@@ -272,7 +272,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.hold(sender, Self.holdKey(scope, sender: sender, environment: Self.configured(environment)), why: why)
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
-                                 error: "sending held: \(why)", countsAsAttempt: false)
+                                 error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false)
         }
     }
 

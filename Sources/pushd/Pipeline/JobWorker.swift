@@ -181,7 +181,7 @@ final class JobWorker: @unchecked Sendable {
             if sender.hasHolds, let why = sender.heldReason(AppSender.topicKey(notification.topic, environment)) {
                 // APNs refused this topic to the app's credentials: the job waits, unspent.
                 outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(Self.heldRetrySeconds),
-                                                 error: "sending held: \(why)", countsAsAttempt: false))
+                                                 error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false))
                 continue
             }
             let client: APNsClient
@@ -317,7 +317,7 @@ final class JobWorker: @unchecked Sendable {
             context.hold(sender, key, why: why)
             // Not an attempt, and no first send either: its retry windows start when it can go.
             outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
-                                             error: "sending held: \(why)", countsAsAttempt: false))
+                                             error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false))
         case .pauseApp(let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)

@@ -199,8 +199,11 @@ final class Pipeline: @unchecked Sendable {
             sender.resumeSending()
             context.logger.notice("resumed sending for app \(sender.app.name)", ("app", .string(sender.app.name)))
         }
+        var appsReleased: [String] = []
         for sender in context.senders.values {
-            for key in sender.releaseHolds() {
+            let released = sender.releaseHolds()
+            if !released.isEmpty { appsReleased.append(sender.app.name) }
+            for key in released {
                 context.logger.notice("resumed sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue)",
                                       ("event", "sending_resumed"), ("app", .string(sender.app.name)),
                                       ("environment", .string(key.environment.rawValue)), ("topic", .string(key.topic)),
@@ -210,6 +213,15 @@ final class Pipeline: @unchecked Sendable {
         let deferred = context.deferredCampaigns.withLock { set -> [Int64] in
             defer { set.removeAll() }
             return set.sorted()
+        }
+        // What waited for the holds is due now, not after the rest of its wait.
+        for app in appsReleased.sorted() {
+            do {
+                _ = try onStatsConnection(.releaseHeld(app: app))
+            } catch {
+                context.logger.warning("could not make the held work of app \(app) due at once (it goes out within \(Int(JobWorker.heldRetrySeconds)) s anyway): \(error)",
+                                       ("app", .string(app)))
+            }
         }
         if !deferred.isEmpty {
             do {
@@ -249,6 +261,8 @@ final class Pipeline: @unchecked Sendable {
         case stats, ping
         /// Campaigns deferred for a held topic: leasable now (a capped one keeps its pace).
         case undefer([Int64])
+        /// The app's held jobs, broadcasts and channel requests: due now.
+        case releaseHeld(app: String)
     }
 
     /// Runs `query` on the stats connection, opening it if needed and dropping it on failure.
@@ -266,6 +280,9 @@ final class Pipeline: @unchecked Sendable {
                     return nil
                 case .undefer(let ids):
                     try CampaignStore().undeferLeases(connection!, campaignIDs: ids)
+                    return nil
+                case .releaseHeld(let app):
+                    try HeldWork().release(connection!, app: app)
                     return nil
                 }
             } catch {
