@@ -77,12 +77,38 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
                 pending.append(PendingRequest(request: request, tag: tag, continuation: nil, submittedAt: now, attempts: 0))
             }
             counters.submitted.add(granted, ordering: .relaxed)
-            if !leastLoadedLoop().enqueue(contentsOf: pending) {
-                for request in pending { sink.deliver(request, outcome: .transportFailure(.engineStopped)) }
-                window.release(pending.count)
-            }
+            enqueueSpread(pending)
             pending.removeAll(keepingCapacity: true)
             start += granted
+        }
+    }
+
+    /// Deals `pending` out to the loops so that their unfinished requests even out
+    /// (`LoopShares`), one inbox lock per loop that takes any: handed to one loop, a batch
+    /// as large as a loop's streams left the other loop's queue to run dry.
+    private func enqueueSpread(_ pending: [PendingRequest]) {
+        let shares: [Int]
+        if loops.count == 1 || pending.count < 2 {
+            shares = []
+        } else {
+            let first = (nextLoop.wrappingAdd(1, ordering: .relaxed).oldValue & Int.max) % loops.count
+            shares = LoopShares.split(pending.count, loads: loops.map { max(0, $0.outstanding.load(ordering: .relaxed)) }, start: first)
+        }
+        guard !shares.isEmpty else {
+            enqueue(pending[...], on: leastLoadedLoop())
+            return
+        }
+        var from = 0
+        for (loop, share) in zip(loops, shares) where share > 0 {
+            enqueue(pending[from..<(from + share)], on: loop)
+            from += share
+        }
+    }
+
+    private func enqueue(_ pending: ArraySlice<PendingRequest>, on loop: CurlEventLoop) {
+        if !loop.enqueue(contentsOf: pending) {
+            for request in pending { sink.deliver(request, outcome: .transportFailure(.engineStopped)) }
+            window.release(pending.count)
         }
     }
 
@@ -128,6 +154,9 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
         }
         return best
     }
+
+    /// Each loop's unfinished requests, in loop order (for tests).
+    var loopLoads: [Int] { loops.map { $0.outstanding.load(ordering: .relaxed) } }
 
     /// Requests submitted and not yet reported.
     public var outstanding: Int {
