@@ -29,6 +29,12 @@
 #                               during the drain and prints where that memory is
 #                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
 #                               the highest RSS of each quarter of the drain
+#   PUSHD_BENCH_DRAIN_SECONDS   stop the drain after this many seconds and report it so far (a 10M
+#                               campaign's memory on a slow host; rates and CPU are then of the
+#                               targets sent by the last checkpoint, the duplicates count not meaningful)
+#   PUSHD_BENCH_TIMELINE        with PUSHD_BENCH_SMAPS=1, print the daemon's RSS, the targets sent and
+#                               the connections open every this many seconds (default: none)
+#   PUSHD_BENCH_KEEP_LOGS       a folder to copy the daemons' and the mock's logs into at the end
 #   PUSHD_BENCH_PROBE_SECONDS   probe.sh over a window of this many seconds, 3 s into the drain
 #                               (pushd and apns-mock) and 1 s into the engine's run (DispatcherBench
 #                               and apns-mock): system calls, switches, reads and writes per
@@ -50,6 +56,7 @@ mock_pid=; pushd_pids=()
 cleanup() {
   for pid in "${pushd_pids[@]}"; do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; done
   [ -n "$mock_pid" ] && kill -TERM "$mock_pid" 2>/dev/null && wait "$mock_pid" 2>/dev/null || true
+  [ -n "${PUSHD_BENCH_KEEP_LOGS:-}" ] && mkdir -p "$PUSHD_BENCH_KEEP_LOGS" && cp "$work"/*.log "$PUSHD_BENCH_KEEP_LOGS"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -160,6 +167,18 @@ while :; do
     rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/${pushd_pids[0]}/status")
     if [ "$rss_kb" -gt "${smaps_kb:-0}" ]; then smaps_kb=$rss_kb; cp "/proc/${pushd_pids[0]}/smaps" "$work/smaps.peak"; fi
     echo "$rss_kb" >>"$work/rss.samples"
+    now_s=$(date +%s)
+    if [ -n "${PUSHD_BENCH_TIMELINE:-}" ] && [ "$now_s" -ge "${next_timeline:-0}" ]; then
+      next_timeline=$((now_s + PUSHD_BENCH_TIMELINE))
+      printf '  timeline: %5.0f s  sent %9s  RSS %.1f MB  VmHWM %.1f MB  connections open %s\n' "$(echo "$(date +%s.%N) - $start" | bc -l)" \
+        "$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT sent FROM pushd.campaigns WHERE id = $id")" "$(echo "$rss_kb / 1024" | bc -l)" \
+        "$(echo "$(awk '/VmHWM/ {print $2}' "/proc/${pushd_pids[0]}/status") / 1024" | bc -l)" \
+        "$(curl -s "http://127.0.0.1:$control_port/metrics" | awk '/^apns_mock_connections_open / {print $2}')" >>"$work/timeline"
+    fi
+  fi
+  if [ -n "${PUSHD_BENCH_DRAIN_SECONDS:-}" ] && [ "$(echo "$(date +%s.%N) - $start >= $PUSHD_BENCH_DRAIN_SECONDS" | bc -l)" = 1 ]; then
+    echo "  stopped after ${PUSHD_BENCH_DRAIN_SECONDS} s of the drain (campaign $status)"
+    break
   fi
   sleep 0.2
 done
@@ -209,11 +228,16 @@ connections_peak=$(awk '/^apns_mock_connections_open_peak/ {print $2}' <<<"$mock
 closed_by_client=$(awk '/^apns_mock_connections_closed_by_client_total/ {print $2}' <<<"$mock_metrics")
 sent=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT sent FROM pushd.campaigns WHERE id = $id")
 jwt=$(psql -X -At "$PUSHD_DATABASE_URL" -c "SELECT token FROM pushd.provider_tokens WHERE key_id = '$kid'")
+# Connections the first daemon's loops added and how they were judged (kept or given up).
+growths=$(curl -s "http://127.0.0.1:${metrics_ports[0]}/metrics" | awk '/^pushd_apns_connection_growths_total/ { n = $1; sub(/.*result="/, "", n); sub(/".*/, "", n); g[n] += $NF }
+  END { out = ""; for (r in g) out = out " " r "=" g[r]; print (out == "" ? " none" : out) }')
 for pid in "${pushd_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
 pushd_pids=()
 
 # What the campaign lane's adaptive in-flight limit settled at (logged at info).
 grep -h '"event":"in_flight_limit"' "$work"/pushd*.log 2>/dev/null | sed 's/^/  limit: /' | tail -8 || true
+# The growth verdicts (logged at info): the rates before and after, and the rate needed.
+grep -h '"event":"connection_growth"' "$work"/pushd*.log 2>/dev/null | sed 's/^/  growth: /' | tail -8 || true
 elapsed=$(echo "$end - $start" | bc -l)
 cpu=$(echo "$cpu_ticks / $clock_ticks" | bc -l)
 rate=$(echo "$sent / $elapsed" | bc -l)
@@ -260,6 +284,7 @@ if [ "${PUSHD_BENCH_ENGINE:-1}" = 1 ] && command -v cc >/dev/null; then
 fi
 
 printf '  pushd:   %d sent in %.1f s = %.0f notifications/s (%d daemon(s); the mock accepted %s on %s connections, at most %s open at once, %s ended by pushd before any GOAWAY of the mock)\n' "$sent" "$elapsed" "$rate" "$instances" "$accepted" "$connections" "${connections_peak:-?}" "${closed_by_client:-?}"
+echo "  pushd:   connections grown:$growths"
 printf '  pushd:   %.1f CPU ms and %.0f context switches per 1,000 notifications, peak RSS %.1f MB\n' "$(echo "$cpu * 1000000 / $sent" | bc -l)" \
   "$(echo "$switches * 1000 / $sent" | bc -l)" "$(echo "$peak_kb / 1024" | bc -l)"
 printf '  beside:  PostgreSQL %.1f and apns-mock %.1f CPU µs per notification during the drain\n' \
@@ -267,6 +292,7 @@ printf '  beside:  PostgreSQL %.1f and apns-mock %.1f CPU µs per notification d
 if [ "${PUSHD_BENCH_SMAPS:-0}" = 1 ] && [ -f "$work/smaps.peak" ]; then
   echo "  pushd memory at its highest sampled RSS ($((smaps_kb / 1024)) MB, sampled every 0.2 s):"
   python3 "$(dirname "$0")/smaps-breakdown.py" "$work/smaps.peak" pushd
+  cat "$work/timeline" 2>/dev/null || true
   # Growth with the campaign shows as a later quarter of the drain above an earlier one.
   awk '{ rss[NR] = $1 } END { printf "  highest RSS in each quarter of the drain:"
        for (q = 0; q < 4; q++) { top = 0; for (i = int(q * NR / 4) + 1; i <= int((q + 1) * NR / 4); i++) if (rss[i] > top) top = rss[i]

@@ -32,8 +32,9 @@ public struct DispatcherConfiguration: Sendable {
     public var maxConnections: Int?
     public var connectionGrowthDelayMilliseconds: Int = 250
     /// A grown connection is kept only when the answer rate over this long after it answered
-    /// rose against the same span before it (`ConnectionGrowth.requiredShareOfGain`); otherwise
-    /// the limit goes back down and growth holds off (30 s, doubling to 8 min). 0: kept unjudged.
+    /// rose against the same span before it (`ConnectionGrowth.requiredShareOfGain`), first with a
+    /// quarter of its streams (at least 100), then with all of them; otherwise the limit goes back
+    /// down and growth holds off (30 s, doubling to 8 min). 0: kept unjudged.
     public var connectionGrowthJudgedOverMilliseconds: Int = 1000
     /// Nice value of the event-loop threads (0…19): above 0, a bulk lane's loops give way to
     /// an urgent lane's for the CPU.
@@ -123,7 +124,8 @@ public struct DispatcherConfiguration: Sendable {
         let ceiling = max(connectionsPerThread, (maxConnections ?? 0) / max(1, threads))
         return ConnectionGrowth(base: connectionsPerThread, ceiling: ceiling, streamsPerConnection: streamsPerConnection,
                                 delayNanoseconds: UInt64(max(0, connectionGrowthDelayMilliseconds)) * 1_000_000,
-                                judgedOverNanoseconds: UInt64(max(0, connectionGrowthJudgedOverMilliseconds)) * 1_000_000)
+                                judgedOverNanoseconds: UInt64(max(0, connectionGrowthJudgedOverMilliseconds)) * 1_000_000,
+                                trialFirstStep: ConnectionGrowth.firstStepStreams(streamsPerConnection: streamsPerConnection))
     }
 
     /// One loop's adaptive window, nil when the limit is pinned.

@@ -133,6 +133,9 @@ struct ConnectionPolicy: Equatable {
     struct GrowthTrial: Equatable {
         var baseline: Double
         var streamsBefore: Int
+        /// The connection carries all its streams: its trial share raised the rate, and it is
+        /// judged again on all of them. False while it carries `ConnectionGrowth.trialStreams`.
+        var carriesAll = false
         var settlesAt: UInt64?
         var measuringSince: UInt64?
         var answersAtStart = 0
@@ -154,13 +157,19 @@ struct ConnectionPolicy: Equatable {
         if cold || openConnections == 0 { return 1 }
         let capacity = configured + (connectionLimit - growth.base) * growth.streamsPerConnection
         if opensAbove != nil { return max(1, capacity - configured / max(1, growth.base) + 1) }
-        return capacity
+        return capacity - streamsWithheld
     }
 
     /// Requests the loop's connections may carry, grown ones included, whatever holds
     /// admissions now.
     func streamCapacity(configured: Int) -> Int {
-        configured + (connectionLimit - growth.base) * growth.streamsPerConnection
+        configured + (connectionLimit - growth.base) * growth.streamsPerConnection - streamsWithheld
+    }
+
+    /// The streams of the connection on trial that it does not carry until it is kept.
+    private var streamsWithheld: Int {
+        guard let trial, !trial.carriesAll else { return 0 }
+        return growth.streamsPerConnection - growth.trialStreams
     }
 
     /// When a backoff holds admissions, the time it ends.
@@ -299,11 +308,14 @@ struct ConnectionPolicy: Equatable {
         return .setConnectionLimit(connectionLimit)
     }
 
-    /// Runs the rate window and judges a grown connection: kept when the rate over a window
-    /// after it answered rose by `ConnectionGrowth.requiredShareOfGain` of what its streams add
-    /// when the round trip is all that limits the rate; else the limit goes back down and growth
-    /// holds off. On a host whose CPU (or a server that) sets the pace, a connection adds only
-    /// memory: about 12 KB per stream, 6 MB for 500 (docs/dispatcher.md).
+    /// Runs the rate window and judges a grown connection in two steps. It first carries a
+    /// quarter of its streams (`ConnectionGrowth.trialStreams`); when the rate over a window after
+    /// it answered rose by `ConnectionGrowth.requiredShareOfGain` of what that quarter adds where
+    /// the round trip is all that limits the rate, it carries all its streams and is judged again
+    /// on them, and is kept when the rate rose by that share of what all of them add. Else, at
+    /// either step, the limit goes back down and growth holds off. On a host whose CPU (or a
+    /// server that) sets the pace, a connection adds only memory: about 12 KB per stream, 6 MB
+    /// for 500 (docs/dispatcher.md); a trial that ends at its first step costs the quarter, 1.5 MB.
     private mutating func measure(now: UInt64, waiting: Bool) -> Action? {
         let window = growth.judgedOverNanoseconds
         let disturbed = failureRun.failures > 0 || !retiring.isEmpty || cold
@@ -336,8 +348,14 @@ struct ConnectionPolicy: Equatable {
             let rate = Double(answers &- current.answersAtStart) * 1e9 / Double(now - since)
             trial = nil
             rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
-            let gain = Double(growth.streamsPerConnection) / Double(max(1, current.streamsBefore))
+            let added = current.carriesAll ? growth.streamsPerConnection : growth.trialStreams
+            let gain = Double(added) / Double(max(1, current.streamsBefore))
             let required = current.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain)
+            if rate >= required, added < growth.streamsPerConnection {
+                // Its share raised the rate: now all its streams, judged again against the same baseline.
+                trial = GrowthTrial(baseline: current.baseline, streamsBefore: current.streamsBefore, carriesAll: true)
+                return nil
+            }
             if rate >= required {
                 waitingRate = current.waitedThroughout ? rate : nil
                 nextHoldOff = ConnectionGrowth.firstHoldOffNanoseconds
@@ -404,11 +422,34 @@ struct ConnectionGrowth: Equatable {
     /// The streams of the configured connections.
     var baseStreams: Int { base * streamsPerConnection }
 
+    /// Streams a judged connection carries in the first step of its trial (nil: all of them,
+    /// judged in one step); `firstStepStreams(streamsPerConnection:)` is the engine's choice.
+    var trialFirstStep: Int?
+
+    /// Streams a judged connection carries in the first step of its trial, all of them once
+    /// they raised the rate. What a trial costs is memory for its streams in flight (about 12 KB
+    /// each inside libcurl), paid at the peak whether the connection is kept or given up: a
+    /// quarter of 500 streams is about 1.5 MB where all of them are 6.3 MB.
+    var trialStreams: Int {
+        guard judgedOverNanoseconds > 0, let first = trialFirstStep else { return streamsPerConnection }
+        return min(streamsPerConnection, max(1, first))
+    }
+
+    /// A quarter of a connection's streams, but not fewer than 100 (fewer add a gain too small
+    /// to tell from the noise of a window's answers): connections of 400 streams or fewer are
+    /// judged in one step.
+    static func firstStepStreams(streamsPerConnection: Int) -> Int {
+        min(streamsPerConnection, max(minimumFirstStepStreams, streamsPerConnection / trialShareDivisor))
+    }
+    static let trialShareDivisor = 4
+    static let minimumFirstStepStreams = 100
+
     /// A loop grows only if it was idle at least 1/`spareFractionDivisor` of the time requests
     /// waited for a stream.
     static let spareFractionDivisor: UInt64 = 5
-    /// A connection is kept when the rate rose by at least this share of the gain its streams
-    /// give where only the round trip limits the rate (its streams ÷ the streams before it).
+    /// A connection's trial goes on when the rate rose by at least this share of the gain its
+    /// streams on trial give where only the round trip limits the rate (those streams ÷ the
+    /// streams before it): `trialStreams` at the first step, all its streams at the second.
     static let requiredShareOfGain = 0.5
     /// After a connection that did not raise the rate, no growth for this long; doubled for
     /// each such connection in a row, up to `maxHoldOffNanoseconds`.
