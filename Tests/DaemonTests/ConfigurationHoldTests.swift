@@ -150,6 +150,73 @@ import Testing
         }
     }
 
+    /// Every row of `pushd.jobs` with the version it is at (`xmin`, `ctid`): a claim deletes a
+    /// row and its retry inserts it again, so a row rewritten in between shows a new version.
+    static func rowVersions(_ connection: PGConnection) throws -> String {
+        try connection.query("SELECT coalesce(md5(string_agg(id || ':' || xmin || ':' || ctid, ',' ORDER BY id)), '') FROM pushd.jobs")
+            .require(String.self, row: 0, column: 0)
+    }
+
+    /// The value of an unlabelled-by-app series in an exposition, 0 when absent.
+    static func value(_ exposition: String, _ series: String) -> Double {
+        exposition.split(separator: "\n").first { $0.hasPrefix(series + " ") }
+            .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+    }
+
+    /// A backlog of a held topic is put back once for the hold, a set of rows at a time, and
+    /// then left alone: not claimed, deleted and inserted again each 30 s while the hold lasts
+    /// (20,000 jobs cost 40,000 row writes per 30 s that way). It stays counted as waiting, and
+    /// once the topic is allowed a resume (SIGHUP) sends every job once.
+    @Test func aHeldTopicsBacklogIsPutBackOnceForTheHoldNotRewrittenEvery30Seconds() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, disallowedTopics: ["com.example.shop.voip"])
+            var config = harness.config()
+            config.transactionalWorkers = 2
+            config.batchSize = 200
+            let pipeline = try harness.pipeline(config)
+            let connection = try database.connect()
+            defer { connection.close() }
+            let count = 20_000
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, push_type)
+                SELECT 'shop', $1 || lpad(to_hex(g), 8, '0'), '{"aps":{},"caller":"Ann"}', 'voip' FROM generate_series(1, \(count)) g
+                """, [String(repeating: "c", count: 56)])
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let metrics = { pipeline.context.metrics.registry.expositionText() }
+            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="TopicDisallowed"} 1"#
+            #expect(DaemonHarness.wait(seconds: 20) { metrics().contains(held) })
+            // Every job is put back, unspent, until the hold ends.
+            let putBack = "SELECT count(*) FROM pushd.jobs WHERE starts_with(last_error, 'sending held: ') AND run_at > now() AND attempts = 0"
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, putBack) == count })
+            // Most of them by the set-based statement, not by claims: only the first batches were claimed.
+            let claimed = #"pushd_jobs_claimed_total{lane="transactional"}"#
+            let claimedBefore = Self.value(metrics(), claimed)
+            #expect(claimedBefore < Double(count / 2), "claimed \(claimedBefore) of \(count) held jobs")
+            // Past a 30 s cycle: no row was rewritten, none claimed again.
+            let before = try Self.rowVersions(connection)
+            Thread.sleep(forTimeInterval: 35)
+            #expect(try Self.rowVersions(connection) == before, "the held jobs' rows were rewritten during the hold")
+            #expect(Self.value(metrics(), claimed) == claimedBefore)
+            #expect(try DaemonHarness.count(connection, putBack) == count)
+            // Still visible as waiting work of the app, not as jobs scheduled for later.
+            #expect(DaemonHarness.wait(seconds: 5) {
+                metrics().contains(#"pushd_queue_app_depth{app="shop",lane="transactional"} \#(count)"#)
+            }, "\(metrics().split(separator: "\n").filter { $0.contains("queue_app") })")
+            #expect(metrics().contains(held))
+            #expect(harness.mock.stats.accepted == 0)
+
+            // The fix, then a SIGHUP's resume: every held job goes out, once.
+            try harness.restartMock(allowedBundleIDs: [])
+            pipeline.resumePausedApps()
+            #expect(try DaemonHarness.wait(seconds: 120) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(harness.mock.stats.accepted == count)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == count)
+            #expect(harness.mock.acceptedLog.allSatisfy { $0.topic == "com.example.shop.voip" })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+        }
+    }
+
     /// At APNs's channel limit a creation is held, pending rather than failed; deleting a
     /// channel makes room, and the held creation goes through without an operator.
     @Test func aCreationBeyondTheChannelLimitWaitsForADeletionInsteadOfFailing() throws {

@@ -177,6 +177,59 @@ import Testing
         }
     }
 
+    /// A paused app's backlog is not claimed by the instance that paused it: past a 30 s
+    /// cycle no row of it was rewritten, it is still counted as waiting, and after the fix a
+    /// SIGHUP sends every job once.
+    @Test func aPausedAppsBacklogIsLeftUntouchedUntilSIGHUPThenSentOnce() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            try world.startMock(certificate: world.harness.certificates.serverCertificate, key: world.harness.certificates.serverKey)
+            let config = try world.writeConfig(caFile: world.other.caCertificate, app: world.tokenApp)
+            let connection = try database.connect()
+            defer { connection.close() }
+            let count = 5000
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', $1 || lpad(to_hex(g), 8, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) g
+                """, [String(repeating: "d", count: 56)])
+            let daemon = try Daemon(config: config, log: world.harness.directory + "/pushd-backlog.log")
+            #expect(DaemonHarness.wait(seconds: 45) { daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 1") }, "\(daemon.text)")
+            // The batches in flight when the pause began are settled (put back 30 s, no row left
+            // deleted or locked by an open claim): from then on nothing moves.
+            #expect(try DaemonHarness.wait(seconds: 60) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE starts_with(last_error, 'app paused: ')") > 0
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE xmax <> '0'::xid") == 0
+            })
+            let settled = try ConfigurationHoldTests.rowVersions(connection)
+            try connection.query("CREATE TABLE versions AS SELECT id, xmin::text AS row_xmin, ctid::text AS row_ctid FROM pushd.jobs")
+            Thread.sleep(forTimeInterval: 35)
+            let changed = try connection.query("""
+                SELECT count(*), coalesce(string_agg(DISTINCT coalesce(j.last_error, 'none') || ' attempts ' || j.attempts, '; '), '')
+                FROM pushd.jobs j LEFT JOIN versions v ON v.id = j.id WHERE v.id IS NULL OR v.row_xmin <> j.xmin::text OR v.row_ctid <> j.ctid::text
+                """)
+            let changedRows = try changed.require(Int.self, row: 0, column: 0)
+            let changedErrors = try changed.require(String.self, row: 0, column: 1)
+            #expect(try ConfigurationHoldTests.rowVersions(connection) == settled,
+                    "the paused app's jobs were rewritten: \(changedRows) rows, \(changedErrors); \(daemon.text.suffix(3000))")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE attempts = 0") == count)
+            // Still counted as the app's waiting work.
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.metrics().contains(#"pushd_queue_app_depth{app="shop",lane="transactional"} \#(count)"#)
+            })
+            #expect(world.mock.stats.accepted == 0)
+
+            // The fix, then SIGHUP: every job goes out, once.
+            try world.startMock(certificate: world.other.serverCertificate, key: world.other.serverKey)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(try DaemonHarness.wait(seconds: 90) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "\(daemon.text)")
+            #expect(world.mock.stats.accepted == count)
+            #expect(Set(world.mock.acceptedLog.map(\.token)).count == count)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            world.mock.stop()
+        }
+    }
+
     @Test func aHostNameMismatchPausesTheAppUntilSIGHUP() throws {
         try IsolatedDatabase.with { database in
             var world = try World(database: database)

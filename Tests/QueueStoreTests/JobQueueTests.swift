@@ -609,4 +609,55 @@ import Testing
             #expect(try source.claimWork(connection, jobLimit: 10, owner: "w2", leaseSeconds: 30, apps: apps) == .none)
         }
     }
+
+    /// A held topic scope's due jobs are put back in one statement: the push types given, the
+    /// environment as the sender picks it (the job's, else its token's registered one, else the
+    /// app's), not jobs of another scope, not jobs scheduled for later, not rows another claimer
+    /// holds; attempts untouched; `release` makes them due again.
+    @Test func deferJobsPutsBackExactlyTheHeldScopesDueJobs() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let other = try database.connect()
+            try connection.query("INSERT INTO pushd.device_tokens (app, token, environment) VALUES ('shop', $1, 'sandbox'), ('shop', $2, 'production')",
+                                 [Fixtures.token(1), Fixtures.token(2)])
+            func insert(_ seed: Int, pushType: String = "voip", environment: String? = nil, app: String = "shop", later: Bool = false) throws -> Int64 {
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload, push_type, environment, run_at)
+                    VALUES ($1, $2, '{"aps":{}}', $3, $4, now() + make_interval(secs => $5)) RETURNING id
+                    """, [app, Fixtures.token(seed), pushType, environment, later ? 3600 : 0]).require(Int64.self, row: 0, column: 0)
+            }
+            let registeredSandbox = try insert(1)
+            let registeredProduction = try insert(2)
+            let appDefault = try insert(3)
+            let ownSandbox = try insert(2, environment: "sandbox")
+            let ownProduction = try insert(1, environment: "production")
+            let alert = try insert(4, pushType: "alert")
+            let otherApp = try insert(5, app: "blog")
+            let scheduled = try insert(6, later: true)
+            let locked = try insert(7)
+            try other.execute(script: "BEGIN")
+            try other.query("SELECT id FROM pushd.jobs WHERE id = $1 FOR UPDATE", [locked])
+
+            let until = Timestamp().addingTimeInterval(300)
+            let held = HeldWork()
+            let deferred = try held.deferJobs(connection, app: "shop", pushTypes: ["voip"], environment: "sandbox", appEnvironment: "sandbox",
+                                              until: until, reason: "TopicDisallowed", limit: 2)
+            #expect(deferred == 2)
+            #expect(try held.deferJobs(connection, app: "shop", pushTypes: ["voip"], environment: "sandbox", appEnvironment: "sandbox",
+                                       until: until, reason: "TopicDisallowed", limit: 2) == 1)
+            try other.execute(script: "ROLLBACK")
+            let putBack = try connection.query("""
+                SELECT id FROM pushd.jobs WHERE run_at > now() + interval '200 seconds' AND run_at < now() + interval '400 seconds'
+                  AND last_error = 'sending held: TopicDisallowed' AND attempts = 0 ORDER BY id
+                """).rows.map { try $0.require(0, as: Int64.self) }
+            #expect(putBack == [registeredSandbox, appDefault, ownSandbox])
+            #expect(try queue.hasDueJobs(connection, apps: ["shop", "blog"]))
+            let due = try connection.query("SELECT id FROM pushd.jobs WHERE run_at <= now() ORDER BY id").rows.map { try $0.require(0, as: Int64.self) }
+            #expect(due == [registeredProduction, ownProduction, alert, otherApp, locked])
+            _ = scheduled
+
+            #expect(try held.release(connection, app: "shop") == 3)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs WHERE run_at <= now()").require(Int.self, row: 0, column: 0) == 8)
+        }
+    }
 }

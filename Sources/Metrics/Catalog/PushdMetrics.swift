@@ -166,15 +166,15 @@ public struct PushdMetrics: Sendable {
             unit: "seconds", labels: ["app"], buckets: HistogramBuckets.transactionalLatency)
         queueDepth = try registry.callbackGauge(
             "pushd_queue_depth",
-            help: "Jobs waiting in the queue and due now.",
+            help: "Jobs waiting in the queue: due now, or put back for a scope held for its configuration.",
             labels: ["lane"])
         queueOldestAge = try registry.callbackGauge(
             "pushd_queue_oldest_age_seconds",
-            help: "How long the oldest due job has been waiting.",
+            help: "How long the oldest due job has been waiting (a held one: since its insert).",
             unit: "seconds", labels: ["lane"])
         queueAppDepth = try registry.callbackGauge(
             "pushd_queue_app_depth",
-            help: "Work waiting per app: due jobs (transactional) or unsent targets of unfinished campaigns (campaign), whichever instance serves the app.",
+            help: "Work waiting per app: due or held jobs (transactional) or unsent targets of unfinished campaigns (campaign), whichever instance serves the app.",
             labels: ["app", "lane"])
         queueAppOldestAge = try registry.callbackGauge(
             "pushd_queue_app_oldest_age_seconds",

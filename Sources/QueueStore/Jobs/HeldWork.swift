@@ -1,9 +1,9 @@
 import Posix
 
 /// Work put back because a scope of its app was held (APNs refused the app's configuration for
-/// it: TopicDisallowed, FeatureNotEnabled, CannotCreateChannelConfig). It waits unspent, due
-/// again a while later, with `errorPrefix` before the reason in its error (outcome for channel
-/// requests).
+/// it: TopicDisallowed, FeatureNotEnabled, CannotCreateChannelConfig). It waits unspent, with
+/// `errorPrefix` before the reason in its error (outcome for channel requests): transactional
+/// jobs until the hold ends (`deferJobs`), broadcasts and channel requests 30 s at a time.
 public struct HeldWork: Sendable {
     /// What a held job's, broadcast's or channel request's error begins with.
     public static let errorPrefix = "sending held: "
@@ -29,5 +29,33 @@ public struct HeldWork: Sendable {
             )
             SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM broadcasts) + (SELECT count(*) FROM channel_requests)
             """), [app, Self.errorPrefix]).require(Int.self, row: 0, column: 0)
+    }
+
+    /// Puts the due jobs of one held topic scope of `app` back until `until`, set-based: up to
+    /// `limit` rows in one `UPDATE` (call again while it returns `limit`). The scope is the
+    /// jobs of `pushTypes` (the push types whose topic is the held one) whose environment is
+    /// `environment`: the job's own, else its token's registered one, else `appEnvironment`,
+    /// as the sender decides. Rows in another claimer's open batch are skipped (that batch puts
+    /// its own back); jobs scheduled for later are left alone (they come due and are held then).
+    /// Costs one row write per job for the whole hold, instead of a delete and an insert per job
+    /// every time its wait ends. Returns how many jobs it put back.
+    @discardableResult
+    public func deferJobs(_ connection: PGConnection, app: String, pushTypes: [String], environment: String,
+                          appEnvironment: String, until: Timestamp, reason: String, limit: Int) throws -> Int {
+        guard !pushTypes.isEmpty, limit > 0 else { return 0 }
+        return try connection.query(connection.prepared("""
+            WITH scope AS (
+                SELECT j.id FROM pushd.jobs j
+                WHERE j.app = $1 AND j.run_at <= now() AND j.push_type = ANY ($2::text[])
+                  AND coalesce(j.environment,
+                               (SELECT d.environment FROM pushd.device_tokens d WHERE d.app = j.app AND d.token = j.device_token),
+                               $4) = $3
+                LIMIT $7 FOR UPDATE SKIP LOCKED
+            ), deferred AS (
+                UPDATE pushd.jobs SET run_at = $5, last_error = $6 FROM scope WHERE pushd.jobs.id = scope.id RETURNING 1
+            )
+            SELECT count(*) FROM deferred
+            """), [app, pushTypes, environment, appEnvironment, until, Self.errorPrefix + reason, limit])
+            .require(Int.self, row: 0, column: 0)
     }
 }

@@ -5,11 +5,12 @@ public struct LaneDepth: Sendable, Hashable {
     public enum Lane: String, Sendable, Hashable { case transactional, campaign, broadcast }
     public var lane: Lane
     public var app: String
-    /// Due now (jobs) or not yet sent (targets of unfinished campaigns).
+    /// Due now or held (jobs), or not yet sent (targets of unfinished campaigns).
     public var depth: Int
-    /// Jobs whose run_at is in the future.
+    /// Jobs whose run_at is in the future, held ones left out.
     public var scheduled: Int
-    /// Seconds since the oldest due job became due, or since the oldest running campaign started.
+    /// Seconds since the oldest due job became due (a held one: since its insert), or since the
+    /// oldest running campaign started.
     public var oldestAge: Double
 }
 
@@ -43,14 +44,22 @@ public struct QueueStats: Sendable, Hashable {
     public var lanes: [LaneDepth]
     public var campaigns: [CampaignProgress]
 
+    /// Work put back for a held scope (`HeldWork`) waits until the hold ends, with a later
+    /// run_at; it is counted as waiting (due), not as scheduled, and its age runs from its insert.
+    static let held = "(run_at > now() AND starts_with(last_error, '\(HeldWork.errorPrefix)'))"
+
     static let sql = """
-        SELECT 'transactional', app, count(*) FILTER (WHERE run_at <= now()), count(*) FILTER (WHERE run_at > now()),
-               coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8,
+        SELECT 'transactional', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
+               count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
+               coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
+                                                         min(created_at) FILTER (WHERE \(held)))), 0)::float8,
                NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
         FROM pushd.jobs GROUP BY app
         UNION ALL
-        SELECT 'broadcast', app, count(*) FILTER (WHERE run_at <= now()), count(*) FILTER (WHERE run_at > now()),
-               coalesce(extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())), 0)::float8,
+        SELECT 'broadcast', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
+               count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
+               coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
+                                                         min(created_at) FILTER (WHERE \(held)))), 0)::float8,
                NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.broadcast_jobs GROUP BY app
         UNION ALL

@@ -61,6 +61,9 @@ final class AppSender: @unchecked Sendable {
         var until: Timestamp
         /// What APNs said and what to fix.
         var why: String
+        /// Whether a worker has taken on putting the scope's queued jobs back for this hold
+        /// (`takeSweep`), so that one statement does it rather than every worker.
+        var swept = false
     }
 
     private struct HeldGaugeKey: Hashable, Sendable {
@@ -199,15 +202,20 @@ final class AppSender: @unchecked Sendable {
     }
 
     /// Holds `key` until `until` (or a SIGHUP). Returns true when it was not held before, so
-    /// the caller logs once.
+    /// the caller logs once. A scope held already keeps its end: the answers that hold it
+    /// again are those of notifications sent before the hold began, and the work put back
+    /// for the hold is due when it ends.
     @discardableResult
     func hold(_ key: HoldKey, why: String, until: Timestamp) -> Bool {
         holds.withLock { current in
             let now = Timestamp()
-            let fresh = current[key].map { $0.until <= now } ?? true
+            if let held = current[key], held.until > now {
+                current[key]?.why = why
+                return false
+            }
             current[key] = Hold(until: until, why: why)
             publish(&current, now: now)
-            return fresh
+            return true
         }
     }
 
@@ -223,6 +231,36 @@ final class AppSender: @unchecked Sendable {
             }
             return hold.why
         }
+    }
+
+    /// The hold on `key` now (why, and until when), or nil when it may send.
+    func activeHold(_ key: HoldKey) -> Hold? {
+        guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
+        return holds.withLock { current -> Hold? in
+            guard let hold = current[key] else { return nil }
+            let now = Timestamp()
+            if hold.until <= now {
+                publish(&current, now: now)
+                return nil
+            }
+            return hold
+        }
+    }
+
+    /// The hold on `key` if no worker has yet put its queued jobs back, marking that one has:
+    /// the caller does it. Nil when `key` is not held or another caller took it.
+    func takeSweep(_ key: HoldKey) -> Hold? {
+        guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
+        return holds.withLock { current -> Hold? in
+            guard let hold = current[key], hold.until > Timestamp(), !hold.swept else { return nil }
+            current[key]?.swept = true
+            return hold
+        }
+    }
+
+    /// The push types whose notifications this app sends to `topic`.
+    func pushTypes(sentTo topic: String) -> [PushType] {
+        PushType.allCases.filter { factory.topic(for: $0) == topic }
     }
 
     /// Whether any scope of the app is held (a hint: `heldReason` decides).

@@ -128,9 +128,30 @@ final class JobWorker: @unchecked Sendable {
         var topic: String
     }
 
-    /// A job of a held scope is looked at again after this long (a SIGHUP ends the hold at
-    /// once; the job then waits at most this). Each look costs the job one write.
+    /// A job of a held scope waits until its hold ends (a SIGHUP, or the hold's 5 minutes), and
+    /// at least this long: a job claimed as the hold ends is not put back for a moment only.
     static let heldRetrySeconds = 30.0
+
+    /// How many jobs of a held scope one statement of the sweep puts back (`HeldWork.deferJobs`):
+    /// short transactions, so claims of the app's other jobs do not wait behind them.
+    static let heldSweepChunk = 10_000
+
+    /// When a job of a scope held until `until` is due again.
+    static func heldRunAt(until: Timestamp, now: Timestamp) -> Timestamp {
+        max(until, now.addingTimeInterval(heldRetrySeconds))
+    }
+
+    /// A held topic scope whose queued jobs this worker puts back once the batch is settled.
+    private struct Sweep {
+        var sender: AppSender
+        var key: AppSender.HoldKey
+        var hold: AppSender.Hold
+    }
+
+    /// Jobs of the scopes this batch found held, to put back once it is settled.
+    private var sweeps = [Sweep]()
+    /// The scopes this batch put jobs back for, until their hold ends.
+    private var heldInBatch = [String: (sender: AppSender, key: AppSender.HoldKey)]()
 
     /// A delivered job's path, logged at `debug` once its batch is committed.
     private struct Delivered {
@@ -178,10 +199,11 @@ final class JobWorker: @unchecked Sendable {
             }
             // A job without an environment of its own goes where its token was registered.
             let environment = sender.environment(job: job.environment, registered: job.registeredEnvironment)
-            if sender.hasHolds, let why = sender.heldReason(AppSender.topicKey(notification.topic, environment)) {
-                // APNs refused this topic to the app's credentials: the job waits, unspent.
-                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(Self.heldRetrySeconds),
-                                                 error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false))
+            if sender.hasHolds, let hold = sender.activeHold(AppSender.topicKey(notification.topic, environment)) {
+                // APNs refused this topic to the app's credentials: the job waits, unspent, until the hold ends.
+                outcomes.retries.append(JobRetry(id: job.id, runAt: Self.heldRunAt(until: hold.until, now: now),
+                                                 error: HeldWork.errorPrefix + "\(hold.why)", countsAsAttempt: false))
+                planSweep(sender, AppSender.topicKey(notification.topic, environment))
                 continue
             }
             let client: APNsClient
@@ -238,6 +260,7 @@ final class JobWorker: @unchecked Sendable {
 
         _ = try context.prune(prunes, on: connection)
         try queue.finish(connection, batch, outcomes)
+        sweepHeldScopes(on: connection)
         if tracing {
             // Every time on the same wall clock as the database's created_at (one host in
             // Benchmarks/DaemonBench), so the stages of INSERT → accepted can be told apart.
@@ -316,13 +339,74 @@ final class JobWorker: @unchecked Sendable {
             let key = scope == .topic ? AppSender.topicKey(item.topic, item.environment) : sender.broadcastKey(scope, item.environment)
             context.hold(sender, key, why: why)
             // Not an attempt, and no first send either: its retry windows start when it can go.
-            outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+            let now = Timestamp()
+            let until = sender.activeHold(key)?.until ?? now
+            outcomes.retries.append(JobRetry(id: job.id, runAt: Self.heldRunAt(until: until, now: now),
                                              error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false))
+            if scope == .topic { planSweep(sender, key) }
         case .pauseApp(let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)
             outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(30),
                                              error: "app paused: \(reason)", countsAsAttempt: false, sentAt: firstAttemptAt))
+        }
+    }
+
+    /// Takes on putting back the queued jobs of `key` for its hold, unless another worker has.
+    private func planSweep(_ sender: AppSender, _ key: AppSender.HoldKey) {
+        heldInBatch["\(sender.app.name) \(key)"] = (sender, key)
+        guard let hold = sender.takeSweep(key) else { return }
+        sweeps.append(Sweep(sender: sender, key: key, hold: hold))
+    }
+
+    /// Puts the due jobs of every scope this batch found held back until the hold ends, a set at
+    /// a time (`HeldWork.deferJobs`), rather than claiming, deleting and inserting each of them
+    /// again every 30 s: a held backlog costs one row write per job for the whole hold. A
+    /// failure is logged and left: the claims put those jobs back one batch at a time.
+    private func sweepHeldScopes(on connection: PGConnection) {
+        guard !heldInBatch.isEmpty || !sweeps.isEmpty else { return }
+        let planned = sweeps
+        let held = heldInBatch
+        sweeps.removeAll()
+        heldInBatch.removeAll()
+        for sweep in planned where sweep.sender.activeHold(sweep.key) != nil {
+            let app = sweep.sender.app
+            let types = sweep.sender.pushTypes(sentTo: sweep.key.topic).map(\.rawValue)
+            let until = Self.heldRunAt(until: sweep.hold.until, now: Timestamp())
+            var total = 0
+            do {
+                while !context.isStopping {
+                    let count = try HeldWork().deferJobs(connection, app: app.name, pushTypes: types,
+                                                         environment: sweep.key.environment.rawValue,
+                                                         appEnvironment: app.environment.rawValue, until: until,
+                                                         reason: sweep.hold.why, limit: Self.heldSweepChunk)
+                    total += count
+                    if count < Self.heldSweepChunk { break }
+                }
+                if total > 0 {
+                    context.logger.info("put back \(total) queued jobs of held \(sweep.key) for app \(app.name) until the hold ends",
+                                        ("event", "held_jobs_deferred"), ("app", .string(app.name)),
+                                        ("topic", .string(sweep.key.topic)), ("environment", .string(sweep.key.environment.rawValue)),
+                                        ("jobs", .int(Int64(total))))
+                }
+            } catch {
+                context.databaseError(error)
+                context.logger.warning("could not put back the queued jobs of held \(sweep.key) for app \(app.name) at once (they are put back as they are claimed): \(error)",
+                                       ("app", .string(app.name)))
+            }
+        }
+        // A SIGHUP that ended a hold while this batch or sweep put its jobs back made the app's
+        // held work due before they were committed: make them due too, not at the hold's end.
+        var ended = Set<String>()
+        for (sender, key) in held.values where sender.activeHold(key) == nil { ended.insert(sender.app.name) }
+        for sweep in planned where sweep.sender.activeHold(sweep.key) == nil { ended.insert(sweep.sender.app.name) }
+        for app in ended.sorted() {
+            do {
+                try HeldWork().release(connection, app: app)
+            } catch {
+                context.databaseError(error)
+                context.logger.warning("could not make the held work of app \(app) due after its hold ended: \(error)", ("app", .string(app)))
+            }
         }
     }
 

@@ -165,6 +165,16 @@ final class Pipeline: @unchecked Sendable {
     }
 
     func start() {
+        // An instance starts with no hold: work another run of it put back until a hold's end
+        // (a restart after a configuration fix) is due now, as after a SIGHUP.
+        for app in context.config.apps.map(\.name) {
+            do {
+                _ = try onStatsConnection(.releaseHeld(app: app))
+            } catch {
+                context.logger.warning("could not make the held work of app \(app) due at start (it is due when its hold would have ended, within 5 minutes): \(error)",
+                                       ("app", .string(app)))
+            }
+        }
         for worker in jobWorkers { worker.start() }
         if !campaignWorkers.isEmpty { leaseKeeper.start() }
         for worker in campaignWorkers { worker.start() }
@@ -219,7 +229,7 @@ final class Pipeline: @unchecked Sendable {
             do {
                 _ = try onStatsConnection(.releaseHeld(app: app))
             } catch {
-                context.logger.warning("could not make the held work of app \(app) due at once (it goes out within \(Int(JobWorker.heldRetrySeconds)) s anyway): \(error)",
+                context.logger.warning("could not make the held work of app \(app) due at once (it goes out when its hold would have ended, within 5 minutes): \(error)",
                                        ("app", .string(app)))
             }
         }
