@@ -2,6 +2,7 @@ import APNs
 import APNsMock
 @testable import Dispatcher
 import Locking
+import Polling
 import Testing
 
 /// A server that refuses the client's certificate by resetting the connection right after a
@@ -64,6 +65,11 @@ import Testing
             let refused = await dispatcher.send(try unauthenticatedRequest(1))
             let error = try #require(refused.transportError)
             #expect(TransportFailureKind(error) == .clientCertificateRefused, "\(error)")
+            // The mock counts the refusal once OpenSSL has written the alert: the client may read it first.
+            let deadline = monotonicNanoseconds() + 5_000_000_000
+            while server.stats.clientCertificatesRefused == 0, monotonicNanoseconds() < deadline {
+                try await Task.sleep(nanoseconds: 2_000_000)
+            }
             #expect(server.stats.clientCertificatesRefused >= 1)
         }
     }
