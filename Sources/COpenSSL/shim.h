@@ -41,6 +41,7 @@ static inline uint64_t pushd_openssl_ssl_ctx_set_options(SSL_CTX *ctx, uint64_t 
 static inline uint64_t pushd_openssl_op_no_compression(void) { return SSL_OP_NO_COMPRESSION; }
 static inline uint64_t pushd_openssl_op_no_renegotiation(void) { return SSL_OP_NO_RENEGOTIATION; }
 static inline int pushd_openssl_verify_peer_fail_if_none(void) { return SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT; }
+static inline int pushd_openssl_verify_peer(void) { return SSL_VERIFY_PEER; }
 static inline int pushd_openssl_tlsext_err_ok(void) { return SSL_TLSEXT_ERR_OK; }
 static inline int pushd_openssl_tlsext_err_noack(void) { return SSL_TLSEXT_ERR_NOACK; }
 

@@ -320,6 +320,7 @@ struct ConfigurationTests {
         (["gen-certs"], "output directory"),
         (["--cert", "a", "--key", "b", "--max-streams", "0"], "maxConcurrentStreams"),
         (["--cert", "a", "--key", "b", "--log-accepted", "--log-limit", "0"], "--log-limit must be at least 1, got 0"),
+        (["--cert", "a", "--key", "b", "--refused-certificate-reset"], "--refused-certificate-reset needs --client-ca"),
     ])
     func commandLineErrorsSayWhatWasWrong(arguments: [String], mention: String) {
         #expect {
@@ -340,5 +341,16 @@ struct ConfigurationTests {
         }
         #expect(directory == "/tmp/x")
         #expect(MockCommandLine.usage.contains("--goaway-after-streams"))
+    }
+
+    @Test func aRefusedCertificateResetIsParsedWithItsClientCA() throws {
+        let command = try MockCommandLine.parse(["--cert", "a", "--key", "b", "--client-ca", "ca.pem", "--refused-certificate-reset"])
+        guard case .serve(let configuration, _) = command else {
+            Issue.record("expected serve, got \(command)")
+            return
+        }
+        #expect(configuration.refusedCertificateReset)
+        #expect(configuration.authentication == .certificate(clientCAFile: "ca.pem"))
+        #expect(MockCommandLine.usage.contains("--refused-certificate-reset"))
     }
 }

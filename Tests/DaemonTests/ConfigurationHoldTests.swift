@@ -12,21 +12,6 @@ import Testing
 /// hold the scope they concern instead of failing its notifications one by one: the work is
 /// kept, the operator is told what to fix, and after the fix everything is delivered once.
 @Suite(.serialized) struct ConfigurationHoldTests {
-    /// `/readyz` as a probe sees it.
-    static func readyz(_ daemon: TLSFailurePausesAppTests.Daemon) -> String {
-        guard let address = daemon.metricsAddress else { return "" }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        process.arguments = ["-s", "--max-time", "5", "http://\(address)/readyz"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return "" }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
-    }
-
     /// APNs refuses the app's topic to its key (a key of another team, a wrong bundle_id): a
     /// transactional job and a 2,000-target campaign are held, not dead-lettered or failed;
     /// the other app of the same daemon keeps sending; the log line, the metric, `/readyz` and
@@ -74,9 +59,9 @@ import Testing
             }
             // /readyz stays ready (the rest sends) and names the held topic.
             #expect(DaemonHarness.wait(seconds: 10) {
-                Self.readyz(daemon).contains("held: app shop topic com.example.shop (sandbox): TopicDisallowed")
-            }, "\(Self.readyz(daemon))")
-            #expect(Self.readyz(daemon).hasPrefix("ready:"))
+                daemon.readyz().contains("held: app shop topic com.example.shop (sandbox): TopicDisallowed")
+            }, "\(daemon.readyz())")
+            #expect(daemon.readyz().hasPrefix("ready:"))
             // pushd status names it as a problem, read from the instance's heartbeat.
             var status = try FleetStatusTests.status(database)
             #expect(try DaemonHarness.wait(seconds: 15) {

@@ -121,6 +121,8 @@ import Testing
             #expect(accepted <= 14, "the mock accepted \(accepted) connections in \(seconds) s")
             #expect(announced.count == 1, "\(announced)")
             #expect(announced.first?.contains("ended before answering anything") == true, "\(announced)")
+            // A token app: no certificate to suspect.
+            #expect(announced.first?.contains("certificate") == false, "\(announced)")
 
             try harness.mock.setFaults(.none)
             #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })

@@ -29,12 +29,14 @@ import Testing
             port = 0
         }
 
-        mutating func startMock(host: String = "127.0.0.1", certificate: String, key: String, clientCA: String? = nil) throws {
+        mutating func startMock(host: String = "127.0.0.1", certificate: String, key: String, clientCA: String? = nil,
+                                refusedCertificateReset: Bool = false) throws {
             mock.stop()
             var configuration = MockConfiguration(certificateChainFile: certificate, privateKeyFile: key)
             configuration.host = host
             configuration.port = port
             configuration.authentication = clientCA.map { .certificate(clientCAFile: $0) } ?? .none
+            configuration.refusedCertificateReset = refusedCertificateReset
             configuration.logsAccepted = true
             mock = try APNsMockServer(configuration: configuration)
             port = try mock.start()
@@ -111,11 +113,17 @@ import Testing
         }
 
         /// `/metrics` as a scraper sees it.
-        func metrics() -> String {
+        func metrics() -> String { get("/metrics") }
+
+        /// `/readyz` as a probe sees it: its body, which says why when it is not ready.
+        func readyz() -> String { get("/readyz") }
+
+        /// The body of `path` on the metrics endpoint, "" when there is none yet.
+        func get(_ path: String) -> String {
             guard let address = metricsAddress else { return "" }
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            process.arguments = ["-s", "--max-time", "5", "http://\(address)/metrics"]
+            process.arguments = ["-s", "--max-time", "5", "http://\(address)\(path)"]
             let output = Pipe()
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice

@@ -60,6 +60,9 @@ public struct MockStats: Sendable, Equatable, Codable {
     public var streamsReset: Int = 0
     /// Streams refused because they arrived after a GOAWAY's last stream.
     public var streamsRefused: Int = 0
+    /// Connections refused in certificate mode because the client's certificate did not
+    /// verify (or there was none), with a TLS alert or, with `refusedCertificateReset`, a reset.
+    public var clientCertificatesRefused: Int = 0
     public var goaways: [GoawayRecord] = []
     /// Accepted notifications left out of the accepted log because it was full.
     public var acceptedNotLogged: Int = 0

@@ -44,6 +44,9 @@ public enum MockCommandLine {
       --token-update-window S         answer 429 TooManyProviderTokenUpdates to a token change
                                       within S seconds of the previous one (default 1200, APNs's rule)
       --client-ca FILE                certificate auth: require a client certificate from this CA
+      --refused-certificate-reset     with --client-ca: refuse a certificate by resetting the TCP
+                                      connection right after the handshake, with no TLS alert (as
+                                      a server under load can), instead of sending the alert
 
     FAULTS (also from --faults FILE, a JSON object with the same names; SIGHUP reloads it)
       --faults FILE                   JSON fault configuration
@@ -100,6 +103,7 @@ public enum MockCommandLine {
         var startAtOne = true
         var tokenUpdateWindow: Int?
         var clientCA: String?
+        var refusedCertificateReset = false
         var faultsFile: String?
         var faults = FaultConfiguration()
 
@@ -149,6 +153,7 @@ public enum MockCommandLine {
             case "--no-start-at-one-stream": startAtOne = false
             case "--token-update-window": tokenUpdateWindow = try integer(Int.self)
             case "--client-ca": clientCA = try value()
+            case "--refused-certificate-reset": refusedCertificateReset = true
             case "--faults":
                 let file = try value()
                 faultsFile = file
@@ -216,6 +221,10 @@ public enum MockCommandLine {
             configuration.providerTokenUpdateWindowSeconds = tokenUpdateWindow
         }
         configuration.faults = try faults.validated()
+        if refusedCertificateReset && clientCA == nil {
+            throw .configuration("--refused-certificate-reset needs --client-ca: it changes how a client certificate is refused")
+        }
+        configuration.refusedCertificateReset = refusedCertificateReset
         if let clientCA {
             configuration.authentication = .certificate(clientCAFile: clientCA)
         } else if !providerKeys.isEmpty {

@@ -43,6 +43,13 @@ public struct MockConfiguration: Sendable {
     /// Event-loop threads, each with its own SO_REUSEPORT listener.
     public var loopThreads: Int = 1
     public var faults: FaultConfiguration = .none
+    /// Certificate mode: refuse a client certificate that does not chain to the CA (or its
+    /// absence) by resetting the TCP connection right after the handshake (SO_LINGER 0), with
+    /// no TLS alert, instead of sending the alert. With TLS 1.3 the client considers the
+    /// handshake done before the server has checked its certificate, so it sees a completed
+    /// handshake and then only "Connection reset by peer": what a real server that closes the
+    /// connection before the client reads its alert (under load, say) leaves a client.
+    public var refusedCertificateReset: Bool = false
     public var countsPerToken: Bool = false
     public var logsAccepted: Bool = false
     /// The accepted log keeps the first this many entries and counts the rest
@@ -100,6 +107,11 @@ public struct MockConfiguration: Sendable {
         }
         if handshakeTimeoutMilliseconds < 1 {
             throw .configuration("handshakeTimeoutMilliseconds must be positive, got \(handshakeTimeoutMilliseconds)")
+        }
+        if refusedCertificateReset {
+            guard case .certificate = authentication else {
+                throw .configuration("refusedCertificateReset needs certificate authentication (a client CA)")
+            }
         }
         if maxChannelsPerApp < 0 {
             throw .configuration("maxChannelsPerApp must not be negative, got \(maxChannelsPerApp)")

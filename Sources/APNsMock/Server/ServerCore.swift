@@ -19,7 +19,8 @@ final class ServerCore: Sendable {
         if case .certificate(let file) = configuration.authentication { clientCA = file }
         tls = try TLSServerContext(
             certificateChainFile: configuration.certificateChainFile,
-            privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA, readAhead: configuration.readAhead)
+            privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA, readAhead: configuration.readAhead,
+            checksClientCertificateAfterHandshake: configuration.refusedCertificateReset)
         faultStore = FaultStore(configuration.faults)
         accounting = Accounting(countsPerToken: configuration.countsPerToken, logLimit: configuration.acceptedLogLimit)
         var verifier: ProviderTokenVerifier?

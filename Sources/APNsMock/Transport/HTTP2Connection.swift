@@ -138,7 +138,12 @@ final class HTTP2Connection: EventLoopHandler {
         switch tls.handshake() {
         case .done:
             guard tls.negotiatedH2 else { return close() }
-            if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate { return refuseHandshake() }
+            if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate {
+                core.accounting.recordRefusedCertificate()
+                // Closed before anything was read or written after the handshake: the client gets
+                // an RST where the alert would have been.
+                return core.configuration.refusedCertificateReset ? resetConnection() : refuseHandshake()
+            }
             faults.refresh()
             guard startSession() else { return close() }
             phase = .open
@@ -149,7 +154,12 @@ final class HTTP2Connection: EventLoopHandler {
             if phase == .open { flush() }
         case .wantRead: setWritableInterest(false)
         case .wantWrite: setWritableInterest(true)
-        case .failed: refuseHandshake()
+        case .failed(let reason):
+            // OpenSSL's words for a chain that did not verify or a certificate that was not sent.
+            if case .certificate = core.configuration.authentication, Self.mentionsCertificate(reason) {
+                core.accounting.recordRefusedCertificate()
+            }
+            refuseHandshake()
         }
     }
 
@@ -165,6 +175,15 @@ final class HTTP2Connection: EventLoopHandler {
         _ = shutdown(fd, Int32(SHUT_WR))
         schedule(afterMilliseconds: 2000) { $0.close() }
         discardUntilEOF()
+    }
+
+    /// Whether OpenSSL's error text names a certificate ("certificate verify failed", "peer did
+    /// not return a certificate"). A byte search: the module does without _StringProcessing.
+    private static func mentionsCertificate(_ text: String) -> Bool {
+        let needle = Array("certificate".utf8)
+        let bytes = Array(text.utf8)
+        guard bytes.count >= needle.count else { return false }
+        return (0...(bytes.count - needle.count)).contains { bytes[$0..<($0 + needle.count)].elementsEqual(needle) }
     }
 
     private func startSession() -> Bool {

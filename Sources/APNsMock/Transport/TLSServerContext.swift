@@ -11,7 +11,11 @@ import Glibc
 final class TLSServerContext: @unchecked Sendable {
     private let context: OpaquePointer
 
-    init(certificateChainFile: String, privateKeyFile: String, clientCAFile: String?, readAhead: Bool = false) throws(MockServerError) {
+    /// - Parameter checksClientCertificateAfterHandshake: with a client CA, complete the handshake
+    ///   whatever the client's certificate, so that OpenSSL sends no alert; the connection then
+    ///   refuses it (`TLSSession.hasVerifiedPeerCertificate`) by its own means.
+    init(certificateChainFile: String, privateKeyFile: String, clientCAFile: String?, readAhead: Bool = false,
+         checksClientCertificateAfterHandshake: Bool = false) throws(MockServerError) {
         OpenSSLRuntime.initialize()
         guard let context = SSL_CTX_new(TLS_server_method()) else { throw .tls("SSL_CTX_new: \(Self.lastError())") }
         self.context = context
@@ -42,7 +46,12 @@ final class TLSServerContext: @unchecked Sendable {
             if SSL_CTX_load_verify_locations(context, clientCAFile, nil) != 1 {
                 throw .tls("cannot load the client CA \(clientCAFile): \(Self.lastError())")
             }
-            SSL_CTX_set_verify(context, pushd_openssl_verify_peer_fail_if_none(), nil)
+            if checksClientCertificateAfterHandshake {
+                // The verdict stays in SSL_get_verify_result for the connection to act on.
+                SSL_CTX_set_verify(context, pushd_openssl_verify_peer(), acceptForNow)
+            } else {
+                SSL_CTX_set_verify(context, pushd_openssl_verify_peer_fail_if_none(), nil)
+            }
             let sessionContext: [UInt8] = Array("apns-mock".utf8)
             _ = SSL_CTX_set_session_id_context(context, sessionContext, UInt32(sessionContext.count))
         }
@@ -73,6 +82,10 @@ final class TLSServerContext: @unchecked Sendable {
         return messages.isEmpty ? "no OpenSSL error queued" : messages.joined(separator: "; ")
     }
 }
+
+/// Lets the handshake go on whatever the chain's verification found; OpenSSL keeps the first
+/// error for `SSL_get_verify_result`.
+private let acceptForNow: @convention(c) (Int32, OpaquePointer?) -> Int32 = { _, _ in 1 }
 
 /// Accepts only `h2`: a client that cannot speak HTTP/2 gets no ALPN answer and is closed
 /// after the handshake, as APNs does.

@@ -47,7 +47,7 @@ extension CurlEventLoop {
         if let failure = connectFailureThisBatch {
             connectFailureThisBatch = nil
             backOff(policy.handle(.connectFailed(now: now, unitRandom: Double.random(in: 0..<1, using: &random))),
-                    cause: "\(failure.message) (libcurl error \(failure.code))")
+                    cause: ConnectionFailureCause("\(failure.message) (libcurl error \(failure.code))"))
         }
         checkRetiredConnections()
         releaseSlots()
@@ -75,9 +75,14 @@ extension CurlEventLoop {
             }
             answerCounts.answered(on: transfer.connectionID)
         }
+        // The connection completed its TLS handshake and ended without ever answering.
+        var endedAfterHandshake = false
         if disposition.connectionLost {
-            connectionLost(transfer.connectionID, localPort: transfer.localPort, now: now, deferred: false,
-                           cause: "the connection ended before answering anything: \(transfer.failureMessage(code)) (libcurl error \(curlCode))")
+            let lost = unansweredConnection(of: transfer)
+            endedAfterHandshake = lost.afterHandshake && lost.id >= 0 && !policy.hasAnswered(lost.id)
+            connectionLost(lost.id, localPort: transfer.localPort, now: now, deferred: false,
+                           cause: ConnectionFailureCause("the connection ended before answering anything: \(transfer.failureMessage(code)) (libcurl error \(curlCode))",
+                                                         endedAfterHandshake: endedAfterHandshake))
         }
         if disposition.replaceConnection {
             let cause = status != 0 ? "HTTP \(status) \(errorBody?.reason?.rawValue ?? "")" : transfer.failureMessage(code)
@@ -111,9 +116,26 @@ extension CurlEventLoop {
                                         channelID: transfer.channelID, uniqueID: transfer.uniqueID))
         } else {
             transfer.responseBody.removeAll(keepingCapacity: true)
-            outcome = .transportFailure(TransportError(code: curlCode, message: transfer.failureMessage(code)))
+            var error = TransportError(code: curlCode, message: transfer.failureMessage(code))
+            error.endedAfterHandshake = endedAfterHandshake
+            outcome = .transportFailure(error)
         }
         deliver(pending, outcome: outcome, timings: configuration.recordsTransferTimings ? timings(of: transfer, pending) : nil)
+    }
+
+    /// The connection a transfer that got no answer went on, and whether its TLS handshake was
+    /// done. The pre-request callback names it once a request went on it, which libcurl allows
+    /// only after the handshake; one that ended between its handshake and the first request
+    /// (the server reset it before the client wrote) is known by libcurl's
+    /// CURLINFO_APPCONNECT_TIME_T, set once the handshake completed, and CURLINFO_CONN_ID.
+    func unansweredConnection(of transfer: CurlTransfer) -> (id: Int64, afterHandshake: Bool) {
+        if transfer.connectionID >= 0 { return (transfer.connectionID, true) }
+        var handshake: curl_off_t = 0
+        var connection: curl_off_t = -1
+        guard pushd_curl_easy_getinfo_off(transfer.easy, CURLINFO_APPCONNECT_TIME_T, &handshake) == CURLE_OK, handshake > 0,
+              pushd_curl_easy_getinfo_off(transfer.easy, CURLINFO_CONN_ID, &connection) == CURLE_OK
+        else { return (-1, false) }
+        return (Int64(connection), true)
     }
 
     func timings(of transfer: CurlTransfer, _ pending: PendingRequest) -> TransferTimings {

@@ -49,7 +49,8 @@ extension CurlEventLoop {
             return
         }
         backOff(policy.handle(.connectionFailed(connection: transfer.connectionID, socket: socket, now: now,
-                                                unitRandom: Double.random(in: 0..<1, using: &random))), cause: cause)
+                                                unitRandom: Double.random(in: 0..<1, using: &random))),
+                cause: ConnectionFailureCause(cause))
     }
 
     // MARK: - Connections that end without answering
@@ -78,16 +79,19 @@ extension CurlEventLoop {
     /// From libcurl's callbacks: it sends a request again, on another connection, off
     /// `connection` (at `localPort`), which ended without answering it. What the policy decides
     /// is carried out once libcurl has returned (`takeDeferredBackoffs`): handing requests back
-    /// removes transfers, which libcurl forbids inside its callbacks.
+    /// removes transfers, which libcurl forbids inside its callbacks. A request went on that
+    /// connection, so its TLS handshake was done.
     func resentOffConnection(_ connection: Int64, localPort: Int32, now: UInt64 = monotonicNanoseconds()) {
         connectionLost(connection, localPort: localPort, now: now, deferred: true,
-                       cause: "the connection ended before answering anything (libcurl sent its requests again)")
+                       cause: ConnectionFailureCause("the connection ended before answering anything (libcurl sent its requests again)",
+                                                     endedAfterHandshake: true))
     }
 
     /// Requests on `connection` (at `localPort`) were left unanswered: it ended, or reset their
     /// streams. If it never answered, it failed (`ConnectionPolicy.Event.connectionLost`): the
     /// backoff is carried out now, or after libcurl returns when `deferred`.
-    func connectionLost(_ connection: Int64, localPort: Int32, now: UInt64, deferred: Bool, cause: @autoclosure () -> String) {
+    func connectionLost(_ connection: Int64, localPort: Int32, now: UInt64, deferred: Bool,
+                        cause: @autoclosure () -> ConnectionFailureCause) {
         // Most losses are of connections that answered (a server's GOAWAY, a dropped path): no failure.
         guard connection >= 0, !policy.hasAnswered(connection) else { return }
         let socket = localPort > 0 ? openSockets.first { SocketAddress.localPort(of: $0) == localPort } : nil
@@ -126,9 +130,11 @@ extension CurlEventLoop {
         if pending.wentOnWire {
             lostThisBatch = true
             guard pending.attempts < configuration.maxAttempts else {
-                deliver(pending, outcome: .transportFailure(TransportError(
-                    code: CurlResultCode.receiveError.rawValue,
-                    message: "the connection ended without answering, and no new one is opened during the reconnect backoff")))
+                var error = TransportError(code: CurlResultCode.receiveError.rawValue,
+                                           message: "the connection ended without answering, and no new one is opened during the reconnect backoff")
+                // It went on the wire, so that connection's handshake was done.
+                error.endedAfterHandshake = transfer.connectionID >= 0 && !policy.hasAnswered(transfer.connectionID)
+                deliver(pending, outcome: .transportFailure(error))
                 return
             }
             sink.counters.retried.add(1, ordering: .relaxed)
@@ -139,11 +145,15 @@ extension CurlEventLoop {
 
     /// Carries out a backoff the policy decided: announced once per run, and from the third
     /// failure in a row what waits unsent goes back to the caller.
-    func backOff(_ action: ConnectionPolicy.Action, cause: String) {
+    func backOff(_ action: ConnectionPolicy.Action, cause: ConnectionFailureCause) {
         guard case .backOff(let delay, let failures, let startsRun, let handsBack) = action else { return }
         sink.counters.reconnectBackoffs.add(1, ordering: .relaxed)
-        if startsRun { sink.metrics.reconnectBackoffStarted(cause: cause, delayMilliseconds: delay) }
-        if handsBack { handBackWaiting(NotSent(consecutiveFailures: failures, lastFailure: cause)) }
+        if startsRun { sink.metrics.reconnectBackoffStarted(cause, delayMilliseconds: delay) }
+        if handsBack {
+            var notSent = NotSent(consecutiveFailures: failures, lastFailure: cause.text)
+            notSent.lastFailureEndedAfterHandshake = cause.endedAfterHandshake
+            handBackWaiting(notSent)
+        }
     }
 
     /// A retired connection with no transfer left on it (and none that may still join it:

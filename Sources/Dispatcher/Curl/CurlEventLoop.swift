@@ -78,7 +78,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var connectFailureThisBatch: (code: Int, message: String)?
     /// Backoffs the policy decided inside libcurl's callbacks, with their causes, carried out
     /// once libcurl has returned.
-    var deferredBackoffs: [(action: ConnectionPolicy.Action, cause: String)] = []
+    var deferredBackoffs: [(action: ConnectionPolicy.Action, cause: ConnectionFailureCause)] = []
     /// Connections libcurl moved requests away from, already reported (libcurl never reuses an id).
     var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.

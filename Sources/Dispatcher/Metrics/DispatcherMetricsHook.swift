@@ -34,6 +34,10 @@ public protocol DispatcherMetricsHook: Sendable {
     /// `delayMilliseconds`, and longer after each further failure, until answers come again.
     /// Called once per run of failures, not per attempt.
     func reconnectBackoffStarted(cause: String, delayMilliseconds: Int)
+    /// `reconnectBackoffStarted(cause:delayMilliseconds:)` with what the engine knows of the
+    /// failure beyond its text (`ConnectionFailureCause`); the engine calls this one, and its
+    /// default calls the text-only one.
+    func reconnectBackoffStarted(_ cause: ConnectionFailureCause, delayMilliseconds: Int)
     /// The run of failed connections announced by `reconnectBackoffStarted` ended after `failures`.
     func reconnectBackoffEnded(failures: Int)
     /// A loop's adaptive limit settled, or moved to half or twice the one last reported:
@@ -54,6 +58,9 @@ extension DispatcherMetricsHook {
     public func inFlightLimitChanged(by delta: Int) {}
     public func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {}
     public func reconnectBackoffStarted(cause: String, delayMilliseconds: Int) {}
+    public func reconnectBackoffStarted(_ cause: ConnectionFailureCause, delayMilliseconds: Int) {
+        reconnectBackoffStarted(cause: cause.text, delayMilliseconds: delayMilliseconds)
+    }
     public func reconnectBackoffEnded(failures: Int) {}
 }
 

@@ -46,6 +46,9 @@ public struct NotSent: Sendable, Equatable, CustomStringConvertible {
     public var consecutiveFailures: Int
     /// The last failure, as an operator reads it.
     public var lastFailure: String
+    /// The last failure was a connection that ended after its TLS handshake, before answering
+    /// anything (`ConnectionFailureCause.endedAfterHandshake`).
+    public var lastFailureEndedAfterHandshake = false
     /// Set when the request's answer deadline (`DispatcherConfiguration.answerDeadlineMilliseconds`)
     /// came before a whole request timeout fitted in front of it.
     public var answerDeadlineMilliseconds: Int?
@@ -144,6 +147,10 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         self.code = code
         self.message = message
     }
+
+    /// The request went on a connection that completed its TLS handshake and ended before
+    /// answering anything (`ConnectionFailureCause.endedAfterHandshake`).
+    public var endedAfterHandshake = false
 
     public var description: String { "transport error \(code): \(message)" }
 

@@ -16,6 +16,9 @@ final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
     let tokenKey: ProviderTokenService.Key?
+    /// Authenticated by client certificate: a connection ending after its TLS handshake without
+    /// answering may be APNs refusing the certificate (`CertificateRefusalHint`).
+    var authenticatedByCertificate: Bool { tokenKey == nil }
     let tokens: ProviderTokenService
     let environmentLabel: String
     private let pause = Lock<(until: Timestamp, reason: String)?>(nil)
@@ -310,9 +313,11 @@ final class AppSender: @unchecked Sendable {
             if kind.isConfigurationError {
                 return .tlsRefused("\(kind.explanation) (libcurl error \(error.code): \(error.message))")
             }
-            return .transportFailure(error.message)
+            return .transportFailure(CertificateRefusalHint.explain(error.message, certificateApp: authenticatedByCertificate,
+                                                                    endedAfterHandshake: error.endedAfterHandshake))
         case .notSent(let notSent):
-            return .notSent(notSent.description)
+            return .notSent(CertificateRefusalHint.explain(notSent.description, certificateApp: authenticatedByCertificate,
+                                                           endedAfterHandshake: notSent.lastFailureEndedAfterHandshake))
         }
     }
 
@@ -351,10 +356,13 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let retirements: ConnectionRetirementReporter?
     let logger: Logger?
     let label: String
+    /// The app authenticates by client certificate (`CertificateRefusalHint`).
+    let authenticatedByCertificate: Bool
 
     init(app: String, environment: String, lane: String? = nil, metrics: PushdMetrics,
-         retirements: ConnectionRetirementReporter? = nil, logger: Logger? = nil) {
+         retirements: ConnectionRetirementReporter? = nil, logger: Logger? = nil, authenticatedByCertificate: Bool = false) {
         self.retirements = retirements
+        self.authenticatedByCertificate = authenticatedByCertificate
         inFlight = metrics.streamsInFlight(app: app, environment: environment)
         connections = metrics.connections(app: app, environment: environment)
         inFlightLimit = lane == Lane.campaign.rawValue ? metrics.inFlightLimit(app: app, environment: environment) : nil
@@ -396,9 +404,11 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
     func requestRetried() { resent.increment() }
-    func reconnectBackoffStarted(cause: String, delayMilliseconds: Int) {
+    func reconnectBackoffStarted(_ failure: ConnectionFailureCause, delayMilliseconds: Int) {
         backoffs.increment()
         guard backoffRuns.started(), let logger else { return }
+        let cause = CertificateRefusalHint.explain(failure.text, certificateApp: authenticatedByCertificate,
+                                                   endedAfterHandshake: failure.endedAfterHandshake)
         logger.warning("a connection to APNs for \(label) failed (\(cause)); reconnecting after a backoff of \(delayMilliseconds) ms, doubling to 4 s while connections keep failing; from the third failure in a row, notifications waiting for a connection go back to the queue unsent",
                        ("event", "apns_reconnect_backoff"), ("cause", .string(cause)), ("delay_ms", .int(Int64(delayMilliseconds))))
     }

@@ -80,7 +80,8 @@ final class Pipeline: @unchecked Sendable {
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
                 let engineMetrics = AppDispatcherMetrics(app: app.name, environment: environment.rawValue, lane: lane.rawValue,
-                                                         metrics: metrics, retirements: retirements, logger: logger)
+                                                         metrics: metrics, retirements: retirements, logger: logger,
+                                                         authenticatedByCertificate: Self.authenticatesByCertificate(app))
                 do {
                     return try APNsClient(configuration: configuration, environment: environment.apns,
                                           authentication: Self.authentication(for: app, configuration: configuration, tokens: tokens),
@@ -122,6 +123,12 @@ final class Pipeline: @unchecked Sendable {
         guard case .token(let teamID, let keyID, _) = app.credentials else { return .certificate(configuration.credential) }
         let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
         return .tokenSource { try tokens.authorization(key) }
+    }
+
+    /// Whether the app authenticates by client certificate rather than a signing key.
+    static func authenticatesByCertificate(_ app: PushdConfig.App) -> Bool {
+        if case .token = app.credentials { return false }
+        return true
     }
 
     static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
