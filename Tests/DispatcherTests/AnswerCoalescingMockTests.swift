@@ -34,7 +34,11 @@ import Testing
             }
             // Answers spread over 50 ms come a few per millisecond: read at once, hundreds of
             // reads; at most one per ~31 ms (a quarter of the round trip) while they trickle.
-            #expect(coalesced.statistics.socketReads * 3 < plain.statistics.socketReads,
+            // Quietly the plain run reads 8 to 16 times as often (714–967 against 59–102 reads);
+            // a host that stalls the loop or the mock makes the plain run read answers in
+            // batches too (205 against 78 once in a full suite run), so the bound is half, not
+            // a third: without coalescing both runs read alike and this still fails.
+            #expect(coalesced.statistics.socketReads * 2 < plain.statistics.socketReads,
                     "socket reads: \(coalesced.statistics.socketReads) coalesced, \(plain.statistics.socketReads) at once")
         }
     }
