@@ -3,6 +3,7 @@ import Posix
 import APNsMock
 @testable import Dispatcher
 import Foundation
+import Locking
 import Testing
 
 /// Connection growth against apns-mock answering after a delay with few streams per
@@ -67,6 +68,66 @@ import Testing
             #expect(run.statistics.connectionsGrown == 0)
             #expect(run.statistics.peakOpenConnections == 1)
             #expect(server.stats.connectionsAccepted == 1)
+        }
+    }
+
+    /// Slows the loop down once it has grown, as a host that got busy does: the hook runs on the
+    /// loop's thread, and each answer then costs it `answerCost`, so it reads answers slower than
+    /// the mock gives them and every pass finds some, adds requests for them and finds libcurl's
+    /// timer due. Notes when the loop grew and when the connection was judged.
+    private final class BusyAfterGrowth: DispatcherMetricsHook, @unchecked Sendable {
+        static let answerCost: UInt32 = 8000
+        private let state = Lock<(grewAt: Timestamp?, judgedAt: Timestamp?, verdict: ConnectionGrowthVerdict?)>((nil, nil, nil))
+        var grewAt: Timestamp? { state.withLock { $0.grewAt } }
+        var judgedAt: Timestamp? { state.withLock { $0.judgedAt } }
+        var verdict: ConnectionGrowthVerdict? { state.withLock { $0.verdict } }
+
+        func requestCompleted(status: Int, latencyNanoseconds: UInt64) {
+            let busy = state.withLock { $0.grewAt != nil && $0.judgedAt == nil }
+            if busy { usleep(Self.answerCost) }
+        }
+
+        func connectionLimitChanged(to connections: Int) {
+            if connections == 2 { state.withLock { if $0.grewAt == nil { $0.grewAt = Timestamp() } } }
+        }
+
+        func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) {
+            state.withLock { if $0.judgedAt == nil { $0.judgedAt = Timestamp(); $0.verdict = verdict } }
+        }
+    }
+
+    /// The loop judges growth before it runs a due libcurl timer, not only on passes without
+    /// one: a saturated loop finds the timer due on nearly every pass. Run first, the timer
+    /// put the verdict off until the work ran out (6.7–10.2 s here, for a 0.55 s trial).
+    @Test func aConnectionOnTrialIsJudgedWhileTheLoopIsBusyWithAnswersOnEveryPass() async throws {
+        try await withMock({ configuration, _ in
+            configuration.maxConcurrentStreams = 20
+            // Answers spread over 20–40 ms: more arrive while the busy loop works through others.
+            configuration.faults.delayMilliseconds = 20
+            configuration.faults.randomDelayMilliseconds = 20
+            configuration.logsAccepted = false
+        }) { _, port, material in
+            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 20)
+            configuration.connectionsPerThread = 1
+            configuration.maxConnections = 2
+            configuration.connectionGrowthDelayMilliseconds = 50
+            configuration.connectionGrowthJudgedOverMilliseconds = 500
+            configuration.maxOutstanding = 400
+            // The campaign lane's reading: one transfer reads a socket, the others run on the timer.
+            configuration.readsSocketsThroughOneTransfer = true
+            configuration.answerCoalescingMilliseconds = 25
+            configuration.answerCoalescingMinimumInFlight = 10
+            let metrics = BusyAfterGrowth()
+            // About 500 answers/s on one connection; once grown the busy loop manages at most 125/s.
+            let run = try await sendThroughEngine(configuration, total: 1500, metrics: metrics)
+            #expect(run.collector.snapshot().results.values.allSatisfy { $0.response?.status == 200 })
+            let grewAt = try #require(metrics.grewAt)
+            // Its first answer, 50 ms to settle, a 500 ms window, and a pass of the busy loop
+            // (up to 40 answers of 8 ms): 1.0–1.4 s quietly.
+            let judgedAt = try #require(metrics.judgedAt, "no verdict on the connection added \(Timestamp().timeIntervalSince(grewAt)) s before the end")
+            #expect(judgedAt.timeIntervalSince(grewAt) < 4, "judged \(judgedAt.timeIntervalSince(grewAt)) s after it was added")
+            // The busy loop answers no faster with it: it is given up.
+            #expect(metrics.verdict?.kept == false)
         }
     }
 }

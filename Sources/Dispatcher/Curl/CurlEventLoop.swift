@@ -183,14 +183,18 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         var now = monotonicNanoseconds()
         judgeMovedConnections(now: now)
         coalesceAnswers(now: &now)
-        if multi.runTimerIfDue(now: now) {
-            readCompletions()
-            return 0
-        }
+        // The policy and the in-flight window see every pass, before libcurl's timer runs: in a
+        // saturated drain the timer is due on most passes (the requests just added, the streams
+        // a read left to run), and a pass that ran it and returned first left a connection on
+        // trial unjudged for seconds (docs/dispatcher.md, The event loop and the multi driver).
         trackInFlightLimit(now: now)
         let waiting = !backlog.isEmpty && inCurl >= streamsAdmitted
         if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds &+ coalescedNanoseconds))) {
             refill()
+            return 0
+        }
+        if multi.runTimerIfDue(now: now) {
+            readCompletions()
             return 0
         }
         var wait = multi.timerWait(now: now)
