@@ -45,8 +45,9 @@ let package = Package(
         .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"], swiftSettings: withoutStringProcessing),
         .target(name: "CEpoll"),
         .target(name: "CSignal"),
+        .target(name: "CTLSWatch", linkerSettings: [.linkedLibrary("ssl")]),
         .target(name: "Polling", dependencies: ["CEpoll", "Locking"], swiftSettings: withoutStringProcessing),
-        .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
+        .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "CTLSWatch", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         // Release builds of the mock skip Swift's run-time exclusivity checks, ~8% of its
         // instructions per request (docs/apns-mock.md); debug builds and tests keep them.
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"],

@@ -71,6 +71,8 @@ static inline long pushd_curl_max_errorsize(void) { return CURL_ERROR_SIZE; }
 /* Called each time libcurl is about to send a request on a connection: more than once for
  * one transfer means libcurl resent it by itself (refused stream, GOAWAY, dead reused
  * connection). */
+typedef CURLcode (*pushd_curl_ssl_ctx_cb)(CURL *curl, void *ssl_ctx, void *clientp);
+static inline CURLcode pushd_curl_easy_setopt_ssl_ctx_cb(CURL *h, pushd_curl_ssl_ctx_cb v) { return curl_easy_setopt(h, CURLOPT_SSL_CTX_FUNCTION, v); }
 typedef int (*pushd_curl_prereq_cb)(void *clientp, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port, int conn_local_port);
 static inline CURLcode pushd_curl_easy_setopt_prereq_cb(CURL *h, pushd_curl_prereq_cb v) { return curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, v); }
 static inline int pushd_curl_prereq_ok(void) { return CURL_PREREQFUNC_OK; }

@@ -51,6 +51,11 @@ static inline long pushd_openssl_ssl_ctx_set_mode_nonblocking_writes(SSL_CTX *ct
 }
 static inline long pushd_openssl_ssl_ctx_set_session_cache_server(SSL_CTX *ctx) { return SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER); }
 static inline long pushd_openssl_ssl_ctx_set_read_ahead(SSL_CTX *ctx) { return SSL_CTX_set_read_ahead(ctx, 1); }
+static inline long pushd_openssl_ssl_ctx_set_max_tls12(SSL_CTX *ctx) { return SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION); }
+/* The SSL whose handshake a certificate verification callback runs in. */
+static inline SSL *pushd_openssl_ssl_of_store(X509_STORE_CTX *store) {
+    return (SSL *)X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
+}
 
 
 #endif

@@ -321,6 +321,10 @@ struct ConfigurationTests {
         (["--cert", "a", "--key", "b", "--max-streams", "0"], "maxConcurrentStreams"),
         (["--cert", "a", "--key", "b", "--log-accepted", "--log-limit", "0"], "--log-limit must be at least 1, got 0"),
         (["--cert", "a", "--key", "b", "--refused-certificate-reset"], "--refused-certificate-reset needs --client-ca"),
+        (["--cert", "a", "--key", "b", "--refused-certificate-handshake-reset"], "--refused-certificate-handshake-reset needs --client-ca"),
+        (["--cert", "a", "--key", "b", "--client-ca", "ca.pem", "--refused-certificate-reset", "--refused-certificate-handshake-reset"],
+         "are exclusive"),
+        (["--cert", "a", "--key", "b", "--tls-max", "1.1"], "--tls-max expects 1.2 or 1.3, got 1.1"),
     ])
     func commandLineErrorsSayWhatWasWrong(arguments: [String], mention: String) {
         #expect {
@@ -352,5 +356,26 @@ struct ConfigurationTests {
         #expect(configuration.refusedCertificateReset)
         #expect(configuration.authentication == .certificate(clientCAFile: "ca.pem"))
         #expect(MockCommandLine.usage.contains("--refused-certificate-reset"))
+    }
+
+    @Test func aRefusedCertificateHandshakeResetAndATLSCeilingAreParsed() throws {
+        let command = try MockCommandLine.parse(["--cert", "a", "--key", "b", "--client-ca", "ca.pem",
+                                                 "--refused-certificate-handshake-reset", "--tls-max", "1.2"])
+        guard case .serve(let configuration, _) = command else {
+            Issue.record("expected serve, got \(command)")
+            return
+        }
+        #expect(configuration.refusedCertificateHandshakeReset)
+        #expect(!configuration.refusedCertificateReset)
+        #expect(configuration.maximumTLSVersion == .tls12)
+        #expect(configuration.authentication == .certificate(clientCAFile: "ca.pem"))
+        guard case .serve(let defaults, _) = try MockCommandLine.parse(["--cert", "a", "--key", "b"]) else {
+            Issue.record("expected serve")
+            return
+        }
+        #expect(defaults.maximumTLSVersion == .tls13)
+        #expect(!defaults.refusedCertificateHandshakeReset)
+        #expect(MockCommandLine.usage.contains("--refused-certificate-handshake-reset"))
+        #expect(MockCommandLine.usage.contains("--tls-max 1.2|1.3"))
     }
 }

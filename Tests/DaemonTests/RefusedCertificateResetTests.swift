@@ -16,12 +16,37 @@ import Testing
     static let hypothesis = "this is how APNs refusing the certificate"
 
     @Test func aCertificateRefusedByAResetIsNamedOnEveryProbeAndItsJobsGoOnceItIsAccepted() throws {
-        try IsolatedDatabase.with { database in
-            var world = try TLSFailurePausesAppTests.World(database: database)
+        try Self.expectHintOnEveryProbeThenSending(how: CertificateRefusalHint.afterHandshake, cause: "ended before answering anything") { world in
             let certificates = world.harness.certificates
             // The server takes client certificates of the other CA only, and refuses by a reset.
             try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
                                 clientCA: world.other.caCertificate, refusedCertificateReset: true)
+        }
+    }
+
+    /// With TLS 1.2 the server checks the certificate inside the handshake: a reset there,
+    /// after pushd sent its certificate, is libcurl error 35 with the handshake not done. The
+    /// hint says so, on every probe, and the app is not paused either.
+    @Test func aCertificateRefusedByAResetInsideATLS12HandshakeIsNamedOnEveryProbeAndItsJobsGoOnceItIsAccepted() throws {
+        try Self.expectHintOnEveryProbeThenSending(how: CertificateRefusalHint.duringHandshake,
+                                                   cause: "Connection reset by peer (libcurl error 35)") { world in
+            let certificates = world.harness.certificates
+            try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                clientCA: world.other.caCertificate, refusedCertificateHandshakeReset: true,
+                                maximumTLSVersion: .tls12)
+        }
+    }
+
+    /// Runs `pushd run` for a certificate app against the mock `refuse` starts, checks that the
+    /// backoff line (with `cause` and `how` the connection ended), `apns_down`, `/readyz` and
+    /// `pushd status` name the certificate, that the app is not paused and nothing is lost,
+    /// then that the jobs go once the server takes the certificate.
+    static func expectHintOnEveryProbeThenSending(how: String, cause: String,
+                                                  refuse: (inout TLSFailurePausesAppTests.World) throws -> Void) throws {
+        try IsolatedDatabase.with { database in
+            var world = try TLSFailurePausesAppTests.World(database: database)
+            let certificates = world.harness.certificates
+            try refuse(&world)
             let config = try world.writeConfig(caFile: certificates.caCertificate, app: world.certificateApp(certificates))
             let connection = try database.connect()
             defer { connection.close() }
@@ -35,12 +60,12 @@ import Testing
             let backoff = line("apns_reconnect_backoff") ?? ""
             print("apns_reconnect_backoff: \(backoff)")
             #expect(backoff.contains(Self.hypothesis) && backoff.contains("pushd check-config"), "\(backoff)")
-            #expect(backoff.contains("ended before answering anything"), "\(backoff)")
+            #expect(backoff.contains(cause) && backoff.contains(how), "\(backoff)")
 
             #expect(DaemonHarness.wait(seconds: 30) { line("apns_down") != nil }, "\(daemon.text)")
             let down = line("apns_down") ?? ""
             print("apns_down: \(down)")
-            #expect(down.contains(Self.hypothesis), "\(down)")
+            #expect(down.contains(Self.hypothesis) && down.contains(how), "\(down)")
 
             var readyz = ""
             #expect(DaemonHarness.wait(seconds: 20) {
@@ -48,7 +73,7 @@ import Testing
                 return readyz.contains("APNs is not taking notifications of app shop")
             }, "\(readyz)")
             print("/readyz: \(readyz)")
-            #expect(readyz.contains(Self.hypothesis), "\(readyz)")
+            #expect(readyz.contains(Self.hypothesis) && readyz.contains(how), "\(readyz)")
 
             var status = try FleetStatusTests.status(database)
             #expect(try DaemonHarness.wait(seconds: 20) {
@@ -56,7 +81,7 @@ import Testing
                 return status.problems.contains { $0.contains("APNs") && $0.contains("shop") }
             }, "\(status.text)")
             #expect(status.exitCode == 1)
-            #expect(status.problems.contains { $0.contains(Self.hypothesis) }, "\(status.problems)")
+            #expect(status.problems.contains { $0.contains(Self.hypothesis) && $0.contains(how) }, "\(status.problems)")
 
             // Not paused (docs/operations.md says why); nothing reached the server, nothing was lost.
             #expect(daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 0"))

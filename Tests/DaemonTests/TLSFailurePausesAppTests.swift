@@ -30,13 +30,16 @@ import Testing
         }
 
         mutating func startMock(host: String = "127.0.0.1", certificate: String, key: String, clientCA: String? = nil,
-                                refusedCertificateReset: Bool = false) throws {
+                                refusedCertificateReset: Bool = false, refusedCertificateHandshakeReset: Bool = false,
+                                maximumTLSVersion: MockTLSVersion = .tls13) throws {
             mock.stop()
             var configuration = MockConfiguration(certificateChainFile: certificate, privateKeyFile: key)
             configuration.host = host
             configuration.port = port
             configuration.authentication = clientCA.map { .certificate(clientCAFile: $0) } ?? .none
             configuration.refusedCertificateReset = refusedCertificateReset
+            configuration.refusedCertificateHandshakeReset = refusedCertificateHandshakeReset
+            configuration.maximumTLSVersion = maximumTLSVersion
             configuration.logsAccepted = true
             mock = try APNsMockServer(configuration: configuration)
             port = try mock.start()
@@ -273,6 +276,24 @@ import Testing
                                            expectedText: ["client certificate was refused", "alert"]) { world in
                 try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
                                     clientCA: certificates.caCertificate)
+            }
+            world.mock.stop()
+        }
+    }
+
+    /// With TLS 1.2 the server checks the client's certificate inside the handshake and its
+    /// alert ends the handshake (libcurl error 35 rather than 56): the same pause.
+    @Test func aClientCertificateRefusedInsideATLS12HandshakePausesTheAppUntilSIGHUP() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            let certificates = world.harness.certificates
+            try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                clientCA: world.other.caCertificate, maximumTLSVersion: .tls12)
+            let config = try world.writeConfig(caFile: certificates.caCertificate, app: world.certificateApp(certificates))
+            try Self.expectPauseThenResume(&world, config: config,
+                                           expectedText: ["client certificate was refused", "alert unknown ca", "libcurl error 35"]) { world in
+                try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                    clientCA: certificates.caCertificate, maximumTLSVersion: .tls12)
             }
             world.mock.stop()
         }

@@ -47,6 +47,12 @@ public enum MockCommandLine {
       --refused-certificate-reset     with --client-ca: refuse a certificate by resetting the TCP
                                       connection right after the handshake, with no TLS alert (as
                                       a server under load can), instead of sending the alert
+      --refused-certificate-handshake-reset
+                                      with --client-ca: refuse a certificate by resetting the TCP
+                                      connection inside the handshake, when it fails verification,
+                                      with no TLS alert (with --tls-max 1.2: before the handshake
+                                      is done on the client's side)
+      --tls-max 1.2|1.3               the newest TLS version accepted (default 1.3)
 
     FAULTS (also from --faults FILE, a JSON object with the same names; SIGHUP reloads it)
       --faults FILE                   JSON fault configuration
@@ -104,6 +110,8 @@ public enum MockCommandLine {
         var tokenUpdateWindow: Int?
         var clientCA: String?
         var refusedCertificateReset = false
+        var refusedCertificateHandshakeReset = false
+        var maximumTLSVersion = MockTLSVersion.tls13
         var faultsFile: String?
         var faults = FaultConfiguration()
 
@@ -154,6 +162,11 @@ public enum MockCommandLine {
             case "--token-update-window": tokenUpdateWindow = try integer(Int.self)
             case "--client-ca": clientCA = try value()
             case "--refused-certificate-reset": refusedCertificateReset = true
+            case "--refused-certificate-handshake-reset": refusedCertificateHandshakeReset = true
+            case "--tls-max":
+                let text = try value()
+                guard let version = MockTLSVersion(rawValue: text) else { throw .configuration("--tls-max expects 1.2 or 1.3, got \(text)") }
+                maximumTLSVersion = version
             case "--faults":
                 let file = try value()
                 faultsFile = file
@@ -225,6 +238,11 @@ public enum MockCommandLine {
             throw .configuration("--refused-certificate-reset needs --client-ca: it changes how a client certificate is refused")
         }
         configuration.refusedCertificateReset = refusedCertificateReset
+        if refusedCertificateHandshakeReset && clientCA == nil {
+            throw .configuration("--refused-certificate-handshake-reset needs --client-ca: it changes how a client certificate is refused")
+        }
+        configuration.refusedCertificateHandshakeReset = refusedCertificateHandshakeReset
+        configuration.maximumTLSVersion = maximumTLSVersion
         if let clientCA {
             configuration.authentication = .certificate(clientCAFile: clientCA)
         } else if !providerKeys.isEmpty {

@@ -24,6 +24,12 @@ public enum MockAuthentication: Sendable, Equatable {
 }
 
 /// Everything the mock needs to start.
+/// The newest TLS version a mock accepts (it always accepts TLS 1.2).
+public enum MockTLSVersion: String, Sendable, Equatable {
+    case tls12 = "1.2"
+    case tls13 = "1.3"
+}
+
 public struct MockConfiguration: Sendable {
     /// Address to listen on; loopback unless told otherwise.
     public var host: String = "127.0.0.1"
@@ -50,6 +56,16 @@ public struct MockConfiguration: Sendable {
     /// handshake and then only "Connection reset by peer": what a real server that closes the
     /// connection before the client reads its alert (under load, say) leaves a client.
     public var refusedCertificateReset: Bool = false
+    /// Certificate mode: refuse a client certificate that does not chain to the CA by
+    /// resetting the TCP connection at the moment the certificate fails verification, inside
+    /// the handshake, instead of sending the TLS alert. With TLS 1.2 (`maximumTLSVersion`) the
+    /// server checks the client's certificate before it sends its own Finished, so the client
+    /// sees "Connection reset by peer" during its handshake, after it sent its certificate. A
+    /// client that sends no certificate still gets the alert.
+    public var refusedCertificateHandshakeReset: Bool = false
+    /// The newest TLS version the mock accepts: `.tls12` plays a server that does not speak
+    /// TLS 1.3, which checks a client certificate inside the handshake.
+    public var maximumTLSVersion: MockTLSVersion = .tls13
     public var countsPerToken: Bool = false
     public var logsAccepted: Bool = false
     /// The accepted log keeps the first this many entries and counts the rest
@@ -111,6 +127,14 @@ public struct MockConfiguration: Sendable {
         if refusedCertificateReset {
             guard case .certificate = authentication else {
                 throw .configuration("refusedCertificateReset needs certificate authentication (a client CA)")
+            }
+        }
+        if refusedCertificateHandshakeReset {
+            guard case .certificate = authentication else {
+                throw .configuration("refusedCertificateHandshakeReset needs certificate authentication (a client CA)")
+            }
+            if refusedCertificateReset {
+                throw .configuration("refusedCertificateReset and refusedCertificateHandshakeReset are exclusive: a certificate is refused one way")
             }
         }
         if maxChannelsPerApp < 0 {

@@ -20,7 +20,9 @@ final class ServerCore: Sendable {
         tls = try TLSServerContext(
             certificateChainFile: configuration.certificateChainFile,
             privateKeyFile: configuration.privateKeyFile, clientCAFile: clientCA, readAhead: configuration.readAhead,
-            checksClientCertificateAfterHandshake: configuration.refusedCertificateReset)
+            checksClientCertificateAfterHandshake: configuration.refusedCertificateReset,
+            resetsOnRefusedCertificate: configuration.refusedCertificateHandshakeReset,
+            maximumTLSVersion: configuration.maximumTLSVersion)
         faultStore = FaultStore(configuration.faults)
         accounting = Accounting(countsPerToken: configuration.countsPerToken, logLimit: configuration.acceptedLogLimit)
         var verifier: ProviderTokenVerifier?

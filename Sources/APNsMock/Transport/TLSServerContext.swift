@@ -14,12 +14,18 @@ final class TLSServerContext: @unchecked Sendable {
     /// - Parameter checksClientCertificateAfterHandshake: with a client CA, complete the handshake
     ///   whatever the client's certificate, so that OpenSSL sends no alert; the connection then
     ///   refuses it (`TLSSession.hasVerifiedPeerCertificate`) by its own means.
+    /// - Parameter resetsOnRefusedCertificate: with a client CA, reset the TCP connection the
+    ///   moment a client certificate fails verification, inside the handshake, so that no alert
+    ///   reaches the client (`resetOnRefusal`).
+    /// - Parameter maximumTLSVersion: `.tls12` leaves TLS 1.3 out.
     init(certificateChainFile: String, privateKeyFile: String, clientCAFile: String?, readAhead: Bool = false,
-         checksClientCertificateAfterHandshake: Bool = false) throws(MockServerError) {
+         checksClientCertificateAfterHandshake: Bool = false, resetsOnRefusedCertificate: Bool = false,
+         maximumTLSVersion: MockTLSVersion = .tls13) throws(MockServerError) {
         OpenSSLRuntime.initialize()
         guard let context = SSL_CTX_new(TLS_server_method()) else { throw .tls("SSL_CTX_new: \(Self.lastError())") }
         self.context = context
         _ = pushd_openssl_ssl_ctx_set_min_tls12(context)
+        if maximumTLSVersion == .tls12 { _ = pushd_openssl_ssl_ctx_set_max_tls12(context) }
         _ = pushd_openssl_ssl_ctx_set_options(
             context, pushd_openssl_op_no_compression() | pushd_openssl_op_no_renegotiation())
         _ = pushd_openssl_ssl_ctx_set_mode_nonblocking_writes(context)
@@ -49,6 +55,8 @@ final class TLSServerContext: @unchecked Sendable {
             if checksClientCertificateAfterHandshake {
                 // The verdict stays in SSL_get_verify_result for the connection to act on.
                 SSL_CTX_set_verify(context, pushd_openssl_verify_peer(), acceptForNow)
+            } else if resetsOnRefusedCertificate {
+                SSL_CTX_set_verify(context, pushd_openssl_verify_peer_fail_if_none(), resetOnRefusal)
             } else {
                 SSL_CTX_set_verify(context, pushd_openssl_verify_peer_fail_if_none(), nil)
             }
@@ -86,6 +94,26 @@ final class TLSServerContext: @unchecked Sendable {
 /// Lets the handshake go on whatever the chain's verification found; OpenSSL keeps the first
 /// error for `SSL_get_verify_result`.
 private let acceptForNow: @convention(c) (Int32, OpaquePointer?) -> Int32 = { _, _ in 1 }
+
+/// Refuses a client certificate that failed verification by resetting the TCP connection
+/// there and then: SO_LINGER 0, then `connect` with AF_UNSPEC, which on Linux disconnects the
+/// socket with an RST and leaves the descriptor open for the connection to close. The alert
+/// OpenSSL then writes fails (EPIPE; SIGPIPE is ignored), so the client reads only "Connection
+/// reset by peer", in the middle of its handshake with TLS 1.2.
+private let resetOnRefusal: @convention(c) (Int32, OpaquePointer?) -> Int32 = { verified, store in
+    guard verified != 1 else { return 1 }
+    if let store, let ssl = pushd_openssl_ssl_of_store(store) {
+        let fd = SSL_get_fd(ssl)
+        if fd >= 0 {
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            var unspecified = sockaddr()
+            unspecified.sa_family = sa_family_t(AF_UNSPEC)
+            _ = connect(fd, &unspecified, socklen_t(MemoryLayout<sockaddr>.size))
+        }
+    }
+    return 0
+}
 
 /// Accepts only `h2`: a client that cannot speak HTTP/2 gets no ALPN answer and is closed
 /// after the handshake, as APNs does.

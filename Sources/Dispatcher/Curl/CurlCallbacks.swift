@@ -1,4 +1,5 @@
 internal import CCurl
+internal import CTLSWatch
 import Posix
 import Glibc
 
@@ -21,6 +22,35 @@ let curlOpenSocketCallback: pushd_curl_opensocket_cb = { userData, _, address in
 let curlCloseSocketCallback: pushd_curl_closesocket_cb = { userData, fd in
     Unmanaged<CurlEventLoop>.fromOpaque(userData!).takeUnretainedValue().socketClosed(fd)
     return close(fd)
+}
+
+/// libcurl sets up the TLS context of a new connection, for the transfer that opens it: the
+/// loop watches the messages OpenSSL writes in its handshake (certificate credentials only).
+let curlSSLContextCallback: pushd_curl_ssl_ctx_cb = { easy, sslContext, loopPointer in
+    guard let easy, let sslContext, let loopPointer else { return CURLE_OK }
+    let loop = Unmanaged<CurlEventLoop>.fromOpaque(loopPointer).takeUnretainedValue()
+    var privateData: UnsafeMutableRawPointer?
+    _ = pushd_curl_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &privateData)
+    guard let index = CurlTransfer.poolIndex(privateData: privateData, count: loop.transfers.count) else { return CURLE_OK }
+    let transfer = loop.transfers[index]
+    transfer.sentClientCertificate = false
+    pushd_tls_watch_messages(sslContext, curlHandshakeMessageCallback, Unmanaged.passUnretained(transfer).toOpaque())
+    return CURLE_OK
+}
+
+/// OpenSSL's message callback during a handshake: notes on the transfer that opened the
+/// connection that its client certificate was written, and stops once the client wrote its
+/// Finished (the end of what it sends in a handshake), so established connections pay nothing.
+let curlHandshakeMessageCallback: pushd_tls_message_cb = { written, _, contentType, bytes, count, ssl, transferPointer in
+    guard written == 1, contentType == Int32(pushd_tls_content_handshake), count > 0, let bytes, let transferPointer else { return }
+    switch Int32(bytes.load(as: UInt8.self)) {
+    case Int32(pushd_tls_handshake_certificate):
+        Unmanaged<CurlTransfer>.fromOpaque(transferPointer).takeUnretainedValue().sentClientCertificate = true
+    case Int32(pushd_tls_handshake_finished):
+        pushd_tls_stop_watching(ssl)
+    default:
+        break
+    }
 }
 
 /// libcurl is about to send the request on a connection: more than once for one transfer

@@ -47,7 +47,8 @@ extension CurlEventLoop {
         if let failure = connectFailureThisBatch {
             connectFailureThisBatch = nil
             backOff(policy.handle(.connectFailed(now: now, unitRandom: Double.random(in: 0..<1, using: &random))),
-                    cause: ConnectionFailureCause("\(failure.message) (libcurl error \(failure.code))"))
+                    cause: ConnectionFailureCause("\(failure.message) (libcurl error \(failure.code))",
+                                                  endedDuringHandshakeAfterClientCertificate: failure.duringHandshakeAfterClientCertificate))
         }
         checkRetiredConnections()
         releaseSlots()
@@ -88,9 +89,12 @@ extension CurlEventLoop {
             let cause = status != 0 ? "HTTP \(status) \(errorBody?.reason?.rawValue ?? "")" : transfer.failureMessage(code)
             retire(transfer, failedAt: disposition.connectionFailed ? now : nil, cause: cause)
         }
+        let duringHandshakeAfterClientCertificate = status == 0 && resetDuringHandshakeAfterClientCertificate(transfer, curlCode: curlCode)
         if disposition.connectFailed {
             sink.counters.connectFailures.add(1, ordering: .relaxed)
-            if connectFailureThisBatch == nil { connectFailureThisBatch = (curlCode, transfer.failureMessage(code)) }
+            if connectFailureThisBatch == nil {
+                connectFailureThisBatch = (curlCode, transfer.failureMessage(code), duringHandshakeAfterClientCertificate)
+            }
         }
         // A retry that could not end by the request's answer deadline is not made: the request
         // is answered now, `notSent` when nothing of it went on the wire.
@@ -118,9 +122,20 @@ extension CurlEventLoop {
             transfer.responseBody.removeAll(keepingCapacity: true)
             var error = TransportError(code: curlCode, message: transfer.failureMessage(code))
             error.endedAfterHandshake = endedAfterHandshake
+            error.endedDuringHandshakeAfterClientCertificate = duringHandshakeAfterClientCertificate
             outcome = .transportFailure(error)
         }
         deliver(pending, outcome: outcome, timings: configuration.recordsTransferTimings ? timings(of: transfer, pending) : nil)
+    }
+
+    /// Whether the transfer's TLS handshake failed (CURLE_SSL_CONNECT_ERROR) because the server
+    /// reset the connection (libcurl's CURLINFO_OS_ERRNO is ECONNRESET, or EPIPE for a write
+    /// after the reset) once OpenSSL had written the client's certificate.
+    func resetDuringHandshakeAfterClientCertificate(_ transfer: CurlTransfer, curlCode: Int) -> Bool {
+        guard curlCode == CurlResultCode.sslConnectError.rawValue, transfer.sentClientCertificate else { return false }
+        var socketError = 0
+        guard pushd_curl_easy_getinfo_long(transfer.easy, CURLINFO_OS_ERRNO, &socketError) == CURLE_OK else { return false }
+        return socketError == Int(ECONNRESET) || socketError == Int(EPIPE)
     }
 
     /// The connection a transfer that got no answer went on, and whether its TLS handshake was

@@ -152,6 +152,7 @@ extension CurlEventLoop {
         if handsBack {
             var notSent = NotSent(consecutiveFailures: failures, lastFailure: cause.text)
             notSent.lastFailureEndedAfterHandshake = cause.endedAfterHandshake
+            notSent.lastFailureEndedDuringHandshakeAfterClientCertificate = cause.endedDuringHandshakeAfterClientCertificate
             handBackWaiting(notSent)
         }
     }

@@ -75,7 +75,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var failuresThisBatch: Set<ConnectionFailureReason> = []
     /// A connection could not be opened in this completion batch (its libcurl code and message):
     /// the transfers that waited for it fail together, and that is one failure.
-    var connectFailureThisBatch: (code: Int, message: String)?
+    var connectFailureThisBatch: (code: Int, message: String, duringHandshakeAfterClientCertificate: Bool)?
     /// Backoffs the policy decided inside libcurl's callbacks, with their causes, carried out
     /// once libcurl has returned.
     var deferredBackoffs: [(action: ConnectionPolicy.Action, cause: ConnectionFailureCause)] = []

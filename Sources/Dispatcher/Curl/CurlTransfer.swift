@@ -24,6 +24,9 @@ final class CurlTransfer {
     /// libcurl wanted a new connection to send this request again and the loop refused it
     /// during a reconnect backoff: the transfer ends as a connect failure that is none.
     var heldBack = false
+    /// OpenSSL wrote this attempt's client certificate in a TLS handshake of a connection it
+    /// opened (`curlHandshakeMessageCallback`; watched for certificate credentials only).
+    var sentClientCertificate = false
     /// Local port of the connection the latest send went on (from libcurl's pre-request callback).
     var localPort: Int32 = 0
     /// The event loop that owns this transfer (it outlives it): the pre-request callback tells
@@ -142,6 +145,7 @@ final class CurlTransfer {
         status = 0
         sends = 0
         heldBack = false
+        sentClientCertificate = false
         connectionID = -1
         firstConnectionID = -1
         return nil

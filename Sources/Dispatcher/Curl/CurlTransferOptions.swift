@@ -25,6 +25,13 @@ extension CurlTransfer {
             }
         }
         let transferPointer = Unmanaged.passUnretained(transfer).toOpaque()
+        /// With a client certificate, the engine learns whether a handshake got as far as
+        /// sending it (`CurlTransfer.sentClientCertificate`). The callback's data is the loop,
+        /// the same for all its handles, so libcurl keeps sharing TLS sessions among them.
+        func watchClientCertificate() {
+            check(pushd_curl_easy_setopt_ssl_ctx_cb(easy, curlSSLContextCallback), "CURLOPT_SSL_CTX_FUNCTION")
+            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_SSL_CTX_DATA, socketOwner), "CURLOPT_SSL_CTX_DATA")
+        }
         check(pushd_curl_easy_setopt_url(easy, url), "CURLOPT_CURLU")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PRIVATE, UnsafeMutableRawPointer(bitPattern: index + 1)), "CURLOPT_PRIVATE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, pushd_curl_http_version_2tls()), "CURLOPT_HTTP_VERSION")
@@ -86,10 +93,12 @@ extension CurlTransfer {
             check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEYTYPE, "PEM"), "CURLOPT_SSLKEYTYPE")
             check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEY, key), "CURLOPT_SSLKEY")
             if let passphrase { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, passphrase), "CURLOPT_KEYPASSWD") }
+            watchClientCertificate()
         case .pkcs12(let file, let password):
             check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "P12"), "CURLOPT_SSLCERTTYPE")
             check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, file), "CURLOPT_SSLCERT")
             if let password { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, password), "CURLOPT_KEYPASSWD") }
+            watchClientCertificate()
         }
         if let failure { throw failure }
         return transfer

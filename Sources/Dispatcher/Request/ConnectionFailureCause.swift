@@ -11,10 +11,18 @@ public struct ConnectionFailureCause: Sendable, Equatable, CustomStringConvertib
     /// has read its alert. The engine names neither: its caller knows how the connection
     /// authenticated and what else is failing.
     public var endedAfterHandshake: Bool
+    /// The server reset the connection during the TLS handshake (libcurl error 35, the
+    /// socket's error ECONNRESET or EPIPE) after the client had written its certificate
+    /// (OpenSSL's message callback saw the Certificate message go out). A server going down
+    /// resets connections so; so does a server that checks the client's certificate inside a
+    /// TLS 1.2 handshake, refuses it and resets the connection instead of sending its alert.
+    /// The engine names neither, as for `endedAfterHandshake`.
+    public var endedDuringHandshakeAfterClientCertificate: Bool
 
-    public init(_ text: String, endedAfterHandshake: Bool = false) {
+    public init(_ text: String, endedAfterHandshake: Bool = false, endedDuringHandshakeAfterClientCertificate: Bool = false) {
         self.text = text
         self.endedAfterHandshake = endedAfterHandshake
+        self.endedDuringHandshakeAfterClientCertificate = endedDuringHandshakeAfterClientCertificate
     }
 
     public var description: String { text }

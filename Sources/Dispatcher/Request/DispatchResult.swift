@@ -49,6 +49,9 @@ public struct NotSent: Sendable, Equatable, CustomStringConvertible {
     /// The last failure was a connection that ended after its TLS handshake, before answering
     /// anything (`ConnectionFailureCause.endedAfterHandshake`).
     public var lastFailureEndedAfterHandshake = false
+    /// The last failure was a connection the server reset during its TLS handshake, after the
+    /// client sent its certificate (`ConnectionFailureCause.endedDuringHandshakeAfterClientCertificate`).
+    public var lastFailureEndedDuringHandshakeAfterClientCertificate = false
     /// Set when the request's answer deadline (`DispatcherConfiguration.answerDeadlineMilliseconds`)
     /// came before a whole request timeout fitted in front of it.
     public var answerDeadlineMilliseconds: Int?
@@ -151,6 +154,9 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
     /// The request went on a connection that completed its TLS handshake and ended before
     /// answering anything (`ConnectionFailureCause.endedAfterHandshake`).
     public var endedAfterHandshake = false
+    /// The request's connection was reset by the server during its TLS handshake, after the
+    /// client sent its certificate (`ConnectionFailureCause.endedDuringHandshakeAfterClientCertificate`).
+    public var endedDuringHandshakeAfterClientCertificate = false
 
     public var description: String { "transport error \(code): \(message)" }
 

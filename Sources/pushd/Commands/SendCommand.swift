@@ -50,7 +50,7 @@ enum SendCommand {
             return 0
         }
         let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration)
-        let (lines, code) = describe(result)
+        let (lines, code) = describe(result, certificateApp: Pipeline.authenticatesByCertificate(prepared.app))
         for line in lines { context.output(line) }
         return code
     }
@@ -217,12 +217,29 @@ enum SendCommand {
         return result
     }
 
-    /// APNs's answer in words, and the exit code: 0 only for an accepted notification.
-    static func describe(_ result: DispatchResult) -> (lines: [String], exitCode: Int32) {
+    /// APNs's answer in words, and the exit code: 0 only for an accepted notification. A
+    /// failure of a `certificateApp`'s connection that may be APNs refusing its certificate
+    /// says so on a line of its own (`CertificateRefusalHint`), as `pushd run` does in its log.
+    static func describe(_ result: DispatchResult, certificateApp: Bool = false) -> (lines: [String], exitCode: Int32) {
         let elapsed = (Double(result.latencyNanoseconds) / 1_000_000).fixed(0) + " ms"
         guard let response = result.response else {
-            let error = result.transportError.map(\.description) ?? "no response"
-            return (["not sent: \(error) (after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed))"], 1)
+            let attempts = "after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed)"
+            var lines: [String]
+            var hint: String?
+            switch result.outcome {
+            case .transportFailure(let error):
+                lines = ["not sent: \(error) (\(attempts))"]
+                // A refusal read from the server (a TLS alert) is certain: said as `pushd run` says it.
+                let kind = TransportFailureKind(error)
+                hint = kind.isConfigurationError ? kind.explanation : CertificateRefusalHint.hint(for: error, certificateApp: certificateApp)
+            case .notSent(let notSent):
+                lines = ["\(notSent) (\(attempts))"]
+                hint = CertificateRefusalHint.hint(for: notSent, certificateApp: certificateApp)
+            case .response:
+                lines = ["not sent: no response (\(attempts))"]
+            }
+            if let hint { lines.append("  " + hint) }
+            return (lines, 1)
         }
         var id = response.apnsID.map { " apns-id \($0.lowercasedString)" } ?? ""
         // Only the development environment sends it; Apple's delivery log finds the push by it.

@@ -313,11 +313,11 @@ final class AppSender: @unchecked Sendable {
             if kind.isConfigurationError {
                 return .tlsRefused("\(kind.explanation) (libcurl error \(error.code): \(error.message))")
             }
-            return .transportFailure(CertificateRefusalHint.explain(error.message, certificateApp: authenticatedByCertificate,
-                                                                    endedAfterHandshake: error.endedAfterHandshake))
+            return .transportFailure(CertificateRefusalHint.explain(
+                error.message, hint: CertificateRefusalHint.hint(for: error, certificateApp: authenticatedByCertificate)))
         case .notSent(let notSent):
-            return .notSent(CertificateRefusalHint.explain(notSent.description, certificateApp: authenticatedByCertificate,
-                                                           endedAfterHandshake: notSent.lastFailureEndedAfterHandshake))
+            return .notSent(CertificateRefusalHint.explain(
+                notSent.description, hint: CertificateRefusalHint.hint(for: notSent, certificateApp: authenticatedByCertificate)))
         }
     }
 
@@ -407,8 +407,7 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     func reconnectBackoffStarted(_ failure: ConnectionFailureCause, delayMilliseconds: Int) {
         backoffs.increment()
         guard backoffRuns.started(), let logger else { return }
-        let cause = CertificateRefusalHint.explain(failure.text, certificateApp: authenticatedByCertificate,
-                                                   endedAfterHandshake: failure.endedAfterHandshake)
+        let cause = CertificateRefusalHint.explain(failure, certificateApp: authenticatedByCertificate)
         logger.warning("a connection to APNs for \(label) failed (\(cause)); reconnecting after a backoff of \(delayMilliseconds) ms, doubling to 4 s while connections keep failing; from the third failure in a row, notifications waiting for a connection go back to the queue unsent",
                        ("event", "apns_reconnect_backoff"), ("cause", .string(cause)), ("delay_ms", .int(Int64(delayMilliseconds))))
     }
