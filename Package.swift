@@ -13,6 +13,7 @@ func systemLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
 /// RSS in December 2026). pushd also waits without the Swift Dispatch overlay (`Locking.Semaphore`), whose library
 /// would load the two again: 1.2 MB of the daemon's (docs/queue.md, Memory of a campaign drain).
 let withoutStringProcessing: [SwiftSetting] = [.unsafeFlags(["-Xfrontend", "-disable-implicit-string-processing-module-import"])]
+let uncheckedExclusivityInRelease: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 
 let package = Package(
     name: "pushd",
@@ -46,12 +47,16 @@ let package = Package(
         .target(name: "CEpoll"),
         .target(name: "CSignal"),
         .target(name: "CTLSWatch", linkerSettings: [.linkedLibrary("ssl")]),
-        .target(name: "Polling", dependencies: ["CEpoll", "Locking"], swiftSettings: withoutStringProcessing),
-        .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "CTLSWatch", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
+        // Release builds of the event loop and the engine skip Swift's run-time exclusivity
+        // checks too: about 1,000 of the engine's instructions per request, its largest item in
+        // the Swift runtime (docs/dispatcher-measurements.md, 2026-12-03); debug builds and tests keep them.
+        .target(name: "Polling", dependencies: ["CEpoll", "Locking"], swiftSettings: withoutStringProcessing + uncheckedExclusivityInRelease),
+        .target(name: "Dispatcher", dependencies: ["APNs", "Polling", "CCurl", "CTLSWatch", "Locking", "Posix"],
+                swiftSettings: withoutStringProcessing + uncheckedExclusivityInRelease),
         // Release builds of the mock skip Swift's run-time exclusivity checks, ~8% of its
         // instructions per request (docs/apns-mock.md); debug builds and tests keep them.
         .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"],
-                swiftSettings: withoutStringProcessing + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]),
+                swiftSettings: withoutStringProcessing + uncheckedExclusivityInRelease),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
         .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"], swiftSettings: withoutStringProcessing),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),

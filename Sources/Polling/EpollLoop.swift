@@ -83,7 +83,11 @@ public final class EpollLoop: @unchecked Sendable {
     private let stopping = Atomic<Bool>(false)
     private let sleeping = Atomic<Bool>(false)
     private var thread: pthread_t?
-    public weak var driver: EpollLoopDriver?
+    /// The driver `start` was given, held by the loop's thread until it ends. Not a weak
+    /// reference: a weak reference gives the driver a side table, and every retain and release
+    /// of it (libcurl's callbacks reach the engine's loop several times per request) then took
+    /// the runtime's slow path. The thread keeps its driver alive, as it keeps this loop.
+    private var driver: EpollLoopDriver?
     /// Nanoseconds the loop has spent blocked in `epoll_wait` since it started: with the
     /// clock, how much of its time the loop had to spare. Read on the loop's thread.
     public private(set) var idleNanoseconds: UInt64 = 0
@@ -116,7 +120,8 @@ public final class EpollLoop: @unchecked Sendable {
     /// Runs the loop on a new thread until `stop`. A `niceness` above 0 lowers the thread's
     /// scheduling priority (see `ThreadPriority`): the loops of bulk work yield the CPU to
     /// those of urgent work.
-    public func start(niceness: Int32 = 0) throws(EpollError) {
+    public func start(driver: EpollLoopDriver, niceness: Int32 = 0) throws(EpollError) {
+        self.driver = driver
         let retained = Unmanaged.passRetained(self).toOpaque()
         startNiceness = niceness
         var tid = pthread_t()
@@ -127,6 +132,7 @@ public final class EpollLoop: @unchecked Sendable {
             return nil
         }, retained)
         if result != 0 {
+            self.driver = nil
             Unmanaged<EpollLoop>.fromOpaque(retained).release()
             throw EpollError(call: "pthread_create", code: result)
         }
@@ -191,16 +197,19 @@ public final class EpollLoop: @unchecked Sendable {
     }
 
     private func run() {
+        guard let driver else { return }
+        // Let go when the loop ends: the driver usually owns this loop.
+        defer { self.driver = nil }
         var readyFDs = [Int32](repeating: 0, count: 256)
         var readyMasks = [UInt32](repeating: 0, count: 256)
         while !stopping.load(ordering: .acquiring) {
-            var timeout = driver?.prepareToWait() ?? -1
+            var timeout = driver.prepareToWait()
             if stopping.load(ordering: .acquiring) { break }
             if timeout != 0 {
                 // Announce the sleep, then ask once more: work handed over before the
                 // announcement is seen here, work handed over after it writes the eventfd.
                 sleeping.store(true, ordering: .sequentiallyConsistent)
-                if driver?.workArrived() ?? false { timeout = 0 }
+                if driver.workArrived() { timeout = 0 }
             }
             let blockedFrom = timeout != 0 ? monotonicNanoseconds() : 0
             let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
@@ -223,9 +232,9 @@ public final class EpollLoop: @unchecked Sendable {
                     handler.handleEvents(fd: fd, EpollEvents(mask: readyMasks[slot]))
                 }
             }
-            driver?.eventsHandled()
+            driver.eventsHandled()
         }
-        driver?.loopFinished()
+        driver.loopFinished()
     }
 }
 

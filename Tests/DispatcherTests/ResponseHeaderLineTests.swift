@@ -26,4 +26,15 @@ import Testing
         #expect(Self.read("apns-unique-id: 0b1e7f6c\r\n", ResponseHeaderLine.uniqueID) == nil)
         #expect(Self.read("apns-unique-id: zzzzzzzz-6f0a-4d1e-9c54-4a1c2b3d4e5f\r\n", ResponseHeaderLine.uniqueID) == nil)
     }
+
+    /// Only lines named apns-… are held against the three names; every line those read passes.
+    @Test func onlyApnsLinesPassTheFirstCheck() {
+        let id = "0b1e7f6c-6f0a-4d1e-9c54-4a1c2b3d4e5f"
+        for line in ["apns-id: \(id)\r\n", "APNS-Unique-ID:\(id)\r\n", "Apns-Channel-Id: dHVuaQ==\r\n"] {
+            #expect(Self.read(line, ResponseHeaderLine.isAPNs), "\(line)")
+        }
+        for line in ["content-length: 0\r\n", "date: Thu, 03 Dec 2026 08:00:00 GMT\r\n", "apns:\r\n", "apnsid: \(id)\r\n", "\r\n"] {
+            #expect(!Self.read(line, ResponseHeaderLine.isAPNs), "\(line)")
+        }
+    }
 }

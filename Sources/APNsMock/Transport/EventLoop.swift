@@ -32,12 +32,11 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
         } catch {
             throw .system(error.call, error.code)
         }
-        epoll.driver = self
     }
 
     func start() throws(MockServerError) {
         do {
-            try epoll.start()
+            try epoll.start(driver: self)
         } catch {
             throw .system(error.call, error.code)
         }

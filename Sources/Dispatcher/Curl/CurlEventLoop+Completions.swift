@@ -56,8 +56,11 @@ extension CurlEventLoop {
     }
 
     func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int, now: UInt64) {
-        guard var pending = transfer.pending.take() else { return }
-        if transfer.sends > 0 { pending.wentOnWire = true }
+        guard var taken = transfer.pending.take() else { return }
+        if transfer.sends > 0 { taken.wentOnWire = true }
+        // A constant from here: passed on as a variable, it was copied for every call (a
+        // retain and a release of each reference it holds).
+        let pending = consume taken
         freeTransfers.append(transfer.index)
         noteResends(transfer)
         if transfer.heldBack { return holdBack(pending, transfer, now: now) }
@@ -109,7 +112,7 @@ extension CurlEventLoop {
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()
             if !disposition.connectFailed { lostThisBatch = true }
-            backlog.pushFront(pending)
+            backlog.pushFront(consume pending)
             return
         }
         let outcome: DispatchResult.Outcome

@@ -14,7 +14,7 @@ import Synchronization
 /// `enqueue`, `stop` and `outstanding` (read).
 final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private struct Inbox {
-        var items: [PendingRequest] = []
+        var items = RingBuffer<PendingRequest>()
         /// Set once the loop has stopped taking requests; later ones are refused at the door.
         var closed = false
     }
@@ -34,7 +34,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     private let errorBuffers = CurlErrorBuffers()
     var freeTransfers: [Int] = []
     var backlog = RingBuffer<PendingRequest>(capacity: 1024)
-    private var drained: [PendingRequest] = []
+    private var drained = RingBuffer<PendingRequest>()
     /// Requests' worth of `drained` kept between wake-ups: more than a wake-up brings in steady state.
     private static let drainedCapacityKept = 1024
     var inCurl = 0
@@ -124,7 +124,6 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         multi = try CurlMulti(loop: epoll, connectionsPerHost: configuration.connectionsPerThread,
                               connectionCeiling: configuration.connectionGrowth.ceiling,
                               streamsPerConnection: configuration.streamsPerConnection)
-        epoll.driver = self
         if readRoute.enabled {
             multi.readerForSocket = { [unowned self] fd, readable, writable, failed in
                 reader(for: fd, readable: readable, writable: writable, failed: failed)
@@ -144,7 +143,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     func start() throws(DispatcherConfigurationError) {
         do {
-            try epoll.start(niceness: configuration.threadNiceness)
+            try epoll.start(driver: self, niceness: configuration.threadNiceness)
         } catch {
             throw .transportRejected(setting: "event loop thread", message: error.description)
         }
@@ -162,7 +161,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         let (accepted, first) = inbox.withLock { inbox -> (Bool, Bool) in
             guard !inbox.closed else { return (false, false) }
             let wasEmpty = inbox.items.isEmpty
-            inbox.items.append(contentsOf: requests)
+            for request in requests { inbox.items.pushBack(request) }
             outstanding.add(requests.count, ordering: .relaxed)
             return (true, wasEmpty)
         }
@@ -280,12 +279,12 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             if !inbox.items.isEmpty { swap(&inbox.items, &drained) }
         }
         guard !drained.isEmpty else { return }
-        // Moved out from the end, so reversed first to keep their order.
-        drained.reverse()
-        while let request = drained.popLast() { backlog.pushBack(request) }
-        // The window filling at once (at start, after a stall) grows both arrays to half the
+        // Moved, not copied: reversing an array and popping from its end copied each request
+        // (a retain and a release of each of its references).
+        while let request = drained.popFront() { backlog.pushBack(request) }
+        // The window filling at once (at start, after a stall) grows both buffers to half the
         // window each, and swapped they would keep that size: the one just emptied is let go.
-        if drained.capacity > Self.drainedCapacityKept { drained = [] }
+        if drained.capacity > Self.drainedCapacityKept { drained = RingBuffer() }
     }
 
     /// Moves requests from the backlog into libcurl up to what the policy admits. Called before

@@ -159,11 +159,11 @@ final class CurlMulti: EpollHandler {
 }
 
 private let curlSocketCallback: pushd_curl_socket_cb = { _, fd, what, userData, _ in
-    Unmanaged<CurlMulti>.fromOpaque(userData!).takeUnretainedValue().socketChanged(fd, what: what)
+    Unmanaged<CurlMulti>.fromOpaque(userData!)._withUnsafeGuaranteedRef { $0.socketChanged(fd, what: what) }
     return 0
 }
 
 private let curlTimerCallback: pushd_curl_timer_cb = { _, milliseconds, userData in
-    Unmanaged<CurlMulti>.fromOpaque(userData!).takeUnretainedValue().timerChanged(milliseconds: milliseconds)
+    Unmanaged<CurlMulti>.fromOpaque(userData!)._withUnsafeGuaranteedRef { $0.timerChanged(milliseconds: milliseconds) }
     return 0
 }

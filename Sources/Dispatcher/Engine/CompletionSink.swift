@@ -4,12 +4,26 @@ import Polling
 struct PendingRequest: Sendable {
     var request: DispatchRequest
     var tag: UInt64
-    var continuation: CheckedContinuation<DispatchResult, Never>?
+    var continuation: ResultWaiter?
     var submittedAt: UInt64
     var attempts: Int
     /// An attempt of this request went on the wire (libcurl began to send it): a failure after
     /// the answer deadline is then reported as that failure, never as `notSent`.
     var wentOnWire = false
+}
+
+/// The caller waiting in `HTTP2Dispatcher.send`, boxed. `CheckedContinuation` comes from a
+/// library built for evolution, so its size is not known when this module is compiled: held
+/// in `PendingRequest` itself, it made every copy and move of every request (also those with
+/// no caller waiting) go through the runtime's generic value witnesses, about 1,000
+/// instructions per request (docs/dispatcher-measurements.md, 2026-12-03). A reference has a
+/// size known here.
+final class ResultWaiter: Sendable {
+    let continuation: CheckedContinuation<DispatchResult, Never>
+
+    init(_ continuation: CheckedContinuation<DispatchResult, Never>) {
+        self.continuation = continuation
+    }
 }
 
 /// Where a loop hands finished requests; shared by all loops of one engine.
@@ -28,8 +42,8 @@ struct CompletionSink: Sendable {
         if case .response(let response) = outcome { status = response.status } else { status = 0 }
         metrics.requestCompleted(status: status, latencyNanoseconds: latency)
         counters.completed.add(1, ordering: .relaxed)
-        if let continuation = pending.continuation {
-            continuation.resume(returning: result)
+        if let waiter = pending.continuation {
+            waiter.continuation.resume(returning: result)
         } else {
             onResult(result)
         }

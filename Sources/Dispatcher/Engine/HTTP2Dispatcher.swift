@@ -126,7 +126,7 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
             try? await Task.sleep(nanoseconds: 1_000_000)
         }
         return await withCheckedContinuation { continuation in
-            dispatch(PendingRequest(request: request, tag: tag, continuation: continuation, submittedAt: monotonicNanoseconds(), attempts: 0))
+            dispatch(PendingRequest(request: request, tag: tag, continuation: ResultWaiter(continuation), submittedAt: monotonicNanoseconds(), attempts: 0))
         }
     }
 

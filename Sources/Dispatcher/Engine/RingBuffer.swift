@@ -11,6 +11,9 @@ struct RingBuffer<Element> {
 
     var isEmpty: Bool { count == 0 }
 
+    /// Elements it holds before it grows.
+    var capacity: Int { storage.count }
+
     // Elements are moved in and out, not copied: a request holds references, and a copy
     // costs a retain and a release of each for every request the loop passes through.
     mutating func pushBack(_ element: consuming Element) {
@@ -39,7 +42,7 @@ struct RingBuffer<Element> {
 
     private mutating func grow() {
         var bigger = [Element?](repeating: nil, count: storage.count * 2)
-        for offset in 0..<count { bigger[offset] = storage[(head + offset) % storage.count] }
+        for offset in 0..<count { bigger[offset] = storage[(head + offset) % storage.count].take() }
         storage = bigger
         head = 0
     }
