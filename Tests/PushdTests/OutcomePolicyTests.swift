@@ -113,6 +113,37 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(ceilings.last! > 4 * ceilings.first!)
     }
 
+    /// The retries that waited for APNs are found again by their reason when the lane is back;
+    /// a throttled token, a connection-level 400 or an answer blaming the request are not.
+    @Test func retriesThatWaitedForAPNsBeginWithAnUnavailablePrefix() {
+        func reason(_ outcome: SendOutcome) -> String? {
+            guard case .retry(_, let reason, _, _) = verdict(outcome) else { return nil }
+            return reason
+        }
+        func unavailable(_ text: String?) -> Bool {
+            OutcomePolicy.unavailableReasonPrefixes.contains { text?.hasPrefix($0) == true }
+        }
+        let waitedForAPNs: [(SendOutcome, String)] = [
+            (.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#)), "HTTP 503 ServiceUnavailable"),
+            (.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#)), "HTTP 500 InternalServerError"),
+            (.response(status: 503, body: Self.body(#"{"reason":"Shutdown"}"#)), "HTTP 503 Shutdown"),
+            (.response(status: 502, body: []), "HTTP 502"),
+            (.transportFailure("Recv failure: Connection reset by peer"), "transport: Recv failure: Connection reset by peer"),
+            (.notSent("not sent: 5 connections to APNs failed in a row (last: refused)"), "not sent: 5 connections to APNs failed in a row (last: refused)"),
+        ]
+        for (outcome, expected) in waitedForAPNs {
+            #expect(reason(outcome) == expected)
+            #expect(unavailable(reason(outcome)), "\(outcome)")
+        }
+        for outcome: SendOutcome in [.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#)),
+                                     .response(status: 400, body: Self.body(#"{"reason":"IdleTimeout"}"#)),
+                                     .response(status: 403, body: Self.body(#"{"reason":"ExpiredProviderToken"}"#))] {
+            #expect(reason(outcome) != nil && !unavailable(reason(outcome)), "\(outcome): \(reason(outcome) ?? "no retry")")
+        }
+        // The throttle is found by the bare reason.
+        #expect(reason(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))) == "TooManyRequests")
+    }
+
     @Test func tooManyRequestsStartsFromTheThrottledBase() {
         guard case .retry(let throttled, _, _, false) = verdict(.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))),
               case .retry(let failed, _, _, false) = verdict(.response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#))) else {

@@ -135,6 +135,22 @@ public struct JobQueue: Sendable {
         }
     }
 
+    /// Makes the waiting jobs of `app` whose `last_error` begins with one of `errorPrefixes` due
+    /// now, and returns how many: jobs that waited out an outage of APNs go out as soon as it
+    /// answers again rather than after the rest of their backoff. Jobs scheduled for later
+    /// by their sender (no error) and jobs in another claimer's open batch are left alone.
+    @discardableResult
+    public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
+        guard !errorPrefixes.isEmpty else { return 0 }
+        return try connection.query(connection.prepared("""
+            WITH due AS (
+                UPDATE pushd.jobs SET run_at = now()
+                WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[]) RETURNING 1
+            )
+            SELECT count(*) FROM due
+            """), [app, errorPrefixes]).require(Int.self, row: 0, column: 0)
+    }
+
     /// Puts every job of the batch back untouched (for a shutdown before sending).
     public func abandon(_ connection: PGConnection) throws {
         try connection.execute(script: "ROLLBACK")

@@ -47,6 +47,8 @@ final class OperatorLog: Sendable {
         var deadLetters: [String: Int] = [:]
         var summaryDue: Double
         var campaignEvents = Set<String>()
+        /// Lanes that came back since a worker last took them (`takeAppsBack`).
+        var back = Set<Lane>()
     }
 
     private let logger: Logger
@@ -103,6 +105,7 @@ final class OperatorLog: Sendable {
                 }
                 guard now - since >= Self.answeringSecondsBeforeBack else { return nil }
                 state.trouble.removeValue(forKey: key)
+                state.back.insert(key)
                 return backLine(key, trouble)
             }
             let now = clock()
@@ -141,10 +144,32 @@ final class OperatorLog: Sendable {
             let due = state.trouble.filter { entry in
                 entry.value.reported && entry.value.answeringSince.map { now - $0 >= Self.answeringSecondsBeforeBack } == true
             }
-            for (key, _) in due { state.trouble.removeValue(forKey: key) }
+            for (key, _) in due {
+                state.trouble.removeValue(forKey: key)
+                state.back.insert(key)
+            }
             return due.map { ($0.key, $0.value) }
         }
         for (key, trouble) in back { write(backLine(key, trouble), app: key.app, lane: key.lane) }
+    }
+
+    /// The apps whose `lane` came back from an outage since the last call, once each: the
+    /// caller makes the notifications that waited the outage out due (`JobQueue.makeDue`).
+    func takeAppsBack(lane: String) -> [String] {
+        state.withLock { state in
+            guard !state.back.isEmpty else { return [] }
+            let apps = state.back.filter { $0.lane == lane }
+            state.back.subtract(apps)
+            return apps.map(\.app).sorted()
+        }
+    }
+
+    /// Gives back apps `takeAppsBack` returned whose notifications could not be made due (a
+    /// database error), so that the next call returns them again.
+    func returnAppsBack(_ apps: [String], lane: String) {
+        state.withLock { state in
+            for app in apps { state.back.insert(Lane(app: app, lane: lane)) }
+        }
     }
 
     func retried(reason: String) {

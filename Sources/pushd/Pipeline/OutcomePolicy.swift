@@ -59,6 +59,12 @@ enum Verdict: Sendable, Equatable {
 struct OutcomePolicy: Sendable {
     var retry: RetryPolicy
 
+    /// What the reason of a retry begins with when APNs was unavailable (no answer, never sent,
+    /// a 5xx), and with it the job's `last_error`: such jobs wait out the outage, and when the
+    /// lane answers again they are made due at once (`JobQueue.makeDue`) instead of after the
+    /// rest of a wait that grew with the outage.
+    static let unavailableReasonPrefixes = ["transport: ", "not sent: ", "HTTP 5"]
+
     /// - Parameters:
     ///   - attempt: sends made so far, this one included (1 after the first).
     ///   - expiration: the notification's apns-expiration, if any.
@@ -113,7 +119,9 @@ struct OutcomePolicy: Sendable {
                 switch retry.decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
                                                 throttled: throttled, trouble: "APNs answered \(label)", random: &random) {
                 case .retry(_, let at):
-                    return .retry(at: at, reason: label, refreshProviderToken: false, countsAsAttempt: false)
+                    // A 5xx says APNs is unavailable: its status leads the reason (and `last_error`).
+                    let unavailable = status >= 500 ? "HTTP \(status)" + (reason.map { " \($0.rawValue)" } ?? "") : label
+                    return .retry(at: at, reason: unavailable, refreshProviderToken: false, countsAsAttempt: false)
                 case .giveUp(let why):
                     return .dead(status: status, reason: "\(label): \(why)")
                 }

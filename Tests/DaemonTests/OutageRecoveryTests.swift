@@ -1,0 +1,72 @@
+import APNsMock
+import Foundation
+import Posix
+import PushdTestSupport
+import Testing
+@testable import pushd
+
+/// APNs answering every transactional notification with 500 for 30 s, then answering again:
+/// the jobs that waited the outage out (their backoff grows with it, to 15 s here) go out as
+/// soon as the real `pushd run` sees the lane back, not after the rest of their wait.
+@Suite(.serialized) struct OutageRecoveryTests {
+    @Test func jobsThatWaitedOutAnOutageAreSentWhenTheLaneIsBack() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            // The harness caps backoffs at 200 ms; the default cap (300 s) is what production waits.
+            let config = try harness.writeConfigFile()
+            let yaml = try String(contentsOfFile: config, encoding: .utf8)
+                .replacingOccurrences(of: "max_delay_ms: 200", with: "max_delay_ms: 300000")
+            try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer { FleetStatusTests.stop(process) }
+
+            try harness.mock.setFaults(FaultConfiguration(internalServerErrorRate: 1))
+            func insert(_ count: Int, from first: Int) throws {
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload)
+                    SELECT 'shop', lpad(to_hex(810000 + $1::int + g), 64, '0'), '{"aps":{"alert":"outage"}}'
+                    FROM generate_series(0, $2::int - 1) g
+                    """, [first, count])
+            }
+            try insert(100, from: 0)
+            var inserted = 100
+            let faultStarted = Timestamp()
+            var errors: [String] = []
+            while Timestamp().timeIntervalSince(faultStarted) < 30 {
+                try insert(1, from: inserted)
+                inserted += 1
+                Thread.sleep(forTimeInterval: 0.5)
+                if errors.isEmpty {
+                    errors = try connection.query("SELECT DISTINCT last_error FROM pushd.jobs WHERE last_error IS NOT NULL")
+                        .rows.map { try $0.require(0) as String }
+                }
+            }
+            // A 5xx's status leads the job's error, which is how the jobs to send again are found.
+            #expect(errors == ["HTTP 500 InternalServerError"], "\(errors)")
+            let waiting = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE run_at > now() + interval '3 seconds'")
+            #expect(waiting > 10, "only \(waiting) jobs wait more than 3 s at the end of the outage")
+
+            try harness.mock.setFaults(.none)
+            let recovered = Timestamp()
+            // A job inserted now and then gives the lane answers to prove itself with (1 s).
+            var emptied: Double?
+            while Timestamp().timeIntervalSince(recovered) < 20 {
+                if try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 {
+                    emptied = Timestamp().timeIntervalSince(recovered)
+                    break
+                }
+                try insert(1, from: inserted)
+                inserted += 1
+                Thread.sleep(forTimeInterval: 0.25)
+            }
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let due = text.split(separator: "\n").filter { $0.contains("\"event\":\"outage_retries_due\"") }
+            print("\(waiting) jobs waited more than 3 s when the outage ended; queue empty after \(emptied.map { String(format: "%.2f s", $0) } ?? "more than 20 s"); \(due)")
+            #expect(emptied != nil && emptied! < 5, "the jobs that waited out the outage took \(emptied ?? -1) s to go once APNs answered")
+            #expect(due.count == 1 && due.first?.contains("\"app\":\"shop\"") == true, "\(due)")
+            #expect(harness.mock.stats.accepted == inserted, "the mock accepted \(harness.mock.stats.accepted) of \(inserted)")
+        }
+    }
+}
