@@ -2,22 +2,20 @@ import APNsMock
 import Foundation
 import Posix
 import PushdTestSupport
+import QueueStore
 import Testing
 @testable import pushd
 
-/// APNs answering every transactional notification with 500 for 30 s, then answering again:
-/// the jobs that waited the outage out (their backoff grows with it, to 15 s here) go out as
-/// soon as the real `pushd run` sees the lane back, not after the rest of their wait.
+/// APNs answering every notification with 500 for 30 s, then answering again: what waited the
+/// outage out (its backoff grows with it, to 15 s here) goes out as soon as the real
+/// `pushd run` sees the lane back, not after the rest of its wait.
 @Suite(.serialized) struct OutageRecoveryTests {
     @Test func jobsThatWaitedOutAnOutageAreSentWhenTheLaneIsBack() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
             let connection = try database.connect()
             // The harness caps backoffs at 200 ms; the default cap (300 s) is what production waits.
-            let config = try harness.writeConfigFile()
-            let yaml = try String(contentsOfFile: config, encoding: .utf8)
-                .replacingOccurrences(of: "max_delay_ms: 200", with: "max_delay_ms: 300000")
-            try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
             let log = harness.directory + "/pushd.log"
             let process = try DaemonProcessTests.start(config: config, log: log)
             defer { FleetStatusTests.stop(process) }
@@ -67,6 +65,39 @@ import Testing
             #expect(emptied != nil && emptied! < 5, "the jobs that waited out the outage took \(emptied ?? -1) s to go once APNs answered")
             #expect(due.count == 1 && due.first?.contains("\"app\":\"shop\"") == true, "\(due)")
             #expect(harness.mock.stats.accepted == inserted, "the mock accepted \(harness.mock.stats.accepted) of \(inserted)")
+        }
+    }
+    @Test func campaignTargetsParkedDuringAnOutageAreSentWhenTheLaneIsBack() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(internalServerErrorRate: 1))
+            let connection = try database.connect()
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
+            let targets = 300
+            let id = try CampaignLaneTests.campaign(connection, count: targets)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer { FleetStatusTests.stop(process) }
+            let parkedSQL = "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id)"
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, parkedSQL) == targets },
+                    "the campaign's targets were not parked for their retry")
+            Thread.sleep(forTimeInterval: 30)
+            let errors = try connection.query("SELECT DISTINCT last_error FROM pushd.campaign_retries").rows.map { try $0.require(0) as String }
+            #expect(errors == ["HTTP 500 InternalServerError"], "\(errors)")
+            let waiting = try DaemonHarness.count(connection, parkedSQL + " AND due_at > now() + interval '3 seconds'")
+            #expect(waiting > 10, "only \(waiting) targets wait more than 3 s at the end of the outage")
+
+            try harness.mock.setFaults(.none)
+            let recovered = Timestamp()
+            let store = CampaignStore()
+            let done = try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done }
+            let seconds = Timestamp().timeIntervalSince(recovered)
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let due = text.split(separator: "\n").filter { $0.contains("\"event\":\"outage_retries_due\"") }
+            print("\(waiting) parked targets waited more than 3 s when the outage ended; campaign done after \(String(format: "%.2f", seconds)) s; \(due)")
+            #expect(done && seconds < 6, "the targets that waited out the outage took \(seconds) s to go once APNs answered")
+            #expect(due.count == 1 && due.first?.contains("\"lane\":\"campaign\"") == true, "\(due)")
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
         }
     }
 }

@@ -76,6 +76,11 @@ final class CampaignWorker: @unchecked Sendable {
                 if connection == nil || connection?.isOpen == false {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
+                if context.makeDueAfterOutage(lane: .campaign, what: "parked campaign targets", { app in
+                    try store.makeParkedDue(connection!, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }) {
+                    nextParkedCheck = 0
+                }
                 let seen = context.doorbell.current
                 let now = RateLimiter.monotonicSeconds()
                 // Parked targets are looked for a few times a second, not before every chunk.

@@ -48,7 +48,9 @@ final class JobWorker: @unchecked Sendable {
             context.operatorLog.tick()
             do {
                 let connection = try connectIfNeeded()
-                makeDueAfterOutage(on: connection)
+                context.makeDueAfterOutage(lane: .transactional, what: "transactional jobs") { app in
+                    try queue.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
                 let apps = context.claimableApps()
                 let claimStarted = Timestamp()
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps)
@@ -84,27 +86,6 @@ final class JobWorker: @unchecked Sendable {
         }
         connection?.close()
         connection = nil
-    }
-
-    /// When APNs takes an app's transactional notifications again after an outage, the jobs
-    /// that waited it out are due at once: their backoff grew with the outage (up to 5 minutes),
-    /// and nothing about them needs more waiting now that APNs answers.
-    private func makeDueAfterOutage(on connection: PGConnection) {
-        let lane = Lane.transactional.rawValue
-        let apps = context.operatorLog.takeAppsBack(lane: lane)
-        for (position, app) in apps.enumerated() {
-            do {
-                let due = try queue.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
-                context.logger.notice("\(due) transactional jobs of app \(app) that waited out the APNs outage are due now",
-                                      ("app", .string(app)), ("jobs", .int(Int64(due))), ("event", "outage_retries_due"))
-            } catch {
-                context.operatorLog.returnAppsBack(Array(apps[position...]), lane: lane)
-                context.databaseError(error)
-                context.logger.warning("could not make the transactional jobs of app \(app) that waited out the APNs outage due (tried again on the next turn): \(error)",
-                                       ("app", .string(app)))
-                return
-            }
-        }
     }
 
     private func connectIfNeeded() throws -> PGConnection {

@@ -123,6 +123,34 @@ final class PipelineContext: @unchecked Sendable {
 
     /// A worker whose database session failed waits before it connects again: doubling from
     /// 0.2 s up to 30 s, with jitter so that workers cut off together do not return together.
+    /// When APNs takes an app's notifications on `lane` again after an outage, what waited it
+    /// out there is due at once: its backoff grew with the outage (up to 5 minutes), and
+    /// nothing about it needs more waiting now that APNs answers. `makeDue` makes one app's
+    /// due (the rows whose error says they waited for APNs) and returns how many; each app
+    /// is done once per outage, by the first worker of the lane to look, with one notice
+    /// (`outage_retries_due`). Returns whether any became due.
+    @discardableResult
+    func makeDueAfterOutage(lane: Lane, what: String, _ makeDue: (String) throws -> Int) -> Bool {
+        let apps = operatorLog.takeAppsBack(lane: lane.rawValue)
+        var any = false
+        for (position, app) in apps.enumerated() {
+            do {
+                let due = try makeDue(app)
+                any = any || due > 0
+                logger.notice("\(due) \(what) of app \(app) that waited out the APNs outage are due now",
+                              ("app", .string(app)), ("lane", .string(lane.rawValue)), ("count", .int(Int64(due))),
+                              ("event", "outage_retries_due"))
+            } catch {
+                operatorLog.returnAppsBack(Array(apps[position...]), lane: lane.rawValue)
+                databaseError(error)
+                logger.warning("could not make the \(what) of app \(app) that waited out the APNs outage due (tried again on the next turn): \(error)",
+                               ("app", .string(app)), ("lane", .string(lane.rawValue)))
+                break
+            }
+        }
+        return any
+    }
+
     static func sleepAfterDatabaseFailure(_ failures: Int) {
         let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
         PosixThread.sleep(seconds: delay * Double.random(in: 0.5...1.0))
