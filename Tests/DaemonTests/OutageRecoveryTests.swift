@@ -100,4 +100,47 @@ import Testing
             #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
         }
     }
+    /// Broadcasts: the outage is logged and shown for the broadcast lane too, and what waited
+    /// it out goes when the lane is back.
+    @Test func broadcastsThatWaitedOutAnOutageAreSentWhenTheLaneIsBack() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer { FleetStatusTests.stop(process) }
+            let row = try connection.query("SELECT pushd.create_channel('shop', 'none')").require(Int64.self, row: 0, column: 0)
+            var channel: String?
+            #expect(DaemonHarness.wait(seconds: 20) {
+                channel = try? connection.query("SELECT channel_id FROM pushd.channels WHERE id = $1 AND state = 'active'", [row])
+                    .require(String.self, row: 0, column: 0)
+                return channel != nil
+            })
+            let channelID = try #require(channel)
+
+            try harness.mock.setFaults(FaultConfiguration(internalServerErrorRate: 1))
+            let broadcasts = 30
+            for _ in 0..<broadcasts {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                     [channelID, BroadcastDaemonTests.update])
+            }
+            let lines = { (event: String) in
+                ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+                    .filter { $0.contains("\"event\":\"\(event)\"") && $0.contains("\"lane\":\"broadcast\"") }
+            }
+            #expect(DaemonHarness.wait(seconds: 10) { !lines("apns_down").isEmpty }, "no apns_down line for the broadcast lane")
+            Thread.sleep(forTimeInterval: 20)
+            let waiting = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs WHERE run_at > now() + interval '3 seconds'")
+            #expect(waiting > 5, "only \(waiting) broadcasts wait more than 3 s at the end of the outage")
+
+            try harness.mock.setFaults(.none)
+            let recovered = Timestamp()
+            let sent = DaemonHarness.wait(seconds: 30) { harness.mock.stats.broadcastsAccepted[channelID] == broadcasts }
+            let seconds = Timestamp().timeIntervalSince(recovered)
+            print("\(waiting) broadcasts waited more than 3 s when the outage ended; all sent after \(String(format: "%.2f", seconds)) s; \(lines("outage_retries_due"))")
+            #expect(sent && seconds < 6, "the broadcasts that waited out the outage took \(seconds) s to go once APNs answered")
+            #expect(lines("apns_back").count == 1 && lines("outage_retries_due").count == 1)
+        }
+    }
 }

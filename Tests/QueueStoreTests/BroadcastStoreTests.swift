@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -60,6 +61,42 @@ import Testing
                 #expect(error?.description.contains("broadcast_jobs") == false, "\(sql): \(String(describing: error))")
             }
             #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
+    /// A broadcast or channel request being sent is not made due by a statement that makes
+    /// waiting ones due (a hold ending, APNs answering again after an outage): another instance
+    /// would claim and send it a second time. Put back for a retry, it is made due again.
+    @Test func rowsBeingSentAreNotMadeDueAgainWhileTheirLeaseLasts() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let queue = BroadcastQueue()
+            let channels = ChannelStore()
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [Self.channel, Self.update])
+            let channel = try connection.query("SELECT pushd.create_channel('shop', 'none')").require(Int64.self, row: 0, column: 0)
+            // Both were held once, and are sent again: a claim leases them.
+            try connection.query("UPDATE pushd.broadcast_jobs SET last_error = $1", [HeldWork.errorPrefix + "FeatureNotEnabled"])
+            try connection.query("UPDATE pushd.channels SET outcome = $1", [HeldWork.errorPrefix + "CannotCreateChannelConfig"])
+            let broadcast = try #require(try queue.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).first)
+            #expect(try channels.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).map(\.id) == [channel])
+
+            #expect(try HeldWork().release(connection, app: "shop") == 0)
+            try connection.query("UPDATE pushd.broadcast_jobs SET last_error = 'HTTP 503 ServiceUnavailable'")
+            #expect(try queue.makeDue(connection, app: "shop", errorPrefixes: ["HTTP 5"]) == 0)
+            #expect(try queue.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).isEmpty, "claimed while in flight")
+            #expect(try channels.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).isEmpty, "claimed while in flight")
+
+            // Put back for a retry, they wait; making them due works again.
+            try queue.retry(connection, id: broadcast.id, runAt: Timestamp().addingTimeInterval(300),
+                            error: "HTTP 503 ServiceUnavailable", countsAsAttempt: false)
+            try channels.recordRetry(connection, id: channel, runAt: Timestamp().addingTimeInterval(300),
+                                     outcome: HeldWork.errorPrefix + "CannotCreateChannelConfig", countsAsAttempt: false)
+            #expect(try queue.makeDue(connection, app: "shop", errorPrefixes: ["HTTP 5"]) == 1)
+            #expect(try HeldWork().release(connection, app: "shop") == 1)
+            #expect(try queue.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).map(\.id) == [broadcast.id])
+            #expect(try channels.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).map(\.id) == [channel])
         }
     }
 

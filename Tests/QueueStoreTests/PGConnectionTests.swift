@@ -13,6 +13,19 @@ import Testing
         #expect(zone == "UTC")
     }
 
+    /// A statement that found no row is an error to read a cell of, never a trap.
+    @Test func readingACellOfAnEmptyResultThrowsSayingSo() throws {
+        let connection = try TestDatabase.connect()
+        let empty = try connection.query("SELECT 1 WHERE false")
+        #expect(throws: PGError.self) { try empty.require(Int.self, row: 0, column: 0) }
+        do {
+            _ = try empty.get(Int.self, row: 0, column: 1)
+            Issue.record("no error")
+        } catch {
+            #expect("\(error)".contains("no cell (0, 1) in a result of 0 rows × 1 columns"), "\(error)")
+        }
+    }
+
     @Test func badURLNamesTheServerAndHidesThePassword() {
         do {
             _ = try PGConnection(url: "postgresql://someone:secret@127.0.0.1:1/nowhere?connect_timeout=2")

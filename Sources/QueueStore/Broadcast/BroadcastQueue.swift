@@ -31,7 +31,7 @@ public struct BroadcastQueue: Sendable {
     public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double) throws -> [BroadcastJob] {
         guard limit > 0, !apps.isEmpty else { return [] }
         let result = try connection.query(connection.prepared("""
-            UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $3)
+            UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $3), leased_until = now() + make_interval(secs => $3)
             WHERE b.id = ANY (ARRAY(
                 SELECT id FROM pushd.broadcast_jobs WHERE app = ANY ($2::text[]) AND run_at <= now()
                 ORDER BY priority DESC, run_at LIMIT $1 FOR UPDATE SKIP LOCKED))
@@ -48,6 +48,24 @@ public struct BroadcastQueue: Sendable {
         }
     }
 
+    /// Makes the waiting broadcast jobs of `app` whose `last_error` begins with one of
+    /// `errorPrefixes` due now, and returns how many (as `JobQueue.makeDue` does for jobs).
+    /// Jobs being sent (their lease has not ended) are left alone.
+    @discardableResult
+    public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
+        guard !errorPrefixes.isEmpty else { return 0 }
+        return try connection.query(connection.prepared("""
+            WITH due AS (
+                UPDATE pushd.broadcast_jobs SET run_at = now()
+                WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[]) AND \(Self.notLeased) RETURNING 1
+            )
+            SELECT count(*) FROM due
+            """), [app, errorPrefixes]).require(Int.self, row: 0, column: 0)
+    }
+
+    /// A row no claim is sending now: its lease, if it had one, has ended.
+    public static let notLeased = "(leased_until IS NULL OR leased_until <= now())"
+
     public func delivered(_ connection: PGConnection, ids: [Int64]) throws {
         guard !ids.isEmpty else { return }
         try connection.query(connection.prepared("DELETE FROM pushd.broadcast_jobs WHERE id = ANY ($1::bigint[])"), [ids])
@@ -58,7 +76,7 @@ public struct BroadcastQueue: Sendable {
     public func retry(_ connection: PGConnection, id: Int64, runAt: Timestamp, error: String, countsAsAttempt: Bool,
                       sentAt: Timestamp? = nil) throws {
         try connection.query(connection.prepared("""
-            UPDATE pushd.broadcast_jobs SET run_at = $2, last_error = $3,
+            UPDATE pushd.broadcast_jobs SET run_at = $2, last_error = $3, leased_until = NULL,
                                             attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END,
                                             first_attempt_at = coalesce(first_attempt_at, $5)
             WHERE id = $1

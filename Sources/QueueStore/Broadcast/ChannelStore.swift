@@ -33,7 +33,7 @@ public struct ChannelStore: Sendable {
     public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double) throws -> [ChannelOperation] {
         guard limit > 0, !apps.isEmpty else { return [] }
         let result = try connection.query(connection.prepared("""
-            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $3)
+            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $3), leased_until = now() + make_interval(secs => $3)
             WHERE c.id = ANY (ARRAY(
                 SELECT id FROM pushd.channels
                 WHERE state IN ('pending_create', 'pending_delete') AND run_at <= now() AND app = ANY ($2::text[])
@@ -79,7 +79,7 @@ public struct ChannelStore: Sendable {
     /// Try again at `runAt`; the row stays pending with the error in `outcome`.
     public func recordRetry(_ connection: PGConnection, id: Int64, runAt: Timestamp, outcome: String, countsAsAttempt: Bool = true) throws {
         try connection.query(connection.prepared("""
-            UPDATE pushd.channels SET run_at = $2, outcome = $3, attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END WHERE id = $1
+            UPDATE pushd.channels SET run_at = $2, outcome = $3, leased_until = NULL, attempts = attempts + CASE WHEN $4 THEN 1 ELSE 0 END WHERE id = $1
             """), [id, runAt, outcome, countsAsAttempt])
     }
 

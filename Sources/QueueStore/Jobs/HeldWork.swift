@@ -12,7 +12,9 @@ public struct HeldWork: Sendable {
 
     /// Makes every held job, broadcast and channel request of `app` due now: its hold ended
     /// (the operator fixed the configuration and sent SIGHUP), so it goes out at once instead
-    /// of after the rest of its wait. Returns how many rows became due.
+    /// of after the rest of its wait. A broadcast or channel request being sent (its lease has
+    /// not ended) is left alone: made due, another instance could send it again meanwhile.
+    /// Returns how many rows became due.
     @discardableResult
     public func release(_ connection: PGConnection, app: String) throws -> Int {
         try connection.query(connection.prepared("""
@@ -21,10 +23,10 @@ public struct HeldWork: Sendable {
                 WHERE app = $1 AND run_at > now() AND starts_with(last_error, $2) RETURNING 1
             ), broadcasts AS (
                 UPDATE pushd.broadcast_jobs SET run_at = now()
-                WHERE app = $1 AND run_at > now() AND starts_with(last_error, $2) RETURNING 1
+                WHERE app = $1 AND run_at > now() AND starts_with(last_error, $2) AND \(BroadcastQueue.notLeased) RETURNING 1
             ), channel_requests AS (
                 UPDATE pushd.channels SET run_at = now()
-                WHERE app = $1 AND run_at > now() AND starts_with(outcome, $2)
+                WHERE app = $1 AND run_at > now() AND starts_with(outcome, $2) AND \(BroadcastQueue.notLeased)
                   AND state IN ('pending_create', 'pending_delete') RETURNING 1
             )
             SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM broadcasts) + (SELECT count(*) FROM channel_requests)

@@ -46,9 +46,14 @@ public final class PGResult: @unchecked Sendable {
         }
     }
 
-    /// The cell decoded as `T`, `nil` for SQL NULL; throws when the text is not a `T`.
+    /// The cell decoded as `T`, `nil` for SQL NULL; throws when the text is not a `T`, and when
+    /// the result has no such cell (a statement that found no row), rather than trapping.
     public func get<T: PGDecodable>(_ type: T.Type = T.self, row: Int, column: Int) throws -> T? {
-        try withBytes(row: row, column: column) { bytes in
+        guard row >= 0 && row < rowCount && column >= 0 && column < columnCount else {
+            throw PGError(code: .clientEncoding,
+                          message: "no cell (\(row), \(column)) in a result of \(rowCount) rows × \(columnCount) columns")
+        }
+        return try withBytes(row: row, column: column) { bytes in
             guard let bytes else { return nil }
             guard let value = T(pgBytes: bytes) else {
                 let text = String(decoding: bytes.prefix(80), as: UTF8.self)

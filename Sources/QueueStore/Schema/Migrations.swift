@@ -30,6 +30,7 @@ extension Migrator {
         Migration(version: 23, name: "instances report the apps APNs takes no notifications of", sql: instanceOutagesV23),
         Migration(version: 24, name: "a broadcast inserted into pushd.jobs is refused naming pushd.jobs", sql: broadcastRedirectChecksV24),
         Migration(version: 25, name: "the payload shape test is planned once per session, not once per INSERT", sql: shapePlannedOnceV25),
+        Migration(version: 26, name: "a broadcast or channel request being sent is known by its lease", sql: broadcastLeasesV26),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1717,5 +1718,18 @@ extension Migrator {
     BEGIN
         RETURN pushd.payload_shape_v12_ok(payload, push_type) AND pushd.aps_values_ok(payload, push_type);
     END $$;
+    """#
+
+    /// A claimed broadcast job or channel request only had its `run_at` moved to the end of its
+    /// lease, so a statement making waiting rows due (`HeldWork.release`, `BroadcastQueue.makeDue`)
+    /// could not tell a row being sent from one waiting, and made it due again while it was in
+    /// flight: another instance could send it a second time. Claims now set `leased_until` too,
+    /// putting a row back for a retry clears it, and those statements leave rows whose lease
+    /// has not ended alone.
+    static let broadcastLeasesV26 = #"""
+    ALTER TABLE pushd.broadcast_jobs ADD COLUMN leased_until timestamptz;
+    ALTER TABLE pushd.channels ADD COLUMN leased_until timestamptz;
+
+    SELECT pushd.grant_roles();
     """#
 }

@@ -56,6 +56,9 @@ final class BroadcastWorker: @unchecked Sendable {
         while !context.isStopping {
             do {
                 let connection = try connectIfNeeded()
+                context.makeDueAfterOutage(lane: Self.lane, what: "broadcast jobs") { app in
+                    try broadcasts.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
                 let apps = context.claimableApps()
                 let operations = try channels.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
@@ -240,6 +243,7 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let outcome = sent.outcome
+        context.operatorLog.record(outcome, app: job.app, lane: Self.lane)
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
                                              random: &random)

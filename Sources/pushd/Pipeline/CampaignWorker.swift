@@ -76,7 +76,7 @@ final class CampaignWorker: @unchecked Sendable {
                 if connection == nil || connection?.isOpen == false {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
                 }
-                if context.makeDueAfterOutage(lane: .campaign, what: "parked campaign targets", { app in
+                if context.makeDueAfterOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { app in
                     try store.makeParkedDue(connection!, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }) {
                     nextParkedCheck = 0

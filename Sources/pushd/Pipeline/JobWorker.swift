@@ -48,7 +48,7 @@ final class JobWorker: @unchecked Sendable {
             context.operatorLog.tick()
             do {
                 let connection = try connectIfNeeded()
-                context.makeDueAfterOutage(lane: .transactional, what: "transactional jobs") { app in
+                context.makeDueAfterOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { app in
                     try queue.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 let apps = context.claimableApps()

@@ -130,21 +130,21 @@ final class PipelineContext: @unchecked Sendable {
     /// is done once per outage, by the first worker of the lane to look, with one notice
     /// (`outage_retries_due`). Returns whether any became due.
     @discardableResult
-    func makeDueAfterOutage(lane: Lane, what: String, _ makeDue: (String) throws -> Int) -> Bool {
-        let apps = operatorLog.takeAppsBack(lane: lane.rawValue)
+    func makeDueAfterOutage(lane: String, what: String, _ makeDue: (String) throws -> Int) -> Bool {
+        let apps = operatorLog.takeAppsBack(lane: lane)
         var any = false
         for (position, app) in apps.enumerated() {
             do {
                 let due = try makeDue(app)
                 any = any || due > 0
                 logger.notice("\(due) \(what) of app \(app) that waited out the APNs outage are due now",
-                              ("app", .string(app)), ("lane", .string(lane.rawValue)), ("count", .int(Int64(due))),
+                              ("app", .string(app)), ("lane", .string(lane)), ("count", .int(Int64(due))),
                               ("event", "outage_retries_due"))
             } catch {
-                operatorLog.returnAppsBack(Array(apps[position...]), lane: lane.rawValue)
+                operatorLog.returnAppsBack(Array(apps[position...]), lane: lane)
                 databaseError(error)
                 logger.warning("could not make the \(what) of app \(app) that waited out the APNs outage due (tried again on the next turn): \(error)",
-                               ("app", .string(app)), ("lane", .string(lane.rawValue)))
+                               ("app", .string(app)), ("lane", .string(lane)))
                 break
             }
         }
