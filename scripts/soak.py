@@ -66,6 +66,8 @@ class Soak:
         self.stop_inserting = threading.Event()
         self.samples = []                 # (t, scenario phase, unavailable gauges, status exit)
         self.fault_window = None
+        # Seconds from the fault's end until no job inserted before it was left in the queue.
+        self.fault_backlog_seconds = None
         self.prune_tokens = set()
         self.results = []
 
@@ -443,6 +445,8 @@ apps:
         if self.fault_window:
             print("info: fault from +%.0f s to +%.0f s of the drain" % (self.fault_window[0] - self.t0,
                                                                      self.fault_window[1] - self.t0))
+            print("info: the jobs inserted before the fault's end were all settled %s after it"
+                  % ("%.0f s" % self.fault_backlog_seconds if self.fault_backlog_seconds is not None else "(not seen)"))
         failed = [r for r in self.results if not r[1]]
         print("%s: %d of %d checks passed (scenario %s, %d targets, %d s fault); logs in %s"
               % ("PASS" if not failed else "FAIL", len(self.results) - len(failed), len(self.results),
@@ -479,6 +483,11 @@ apps:
                     % (c["status"], done, c["targets"], c["sent"], c["failed"], c["pruned"], self.jobs_inserted,
                        self.psql("SELECT count(*) FROM pushd.jobs")))
                 last_log = time.time()
+            if faulted and self.fault_window and self.fault_window[1] and self.fault_backlog_seconds is None:
+                left = int(self.psql("SELECT count(*) FROM pushd.jobs WHERE created_at <= to_timestamp(%f)"
+                                     % self.fault_window[1]))
+                if left == 0:
+                    self.fault_backlog_seconds = time.time() - self.fault_window[1]
             if not faulted and done >= a.fault_at * c["targets"]:
                 faulted = True
                 self.apply_fault()

@@ -128,7 +128,7 @@ final class PipelineContext: @unchecked Sendable {
     /// nothing about it needs more waiting now that APNs answers. `makeDue` makes one app's
     /// due (the rows whose error says they waited for APNs) and returns how many; each app
     /// is done once per outage, by the first worker of the lane to look, with one notice
-    /// (`outage_retries_due`). Returns whether any became due.
+    /// (`outage_retries_due`) when there were any. Returns whether any became due.
     @discardableResult
     func makeDueAfterOutage(lane: String, what: String, _ makeDue: (String) throws -> Int) -> Bool {
         let apps = operatorLog.takeAppsBack(lane: lane)
@@ -136,7 +136,9 @@ final class PipelineContext: @unchecked Sendable {
         for (position, app) in apps.enumerated() {
             do {
                 let due = try makeDue(app)
-                any = any || due > 0
+                // Another instance may have made them due first.
+                guard due > 0 else { continue }
+                any = true
                 logger.notice("\(due) \(what) of app \(app) that waited out the APNs outage are due now",
                               ("app", .string(app)), ("lane", .string(lane)), ("count", .int(Int64(due))),
                               ("event", "outage_retries_due"))
