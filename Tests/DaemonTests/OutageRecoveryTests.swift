@@ -100,8 +100,8 @@ import Testing
             #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
         }
     }
-    /// Broadcasts: the outage is logged and shown for the broadcast lane too, and what waited
-    /// it out goes when the lane is back.
+    /// Broadcasts and channel requests: the outage is logged for their lanes too, and what
+    /// waited it out goes when the lane is back.
     @Test func broadcastsThatWaitedOutAnOutageAreSentWhenTheLaneIsBack() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
@@ -120,16 +120,19 @@ import Testing
             let channelID = try #require(channel)
 
             try harness.mock.setFaults(FaultConfiguration(internalServerErrorRate: 1))
+            let requests = 10
+            for _ in 0..<requests { try connection.query("SELECT pushd.create_channel('shop', 'none')") }
             let broadcasts = 30
             for _ in 0..<broadcasts {
                 try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
                                      [channelID, BroadcastDaemonTests.update])
             }
-            let lines = { (event: String) in
+            let lines = { (event: String, lane: String) in
                 ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
-                    .filter { $0.contains("\"event\":\"\(event)\"") && $0.contains("\"lane\":\"broadcast\"") }
+                    .filter { $0.contains("\"event\":\"\(event)\"") && $0.contains("\"lane\":\"\(lane)\"") }
             }
-            #expect(DaemonHarness.wait(seconds: 10) { !lines("apns_down").isEmpty }, "no apns_down line for the broadcast lane")
+            #expect(DaemonHarness.wait(seconds: 10) { !lines("apns_down", "broadcast").isEmpty }, "no apns_down line for the broadcast lane")
+            #expect(DaemonHarness.wait(seconds: 10) { !lines("apns_down", "channels").isEmpty }, "no apns_down line for the channels lane")
             Thread.sleep(forTimeInterval: 20)
             let waiting = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs WHERE run_at > now() + interval '3 seconds'")
             #expect(waiting > 5, "only \(waiting) broadcasts wait more than 3 s at the end of the outage")
@@ -138,9 +141,16 @@ import Testing
             let recovered = Timestamp()
             let sent = DaemonHarness.wait(seconds: 30) { harness.mock.stats.broadcastsAccepted[channelID] == broadcasts }
             let seconds = Timestamp().timeIntervalSince(recovered)
-            print("\(waiting) broadcasts waited more than 3 s when the outage ended; all sent after \(String(format: "%.2f", seconds)) s; \(lines("outage_retries_due"))")
+            let created = DaemonHarness.wait(seconds: 10) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active'")) == requests + 1
+            }
+            let createdSeconds = Timestamp().timeIntervalSince(recovered)
+            print("\(waiting) broadcasts waited more than 3 s when the outage ended; all sent after \(String(format: "%.2f", seconds)) s, the channels created after \(String(format: "%.2f", createdSeconds)) s; \(lines("outage_retries_due", "broadcast")) \(lines("outage_retries_due", "channels"))")
             #expect(sent && seconds < 6, "the broadcasts that waited out the outage took \(seconds) s to go once APNs answered")
-            #expect(lines("apns_back").count == 1 && lines("outage_retries_due").count == 1)
+            #expect(created && createdSeconds < 6, "the channel requests that waited out the outage took \(createdSeconds) s to go once APNs answered")
+            #expect(DaemonHarness.wait(seconds: 5) { lines("apns_back", "channels").count == 1 })
+            #expect(lines("apns_back", "broadcast").count == 1 && lines("outage_retries_due", "broadcast").count == 1)
+            #expect(lines("apns_back", "channels").count == 1 && lines("outage_retries_due", "channels").count == 1)
         }
     }
 }

@@ -85,6 +85,8 @@ import Testing
             #expect(try HeldWork().release(connection, app: "shop") == 0)
             try connection.query("UPDATE pushd.broadcast_jobs SET last_error = 'HTTP 503 ServiceUnavailable'")
             #expect(try queue.makeDue(connection, app: "shop", errorPrefixes: ["HTTP 5"]) == 0)
+            try connection.query("UPDATE pushd.channels SET outcome = 'HTTP 503 ServiceUnavailable'")
+            #expect(try channels.makeDue(connection, app: "shop", outcomePrefixes: ["HTTP 5"]) == 0)
             #expect(try queue.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).isEmpty, "claimed while in flight")
             #expect(try channels.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).isEmpty, "claimed while in flight")
 
@@ -95,6 +97,10 @@ import Testing
                                      outcome: HeldWork.errorPrefix + "CannotCreateChannelConfig", countsAsAttempt: false)
             #expect(try queue.makeDue(connection, app: "shop", errorPrefixes: ["HTTP 5"]) == 1)
             #expect(try HeldWork().release(connection, app: "shop") == 1)
+            try channels.recordRetry(connection, id: channel, runAt: Timestamp().addingTimeInterval(300),
+                                     outcome: "transport: Connection refused", countsAsAttempt: false)
+            #expect(try channels.makeDue(connection, app: "shop", outcomePrefixes: ["HTTP 5"]) == 0)
+            #expect(try channels.makeDue(connection, app: "shop", outcomePrefixes: ["HTTP 5", "transport: "]) == 1)
             #expect(try queue.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).map(\.id) == [broadcast.id])
             #expect(try channels.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).map(\.id) == [channel])
         }

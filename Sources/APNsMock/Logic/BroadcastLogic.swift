@@ -29,7 +29,7 @@ extension ConnectionLogic {
         return answer
     }
 
-    mutating func decideChannelRequest(_ request: IncomingRequest, now: Int64) -> Answer {
+    mutating func decideChannelRequest(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Answer {
         let requestID = request.header(APNsHeader.requestID).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil } ?? makeID()
         func answer(_ status: Int, _ reason: APNsReason? = nil) -> Answer {
             var answer = Answer(status: status, apnsID: "", reason: reason?.rawValue)
@@ -47,6 +47,8 @@ extension ConnectionLogic {
         if settings.certificateMode { return answer(403, .missingProviderToken) }
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return answer(status, reason) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return answer(400, .featureNotEnabled) }
+        // The channel management API fails, is overloaded or shuts down as the push API does.
+        if let (status, reason) = rollErrorRates(faults) { return answer(status, reason) }
 
         let channels = settings.channels
         switch accepted.operation {

@@ -62,7 +62,7 @@ struct ConnectionLogic {
     private mutating func decide(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Answer {
         let requestedID = request.header(APNsHeader.id).flatMap { APNsID.isCanonical($0) ? $0.lowercased() : nil }
         if request.bodyTruncated { return reject(413, .payloadTooLarge, apnsID: requestedID ?? makeID()) }
-        if role == .channelManagement { return decideChannelRequest(request, now: now) }
+        if role == .channelManagement { return decideChannelRequest(request, faults: faults, now: now) }
         if BroadcastRequestJudge.isBroadcastPath(request.path) {
             return decideBroadcast(request, faults: faults, now: now, requestedID: requestedID)
         }

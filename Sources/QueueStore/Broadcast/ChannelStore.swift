@@ -51,6 +51,22 @@ public struct ChannelStore: Sendable {
         }
     }
 
+    /// Makes the pending channel requests of `app` whose `outcome` begins with one of
+    /// `outcomePrefixes` due now, and returns how many (as `JobQueue.makeDue` does for jobs).
+    /// Requests being carried out (their lease has not ended) are left alone.
+    @discardableResult
+    public func makeDue(_ connection: PGConnection, app: String, outcomePrefixes: [String]) throws -> Int {
+        guard !outcomePrefixes.isEmpty else { return 0 }
+        return try connection.query(connection.prepared("""
+            WITH due AS (
+                UPDATE pushd.channels SET run_at = now()
+                WHERE app = $1 AND state IN ('pending_create', 'pending_delete') AND run_at > now()
+                  AND outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased) RETURNING 1
+            )
+            SELECT count(*) FROM due
+            """), [app, outcomePrefixes]).require(Int.self, row: 0, column: 0)
+    }
+
     /// APNs created the channel: the row becomes active with its id and environment.
     public func recordCreated(_ connection: PGConnection, id: Int64, channelID: String, environment: String) throws {
         try connection.query(connection.prepared("""

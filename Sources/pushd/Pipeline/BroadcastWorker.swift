@@ -59,6 +59,9 @@ final class BroadcastWorker: @unchecked Sendable {
                 context.makeDueAfterOutage(lane: Self.lane, what: "broadcast jobs") { app in
                     try broadcasts.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
+                context.makeDueAfterOutage(lane: Self.channelsLane, what: "channel requests") { app in
+                    try channels.makeDue(connection, app: app, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
                 let apps = context.claimableApps()
                 let operations = try channels.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
@@ -151,6 +154,7 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let outcome = sent.outcome
+        context.operatorLog.record(outcome, app: operation.app, lane: Self.channelsLane)
         let status = sent.response.map { String($0.status) } ?? "none"
         let label = outcome.label
         if case .response(let response) = outcome, response.isSuccess {
@@ -290,6 +294,8 @@ final class BroadcastWorker: @unchecked Sendable {
 
     /// The `lane` label of broadcast retries and dead letters.
     static let lane = "broadcast"
+    /// The `lane` of the channel management API in the outage log and `pushd_apns_unavailable`.
+    static let channelsLane = "channels"
 
     private func dead(_ job: BroadcastJob, status: Int?, reason: String, label: String, on connection: PGConnection) throws {
         try broadcasts.dead(connection, id: job.id, status: status, reason: reason)
