@@ -29,8 +29,11 @@ struct ConnectionPolicy: Equatable {
         case connectFailed(now: UInt64, unitRandom: Double)
         /// The loop is about to wait at `now`: `waiting` when requests wait for a stream (its
         /// queue holds some and libcurl already has as many as the policy admits); `idle`, the
-        /// loop's nanoseconds blocked in epoll so far (a running total).
-        case beforeWait(now: UInt64, waiting: Bool, idle: UInt64)
+        /// loop's nanoseconds blocked in epoll so far (a running total); `hasWork` while requests
+        /// are in libcurl or in the loop's queue.
+        case beforeWait(now: UInt64, waiting: Bool, idle: UInt64, hasWork: Bool = true)
+        /// The loop stops (the engine shuts down) at `now`.
+        case stopped(now: UInt64)
     }
 
     enum Action: Equatable {
@@ -58,6 +61,12 @@ struct ConnectionPolicy: Equatable {
         case undoGrowth(connectionLimit: Int)
         /// The connection added last raised the rate enough: it stays, and `connections` with it.
         case growthKept(connections: Int)
+        /// Judged growth: as `setConnectionLimit`, and the connection added goes on trial
+        /// (`lastStart` says against what).
+        case growthStarted(connectionLimit: Int)
+        /// The trial ended before it could be judged (`lastVerdict.abandoned` says why): let libcurl
+        /// hold this many connections, as after `undoGrowth`, but with no hold-off.
+        case growthAbandoned(connectionLimit: Int)
     }
 
     typealias GrowthVerdict = GrowthJudge.GrowthVerdict
@@ -96,12 +105,15 @@ struct ConnectionPolicy: Equatable {
     private var lastAnswered: Int64 = -1
     /// Answers so far (HTTP answers of any status): what the growth verdicts count.
     private(set) var answers = 0
+    /// The time of the last `beforeWait`: when events without a time of their own happened.
+    private var lastPass: UInt64 = 0
     /// Judged growth: the rate measured, the connection on trial, verdicts and hold-offs.
     private(set) var judge: GrowthJudge
     var waitingRate: Double? { judge.waitingRate }
     var trial: GrowthTrial? { judge.trial }
     var growthHeldUntil: UInt64 { judge.growthHeldUntil }
     var lastVerdict: GrowthVerdict? { judge.lastVerdict }
+    var lastStart: GrowthJudge.GrowthStart? { judge.lastStart }
 
     init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed) {
         failureRun = FailureRun(backoff: backoff)
@@ -175,11 +187,13 @@ struct ConnectionPolicy: Equatable {
             // kept as room: the limit follows what is open, never below the base.
             let limit = max(growth.base, min(connectionLimit, openConnections))
             guard limit != connectionLimit else { return .none }
-            // The connection on trial (or one before it) is gone: the limit follows what is open.
-            judge.endTrial()
             connectionLimit = limit
             opensAbove = nil
             waitingSince = nil
+            // The connection on trial (or one before it) is gone: the limit follows what is open.
+            if judge.abandonTrial(.connectionClosed, now: lastPass, answers: answers, connections: limit) {
+                return .growthAbandoned(connectionLimit: limit)
+            }
             return .setConnectionLimit(limit)
         case .answered(let connection, let now):
             answers &+= 1
@@ -212,14 +226,18 @@ struct ConnectionPolicy: Equatable {
             return .freshConnect
         case .connectFailed(let now, let unitRandom):
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
-        case .beforeWait(let now, let waiting, let idle):
-            guard growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting) else {
+        case .beforeWait(let now, let waiting, let idle, let hasWork):
+            lastPass = now
+            guard growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting, hasWork: hasWork) else {
                 return considerGrowth(now: now, waiting: waiting, idle: idle)
             }
             // A kept connection: the wait for the next one starts with this pass (no growth comes
             // of it, since none was waited for during the trial).
             if case .growthKept = verdict { _ = considerGrowth(now: now, waiting: waiting, idle: idle) }
             return verdict
+        case .stopped(let now):
+            guard judge.abandonTrial(.stopped, now: now, answers: answers, connections: connectionLimit) else { return .none }
+            return .growthAbandoned(connectionLimit: connectionLimit)
         }
     }
 
@@ -255,22 +273,25 @@ struct ConnectionPolicy: Equatable {
             idleAtWaitStart = idle
             return .none
         }
-        if judged { judge.startTrial(streamsBefore: streamCapacity(configured: growth.baseStreams)) }
+        if judged {
+            judge.startTrial(streamsBefore: streamCapacity(configured: growth.baseStreams), connectionsBefore: connectionLimit,
+                             waitedNanoseconds: now - since)
+        }
         // A connection given up earlier (`undoGrowth`) and still open takes the new streams:
         // libcurl opens none, and its SETTINGS are known.
         let opensOne = openConnections <= connectionLimit
         connectionLimit += 1
         waitingSince = nil
         opensAbove = opensOne ? newestAnswered : nil
-        return .setConnectionLimit(connectionLimit)
+        return judged ? .growthStarted(connectionLimit: connectionLimit) : .setConnectionLimit(connectionLimit)
     }
 
     /// Judged growth's pass: the rate window runs, and a connection on trial may be judged
     /// (`GrowthJudge.measure`).
-    private mutating func measure(now: UInt64, waiting: Bool) -> Action? {
+    private mutating func measure(now: UInt64, waiting: Bool, hasWork: Bool) -> Action? {
         let disturbed = failureRun.failures > 0 || !retiring.isEmpty || cold
         switch judge.measure(now: now, waiting: waiting, answers: answers, disturbed: disturbed,
-                             newConnectionPending: opensAbove != nil, connectionLimit: connectionLimit) {
+                             newConnectionPending: opensAbove != nil, connectionLimit: connectionLimit, hasWork: hasWork) {
         case .none:
             return nil
         case .kept:
@@ -279,8 +300,16 @@ struct ConnectionPolicy: Equatable {
             waitingSince = nil
             connectionLimit = limit
             return .undoGrowth(connectionLimit: limit)
+        case .abandoned(let limit):
+            waitingSince = nil
+            connectionLimit = limit
+            return .growthAbandoned(connectionLimit: limit)
         }
     }
+
+    /// When the loop must wake, whatever else it waits for: a trial ends if its loop stays out
+    /// of work (`GrowthJudge.trialDeadline`), and nothing else may wake an idle loop.
+    func wakeDeadline() -> UInt64? { judge.trialDeadline }
 
     /// Marks `connection` retired; false when it already was (or has no id).
     private mutating func retire(_ connection: Int64, socket: Int32?) -> Bool {

@@ -15,6 +15,8 @@ struct GrowthJudge: Equatable {
     private(set) var growthHeldUntil: UInt64 = 0
     /// The last verdict on a grown connection.
     private(set) var lastVerdict: GrowthVerdict?
+    /// The last trial started: what the loop reports when it adds the connection.
+    private(set) var lastStart: GrowthStart?
     /// The hold-off the next connection that does not raise the rate imposes.
     private(set) var nextHoldOff: UInt64 = ConnectionGrowth.firstHoldOffNanoseconds
 
@@ -38,12 +40,27 @@ struct GrowthJudge: Equatable {
         var measuringSince: UInt64?
         var answersAtStart = 0
         var waitedThroughout = true
+        /// Since when the loop has had nothing in libcurl and nothing queued.
+        var outOfWorkSince: UInt64?
+    }
+
+    /// A connection put on trial: the connections before and with it, the rate it is judged
+    /// against, how long requests had waited for a stream, and the streams it carries at first.
+    struct GrowthStart: Equatable {
+        var connectionsBefore: Int
+        var connections: Int
+        var rateBefore: Double
+        var waitedNanoseconds: UInt64
+        var streamsOnTrial: Int
     }
 
     /// How a grown connection was judged: the answer rates before and after it, and, when it was
     /// given up, how long no growth is tried (what the loop reports with `growthKept`/`undoGrowth`).
+    /// A trial that ended before it could be judged is `abandoned`, with why; its `rateAfter` is
+    /// what the window measured so far (0 when it had not begun), and it holds nothing off.
     struct GrowthVerdict: Equatable {
         var kept: Bool
+        var abandoned: ConnectionGrowthAbandonment? = nil
         /// Connections the loop holds after the verdict.
         var connections: Int
         var rateBefore: Double
@@ -60,6 +77,8 @@ struct GrowthJudge: Equatable {
         case kept
         /// The connection on trial did not raise the rate: the loop goes back to `connectionLimit`.
         case givenUp(connectionLimit: Int)
+        /// The trial ended unjudged (`lastVerdict.abandoned` says why): back to `connectionLimit`.
+        case abandoned(connectionLimit: Int)
     }
 
     init(growth: ConnectionGrowth) {
@@ -72,11 +91,42 @@ struct GrowthJudge: Equatable {
         trial == nil && now >= growthHeldUntil && waitingRate != nil
     }
 
-    /// The loop adds a connection at `streamsBefore` streams: it goes on trial against the rate
-    /// measured while requests waited.
-    mutating func startTrial(streamsBefore: Int) {
+    /// The loop adds a connection to `connectionsBefore`, at `streamsBefore` streams, after
+    /// requests waited `waitedNanoseconds` for one: it goes on trial against the rate measured
+    /// while requests waited.
+    mutating func startTrial(streamsBefore: Int, connectionsBefore: Int, waitedNanoseconds: UInt64) {
         guard let baseline = waitingRate else { return }
         trial = GrowthTrial(baseline: baseline, streamsBefore: streamsBefore)
+        lastStart = GrowthStart(connectionsBefore: connectionsBefore, connections: connectionsBefore + 1, rateBefore: baseline,
+                                waitedNanoseconds: waitedNanoseconds, streamsOnTrial: growth.trialStreams)
+    }
+
+    /// While a trial is open and the loop out of work: when its trial ends for that unless work
+    /// comes (the loop must wake by then, for nothing else may wake it).
+    var trialDeadline: UInt64? {
+        trial?.outOfWorkSince.map { $0 + growth.delayNanoseconds }
+    }
+
+    /// Ends the trial unjudged for `reason` at `now`, the loop going back to `connections`; false
+    /// when none was open. No hold-off follows, and the next one waits for a new rate, measured
+    /// at the connections the loop then has.
+    mutating func abandonTrial(_ reason: ConnectionGrowthAbandonment, now: UInt64, answers: Int, connections: Int) -> Bool {
+        guard let current = trial else { return false }
+        trial = nil
+        waitingRate = nil
+        rateWindow = nil
+        var rate = 0.0
+        if let since = current.measuringSince, now > since { rate = Double(answers &- current.answersAtStart) * 1e9 / Double(now - since) }
+        lastVerdict = GrowthVerdict(kept: false, abandoned: reason, connections: connections, rateBefore: current.baseline,
+                                    rateAfter: rate, rateRequired: required(for: current), holdOffNanoseconds: 0)
+        return true
+    }
+
+    /// The rate `trial` must reach at its step to go on.
+    private func required(for trial: GrowthTrial) -> Double {
+        let added = trial.carriesAll ? growth.streamsPerConnection : growth.trialStreams
+        let gain = Double(added) / Double(max(1, trial.streamsBefore))
+        return trial.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain)
     }
 
     /// A connection closed: what was measured no longer matches the connections open, and a
@@ -86,11 +136,6 @@ struct GrowthJudge: Equatable {
         trial?.measuringSince = nil
         waitingRate = nil
         rateWindow = nil
-    }
-
-    /// The connection on trial (or one before it) is gone.
-    mutating func endTrial() {
-        trial = nil
     }
 
     /// Runs the rate window and judges a grown connection in two steps. It first carries a
@@ -103,11 +148,23 @@ struct GrowthJudge: Equatable {
     /// for 500 (docs/dispatcher.md); a trial that ends at its first step costs the quarter, 1.5 MB.
     ///
     /// `answers` is the loop's running total; `disturbed` while connections fail, one is retired
-    /// or the newest has not answered; `newConnectionPending` until the connection added has answered.
+    /// or the newest has not answered; `newConnectionPending` until the connection added has
+    /// answered; `hasWork` while the loop has requests in libcurl or queued. A trial whose loop
+    /// has been out of work for the growth delay is abandoned: no answers come to judge it by (a
+    /// drain ended, or the loop's share of it), and the loop may sleep until work comes again.
     mutating func measure(now: UInt64, waiting: Bool, answers: Int, disturbed: Bool, newConnectionPending: Bool,
-                          connectionLimit: Int) -> Outcome {
+                          connectionLimit: Int, hasWork: Bool = true) -> Outcome {
         let window = growth.judgedOverNanoseconds
         if var current = trial {
+            if hasWork {
+                current.outOfWorkSince = nil
+            } else if let since = current.outOfWorkSince, now >= since + growth.delayNanoseconds {
+                let limit = max(growth.base, connectionLimit - 1)
+                _ = abandonTrial(.workRanOut, now: now, answers: answers, connections: limit)
+                return .abandoned(connectionLimit: limit)
+            } else if current.outOfWorkSince == nil {
+                current.outOfWorkSince = now
+            }
             guard let since = current.measuringSince else {
                 // Once the new connection has answered (its streams known and in use) and they settled.
                 if newConnectionPending || disturbed {
@@ -137,8 +194,7 @@ struct GrowthJudge: Equatable {
             trial = nil
             rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
             let added = current.carriesAll ? growth.streamsPerConnection : growth.trialStreams
-            let gain = Double(added) / Double(max(1, current.streamsBefore))
-            let required = current.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain)
+            let required = required(for: current)
             if rate >= required, added < growth.streamsPerConnection {
                 // Its share raised the rate: now all its streams, judged again against the same baseline.
                 trial = GrowthTrial(baseline: current.baseline, streamsBefore: current.streamsBefore, carriesAll: true)
