@@ -369,6 +369,59 @@ import Testing
         #expect(policy.lastVerdict?.holdOffNanoseconds == 0)
     }
 
+    /// The hold-offs of loops that give up together are spread, ×0.75 … ×1.25 of 30 s doubling,
+    /// by a random source the policy is given: fixed here, so the figures are exact.
+    @Test func aHoldOffIsSpreadByTheRandomSourceAroundItsDoublingValue() throws {
+        for (unit, holdOffs) in [(0.0, [22_500, 45_000, 90_000]), (0.5, [30_000, 60_000, 120_000]), (0.75, [33_750, 67_500, 135_000])] {
+            var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
+                                          growth: judged, holdOffRandom: .fixed(unit))
+            _ = policy.handle(.connectionOpened)
+            _ = policy.handle(.answered(connection: 0))
+            var start: UInt64 = 0
+            for holdOff: UInt64 in holdOffs.map(UInt64.init) {
+                let grewAt = try #require(grow(&policy, rate: 100, from: start))
+                #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+                #expect(policy.lastVerdict?.holdOffNanoseconds == holdOff * Self.ms)
+                let verdictAt = grewAt + 1250 * Self.ms
+                #expect(policy.growthHeldUntil == verdictAt + holdOff * Self.ms)
+                // 100 answers a second, requests waiting all through the hold-off: no growth.
+                var now = verdictAt
+                while now < policy.growthHeldUntil {
+                    let step = min(1000 * Self.ms, policy.growthHeldUntil - now)
+                    #expect(answer(&policy, Int(step / (10 * Self.ms)), from: now, to: now + step).isEmpty)
+                    now += step
+                }
+                start = now
+            }
+        }
+        // The cap is spread too: 8 min × 1.25 at most.
+        #expect(ConnectionGrowth.spread(ConnectionGrowth.maxHoldOffNanoseconds, unitRandom: 0.999_999) <= 600_000 * Self.ms)
+        #expect(ConnectionGrowth.spread(30_000 * Self.ms, unitRandom: 0) == 22_500 * Self.ms)
+    }
+
+    @Test func loopsSeededApartHoldOffForDifferentTimesWithinTheSpread() throws {
+        var holdOffs: Set<UInt64> = []
+        for seed: UInt64 in 1...8 {
+            var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
+                                          growth: judged, holdOffRandom: UnitRandom(seed: seed))
+            var again = policy
+            _ = policy.handle(.connectionOpened)
+            _ = policy.handle(.answered(connection: 0))
+            let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+            #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+            let holdOff = try #require(policy.lastVerdict?.holdOffNanoseconds)
+            #expect((22_500 * Self.ms...37_500 * Self.ms).contains(holdOff))
+            holdOffs.insert(holdOff)
+            // The same seed, the same hold-off: the policy stays deterministic.
+            _ = again.handle(.connectionOpened)
+            _ = again.handle(.answered(connection: 0))
+            let grewAgainAt = try #require(grow(&again, rate: 100, from: 0))
+            _ = judge(&again, rate: 100, grewAt: grewAgainAt)
+            #expect(again.lastVerdict?.holdOffNanoseconds == holdOff)
+        }
+        #expect(holdOffs.count == 8)
+    }
+
     // MARK: - A trial's start and end: every start has exactly one verdict
 
     @Test func aTrialsStartSaysWhatTriggeredIt() throws {

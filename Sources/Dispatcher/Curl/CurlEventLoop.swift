@@ -114,7 +114,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                                       minimumInFlight: configuration.answerCoalescingMinimumInFlight)
         readRoute = SocketReadRoute(enabled: configuration.readsSocketsThroughOneTransfer,
                                     minimumInFlight: configuration.answerCoalescingMinimumInFlight)
-        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth)
+        var seed = SystemRandom()
+        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth,
+                                  holdOffRandom: UnitRandom(seed: seed.next()))
         if let window = configuration.adaptiveInFlightWindow { inFlightSampler = InFlightSampler(window: window) }
         do {
             epoll = try EpollLoop()

@@ -47,9 +47,20 @@ struct ConnectionGrowth: Equatable {
     /// streams before it): `trialStreams` at the first step, all its streams at the second.
     static let requiredShareOfGain = 0.5
     /// After a connection that did not raise the rate, no growth for this long; doubled for
-    /// each such connection in a row, up to `maxHoldOffNanoseconds`.
+    /// each such connection in a row, up to `maxHoldOffNanoseconds`; each spread by `spread`.
     static let firstHoldOffNanoseconds: UInt64 = 30_000_000_000
     static let maxHoldOffNanoseconds: UInt64 = 480_000_000_000
+    /// A hold-off is drawn uniformly from ×(1 − spread) … ×(1 + spread) of its doubling value
+    /// (22.5–37.5 s for the first): the loops of several daemons sharing one server give up
+    /// their trials together (the server, not their streams, sets the pace), and without a
+    /// spread they all tried again at the same instant 30 s later.
+    static let holdOffSpread = 0.25
+
+    /// `holdOff` placed in its spread by `unitRandom` in [0, 1): 0.5 leaves it as it is.
+    static func spread(_ holdOff: UInt64, unitRandom: Double) -> UInt64 {
+        let factor = 1 - holdOffSpread + 2 * holdOffSpread * min(max(unitRandom, 0), 1)
+        return UInt64((Double(holdOff) * factor).rounded())
+    }
     /// No growth: one connection, as many as configured.
     static let fixed = ConnectionGrowth(base: 1, ceiling: 1, streamsPerConnection: 0, delayNanoseconds: 0)
 }

@@ -115,10 +115,12 @@ struct ConnectionPolicy: Equatable {
     var lastVerdict: GrowthVerdict? { judge.lastVerdict }
     var lastStart: GrowthJudge.GrowthStart? { judge.lastStart }
 
-    init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed) {
+    /// `holdOffRandom` places each growth hold-off in its spread; the midpoint by default, so
+    /// that a hold-off is exactly 30 s, 60 s, … (the loop seeds it from the system's generator).
+    init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed, holdOffRandom: UnitRandom = .fixed(0.5)) {
         failureRun = FailureRun(backoff: backoff)
         self.growth = growth
-        judge = GrowthJudge(growth: growth)
+        judge = GrowthJudge(growth: growth, holdOffRandom: holdOffRandom)
         connectionLimit = growth.base
     }
 

@@ -17,8 +17,10 @@ struct GrowthJudge: Equatable {
     private(set) var lastVerdict: GrowthVerdict?
     /// The last trial started: what the loop reports when it adds the connection.
     private(set) var lastStart: GrowthStart?
-    /// The hold-off the next connection that does not raise the rate imposes.
+    /// The hold-off the next connection that does not raise the rate imposes, before its spread.
     private(set) var nextHoldOff: UInt64 = ConnectionGrowth.firstHoldOffNanoseconds
+    /// Places each hold-off in its spread (`ConnectionGrowth.holdOffSpread`).
+    private(set) var holdOffRandom: UnitRandom
 
     struct RateWindow: Equatable {
         var since: UInt64
@@ -81,8 +83,9 @@ struct GrowthJudge: Equatable {
         case abandoned(connectionLimit: Int)
     }
 
-    init(growth: ConnectionGrowth) {
+    init(growth: ConnectionGrowth, holdOffRandom: UnitRandom = .fixed(0.5)) {
         self.growth = growth
+        self.holdOffRandom = holdOffRandom
     }
 
     /// Whether a connection may be added at `now` for what was judged: none on trial, no
@@ -208,10 +211,11 @@ struct GrowthJudge: Equatable {
                 return .kept
             }
             waitingRate = nil
-            growthHeldUntil = now + nextHoldOff
+            let holdOff = ConnectionGrowth.spread(nextHoldOff, unitRandom: holdOffRandom.next())
+            growthHeldUntil = now + holdOff
             let limit = max(growth.base, connectionLimit - 1)
             lastVerdict = GrowthVerdict(kept: false, connections: limit, rateBefore: current.baseline,
-                                        rateAfter: rate, rateRequired: required, holdOffNanoseconds: nextHoldOff)
+                                        rateAfter: rate, rateRequired: required, holdOffNanoseconds: holdOff)
             nextHoldOff = min(ConnectionGrowth.maxHoldOffNanoseconds, nextHoldOff * 2)
             return .givenUp(connectionLimit: limit)
         }
