@@ -47,9 +47,11 @@ import Testing
             #expect(server.stats.connectionsAccepted == 4)
             #expect(run.statistics.retried == 0)
             // Each added connection was judged and kept, and the hook heard why: the rate rose
-            // by at least what was required (the last one may still be on trial at the end).
-            let verdicts = metrics.growthVerdicts
+            // by at least what was required (the last one may have been on trial when the work
+            // ran out, and abandoned).
+            let verdicts = metrics.growthVerdicts.filter { $0.abandoned == nil }
             #expect((2...3).contains(verdicts.count))
+            #expect(metrics.growthVerdicts.count == 3, "\(metrics.growthVerdicts)")
             for (index, verdict) in verdicts.enumerated() {
                 #expect(verdict.kept && verdict.connections == index + 2 && verdict.growthHeldOffMilliseconds == 0)
                 #expect(verdict.ratePerSecondAfter >= verdict.ratePerSecondRequired)
@@ -129,5 +131,54 @@ import Testing
             // The busy loop answers no faster with it: it is given up.
             #expect(metrics.verdict?.kept == false)
         }
+    }
+
+    /// A trial whose work runs out before it is judged ends with a verdict all the same, while
+    /// the engine runs on: the connection goes back and no growth is held off, since nothing
+    /// was measured. Run first, the loop slept with the trial open and no verdict came at all
+    /// (a drain that ended during a trial showed a third connection and no verdict).
+    @Test func aTrialWhoseWorkRunsOutEndsWithAVerdictThatHoldsNothingOff() async throws {
+        try await withSlowMock { _, port, material in
+            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: Self.streams)
+            configuration.connectionsPerThread = 1
+            configuration.maxConnections = 2
+            configuration.connectionGrowthDelayMilliseconds = 50
+            configuration.connectionGrowthJudgedOverMilliseconds = 500
+            configuration.maxOutstanding = 400
+            let metrics = RecordingMetrics()
+            let limits = Lock<[Int]>([])
+            let hook = LimitRecorder(metrics: metrics, limits: limits)
+            let collector = ResultCollector()
+            let engine = try HTTP2Dispatcher(configuration: configuration, metrics: hook, onResult: collector.handler)
+            defer { engine.shutdown() }
+            // About 100 answers a second on one connection: growth after a waited window (0.55 s
+            // and more), and the last 60 answered before the trial's 0.5 s window ends.
+            let total = 120
+            try await onOwnThread {
+                for tag in 0..<total { engine.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
+            }
+            #expect(await collector.wait(for: total, seconds: 30) == total)
+            #expect(limits.withLock { $0.first } == 2, "the loop did not grow: \(limits.withLock { $0 })")
+            let deadline = Timestamp() + 3
+            while metrics.growthVerdicts.isEmpty, Timestamp() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            let verdicts = metrics.growthVerdicts
+            #expect(verdicts.count == 1, "verdicts with the engine still running: \(verdicts)")
+            #expect(verdicts.first?.kept == false && verdicts.first?.connections == 1)
+            #expect(verdicts.first?.growthHeldOffMilliseconds == 0, "\(verdicts)")
+            #expect(verdicts.first?.abandoned == .workRanOut)
+            #expect(limits.withLock { $0 } == [2, 1])
+        }
+    }
+
+    /// Records the connection limits a loop sets, and passes verdicts on to `metrics`.
+    private final class LimitRecorder: DispatcherMetricsHook, @unchecked Sendable {
+        let metrics: RecordingMetrics
+        let limits: Lock<[Int]>
+        init(metrics: RecordingMetrics, limits: Lock<[Int]>) {
+            self.metrics = metrics
+            self.limits = limits
+        }
+        func connectionLimitChanged(to connections: Int) { limits.withLock { $0.append(connections) } }
+        func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) { metrics.connectionGrowthJudged(verdict) }
     }
 }

@@ -183,7 +183,7 @@ import Testing
     private func grow(_ policy: inout ConnectionPolicy, rate: Int, on connection: Int64 = 0, from start: UInt64) -> UInt64? {
         var now = start
         for _ in 0..<(rate * 5) {
-            if case .setConnectionLimit = policy.handle(.beforeWait(now: now, waiting: true, idle: now)) { return now }
+            if case .growthStarted = policy.handle(.beforeWait(now: now, waiting: true, idle: now)) { return now }
             _ = policy.handle(.answered(connection: connection, now: now))
             now += 1000 * Self.ms / UInt64(rate)
         }
@@ -201,7 +201,7 @@ import Testing
         #expect(policy.waitingRate == nil)
         #expect(answer(&policy, 100, from: 1100 * Self.ms, to: 2100 * Self.ms).isEmpty)
         #expect(policy.waitingRate == 100)
-        #expect(policy.handle(.beforeWait(now: 2350 * Self.ms, waiting: true, idle: 2350 * Self.ms)) == .setConnectionLimit(2))
+        #expect(policy.handle(.beforeWait(now: 2350 * Self.ms, waiting: true, idle: 2350 * Self.ms)) == .growthStarted(connectionLimit: 2))
         #expect(policy.trial == ConnectionPolicy.GrowthTrial(baseline: 100, streamsBefore: 100))
     }
 
@@ -246,7 +246,7 @@ import Testing
         #expect(policy.admissionLimit(configured: 100, now: measured + 2500 * Self.ms) == 200)
         // The next one is judged against the rate of two.
         let next = measured + 2750 * Self.ms
-        #expect(policy.handle(.beforeWait(now: next, waiting: true, idle: next)) == .setConnectionLimit(3))
+        #expect(policy.handle(.beforeWait(now: next, waiting: true, idle: next)) == .growthStarted(connectionLimit: 3))
         #expect(policy.trial == ConnectionPolicy.GrowthTrial(baseline: 200, streamsBefore: 200))
     }
 
@@ -362,9 +362,178 @@ import Testing
         var policy = warmJudged()
         _ = try #require(grow(&policy, rate: 100, from: 0))
         openAndAnswer(&policy)
-        #expect(policy.handle(.connectionClosed(socket: 11)) == .setConnectionLimit(1))
+        #expect(policy.handle(.connectionClosed(socket: 11)) == .growthAbandoned(connectionLimit: 1))
         #expect(policy.trial == nil)
         #expect(policy.waitingRate == nil)
+        #expect(policy.lastVerdict?.abandoned == .connectionClosed)
+        #expect(policy.lastVerdict?.holdOffNanoseconds == 0)
+    }
+
+    /// The hold-offs of loops that give up together are spread, ×0.75 … ×1.25 of 30 s doubling,
+    /// by a random source the policy is given: fixed here, so the figures are exact.
+    @Test func aHoldOffIsSpreadByTheRandomSourceAroundItsDoublingValue() throws {
+        for (unit, holdOffs) in [(0.0, [22_500, 45_000, 90_000]), (0.5, [30_000, 60_000, 120_000]), (0.75, [33_750, 67_500, 135_000])] {
+            var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
+                                          growth: judged, holdOffRandom: .fixed(unit))
+            _ = policy.handle(.connectionOpened)
+            _ = policy.handle(.answered(connection: 0))
+            var start: UInt64 = 0
+            for holdOff: UInt64 in holdOffs.map(UInt64.init) {
+                let grewAt = try #require(grow(&policy, rate: 100, from: start))
+                #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+                #expect(policy.lastVerdict?.holdOffNanoseconds == holdOff * Self.ms)
+                let verdictAt = grewAt + 1250 * Self.ms
+                #expect(policy.growthHeldUntil == verdictAt + holdOff * Self.ms)
+                // 100 answers a second, requests waiting all through the hold-off: no growth.
+                var now = verdictAt
+                while now < policy.growthHeldUntil {
+                    let step = min(1000 * Self.ms, policy.growthHeldUntil - now)
+                    #expect(answer(&policy, Int(step / (10 * Self.ms)), from: now, to: now + step).isEmpty)
+                    now += step
+                }
+                start = now
+            }
+        }
+        // The cap is spread too: 8 min × 1.25 at most.
+        #expect(ConnectionGrowth.spread(ConnectionGrowth.maxHoldOffNanoseconds, unitRandom: 0.999_999) <= 600_000 * Self.ms)
+        #expect(ConnectionGrowth.spread(30_000 * Self.ms, unitRandom: 0) == 22_500 * Self.ms)
+    }
+
+    @Test func loopsSeededApartHoldOffForDifferentTimesWithinTheSpread() throws {
+        var holdOffs: Set<UInt64> = []
+        for seed: UInt64 in 1...8 {
+            var policy = ConnectionPolicy(backoff: ReconnectBackoff(initialMilliseconds: 100, maxMilliseconds: 1000, jitter: 0),
+                                          growth: judged, holdOffRandom: UnitRandom(seed: seed))
+            var again = policy
+            _ = policy.handle(.connectionOpened)
+            _ = policy.handle(.answered(connection: 0))
+            let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+            #expect(judge(&policy, rate: 100, grewAt: grewAt) == .undoGrowth(connectionLimit: 1))
+            let holdOff = try #require(policy.lastVerdict?.holdOffNanoseconds)
+            #expect((22_500 * Self.ms...37_500 * Self.ms).contains(holdOff))
+            holdOffs.insert(holdOff)
+            // The same seed, the same hold-off: the policy stays deterministic.
+            _ = again.handle(.connectionOpened)
+            _ = again.handle(.answered(connection: 0))
+            let grewAgainAt = try #require(grow(&again, rate: 100, from: 0))
+            _ = judge(&again, rate: 100, grewAt: grewAgainAt)
+            #expect(again.lastVerdict?.holdOffNanoseconds == holdOff)
+        }
+        #expect(holdOffs.count == 8)
+    }
+
+    // MARK: - A trial's start and end: every start has exactly one verdict
+
+    @Test func aTrialsStartSaysWhatTriggeredIt() throws {
+        var policy = warmJudged()
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        // The wait began with the first pass after the waited window (1 s); growth 250 ms later.
+        #expect(grewAt == 1250 * Self.ms)
+        #expect(policy.lastStart == GrowthJudge.GrowthStart(connectionsBefore: 1, connections: 2, rateBefore: 100,
+                                                            waitedNanoseconds: 250 * Self.ms, streamsOnTrial: 25))
+    }
+
+    @Test func aTrialWhoseLoopRunsOutOfWorkIsAbandonedWithoutAHoldOff() throws {
+        var policy = warmJudged()
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        openAndAnswer(&policy)
+        #expect(answer(&policy, 50, on: 1, from: grewAt, to: grewAt + 500 * Self.ms).isEmpty)
+        let idleFrom = grewAt + 500 * Self.ms
+        #expect(policy.wakeDeadline() == nil)
+        #expect(policy.handle(.beforeWait(now: idleFrom, waiting: false, idle: idleFrom, hasWork: false)) == .none)
+        // The loop must wake by the end of the growth delay: nothing else wakes an idle loop.
+        #expect(policy.wakeDeadline() == idleFrom + 250 * Self.ms)
+        #expect(policy.handle(.beforeWait(now: idleFrom + 249 * Self.ms, waiting: false, idle: idleFrom, hasWork: false)) == .none)
+        #expect(policy.handle(.beforeWait(now: idleFrom + 250 * Self.ms, waiting: false, idle: idleFrom, hasWork: false))
+            == .growthAbandoned(connectionLimit: 1))
+        let verdict = try #require(policy.lastVerdict)
+        #expect(verdict.abandoned == .workRanOut && !verdict.kept && verdict.connections == 1)
+        // Measured from 250 ms after the first answer: 25 answers in 500 ms.
+        #expect(verdict.rateBefore == 100 && verdict.rateAfter == 50 && verdict.rateRequired == 112.5)
+        #expect(verdict.holdOffNanoseconds == 0)
+        #expect(policy.trial == nil && policy.wakeDeadline() == nil)
+        #expect(policy.connectionLimit == 1)
+        #expect(policy.admissionLimit(configured: 100, now: idleFrom + 250 * Self.ms) == 100)
+        #expect(policy.growthHeldUntil == 0)
+        // Work again: the next trial needs a new waited window, and the next connection that does
+        // not raise the rate holds growth off for the first 30 s, not 60.
+        let again = try #require(grow(&policy, rate: 100, on: 1, from: idleFrom + 1000 * Self.ms))
+        #expect(again >= idleFrom + 2250 * Self.ms)
+        #expect(judge(&policy, rate: 100, grewAt: again) == .undoGrowth(connectionLimit: 1))
+        #expect(policy.lastVerdict?.holdOffNanoseconds == 30_000 * Self.ms)
+    }
+
+    @Test func aShortBreakInTheWorkDoesNotEndTheTrial() throws {
+        var policy = warmJudged()
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        openAndAnswer(&policy)
+        // The next chunk comes 200 ms after the last answer: less than the growth delay.
+        #expect(policy.handle(.beforeWait(now: grewAt, waiting: false, idle: grewAt, hasWork: false)) == .none)
+        #expect(policy.handle(.beforeWait(now: grewAt + 200 * Self.ms, waiting: true, idle: grewAt, hasWork: true)) == .none)
+        #expect(policy.wakeDeadline() == nil)
+        #expect(policy.handle(.beforeWait(now: grewAt + 300 * Self.ms, waiting: false, idle: grewAt, hasWork: false)) == .none)
+        #expect(policy.trial != nil)
+        #expect(policy.connectionLimit == 2)
+    }
+
+    @Test func aTrialOpenWhenTheLoopStopsIsAbandonedAndNoneIsOtherwise() throws {
+        var policy = warmJudged()
+        #expect(policy.handle(.stopped(now: 0)) == .none)
+        let grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        #expect(policy.handle(.stopped(now: grewAt + 10 * Self.ms)) == .growthAbandoned(connectionLimit: 2))
+        #expect(policy.lastVerdict?.abandoned == .stopped)
+        #expect(policy.lastVerdict?.connections == 2)
+        #expect(policy.lastVerdict?.rateAfter == 0)
+        #expect(policy.handle(.stopped(now: grewAt + 20 * Self.ms)) == .none)
+    }
+
+    /// Random loop lives (answers, breaks in the work, closes, failures, kept and given-up
+    /// trials), each ended by a stop: every `growthStarted` is matched by exactly one of
+    /// `growthKept`, `undoGrowth` and `growthAbandoned`, and no verdict comes without a start.
+    @Test func everyTrialStartedEndsWithExactlyOneVerdict() {
+        var random = SeededRandom(seed: 42)
+        var ended: [ConnectionGrowthAbandonment?] = []
+        for _ in 0..<200 {
+            var policy = warmJudged()
+            var open = 0, now: UInt64 = 0, connection: Int64 = 0
+            func note(_ action: ConnectionPolicy.Action) {
+                switch action {
+                case .growthStarted:
+                    #expect(open == 0, "a second trial started while one was open")
+                    open += 1
+                case .growthKept, .undoGrowth, .growthAbandoned:
+                    #expect(open == 1, "a verdict without a trial: \(action)")
+                    open -= 1
+                    if case .growthAbandoned = action { ended.append(policy.lastVerdict?.abandoned) } else { ended.append(nil) }
+                default: break
+                }
+            }
+            for _ in 0..<3000 {
+                now += UInt64(random.next() % 20) * Self.ms
+                let roll = random.next() % 1000
+                if roll < 2 {
+                    note(policy.handle(.connectionClosed(socket: 9)))
+                } else if roll < 3 {
+                    note(policy.handle(.connectFailed(now: now, unitRandom: 0.5)))
+                } else if roll < 6 {
+                    note(policy.handle(.connectionOpened))
+                    connection += 1
+                } else if roll < 8 {
+                    // A break in the work of up to a second.
+                    let until = now + UInt64(random.next() % 1000) * Self.ms
+                    while now < until {
+                        note(policy.handle(.beforeWait(now: now, waiting: false, idle: now, hasWork: false)))
+                        now = min(until, policy.wakeDeadline() ?? until)
+                    }
+                } else {
+                    note(policy.handle(.beforeWait(now: now, waiting: true, idle: now)))
+                    note(policy.handle(.answered(connection: connection, now: now)))
+                }
+            }
+            note(policy.handle(.stopped(now: now)))
+            #expect(open == 0)
+        }
+        #expect(ended.contains(nil) && ended.contains(.workRanOut) && ended.contains(.stopped), "\(Set(ended.map { "\($0.map(\.rawValue) ?? "judged")" }))")
     }
 
     @Test func theConfigurationSharesTheCeilingBetweenThreadsAndSizesTheWindowForIt() throws {
@@ -386,5 +555,18 @@ import Testing
         #expect(configuration.effectiveMaxOutstanding == 8000)
         configuration.maxConnections = 1
         #expect(throws: DispatcherConfigurationError.self) { try configuration.validate() }
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for the random loop lives.
+struct SeededRandom: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

@@ -170,24 +170,36 @@ extension CurlEventLoop {
                 _ = shutdown(socket, Int32(SHUT_RDWR))
             case .freshConnect:
                 nextTransferFresh = true
-            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit, .undoGrowth, .growthKept:
+            case .none, .holdAdmissions, .backOff, .backoffEnded, .setConnectionLimit, .undoGrowth, .growthKept,
+                 .growthStarted, .growthAbandoned:
                 break
             }
         }
     }
 
-    /// Carries out a connection-limit change; true when there was one.
+    /// Carries out a connection-limit change; true when there was one. A trial's start and end
+    /// are reported whatever libcurl says of the limit, so that every start has its one verdict.
     @discardableResult
     func apply(_ action: ConnectionPolicy.Action) -> Bool {
-        let connections: Int, undone: Bool
+        let connections: Int
         switch action {
-        case .setConnectionLimit(let limit): (connections, undone) = (limit, false)
-        case .undoGrowth(let limit): (connections, undone) = (limit, true)
+        case .setConnectionLimit(let limit): connections = limit
+        case .growthStarted(let limit):
+            connections = limit
+            reportStart()
+        case .undoGrowth(let limit):
+            connections = limit
+            sink.counters.connectionGrowthsUndone.add(1, ordering: .relaxed)
+            reportVerdict()
+        case .growthAbandoned(let limit):
+            connections = limit
+            reportVerdict()
         case .growthKept:
             reportVerdict()
             return false
         case .none, .holdAdmissions, .closeRetired, .freshConnect, .backOff, .backoffEnded: return false
         }
+        guard connections != connectionLimit else { return false }
         do {
             try multi.setConnectionLimit(connections)
         } catch {
@@ -200,18 +212,32 @@ extension CurlEventLoop {
             sink.counters.connectionsGrown.add(1, ordering: .relaxed)
             connectionsExpected += 1
         }
-        if undone {
-            sink.counters.connectionGrowthsUndone.add(1, ordering: .relaxed)
-            reportVerdict()
-        }
         connectionLimit = connections
         return true
     }
 
+    /// `wait` (milliseconds, -1: none) shortened so that the loop wakes when a trial whose work
+    /// ran out is to end: an idle loop would otherwise sleep with the trial open until work came.
+    func wakeForGrowthTrial(_ wait: Int64, now: UInt64) -> Int64 {
+        guard let due = policy.wakeDeadline() else { return wait }
+        let trial = Int64((due - min(now, due) + 999_999) / 1_000_000)
+        return wait < 0 ? trial : min(wait, trial)
+    }
+
+    private func reportStart() {
+        guard let start = policy.lastStart else { return }
+        sink.counters.connectionGrowthsStarted.add(1, ordering: .relaxed)
+        sink.metrics.connectionGrowthStarted(ConnectionGrowthStart(
+            connectionsBefore: start.connectionsBefore, connections: start.connections, requestsWaiting: backlog.count,
+            waitedMilliseconds: Int(start.waitedNanoseconds / 1_000_000), ratePerSecondBefore: start.rateBefore,
+            streamsOnTrial: start.streamsOnTrial))
+    }
+
     private func reportVerdict() {
         guard let verdict = policy.lastVerdict else { return }
+        if verdict.abandoned != nil { sink.counters.connectionGrowthsAbandoned.add(1, ordering: .relaxed) }
         sink.metrics.connectionGrowthJudged(ConnectionGrowthVerdict(
-            kept: verdict.kept, connections: verdict.connections, ratePerSecondBefore: verdict.rateBefore,
+            kept: verdict.kept, abandoned: verdict.abandoned, connections: verdict.connections, ratePerSecondBefore: verdict.rateBefore,
             ratePerSecondAfter: verdict.rateAfter, ratePerSecondRequired: verdict.rateRequired,
             growthHeldOffMilliseconds: Int(verdict.holdOffNanoseconds / 1_000_000)))
     }

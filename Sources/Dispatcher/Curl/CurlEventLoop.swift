@@ -114,7 +114,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                                       minimumInFlight: configuration.answerCoalescingMinimumInFlight)
         readRoute = SocketReadRoute(enabled: configuration.readsSocketsThroughOneTransfer,
                                     minimumInFlight: configuration.answerCoalescingMinimumInFlight)
-        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth)
+        var seed = SystemRandom()
+        policy = ConnectionPolicy(backoff: configuration.reconnectBackoff, growth: configuration.connectionGrowth,
+                                  holdOffRandom: UnitRandom(seed: seed.next()))
         if let window = configuration.adaptiveInFlightWindow { inFlightSampler = InFlightSampler(window: window) }
         do {
             epoll = try EpollLoop()
@@ -188,7 +190,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
         // trial unjudged for seconds (docs/dispatcher.md, The event loop and the multi driver).
         trackInFlightLimit(now: now)
         let waiting = !backlog.isEmpty && inCurl >= streamsAdmitted
-        if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds &+ coalescedNanoseconds))) {
+        if apply(policy.handle(.beforeWait(now: now, waiting: waiting, idle: epoll.idleNanoseconds &+ coalescedNanoseconds,
+                                           hasWork: !backlog.isEmpty || inCurl > 0))) {
             refill()
             return 0
         }
@@ -196,7 +199,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
             readCompletions()
             return 0
         }
-        var wait = multi.timerWait(now: now)
+        var wait = wakeForGrowthTrial(multi.timerWait(now: now), now: now)
         if let oldest = movedFrom.first {
             let judge = Int64((oldest.at + Self.endJudgedAfter - min(now, oldest.at + Self.endJudgedAfter) + 999_999) / 1_000_000)
             wait = wait < 0 ? judge : min(wait, judge)
@@ -269,6 +272,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     }
 
     func loopFinished() {
+        apply(policy.handle(.stopped(now: monotonicNanoseconds())))
         shutDownTransfers()
     }
 

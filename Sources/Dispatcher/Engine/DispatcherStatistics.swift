@@ -21,6 +21,9 @@ public struct DispatcherStatistics: Sendable, Equatable {
     /// Times a loop lowered its connection limit again because the connection it had added did
     /// not raise the answer rate (`connectionGrowthJudgedOverMilliseconds`).
     public var connectionGrowthsUndone: Int = 0
+    /// Connections put on trial (judged growth), and trials that ended unjudged.
+    public var connectionGrowthsStarted: Int = 0
+    public var connectionGrowthsAbandoned: Int = 0
     /// The most connections open at once, across the loops.
     public var peakOpenConnections: Int = 0
     /// Loop passes that handed socket events to libcurl; each runs every transfer on the
@@ -55,6 +58,8 @@ final class DispatcherCounters: Sendable {
     let resentByTransport = Atomic<Int>(0)
     let connectionsGrown = Atomic<Int>(0)
     let connectionGrowthsUndone = Atomic<Int>(0)
+    let connectionGrowthsStarted = Atomic<Int>(0)
+    let connectionGrowthsAbandoned = Atomic<Int>(0)
     let socketReads = Atomic<Int>(0)
     let socketReadsThroughOneTransfer = Atomic<Int>(0)
     let easyHandles = Atomic<Int>(0)
@@ -91,6 +96,8 @@ final class DispatcherCounters: Sendable {
                              connectionFailures: failures.withLock { $0 },
                              connectionsGrown: connectionsGrown.load(ordering: .relaxed),
                              connectionGrowthsUndone: connectionGrowthsUndone.load(ordering: .relaxed),
+                             connectionGrowthsStarted: connectionGrowthsStarted.load(ordering: .relaxed),
+                             connectionGrowthsAbandoned: connectionGrowthsAbandoned.load(ordering: .relaxed),
                              peakOpenConnections: peakOpenConnections.load(ordering: .relaxed),
                              socketReads: socketReads.load(ordering: .relaxed),
                              socketReadsThroughOneTransfer: socketReadsThroughOneTransfer.load(ordering: .relaxed),

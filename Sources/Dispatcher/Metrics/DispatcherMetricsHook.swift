@@ -23,9 +23,14 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A loop now lets libcurl hold `connections` connections: grown by one because requests
     /// waited for a stream, or lowered after connections closed.
     func connectionLimitChanged(to connections: Int)
+    /// A loop added a connection because requests waited for a stream, and put it on trial
+    /// (`connectionGrowthJudgedOverMilliseconds` > 0). Exactly one `connectionGrowthJudged`
+    /// follows for it, as long as the engine runs (its shutdown included).
+    func connectionGrowthStarted(_ start: ConnectionGrowthStart)
     /// A connection a loop added because requests waited for a stream was judged
     /// (`connectionGrowthJudgedOverMilliseconds`): kept because the answer rate rose with it,
-    /// or given up (growth held off) because it did not. At most one per added connection.
+    /// given up (growth held off) because it did not, or abandoned unjudged (`abandoned` says
+    /// why). One per `connectionGrowthStarted`.
     func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict)
     /// A loop's limit on requests inside libcurl changed by `delta`: summed over the loops, the
     /// engine's limit (`adaptiveInFlight`, or connections × streams).
@@ -54,6 +59,7 @@ extension DispatcherMetricsHook {
     public func requestRetried() {}
     public func connectionReplacementRequested() {}
     public func connectionLimitChanged(to connections: Int) {}
+    public func connectionGrowthStarted(_ start: ConnectionGrowthStart) {}
     public func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) {}
     public func inFlightLimitChanged(by delta: Int) {}
     public func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64) {}
@@ -64,10 +70,50 @@ extension DispatcherMetricsHook {
     public func reconnectBackoffEnded(failures: Int) {}
 }
 
+/// A connection a loop added and put on trial (`DispatcherMetricsHook.connectionGrowthStarted`).
+public struct ConnectionGrowthStart: Sendable, Equatable {
+    /// Connections the loop let libcurl hold before, and with the one added.
+    public var connectionsBefore: Int
+    public var connections: Int
+    /// Requests in the loop's queue waiting for a stream, and how long requests had waited
+    /// without a break.
+    public var requestsWaiting: Int
+    public var waitedMilliseconds: Int
+    /// Answers per second over the last window in which requests waited throughout: what the
+    /// connection is judged against.
+    public var ratePerSecondBefore: Double
+    /// Streams the connection carries until its first step raised the rate.
+    public var streamsOnTrial: Int
+
+    public init(connectionsBefore: Int, connections: Int, requestsWaiting: Int, waitedMilliseconds: Int,
+                ratePerSecondBefore: Double, streamsOnTrial: Int) {
+        self.connectionsBefore = connectionsBefore
+        self.connections = connections
+        self.requestsWaiting = requestsWaiting
+        self.waitedMilliseconds = waitedMilliseconds
+        self.ratePerSecondBefore = ratePerSecondBefore
+        self.streamsOnTrial = streamsOnTrial
+    }
+}
+
+/// Why a trial ended before it could be judged.
+public enum ConnectionGrowthAbandonment: String, Sendable, CaseIterable {
+    /// A connection closed and the limit fell to what is open (libcurl let an idle one go, or
+    /// one was lost): what the trial measured no longer matches the connections.
+    case connectionClosed = "connection_closed"
+    /// The loop had nothing in flight and nothing queued for the growth delay: no answers come
+    /// to judge it by (a drain ended, or the loop's share of it).
+    case workRanOut = "work_ran_out"
+    /// The engine shut down.
+    case stopped
+}
+
 /// How a connection added by growth was judged (`DispatcherMetricsHook.connectionGrowthJudged`).
 public struct ConnectionGrowthVerdict: Sendable, Equatable {
     /// The connection stayed; false: the loop went back to the connections before it.
     public var kept: Bool
+    /// Set when the trial ended unjudged: why. It holds no growth off.
+    public var abandoned: ConnectionGrowthAbandonment?
     /// Connections the loop holds (lets libcurl hold) after the verdict.
     public var connections: Int
     /// Answers per second with requests waiting before the connection was added, and over the
@@ -79,9 +125,10 @@ public struct ConnectionGrowthVerdict: Sendable, Equatable {
     /// When given up: no connection is added for this long (0 when kept).
     public var growthHeldOffMilliseconds: Int
 
-    public init(kept: Bool, connections: Int, ratePerSecondBefore: Double, ratePerSecondAfter: Double,
-                ratePerSecondRequired: Double, growthHeldOffMilliseconds: Int) {
+    public init(kept: Bool, abandoned: ConnectionGrowthAbandonment? = nil, connections: Int, ratePerSecondBefore: Double,
+                ratePerSecondAfter: Double, ratePerSecondRequired: Double, growthHeldOffMilliseconds: Int) {
         self.kept = kept
+        self.abandoned = abandoned
         self.connections = connections
         self.ratePerSecondBefore = ratePerSecondBefore
         self.ratePerSecondAfter = ratePerSecondAfter

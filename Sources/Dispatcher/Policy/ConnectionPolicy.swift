@@ -29,8 +29,11 @@ struct ConnectionPolicy: Equatable {
         case connectFailed(now: UInt64, unitRandom: Double)
         /// The loop is about to wait at `now`: `waiting` when requests wait for a stream (its
         /// queue holds some and libcurl already has as many as the policy admits); `idle`, the
-        /// loop's nanoseconds blocked in epoll so far (a running total).
-        case beforeWait(now: UInt64, waiting: Bool, idle: UInt64)
+        /// loop's nanoseconds blocked in epoll so far (a running total); `hasWork` while requests
+        /// are in libcurl or in the loop's queue.
+        case beforeWait(now: UInt64, waiting: Bool, idle: UInt64, hasWork: Bool = true)
+        /// The loop stops (the engine shuts down) at `now`.
+        case stopped(now: UInt64)
     }
 
     enum Action: Equatable {
@@ -58,20 +61,16 @@ struct ConnectionPolicy: Equatable {
         case undoGrowth(connectionLimit: Int)
         /// The connection added last raised the rate enough: it stays, and `connections` with it.
         case growthKept(connections: Int)
+        /// Judged growth: as `setConnectionLimit`, and the connection added goes on trial
+        /// (`lastStart` says against what).
+        case growthStarted(connectionLimit: Int)
+        /// The trial ended before it could be judged (`lastVerdict.abandoned` says why): let libcurl
+        /// hold this many connections, as after `undoGrowth`, but with no hold-off.
+        case growthAbandoned(connectionLimit: Int)
     }
 
-    /// How a grown connection was judged: the answer rates before and after it, and, when it was
-    /// given up, how long no growth is tried (what the loop reports with `growthKept`/`undoGrowth`).
-    struct GrowthVerdict: Equatable {
-        var kept: Bool
-        /// Connections the loop holds after the verdict.
-        var connections: Int
-        var rateBefore: Double
-        var rateAfter: Double
-        /// The rate the connection had to reach to be kept.
-        var rateRequired: Double
-        var holdOffNanoseconds: UInt64
-    }
+    typealias GrowthVerdict = GrowthJudge.GrowthVerdict
+    typealias GrowthTrial = GrowthJudge.GrowthTrial
 
     let growth: ConnectionGrowth
     /// Connections libcurl may hold now: `growth.base` … `growth.ceiling`.
@@ -106,45 +105,22 @@ struct ConnectionPolicy: Equatable {
     private var lastAnswered: Int64 = -1
     /// Answers so far (HTTP answers of any status): what the growth verdicts count.
     private(set) var answers = 0
-    /// The running rate window (`growth.judgedOverNanoseconds`), and the answers at its start.
-    private(set) var rateWindow: RateWindow?
-    /// Answers per second over the last whole window in which requests waited for a stream
-    /// throughout, at the connection limit now; nil when none was measured since the limit changed.
-    private(set) var waitingRate: Double?
-    /// A grown connection being judged.
-    private(set) var trial: GrowthTrial?
-    /// No growth before this time: the last connection added did not raise the rate.
-    private(set) var growthHeldUntil: UInt64 = 0
-    /// The last verdict on a grown connection.
-    private(set) var lastVerdict: GrowthVerdict?
-    /// The hold-off the next connection that does not raise the rate imposes.
-    private(set) var nextHoldOff: UInt64 = ConnectionGrowth.firstHoldOffNanoseconds
+    /// The time of the last `beforeWait`: when events without a time of their own happened.
+    private var lastPass: UInt64 = 0
+    /// Judged growth: the rate measured, the connection on trial, verdicts and hold-offs.
+    private(set) var judge: GrowthJudge
+    var waitingRate: Double? { judge.waitingRate }
+    var trial: GrowthTrial? { judge.trial }
+    var growthHeldUntil: UInt64 { judge.growthHeldUntil }
+    var lastVerdict: GrowthVerdict? { judge.lastVerdict }
+    var lastStart: GrowthJudge.GrowthStart? { judge.lastStart }
 
-    struct RateWindow: Equatable {
-        var since: UInt64
-        var answersAtStart: Int
-        /// Every `beforeWait` in the window found requests waiting for a stream.
-        var waitedThroughout: Bool
-    }
-
-    /// A connection added at `streamsBefore` streams when requests waited for them and the
-    /// rate was `baseline`; measured from `settlesAt`, the growth delay after its first answer
-    /// (the streams admitted then answer a round trip later), and judged a window after.
-    struct GrowthTrial: Equatable {
-        var baseline: Double
-        var streamsBefore: Int
-        /// The connection carries all its streams: its trial share raised the rate, and it is
-        /// judged again on all of them. False while it carries `ConnectionGrowth.trialStreams`.
-        var carriesAll = false
-        var settlesAt: UInt64?
-        var measuringSince: UInt64?
-        var answersAtStart = 0
-        var waitedThroughout = true
-    }
-
-    init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed) {
+    /// `holdOffRandom` places each growth hold-off in its spread; the midpoint by default, so
+    /// that a hold-off is exactly 30 s, 60 s, … (the loop seeds it from the system's generator).
+    init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed, holdOffRandom: UnitRandom = .fixed(0.5)) {
         failureRun = FailureRun(backoff: backoff)
         self.growth = growth
+        judge = GrowthJudge(growth: growth, holdOffRandom: holdOffRandom)
         connectionLimit = growth.base
     }
 
@@ -205,10 +181,7 @@ struct ConnectionPolicy: Equatable {
         case .connectionClosed(let socket):
             openConnections = max(0, openConnections - 1)
             // What was measured no longer matches the connections open: a trial measures again.
-            trial?.settlesAt = nil
-            trial?.measuringSince = nil
-            waitingRate = nil
-            rateWindow = nil
+            judge.connectionClosed()
             // The retired connection is gone by itself (and its descriptor number may be reused:
             // it must never be closed later).
             for (connection, known) in retiring where known == socket { retiring.removeValue(forKey: connection) }
@@ -216,11 +189,13 @@ struct ConnectionPolicy: Equatable {
             // kept as room: the limit follows what is open, never below the base.
             let limit = max(growth.base, min(connectionLimit, openConnections))
             guard limit != connectionLimit else { return .none }
-            // The connection on trial (or one before it) is gone: the limit follows what is open.
-            trial = nil
             connectionLimit = limit
             opensAbove = nil
             waitingSince = nil
+            // The connection on trial (or one before it) is gone: the limit follows what is open.
+            if judge.abandonTrial(.connectionClosed, now: lastPass, answers: answers, connections: limit) {
+                return .growthAbandoned(connectionLimit: limit)
+            }
             return .setConnectionLimit(limit)
         case .answered(let connection, let now):
             answers &+= 1
@@ -253,14 +228,18 @@ struct ConnectionPolicy: Equatable {
             return .freshConnect
         case .connectFailed(let now, let unitRandom):
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
-        case .beforeWait(let now, let waiting, let idle):
-            guard growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting) else {
+        case .beforeWait(let now, let waiting, let idle, let hasWork):
+            lastPass = now
+            guard growth.judgedOverNanoseconds > 0, let verdict = measure(now: now, waiting: waiting, hasWork: hasWork) else {
                 return considerGrowth(now: now, waiting: waiting, idle: idle)
             }
             // A kept connection: the wait for the next one starts with this pass (no growth comes
             // of it, since none was waited for during the trial).
             if case .growthKept = verdict { _ = considerGrowth(now: now, waiting: waiting, idle: idle) }
             return verdict
+        case .stopped(let now):
+            guard judge.abandonTrial(.stopped, now: now, answers: answers, connections: connectionLimit) else { return .none }
+            return .growthAbandoned(connectionLimit: connectionLimit)
         }
     }
 
@@ -277,7 +256,7 @@ struct ConnectionPolicy: Equatable {
         // not raise the rate holds growth off, and only against the rate of the last window.
         let judged = growth.judgedOverNanoseconds > 0
         guard connectionLimit < growth.ceiling, !cold, opensAbove == nil, retiring.isEmpty, failureRun.failures == 0,
-              openConnections >= connectionLimit, trial == nil, now >= growthHeldUntil, !judged || waitingRate != nil else {
+              openConnections >= connectionLimit, !judged || judge.allowsGrowth(now: now) else {
             waitingSince = nil
             return .none
         }
@@ -296,8 +275,9 @@ struct ConnectionPolicy: Equatable {
             idleAtWaitStart = idle
             return .none
         }
-        if judged, let baseline = waitingRate {
-            trial = GrowthTrial(baseline: baseline, streamsBefore: streamCapacity(configured: growth.baseStreams))
+        if judged {
+            judge.startTrial(streamsBefore: streamCapacity(configured: growth.baseStreams), connectionsBefore: connectionLimit,
+                             waitedNanoseconds: now - since)
         }
         // A connection given up earlier (`undoGrowth`) and still open takes the new streams:
         // libcurl opens none, and its SETTINGS are known.
@@ -305,88 +285,33 @@ struct ConnectionPolicy: Equatable {
         connectionLimit += 1
         waitingSince = nil
         opensAbove = opensOne ? newestAnswered : nil
-        return .setConnectionLimit(connectionLimit)
+        return judged ? .growthStarted(connectionLimit: connectionLimit) : .setConnectionLimit(connectionLimit)
     }
 
-    /// Runs the rate window and judges a grown connection in two steps. It first carries a
-    /// quarter of its streams (`ConnectionGrowth.trialStreams`); when the rate over a window after
-    /// it answered rose by `ConnectionGrowth.requiredShareOfGain` of what that quarter adds where
-    /// the round trip is all that limits the rate, it carries all its streams and is judged again
-    /// on them, and is kept when the rate rose by that share of what all of them add. Else, at
-    /// either step, the limit goes back down and growth holds off. On a host whose CPU (or a
-    /// server that) sets the pace, a connection adds only memory: about 12 KB per stream, 6 MB
-    /// for 500 (docs/dispatcher.md); a trial that ends at its first step costs the quarter, 1.5 MB.
-    private mutating func measure(now: UInt64, waiting: Bool) -> Action? {
-        let window = growth.judgedOverNanoseconds
+    /// Judged growth's pass: the rate window runs, and a connection on trial may be judged
+    /// (`GrowthJudge.measure`).
+    private mutating func measure(now: UInt64, waiting: Bool, hasWork: Bool) -> Action? {
         let disturbed = failureRun.failures > 0 || !retiring.isEmpty || cold
-        if var current = trial {
-            guard let since = current.measuringSince else {
-                // Once the new connection has answered (its streams known and in use) and they settled.
-                if opensAbove != nil || disturbed {
-                    current.settlesAt = nil
-                } else if let settles = current.settlesAt {
-                    if now >= settles {
-                        current.measuringSince = now
-                        current.answersAtStart = answers
-                    }
-                } else {
-                    current.settlesAt = now + growth.delayNanoseconds
-                }
-                trial = current
-                return nil
-            }
-            if disturbed {
-                current.settlesAt = nil
-                current.measuringSince = nil
-                current.waitedThroughout = true
-                trial = current
-                return nil
-            }
-            current.waitedThroughout = current.waitedThroughout && waiting
-            trial = current
-            guard now >= since + window else { return nil }
-            let rate = Double(answers &- current.answersAtStart) * 1e9 / Double(now - since)
-            trial = nil
-            rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
-            let added = current.carriesAll ? growth.streamsPerConnection : growth.trialStreams
-            let gain = Double(added) / Double(max(1, current.streamsBefore))
-            let required = current.baseline * (1 + ConnectionGrowth.requiredShareOfGain * gain)
-            if rate >= required, added < growth.streamsPerConnection {
-                // Its share raised the rate: now all its streams, judged again against the same baseline.
-                trial = GrowthTrial(baseline: current.baseline, streamsBefore: current.streamsBefore, carriesAll: true)
-                return nil
-            }
-            if rate >= required {
-                waitingRate = current.waitedThroughout ? rate : nil
-                nextHoldOff = ConnectionGrowth.firstHoldOffNanoseconds
-                lastVerdict = GrowthVerdict(kept: true, connections: connectionLimit, rateBefore: current.baseline,
-                                            rateAfter: rate, rateRequired: required, holdOffNanoseconds: 0)
-                return .growthKept(connections: connectionLimit)
-            }
-            waitingRate = nil
+        switch judge.measure(now: now, waiting: waiting, answers: answers, disturbed: disturbed,
+                             newConnectionPending: opensAbove != nil, connectionLimit: connectionLimit, hasWork: hasWork) {
+        case .none:
+            return nil
+        case .kept:
+            return .growthKept(connections: connectionLimit)
+        case .givenUp(let limit):
             waitingSince = nil
-            growthHeldUntil = now + nextHoldOff
-            connectionLimit = max(growth.base, connectionLimit - 1)
-            lastVerdict = GrowthVerdict(kept: false, connections: connectionLimit, rateBefore: current.baseline,
-                                        rateAfter: rate, rateRequired: required, holdOffNanoseconds: nextHoldOff)
-            nextHoldOff = min(ConnectionGrowth.maxHoldOffNanoseconds, nextHoldOff * 2)
-            return .undoGrowth(connectionLimit: connectionLimit)
+            connectionLimit = limit
+            return .undoGrowth(connectionLimit: limit)
+        case .abandoned(let limit):
+            waitingSince = nil
+            connectionLimit = limit
+            return .growthAbandoned(connectionLimit: limit)
         }
-        guard var current = rateWindow, !disturbed else {
-            rateWindow = disturbed ? nil : RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
-            if disturbed { waitingRate = nil }
-            return nil
-        }
-        current.waitedThroughout = current.waitedThroughout && waiting
-        guard now >= current.since + window else {
-            rateWindow = current
-            return nil
-        }
-        // Only the last window counts: an older rate says little of the host's load now.
-        waitingRate = current.waitedThroughout ? Double(answers &- current.answersAtStart) * 1e9 / Double(now - current.since) : nil
-        rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
-        return nil
     }
+
+    /// When the loop must wake, whatever else it waits for: a trial ends if its loop stays out
+    /// of work (`GrowthJudge.trialDeadline`), and nothing else may wake an idle loop.
+    func wakeDeadline() -> UInt64? { judge.trialDeadline }
 
     /// Marks `connection` retired; false when it already was (or has no id).
     private mutating func retire(_ connection: Int64, socket: Int32?) -> Bool {
@@ -401,60 +326,4 @@ struct ConnectionPolicy: Equatable {
         guard case .backOff(_, let delay, let failures, let startsRun, let handsBack) = action else { return .none }
         return .backOff(delayMilliseconds: delay, failures: failures, startsRun: startsRun, handsBack: handsBack)
     }
-}
-
-/// How far a loop may open connections beyond its configured ones: when requests have waited
-/// for a stream for `delayNanoseconds` without a break while every connection carries what it
-/// may, one more, up to `ceiling`. Throughput per connection is streams ÷ round trip, so this
-/// is what lets a far server (APNs at 20–150 ms) be sent to at the rate the work needs.
-struct ConnectionGrowth: Equatable {
-    /// Connections the loop keeps (`connectionsPerThread`).
-    let base: Int
-    /// Connections the loop may hold at most (its share of `maxConnections`).
-    let ceiling: Int
-    /// Streams each added connection carries (`streamsPerConnection`).
-    let streamsPerConnection: Int
-    let delayNanoseconds: UInt64
-    /// How long the answer rate is measured before a connection is added and after it answered,
-    /// to keep it only when the rate rose; 0: added connections are kept unjudged.
-    var judgedOverNanoseconds: UInt64 = 0
-
-    /// The streams of the configured connections.
-    var baseStreams: Int { base * streamsPerConnection }
-
-    /// Streams a judged connection carries in the first step of its trial (nil: all of them,
-    /// judged in one step); `firstStepStreams(streamsPerConnection:)` is the engine's choice.
-    var trialFirstStep: Int?
-
-    /// Streams a judged connection carries in the first step of its trial, all of them once
-    /// they raised the rate. What a trial costs is memory for its streams in flight (about 12 KB
-    /// each inside libcurl), paid at the peak whether the connection is kept or given up: a
-    /// quarter of 500 streams is about 1.5 MB where all of them are 6.3 MB.
-    var trialStreams: Int {
-        guard judgedOverNanoseconds > 0, let first = trialFirstStep else { return streamsPerConnection }
-        return min(streamsPerConnection, max(1, first))
-    }
-
-    /// A quarter of a connection's streams, but not fewer than 100 (fewer add a gain too small
-    /// to tell from the noise of a window's answers): connections of 400 streams or fewer are
-    /// judged in one step.
-    static func firstStepStreams(streamsPerConnection: Int) -> Int {
-        min(streamsPerConnection, max(minimumFirstStepStreams, streamsPerConnection / trialShareDivisor))
-    }
-    static let trialShareDivisor = 4
-    static let minimumFirstStepStreams = 100
-
-    /// A loop grows only if it was idle at least 1/`spareFractionDivisor` of the time requests
-    /// waited for a stream.
-    static let spareFractionDivisor: UInt64 = 5
-    /// A connection's trial goes on when the rate rose by at least this share of the gain its
-    /// streams on trial give where only the round trip limits the rate (those streams ÷ the
-    /// streams before it): `trialStreams` at the first step, all its streams at the second.
-    static let requiredShareOfGain = 0.5
-    /// After a connection that did not raise the rate, no growth for this long; doubled for
-    /// each such connection in a row, up to `maxHoldOffNanoseconds`.
-    static let firstHoldOffNanoseconds: UInt64 = 30_000_000_000
-    static let maxHoldOffNanoseconds: UInt64 = 480_000_000_000
-    /// No growth: one connection, as many as configured.
-    static let fixed = ConnectionGrowth(base: 1, ceiling: 1, streamsPerConnection: 0, delayNanoseconds: 0)
 }

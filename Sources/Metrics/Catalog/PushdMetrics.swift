@@ -116,7 +116,7 @@ public struct PushdMetrics: Sendable {
             labels: target)
         apnsConnectionGrowths = try registry.counter(
             "pushd_apns_connection_growths_total",
-            help: "Connections an event loop added because notifications waited for a stream, as judged after apns.connection_growth_judged_ms of answers (result: kept when the answer rate rose with it, given_up when it did not and growth holds off for 30 s to 8 min).",
+            help: "Connections an event loop added because notifications waited for a stream and put on trial (result: started), and how each trial ended after apns.connection_growth_judged_ms of answers (kept when the answer rate rose with it, given_up when it did not and growth holds off for 30 s to 8 min, spread by ±25 % at random, abandoned when it ended unjudged: a connection closed, the loop ran out of work, or pushd stopped). Every started is matched by exactly one of the other three.",
             labels: target + ["result"])
         apnsUnavailable = try registry.gauge(
             "pushd_apns_unavailable",

@@ -349,8 +349,10 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     let resent: Counter
     let reconnects: Counter
     let backoffs: Counter
+    let growthsStarted: Counter
     let growthsKept: Counter
     let growthsGivenUp: Counter
+    let growthsAbandoned: Counter
     /// Shared by the client's event loops, so a run of failures they see together is one line.
     let backoffRuns: ReconnectBackoffAnnouncer
     let retirements: ConnectionRetirementReporter?
@@ -372,8 +374,10 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         resent = metrics.requestsResent(app: app, environment: environment)
         reconnects = metrics.reconnects(app: app, environment: environment)
         backoffs = metrics.reconnectBackoffs(app: app, environment: environment)
+        growthsStarted = metrics.connectionGrowths(app: app, environment: environment, result: "started")
         growthsKept = metrics.connectionGrowths(app: app, environment: environment, result: "kept")
         growthsGivenUp = metrics.connectionGrowths(app: app, environment: environment, result: "given_up")
+        growthsAbandoned = metrics.connectionGrowths(app: app, environment: environment, result: "abandoned")
         backoffRuns = ReconnectBackoffAnnouncer()
         label = "app \(app), \(environment)" + (lane.map { ", \($0) lane" } ?? "")
         self.logger = logger.map { logger in
@@ -416,17 +420,34 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         logger.info("connections to APNs for \(label) answer again after \(failures) failed in a row",
                     ("event", "apns_reconnect_backoff_ended"), ("failures", .int(Int64(failures))))
     }
+    func connectionGrowthStarted(_ start: ConnectionGrowthStart) {
+        growthsStarted.increment()
+        logger?.write(.info, "\(start.requestsWaiting) notifications for \(label) waited for a stream (\(start.waitedMilliseconds) ms without a break, the event loop idle part of that time): it adds a connection to APNs (\(start.connectionsBefore) → \(start.connections)), on trial with \(start.streamsOnTrial) streams against \(Int(start.ratePerSecondBefore)) answers/s before it", fields: [
+            ("event", "connection_growth"), ("result", "started"), ("trigger", "requests_waiting_for_a_stream"),
+            ("requests_waiting", .int(Int64(start.requestsWaiting))), ("waited_ms", .int(Int64(start.waitedMilliseconds))),
+            ("connections_before", .int(Int64(start.connectionsBefore))), ("connections", .int(Int64(start.connections))),
+            ("rate_before", .int(Int64(start.ratePerSecondBefore))), ("streams_on_trial", .int(Int64(start.streamsOnTrial))),
+        ])
+    }
     func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) {
-        (verdict.kept ? growthsKept : growthsGivenUp).increment()
+        (verdict.abandoned != nil ? growthsAbandoned : verdict.kept ? growthsKept : growthsGivenUp).increment()
         guard let logger else { return }
         let rates = "\(Int(verdict.ratePerSecondBefore)) answers/s before it, \(Int(verdict.ratePerSecondAfter)) after, \(Int(verdict.ratePerSecondRequired)) needed"
-        let fields: [(String, LogValue)] = [
-            ("event", "connection_growth"), ("result", .string(verdict.kept ? "kept" : "given_up")),
+        var fields: [(String, LogValue)] = [
+            ("event", "connection_growth"), ("result", .string(verdict.abandoned != nil ? "abandoned" : verdict.kept ? "kept" : "given_up")),
             ("connections", .int(Int64(verdict.connections))), ("rate_before", .int(Int64(verdict.ratePerSecondBefore))),
             ("rate_after", .int(Int64(verdict.ratePerSecondAfter))), ("rate_needed", .int(Int64(verdict.ratePerSecondRequired))),
             ("held_off_ms", .int(Int64(verdict.growthHeldOffMilliseconds))),
         ]
-        if verdict.kept {
+        if let reason = verdict.abandoned {
+            fields.append(("reason", .string(reason.rawValue)))
+            let why = switch reason {
+            case .connectionClosed: "a connection closed and the limit fell to the connections open"
+            case .workRanOut: "the event loop ran out of notifications to send, so no answers come to judge it by"
+            case .stopped: "pushd is stopping"
+            }
+            logger.write(.info, "an added connection to APNs for \(label) was not judged: \(why); the event loop goes back to \(verdict.connections) and may add one again without a hold-off", fields: fields)
+        } else if verdict.kept {
             logger.write(.info, "an added connection to APNs for \(label) raised the answer rate and stays (\(rates)); an event loop holds \(verdict.connections)", fields: fields)
         } else {
             logger.write(.info, "an added connection to APNs for \(label) did not raise the answer rate (\(rates)): the host's CPU or the server sets the pace, not the streams; the event loop goes back to \(verdict.connections) and adds none for \(verdict.growthHeldOffMilliseconds / 1000) s", fields: fields)
