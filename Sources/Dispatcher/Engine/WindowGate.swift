@@ -84,9 +84,15 @@ final class WindowGate: @unchecked Sendable {
         guard count > 0 else { return }
         let now = available.add(count, ordering: .sequentiallyConsistent).newValue
         if now >= wakeThreshold, sleepers.load(ordering: .sequentiallyConsistent) > 0 {
+            // A sleeper looks at the count and starts waiting while it holds the mutex, so once
+            // this thread has passed through the mutex every sleeper that missed the slots
+            // added above is waiting on the condition, and the broadcast reaches it. Broadcast
+            // after unlocking: broadcast under the mutex, the woken submitter found it still
+            // held and slept a second time to take it (57-99 % of wake-ups, `perf` sched_switch
+            // at 1 x 100; docs/dispatcher-measurements.md, "The hand-over to the loop").
             pthread_mutex_lock(mutex)
-            pthread_cond_broadcast(condition)
             pthread_mutex_unlock(mutex)
+            pthread_cond_broadcast(condition)
         }
     }
 }
