@@ -21,20 +21,25 @@ import Testing
         }
     }
 
+    /// Submits five requests through a new engine with `configuration`, waits for their results
+    /// and shuts the engine down; returns the results and the backoff causes it announced.
+    static func submitFive(_ configuration: DispatcherConfiguration) async throws -> (results: [DispatchResult], causes: BackoffCauses) {
+        let causes = BackoffCauses()
+        let collector = ResultCollector()
+        let dispatcher = try HTTP2Dispatcher(configuration: configuration, metrics: causes, onResult: collector.handler)
+        defer { dispatcher.shutdown() }
+        for tag in 0..<5 { dispatcher.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
+        #expect(await collector.wait(for: 5, seconds: 30) == 5)
+        return (Array(collector.snapshot().results.values), causes)
+    }
+
     @Test func aConnectionResetAfterTheHandshakeIsReportedAsEndedAfterTheHandshakeWithoutAnAlert() async throws {
         try await withMock({ configuration, material in
             configuration.authentication = .certificate(clientCAFile: material.certificates.caCertificate)
             configuration.refusedCertificateReset = true
         }) { server, port, material in
-            let causes = BackoffCauses()
-            let collector = ResultCollector()
             // No client certificate: the mock refuses the connection, here by a reset.
-            let dispatcher = try HTTP2Dispatcher(configuration: configurationForMock(port: port, material: material, threads: 1),
-                                                 metrics: causes, onResult: collector.handler)
-            defer { dispatcher.shutdown() }
-            for tag in 0..<5 { dispatcher.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
-            #expect(await collector.wait(for: 5, seconds: 30) == 5)
-            let results = Array(collector.snapshot().results.values)
+            let (results, causes) = try await Self.submitFive(configurationForMock(port: port, material: material, threads: 1))
             for result in results {
                 if let error = result.transportError {
                     #expect(error.endedAfterHandshake, "\(error)")
@@ -103,14 +108,8 @@ import Testing
             configuration.refusedCertificateHandshakeReset = true
             configuration.maximumTLSVersion = .tls12
         }) { server, port, material in
-            let causes = RefusedCertificateResetMockTests.BackoffCauses()
-            let collector = ResultCollector()
-            let dispatcher = try HTTP2Dispatcher(configuration: Self.certificateConfiguration(port: port, material: material),
-                                                 metrics: causes, onResult: collector.handler)
-            defer { dispatcher.shutdown() }
-            for tag in 0..<5 { dispatcher.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }
-            #expect(await collector.wait(for: 5, seconds: 30) == 5)
-            let results = Array(collector.snapshot().results.values)
+            let (results, causes) = try await RefusedCertificateResetMockTests.submitFive(
+                Self.certificateConfiguration(port: port, material: material))
             for result in results {
                 if let error = result.transportError {
                     #expect(error.code == 35, "\(error)")

@@ -63,6 +63,7 @@ final class Accounting: Sendable {
     }
     func recordRefusedStream() { state.withLock { $0.stats.streamsRefused += 1 } }
     func recordRefusedCertificate() { state.withLock { $0.stats.clientCertificatesRefused += 1 } }
+    func recordHandshakeResumed() { state.withLock { $0.stats.handshakesResumed += 1 } }
     func recordGoaway(connectionID: UInt64, lastStreamID: Int32) {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }
     }

@@ -63,6 +63,10 @@ public struct MockStats: Sendable, Equatable, Codable {
     /// Connections refused in certificate mode because the client's certificate did not
     /// verify (or there was none), with a TLS alert or, with `refusedCertificateReset`, a reset.
     public var clientCertificatesRefused: Int = 0
+    /// TLS handshakes completed by resuming an earlier session (a TLS 1.3 PSK, or a TLS 1.2
+    /// session ticket or id; OpenSSL's `SSL_session_reused`): a client that reconnects and
+    /// keeps its sessions skips the certificate exchange and its signatures.
+    public var handshakesResumed: Int = 0
     public var goaways: [GoawayRecord] = []
     /// Accepted notifications left out of the accepted log because it was full.
     public var acceptedNotLogged: Int = 0

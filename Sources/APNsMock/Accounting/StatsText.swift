@@ -25,6 +25,8 @@ enum StatsText {
             ("apns_mock_streams_refused_total", "Streams left unprocessed after a GOAWAY.", stats.streamsRefused),
             ("apns_mock_client_certificates_refused_total", "Connections refused for their client certificate (alert or reset).",
              stats.clientCertificatesRefused),
+            ("apns_mock_tls_handshakes_resumed_total", "TLS handshakes that resumed an earlier session (TLS 1.3 PSK, TLS 1.2 ticket or session id).",
+             stats.handshakesResumed),
             ("apns_mock_goaways_sent_total", "GOAWAY frames sent.", stats.goaways.count),
             ("apns_mock_accepted_not_logged_total", "Accepted notifications left out of the full accepted log.", stats.acceptedNotLogged),
             ("apns_mock_pings_received_total", "HTTP/2 PING frames received (ACKs not counted).", stats.pingsReceived),

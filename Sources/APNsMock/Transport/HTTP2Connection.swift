@@ -137,6 +137,7 @@ final class HTTP2Connection: EventLoopHandler {
     private func continueHandshake() {
         switch tls.handshake() {
         case .done:
+            if tls.resumedSession { core.accounting.recordHandshakeResumed() }
             guard tls.negotiatedH2 else { return close() }
             if case .certificate = core.configuration.authentication, !tls.hasVerifiedPeerCertificate {
                 core.accounting.recordRefusedCertificate()

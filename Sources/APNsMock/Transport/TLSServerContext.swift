@@ -170,6 +170,9 @@ final class TLSSession {
         return protocolName[0] == UInt8(ascii: "h") && protocolName[1] == UInt8(ascii: "2")
     }
 
+    /// Whether the handshake resumed an earlier session instead of running in full.
+    var resumedSession: Bool { SSL_session_reused(ssl) == 1 }
+
     /// Whether the peer presented a certificate that verified (certificate-auth mode).
     var hasVerifiedPeerCertificate: Bool {
         guard let certificate = SSL_get1_peer_certificate(ssl) else { return false }

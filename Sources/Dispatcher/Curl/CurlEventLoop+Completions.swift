@@ -44,11 +44,8 @@ extension CurlEventLoop {
             for reason in failuresThisBatch { reportFailure(reason) }
             failuresThisBatch.removeAll(keepingCapacity: true)
         }
-        if let failure = connectFailureThisBatch {
-            connectFailureThisBatch = nil
-            backOff(policy.handle(.connectFailed(now: now, unitRandom: Double.random(in: 0..<1, using: &random))),
-                    cause: ConnectionFailureCause("\(failure.message) (libcurl error \(failure.code))",
-                                                  endedDuringHandshakeAfterClientCertificate: failure.duringHandshakeAfterClientCertificate))
+        if let cause = connectFailureThisBatch.take() {
+            backOff(policy.handle(.connectFailed(now: now, unitRandom: Double.random(in: 0..<1, using: &random))), cause: cause)
         }
         checkRetiredConnections()
         releaseSlots()
@@ -84,9 +81,10 @@ extension CurlEventLoop {
         if disposition.connectionLost {
             let lost = unansweredConnection(of: transfer)
             endedAfterHandshake = lost.afterHandshake && lost.id >= 0 && !policy.hasAnswered(lost.id)
-            connectionLost(lost.id, localPort: transfer.localPort, now: now, deferred: false,
-                           cause: ConnectionFailureCause("the connection ended before answering anything: \(transfer.failureMessage(code)) (libcurl error \(curlCode))",
-                                                         endedAfterHandshake: endedAfterHandshake))
+            let cause = { ConnectionFailureCause("the connection ended before answering anything: \(transfer.failureMessage(code)) (libcurl error \(curlCode))",
+                                                 endedAfterHandshake: endedAfterHandshake) }
+            if endedAfterHandshake { connectFailureThisBatch.noteEndedAfterHandshake(cause()) }
+            connectionLost(lost.id, localPort: transfer.localPort, now: now, deferred: false, cause: cause())
         }
         if disposition.replaceConnection {
             let cause = status != 0 ? "HTTP \(status) \(errorBody?.reason?.rawValue ?? "")" : transfer.failureMessage(code)
@@ -95,9 +93,8 @@ extension CurlEventLoop {
         let duringHandshakeAfterClientCertificate = status == 0 && resetDuringHandshakeAfterClientCertificate(transfer, curlCode: curlCode)
         if disposition.connectFailed {
             sink.counters.connectFailures.add(1, ordering: .relaxed)
-            if connectFailureThisBatch == nil {
-                connectFailureThisBatch = (curlCode, transfer.failureMessage(code), duringHandshakeAfterClientCertificate)
-            }
+            connectFailureThisBatch.noteConnectFailure(ConnectionFailureCause("\(transfer.failureMessage(code)) (libcurl error \(curlCode))",
+                                                                              endedDuringHandshakeAfterClientCertificate: duringHandshakeAfterClientCertificate))
         }
         // A retry that could not end by the request's answer deadline is not made: the request
         // is answered now, `notSent` when nothing of it went on the wire.

@@ -73,9 +73,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// Connection-level failures seen in one completion batch, reported once each: a thousand
     /// streams timing out on one connection are one failed connection.
     var failuresThisBatch: Set<ConnectionFailureReason> = []
-    /// A connection could not be opened in this completion batch (its libcurl code and message):
-    /// the transfers that waited for it fail together, and that is one failure.
-    var connectFailureThisBatch: (code: Int, message: String, duringHandshakeAfterClientCertificate: Bool)?
+    /// Whether a connection could not be opened in this completion batch, and the cause its
+    /// backoff gives: the transfers that waited for it fail together, and that is one failure.
+    var connectFailureThisBatch = BatchFailureCause()
     /// Backoffs the policy decided inside libcurl's callbacks, with their causes, carried out
     /// once libcurl has returned.
     var deferredBackoffs: [(action: ConnectionPolicy.Action, cause: ConnectionFailureCause)] = []
