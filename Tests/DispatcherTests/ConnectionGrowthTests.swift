@@ -491,7 +491,7 @@ import Testing
     /// trials), each ended by a stop: every `growthStarted` is matched by exactly one of
     /// `growthKept`, `undoGrowth` and `growthAbandoned`, and no verdict comes without a start.
     @Test func everyTrialStartedEndsWithExactlyOneVerdict() {
-        var random = SeededRandom(seed: 42)
+        var random = UnitRandom(seed: 42)
         var ended: [ConnectionGrowthAbandonment?] = []
         for _ in 0..<200 {
             var policy = warmJudged()
@@ -509,8 +509,8 @@ import Testing
                 }
             }
             for _ in 0..<3000 {
-                now += UInt64(random.next() % 20) * Self.ms
-                let roll = random.next() % 1000
+                now += UInt64(random.next() * 20) * Self.ms
+                let roll = Int(random.next() * 1000)
                 if roll < 2 {
                     note(policy.handle(.connectionClosed(socket: 9)))
                 } else if roll < 3 {
@@ -520,7 +520,7 @@ import Testing
                     connection += 1
                 } else if roll < 8 {
                     // A break in the work of up to a second.
-                    let until = now + UInt64(random.next() % 1000) * Self.ms
+                    let until = now + UInt64(random.next() * 1000) * Self.ms
                     while now < until {
                         note(policy.handle(.beforeWait(now: now, waiting: false, idle: now, hasWork: false)))
                         now = min(until, policy.wakeDeadline() ?? until)
@@ -555,18 +555,5 @@ import Testing
         #expect(configuration.effectiveMaxOutstanding == 8000)
         configuration.maxConnections = 1
         #expect(throws: DispatcherConfigurationError.self) { try configuration.validate() }
-    }
-}
-
-/// A small deterministic generator (SplitMix64) for the random loop lives.
-struct SeededRandom: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
