@@ -10,14 +10,19 @@ import Testing
 /// outage out (its backoff grows with it, to 15 s here) goes out as soon as the real
 /// `pushd run` sees the lane back, not after the rest of its wait.
 @Suite(.serialized) struct OutageRecoveryTests {
+    /// The real `pushd run` with the default backoff cap (300 s, what production waits; the
+    /// harness caps it at 200 ms), and its log file.
+    static func startPushd(_ harness: DaemonHarness) throws -> (Process, String) {
+        let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
+        let log = harness.directory + "/pushd.log"
+        return (try DaemonProcessTests.start(config: config, log: log), log)
+    }
+
     @Test func jobsThatWaitedOutAnOutageAreSentWhenTheLaneIsBack() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
             let connection = try database.connect()
-            // The harness caps backoffs at 200 ms; the default cap (300 s) is what production waits.
-            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: config, log: log)
+            let (process, log) = try Self.startPushd(harness)
             defer { FleetStatusTests.stop(process) }
 
             try harness.mock.setFaults(FaultConfiguration(internalServerErrorRate: 1))
@@ -67,15 +72,14 @@ import Testing
             #expect(harness.mock.stats.accepted == inserted, "the mock accepted \(harness.mock.stats.accepted) of \(inserted)")
         }
     }
+
     @Test func campaignTargetsParkedDuringAnOutageAreSentWhenTheLaneIsBack() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, faults: FaultConfiguration(internalServerErrorRate: 1))
             let connection = try database.connect()
-            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
             let targets = 300
             let id = try CampaignLaneTests.campaign(connection, count: targets)
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: config, log: log)
+            let (process, log) = try Self.startPushd(harness)
             defer { FleetStatusTests.stop(process) }
             let parkedSQL = "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id)"
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, parkedSQL) == targets },
@@ -100,15 +104,14 @@ import Testing
             #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
         }
     }
+
     /// Broadcasts and channel requests: the outage is logged for their lanes too, and what
     /// waited it out goes when the lane is back.
     @Test func broadcastsThatWaitedOutAnOutageAreSentWhenTheLaneIsBack() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
             let connection = try database.connect()
-            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: config, log: log)
+            let (process, log) = try Self.startPushd(harness)
             defer { FleetStatusTests.stop(process) }
             let row = try connection.query("SELECT pushd.create_channel('shop', 'none')").require(Int64.self, row: 0, column: 0)
             var channel: String?

@@ -54,13 +54,10 @@ public struct BroadcastQueue: Sendable {
     @discardableResult
     public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.query(connection.prepared("""
-            WITH due AS (
-                UPDATE pushd.broadcast_jobs SET run_at = now()
-                WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[]) AND \(Self.notLeased) RETURNING 1
-            )
-            SELECT count(*) FROM due
-            """), [app, errorPrefixes]).require(Int.self, row: 0, column: 0)
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.broadcast_jobs SET run_at = now()
+            WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
+            """, [app, errorPrefixes])
     }
 
     /// A row no claim is sending now: its lease, if it had one, has ended.

@@ -57,14 +57,11 @@ public struct ChannelStore: Sendable {
     @discardableResult
     public func makeDue(_ connection: PGConnection, app: String, outcomePrefixes: [String]) throws -> Int {
         guard !outcomePrefixes.isEmpty else { return 0 }
-        return try connection.query(connection.prepared("""
-            WITH due AS (
-                UPDATE pushd.channels SET run_at = now()
-                WHERE app = $1 AND state IN ('pending_create', 'pending_delete') AND run_at > now()
-                  AND outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased) RETURNING 1
-            )
-            SELECT count(*) FROM due
-            """), [app, outcomePrefixes]).require(Int.self, row: 0, column: 0)
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.channels SET run_at = now()
+            WHERE app = $1 AND state IN ('pending_create', 'pending_delete') AND run_at > now()
+              AND outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased)
+            """, [app, outcomePrefixes])
     }
 
     /// APNs created the channel: the row becomes active with its id and environment.

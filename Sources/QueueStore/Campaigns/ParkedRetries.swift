@@ -137,9 +137,6 @@ extension CampaignStore {
         ])
     }
 
-    /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when
-    /// none is due. On a batch the connection stays in the claiming transaction: settle it
-    /// with `settleParked` on the same connection.
     /// Makes the parked targets of `app`'s campaigns whose `last_error` begins with one of
     /// `errorPrefixes` due now, and returns how many: targets that waited out an outage of
     /// APNs are sent as soon as it answers again (as `JobQueue.makeDue` does for jobs).
@@ -147,17 +144,16 @@ extension CampaignStore {
     @discardableResult
     public func makeParkedDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.query(connection.prepared("""
-            WITH due AS (
-                UPDATE pushd.campaign_retries r SET due_at = now()
-                FROM pushd.campaigns c
-                WHERE c.id = r.campaign_id AND c.app = $1 AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
-                RETURNING 1
-            )
-            SELECT count(*) FROM due
-            """), [app, errorPrefixes]).require(Int.self, row: 0, column: 0)
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.campaign_retries r SET due_at = now()
+            FROM pushd.campaigns c
+            WHERE c.id = r.campaign_id AND c.app = $1 AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
+            """, [app, errorPrefixes])
     }
 
+    /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when
+    /// none is due. On a batch the connection stays in the claiming transaction: settle it
+    /// with `settleParked` on the same connection.
     public func claimParked(_ connection: PGConnection, limit: Int, apps: [String]) throws -> ParkedBatch? {
         guard limit > 0 else { throw QueueError("parked claim limit must be positive, got \(limit)") }
         try connection.execute(script: "BEGIN")

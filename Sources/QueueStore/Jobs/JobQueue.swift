@@ -142,13 +142,10 @@ public struct JobQueue: Sendable {
     @discardableResult
     public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.query(connection.prepared("""
-            WITH due AS (
-                UPDATE pushd.jobs SET run_at = now()
-                WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[]) RETURNING 1
-            )
-            SELECT count(*) FROM due
-            """), [app, errorPrefixes]).require(Int.self, row: 0, column: 0)
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.jobs SET run_at = now()
+            WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[])
+            """, [app, errorPrefixes])
     }
 
     /// Puts every job of the batch back untouched (for a shutdown before sending).
