@@ -10,6 +10,13 @@ public enum QueueSession {
         "lock_timeout": "10s",
     ]
 
+    /// `idle_in_transaction_session_timeout`, in seconds, for a session whose transactions
+    /// wait on APNs' answers (a claimed batch of jobs, a parked batch of campaign targets) for
+    /// up to `answerWaitSeconds`: twice that, and at least 120.
+    public static func idleInTransactionSeconds(waitingOnAnswersFor answerWaitSeconds: Double) -> Int {
+        max(120, Int(answerWaitSeconds) * 2)
+    }
+
     /// Connects with `defaultSettings`, overridden key by key by `settings`.
     public static func connect(url: String, applicationName: String = "pushd",
                                settings: [String: String] = [:]) throws -> PGConnection {

@@ -224,4 +224,49 @@ import Testing
             #expect(campaign.sent == 3000)
         }
     }
+
+    /// A chunk stopped while some of its targets wait for a retry (here after a 500) is
+    /// released past every target already sent: the waiting ones are parked, so the worker
+    /// that leases the chunk next sends none of the others again. Released at its first
+    /// unresolved target, each pause or stop sent the targets after it twice.
+    @Test(arguments: [StopKind.pause, .restart])
+    func aChunkStoppedWithRetriesWaitingSendsNoTargetTwice(_ stop: StopKind) throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(internalServerErrorRate: 0.05))
+            let connection = try database.connect()
+            let count = 3000
+            let id = try Self.campaign(connection, count: count, rate: 500)
+            var config = harness.config()
+            // Retries wait long enough that some always do when the chunk stops.
+            config.retry.baseDelayMilliseconds = 500
+            config.retry.maxDelayMilliseconds = 1500
+            var pipeline = try harness.pipeline(config)
+            pipeline.start()
+            let store = CampaignStore()
+            #expect(DaemonHarness.wait(seconds: 10) { harness.mock.stats.accepted >= 700 })
+            switch stop {
+            case .pause:
+                #expect(try store.pause(connection, id: id) == .paused)
+                Thread.sleep(forTimeInterval: 2.5)
+                #expect(try store.resume(connection, id: id) == .running)
+            case .restart:
+                pipeline.stop(deadline: Timestamp().addingTimeInterval(5))
+                pipeline = try harness.pipeline(config)
+                pipeline.start()
+            }
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 60) { try store.campaign(connection, id: id)?.status == .done })
+            let accepted = harness.mock.acceptedLog.map(\.token)
+            #expect(Set(accepted).count == count)
+            #expect(accepted.count == count, "\(accepted.count - Set(accepted).count) targets were accepted twice")
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == count)
+            #expect(campaign.remaining == 0)
+        }
+    }
+
+    enum StopKind: String, CustomTestStringConvertible, Sendable {
+        case pause, restart
+        var testDescription: String { rawValue }
+    }
 }

@@ -298,6 +298,37 @@ import Testing
         }
     }
 
+    /// A chunk stopped early is released past the targets it sent, its waiting ones parked in
+    /// the same transaction; the next lease starts at the first target never sent. The targets
+    /// whose answer held their topic or paused their app become due with the hold's end
+    /// (`HeldWork.release`), the others keep their time.
+    @Test func aChunkReleasedWithParkedTargetsIsLeasedAgainFromItsFirstUnsentTarget() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "stopped", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: id, targets: (1...6).map { (Fixtures.token($0), nil) })
+            try campaigns.start(connection, id: id)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
+            let later = Timestamp().addingTimeInterval(600)
+            let reasons = ["HTTP 503 ServiceUnavailable", HeldWork.errorPrefix + "TopicDisallowed", HeldWork.pausedPrefix + "InvalidProviderToken"]
+            let parked = chunk.targets.prefix(3).enumerated().map { offset, target in
+                ParkedTarget(campaignID: id, chunk: chunk.chunk, position: target.index, token: target.token, payload: nil,
+                             dueAt: later, attempts: 1, firstAttemptAt: Timestamp(), lastError: reasons[offset])
+            }
+            // Targets 0–2 wait, 3 was sent, 4 and 5 never were.
+            #expect(try campaigns.release(connection, chunk, ChunkProgress(position: 4, sent: 1), parking: parked) == .proceed)
+            #expect(try connection.query("SELECT count(*) FROM pushd.campaign_retries").require(Int.self, row: 0, column: 0) == 3)
+            let again = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: ["shop"], leaseSeconds: 30))
+            #expect(again.chunk == chunk.chunk)
+            #expect(again.targets.map(\.index) == [4, 5])
+
+            #expect(try HeldWork().release(connection, app: "shop") == 2)
+            let due = try connection.query("SELECT last_error FROM pushd.campaign_retries WHERE due_at <= now() ORDER BY position")
+                .rows.map { try $0.require(0, as: String.self) }
+            #expect(due == Array(reasons.dropFirst()))
+        }
+    }
+
     @Test func aFileImportLeavesOutTokensPrunedForTheCampaignsAppAndEnvironment() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -114,11 +114,27 @@ extension CampaignStore {
     @discardableResult
     public func finish(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
                        parking parked: [ParkedTarget]) throws -> ChunkDirective {
-        if parked.isEmpty { return try finish(connection, chunk, progress) }
+        try parking(parked, on: connection) { try finish(connection, chunk, progress) }
+    }
+
+    /// Parks `parked` and releases the chunk at `progress.position`, in one transaction: a
+    /// chunk stopped early (a pause, a hold, a shutdown) is released past every target it
+    /// sent, those waiting for a retry parked, so that none is sent again by the worker that
+    /// leases it next.
+    @discardableResult
+    public func release(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
+                        parking parked: [ParkedTarget]) throws -> ChunkDirective {
+        try parking(parked, on: connection) { try release(connection, chunk, progress) }
+    }
+
+    /// Runs `record` (which finishes or releases a chunk) in one transaction with parking `parked`.
+    private func parking(_ parked: [ParkedTarget], on connection: PGConnection,
+                         _ record: () throws -> ChunkDirective) throws -> ChunkDirective {
+        if parked.isEmpty { return try record() }
         try connection.execute(script: "BEGIN")
         do {
             try park(connection, parked)
-            let directive = try finish(connection, chunk, progress)
+            let directive = try record()
             // A lost lease means another worker sends this chunk again, its waiting targets
             // included: park nothing.
             try connection.execute(script: directive == .leaseLost ? "ROLLBACK" : "COMMIT")

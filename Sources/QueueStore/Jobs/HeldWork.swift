@@ -7,12 +7,15 @@ import Posix
 public struct HeldWork: Sendable {
     /// What a held job's, broadcast's or channel request's error begins with.
     public static let errorPrefix = "sending held: "
+    /// What the error of a parked campaign target begins with when the answer to it paused its
+    /// app (its credentials were refused).
+    public static let pausedPrefix = "sending paused: "
 
     public init() {}
 
-    /// Makes every held job, broadcast and channel request of `app` due now: its hold ended
-    /// (the operator fixed the configuration and sent SIGHUP), so it goes out at once instead
-    /// of after the rest of its wait. A broadcast or channel request being sent (its lease has
+    /// Makes every held job, broadcast, channel request and parked campaign target of `app` due
+    /// now (parked targets of a paused app too): its hold ended (the operator fixed the
+    /// configuration and sent SIGHUP), so it goes out at once instead of after the rest of its wait. A broadcast or channel request being sent (its lease has
     /// not ended) is left alone: made due, another instance could send it again meanwhile.
     /// Returns how many rows became due.
     @discardableResult
@@ -28,9 +31,15 @@ public struct HeldWork: Sendable {
                 UPDATE pushd.channels SET run_at = now()
                 WHERE app = $1 AND run_at > now() AND starts_with(outcome, $2) AND \(BroadcastQueue.notLeased)
                   AND state IN ('pending_create', 'pending_delete') RETURNING 1
+            ), targets AS (
+                UPDATE pushd.campaign_retries r SET due_at = now()
+                FROM pushd.campaigns c
+                WHERE c.id = r.campaign_id AND c.app = $1 AND r.due_at > now()
+                  AND (starts_with(r.last_error, $2) OR starts_with(r.last_error, $3)) RETURNING 1
             )
             SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM broadcasts) + (SELECT count(*) FROM channel_requests)
-            """), [app, Self.errorPrefix]).require(Int.self, row: 0, column: 0)
+                 + (SELECT count(*) FROM targets)
+            """), [app, Self.errorPrefix, Self.pausedPrefix]).require(Int.self, row: 0, column: 0)
     }
 
     /// Puts the due jobs of one held topic scope of `app` back until `until`, set-based: up to

@@ -74,7 +74,9 @@ final class CampaignWorker: @unchecked Sendable {
             keeper.beat(worker: index)
             do {
                 if connection == nil || connection?.isOpen == false {
-                    connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)")
+                    let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: context.config.apns.answerWaitSeconds)
+                    connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)",
+                                                          settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
                 }
                 if context.makeDueAfterOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { app in
                     try store.makeParkedDue(connection!, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
@@ -143,9 +145,21 @@ final class CampaignWorker: @unchecked Sendable {
         connection = nil
     }
 
-    /// Parked targets taken at once. Their transaction stays open while they are sent: small
-    /// enough that a rate-capped campaign sends them well within the session's idle limit.
+    /// Parked targets taken at once. Their transaction stays open while they are sent and
+    /// answered, so the worker's session allows twice the answer wait idle in a transaction.
     static let parkedBatchLimit = 200
+    /// Seconds of a rate-capped campaign's sending one parked batch may take.
+    static let parkedBatchSeconds = 20
+
+    /// How many of a claimed parked batch of `count` targets are sent now: at most what the
+    /// campaign's cap sends in `parkedBatchSeconds`; the rest are parked again unchanged, due,
+    /// for the next claim. Taken whole at a low cap, a batch held its transaction open for
+    /// longer than the session's idle limit (200 targets at 2/s: 100 s), PostgreSQL ended the
+    /// session, the batch's outcomes were lost and every target of it was sent again.
+    static func parkedTargetsToSend(of count: Int, rate: Int?) -> Int {
+        guard let rate, rate > 0 else { return count }
+        return min(count, max(1, rate * parkedBatchSeconds))
+    }
     /// Seconds between looks for due parked targets while there are chunks to send.
     static let parkedCheckInterval = 0.5
     /// Chunks one worker sends at once, at most: enough to hold its whole budget in flight
@@ -187,9 +201,10 @@ final class CampaignWorker: @unchecked Sendable {
         case pruned(String, TokenPrune)
         case failed(String)
         case retry(at: Timestamp, reason: String, countsAsAttempt: Bool)
-        case pause
-        /// A scope of the app is held: the target is kept unsent, not failed.
-        case hold
+        /// The app is paused: the target waits, with `reason`, until it is resumed.
+        case pause(String)
+        /// A scope of the app is held: the target waits, with `reason`, not failed.
+        case hold(String)
     }
 
     /// `token` is made only for a prune or a throttle: most answers need no hex of their token.
@@ -221,7 +236,7 @@ final class CampaignWorker: @unchecked Sendable {
             return .failed(outcome.label)
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
-            return .pause
+            return .pause(HeldWork.pausedPrefix + outcome.label)
         case .hold(let scope, _, let why):
             if case .response(let response) = outcome {
                 sender.countResponse(status: response.status, reason: outcome.label, environment: environment)
@@ -230,7 +245,7 @@ final class CampaignWorker: @unchecked Sendable {
                 ? AppSender.topicKey(sender.factory.topic(for: PushType(rawValue: pushType) ?? .alert), environment)
                 : sender.broadcastKey(scope, environment)
             context.hold(sender, key, why: why)
-            return .hold
+            return .hold(HeldWork.errorPrefix + outcome.label)
         }
     }
 
@@ -548,12 +563,13 @@ final class CampaignWorker: @unchecked Sendable {
                                               dueAt: at, reason: reason))
         case .failed(let reason):
             run.resolve(target, .failed(reason))
-        case .pause:
+        case .pause(let reason):
             run.stopSubmitting = true
-        case .hold:
-            // Left unresolved: the watermark stops before it and the chunk is released there.
+            run.waitOut(target, reason: reason)
+        case .hold(let reason):
             run.stopSubmitting = true
             run.held = true
+            run.waitOut(target, reason: reason)
         }
         return true
     }
@@ -594,6 +610,9 @@ final class CampaignWorker: @unchecked Sendable {
         keeper.drop(chunk)
         // Another worker holds the chunk now; it resumes from the last checkpoint.
         if run.leaseLost { return }
+        // Stopped early, the targets waiting for a retry are parked too: the chunk is then
+        // released past every target it sent, and none of those is sent again.
+        run.parkRetries()
         run.advance()
         if !run.prunes.isEmpty { try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress) }
         let complete = run.watermark == run.count
@@ -601,7 +620,7 @@ final class CampaignWorker: @unchecked Sendable {
         if complete {
             directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
         } else {
-            directive = try store.release(connection, chunk, run.progress)
+            directive = try store.release(connection, chunk, run.progress, parking: run.parked)
             if run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
         }
         context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
@@ -660,8 +679,13 @@ final class CampaignWorker: @unchecked Sendable {
             outcomes.retries.append(target)
         }
 
+        let sending = Self.parkedTargetsToSend(of: batch.targets.count, rate: rate)
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
+            if position >= sending {
+                outcomes.retries.append(target)
+                continue
+            }
             if context.isStopping || sender.pausedReason != nil {
                 again(target, at: Timestamp())
                 continue
@@ -720,8 +744,8 @@ final class CampaignWorker: @unchecked Sendable {
                 outcomes.failedByReason[reason, default: 0] += 1
             case .retry(let at, let reason, let countsAsAttempt):
                 again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
-            case .pause, .hold:
-                again(target, at: Timestamp().addingTimeInterval(30))
+            case .pause(let reason), .hold(let reason):
+                again(target, at: Timestamp().addingTimeInterval(30), reason: reason)
             }
         }
 

@@ -107,7 +107,16 @@ final class ChunkRun {
         inFlight += 1
     }
 
-    /// Moves the retries waiting here to `parked`, for the transaction that finishes the chunk.
+    /// `target`, answered with a pause or a hold of what it was sent for, waits to be parked
+    /// with the chunk's other retries: the send does not count as an attempt, and the parked
+    /// lane keeps it until the pause or the hold ends.
+    func waitOut(_ target: Int, reason: String) {
+        attempts[target] -= 1
+        retries.append(Retry(at: RateLimiter.monotonicSeconds(), target: target, dueAt: Timestamp(), reason: reason))
+    }
+
+    /// Moves the retries waiting here to `parked`, for the transaction that finishes or
+    /// releases the chunk.
     func parkRetries() {
         for retry in retries {
             let target = chunk.targets[retry.target]

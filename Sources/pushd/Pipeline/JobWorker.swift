@@ -91,7 +91,7 @@ final class JobWorker: @unchecked Sendable {
     private func connectIfNeeded() throws -> PGConnection {
         if let connection, connection.isOpen { return connection }
         // The batch's transaction waits on APNs; give it more than a request's time-out.
-        let idle = max(120, Int(context.config.apns.answerWaitSeconds) * 2)
+        let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: context.config.apns.answerWaitSeconds)
         let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-jobs-\(index)",
                                              settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
         try queue.listen(fresh)
