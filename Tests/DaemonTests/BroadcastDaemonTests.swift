@@ -90,6 +90,40 @@ import Testing
         }
     }
 
+    /// Each broadcast a worker sends is leased when it is taken, not when a batch of them was:
+    /// with answers 4 s away, the last of 16 broadcasts claimed together went out after their
+    /// common lease (the answer wait and 30 s) had ended, and another instance, idle, claimed
+    /// and sent them too: every subscriber of the channel got them twice.
+    @Test func slowAnswersDoNotLetASecondInstanceSendABroadcastTheFirstStillHolds() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 4000))
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            var config = harness.config()
+            // The answer wait is 2 × 5 s + 15 s = 25 s, so a lease is 55 s: 16 answers take 64 s.
+            config.apns.requestTimeoutMilliseconds = 5000
+            let connection = try database.connect()
+            defer { connection.close() }
+            let count = 16
+            for _ in 0..<count {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, Self.update])
+            }
+            let first = try harness.pipeline(config, instance: "first")
+            first.start()
+            defer { first.stop(deadline: Timestamp().addingTimeInterval(10)) }
+            #expect(DaemonHarness.wait(seconds: 10) { harness.mock.stats.broadcastsAccepted[channel, default: 0] >= 1 })
+            let second = try harness.pipeline(config, instance: "second")
+            second.start()
+            defer { second.stop(deadline: Timestamp().addingTimeInterval(10)) }
+            #expect(try DaemonHarness.wait(seconds: 90) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+            })
+            // Answers still on their way would be counted by now.
+            Thread.sleep(forTimeInterval: 5)
+            #expect(harness.mock.stats.broadcastsAccepted[channel] == count)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+        }
+    }
+
     /// A broadcast scheduled long ahead has its whole outage budget from its first send, as
     /// every job has: its retry windows do not count from its insert.
     @Test func aBroadcastInsertedLongBeforeItIsDueIsRetriedFromItsFirstSendNotDeadLettered() throws {

@@ -63,9 +63,12 @@ final class BroadcastWorker: @unchecked Sendable {
                     try channels.makeDue(connection, app: app, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 let apps = context.claimableApps()
-                let operations = try channels.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
+                // One row at a time, each leased as it is taken: rows are sent one after the
+                // other, each waiting for its answer, so the lease of a row claimed with others
+                // could end before its turn came, and another instance would send it too.
+                let operations = try channels.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
-                let jobs = try broadcasts.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
+                let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
                 for job in jobs { try send(job, on: connection) }
                 failures = 0
                 if operations.isEmpty && jobs.isEmpty {
