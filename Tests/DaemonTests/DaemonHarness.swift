@@ -30,7 +30,7 @@ final class DaemonHarness: @unchecked Sendable {
     init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
          maxStreams: Int = 1000, providerTokenUpdateWindowSeconds: Int = 1200, allowedBundleIDs: [String] = [],
          disallowedTopics: [String] = [], maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit,
-         broadcastDisabledBundleIDs: [String] = []) throws {
+         broadcastDisabledBundleIDs: [String] = [], providerTokenMaximumAgeSeconds: Int = 3600) throws {
         self.database = database
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-daemon-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -54,6 +54,7 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.countsPerToken = true
         configuration.faults = faults
         configuration.providerTokenUpdateWindowSeconds = providerTokenUpdateWindowSeconds
+        configuration.providerTokenMaximumAgeSeconds = providerTokenMaximumAgeSeconds
         configuration.channelManagementPort = 0
         configuration.allowedBundleIDs = allowedBundleIDs
         configuration.disallowedTopics = disallowedTopics

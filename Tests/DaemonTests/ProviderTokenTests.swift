@@ -38,6 +38,35 @@ import Testing
         }
     }
 
+    /// A host clock over 40 minutes off: APNs calls every token this host mints expired. The
+    /// app is paused with one line that says so, and its jobs are kept; before, each answer
+    /// spent one of a job's attempts, and every job was dead-lettered within seconds.
+    @Test func tokensCalledExpiredAsSoonAsTheyAreMintedPauseTheAppAndKeepItsJobs() throws {
+        try IsolatedDatabase.with { database in
+            // The mock counts a token over a second old as expired: as APNs does for one from a
+            // host whose clock is an hour behind.
+            let harness = try DaemonHarness(database: database, providerTokenMaximumAgeSeconds: 1)
+            let connection = try database.connect()
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(1)])
+            Thread.sleep(forTimeInterval: 2.5)
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{"aps":{"alert":"hi"}}' FROM generate_series(1, 5)
+                """, [DaemonHarness.token(6)])
+            let sender = try #require(pipeline.context.senders["shop"])
+            #expect(DaemonHarness.wait(seconds: 20) { sender.pausedReason?.contains("clock") == true }, "\(sender.pausedReason ?? "not paused")")
+            Thread.sleep(forTimeInterval: 2)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs WHERE device_token = $1", [DaemonHarness.token(6)])
+                .require(Int.self, row: 0, column: 0) == 5)
+            #expect(harness.mock.stats.rejected("ExpiredProviderToken") >= 1)
+            #expect(pipeline.context.pausedApps() == ["shop"])
+        }
+    }
+
     @Test func invalidProviderTokenPausesTheAppAndKeepsItsJobs() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, trustsPushdKey: false)

@@ -89,9 +89,11 @@ public struct RetryPolicy: Sendable, Hashable {
         return notTheRequestsFault.contains(reason)
     }
 
-    /// IdleTimeout (400) is about the connection, not the notification sent on it.
+    /// IdleTimeout (400) is about the connection, not the notification sent on it;
+    /// ExpiredProviderToken (403) about the provider token it carried.
     private static let notTheRequestsFault: Set<APNsReason> = [
         .serviceUnavailable, .internalServerError, .shutdown, .tooManyRequests, .tooManyProviderTokenUpdates, .idleTimeout,
+        .expiredProviderToken,
     ]
 
     /// After a send that got no answer at all (connection refused or reset, no response in

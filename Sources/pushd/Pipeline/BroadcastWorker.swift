@@ -195,7 +195,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .delivered:
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
-            if refresh { sender.tokens.reportExpired(key) }
+            if refresh { context.providerTokenExpired(sender, key) }
             try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
         case .dead(_, let reason), .prune(_, let reason, _):
             context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)", ("app", .string(operation.app)))
@@ -264,7 +264,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
-            if refresh { sender.tokens.reportExpired(key) }
+            if refresh { context.providerTokenExpired(sender, key) }
             try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                  sentAt: job.firstAttemptAt ?? sentAt)
         case .dead(let status, let reason):

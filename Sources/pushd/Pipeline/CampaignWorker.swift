@@ -225,7 +225,7 @@ final class CampaignWorker: @unchecked Sendable {
             context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
-            if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
+            if refresh, let key = sender.tokenKey { context.providerTokenExpired(sender, key) }
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token(), until: at) }
             return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
         case .dead(let status, _):

@@ -333,7 +333,7 @@ final class JobWorker: @unchecked Sendable {
             context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
-            if refresh, let key = sender.tokenKey { sender.tokens.reportExpired(key) }
+            if refresh, let key = sender.tokenKey { context.providerTokenExpired(sender, key) }
         case .dead(let status, let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)

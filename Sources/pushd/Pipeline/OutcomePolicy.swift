@@ -121,7 +121,8 @@ struct OutcomePolicy: Sendable {
                 case .retry(_, let at):
                     // A 5xx says APNs is unavailable: its status leads the reason (and `last_error`).
                     let unavailable = status >= 500 ? "HTTP \(status)" + (reason.map { " \($0.rawValue)" } ?? "") : label
-                    return .retry(at: at, reason: unavailable, refreshProviderToken: false, countsAsAttempt: false)
+                    return .retry(at: at, reason: unavailable, refreshProviderToken: action == .refreshProviderTokenThenRetry,
+                                  countsAsAttempt: false)
                 case .giveUp(let why):
                     return .dead(status: status, reason: "\(label): \(why)")
                 }

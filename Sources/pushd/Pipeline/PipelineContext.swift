@@ -77,6 +77,17 @@ final class PipelineContext: @unchecked Sendable {
         }
     }
 
+    /// APNs answered ExpiredProviderToken to `sender`'s provider token: it is replaced (or kept
+    /// for the update window). A token this host minted minutes ago that APNs calls over an
+    /// hour old means this host's clock is wrong: every token would be refused, so the app is
+    /// paused, its work kept, with one line saying so, instead of retrying for hours.
+    func providerTokenExpired(_ sender: AppSender, _ key: ProviderTokenService.Key) {
+        guard sender.tokens.reportExpired(key) else { return }
+        pause(sender, reason: "APNs calls the provider token of key \(key.keyID) expired (ExpiredProviderToken) although this host "
+              + "issued it less than \(sender.tokens.policy.updateWindowSeconds / 60) minutes ago: this host's clock is probably "
+              + "more than 40 minutes off; correct it (NTP), then send SIGHUP")
+    }
+
     /// Holds one scope of an app after APNs refused the app's configuration for it (a topic its
     /// credentials may not use, broadcast push not enabled, no room for a channel): the rest
     /// of the app keeps sending. One error line when the hold begins, naming the app, the

@@ -28,6 +28,8 @@ final class ProviderTokenService: @unchecked Sendable {
     private struct Entry {
         var held: ProviderTokenPolicy.Held
         var header: String
+        /// APNs called this token expired while it was kept, and that was logged.
+        var warnedExpired = false
     }
 
     private let state = Lock<[Key: Entry]>([:])
@@ -63,17 +65,28 @@ final class ProviderTokenService: @unchecked Sendable {
 
     /// APNs answered ExpiredProviderToken: replace the token unless the policy keeps it (held
     /// for less than the update window: the clocks disagree, and minting would only earn
-    /// TooManyProviderTokenUpdates).
-    func reportExpired(_ key: Key) {
+    /// TooManyProviderTokenUpdates). Returns true when the token was issued less than the
+    /// update window ago by this host's clock: APNs counts over an hour, so this host's clock
+    /// is off by more than 40 minutes, and every token it mints will be called expired too.
+    @discardableResult
+    func reportExpired(_ key: Key) -> Bool {
         let now = clock()
-        guard let held = state.withLock({ $0[key]?.held }) else { return }
+        guard let held = state.withLock({ $0[key]?.held }) else { return false }
         guard policy.mayReplaceAfterExpired(held, now: now) else {
-            logger.warning("APNs called a provider token expired that is \(now - held.issuedAt)s old and held "
-                           + "\(now - held.adoptedAt)s; keeping it for the update window",
-                           ("key_id", .string(key.keyID)))
-            return
+            let warned = state.withLock { entries -> Bool in
+                guard let entry = entries[key], entry.held.jwt == held.jwt else { return true }
+                defer { entries[key]?.warnedExpired = true }
+                return entry.warnedExpired
+            }
+            if !warned {
+                logger.warning("APNs called a provider token expired that is \(now - held.issuedAt)s old and held "
+                               + "\(now - held.adoptedAt)s; keeping it for the update window",
+                               ("key_id", .string(key.keyID)))
+            }
+            return now - held.issuedAt < policy.updateWindowSeconds
         }
         _ = try? refresh(key, rejected: held.jwt)
+        return false
     }
 
     /// Age in seconds of the token in use per key, for the `pushd_jwt_age_seconds` gauge.
