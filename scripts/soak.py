@@ -24,7 +24,7 @@ BUNDLE = "com.example.shop"
 KEY_ID = "KEY1234567"
 TEAM_ID = "TEAM123456"
 PAYLOAD = '{"aps":{"alert":"soak"}}'
-SCENARIOS = ["outage", "503", "shutdown", "429", "kill", "goaway", "prune"]
+SCENARIOS = ["outage", "503", "shutdown", "429", "kill", "goaway", "prune", "restart"]
 
 
 def log(message):
@@ -301,6 +301,23 @@ apps:
             time.sleep(a.kill_restart_seconds)
             self.start_instance("a")
             time.sleep(max(0, secs - a.kill_restart_seconds))
+        elif scenario == "restart":
+            # A rolling restart while retries wait in the chunks being sent: 5 % of answers are
+            # 500s throughout, and instance a is stopped with SIGTERM (it drains and releases
+            # its chunks) and started again. Nothing may be accepted twice.
+            self.set_faults({"internalServerErrorRate": 0.05})
+            time.sleep(min(5, secs))
+            inst = self.instances["a"]
+            inst["proc"].send_signal(signal.SIGTERM)
+            try:
+                inst["proc"].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                log("pushd a did not stop within 60 s of SIGTERM")
+            log("SIGTERM pushd a: exited with %s" % inst["proc"].returncode)
+            time.sleep(a.kill_restart_seconds)
+            self.start_instance("a")
+            time.sleep(max(0, secs - 5 - a.kill_restart_seconds))
+            self.set_faults({})
         self.fault_window[1] = time.time()
         log("fault %s over after %.0f s" % (scenario, self.fault_window[1] - self.fault_window[0]))
 

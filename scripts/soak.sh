@@ -5,7 +5,7 @@
 # counts, and every check prints PASS or FAIL. Exits 0 only if all pass. Not part of the
 # test suite: a run takes minutes. See "Fault soak" in docs/operations.md.
 #
-# usage: scripts/soak.sh [--no-build] [--scenario outage|503|shutdown|429|kill|goaway|prune]
+# usage: scripts/soak.sh [--no-build] [--scenario outage|503|shutdown|429|kill|goaway|prune|restart]
 #                        [--targets N] [--fault-seconds S] [--rate N] ...   (scripts/soak.py --help)
 set -euo pipefail
 cd "$(dirname "$0")/.."
