@@ -29,6 +29,11 @@
 #                               during the drain and prints where that memory is
 #                               (smaps-breakdown.py: libraries, arenas, thread stacks) and
 #                               the highest RSS of each quarter of the drain
+#   PUSHD_BENCH_RATE            the campaign's rate cap, notifications per second (default: none). Below
+#                               what the machine can send, the loops wait for answers between
+#                               passes as they do on a quiet host, where CPU per notification
+#                               depends on the round trip; on a busy one an uncapped drain keeps
+#                               them running whatever the round trip
 #   PUSHD_BENCH_DRAIN_SECONDS   stop the drain after this many seconds and report it so far (a 10M
 #                               campaign's memory on a slow host; rates and CPU are then of the
 #                               targets sent by the last checkpoint, the duplicates count not meaningful)
@@ -110,7 +115,7 @@ YAML
 done
 payload='{"aps":{"alert":{"title":"Spring sale","body":"20% off everything in the store today only"},"sound":"default","badge":1},"campaign":"spring-2026","offer":"SALE20"}'
 "$bin/pushd" migrate >/dev/null
-id=$("$bin/pushd" campaign create --config "$work/pushd1.yml" --app bench --name bench --payload "$payload")
+id=$("$bin/pushd" campaign create --config "$work/pushd1.yml" --app bench --name bench --payload "$payload" ${PUSHD_BENCH_RATE:+--rate "$PUSHD_BENCH_RATE"})
 python3 -c "
 import sys
 w=sys.stdout.write

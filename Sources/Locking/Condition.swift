@@ -38,11 +38,16 @@ public final class Condition<Value>: @unchecked Sendable {
     }
 
     /// Runs `body` with the value under the lock, then wakes every waiter to look again.
+    ///
+    /// The wake-up comes after the mutex is let go: a waiter woken while it is held finds it
+    /// taken and sleeps a second time to get it (a waiter looks at the value only under the
+    /// mutex, so one that looked before the update is already waiting on the condition when
+    /// the broadcast comes, and one that looks after sees the update).
     public func update<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         lock()
         defer {
-            pthread_cond_broadcast(condition)
             unlock()
+            pthread_cond_broadcast(condition)
         }
         return try body(&value.pointee)
     }

@@ -70,6 +70,78 @@ import Testing
         gate.release(shape.capacity)
     }
 
+    /// `Condition.update` (behind `Semaphore.signal`, which pushd's `CompletionQueue` and the
+    /// workers' stop signals use) wakes the waiters after it has let go of the mutex. A waiter
+    /// that checked the value before the update must be woken by it, and one that checks after
+    /// must see it. Closed loop: the updater publishes a round and waits until every waiter has
+    /// seen it (on a second condition), with random spins and pauses on both sides, so each
+    /// round is a race between a waiter going to sleep and the update; a lost wake-up strands
+    /// a thread for the 5 s of its time-out. The waiters' voluntary context switches per
+    /// round are printed: one is the sleep itself, more is a wake-up that found the mutex
+    /// still held and slept again.
+    @Test(arguments: [(waiters: 1, rounds: 100_000), (waiters: 3, rounds: 20_000)])
+    func everyWaiterOnAConditionIsWokenByTheUpdateItWaitsFor(_ shape: (waiters: Int, rounds: Int)) async throws {
+        let turn = Condition(0)
+        let seen = Condition(0)
+        let stranded = Atomic<Int>(0)
+        let finished = Atomic<Int>(0)
+        let switches = Atomic<Int>(0)
+        for _ in 0..<shape.waiters {
+            Thread {
+                var random = SystemRandomNumberGenerator()
+                let before = Self.voluntarySwitchesOfThisThread()
+                for round in 1...shape.rounds {
+                    guard turn.wait(timeout: 5, until: { $0 >= round ? true : nil }) != nil else {
+                        stranded.add(1, ordering: .relaxed)
+                        break
+                    }
+                    seen.update { $0 += 1 }
+                    Self.pause(&random)
+                }
+                switches.add(Self.voluntarySwitchesOfThisThread() - before, ordering: .relaxed)
+                finished.add(1, ordering: .releasing)
+            }.start()
+        }
+        Thread {
+            var random = SystemRandomNumberGenerator()
+            for round in 1...shape.rounds {
+                turn.update { $0 = round }
+                guard seen.wait(timeout: 5, until: { $0 >= round * shape.waiters ? true : nil }) != nil else {
+                    stranded.add(1, ordering: .relaxed)
+                    break
+                }
+                Self.pause(&random)
+            }
+            finished.add(1, ordering: .releasing)
+        }.start()
+        let deadline = monotonicNanoseconds() + 600_000_000_000
+        while finished.load(ordering: .acquiring) < shape.waiters + 1, monotonicNanoseconds() < deadline {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        #expect(finished.load(ordering: .acquiring) == shape.waiters + 1)
+        #expect(stranded.load(ordering: .relaxed) == 0, "threads waited 5 s for an update that had been made")
+        print("condition hand-over: \(shape.waiters) waiters, \(shape.rounds) rounds, "
+              + "\(Double(switches.load(ordering: .relaxed)) / Double(shape.waiters * shape.rounds)) voluntary switches per waiter and round")
+    }
+
+    /// Mostly a short spin (an update often meets a waiter on its way to sleep), now and then a
+    /// pause of up to 50 µs.
+    private static func pause(_ random: inout SystemRandomNumberGenerator) {
+        if Int.random(in: 0..<64, using: &random) == 0 {
+            usleep(UInt32.random(in: 0...50, using: &random))
+        } else {
+            var sink = 0
+            for step in 0..<Int.random(in: 0..<256, using: &random) { sink &+= step }
+            withExtendedLifetime(sink) {}
+        }
+    }
+
+    private static func voluntarySwitchesOfThisThread() -> Int {
+        var usage = rusage()
+        getrusage(1, &usage)  // RUSAGE_THREAD, which Glibc's module does not name
+        return usage.ru_nvcsw
+    }
+
     /// Threads submit single requests with random pauses, each waiting for its answer before the
     /// next, so the loop goes to sleep and wakes again thousands of times. Every request must be
     /// answered within the bound: a request left in the inbox of a sleeping loop would wait for
