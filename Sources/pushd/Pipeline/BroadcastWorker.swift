@@ -62,6 +62,13 @@ final class BroadcastWorker: @unchecked Sendable {
                 context.makeDueAfterOutage(lane: Self.channelsLane, what: "channel requests") { app in
                     try channels.makeDue(connection, app: app, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
+                // Claimed at once below, by this worker.
+                try context.probeOutage(lane: Self.lane, what: "broadcast jobs") { apps in
+                    try broadcasts.makeSoonestDue(connection, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
+                try context.probeOutage(lane: Self.channelsLane, what: "channel requests") { apps in
+                    try channels.makeSoonestDue(connection, apps: apps, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
                 let apps = context.claimableApps()
                 let operations = try channels.claim(connection, limit: 16, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
