@@ -27,6 +27,9 @@ final class PipelineContext: @unchecked Sendable {
     let deferredCampaigns = Lock<Set<Int64>>([])
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
     let pauseDuration: Double = 300
+    /// The lanes `OperatorLog` tracks outages of: the two of notifications to devices, and
+    /// broadcasts and the channel management API.
+    static let outageLanes = Lane.allCases.map(\.rawValue) + [BroadcastWorker.lane, BroadcastWorker.channelsLane]
     /// When each lane that is down next makes a waiting notification due (`probeOutage`).
     private let probes: Lock<(schedule: OutageProbe, random: SystemRandom)>
 
@@ -38,12 +41,12 @@ final class PipelineContext: @unchecked Sendable {
         self.logger = logger
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
-        // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series appear.
+        // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series
+        // appear; probes too, so an increase() over the first probe of an outage is not lost.
         for app in config.apps.map(\.name) {
-            for lane in Lane.allCases { metrics.apnsUnavailable(app: app, lane: lane.rawValue).set(0) }
+            for lane in Self.outageLanes { metrics.apnsUnavailable(app: app, lane: lane).set(0) }
         }
-        // Probes show from 0 too, so an increase() over the first probe of an outage is not lost.
-        for lane in Lane.allCases { _ = metrics.outageProbes(lane: lane.rawValue) }
+        for lane in Self.outageLanes { _ = metrics.outageProbes(lane: lane) }
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
                                                   maxAttempts: config.retry.maxAttempts,
@@ -179,7 +182,7 @@ final class PipelineContext: @unchecked Sendable {
         let count = try makeSoonestDue(apps)
         guard count > 0 else { return false }
         metrics.outageProbes(lane: lane).increment(by: UInt64(count))
-        logger.info("APNs has not answered app \(apps.joined(separator: ", ")) on the \(lane) lane since its outage began: \(count) waiting \(what) due now, so that an answer shows whether APNs is back",
+        logger.info("APNs takes no notifications of app \(apps.joined(separator: ", ")) on the \(lane) lane: the first of its waiting \(what) is due now (\(count) in all, one per app), so that an answer can show whether APNs is back",
                     ("app", .string(apps.joined(separator: ","))), ("lane", .string(lane)), ("count", .int(Int64(count))),
                     ("event", "outage_probe"))
         return true
