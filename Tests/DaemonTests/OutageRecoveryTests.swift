@@ -156,4 +156,80 @@ import Testing
             #expect(lines("apns_back", "channels").count == 1 && lines("outage_retries_due", "channels").count == 1)
         }
     }
+
+    /// One transactional job and one channel creation wait through an outage, and at its end
+    /// each has a minute of backoff left, as after a 2-minute outage (a backoff is up to half
+    /// the time waited): nothing else is sent on their lanes, so only a probe can show that
+    /// APNs is back. Both go within seconds of the fault's end, and both lanes are back.
+    @Test func aLoneWaitingJobAndChannelRequestGoWithinSecondsOfTheOutageEnd() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let (process, log) = try Self.startPushd(harness)
+            defer { FleetStatusTests.stop(process) }
+            let lines = { (event: String, lane: String) in
+                ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+                    .filter { $0.contains("\"event\":\"\(event)\"") && $0.contains("\"lane\":\"\(lane)\"") }
+            }
+            var port: Int?
+            #expect(DaemonHarness.wait(seconds: 20) { port = PrometheusScrapeTests.metricsPort(log: log); return port != nil })
+            let metricsPort = String(try #require(port))
+
+            try harness.mock.setFaults(FaultConfiguration(internalServerErrorRate: 1))
+            let faultStarted = Timestamp()
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                VALUES ('shop', lpad(to_hex(820000), 64, '0'), '{"aps":{"alert":"login code 314159"}}')
+                """)
+            try connection.query("SELECT pushd.create_channel('shop', 'none')")
+            #expect(DaemonHarness.wait(seconds: 30) { !lines("apns_down", "transactional").isEmpty }, "no apns_down line for the transactional lane")
+            #expect(DaemonHarness.wait(seconds: 30) { !lines("apns_down", "channels").isEmpty }, "no apns_down line for the channels lane")
+
+            // A minute of backoff left for each, set while neither is being sent (a claimed job is
+            // out of the table, a claimed request is leased).
+            let later = DaemonHarness.wait(seconds: 20) {
+                _ = try? connection.query("UPDATE pushd.jobs SET run_at = now() + interval '60 seconds'")
+                _ = try? connection.query("""
+                    UPDATE pushd.channels SET run_at = now() + interval '60 seconds'
+                    WHERE state = 'pending_create' AND (leased_until IS NULL OR leased_until <= now())
+                    """)
+                let jobs = try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE run_at > now() + interval '50 seconds'")
+                let requests = try? DaemonHarness.count(connection, """
+                    SELECT count(*) FROM pushd.channels WHERE state = 'pending_create' AND run_at > now() + interval '50 seconds'
+                      AND (leased_until IS NULL OR leased_until <= now()) AND outcome ^@ 'HTTP 5'
+                    """)
+                return jobs == 1 && requests == 1
+            }
+            #expect(later, "the job and the channel request were not both waiting for a retry")
+            try harness.mock.setFaults(.none)
+            let recovered = Timestamp()
+
+            let sent = DaemonHarness.wait(seconds: 30) { (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs")) == 0 }
+            let sentSeconds = Timestamp().timeIntervalSince(recovered)
+            let created = DaemonHarness.wait(seconds: 30) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active'")) == 1
+            }
+            let createdSeconds = Timestamp().timeIntervalSince(recovered)
+            let back = DaemonHarness.wait(seconds: 10) { !lines("apns_back", "transactional").isEmpty && !lines("apns_back", "channels").isEmpty }
+            let backSeconds = Timestamp().timeIntervalSince(recovered)
+            let metrics = (try? SecretRedactionTests.http(metricsPort, "/metrics")) ?? ""
+            let probeSeries = metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_apns_outage_probes_total{") }
+            print("after the outage the job was sent after \(String(format: "%.2f", sentSeconds)) s, the channel created after \(String(format: "%.2f", createdSeconds)) s, both lanes back after \(String(format: "%.2f", backSeconds)) s; \(lines("outage_probe", "transactional").count) + \(lines("outage_probe", "channels").count) probe lines; \(probeSeries)")
+            #expect(sent && sentSeconds < 9, "the waiting job took \(sentSeconds) s to go once APNs answered")
+            #expect(created && createdSeconds < 9, "the waiting channel request took \(createdSeconds) s to go once APNs answered")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(back, "the lanes were not back: \(lines("apns_back", "transactional")) \(lines("apns_back", "channels"))")
+            #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{lane=\"channels\"}") && !$0.hasSuffix(" 0") },
+                    "\(probeSeries)")
+            #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{lane=\"transactional\"}") && !$0.hasSuffix(" 0") },
+                    "\(probeSeries)")
+            #expect(probeSeries.contains("pushd_apns_outage_probes_total{lane=\"campaign\"} 0"), "no waiting target, no probe: \(probeSeries)")
+            let down = Timestamp().timeIntervalSince(faultStarted)
+            for lane in ["transactional", "channels"] {
+                let probes = lines("outage_probe", lane).count
+                // At most one line per interval (5 s less 25 %) and lane.
+                #expect(probes >= 1 && Double(probes) <= down / 3.75 + 1, "\(probes) probe lines for the \(lane) lane in \(down) s")
+            }
+        }
+    }
 }

@@ -19,6 +19,7 @@ import Testing
     retry:
       max_attempts: 5
       outage_limit_s: 7200
+      outage_probe_ms: 2500
     apps:
       - name: shop
         bundle_id: com.example.shop
@@ -48,6 +49,7 @@ import Testing
         #expect(config.apns.pingTimeoutMilliseconds == 5000)
         #expect(config.retry.maxAttempts == 5)
         #expect(config.retry.outageLimitSeconds == 7200)
+        #expect(config.retry.outageProbeMilliseconds == 2500)
         #expect(config.apps.count == 2)
         #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
                                                    credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/etc/pushd/shop.p8"),
@@ -115,6 +117,8 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\ncampaigns: {answer_coalescing_ms: 200}\napps: []",
          "campaigns.answer_coalescing_ms (line 2): 200 is out of range: expected 0…50"),
         ("database: {url: 'postgresql://h/d'}\nretry: {base_delay_ms: 5000, max_delay_ms: 10}\napps: []", "retry.max_delay_ms (line 2): must not be smaller"),
+        ("database: {url: 'postgresql://h/d'}\nretry: {outage_probe_ms: 100}\napps: []",
+         "retry.outage_probe_ms (line 2): 100 is out of range: expected 500…300000"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",
          "set either cert_file or p12_file, not both"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - {name: s, bundle_id: a.b, certificate: {p12_file: p}}\n  - {name: s, bundle_id: a.c, certificate: {p12_file: p}}",

@@ -24,6 +24,7 @@ public struct PushdMetrics: Sendable {
     public let apnsReconnectBackoffs: CounterFamily
     public let apnsConnectionGrowths: CounterFamily
     public let apnsUnavailable: GaugeFamily
+    public let apnsOutageProbes: CounterFamily
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
     public let tokensPruned: CounterFamily
@@ -122,6 +123,10 @@ public struct PushdMetrics: Sendable {
             "pushd_apns_unavailable",
             help: "1 while APNs takes none of an app's notifications on a lane (3 or more failed sends and no answer for 1 s, until answers come for 1 s without a failure), else 0.",
             labels: ["app", "lane"])
+        apnsOutageProbes = try registry.counter(
+            "pushd_apns_outage_probes_total",
+            help: "Waiting notifications made due before the end of their backoff while APNs takes none on their lane, one per app every retry.outage_probe_ms (5 s, ±25 %), so that an answer shows whether APNs is back.",
+            labels: ["lane"])
         retries = try registry.counter(
             "pushd_retries_total",
             help: "Notifications rescheduled for another attempt, by the reason of the failed one.",
@@ -289,6 +294,10 @@ public struct PushdMetrics: Sendable {
 
     public func apnsUnavailable(app: String, lane: String) -> Gauge {
         apnsUnavailable.bound([app, lane])
+    }
+
+    public func outageProbes(lane: String) -> Counter {
+        apnsOutageProbes.bound([lane])
     }
 
     public func requestsResent(app: String, environment: String) -> Counter {

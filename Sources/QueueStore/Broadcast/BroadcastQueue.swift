@@ -60,6 +60,24 @@ public struct BroadcastQueue: Sendable {
             """, [app, errorPrefixes])
     }
 
+    /// Makes the one waiting broadcast job of each of `apps` that is due soonest, among those
+    /// whose `last_error` begins with one of `errorPrefixes`, due now, and returns how many (as
+    /// `JobQueue.makeSoonestDue` does for jobs). Jobs being sent are left alone.
+    @discardableResult
+    public func makeSoonestDue(_ connection: PGConnection, apps: [String], errorPrefixes: [String]) throws -> Int {
+        guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.broadcast_jobs SET run_at = now()
+            WHERE id IN (
+                SELECT b.id FROM unnest($1::text[]) AS a(app)
+                CROSS JOIN LATERAL (
+                    SELECT id FROM pushd.broadcast_jobs
+                    WHERE app = a.app AND run_at > now() AND last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
+                    ORDER BY run_at LIMIT 1) b)
+              AND \(Self.notLeased)
+            """, [apps, errorPrefixes])
+    }
+
     /// A row no claim is sending now: its lease, if it had one, has ended.
     public static let notLeased = "(leased_until IS NULL OR leased_until <= now())"
 

@@ -64,6 +64,25 @@ public struct ChannelStore: Sendable {
             """, [app, outcomePrefixes])
     }
 
+    /// Makes the one pending channel request of each of `apps` that is due soonest, among those
+    /// whose `outcome` begins with one of `outcomePrefixes`, due now, and returns how many (as
+    /// `JobQueue.makeSoonestDue` does for jobs). Requests being carried out are left alone.
+    @discardableResult
+    public func makeSoonestDue(_ connection: PGConnection, apps: [String], outcomePrefixes: [String]) throws -> Int {
+        guard !apps.isEmpty, !outcomePrefixes.isEmpty else { return 0 }
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.channels SET run_at = now()
+            WHERE id IN (
+                SELECT c.id FROM unnest($1::text[]) AS a(app)
+                CROSS JOIN LATERAL (
+                    SELECT id FROM pushd.channels
+                    WHERE app = a.app AND state IN ('pending_create', 'pending_delete') AND run_at > now()
+                      AND outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased)
+                    ORDER BY run_at LIMIT 1) c)
+              AND \(BroadcastQueue.notLeased)
+            """, [apps, outcomePrefixes])
+    }
+
     /// APNs created the channel: the row becomes active with its id and environment.
     public func recordCreated(_ connection: PGConnection, id: Int64, channelID: String, environment: String) throws {
         try connection.query(connection.prepared("""

@@ -167,6 +167,25 @@ extension CampaignStore {
             """, [app, errorPrefixes])
     }
 
+    /// Makes the one parked target of each of `apps`' running campaigns that is due soonest,
+    /// among those whose `last_error` begins with one of `errorPrefixes`, due now, and returns
+    /// how many (as `JobQueue.makeSoonestDue` does for jobs): an index walk from now in `due_at`
+    /// order, stopping at the first match.
+    @discardableResult
+    public func makeSoonestParkedDue(_ connection: PGConnection, apps: [String], errorPrefixes: [String]) throws -> Int {
+        guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.campaign_retries r SET due_at = now()
+            FROM (SELECT t.campaign_id, t.chunk, t.position FROM unnest($1::text[]) AS a(app)
+                  CROSS JOIN LATERAL (
+                      SELECT q.campaign_id, q.chunk, q.position FROM pushd.campaign_retries q
+                      JOIN pushd.campaigns c ON c.id = q.campaign_id
+                      WHERE c.app = a.app AND c.status = 'running' AND q.due_at > now() AND q.last_error ^@ ANY ($2::text[])
+                      ORDER BY q.due_at LIMIT 1) t) probe
+            WHERE (r.campaign_id, r.chunk, r.position) = (probe.campaign_id, probe.chunk, probe.position)
+            """, [apps, errorPrefixes])
+    }
+
     /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when
     /// none is due. On a batch the connection stays in the claiming transaction: settle it
     /// with `settleParked` on the same connection.

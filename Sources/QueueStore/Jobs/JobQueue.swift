@@ -148,6 +148,29 @@ public struct JobQueue: Sendable {
             """, [app, errorPrefixes])
     }
 
+    /// Makes the one waiting job of each of `apps` that is due soonest, among those whose
+    /// `last_error` begins with one of `errorPrefixes`, due now, and returns how many: while APNs
+    /// is down for an app, its answer to this one send is what shows it is back (then `makeDue`
+    /// sends the rest), rather than the end of a backoff that grew with the outage. One index
+    /// probe per app and priority, stopping at the first match: cheap however many jobs wait.
+    /// Jobs scheduled for later by their sender (no error) are left alone.
+    @discardableResult
+    public func makeSoonestDue(_ connection: PGConnection, apps: [String], errorPrefixes: [String]) throws -> Int {
+        guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
+        return try connection.rowsUpdated(by: """
+            UPDATE pushd.jobs SET run_at = now()
+            WHERE id IN (
+                SELECT DISTINCT ON (a.app) j.id
+                FROM unnest($1::text[]) AS a(app)
+                CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
+                CROSS JOIN LATERAL (
+                    SELECT id, run_at FROM pushd.jobs
+                    WHERE app = a.app AND priority = p.priority AND run_at > now() AND last_error ^@ ANY ($2::text[])
+                    ORDER BY run_at LIMIT 1) j
+                ORDER BY a.app, j.run_at)
+            """, [apps, errorPrefixes])
+    }
+
     /// Puts every job of the batch back untouched (for a shutdown before sending).
     public func abandon(_ connection: PGConnection) throws {
         try connection.execute(script: "ROLLBACK")

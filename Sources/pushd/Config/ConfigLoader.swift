@@ -117,6 +117,7 @@ enum ConfigLoader {
         config.retry.baseDelayMilliseconds = retry.int("base_delay_ms", default: config.retry.baseDelayMilliseconds, range: 1...3_600_000)
         config.retry.maxDelayMilliseconds = retry.int("max_delay_ms", default: config.retry.maxDelayMilliseconds, range: 1...86_400_000)
         config.retry.outageLimitSeconds = retry.int("outage_limit_s", default: config.retry.outageLimitSeconds, range: 1...2_592_000)
+        config.retry.outageProbeMilliseconds = retry.int("outage_probe_ms", default: config.retry.outageProbeMilliseconds, range: 500...300_000)
         if config.retry.maxDelayMilliseconds < config.retry.baseDelayMilliseconds {
             reader.error("retry.max_delay_ms", line: retry.line, "must not be smaller than retry.base_delay_ms")
         }

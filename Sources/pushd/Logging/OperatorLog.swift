@@ -73,6 +73,16 @@ final class OperatorLog: Sendable {
         }.sorted { ($0.app, $0.lane) < ($1.app, $1.lane) }
     }
 
+    /// The apps APNs takes no notifications of on `lane` now, sorted; no allocation when
+    /// nothing is in trouble.
+    func appsDown(lane: String) -> [String] {
+        let apps: [String] = state.withLock { state in
+            guard !state.trouble.isEmpty else { return [] }
+            return state.trouble.compactMap { $0.value.reported && $0.key.lane == lane ? $0.key.app : nil }
+        }
+        return apps.count > 1 ? apps.sorted() : apps
+    }
+
     /// One send's outcome on `lane` of `app`: answers from a working APNs (any status but
     /// 5xx) clear a trouble; no answer or a 5xx count towards one.
     func record(_ outcome: SendOutcome, app: String, lane: String) {

@@ -62,6 +62,13 @@ final class BroadcastWorker: @unchecked Sendable {
                 context.makeDueAfterOutage(lane: Self.channelsLane, what: "channel requests") { app in
                     try channels.makeDue(connection, app: app, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
+                // Claimed at once below, by this worker.
+                try context.probeOutage(lane: Self.lane, what: "broadcast jobs") { apps in
+                    try broadcasts.makeSoonestDue(connection, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
+                try context.probeOutage(lane: Self.channelsLane, what: "channel requests") { apps in
+                    try channels.makeSoonestDue(connection, apps: apps, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
                 let apps = context.claimableApps()
                 // One row at a time, each leased as it is taken: rows are sent one after the
                 // other, each waiting for its answer, so the lease of a row claimed with others

@@ -83,6 +83,11 @@ final class CampaignWorker: @unchecked Sendable {
                 }) {
                     nextParkedCheck = 0
                 }
+                if try context.probeOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { apps in
+                    try store.makeSoonestParkedDue(connection!, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }) {
+                    nextParkedCheck = 0
+                }
                 let seen = context.doorbell.current
                 let now = RateLimiter.monotonicSeconds()
                 // Parked targets are looked for a few times a second, not before every chunk.

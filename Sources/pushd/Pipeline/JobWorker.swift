@@ -51,6 +51,10 @@ final class JobWorker: @unchecked Sendable {
                 context.makeDueAfterOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { app in
                     try queue.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
+                // Claimed at once below, by this worker.
+                try context.probeOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { apps in
+                    try queue.makeSoonestDue(connection, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                }
                 let apps = context.claimableApps()
                 let claimStarted = Timestamp()
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps)

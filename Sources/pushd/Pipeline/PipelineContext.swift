@@ -27,6 +27,11 @@ final class PipelineContext: @unchecked Sendable {
     let deferredCampaigns = Lock<Set<Int64>>([])
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
     let pauseDuration: Double = 300
+    /// The lanes `OperatorLog` tracks outages of: the two of notifications to devices, and
+    /// broadcasts and the channel management API.
+    static let outageLanes = Lane.allCases.map(\.rawValue) + [BroadcastWorker.lane, BroadcastWorker.channelsLane]
+    /// When each lane that is down next makes a waiting notification due (`probeOutage`).
+    private let probes: Lock<(schedule: OutageProbe, random: SystemRandom)>
 
     init(config: PushdConfig, instance: String, senders: [String: AppSender], metrics: PushdMetrics, logger: Logger) {
         self.config = config
@@ -35,10 +40,13 @@ final class PipelineContext: @unchecked Sendable {
         self.metrics = metrics
         self.logger = logger
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
-        // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series appear.
+        probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
+        // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series
+        // appear; probes too, so an increase() over the first probe of an outage is not lost.
         for app in config.apps.map(\.name) {
-            for lane in Lane.allCases { metrics.apnsUnavailable(app: app, lane: lane.rawValue).set(0) }
+            for lane in Self.outageLanes { metrics.apnsUnavailable(app: app, lane: lane).set(0) }
         }
+        for lane in Self.outageLanes { _ = metrics.outageProbes(lane: lane) }
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
                                                   maxAttempts: config.retry.maxAttempts,
@@ -162,6 +170,33 @@ final class PipelineContext: @unchecked Sendable {
             }
         }
         return any
+    }
+
+    /// While APNs is down for apps on `lane`, makes one waiting notification of each of them
+    /// due about every `retry.outage_probe_ms` (`OutageProbe`), so that its answer can show the
+    /// lane is back: `makeSoonestDue` is given the apps and returns how many it made due (the
+    /// soonest of each whose error says it waited for APNs). Each one counts in
+    /// `pushd_apns_outage_probes_total{lane}`, with one info line (`outage_probe`) per probe
+    /// that found any, at most one per interval and lane. Nothing is read or written while the
+    /// lane is up. A database error is the caller's, as a claim's would be. Returns whether any
+    /// became due.
+    @discardableResult
+    func probeOutage(lane: String, what: String, _ makeSoonestDue: ([String]) throws -> Int) throws -> Bool {
+        let down = operatorLog.appsDown(lane: lane)
+        let now = RateLimiter.monotonicSeconds()
+        let due = probes.withLock { $0.schedule.appsToProbe(lane: lane, appsDown: down, now: now, random: &$0.random) }
+        guard !due.isEmpty else { return false }
+        // A paused app's work is not claimed here: making it due would prove nothing.
+        let claimable = Set(claimableApps())
+        let apps = due.filter(claimable.contains)
+        guard !apps.isEmpty else { return false }
+        let count = try makeSoonestDue(apps)
+        guard count > 0 else { return false }
+        metrics.outageProbes(lane: lane).increment(by: UInt64(count))
+        logger.info("APNs takes no notifications of app \(apps.joined(separator: ", ")) on the \(lane) lane: the first of its waiting \(what) is due now (\(count) in all, one per app), so that an answer can show whether APNs is back",
+                    ("app", .string(apps.joined(separator: ","))), ("lane", .string(lane)), ("count", .int(Int64(count))),
+                    ("event", "outage_probe"))
+        return true
     }
 
     static func sleepAfterDatabaseFailure(_ failures: Int) {
