@@ -110,6 +110,47 @@ import Testing
         }
     }
 
+    /// The fleet: one instance has the wrong `.p8` for the key id, mints first and is refused.
+    /// An instance with the right file, started next to it (or the same one, fixed and
+    /// restarted), sends at once: it neither takes the refused token over nor waits for it to
+    /// age out of the table.
+    @Test func anInstanceWithTheWrongKeyFileDoesNotStopTheOneWithTheRightOne() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let wrongKeyFile = harness.directory + "/wrong.p8"
+            try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", wrongKeyFile])
+            var wrongConfig = harness.config()
+            wrongConfig.apps[0].credentials = .token(teamID: DaemonHarness.teamID, keyID: DaemonHarness.keyID, keyFile: wrongKeyFile)
+            let wrong = try harness.pipeline(wrongConfig, instance: "wrong")
+            wrong.start()
+            defer { wrong.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(1)])
+            let wrongSender = try #require(wrong.context.senders["shop"])
+            #expect(DaemonHarness.wait(seconds: 20) { wrongSender.pausedReason == "InvalidProviderToken" })
+
+            // The refused job waits 30 s for the paused app; the other instance may send it now.
+            #expect(try DaemonHarness.wait(seconds: 10) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE last_error LIKE 'app paused%'") == 1
+            })
+            try connection.query("UPDATE pushd.jobs SET run_at = now()")
+            let right = try harness.pipeline(instance: "right")
+            right.start()
+            defer { right.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            for seed in 2...4 {
+                try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                     [DaemonHarness.token(seed)])
+            }
+            let rightSender = try #require(right.context.senders["shop"])
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "right instance paused: \(rightSender.pausedReason ?? "no"), rejected: \(harness.mock.stats.rejected)")
+            #expect(rightSender.pausedReason == nil)
+            #expect(harness.mock.acceptedLog.count == 4)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+        }
+    }
+
     @Test func invalidProviderTokenPausesTheAppAndKeepsItsJobs() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, trustsPushdKey: false)
