@@ -144,9 +144,10 @@ final class DaemonHarness: @unchecked Sendable {
         return path
     }
 
-    func pipeline(_ config: PushdConfig? = nil, instance: String = "test") throws -> Pipeline {
+    /// - Parameter log: where its warning and error lines go (a `MemoryLogSink` to read them); stderr by default.
+    func pipeline(_ config: PushdConfig? = nil, instance: String = "test", log: (any LogSink)? = nil) throws -> Pipeline {
         let metrics = try PushdMetrics(version: "test")
-        let logger = Logger(level: .warning, sink: FileLogSink(path: nil))
+        let logger = Logger(level: .warning, sink: log ?? FileLogSink(path: nil))
         return try Pipeline(config: config ?? self.config(), metrics: metrics, logger: logger, instance: instance)
     }
 

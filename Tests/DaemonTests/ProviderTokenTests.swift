@@ -38,6 +38,119 @@ import Testing
         }
     }
 
+    /// Another instance with a different `.p8` for the same key id stored its token. pushd
+    /// checks the signature with its own key before taking a token over: it mints its own,
+    /// stores that in place of the foreign one, says so once, and sends at once instead of
+    /// earning InvalidProviderToken and a pause of the app.
+    @Test func aStoredTokenSignedByAnotherKeyFileIsNotTakenOver() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let otherKeyFile = harness.directory + "/other-instance.p8"
+            try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", otherKeyFile])
+            let otherKey = try SigningKey(contentsOfFile: otherKeyFile, keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID)
+            let foreign = try ProviderTokenSigner(key: otherKey).makeToken(issuedAt: Int64(Timestamp().timeIntervalSince1970) - 60)
+            try connection.query("""
+                INSERT INTO pushd.provider_tokens (key_id, team_id, token, issued_at, minted_by) VALUES ($1, $2, $3, now(), 'other')
+                """, [DaemonHarness.keyID, DaemonHarness.teamID, foreign.jwt])
+            let log = MemoryLogSink()
+            let pipeline = try harness.pipeline(log: log)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+
+            for seed in 1...3 {
+                try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                     [DaemonHarness.token(seed)])
+            }
+            let sender = try #require(pipeline.context.senders["shop"])
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "paused: \(sender.pausedReason ?? "no"), rejected: \(harness.mock.stats.rejected)")
+            #expect(sender.pausedReason == nil)
+            #expect(harness.mock.stats.rejected.isEmpty, "\(harness.mock.stats.rejected)")
+            #expect(harness.mock.acceptedLog.count == 3)
+
+            // The table now holds a token of pushd's own key, for the instances that share it.
+            let stored = try connection.query("SELECT token, minted_by FROM pushd.provider_tokens")
+            let storedToken = try stored.require(String.self, row: 0, column: 0)
+            #expect(storedToken != foreign.jwt)
+            #expect(try stored.get(String.self, row: 0, column: 1) == "test")
+            let ownKey = try SigningKey(contentsOfFile: harness.keyFile, keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID)
+            let decoded = try DecodedProviderToken(jwt: storedToken)
+            #expect(try ownKey.publicKey.verify(signature: decoded.signature, message: decoded.signingInput))
+
+            let foreignLines = log.lines.filter { $0.contains("provider_token_foreign") }
+            #expect(foreignLines.count == 1, "\(log.lines)")
+            #expect(foreignLines.first?.contains("the provider token stored for key \(DaemonHarness.keyID) team \(DaemonHarness.teamID) (stored by instance other) is not signed by this instance's key file \(harness.keyFile)") == true,
+                    "\(foreignLines)")
+            let text = pipeline.context.metrics.registry.expositionText()
+            #expect(text.contains("pushd_provider_tokens_foreign_total{app=\"shop\"} 1"), "\(text.split(separator: "\n").filter { $0.contains("provider_tokens_foreign") })")
+        }
+    }
+
+    /// APNs refuses the token: it must leave the shared table, so that no instance of the fleet
+    /// (one fixed and restarted among them) is handed it again, and the next to ask mints anew.
+    @Test func aTokenAPNsCallsInvalidIsRemovedFromTheSharedTable() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, trustsPushdKey: false)
+            let connection = try database.connect()
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(7)])
+            let sender = try #require(pipeline.context.senders["shop"])
+            #expect(DaemonHarness.wait(seconds: 20) { sender.pausedReason == "InvalidProviderToken" })
+            let key = try #require(sender.tokenKey)
+            let refused = try #require(sender.tokens.held(key)).jwt
+            func stored() throws -> Int {
+                try connection.query("SELECT count(*) FROM pushd.provider_tokens WHERE token = $1", [refused]).require(Int.self, row: 0, column: 0)
+            }
+            #expect(try DaemonHarness.wait(seconds: 5) { try stored() == 0 }, "the refused token is still stored \((try? stored()) ?? -1) time(s)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 1)
+        }
+    }
+
+    /// The fleet: one instance has the wrong `.p8` for the key id, mints first and is refused.
+    /// An instance with the right file, started next to it (or the same one, fixed and
+    /// restarted), sends at once: it neither takes the refused token over nor waits for it to
+    /// age out of the table.
+    @Test func anInstanceWithTheWrongKeyFileDoesNotStopTheOneWithTheRightOne() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let wrongKeyFile = harness.directory + "/wrong.p8"
+            try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", wrongKeyFile])
+            var wrongConfig = harness.config()
+            wrongConfig.apps[0].credentials = .token(teamID: DaemonHarness.teamID, keyID: DaemonHarness.keyID, keyFile: wrongKeyFile)
+            let wrong = try harness.pipeline(wrongConfig, instance: "wrong")
+            wrong.start()
+            defer { wrong.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(1)])
+            let wrongSender = try #require(wrong.context.senders["shop"])
+            #expect(DaemonHarness.wait(seconds: 20) { wrongSender.pausedReason == "InvalidProviderToken" })
+
+            // The refused job waits 30 s for the paused app; the other instance may send it now.
+            #expect(try DaemonHarness.wait(seconds: 10) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE last_error LIKE 'app paused%'") == 1
+            })
+            try connection.query("UPDATE pushd.jobs SET run_at = now()")
+            let right = try harness.pipeline(instance: "right")
+            right.start()
+            defer { right.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            for seed in 2...4 {
+                try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                     [DaemonHarness.token(seed)])
+            }
+            let rightSender = try #require(right.context.senders["shop"])
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "right instance paused: \(rightSender.pausedReason ?? "no"), rejected: \(harness.mock.stats.rejected)")
+            #expect(rightSender.pausedReason == nil)
+            #expect(harness.mock.acceptedLog.count == 4)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+        }
+    }
+
     /// A host clock over 40 minutes off: APNs calls every token this host mints expired. The
     /// app is paused with one line that says so, and its jobs are kept; before, each answer
     /// spent one of a job's attempts, and every job was dead-lettered within seconds.

@@ -7,7 +7,7 @@ import Testing
         let metrics = try PushdMetrics(version: "1.0.0")
         let families: [(String, [String])] = [
             metrics.notificationsSent, metrics.apnsResponses, metrics.apnsConnectionErrors, metrics.retries,
-            metrics.deadLetters, metrics.tokensPruned, metrics.jwtRefreshes, metrics.jobsClaimed,
+            metrics.deadLetters, metrics.tokensPruned, metrics.jwtRefreshes, metrics.providerTokensForeign, metrics.jobsClaimed,
             metrics.campaignTargetsProcessed, metrics.databaseErrors,
         ].map { ($0.name, $0.labelNames) } + [
             (metrics.apnsRequestDuration.name, metrics.apnsRequestDuration.labelNames),

@@ -64,4 +64,19 @@ import Testing
             #expect(try connection.query("SELECT token FROM pushd.provider_tokens").require(String.self, row: 0, column: 0) == "old")
         }
     }
+
+    /// A token APNs refused goes from the table only while the row still holds it: a row
+    /// another instance has replaced meanwhile keeps its newer token.
+    @Test func forgettingARefusedTokenRemovesOnlyThatToken() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            _ = try store.providerToken(connection, keyID: "KEY", teamID: "TEAM", maxAge: 3000, instance: "a") { ("jwt-a", Timestamp()) }
+            let read = try store.providerToken(connection, keyID: "KEY", teamID: "TEAM", maxAge: 3000) { ("jwt-unexpected", Timestamp()) }
+            #expect(read.mintedBy == "a")
+            #expect(try !store.forget(connection, keyID: "KEY", teamID: "TEAM", token: "jwt-other"))
+            #expect(try store.forget(connection, keyID: "KEY", teamID: "TEAM", token: "jwt-a"))
+            let next = try store.providerToken(connection, keyID: "KEY", teamID: "TEAM", maxAge: 3000, instance: "b") { ("jwt-b", Timestamp()) }
+            #expect(next.minted && next.token == "jwt-b")
+        }
+    }
 }

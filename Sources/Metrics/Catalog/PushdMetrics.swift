@@ -32,6 +32,7 @@ public struct PushdMetrics: Sendable {
 
     // Provider tokens
     public let jwtRefreshes: CounterFamily
+    public let providerTokensForeign: CounterFamily
     public let appPaused: GaugeFamily
     public let sendingHeld: GaugeFamily
     public let jwtAge: CallbackFamily
@@ -147,6 +148,10 @@ public struct PushdMetrics: Sendable {
         jwtRefreshes = try registry.counter(
             "pushd_jwt_refreshes_total",
             help: "Provider tokens (JWT) minted or picked up from the shared table.",
+            labels: ["app"])
+        providerTokensForeign = try registry.counter(
+            "pushd_provider_tokens_foreign_total",
+            help: "Provider tokens in the shared table that this instance's key file does not verify (another instance signs with a different key file); this instance minted its own instead.",
             labels: ["app"])
         appPaused = try registry.gauge(
             "pushd_app_paused",
@@ -322,6 +327,10 @@ public struct PushdMetrics: Sendable {
 
     public func jwtRefresh(app: String) -> Counter {
         jwtRefreshes.bound([app])
+    }
+
+    public func providerTokenForeign(app: String) -> Counter {
+        providerTokensForeign.bound([app])
     }
 
     public func paused(app: String) -> Gauge {

@@ -6,11 +6,14 @@ public struct SharedProviderToken: Sendable, Hashable {
     public var issuedAt: Timestamp
     /// True when this call minted it (and stored it for the others).
     public var minted: Bool
+    /// The instance that stored it (`minted_by`), when read from the table.
+    public var mintedBy: String?
 
-    public init(token: String, issuedAt: Timestamp, minted: Bool) {
+    public init(token: String, issuedAt: Timestamp, minted: Bool, mintedBy: String? = nil) {
         self.token = token
         self.issuedAt = issuedAt
         self.minted = minted
+        self.mintedBy = mintedBy
     }
 }
 
@@ -31,7 +34,7 @@ public struct ProviderTokenStore: Sendable {
                               mint: () throws -> (token: String, issuedAt: Timestamp)) throws -> SharedProviderToken {
         guard maxAge > 0 else { throw QueueError("provider token maxAge must be positive, got \(maxAge)") }
         let read = """
-            SELECT token, issued_at, extract(epoch FROM now() - issued_at)::float8
+            SELECT token, issued_at, extract(epoch FROM now() - issued_at)::float8, minted_by
             FROM pushd.provider_tokens WHERE key_id = $1 AND team_id = $2
             """
         if let fresh = try Self.fresh(connection.query(read, [keyID, teamID]), maxAge: maxAge, rejected: rejected) { return fresh }
@@ -50,10 +53,21 @@ public struct ProviderTokenStore: Sendable {
         }
     }
 
+    /// APNs answered InvalidProviderToken to `token`: removes the row if it still holds exactly
+    /// that token, so that no instance is handed it again and the next one to ask mints anew.
+    /// A row another instance has meanwhile replaced is left alone. Returns whether a row went.
+    @discardableResult
+    public func forget(_ connection: PGConnection, keyID: String, teamID: String, token: String) throws -> Bool {
+        try connection.query("""
+            DELETE FROM pushd.provider_tokens WHERE key_id = $1 AND team_id = $2 AND token = $3
+            """, [keyID, teamID, token]).affectedRows > 0
+    }
+
     private static func fresh(_ result: PGResult, maxAge: Double, rejected: String?) throws -> SharedProviderToken? {
         guard result.rowCount == 1, let token = try result.get(String.self, row: 0, column: 0), token != rejected,
               let issuedAt = try result.get(Timestamp.self, row: 0, column: 1),
               let age = try result.get(Double.self, row: 0, column: 2), age < maxAge, age > -60 else { return nil }
-        return SharedProviderToken(token: token, issuedAt: issuedAt, minted: false)
+        return SharedProviderToken(token: token, issuedAt: issuedAt, minted: false,
+                                   mintedBy: try result.get(String.self, row: 0, column: 3))
     }
 }

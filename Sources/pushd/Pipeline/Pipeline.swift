@@ -29,11 +29,13 @@ final class Pipeline: @unchecked Sendable {
 
     init(config: PushdConfig, metrics: PushdMetrics, logger: Logger, instance: String) throws {
         var signers = [ProviderTokenService.Key: ProviderTokenSigner]()
+        var keyFiles = [ProviderTokenService.Key: String]()
         for app in config.apps {
             guard case .token(let teamID, let keyID, let keyFile) = app.credentials else { continue }
             do {
                 let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
                 signers[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = ProviderTokenSigner(key: key)
+                keyFiles[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = keyFile
             } catch {
                 throw SetupError(description: "app \(app.name): cannot load the signing key \(keyFile): \(error)")
             }
@@ -49,9 +51,10 @@ final class Pipeline: @unchecked Sendable {
         } catch {
             throw SetupError(description: "apns.provider_token_refresh_s: \(error)")
         }
-        let tokens = ProviderTokenService(
-            databaseURL: config.databaseURL, instance: instance, signers: signers, policy: policy, logger: logger,
+        let tokens = try ProviderTokenService(
+            databaseURL: config.databaseURL, instance: instance, signers: signers, keyFiles: keyFiles, policy: policy, logger: logger,
             onRefresh: { key in metrics.jwtRefresh(app: appByKey[key] ?? key.keyID).increment() },
+            onForeign: { key in metrics.providerTokenForeign(app: appByKey[key] ?? key.keyID).increment() },
             onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
 
         let queues = (0..<(config.transactionalWorkers + config.campaignWorkers)).map { _ in CompletionQueue() }

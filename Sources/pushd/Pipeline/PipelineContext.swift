@@ -82,6 +82,8 @@ final class PipelineContext: @unchecked Sendable {
         if sender.pauseSending(reason: reason, until: Timestamp().addingTimeInterval(pauseDuration)) {
             logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
+            // The fleet must not take the refused token over from the shared table.
+            if reason == APNsReason.invalidProviderToken.rawValue, let key = sender.tokenKey { sender.tokens.reportInvalid(key) }
         }
     }
 

@@ -10,6 +10,15 @@ import Locking
 /// instance holds what it adopted for the update window, so APNs never sees a connection's
 /// token change more often than every 20 minutes.
 ///
+/// An instance adopts a stored token only if its own key file verifies the signature: an
+/// instance with a different `.p8` for the same key id (a rotation gone wrong, a copied file)
+/// must not lend the fleet a token that APNs refuses. A token it cannot verify is replaced
+/// in the table by one of its own (one error line and `pushd_provider_tokens_foreign_total`
+/// per such token); the instances' key files differ, and the right one is the one APNs
+/// accepts. Each instance still changes its own token only when the policy says so, so the
+/// row changing hands does not change any connection's token more often. A token APNs called
+/// invalid is removed from the table (`reportInvalid`), so no instance is handed it again.
+///
 /// Thread rule: any thread may ask for a token. The in-memory copy is under `state`;
 /// the database connection is used only under `database`, which also serialises refreshes.
 final class ProviderTokenService: @unchecked Sendable {
@@ -22,6 +31,14 @@ final class ProviderTokenService: @unchecked Sendable {
     private let databaseURL: String
     private let instance: String
     private let signers: [Key: ProviderTokenSigner]
+    /// Each key's public half, derived from its `.p8`: a stored token is adopted only if it verifies.
+    private let publicKeys: [Key: ES256PublicKey]
+    /// The key file each key was read from, for the line that says a stored token is foreign.
+    private let keyFiles: [Key: String]
+    /// Whether this instance's key signed a stored token, by token: a signature is checked
+    /// once per token, and a foreign one is reported once.
+    private let verdicts = Lock<[String: Bool]>([:])
+    private let onForeign: @Sendable (Key) -> Void
     /// A token held and its `authorization` header value, built once when it is adopted:
     /// every request asks for the header, and the same string costs no allocation and
     /// compares equal to the one a campaign's packed headers were built with at once.
@@ -39,13 +56,26 @@ final class ProviderTokenService: @unchecked Sendable {
     private let onDatabaseError: @Sendable (any Error) -> Void
     private let clock: @Sendable () -> Int64
 
-    init(databaseURL: String, instance: String, signers: [Key: ProviderTokenSigner], policy: ProviderTokenPolicy,
-         logger: Logger, onRefresh: @escaping @Sendable (Key) -> Void,
+    init(databaseURL: String, instance: String, signers: [Key: ProviderTokenSigner], keyFiles: [Key: String] = [:],
+         policy: ProviderTokenPolicy, logger: Logger, onRefresh: @escaping @Sendable (Key) -> Void,
+         onForeign: @escaping @Sendable (Key) -> Void = { _ in },
          onDatabaseError: @escaping @Sendable (any Error) -> Void,
-         clock: @escaping @Sendable () -> Int64 = ProviderTokenService.now) {
+         clock: @escaping @Sendable () -> Int64 = ProviderTokenService.now) throws {
         self.databaseURL = databaseURL
         self.instance = instance
         self.signers = signers
+        var publicKeys = [Key: ES256PublicKey]()
+        for (key, signer) in signers {
+            do {
+                publicKeys[key] = try signer.key.publicKey
+            } catch {
+                throw CommandContext.Failure("signing key \(key.keyID) of team \(key.teamID)\(keyFiles[key].map { " (\($0))" } ?? ""): "
+                                             + "cannot derive its public key to check shared provider tokens: \(error)")
+            }
+        }
+        self.publicKeys = publicKeys
+        self.keyFiles = keyFiles
+        self.onForeign = onForeign
         self.policy = policy
         self.logger = logger
         self.onRefresh = onRefresh
@@ -87,6 +117,60 @@ final class ProviderTokenService: @unchecked Sendable {
         }
         _ = try? refresh(key, rejected: held.jwt)
         return false
+    }
+
+    /// APNs answered InvalidProviderToken to `key`'s token: removes it from the shared table if
+    /// the row still holds it, so that no instance adopts it again and the next to ask mints
+    /// anew. This instance keeps the token it holds: its own key signed it, so another from
+    /// the same key would fare no better, and the app is paused meanwhile.
+    func reportInvalid(_ key: Key) {
+        guard let held = state.withLock({ $0[key]?.held }) else { return }
+        database.withLock { connection in
+            do {
+                if connection == nil {
+                    connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-tokens")
+                }
+                if try ProviderTokenStore().forget(connection!, keyID: key.keyID, teamID: key.teamID, token: held.jwt) {
+                    logger.warning("APNs called the shared provider token of key \(key.keyID) team \(key.teamID) invalid; "
+                                   + "removed it from pushd.provider_tokens so that no instance takes it over",
+                                   ("event", "provider_token_forgotten"), ("key_id", .string(key.keyID)),
+                                   ("team_id", .string(key.teamID)))
+                }
+            } catch {
+                onDatabaseError(error)
+                connection?.close()
+                connection = nil
+                logger.warning("could not remove the provider token APNs called invalid from the database",
+                               ("key_id", .string(key.keyID)), ("error", .string("\(error)")))
+            }
+        }
+    }
+
+    /// Whether this instance's own key signed `jwt` for `key`; the first time a token fails,
+    /// one error line and `onForeign`. Called under `database`.
+    private func isOwn(_ jwt: String, key: Key, mintedBy: String?) -> Bool {
+        if let verdict = verdicts.withLock({ $0[jwt] }) { return verdict }
+        var verdict = false
+        if let publicKey = publicKeys[key], let decoded = try? DecodedProviderToken(jwt: jwt) {
+            verdict = decoded.algorithm == "ES256" && decoded.keyID == key.keyID && decoded.issuer == key.teamID
+                && publicKey.verify(signature: decoded.signature, message: decoded.signingInput)
+        }
+        verdicts.withLock {
+            // Tokens change every hour or so per key: a handful is all there ever is to remember.
+            if $0.count >= 64 { $0.removeAll() }
+            $0[jwt] = verdict
+        }
+        if !verdict {
+            let file = keyFiles[key] ?? "(unknown)"
+            let by = mintedBy.map { " (stored by instance \($0))" } ?? ""
+            logger.error("the provider token stored for key \(key.keyID) team \(key.teamID)\(by) is not signed by this "
+                         + "instance's key file \(file): the instances' key files differ, and the right one is the one APNs "
+                         + "accepts; this instance signs with its own and stores that in place of it",
+                         ("event", "provider_token_foreign"), ("key_id", .string(key.keyID)), ("team_id", .string(key.teamID)),
+                         ("key_file", .string(file)), ("minted_by", .string(mintedBy ?? "")))
+            onForeign(key)
+        }
+        return verdict
     }
 
     /// Age in seconds of the token in use per key, for the `pushd_jwt_age_seconds` gauge.
@@ -132,9 +216,27 @@ final class ProviderTokenService: @unchecked Sendable {
                                                      rejected: shared.token, mint: mint)
                     issuedAt = Self.issuedAt(of: shared)
                 }
+                var stored = true
+                if !shared.minted, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
+                    // Signed with another key file: never sent from here. Replaced under the
+                    // row lock by this instance's own, unless an instance with this key file
+                    // stored one meanwhile.
+                    shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
+                                                     maxAge: maxAge, instance: instance,
+                                                     rejected: shared.token, mint: mint)
+                    issuedAt = Self.issuedAt(of: shared)
+                    if !shared.minted, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) || !policy.mayAdopt(issuedAt: issuedAt, now: now) {
+                        // Yet another key file stored its token in between: use one of our own, unshared.
+                        let local = try mint()
+                        shared = SharedProviderToken(token: local.token, issuedAt: local.issuedAt, minted: true)
+                        issuedAt = Self.issuedAt(of: shared)
+                        stored = false
+                    }
+                }
                 fresh = (shared.token, issuedAt)
                 if shared.minted {
-                    logger.info("minted a provider token and shared it", ("key_id", .string(key.keyID)))
+                    logger.info(stored ? "minted a provider token and shared it" : "minted a provider token for this instance alone",
+                                ("key_id", .string(key.keyID)))
                 }
             } catch {
                 // Without the database, a token minted here keeps the app sending; the next
