@@ -76,13 +76,6 @@ public final class NotificationTemplate {
         }
     }
 
-    /// Queues the notification for the token whose raw bytes are `token`, with the provider
-    /// token current now; blocks while the engine's window is full.
-    public func submit(toTokenBytes token: UnsafeRawBufferPointer, tag: UInt64) throws(APNsClientError) {
-        try refreshAuthorization()
-        client.dispatcher.submit(requestWithCurrentHeaders(forTokenBytes: token), tag: tag)
-    }
-
     private static let devicePathPrefix: [UInt8] = Array("/3/device/".utf8)
     private static let hexDigits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
         (0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66)

@@ -380,6 +380,11 @@ final class CampaignWorker: @unchecked Sendable {
     /// inbox and at most one wake-up for all of them, instead of one each.
     static let submitBatch = 256
 
+    /// How far ahead of its moment a capped run may send: the sends due within it go out as one
+    /// batch (`fill`). 5 ms is a fraction of `RateLimiter.burstSeconds`' make-up, so a cap holds
+    /// over any second; below 200/s each send still waits for its own moment.
+    static let pacingSlice = 0.005
+
     /// The last fill stopped because the engine already held enough requests waiting for a
     /// stream (`engineHasRoom`): no chunk is leased ahead until answers make room.
     private var heldByEngine = false
@@ -426,7 +431,14 @@ final class CampaignWorker: @unchecked Sendable {
             guard let target = run.takeNextTarget(now: now) else { break }
             if let rate = run.rate {
                 let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
-                if wait > 0 { PosixThread.sleep(seconds: wait) }
+                // A send due within the pacing slice goes with the batch being built; one due
+                // later first sends that batch, then waits. So a capped run wakes the worker and
+                // the engine's loop once per slice, not once per notification.
+                if wait > Self.pacingSlice {
+                    submitBatched()
+                    PosixThread.sleep(seconds: wait)
+                    now = RateLimiter.monotonicSeconds()
+                }
                 keeper.beat(worker: index)
                 // Paced sending can stay in this loop longer than the lease: renew it here,
                 // or another worker takes the chunk over and sends it again.
@@ -467,17 +479,12 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 let tag = CompletionQueue.tag(worker: index, generation: run.generation, index: target)
                 do {
-                    if run.rate != nil {
-                        // A capped run sends each request at its moment, not in batches.
-                        try tokens.withBytes(at: target) { try template.submit(toTokenBytes: $0, tag: tag) }
-                    } else {
-                        if batchTemplate !== template {
-                            submitBatched()
-                            try template.refreshAuthorization()
-                            batchTemplate = template
-                        }
-                        batch.append((tokens.withBytes(at: target) { template.requestWithCurrentHeaders(forTokenBytes: $0) }, tag))
+                    if batchTemplate !== template {
+                        submitBatched()
+                        try template.refreshAuthorization()
+                        batchTemplate = template
                     }
+                    batch.append((tokens.withBytes(at: target) { template.requestWithCurrentHeaders(forTokenBytes: $0) }, tag))
                 } catch {
                     context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
                     run.retries.append(ChunkRun.Retry(at: 0, target: target))
