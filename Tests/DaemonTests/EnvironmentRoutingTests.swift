@@ -176,4 +176,33 @@ import Testing
             #expect(hosts.production.stats.accepted == 0)
         }
     }
+
+    /// A capped sandbox campaign paused mid-chunk: the target the worker was about to send
+    /// when it saw the pause is parked unsent, and goes to the sandbox host after the resume.
+    /// It was parked as production (the default of a target not yet sent) and sent there.
+    @Test func aPausedCappedCampaignsUnsentTargetsStillGoToTheCampaignsEnvironment() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let pipeline = try hosts.harness.pipeline(hosts.config())
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
+                                                              environment: "sandbox", payload: Self.payload, rateLimit: 100))
+            let tokens = (300..<700).map { DaemonHarness.token($0) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }).imported == 400)
+            #expect(try store.start(connection, id: id) == .running)
+
+            #expect(DaemonHarness.wait(seconds: 20) { hosts.sandbox.stats.accepted >= 50 })
+            #expect(try store.pause(connection, id: id) == .paused)
+            // The paced chunk sees the pause at its next checkpoint (every 2 s).
+            Thread.sleep(forTimeInterval: 3)
+            #expect(try store.resume(connection, id: id) == .running)
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            #expect(hosts.production.stats.accepted == 0)
+            #expect(Set(tokens).subtracting(hosts.sandbox.acceptedLog.map(\.token)) == [])
+        }
+    }
 }

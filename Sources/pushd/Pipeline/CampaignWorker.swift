@@ -459,9 +459,7 @@ final class CampaignWorker: @unchecked Sendable {
                                                   reason: "TooManyRequests: the device token is throttled"))
                 continue
             }
-            // A target imported from registered tokens keeps its token's environment; a
-            // file import has the campaign's; else the app's.
-            let environment = sender.environment(job: chunk.targets.environment(at: target) ?? chunk.environment, registered: nil)
+            let environment = run.environments[target]
             if sender.hasHolds, sender.heldReason(AppSender.topicKey(run.topic, environment)) != nil {
                 // Its topic is held in this target's environment: the chunk stops before it and
                 // is released at its watermark, the target unsent.

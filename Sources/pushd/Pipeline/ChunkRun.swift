@@ -45,6 +45,7 @@ final class ChunkRun {
     var progress: ChunkProgress
     var resolutions: [Resolution?]
     var attempts: [Int]
+    /// The environment each target is sent to (its host, its answer's meaning, its parking).
     var environments: [PushdConfig.Environment]
     var retries: [Retry] = []
     var parked: [ParkedTarget] = []
@@ -73,7 +74,12 @@ final class ChunkRun {
         progress = ChunkProgress(position: chunk.startIndex)
         resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)
         attempts = [Int](repeating: 0, count: chunk.targets.count)
-        environments = [PushdConfig.Environment](repeating: .production, count: chunk.targets.count)
+        // A target imported from registered tokens keeps its token's environment; a file
+        // import has the campaign's; else the app's. A target parked before its first send
+        // (a pause or a hold seen first, a throttled token) is parked with it too.
+        environments = (0..<chunk.targets.count).map {
+            sender.environment(job: chunk.targets.environment(at: $0) ?? chunk.environment, registered: nil)
+        }
     }
 
     /// Every target was sent once and none waits for a retry here.
