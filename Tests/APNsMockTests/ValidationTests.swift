@@ -28,6 +28,7 @@ struct ValidationTests {
         Case(name: "topic not allowed", headers: ["apns-topic: com.other.app"], status: 400, reason: "TopicDisallowed"),
         Case(name: "voip topic without suffix", headers: ["apns-topic: com.example.app", "apns-push-type: voip"], status: 400, reason: "BadTopic"),
         Case(name: "voip topic with suffix", headers: ["apns-topic: com.example.app.voip", "apns-push-type: voip"], status: 200),
+        Case(name: "topic with a character no bundle id has", headers: ["apns-topic: com.example.my_app"], status: 400, reason: "BadTopic"),
         Case(name: "unknown push type", headers: ["apns-topic: com.example.app", "apns-push-type: banner"], status: 400, reason: "InvalidPushType"),
         Case(name: "bad priority", headers: ["apns-topic: com.example.app", "apns-priority: 7"], status: 400, reason: "BadPriority"),
         Case(name: "background at priority 10", headers: ["apns-topic: com.example.app", "apns-push-type: background", "apns-priority: 10"],

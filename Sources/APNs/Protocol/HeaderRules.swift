@@ -8,13 +8,18 @@ public enum NotificationLimits {
 
 /// `apns-topic` shape rules.
 public enum TopicRules {
-    /// Printable ASCII without spaces, at most `NotificationLimits.maxTopicBytes`: bundle ids
-    /// allow only letters, digits, '-' and '.', and MDM topics look like "com.apple.mgmt.…".
+    /// At most `NotificationLimits.maxTopicBytes` of what a bundle id allows (letters, digits,
+    /// '-' and '.'); suffixes and MDM topics ("com.apple.mgmt.External.<UUID>") are made of the
+    /// same characters.
     public static func isWellFormed(_ topic: String) -> Bool {
         let utf8 = topic.utf8
         guard !utf8.isEmpty, utf8.count <= NotificationLimits.maxTopicBytes else { return false }
-        for byte in utf8 where byte <= 0x20 || byte >= 0x7f { return false }
-        return true
+        return utf8.allSatisfy(isBundleIDByte)
+    }
+
+    /// A character a bundle id may hold: A–Z, a–z, 0–9, '-' and '.' (Apple's CFBundleIdentifier).
+    public static func isBundleIDByte(_ byte: UInt8) -> Bool {
+        (byte >= 65 && byte <= 90) || (byte >= 97 && byte <= 122) || (byte >= 48 && byte <= 57) || byte == 45 || byte == 46
     }
 }
 

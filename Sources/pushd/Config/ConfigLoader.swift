@@ -171,7 +171,12 @@ enum ConfigLoader {
         }
         let bundleID = section.requiredString("bundle_id", what: "the app's bundle id (the apns-topic)")
         if let bundleID, !isValidBundleID(bundleID) {
-            reader.error(section.childPath("bundle_id"), line: section.line, "'\(bundleID)' is not a bundle id like com.example.app")
+            reader.error(section.childPath("bundle_id"), line: section.line,
+                         "'\(bundleID)' is not a bundle id like com.example.app (letters, digits, '-' and '.', at least two parts)")
+        } else if let bundleID, let type = PushType.typeOwningSuffix(of: bundleID), let suffix = type.topicSuffix {
+            // Every alert would be refused at send time, and a \(type) push addressed to the suffix twice.
+            reader.error(section.childPath("bundle_id"), line: section.line,
+                         "'\(bundleID)' ends in '\(suffix)', the topic suffix of \(type) pushes: give the app's bundle id, pushd adds the suffix each push type needs")
         }
         let environmentSetting = section.choice("environment", default: PushdConfig.Environment.production)
         let rate = section.int("campaign_rate", default: 0, range: 0...10_000_000)
@@ -252,7 +257,7 @@ enum ConfigLoader {
     static func isValidBundleID(_ id: String) -> Bool {
         let parts = id.split(separator: ".", omittingEmptySubsequences: false)
         return parts.count >= 2 && parts.allSatisfy { part in
-            !part.isEmpty && part.utf8.allSatisfy { ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 45 || $0 == 95 }
+            !part.isEmpty && part.utf8.allSatisfy(TopicRules.isBundleIDByte)
         }
     }
 
