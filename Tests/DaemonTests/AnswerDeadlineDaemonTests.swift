@@ -75,4 +75,53 @@ import Testing
             #expect(twice.isEmpty, "\(twice.count) jobs accepted more than once, e.g. \(twice.first.map { "\($0.key): \($0.value.accepted)" } ?? "")")
         }
     }
+
+    /// SIGTERM while APNs answers slowly: the drain deadline passes with a batch still waiting
+    /// for answers. The engines are stopped (what they held is answered as not sent) and the
+    /// workers record their batches before the process exits: the jobs APNs already accepted
+    /// are not sent again by the next instance. Before, `pushd run` exited while the workers
+    /// were recording, the batch's transaction aborted, and every job of it went out again.
+    @Test func aSigtermWhileAnswersAreSlowSendsNoAcceptedJobAgain() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(randomDelayMilliseconds: 6000))
+            let connection = try database.connect()
+            let path = try harness.writeConfigFile()
+            var yaml = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(yaml.contains("  drain_timeout_s: 5\n"))
+            yaml = yaml.replacingOccurrences(of: "  drain_timeout_s: 5\n", with: "  drain_timeout_s: 1\n")
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            let jobs = 60
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', repeat(lpad(to_hex(5000 + g), 16, '0'), 4), '{"aps":{"alert":"slow"}}'
+                FROM generate_series(1, $1::int) g
+                """, [jobs])
+            let first = try DaemonProcessTests.start(config: path, log: harness.directory + "/first.log")
+            let someAccepted = DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted >= 5 }
+            kill(first.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(first, seconds: 30))
+            #expect(someAccepted)
+            let acceptedBeforeExit = harness.mock.stats.accepted
+            #expect(acceptedBeforeExit < jobs, "the batch should still be waiting for answers at SIGTERM")
+
+            try harness.mock.setFaults(.none)
+            let second = try DaemonProcessTests.start(config: path, log: harness.directory + "/second.log")
+            defer {
+                kill(second.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(second, seconds: 10)
+            }
+            #expect(try DaemonHarness.wait(seconds: 60) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
+            })
+            Thread.sleep(forTimeInterval: 7)
+            let perToken = harness.mock.stats.perToken
+            let twice = perToken.filter { $0.value.accepted > 1 }
+            #expect(perToken.count == jobs, "\(perToken.count) of \(jobs) jobs accepted")
+            // An answer the mock wrote as the stopped engine closed its connection never reached
+            // pushd: that job is unanswered, so it is sent again (at least once, as APNs may have
+            // it). Only those few may be accepted twice, not the batch APNs answered (23 of 23
+            // accepted before the first instance exited were sent again before the fix).
+            #expect(twice.count <= 2, "\(twice.count) jobs accepted twice (\(acceptedBeforeExit) accepted before the first instance exited)")
+        }
+    }
 }

@@ -174,6 +174,10 @@ final class Pipeline: @unchecked Sendable {
         return configuration
     }
 
+    /// How long workers still waiting for answers at the drain deadline get to record their
+    /// batches once the engines stopped: one transaction each, with every answer in hand.
+    static let settleAfterStopSeconds = 10.0
+
     func start() {
         // An instance starts with no hold: work another run of it put back until a hold's end
         // (a restart after a configuration fix) is due now, as after a SIGHUP.
@@ -193,17 +197,35 @@ final class Pipeline: @unchecked Sendable {
     }
 
     /// Tells the workers to stop claiming, waits up to `deadline` for them to settle what
-    /// they hold, then stops the dispatchers. Work not settled by then stays in the queue
-    /// (an open transaction aborts; a chunk's lease expires) and is sent again later.
+    /// they hold, then stops the dispatchers, and gives the workers still waiting for answers
+    /// `settleAfterStopSeconds` to record what was answered. Work not settled by then stays in
+    /// the queue (an open transaction aborts; a chunk's lease expires) and is sent again later.
     func stop(deadline: Timestamp) {
         context.stopping.store(true, ordering: .relaxed)
         context.doorbell.ring()
         unknownApps.stop()
-        for worker in jobWorkers { worker.finished.wait(timeout: deadline.timeIntervalSinceNow) }
-        for worker in campaignWorkers { worker.finished.wait(timeout: deadline.timeIntervalSinceNow) }
-        if !campaignWorkers.isEmpty { leaseKeeper.stop() }
+        var unsettled: [Semaphore] = []
+        for worker in jobWorkers where !worker.finished.wait(timeout: deadline.timeIntervalSinceNow) { unsettled.append(worker.finished) }
+        for worker in campaignWorkers where !worker.finished.wait(timeout: deadline.timeIntervalSinceNow) { unsettled.append(worker.finished) }
         if broadcastWorker.finished.wait(timeout: deadline.timeIntervalSinceNow) { broadcastWorker.shutdown() }
         for sender in context.senders.values { sender.shutdown(drainTimeoutMilliseconds: 1000) }
+        // The stopped engines answered what they still held as not sent: a worker that was
+        // waiting for answers records its batch now (what APNs accepted as delivered, the rest
+        // due again). Leaving before that aborts the batch's transaction, and every job of it,
+        // the accepted ones too, is sent again by the next instance.
+        let settleBy = Timestamp().addingTimeInterval(Self.settleAfterStopSeconds)
+        let late = unsettled.filter { !$0.wait(timeout: settleBy.timeIntervalSinceNow) }.count
+        if !unsettled.isEmpty {
+            let settled = unsettled.count - late
+            if late == 0 {
+                context.logger.notice("\(settled) worker(s) still waiting for APNs at the drain deadline recorded their batches after the engines stopped; what was not answered is due again",
+                                      ("event", "drain_deadline_settled"), ("workers", .int(Int64(settled))))
+            } else {
+                context.logger.warning("\(late) worker(s) had not recorded their batches \(Int(Self.settleAfterStopSeconds)) s after the engines stopped: those batches go back to the queue and are sent again, those APNs accepted too",
+                                       ("event", "drain_deadline_unsettled"), ("workers", .int(Int64(late))))
+            }
+        }
+        if !campaignWorkers.isEmpty { leaseKeeper.stop() }
         tokens.close()
         statsConnection.withLock { connection in
             connection?.close()
