@@ -49,7 +49,7 @@ enum RunCommand {
             server.stop()
             throw error
         }
-        let instance = "\(Self.hostName())/\(getpid())"
+        let instance = Self.instanceName(host: Self.hostName(), pid: getpid(), random: UInt32.random(in: 0 ... 0xFF_FFFF))
         logger.info("pushd \(VersionCommand.pushdVersion) starting", ("instance", .string(instance)),
                     ("metrics", .string("\(server.host):\(server.port)")), ("apps", .int(Int64(config.apps.count))))
         if let warning = VersionCommand.linkedLibcurlWarning() { logger.warning(warning) }
@@ -171,6 +171,15 @@ enum RunCommand {
     static func databaseNotReady(_ error: any Error) -> String {
         guard let error = error as? PGError else { return "database unreachable (see the log)" }
         return "database unreachable: SQLSTATE \(error.code.raw) (see the log)"
+    }
+
+    /// The name this run goes by in leases, pauses, the fleet table and the log: host and
+    /// process id, for an operator to find it, and 6 random hex digits, because two containers
+    /// on the host network have the same host name and often the same pid (1). Two instances
+    /// with one name would take each other's chunk leases for their own and send them twice.
+    static func instanceName(host: String, pid: Int32, random: UInt32) -> String {
+        let hex = String(random & 0xFF_FFFF, radix: 16)
+        return "\(host)/\(pid)-\(String(repeating: "0", count: 6 - hex.count))\(hex)"
     }
 
     static func hostName() -> String {
