@@ -151,6 +151,25 @@ import Testing
         }
     }
 
+    /// APNs takes Live Activity and location pushes only with token authentication: for a
+    /// certificate app such a campaign is refused when it is created, payload or not, instead
+    /// of failing every target at send time.
+    @Test(arguments: [("location", #"{"aps":{}}"#), ("liveactivity", nil)])
+    func createRefusesAPushTypeTheAppsCertificateCannotSend(pushType: String, payload: String?) throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            try files.certificate("pem")
+            let config = try CheckConfigCommandTests.writeConfig(files, database: database.url, apps: CheckConfigCommandTests.certificateApp(
+                "legacy", "cert_file: \(files.path("pem.crt"))\nkey_file: \(files.path("pem.key"))"))
+            let run = try CommandRun(["campaign", "create", "--config", config, "--app", "legacy", "--push-type", pushType]
+                                     + (payload.map { ["--payload", $0] } ?? [])) { try CampaignCommand.create($0, $1) }
+            #expect(run.exitCode == 1)
+            #expect(run.output.errorText.contains("APNs accepts \(pushType) pushes only with token (JWT) authentication, and app 'legacy' signs with a certificate"),
+                    "\(run.output.errorText)")
+            #expect(try CampaignStore().campaigns(try database.connect(), limit: 10).isEmpty)
+        }
+    }
+
     @Test func aCampaignWithoutPayloadSaysTargetsNeedTheirOwn() throws {
         try IsolatedDatabase.with { database in
             let run = try Self.run(["create", "--app", "shop"], database) { try CampaignCommand.create($0, $1) }

@@ -32,6 +32,11 @@ enum CampaignCommand {
         let bundleID: String? = configured.bundleID
 
         let pushType = try Self.pushType(parsed.value("push-type") ?? "alert")
+        let authentication: AuthenticationMode = Pipeline.authenticatesByCertificate(configured) ? .certificate : .token
+        if authentication == .certificate && !pushType.supportsCertificateAuthentication {
+            // Every target would be refused at send time (TokenAuthenticationRequired).
+            throw CommandContext.Failure("--push-type \(pushType): APNs accepts \(pushType) pushes only with token (JWT) authentication, and app '\(app)' signs with a certificate; give the app a token key (token: team_id, key_id, key_file) or choose another push type")
+        }
         let priority = try CommandValue.integer(parsed, "priority", in: 1...10) ?? (pushType == .background ? 5 : 10)
         guard Priority(rawValue: priority) != nil else {
             throw CommandContext.Failure("--priority \(priority) is not an APNs priority: use 10 (now), 5 (conserve power) or 1 (lowest)")
@@ -52,7 +57,7 @@ enum CampaignCommand {
 
         let payload = try CommandValue.payload(parsed, readStandardInput: standardInput)
         if let payload {
-            try validate(payload: payload, pushType: pushType, priority: priority, bundleID: bundleID)
+            try validate(payload: payload, pushType: pushType, priority: priority, bundleID: bundleID, authentication: authentication)
         }
         let name = parsed.value("name") ?? "\(app) \(TimeText.moment(Timestamp()))"
         guard (1...200).contains(name.count) else {
@@ -79,7 +84,8 @@ enum CampaignCommand {
 
     /// A campaign payload must be a JSON object that the notification rules accept for its push
     /// type, checked once here rather than failing for every target at send time.
-    static func validate(payload: [UInt8], pushType: PushType, priority: Int, bundleID: String?) throws {
+    static func validate(payload: [UInt8], pushType: PushType, priority: Int, bundleID: String?,
+                         authentication: AuthenticationMode = .token) throws {
         if let error = JSONParser.checkObject(payload) {
             throw CommandContext.Failure("the payload is not a JSON object: \(error)")
         }
@@ -88,7 +94,7 @@ enum CampaignCommand {
         let token = try APNs.DeviceToken(String(repeating: "0", count: 64))
         let notification = Notification(token: token, topic: topic, pushType: pushType,
                                         priority: Priority(rawValue: priority), payload: payload)
-        let issues = NotificationValidator.issues(in: notification).filter { bundleID != nil || $0.field != "apns-topic" }
+        let issues = NotificationValidator.issues(in: notification, authentication: authentication).filter { bundleID != nil || $0.field != "apns-topic" }
         if !issues.isEmpty {
             throw CommandContext.Failure("the payload breaks APNs rules for \(pushType) pushes:\n" +
                                          issues.map { "  \($0)" }.joined(separator: "\n"))
