@@ -39,6 +39,35 @@ import Testing
         }
     }
 
+    /// After the outage every job that waited for APNs is made due, in batches (one UPDATE of
+    /// millions outran the statement timeout), and a job locked by another claimer's open batch
+    /// is passed over instead of waited for: the UPDATE used to wait for that batch's answers.
+    @Test func everyJobThatWaitedIsMadeDueInBatchesPassingOverAnOpenBatchsJob() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, run_at, last_error)
+                SELECT 'shop', repeat(lpad(to_hex(g), 16, '0'), 4), $1, now() + interval '5 minutes',
+                       CASE WHEN g % 5 = 0 THEN 'BadDeviceToken' ELSE 'HTTP 503 ServiceUnavailable' END
+                FROM generate_series(1, 250) g
+                """, [Fixtures.payload])
+            let claimer = try database.connect()
+            defer { claimer.close() }
+            try claimer.execute(script: "BEGIN")
+            try claimer.query("SELECT id FROM pushd.jobs WHERE last_error ^@ 'HTTP' ORDER BY id LIMIT 1 FOR UPDATE")
+            try connection.execute(script: "SET statement_timeout = '3s'")
+            let started = Date()
+            #expect(try JobQueue().makeDue(connection, app: "shop", errorPrefixes: Self.prefixes, batch: 64) == 199)
+            #expect(Date().timeIntervalSince(started) < 2.5)
+            let waiting = "SELECT count(*) FROM pushd.jobs WHERE run_at > now() AND last_error ^@ 'HTTP'"
+            #expect(try connection.query(waiting).require(Int.self, row: 0, column: 0) == 1)
+            try claimer.execute(script: "ROLLBACK")
+            #expect(try JobQueue().makeDue(connection, app: "shop", errorPrefixes: Self.prefixes, batch: 64) == 1)
+            #expect(try connection.query(waiting).require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
     @Test func theSoonestBroadcastAndChannelRequestNotBeingSentAreMadeDue() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

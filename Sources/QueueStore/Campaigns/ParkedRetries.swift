@@ -158,12 +158,16 @@ extension CampaignStore {
     /// APNs are sent as soon as it answers again (as `JobQueue.makeDue` does for jobs).
     /// Targets in another worker's open batch are left alone.
     @discardableResult
-    public func makeParkedDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
+    public func makeParkedDue(_ connection: PGConnection, app: String, errorPrefixes: [String], batch: Int = 10_000) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(by: """
-            UPDATE pushd.campaign_retries r SET due_at = now()
-            FROM pushd.campaigns c
-            WHERE c.id = r.campaign_id AND c.app = $1 AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
+        // In batches, each committed on its own, as `JobQueue.makeDue`.
+        return try connection.rowsUpdated(inBatchesOf: batch, by: """
+            UPDATE pushd.campaign_retries SET due_at = now()
+            WHERE (campaign_id, chunk, position) IN (
+                SELECT r.campaign_id, r.chunk, r.position
+                FROM pushd.campaign_retries r JOIN pushd.campaigns c ON c.id = r.campaign_id
+                WHERE c.app = $1 AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
+                LIMIT $3 FOR UPDATE OF r SKIP LOCKED)
             """, [app, errorPrefixes])
     }
 

@@ -139,12 +139,17 @@ public struct JobQueue: Sendable {
     /// now, and returns how many: jobs that waited out an outage of APNs go out as soon as it
     /// answers again rather than after the rest of their backoff. Jobs scheduled for later
     /// by their sender (no error) and jobs in another claimer's open batch are left alone.
+    /// `batch` rows per statement, each committed on its own: after a long outage millions
+    /// wait, and one UPDATE of them all outran the statement timeout, rolled back, and was
+    /// tried again on every turn while nothing became due.
     @discardableResult
-    public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
+    public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String], batch: Int = 10_000) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(by: """
+        return try connection.rowsUpdated(inBatchesOf: batch, by: """
             UPDATE pushd.jobs SET run_at = now()
-            WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[])
+            WHERE id IN (SELECT id FROM pushd.jobs
+                         WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[])
+                         LIMIT $3 FOR UPDATE SKIP LOCKED)
             """, [app, errorPrefixes])
     }
 
