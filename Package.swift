@@ -42,7 +42,7 @@ let package = Package(
         // Threads, standard streams and child processes on POSIX, so that no target needs Foundation.
         .target(name: "Posix", swiftSettings: withoutStringProcessing),
         .target(name: "APNs", dependencies: ["COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
-        .target(name: "QueueStore", dependencies: ["CLibPQ", "Posix"], swiftSettings: withoutStringProcessing),
+        .target(name: "QueueStore", dependencies: ["CLibPQ", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"], swiftSettings: withoutStringProcessing),
         .target(name: "CEpoll"),
         .target(name: "CSignal"),

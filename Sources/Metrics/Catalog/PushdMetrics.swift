@@ -58,6 +58,9 @@ public struct PushdMetrics: Sendable {
 
     // Database and process
     public let databaseErrors: CounterFamily
+    /// `pushd_database_stalled`, which has no labels.
+    public let databaseStalled: Gauge
+    public let databaseCallSecondsMax: CallbackFamily
     public let buildInfo: GaugeFamily
     public let apnsConnectionRetirements: CounterFamily
 
@@ -221,6 +224,14 @@ public struct PushdMetrics: Sendable {
             "pushd_database_errors_total",
             help: "Failed PostgreSQL operations, by reason (connection, or the SQLSTATE class such as 40 or 57).",
             labels: ["reason"])
+        databaseStalled = try registry.gauge(
+            "pushd_database_stalled",
+            help: "1 from when a database call has waited longer than database.stall_s (the call's connection is then abandoned) until a call is answered again, else 0.",
+            labels: []).bound([])
+        databaseCallSecondsMax = try registry.callbackGauge(
+            "pushd_database_call_seconds_max",
+            help: "How long the longest database call in flight has waited, in seconds; 0 when none is in flight.",
+            labels: [])
         buildInfo = try registry.gauge(
             "pushd_build_info",
             help: "Always 1; the version label says which pushd build is running.",

@@ -34,6 +34,11 @@ public final class PGConnection {
     private var statementCache: [String: PGStatement] = [:]
     /// Masks the password in every message this connection makes from a libpq error.
     private let connectionString: PGConnectionString
+    /// The session's `application_name`, which names its calls to `PGCallWatch`.
+    private let purpose: String
+    /// A duplicate of libpq's socket, which `PGCallWatch` may shut down from another thread
+    /// to end a call the database does not answer; closed with the connection.
+    private var watchSocket: Int32 = -1
 
     /// The libpq version linked into this process, for example 150020 for 15.20.
     public static var libpqVersion: Int { Int(PQlibVersion()) }
@@ -42,20 +47,28 @@ public final class PGConnection {
     ///
     /// `settings` are run-time parameters sent at start-up (for example
     /// `statement_timeout`), added to the ones pushd always sets.
-    public init(url: String, applicationName: String = "pushd", settings: [String: String] = [:]) throws {
+    /// `defaults` are connection keywords (for example `connect_timeout`) that apply unless
+    /// `url` sets the same keyword: libpq lets the expanded `dbname` override the keywords
+    /// before it, in both the URL and the keyword form.
+    public init(url: String, applicationName: String = "pushd", settings: [String: String] = [:],
+                defaults: [String: String] = [:]) throws {
         let connectionString = PGConnectionString(url)
         self.connectionString = connectionString
+        purpose = applicationName
         var options = "-c TimeZone=UTC -c DateStyle=ISO"
         for (key, value) in settings.sorted(by: { $0.key < $1.key }) {
             options += " -c \(key)=\(value.replacing(text: " ", with: "\\ "))"
         }
-        let keys = ["dbname", "application_name", "client_encoding", "options"]
-        let values = [url, applicationName, "UTF8", options]
+        let sortedDefaults = defaults.sorted { $0.key < $1.key }
+        let keys = sortedDefaults.map(\.key) + ["dbname", "application_name", "client_encoding", "options"]
+        let values = sortedDefaults.map(\.value) + [url, applicationName, "UTF8", options]
+        let call = PGCallWatch.begin(purpose: applicationName, socket: -1)
         let connection: OpaquePointer? = withCStringArray(keys) { keyPointers in
             withCStringArray(values) { valuePointers in
                 PQconnectdbParams(keyPointers, valuePointers, 1)
             }
         }
+        PGCallWatch.end(call, answered: connection.map { PQstatus($0) == CONNECTION_OK } ?? false)
         guard let connection else {
             throw PGError(code: .connectionFailure, message: "libpq could not allocate a connection")
         }
@@ -66,14 +79,40 @@ public final class PGConnection {
                           message: "cannot connect to \(connectionString.redacted): \(message)")
         }
         handle = connection
+        watchSocket = dup(PQsocket(connection))
     }
 
-    deinit { if let handle { PQfinish(handle) } }
+    deinit {
+        if let handle { PQfinish(handle) }
+        if watchSocket >= 0 { Glibc.close(watchSocket) }
+    }
 
     /// Closes the connection; later calls throw `connectionClosed`.
     public func close() {
         if let handle { PQfinish(handle) }
         handle = nil
+        if watchSocket >= 0 { Glibc.close(watchSocket) }
+        watchSocket = -1
+    }
+
+    /// The value libpq uses for connection keyword `keyword` (for example `keepalives_idle`),
+    /// nil when it has none.
+    public func connectionOption(_ keyword: String) -> String? {
+        guard let handle, let options = PQconninfo(handle) else { return nil }
+        defer { PQconninfoFree(options) }
+        var option = options
+        while let name = option.pointee.keyword {
+            if String(cString: name) == keyword { return option.pointee.val.map { String(cString: $0) } }
+            option += 1
+        }
+        return nil
+    }
+
+    /// Runs a blocking call registered with `PGCallWatch`.
+    private func watched<T>(_ body: () throws -> T) rethrows -> T {
+        let call = PGCallWatch.begin(purpose: purpose, socket: watchSocket)
+        defer { PGCallWatch.end(call, answered: isOpen) }
+        return try body()
     }
 
     /// True while libpq believes the connection is usable.
@@ -106,8 +145,10 @@ public final class PGConnection {
     @discardableResult
     public func query(_ sql: String, _ parameters: [any PGParameter] = []) throws -> PGResult {
         let connection = try open()
-        let result = try withParameters(parameters) { count, values in
-            PQexecParams(connection, sql, count, nil, values, nil, nil, 0)
+        let result = try watched {
+            try withParameters(parameters) { count, values in
+                PQexecParams(connection, sql, count, nil, values, nil, nil, 0)
+            }
         }
         return try check(result, statement: sql)
     }
@@ -117,7 +158,7 @@ public final class PGConnection {
     @discardableResult
     public func execute(script sql: String) throws -> PGResult {
         let connection = try open()
-        return try check(PQexec(connection, sql), statement: sql)
+        return try check(watched { PQexec(connection, sql) }, statement: sql)
     }
 
     /// Prepares a statement once on this connection, to run many times with `query(_:_:)`.
@@ -125,8 +166,8 @@ public final class PGConnection {
         let connection = try open()
         statementCounter += 1
         let name = "pushd_s\(statementCounter)"
-        _ = try check(PQprepare(connection, name, sql, 0, nil), statement: sql)
-        let description = try check(PQdescribePrepared(connection, name), statement: sql)
+        _ = try check(watched { PQprepare(connection, name, sql, 0, nil) }, statement: sql)
+        let description = try check(watched { PQdescribePrepared(connection, name) }, statement: sql)
         return PGStatement(name: name, parameterCount: description.parameterCount)
     }
 
@@ -143,8 +184,10 @@ public final class PGConnection {
     @discardableResult
     public func query(_ statement: PGStatement, _ parameters: [any PGParameter] = []) throws -> PGResult {
         let connection = try open()
-        let result = try withParameters(parameters) { count, values in
-            PQexecPrepared(connection, statement.name, count, values, nil, nil, 0)
+        let result = try watched {
+            try withParameters(parameters) { count, values in
+                PQexecPrepared(connection, statement.name, count, values, nil, nil, 0)
+            }
         }
         return try check(result, statement: statement.name)
     }
@@ -155,6 +198,10 @@ public final class PGConnection {
     /// failed it is open and aborted, and only a ROLLBACK ends it.
     @discardableResult
     public func beginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter] = []) throws -> PGResult {
+        try watched { try pipelinedBeginAndQuery(statement, parameters) }
+    }
+
+    private func pipelinedBeginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter]) throws -> PGResult {
         let connection = try open()
         guard PQenterPipelineMode(connection) == 1 else {
             throw PGError(code: .connectionFailure, message: "cannot enter pipeline mode: \(errorMessage(connection))",
@@ -279,6 +326,10 @@ public final class PGConnection {
     /// If `body` throws, the COPY is aborted and nothing is written.
     @discardableResult
     public func copyIn(_ sql: String, _ body: (inout PGCopyWriter) throws -> Void) throws -> Int {
+        try watched { try copyInUnwatched(sql, body) }
+    }
+
+    private func copyInUnwatched(_ sql: String, _ body: (inout PGCopyWriter) throws -> Void) throws -> Int {
         let connection = try open()
         let start = PQexec(connection, sql)
         guard let start, PQresultStatus(start) == PGRES_COPY_IN else {

@@ -1,5 +1,6 @@
 import Posix
 import QueueStore
+import Synchronization
 
 /// What a command needs from its surroundings: where output goes and how to find
 /// the configuration and the database. Commands return an exit code: 0 ok, 1 failure
@@ -27,6 +28,7 @@ struct CommandContext {
         let path = parsed.value("config") ?? Self.defaultConfigPath
         let (config, warnings) = try ConfigLoader.load(file: path, environment: environment)
         for warning in warnings { warn(path, warning) }
+        QueueSession.deadPeerSeconds.store(config.databaseDeadPeerSeconds, ordering: .relaxed)
         return config
     }
 

@@ -28,6 +28,7 @@ enum RunCommand {
             return 1
         }
         let (config, _) = try ConfigLoader.load(file: file, environment: context.environment)
+        QueueSession.deadPeerSeconds.store(config.databaseDeadPeerSeconds, ordering: .relaxed)
         let sink = FileLogSink(path: config.logFile)
         let logger = Logger(level: config.logLevel, sink: sink)
         for warning in concerns {
@@ -40,6 +41,12 @@ enum RunCommand {
         let server = try MetricsServer(registry: metrics.registry,
                                        configuration: MetricsServerConfiguration(host: listen.host, port: listen.port))
         server.setReady(false, detail: "starting: connecting to the database")
+        // A blocked main loop cannot say the database stopped answering: the watchdog does.
+        let watchdog = DatabaseWatchdog(stallSeconds: config.databaseStallSeconds, metrics: metrics, logger: logger) { detail in
+            server.setReady(false, detail: detail)
+        }
+        watchdog.start()
+        defer { watchdog.stop() }
         let signals: SignalWatcher
         do {
             signals = try SignalWatcher([SIGTERM, SIGINT, SIGHUP])
@@ -69,6 +76,10 @@ enum RunCommand {
                         exit(1)
                     }
                     logger.notice("\(SignalWatcher.name(number)): draining (up to \(config.drainTimeoutSeconds)s)")
+                    // Here rather than in the main loop, which may be waiting on the database.
+                    server.setReady(false, detail: "draining")
+                    Self.exitIfStillRunning(after: Double(config.drainTimeoutSeconds + Self.shutdownGraceSeconds),
+                                            signal: SignalWatcher.name(number), logger: logger)
                 }
             }
         }
@@ -107,7 +118,8 @@ enum RunCommand {
 
         let pipeline: Pipeline
         do {
-            pipeline = try Pipeline(config: config, metrics: metrics, logger: logger, instance: instance)
+            pipeline = try Pipeline(config: config, metrics: metrics, logger: logger, instance: instance,
+                                    databaseStalled: { watchdog.isStalled })
         } catch {
             server.stop()
             throw error
@@ -138,7 +150,10 @@ enum RunCommand {
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()
-                    if !outages.isEmpty {
+                    if let stall = watchdog.stallDetail {
+                        // Another session waits on the database while this one got an answer.
+                        server.setReady(false, detail: stall)
+                    } else if !outages.isEmpty {
                         server.setReady(false, detail: "APNs is not taking notifications of "
                                         + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))
                     } else {
@@ -164,6 +179,25 @@ enum RunCommand {
         server.stop()
         signals.cancel()
         return 0
+    }
+
+    /// How long after `shutdown.drain_timeout_s` a stop may still take (the dispatchers'
+    /// drain, the workers recording what the stopped engines answered, the heartbeat's last
+    /// write) before pushd exits without finishing it.
+    static let shutdownGraceSeconds = Int(Pipeline.settleAfterStopSeconds) + 5
+
+    /// Exits with status 1 if the process is still running `seconds` from now: a stop waiting
+    /// on a database that does not answer ends anyway, and says so. Nothing is lost: a claimed
+    /// batch's transaction ends with its session and a campaign chunk's lease expires, so the
+    /// work is claimed again (docs/queue.md).
+    static func exitIfStillRunning(after seconds: Double, signal: String, logger: Logger) {
+        PosixThread.detach(name: "pushd-stop-bound") {
+            PosixThread.sleep(seconds: seconds)
+            logger.error("\(signal): the stop has not finished after \(Int(seconds))s (shutdown.drain_timeout_s + \(shutdownGraceSeconds)s); "
+                         + "database calls in flight: \(DatabaseWatchdog.describeInFlight()); exiting with status 1, unsettled work will be claimed again",
+                         ("event", "stop_forced"), ("after_s", .int(Int64(seconds))))
+            exit(1)
+        }
     }
 
     /// What `/readyz` says when the database check fails: the check and its SQLSTATE, never the

@@ -33,6 +33,8 @@ enum ConfigLoader {
 
         let database = top.section("database")
         var databaseURL = database.string("url")
+        let deadPeerSeconds = database.int("dead_peer_s", default: 30, range: 2...600)
+        let stallSeconds = database.int("stall_s", default: 60, range: 1...3600)
         database.rejectUnknownKeys()
         if let override = environment["PUSHD_DATABASE_URL"], !override.isEmpty { databaseURL = override }
         if databaseURL == nil {
@@ -42,6 +44,12 @@ enum ConfigLoader {
         }
 
         var config = PushdConfig(databaseURL: databaseURL ?? "", apps: [])
+        config.databaseDeadPeerSeconds = deadPeerSeconds
+        config.databaseStallSeconds = stallSeconds
+        if stallSeconds <= 30 {
+            reader.warning("database.stall_s", line: database.line,
+                           "\(stallSeconds)s is not above statement_timeout (30s): a slow but healthy statement can be taken for a stalled database")
+        }
 
         let metrics = top.section("metrics")
         if let listen = metrics.string("listen") {

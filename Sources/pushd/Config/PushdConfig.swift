@@ -104,6 +104,13 @@ struct PushdConfig: Sendable, Equatable {
     }
 
     var databaseURL: String
+    /// `database.dead_peer_s`: connect time-out and TCP dead-peer detection of every
+    /// database session (`QueueSession.connectionDefaults`); the URL's own keywords win.
+    var databaseDeadPeerSeconds: Int = 30
+    /// `database.stall_s`: a database call waiting longer than this makes pushd not ready,
+    /// logs an error and abandons the call's connection (`DatabaseWatchdog`). Well above
+    /// `statement_timeout` (30 s), the longest a statement of pushd's sessions may run.
+    var databaseStallSeconds: Int = 60
     var metricsListen: String = "127.0.0.1:9464"
     var logLevel: LogLevel = .info
     var logFile: String?

@@ -22,12 +22,20 @@ final class Pipeline: @unchecked Sendable {
     /// The last statistics read and when: the four queue gauges of one scrape share one read,
     /// which scans `pushd.jobs` (about 110 ms per million queued jobs).
     private let statsCache = Lock<(stats: QueueStats, at: ContinuousClock.Instant)?>(nil)
+    /// The last failed read and when, so that the gauges of one scrape do not each try again.
+    private let statsFailure = Lock<(error: any Error, at: ContinuousClock.Instant)?>(nil)
 
     struct SetupError: Error, CustomStringConvertible {
         var description: String
     }
 
-    init(config: PushdConfig, metrics: PushdMetrics, logger: Logger, instance: String) throws {
+    /// Whether the database watchdog sees a stall now: the scrape-time gauges then have no
+    /// sample rather than a scrape that waits on the database.
+    private let databaseStalled: @Sendable () -> Bool
+
+    init(config: PushdConfig, metrics: PushdMetrics, logger: Logger, instance: String,
+         databaseStalled: @escaping @Sendable () -> Bool = { false }) throws {
+        self.databaseStalled = databaseStalled
         var signers = [ProviderTokenService.Key: ProviderTokenSigner]()
         var keyFiles = [ProviderTokenService.Key: String]()
         for app in config.apps {
@@ -282,6 +290,9 @@ final class Pipeline: @unchecked Sendable {
         return try onStatsConnection(.stats)!
     }
 
+    /// The `application_name` of the statistics session.
+    static let statsSession = "pushd-stats"
+
     /// Reads of the queue statistics so far (each one scans `pushd.jobs`).
     let statsReads = Atomic<Int>(0)
 
@@ -289,9 +300,25 @@ final class Pipeline: @unchecked Sendable {
     func recentStats(maxAge: Duration = .seconds(2)) throws -> QueueStats {
         let now = ContinuousClock.now
         if let cached = statsCache.withLock({ $0 }), now - cached.at < maxAge { return cached.stats }
-        let stats = try readStats()
-        statsCache.withLock { $0 = (stats, now) }
-        return stats
+        // A scrape must not queue behind a call the database does not answer: Prometheus would
+        // time out and see no pushd_database_stalled either. No sample instead; nor after the
+        // stop, which closed the statistics session.
+        if databaseStalled() { throw SetupError(description: "the database is not answering") }
+        if context.stopping.load(ordering: .relaxed) { throw SetupError(description: "pushd is stopping") }
+        if let waiting = PGCallWatch.inFlight(now: now).first(where: { $0.purpose == Self.statsSession }), waiting.waited > .seconds(1) {
+            throw SetupError(description: "the statistics session has waited \(waiting.waited) on the database")
+        }
+        // Nor try again for each of the gauges of one scrape after a failure: each try may wait
+        // out a connect time-out.
+        if let failed = statsFailure.withLock({ $0 }), now - failed.at < maxAge { throw failed.error }
+        do {
+            let stats = try readStats()
+            statsCache.withLock { $0 = (stats, now) }
+            return stats
+        } catch {
+            statsFailure.withLock { $0 = (error, now) }
+            throw error
+        }
     }
 
     /// Whether the database answers, for readiness: a round trip, not a scan of the queue.
@@ -312,7 +339,7 @@ final class Pipeline: @unchecked Sendable {
         try statsConnection.withLock { connection -> QueueStats? in
             do {
                 if connection == nil {
-                    connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-stats")
+                    connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: Self.statsSession)
                 }
                 switch query {
                 case .stats:

@@ -1,0 +1,98 @@
+import Foundation
+import Glibc
+import Synchronization
+
+/// A TCP relay on 127.0.0.1 to another local port that can be frozen: it then stops reading
+/// and forwarding in both directions but keeps every socket open, as a network that drops
+/// packets looks to a client whose kernel still gets acknowledgements (a stuck proxy or
+/// server). New connections are taken and then left unanswered too. Thawing forwards again.
+final class FreezableProxy: Sendable {
+    let port: Int
+    private let listener: Int32
+    private let targetPort: Int
+    private let frozen = Atomic<Bool>(false)
+    private let stopped = Atomic<Bool>(false)
+
+    init(targetPort: Int) throws {
+        self.targetPort = targetPort
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        guard bound == 0, listen(fd, 64) == 0 else { throw ProxyError(message: "proxy listener: \(String(cString: strerror(errno)))") }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        listener = fd
+        Thread.detachNewThread { [self] in
+            while true {
+                let client = accept(fd, nil, nil)
+                if client < 0 { return }
+                Thread.detachNewThread { self.relay(client) }
+            }
+        }
+    }
+
+    struct ProxyError: Error { var message: String }
+
+    func freeze() { frozen.store(true, ordering: .relaxed) }
+    func thaw() { frozen.store(false, ordering: .relaxed) }
+
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func relay(_ client: Int32) {
+        let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(targetPort).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(client)
+            close(server)
+            return
+        }
+        let done = Atomic<Int>(0)
+        let finish: @Sendable () -> Void = {
+            if done.add(1, ordering: .relaxed).newValue == 2 {
+                close(client)
+                close(server)
+            }
+        }
+        Thread.detachNewThread { self.pump(from: client, to: server); finish() }
+        pump(from: server, to: client)
+        finish()
+    }
+
+    /// Copies bytes until either side closes; while frozen, reads nothing.
+    private func pump(from source: Int32, to destination: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while !stopped.load(ordering: .relaxed) {
+            if frozen.load(ordering: .relaxed) {
+                usleep(20_000)
+                continue
+            }
+            var descriptor = pollfd(fd: source, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&descriptor, 1, 100)
+            if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            if frozen.load(ordering: .relaxed) { continue }
+            let count = read(source, &buffer, buffer.count)
+            if count <= 0 { break }
+            var sent = 0
+            while sent < count {
+                let written = buffer.withUnsafeBytes { send(destination, $0.baseAddress! + sent, count - sent, Int32(MSG_NOSIGNAL)) }
+                if written <= 0 { break }
+                sent += written
+            }
+            if sent < count { break }
+        }
+        shutdown(destination, Int32(SHUT_WR))
+    }
+}
