@@ -120,4 +120,28 @@ import Testing
                     "\(text.split(separator: "\n").filter { $0.contains("dead_letters") })")
         }
     }
+
+    @Test func campaignTargetsOfAnEnvironmentNoInstanceCanSendAreDeadLetteredWithTheSameErrorLine() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let log = MemoryLogSink()
+            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a", log: log)
+            a.start()
+            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
+                                                              environment: "sandbox", payload: Self.payload))
+            let tokens = (400..<410).map { DaemonHarness.token($0) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }).imported == 10)
+            #expect(try store.start(connection, id: id) == .running)
+
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            #expect(hosts.sandbox.stats.accepted == 0)
+            let lines = log.lines.filter { $0.contains("no_credentials_for_environment") }
+            #expect(lines.count == 1, "\(log.lines)")
+            #expect(lines.first.map { $0.contains("sandbox_certificate") && $0.contains("\"lane\":\"campaign\"") } == true, "\(lines)")
+        }
+    }
 }

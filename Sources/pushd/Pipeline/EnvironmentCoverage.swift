@@ -95,6 +95,16 @@ final class EnvironmentCoverage: @unchecked Sendable {
         if elsewhere.withLock({ $0?.contains(entry) ?? false }) {
             return .leave(retryAfterSeconds: Self.leaveRetrySeconds)
         }
+        reportDeadLettered(app: app, environment: environment, lane: lane)
+        return .deadLetter
+    }
+
+    /// Logs, at most once per app and environment a minute, that notifications of `app` to
+    /// `environment` were dead-lettered for want of credentials, naming the setting to add.
+    /// The campaign lane leases chunks by app and dead-letters such targets even while
+    /// another instance could send them; the line says so.
+    func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: Lane) {
+        let entry = InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)
         let now = RateLimiter.monotonicSeconds()
         let count = lastLogged.withLock { logged -> Int? in
             if let last = logged[entry], now - last.at < Self.logIntervalSeconds {
@@ -105,15 +115,16 @@ final class EnvironmentCoverage: @unchecked Sendable {
             logged[entry] = (now, 0)
             return since
         }
-        if let count {
-            logger.error("app \(app) has no credentials for \(environment.rawValue) in this instance nor in any live instance: "
-                         + "\(count) of its \(environment.rawValue) notification(s) dead-lettered (NoCredentialsForEnvironment) since the last such line; "
-                         + "add \(environment.rawValue)_certificate to app \(app) in the configuration (APNs issues a certificate for one environment)",
-                         ("event", "no_credentials_for_environment"), ("app", .string(app)),
-                         ("environment", .string(environment.rawValue)), ("lane", .string(lane.rawValue)),
-                         ("config_key", .string("apps[\(app)].\(environment.rawValue)_certificate")),
-                         ("dead_lettered", .int(Int64(count))))
-        }
-        return .deadLetter
+        guard let count else { return }
+        let elsewhere = self.elsewhere.withLock { $0?.contains(entry) ?? false }
+        let who = elsewhere ? "this instance (another live instance has them, but \(lane.rawValue) work is taken by app, not by environment)"
+                            : "this instance nor in any live instance"
+        logger.error("app \(app) has no credentials for \(environment.rawValue) in \(who): "
+                     + "\(count) of its \(environment.rawValue) notification(s) on the \(lane.rawValue) lane dead-lettered (NoCredentialsForEnvironment) since the last such line; "
+                     + "add \(environment.rawValue)_certificate to app \(app) in the configuration (APNs issues a certificate for one environment)",
+                     ("event", "no_credentials_for_environment"), ("app", .string(app)),
+                     ("environment", .string(environment.rawValue)), ("lane", .string(lane.rawValue)),
+                     ("config_key", .string("apps[\(app)].\(environment.rawValue)_certificate")),
+                     ("dead_lettered", .int(Int64(count))))
     }
 }
