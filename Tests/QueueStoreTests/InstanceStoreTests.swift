@@ -57,4 +57,30 @@ import Testing
             #expect(try store.instances(connection).map(\.registration.host) == ["b"])
         }
     }
+
+    @Test func anEnvironmentIsSentElsewhereByALiveInstanceAdvertisingItOrByAnEarlierVersionServingTheApp() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let store = InstanceStore()
+            func registration(_ host: String, apps: [String], environments: [String]?) -> InstanceRegistration {
+                InstanceRegistration(host: host, pid: 42, version: "1.0.0", libcurlVersion: "8.14.1", apps: apps,
+                                     environments: environments, startedAt: Timestamp(timeIntervalSince1970: 1_800_000_000))
+            }
+            let wanted = ["shop/sandbox", "news/sandbox", "blog/production"]
+            let me = registration("me", apps: ["shop", "news", "blog"], environments: ["shop/production", "news/production", "blog/sandbox"])
+            try store.heartbeat(connection, me, paused: [:])
+            #expect(try store.sentElsewhere(connection, id: me.id, wanted: wanted).isEmpty)
+            try store.heartbeat(connection, registration("b", apps: ["shop", "news"], environments: ["shop/production", "shop/sandbox", "news/production"]),
+                                paused: [:])
+            #expect(try store.sentElsewhere(connection, id: me.id, wanted: wanted) == ["shop/sandbox"])
+            // An earlier version says nothing: it claims every environment of its apps, as before.
+            try store.heartbeat(connection, registration("old", apps: ["news"], environments: nil), paused: [:])
+            #expect(try store.sentElsewhere(connection, id: me.id, wanted: wanted) == ["shop/sandbox", "news/sandbox"])
+            #expect(try store.instances(connection).first { $0.registration.host == "b" }?.registration.environments
+                    == ["news/production", "shop/production", "shop/sandbox"])
+            // A gone instance sends nothing.
+            try connection.query("UPDATE pushd.instances SET heartbeat_at = now() - interval '61 seconds' WHERE host <> 'me'")
+            #expect(try store.sentElsewhere(connection, id: me.id, wanted: wanted).isEmpty)
+        }
+    }
 }

@@ -382,6 +382,38 @@ import Testing
         }
     }
 
+    @Test func aClaimLeavingAnEnvironmentOfAnAppSkipsItsJobsByTheirTokenOrTheAppsEnvironment() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            // shop is a production app leaving sandbox to other instances; blog leaves nothing.
+            try TokenStore().register(connection, app: "shop", token: Fixtures.token(1), environment: "sandbox")
+            try TokenStore().register(connection, app: "shop", token: Fixtures.token(2), environment: "production")
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, environment) VALUES
+                  ('shop', $1, $4, NULL),         -- registered sandbox: left
+                  ('shop', $2, $4, NULL),         -- registered production: taken
+                  ('shop', $2, $4, 'sandbox'),    -- its own environment wins: left
+                  ('shop', $3, $4, NULL),         -- unregistered: the app's production, taken
+                  ('blog', $1, $4, 'sandbox')     -- another app: taken
+                """, [Fixtures.token(1).uppercased(), Fixtures.token(2), Fixtures.token(3), Fixtures.payload])
+            let leaving = JobQueue.Leaving(environments: ["shop": "sandbox"], home: ["shop": "production", "blog": "sandbox"])
+            #expect(try queue.hasDueJobs(connection, apps: apps, leaving: leaving))
+            let batch = try queue.claim(connection, limit: 10, apps: apps, leaving: leaving)
+            #expect(batch.jobs.map { "\($0.app) \($0.deviceToken.suffix(1)) \($0.environment ?? $0.registeredEnvironment ?? "-")" }.sorted()
+                    == ["blog 1 sandbox", "shop 2 production", "shop 3 -"])
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            // What is left is no work for this claimer: the probe does not call it due.
+            #expect(try queue.hasDueJobs(connection, apps: apps, leaving: leaving) == false)
+            #expect(try queue.hasDueJobs(connection, apps: apps))
+            #expect(try queue.claim(connection, limit: 10, apps: apps, leaving: leaving).isEmpty)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 2)
+            // Without the filter (no other instance sends sandbox) they are claimed as before.
+            let rest = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(rest.jobs.count == 2)
+            try queue.finish(connection, rest, JobOutcomes(delivered: rest.jobs.map(\.id)))
+        }
+    }
+
     @Test func withinAPriorityEveryAppLeadsSomeBatches() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -11,17 +11,26 @@ public struct InstanceRegistration: Sendable, Hashable {
     public var libcurlVersion: String
     /// The apps of its configuration, sorted: it claims work of these apps only.
     public var apps: [String]
+    /// "app/environment" for every environment of its apps it has credentials for, sorted;
+    /// nil for an instance that does not say (an earlier version), which claims every
+    /// environment of its apps.
+    public var environments: [String]?
     public var startedAt: Timestamp
 
-    public init(host: String, pid: Int, version: String, libcurlVersion: String, apps: [String], startedAt: Timestamp) {
+    public init(host: String, pid: Int, version: String, libcurlVersion: String, apps: [String],
+                environments: [String]? = nil, startedAt: Timestamp) {
         id = "\(host)/\(pid)"
         self.host = host
         self.pid = pid
         self.version = version
         self.libcurlVersion = libcurlVersion
         self.apps = apps.sorted()
+        self.environments = environments?.sorted()
         self.startedAt = startedAt
     }
+
+    /// The entry of `environments` for `app` in `environment`.
+    public static func environmentEntry(app: String, environment: String) -> String { "\(app)/\(environment)" }
 }
 
 /// One row of `pushd.instances` as read back, with how long it has been silent.
@@ -83,12 +92,14 @@ public struct InstanceStore: Sendable {
             DELETE FROM pushd.instances
             WHERE heartbeat_at < now() - make_interval(secs => $9) AND id <> $1
         )
-        INSERT INTO pushd.instances (id, host, pid, version, libcurl_version, apps, paused, apns_unavailable, started_at, heartbeat_at)
-        VALUES ($1, $2, $3, $4, $5, $6::text[], jsonb_object($7::text[], $8::text[]), jsonb_object($11::text[], $12::text[]), $10, now())
+        INSERT INTO pushd.instances (id, host, pid, version, libcurl_version, apps, paused, apns_unavailable, started_at, heartbeat_at,
+                                     environments)
+        VALUES ($1, $2, $3, $4, $5, $6::text[], jsonb_object($7::text[], $8::text[]), jsonb_object($11::text[], $12::text[]), $10, now(),
+                $13::text[])
         ON CONFLICT (id) DO UPDATE SET
             host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
             libcurl_version = EXCLUDED.libcurl_version, apps = EXCLUDED.apps, paused = EXCLUDED.paused,
-            apns_unavailable = EXCLUDED.apns_unavailable,
+            apns_unavailable = EXCLUDED.apns_unavailable, environments = EXCLUDED.environments,
             started_at = EXCLUDED.started_at, heartbeat_at = now()
         """
 
@@ -106,7 +117,8 @@ public struct InstanceStore: Sendable {
                ARRAY(SELECT value FROM jsonb_each_text(paused) ORDER BY key),
                started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8,
                ARRAY(SELECT key FROM jsonb_each_text(apns_unavailable) ORDER BY key),
-               ARRAY(SELECT value FROM jsonb_each_text(apns_unavailable) ORDER BY key)
+               ARRAY(SELECT value FROM jsonb_each_text(apns_unavailable) ORDER BY key),
+               environments
         FROM pushd.instances ORDER BY host, pid
         """
 
@@ -121,9 +133,27 @@ public struct InstanceStore: Sendable {
         try connection.query(connection.prepared(Self.heartbeatSQL), [
             instance.id, instance.host, instance.pid, instance.version, instance.libcurlVersion, instance.apps,
             pausedApps, pausedApps.map { paused[$0] ?? "" }, Self.removedAfterSeconds, instance.startedAt,
-            unavailableApps, unavailableApps.map { apnsUnavailable[$0] ?? "" },
+            unavailableApps, unavailableApps.map { apnsUnavailable[$0] ?? "" }, instance.environments,
         ])
         return try summary(connection)
+    }
+
+    static let sentElsewhereSQL = """
+        SELECT DISTINCT wanted.entry
+        FROM unnest($2::text[]) AS wanted(entry)
+        JOIN pushd.instances i
+          ON i.id <> $1 AND i.heartbeat_at >= now() - make_interval(secs => $3)
+         AND (wanted.entry = ANY (i.environments)
+              OR (i.environments IS NULL AND split_part(wanted.entry, '/', 1) = ANY (i.apps)))
+        """
+
+    /// Which of `wanted` ("app/environment" entries, `InstanceRegistration.environmentEntry`)
+    /// another live instance than `id` can send: it advertises the entry, or it advertises no
+    /// environments (an earlier version) and serves the app, so it claims that work as before.
+    public func sentElsewhere(_ connection: PGConnection, id: String, wanted: [String]) throws -> Set<String> {
+        guard !wanted.isEmpty else { return [] }
+        let result = try connection.query(connection.prepared(Self.sentElsewhereSQL), [id, wanted, Self.goneAfterSeconds])
+        return Set(try result.rows.map { try $0.require(0) as String })
     }
 
     public func summary(_ connection: PGConnection) throws -> FleetSummary {
@@ -142,7 +172,7 @@ public struct InstanceStore: Sendable {
         try connection.query(Self.listSQL).rows.map { row in
             var registration = InstanceRegistration(host: try row.require(1), pid: try row.require(2), version: try row.require(3),
                                                     libcurlVersion: try row.require(4), apps: try row.require(5),
-                                                    startedAt: try row.require(8))
+                                                    environments: try row.get(13), startedAt: try row.require(8))
             registration.id = try row.require(0)
             let keys: [String] = try row.require(6)
             let reasons: [String] = try row.require(7)

@@ -30,22 +30,43 @@ public struct JobQueue: Sendable {
     // in a second round trip before the batch can be sent. The branches are CTEs
     // because FOR UPDATE cannot sit under UNION; CTE scans and the nested loops over the
     // apps run on demand, so once the outer LIMIT is met nothing more is read or locked.
-    static let claimSQL = """
-        WITH p10 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
-                         SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 10 AND run_at <= now()
-                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
-             p5 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
-                         SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 5 AND run_at <= now()
-                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
-             p1 AS (SELECT j.id FROM unnest($2::text[]) AS a(app) CROSS JOIN LATERAL (
-                         SELECT id FROM pushd.jobs WHERE app = a.app AND priority = 1 AND run_at <= now()
-                         ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j),
-             claimed AS (DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
-                 SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
-                 RETURNING \(columns))
-        SELECT claimed.*, (SELECT d.environment FROM pushd.device_tokens d
-                           WHERE claimed.environment IS NULL AND d.app = claimed.app AND d.token = lower(claimed.device_token))
-        FROM claimed
+    static let claimSQL = claimSQL(leaving: false)
+
+    /// The claim of an instance that leaves one environment of some apps to other instances:
+    /// `$3` names it per app (NULL: none), `$4` is the app's own environment, where a job
+    /// goes that names none and whose token is not registered. Only those apps' jobs pay for
+    /// the token lookup.
+    static let claimLeavingSQL = claimSQL(leaving: true)
+
+    static func claimSQL(leaving: Bool) -> String {
+        let apps = leaving ? "unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home)" : "unnest($2::text[]) AS a(app)"
+        let left = leaving ? " AND " + leftToOthers : ""
+        func branch(_ priority: Int) -> String {
+            """
+            SELECT j.id FROM \(apps) CROSS JOIN LATERAL (
+                             SELECT q.id FROM pushd.jobs q WHERE q.app = a.app AND q.priority = \(priority) AND q.run_at <= now()\(left)
+                             ORDER BY q.run_at LIMIT $1 FOR UPDATE SKIP LOCKED) j
+            """
+        }
+        return """
+            WITH p10 AS (\(branch(10))),
+                 p5 AS (\(branch(5))),
+                 p1 AS (\(branch(1))),
+                 claimed AS (DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
+                     SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
+                     RETURNING \(columns))
+            SELECT claimed.*, (SELECT d.environment FROM pushd.device_tokens d
+                               WHERE claimed.environment IS NULL AND d.app = claimed.app AND d.token = lower(claimed.device_token))
+            FROM claimed
+            """
+    }
+
+    /// A job `q` of app `a` is not in the environment `a.leave`: where it goes is its own
+    /// environment, else its token's registered one, else the app's (`AppSender.environment`).
+    static let leftToOthers = """
+        (a.leave IS NULL OR coalesce(q.environment, (SELECT d.environment FROM pushd.device_tokens d
+                                                      WHERE d.app = a.app AND d.token = lower(q.device_token)), a.home)
+                            IS DISTINCT FROM a.leave)
         """
 
     static let retrySQL = """
@@ -69,18 +90,29 @@ public struct JobQueue: Sendable {
     /// broken). Within a priority the apps take turns leading a batch, so one app's
     /// backlog does not starve another's.
     ///
+    /// `leaving` names the jobs left to other instances: those of an app that go to the
+    /// environment given for it (`Leaving`), which this instance has no credentials for and
+    /// another live instance has.
+    ///
     /// On a non-empty result the connection is left inside the claiming transaction:
     /// settle it with `finish` (or `abandon`) on the same connection. An empty result
     /// leaves no transaction open.
-    public func claim(_ connection: PGConnection, limit: Int, apps: [String]) throws -> ClaimedJobs {
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: Leaving = Leaving()) throws -> ClaimedJobs {
         guard limit > 0 else { throw QueueError("claim limit must be positive, got \(limit)") }
         guard !apps.isEmpty else { return ClaimedJobs(jobs: []) }
-        let statement = try connection.prepared(Self.claimSQL)
         let lead = Int.random(in: 0..<apps.count)
         let turn = Array(apps[lead...] + apps[..<lead])
+        let statement: PGStatement
+        var parameters: [any PGParameter] = [limit, turn]
+        if leaving.isEmpty {
+            statement = try connection.prepared(Self.claimSQL)
+        } else {
+            statement = try connection.prepared(Self.claimLeavingSQL)
+            parameters += [turn.map { leaving.environments[$0] }, turn.map { leaving.home[$0] ?? "" }]
+        }
         do {
             // BEGIN travels with the claim: a claim costs one round trip, not two.
-            let result = try connection.beginAndQuery(statement, [limit, turn])
+            let result = try connection.beginAndQuery(statement, parameters)
             if result.rowCount == 0 {
                 try connection.execute(script: "COMMIT")
                 return ClaimedJobs(jobs: [])
@@ -195,8 +227,22 @@ public struct JobQueue: Sendable {
     /// for a claimer that found work recently, since inserts do not notify busy claimers.
     /// Rows left with the xmax of an aborted claim are not seen here; the fallback
     /// time-out of `sleepUntilJobs` picks them up.
-    public func hasDueJobs(_ connection: PGConnection, apps: [String]) throws -> Bool {
+    public func hasDueJobs(_ connection: PGConnection, apps: [String], leaving: Leaving = Leaving()) throws -> Bool {
         guard !apps.isEmpty else { return false }
+        if !leaving.isEmpty {
+            // Jobs left to other instances are not work for this one: seen as due, they
+            // would keep this claimer polling in a loop until another instance took them.
+            let leavingApps = apps.filter { leaving.environments[$0] != nil }
+            return try connection.query(connection.prepared("""
+                SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], $3::text[]) AS a(app, leave, home)
+                               CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
+                               CROSS JOIN LATERAL (SELECT 1 FROM pushd.jobs q
+                                                   WHERE q.app = a.app AND q.priority = p.priority AND q.run_at <= now()
+                                                     AND q.xmax = '0'::xid AND \(Self.leftToOthers) LIMIT 1) j)
+                """), [leavingApps, leavingApps.map { leaving.environments[$0] }, leavingApps.map { leaving.home[$0] ?? "" }])
+                .require(Bool.self, row: 0, column: 0)
+                || hasDueJobs(connection, apps: apps.filter { leaving.environments[$0] == nil })
+        }
         return try connection.query(connection.prepared("""
             SELECT EXISTS (SELECT 1 FROM pushd.jobs WHERE app = ANY ($1::text[]) AND priority = 10 AND run_at <= now() AND xmax = '0'::xid)
                 OR EXISTS (SELECT 1 FROM pushd.jobs WHERE app = ANY ($1::text[]) AND priority = 5 AND run_at <= now() AND xmax = '0'::xid)
@@ -221,9 +267,10 @@ public struct JobQueue: Sendable {
     /// a busy claimer takes the job the moment it is committed instead of at the end of its
     /// poll interval; with no claimer asleep nothing is notified and this is the plain poll.
     /// Notifications queued before the probe are dropped first: the probe has seen their jobs.
-    public func waitWhileBusy(_ connection: PGConnection, apps: [String], timeoutMilliseconds: Int32) throws -> BusyWake {
+    public func waitWhileBusy(_ connection: PGConnection, apps: [String], leaving: Leaving = Leaving(),
+                              timeoutMilliseconds: Int32) throws -> BusyWake {
         _ = try connection.pendingNotifications()
-        if try hasDueJobs(connection, apps: apps) { return .due }
+        if try hasDueJobs(connection, apps: apps, leaving: leaving) { return .due }
         return try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds).isEmpty ? .timedOut : .notified
     }
 
@@ -234,7 +281,8 @@ public struct JobQueue: Sendable {
     /// The connection registers as a sleeping claimer so that inserts notify, then
     /// waits on the advisory lock for inserts that decided not to notify before the
     /// registration was visible, then checks for due jobs, and only then sleeps.
-    public func sleepUntilJobs(_ connection: PGConnection, apps: [String], timeoutMilliseconds: Int32) throws -> Bool {
+    public func sleepUntilJobs(_ connection: PGConnection, apps: [String], leaving: Leaving = Leaving(),
+                               timeoutMilliseconds: Int32) throws -> Bool {
         try connection.query(connection.prepared("""
             WITH stale AS (
                 DELETE FROM pushd.job_waiters w
@@ -246,7 +294,7 @@ public struct JobQueue: Sendable {
         defer { _ = try? connection.query("DELETE FROM pushd.job_waiters WHERE pid = pg_backend_pid()") }
         try connection.query("SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", [Self.wakeupLockKey])
         _ = try connection.pendingNotifications()
-        if try hasDueJobs(connection, apps: apps) { return true }
+        if try hasDueJobs(connection, apps: apps, leaving: leaving) { return true }
         return !(try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds)).isEmpty
     }
 
@@ -276,5 +324,24 @@ public struct JobQueue: Sendable {
             dedupeKey: try row.get(9), userID: try row.get(10), environment: try row.get(11),
             runAt: try row.require(12), attempts: try row.require(13), lastError: try row.get(14),
             createdAt: try row.require(15), firstAttemptAt: try row.get(16))
+    }
+}
+
+extension JobQueue {
+    /// The environment of each app whose jobs a claim leaves to other instances, and every
+    /// such app's own environment (where a job goes that names none and whose token is not
+    /// registered).
+    public struct Leaving: Sendable, Equatable {
+        /// App → the environment whose jobs are left.
+        public var environments: [String: String]
+        /// App → its configured environment.
+        public var home: [String: String]
+
+        public init(environments: [String: String] = [:], home: [String: String] = [:]) {
+            self.environments = environments
+            self.home = home
+        }
+
+        public var isEmpty: Bool { environments.isEmpty }
     }
 }

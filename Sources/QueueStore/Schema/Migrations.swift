@@ -31,6 +31,7 @@ extension Migrator {
         Migration(version: 24, name: "a broadcast inserted into pushd.jobs is refused naming pushd.jobs", sql: broadcastRedirectChecksV24),
         Migration(version: 25, name: "the payload shape test is planned once per session, not once per INSERT", sql: shapePlannedOnceV25),
         Migration(version: 26, name: "a broadcast or channel request being sent is known by its lease", sql: broadcastLeasesV26),
+        Migration(version: 27, name: "instances advertise the environments of each app they can send to", sql: instanceEnvironmentsV27),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1729,6 +1730,16 @@ extension Migrator {
     static let broadcastLeasesV26 = #"""
     ALTER TABLE pushd.broadcast_jobs ADD COLUMN leased_until timestamptz;
     ALTER TABLE pushd.channels ADD COLUMN leased_until timestamptz;
+
+    SELECT pushd.grant_roles();
+    """#
+
+    /// "app/environment" for every environment an instance has credentials for (a certificate
+    /// app has one per certificate): an instance without a certificate for an environment
+    /// leaves that environment's work to one that advertises it. NULL is an instance of an
+    /// earlier version, which claims every environment of its apps as before.
+    static let instanceEnvironmentsV27 = #"""
+    ALTER TABLE pushd.instances ADD COLUMN environments text[];
 
     SELECT pushd.grant_roles();
     """#

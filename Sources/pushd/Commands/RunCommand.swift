@@ -124,9 +124,10 @@ enum RunCommand {
             server.stop()
             throw error
         }
-        pipeline.start()
+        // Registered first: the workers start knowing which environments other instances send.
         let heartbeat = InstanceHeartbeat(pipeline: pipeline, host: Self.hostName(), pid: getpid())
         heartbeat.start()
+        pipeline.start()
         server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
         logger.info("pushd is running", ("apps", .string(config.apps.map(\.name).joined(separator: ","))))
 
@@ -157,9 +158,12 @@ enum RunCommand {
                         server.setReady(false, detail: "APNs is not taking notifications of "
                                         + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))
                     } else {
+                        // Ready (the rest sends), but named: this work is dead-lettered.
+                        let unserved = pipeline.context.coverage.unserved()
                         server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded"
                                         + (paused.isEmpty ? "" : "; paused: \(paused.joined(separator: ", "))")
-                                        + (held.isEmpty ? "" : "; held: \(held.joined(separator: ", "))"))
+                                        + (held.isEmpty ? "" : "; held: \(held.joined(separator: ", "))")
+                                        + (unserved.isEmpty ? "" : "; no live instance has credentials for (dead-lettered): \(unserved.joined(separator: ", "))"))
                     }
                 } catch {
                     if server.readiness.isReady { logger.warning("database check failed: \(error)") }

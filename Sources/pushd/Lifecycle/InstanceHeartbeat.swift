@@ -20,6 +20,8 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let pausedApps: @Sendable () -> [String: String]
     private let apnsUnavailable: @Sendable () -> [String: String]
     private let onDatabaseError: @Sendable (any Error) -> Void
+    /// Told after each heartbeat which environments it lacks other live instances send.
+    private let coverage: EnvironmentCoverage?
     private let store = InstanceStore()
     private let summary = Lock<FleetSummary?>(nil)
     private let stopping = Atomic<Bool>(false)
@@ -31,6 +33,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
          interval: Double = InstanceStore.heartbeatSeconds,
          pausedApps: @escaping @Sendable () -> [String: String],
          apnsUnavailable: @escaping @Sendable () -> [String: String] = { [:] },
+         coverage: EnvironmentCoverage? = nil,
          onDatabaseError: @escaping @Sendable (any Error) -> Void) {
         self.registration = registration
         self.databaseURL = databaseURL
@@ -39,6 +42,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
         self.pausedApps = pausedApps
         self.apnsUnavailable = apnsUnavailable
         self.onDatabaseError = onDatabaseError
+        self.coverage = coverage
         // No sample while the registry cannot be read, rather than a stale one.
         metrics.fleetInstances.setSource { [weak self] in
             guard let fleet = self?.lastSummary else { return [] }
@@ -61,7 +65,8 @@ final class InstanceHeartbeat: @unchecked Sendable {
         let context = pipeline.context
         let registration = InstanceRegistration(host: host, pid: Int(pid), version: VersionCommand.pushdVersion,
                                                 libcurlVersion: CurlRuntime.info.version,
-                                                apps: context.config.apps.map(\.name), startedAt: Timestamp())
+                                                apps: context.config.apps.map(\.name), environments: context.coverage.advertised,
+                                                startedAt: Timestamp())
         let senders = context.senders
         self.init(registration: registration, databaseURL: context.config.databaseURL, metrics: context.metrics,
                   logger: context.logger,
@@ -75,11 +80,21 @@ final class InstanceHeartbeat: @unchecked Sendable {
                       return paused
                   },
                   apnsUnavailable: { context.apnsUnavailable() },
+                  coverage: context.coverage,
                   onDatabaseError: { context.databaseError($0) })
     }
 
+    /// Registers this instance and reads the fleet once on the calling thread, so that the
+    /// workers started next know which environments other instances send, then beats on its
+    /// own thread.
     func start() {
-        PosixThread.detach(name: "pushd-heartbeat") { [self] in run() }
+        var connection: PGConnection?
+        var failing = false
+        beat(&connection, &failing)
+        // The connection is handed to the heartbeat thread and never used here again.
+        nonisolated(unsafe) let handed = connection
+        let wasFailing = failing
+        PosixThread.detach(name: "pushd-heartbeat") { [self] in run(connection: handed, failing: wasFailing) }
     }
 
     /// Stops the heartbeat and deletes this instance's row; waits at most `timeout` seconds.
@@ -89,31 +104,39 @@ final class InstanceHeartbeat: @unchecked Sendable {
         finished.wait(timeout: timeout)
     }
 
-    private func run() {
-        var connection: PGConnection?
-        var failing = false
-        while !stopping.load(ordering: .relaxed) {
-            do {
-                if connection == nil {
-                    connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-heartbeat")
-                }
-                let fleet = try store.heartbeat(connection!, registration, paused: pausedApps(), apnsUnavailable: apnsUnavailable())
-                summary.withLock { $0 = fleet }
-                if failing {
-                    failing = false
-                    logger.notice("this instance is registered in pushd.instances again", ("instance", .string(registration.id)))
-                }
-            } catch {
-                connection?.close()
-                connection = nil
-                summary.withLock { $0 = nil }
-                onDatabaseError(error)
-                if !failing {
-                    failing = true
-                    logger.warning("cannot record this instance in pushd.instances (pushd status will show it as gone after a minute): \(error)",
-                                   ("instance", .string(registration.id)))
-                }
+    private func beat(_ connection: inout PGConnection?, _ failing: inout Bool) {
+        do {
+            if connection == nil {
+                connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-heartbeat")
             }
+            let fleet = try store.heartbeat(connection!, registration, paused: pausedApps(), apnsUnavailable: apnsUnavailable())
+            summary.withLock { $0 = fleet }
+            if let coverage, !coverage.missing.isEmpty {
+                coverage.update(sentElsewhere: try store.sentElsewhere(connection!, id: registration.id, wanted: coverage.missing))
+            }
+            if failing {
+                failing = false
+                logger.notice("this instance is registered in pushd.instances again", ("instance", .string(registration.id)))
+            }
+        } catch {
+            connection?.close()
+            connection = nil
+            summary.withLock { $0 = nil }
+            onDatabaseError(error)
+            if !failing {
+                failing = true
+                logger.warning("cannot record this instance in pushd.instances (pushd status will show it as gone after a minute): \(error)",
+                               ("instance", .string(registration.id)))
+            }
+        }
+    }
+
+    private func run(connection handed: PGConnection?, failing wasFailing: Bool) {
+        var connection = handed
+        var failing = wasFailing
+        wake.wait(timeout: interval)
+        while !stopping.load(ordering: .relaxed) {
+            beat(&connection, &failing)
             wake.wait(timeout: interval)
         }
         do {

@@ -83,6 +83,8 @@ final class AppSender: @unchecked Sendable {
     struct NoCredentials: Error, CustomStringConvertible {
         var app: String
         var environment: PushdConfig.Environment
+        /// The reason's name, for the dead-letter metric.
+        var label: String { "NoCredentialsForEnvironment" }
         var description: String {
             "NoCredentialsForEnvironment: app \(app) has no certificate for \(environment.rawValue) (APNs issues a certificate for one environment); add \(environment.rawValue)_certificate to the app or send to the environment it has"
         }

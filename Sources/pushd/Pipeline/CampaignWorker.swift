@@ -512,8 +512,8 @@ final class CampaignWorker: @unchecked Sendable {
             do {
                 client = try sender.client(for: environment, lane: .campaign)
             } catch let missing as AppSender.NoCredentials {
-                context.logger.debug("\(missing)", ("app", .string(chunk.app)))
-                fail(run, target, "NoCredentialsForEnvironment")
+                context.coverage.reportDeadLettered(app: chunk.app, environment: missing.environment, lane: .campaign)
+                fail(run, target, missing.label)
                 continue
             } catch {
                 context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
@@ -726,9 +726,9 @@ final class CampaignWorker: @unchecked Sendable {
                 try sender.client(for: environment, lane: .campaign)
                     .submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
             } catch let missing as AppSender.NoCredentials {
-                context.logger.debug("\(missing)", ("app", .string(batch.app)))
-                outcomes.failedByReason["NoCredentialsForEnvironment", default: 0] += 1
-                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: "NoCredentialsForEnvironment").increment()
+                context.coverage.reportDeadLettered(app: batch.app, environment: missing.environment, lane: .campaign)
+                outcomes.failedByReason[missing.label, default: 0] += 1
+                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: missing.label).increment()
                 context.tally.add(context.tally.failed)
                 continue
             } catch {

@@ -56,15 +56,16 @@ final class JobWorker: @unchecked Sendable {
                     try queue.makeSoonestDue(connection, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 let apps = context.claimableApps()
+                let leaving = context.coverage.leaving()
                 let claimStarted = Timestamp()
-                let batch = try queue.claim(connection, limit: batchSize, apps: apps)
+                let batch = try queue.claim(connection, limit: batchSize, apps: apps, leaving: leaving)
                 failures = 0
                 if batch.isEmpty {
                     switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
                     case .poll(let microseconds):
                         // An insert's NOTIFY (sent while another claimer sleeps) ends the wait at once.
                         let milliseconds = Int32(clamping: (Int(microseconds) + 999) / 1000)
-                        switch try queue.waitWhileBusy(connection, apps: apps, timeoutMilliseconds: milliseconds) {
+                        switch try queue.waitWhileBusy(connection, apps: apps, leaving: leaving, timeoutMilliseconds: milliseconds) {
                         case .due: woke = .probe
                         case .notified: woke = .notify
                         case .timedOut: woke = .tick
@@ -72,7 +73,7 @@ final class JobWorker: @unchecked Sendable {
                     case .sleep(let milliseconds):
                         // Woken within milliseconds of an insert's COMMIT; the time-out is the
                         // fallback for scheduled jobs and bounds how long shutdown waits.
-                        woke = try queue.sleepUntilJobs(connection, apps: apps, timeoutMilliseconds: milliseconds) ? .notify : .timeout
+                        woke = try queue.sleepUntilJobs(connection, apps: apps, leaving: leaving, timeoutMilliseconds: milliseconds) ? .notify : .timeout
                     }
                     continue
                 }
@@ -217,7 +218,15 @@ final class JobWorker: @unchecked Sendable {
             do {
                 client = try sender.client(for: environment, lane: .transactional)
             } catch let missing as AppSender.NoCredentials {
-                dead(job, status: nil, reason: missing.description, label: "NoCredentialsForEnvironment", into: &outcomes, sender: sender)
+                switch context.coverage.decide(app: job.app, environment: environment, lane: .transactional) {
+                case .leave(let seconds):
+                    // Claimed before this instance learnt that another one sends it: that one takes it.
+                    outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(seconds),
+                                                     error: "\(missing.label): left to an instance that has credentials for \(environment.rawValue)",
+                                                     countsAsAttempt: false))
+                case .deadLetter:
+                    dead(job, status: nil, reason: missing.description, label: missing.label, into: &outcomes, sender: sender)
+                }
                 continue
             } catch {
                 outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),

@@ -20,6 +20,8 @@ final class PipelineContext: @unchecked Sendable {
     let tally = Tally()
     let throttle = TokenThrottle()
     let operatorLog: OperatorLog
+    /// The environments of its apps this instance cannot send to, and who can.
+    let coverage: EnvironmentCoverage
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
     /// Campaigns this process left unleased because their topic is held: a SIGHUP makes
@@ -39,6 +41,7 @@ final class PipelineContext: @unchecked Sendable {
         self.senders = senders
         self.metrics = metrics
         self.logger = logger
+        coverage = EnvironmentCoverage(apps: config.apps, logger: logger)
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
         // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series

@@ -1,0 +1,147 @@
+import APNsMock
+import Posix
+import Foundation
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// A certificate reaches one environment's host. An instance without a certificate for an
+/// environment leaves that environment's work to a live instance that has one, and only when
+/// none has is the work dead-lettered, with an error line naming the setting to add.
+@Suite(.serialized) struct EnvironmentClaimTests {
+    /// The harness's mock stands for the production host; `sandbox` is a second one that takes
+    /// the harness's client certificate.
+    struct Hosts {
+        let harness: DaemonHarness
+        let sandbox: APNsMockServer
+        let sandboxPort: UInt16
+
+        init(database: IsolatedDatabase) throws {
+            harness = try DaemonHarness(database: database)
+            let certificates = harness.certificates
+            var configuration = MockConfiguration(certificateChainFile: certificates.serverCertificate,
+                                                  privateKeyFile: certificates.serverKey)
+            configuration.authentication = .certificate(clientCAFile: certificates.caCertificate)
+            configuration.logsAccepted = true
+            sandbox = try APNsMockServer(configuration: configuration)
+            sandboxPort = try sandbox.start()
+        }
+
+        /// App `shop` with a production certificate and, when asked, a sandbox one.
+        func config(sandboxCertificate: Bool) -> PushdConfig {
+            var config = harness.config()
+            let certificates = harness.certificates
+            let certificate = PushdConfig.Credentials.certificate(certificateFile: certificates.clientCertificate,
+                                                                 keyFile: certificates.clientKey, pkcs12File: nil, password: nil)
+            config.apps[0].environment = .production
+            config.apps[0].credentials = certificate
+            if sandboxCertificate { config.apps[0].otherCertificates[.sandbox] = certificate }
+            config.apns.sandboxHostOverride = "127.0.0.1:\(sandboxPort)"
+            return config
+        }
+    }
+
+    static let payload = #"{"aps":{"alert":"hi"}}"#
+
+    /// Ten sandbox jobs by their own environment and ten by their token's registration.
+    static func insertSandboxJobs(_ connection: PGConnection) throws -> [String] {
+        var tokens = [String]()
+        for seed in 1...10 {
+            let registered = DaemonHarness.token(100 + seed)
+            try TokenStore().register(connection, app: "shop", token: registered, userID: "u\(seed)", environment: "sandbox")
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, $2)", [registered, payload])
+            let own = DaemonHarness.token(200 + seed)
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, environment) VALUES ('shop', $1, $2, 'sandbox')",
+                                 [own, payload])
+            tokens += [registered, own]
+        }
+        return tokens.sorted()
+    }
+
+    @Test func sandboxJobsWaitForTheLiveInstanceWithASandboxCertificateAndNoneIsDeadLettered() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            // B (both certificates) is registered; A (production only) sends first, alone.
+            let b = try hosts.harness.pipeline(hosts.config(sandboxCertificate: true), instance: "b")
+            let heartbeatB = InstanceHeartbeat(pipeline: b, host: "host-b", pid: 1)
+            heartbeatB.start()
+            defer { heartbeatB.stop() }
+            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a")
+            let heartbeatA = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
+            heartbeatA.start()
+            defer { heartbeatA.stop() }
+            #expect(try DaemonHarness.wait(seconds: 10) {
+                try DaemonHarness.count(try database.connect(), "SELECT count(*) FROM pushd.instances") == 2
+            })
+            a.start()
+            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            let tokens = try Self.insertSandboxJobs(connection)
+            PosixThread.sleep(seconds: 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 20)
+
+            b.start()
+            defer { b.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == tokens)
+            // No attempt was spent on them by A.
+            #expect(!a.context.metrics.registry.expositionText().contains(#"reason="NoCredentialsForEnvironment""#))
+        }
+    }
+
+    @Test func withNoLiveInstanceForTheEnvironmentItsJobsAreDeadLetteredWithOneErrorLineNamingTheSetting() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let log = MemoryLogSink()
+            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a", log: log)
+            let heartbeat = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
+            heartbeat.start()
+            defer { heartbeat.stop() }
+            a.start()
+            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            _ = try Self.insertSandboxJobs(connection)
+
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(try DaemonHarness.count(connection,
+                                            "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'NoCredentialsForEnvironment: app shop has no certificate for sandbox%'") == 20)
+            #expect(hosts.sandbox.stats.accepted == 0)
+            let lines = log.lines.filter { $0.contains("no_credentials_for_environment") }
+            #expect(lines.count == 1, "\(log.lines)")
+            #expect(lines.first.map { $0.contains("sandbox_certificate") && $0.contains("\"app\":\"shop\"") && $0.contains("\"environment\":\"sandbox\"") } == true,
+                    "\(lines)")
+            let text = a.context.metrics.registry.expositionText()
+            #expect(text.contains(#"pushd_dead_letters_total{app="shop",lane="transactional",reason="NoCredentialsForEnvironment"} 20"#),
+                    "\(text.split(separator: "\n").filter { $0.contains("dead_letters") })")
+        }
+    }
+
+    @Test func campaignTargetsOfAnEnvironmentNoInstanceCanSendAreDeadLetteredWithTheSameErrorLine() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let log = MemoryLogSink()
+            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a", log: log)
+            a.start()
+            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
+                                                              environment: "sandbox", payload: Self.payload))
+            let tokens = (400..<410).map { DaemonHarness.token($0) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }).imported == 10)
+            #expect(try store.start(connection, id: id) == .running)
+
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            #expect(hosts.sandbox.stats.accepted == 0)
+            let lines = log.lines.filter { $0.contains("no_credentials_for_environment") }
+            #expect(lines.count == 1, "\(log.lines)")
+            #expect(lines.first.map { $0.contains("sandbox_certificate") && $0.contains("\"lane\":\"campaign\"") } == true, "\(lines)")
+        }
+    }
+}
