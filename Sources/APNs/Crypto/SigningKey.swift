@@ -117,13 +117,21 @@ public final class SigningKey: @unchecked Sendable {
     /// The matching public key, for verifying tokens this key signed.
     public var publicKey: ES256PublicKey {
         get throws(ES256PublicKeyError) {
+            try ES256PublicKey(subjectPublicKeyInfoDER: publicKeyDER)
+        }
+    }
+
+    /// The public half as a DER SubjectPublicKeyInfo: two keys are the same key when these match
+    /// (a reload tells a replaced `.p8` from the same one read again).
+    public var publicKeyDER: [UInt8] {
+        get throws(ES256PublicKeyError) {
             var out: UnsafeMutablePointer<UInt8>?
             let length = i2d_PUBKEY(pkey, &out)
             guard length > 0, let out else {
                 throw .invalidKey(takeOpenSSLErrors(default: "could not export the public key"))
             }
             defer { pushd_openssl_free(out) }
-            return try ES256PublicKey(subjectPublicKeyInfoDER: Array(UnsafeBufferPointer(start: out, count: Int(length))))
+            return Array(UnsafeBufferPointer(start: out, count: Int(length)))
         }
     }
 }

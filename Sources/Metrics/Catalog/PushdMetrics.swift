@@ -37,6 +37,13 @@ public struct PushdMetrics: Sendable {
     public let sendingHeld: GaugeFamily
     public let jwtAge: CallbackFamily
 
+    // Configuration reloads (SIGHUP)
+    public let configReloads: CounterFamily
+    /// `pushd_config_last_reload_successful`, which has no labels.
+    public let configLastReloadSuccessful: Gauge
+    /// `pushd_config_last_reload_success_timestamp_seconds`, which has no labels.
+    public let configLastReloadSuccessTimestamp: Gauge
+
     // Queue
     public let jobsClaimed: CounterFamily
     public let jobDeliveryLatency: HistogramFamily
@@ -168,6 +175,18 @@ public struct PushdMetrics: Sendable {
             "pushd_jwt_age_seconds",
             help: "Age of the provider token (JWT) in use; APNs rejects tokens older than 3600 s.",
             unit: "seconds", labels: ["app"])
+
+        configReloads = try registry.counter(
+            "pushd_config_reloads_total",
+            help: "Configuration reloads (SIGHUP), by result: success, or failure when the file could not be read or a credential file could not be loaded (the app keeps the credentials it had).",
+            labels: ["result"])
+        configLastReloadSuccessful = try registry.gauge(
+            "pushd_config_last_reload_successful",
+            help: "1 when the last configuration reload (or the start) loaded everything, 0 when it failed.").bound([])
+        configLastReloadSuccessTimestamp = try registry.gauge(
+            "pushd_config_last_reload_success_timestamp_seconds",
+            help: "When the configuration was last loaded in full, at start or on SIGHUP (Unix time).",
+            unit: "seconds").bound([])
 
         jobsClaimed = try registry.counter(
             "pushd_jobs_claimed_total",
@@ -338,6 +357,10 @@ public struct PushdMetrics: Sendable {
 
     public func jwtRefresh(app: String) -> Counter {
         jwtRefreshes.bound([app])
+    }
+
+    public func configReload(result: String) -> Counter {
+        configReloads.bound([result])
     }
 
     public func providerTokenForeign(app: String) -> Counter {

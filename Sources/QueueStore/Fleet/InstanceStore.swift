@@ -17,9 +17,11 @@ public struct InstanceRegistration: Sendable, Hashable {
     public var environments: [String]?
     public var startedAt: Timestamp
 
-    public init(host: String, pid: Int, version: String, libcurlVersion: String, apps: [String],
+    /// `id` is the instance's name (`pushd run` adds random digits to host/pid: two containers
+    /// on the host network share both); host/pid when none is given.
+    public init(id: String? = nil, host: String, pid: Int, version: String, libcurlVersion: String, apps: [String],
                 environments: [String]? = nil, startedAt: Timestamp) {
-        id = "\(host)/\(pid)"
+        self.id = id ?? "\(host)/\(pid)"
         self.host = host
         self.pid = pid
         self.version = version

@@ -32,6 +32,8 @@ struct ConfigCheck {
     var file: String
     var environment: [String: String]
     var checkDatabase = true
+    /// Off on a reload: the running process holds the metrics address itself.
+    var checkMetricsListen = true
     var now = Timestamp()
     /// A certificate expiring sooner than this is a warning.
     var expiryWarning: Double = 30 * 86_400
@@ -82,7 +84,7 @@ struct ConfigCheck {
         }
         if let caFile = config.apns.caFile { checkCertificateAuthorities(caFile) }
         if let logFile = config.logFile { checkLogFile(logFile) }
-        checkMetricsListen(config.metricsListen)
+        if checkMetricsListen { checkMetricsListen(config.metricsListen) }
         if checkDatabase { checkDatabaseSchema(config.databaseURL) }
     }
 

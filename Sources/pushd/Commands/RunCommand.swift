@@ -14,8 +14,10 @@ import Synchronization
 /// check, the credentials, the pipeline; then ready. SIGTERM or SIGINT: not ready, stop
 /// claiming, settle what is in flight within `shutdown.drain_timeout_s`, exit 0. A
 /// second signal exits at once; nothing is lost either way, since unsettled work is
-/// claimed again. SIGHUP reopens the log file, resumes apps paused for their credentials and
-/// ends scopes held for their configuration (TopicDisallowed, …).
+/// claimed again. SIGHUP reopens the log file, reloads the configuration (`ConfigReloader`:
+/// signing keys apply at once, other changed settings are named as needing a restart), then
+/// resumes apps paused for their credentials and ends scopes held for their configuration
+/// (TopicDisallowed, …), so a fixed key is what the resumed app signs with.
 enum RunCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         let file = parsed.value("config") ?? CommandContext.defaultConfigPath
@@ -67,7 +69,7 @@ enum RunCommand {
                 switch number {
                 case SIGHUP:
                     sink.reopen()
-                    logger.notice("SIGHUP: reopened the log; paused apps will be resumed and held scopes ended")
+                    logger.notice("SIGHUP: reopened the log; reloading the configuration, then resuming paused apps and ending held scopes")
                     state.hangups.wrappingAdd(1, ordering: .relaxed)
                 default:
                     let count = state.stops.wrappingAdd(1, ordering: .relaxed).newValue
@@ -124,6 +126,8 @@ enum RunCommand {
             server.stop()
             throw error
         }
+        let reloader = ConfigReloader(file: file, environment: context.environment, running: config,
+                                      tokens: pipeline.tokens, logger: logger, metrics: metrics)
         // Registered first: the workers start knowing which environments other instances send.
         let heartbeat = InstanceHeartbeat(pipeline: pipeline, host: Self.hostName(), pid: getpid())
         heartbeat.start()
@@ -138,6 +142,7 @@ enum RunCommand {
             let hangups = state.hangups.load(ordering: .relaxed)
             if hangups != hangupsSeen {
                 hangupsSeen = hangups
+                reloader.reload()
                 pipeline.resumePausedApps()
             }
             if Timestamp().timeIntervalSince(lastHealthCheck) >= 5 {

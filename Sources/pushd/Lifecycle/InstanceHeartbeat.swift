@@ -63,7 +63,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
     /// The heartbeat of a running pipeline: its apps, and the ones it has paused now.
     convenience init(pipeline: Pipeline, host: String, pid: Int32) {
         let context = pipeline.context
-        let registration = InstanceRegistration(host: host, pid: Int(pid), version: VersionCommand.pushdVersion,
+        let registration = InstanceRegistration(id: context.instance, host: host, pid: Int(pid), version: VersionCommand.pushdVersion,
                                                 libcurlVersion: CurlRuntime.info.version,
                                                 apps: context.config.apps.map(\.name), environments: context.coverage.advertised,
                                                 startedAt: Timestamp())

@@ -16,7 +16,8 @@ final class Pipeline: @unchecked Sendable {
     private let campaignWorkers: [CampaignWorker]
     private let leaseKeeper: LeaseKeeper
     private let broadcastWorker: BroadcastWorker
-    private let tokens: ProviderTokenService
+    /// The signing keys and their shared provider tokens; a reload replaces keys in it.
+    let tokens: ProviderTokenService
     private var unknownApps: UnknownAppWatch!
     private let statsConnection = Lock<PGConnection?>(nil)
     /// The last statistics read and when: the four queue gauges of one scrape share one read,

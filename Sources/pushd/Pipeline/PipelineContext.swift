@@ -113,7 +113,7 @@ final class PipelineContext: @unchecked Sendable {
             ("event", "sending_held"), ("app", .string(sender.app.name)), ("environment", .string(key.environment.rawValue)),
             ("topic", .string(key.topic)), ("scope", .string(key.scope.rawValue)), ("reason", .string(key.scope.reason.rawValue))]
         if let token = sender.tokenKey { fields += [("key_id", .string(token.keyID)), ("team_id", .string(token.teamID))] }
-        logger.write(.error, "sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue) is held, its notifications are kept (not failed): \(why)\(signer); then send SIGHUP (or restart after a configuration change), else it is tried again in \(Int(pauseDuration / 60)) minutes",
+        logger.write(.error, "sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue) is held, its notifications are kept (not failed): \(why)\(signer); then send SIGHUP (a replaced key file is reloaded by it; a changed bundle_id or key id needs a restart), else it is tried again in \(Int(pauseDuration / 60)) minutes",
                      fields: fields)
     }
 

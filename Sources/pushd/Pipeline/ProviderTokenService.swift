@@ -19,8 +19,12 @@ import Locking
 /// row changing hands does not change any connection's token more often. A token APNs called
 /// invalid is removed from the table (`reportInvalid`), so no instance is handed it again.
 ///
+/// A key whose `.p8` changed on SIGHUP (`replaceKey`) signs the next token; the token the
+/// old key signed is neither kept nor taken back from the table.
+///
 /// Thread rule: any thread may ask for a token. The in-memory copy is under `state`;
-/// the database connection is used only under `database`, which also serialises refreshes.
+/// the database connection is used only under `database`, which also serialises refreshes;
+/// the keys are under `keys`, taken inside `database` or alone, never the other way round.
 final class ProviderTokenService: @unchecked Sendable {
     struct Key: Hashable, Sendable {
         var keyID: String
@@ -30,11 +34,17 @@ final class ProviderTokenService: @unchecked Sendable {
     let policy: ProviderTokenPolicy
     private let databaseURL: String
     private let instance: String
-    private let signers: [Key: ProviderTokenSigner]
-    /// Each key's public half, derived from its `.p8`: a stored token is adopted only if it verifies.
-    private let publicKeys: [Key: ES256PublicKey]
-    /// The key file each key was read from, for the line that says a stored token is foreign.
-    private let keyFiles: [Key: String]
+    /// What signs for one key: the `.p8`, its public half (a stored token is adopted only if it
+    /// verifies) and the file it was read from (for the lines that name it).
+    private struct Signing {
+        var signer: ProviderTokenSigner
+        var publicKey: ES256PublicKey
+        var file: String?
+        /// A token the key replaced by a reload signed: the table must not hand it back.
+        var superseded: String?
+    }
+
+    private let keys: Lock<[Key: Signing]>
     /// Whether this instance's key signed a stored token, by token: a signature is checked
     /// once per token, and a foreign one is reported once.
     private let verdicts = Lock<[String: Bool]>([:])
@@ -63,18 +73,11 @@ final class ProviderTokenService: @unchecked Sendable {
          clock: @escaping @Sendable () -> Int64 = ProviderTokenService.now) throws {
         self.databaseURL = databaseURL
         self.instance = instance
-        self.signers = signers
-        var publicKeys = [Key: ES256PublicKey]()
+        var signings = [Key: Signing]()
         for (key, signer) in signers {
-            do {
-                publicKeys[key] = try signer.key.publicKey
-            } catch {
-                throw CommandContext.Failure("signing key \(key.keyID) of team \(key.teamID)\(keyFiles[key].map { " (\($0))" } ?? ""): "
-                                             + "cannot derive its public key to check shared provider tokens: \(error)")
-            }
+            signings[key] = try Self.signing(key, signer: signer, file: keyFiles[key])
         }
-        self.publicKeys = publicKeys
-        self.keyFiles = keyFiles
+        keys = Lock(signings)
         self.onForeign = onForeign
         self.policy = policy
         self.logger = logger
@@ -84,6 +87,42 @@ final class ProviderTokenService: @unchecked Sendable {
     }
 
     @Sendable static func now() -> Int64 { Int64(Timestamp().timeIntervalSince1970) }
+
+    private static func signing(_ key: Key, signer: ProviderTokenSigner, file: String?) throws -> Signing {
+        do {
+            return Signing(signer: signer, publicKey: try signer.key.publicKey, file: file)
+        } catch {
+            throw CommandContext.Failure("signing key \(key.keyID) of team \(key.teamID)\(file.map { " (\($0))" } ?? ""): "
+                                         + "cannot derive its public key to check shared provider tokens: \(error)")
+        }
+    }
+
+    /// The key file `key` signs with now.
+    func keyFile(_ key: Key) -> String? { keys.withLock { $0[key]?.file } }
+
+    /// Whether `signer` holds the same key as the one `key` signs with now.
+    func signsWith(_ key: Key, sameAs signer: ProviderTokenSigner) -> Bool {
+        guard let current = keys.withLock({ $0[key]?.signer }) else { return false }
+        guard let now = try? current.key.publicKeyDER, let candidate = try? signer.key.publicKeyDER else { return false }
+        return now == candidate
+    }
+
+    /// After a reload: `key` signs with `signer` (read from `file`) from now on. The token the
+    /// old key signed is dropped, so the next request mints one with the new key (or adopts one
+    /// the new key verifies); it is not taken back from the shared table either.
+    func replaceKey(_ key: Key, signer: ProviderTokenSigner, file: String) throws {
+        var signing = try Self.signing(key, signer: signer, file: file)
+        database.withLock { _ in
+            let old = state.withLock { entries -> String? in
+                defer { entries[key] = nil }
+                return entries[key]?.held.jwt
+            }
+            signing.superseded = old
+            keys.withLock { $0[key] = signing }
+            // Verdicts were given with the old key's public half.
+            verdicts.withLock { $0.removeAll() }
+        }
+    }
 
     /// The `authorization` header value for `key`.
     func authorization(_ key: Key) throws -> String {
@@ -151,7 +190,8 @@ final class ProviderTokenService: @unchecked Sendable {
     private func isOwn(_ jwt: String, key: Key, mintedBy: String?) -> Bool {
         if let verdict = verdicts.withLock({ $0[jwt] }) { return verdict }
         var verdict = false
-        if let publicKey = publicKeys[key], let decoded = try? DecodedProviderToken(jwt: jwt) {
+        let signing = keys.withLock { $0[key] }
+        if let publicKey = signing?.publicKey, let decoded = try? DecodedProviderToken(jwt: jwt) {
             verdict = decoded.algorithm == "ES256" && decoded.keyID == key.keyID && decoded.issuer == key.teamID
                 && publicKey.verify(signature: decoded.signature, message: decoded.signingInput)
         }
@@ -161,7 +201,7 @@ final class ProviderTokenService: @unchecked Sendable {
             $0[jwt] = verdict
         }
         if !verdict {
-            let file = keyFiles[key] ?? "(unknown)"
+            let file = signing?.file ?? "(unknown)"
             let by = mintedBy.map { " (stored by instance \($0))" } ?? ""
             logger.error("the provider token stored for key \(key.keyID) team \(key.teamID)\(by) is not signed by this "
                          + "instance's key file \(file): the instances' key files differ, and the right one is the one APNs "
@@ -185,10 +225,11 @@ final class ProviderTokenService: @unchecked Sendable {
     /// Replaces the held token (or `rejected`, the one APNs called expired) with the shared
     /// one, minting a new one when the table's may not be adopted.
     private func refresh(_ key: Key, rejected: String? = nil) throws -> ProviderTokenPolicy.Held {
-        guard let signer = signers[key] else {
-            throw CommandContext.Failure("no signing key \(key.keyID) for team \(key.teamID) is configured")
-        }
         return try database.withLock { connection -> ProviderTokenPolicy.Held in
+            guard let signing = keys.withLock({ $0[key] }) else {
+                throw CommandContext.Failure("no signing key \(key.keyID) for team \(key.teamID) is configured")
+            }
+            let signer = signing.signer
             let now = clock()
             let held = state.withLock { $0[key]?.held }
             if let held, held.jwt != rejected, !policy.isDue(held, now: now) { return held }
@@ -206,7 +247,7 @@ final class ProviderTokenService: @unchecked Sendable {
                 // The held token is being replaced, so the table must not hand it back.
                 var shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
                                                      maxAge: maxAge, instance: instance,
-                                                     rejected: rejected ?? held?.jwt, mint: mint)
+                                                     rejected: rejected ?? held?.jwt ?? signing.superseded, mint: mint)
                 // The token's own `iat` is what APNs judges, so ages are measured from it; a
                 // stored token whose row looks fresh but whose `iat` is old is replaced.
                 var issuedAt = Self.issuedAt(of: shared)

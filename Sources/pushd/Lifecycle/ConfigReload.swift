@@ -1,0 +1,265 @@
+import APNs
+import Posix
+import Metrics
+
+/// Which settings differ between the configuration pushd runs with and the one just read,
+/// among those that take effect only after a restart: everything except an app's credential
+/// files, which a reload applies (`ConfigReloader`). Setting names are the file's, with the
+/// app's name in brackets (`apps[shop].bundle_id`).
+enum ConfigChanges {
+    static func needingRestart(running: PushdConfig, loaded: PushdConfig) -> [String] {
+        var changed: [String] = []
+        func compare<T: Equatable>(_ name: String, _ value: (PushdConfig) -> T) {
+            if value(running) != value(loaded) { changed.append(name) }
+        }
+        compare("database.url") { $0.databaseURL }
+        compare("metrics.listen") { $0.metricsListen }
+        compare("log.level") { $0.logLevel }
+        compare("log.file") { $0.logFile }
+        compare("log.summary_interval_s") { $0.logSummarySeconds }
+        compare("apns.host") { $0.apns.hostOverride }
+        compare("apns.sandbox_host") { $0.apns.sandboxHostOverride }
+        compare("apns.channel_host") { $0.apns.channelHostOverride }
+        compare("apns.ca_file") { $0.apns.caFile }
+        compare("apns.proxy") { $0.apns.proxy }
+        compare("apns.alternate_port") { $0.apns.alternatePort }
+        compare("apns.threads") { $0.apns.threads }
+        compare("apns.connections_per_app") { $0.apns.connectionsPerApp }
+        compare("apns.max_connections_per_app") { $0.apns.maxConnectionsPerApp }
+        compare("apns.connection_growth_judged_ms") { $0.apns.connectionGrowthJudgedOverMilliseconds }
+        compare("apns.streams_per_connection") { $0.apns.streamsPerConnection }
+        compare("apns.max_in_flight") { $0.apns.maxInFlight }
+        compare("apns.connect_timeout_ms") { $0.apns.connectTimeoutMilliseconds }
+        compare("apns.request_timeout_ms") { $0.apns.requestTimeoutMilliseconds }
+        compare("apns.ping_interval_ms") { $0.apns.pingIntervalMilliseconds }
+        compare("apns.ping_timeout_ms") { $0.apns.pingTimeoutMilliseconds }
+        compare("apns.provider_token_refresh_s") { $0.apns.providerTokenRefreshSeconds }
+        compare("apns.provider_token_update_window_s") { $0.apns.providerTokenUpdateWindowSeconds }
+        compare("retry.max_attempts") { $0.retry.maxAttempts }
+        compare("retry.base_delay_ms") { $0.retry.baseDelayMilliseconds }
+        compare("retry.max_delay_ms") { $0.retry.maxDelayMilliseconds }
+        compare("retry.outage_limit_s") { $0.retry.outageLimitSeconds }
+        compare("retry.outage_probe_ms") { $0.retry.outageProbeMilliseconds }
+        compare("workers.transactional") { $0.transactionalWorkers }
+        compare("workers.batch_size") { $0.batchSize }
+        compare("workers.campaign") { $0.campaignWorkers }
+        compare("campaigns.chunk_size") { $0.campaignChunkSize }
+        compare("campaigns.lease_s") { $0.campaignLeaseSeconds }
+        compare("campaigns.default_rate") { $0.defaultCampaignRate }
+        compare("campaigns.niceness") { $0.campaignNiceness }
+        compare("campaigns.answer_coalescing_ms") { $0.campaignAnswerCoalescingMilliseconds }
+        compare("campaigns.adaptive_in_flight") { $0.campaignAdaptiveInFlight }
+        compare("campaigns.read_through_one_transfer") { $0.campaignReadsThroughOneTransfer }
+        compare("shutdown.drain_timeout_s") { $0.drainTimeoutSeconds }
+
+        let runningApps = Dictionary(running.apps.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let loadedApps = Dictionary(loaded.apps.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for app in loaded.apps where runningApps[app.name] == nil { changed.append("apps[\(app.name)] (added)") }
+        for app in running.apps where loadedApps[app.name] == nil { changed.append("apps[\(app.name)] (removed)") }
+        for old in running.apps {
+            guard let new = loadedApps[old.name] else { continue }
+            let path = "apps[\(old.name)]"
+            if old.bundleID != new.bundleID { changed.append("\(path).bundle_id") }
+            if old.environment != new.environment { changed.append("\(path).environment") }
+            if old.campaignRate != new.campaignRate { changed.append("\(path).campaign_rate") }
+            switch (old.credentials, new.credentials) {
+            case (.token(let oldTeam, let oldKey, _), .token(let newTeam, let newKey, _)):
+                // The key file is reloaded; the key it must hold is fixed while running.
+                if oldTeam != newTeam { changed.append("\(path).token.team_id") }
+                if oldKey != newKey { changed.append("\(path).token.key_id") }
+            case (.certificate, .certificate):
+                changed += certificateSettings(path + ".certificate", old.credentials, new.credentials)
+            case (.token, .certificate), (.certificate, .token):
+                changed.append("\(path) (token or certificate)")
+            }
+            for environment in PushdConfig.Environment.allCases {
+                let block = "\(path).\(environment.rawValue)_certificate"
+                switch (old.otherCertificates[environment], new.otherCertificates[environment]) {
+                case (nil, nil): break
+                case (let before?, let after?): changed += certificateSettings(block, before, after)
+                default: changed.append(block)
+                }
+            }
+        }
+        return changed
+    }
+
+    /// A certificate's file names and password: the engine holds them from the start (libcurl
+    /// reads the files as it opens each connection, so new contents at the same names need no restart).
+    private static func certificateSettings(_ block: String, _ old: PushdConfig.Credentials,
+                                            _ new: PushdConfig.Credentials) -> [String] {
+        guard case .certificate(let oldCertificate, let oldKey, let oldPKCS12, let oldPassword) = old,
+              case .certificate(let newCertificate, let newKey, let newPKCS12, let newPassword) = new else { return [block] }
+        var changed: [String] = []
+        if oldCertificate != newCertificate { changed.append("\(block).cert_file") }
+        if oldKey != newKey { changed.append("\(block).key_file") }
+        if oldPKCS12 != newPKCS12 { changed.append("\(block).p12_file") }
+        if oldPassword != newPassword { changed.append("\(block).p12_password") }
+        return changed
+    }
+}
+
+/// `systemctl reload pushd` (SIGHUP): reads the configuration file again with the loader and
+/// the checks `run` and `check-config` use, and applies what can change while running — each
+/// token app's signing key (its `.p8` replaced, or `key_file` pointing elsewhere): the next
+/// provider token is minted with the new key. A key file that does not load leaves the app
+/// with the key it had, with one error line. Any other changed setting is logged as needing a
+/// restart and not applied, so the process never runs half of a configuration.
+///
+/// Certificate apps: libcurl reads the certificate files each time it opens a connection, so
+/// new contents under the same names reach new connections without a reload; a reload checks
+/// them and says loudly when they no longer load.
+///
+/// Thread rule: `reload` is called on the run loop's thread only; `running` is not shared.
+final class ConfigReloader {
+    struct Outcome: Sendable, Equatable {
+        /// Apps now signing with a new key.
+        var keysReloaded: [String] = []
+        /// Settings changed in the file that wait for a restart.
+        var restartNeeded: [String] = []
+        /// What could not be loaded, one entry per app or setting.
+        var failures: [String] = []
+        var succeeded: Bool { failures.isEmpty }
+    }
+
+    let file: String
+    let environment: [String: String]
+    /// What the process runs with: the start's configuration and the keys reloaded since.
+    private(set) var running: PushdConfig
+    private let tokens: ProviderTokenService
+    private let logger: Logger
+    private let metrics: PushdMetrics
+
+    init(file: String, environment: [String: String], running: PushdConfig, tokens: ProviderTokenService,
+         logger: Logger, metrics: PushdMetrics) {
+        self.file = file
+        self.environment = environment
+        self.running = running
+        self.tokens = tokens
+        self.logger = logger
+        self.metrics = metrics
+        // The start loaded everything (`run` refuses otherwise), as Prometheus counts its own start.
+        metrics.configLastReloadSuccessful.set(1)
+        metrics.configLastReloadSuccessTimestamp.set(Timestamp().timeIntervalSince1970)
+        _ = metrics.configReload(result: "success")
+        _ = metrics.configReload(result: "failure")
+    }
+
+    @discardableResult
+    func reload() -> Outcome {
+        var outcome = Outcome()
+        var check = ConfigCheck(file: file, environment: environment, checkDatabase: false)
+        check.checkMetricsListen = false
+        check.run()
+        let loaded: PushdConfig
+        do {
+            loaded = try ConfigLoader.load(file: file, environment: environment).0
+        } catch {
+            let problems = check.findings.filter { $0.severity == .error }.map(\.description)
+            let why = problems.isEmpty ? "\(error)" : problems.joined(separator: "; ")
+            logger.error("configuration reload failed, nothing changed (pushd keeps running with what it had): \(file): \(why)",
+                         ("event", "config_reload_failed"), ("file", .string(file)))
+            outcome.failures.append(file)
+            record(outcome)
+            return outcome
+        }
+
+        // Findings by app: the check names apps by their place in the file just read.
+        var appErrors = [String: [ConfigCheck.Finding]]()
+        for finding in check.findings where finding.severity != .ok {
+            if let index = Self.appIndex(finding.setting), index < loaded.apps.count, finding.severity == .error {
+                appErrors[loaded.apps[index].name, default: []].append(finding)
+            } else if finding.severity == .error {
+                logger.error("configuration reload: \(finding.setting): \(finding.message)",
+                             ("event", "config_reload_failed"), ("setting", .string(finding.setting)))
+                outcome.failures.append(finding.setting)
+            } else {
+                logger.warning("configuration: \(finding.setting): \(finding.message)",
+                               ("event", "config_warning"), ("setting", .string(finding.setting)))
+            }
+        }
+
+        outcome.restartNeeded = ConfigChanges.needingRestart(running: running, loaded: loaded)
+        for setting in outcome.restartNeeded {
+            logger.warning("configuration reload: \(setting) changed; it takes effect only after a restart (systemctl restart pushd), "
+                           + "until then pushd keeps the value it started with",
+                           ("event", "config_needs_restart"), ("setting", .string(setting)))
+        }
+
+        for (index, app) in running.apps.enumerated() {
+            guard let new = loaded.apps.first(where: { $0.name == app.name }) else { continue }
+            let errors = appErrors[app.name] ?? []
+            switch (app.credentials, new.credentials) {
+            case (.token(let teamID, let keyID, let oldFile), .token(let newTeamID, let newKeyID, let newFile)):
+                guard teamID == newTeamID, keyID == newKeyID else { continue }
+                let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+                let current = tokens.keyFile(key) ?? oldFile
+                if !errors.isEmpty {
+                    keyFailed(app.name, file: newFile, current: current, why: errors.map(\.description).joined(separator: "; "),
+                              outcome: &outcome)
+                    continue
+                }
+                let signer: ProviderTokenSigner
+                do {
+                    signer = ProviderTokenSigner(key: try SigningKey(contentsOfFile: newFile, keyID: keyID, teamID: teamID))
+                } catch {
+                    keyFailed(app.name, file: newFile, current: current, why: "\(error)", outcome: &outcome)
+                    continue
+                }
+                guard newFile != current || !tokens.signsWith(key, sameAs: signer) else { continue }
+                do {
+                    try tokens.replaceKey(key, signer: signer, file: newFile)
+                } catch {
+                    keyFailed(app.name, file: newFile, current: current, why: "\(error)", outcome: &outcome)
+                    continue
+                }
+                running.apps[index].credentials = new.credentials
+                outcome.keysReloaded.append(app.name)
+                logger.notice("app \(app.name) signs its provider tokens with the key in \(newFile) from now on; "
+                              + "the next token is minted with it",
+                              ("event", "signing_key_reloaded"), ("app", .string(app.name)), ("key_file", .string(newFile)),
+                              ("key_id", .string(keyID)))
+            case (.certificate, .certificate):
+                guard !errors.isEmpty else { continue }
+                let why = errors.map(\.description).joined(separator: "; ")
+                logger.error("configuration reload: the certificate of app \(app.name) does not load: \(why); connections open now "
+                             + "keep working, but each new one reads the file as it is and will fail: put a working certificate back",
+                             ("event", "credentials_reload_failed"), ("app", .string(app.name)))
+                outcome.failures.append("app \(app.name)")
+            default:
+                continue
+            }
+        }
+
+        record(outcome)
+        var parts: [String] = []
+        parts.append(outcome.keysReloaded.isEmpty ? "no signing key changed"
+                     : "signing keys reloaded for apps \(outcome.keysReloaded.joined(separator: ", "))")
+        if !outcome.restartNeeded.isEmpty { parts.append("needs a restart: \(outcome.restartNeeded.joined(separator: ", "))") }
+        if !outcome.failures.isEmpty { parts.append("not loaded, kept as before: \(outcome.failures.joined(separator: ", "))") }
+        logger.info("configuration reloaded from \(file): \(parts.joined(separator: "; "))",
+                    ("event", "config_reloaded"), ("result", .string(outcome.succeeded ? "success" : "failure")),
+                    ("keys_reloaded", .string(outcome.keysReloaded.joined(separator: ","))),
+                    ("needs_restart", .string(outcome.restartNeeded.joined(separator: ","))))
+        return outcome
+    }
+
+    private func keyFailed(_ app: String, file: String, current: String, why: String, outcome: inout Outcome) {
+        logger.error("configuration reload: app \(app) keeps the signing key it had (from \(current)): the key file \(file) "
+                     + "does not load: \(why)",
+                     ("event", "credentials_reload_failed"), ("app", .string(app)), ("key_file", .string(file)))
+        outcome.failures.append("app \(app)")
+    }
+
+    private func record(_ outcome: Outcome) {
+        metrics.configReload(result: outcome.succeeded ? "success" : "failure").increment()
+        metrics.configLastReloadSuccessful.set(outcome.succeeded ? 1 : 0)
+        if outcome.succeeded { metrics.configLastReloadSuccessTimestamp.set(Timestamp().timeIntervalSince1970) }
+    }
+
+    /// 3 for `apps[3].token.key_file`.
+    static func appIndex(_ setting: String) -> Int? {
+        guard setting.hasPrefix("apps["), let close = setting.firstIndex(of: "]") else { return nil }
+        return Int(setting[setting.index(setting.startIndex, offsetBy: 5)..<close])
+    }
+}

@@ -1,0 +1,154 @@
+import APNs
+import Posix
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// `systemctl reload pushd`: the real binary, its key file replaced under it, then SIGHUP.
+@Suite(.serialized) struct ConfigReloadTests {
+    static func log(_ harness: DaemonHarness) -> String {
+        (try? String(contentsOfFile: harness.directory + "/pushd.log", encoding: .utf8)) ?? ""
+    }
+
+    static func insertJobs(_ connection: PGConnection, from first: Int, count: Int) throws {
+        try connection.query("""
+            INSERT INTO pushd.jobs (app, device_token, payload)
+            SELECT 'shop', lpad(to_hex(n), 16, '0') || lpad(to_hex(n), 16, '0') || lpad(to_hex(n), 16, '0') || lpad(to_hex(n), 16, '0'),
+                   '{"aps":{"alert":"hi"}}'
+            FROM generate_series($1::int, $2::int) AS n
+            """, [String(first), String(first + count - 1)])
+    }
+
+    /// The runbook for InvalidProviderToken: the app pauses on the wrong `.p8`; the operator puts
+    /// the right one in its place and reloads; every job goes out from the same process.
+    @Test func aFixedKeyFileAndSIGHUPDeliverThePausedAppsJobsWithoutARestart() throws {
+        try IsolatedDatabase.with { database in
+            // The mock trusts other.p8; pushd starts with key.p8, the wrong key for the key id.
+            let harness = try DaemonHarness(database: database, trustsPushdKey: false)
+            let connection = try database.connect()
+            let port = try MixedFleetTests.freePort()
+            let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            try Self.insertJobs(connection, from: 1, count: 5)
+            #expect(DaemonHarness.wait(seconds: 30) { Self.log(harness).contains("sending for app shop is paused") }, "\(Self.log(harness))")
+            #expect(harness.mock.stats.accepted == 0)
+
+            let right = try FileSystem.read(harness.directory + "/other.p8")
+            try FileSystem.write(right, to: harness.keyFile, permissions: 0o600)
+            kill(process.processIdentifier, SIGHUP)
+
+            // A paused app's jobs were put back for 30 s (`JobWorker`): they go out by then.
+            let delivered = try DaemonHarness.wait(seconds: 60) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
+            }
+            let log = Self.log(harness)
+            #expect(delivered, "\(log)")
+            #expect(harness.mock.stats.accepted == 5)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(process.isRunning)
+            #expect(log.contains("signing_key_reloaded"))
+            #expect(log.contains("configuration reloaded from \(config): signing keys reloaded for apps shop"))
+            let metrics = MixedFleetTests.scrape(port: port)
+            #expect(metrics.contains("pushd_config_reloads_total{result=\"success\"} 1"), "\(metrics)")
+            #expect(metrics.contains("pushd_config_last_reload_successful 1"))
+            #expect(metrics.contains("pushd_app_paused{app=\"shop\"} 0"))
+        }
+    }
+
+    /// A key file broken on reload (a half-copied file) leaves the app with the key it had: one
+    /// error line naming the app and the file, the failure counted, and sending goes on.
+    @Test func aBrokenKeyFileOnReloadKeepsTheWorkingKeyAndSaysSo() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let port = try MixedFleetTests.freePort()
+            let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            try Self.insertJobs(connection, from: 1, count: 3)
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted == 3 }, "\(Self.log(harness))")
+
+            try FileSystem.write(Array("-----BEGIN PRIVATE KEY-----\nnot a key\n".utf8), to: harness.keyFile, permissions: 0o600)
+            kill(process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { Self.log(harness).contains("credentials_reload_failed") }, "\(Self.log(harness))")
+
+            try Self.insertJobs(connection, from: 100, count: 3)
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted == 6 }, "\(Self.log(harness))")
+            let lines = Self.log(harness).split(separator: "\n").filter { $0.contains("credentials_reload_failed") }
+            #expect(lines.count == 1)
+            #expect(lines.first?.contains("app shop keeps the signing key it had") == true)
+            #expect(lines.first?.contains(harness.keyFile) == true)
+            #expect(process.isRunning)
+            let metrics = MixedFleetTests.scrape(port: port)
+            #expect(metrics.contains("pushd_config_reloads_total{result=\"failure\"} 1"), "\(metrics)")
+            #expect(metrics.contains("pushd_config_last_reload_successful 0"))
+        }
+    }
+
+    /// A changed setting that needs a restart is named, one warning each, and not applied.
+    @Test func settingsThatNeedARestartAreNamedOneLineEach() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let port = try MixedFleetTests.freePort()
+            let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            #expect(DaemonHarness.wait(seconds: 30) { Self.log(harness).contains("pushd is running") }, "\(Self.log(harness))")
+            let text = try String(contentsOfFile: config, encoding: .utf8)
+                .replacingOccurrences(of: "  threads: 1", with: "  threads: 2")
+                .replacingOccurrences(of: "drain_timeout_s: 5", with: "drain_timeout_s: 6")
+            try text.write(toFile: config, atomically: true, encoding: .utf8)
+            kill(process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { Self.log(harness).contains("config_reloaded") }, "\(Self.log(harness))")
+            let warnings = Self.log(harness).split(separator: "\n").filter { $0.contains("config_needs_restart") }
+            #expect(warnings.count == 2, "\(warnings)")
+            #expect(warnings.contains { $0.contains("apns.threads changed") })
+            #expect(warnings.contains { $0.contains("shutdown.drain_timeout_s changed") })
+            #expect(process.isRunning)
+        }
+    }
+}
+
+@Suite struct ConfigChangesTests {
+    static func config() -> PushdConfig {
+        PushdConfig(databaseURL: "postgresql:///pushd", apps: [
+            PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
+                            credentials: .token(teamID: "TEAM123456", keyID: "KEY1234567", keyFile: "/a.p8"), campaignRate: nil),
+            PushdConfig.App(name: "news", bundleID: "com.example.news", environment: .production,
+                            credentials: .certificate(certificateFile: "/c.pem", keyFile: "/k.pem", pkcs12File: nil, password: nil),
+                            campaignRate: nil),
+        ])
+    }
+
+    @Test func aKeyFileMovedNeedsNoRestart() {
+        var loaded = Self.config()
+        loaded.apps[0].credentials = .token(teamID: "TEAM123456", keyID: "KEY1234567", keyFile: "/b.p8")
+        #expect(ConfigChanges.needingRestart(running: Self.config(), loaded: loaded).isEmpty)
+    }
+
+    @Test func everyOtherChangeIsNamed() {
+        var loaded = Self.config()
+        loaded.databaseURL = "postgresql:///other"
+        loaded.apns.threads = 3
+        loaded.apps[0].credentials = .token(teamID: "TEAM123456", keyID: "KEY7654321", keyFile: "/a.p8")
+        loaded.apps[1].credentials = .certificate(certificateFile: "/c2.pem", keyFile: "/k.pem", pkcs12File: nil, password: nil)
+        loaded.apps.append(PushdConfig.App(name: "mail", bundleID: "com.example.mail", environment: .sandbox,
+                                           credentials: .token(teamID: "TEAM123456", keyID: "KEY1234567", keyFile: "/a.p8"),
+                                           campaignRate: nil))
+        #expect(ConfigChanges.needingRestart(running: Self.config(), loaded: loaded)
+                == ["database.url", "apns.threads", "apps[mail] (added)", "apps[shop].token.key_id", "apps[news].certificate.cert_file"])
+        loaded = Self.config()
+        loaded.apps.removeLast()
+        #expect(ConfigChanges.needingRestart(running: Self.config(), loaded: loaded) == ["apps[news] (removed)"])
+    }
+
+    @Test func appIndexReadsTheCheckSettingName() {
+        #expect(ConfigReloader.appIndex("apps[3].token.key_file") == 3)
+        #expect(ConfigReloader.appIndex("apns.ca_file") == nil)
+    }
+}
