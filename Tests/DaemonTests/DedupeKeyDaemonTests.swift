@@ -1,6 +1,7 @@
 import APNsMock
 import Foundation
 import Glibc
+import Metrics
 import Posix
 import PushdTestSupport
 import QueueStore
@@ -81,6 +82,29 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0)
             Thread.sleep(forTimeInterval: 1)
             #expect(harness.mock.stats.accepted == 2)
+        }
+    }
+
+    @Test func theHeartbeatSweepsKeysPastTheRetentionAndKeepsTheOthers() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try connection.query("""
+                INSERT INTO pushd.job_dedupe_keys (app, dedupe_key, device_token, job_id, created_at)
+                VALUES ('shop', 'old', $1, -1, now() - interval '2 hours'), ('shop', 'new', $1, -2, now())
+                """, [DaemonHarness.token(5)])
+            let registration = InstanceRegistration(host: "test", pid: 1, version: "test", libcurlVersion: "8",
+                                                    apps: ["shop"], startedAt: Timestamp())
+            let heartbeat = InstanceHeartbeat(registration: registration, databaseURL: database.url,
+                                              metrics: try PushdMetrics(version: "test"),
+                                              logger: Logger(level: .warning, sink: FileLogSink(path: nil)),
+                                              interval: 0.1, dedupeRetentionSeconds: 3600,
+                                              pausedApps: { [:] }, onDatabaseError: { _ in })
+            heartbeat.start()
+            defer { heartbeat.stop() }
+            let keys = "SELECT count(*) FROM pushd.job_dedupe_keys"
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, keys) == 1 })
+            let left = try connection.query("SELECT dedupe_key FROM pushd.job_dedupe_keys").require(String.self, row: 0, column: 0)
+            #expect(left == "new")
         }
     }
 }
