@@ -220,25 +220,91 @@ import Testing
         }
     }
 
-    @Test func dedupeKeyIsUniqueWhilePendingAndReusableAfterDelivery() throws {
+    @Test func aTakenDedupeKeySkipsTheRowWhetherTheJobIsPendingOrDelivered() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let insert = """
+                INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('shop', $1, $2, 'order-1042-shipped')
+                """
+            #expect(try connection.query(insert, [Fixtures.token(1), Fixtures.payload]).affectedRows == 1)
+            #expect(try connection.query(insert, [Fixtures.token(1).uppercased(), Fixtures.payload]).affectedRows == 0)
+            #expect(try connection.query(insert + " ON CONFLICT DO NOTHING", [Fixtures.token(1), Fixtures.payload]).affectedRows == 0)
+            #expect(try connection.query(insert + " ON CONFLICT (app, dedupe_key, device_token) WHERE dedupe_key IS NOT NULL DO NOTHING",
+                                         [Fixtures.token(1), Fixtures.payload]).affectedRows == 0)
+            #expect(try connection.query(insert, [Fixtures.token(2), Fixtures.payload]).affectedRows == 1)
+            #expect(try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('blog', $1, $2, 'order-1042-shipped')",
+                                         [Fixtures.token(1), Fixtures.payload]).affectedRows == 1)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(batch.jobs.count == 3)
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            #expect(try connection.query(insert + " ON CONFLICT DO NOTHING", [Fixtures.token(1), Fixtures.payload]).affectedRows == 0)
+            #expect(try connection.query(insert, [Fixtures.token(1), Fixtures.payload]).affectedRows == 0)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
+    @Test func aRetriedJobKeepsItsDedupeKeyAndIsPutBack() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
             let insert = """
                 INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('shop', $1, $2, 'order-1042-shipped')
                 """
             try connection.query(insert, [Fixtures.token(1), Fixtures.payload])
-            let duplicate = Fixtures.pgError { try connection.query(insert, [Fixtures.token(1), Fixtures.payload]) }
-            #expect(duplicate?.code == .uniqueViolation)
-            #expect(duplicate?.constraint == "jobs_dedupe")
-            let ignored = try connection.query(insert + " ON CONFLICT DO NOTHING", [Fixtures.token(1), Fixtures.payload])
-            #expect(ignored.affectedRows == 0)
-            try connection.query(insert, [Fixtures.token(2), Fixtures.payload])
-            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('blog', $1, $2, 'order-1042-shipped')",
-                                 [Fixtures.token(1), Fixtures.payload])
             let batch = try queue.claim(connection, limit: 10, apps: apps)
-            #expect(batch.jobs.count == 3)
-            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
-            try connection.query(insert, [Fixtures.token(1), Fixtures.payload])
+            let job = try #require(batch.jobs.first)
+            try queue.finish(connection, batch, JobOutcomes(retries: [JobRetry(id: job.id, runAt: Timestamp(), error: "500 InternalServerError")]))
+            let again = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(again.jobs.map(\.id) == [job.id])
+            #expect(again.jobs.first?.dedupeKey == "order-1042-shipped")
+            #expect(again.jobs.first?.attempts == 1)
+            try queue.finish(connection, again, JobOutcomes(failures: [JobFailure(id: job.id, status: 400, reason: "BadTopic")]))
+            #expect(try connection.query(insert, [Fixtures.token(1), Fixtures.payload]).affectedRows == 0)
+        }
+    }
+
+    @Test func aDedupeKeyPastItsRetentionIsSweptAndCanBeUsedAgain() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let ledger = DedupeLedger()
+            let insert = """
+                INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('shop', $1, $2, $3)
+                """
+            try connection.query(insert, [Fixtures.token(1), Fixtures.payload, "sent"])
+            try connection.query(insert, [Fixtures.token(2), Fixtures.payload, "queued"])
+            try connection.query(insert, [Fixtures.token(3), Fixtures.payload, "recent"])
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
+            let queuedIDs = batch.jobs.filter { $0.dedupeKey == "queued" }.map(\.id)
+            #expect(queuedIDs.count == 1)
+            let sentIDs = batch.jobs.filter { $0.dedupeKey != "queued" }.map(\.id)
+            let retryAt = Timestamp().addingTimeInterval(3600)
+            let retries = queuedIDs.map { JobRetry(id: $0, runAt: retryAt, error: "500 InternalServerError") }
+            try queue.finish(connection, batch, JobOutcomes(delivered: sentIDs, retries: retries))
+            try connection.query("""
+                UPDATE pushd.job_dedupe_keys SET created_at = now() - interval '25 hours' WHERE dedupe_key IN ('sent', 'queued')
+                """)
+            let swept = try ledger.sweep(connection, retentionSeconds: 24 * 3600)
+            #expect(swept == 1)
+            let kept = try connection.query("SELECT string_agg(dedupe_key, ',' ORDER BY dedupe_key) FROM pushd.job_dedupe_keys")
+                .require(String.self, row: 0, column: 0)
+            #expect(kept == "queued,recent")
+            #expect(try connection.query(insert, [Fixtures.token(1), Fixtures.payload, "sent"]).affectedRows == 1)
+            #expect(try connection.query(insert, [Fixtures.token(2), Fixtures.payload, "queued"]).affectedRows == 0)
+            #expect(try connection.query(insert, [Fixtures.token(3), Fixtures.payload, "recent"]).affectedRows == 0)
+        }
+    }
+
+    @Test func theSweepDeletesInBoundedBatches() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            try connection.query("""
+                INSERT INTO pushd.job_dedupe_keys (app, dedupe_key, device_token, job_id, created_at)
+                SELECT 'shop', 'k' || g, $1, -g, now() - interval '2 days' FROM generate_series(1, 25) g
+                """, [Fixtures.token(1)])
+            let ledger = DedupeLedger()
+            #expect(try ledger.sweep(connection, retentionSeconds: 3600, limit: 10) == 10)
+            #expect(try ledger.sweep(connection, retentionSeconds: 3600, limit: 10) == 10)
+            #expect(try ledger.sweep(connection, retentionSeconds: 3600, limit: 10) == 5)
+            #expect(try ledger.sweep(connection, retentionSeconds: 3600, limit: 10) == 0)
         }
     }
 

@@ -1,4 +1,5 @@
 import PushdTestSupport
+import Posix
 import Foundation
 import QueueStore
 import Locking
@@ -17,7 +18,27 @@ import Testing
             let tables = try connection.query("""
                 SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = 'pushd'
                 """).require(String.self, row: 0, column: 0)
-            #expect(tables == "broadcast_jobs,campaign_chunks,campaign_retries,campaign_targets,campaigns,channels,dead_jobs,device_tokens,instances,job_waiters,jobs,provider_tokens,schema_migrations")
+            #expect(tables == "broadcast_jobs,campaign_chunks,campaign_retries,campaign_targets,campaigns,channels,dead_jobs,device_tokens,instances,job_dedupe_keys,job_waiters,jobs,provider_tokens,schema_migrations")
+        }
+    }
+
+    @Test func theDedupeKeysOfJobsQueuedBeforeVersion28StayTakenAndTheirRetriesGoThrough() throws {
+        try IsolatedDatabase.with(migrated: false) { database in
+            let connection = try database.connect()
+            try Migrator(migrations: Migrator.migrations.filter { $0.version < 28 }).migrate(connection)
+            let token = String(repeating: "ab", count: 32)
+            let insert = """
+                INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('shop', $1, '{"aps":{"alert":"hi"}}', 'k1')
+                """
+            try connection.query(insert, [token])
+            #expect(try Migrator().migrate(connection) == [28])
+            #expect(try connection.query("SELECT count(*) FROM pushd.job_dedupe_keys WHERE dedupe_key = 'k1'").require(Int.self, row: 0, column: 0) == 1)
+            #expect(try connection.query(insert, [token]).affectedRows == 0)
+            let queue = JobQueue()
+            let batch = try queue.claim(connection, limit: 10, apps: ["shop"])
+            let job = try #require(batch.jobs.first)
+            try queue.finish(connection, batch, JobOutcomes(retries: [JobRetry(id: job.id, runAt: Timestamp(), error: "500 InternalServerError")]))
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs WHERE id = $1", [job.id]).require(Int.self, row: 0, column: 0) == 1)
         }
     }
 

@@ -32,6 +32,7 @@ extension Migrator {
         Migration(version: 25, name: "the payload shape test is planned once per session, not once per INSERT", sql: shapePlannedOnceV25),
         Migration(version: 26, name: "a broadcast or channel request being sent is known by its lease", sql: broadcastLeasesV26),
         Migration(version: 27, name: "instances advertise the environments of each app they can send to", sql: instanceEnvironmentsV27),
+        Migration(version: 28, name: "a job's dedupe key stays taken for a retention period, not only while the job is pending", sql: dedupeLedgerV28),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1740,6 +1741,62 @@ extension Migrator {
     /// earlier version, which claims every environment of its apps as before.
     static let instanceEnvironmentsV27 = #"""
     ALTER TABLE pushd.instances ADD COLUMN environments text[];
+
+    SELECT pushd.grant_roles();
+    """#
+
+    /// `jobs_dedupe` held a key only while its job was in `pushd.jobs`: jobs are sent
+    /// milliseconds after COMMIT and the claim deletes them, so a client retrying its request a
+    /// second later inserted the push again; and a retry arriving while the first job sat in an
+    /// open claim batch waited on that batch's transaction (up to the answer deadline) in the
+    /// unique check. Keys now go to a ledger, taken by a BEFORE INSERT trigger with
+    /// `ON CONFLICT DO NOTHING`: a taken key skips the row (the INSERT reports 0 rows, with or
+    /// without ON CONFLICT), and a concurrent duplicate waits only for the other INSERT's own
+    /// transaction, since a ledger row is never touched by a claim. A row pushd puts back for a
+    /// retry carries the id that took the key and goes through. `DedupeLedger.sweep` deletes
+    /// keys past the retention whose job is no longer queued, so a queued job's key is never
+    /// freed under it. `jobs_dedupe` stays, as the arbiter `ON CONFLICT (app, dedupe_key,
+    /// device_token) WHERE dedupe_key IS NOT NULL` names. The trigger is named to fire after
+    /// `jobs_normalise` (triggers of an event fire in name order) and after
+    /// `jobs_broadcast_redirect`, whose broadcasts never reach it. The keys of jobs queued now
+    /// are copied while the trigger's lock keeps inserts and claims out; an instance of the
+    /// previous version keeps working: its claim and its retry INSERT are unchanged.
+    static let dedupeLedgerV28 = #"""
+    CREATE TABLE pushd.job_dedupe_keys (
+        app          text NOT NULL,
+        dedupe_key   text NOT NULL,
+        device_token text NOT NULL,
+        job_id       bigint NOT NULL,
+        created_at   timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (app, dedupe_key, device_token)
+    ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+    CREATE INDEX job_dedupe_keys_created_at ON pushd.job_dedupe_keys (created_at);
+
+    CREATE FUNCTION pushd.jobs_take_dedupe_key() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    BEGIN
+        IF NEW.dedupe_key IS NULL THEN RETURN NEW; END IF;
+        INSERT INTO pushd.job_dedupe_keys (app, dedupe_key, device_token, job_id)
+        VALUES (NEW.app, NEW.dedupe_key, lower(NEW.device_token), NEW.id)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN RETURN NEW; END IF;
+        -- Taken: by this very job when pushd puts it back for a retry, else by an earlier one.
+        IF EXISTS (SELECT 1 FROM pushd.job_dedupe_keys k
+                   WHERE k.app = NEW.app AND k.dedupe_key = NEW.dedupe_key
+                     AND k.device_token = lower(NEW.device_token) AND k.job_id = NEW.id) THEN
+            RETURN NEW;
+        END IF;
+        RETURN NULL;
+    END $$;
+    REVOKE EXECUTE ON FUNCTION pushd.jobs_take_dedupe_key() FROM PUBLIC;
+
+    LOCK TABLE pushd.jobs IN SHARE ROW EXCLUSIVE MODE;
+    INSERT INTO pushd.job_dedupe_keys (app, dedupe_key, device_token, job_id, created_at)
+    SELECT app, dedupe_key, device_token, id, created_at FROM pushd.jobs WHERE dedupe_key IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    -- Rows without a key (most of them) pay no PL/pgSQL call.
+    CREATE TRIGGER jobs_take_dedupe_key BEFORE INSERT ON pushd.jobs
+        FOR EACH ROW WHEN (NEW.dedupe_key IS NOT NULL) EXECUTE FUNCTION pushd.jobs_take_dedupe_key();
 
     SELECT pushd.grant_roles();
     """#

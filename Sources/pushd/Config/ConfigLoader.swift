@@ -149,6 +149,10 @@ enum ConfigLoader {
         config.campaignReadsThroughOneTransfer = campaigns.bool("read_through_one_transfer", default: config.campaignReadsThroughOneTransfer)
         campaigns.rejectUnknownKeys()
 
+        let queue = top.section("queue")
+        config.dedupeRetentionHours = queue.int("dedupe_retention_hours", default: config.dedupeRetentionHours, range: 1...8_760)
+        queue.rejectUnknownKeys()
+
         let shutdown = top.section("shutdown")
         config.drainTimeoutSeconds = shutdown.int("drain_timeout_s", default: config.drainTimeoutSeconds, range: 1...3600)
         shutdown.rejectUnknownKeys()

@@ -148,5 +148,8 @@ struct PushdConfig: Sendable, Equatable {
     var campaignLeaseSeconds: Int = 60
     var defaultCampaignRate: Int?
     var drainTimeoutSeconds: Int = 20
+    /// How long a job's `dedupe_key` stays taken after the job was inserted, whatever became
+    /// of the job (`DedupeLedger`); the key of a job still queued is kept longer.
+    var dedupeRetentionHours: Int = 24
     var apps: [App]
 }

@@ -9,7 +9,8 @@ import Synchronization
 /// libcurl), which apps it serves, which of them are paused and which scopes held, and a heartbeat every
 /// `InstanceStore.heartbeatSeconds`. Each heartbeat also reads the fleet's numbers for the
 /// `pushd_fleet_*` gauges, so a scrape costs the database nothing. On a clean stop the row
-/// is deleted; after a crash it shows as gone within a minute.
+/// is deleted; after a crash it shows as gone within a minute. About once a minute the same
+/// thread sweeps the dedupe keys past their retention (`DedupeLedger`), in bounded batches.
 ///
 /// Thread rule: the database connection is touched only by the heartbeat thread; the
 /// last summary sits in a mutex for the scrape thread.
@@ -28,9 +29,15 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let wake = Semaphore()
     private let finished = Semaphore()
     private let interval: Double
+    /// 0: this heartbeat does not sweep dedupe keys.
+    private let dedupeRetentionSeconds: Int
+    private let ledger = DedupeLedger()
+    /// Between two sweeps of the dedupe keys when the last one left none due.
+    static let dedupeSweepSeconds = 60.0
 
     init(registration: InstanceRegistration, databaseURL: String, metrics: PushdMetrics, logger: Logger,
          interval: Double = InstanceStore.heartbeatSeconds,
+         dedupeRetentionSeconds: Int = 0,
          pausedApps: @escaping @Sendable () -> [String: String],
          apnsUnavailable: @escaping @Sendable () -> [String: String] = { [:] },
          coverage: EnvironmentCoverage? = nil,
@@ -39,6 +46,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
         self.databaseURL = databaseURL
         self.logger = logger
         self.interval = interval
+        self.dedupeRetentionSeconds = dedupeRetentionSeconds
         self.pausedApps = pausedApps
         self.apnsUnavailable = apnsUnavailable
         self.onDatabaseError = onDatabaseError
@@ -70,6 +78,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
         let senders = context.senders
         self.init(registration: registration, databaseURL: context.config.databaseURL, metrics: context.metrics,
                   logger: context.logger,
+                  dedupeRetentionSeconds: context.config.dedupeRetentionHours * 3600,
                   pausedApps: {
                       var paused = Dictionary(uniqueKeysWithValues: senders.values.compactMap { sender in
                           sender.pausedReason.map { (sender.app.name, $0) }
@@ -131,12 +140,40 @@ final class InstanceHeartbeat: @unchecked Sendable {
         }
     }
 
+    /// Deletes dedupe keys past their retention when due (`DedupeLedger.sweepDue`): about once
+    /// a minute, at the next heartbeat while a sweep leaves keys behind.
+    private func sweepDedupeKeys(_ connection: PGConnection, next: inout Timestamp, failing: inout Bool) {
+        guard dedupeRetentionSeconds > 0, Timestamp() >= next else { return }
+        do {
+            let swept = try ledger.sweepDue(connection, retentionSeconds: dedupeRetentionSeconds)
+            // With keys left the next heartbeat goes on, rather than a minute later.
+            next = Timestamp().addingTimeInterval(swept.more ? 0 : Self.dedupeSweepSeconds)
+            logger.debug("swept dedupe keys past their retention", ("deleted", .int(Int64(swept.deleted))),
+                         ("more", .bool(swept.more)))
+            if failing {
+                failing = false
+                logger.notice("dedupe keys past their retention are swept again")
+            }
+        } catch {
+            next = Timestamp().addingTimeInterval(Self.dedupeSweepSeconds)
+            onDatabaseError(error)
+            if !failing {
+                failing = true
+                logger.warning("cannot sweep dedupe keys past their retention from pushd.job_dedupe_keys (they stay taken and the table grows until this works; was `pushd migrate` run?): \(error)")
+            }
+        }
+    }
+
     private func run(connection handed: PGConnection?, failing wasFailing: Bool) {
         var connection = handed
         var failing = wasFailing
+        var nextSweep = Timestamp()
+        var sweepFailing = false
+        if let connection { sweepDedupeKeys(connection, next: &nextSweep, failing: &sweepFailing) }
         wake.wait(timeout: interval)
         while !stopping.load(ordering: .relaxed) {
             beat(&connection, &failing)
+            if let connection { sweepDedupeKeys(connection, next: &nextSweep, failing: &sweepFailing) }
             wake.wait(timeout: interval)
         }
         do {
