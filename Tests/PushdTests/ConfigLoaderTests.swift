@@ -20,6 +20,8 @@ import Testing
       max_attempts: 5
       outage_limit_s: 7200
       outage_probe_ms: 2500
+    tokens:
+      not_for_topic_limit: 40
     apps:
       - name: shop
         bundle_id: com.example.shop
@@ -50,6 +52,7 @@ import Testing
         #expect(config.retry.maxAttempts == 5)
         #expect(config.retry.outageLimitSeconds == 7200)
         #expect(config.retry.outageProbeMilliseconds == 2500)
+        #expect(config.notForTopicLimit == 40)
         #expect(config.apps.count == 2)
         #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
                                                    credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/etc/pushd/shop.p8"),
@@ -119,6 +122,8 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\nretry: {base_delay_ms: 5000, max_delay_ms: 10}\napps: []", "retry.max_delay_ms (line 2): must not be smaller"),
         ("database: {url: 'postgresql://h/d'}\nretry: {outage_probe_ms: 100}\napps: []",
          "retry.outage_probe_ms (line 2): 100 is out of range: expected 500…300000"),
+        ("database: {url: 'postgresql://h/d'}\ntokens: {not_for_topic_limit: 0}\napps: []",
+         "tokens.not_for_topic_limit (line 2): 0 is out of range: expected 1…100000"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",
          "set either cert_file or p12_file, not both"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - {name: s, bundle_id: a.b, certificate: {p12_file: p}}\n  - {name: s, bundle_id: a.c, certificate: {p12_file: p}}",

@@ -141,6 +141,10 @@ enum ConfigLoader {
         config.campaignReadsThroughOneTransfer = campaigns.bool("read_through_one_transfer", default: config.campaignReadsThroughOneTransfer)
         campaigns.rejectUnknownKeys()
 
+        let tokens = top.section("tokens")
+        config.notForTopicLimit = tokens.int("not_for_topic_limit", default: config.notForTopicLimit, range: 1...100_000)
+        tokens.rejectUnknownKeys()
+
         let shutdown = top.section("shutdown")
         config.drainTimeoutSeconds = shutdown.int("drain_timeout_s", default: config.drainTimeoutSeconds, range: 1...3600)
         shutdown.rejectUnknownKeys()
