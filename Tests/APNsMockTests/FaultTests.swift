@@ -40,6 +40,25 @@ struct FaultTests {
         }
     }
 
+    /// A token issued for one topic answers DeviceTokenNotForTopic to any other, as APNs does
+    /// for an alert token sent a VoIP push, or a token of another app.
+    @Test func aTokenIssuedForOneTopicAnswersNotForTopicToAnyOther() throws {
+        let token = deviceToken(0x70b)
+        try withMockServer({ $0.faults.tokenTopics = [token.uppercased(): "com.example.app"] }) { server, port in
+            let responses = try H2Client.send([
+                .push(token: token), .push(token: token, topic: "com.example.other"),
+                .push(token: token, topic: "com.example.app.voip", headers: ["apns-push-type: voip"]),
+                .push(token: deviceToken(6), topic: "com.example.other"),
+            ], port: port)
+            #expect(responses.map(\.status) == [200, 400, 400, 200])
+            #expect(responses.map(\.reason) == [nil, "DeviceTokenNotForTopic", "DeviceTokenNotForTopic", nil])
+            #expect(server.stats.rejected == ["400 DeviceTokenNotForTopic": 2])
+        }
+        #expect(throws: MockServerError.self) { try FaultConfiguration(tokenTopics: [token: ""]).validated() }
+        let parsed = try JSONDecoder().decode(FaultConfiguration.self, from: Data(#"{"tokenTopics":{"AB":"com.example.app"}}"#.utf8))
+        #expect(try parsed.validated().tokenTopics == ["ab": "com.example.app"])
+    }
+
     @Test(arguments: [
         (FaultConfiguration(tooManyRequestsRate: 1), 429, "TooManyRequests"),
         (FaultConfiguration(internalServerErrorRate: 1), 500, "InternalServerError"),

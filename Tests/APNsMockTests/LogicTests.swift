@@ -286,7 +286,7 @@ struct ConfigurationTests {
             "--topic", "com.example.app", "--control-port", "0", "--log-accepted", "--count-per-token",
             "--unregistered", "ABCD:1234", "--bad-device-token", "EF01", "--rate-503", "0.25",
             "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
-            "--log-limit", "500",
+            "--log-limit", "500", "--token-topic", "ABCD=com.example.app",
         ])
         guard case .serve(let configuration, let faultsFile) = command else {
             Issue.record("expected serve, got \(command)")
@@ -301,6 +301,7 @@ struct ConfigurationTests {
         #expect(configuration.logsAccepted && configuration.countsPerToken)
         #expect(configuration.faults.unregisteredTokens == ["abcd": 1234])
         #expect(configuration.faults.badDeviceTokens == ["ef01"])
+        #expect(configuration.faults.tokenTopics == ["abcd": "com.example.app"])
         #expect(configuration.faults.serviceUnavailableRate == 0.25)
         #expect(configuration.faults.goawayAfterStreams == 100)
         #expect(configuration.faults.delayMilliseconds == 5)
@@ -325,6 +326,7 @@ struct ConfigurationTests {
         (["--cert", "a", "--key", "b", "--client-ca", "ca.pem", "--refused-certificate-reset", "--refused-certificate-handshake-reset"],
          "are exclusive"),
         (["--cert", "a", "--key", "b", "--tls-max", "1.1"], "--tls-max expects 1.2 or 1.3, got 1.1"),
+        (["--cert", "a", "--key", "b", "--token-topic", "ABCD"], "--token-topic expects TOKEN=TOPIC, got ABCD"),
     ])
     func commandLineErrorsSayWhatWasWrong(arguments: [String], mention: String) {
         #expect {

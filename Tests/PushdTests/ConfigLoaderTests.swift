@@ -22,6 +22,8 @@ import Testing
       outage_probe_ms: 2500
     queue:
       dedupe_retention_hours: 48
+    tokens:
+      not_for_topic_limit: 40
     apps:
       - name: shop
         bundle_id: com.example.shop
@@ -53,6 +55,7 @@ import Testing
         #expect(config.retry.outageLimitSeconds == 7200)
         #expect(config.retry.outageProbeMilliseconds == 2500)
         #expect(config.dedupeRetentionHours == 48)
+        #expect(config.notForTopicLimit == 40)
         #expect(config.apps.count == 2)
         #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
                                                    credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/etc/pushd/shop.p8"),
@@ -128,6 +131,8 @@ import Testing
          "retry.outage_probe_ms (line 2): 100 is out of range: expected 500…300000"),
         ("database: {url: 'postgresql://h/d'}\nqueue: {dedupe_retention_hours: 0}\napps: []",
          "queue.dedupe_retention_hours (line 2): 0 is out of range: expected 1…8760"),
+        ("database: {url: 'postgresql://h/d'}\ntokens: {not_for_topic_limit: 0}\napps: []",
+         "tokens.not_for_topic_limit (line 2): 0 is out of range: expected 1…100000"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",
          "set either cert_file or p12_file, not both"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - {name: s, bundle_id: a.b, certificate: {p12_file: p}}\n  - {name: s, bundle_id: a.c, certificate: {p12_file: p}}",

@@ -34,6 +34,34 @@ import Testing
         }
     }
 
+    /// Restoring DeviceTokenNotForTopic prunes undoes exactly them: a registered token is live
+    /// again with its registration time, a row the prune recorded for a token nobody
+    /// registered is gone, and a token registered again or pruned for another reason is left.
+    @Test func restoreUndoesOnlyThePrunesOfItsReason() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let registered = Fixtures.token(20), unknown = Fixtures.token(21), again = Fixtures.token(22)
+            let other = Fixtures.token(23), bad = Fixtures.token(24)
+            for token in [registered, again, other, bad] { try tokens.register(connection, app: "shop", token: token, environment: "sandbox") }
+            let registeredAt = try updatedAt(connection, registered)
+            try tokens.prune(connection, [registered, unknown, again, bad].map {
+                TokenPrune(app: "shop", token: $0, reason: "DeviceTokenNotForTopic", apnsTimestamp: nil, environment: "sandbox")
+            } + [TokenPrune(app: "shop", token: other, reason: "BadDeviceToken", apnsTimestamp: nil, environment: "sandbox")])
+            try tokens.register(connection, app: "shop", token: again, userID: "u9", environment: "sandbox")
+            let restored = try tokens.restore(connection, app: "shop", tokens: [registered.uppercased(), unknown, again, other],
+                                              reason: "DeviceTokenNotForTopic")
+            #expect(restored == 2)
+            let row = try #require(try tokens.token(connection, app: "shop", token: registered))
+            #expect(row.isLive && row.invalidReason == nil && row.updatedAt == registeredAt && row.environment == "sandbox")
+            #expect(try tokens.token(connection, app: "shop", token: unknown) == nil)
+            #expect(try tokens.token(connection, app: "shop", token: again)?.userID == "u9")
+            #expect(try tokens.token(connection, app: "shop", token: other)?.invalidReason == "BadDeviceToken")
+            // Not named: still pruned.
+            #expect(try tokens.token(connection, app: "shop", token: bad)?.invalidReason == "DeviceTokenNotForTopic")
+            #expect(try tokens.restore(connection, app: "shop", tokens: [], reason: "DeviceTokenNotForTopic") == 0)
+        }
+    }
+
     @Test func unregisteredWithATimestampBeforeTheLastRegistrationKeepsTheToken() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -59,6 +59,8 @@ public enum MockCommandLine {
       --unregistered TOKEN[:MS]       answer 410 Unregistered (timestamp MS, default now)
       --bad-device-token TOKEN        answer 400 BadDeviceToken
       --not-for-topic TOKEN           answer 400 DeviceTokenNotForTopic
+      --token-topic TOKEN=TOPIC       the token was issued for TOPIC: a notification to any other
+                                      topic answers 400 DeviceTokenNotForTopic
       --rate-429 R, --rate-500 R, --rate-503 R
                                       share (0…1) answered TooManyRequests / InternalServerError /
                                       ServiceUnavailable
@@ -182,6 +184,13 @@ public enum MockCommandLine {
                 faults.unregisteredTokens[parts[0].lowercased()] = timestamp
             case "--bad-device-token": faults.badDeviceTokens.insert(try value().lowercased())
             case "--not-for-topic": faults.tokensNotForTopic.insert(try value().lowercased())
+            case "--token-topic":
+                let text = try value()
+                let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                    throw .configuration("--token-topic expects TOKEN=TOPIC, got \(text)")
+                }
+                faults.tokenTopics[parts[0].lowercased()] = parts[1]
             case "--rate-429": faults.tooManyRequestsRate = try rate()
             case "--rate-500": faults.internalServerErrorRate = try rate()
             case "--rate-503": faults.serviceUnavailableRate = try rate()

@@ -10,6 +10,10 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     public var badDeviceTokens: Set<String>
     /// Tokens answering 400 DeviceTokenNotForTopic.
     public var tokensNotForTopic: Set<String>
+    /// Token → the topic it was issued for (an app's bundle id, or that plus a push type's
+    /// suffix): a notification to any other topic answers 400 DeviceTokenNotForTopic, as
+    /// APNs answers for a token of another app, or an alert token sent a VoIP push.
+    public var tokenTopics: [String: String]
     /// Share of otherwise valid requests answered 429 TooManyRequests (0…1).
     public var tooManyRequestsRate: Double
     /// Share answered 500 InternalServerError (0…1).
@@ -53,6 +57,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         unregisteredTokens: [String: Int64] = [:],
         badDeviceTokens: Set<String> = [],
         tokensNotForTopic: Set<String> = [],
+        tokenTopics: [String: String] = [:],
         tooManyRequestsRate: Double = 0,
         internalServerErrorRate: Double = 0,
         serviceUnavailableRate: Double = 0,
@@ -72,6 +77,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
         self.tokensNotForTopic = tokensNotForTopic
+        self.tokenTopics = tokenTopics
         self.tooManyRequestsRate = tooManyRequestsRate
         self.internalServerErrorRate = internalServerErrorRate
         self.serviceUnavailableRate = serviceUnavailableRate
@@ -100,6 +106,10 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             unregisteredTokens.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
         normalized.badDeviceTokens = Set(badDeviceTokens.map { $0.lowercased() })
         normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
+        normalized.tokenTopics = Dictionary(tokenTopics.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        if let empty = normalized.tokenTopics.first(where: { $0.value.isEmpty }) {
+            throw .configuration("fault tokenTopics gives token \(empty.key) an empty topic")
+        }
         let rates: [(String, Double)] = [
             ("tooManyRequestsRate", tooManyRequestsRate), ("internalServerErrorRate", internalServerErrorRate),
             ("serviceUnavailableRate", serviceUnavailableRate), ("resetRate", resetRate), ("streamResetRate", streamResetRate),
@@ -130,7 +140,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tooManyRequestsRate, internalServerErrorRate
+        case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tokenTopics, tooManyRequestsRate, internalServerErrorRate
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
@@ -143,6 +153,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             unregisteredTokens: try c.decodeIfPresent([String: Int64].self, forKey: .unregisteredTokens) ?? [:],
             badDeviceTokens: try c.decodeIfPresent(Set<String>.self, forKey: .badDeviceTokens) ?? [],
             tokensNotForTopic: try c.decodeIfPresent(Set<String>.self, forKey: .tokensNotForTopic) ?? [],
+            tokenTopics: try c.decodeIfPresent([String: String].self, forKey: .tokenTopics) ?? [:],
             tooManyRequestsRate: try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsRate) ?? 0,
             internalServerErrorRate: try c.decodeIfPresent(Double.self, forKey: .internalServerErrorRate) ?? 0,
             serviceUnavailableRate: try c.decodeIfPresent(Double.self, forKey: .serviceUnavailableRate) ?? 0,

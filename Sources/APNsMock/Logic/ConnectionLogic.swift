@@ -100,6 +100,9 @@ struct ConnectionLogic {
         if !faults.tokensNotForTopic.isEmpty && faults.tokensNotForTopic.contains(token) {
             return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token)
         }
+        if !faults.tokenTopics.isEmpty, let topic = faults.tokenTopics[token], topic != accepted.topic {
+            return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token)
+        }
 
         if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID, token: token) }
 

@@ -140,7 +140,9 @@ public struct MockConfiguration: Sendable {
         if maxChannelsPerApp < 0 {
             throw .configuration("maxChannelsPerApp must not be negative, got \(maxChannelsPerApp)")
         }
-        _ = try faults.validated()
-        return self
+        // The faults as the server uses them: tokens lowercased, as `setFaults` and the faults file have them.
+        var validated = self
+        validated.faults = try faults.validated()
+        return validated
     }
 }

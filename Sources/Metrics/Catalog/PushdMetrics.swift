@@ -29,6 +29,7 @@ public struct PushdMetrics: Sendable {
     public let deadLetters: CounterFamily
     public let tokensPruned: CounterFamily
     public let tokensKept: CounterFamily
+    public let tokensRestored: CounterFamily
 
     // Provider tokens
     public let jwtRefreshes: CounterFamily
@@ -154,6 +155,10 @@ public struct PushdMetrics: Sendable {
             "pushd_tokens_kept_total",
             help: "Device tokens APNs reported as no longer valid (410) but kept, because the app registered them again after APNs' timestamp.",
             labels: target + ["reason"])
+        tokensRestored = try registry.counter(
+            "pushd_tokens_restored_total",
+            help: "Device tokens pruned for DeviceTokenNotForTopic and made live again because the answers came in a run that blamed the topic, not the tokens (the topic is held). Not subtracted from pushd_tokens_pruned_total.",
+            labels: target + ["reason"])
 
         jwtRefreshes = try registry.counter(
             "pushd_jwt_refreshes_total",
@@ -169,7 +174,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app"])
         sendingHeld = try registry.gauge(
             "pushd_sending_held",
-            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled the app's broadcasts, CannotCreateChannelConfig its channel creation. 0 when none.",
+            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled the app's broadcasts, CannotCreateChannelConfig its channel creation, DeviceTokenNotForTopic topics that drew a run of DeviceTokenNotForTopic answers with none accepted (tokens.not_for_topic_limit). 0 when none.",
             labels: ["app", "environment", "reason"])
         jwtAge = try registry.callbackGauge(
             "pushd_jwt_age_seconds",
@@ -353,6 +358,10 @@ public struct PushdMetrics: Sendable {
 
     public func tokenKept(app: String, environment: String, reason: String) -> Counter {
         tokensKept.bound([app, environment, reason])
+    }
+
+    public func tokenRestored(app: String, environment: String, reason: String) -> Counter {
+        tokensRestored.bound([app, environment, reason])
     }
 
     public func jwtRefresh(app: String) -> Counter {

@@ -122,6 +122,38 @@ public struct TokenStore: Sendable {
         return outcome
     }
 
+    // Takes back prunes for `reason` (DeviceTokenNotForTopic answers that blamed the topic, not
+    // the tokens): a row the prune recorded for a token the app never registered is deleted
+    // (it was inserted with created_at = invalidated_at, one statement's now(); a registered
+    // row is always created by an earlier statement than the one pruning it), any other row
+    // is live again. A row registered again, or pruned since for another reason, is left as
+    // it is. updated_at is not touched: it is the registration time the 410 rule compares.
+    static let restoreSQL = """
+        WITH r AS (
+            SELECT DISTINCT lower(t) AS token FROM unnest($2::text[]) AS t
+        ), removed AS (
+            DELETE FROM pushd.device_tokens d USING r
+            WHERE d.app = $1 AND d.token = r.token AND d.invalidated_at IS NOT NULL AND d.invalid_reason = $3
+              AND d.created_at = d.invalidated_at
+            RETURNING d.token
+        ), revived AS (
+            UPDATE pushd.device_tokens d SET invalidated_at = NULL, invalid_reason = NULL
+            FROM r
+            WHERE d.app = $1 AND d.token = r.token AND d.invalidated_at IS NOT NULL AND d.invalid_reason = $3
+              AND d.created_at <> d.invalidated_at
+            RETURNING d.token
+        )
+        SELECT (SELECT count(*) FROM removed) + (SELECT count(*) FROM revived)
+        """
+
+    /// Undoes the prunes of `tokens` of `app` made for `reason`, as if they had never been
+    /// made; returns how many it undid.
+    @discardableResult
+    public func restore(_ connection: PGConnection, app: String, tokens: [String], reason: String) throws -> Int {
+        guard !tokens.isEmpty else { return 0 }
+        return try connection.query(Self.restoreSQL, [app, tokens, reason]).require(Int.self, row: 0, column: 0)
+    }
+
     public func token(_ connection: PGConnection, app: String, token: String) throws -> RegisteredToken? {
         let result = try connection.query("""
             SELECT app, token, environment, user_id, created_at, updated_at, invalidated_at, invalid_reason

@@ -152,7 +152,7 @@ enum RunCommand {
                     // Paused apps keep the process ready (their jobs wait, the others send) but are named.
                     let paused = pipeline.context.pausedApps().sorted()
                     // Held scopes likewise: the rest of the app sends; the scope's work is kept.
-                    let held = pipeline.context.heldScopes().map { "app \($0.app) \($0.key): \($0.key.scope.reason)" }
+                    let held = pipeline.context.heldScopes().map { "app \($0.app) \($0.key): \($0.reason)" }
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()

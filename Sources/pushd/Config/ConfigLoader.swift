@@ -152,6 +152,9 @@ enum ConfigLoader {
         let queue = top.section("queue")
         config.dedupeRetentionHours = queue.int("dedupe_retention_hours", default: config.dedupeRetentionHours, range: 1...8_760)
         queue.rejectUnknownKeys()
+        let tokens = top.section("tokens")
+        config.notForTopicLimit = tokens.int("not_for_topic_limit", default: config.notForTopicLimit, range: 1...100_000)
+        tokens.rejectUnknownKeys()
 
         let shutdown = top.section("shutdown")
         config.drainTimeoutSeconds = shutdown.int("drain_timeout_s", default: config.drainTimeoutSeconds, range: 1...3600)

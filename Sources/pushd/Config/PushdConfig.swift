@@ -147,6 +147,10 @@ struct PushdConfig: Sendable, Equatable {
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60
     var defaultCampaignRate: Int?
+    /// DeviceTokenNotForTopic answers in a row on one topic of an app, none accepted in between,
+    /// that stop pruning and hold the topic (`NotForTopicBreaker`): a wrong bundle_id, not
+    /// that many dead tokens.
+    var notForTopicLimit: Int = 25
     var drainTimeoutSeconds: Int = 20
     /// How long a job's `dedupe_key` stays taken after the job was inserted, whatever became
     /// of the job (`DedupeLedger`); the key of a job still queued is kept longer.

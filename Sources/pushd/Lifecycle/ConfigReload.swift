@@ -13,6 +13,10 @@ enum ConfigChanges {
             if value(running) != value(loaded) { changed.append(name) }
         }
         compare("database.url") { $0.databaseURL }
+        compare("database.dead_peer_s") { $0.databaseDeadPeerSeconds }
+        compare("database.stall_s") { $0.databaseStallSeconds }
+        compare("queue.dedupe_retention_hours") { $0.dedupeRetentionHours }
+        compare("tokens.not_for_topic_limit") { $0.notForTopicLimit }
         compare("metrics.listen") { $0.metricsListen }
         compare("log.level") { $0.logLevel }
         compare("log.file") { $0.logFile }

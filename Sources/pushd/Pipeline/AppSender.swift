@@ -3,15 +3,16 @@ import Dispatcher
 import Posix
 import Metrics
 import Locking
+import QueueStore
 import Synchronization
 
 /// Everything needed to send for one configured app: its APNs clients (a pool of connections
 /// per environment and lane, made on first use, each authenticating its requests), whether it
 /// is paused, and its metric children bound once.
 ///
-/// Thread rule: immutable after init except `pause` and `holds` (each under its lock, with
-/// `holdCount` set under the holds' lock) and the client registry (which has its own); any
-/// worker thread may use it.
+/// Thread rule: immutable after init except `pause`, `holds` and `breaker` (each under its
+/// lock, with `holdCount` set under the holds' lock and `breakerBusy` under the breaker's)
+/// and the client registry (which has its own); any worker thread may use it.
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
@@ -23,11 +24,20 @@ final class AppSender: @unchecked Sendable {
     let environmentLabel: String
     private let pause = Lock<(until: Timestamp, reason: String)?>(nil)
     /// Scopes of the app held because APNs refused its configuration for them (TopicDisallowed,
-    /// FeatureNotEnabled, CannotCreateChannelConfig), each until a time or a SIGHUP.
+    /// FeatureNotEnabled, CannotCreateChannelConfig) or because a run of DeviceTokenNotForTopic
+    /// answers blamed a topic (`NotForTopicBreaker`), each until a time or a SIGHUP.
     private let holds = Lock<[HoldKey: Hold]>([:])
     /// How many scopes are held, read without the lock on the hot path: 0 almost always.
     private let holdCount = Atomic<Int>(0)
     private let heldGauges: [HeldGaugeKey: Gauge]
+    /// DeviceTokenNotForTopic answers in a row per topic, and the prunes they made.
+    private let breaker: Lock<NotForTopicBreaker>
+    /// Set under the breaker's lock: whether a run is counted or a tripped run left prunes to
+    /// leave out. Read without it on the hot path, where it is false almost always.
+    private let breakerBusy = Atomic<Bool>(false)
+    /// Prunes of tripped runs that were written, to restore (`takeRestores`).
+    private let restores = Lock<[TokenPrune]>([])
+    private let restoresWaiting = Atomic<Bool>(false)
     /// Transactional jobs and campaign targets go over separate connections, so a campaign's
     /// full window and busy streams add nothing to a transactional push's latency.
     private let clients = APNsClientRegistry<ClientKey>()
@@ -64,6 +74,9 @@ final class AppSender: @unchecked Sendable {
         var until: Timestamp
         /// What APNs said and what to fix.
         var why: String
+        /// The answer that holds the scope: its `ConfigurationScope`'s, or DeviceTokenNotForTopic
+        /// for a topic the breaker holds.
+        var reason: APNsReason
         /// Whether a worker has taken on putting the scope's queued jobs back for this hold
         /// (`takeSweep`), so that one statement does it rather than every worker.
         var swept = false
@@ -71,8 +84,11 @@ final class AppSender: @unchecked Sendable {
 
     private struct HeldGaugeKey: Hashable, Sendable {
         var environment: PushdConfig.Environment
-        var scope: ConfigurationScope
+        var reason: APNsReason
     }
+
+    /// The reasons a scope is held for, each a value of the held gauge's `reason` label.
+    static let holdReasons = ConfigurationScope.allCases.map(\.reason) + [.deviceTokenNotForTopic]
 
     private struct ClientKey: Hashable, Sendable {
         var environment: PushdConfig.Environment
@@ -93,9 +109,10 @@ final class AppSender: @unchecked Sendable {
     /// - Parameter makeClient: a new client for an environment and lane, nil when the app has no
     ///   credentials there. The app's own environment's are made now, so a setup error stops
     ///   `run` at start.
-    init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics,
+    init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics, notForTopicLimit: Int = 25,
          makeClient: @escaping @Sendable (PushdConfig.Environment, Lane) throws -> APNsClient?) throws {
         self.app = app
+        breaker = Lock(NotForTopicBreaker(threshold: notForTopicLimit))
         self.factory = NotificationFactory(app: app)
         self.tokens = tokens
         self.metrics = metrics
@@ -127,10 +144,10 @@ final class AppSender: @unchecked Sendable {
         pausedGauge.set(0)
         var held = [HeldGaugeKey: Gauge]()
         for environment in PushdConfig.Environment.allCases {
-            for scope in ConfigurationScope.allCases {
-                let gauge = metrics.sendingHeld(app: app.name, environment: environment.rawValue, reason: scope.reason.rawValue)
+            for reason in Self.holdReasons {
+                let gauge = metrics.sendingHeld(app: app.name, environment: environment.rawValue, reason: reason.rawValue)
                 gauge.set(0)
-                held[HeldGaugeKey(environment: environment, scope: scope)] = gauge
+                held[HeldGaugeKey(environment: environment, reason: reason)] = gauge
             }
         }
         heldGauges = held
@@ -210,15 +227,18 @@ final class AppSender: @unchecked Sendable {
     /// the caller logs once. A scope held already keeps its end: the answers that hold it
     /// again are those of notifications sent before the hold began, and the work put back
     /// for the hold is due when it ends.
+    /// `reason` is the scope's own unless given (DeviceTokenNotForTopic for the breaker's holds).
     @discardableResult
-    func hold(_ key: HoldKey, why: String, until: Timestamp) -> Bool {
+    func hold(_ key: HoldKey, why: String, until: Timestamp, reason: APNsReason? = nil) -> Bool {
         holds.withLock { current in
             let now = Timestamp()
             if let held = current[key], held.until > now {
                 current[key]?.why = why
+                current[key]?.reason = reason ?? key.scope.reason
+                publish(&current, now: now)
                 return false
             }
-            current[key] = Hold(until: until, why: why)
+            current[key] = Hold(until: until, why: why, reason: reason ?? key.scope.reason)
             publish(&current, now: now)
             return true
         }
@@ -271,12 +291,13 @@ final class AppSender: @unchecked Sendable {
     /// Whether any scope of the app is held (a hint: `heldReason` decides).
     var hasHolds: Bool { holdCount.load(ordering: .relaxed) > 0 }
 
-    /// Every scope held now, with why.
-    var activeHolds: [(key: HoldKey, why: String)] {
+    /// Every scope held now, with why and for which answer.
+    var activeHolds: [(key: HoldKey, why: String, reason: APNsReason)] {
         guard hasHolds else { return [] }
         return holds.withLock { current in
             publish(&current, now: Timestamp())
-            return current.map { (key: $0.key, why: $0.value.why) }.sorted { $0.key.description < $1.key.description }
+            return current.map { (key: $0.key, why: $0.value.why, reason: $0.value.reason) }
+                .sorted { $0.key.description < $1.key.description }
         }
     }
 
@@ -298,8 +319,68 @@ final class AppSender: @unchecked Sendable {
         current = current.filter { $0.value.until > now }
         holdCount.store(current.count, ordering: .relaxed)
         var counts = [HeldGaugeKey: Int]()
-        for key in current.keys { counts[HeldGaugeKey(environment: key.environment, scope: key.scope), default: 0] += 1 }
+        for (key, hold) in current { counts[HeldGaugeKey(environment: key.environment, reason: hold.reason), default: 0] += 1 }
         for (key, gauge) in heldGauges { gauge.set(Double(counts[key] ?? 0)) }
+    }
+
+    // MARK: DeviceTokenNotForTopic answers in a row
+
+    /// A notification to `topic` in `environment` was accepted: a run of DeviceTokenNotForTopic
+    /// answers on it ends, its prunes stand. One atomic load when none is counted.
+    func acceptedOnTopic(_ topic: String, _ environment: PushdConfig.Environment) {
+        guard breakerBusy.load(ordering: .relaxed) else { return }
+        withBreaker { $0.accepted(NotForTopicBreaker.Key(environment: environment, topic: topic)) }
+    }
+
+    /// APNs answered DeviceTokenNotForTopic for `token` on `topic`; `prunes` says whether the
+    /// caller prunes the token for it. A trip's written prunes wait in `takeRestores`.
+    func notForTopic(_ topic: String, _ environment: PushdConfig.Environment, token: String, prunes: Bool) -> NotForTopicBreaker.Decision {
+        let decision = withBreaker { $0.notForTopic(NotForTopicBreaker.Key(environment: environment, topic: topic), token: token, prunes: prunes) }
+        if case .tripped(_, let restore) = decision { queueRestores(restore) }
+        return decision
+    }
+
+    /// The prunes of `prunes` to write: those of a run that tripped are left out.
+    func prunesToWrite(_ prunes: [TokenPrune]) -> [TokenPrune] {
+        guard breakerBusy.load(ordering: .relaxed) else { return prunes }
+        return withBreaker { $0.toWrite(prunes) }
+    }
+
+    /// Tells the breaker which prunes were written; those of a run that tripped meanwhile wait
+    /// in `takeRestores`.
+    func prunesWritten(_ invalidated: [TokenPrune]) {
+        guard breakerBusy.load(ordering: .relaxed),
+              invalidated.contains(where: { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }) else { return }
+        queueRestores(withBreaker { $0.written(invalidated) })
+    }
+
+    /// The written prunes of tripped runs, to restore; each is handed out once.
+    func takeRestores() -> [TokenPrune] {
+        guard restoresWaiting.load(ordering: .relaxed) else { return [] }
+        return restores.withLock { waiting in
+            defer {
+                waiting.removeAll()
+                restoresWaiting.store(false, ordering: .relaxed)
+            }
+            return waiting
+        }
+    }
+
+    /// Hands restores back after the statement that was to restore them failed.
+    func queueRestores(_ prunes: [TokenPrune]) {
+        guard !prunes.isEmpty else { return }
+        restores.withLock { waiting in
+            waiting += prunes
+            restoresWaiting.store(true, ordering: .relaxed)
+        }
+    }
+
+    private func withBreaker<Result>(_ body: (inout NotForTopicBreaker) -> Result) -> Result {
+        breaker.withLock { state in
+            let result = body(&state)
+            breakerBusy.store(state.counting || state.withdrawing, ordering: .relaxed)
+            return result
+        }
     }
 
     // MARK: Metrics

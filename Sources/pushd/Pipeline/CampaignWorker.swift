@@ -242,14 +242,14 @@ final class CampaignWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
             return .pause(HeldWork.pausedPrefix + outcome.label)
-        case .hold(let scope, _, let why):
+        case .hold(let scope, let reason, let why):
             if case .response(let response) = outcome {
                 sender.countResponse(status: response.status, reason: outcome.label, environment: environment)
             }
             let key = scope == .topic
                 ? AppSender.topicKey(sender.factory.topic(for: PushType(rawValue: pushType) ?? .alert), environment)
                 : sender.broadcastKey(scope, environment)
-            context.hold(sender, key, why: why)
+            context.hold(sender, key, why: why, reason: APNsReason(reason))
             return .hold(HeldWork.errorPrefix + outcome.label)
         }
     }
@@ -350,6 +350,8 @@ final class CampaignWorker: @unchecked Sendable {
             runs.removeAll { $0.isDone }
             context.metrics.chunksSending.add(Double(runs.count - before))
         }
+        // Tokens a run of DeviceTokenNotForTopic answers pruned before it held their topic.
+        context.restoreTokens(on: connection)
         if runs.isEmpty { return }
 
         let now = RateLimiter.monotonicSeconds()
@@ -557,8 +559,10 @@ final class CampaignWorker: @unchecked Sendable {
         inFlight -= 1
         let chunk = run.chunk
         let outcome = run.sender.outcome(of: result, environment: run.environments[target])
-        let verdict = policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
-                                     firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random)
+        let verdict = context.notForTopicVerdict(
+            policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
+                           firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random),
+            sender: run.sender, topic: run.topic, environment: run.environments[target], token: chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: chunk.app, token: chunk.targets.tokens.hex(at: target), pushType: chunk.pushType,
                       sender: run.sender, environment: run.environments[target]) {
         case .sent:
@@ -739,10 +743,13 @@ final class CampaignWorker: @unchecked Sendable {
             inFlight[position] = target
         }
 
+        let topic = sender.factory.topic(for: PushType(rawValue: batch.pushType) ?? .alert)
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
-            let verdict = policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
-                                         firstAttemptAt: target.firstAttemptAt, now: Timestamp(), random: &random)
             let environment = sender.environment(job: target.environment, registered: nil)
+            let verdict = context.notForTopicVerdict(
+                policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
+                               firstAttemptAt: target.firstAttemptAt, now: Timestamp(), random: &random),
+                sender: sender, topic: topic, environment: environment, token: target.token)
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
                           environment: environment) {
             case .sent:
@@ -786,6 +793,7 @@ final class CampaignWorker: @unchecked Sendable {
             outcomes.keptTokens = pruned.keptByTimestamp.count
         }
         for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
+        context.restoreTokens(on: connection)
         countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned,
                                      keptTokens: outcomes.keptTokens),
                        app: batch.app)

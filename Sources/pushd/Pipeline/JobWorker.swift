@@ -276,6 +276,7 @@ final class JobWorker: @unchecked Sendable {
 
         _ = try context.prune(prunes, on: connection)
         try queue.finish(connection, batch, outcomes)
+        context.restoreTokens(on: connection)
         sweepHeldScopes(on: connection)
         if tracing {
             // Every time on the same wall clock as the database's created_at (one host in
@@ -321,9 +322,10 @@ final class JobWorker: @unchecked Sendable {
         // (run_at) has not been waiting before it was due.
         let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
         context.operatorLog.record(outcome, app: job.app, lane: "transactional")
-        let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
-                                             expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
-                                             firstAttemptAt: firstAttemptAt, now: Timestamp(), random: &random)
+        let verdict = context.notForTopicVerdict(
+            context.policy.verdict(for: outcome, attempt: job.attempts + 1, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
+                                   firstAttemptAt: firstAttemptAt, now: Timestamp(), random: &random),
+            sender: sender, topic: item.topic, environment: item.environment, token: job.deviceToken)
         switch verdict {
         case .delivered:
             outcomes.delivered.append(job.id)
@@ -350,10 +352,10 @@ final class JobWorker: @unchecked Sendable {
         case .dead(let status, let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)
-        case .hold(let scope, _, let why):
+        case .hold(let scope, let reason, let why):
             countAnswer(outcome, sender: sender, environment: item.environment)
             let key = scope == .topic ? AppSender.topicKey(item.topic, item.environment) : sender.broadcastKey(scope, item.environment)
-            context.hold(sender, key, why: why)
+            context.hold(sender, key, why: why, reason: APNsReason(reason))
             // Not an attempt, and no first send either: its retry windows start when it can go.
             let now = Timestamp()
             let until = sender.activeHold(key)?.until ?? now

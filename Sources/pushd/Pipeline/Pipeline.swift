@@ -73,7 +73,7 @@ final class Pipeline: @unchecked Sendable {
             // Each (environment, lane) gets its own connections when first used: a transactional
             // push never waits behind the streams and the window a campaign keeps full, and an
             // app serving one environment opens no connection to the other's host.
-            senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics) { environment, lane in
+            senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics, notForTopicLimit: config.notForTopicLimit) { environment, lane in
                 guard var configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
                 if lane == .campaign {
                     configuration.threadNiceness = Int32(config.campaignNiceness)

@@ -105,21 +105,26 @@ final class PipelineContext: @unchecked Sendable {
     /// credentials may not use, broadcast push not enabled, no room for a channel): the rest
     /// of the app keeps sending. One error line when the hold begins, naming the app, the
     /// environment, the topic, APNs's reason and what to fix.
-    func hold(_ sender: AppSender, _ key: AppSender.HoldKey, why: String) {
-        guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration)) else { return }
+    ///
+    /// `reason` is the scope's own unless given (DeviceTokenNotForTopic when the breaker holds
+    /// a topic); `extra` adds fields to the line.
+    func hold(_ sender: AppSender, _ key: AppSender.HoldKey, why: String, reason: APNsReason? = nil,
+              extra: [(String, LogValue)] = []) {
+        let reason = reason ?? key.scope.reason
+        guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration), reason: reason) else { return }
         // Which credentials APNs refused, so the operator knows what to compare with the developer account.
         let signer = sender.tokenKey.map { " (the app signs with key \($0.keyID) of team \($0.teamID))" } ?? " (the app uses a certificate)"
         var fields: [(String, LogValue)] = [
             ("event", "sending_held"), ("app", .string(sender.app.name)), ("environment", .string(key.environment.rawValue)),
-            ("topic", .string(key.topic)), ("scope", .string(key.scope.rawValue)), ("reason", .string(key.scope.reason.rawValue))]
+            ("topic", .string(key.topic)), ("scope", .string(key.scope.rawValue)), ("reason", .string(reason.rawValue))] + extra
         if let token = sender.tokenKey { fields += [("key_id", .string(token.keyID)), ("team_id", .string(token.teamID))] }
         logger.write(.error, "sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue) is held, its notifications are kept (not failed): \(why)\(signer); then send SIGHUP (a replaced key file is reloaded by it; a changed bundle_id or key id needs a restart), else it is tried again in \(Int(pauseDuration / 60)) minutes",
                      fields: fields)
     }
 
     /// "app shop: topic com.example.shop.voip (sandbox)" for every scope held now, sorted.
-    func heldScopes() -> [(app: String, key: AppSender.HoldKey, why: String)] {
-        senders.values.flatMap { sender in sender.activeHolds.map { (app: sender.app.name, key: $0.key, why: $0.why) } }
+    func heldScopes() -> [(app: String, key: AppSender.HoldKey, why: String, reason: APNsReason)] {
+        senders.values.flatMap { sender in sender.activeHolds.map { (app: sender.app.name, key: $0.key, why: $0.why, reason: $0.reason) } }
             .sorted { ($0.app, $0.key.description) < ($1.app, $1.key.description) }
     }
 
@@ -132,9 +137,22 @@ final class PipelineContext: @unchecked Sendable {
     /// Prunes a batch of tokens and counts what it did: `pushd_tokens_pruned_total` for
     /// tokens actually invalidated, `pushd_tokens_kept_total` for 410s whose token was
     /// registered again after APNs' timestamp. A token nobody registered is neither.
+    ///
+    /// DeviceTokenNotForTopic prunes of a run that tripped its app's breaker are left out, and
+    /// the breaker learns which were written (`NotForTopicBreaker`).
     func prune(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
-        let outcome = try TokenStore().prune(connection, prunes)
+        let notForTopic = prunes.contains { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }
+        var writing = prunes
+        if notForTopic {
+            writing = Dictionary(grouping: prunes, by: \.app).sorted { $0.key < $1.key }
+                .flatMap { app, prunes in senders[app]?.prunesToWrite(prunes) ?? prunes }
+            guard !writing.isEmpty else { return PruneOutcome() }
+        }
+        let outcome = try TokenStore().prune(connection, writing)
+        if notForTopic {
+            for (app, invalidated) in Dictionary(grouping: outcome.invalidated, by: \.app) { senders[app]?.prunesWritten(invalidated) }
+        }
         for prune in outcome.invalidated {
             metrics.tokenPruned(app: prune.app, environment: senders[prune.app]?.environmentLabel ?? "unknown", reason: prune.reason).increment()
         }
@@ -143,6 +161,83 @@ final class PipelineContext: @unchecked Sendable {
         }
         tally.add(tally.pruned, outcome.invalidated.count)
         return outcome
+    }
+
+    // MARK: DeviceTokenNotForTopic
+
+    /// What a DeviceTokenNotForTopic answer to a notification to `topic` does, as `verdict`
+    /// (the outcome policy's) said: the token is pruned only for the app's main topic (its
+    /// bundle id), and a run of such answers on one topic with none accepted holds the topic
+    /// instead (`NotForTopicBreaker`). An accepted notification ends the topic's run. Every
+    /// other verdict is returned as it is.
+    ///
+    /// - A notification to a topic of its own (`.voip`, `.complication`,
+    ///   `.push-type.liveactivity` …) sent to the app's alert token draws this answer, and the
+    ///   token is good for the app: the notification is failed with the reason, the token kept.
+    ///   The registry records no push type, so it cannot tell such a token from a dead one.
+    /// - The answer to a notification sent before its topic was held is held with it.
+    func notForTopicVerdict(_ verdict: Verdict, sender: AppSender, topic: String, environment: PushdConfig.Environment,
+                            token: @autoclosure () -> String) -> Verdict {
+        switch verdict {
+        case .delivered:
+            sender.acceptedOnTopic(topic, environment)
+            return verdict
+        case .prune(let status, let reason, _) where reason == APNsReason.deviceTokenNotForTopic.rawValue:
+            let key = AppSender.topicKey(topic, environment)
+            if sender.hasHolds, let hold = sender.activeHold(key) {
+                return .hold(.topic, reason: hold.reason.rawValue, why: hold.why)
+            }
+            let mainTopic = topic == sender.app.bundleID
+            switch sender.notForTopic(topic, environment, token: token(), prunes: mainTopic) {
+            case .counted:
+                if mainTopic { return verdict }
+                return .dead(status: status, reason: "\(reason): \(Self.notAMainTopicWhy(topic: topic, bundleID: sender.app.bundleID))")
+            case .tripped(let count, let restore):
+                let why = Self.notForTopicRunWhy(count: count, topic: topic, bundleID: sender.app.bundleID, pruned: mainTopic)
+                hold(sender, key, why: why, reason: .deviceTokenNotForTopic,
+                     extra: [("count", .int(Int64(count))), ("tokens_to_restore", .int(Int64(restore.count)))])
+                return .hold(.topic, reason: reason, why: why)
+            }
+        default:
+            return verdict
+        }
+    }
+
+    /// Why a DeviceTokenNotForTopic answer to a topic other than the bundle id prunes nothing.
+    static func notAMainTopicWhy(topic: String, bundleID: String) -> String {
+        "APNs says the token is not a token of topic \(topic); it is kept, not pruned: a token of the app's main topic \(bundleID) gets this answer to a push of another type (voip pushes need the device's PushKit token, liveactivity ones a Live Activity's push token), and the registry records no push type"
+    }
+
+    /// What the breaker's hold says: what was seen and what to check.
+    static func notForTopicRunWhy(count: Int, topic: String, bundleID: String, pruned: Bool) -> String {
+        "APNs answered DeviceTokenNotForTopic to \(count) notifications in a row to topic \(topic) and accepted none: the topic is wrong for the app's tokens, not the tokens; check the app's bundle_id (\(bundleID)) against the bundle id the devices registered with"
+            + (topic == bundleID ? "" : ", and that the jobs' push_type matches the tokens (the apns-topic is the bundle id and the push type's suffix)")
+            + (pruned ? "; pruning stopped and the tokens these answers pruned are restored" : "; no token was pruned for them")
+    }
+
+    /// Restores the tokens runs that tripped had pruned (`AppSender.takeRestores`), one
+    /// statement per app, with one notice line and `pushd_tokens_restored_total`. Run outside
+    /// the caller's transaction; a failure hands them back for the next call.
+    func restoreTokens(on connection: PGConnection) {
+        for sender in senders.values {
+            let restores = sender.takeRestores()
+            guard !restores.isEmpty else { continue }
+            let app = sender.app.name
+            do {
+                let restored = try TokenStore().restore(connection, app: app, tokens: restores.map(\.token),
+                                                        reason: APNsReason.deviceTokenNotForTopic.rawValue)
+                metrics.tokenRestored(app: app, environment: sender.environmentLabel, reason: APNsReason.deviceTokenNotForTopic.rawValue)
+                    .increment(by: UInt64(restored))
+                logger.notice("restored \(restored) tokens of app \(app) that DeviceTokenNotForTopic answers pruned before the run of them held the topic (\(restores.count) pruned by the run; a token registered again since was left as it is)",
+                              ("event", "tokens_restored"), ("app", .string(app)), ("reason", .string(APNsReason.deviceTokenNotForTopic.rawValue)),
+                              ("tokens", .int(Int64(restored))))
+            } catch {
+                sender.queueRestores(restores)
+                databaseError(error)
+                logger.warning("could not restore \(restores.count) tokens of app \(app) that DeviceTokenNotForTopic answers pruned before the run of them held the topic (tried again with the next batch): \(error)",
+                               ("app", .string(app)))
+            }
+        }
     }
 
     /// A worker whose database session failed waits before it connects again: doubling from

@@ -1,0 +1,105 @@
+import APNs
+import QueueStore
+
+/// Tells a token that is not for a topic from a topic that is wrong for the app's tokens.
+///
+/// One DeviceTokenNotForTopic answer blames its token. A run of them on one topic, with
+/// nothing accepted on that topic in between, blames the topic: a wrong `bundle_id` makes
+/// every answer DeviceTokenNotForTopic, and pruning on each would invalidate the app's whole
+/// registry at sending speed. So answers are counted per (environment, topic) of one app; an
+/// accepted notification on the topic ends the run (its prunes stand), and the
+/// `threshold`-th answer of a run trips the breaker: the caller holds the topic and the
+/// run's prunes are taken back — the ones already written are returned to be restored, the
+/// ones not yet written are withdrawn (`toWrite` leaves them out, `written` returns those it
+/// finds written after all).
+///
+/// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
+struct NotForTopicBreaker: Sendable {
+    struct Key: Hashable, Sendable {
+        var environment: PushdConfig.Environment
+        var topic: String
+    }
+
+    enum Decision: Equatable, Sendable {
+        /// The `count`-th answer in a row: it blames its token.
+        case counted(Int)
+        /// The `count`-th answer in a row reached the threshold: hold the topic, and restore
+        /// `restore`, the prunes of the run that were already written.
+        case tripped(count: Int, restore: [TokenPrune])
+    }
+
+    /// Answers in a row that trip the breaker.
+    let threshold: Int
+
+    private struct Run {
+        var count = 0
+        /// Tokens this run's answers asked to prune (at most `threshold - 1`).
+        var decided = Set<String>()
+        /// Those of them written to the registry, as the prune outcome named them.
+        var written = [TokenPrune]()
+    }
+
+    private var runs = [Key: Run]()
+    /// Tokens whose run tripped before their prune was written: it is not written.
+    private var withdrawn = Set<String>()
+    /// A withdrawn token leaves the set when its prune comes to be written; a prune never
+    /// written (its batch lost with the database) would stay: this bounds them.
+    static let withdrawnLimit = 100_000
+
+    init(threshold: Int) {
+        self.threshold = max(1, threshold)
+    }
+
+    /// Whether any run is being counted: an accepted notification has nothing to end otherwise.
+    var counting: Bool { !runs.isEmpty }
+    /// Whether a tripped run left prunes to leave out.
+    var withdrawing: Bool { !withdrawn.isEmpty }
+    /// The answers in a row on `key` so far.
+    func count(_ key: Key) -> Int { runs[key]?.count ?? 0 }
+
+    /// A notification to `key` was accepted: the topic is right, and the run's prunes stand.
+    mutating func accepted(_ key: Key) {
+        runs[key] = nil
+    }
+
+    /// APNs answered DeviceTokenNotForTopic for `token` on `key`. `prunes` says whether the
+    /// caller will prune the token for it (it does only on the app's main topic).
+    mutating func notForTopic(_ key: Key, token: String, prunes: Bool) -> Decision {
+        var run = runs[key] ?? Run()
+        run.count += 1
+        if run.count >= threshold {
+            runs[key] = nil
+            let written = Set(run.written.map { $0.token.lowercased() })
+            if withdrawn.count + run.decided.count > Self.withdrawnLimit { withdrawn.removeAll() }
+            withdrawn.formUnion(run.decided.subtracting(written))
+            return .tripped(count: run.count, restore: run.written)
+        }
+        if prunes { run.decided.insert(token.lowercased()) }
+        runs[key] = run
+        return .counted(run.count)
+    }
+
+    /// The prunes of `prunes` to write: a DeviceTokenNotForTopic prune whose run tripped is left out.
+    mutating func toWrite(_ prunes: [TokenPrune]) -> [TokenPrune] {
+        guard !withdrawn.isEmpty else { return prunes }
+        return prunes.filter { prune in
+            prune.reason != APNsReason.deviceTokenNotForTopic.rawValue || withdrawn.remove(prune.token.lowercased()) == nil
+        }
+    }
+
+    /// Learns which DeviceTokenNotForTopic prunes were written (`invalidated`: the prune
+    /// outcome's). Those of a run still counting join it; those whose run tripped meanwhile
+    /// are returned, to be restored now. Those of a run an accepted notification ended stand.
+    mutating func written(_ invalidated: [TokenPrune]) -> [TokenPrune] {
+        var restore = [TokenPrune]()
+        for prune in invalidated where prune.reason == APNsReason.deviceTokenNotForTopic.rawValue {
+            let token = prune.token.lowercased()
+            if let key = runs.first(where: { $0.value.decided.contains(token) })?.key {
+                runs[key]!.written.append(prune)
+            } else if withdrawn.remove(token) != nil {
+                restore.append(prune)
+            }
+        }
+        return restore
+    }
+}

@@ -1,0 +1,102 @@
+import APNs
+import QueueStore
+import Testing
+@testable import pushd
+
+/// DeviceTokenNotForTopic answers in a row on one topic: each blames its token until a run
+/// of them with none accepted blames the topic, and the run's prunes are taken back.
+@Suite struct NotForTopicBreakerTests {
+    static let shop = NotForTopicBreaker.Key(environment: .production, topic: "com.example.shop")
+    static let voip = NotForTopicBreaker.Key(environment: .production, topic: "com.example.shop.voip")
+    static let sandbox = NotForTopicBreaker.Key(environment: .sandbox, topic: "com.example.shop")
+
+    static func token(_ n: Int) -> String { String(repeating: String(n % 10), count: 64) }
+    static func prune(_ n: Int, reason: APNsReason = .deviceTokenNotForTopic) -> TokenPrune {
+        TokenPrune(app: "shop", token: token(n), reason: reason.rawValue, apnsTimestamp: nil, environment: "production")
+    }
+
+    @Test func theThresholdthAnswerInARowTripsAndEachOneBeforeItCounts() {
+        var breaker = NotForTopicBreaker(threshold: 3)
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(1), prunes: true) == .counted(1))
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true) == .counted(2))
+        #expect(breaker.count(Self.shop) == 2)
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(3), prunes: true) == .tripped(count: 3, restore: []))
+        // A trip starts a new run.
+        #expect(breaker.count(Self.shop) == 0)
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(4), prunes: true) == .counted(1))
+    }
+
+    @Test func anAcceptedNotificationEndsTheRunOfItsTopicOnly() {
+        var breaker = NotForTopicBreaker(threshold: 3)
+        _ = breaker.notForTopic(Self.shop, token: Self.token(1), prunes: true)
+        _ = breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true)
+        _ = breaker.notForTopic(Self.voip, token: Self.token(1), prunes: false)
+        _ = breaker.notForTopic(Self.sandbox, token: Self.token(5), prunes: true)
+        breaker.accepted(Self.shop)
+        #expect(breaker.count(Self.shop) == 0)
+        #expect(breaker.count(Self.voip) == 1)
+        #expect(breaker.count(Self.sandbox) == 1)
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(3), prunes: true) == .counted(1))
+        #expect(breaker.counting)
+        breaker.accepted(Self.shop)
+        breaker.accepted(Self.voip)
+        breaker.accepted(Self.sandbox)
+        #expect(!breaker.counting)
+    }
+
+    @Test func aTripReturnsTheRunsWrittenPrunesAndWithdrawsTheOthers() {
+        var breaker = NotForTopicBreaker(threshold: 4)
+        for n in 1...3 { _ = breaker.notForTopic(Self.shop, token: Self.token(n), prunes: true) }
+        // 1 and 2 were written (a batch committed); 3 was not yet.
+        #expect(breaker.toWrite([Self.prune(1), Self.prune(2)]) == [Self.prune(1), Self.prune(2)])
+        #expect(breaker.written([Self.prune(1), Self.prune(2)]).isEmpty)
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(4), prunes: true)
+                == .tripped(count: 4, restore: [Self.prune(1), Self.prune(2)]))
+        #expect(breaker.withdrawing)
+        // 3 is left out when its batch comes to write it; other prunes are written as ever.
+        #expect(breaker.toWrite([Self.prune(3), Self.prune(3, reason: .badDeviceToken), Self.prune(5)])
+                == [Self.prune(3, reason: .badDeviceToken), Self.prune(5)])
+        #expect(!breaker.withdrawing)
+    }
+
+    @Test func aPruneWrittenWhileItsRunTrippedIsReturnedToRestore() {
+        var breaker = NotForTopicBreaker(threshold: 2)
+        _ = breaker.notForTopic(Self.shop, token: Self.token(1), prunes: true)
+        // Its batch passed the filter before the trip, and wrote it after.
+        #expect(breaker.toWrite([Self.prune(1)]) == [Self.prune(1)])
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true) == .tripped(count: 2, restore: []))
+        #expect(breaker.written([Self.prune(1)]) == [Self.prune(1)])
+        #expect(!breaker.withdrawing)
+    }
+
+    @Test func thePrunesOfARunAnAcceptedNotificationEndedStand() {
+        var breaker = NotForTopicBreaker(threshold: 3)
+        _ = breaker.notForTopic(Self.shop, token: Self.token(1), prunes: true)
+        _ = breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true)
+        #expect(breaker.written([Self.prune(1)]).isEmpty)
+        breaker.accepted(Self.shop)
+        #expect(breaker.written([Self.prune(2)]).isEmpty)
+        #expect(breaker.toWrite([Self.prune(2)]) == [Self.prune(2)])
+        for n in 3...4 { _ = breaker.notForTopic(Self.shop, token: Self.token(n), prunes: true) }
+        // A new run: what the ended one wrote is not restored by this one's trip.
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(5), prunes: true) == .tripped(count: 3, restore: []))
+    }
+
+    @Test func answersOnATopicThatPrunesNothingCountButWithdrawNothing() {
+        var breaker = NotForTopicBreaker(threshold: 2)
+        _ = breaker.notForTopic(Self.voip, token: Self.token(1), prunes: false)
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(2), prunes: false) == .tripped(count: 2, restore: []))
+        #expect(!breaker.withdrawing)
+        #expect(!breaker.counting)
+    }
+
+    @Test func tokensAreComparedWithoutCase() {
+        var breaker = NotForTopicBreaker(threshold: 2)
+        let token = "abcdef" + String(repeating: "0", count: 58)
+        _ = breaker.notForTopic(Self.shop, token: token.uppercased(), prunes: true)
+        var written = Self.prune(0)
+        written.token = token
+        #expect(breaker.written([written]).isEmpty)
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true) == .tripped(count: 2, restore: [written]))
+    }
+}
