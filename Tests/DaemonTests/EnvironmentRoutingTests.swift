@@ -156,6 +156,16 @@ import Testing
         }
     }
 
+    /// A running campaign for the sandbox of `tokens`, imported as from a file.
+    static func startSandboxCampaign(_ connection: PGConnection, tokens: [String], rate: Int? = nil) throws -> Int64 {
+        let store = CampaignStore()
+        let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
+                                                          environment: "sandbox", payload: Self.payload, rateLimit: rate))
+        #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }).imported == tokens.count)
+        #expect(try store.start(connection, id: id) == .running)
+        return id
+    }
+
     @Test func aCampaignImportedFromAFileGoesToTheCampaignsEnvironment() throws {
         try IsolatedDatabase.with { database in
             let hosts = try Hosts(database: database)
@@ -165,11 +175,8 @@ import Testing
             defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             let store = CampaignStore()
-            let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
-                                                              environment: "sandbox", payload: Self.payload))
             let tokens = (200..<210).map { DaemonHarness.token($0) }
-            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }).imported == 10)
-            #expect(try store.start(connection, id: id) == .running)
+            let id = try Self.startSandboxCampaign(connection, tokens: tokens)
 
             #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
             #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == tokens)
@@ -189,11 +196,8 @@ import Testing
             defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             let store = CampaignStore()
-            let id = try store.create(connection, NewCampaign(app: "shop", name: "beta testers", pushType: "alert",
-                                                              environment: "sandbox", payload: Self.payload, rateLimit: 100))
             let tokens = (300..<700).map { DaemonHarness.token($0) }
-            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) }).imported == 400)
-            #expect(try store.start(connection, id: id) == .running)
+            let id = try Self.startSandboxCampaign(connection, tokens: tokens, rate: 100)
 
             #expect(DaemonHarness.wait(seconds: 20) { hosts.sandbox.stats.accepted >= 50 })
             #expect(try store.pause(connection, id: id) == .paused)
