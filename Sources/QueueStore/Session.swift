@@ -1,3 +1,4 @@
+import Glibc
 import Synchronization
 
 /// How pushd's own database sessions are opened.
@@ -27,10 +28,14 @@ public enum QueueSession {
     /// network that drops packets: `connect_timeout`, TCP keepalives that find an idle dead
     /// peer within `seconds` (idle `seconds`/2, then 3 probes `seconds`/6 apart), and
     /// `tcp_user_timeout`, which ends a connection whose sent bytes stay unacknowledged for
-    /// `seconds`. A keyword the database URL sets itself wins.
-    public static func connectionDefaults(deadPeerSeconds seconds: Int) -> [String: String] {
+    /// `seconds`. A keyword the database URL sets itself wins, and so does libpq's own
+    /// `PGCONNECT_TIMEOUT` (`environment`, the process's by default): a keyword given here would
+    /// override the variable, which operators set for every libpq client of a host.
+    public static func connectionDefaults(deadPeerSeconds seconds: Int,
+                                          environment: (String) -> String? = QueueSession.environmentVariable)
+        -> [String: String] {
         let seconds = max(2, seconds)
-        return [
+        var defaults = [
             "connect_timeout": "\(seconds)",
             "keepalives": "1",
             "keepalives_idle": "\(max(1, seconds / 2))",
@@ -38,6 +43,13 @@ public enum QueueSession {
             "keepalives_count": "3",
             "tcp_user_timeout": "\(seconds * 1000)",
         ]
+        if let variable = environment("PGCONNECT_TIMEOUT"), !variable.isEmpty { defaults["connect_timeout"] = nil }
+        return defaults
+    }
+
+    /// The process's environment variable `name`, nil when unset.
+    public static func environmentVariable(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
     }
 
     /// Connects with `defaultSettings`, overridden key by key by `settings`, and with

@@ -151,6 +151,14 @@ import Testing
         #expect(found.allSatisfy { $0.hasPrefix("error: ") })
     }
 
+    /// A pause before each read holds the answers, and the streams they free, at far APNs; the
+    /// campaign lane reads them at once unless the operator asks for the pause.
+    @Test func campaignAnswersAreReadAtOnceByDefault() throws {
+        #expect(try ConfigLoader.parse(Self.valid, environment: [:]).0.campaignAnswerCoalescingMilliseconds == 0)
+        let paused = Self.valid.replacingOccurrences(of: "retry:\n", with: "campaigns:\n  answer_coalescing_ms: 25\nretry:\n")
+        #expect(try ConfigLoader.parse(paused, environment: [:]).0.campaignAnswerCoalescingMilliseconds == 25)
+    }
+
     @Test func maxInFlightDefaultsToEveryStreamTheLaneMayOpen() throws {
         let unset = Self.valid.replacingOccurrences(of: "  max_in_flight: 2_000\n", with: "")
         #expect(try ConfigLoader.parse(unset, environment: [:]).0.apns.maxInFlight == 8 * 500)

@@ -50,6 +50,26 @@ import Testing
         #expect(Self.socketSettings(connection) == [1, 15, 2, 9, 30_000])
     }
 
+    /// libpq's PGCONNECT_TIMEOUT is how an operator bounds every libpq client of a host; a
+    /// connect_timeout keyword of pushd's own would override it.
+    @Test func libpqsConnectTimeoutVariableWinsOverTheDefault() throws {
+        let url = try TestDatabase.url()
+        let before = getenv("PGCONNECT_TIMEOUT").map { String(cString: $0) }
+        setenv("PGCONNECT_TIMEOUT", "7", 1)
+        defer {
+            if let before { setenv("PGCONNECT_TIMEOUT", before, 1) } else { unsetenv("PGCONNECT_TIMEOUT") }
+        }
+        let connection = try QueueSession.connect(url: url, applicationName: "pushd-tests")
+        defer { connection.close() }
+        #expect(connection.connectionOption("connect_timeout") == "7")
+        // The rest of the bounds stay: the variable names only the connect timeout.
+        #expect(Self.socketSettings(connection) == [1, 15, 5, 3, 30_000])
+        // A URL that sets its own still wins over both.
+        let own = try QueueSession.connect(url: url + (url.contains("?") ? "&" : "?") + "connect_timeout=4", applicationName: "pushd-tests")
+        defer { own.close() }
+        #expect(own.connectionOption("connect_timeout") == "4")
+    }
+
     @Test func keepalivesOffInTheURLTurnsThemOff() throws {
         let url = try TestDatabase.url()
         let connection = try QueueSession.connect(url: url + (url.contains("?") ? "&" : "?") + "keepalives=0", applicationName: "pushd-tests")

@@ -133,8 +133,11 @@ struct PushdConfig: Sendable, Equatable {
     var campaignNiceness: Int = 0
     /// The longest pause (ms) a campaign connection's loop takes to let answers gather before
     /// reading them, while many are in flight and they arrive a few at a time (far APNs):
-    /// libcurl's cost per read grows with the streams in flight (docs/dispatcher.md). 0: none.
-    var campaignAnswerCoalescingMilliseconds: Int = 25
+    /// libcurl's cost per read grows with the streams in flight (docs/dispatcher.md). 0, the
+    /// default: none. With one-transfer reads the pause saves no CPU and holds every answer, and
+    /// with it the stream it frees, up to this long: at a 50 ms round trip 25 ms cost a third of
+    /// the rate (docs/dispatcher-measurements.md, "Answer coalescing off by default").
+    var campaignAnswerCoalescingMilliseconds: Int = 0
     /// A campaign connection's readable socket is read through one of its transfers, so
     /// libcurl runs only the streams whose answers came instead of all of them
     /// (docs/dispatcher.md, "Reading a socket through one transfer"); false: libcurl's own way.
