@@ -29,11 +29,9 @@ public enum QueueSession {
     /// peer within `seconds` (idle `seconds`/2, then 3 probes `seconds`/6 apart), and
     /// `tcp_user_timeout`, which ends a connection whose sent bytes stay unacknowledged for
     /// `seconds`. A keyword the database URL sets itself wins, and so does libpq's own
-    /// `PGCONNECT_TIMEOUT` (`environment`, the process's by default): a keyword given here would
-    /// override the variable, which operators set for every libpq client of a host.
-    public static func connectionDefaults(deadPeerSeconds seconds: Int,
-                                          environment: (String) -> String? = QueueSession.environmentVariable)
-        -> [String: String] {
+    /// `PGCONNECT_TIMEOUT` in the process's environment: a keyword given here would override the
+    /// variable, which operators set for every libpq client of a host.
+    public static func connectionDefaults(deadPeerSeconds seconds: Int) -> [String: String] {
         let seconds = max(2, seconds)
         var defaults = [
             "connect_timeout": "\(seconds)",
@@ -43,13 +41,8 @@ public enum QueueSession {
             "keepalives_count": "3",
             "tcp_user_timeout": "\(seconds * 1000)",
         ]
-        if let variable = environment("PGCONNECT_TIMEOUT"), !variable.isEmpty { defaults["connect_timeout"] = nil }
+        if let variable = getenv("PGCONNECT_TIMEOUT"), variable.pointee != 0 { defaults["connect_timeout"] = nil }
         return defaults
-    }
-
-    /// The process's environment variable `name`, nil when unset.
-    public static func environmentVariable(_ name: String) -> String? {
-        getenv(name).map { String(cString: $0) }
     }
 
     /// Connects with `defaultSettings`, overridden key by key by `settings`, and with
