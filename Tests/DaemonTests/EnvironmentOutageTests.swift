@@ -34,6 +34,50 @@ import Testing
         }
     }
 
+    /// Production sending before and throughout: its answers do not hide the sandbox outage.
+    @Test func productionAnswersDoNotHideASandboxOutage() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try EnvironmentRoutingTests.Hosts(database: database, sandboxFaults: FaultConfiguration(serviceUnavailableRate: 1))
+            defer { hosts.sandbox.stop() }
+            let connection = try database.connect()
+            let log = hosts.harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: try hosts.writeConfigFile(), log: log)
+            defer { FleetStatusTests.stop(process) }
+            var port: Int?
+            #expect(DaemonHarness.wait(seconds: 20) { port = PrometheusScrapeTests.metricsPort(log: log); return port != nil })
+            let metricsPort = String(try #require(port))
+            var samples = [String: [String]]()
+            let started = Timestamp()
+            var inserted = 0
+            // Production ten a second for 8 s; ten sandbox notifications after 2 s.
+            while Timestamp().timeIntervalSince(started) < 8 {
+                inserted += 1
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload, environment)
+                    VALUES ('shop', lpad(to_hex(100000 + $1::int), 64, '0'), '{"aps":{"alert":"production"}}', 'production')
+                    """, [inserted])
+                if inserted == 20 {
+                    try connection.query("""
+                        INSERT INTO pushd.jobs (app, device_token, payload, environment)
+                        SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"sandbox"}}', 'sandbox' FROM generate_series(1, 10) g
+                        """)
+                }
+                for (labels, value) in Self.unavailable(try SecretRedactionTests.http(metricsPort, "/metrics")) where samples[labels]?.last != value {
+                    samples[labels, default: []].append(value)
+                }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            print("production 200 throughout, sandbox 503 from 2 s: pushd_apns_unavailable values seen: \(samples); "
+                  + "apns_down lines: \(Self.outageLines(log, "apns_down").count)")
+            #expect(samples[Self.sandboxSeries] == ["0", "1"], "\(samples)")
+            #expect(samples[Self.productionSeries] == ["0"], "\(samples)")
+            #expect(try DaemonHarness.wait(seconds: 10) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'production'") == 0
+            })
+            #expect(hosts.production.acceptedLog.count == inserted)
+        }
+    }
+
     @Test func aSandboxOutageIsSandboxsAloneWhileProductionSends() throws {
         try IsolatedDatabase.with { database in
             let hosts = try EnvironmentRoutingTests.Hosts(database: database, sandboxFaults: FaultConfiguration(serviceUnavailableRate: 1))
