@@ -16,7 +16,7 @@ import Testing
         let sandbox: APNsMockServer
         let sandboxPort: UInt16
 
-        init(database: IsolatedDatabase, productionFaults: FaultConfiguration = .none) throws {
+        init(database: IsolatedDatabase, productionFaults: FaultConfiguration = .none, sandboxFaults: FaultConfiguration = .none) throws {
             harness = try DaemonHarness(database: database, faults: productionFaults)
             var configuration = MockConfiguration(certificateChainFile: harness.certificates.serverCertificate,
                                                   privateKeyFile: harness.certificates.serverKey)
@@ -24,6 +24,7 @@ import Testing
             configuration.authentication = .token(keys: [ProviderKey(keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID,
                                                                      publicKeyPEM: trusted)], startAtOneStream: true)
             configuration.logsAccepted = true
+            configuration.faults = sandboxFaults
             sandbox = try APNsMockServer(configuration: configuration)
             sandboxPort = try sandbox.start()
         }
@@ -34,6 +35,17 @@ import Testing
             config.apps[0].environment = .production
             config.apns.sandboxHostOverride = "127.0.0.1:\(sandboxPort)"
             return config
+        }
+
+        /// `config()` as a YAML file, for the real binary.
+        func writeConfigFile() throws -> String {
+            let path = try harness.writeConfigFile()
+            let production = "  host: 127.0.0.1:\(harness.mockPort)\n"
+            let yaml = try String(contentsOfFile: path, encoding: .utf8)
+                .replacingOccurrences(of: production, with: production + "  sandbox_host: 127.0.0.1:\(sandboxPort)\n")
+                .replacingOccurrences(of: "    environment: sandbox\n", with: "    environment: production\n")
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
         }
 
         var production: APNsMockServer { harness.mock }

@@ -219,11 +219,11 @@ import Testing
             #expect(created && createdSeconds < 9, "the waiting channel request took \(createdSeconds) s to go once APNs answered")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(back, "the lanes were not back: \(lines("apns_back", "transactional")) \(lines("apns_back", "channels"))")
-            #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{lane=\"channels\"}") && !$0.hasSuffix(" 0") },
+            #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{environment=\"sandbox\",lane=\"channels\"}") && !$0.hasSuffix(" 0") },
                     "\(probeSeries)")
-            #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{lane=\"transactional\"}") && !$0.hasSuffix(" 0") },
+            #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{environment=\"sandbox\",lane=\"transactional\"}") && !$0.hasSuffix(" 0") },
                     "\(probeSeries)")
-            #expect(probeSeries.contains("pushd_apns_outage_probes_total{lane=\"campaign\"} 0"), "no waiting target, no probe: \(probeSeries)")
+            #expect(probeSeries.contains("pushd_apns_outage_probes_total{environment=\"sandbox\",lane=\"campaign\"} 0"), "no waiting target, no probe: \(probeSeries)")
             let down = Timestamp().timeIntervalSince(faultStarted)
             for lane in ["transactional", "channels"] {
                 let probes = lines("outage_probe", lane).count

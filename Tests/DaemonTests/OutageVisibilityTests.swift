@@ -11,7 +11,7 @@ import Testing
 /// answers again, all three clear.
 @Suite(.serialized) struct OutageVisibilityTests {
     static func unavailable(_ metrics: String) -> String? {
-        metrics.split(separator: "\n").first { $0.hasPrefix("pushd_apns_unavailable{app=\"shop\",lane=\"transactional\"}") }
+        metrics.split(separator: "\n").first { $0.hasPrefix("pushd_apns_unavailable{app=\"shop\",environment=\"sandbox\",lane=\"transactional\"}") }
             .map { String($0.split(separator: " ").last ?? "") }
     }
 

@@ -26,8 +26,8 @@ import Testing
         let (log, sink, clock) = Self.make()
         // 20,000 answers a second with runs of three and four 500s among them, for 5 s.
         for _ in 0..<500 {
-            for _ in 0..<196 { log.record(Self.ok, app: "shop", lane: "campaign") }
-            for _ in 0..<4 { log.record(Self.error500, app: "shop", lane: "campaign") }
+            for _ in 0..<196 { log.record(Self.ok, app: "shop", environment: "production", lane: "campaign") }
+            for _ in 0..<4 { log.record(Self.error500, app: "shop", environment: "production", lane: "campaign") }
             clock.advance(0.01)
         }
         #expect(log.outages().isEmpty)
@@ -37,19 +37,65 @@ import Testing
     @Test func failuresWithoutAnAnswerForASecondAreAnOutageUntilASecondOfAnswers() {
         let (log, sink, clock) = Self.make()
         for _ in 0..<20 {
-            log.record(.transportFailure("Could not connect to server"), app: "shop", lane: "transactional")
+            log.record(.transportFailure("Could not connect to server"), app: "shop", environment: "production", lane: "transactional")
             clock.advance(0.1)
         }
         #expect(log.outages().map(\.app) == ["shop"])
         #expect(sink.lines.filter { $0.contains("apns_down") }.count == 1)
         // Answers again: back only after a second of them.
-        log.record(Self.ok, app: "shop", lane: "transactional")
+        log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         clock.advance(0.5)
-        log.record(Self.ok, app: "shop", lane: "transactional")
+        log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         #expect(log.outages().count == 1)
         clock.advance(0.6)
-        log.record(Self.ok, app: "shop", lane: "transactional")
+        log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         #expect(log.outages().isEmpty)
         #expect(sink.lines.filter { $0.contains("apns_back") }.count == 1)
+    }
+
+    /// Apple's sandbox and production hosts fail apart: a sandbox outage is sandbox's, whatever
+    /// production answers meanwhile.
+    @Test func eachEnvironmentHasItsOwnOutage() {
+        let (log, sink, clock) = Self.make()
+        // Sandbox answers nothing for 2 s while production answers everything, interleaved.
+        for _ in 0..<20 {
+            log.record(.transportFailure("Could not connect to server"), app: "shop", environment: "sandbox", lane: "transactional")
+            log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
+            clock.advance(0.1)
+        }
+        #expect(log.outages().map { "\($0.app) \($0.environment) \($0.lane)" } == ["shop sandbox transactional"])
+        #expect(log.appsDown(lane: "transactional") == [OperatorLog.Target(app: "shop", environment: "sandbox")])
+        #expect(log.appsDown(lane: "campaign").isEmpty)
+        let down = sink.lines.filter { $0.contains("apns_down") }
+        #expect(down.count == 1 && down[0].contains("sandbox") && !down[0].contains("production"), "\(down)")
+        // Production's answers for 3 s do not end it.
+        for _ in 0..<30 {
+            log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
+            clock.advance(0.1)
+        }
+        log.tick()
+        #expect(log.outages().count == 1)
+        #expect(log.takeAppsBack(lane: "transactional").isEmpty)
+        // Production down too, then sandbox back: each comes back on its own.
+        for _ in 0..<12 {
+            log.record(Self.error500, app: "shop", environment: "production", lane: "transactional")
+            log.record(.transportFailure("Could not connect to server"), app: "shop", environment: "sandbox", lane: "transactional")
+            clock.advance(0.1)
+        }
+        #expect(log.outages().map(\.environment) == ["production", "sandbox"])
+        for _ in 0..<12 {
+            log.record(Self.ok, app: "shop", environment: "sandbox", lane: "transactional")
+            log.record(Self.error500, app: "shop", environment: "production", lane: "transactional")
+            clock.advance(0.1)
+        }
+        #expect(log.outages().map(\.environment) == ["production"])
+        let back = log.takeAppsBack(lane: "transactional")
+        #expect(back == [OperatorLog.Target(app: "shop", environment: "sandbox")])
+        #expect(log.takeAppsBack(lane: "transactional").isEmpty)
+        // Given back after a database error, it is taken again, with its environment.
+        log.returnAppsBack(back, lane: "transactional")
+        #expect(log.takeAppsBack(lane: "transactional") == back)
+        let backLines = sink.lines.filter { $0.contains("apns_back") }
+        #expect(backLines.count == 1 && backLines[0].contains("\"environment\":\"sandbox\""), "\(backLines)")
     }
 }

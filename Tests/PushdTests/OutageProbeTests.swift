@@ -14,7 +14,7 @@ import Testing
         var probe = OutageProbe(interval: 5)
         var random = SystemRandom()
         for step in 0..<100 {
-            #expect(probe.appsToProbe(lane: "transactional", appsDown: [], now: Double(step), random: &random).isEmpty)
+            #expect(probe.appsToProbe(lane: "transactional", appsDown: [String](), now: Double(step), random: &random).isEmpty)
         }
         #expect(probe.nextProbe(lane: "transactional") == nil)
     }
@@ -61,7 +61,7 @@ import Testing
         #expect(probe.appsToProbe(lane: "broadcast", appsDown: ["shop"], now: 5, random: &random).isEmpty)
         #expect(probe.appsToProbe(lane: "broadcast", appsDown: ["shop"], now: 8, random: &random) == ["shop"])
         // Back, then down again: the next outage's first probe is an interval after it is seen.
-        #expect(probe.appsToProbe(lane: "transactional", appsDown: [], now: 9, random: &random).isEmpty)
+        #expect(probe.appsToProbe(lane: "transactional", appsDown: [String](), now: 9, random: &random).isEmpty)
         #expect(probe.nextProbe(lane: "transactional") == nil)
         #expect(probe.appsToProbe(lane: "transactional", appsDown: ["shop"], now: 60, random: &random).isEmpty)
         #expect(probe.appsToProbe(lane: "transactional", appsDown: ["shop"], now: 64.9, random: &random).isEmpty)

@@ -68,6 +68,113 @@ import Testing
         }
     }
 
+    /// Production and sandbox fail apart: an outage of one makes only the jobs going there due,
+    /// where a job goes as the sender resolves it (its own environment, else its token's
+    /// registered one, else its app's).
+    @Test func onlyTheJobsGoingToTheEnvironmentThatWasDownAreMadeDue() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try TokenStore().register(connection, app: "shop", token: Fixtures.token(3), environment: "sandbox")
+            try TokenStore().register(connection, app: "shop", token: Fixtures.token(4), environment: "production")
+            // Token 5 of shop and token 6 of news are not registered: they go to their app's environment.
+            let rows: [(app: String, token: Int, environment: String?, seconds: Int)] = [
+                ("shop", 1, "sandbox", 100), ("shop", 2, "production", 50), ("shop", 3, nil, 200),
+                ("shop", 4, nil, 30), ("shop", 5, nil, 20), ("news", 6, nil, 10),
+            ]
+            for row in rows {
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload, environment, run_at, last_error)
+                    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), 'HTTP 503 ServiceUnavailable')
+                    """, [row.app, Fixtures.token(row.token), Fixtures.payload, row.environment, row.seconds])
+            }
+            let home = ["shop": "production", "news": "sandbox"]
+            let sandbox = OutageEnvironment(name: "sandbox", home: home)
+            let production = OutageEnvironment(name: "production", home: home)
+            let queue = JobQueue()
+            let due = "SELECT coalesce(array_agg(device_token ORDER BY device_token), '{}') FROM pushd.jobs WHERE run_at <= now()"
+            func tokens(_ seeds: [Int]) -> [String] { seeds.map { Fixtures.token($0) }.sorted() }
+            #expect(try queue.makeSoonestDue(connection, apps: ["news", "shop"], environment: sandbox, errorPrefixes: Self.prefixes) == 2)
+            #expect(try connection.query(due).require([String].self, row: 0, column: 0) == tokens([1, 6]))
+            #expect(try queue.makeDue(connection, app: "shop", environment: sandbox, errorPrefixes: Self.prefixes) == 1)
+            #expect(try connection.query(due).require([String].self, row: 0, column: 0) == tokens([1, 3, 6]))
+            #expect(try queue.makeSoonestDue(connection, apps: ["shop"], environment: production, errorPrefixes: Self.prefixes) == 1)
+            #expect(try connection.query(due).require([String].self, row: 0, column: 0) == tokens([1, 3, 5, 6]))
+            #expect(try queue.makeDue(connection, app: "shop", environment: production, errorPrefixes: Self.prefixes) == 2)
+            #expect(try connection.query(due).require([String].self, row: 0, column: 0) == tokens([1, 2, 3, 4, 5, 6]))
+        }
+    }
+
+    /// A parked campaign target goes where it was sent, else where its campaign goes, else to its app's environment.
+    @Test func onlyTheParkedTargetsGoingToTheEnvironmentThatWasDownAreMadeDue() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let sandboxCampaign = try connection.query("""
+                INSERT INTO pushd.campaigns (app, name, status, environment) VALUES ('shop', 'beta', 'running', 'sandbox') RETURNING id
+                """).require(Int64.self, row: 0, column: 0)
+            let ownCampaign = try connection.query("INSERT INTO pushd.campaigns (app, name, status) VALUES ('shop', 'sale', 'running') RETURNING id")
+                .require(Int64.self, row: 0, column: 0)
+            let parked: [(Int64, String?)] = [(sandboxCampaign, nil), (sandboxCampaign, "production"), (ownCampaign, nil), (ownCampaign, "sandbox")]
+            for (position, target) in parked.enumerated() {
+                try connection.query("""
+                    INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, due_at, attempts, first_attempt_at, last_error, environment)
+                    VALUES ($1, 0, $2::int, $3, now() + make_interval(secs => 100 + $2::int), 1, now(), 'HTTP 503 ServiceUnavailable', $4)
+                    """, [target.0, position, Fixtures.token(position + 1), target.1])
+            }
+            let home = ["shop": "production"]
+            let store = CampaignStore()
+            let due = "SELECT coalesce(array_agg(position ORDER BY position), '{}') FROM pushd.campaign_retries WHERE due_at <= now()"
+            #expect(try store.makeSoonestParkedDue(connection, apps: ["shop"], environment: OutageEnvironment(name: "sandbox", home: home),
+                                                   errorPrefixes: Self.prefixes) == 1)
+            #expect(try connection.query(due).require([Int32].self, row: 0, column: 0) == [0])
+            #expect(try store.makeParkedDue(connection, app: "shop", environment: OutageEnvironment(name: "sandbox", home: home),
+                                            errorPrefixes: Self.prefixes) == 1)
+            #expect(try connection.query(due).require([Int32].self, row: 0, column: 0) == [0, 3])
+            #expect(try store.makeParkedDue(connection, app: "shop", environment: OutageEnvironment(name: "production", home: home),
+                                            errorPrefixes: Self.prefixes) == 2)
+            #expect(try connection.query(due).require([Int32].self, row: 0, column: 0) == [0, 1, 2, 3])
+        }
+    }
+
+    /// A broadcast goes to its own environment, else its channel's, else its app's; a channel
+    /// request to its own, else its app's.
+    @Test func onlyTheBroadcastsAndChannelRequestsGoingToTheEnvironmentThatWasDownAreMadeDue() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            for environment in ["sandbox", nil] {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority, environment) VALUES ('shop', $1, $2, 5, $3)",
+                                     [BroadcastStoreTests.channel, BroadcastStoreTests.update, environment])
+                try connection.query("SELECT pushd.create_channel('shop', 'none', $1)", [environment])
+            }
+            try connection.query("""
+                UPDATE pushd.broadcast_jobs SET last_error = 'HTTP 503 ServiceUnavailable', run_at = now() + interval '100 seconds'
+                """)
+            try connection.query("UPDATE pushd.channels SET outcome = 'HTTP 503 ServiceUnavailable', run_at = now() + interval '100 seconds'")
+            let home = ["shop": "production"]
+            let sandbox = OutageEnvironment(name: "sandbox", home: home)
+            let production = OutageEnvironment(name: "production", home: home)
+            let broadcasts = BroadcastQueue()
+            let channels = ChannelStore()
+            func due(_ table: String) throws -> [String] {
+                try connection.query("""
+                    SELECT coalesce(array_agg(coalesce(environment, 'none') ORDER BY id), '{}') FROM pushd.\(table) WHERE run_at <= now()
+                    """).require([String].self, row: 0, column: 0)
+            }
+            #expect(try broadcasts.makeSoonestDue(connection, apps: ["shop"], environment: sandbox, errorPrefixes: Self.prefixes) == 1)
+            #expect(try broadcasts.makeSoonestDue(connection, apps: ["shop"], environment: sandbox, errorPrefixes: Self.prefixes) == 0)
+            #expect(try due("broadcast_jobs") == ["sandbox"])
+            #expect(try broadcasts.makeDue(connection, app: "shop", environment: production, errorPrefixes: Self.prefixes) == 1)
+            #expect(try due("broadcast_jobs") == ["sandbox", "none"])
+            #expect(try channels.makeSoonestDue(connection, apps: ["shop"], environment: production, outcomePrefixes: Self.prefixes) == 1)
+            #expect(try due("channels") == ["none"])
+            #expect(try channels.makeDue(connection, app: "shop", environment: production, outcomePrefixes: Self.prefixes) == 0)
+            #expect(try channels.makeDue(connection, app: "shop", environment: sandbox, outcomePrefixes: Self.prefixes) == 1)
+            #expect(try due("channels") == ["sandbox", "none"])
+        }
+    }
+
     @Test func theSoonestBroadcastAndChannelRequestNotBeingSentAreMadeDue() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

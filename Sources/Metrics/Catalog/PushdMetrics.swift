@@ -133,12 +133,12 @@ public struct PushdMetrics: Sendable {
             labels: target + ["result"])
         apnsUnavailable = try registry.gauge(
             "pushd_apns_unavailable",
-            help: "1 while APNs takes none of an app's notifications on a lane (3 or more failed sends and no answer for 1 s, until answers come for 1 s without a failure), else 0.",
-            labels: ["app", "lane"])
+            help: "1 while APNs takes none of an app's notifications to one environment (production or sandbox, separate services that fail apart) on a lane (3 or more failed sends and no answer for 1 s, until answers come for 1 s without a failure), else 0.",
+            labels: ["app", "environment", "lane"])
         apnsOutageProbes = try registry.counter(
             "pushd_apns_outage_probes_total",
-            help: "Waiting notifications made due before the end of their backoff while APNs takes none on their lane, one per app every retry.outage_probe_ms (5 s, ±25 %), so that an answer shows whether APNs is back.",
-            labels: ["lane"])
+            help: "Waiting notifications made due before the end of their backoff while APNs takes none on their lane in their environment, one per app and environment every retry.outage_probe_ms (5 s, ±25 %), so that an answer shows whether APNs is back.",
+            labels: ["environment", "lane"])
         retries = try registry.counter(
             "pushd_retries_total",
             help: "Notifications rescheduled for another attempt, by the reason of the failed one.",
@@ -332,12 +332,13 @@ public struct PushdMetrics: Sendable {
         apnsConnectionGrowths.bound([app, environment, result])
     }
 
-    public func apnsUnavailable(app: String, lane: String) -> Gauge {
-        apnsUnavailable.bound([app, lane])
+    /// `environment`: `production` or `sandbox`.
+    public func apnsUnavailable(app: String, environment: String, lane: String) -> Gauge {
+        apnsUnavailable.bound([app, environment, lane])
     }
 
-    public func outageProbes(lane: String) -> Counter {
-        apnsOutageProbes.bound([lane])
+    public func outageProbes(environment: String, lane: String) -> Counter {
+        apnsOutageProbes.bound([environment, lane])
     }
 
     public func requestsResent(app: String, environment: String) -> Counter {

@@ -50,32 +50,46 @@ public struct BroadcastQueue: Sendable {
 
     /// Makes the waiting broadcast jobs of `app` whose `last_error` begins with one of
     /// `errorPrefixes` due now, and returns how many (as `JobQueue.makeDue` does for jobs).
-    /// Jobs being sent (their lease has not ended) are left alone.
+    /// Jobs being sent (their lease has not ended) are left alone. `environment`: only jobs
+    /// going there (nil: every environment).
     @discardableResult
-    public func makeDue(_ connection: PGConnection, app: String, errorPrefixes: [String]) throws -> Int {
+    public func makeDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String]) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
         return try connection.rowsUpdated(by: """
-            UPDATE pushd.broadcast_jobs SET run_at = now()
-            WHERE app = $1 AND run_at > now() AND last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
-            """, [app, errorPrefixes])
+            UPDATE pushd.broadcast_jobs b SET run_at = now()
+            WHERE b.app = $1 AND b.run_at > now() AND b.last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
+              AND \(OutageEnvironment.matches(Self.destination(home: "$4::text"), parameter: 3))
+            """, [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""])
+    }
+
+    /// Where a broadcast job `b` goes, as the worker resolves it: its own environment, else
+    /// its channel's, else its app's, `home`.
+    static func destination(home: String) -> String {
+        """
+        coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
+                                 WHERE c.app = b.app AND c.channel_id = b.channel_id), \(home))
+        """
     }
 
     /// Makes the one waiting broadcast job of each of `apps` that is due soonest, among those
     /// whose `last_error` begins with one of `errorPrefixes`, due now, and returns how many (as
     /// `JobQueue.makeSoonestDue` does for jobs). Jobs being sent are left alone.
+    /// `environment`: only jobs going there (nil: every environment).
     @discardableResult
-    public func makeSoonestDue(_ connection: PGConnection, apps: [String], errorPrefixes: [String]) throws -> Int {
+    public func makeSoonestDue(_ connection: PGConnection, apps: [String], environment: OutageEnvironment? = nil,
+                               errorPrefixes: [String]) throws -> Int {
         guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
         return try connection.rowsUpdated(by: """
             UPDATE pushd.broadcast_jobs SET run_at = now()
             WHERE id IN (
-                SELECT b.id FROM unnest($1::text[]) AS a(app)
+                SELECT probe.id FROM unnest($1::text[], $4::text[]) AS a(app, home)
                 CROSS JOIN LATERAL (
-                    SELECT id FROM pushd.broadcast_jobs
-                    WHERE app = a.app AND run_at > now() AND last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
-                    ORDER BY run_at LIMIT 1) b)
+                    SELECT b.id FROM pushd.broadcast_jobs b
+                    WHERE b.app = a.app AND b.run_at > now() AND b.last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
+                      AND \(OutageEnvironment.matches(Self.destination(home: "a.home"), parameter: 3))
+                    ORDER BY b.run_at LIMIT 1) probe)
               AND \(Self.notLeased)
-            """, [apps, errorPrefixes])
+            """, [apps, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)])
     }
 
     /// A row no claim is sending now: its lease, if it had one, has ended.

@@ -53,34 +53,40 @@ public struct ChannelStore: Sendable {
 
     /// Makes the pending channel requests of `app` whose `outcome` begins with one of
     /// `outcomePrefixes` due now, and returns how many (as `JobQueue.makeDue` does for jobs).
-    /// Requests being carried out (their lease has not ended) are left alone.
+    /// Requests being carried out (their lease has not ended) are left alone. `environment`:
+    /// only requests going there (their channel's environment, else their app's; nil: every
+    /// environment).
     @discardableResult
-    public func makeDue(_ connection: PGConnection, app: String, outcomePrefixes: [String]) throws -> Int {
+    public func makeDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, outcomePrefixes: [String]) throws -> Int {
         guard !outcomePrefixes.isEmpty else { return 0 }
         return try connection.rowsUpdated(by: """
             UPDATE pushd.channels SET run_at = now()
             WHERE app = $1 AND state IN ('pending_create', 'pending_delete') AND run_at > now()
               AND outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased)
-            """, [app, outcomePrefixes])
+              AND \(OutageEnvironment.matches("coalesce(environment, $4::text)", parameter: 3))
+            """, [app, outcomePrefixes, environment?.name, environment?.home[app] ?? ""])
     }
 
     /// Makes the one pending channel request of each of `apps` that is due soonest, among those
     /// whose `outcome` begins with one of `outcomePrefixes`, due now, and returns how many (as
     /// `JobQueue.makeSoonestDue` does for jobs). Requests being carried out are left alone.
+    /// `environment`: only requests going there (nil: every environment).
     @discardableResult
-    public func makeSoonestDue(_ connection: PGConnection, apps: [String], outcomePrefixes: [String]) throws -> Int {
+    public func makeSoonestDue(_ connection: PGConnection, apps: [String], environment: OutageEnvironment? = nil,
+                               outcomePrefixes: [String]) throws -> Int {
         guard !apps.isEmpty, !outcomePrefixes.isEmpty else { return 0 }
         return try connection.rowsUpdated(by: """
             UPDATE pushd.channels SET run_at = now()
             WHERE id IN (
-                SELECT c.id FROM unnest($1::text[]) AS a(app)
+                SELECT probe.id FROM unnest($1::text[], $4::text[]) AS a(app, home)
                 CROSS JOIN LATERAL (
-                    SELECT id FROM pushd.channels
-                    WHERE app = a.app AND state IN ('pending_create', 'pending_delete') AND run_at > now()
-                      AND outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased)
-                    ORDER BY run_at LIMIT 1) c)
+                    SELECT q.id FROM pushd.channels q
+                    WHERE q.app = a.app AND q.state IN ('pending_create', 'pending_delete') AND q.run_at > now()
+                      AND q.outcome ^@ ANY ($2::text[]) AND \(BroadcastQueue.notLeased)
+                      AND \(OutageEnvironment.matches("coalesce(q.environment, a.home)", parameter: 3))
+                    ORDER BY q.run_at LIMIT 1) probe)
               AND \(BroadcastQueue.notLeased)
-            """, [apps, outcomePrefixes])
+            """, [apps, outcomePrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)])
     }
 
     /// APNs created the channel: the row becomes active with its id and environment.

@@ -156,9 +156,12 @@ extension CampaignStore {
     /// Makes the parked targets of `app`'s campaigns whose `last_error` begins with one of
     /// `errorPrefixes` due now, and returns how many: targets that waited out an outage of
     /// APNs are sent as soon as it answers again (as `JobQueue.makeDue` does for jobs).
-    /// Targets in another worker's open batch are left alone.
+    /// Targets in another worker's open batch are left alone. `environment`: only targets
+    /// going there (where they were sent, else their campaign's environment, else their app's;
+    /// nil: every environment).
     @discardableResult
-    public func makeParkedDue(_ connection: PGConnection, app: String, errorPrefixes: [String], batch: Int = 10_000) throws -> Int {
+    public func makeParkedDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String],
+                              batch: Int = 10_000) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
         // In batches, each committed on its own, as `JobQueue.makeDue`.
         return try connection.rowsUpdated(inBatchesOf: batch, by: """
@@ -167,27 +170,31 @@ extension CampaignStore {
                 SELECT r.campaign_id, r.chunk, r.position
                 FROM pushd.campaign_retries r JOIN pushd.campaigns c ON c.id = r.campaign_id
                 WHERE c.app = $1 AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
-                LIMIT $3 FOR UPDATE OF r SKIP LOCKED)
-            """, [app, errorPrefixes])
+                  AND \(OutageEnvironment.matches("coalesce(r.environment, c.environment, $4::text)", parameter: 3))
+                LIMIT $5 FOR UPDATE OF r SKIP LOCKED)
+            """, [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""])
     }
 
     /// Makes the one parked target of each of `apps`' running campaigns that is due soonest,
     /// among those whose `last_error` begins with one of `errorPrefixes`, due now, and returns
     /// how many (as `JobQueue.makeSoonestDue` does for jobs): an index walk from now in `due_at`
-    /// order, stopping at the first match.
+    /// order, stopping at the first match. `environment`: only targets going there (nil: every
+    /// environment).
     @discardableResult
-    public func makeSoonestParkedDue(_ connection: PGConnection, apps: [String], errorPrefixes: [String]) throws -> Int {
+    public func makeSoonestParkedDue(_ connection: PGConnection, apps: [String], environment: OutageEnvironment? = nil,
+                                     errorPrefixes: [String]) throws -> Int {
         guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
         return try connection.rowsUpdated(by: """
             UPDATE pushd.campaign_retries r SET due_at = now()
-            FROM (SELECT t.campaign_id, t.chunk, t.position FROM unnest($1::text[]) AS a(app)
+            FROM (SELECT t.campaign_id, t.chunk, t.position FROM unnest($1::text[], $4::text[]) AS a(app, home)
                   CROSS JOIN LATERAL (
                       SELECT q.campaign_id, q.chunk, q.position FROM pushd.campaign_retries q
                       JOIN pushd.campaigns c ON c.id = q.campaign_id
                       WHERE c.app = a.app AND c.status = 'running' AND q.due_at > now() AND q.last_error ^@ ANY ($2::text[])
+                        AND \(OutageEnvironment.matches("coalesce(q.environment, c.environment, a.home)", parameter: 3))
                       ORDER BY q.due_at LIMIT 1) t) probe
             WHERE (r.campaign_id, r.chunk, r.position) = (probe.campaign_id, probe.chunk, probe.position)
-            """, [apps, errorPrefixes])
+            """, [apps, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)])
     }
 
     /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when

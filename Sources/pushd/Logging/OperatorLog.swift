@@ -4,10 +4,11 @@ import Posix
 import Locking
 
 /// What an operator reads in the log: one line per change of state, never one per
-/// notification. APNs stops taking an app's notifications on a lane and takes them again
-/// (with the error; `pushd_apns_unavailable` is 1 meanwhile, and `/readyz` and `pushd status`
-/// name the app), a summary per interval of connection errors, retries and dead letters
-/// by reason (only when there was any), campaigns starting, pausing and finishing.
+/// notification. APNs stops taking an app's notifications to one environment on a lane and
+/// takes them again (with the error; `pushd_apns_unavailable` is 1 meanwhile, and `/readyz` and
+/// `pushd status` name the app and the environment), a summary per interval of connection
+/// errors, retries and dead letters by reason (only when there was any), campaigns starting,
+/// pausing and finishing.
 ///
 /// Thread rule: every worker thread reports here; state changes under the mutex, and lines
 /// are written after it is released.
@@ -24,9 +25,21 @@ final class OperatorLog: Sendable {
     /// APNs failing and answering by turns is one outage, not a pair of lines per turn.
     static let answeringSecondsBeforeBack = 1.0
 
+    /// Apple's production and sandbox hosts are separate services that fail apart: each
+    /// environment of an app has an outage state of its own on each lane, so that a sandbox
+    /// outage neither hides behind production's answers nor reports production down.
     private struct Lane: Hashable {
         var app: String
+        var environment: String
         var lane: String
+    }
+
+    /// An app's environment APNs takes none of the notifications of on a lane.
+    struct Target: Hashable, Comparable, Sendable {
+        var app: String
+        var environment: String
+
+        static func < (lhs: Self, rhs: Self) -> Bool { (lhs.app, lhs.environment) < (rhs.app, rhs.environment) }
     }
 
     private struct Trouble {
@@ -66,27 +79,30 @@ final class OperatorLog: Sendable {
         state = Lock(State(summaryDue: clock() + summaryInterval))
     }
 
-    /// The lanes APNs takes no notifications on now, with their last error, by app and lane.
-    func outages() -> [(app: String, lane: String, error: String)] {
+    /// The lanes APNs takes no notifications on now, with their last error, by app,
+    /// environment and lane.
+    func outages() -> [(app: String, environment: String, lane: String, error: String)] {
         state.withLock { state in
-            state.trouble.filter { $0.value.reported }.map { (app: $0.key.app, lane: $0.key.lane, error: $0.value.error) }
-        }.sorted { ($0.app, $0.lane) < ($1.app, $1.lane) }
+            state.trouble.filter { $0.value.reported }
+                .map { (app: $0.key.app, environment: $0.key.environment, lane: $0.key.lane, error: $0.value.error) }
+        }.sorted { ($0.app, $0.environment, $0.lane) < ($1.app, $1.environment, $1.lane) }
     }
 
-    /// The apps APNs takes no notifications of on `lane` now, sorted; no allocation when
-    /// nothing is in trouble.
-    func appsDown(lane: String) -> [String] {
-        let apps: [String] = state.withLock { state in
+    /// The apps and environments APNs takes no notifications of on `lane` now, sorted; no
+    /// allocation when nothing is in trouble.
+    func appsDown(lane: String) -> [Target] {
+        let down: [Target] = state.withLock { state in
             guard !state.trouble.isEmpty else { return [] }
-            return state.trouble.compactMap { $0.value.reported && $0.key.lane == lane ? $0.key.app : nil }
+            return state.trouble.compactMap { $0.value.reported && $0.key.lane == lane ? Target(app: $0.key.app, environment: $0.key.environment) : nil }
         }
-        return apps.count > 1 ? apps.sorted() : apps
+        return down.count > 1 ? down.sorted() : down
     }
 
-    /// One send's outcome on `lane` of `app`: answers from a working APNs (any status but
-    /// 5xx) clear a trouble; no answer or a 5xx count towards one.
-    func record(_ outcome: SendOutcome, app: String, lane: String) {
-        let key = Lane(app: app, lane: lane)
+    /// One send's outcome on `lane` of `app` to `environment` (the host it went to, `production`
+    /// or `sandbox`): answers from a working APNs (any status but 5xx) clear a trouble of that
+    /// environment only; no answer or a 5xx count towards one.
+    func record(_ outcome: SendOutcome, app: String, environment: String, lane: String) {
+        let key = Lane(app: app, environment: environment, lane: lane)
         let failure: String?
         switch outcome {
         case .transportFailure(let message): failure = "no answer: \(message)"
@@ -127,22 +143,23 @@ final class OperatorLog: Sendable {
             guard !trouble.reported, trouble.failures >= Self.failuresBeforeDown,
                   now - trouble.firstFailure >= Self.failingSecondsBeforeDown else { return nil }
             trouble.reported = true
-            return ("APNs is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
-                    [("app", .string(app)), ("lane", .string(lane)), ("error", .string(failure)), ("event", "apns_down")], true)
+            return ("APNs (\(environment)) is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
+                    [("app", .string(app)), ("environment", .string(environment)), ("lane", .string(lane)), ("error", .string(failure)),
+                     ("event", "apns_down")], true)
         }
-        if let line { write(line, app: app, lane: lane) }
+        if let line { write(line, key) }
         tick()
     }
 
     private func backLine(_ key: Lane, _ trouble: Trouble) -> (message: String, fields: [(String, LogValue)], down: Bool) {
         let seconds = Int(Timestamp().timeIntervalSince(trouble.since))
-        return ("APNs takes notifications of app \(key.app) on the \(key.lane) lane again after \(seconds) s",
-                [("app", .string(key.app)), ("lane", .string(key.lane)), ("seconds", .int(Int64(seconds))),
+        return ("APNs (\(key.environment)) takes notifications of app \(key.app) on the \(key.lane) lane again after \(seconds) s",
+                [("app", .string(key.app)), ("environment", .string(key.environment)), ("lane", .string(key.lane)), ("seconds", .int(Int64(seconds))),
                  ("failed_sends", .int(Int64(trouble.failures))), ("event", "apns_back")], false)
     }
 
-    private func write(_ line: (message: String, fields: [(String, LogValue)], down: Bool), app: String, lane: String) {
-        metrics?.apnsUnavailable(app: app, lane: lane).set(line.down ? 1 : 0)
+    private func write(_ line: (message: String, fields: [(String, LogValue)], down: Bool), _ key: Lane) {
+        metrics?.apnsUnavailable(app: key.app, environment: key.environment, lane: key.lane).set(line.down ? 1 : 0)
         logger.write(line.down ? .warning : .notice, line.message, fields: line.fields)
     }
 
@@ -160,25 +177,26 @@ final class OperatorLog: Sendable {
             }
             return due.map { ($0.key, $0.value) }
         }
-        for (key, trouble) in back { write(backLine(key, trouble), app: key.app, lane: key.lane) }
+        for (key, trouble) in back { write(backLine(key, trouble), key) }
     }
 
-    /// The apps whose `lane` came back from an outage since the last call, once each: the
-    /// caller makes the notifications that waited the outage out due (`JobQueue.makeDue`).
-    func takeAppsBack(lane: String) -> [String] {
+    /// The apps and environments whose `lane` came back from an outage since the last call,
+    /// once each: the caller makes the notifications of that environment that waited the
+    /// outage out due (`JobQueue.makeDue`).
+    func takeAppsBack(lane: String) -> [Target] {
         state.withLock { state in
             guard !state.back.isEmpty else { return [] }
-            let apps = state.back.filter { $0.lane == lane }
-            state.back.subtract(apps)
-            return apps.map(\.app).sorted()
+            let back = state.back.filter { $0.lane == lane }
+            state.back.subtract(back)
+            return back.map { Target(app: $0.app, environment: $0.environment) }.sorted()
         }
     }
 
-    /// Gives back apps `takeAppsBack` returned whose notifications could not be made due (a
+    /// Gives back what `takeAppsBack` returned whose notifications could not be made due (a
     /// database error), so that the next call returns them again.
-    func returnAppsBack(_ apps: [String], lane: String) {
+    func returnAppsBack(_ targets: [Target], lane: String) {
         state.withLock { state in
-            for app in apps { state.back.insert(Lane(app: app, lane: lane)) }
+            for target in targets { state.back.insert(Lane(app: target.app, environment: target.environment, lane: lane)) }
         }
     }
 

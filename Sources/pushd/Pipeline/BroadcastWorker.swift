@@ -56,18 +56,22 @@ final class BroadcastWorker: @unchecked Sendable {
         while !context.isStopping {
             do {
                 let connection = try connectIfNeeded()
-                context.makeDueAfterOutage(lane: Self.lane, what: "broadcast jobs") { app in
-                    try broadcasts.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                context.makeDueAfterOutage(lane: Self.lane, what: "broadcast jobs") { back in
+                    try broadcasts.makeDue(connection, app: back.app, environment: context.outageEnvironment(back.environment),
+                                           errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
-                context.makeDueAfterOutage(lane: Self.channelsLane, what: "channel requests") { app in
-                    try channels.makeDue(connection, app: app, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                context.makeDueAfterOutage(lane: Self.channelsLane, what: "channel requests") { back in
+                    try channels.makeDue(connection, app: back.app, environment: context.outageEnvironment(back.environment),
+                                         outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 // Claimed at once below, by this worker.
-                try context.probeOutage(lane: Self.lane, what: "broadcast jobs") { apps in
-                    try broadcasts.makeSoonestDue(connection, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                try context.probeOutage(lane: Self.lane, what: "broadcast jobs") { apps, environment in
+                    try broadcasts.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
+                                                  errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
-                try context.probeOutage(lane: Self.channelsLane, what: "channel requests") { apps in
-                    try channels.makeSoonestDue(connection, apps: apps, outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                try context.probeOutage(lane: Self.channelsLane, what: "channel requests") { apps, environment in
+                    try channels.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
+                                                outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 let apps = context.claimableApps()
                 // One row at a time, each leased as it is taken: rows are sent one after the
@@ -164,7 +168,7 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let outcome = sent.outcome
-        context.operatorLog.record(outcome, app: operation.app, lane: Self.channelsLane)
+        context.operatorLog.record(outcome, app: operation.app, environment: environment.rawValue, lane: Self.channelsLane)
         let status = sent.response.map { String($0.status) } ?? "none"
         let label = outcome.label
         if case .response(let response) = outcome, response.isSuccess {
@@ -257,7 +261,7 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let outcome = sent.outcome
-        context.operatorLog.record(outcome, app: job.app, lane: Self.lane)
+        context.operatorLog.record(outcome, app: job.app, environment: environment.rawValue, lane: Self.lane)
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
                                              random: &random)

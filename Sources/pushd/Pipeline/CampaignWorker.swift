@@ -78,13 +78,15 @@ final class CampaignWorker: @unchecked Sendable {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)",
                                                           settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
                 }
-                if context.makeDueAfterOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { app in
-                    try store.makeParkedDue(connection!, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                if context.makeDueAfterOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { back in
+                    try store.makeParkedDue(connection!, app: back.app, environment: context.outageEnvironment(back.environment),
+                                            errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }) {
                     nextParkedCheck = 0
                 }
-                if try context.probeOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { apps in
-                    try store.makeSoonestParkedDue(connection!, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                if try context.probeOutage(lane: Lane.campaign.rawValue, what: "parked campaign targets", { apps, environment in
+                    try store.makeSoonestParkedDue(connection!, apps: apps, environment: context.outageEnvironment(environment),
+                                                   errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }) {
                     nextParkedCheck = 0
                 }
@@ -215,7 +217,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// `token` is made only for a prune or a throttle: most answers need no hex of their token.
     private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: @autoclosure () -> String, pushType: String,
                         sender: AppSender, environment: PushdConfig.Environment) -> Handled {
-        context.operatorLog.record(outcome, app: app, lane: "campaign")
+        context.operatorLog.record(outcome, app: app, environment: environment.rawValue, lane: "campaign")
         switch verdict {
         case .delivered:
             sender.countResponse(status: 200, reason: "none", environment: environment)

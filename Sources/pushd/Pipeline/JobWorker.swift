@@ -48,12 +48,14 @@ final class JobWorker: @unchecked Sendable {
             context.operatorLog.tick()
             do {
                 let connection = try connectIfNeeded()
-                context.makeDueAfterOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { app in
-                    try queue.makeDue(connection, app: app, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                context.makeDueAfterOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { back in
+                    try queue.makeDue(connection, app: back.app, environment: context.outageEnvironment(back.environment),
+                                      errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 // Claimed at once below, by this worker.
-                try context.probeOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { apps in
-                    try queue.makeSoonestDue(connection, apps: apps, errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                try context.probeOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { apps, environment in
+                    try queue.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
+                                             errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 let apps = context.claimableApps()
                 let leaving = context.coverage.leaving()
@@ -321,7 +323,7 @@ final class JobWorker: @unchecked Sendable {
         // Windows count from the first send, not from the insert: a job scheduled for later
         // (run_at) has not been waiting before it was due.
         let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
-        context.operatorLog.record(outcome, app: job.app, lane: "transactional")
+        context.operatorLog.record(outcome, app: job.app, environment: item.environment.rawValue, lane: "transactional")
         let verdict = context.notForTopicVerdict(
             context.policy.verdict(for: outcome, attempt: job.attempts + 1, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                    firstAttemptAt: firstAttemptAt, now: Timestamp(), random: &random),

@@ -7,7 +7,9 @@
 /// after APNs answers again, and /readyz would say it is down all that time. So while a lane is
 /// down, every `interval` (spread at random by ±`spread` of it, so that instances started
 /// together do not probe together) the soonest waiting notification of each app down on it is
-/// made due; its answer ends the outage, and the `apns_back` path makes the rest due.
+/// made due; its answer ends the outage, and the `apns_back` path makes the rest due. The
+/// members of a lane are whatever the caller tracks outages of (an app and an environment):
+/// all of a lane's down members are probed together.
 ///
 /// Pure: the caller gives the clock and the random source. Not thread-safe; the caller locks.
 struct OutageProbe: Sendable {
@@ -27,8 +29,8 @@ struct OutageProbe: Sendable {
     /// forgets the lane) or before its probe is due; else all of `appsDown`, and the lane's next
     /// probe is one spread interval away. The first look at a down lane schedules its first
     /// probe, an interval after the outage was seen: its own retries are still short then.
-    mutating func appsToProbe(lane: String, appsDown: [String], now: Double,
-                              random: inout some RandomNumberGenerator) -> [String] {
+    mutating func appsToProbe<Member>(lane: String, appsDown: [Member], now: Double,
+                                      random: inout some RandomNumberGenerator) -> [Member] {
         guard !appsDown.isEmpty else {
             if !next.isEmpty { next.removeValue(forKey: lane) }
             return []

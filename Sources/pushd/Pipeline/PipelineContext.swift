@@ -44,12 +44,19 @@ final class PipelineContext: @unchecked Sendable {
         coverage = EnvironmentCoverage(apps: config.apps, logger: logger)
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
-        // Every app's lanes show 0 from the start, so a query sees an outage begin, not a series
-        // appear; probes too, so an increase() over the first probe of an outage is not lost.
-        for app in config.apps.map(\.name) {
-            for lane in Self.outageLanes { metrics.apnsUnavailable(app: app, lane: lane).set(0) }
+        // Every app's lanes show 0 from the start in each environment it can send to, so a query
+        // sees an outage begin, not a series appear; probes too, so an increase() over the first
+        // probe of an outage is not lost.
+        for app in config.apps {
+            for environment in PushdConfig.Environment.allCases where app.credentials(for: environment) != nil {
+                for lane in Self.outageLanes {
+                    metrics.apnsUnavailable(app: app.name, environment: environment.rawValue, lane: lane).set(0)
+                }
+            }
         }
-        for lane in Self.outageLanes { _ = metrics.outageProbes(lane: lane) }
+        for environment in PushdConfig.Environment.allCases {
+            for lane in Self.outageLanes { _ = metrics.outageProbes(environment: environment.rawValue, lane: lane) }
+        }
         policy = OutcomePolicy(retry: RetryPolicy(baseDelay: Double(config.retry.baseDelayMilliseconds) / 1000,
                                                   maxDelay: Double(config.retry.maxDelayMilliseconds) / 1000,
                                                   maxAttempts: config.retry.maxAttempts,
@@ -70,12 +77,14 @@ final class PipelineContext: @unchecked Sendable {
         senders.values.compactMap { $0.pausedReason == nil ? nil : $0.app.name }
     }
 
-    /// App → "lane lane(s): error" for every app APNs takes none of the notifications of on
-    /// some lane now (`OperatorLog`'s outages).
+    /// App → "lane lane in environment: error" (joined by "; ") for every app APNs takes none
+    /// of the notifications of in some environment on some lane now (`OperatorLog`'s
+    /// outages). Keyed by app alone, as `pushd.instances.apns_unavailable` has always been, so
+    /// that instances of every version read each other's.
     func apnsUnavailable() -> [String: String] {
         var byApp = [String: String]()
         for outage in operatorLog.outages() {
-            let entry = "\(outage.lane) lane: \(outage.error)"
+            let entry = "\(outage.lane) lane in \(outage.environment): \(outage.error)"
             byApp[outage.app] = byApp[outage.app].map { "\($0); \(entry)" } ?? entry
         }
         return byApp
@@ -242,61 +251,75 @@ final class PipelineContext: @unchecked Sendable {
 
     /// A worker whose database session failed waits before it connects again: doubling from
     /// 0.2 s up to 30 s, with jitter so that workers cut off together do not return together.
-    /// When APNs takes an app's notifications on `lane` again after an outage, what waited it
-    /// out there is due at once: its backoff grew with the outage (up to 5 minutes), and
-    /// nothing about it needs more waiting now that APNs answers. `makeDue` makes one app's
-    /// due (the rows whose error says they waited for APNs) and returns how many; each app
-    /// is done once per outage, by the first worker of the lane to look, with one notice
-    /// (`outage_retries_due`) when there were any. Returns whether any became due.
+    /// When APNs takes an app's notifications to an environment on `lane` again after an
+    /// outage, what waited it out there is due at once: its backoff grew with the outage (up
+    /// to 5 minutes), and nothing about it needs more waiting now that APNs answers.
+    /// `makeDue` makes one app's due in one environment (the rows going there whose error says
+    /// they waited for APNs; the other environment's are left to their own outage) and returns
+    /// how many; each is done once per outage, by the first worker of the lane to look, with one
+    /// notice (`outage_retries_due`) when there were any. Returns whether any became due.
     @discardableResult
-    func makeDueAfterOutage(lane: String, what: String, _ makeDue: (String) throws -> Int) -> Bool {
-        let apps = operatorLog.takeAppsBack(lane: lane)
+    func makeDueAfterOutage(lane: String, what: String, _ makeDue: (OperatorLog.Target) throws -> Int) -> Bool {
+        let back = operatorLog.takeAppsBack(lane: lane)
         var any = false
-        for (position, app) in apps.enumerated() {
+        for (position, target) in back.enumerated() {
             do {
-                let due = try makeDue(app)
+                let due = try makeDue(target)
                 // Another instance may have made them due first.
                 guard due > 0 else { continue }
                 any = true
-                logger.notice("\(due) \(what) of app \(app) that waited out the APNs outage are due now",
-                              ("app", .string(app)), ("lane", .string(lane)), ("count", .int(Int64(due))),
-                              ("event", "outage_retries_due"))
+                logger.notice("\(due) \(what) of app \(target.app) to \(target.environment) that waited out the APNs outage are due now",
+                              ("app", .string(target.app)), ("environment", .string(target.environment)), ("lane", .string(lane)),
+                              ("count", .int(Int64(due))), ("event", "outage_retries_due"))
             } catch {
-                operatorLog.returnAppsBack(Array(apps[position...]), lane: lane)
+                operatorLog.returnAppsBack(Array(back[position...]), lane: lane)
                 databaseError(error)
-                logger.warning("could not make the \(what) of app \(app) that waited out the APNs outage due (tried again on the next turn): \(error)",
-                               ("app", .string(app)), ("lane", .string(lane)))
+                logger.warning("could not make the \(what) of app \(target.app) to \(target.environment) that waited out the APNs outage due (tried again on the next turn): \(error)",
+                               ("app", .string(target.app)), ("environment", .string(target.environment)), ("lane", .string(lane)))
                 break
             }
         }
         return any
     }
 
-    /// While APNs is down for apps on `lane`, makes one waiting notification of each of them
-    /// due about every `retry.outage_probe_ms` (`OutageProbe`), so that its answer can show the
-    /// lane is back: `makeSoonestDue` is given the apps and returns how many it made due (the
-    /// soonest of each whose error says it waited for APNs). Each one counts in
-    /// `pushd_apns_outage_probes_total{lane}`, with one info line (`outage_probe`) per probe
-    /// that found any, at most one per interval and lane. Nothing is read or written while the
-    /// lane is up. A database error is the caller's, as a claim's would be. Returns whether any
-    /// became due.
+    /// The work going to `environment`, for the statements that make one environment's work
+    /// due: with each app's configured environment, where a notification goes that names none
+    /// and whose token is not registered (`AppSender.environment`).
+    func outageEnvironment(_ environment: String) -> OutageEnvironment {
+        OutageEnvironment(name: environment, home: Dictionary(config.apps.map { ($0.name, $0.environment.rawValue) },
+                                                              uniquingKeysWith: { first, _ in first }))
+    }
+
+    /// While APNs is down for apps in an environment on `lane`, makes one waiting notification
+    /// of each of them going there due about every `retry.outage_probe_ms` (`OutageProbe`), so
+    /// that its answer can show the environment is back: `makeSoonestDue` is given the apps of
+    /// one environment and the environment, and returns how many it made due (the soonest of
+    /// each going there whose error says it waited for APNs). Each one counts in
+    /// `pushd_apns_outage_probes_total{environment,lane}`, with one info line (`outage_probe`)
+    /// per environment whose probe found any, at most one per interval, lane and environment. Nothing is
+    /// read or written while the lane is up. A database error is the caller's, as a claim's
+    /// would be. Returns whether any became due.
     @discardableResult
-    func probeOutage(lane: String, what: String, _ makeSoonestDue: ([String]) throws -> Int) throws -> Bool {
+    func probeOutage(lane: String, what: String, _ makeSoonestDue: (_ apps: [String], _ environment: String) throws -> Int) throws -> Bool {
         let down = operatorLog.appsDown(lane: lane)
         let now = RateLimiter.monotonicSeconds()
         let due = probes.withLock { $0.schedule.appsToProbe(lane: lane, appsDown: down, now: now, random: &$0.random) }
         guard !due.isEmpty else { return false }
         // A paused app's work is not claimed here: making it due would prove nothing.
         let claimable = Set(claimableApps())
-        let apps = due.filter(claimable.contains)
-        guard !apps.isEmpty else { return false }
-        let count = try makeSoonestDue(apps)
-        guard count > 0 else { return false }
-        metrics.outageProbes(lane: lane).increment(by: UInt64(count))
-        logger.info("APNs takes no notifications of app \(apps.joined(separator: ", ")) on the \(lane) lane: the first of its waiting \(what) is due now (\(count) in all, one per app), so that an answer can show whether APNs is back",
-                    ("app", .string(apps.joined(separator: ","))), ("lane", .string(lane)), ("count", .int(Int64(count))),
-                    ("event", "outage_probe"))
-        return true
+        var any = false
+        for (environment, targets) in Dictionary(grouping: due.filter { claimable.contains($0.app) }, by: \.environment)
+            .sorted(by: { $0.key < $1.key }) {
+            let apps = targets.map(\.app)
+            let count = try makeSoonestDue(apps, environment)
+            guard count > 0 else { continue }
+            any = true
+            metrics.outageProbes(environment: environment, lane: lane).increment(by: UInt64(count))
+            logger.info("APNs (\(environment)) takes no notifications of app \(apps.joined(separator: ", ")) on the \(lane) lane: the first of its waiting \(what) to \(environment) is due now (\(count) in all, one per app), so that an answer can show whether APNs is back",
+                        ("app", .string(apps.joined(separator: ","))), ("environment", .string(environment)), ("lane", .string(lane)),
+                        ("count", .int(Int64(count))), ("event", "outage_probe"))
+        }
+        return any
     }
 
     static func sleepAfterDatabaseFailure(_ failures: Int) {
