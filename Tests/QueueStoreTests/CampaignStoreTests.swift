@@ -298,6 +298,53 @@ import Testing
         }
     }
 
+    /// An instance without credentials for an environment leaves that environment's parked
+    /// targets to one that has them: a target's environment is the one it was parked with,
+    /// else its campaign's, else the app's; the plain claim takes them all.
+    @Test func aParkedClaimLeavingAnEnvironmentTakesOnlyTheOtherEnvironmentsTargets() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            func park(campaignEnvironment: String?, targets: [(seed: Int, environment: String?)]) throws -> Int64 {
+                let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "mixed", environment: campaignEnvironment,
+                                                                      payload: Fixtures.payload))
+                try campaigns.importTargets(connection, campaignID: id, targets: targets.map { (Fixtures.token($0.seed), nil) })
+                try campaigns.start(connection, id: id)
+                let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
+                let parked = zip(chunk.targets, targets).map { target, wanted in
+                    ParkedTarget(campaignID: id, chunk: chunk.chunk, position: target.index, token: target.token, payload: nil,
+                                 dueAt: Timestamp().addingTimeInterval(-1), attempts: 0, firstAttemptAt: Timestamp(),
+                                 lastError: "NoCredentialsForEnvironment: left", environment: wanted.environment)
+                }
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size), parking: parked)
+                return id
+            }
+            // The app's own environment is production; the campaign names none.
+            let mixed = try park(campaignEnvironment: nil, targets: [(1, "sandbox"), (2, "production"), (3, nil)])
+            // A sandbox campaign's target parked without an environment goes to the sandbox.
+            let beta = try park(campaignEnvironment: "sandbox", targets: [(4, nil)])
+            let leaving = JobQueue.Leaving(environments: ["shop": "sandbox"], home: ["shop": "production"])
+
+            let batch = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop"], leaving: leaving))
+            #expect(batch.campaignID == mixed)
+            #expect(batch.targets.map(\.token).sorted() == [Fixtures.token(2), Fixtures.token(3)].sorted())
+            var outcomes = ParkedOutcomes()
+            outcomes.sent = 2
+            try campaigns.settleParked(connection, batch, outcomes)
+            #expect(try campaigns.claimParked(connection, limit: 10, apps: ["shop"], leaving: leaving) == nil)
+            // Another app's leaving changes nothing for shop.
+            let other = JobQueue.Leaving(environments: ["news": "sandbox"], home: ["news": "production"])
+            let plain = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop", "news"], leaving: other))
+            #expect(plain.targets.count == 1)
+            outcomes.sent = 1
+            try campaigns.settleParked(connection, plain, outcomes)
+            let last = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop"]))
+            #expect(last.targets.count == 1)
+            try campaigns.settleParked(connection, last, outcomes)
+            #expect(Set([plain.targets[0].token, last.targets[0].token]) == [Fixtures.token(1), Fixtures.token(4)])
+            for id in [mixed, beta] { #expect(try campaigns.campaign(connection, id: id)?.status == .done) }
+        }
+    }
+
     /// A chunk stopped early is released past the targets it sent, its waiting ones parked in
     /// the same transaction; the next lease starts at the first target never sent. The targets
     /// whose answer held their topic or paused their app become due with the hold's end

@@ -92,6 +92,35 @@ extension CampaignStore {
                   r.environment
         """
 
+    /// The parked claim of an instance that leaves one environment of some apps to other
+    /// instances (`JobQueue.Leaving`, as the transactional claim): `$3` names it per app of
+    /// `$2` (NULL: none), `$4` is the app's own environment. A target's environment is the one
+    /// it was parked with, else its campaign's, else its app's, as the sender computes it; the
+    /// targets of the left environment stay parked, due, for an instance that can send them.
+    static let claimParkedLeavingSQL = """
+        WITH picked AS (
+            SELECT r.campaign_id FROM pushd.campaign_retries r
+            JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running'
+            JOIN unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home) ON a.app = k.app
+            WHERE r.due_at <= now() AND \(parkedNotLeft)
+            ORDER BY r.due_at LIMIT 1
+        ), due AS (
+            SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r
+            JOIN picked ON picked.campaign_id = r.campaign_id
+            JOIN pushd.campaigns k ON k.id = r.campaign_id
+            JOIN unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home) ON a.app = k.app
+            WHERE r.due_at <= now() AND \(parkedNotLeft)
+            ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
+        )
+        DELETE FROM pushd.campaign_retries r USING due
+        WHERE r.campaign_id = due.campaign_id AND r.chunk = due.chunk AND r.position = due.position
+        RETURNING r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
+                  r.environment
+        """
+
+    /// A parked target `r` of campaign `k` of app `a` does not go to the environment `a.leave`.
+    static let parkedNotLeft = "(a.leave IS NULL OR coalesce(r.environment, k.environment, a.home) IS DISTINCT FROM a.leave)"
+
     static let countParkedSQL = """
         UPDATE pushd.campaigns k
         SET sent = k.sent + $2, failed = k.failed + $3, pruned = k.pruned + $4, pruned_kept = k.pruned_kept + $7,
@@ -198,13 +227,23 @@ extension CampaignStore {
     }
 
     /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when
-    /// none is due. On a batch the connection stays in the claiming transaction: settle it
-    /// with `settleParked` on the same connection.
-    public func claimParked(_ connection: PGConnection, limit: Int, apps: [String]) throws -> ParkedBatch? {
+    /// none is due. Targets of an environment `leaving` names for their app are left parked
+    /// for an instance that can send them. On a batch the connection stays in the claiming
+    /// transaction: settle it with `settleParked` on the same connection.
+    public func claimParked(_ connection: PGConnection, limit: Int, apps: [String],
+                            leaving: JobQueue.Leaving = JobQueue.Leaving()) throws -> ParkedBatch? {
         guard limit > 0 else { throw QueueError("parked claim limit must be positive, got \(limit)") }
+        let statement: PGStatement
+        var parameters: [any PGParameter] = [limit, apps]
+        if leaving.isEmpty {
+            statement = try connection.prepared(Self.claimParkedSQL)
+        } else {
+            statement = try connection.prepared(Self.claimParkedLeavingSQL)
+            parameters += [apps.map { leaving.environments[$0] }, apps.map { leaving.home[$0] ?? "" }]
+        }
         try connection.execute(script: "BEGIN")
         do {
-            let result = try connection.query(connection.prepared(Self.claimParkedSQL), [limit, apps])
+            let result = try connection.query(statement, parameters)
             guard result.rowCount > 0 else {
                 try connection.execute(script: "COMMIT")
                 return nil

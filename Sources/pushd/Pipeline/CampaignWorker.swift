@@ -94,7 +94,8 @@ final class CampaignWorker: @unchecked Sendable {
                 let now = RateLimiter.monotonicSeconds()
                 // Parked targets are looked for a few times a second, not before every chunk.
                 if !context.isStopping, now >= nextParkedCheck {
-                    if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps()) {
+                    if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps(),
+                                                         leaving: context.coverage.leaving()) {
                         failures = 0
                         if parked.targets.count < Self.parkedBatchLimit { nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval }
                         try sendParked(parked, on: connection!)
@@ -433,6 +434,12 @@ final class CampaignWorker: @unchecked Sendable {
             }
             if run.rate != nil { now = RateLimiter.monotonicSeconds() }
             guard let target = run.takeNextTarget(now: now) else { break }
+            // Before the cap's reservation: a target left to another instance takes no share of
+            // this one's pace, so that instance sends it in the time the chunk left unused.
+            if sender.app.credentials(for: run.environments[target]) == nil {
+                noCredentials(run, target, run.environments[target])
+                continue
+            }
             if let rate = run.rate {
                 let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
                 // A send due within the pacing slice goes with the batch being built; one due
@@ -516,8 +523,7 @@ final class CampaignWorker: @unchecked Sendable {
             do {
                 client = try sender.client(for: environment, lane: .campaign)
             } catch let missing as AppSender.NoCredentials {
-                context.coverage.reportDeadLettered(app: chunk.app, environment: missing.environment, lane: .campaign)
-                fail(run, target, missing.label)
+                noCredentials(run, target, missing.environment)
                 continue
             } catch {
                 context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
@@ -541,8 +547,20 @@ final class CampaignWorker: @unchecked Sendable {
         }
     }
 
+    /// `target` goes to `environment`, which this instance has no credentials for: left to a
+    /// live instance that has them (parked when the run ends, for its parked claim), else
+    /// dead-lettered with the error line naming the setting to add.
+    private func noCredentials(_ run: ChunkRun, _ target: Int, _ environment: PushdConfig.Environment) {
+        switch context.coverage.decide(app: run.chunk.app, environment: environment, lane: .campaign) {
+        case .leave:
+            run.leave(target, reason: EnvironmentCoverage.leftReason(environment))
+        case .deadLetter:
+            fail(run, target, AppSender.NoCredentials(app: run.chunk.app, environment: environment).label)
+        }
+    }
+
     /// A target that can never be sent (a bad token, a notification APNs would refuse, no
-    /// credentials for its host) fails at once.
+    /// credentials for its host anywhere in the fleet) fails at once.
     private func fail(_ run: ChunkRun, _ target: Int, _ reason: String) {
         run.resolve(target, .failed(reason))
         context.metrics.deadLetter(app: run.chunk.app, lane: Lane.campaign.rawValue, reason: reason).increment()
@@ -695,6 +713,21 @@ final class CampaignWorker: @unchecked Sendable {
             outcomes.retries.append(target)
         }
 
+        /// A target of an environment this instance has no credentials for, claimed before it
+        /// learnt that another live instance has them (its claim leaves such targets alone):
+        /// parked again, unspent, for that one; with none in the fleet, dead-lettered.
+        func leaveOrFail(_ target: ParkedTarget, _ environment: PushdConfig.Environment) {
+            switch context.coverage.decide(app: batch.app, environment: environment, lane: .campaign) {
+            case .leave(let seconds):
+                again(target, at: Timestamp().addingTimeInterval(seconds), reason: EnvironmentCoverage.leftReason(environment))
+            case .deadLetter:
+                let label = AppSender.NoCredentials(app: batch.app, environment: environment).label
+                outcomes.failedByReason[label, default: 0] += 1
+                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: label).increment()
+                context.tally.add(context.tally.failed)
+            }
+        }
+
         let sending = Self.parkedTargetsToSend(of: batch.targets.count, rate: rate)
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
@@ -708,6 +741,12 @@ final class CampaignWorker: @unchecked Sendable {
             }
             if let held = context.throttle.heldUntil(target.token) {
                 again(target, at: held, reason: "TooManyRequests: the device token is throttled")
+                continue
+            }
+            // Parked with the environment it was first sent to (or left for).
+            let environment = sender.environment(job: target.environment, registered: nil)
+            if sender.app.credentials(for: environment) == nil {
+                leaveOrFail(target, environment)
                 continue
             }
             if let rate {
@@ -726,16 +765,11 @@ final class CampaignWorker: @unchecked Sendable {
                 context.tally.add(context.tally.failed)
                 continue
             }
-            // Parked with the environment it was first sent to.
-            let environment = sender.environment(job: target.environment, registered: nil)
             do {
                 try sender.client(for: environment, lane: .campaign)
                     .submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
             } catch let missing as AppSender.NoCredentials {
-                context.coverage.reportDeadLettered(app: batch.app, environment: missing.environment, lane: .campaign)
-                outcomes.failedByReason[missing.label, default: 0] += 1
-                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: missing.label).increment()
-                context.tally.add(context.tally.failed)
+                leaveOrFail(target, missing.environment)
                 continue
             } catch {
                 context.logger.error("cannot send for app \(batch.app) to \(environment.rawValue): \(error)", ("app", .string(batch.app)))

@@ -48,6 +48,11 @@ final class ChunkRun {
     /// The environment each target is sent to (its host, its answer's meaning, its parking).
     var environments: [PushdConfig.Environment]
     var retries: [Retry] = []
+    /// Targets of an environment this instance has no credentials for and another live
+    /// instance has: parked with the retries when the run ends, due at once, for that
+    /// instance's parked claim (this one's leaves them alone). Until then they hold the
+    /// watermark, so a run that never ends them leaves them to the chunk's next lease.
+    var left: [Retry] = []
     var parked: [ParkedTarget] = []
     var prunes: [TokenPrune] = []
     /// Every target before it is resolved.
@@ -121,10 +126,16 @@ final class ChunkRun {
         retries.append(Retry(at: RateLimiter.monotonicSeconds(), target: target, dueAt: Timestamp(), reason: reason))
     }
 
-    /// Moves the retries waiting here to `parked`, for the transaction that finishes or
-    /// releases the chunk.
+    /// `target`, of an environment this instance cannot send to, is left to an instance that
+    /// can: unsent, no attempt spent, parked with the chunk's retries.
+    func leave(_ target: Int, reason: String) {
+        left.append(Retry(at: 0, target: target, dueAt: Timestamp(), reason: reason))
+    }
+
+    /// Moves the retries waiting here and the targets left to other instances to `parked`,
+    /// for the transaction that finishes or releases the chunk.
     func parkRetries() {
-        for retry in retries {
+        for retry in retries + left {
             let target = chunk.targets[retry.target]
             resolve(retry.target, .parked)
             parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: target.index,
@@ -133,6 +144,7 @@ final class ChunkRun {
                                        lastError: retry.reason, environment: environments[retry.target].rawValue))
         }
         retries.removeAll()
+        left.removeAll()
     }
 
     /// Moves the watermark over every resolved target and adds them to `progress`.

@@ -99,11 +99,14 @@ final class EnvironmentCoverage: @unchecked Sendable {
         return .deadLetter
     }
 
+    /// The `last_error` of a notification left to another instance.
+    static func leftReason(_ environment: PushdConfig.Environment) -> String {
+        "NoCredentialsForEnvironment: left to an instance that has credentials for \(environment.rawValue)"
+    }
+
     /// Logs, at most once per app and environment a minute, that notifications of `app` to
     /// `environment` were dead-lettered for want of credentials, naming the setting to add.
-    /// The campaign lane leases chunks by app and dead-letters such targets even while
-    /// another instance could send them; the line says so.
-    func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: Lane) {
+    private func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: Lane) {
         let entry = InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)
         let now = RateLimiter.monotonicSeconds()
         let count = lastLogged.withLock { logged -> Int? in
@@ -116,10 +119,7 @@ final class EnvironmentCoverage: @unchecked Sendable {
             return since
         }
         guard let count else { return }
-        let elsewhere = self.elsewhere.withLock { $0?.contains(entry) ?? false }
-        let who = elsewhere ? "this instance (another live instance has them, but \(lane.rawValue) work is taken by app, not by environment)"
-                            : "this instance nor in any live instance"
-        logger.error("app \(app) has no credentials for \(environment.rawValue) in \(who): "
+        logger.error("app \(app) has no credentials for \(environment.rawValue) in this instance nor in any live instance: "
                      + "\(count) of its \(environment.rawValue) notification(s) on the \(lane.rawValue) lane dead-lettered (NoCredentialsForEnvironment) since the last such line; "
                      + "add \(environment.rawValue)_certificate to app \(app) in the configuration (APNs issues a certificate for one environment)",
                      ("event", "no_credentials_for_environment"), ("app", .string(app)),

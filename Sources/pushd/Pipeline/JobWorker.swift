@@ -224,7 +224,7 @@ final class JobWorker: @unchecked Sendable {
                 case .leave(let seconds):
                     // Claimed before this instance learnt that another one sends it: that one takes it.
                     outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(seconds),
-                                                     error: "\(missing.label): left to an instance that has credentials for \(environment.rawValue)",
+                                                     error: EnvironmentCoverage.leftReason(environment),
                                                      countsAsAttempt: false))
                 case .deadLetter:
                     dead(job, status: nil, reason: missing.description, label: missing.label, into: &outcomes, sender: sender)
