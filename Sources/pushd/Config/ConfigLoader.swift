@@ -59,6 +59,13 @@ enum ConfigLoader {
                 config.metricsListen = listen
             }
         }
+        config.metricsEndpoint.connectionLimit = metrics.int("connection_limit", default: config.metricsEndpoint.connectionLimit, range: 1...65_535)
+        config.metricsEndpoint.perAddressLimit = metrics.int("per_address_limit", default: config.metricsEndpoint.perAddressLimit, range: 0...65_535)
+        config.metricsEndpoint.requestTimeoutSeconds = metrics.int("request_timeout_s", default: config.metricsEndpoint.requestTimeoutSeconds,
+                                                                   range: 1...3_600)
+        config.metricsEndpoint.answerTimeoutSeconds = metrics.int("answer_timeout_s", default: config.metricsEndpoint.answerTimeoutSeconds,
+                                                                  range: 1...3_600)
+        config.metricsEndpoint.idleTimeoutSeconds = metrics.int("idle_timeout_s", default: config.metricsEndpoint.idleTimeoutSeconds, range: 1...3_600)
         metrics.rejectUnknownKeys()
 
         let log = top.section("log")
