@@ -164,10 +164,12 @@ import Testing
             let old = try #require(batch.jobs.first { $0.pushType == "background" })
             let others = batch.jobs.map(\.id).filter { $0 != old.id }.sorted()
             let later = Timestamp().addingTimeInterval(600)
-            try queue.finish(connection, batch, JobOutcomes(
+            let refused = try queue.finish(connection, batch, JobOutcomes(
                 delivered: [others[0], others[1]],
                 retries: [JobRetry(id: old.id, runAt: later, error: "503 ServiceUnavailable"),
                           JobRetry(id: others[2], runAt: later, error: "503 ServiceUnavailable")]))
+            #expect(refused.map(\.job.id) == [old.id], "the refused retry is reported, for the worker to count and log")
+            #expect(refused.first?.check == "jobs_background_priority")
             let queued = try connection.query("SELECT id, attempts FROM pushd.jobs ORDER BY id")
             #expect(queued.rowCount == 1)
             #expect(try queued.require(Int64.self, row: 0, column: 0) == others[2])
