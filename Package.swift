@@ -43,7 +43,7 @@ let package = Package(
         .target(name: "Posix", swiftSettings: withoutStringProcessing),
         .target(name: "APNs", dependencies: ["COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "QueueStore", dependencies: ["CLibPQ", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
-        .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking"], swiftSettings: withoutStringProcessing),
+        .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "CEpoll"),
         .target(name: "CSignal"),
         .target(name: "CTLSWatch", linkerSettings: [.linkedLibrary("ssl")]),

@@ -88,6 +88,10 @@ campaigns_section=""
 [ -n "${PUSHD_BENCH_ADAPTIVE:-}" ] && campaigns_section+=$'\n'"  adaptive_in_flight: $PUSHD_BENCH_ADAPTIVE"
 [ -n "${PUSHD_BENCH_ONE_READER:-}" ] && campaigns_section+=$'\n'"  read_through_one_transfer: $PUSHD_BENCH_ONE_READER"
 [ -n "$campaigns_section" ] && campaigns_section="campaigns:$campaigns_section"
+# pushd refuses more claimed transactional jobs (4 workers x batch_size) than apns.max_in_flight.
+bench_window=${PUSHD_BENCH_MAX_IN_FLIGHT:-$(( ${PUSHD_BENCH_MAX_CONNECTIONS:-8} * ${PUSHD_BENCH_STREAMS:-500} ))}
+bench_batch=$(( bench_window / 4 < 500 ? bench_window / 4 : 500 ))
+[ "$bench_batch" -lt 1 ] && bench_batch=1
 cat >"$work/pushd$i.yml" <<YAML
 database:
   url: $PUSHD_DATABASE_URL
@@ -102,6 +106,8 @@ apns:
 ${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
 ${PUSHD_BENCH_MAX_IN_FLIGHT:+  max_in_flight: $PUSHD_BENCH_MAX_IN_FLIGHT}
 ${PUSHD_BENCH_GROWTH_JUDGED_MS:+  connection_growth_judged_ms: $PUSHD_BENCH_GROWTH_JUDGED_MS}
+workers:
+  batch_size: $bench_batch
 ${campaigns_section}
 apps:
   - name: bench

@@ -24,6 +24,8 @@ import Testing
                                          with: "retry:\n  base_delay_ms: 100\n  max_delay_ms: 2000\n")
         if let maxInFlight {
             yaml = yaml.replacingOccurrences(of: "  threads: 1\n", with: "  threads: 1\n  max_in_flight: \(maxInFlight)\n")
+            // The transactional batches must fit the window too (4 workers).
+            yaml = yaml.replacingOccurrences(of: "campaigns:\n", with: "workers:\n  batch_size: \(maxInFlight / 4)\ncampaigns:\n")
         }
         try yaml.write(toFile: path, atomically: true, encoding: .utf8)
         return path

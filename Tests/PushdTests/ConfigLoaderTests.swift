@@ -169,6 +169,27 @@ import Testing
         #expect(try ConfigLoader.parse(pinned, environment: [:]).0.apns.maxInFlight == 2000)
     }
 
+    /// A claimed transactional batch stays in its open transaction until every job of it is
+    /// answered, and an app's transactional lane has at most `apns.max_in_flight` requests in
+    /// flight: claimed jobs beyond that wait for a free slot with the transaction open, and a
+    /// slow APNs keeps it open past the idle-in-transaction time-out, which aborts the batch and
+    /// sends all of it again.
+    @Test func moreClaimedJobsThanTheInFlightWindowIsRefusedNamingTheKeysAndNumbers() {
+        let above = Self.problems("database: {url: 'postgresql://h/d'}\napns: {max_in_flight: 1000}\nworkers: {transactional: 4, batch_size: 500}\napps: []")
+        #expect(above.contains {
+            $0.contains("workers.batch_size (line 3): workers.transactional × workers.batch_size (4 × 500 = 2000) is above apns.max_in_flight (1000)")
+        }, "got \(above)")
+        #expect(above.contains { $0.contains("at most 250") && $0.contains("idle_in_transaction_session_timeout") }, "got \(above)")
+        // Unset, the window is derived from the connections and streams: 2 × 50 = 100.
+        let derived = Self.problems(
+            "database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 2, streams_per_connection: 50}\nworkers: {transactional: 2, batch_size: 60}\napps: []")
+        #expect(derived.contains { $0.contains("(2 × 60 = 120) is above apns.max_in_flight (100)") }, "got \(derived)")
+        // Every claimed job has a slot: accepted (the defaults, 4 × 500 within 4,000, and exactly the window).
+        let exact = Self.problems("database: {url: 'postgresql://h/d'}\napns: {max_in_flight: 2000}\nworkers: {transactional: 4, batch_size: 500}\napps: []")
+        #expect(!exact.contains { $0.contains("workers.batch_size") }, "got \(exact)")
+        #expect(!Self.problems("database: {url: 'postgresql://h/d'}\napps: []").contains { $0.contains("workers.batch_size") })
+    }
+
     @Test func theCampaignLanesAdaptiveInFlightLimitIsOffUnlessAskedFor() throws {
         #expect(try !ConfigLoader.parse(Self.valid, environment: [:]).0.campaignAdaptiveInFlight)
         let adaptive = Self.valid.replacingOccurrences(of: "retry:\n", with: "campaigns:\n  adaptive_in_flight: true\nretry:\n")

@@ -140,6 +140,52 @@ import Testing
         }
     }
 
+    /// Migration 12 added jobs_background_priority NOT VALID, which exempts rows queued before
+    /// it until they are written again; a retry writes the job again (the claim deletes it and
+    /// `finish` inserts it back), so the check refuses an old background push at priority 10.
+    /// That must not roll the whole batch back, to be claimed and sent again on every turn: the
+    /// rest of the batch is settled and the refused job goes to dead letters saying why.
+    @Test func aRetryThatACheckAddedNotValidRefusesIsDeadLetteredAndTheRestOfTheBatchSettles() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            _ = try connection.execute(script: "ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_background_priority")
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, push_type, priority)
+                VALUES ('shop', $1, '{"aps":{"content-available":1}}', 'background', 10)
+                """, [Fixtures.token(1)])
+            _ = try connection.execute(script: """
+                ALTER TABLE pushd.jobs ADD CONSTRAINT jobs_background_priority CHECK (push_type <> 'background' OR priority = 5
+                    OR pushd.fail_check('pushd.jobs.priority', 'jobs_background_priority',
+                                        format('must be 5 for a background push (APNs refuses 10 and 1), got %s', priority))) NOT VALID
+                """)
+            try insertJobs(connection, count: 3)
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(batch.jobs.count == 4)
+            let old = try #require(batch.jobs.first { $0.pushType == "background" })
+            let others = batch.jobs.map(\.id).filter { $0 != old.id }.sorted()
+            let later = Timestamp().addingTimeInterval(600)
+            let refused = try queue.finish(connection, batch, JobOutcomes(
+                delivered: [others[0], others[1]],
+                retries: [JobRetry(id: old.id, runAt: later, error: "503 ServiceUnavailable"),
+                          JobRetry(id: others[2], runAt: later, error: "503 ServiceUnavailable")]))
+            #expect(refused.map(\.job.id) == [old.id], "the refused retry is reported, for the worker to count and log")
+            #expect(refused.first?.check == "jobs_background_priority")
+            let queued = try connection.query("SELECT id, attempts FROM pushd.jobs ORDER BY id")
+            #expect(queued.rowCount == 1)
+            #expect(try queued.require(Int64.self, row: 0, column: 0) == others[2])
+            #expect(try queued.require(Int.self, row: 0, column: 1) == 1)
+            let dead = try connection.query("SELECT id, status, reason FROM pushd.dead_jobs")
+            #expect(dead.rowCount == 1)
+            #expect(try dead.require(Int64.self, row: 0, column: 0) == old.id)
+            #expect(try dead.get(Int.self, row: 0, column: 1) == nil)
+            let reason = try dead.require(String.self, row: 0, column: 2)
+            #expect(reason.contains("jobs_background_priority"), "\(reason)")
+            #expect(reason.contains("pushd.jobs.priority must be 5 for a background push"), "\(reason)")
+            #expect(reason.contains("503 ServiceUnavailable"), "\(reason)")
+            #expect(try queue.claim(connection, limit: 10, apps: apps).isEmpty)
+        }
+    }
+
     @Test func finishWithAnOutcomeMissingRefusesAndReturnsTheWholeBatch() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -66,6 +66,8 @@ public struct PushdMetrics: Sendable {
 
     // Database and process
     public let databaseErrors: CounterFamily
+    /// `pushd_metrics_connections_refused_total{reason}`: connections of this endpoint refused or ended.
+    public let metricsConnectionsRefused: CounterFamily
     /// `pushd_database_stalled`, which has no labels.
     public let databaseStalled: Gauge
     public let databaseCallSecondsMax: CallbackFamily
@@ -248,6 +250,10 @@ public struct PushdMetrics: Sendable {
             "pushd_database_errors_total",
             help: "Failed PostgreSQL operations, by reason (connection, or the SQLSTATE class such as 40 or 57).",
             labels: ["reason"])
+        metricsConnectionsRefused = try registry.counter(
+            "pushd_metrics_connections_refused_total",
+            help: "Connections to the /metrics, /healthz and /readyz port refused or ended, by reason: per_address_limit (the address already held metrics.per_address_limit connections; closed as accepted), request_timeout (no whole request within metrics.request_timeout_s: a client trickling headers or sending nothing), answer_timeout (the answer not taken within metrics.answer_timeout_s: a client that stopped reading).",
+            labels: ["reason"])
         databaseStalled = try registry.gauge(
             "pushd_database_stalled",
             help: "1 from when a database call has waited longer than database.stall_s (the call's connection is then abandoned) until a call is answered again, else 0.",
@@ -391,6 +397,11 @@ public struct PushdMetrics: Sendable {
 
     public func deliveryLatency(app: String) -> Histogram {
         jobDeliveryLatency.bound([app])
+    }
+
+    /// `reason`: an `EndpointRefusal` raw value.
+    public func metricsConnectionRefused(reason: String) -> Counter {
+        metricsConnectionsRefused.bound([reason])
     }
 
     public func claimed(lane: String) -> Counter {

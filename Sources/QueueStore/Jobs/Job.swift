@@ -90,6 +90,29 @@ public struct JobFailure: Sendable, Hashable {
     }
 }
 
+/// A retried job that could not be queued again because a CHECK constraint of `pushd.jobs`
+/// refused the row, typically one a migration added NOT VALID after the job was queued: it
+/// went to `pushd.dead_jobs` with `reason`.
+public struct RefusedRetry: Sendable, Hashable {
+    public var job: Job
+    /// The constraint's name, when the server gave one.
+    public var check: String?
+    /// What the check said, for example "pushd.jobs.priority must be 5 for a background push …".
+    public var message: String
+
+    public init(job: Job, check: String?, message: String) {
+        self.job = job
+        self.check = check
+        self.message = message
+    }
+
+    /// The dead letter's reason: the check, what it said, and the retry the job was due for.
+    public var reason: String {
+        "could not be queued again for its retry (\(job.lastError ?? "no error")): "
+            + "\(check.map { "CHECK \($0), added after the job was queued, " } ?? "")refuses it: \(message)"
+    }
+}
+
 /// What happened to every job of a claimed batch. Each claimed job must appear in
 /// exactly one of the three lists.
 public struct JobOutcomes: Sendable, Hashable {

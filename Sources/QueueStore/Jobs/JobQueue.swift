@@ -135,10 +135,19 @@ public struct JobQueue: Sendable {
     /// back with `attempts + 1`, failures move to `pushd.dead_jobs`. Throws, and
     /// rolls the whole batch back into the queue, if an id is missing, unknown or
     /// listed twice.
-    public func finish(_ connection: PGConnection, _ batch: ClaimedJobs, _ outcomes: JobOutcomes) throws {
+    ///
+    /// A retry inserts the job again, so every CHECK of `pushd.jobs` applies to it, also one a
+    /// migration added NOT VALID after the job was queued (such a check exempts only the rows
+    /// already there, until they are written again). A retry a check refuses goes to
+    /// `pushd.dead_jobs` with the check's message instead of rolling the batch back, which would
+    /// send the same batch again on every claim; the refused retries are returned so that the
+    /// caller can count and report them.
+    @discardableResult
+    public func finish(_ connection: PGConnection, _ batch: ClaimedJobs, _ outcomes: JobOutcomes) throws -> [RefusedRetry] {
         do {
             try Self.checkCovers(batch, outcomes)
             let byID = Dictionary(uniqueKeysWithValues: batch.jobs.map { ($0.id, $0) })
+            var refused = [RefusedRetry]()
             if !outcomes.retries.isEmpty {
                 let jobs = outcomes.retries.map { retry -> Job in
                     var job = byID[retry.id]!
@@ -148,23 +157,51 @@ public struct JobQueue: Sendable {
                     job.lastError = retry.error
                     return job
                 }
-                try connection.query(connection.prepared(Self.retrySQL), Self.columnArrays(jobs))
+                refused = try requeue(connection, jobs)
             }
-            if !outcomes.failures.isEmpty {
-                let jobs = outcomes.failures.map { failure -> Job in
-                    var job = byID[failure.id]!
-                    job.attempts += 1
-                    return job
-                }
+            var dead = outcomes.failures.map { failure -> (job: Job, status: Int?, reason: String) in
+                var job = byID[failure.id]!
+                job.attempts += 1
+                return (job, failure.status, failure.reason)
+            }
+            for item in refused { dead.append((job: item.job, status: nil, reason: item.reason)) }
+            if !dead.isEmpty {
                 try connection.query(connection.prepared(Self.deadSQL),
-                                     Self.columnArrays(jobs) + [outcomes.failures.map { $0.status },
-                                                                outcomes.failures.map { $0.reason }])
+                                     Self.columnArrays(dead.map(\.job)) + [dead.map(\.status), dead.map(\.reason)])
             }
             try connection.execute(script: "COMMIT")
+            return refused
         } catch {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
         }
+    }
+
+    /// Inserts the retried `jobs` again and returns those a CHECK constraint refused, each
+    /// with what the check said. All at once first; only when a check refuses that insert are
+    /// they inserted one by one, each under a savepoint, to tell which.
+    private func requeue(_ connection: PGConnection, _ jobs: [Job]) throws -> [RefusedRetry] {
+        let statement = try connection.prepared(Self.retrySQL)
+        _ = try connection.execute(script: "SAVEPOINT pushd_requeue")
+        do {
+            try connection.query(statement, Self.columnArrays(jobs))
+            _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_requeue")
+            return []
+        } catch let error as PGError where error.code == .checkViolation {
+            _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_requeue")
+        }
+        var refused = [RefusedRetry]()
+        for job in jobs {
+            do {
+                try connection.query(statement, Self.columnArrays([job]))
+                _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_requeue; SAVEPOINT pushd_requeue")
+            } catch let error as PGError where error.code == .checkViolation {
+                _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_requeue")
+                refused.append(RefusedRetry(job: job, check: error.constraint, message: error.message))
+            }
+        }
+        _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_requeue")
+        return refused
     }
 
     /// Makes the waiting jobs of `app` whose `last_error` begins with one of `errorPrefixes` due

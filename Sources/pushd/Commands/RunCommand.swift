@@ -40,8 +40,9 @@ enum RunCommand {
         guard let listen = ConfigLoader.parseListenAddress(config.metricsListen) else {
             throw CommandContext.Failure("metrics.listen '\(config.metricsListen)' is not host:port")
         }
-        let server = try MetricsServer(registry: metrics.registry,
-                                       configuration: MetricsServerConfiguration(host: listen.host, port: listen.port))
+        let refusals = EndpointRefusalLog(metrics: metrics, logger: logger)
+        let server = try MetricsServer(registry: metrics.registry, configuration: Self.metricsServerConfiguration(config, host: listen.host, port: listen.port),
+                                       onRefusal: { refusals.record($0) })
         server.setReady(false, detail: "starting: connecting to the database")
         // A blocked main loop cannot say the database stopped answering: the watchdog does.
         let watchdog = DatabaseWatchdog(stallSeconds: config.databaseStallSeconds, metrics: metrics, logger: logger) { detail in
@@ -220,6 +221,14 @@ enum RunCommand {
     /// process id, for an operator to find it, and 6 random hex digits, because two containers
     /// on the host network have the same host name and often the same pid (1). Two instances
     /// with one name would take each other's chunk leases for their own and send them twice.
+    /// The metrics port's bounds from `metrics.*` (docs/security.md, "The metrics endpoint cannot be starved").
+    static func metricsServerConfiguration(_ config: PushdConfig, host: String, port: UInt16) -> MetricsServerConfiguration {
+        let endpoint = config.metricsEndpoint
+        return MetricsServerConfiguration(host: host, port: port, connectionLimit: endpoint.connectionLimit,
+                                          perIPConnectionLimit: endpoint.perAddressLimit, connectionTimeoutSeconds: endpoint.idleTimeoutSeconds,
+                                          requestTimeoutSeconds: endpoint.requestTimeoutSeconds, answerTimeoutSeconds: endpoint.answerTimeoutSeconds)
+    }
+
     static func instanceName(host: String, pid: Int32, random: UInt32) -> String {
         let hex = String(random & 0xFF_FFFF, radix: 16)
         return "\(host)/\(pid)-\(String(repeating: "0", count: 6 - hex.count))\(hex)"

@@ -59,6 +59,13 @@ enum ConfigLoader {
                 config.metricsListen = listen
             }
         }
+        config.metricsEndpoint.connectionLimit = metrics.int("connection_limit", default: config.metricsEndpoint.connectionLimit, range: 1...65_535)
+        config.metricsEndpoint.perAddressLimit = metrics.int("per_address_limit", default: config.metricsEndpoint.perAddressLimit, range: 0...65_535)
+        config.metricsEndpoint.requestTimeoutSeconds = metrics.int("request_timeout_s", default: config.metricsEndpoint.requestTimeoutSeconds,
+                                                                   range: 1...3_600)
+        config.metricsEndpoint.answerTimeoutSeconds = metrics.int("answer_timeout_s", default: config.metricsEndpoint.answerTimeoutSeconds,
+                                                                  range: 1...3_600)
+        config.metricsEndpoint.idleTimeoutSeconds = metrics.int("idle_timeout_s", default: config.metricsEndpoint.idleTimeoutSeconds, range: 1...3_600)
         metrics.rejectUnknownKeys()
 
         let log = top.section("log")
@@ -136,6 +143,9 @@ enum ConfigLoader {
         config.batchSize = workers.int("batch_size", default: config.batchSize, range: 1...10_000)
         config.campaignWorkers = workers.int("campaign", default: config.campaignWorkers, range: 0...64)
         workers.rejectUnknownKeys()
+        if let problem = claimedBeyondWindow(config) {
+            reader.error("workers.batch_size", line: workers.line, problem)
+        }
 
         let campaigns = top.section("campaigns")
         config.campaignChunkSize = campaigns.int("chunk_size", default: config.campaignChunkSize, range: 10...100_000)
@@ -278,6 +288,28 @@ enum ConfigLoader {
 
     static func isAppleID(_ id: String) -> Bool {
         id.utf8.count == 10 && id.utf8.allSatisfy { ($0 >= 65 && $0 <= 90) || ($0 >= 48 && $0 <= 57) }
+    }
+
+    /// Why the transactional lane could claim more jobs than it may have in flight, or nil.
+    ///
+    /// A claimed batch stays in its open transaction until every job of it is answered
+    /// (`JobWorker`), and each app's transactional lane has at most `apns.max_in_flight`
+    /// requests unanswered (`HTTP2Dispatcher.submit` blocks while the window is full). When
+    /// the workers together claim more than that, jobs wait for a slot inside open
+    /// transactions: with APNs answering slowly (each slot held up to the answer deadline), a
+    /// batch waits several deadlines in a row, outlives the session's
+    /// idle_in_transaction_session_timeout, is aborted by the server, and every job of it,
+    /// delivered or not, is claimed and sent again.
+    static func claimedBeyondWindow(_ config: PushdConfig) -> String? {
+        let workers = config.transactionalWorkers
+        let claimed = workers * config.batchSize
+        let window = config.apns.maxInFlight
+        guard claimed > window else { return nil }
+        let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: config.apns.answerWaitSeconds)
+        return "workers.transactional × workers.batch_size (\(workers) × \(config.batchSize) = \(claimed)) is above apns.max_in_flight (\(window)): "
+            + "claimed jobs beyond the window wait for a free slot while their batch's transaction stays open, and with APNs answering slowly "
+            + "the batch outlives idle_in_transaction_session_timeout (\(idle)s), is aborted and sent again in full; "
+            + "set workers.batch_size to at most \(max(1, window / workers)) or apns.max_in_flight to at least \(claimed)"
     }
 
     /// `host:port` or `[v6]:port` → (host, port).

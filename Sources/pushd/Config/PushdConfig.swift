@@ -112,6 +112,22 @@ struct PushdConfig: Sendable, Equatable {
     /// `statement_timeout` (30 s), the longest a statement of pushd's sessions may run.
     var databaseStallSeconds: Int = 60
     var metricsListen: String = "127.0.0.1:9464"
+    /// How the `/metrics`, `/healthz` and `/readyz` port holds up against clients that hold
+    /// connections (`metrics.*`, `MetricsServerConfiguration`).
+    struct MetricsEndpoint: Sendable, Equatable {
+        /// `metrics.connection_limit`: connections at once; more wait in the listen queue.
+        var connectionLimit: Int = 4096
+        /// `metrics.per_address_limit`: connections at once from one address (0: no bound).
+        var perAddressLimit: Int = 64
+        /// `metrics.request_timeout_s`: a connection's whole request head must be in this long
+        /// after it opened or after its previous answer, however slowly it trickles.
+        var requestTimeoutSeconds: Int = 5
+        /// `metrics.answer_timeout_s`: an answer must be taken by the client within this long.
+        var answerTimeoutSeconds: Int = 10
+        /// `metrics.idle_timeout_s`: a connection that moves no byte this long is closed.
+        var idleTimeoutSeconds: Int = 10
+    }
+    var metricsEndpoint = MetricsEndpoint()
     var logLevel: LogLevel = .info
     var logFile: String?
     /// How often the log summarises connection errors, retries and dead letters.

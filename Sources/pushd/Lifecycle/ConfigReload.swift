@@ -18,6 +18,11 @@ enum ConfigChanges {
         compare("queue.dedupe_retention_hours") { $0.dedupeRetentionHours }
         compare("tokens.not_for_topic_limit") { $0.notForTopicLimit }
         compare("metrics.listen") { $0.metricsListen }
+        compare("metrics.connection_limit") { $0.metricsEndpoint.connectionLimit }
+        compare("metrics.per_address_limit") { $0.metricsEndpoint.perAddressLimit }
+        compare("metrics.request_timeout_s") { $0.metricsEndpoint.requestTimeoutSeconds }
+        compare("metrics.answer_timeout_s") { $0.metricsEndpoint.answerTimeoutSeconds }
+        compare("metrics.idle_timeout_s") { $0.metricsEndpoint.idleTimeoutSeconds }
         compare("log.level") { $0.logLevel }
         compare("log.file") { $0.logFile }
         compare("log.summary_interval_s") { $0.logSummarySeconds }

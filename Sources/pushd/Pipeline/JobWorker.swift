@@ -277,7 +277,8 @@ final class JobWorker: @unchecked Sendable {
         }
 
         _ = try context.prune(prunes, on: connection)
-        try queue.finish(connection, batch, outcomes)
+        let refused = try queue.finish(connection, batch, outcomes)
+        reportRefusedRetries(refused)
         context.restoreTokens(on: connection)
         sweepHeldScopes(on: connection)
         if tracing {
@@ -442,6 +443,30 @@ final class JobWorker: @unchecked Sendable {
             // Not sent, so no answer and no failed attempt to count.
             break
         }
+    }
+
+    /// Refused retries since the last log line about them, and when that line was written.
+    private var refusedSinceLog = 0
+    private var refusalLoggedAt = Timestamp.distantPast
+
+    /// Retries a CHECK of `pushd.jobs` refused to queue again (`JobQueue.finish`), now dead
+    /// letters: each counts as one (reason `requeue_refused`); one error line a minute at most
+    /// per worker says how many and what the first check said.
+    private func reportRefusedRetries(_ refused: [RefusedRetry]) {
+        guard let first = refused.first else { return }
+        for item in refused {
+            context.metrics.deadLetter(app: item.job.app, lane: Lane.transactional.rawValue, reason: "requeue_refused").increment()
+            context.operatorLog.deadLettered(reason: "requeue_refused")
+            context.tally.add(context.tally.dead)
+        }
+        refusedSinceLog += refused.count
+        let now = Timestamp()
+        guard now.timeIntervalSince(refusalLoggedAt) >= 60 else { return }
+        context.logger.error("\(refusedSinceLog) retried job(s) could not be queued again and were dead-lettered: a CHECK of pushd.jobs added after they were queued refuses them (job \(first.job.id) of app \(first.job.app): \(first.message)); see pushd.dead_jobs",
+                             ("event", "retry_requeue_refused"), ("worker", .int(Int64(index))), ("app", .string(first.job.app)),
+                             ("check", .string(first.check ?? "unknown")), ("jobs", .int(Int64(refusedSinceLog))))
+        refusedSinceLog = 0
+        refusalLoggedAt = now
     }
 
     /// `label` names the reason from a closed set, for the metric.
