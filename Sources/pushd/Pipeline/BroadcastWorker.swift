@@ -351,7 +351,11 @@ final class BroadcastWorker: @unchecked Sendable {
 
     private func makeDispatcher(app: PushdConfig.App, environment: APNsEnvironment, management: Bool) throws -> HTTP2Dispatcher {
         let config = context.config
-        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: Self.configured(environment), config: config) else {
+        // Broadcasts take provider tokens only (a certificate app's are refused before this);
+        // a certificate would be the one held in memory.
+        guard var configuration = try Pipeline.dispatcherConfiguration(
+            for: app, environment: Self.configured(environment), config: config,
+            certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment))) else {
             throw AppSender.NoCredentials(app: app.name, environment: Self.configured(environment))
         }
         let override = management ? config.apns.channelHostOverride : config.apns.hostOverride
