@@ -210,7 +210,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
-                                     outcome: "app paused: \(reason)", countsAsAttempt: false)
+                                     outcome: HeldWork.appPausedPrefix + reason, countsAsAttempt: false)
         case .hold(let scope, _, let why):
             context.hold(sender, Self.holdKey(scope, sender: sender, environment: configured), why: why)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
@@ -284,7 +284,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.pause(sender, reason: reason)
-            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: "app paused: \(reason)",
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: HeldWork.appPausedPrefix + reason,
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
         case .hold(let scope, _, let why):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))

@@ -208,6 +208,7 @@ final class Pipeline: @unchecked Sendable {
                                        ("app", .string(app)))
             }
         }
+        for app in context.config.apps.map(\.name) { releasePaused(app, when: "at start") }
         for worker in jobWorkers { worker.start() }
         if !campaignWorkers.isEmpty { leaseKeeper.start() }
         for worker in campaignWorkers { worker.start() }
@@ -266,10 +267,14 @@ final class Pipeline: @unchecked Sendable {
     /// configuration and sent SIGHUP); campaigns left unleased for a held topic may be leased
     /// at once.
     func resumePausedApps() {
+        var appsResumed: [String] = []
         for sender in context.senders.values where sender.pausedReason != nil {
             sender.resumeSending()
+            appsResumed.append(sender.app.name)
             context.logger.notice("resumed sending for app \(sender.app.name)", ("app", .string(sender.app.name)))
         }
+        // What was put back for the pause (30 s at a time) is due now, not after the rest of its wait.
+        for app in appsResumed.sorted() { releasePaused(app, when: "at once") }
         var appsReleased: [String] = []
         for sender in context.senders.values {
             let released = sender.releaseHolds()
@@ -303,6 +308,21 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         context.doorbell.ring()
+    }
+
+    /// Makes the work `app` put back for a pause due now (`HeldWork.releasePaused`), with one
+    /// notice line when there was any. A failure is logged: the work then goes out when its
+    /// wait ends, within 30 s.
+    private func releasePaused(_ app: String, when: String) {
+        do {
+            let due = try withStatsConnection { try HeldWork().releasePaused($0, app: app) }
+            guard due > 0 else { return }
+            context.logger.notice("\(due) jobs, broadcasts, channel requests and campaign targets of app \(app) put back while it was paused are due \(when)",
+                                  ("event", "paused_work_due"), ("app", .string(app)), ("count", .int(Int64(due))))
+        } catch {
+            context.logger.warning("could not make the work app \(app) put back while it was paused due \(when) (it goes out when its wait ends, within 30 s): \(error)",
+                                   ("app", .string(app)))
+        }
     }
 
     /// Reads queue statistics on the pipeline's own stats connection.
@@ -355,26 +375,33 @@ final class Pipeline: @unchecked Sendable {
         case releaseHeld(app: String)
     }
 
-    /// Runs `query` on the stats connection, opening it if needed and dropping it on failure.
+    /// Runs `query` on the stats connection.
     private func onStatsConnection(_ query: StatsQuery) throws -> QueueStats? {
-        try statsConnection.withLock { connection -> QueueStats? in
+        try withStatsConnection { connection -> QueueStats? in
+            switch query {
+            case .stats:
+                return try QueueStats.read(connection)
+            case .ping:
+                _ = try connection.query("SELECT 1")
+                return nil
+            case .undefer(let ids):
+                try CampaignStore().undeferLeases(connection, campaignIDs: ids)
+                return nil
+            case .releaseHeld(let app):
+                try HeldWork().release(connection, app: app)
+                return nil
+            }
+        }
+    }
+
+    /// Runs `body` on the stats connection, opening it if needed and dropping it on failure.
+    private func withStatsConnection<T>(_ body: (PGConnection) throws -> T) throws -> T {
+        try statsConnection.withLock { connection -> T in
             do {
                 if connection == nil {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: Self.statsSession)
                 }
-                switch query {
-                case .stats:
-                    return try QueueStats.read(connection!)
-                case .ping:
-                    _ = try connection!.query("SELECT 1")
-                    return nil
-                case .undefer(let ids):
-                    try CampaignStore().undeferLeases(connection!, campaignIDs: ids)
-                    return nil
-                case .releaseHeld(let app):
-                    try HeldWork().release(connection!, app: app)
-                    return nil
-                }
+                return try body(connection!)
             } catch {
                 connection?.close()
                 connection = nil
