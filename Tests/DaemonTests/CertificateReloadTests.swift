@@ -132,7 +132,7 @@ import Testing
             let subjects = world.mock.acceptedLog.map { stats.clientCertificateSubjects[$0.connectionID] ?? "none" }
             #expect(subjects == ["/CN=apns-mock client", "/CN=apns-mock client", "/CN=apns-mock client", "/CN=renewed client"],
                     "\(stats) \(daemon.text.suffix(3000))")
-            #expect(DaemonHarness.wait(seconds: 10) { world.mock.stats.connectionsClosedByClient >= 1 }, "\(world.mock.stats)")
+            #expect(DaemonHarness.wait(seconds: 10) { world.mock.stats.connectionsClosed >= 1 }, "\(world.mock.stats)")
             let text = daemon.text
             #expect(text.contains("certificates reloaded for apps shop (sandbox)"), "\(text)")
             let line = text.split(separator: "\n").first { $0.contains("\"event\":\"certificate_reloaded\"") }

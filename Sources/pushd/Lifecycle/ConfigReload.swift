@@ -274,7 +274,7 @@ final class ConfigReloader {
         // The check's findings for this certificate's block: `apps[0].certificate.cert_file`
         // for the app's own environment, `apps[0].sandbox_certificate.key_file` for the other.
         let block = environment == app.environment ? ".certificate" : ".\(environment.rawValue)_certificate"
-        let blockErrors = errors.filter { $0.setting.contains(block + ".") || $0.setting.hasSuffix(block) }
+        let blockErrors = errors.filter { $0.setting.contains(text: block + ".") || $0.setting.hasSuffix(block) }
         let identity: ClientIdentity
         do {
             guard blockErrors.isEmpty else { throw AppCertificates.Unusable(description: blockErrors.map(\.description).joined(separator: "; ")) }
