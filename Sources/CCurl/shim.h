@@ -19,6 +19,11 @@ static inline CURLcode pushd_curl_easy_setopt_string(CURL *h, CURLoption o, cons
 static inline CURLcode pushd_curl_easy_setopt_slist(CURL *h, CURLoption o, struct curl_slist *v) { return curl_easy_setopt(h, o, v); }
 static inline CURLcode pushd_curl_easy_setopt_url(CURL *h, CURLU *v) { return curl_easy_setopt(h, CURLOPT_CURLU, v); }
 static inline CURLcode pushd_curl_easy_setopt_data_cb(CURL *h, CURLoption o, pushd_curl_data_cb v) { return curl_easy_setopt(h, o, v); }
+/* A blob option (CURLOPT_SSLCERT_BLOB, CURLOPT_SSLKEY_BLOB): libcurl keeps its own copy. */
+static inline CURLcode pushd_curl_easy_setopt_blob(CURL *h, CURLoption o, const void *data, size_t length) {
+    struct curl_blob blob = { (void *)data, length, CURL_BLOB_COPY };
+    return curl_easy_setopt(h, o, &blob);
+}
 
 /* curl_multi_setopt */
 static inline CURLMcode pushd_curl_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }

@@ -32,6 +32,11 @@ static inline unsigned long pushd_openssl_version_number(void) { return OpenSSL_
 static inline void pushd_openssl_free(void *p) { OPENSSL_free(p); }
 static inline long pushd_openssl_bio_get_mem_data(BIO *b, char **out) { return BIO_get_mem_data(b, out); }
 
+/* STACK_OF(X509): the chain certificates of a PKCS#12 bundle. */
+static inline int pushd_openssl_x509_stack_count(const STACK_OF(X509) *s) { return sk_X509_num(s); }
+static inline X509 *pushd_openssl_x509_stack_at(const STACK_OF(X509) *s, int i) { return sk_X509_value(s, i); }
+static inline void pushd_openssl_x509_stack_free(STACK_OF(X509) *s) { sk_X509_pop_free(s, X509_free); }
+
 static inline int pushd_openssl_nid_prime256v1(void) { return NID_X9_62_prime256v1; }
 static inline int pushd_openssl_pkey_ec(void) { return EVP_PKEY_EC; }
 

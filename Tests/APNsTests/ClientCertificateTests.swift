@@ -92,4 +92,39 @@ import Testing
         #expect(throws: ClientCertificateError.self) { try ClientCertificate.inspectPEM(certificateFile: files.certificate) }
         #expect(throws: ClientCertificateError.self) { try ClientCertificate.inspectPKCS12(Array("garbage".utf8), password: "") }
     }
+
+    /// The loader keeps what the TLS layer needs in memory: the certificate with the chain
+    /// certificates after it in its file, and the key unencrypted; read back, they are the
+    /// same certificate and key, and the files can change without changing them.
+    @Test func loadKeepsTheCertificateItsChainAndItsKeyInMemory() throws {
+        let leaf = try Self.makeCertificate(extensions: [])
+        let issuer = try Self.makeCertificate(extensions: [])
+        let chained = leaf.directory.appendingPathComponent("chained.pem").path
+        try (String(contentsOfFile: leaf.certificate, encoding: .utf8) + String(contentsOfFile: issuer.certificate, encoding: .utf8))
+            .write(toFile: chained, atomically: true, encoding: .utf8)
+        let identity = try ClientCertificate.load(certificateFile: chained, keyFile: leaf.key)
+        let pem = String(decoding: identity.certificateChainPEM, as: UTF8.self)
+        #expect(pem.components(separatedBy: "-----BEGIN CERTIFICATE-----").count == 3)
+        #expect(String(decoding: identity.privateKeyPEM, as: UTF8.self).hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        #expect(identity.fingerprint.count == 64)
+        #expect(!identity.description.contains("PRIVATE"))
+        // Read back from memory: the same certificate, and the key still belongs to it.
+        let again = try ClientCertificate.load(pemCertificate: identity.certificateChainPEM, key: identity.privateKeyPEM)
+        #expect(again.info == identity.info)
+        #expect(again.fingerprint == identity.fingerprint)
+        #expect(again.certificateChainPEM == identity.certificateChainPEM)
+        // The files change; what was loaded does not.
+        try "garbage".write(toFile: chained, atomically: true, encoding: .utf8)
+        #expect(identity.info.subject == again.info.subject)
+        #expect(throws: ClientCertificateError.self) { try ClientCertificate.load(certificateFile: chained, keyFile: leaf.key) }
+
+        let p12 = leaf.directory.appendingPathComponent("cert.p12").path
+        try TestSupport.run(TestSupport.openssl, ["pkcs12", "-export", "-in", leaf.certificate, "-inkey", leaf.key, "-certfile", issuer.certificate,
+                                                  "-out", p12, "-passout", "pass:secret"])
+        let bundled = try ClientCertificate.load(pkcs12File: p12, password: "secret")
+        #expect(bundled.fingerprint == identity.fingerprint)
+        #expect(String(decoding: bundled.certificateChainPEM, as: UTF8.self).components(separatedBy: "-----BEGIN CERTIFICATE-----").count == 3)
+        #expect(try ClientCertificate.load(pemCertificate: bundled.certificateChainPEM, key: bundled.privateKeyPEM).fingerprint
+                == identity.fingerprint)
+    }
 }

@@ -40,9 +40,16 @@ import Testing
 
             let right = try FileSystem.read(harness.directory + "/other.p8")
             try FileSystem.write(right, to: harness.keyFile, permissions: 0o600)
+            // The pause put the jobs back for 30 s (`JobWorker`); by now they are settled.
+            #expect(try DaemonHarness.wait(seconds: 10) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE xmax = '0'::xid") == 5
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE starts_with(last_error, 'app paused: ')") > 0
+            })
             kill(process.processIdentifier, SIGHUP)
 
-            // A paused app's jobs were put back for 30 s (`JobWorker`): they go out by then.
+            // The resume makes them due at once: they go out within seconds, not when their 30 s end.
+            #expect(DaemonHarness.wait(seconds: 10) { harness.mock.stats.accepted == 5 },
+                    "the resumed app's jobs were not sent within 10 s of SIGHUP: \(harness.mock.stats.accepted) accepted; \(Self.log(harness))")
             let delivered = try DaemonHarness.wait(seconds: 60) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
             }
@@ -52,6 +59,7 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(process.isRunning)
             #expect(log.contains("signing_key_reloaded"))
+            #expect(log.contains("of app shop put back while it was paused are due at once"), "\(log)")
             #expect(log.contains("configuration reloaded from \(config): signing keys reloaded for apps shop"))
             let metrics = MixedFleetTests.scrape(port: port)
             #expect(metrics.contains("pushd_config_reloads_total{result=\"success\"} 1"), "\(metrics)")

@@ -103,8 +103,7 @@ import Testing
     @Test func bothAPIsRequireAProviderToken() async throws {
         try await withChannelMock { server, port, material in
             let managementPort = try #require(server.channelManagementPort)
-            let certificate = ClientCredential.pemCertificate(certificateFile: material.certificates.clientCertificate,
-                                                              privateKeyFile: material.certificates.clientKey, passphrase: nil)
+            let certificate = try material.clientCredential()
             let management = try APNsClient(environment: .sandbox, authentication: .certificate(certificate), port: Int(managementPort),
                                             hostOverride: "127.0.0.1", tune: mockTuning(material, threads: 1))
             defer { management.shutdown() }

@@ -156,9 +156,6 @@ import Testing
         #expect(throws: DispatcherConfigurationError.unreadableFile(field: "trustedCAFile", path: "/nonexistent/ca.pem")) {
             try DispatcherConfiguration(host: "127.0.0.1", trustedCAFile: "/nonexistent/ca.pem").validate()
         }
-        #expect(throws: DispatcherConfigurationError.unreadableFile(field: "credential.pkcs12File", path: "/nonexistent/c.p12")) {
-            try DispatcherConfiguration(host: "127.0.0.1", credential: .pkcs12(file: "/nonexistent/c.p12", password: nil)).validate()
-        }
     }
 }
 

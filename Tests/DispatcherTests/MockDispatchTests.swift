@@ -187,8 +187,7 @@ import Testing
         try await withMock({ configuration, material in
             configuration.authentication = .certificate(clientCAFile: material.certificates.caCertificate)
         }) { server, port, material in
-            let credential = ClientCredential.pemCertificate(certificateFile: material.certificates.clientCertificate,
-                                                             privateKeyFile: material.certificates.clientKey, passphrase: nil)
+            let credential = try material.clientCredential()
             let client = try APNsClient(environment: .production, authentication: .certificate(credential), port: port,
                                         hostOverride: "127.0.0.1", tune: mockTuning(material, threads: 1))
             let accepted = try await client.send(notification(1))

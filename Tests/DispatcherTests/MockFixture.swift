@@ -40,6 +40,11 @@ struct MockMaterial: Sendable {
         try SigningKey(contentsOfFile: providerKeyFile, keyID: Self.keyID, teamID: Self.teamID)
     }
 
+    /// The mock's client certificate and key, loaded as pushd loads them.
+    func clientCredential() throws -> ClientCredential {
+        .certificate(try ClientCertificate.load(certificateFile: certificates.clientCertificate, keyFile: certificates.clientKey))
+    }
+
     var trustedKey: ProviderKey { ProviderKey(keyID: Self.keyID, teamID: Self.teamID, publicKeyPEM: providerPublicKeyPEM) }
 }
 

@@ -1,3 +1,4 @@
+import APNs
 @testable import Dispatcher
 import Posix
 import Glibc
@@ -240,9 +241,10 @@ import Testing
     @Test func certificateAuthenticationWorksWithPEMAndPKCS12() async throws {
         let server = try NghttpdServer(requireClientCertificate: true)
         let certificates = server.certificates
-        for credential in [ClientCredential.pemCertificate(certificateFile: certificates.clientCertificate,
-                                                           privateKeyFile: certificates.clientKey, passphrase: nil),
-                           .pkcs12(file: certificates.clientPKCS12, password: TestCertificates.pkcs12Password)] {
+        for credential in [ClientCredential.certificate(try ClientCertificate.load(certificateFile: certificates.clientCertificate,
+                                                                                   keyFile: certificates.clientKey)),
+                           .certificate(try ClientCertificate.load(pkcs12File: certificates.clientPKCS12,
+                                                                   password: TestCertificates.pkcs12Password))] {
             let dispatcher = try HTTP2Dispatcher(configuration: configuration(server, threads: 1, credential: credential))
             let result = await dispatcher.send(Self.okRequest)
             #expect(result.response?.status == 200, "\(credential)")

@@ -93,10 +93,9 @@ import Testing
         return (try CertificateGenerator.generate(into: directory), directory)
     }
 
-    static func certificateConfiguration(port: Int, material: MockMaterial, maxAttempts: Int = 3) -> DispatcherConfiguration {
+    static func certificateConfiguration(port: Int, material: MockMaterial, maxAttempts: Int = 3) throws -> DispatcherConfiguration {
         var configuration = configurationForMock(port: port, material: material, threads: 1, maxAttempts: maxAttempts)
-        configuration.credential = .pemCertificate(certificateFile: material.certificates.clientCertificate,
-                                                   privateKeyFile: material.certificates.clientKey, passphrase: nil)
+        configuration.credential = try material.clientCredential()
         return configuration
     }
 
@@ -109,7 +108,7 @@ import Testing
             configuration.maximumTLSVersion = .tls12
         }) { server, port, material in
             let (results, causes) = try await RefusedCertificateResetMockTests.submitFive(
-                Self.certificateConfiguration(port: port, material: material))
+                try Self.certificateConfiguration(port: port, material: material))
             for result in results {
                 if let error = result.transportError {
                     #expect(error.code == 35, "\(error)")
@@ -143,7 +142,7 @@ import Testing
             configuration.authentication = .certificate(clientCAFile: other.certificates.caCertificate)
             configuration.maximumTLSVersion = .tls12
         }) { server, port, material in
-            let dispatcher = try HTTP2Dispatcher(configuration: Self.certificateConfiguration(port: port, material: material, maxAttempts: 1))
+            let dispatcher = try HTTP2Dispatcher(configuration: try Self.certificateConfiguration(port: port, material: material, maxAttempts: 1))
             defer { dispatcher.shutdown() }
             let refused = await dispatcher.send(try unauthenticatedRequest(1))
             let error = try #require(refused.transportError)
@@ -164,7 +163,7 @@ import Testing
             configuration.refusedCertificateHandshakeReset = true
         }) { server, port, material in
             let collector = ResultCollector()
-            let dispatcher = try HTTP2Dispatcher(configuration: Self.certificateConfiguration(port: port, material: material),
+            let dispatcher = try HTTP2Dispatcher(configuration: try Self.certificateConfiguration(port: port, material: material),
                                                  onResult: collector.handler)
             defer { dispatcher.shutdown() }
             for tag in 0..<20 { dispatcher.submit(try unauthenticatedRequest(tag), tag: UInt64(tag)) }

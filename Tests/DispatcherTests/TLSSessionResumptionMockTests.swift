@@ -32,15 +32,14 @@ import Testing
         }
     }
 
-    static func clientCertificate(_ material: MockMaterial) -> ClientCredential {
-        .pemCertificate(certificateFile: material.certificates.clientCertificate,
-                        privateKeyFile: material.certificates.clientKey, passphrase: nil)
+    static func clientCertificate(_ material: MockMaterial) throws -> ClientCredential {
+        try material.clientCredential()
     }
 
     @Test(arguments: [MockTLSVersion.tls13, .tls12])
     func aReconnectingCertificateAppResumesItsTLSSession(tlsVersion: MockTLSVersion) async throws {
         let material = try MockMaterial.get()
-        let stats = try await Self.sendEachOnANewConnection(6, credential: Self.clientCertificate(material), tlsVersion: tlsVersion)
+        let stats = try await Self.sendEachOnANewConnection(6, credential: try Self.clientCertificate(material), tlsVersion: tlsVersion)
         print("certificate app, \(tlsVersion), 6 connections: \(stats.handshakesResumed) handshakes resumed")
         #expect(stats.accepted == 6)
         #expect(stats.connectionsAccepted == 6, "\(stats)")

@@ -37,10 +37,11 @@ public struct ClientCertificateInfo: Sendable, Hashable {
     }
 }
 
-/// Reads APNs client certificates the way the TLS layer will, without connecting anywhere: PEM
-/// (certificate and key in one file or two), PKCS#12, and CA bundles. The one certificate
-/// loader of pushd: `check-config`, `run` (which checks its configuration first) and `send` all
-/// use it. The private key must match the certificate; key material never appears in errors.
+/// Reads APNs client certificates without connecting anywhere: PEM (certificate and key in one
+/// file or two), PKCS#12, and CA bundles. The one certificate loader of pushd (`load`):
+/// `check-config`, `run` (at start and on every reload) and `send` all use it, and the TLS
+/// layer is given what it loaded, from memory, never the files. The private key must match the
+/// certificate; key material never appears in errors.
 public enum ClientCertificate {
     /// Apple's extension marking a development (sandbox) push certificate.
     static let developmentOID = "1.2.840.113635.100.6.3.1"
@@ -51,15 +52,39 @@ public enum ClientCertificate {
     static let maximumFileSize = 1024 * 1024
 
     public static func inspectPEM(certificateFile: String, keyFile: String? = nil) throws(ClientCertificateError) -> ClientCertificateInfo {
-        let certificateBytes = try read(certificateFile)
-        let keyBytes = try keyFile.map { (path: String) throws(ClientCertificateError) -> [UInt8] in try read(path) }
-        return try inspectPEM(certificate: certificateBytes, source: certificateFile, key: keyBytes, keySource: keyFile)
+        try load(certificateFile: certificateFile, keyFile: keyFile).info
     }
 
-    /// A PEM certificate and its private key (from `key`, or from the certificate's own bytes
-    /// when nil), checked to belong together.
+    /// What `load(pemCertificate:…)` finds, without the key material.
     public static func inspectPEM(certificate: [UInt8], source: String = "PEM text",
                                   key: [UInt8]? = nil, keySource: String? = nil) throws(ClientCertificateError) -> ClientCertificateInfo {
+        try load(pemCertificate: certificate, source: source, key: key, keySource: keySource).info
+    }
+
+    public static func inspectPKCS12(file: String, password: String?) throws(ClientCertificateError) -> ClientCertificateInfo {
+        try load(pkcs12File: file, password: password).info
+    }
+
+    /// What `load(pkcs12:…)` finds, without the key material.
+    public static func inspectPKCS12(_ bytes: [UInt8], source: String = "PKCS#12 data",
+                                     password: String?) throws(ClientCertificateError) -> ClientCertificateInfo {
+        try load(pkcs12: bytes, source: source, password: password).info
+    }
+
+    // MARK: - The loader
+
+    /// A PEM certificate and its key from their files (the key from the certificate's file
+    /// when `keyFile` is nil), read once, checked and kept in memory.
+    public static func load(certificateFile: String, keyFile: String? = nil) throws(ClientCertificateError) -> ClientIdentity {
+        let certificateBytes = try read(certificateFile)
+        let keyBytes = try keyFile.map { (path: String) throws(ClientCertificateError) -> [UInt8] in try read(path) }
+        return try load(pemCertificate: certificateBytes, source: certificateFile, key: keyBytes, keySource: keyFile)
+    }
+
+    /// A PEM certificate (followed by any chain certificates) and its private key (from `key`,
+    /// or from the certificate's own bytes when nil), checked to belong together.
+    public static func load(pemCertificate certificate: [UInt8], source: String = "PEM text",
+                            key: [UInt8]? = nil, keySource: String? = nil) throws(ClientCertificateError) -> ClientIdentity {
         OpenSSLRuntime.initialize()
         ERR_clear_error()
         guard let cert = withBIO(certificate, { PEM_read_bio_X509($0, nil, nil, nil) }) else {
@@ -78,16 +103,30 @@ public enum ClientCertificate {
             ERR_clear_error()
             throw ClientCertificateError("the private key in \(keyName) does not belong to the certificate in \(source)", in: part)
         }
-        return try describe(cert: cert, source: source)
+        // The certificates after the first one of the file are its chain, sent with it.
+        var chain = [OpaquePointer]()
+        defer { for extra in chain { X509_free(extra) } }
+        certificate.withUnsafeBytes { raw in
+            guard raw.count <= maximumFileSize, let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return }
+            defer { BIO_free(bio) }
+            guard let first = PEM_read_bio_X509(bio, nil, nil, nil) else { return }
+            X509_free(first)
+            while let extra = PEM_read_bio_X509(bio, nil, nil, nil) { chain.append(extra) }
+        }
+        // Reading stops with a "no start line" error at the end of the input.
+        ERR_clear_error()
+        return try identity(cert: cert, chain: chain, pkey: pkey, source: source, keySource: keySource)
     }
 
-    public static func inspectPKCS12(file: String, password: String?) throws(ClientCertificateError) -> ClientCertificateInfo {
-        try inspectPKCS12(try read(file), source: file, password: password)
+    /// A PKCS#12 bundle from its file, read once, checked and kept in memory.
+    public static func load(pkcs12File file: String, password: String?) throws(ClientCertificateError) -> ClientIdentity {
+        try load(pkcs12: try read(file), source: file, password: password)
     }
 
-    /// A PKCS#12 bundle: the password opens it, and it holds a certificate and its key.
-    public static func inspectPKCS12(_ bytes: [UInt8], source: String = "PKCS#12 data",
-                                     password: String?) throws(ClientCertificateError) -> ClientCertificateInfo {
+    /// A PKCS#12 bundle: the password opens it, and it holds a certificate and its key (and
+    /// maybe chain certificates, kept to be sent with it).
+    public static func load(pkcs12 bytes: [UInt8], source: String = "PKCS#12 data",
+                            password: String?) throws(ClientCertificateError) -> ClientIdentity {
         OpenSSLRuntime.initialize()
         ERR_clear_error()
         guard let bundle = withBIO(bytes, { d2i_PKCS12_bio($0, nil) }) else {
@@ -109,10 +148,12 @@ public enum ClientCertificate {
         }
         var pkey: OpaquePointer?
         var cert: OpaquePointer?
-        let parsed = PKCS12_parse(bundle, opensWithNull ? nil : (password ?? ""), &pkey, &cert, nil)
+        var authorities: OpaquePointer?
+        let parsed = PKCS12_parse(bundle, opensWithNull ? nil : (password ?? ""), &pkey, &cert, &authorities)
         defer {
             if let pkey { EVP_PKEY_free(pkey) }
             if let cert { X509_free(cert) }
+            if let authorities { pushd_openssl_x509_stack_free(authorities) }
         }
         guard parsed == 1 else {
             throw ClientCertificateError("\(source) cannot be read: \(takeOpenSSLErrors(default: "PKCS12_parse failed"))")
@@ -123,7 +164,47 @@ public enum ClientCertificate {
             ERR_clear_error()
             throw ClientCertificateError("the private key in \(source) does not belong to its certificate")
         }
-        return try describe(cert: cert, source: source)
+        var chain = [OpaquePointer]()
+        if let authorities {
+            for index in 0..<pushd_openssl_x509_stack_count(authorities) {
+                if let extra = pushd_openssl_x509_stack_at(authorities, index) { chain.append(extra) }
+            }
+        }
+        return try identity(cert: cert, chain: chain, pkey: pkey, source: source, keySource: nil)
+    }
+
+    /// The checked certificate, chain and key as PEM in memory, with what the certificate says.
+    private static func identity(cert: OpaquePointer, chain: [OpaquePointer], pkey: OpaquePointer,
+                                 source: String, keySource: String?) throws(ClientCertificateError) -> ClientIdentity {
+        let info = try describe(cert: cert, source: source)
+        var digest = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        guard X509_digest(cert, EVP_sha256(), &digest, &length) == 1 else {
+            throw ClientCertificateError("the certificate in \(source) cannot be hashed: \(takeOpenSSLErrors(default: "X509_digest failed"))")
+        }
+        let fingerprint = digest.prefix(Int(length)).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+        guard let certificatePEM = pem({ bio in
+                  PEM_write_bio_X509(bio, cert) == 1 && chain.allSatisfy { PEM_write_bio_X509(bio, $0) == 1 }
+              }),
+              let keyPEM = pem({ bio in PEM_write_bio_PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1 }) else {
+            throw ClientCertificateError("the certificate in \(source) cannot be kept in memory: \(takeOpenSSLErrors(default: "PEM encoding failed"))")
+        }
+        return ClientIdentity(info: info, source: source, keySource: keySource, fingerprint: fingerprint,
+                              certificateChainPEM: certificatePEM, privateKeyPEM: keyPEM)
+    }
+
+    /// What `write` puts into a memory BIO, nil when it fails.
+    private static func pem(_ write: (OpaquePointer) -> Bool) -> [UInt8]? {
+        guard let bio = BIO_new(BIO_s_mem()) else { return nil }
+        defer { BIO_free(bio) }
+        guard write(bio) else { return nil }
+        var start: UnsafeMutablePointer<CChar>?
+        let count = pushd_openssl_bio_get_mem_data(bio, &start)
+        guard count > 0, let start else { return nil }
+        return start.withMemoryRebound(to: UInt8.self, capacity: count) { Array(UnsafeBufferPointer(start: $0, count: count)) }
     }
 
     /// Every certificate of a PEM bundle (a CA file, `apns.ca_file`); at least one is required.

@@ -63,6 +63,9 @@ final class Accounting: Sendable {
     }
     func recordRefusedStream() { state.withLock { $0.stats.streamsRefused += 1 } }
     func recordRefusedCertificate() { state.withLock { $0.stats.clientCertificatesRefused += 1 } }
+    func recordClientCertificate(connectionID: UInt64, subject: String) {
+        state.withLock { $0.stats.clientCertificateSubjects[connectionID] = subject }
+    }
     func recordHandshakeResumed() { state.withLock { $0.stats.handshakesResumed += 1 } }
     func recordGoaway(connectionID: UInt64, lastStreamID: Int32) {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }

@@ -63,6 +63,10 @@ public struct MockStats: Sendable, Equatable, Codable {
     /// Connections refused in certificate mode because the client's certificate did not
     /// verify (or there was none), with a TLS alert or, with `refusedCertificateReset`, a reset.
     public var clientCertificatesRefused: Int = 0
+    /// Certificate mode: the subject of the client certificate each accepted connection
+    /// presented (OpenSSL's one-line form), by connection as numbered in the accepted log, so
+    /// that a test can tell which certificate carried a notification.
+    public var clientCertificateSubjects: [UInt64: String] = [:]
     /// TLS handshakes completed by resuming an earlier session (a TLS 1.3 PSK, or a TLS 1.2
     /// session ticket or id; OpenSSL's `SSL_session_reused`): a client that reconnects and
     /// keeps its sessions skips the certificate exchange and its signatures.

@@ -145,6 +145,9 @@ final class HTTP2Connection: EventLoopHandler {
                 // an RST where the alert would have been.
                 return core.configuration.refusedCertificateReset ? resetConnection() : refuseHandshake()
             }
+            if case .certificate = core.configuration.authentication, let subject = tls.peerCertificateSubject {
+                core.accounting.recordClientCertificate(connectionID: id, subject: subject)
+            }
             faults.refresh()
             guard startSession() else { return close() }
             phase = .open

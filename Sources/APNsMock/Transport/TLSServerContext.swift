@@ -180,6 +180,16 @@ final class TLSSession {
         return SSL_get_verify_result(ssl) == X509_V_OK
     }
 
+    /// The subject of the peer's certificate in OpenSSL's one-line form ("/CN=…"), nil when it
+    /// sent none. A resumed session keeps the certificate of the handshake it resumes.
+    var peerCertificateSubject: String? {
+        guard let certificate = SSL_get1_peer_certificate(ssl) else { return nil }
+        defer { X509_free(certificate) }
+        guard let name = X509_get_subject_name(certificate), let text = X509_NAME_oneline(name, nil, 0) else { return nil }
+        defer { pushd_openssl_free(text) }
+        return String(cString: text)
+    }
+
     /// Sends TLS close_notify once, without waiting for the peer's; enough for clients to tell a
     /// clean end from a truncation.
     func sendCloseNotify() {

@@ -24,6 +24,14 @@ public final class APNsClientRegistry<Key: Hashable & Sendable>: Sendable {
         removed?.shutdown(drainTimeoutMilliseconds: drainTimeoutMilliseconds)
     }
 
+    /// Calls `body` with every client under the registry's lock, so a client being made now is
+    /// either made before `body` sees the registry or after it returns.
+    public func forEach(_ body: (Key, APNsClient) -> Void) {
+        clients.withLock { clients in
+            for (key, client) in clients { body(key, client) }
+        }
+    }
+
     public var keys: [Key] { clients.withLock { Array($0.keys) } }
 
     public func shutdownAll(drainTimeoutMilliseconds: Int = 10_000) {

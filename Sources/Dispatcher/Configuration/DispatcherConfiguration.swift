@@ -1,3 +1,4 @@
+import APNs
 import Glibc
 
 /// Where a dispatcher sends and how it authenticates: one pool of connections per
@@ -199,14 +200,6 @@ public struct DispatcherConfiguration: Sendable {
         for (field, path) in [("trustedCAFile", trustedCAFile), ("proxyCAFile", proxyCAFile)] {
             if let path, access(path, R_OK) != 0 { throw .unreadableFile(field: field, path: path) }
         }
-        switch credential {
-        case .token: break
-        case .pemCertificate(let certificate, let key, _):
-            if access(certificate, R_OK) != 0 { throw .unreadableFile(field: "credential.certificateFile", path: certificate) }
-            if access(key, R_OK) != 0 { throw .unreadableFile(field: "credential.privateKeyFile", path: key) }
-        case .pkcs12(let path, _):
-            if access(path, R_OK) != 0 { throw .unreadableFile(field: "credential.pkcs12File", path: path) }
-        }
     }
 }
 
@@ -214,10 +207,16 @@ public struct DispatcherConfiguration: Sendable {
 public enum ClientCredential: Sendable, Equatable {
     /// Provider-token auth: each request carries its own `authorization: bearer …` header.
     case token
-    /// TLS client certificate and key in PEM files; the key may be encrypted with `passphrase`.
-    case pemCertificate(certificateFile: String, privateKeyFile: String, passphrase: String?)
-    /// TLS client certificate and key in one PKCS#12 file.
-    case pkcs12(file: String, password: String?)
+    /// A TLS client certificate and its key, loaded and checked once (`ClientCertificate.load`).
+    /// libcurl takes them from memory, so a file changed on disk changes nothing; the engine
+    /// presents another certificate only when told to (`HTTP2Dispatcher.replaceCertificate`).
+    case certificate(ClientIdentity)
+
+    /// The certificate, nil for token auth.
+    public var identity: ClientIdentity? {
+        if case .certificate(let identity) = self { return identity }
+        return nil
+    }
 }
 
 public enum DispatcherConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -73,7 +73,7 @@ let curlPrereqCallback: pushd_curl_prereq_cb = { userData, _, _, _, localPort in
         }
         guard let owner = transfer.loop else { return }
         Unmanaged<CurlEventLoop>.fromOpaque(owner)._withUnsafeGuaranteedRef { loop in
-            loop.connectionUsed(localPort: localPort)
+            loop.connectionUsed(localPort: localPort, connection: transfer.connectionID)
             // Sent again, on another connection: the one it went on ended without answering it.
             if transfer.sends > 1, previous.connection >= 0, previous.connection != transfer.connectionID {
                 loop.resentOffConnection(previous.connection, localPort: previous.localPort)

@@ -264,18 +264,20 @@ extension CurlEventLoop {
     /// From the pre-request callback: a request goes on the connection at `localPort`. The
     /// first one on it means it was established; the socket is found by its port then (once
     /// per connection), so that its close is matched without asking the closed socket.
-    func connectionUsed(localPort: Int32) {
+    func connectionUsed(localPort: Int32, connection: Int64) {
         guard localPort > 0, !establishedPorts.contains(localPort),
               let fd = openSockets.first(where: { establishedSockets[$0] == nil && SocketAddress.localPort(of: $0) == localPort })
         else { return }
         establishedPorts.insert(localPort)
         establishedSockets[fd] = localPort
+        if connection >= 0 { connectionOfSocket[fd] = connection }
         sink.metrics.connectionOpened(reconnect: connectionsEverEstablished >= connectionsExpected)
         connectionsEverEstablished += 1
     }
 
     func socketClosed(_ fd: Int32) {
         openSockets.remove(fd)
+        connectionOfSocket.removeValue(forKey: fd)
         if let port = establishedSockets.removeValue(forKey: fd) {
             establishedPorts.remove(port)
             sink.metrics.connectionClosed()

@@ -21,7 +21,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     let configuration: DispatcherConfiguration
     let sink: CompletionSink
-    private let epoll: EpollLoop
+    let epoll: EpollLoop
     let multi: CurlMulti
     private let inbox = Lock(Inbox())
     /// Requests accepted and not yet reported. The dispatcher hands each chunk of window slots to
@@ -101,10 +101,19 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     var readRoute: SocketReadRoute
     /// Some socket of this round of events was read through one transfer.
     var readThroughOneTransfer = false
+    /// What handles get before their next request (`CurlTransfer.credentialGeneration`), the
+    /// established connections a replaced certificate retires, and a certificate handed in by
+    /// another thread (`CurlEventLoop+Certificate.swift`).
+    var credential: ClientCredential
+    var credentialGeneration: Int32 = 0
+    var connectionOfSocket: [Int32: Int64] = [:]
+    let certificateInbox = Lock<ClientIdentity?>(nil)
+    let certificateWaiting = Atomic<Bool>(false)
 
     init(configuration: DispatcherConfiguration, sink: CompletionSink) throws(DispatcherConfigurationError) {
         self.configuration = configuration
         self.sink = sink
+        credential = configuration.credential
         inCurlLimit = configuration.inFlightPerThread
         answerDeadlineNanoseconds = UInt64(max(0, configuration.answerDeadlineMilliseconds)) * 1_000_000
         requestTimeoutNanoseconds = UInt64(max(0, configuration.requestTimeoutMilliseconds)) * 1_000_000
@@ -179,6 +188,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
 
     func prepareToWait() -> Int32 {
         takeInbox()
+        // After the inbox: a request submitted after `replaceCertificate` returned is then
+        // seen with its certificate, never admitted with the old one.
+        if certificateWaiting.load(ordering: .acquiring) { takeReplacedCertificate() }
         answerOverdue()
         refill()
         var now = monotonicNanoseconds()
@@ -217,7 +229,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     }
 
     func workArrived() -> Bool {
-        inbox.withLock { !$0.items.isEmpty }
+        certificateWaiting.load(ordering: .acquiring) || inbox.withLock { !$0.items.isEmpty }
     }
 
     func eventsHandled() {
@@ -319,6 +331,11 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
                 continue
             }
             request.attempts += 1
+            if transfer.credentialGeneration != credentialGeneration, let refused = transfer.use(credential, generation: credentialGeneration) {
+                freeTransfers.append(transfer.index)
+                deliver(request, outcome: .transportFailure(refused.transportError))
+                continue
+            }
             if let failure = transfer.prepare(for: request.request, fresh: nextTransferFresh) {
                 freeTransfers.append(transfer.index)
                 deliver(request, outcome: .transportFailure(failure))
@@ -386,8 +403,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     }
 
     private func makeTransfer() throws(DispatcherConfigurationError) -> CurlTransfer {
-        let transfer = try CurlTransfer.make(index: transfers.count, configuration: configuration,
-                                             socketOwner: Unmanaged.passUnretained(self).toOpaque(),
+        let transfer = try CurlTransfer.make(index: transfers.count, configuration: configuration, credential: credential,
+                                             generation: credentialGeneration, socketOwner: Unmanaged.passUnretained(self).toOpaque(),
                                              errorBuffer: errorBuffers.buffer(for: transfers.count))
         transfers.append(transfer)
         sink.counters.easyHandles.add(1, ordering: .relaxed)

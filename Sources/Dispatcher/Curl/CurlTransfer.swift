@@ -29,6 +29,9 @@ final class CurlTransfer {
     var sentClientCertificate = false
     /// Local port of the connection the latest send went on (from libcurl's pre-request callback).
     var localPort: Int32 = 0
+    /// Which of its loop's credentials the handle was given (`CurlEventLoop.credentialGeneration`);
+    /// -1 after libcurl refused one.
+    var credentialGeneration: Int32 = 0
     /// The event loop that owns this transfer (it outlives it): the pre-request callback tells
     /// it which connections carry requests, that is, which were established.
     var loop: UnsafeMutableRawPointer?

@@ -1,3 +1,4 @@
+import APNs
 internal import CCurl
 import Glibc
 
@@ -7,7 +8,10 @@ extension CurlTransfer {
     /// `socketOwner` receives the open/close-socket callbacks (opening through the transfer,
     /// which names the request a connection is opened for); `errorBuffer` is the transfer's
     /// `CURLOPT_ERRORBUFFER`, attached while it runs.
-    static func make(index: Int, configuration config: DispatcherConfiguration, socketOwner: UnsafeMutableRawPointer,
+    /// `credential` is the loop's current one (`generation` names it), which a replaced
+    /// certificate makes differ from the configuration's.
+    static func make(index: Int, configuration config: DispatcherConfiguration, credential: ClientCredential, generation: Int32,
+                     socketOwner: UnsafeMutableRawPointer,
                      errorBuffer: UnsafeMutablePointer<CChar>) throws(DispatcherConfigurationError) -> CurlTransfer {
         guard let easy = curl_easy_init(), let url = curl_url() else {
             throw .transportRejected(setting: "curl_easy_init", message: "out of memory")
@@ -25,13 +29,6 @@ extension CurlTransfer {
             }
         }
         let transferPointer = Unmanaged.passUnretained(transfer).toOpaque()
-        /// With a client certificate, the engine learns whether a handshake got as far as
-        /// sending it (`CurlTransfer.sentClientCertificate`). The callback's data is the loop,
-        /// the same for all its handles, so libcurl keeps sharing TLS sessions among them.
-        func watchClientCertificate() {
-            check(pushd_curl_easy_setopt_ssl_ctx_cb(easy, curlSSLContextCallback), "CURLOPT_SSL_CTX_FUNCTION")
-            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_SSL_CTX_DATA, socketOwner), "CURLOPT_SSL_CTX_DATA")
-        }
         check(pushd_curl_easy_setopt_url(easy, url), "CURLOPT_CURLU")
         check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_PRIVATE, UnsafeMutableRawPointer(bitPattern: index + 1)), "CURLOPT_PRIVATE")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, pushd_curl_http_version_2tls()), "CURLOPT_HTTP_VERSION")
@@ -84,24 +81,45 @@ extension CurlTransfer {
         check(pushd_curl_easy_setopt_string(easy, CURLOPT_PROXY, config.proxy ?? environment.proxy ?? ""), "CURLOPT_PROXY")
         check(pushd_curl_easy_setopt_string(easy, CURLOPT_NOPROXY, environment.noProxy ?? ""), "CURLOPT_NOPROXY")
         if let proxyCA = config.proxyCAFile { check(pushd_curl_easy_setopt_string(easy, CURLOPT_PROXY_CAINFO, proxyCA), "CURLOPT_PROXY_CAINFO") }
-        switch config.credential {
-        case .token:
-            break
-        case .pemCertificate(let certificate, let key, let passphrase):
-            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "PEM"), "CURLOPT_SSLCERTTYPE")
-            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, certificate), "CURLOPT_SSLCERT")
-            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEYTYPE, "PEM"), "CURLOPT_SSLKEYTYPE")
-            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEY, key), "CURLOPT_SSLKEY")
-            if let passphrase { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, passphrase), "CURLOPT_KEYPASSWD") }
-            watchClientCertificate()
-        case .pkcs12(let file, let password):
-            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "P12"), "CURLOPT_SSLCERTTYPE")
-            check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERT, file), "CURLOPT_SSLCERT")
-            if let password { check(pushd_curl_easy_setopt_string(easy, CURLOPT_KEYPASSWD, password), "CURLOPT_KEYPASSWD") }
-            watchClientCertificate()
+        if case .certificate = credential {
+            // The engine learns whether a handshake got as far as sending the certificate
+            // (`CurlTransfer.sentClientCertificate`). The callback's data is the loop, the same
+            // for all its handles, so libcurl keeps sharing TLS sessions among them.
+            check(pushd_curl_easy_setopt_ssl_ctx_cb(easy, curlSSLContextCallback), "CURLOPT_SSL_CTX_FUNCTION")
+            check(pushd_curl_easy_setopt_ptr(easy, CURLOPT_SSL_CTX_DATA, socketOwner), "CURLOPT_SSL_CTX_DATA")
+        }
+        if failure == nil, let rejected = transfer.use(credential, generation: generation) {
+            failure = .transportRejected(setting: rejected.option, message: String(cString: curl_easy_strerror(rejected.code)))
         }
         if let failure { throw failure }
         return transfer
+    }
+
+    /// Gives libcurl the client certificate and key from memory (`CURLOPT_SSLCERT_BLOB`,
+    /// `CURLOPT_SSLKEY_BLOB`, copied by libcurl): never a file name, which libcurl would read
+    /// again for every new connection. libcurl keeps a connection or a TLS session for another
+    /// transfer only when that transfer's certificate blob is the same (`match_ssl_primary_config`
+    /// and the session cache key, lib/vtls at tag curl-8_14_1), so one made with a replaced
+    /// certificate is never used with the new one. Token auth sets nothing. Returns the option
+    /// libcurl refused, if any.
+    func use(_ credential: ClientCredential, generation: Int32) -> CurlOptionFailure? {
+        credentialGeneration = generation
+        guard case .certificate(let identity) = credential else { return nil }
+        var failure: CurlOptionFailure?
+        func check(_ code: CURLcode, _ option: String) {
+            if code != CURLE_OK, failure == nil { failure = CurlOptionFailure(code: code, option: option) }
+        }
+        check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLCERTTYPE, "PEM"), "CURLOPT_SSLCERTTYPE")
+        identity.certificateChainPEM.withUnsafeBytes { bytes in
+            check(pushd_curl_easy_setopt_blob(easy, CURLOPT_SSLCERT_BLOB, bytes.baseAddress, bytes.count), "CURLOPT_SSLCERT_BLOB")
+        }
+        check(pushd_curl_easy_setopt_string(easy, CURLOPT_SSLKEYTYPE, "PEM"), "CURLOPT_SSLKEYTYPE")
+        identity.privateKeyPEM.withUnsafeBytes { bytes in
+            check(pushd_curl_easy_setopt_blob(easy, CURLOPT_SSLKEY_BLOB, bytes.baseAddress, bytes.count), "CURLOPT_SSLKEY_BLOB")
+        }
+        // A handle that could not take the new one must not go out with the old one.
+        if failure != nil { credentialGeneration = -1 }
+        return failure
     }
 
     /// The proxy settings libcurl would take from the environment for an https:// URL: the

@@ -1,3 +1,4 @@
+import APNs
 import Glibc
 import Polling
 import Locking
@@ -153,6 +154,17 @@ public final class HTTP2Dispatcher: @unchecked Sendable {
             }
         }
         return best
+    }
+
+    /// Any thread: from now on the engine presents `identity` instead of the client certificate
+    /// it had (a renewal), on new connections only. Each loop takes it on its next pass: its
+    /// requests not yet sent wait for a connection opened with the new certificate, and the
+    /// connections opened with the old one take no new stream, finish what they carry and are
+    /// closed (docs/dispatcher.md, "Replacing the client certificate"). The same certificate
+    /// again changes nothing. Token-authenticated engines ignore it.
+    public func replaceCertificate(_ identity: ClientIdentity) {
+        guard case .certificate = configuration.credential else { return }
+        for loop in loops { loop.replaceCertificate(identity) }
     }
 
     /// Each loop's unfinished requests, in loop order (for tests).

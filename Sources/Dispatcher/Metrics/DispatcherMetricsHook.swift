@@ -48,6 +48,9 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A loop's adaptive limit settled, or moved to half or twice the one last reported:
     /// `limit` requests gave `rate` answers per second at a mean round trip of `roundTripNanoseconds`.
     func inFlightLimitSettled(limit: Int, rate: Double, roundTripNanoseconds: UInt64)
+    /// A loop took a replaced client certificate (`HTTP2Dispatcher.replaceCertificate`) and
+    /// retired the `connectionsRetired` connections it had opened with the old one.
+    func certificateReplaced(connectionsRetired: Int)
 }
 
 extension DispatcherMetricsHook {
@@ -68,6 +71,7 @@ extension DispatcherMetricsHook {
         reconnectBackoffStarted(cause: cause.text, delayMilliseconds: delayMilliseconds)
     }
     public func reconnectBackoffEnded(failures: Int) {}
+    public func certificateReplaced(connectionsRetired: Int) {}
 }
 
 /// A connection a loop added and put on trial (`DispatcherMetricsHook.connectionGrowthStarted`).

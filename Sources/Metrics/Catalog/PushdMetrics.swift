@@ -269,7 +269,7 @@ public struct PushdMetrics: Sendable {
         buildInfo.bound([version]).set(1)
         apnsConnectionRetirements = try registry.counter(
             "pushd_apns_connection_retirements_total",
-            help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503), GOAWAY and REFUSED_STREAM.",
+            help: "Answers and events after which a connection to APNs takes no new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, Shutdown (503), GOAWAY, REFUSED_STREAM, and CertificateReplaced (a reload gave the app a renewed client certificate).",
             labels: ["app", "environment", "reason"])
 
         broadcastsSent = try registry.counter(

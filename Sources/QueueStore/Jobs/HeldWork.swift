@@ -10,6 +10,10 @@ public struct HeldWork: Sendable {
     /// What the error of a parked campaign target begins with when the answer to it paused its
     /// app (its credentials were refused).
     public static let pausedPrefix = "sending paused: "
+    /// What the error (outcome for channel requests) of a job, broadcast or channel request
+    /// begins with when it was put back because its app's sending was paused (its credentials
+    /// refused): it waits 30 s at a time, unclaimed while the pause lasts (`releasePaused`).
+    public static let appPausedPrefix = "app paused: "
 
     public init() {}
 
@@ -40,6 +44,20 @@ public struct HeldWork: Sendable {
             SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM broadcasts) + (SELECT count(*) FROM channel_requests)
                  + (SELECT count(*) FROM targets)
             """), [app, Self.errorPrefix, Self.pausedPrefix]).require(Int.self, row: 0, column: 0)
+    }
+
+    /// Makes every job, broadcast, channel request and parked campaign target `app` put back
+    /// for its pause due now (`appPausedPrefix`, and `pausedPrefix` for parked targets): the app
+    /// was resumed (a reload fixed its credentials), so they go out at once instead of after the
+    /// rest of their wait. Jobs and targets in batches of `batch` rows, each statement on its
+    /// own and passing over rows another claimer's open batch holds (as `JobQueue.makeDue`):
+    /// an app paused for long has a large backlog put back. Returns how many rows became due.
+    @discardableResult
+    public func releasePaused(_ connection: PGConnection, app: String, batch: Int = 10_000) throws -> Int {
+        try JobQueue().makeDue(connection, app: app, errorPrefixes: [Self.appPausedPrefix], batch: batch)
+            + BroadcastQueue().makeDue(connection, app: app, errorPrefixes: [Self.appPausedPrefix])
+            + ChannelStore().makeDue(connection, app: app, outcomePrefixes: [Self.appPausedPrefix])
+            + CampaignStore().makeParkedDue(connection, app: app, errorPrefixes: [Self.pausedPrefix], batch: batch)
     }
 
     /// Puts the due jobs of one held topic scope of `app` back until `until`, set-based: up to

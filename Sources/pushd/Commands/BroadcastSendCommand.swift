@@ -50,7 +50,7 @@ enum BroadcastSendCommand {
             context.errorOutput(SendCommand.Invalid(issues: issues).description)
             return 1
         }
-        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: app.environment, config: config) else {
+        guard var configuration = try SendCommand.dispatcherConfiguration(for: app, environment: app.environment, config: config) else {
             throw CommandContext.Failure("app \(app.name) has no credentials for \(app.environment.rawValue)")
         }
         if config.apns.hostOverride == nil {

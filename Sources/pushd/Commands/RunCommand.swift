@@ -15,7 +15,8 @@ import Synchronization
 /// claiming, settle what is in flight within `shutdown.drain_timeout_s`, exit 0. A
 /// second signal exits at once; nothing is lost either way, since unsettled work is
 /// claimed again. SIGHUP reopens the log file, reloads the configuration (`ConfigReloader`:
-/// signing keys apply at once, other changed settings are named as needing a restart), then
+/// signing keys and renewed certificates apply at once, other changed settings are named as
+/// needing a restart), then
 /// resumes apps paused for their credentials and ends scopes held for their configuration
 /// (TopicDisallowed, …), so a fixed key is what the resumed app signs with.
 enum RunCommand {
@@ -128,7 +129,9 @@ enum RunCommand {
             throw error
         }
         let reloader = ConfigReloader(file: file, environment: context.environment, running: config,
-                                      tokens: pipeline.tokens, logger: logger, metrics: metrics)
+                                      tokens: pipeline.tokens, certificates: pipeline.certificates,
+                                      replaceCertificate: { pipeline.replaceCertificate(app: $0, environment: $1, with: $2) },
+                                      logger: logger, metrics: metrics)
         // Registered first: the workers start knowing which environments other instances send.
         let heartbeat = InstanceHeartbeat(pipeline: pipeline, host: Self.hostName(), pid: getpid())
         heartbeat.start()

@@ -105,7 +105,7 @@ enum SendCommand {
         let issues = factory.issues(in: notification)
         if !issues.isEmpty { throw Invalid(issues: issues) }
 
-        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config) else {
+        guard var configuration = try Self.dispatcherConfiguration(for: app, environment: environment, config: config) else {
             throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
         }
         // One request: one loop and one connection, not the daemon's pool.
@@ -113,6 +113,17 @@ enum SendCommand {
         configuration.connectionsPerThread = 1
         configuration.maxOutstanding = 1
         return Prepared(app: app, environment: environment, notification: notification, configuration: configuration)
+    }
+
+    /// The engine settings `run` would use for the app in `environment`, its certificate read
+    /// by the loader `run` and `check-config` use; one that cannot be used is an error naming it.
+    static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
+                                        config: PushdConfig) throws -> DispatcherConfiguration? {
+        do {
+            return try Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config)
+        } catch {
+            throw CommandContext.Failure("app \(app.name): the certificate for \(environment.rawValue) cannot be used: \(error)")
+        }
     }
 
     static func chooseApp(_ name: String?, config: PushdConfig) throws -> PushdConfig.App {

@@ -93,8 +93,8 @@ enum ConfigChanges {
         return changed
     }
 
-    /// A certificate's file names and password: the engine holds them from the start (libcurl
-    /// reads the files as it opens each connection, so new contents at the same names need no restart).
+    /// A certificate's file names and password: fixed while running. New contents at the same
+    /// names are what a reload loads (`ConfigReloader`).
     private static func certificateSettings(_ block: String, _ old: PushdConfig.Credentials,
                                             _ new: PushdConfig.Credentials) -> [String] {
         guard case .certificate(let oldCertificate, let oldKey, let oldPKCS12, let oldPassword) = old,
@@ -109,21 +109,28 @@ enum ConfigChanges {
 }
 
 /// `systemctl reload pushd` (SIGHUP): reads the configuration file again with the loader and
-/// the checks `run` and `check-config` use, and applies what can change while running — each
-/// token app's signing key (its `.p8` replaced, or `key_file` pointing elsewhere): the next
-/// provider token is minted with the new key. A key file that does not load leaves the app
-/// with the key it had, with one error line. Any other changed setting is logged as needing a
-/// restart and not applied, so the process never runs half of a configuration.
+/// the checks `run` and `check-config` use, and applies what can change while running:
 ///
-/// Certificate apps: libcurl reads the certificate files each time it opens a connection, so
-/// new contents under the same names reach new connections without a reload; a reload checks
-/// them and says loudly when they no longer load.
+/// - each token app's signing key (its `.p8` replaced, or `key_file` pointing elsewhere): the
+///   next provider token is minted with the new key;
+/// - each certificate app's certificate and key, read again under the same file names (a
+///   renewal): loaded into memory by the one loader and checked (it loads, the key belongs to
+///   it, it is valid now and for its environment); the app's engines then present it on new
+///   connections and retire the ones opened with the old one (`HTTP2Dispatcher.replaceCertificate`).
+///
+/// A key or certificate that does not load or pass the checks leaves the app with what it had,
+/// with one `credentials_reload_failed` error line; its connections keep presenting the old
+/// certificate, which is held in memory and never read from the files again. Any other changed
+/// setting is logged as needing a restart and not applied, so the process never runs half of a
+/// configuration.
 ///
 /// Thread rule: `reload` is called on the run loop's thread only; `running` is not shared.
 final class ConfigReloader {
     struct Outcome: Sendable, Equatable {
         /// Apps now signing with a new key.
         var keysReloaded: [String] = []
+        /// Apps (and environments) now presenting a new certificate: "shop (sandbox)".
+        var certificatesReloaded: [String] = []
         /// Settings changed in the file that wait for a restart.
         var restartNeeded: [String] = []
         /// What could not be loaded, one entry per app or setting.
@@ -136,15 +143,21 @@ final class ConfigReloader {
     /// What the process runs with: the start's configuration and the keys reloaded since.
     private(set) var running: PushdConfig
     private let tokens: ProviderTokenService
+    /// The certificates presented now, and how to make the engines present another.
+    private let certificates: AppCertificates
+    private let replaceCertificate: (String, PushdConfig.Environment, ClientIdentity) -> Void
     private let logger: Logger
     private let metrics: PushdMetrics
 
     init(file: String, environment: [String: String], running: PushdConfig, tokens: ProviderTokenService,
+         certificates: AppCertificates, replaceCertificate: @escaping (String, PushdConfig.Environment, ClientIdentity) -> Void,
          logger: Logger, metrics: PushdMetrics) {
         self.file = file
         self.environment = environment
         self.running = running
         self.tokens = tokens
+        self.certificates = certificates
+        self.replaceCertificate = replaceCertificate
         self.logger = logger
         self.metrics = metrics
         // The start loaded everything (`run` refuses otherwise), as Prometheus counts its own start.
@@ -229,12 +242,9 @@ final class ConfigReloader {
                               ("event", "signing_key_reloaded"), ("app", .string(app.name)), ("key_file", .string(newFile)),
                               ("key_id", .string(keyID)))
             case (.certificate, .certificate):
-                guard !errors.isEmpty else { continue }
-                let why = errors.map(\.description).joined(separator: "; ")
-                logger.error("configuration reload: the certificate of app \(app.name) does not load: \(why); connections open now "
-                             + "keep working, but each new one reads the file as it is and will fail: put a working certificate back",
-                             ("event", "credentials_reload_failed"), ("app", .string(app.name)))
-                outcome.failures.append("app \(app.name)")
+                for environment in PushdConfig.Environment.allCases {
+                    reloadCertificate(app, from: new, environment: environment, errors: errors, outcome: &outcome)
+                }
             default:
                 continue
             }
@@ -244,13 +254,54 @@ final class ConfigReloader {
         var parts: [String] = []
         parts.append(outcome.keysReloaded.isEmpty ? "no signing key changed"
                      : "signing keys reloaded for apps \(outcome.keysReloaded.joined(separator: ", "))")
+        if !outcome.certificatesReloaded.isEmpty {
+            parts.append("certificates reloaded for apps \(outcome.certificatesReloaded.joined(separator: ", "))")
+        }
         if !outcome.restartNeeded.isEmpty { parts.append("needs a restart: \(outcome.restartNeeded.joined(separator: ", "))") }
         if !outcome.failures.isEmpty { parts.append("not loaded, kept as before: \(outcome.failures.joined(separator: ", "))") }
         logger.info("configuration reloaded from \(file): \(parts.joined(separator: "; "))",
                     ("event", "config_reloaded"), ("result", .string(outcome.succeeded ? "success" : "failure")),
                     ("keys_reloaded", .string(outcome.keysReloaded.joined(separator: ","))),
+                    ("certificates_reloaded", .string(outcome.certificatesReloaded.joined(separator: ","))),
                     ("needs_restart", .string(outcome.restartNeeded.joined(separator: ","))))
         return outcome
+    }
+
+    /// Loads the certificate `new` names for `environment` and, when it differs from the one
+    /// `app` presents there now and passes the checks, makes the engines present it. Nothing
+    /// when the app has no certificate there, or when its file names changed (that waits for a
+    /// restart, named by `ConfigChanges`).
+    private func reloadCertificate(_ app: PushdConfig.App, from new: PushdConfig.App, environment: PushdConfig.Environment,
+                                   errors: [ConfigCheck.Finding], outcome: inout Outcome) {
+        guard let before = app.credentials(for: environment), let after = new.credentials(for: environment), before == after,
+              let current = certificates.identity(app: app.name, environment: environment) else { return }
+        let name = "\(app.name) (\(environment.rawValue))"
+        // The check's findings for this certificate's block: `apps[0].certificate.cert_file`
+        // for the app's own environment, `apps[0].sandbox_certificate.key_file` for the other.
+        let block = environment == app.environment ? ".certificate" : ".\(environment.rawValue)_certificate"
+        let blockErrors = errors.filter { $0.setting.contains(text: block + ".") || $0.setting.hasSuffix(block) }
+        let identity: ClientIdentity
+        do {
+            guard blockErrors.isEmpty else { throw AppCertificates.Unusable(description: blockErrors.map(\.description).joined(separator: "; ")) }
+            guard let made = try AppCertificates.load(after, environment: environment) else { return }
+            identity = made
+        } catch {
+            logger.error("configuration reload: app \(app.name) keeps presenting the \(current) in \(environment.rawValue), held in "
+                         + "memory (its files are not read again until the next reload): the certificate files do not load or "
+                         + "cannot be used: \(error); put a working certificate in place and reload again",
+                         ("event", "credentials_reload_failed"), ("app", .string(app.name)),
+                         ("environment", .string(environment.rawValue)), ("fingerprint", .string(current.fingerprint)))
+            outcome.failures.append("app \(name)")
+            return
+        }
+        guard identity != current else { return }
+        replaceCertificate(app.name, environment, identity)
+        outcome.certificatesReloaded.append(name)
+        logger.notice("app \(app.name) presents the \(identity) in \(environment.rawValue) from now on, instead of the \(current); "
+                      + "the connections opened with the old one take no new stream and close once their streams are answered",
+                      ("event", "certificate_reloaded"), ("app", .string(app.name)), ("environment", .string(environment.rawValue)),
+                      ("fingerprint", .string(identity.fingerprint)), ("previous_fingerprint", .string(current.fingerprint)),
+                      ("not_after", .string("\(identity.info.notAfter)")))
     }
 
     private func keyFailed(_ app: String, file: String, current: String, why: String, outcome: inout Outcome) {

@@ -173,6 +173,13 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
+    /// Every client of `environment` (both lanes) presents `identity` from now on.
+    func replaceCertificate(_ identity: ClientIdentity, environment: PushdConfig.Environment) {
+        clients.forEach { key, client in
+            if key.environment == environment { client.dispatcher.replaceCertificate(identity) }
+        }
+    }
+
     func shutdown(drainTimeoutMilliseconds: Int) {
         clients.shutdownAll(drainTimeoutMilliseconds: drainTimeoutMilliseconds)
     }
@@ -543,6 +550,11 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
                      ("event", "in_flight_limit"), ("limit", .int(Int64(limit))), ("rate", .int(Int64(rate))),
                      ("round_trip_ms", .int(Int64(roundTripNanoseconds / 1_000_000))))
     }
+
+    func certificateReplaced(connectionsRetired: Int) {
+        retirements?.count(.certificateReplaced, by: connectionsRetired)
+    }
+
     func connectionReplacementRequested() {
         logger?.debug("retiring a connection to APNs for \(label): an answer asked for a fresh one",
                       ("event", "connection_retiring"))

@@ -214,7 +214,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
-                                     outcome: "app paused: \(reason)", countsAsAttempt: false)
+                                     outcome: HeldWork.appPausedPrefix + reason, countsAsAttempt: false)
         case .hold(let scope, _, let why):
             context.hold(sender, Self.holdKey(scope, sender: sender, environment: configured), why: why)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
@@ -288,7 +288,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .pauseApp(let reason):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.pause(sender, reason: reason)
-            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: "app paused: \(reason)",
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: HeldWork.appPausedPrefix + reason,
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
         case .hold(let scope, _, let why):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
@@ -355,7 +355,11 @@ final class BroadcastWorker: @unchecked Sendable {
 
     private func makeDispatcher(app: PushdConfig.App, environment: APNsEnvironment, management: Bool) throws -> HTTP2Dispatcher {
         let config = context.config
-        guard var configuration = Pipeline.dispatcherConfiguration(for: app, environment: Self.configured(environment), config: config) else {
+        // Broadcasts take provider tokens only (a certificate app's are refused before this);
+        // a certificate would be the one held in memory.
+        guard var configuration = try Pipeline.dispatcherConfiguration(
+            for: app, environment: Self.configured(environment), config: config,
+            certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment))) else {
             throw AppSender.NoCredentials(app: app.name, environment: Self.configured(environment))
         }
         let override = management ? config.apns.channelHostOverride : config.apns.hostOverride

@@ -3,7 +3,8 @@ import Metrics
 import Locking
 
 /// Reports, for one app, the answers and events after which a connection to APNs takes no
-/// new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, 503 Shutdown and GOAWAY.
+/// new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, 503 Shutdown and GOAWAY,
+/// and pushd's own: a client certificate replaced by a reload (counted only; the reload logs it).
 /// Every one is counted (`pushd_apns_connection_retirements_total`); one event reaches many
 /// requests at once (every stream on the connection), so each kind is logged once, and again
 /// after a quiet minute with how many came meanwhile.
@@ -17,6 +18,7 @@ final class ConnectionRetirementReporter: Sendable {
         case shutdown = "Shutdown"
         case goaway = "GOAWAY"
         case refusedStream = "REFUSED_STREAM"
+        case certificateReplaced = "CertificateReplaced"
 
         var explanation: String {
             switch self {
@@ -25,6 +27,7 @@ final class ConnectionRetirementReporter: Sendable {
             case .shutdown: "APNs is shutting the server down (503 Shutdown)"
             case .goaway: "APNs ended the connection with GOAWAY"
             case .refusedStream: "APNs refused streams sent on a new connection before its SETTINGS were read; libcurl closed that connection and resent them"
+            case .certificateReplaced: "a reload replaced the app's client certificate; connections opened with the old one are closed once their streams are answered"
             }
         }
     }
@@ -83,6 +86,11 @@ final class ConnectionRetirementReporter: Sendable {
         guard let response = result.response, [429, 403, 503].contains(response.status),
               let cause = Self.cause(status: response.status, reason: response.reason) else { return }
         record(cause)
+    }
+
+    /// Counts `count` retirements without a log line, for events logged where they start.
+    func count(_ cause: Cause, by count: Int) {
+        if count > 0 { counters[cause]?.increment(by: UInt64(count)) }
     }
 
     func record(_ cause: Cause) {

@@ -189,7 +189,7 @@ final class JobWorker: @unchecked Sendable {
             }
             if let paused = sender.pausedReason {
                 outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(30),
-                                                 error: "app paused: \(paused)", countsAsAttempt: false))
+                                                 error: HeldWork.appPausedPrefix + paused, countsAsAttempt: false))
                 continue
             }
             if let held = context.throttle.heldUntil(job.deviceToken) {
@@ -369,7 +369,7 @@ final class JobWorker: @unchecked Sendable {
             countAnswer(outcome, sender: sender, environment: item.environment)
             context.pause(sender, reason: reason)
             outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(30),
-                                             error: "app paused: \(reason)", countsAsAttempt: false, sentAt: firstAttemptAt))
+                                             error: HeldWork.appPausedPrefix + reason, countsAsAttempt: false, sentAt: firstAttemptAt))
         }
     }
 

@@ -18,6 +18,8 @@ final class Pipeline: @unchecked Sendable {
     private let broadcastWorker: BroadcastWorker
     /// The signing keys and their shared provider tokens; a reload replaces keys in it.
     let tokens: ProviderTokenService
+    /// The certificate apps' client certificates, in memory; a reload replaces them.
+    let certificates: AppCertificates
     private var unknownApps: UnknownAppWatch!
     private let statsConnection = Lock<PGConnection?>(nil)
     /// The last statistics read and when: the four queue gauges of one scrape share one read,
@@ -66,6 +68,13 @@ final class Pipeline: @unchecked Sendable {
             onForeign: { key in metrics.providerTokenForeign(app: appByKey[key] ?? key.keyID).increment() },
             onDatabaseError: { error in metrics.databaseError(reason: (error as? PGError)?.code.isConnectionLoss == true ? "connection" : "other").increment() })
 
+        let certificates: AppCertificates
+        do {
+            certificates = try AppCertificates(config: config)
+        } catch {
+            throw SetupError(description: "\(error)")
+        }
+        self.certificates = certificates
         let queues = (0..<(config.transactionalWorkers + config.campaignWorkers)).map { _ in CompletionQueue() }
         let router = ResultRouter(queues: queues)
         var senders = [String: AppSender]()
@@ -74,7 +83,10 @@ final class Pipeline: @unchecked Sendable {
             // push never waits behind the streams and the window a campaign keeps full, and an
             // app serving one environment opens no connection to the other's host.
             senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics, notForTopicLimit: config.notForTopicLimit) { environment, lane in
-                guard var configuration = Self.dispatcherConfiguration(for: app, environment: environment, config: config) else { return nil }
+                // The certificate held now: one a reload replaced, for a client made after it.
+                guard var configuration = try Self.dispatcherConfiguration(
+                    for: app, environment: environment, config: config,
+                    certificate: certificates.identity(app: app.name, environment: environment)) else { return nil }
                 if lane == .campaign {
                     configuration.threadNiceness = Int32(config.campaignNiceness)
                     // Bulk only: a transactional push reads its answer the moment it arrives.
@@ -104,7 +116,8 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         self.tokens = tokens
-        let context = PipelineContext(config: config, instance: instance, senders: senders, metrics: metrics, logger: logger)
+        let context = PipelineContext(config: config, instance: instance, senders: senders, certificates: certificates,
+                                      metrics: metrics, logger: logger)
         self.context = context
         jobWorkers = (0..<config.transactionalWorkers).map {
             JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize)
@@ -143,8 +156,11 @@ final class Pipeline: @unchecked Sendable {
         return true
     }
 
+    /// `certificate` is the one a certificate app presents there; nil loads it from the files
+    /// the configuration names (`AppCertificates.load`, for `send`), which throws when it
+    /// cannot be used.
     static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
-                                        config: PushdConfig) -> DispatcherConfiguration? {
+                                        config: PushdConfig, certificate: ClientIdentity? = nil) throws -> DispatcherConfiguration? {
         guard let credentials = app.credentials(for: environment) else { return nil }
         var host = environment.apns.host
         var port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
@@ -158,16 +174,10 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         let credential: ClientCredential
-        switch credentials {
-        case .token:
+        if let identity = try certificate ?? AppCertificates.load(credentials, environment: environment) {
+            credential = .certificate(identity)
+        } else {
             credential = .token
-        case .certificate(let certificateFile, let keyFile, let pkcs12File, let password):
-            if let pkcs12File {
-                credential = .pkcs12(file: pkcs12File, password: password)
-            } else {
-                credential = .pemCertificate(certificateFile: certificateFile ?? "", privateKeyFile: keyFile ?? certificateFile ?? "",
-                                             passphrase: password)
-            }
         }
         var configuration = DispatcherConfiguration(
             host: host, port: port, credential: credential, trustedCAFile: config.apns.caFile, proxy: config.apns.proxy,
@@ -198,6 +208,7 @@ final class Pipeline: @unchecked Sendable {
                                        ("app", .string(app)))
             }
         }
+        for app in context.config.apps.map(\.name) { releasePaused(app, when: "at start") }
         for worker in jobWorkers { worker.start() }
         if !campaignWorkers.isEmpty { leaseKeeper.start() }
         for worker in campaignWorkers { worker.start() }
@@ -242,14 +253,28 @@ final class Pipeline: @unchecked Sendable {
         }
     }
 
+    /// Makes `identity` the certificate `app` presents in `environment`: clients made from now
+    /// on start with it, and the running ones take it on new connections and retire the ones
+    /// opened with the old one (`HTTP2Dispatcher.replaceCertificate`).
+    func replaceCertificate(app: String, environment: PushdConfig.Environment, with identity: ClientIdentity) {
+        // Stored first: a client being made now either is made with the new one or is
+        // registered before the sender walks its clients (`AppSender.replaceCertificate`).
+        certificates.replace(app: app, environment: environment, with: identity)
+        context.senders[app]?.replaceCertificate(identity, environment: environment)
+    }
+
     /// Resumes every paused app and every held scope (after the operator fixed the
     /// configuration and sent SIGHUP); campaigns left unleased for a held topic may be leased
     /// at once.
     func resumePausedApps() {
+        var appsResumed: [String] = []
         for sender in context.senders.values where sender.pausedReason != nil {
             sender.resumeSending()
+            appsResumed.append(sender.app.name)
             context.logger.notice("resumed sending for app \(sender.app.name)", ("app", .string(sender.app.name)))
         }
+        // What was put back for the pause (30 s at a time) is due now, not after the rest of its wait.
+        for app in appsResumed.sorted() { releasePaused(app, when: "at once") }
         var appsReleased: [String] = []
         for sender in context.senders.values {
             let released = sender.releaseHolds()
@@ -283,6 +308,21 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         context.doorbell.ring()
+    }
+
+    /// Makes the work `app` put back for a pause due now (`HeldWork.releasePaused`), with one
+    /// notice line when there was any. A failure is logged: the work then goes out when its
+    /// wait ends, within 30 s.
+    private func releasePaused(_ app: String, when: String) {
+        do {
+            let due = try withStatsConnection { try HeldWork().releasePaused($0, app: app) }
+            guard due > 0 else { return }
+            context.logger.notice("\(due) jobs, broadcasts, channel requests and campaign targets of app \(app) put back while it was paused are due \(when)",
+                                  ("event", "paused_work_due"), ("app", .string(app)), ("count", .int(Int64(due))))
+        } catch {
+            context.logger.warning("could not make the work app \(app) put back while it was paused due \(when) (it goes out when its wait ends, within 30 s): \(error)",
+                                   ("app", .string(app)))
+        }
     }
 
     /// Reads queue statistics on the pipeline's own stats connection.
@@ -335,26 +375,33 @@ final class Pipeline: @unchecked Sendable {
         case releaseHeld(app: String)
     }
 
-    /// Runs `query` on the stats connection, opening it if needed and dropping it on failure.
+    /// Runs `query` on the stats connection.
     private func onStatsConnection(_ query: StatsQuery) throws -> QueueStats? {
-        try statsConnection.withLock { connection -> QueueStats? in
+        try withStatsConnection { connection -> QueueStats? in
+            switch query {
+            case .stats:
+                return try QueueStats.read(connection)
+            case .ping:
+                _ = try connection.query("SELECT 1")
+                return nil
+            case .undefer(let ids):
+                try CampaignStore().undeferLeases(connection, campaignIDs: ids)
+                return nil
+            case .releaseHeld(let app):
+                try HeldWork().release(connection, app: app)
+                return nil
+            }
+        }
+    }
+
+    /// Runs `body` on the stats connection, opening it if needed and dropping it on failure.
+    private func withStatsConnection<T>(_ body: (PGConnection) throws -> T) throws -> T {
+        try statsConnection.withLock { connection -> T in
             do {
                 if connection == nil {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: Self.statsSession)
                 }
-                switch query {
-                case .stats:
-                    return try QueueStats.read(connection!)
-                case .ping:
-                    _ = try connection!.query("SELECT 1")
-                    return nil
-                case .undefer(let ids):
-                    try CampaignStore().undeferLeases(connection!, campaignIDs: ids)
-                    return nil
-                case .releaseHeld(let app):
-                    try HeldWork().release(connection!, app: app)
-                    return nil
-                }
+                return try body(connection!)
             } catch {
                 connection?.close()
                 connection = nil

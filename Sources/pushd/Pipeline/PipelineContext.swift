@@ -13,6 +13,8 @@ final class PipelineContext: @unchecked Sendable {
     let config: PushdConfig
     let instance: String
     let senders: [String: AppSender]
+    /// The certificate apps' client certificates held in memory (`AppCertificates`).
+    let certificates: AppCertificates
     let policy: OutcomePolicy
     let metrics: PushdMetrics
     let logger: Logger
@@ -35,10 +37,12 @@ final class PipelineContext: @unchecked Sendable {
     /// When each lane that is down next makes a waiting notification due (`probeOutage`).
     private let probes: Lock<(schedule: OutageProbe, random: SystemRandom)>
 
-    init(config: PushdConfig, instance: String, senders: [String: AppSender], metrics: PushdMetrics, logger: Logger) {
+    init(config: PushdConfig, instance: String, senders: [String: AppSender], certificates: AppCertificates,
+         metrics: PushdMetrics, logger: Logger) {
         self.config = config
         self.instance = instance
         self.senders = senders
+        self.certificates = certificates
         self.metrics = metrics
         self.logger = logger
         coverage = EnvironmentCoverage(apps: config.apps, logger: logger)

@@ -1,0 +1,145 @@
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// A certificate app's client certificate with the real `pushd run` and an apns-mock that
+/// requires client certificates of the harness's CA: pushd presents the certificate it loaded
+/// and checked, held in memory, whatever the files hold later; a renewal takes effect on the
+/// reload (SIGHUP) that loads it, for the very next request.
+@Suite(.serialized) struct CertificateReloadTests {
+    /// The app's certificate and key files, copies the tests write over.
+    struct Files {
+        var certificate: String
+        var key: String
+    }
+
+    static func install(_ harness: DaemonHarness) throws -> Files {
+        let files = Files(certificate: harness.directory + "/app.pem", key: harness.directory + "/app.key")
+        try FileManager.default.copyItem(atPath: harness.certificates.clientCertificate, toPath: files.certificate)
+        try FileManager.default.copyItem(atPath: harness.certificates.clientKey, toPath: files.key)
+        chmod(files.key, 0o600)
+        return files
+    }
+
+    static func app(_ files: Files) -> String {
+        """
+          - name: shop
+            bundle_id: \(DaemonHarness.bundleID)
+            environment: sandbox
+            certificate:
+              cert_file: \(files.certificate)
+              key_file: \(files.key)
+        """
+    }
+
+    /// A renewal: a new key and a certificate for it from the same CA, named `name`, written
+    /// over the app's files the way an operator copies them in (certificate first).
+    static func renew(_ harness: DaemonHarness, _ files: Files, name: String) throws {
+        let staging = harness.directory + "/renewal"
+        try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+        try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
+            .write(toFile: staging + "/client.ext", atomically: true, encoding: .utf8)
+        try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", staging + "/client.key"])
+        try DaemonHarness.openssl(["req", "-new", "-key", staging + "/client.key", "-subj", "/CN=\(name)", "-out", staging + "/client.csr"])
+        try DaemonHarness.openssl(["x509", "-req", "-in", staging + "/client.csr", "-CA", harness.certificates.caCertificate,
+                                   "-CAkey", harness.certificates.caKey, "-set_serial", String(UInt32.random(in: 1...UInt32.max)),
+                                   "-days", "90", "-sha256", "-extfile", staging + "/client.ext", "-out", staging + "/client.pem"])
+        try Data(contentsOf: URL(fileURLWithPath: staging + "/client.pem")).write(to: URL(fileURLWithPath: files.certificate))
+        try Data(contentsOf: URL(fileURLWithPath: staging + "/client.key")).write(to: URL(fileURLWithPath: files.key))
+    }
+
+    /// `count` jobs for `shop`, with tokens from `first` on.
+    static func enqueue(_ connection: PGConnection, from first: Int, count: Int) throws {
+        for seed in first..<(first + count) {
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(seed)])
+        }
+    }
+
+    /// The mock of `world` restarted on its port: every connection pushd had ends, and the next
+    /// one is opened with whatever pushd presents now.
+    static func restartMock(_ world: inout TLSFailurePausesAppTests.World) throws {
+        let certificates = world.harness.certificates
+        try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                            clientCA: certificates.caCertificate)
+    }
+
+    /// Half a renewal copied over the certificate file, with and without SIGHUP: new connections
+    /// keep presenting the certificate pushd loaded, sending goes on, and the reload says loudly
+    /// that it kept it. libcurl used to read the file again for every new connection.
+    @Test func aCertificateFileBrokenOnDiskIsNotUsedWithOrWithoutSIGHUP() throws {
+        try IsolatedDatabase.with { database in
+            var world = try TLSFailurePausesAppTests.World(database: database)
+            try Self.restartMock(&world)
+            let files = try Self.install(world.harness)
+            let config = try world.writeConfig(caFile: world.harness.certificates.caCertificate, app: Self.app(files))
+            let connection = try database.connect()
+            defer { connection.close() }
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: world.harness.directory + "/pushd.log")
+            try Self.enqueue(connection, from: 1, count: 3)
+            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(daemon.text)")
+
+            try "-----BEGIN CERTIFICATE-----\nhalf a certifi".write(toFile: files.certificate, atomically: false, encoding: .utf8)
+            try Self.restartMock(&world)
+            try Self.enqueue(connection, from: 100, count: 3)
+            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 },
+                    "new connections must present the certificate pushd loaded, not the file: \(world.mock.stats) \(daemon.text.suffix(3000))")
+            #expect(world.mock.stats.clientCertificatesRefused == 0)
+            #expect(!daemon.text.contains("sending for app shop is paused"), "\(daemon.text)")
+
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"config_reloaded\"") }, "\(daemon.text)")
+            try Self.restartMock(&world)
+            try Self.enqueue(connection, from: 200, count: 3)
+            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(world.mock.stats) \(daemon.text.suffix(3000))")
+            #expect(world.mock.stats.clientCertificateSubjects.values.allSatisfy { $0 == "/CN=apns-mock client" })
+            let failures = daemon.text.split(separator: "\n").filter { $0.contains("credentials_reload_failed") }
+            #expect(failures.count == 1, "\(failures)")
+            #expect(failures.first?.contains("app shop keeps presenting the certificate /CN=apns-mock client") == true, "\(failures)")
+            #expect(failures.first?.contains(files.certificate) == true)
+            #expect(daemon.metrics().contains("pushd_config_reloads_total{result=\"failure\"} 1"))
+            #expect(daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 0"))
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            world.mock.stop()
+        }
+    }
+
+    /// The renewal runbook: new certificate and key written over the files, then SIGHUP. The
+    /// next notification goes out with the new certificate, on a new connection, and pushd
+    /// closes the one it had opened with the old one instead of using it until it ends.
+    @Test func aRenewedCertificateAndSIGHUPReachTheNextRequest() throws {
+        try IsolatedDatabase.with { database in
+            var world = try TLSFailurePausesAppTests.World(database: database)
+            try Self.restartMock(&world)
+            let files = try Self.install(world.harness)
+            let config = try world.writeConfig(caFile: world.harness.certificates.caCertificate, app: Self.app(files))
+            let connection = try database.connect()
+            defer { connection.close() }
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: world.harness.directory + "/pushd.log")
+            try Self.enqueue(connection, from: 1, count: 3)
+            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(daemon.text)")
+
+            try Self.renew(world.harness, files, name: "renewed client")
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"config_reloaded\"") }, "\(daemon.text)")
+            try Self.enqueue(connection, from: 100, count: 1)
+            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 4 }, "\(daemon.text)")
+            let stats = world.mock.stats
+            let subjects = world.mock.acceptedLog.map { stats.clientCertificateSubjects[$0.connectionID] ?? "none" }
+            #expect(subjects == ["/CN=apns-mock client", "/CN=apns-mock client", "/CN=apns-mock client", "/CN=renewed client"],
+                    "\(stats) \(daemon.text.suffix(3000))")
+            #expect(DaemonHarness.wait(seconds: 10) { world.mock.stats.connectionsClosed >= 1 }, "\(world.mock.stats)")
+            let text = daemon.text
+            #expect(text.contains("certificates reloaded for apps shop (sandbox)"), "\(text)")
+            let line = text.split(separator: "\n").first { $0.contains("\"event\":\"certificate_reloaded\"") }
+            #expect(line?.contains("app shop presents the certificate /CN=renewed client") == true, "\(text)")
+            #expect(!text.contains("credentials_reload_failed"))
+            #expect(daemon.metrics().contains("pushd_config_reloads_total{result=\"success\"} 1"))
+            world.mock.stop()
+        }
+    }
+}
