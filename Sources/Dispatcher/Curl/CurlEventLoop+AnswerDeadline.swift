@@ -1,0 +1,45 @@
+import APNs
+import Polling
+
+// The answer deadline: a request waits in the backlog only as long as an attempt started
+// then can still end before its deadline. Runs on the loop's thread only, like the rest of the loop.
+extension CurlEventLoop {
+    /// The monotonic time after which `pending` may start no more attempts: its answer deadline
+    /// less one whole request timeout, so an attempt started before it ends by the deadline.
+    /// nil without a deadline.
+    func lastStart(of pending: PendingRequest) -> UInt64? {
+        guard answerDeadlineNanoseconds > 0 else { return nil }
+        let last = pending.submittedAt &+ answerDeadlineNanoseconds
+        return last >= requestTimeoutNanoseconds ? last - requestTimeoutNanoseconds : 0
+    }
+
+    /// Whether an attempt of `pending` started now still ends (by the request timeout) before its deadline.
+    func mayStart(_ pending: PendingRequest, now: UInt64) -> Bool {
+        guard let last = lastStart(of: pending) else { return true }
+        return now <= last
+    }
+
+    /// Answers a request that may start no more attempts: `notSent` when none went on the
+    /// wire, else a time-out (an earlier attempt may have reached the server).
+    func answerPastDeadline(_ pending: PendingRequest) {
+        sink.counters.pastDeadline.add(1, ordering: .relaxed)
+        let outcome: DispatchResult.Outcome = pending.wentOnWire
+            ? .transportFailure(TransportError(code: CurlResultCode.operationTimedOut.rawValue,
+                                               message: "no answer by the answer deadline (\(configuration.answerDeadlineMilliseconds) ms); an earlier attempt may have reached the server"))
+            : .notSent(.pastAnswerDeadline(milliseconds: configuration.answerDeadlineMilliseconds))
+        deliver(pending, outcome: outcome)
+    }
+
+    /// Answers the waiting requests, oldest first, whose last moment to start has passed:
+    /// during a back-off nothing is let into libcurl, yet each is answered by its deadline.
+    func answerOverdue() {
+        guard answerDeadlineNanoseconds > 0, !backlog.isEmpty else { return }
+        let now = monotonicNanoseconds()
+        var answered = false
+        while let front = backlog.front, !mayStart(front, now: now), let overdue = backlog.popFront() {
+            answerPastDeadline(overdue)
+            answered = true
+        }
+        if answered { releaseSlots() }
+    }
+}
