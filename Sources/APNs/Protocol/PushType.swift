@@ -83,6 +83,9 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
         self != .location && self != .liveactivity
     }
 
+    /// The push types APNs takes only with token (JWT) authentication.
+    public static let tokenOnly: [PushType] = allCases.filter { !$0.supportsCertificateAuthentication }
+
     public var description: String { rawValue }
 }
 

@@ -36,6 +36,7 @@ public struct PushdMetrics: Sendable {
     public let providerTokensForeign: CounterFamily
     public let appPaused: GaugeFamily
     public let sendingHeld: GaugeFamily
+    public let workLeftToOtherInstances: GaugeFamily
     public let jwtAge: CallbackFamily
 
     // Configuration reloads (SIGHUP)
@@ -178,6 +179,10 @@ public struct PushdMetrics: Sendable {
             "pushd_sending_held",
             help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled the app's broadcasts, CannotCreateChannelConfig its channel creation, DeviceTokenNotForTopic topics that drew a run of DeviceTokenNotForTopic answers with none accepted (tokens.not_for_topic_limit). 0 when none.",
             labels: ["app", "environment", "reason"])
+        workLeftToOtherInstances = try registry.gauge(
+            "pushd_work_left_to_other_instances",
+            help: "Work of the app this instance cannot send, by reason: NoCredentialsForEnvironment the notifications to an environment it has no certificate for, TokenAuthenticationRequired what APNs takes only with token authentication (Live Activity and location pushes, broadcasts, channel requests) while it has only a certificate. 1 while another live instance advertises it and takes it; 0 while none does (then it is dead-lettered).",
+            labels: ["app", "reason"])
         jwtAge = try registry.callbackGauge(
             "pushd_jwt_age_seconds",
             help: "Age of the provider token (JWT) in use; APNs rejects tokens older than 3600 s.",
@@ -389,6 +394,10 @@ public struct PushdMetrics: Sendable {
 
     public func sendingHeld(app: String, environment: String, reason: String) -> Gauge {
         sendingHeld.bound([app, environment, reason])
+    }
+
+    public func workLeftToOtherInstances(app: String, reason: String) -> Gauge {
+        workLeftToOtherInstances.bound([app, reason])
     }
 
     public func configured(app: String) -> Gauge {

@@ -92,23 +92,25 @@ extension CampaignStore {
                   r.environment
         """
 
-    /// The parked claim of an instance that leaves one environment of some apps to other
-    /// instances (`JobQueue.Leaving`, as the transactional claim): `$3` names it per app of
-    /// `$2` (NULL: none), `$4` is the app's own environment. A target's environment is the one
-    /// it was parked with, else its campaign's, else its app's, as the sender computes it; the
-    /// targets of the left environment stay parked, due, for an instance that can send them.
+    /// The parked claim of an instance that leaves some work of some apps to other instances
+    /// (`JobQueue.Leaving`, as the transactional claim): `$3` names per app of `$2` the
+    /// environment it leaves (NULL: none), `$4` is the app's own environment, `$5` is 't' for
+    /// an app whose campaigns of a push type in `$6` (those APNs takes only with token
+    /// authentication) it leaves. A target's environment is the one it was parked with, else
+    /// its campaign's, else its app's, as the sender computes it; the targets of the left
+    /// environment, or of a left push type, stay parked, due, for an instance that can send them.
     static let claimParkedLeavingSQL = """
         WITH picked AS (
             SELECT r.campaign_id FROM pushd.campaign_retries r
             JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running'
-            JOIN unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home) ON a.app = k.app
+            JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
             WHERE r.due_at <= now() AND \(parkedNotLeft)
             ORDER BY r.due_at LIMIT 1
         ), due AS (
             SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r
             JOIN picked ON picked.campaign_id = r.campaign_id
             JOIN pushd.campaigns k ON k.id = r.campaign_id
-            JOIN unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home) ON a.app = k.app
+            JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
             WHERE r.due_at <= now() AND \(parkedNotLeft)
             ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
         )
@@ -118,8 +120,12 @@ extension CampaignStore {
                   r.environment
         """
 
-    /// A parked target `r` of campaign `k` of app `a` does not go to the environment `a.leave`.
-    static let parkedNotLeft = "(a.leave IS NULL OR coalesce(r.environment, k.environment, a.home) IS DISTINCT FROM a.leave)"
+    /// A parked target `r` of campaign `k` of app `a` does not go to the environment `a.leave`,
+    /// nor is it of a push type in `$6` when `a.token_only` is set.
+    static let parkedNotLeft = """
+        (a.leave IS NULL OR coalesce(r.environment, k.environment, a.home) IS DISTINCT FROM a.leave)
+        AND (a.token_only IS NULL OR k.push_type <> ALL ($6::text[]))
+        """
 
     static let countParkedSQL = """
         UPDATE pushd.campaigns k
@@ -227,8 +233,9 @@ extension CampaignStore {
     }
 
     /// Takes up to `limit` due parked targets of one running campaign of `apps`, or nil when
-    /// none is due. Targets of an environment `leaving` names for their app are left parked
-    /// for an instance that can send them. On a batch the connection stays in the claiming
+    /// none is due. Targets of an environment `leaving` names for their app, and of a campaign
+    /// of a token-only push type of an app it names, are left parked for an instance that can
+    /// send them. On a batch the connection stays in the claiming
     /// transaction: settle it with `settleParked` on the same connection.
     public func claimParked(_ connection: PGConnection, limit: Int, apps: [String],
                             leaving: JobQueue.Leaving = JobQueue.Leaving()) throws -> ParkedBatch? {
@@ -239,7 +246,7 @@ extension CampaignStore {
             statement = try connection.prepared(Self.claimParkedSQL)
         } else {
             statement = try connection.prepared(Self.claimParkedLeavingSQL)
-            parameters += [apps.map { leaving.environments[$0] }, apps.map { leaving.home[$0] ?? "" }]
+            parameters += leaving.parameters(apps)
         }
         try connection.execute(script: "BEGIN")
         do {

@@ -11,9 +11,11 @@ public struct InstanceRegistration: Sendable, Hashable {
     public var libcurlVersion: String
     /// The apps of its configuration, sorted: it claims work of these apps only.
     public var apps: [String]
-    /// "app/environment" for every environment of its apps it has credentials for, sorted;
-    /// nil for an instance that does not say (an earlier version), which claims every
-    /// environment of its apps.
+    /// "app/environment" for every environment of its apps it has credentials for, and
+    /// "app/token" for every app it has a token (JWT) signing key for, sorted; nil for an
+    /// instance that does not say (an earlier version), which claims every environment of its
+    /// apps and all their token work. An instance of the version before "app/token" names
+    /// environments only: it is not known to send token work.
     public var environments: [String]?
     public var startedAt: Timestamp
 
@@ -33,6 +35,13 @@ public struct InstanceRegistration: Sendable, Hashable {
 
     /// The entry of `environments` for `app` in `environment`.
     public static func environmentEntry(app: String, environment: String) -> String { "\(app)/\(environment)" }
+
+    /// What follows "app/" in the entry of `environments` saying the instance has a token key for the app.
+    public static let tokenEntryName = "token"
+
+    /// The entry of `environments` saying the instance has a token (JWT) signing key for `app`:
+    /// it can send the work APNs takes only with token authentication.
+    public static func tokenEntry(app: String) -> String { "\(app)/\(tokenEntryName)" }
 }
 
 /// One row of `pushd.instances` as read back, with how long it has been silent.
@@ -149,9 +158,10 @@ public struct InstanceStore: Sendable {
               OR (i.environments IS NULL AND split_part(wanted.entry, '/', 1) = ANY (i.apps)))
         """
 
-    /// Which of `wanted` ("app/environment" entries, `InstanceRegistration.environmentEntry`)
-    /// another live instance than `id` can send: it advertises the entry, or it advertises no
-    /// environments (an earlier version) and serves the app, so it claims that work as before.
+    /// Which of `wanted` ("app/environment" and "app/token" entries,
+    /// `InstanceRegistration.environmentEntry`, `tokenEntry`) another live instance than `id`
+    /// can send: it advertises the entry, or it advertises no environments (an earlier version)
+    /// and serves the app, so it claims that work as before.
     public func sentElsewhere(_ connection: PGConnection, id: String, wanted: [String]) throws -> Set<String> {
         guard !wanted.isEmpty else { return [] }
         let result = try connection.query(connection.prepared(Self.sentElsewhereSQL), [id, wanted, Self.goneAfterSeconds])

@@ -32,15 +32,18 @@ public struct JobQueue: Sendable {
     // apps run on demand, so once the outer LIMIT is met nothing more is read or locked.
     static let claimSQL = claimSQL(leaving: false)
 
-    /// The claim of an instance that leaves one environment of some apps to other instances:
-    /// `$3` names it per app (NULL: none), `$4` is the app's own environment, where a job
-    /// goes that names none and whose token is not registered. Only those apps' jobs pay for
-    /// the token lookup.
+    /// The claim of an instance that leaves some work of some apps to other instances:
+    /// `$3` names per app the environment it leaves (NULL: none), `$4` is the app's own
+    /// environment, where a job goes that names none and whose token is not registered, `$5`
+    /// is 't' for an app whose pushes of the types in `$6` (those APNs takes only with token
+    /// authentication) it leaves (NULL: none). Only apps leaving an environment pay for the
+    /// token lookup.
     static let claimLeavingSQL = claimSQL(leaving: true)
 
     static func claimSQL(leaving: Bool) -> String {
-        let apps = leaving ? "unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home)" : "unnest($2::text[]) AS a(app)"
-        let left = leaving ? " AND " + leftToOthers : ""
+        let apps = leaving ? "unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only)"
+                           : "unnest($2::text[]) AS a(app)"
+        let left = leaving ? " AND " + leftToOthers(pushTypes: "$6") : ""
         func branch(_ priority: Int) -> String {
             """
             SELECT j.id FROM \(apps) CROSS JOIN LATERAL (
@@ -61,13 +64,17 @@ public struct JobQueue: Sendable {
             """
     }
 
-    /// A job `q` of app `a` is not in the environment `a.leave`: where it goes is its own
-    /// environment, else its token's registered one, else the app's (`AppSender.environment`).
-    static let leftToOthers = """
+    /// A job `q` of app `a` is not in the environment `a.leave` (where it goes is its own
+    /// environment, else its token's registered one, else the app's: `AppSender.environment`),
+    /// and when `a.token_only` is set, its push type is not one of the array `pushTypes`.
+    static func leftToOthers(pushTypes: String) -> String {
+        """
         (a.leave IS NULL OR coalesce(q.environment, (SELECT d.environment FROM pushd.device_tokens d
                                                       WHERE d.app = a.app AND d.token = lower(q.device_token)), a.home)
                             IS DISTINCT FROM a.leave)
+        AND (a.token_only IS NULL OR q.push_type <> ALL (\(pushTypes)::text[]))
         """
+    }
 
     static let retrySQL = """
         INSERT INTO pushd.jobs (\(columns)) OVERRIDING SYSTEM VALUE
@@ -91,8 +98,9 @@ public struct JobQueue: Sendable {
     /// backlog does not starve another's.
     ///
     /// `leaving` names the jobs left to other instances: those of an app that go to the
-    /// environment given for it (`Leaving`), which this instance has no credentials for and
-    /// another live instance has.
+    /// environment given for it, and those of a push type APNs takes only with token
+    /// authentication of an app named for it (`Leaving`), which this instance cannot send and
+    /// another live instance can.
     ///
     /// On a non-empty result the connection is left inside the claiming transaction:
     /// settle it with `finish` (or `abandon`) on the same connection. An empty result
@@ -108,7 +116,7 @@ public struct JobQueue: Sendable {
             statement = try connection.prepared(Self.claimSQL)
         } else {
             statement = try connection.prepared(Self.claimLeavingSQL)
-            parameters += [turn.map { leaving.environments[$0] }, turn.map { leaving.home[$0] ?? "" }]
+            parameters += leaving.parameters(turn)
         }
         do {
             // BEGIN travels with the claim: a claim costs one round trip, not two.
@@ -284,16 +292,16 @@ public struct JobQueue: Sendable {
         if !leaving.isEmpty {
             // Jobs left to other instances are not work for this one: seen as due, they
             // would keep this claimer polling in a loop until another instance took them.
-            let leavingApps = apps.filter { leaving.environments[$0] != nil }
+            let leavingApps = apps.filter { leaving.leaves($0) }
             return try connection.query(connection.prepared("""
-                SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], $3::text[]) AS a(app, leave, home)
+                SELECT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS a(app, leave, home, token_only)
                                CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
                                CROSS JOIN LATERAL (SELECT 1 FROM pushd.jobs q
                                                    WHERE q.app = a.app AND q.priority = p.priority AND q.run_at <= now()
-                                                     AND q.xmax = '0'::xid AND \(Self.leftToOthers) LIMIT 1) j)
-                """), [leavingApps, leavingApps.map { leaving.environments[$0] }, leavingApps.map { leaving.home[$0] ?? "" }])
+                                                     AND q.xmax = '0'::xid AND \(Self.leftToOthers(pushTypes: "$5")) LIMIT 1) j)
+                """), [leavingApps] + leaving.parameters(leavingApps))
                 .require(Bool.self, row: 0, column: 0)
-                || hasDueJobs(connection, apps: apps.filter { leaving.environments[$0] == nil })
+                || hasDueJobs(connection, apps: apps.filter { !leaving.leaves($0) })
         }
         return try connection.query(connection.prepared("""
             SELECT EXISTS (SELECT 1 FROM pushd.jobs WHERE app = ANY ($1::text[]) AND priority = 10 AND run_at <= now() AND xmax = '0'::xid)
@@ -380,20 +388,39 @@ public struct JobQueue: Sendable {
 }
 
 extension JobQueue {
-    /// The environment of each app whose jobs a claim leaves to other instances, and every
-    /// such app's own environment (where a job goes that names none and whose token is not
-    /// registered).
+    /// What a claim leaves to other instances: per app, the environment whose jobs are left
+    /// (with every such app's own environment, where a job goes that names none and whose
+    /// token is not registered), and the apps whose pushes of a type APNs takes only with token
+    /// authentication are left (this instance has only a certificate for them).
     public struct Leaving: Sendable, Equatable {
         /// App → the environment whose jobs are left.
         public var environments: [String: String]
         /// App → its configured environment.
         public var home: [String: String]
+        /// Apps whose pushes of a type in `tokenOnlyPushTypes` are left.
+        public var tokenOnly: Set<String>
+        /// The `apns-push-type` values APNs takes only with token authentication.
+        public var tokenOnlyPushTypes: [String]
 
-        public init(environments: [String: String] = [:], home: [String: String] = [:]) {
+        public init(environments: [String: String] = [:], home: [String: String] = [:],
+                    tokenOnly: Set<String> = [], tokenOnlyPushTypes: [String] = []) {
             self.environments = environments
             self.home = home
+            self.tokenOnly = tokenOnly
+            self.tokenOnlyPushTypes = tokenOnlyPushTypes
         }
 
-        public var isEmpty: Bool { environments.isEmpty }
+        public var isEmpty: Bool { environments.isEmpty && tokenOnly.isEmpty }
+
+        /// Whether some work of `app` is left.
+        public func leaves(_ app: String) -> Bool { environments[app] != nil || tokenOnly.contains(app) }
+
+        /// The left environment, the home environment and the token-only flag of each of
+        /// `apps`, then the token-only push types: the parameters after the apps of the
+        /// statements that take a `Leaving`.
+        func parameters(_ apps: [String]) -> [any PGParameter] {
+            [apps.map { environments[$0] }, apps.map { home[$0] ?? "" },
+             apps.map { tokenOnly.contains($0) ? "t" : nil }, tokenOnlyPushTypes]
+        }
     }
 }

@@ -73,7 +73,9 @@ final class BroadcastWorker: @unchecked Sendable {
                     try channels.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
                                                 outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
-                let apps = context.claimableApps()
+                // An app whose token work another live instance takes (this one has only a
+                // certificate for it) has none of its rows claimed here.
+                let apps = context.claimableApps().filter { !context.coverage.leavesTokenWork(of: $0) }
                 // One row at a time, each leased as it is taken: rows are sent one after the
                 // other, each waiting for its answer, so the lease of a row claimed with others
                 // could end before its turn came, and another instance would send it too.
@@ -122,9 +124,16 @@ final class BroadcastWorker: @unchecked Sendable {
                                              status: status, reason: reason).increment()
         }
         guard let key = sender.tokenKey else {
+            // Claimed before this instance learnt that another one has a token key: that one takes it.
+            if case .leave(let seconds) = context.coverage.decideTokenWork(app: operation.app, lane: Self.channelsLane) {
+                try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(seconds),
+                                         outcome: EnvironmentCoverage.tokenLeftReason(app: operation.app), countsAsAttempt: false)
+                return
+            }
             count("none", "certificate")
             try channels.recordFailed(connection, id: operation.id,
-                                      outcome: "the channel management API accepts only token (JWT) authentication; app \(operation.app) uses a certificate")
+                                      outcome: "the channel management API accepts only token (JWT) authentication; app \(operation.app) uses a certificate and "
+                                          + EnvironmentCoverage.noTokenKeyInFleet(app: operation.app))
             return
         }
         // A held scope keeps the request pending, unsent and unspent, until the hold ends.
@@ -228,7 +237,14 @@ final class BroadcastWorker: @unchecked Sendable {
         guard let sender = context.senders[job.app] else { return }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         guard let key = sender.tokenKey else {
-            try dead(job, status: nil, reason: "broadcasts need token (JWT) authentication; app \(job.app) uses a certificate",
+            // Claimed before this instance learnt that another one has a token key: that one takes it.
+            if case .leave(let seconds) = context.coverage.decideTokenWork(app: job.app, lane: Self.lane) {
+                try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(seconds),
+                                     error: EnvironmentCoverage.tokenLeftReason(app: job.app), countsAsAttempt: false)
+                return
+            }
+            try dead(job, status: nil, reason: "broadcasts need token (JWT) authentication; app \(job.app) uses a certificate and "
+                         + EnvironmentCoverage.noTokenKeyInFleet(app: job.app),
                      label: "certificate", on: connection)
             return
         }

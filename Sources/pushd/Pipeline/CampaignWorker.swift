@@ -516,7 +516,11 @@ final class CampaignWorker: @unchecked Sendable {
                     token: tokens.hex(at: target), pushType: chunk.pushType, priority: chunk.priority, expiration: chunk.expiration,
                     collapseID: chunk.collapseID, apnsID: nil, payload: ownPayload ?? chunk.payload ?? "{}"))
             } catch {
-                fail(run, target, error.label)
+                if error.label == NotificationFactory.tokenAuthenticationRequired {
+                    tokenWork(run, target)
+                } else {
+                    fail(run, target, error.label)
+                }
                 continue
             }
             let client: APNsClient
@@ -556,6 +560,18 @@ final class CampaignWorker: @unchecked Sendable {
             run.leave(target, reason: EnvironmentCoverage.leftReason(environment))
         case .deadLetter:
             fail(run, target, AppSender.NoCredentials(app: run.chunk.app, environment: environment).label)
+        }
+    }
+
+    /// `target` is of a push type APNs takes only with token authentication, and this instance
+    /// has a certificate for the app: left to a live instance that has a token key (parked when
+    /// the run ends, for its parked claim), else dead-lettered with the error line saying none has.
+    private func tokenWork(_ run: ChunkRun, _ target: Int) {
+        switch context.coverage.decideTokenWork(app: run.chunk.app, lane: Lane.campaign.rawValue) {
+        case .leave:
+            run.leave(target, reason: EnvironmentCoverage.tokenLeftReason(app: run.chunk.app))
+        case .deadLetter:
+            fail(run, target, NotificationFactory.tokenAuthenticationRequired)
         }
     }
 
@@ -760,6 +776,12 @@ final class CampaignWorker: @unchecked Sendable {
                     collapseID: batch.collapseID, apnsID: nil, payload: target.payload ?? batch.payload ?? "{}"))
             } catch {
                 let reason = error.label
+                if reason == NotificationFactory.tokenAuthenticationRequired,
+                   case .leave(let seconds) = context.coverage.decideTokenWork(app: batch.app, lane: Lane.campaign.rawValue) {
+                    // Claimed before this instance learnt that another one has a token key: that one takes it.
+                    again(target, at: Timestamp().addingTimeInterval(seconds), reason: EnvironmentCoverage.tokenLeftReason(app: batch.app))
+                    continue
+                }
                 outcomes.failedByReason[reason, default: 0] += 1
                 context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: reason).increment()
                 context.tally.add(context.tally.failed)

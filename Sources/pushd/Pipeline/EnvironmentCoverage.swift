@@ -1,13 +1,19 @@
+import APNs
+import Metrics
 import Posix
 import QueueStore
 import Locking
 
-/// Which environments of its apps this instance can send to, and what becomes of the work for
-/// the others. A certificate reaches one environment's host, so an app configured with only
-/// `certificate` (or a rolling deploy that adds `sandbox_certificate` one instance at a time)
-/// leaves an instance unable to send some of the app's work. Such work is left to another
-/// live instance that advertises credentials for it (`pushd.instances.environments`); only
-/// when none does is it dead-lettered, with one error line per app and environment a minute.
+/// Which work of its apps this instance can send, and what becomes of the rest. A certificate
+/// reaches one environment's host, so an app configured with only `certificate` (or a rolling
+/// deploy that adds `sandbox_certificate` one instance at a time) leaves an instance unable to
+/// send some of the app's work; and APNs takes some work only with token authentication
+/// (`PushType.tokenOnly` pushes, broadcasts, channel management requests), so an instance
+/// with only a certificate for the app (a move from certificates to a signing key, one instance
+/// at a time) cannot send that either. Such work is left to another live instance that
+/// advertises what it takes (`pushd.instances.environments`: "app/environment" and
+/// "app/token"); only when none does is it dead-lettered, with one error line per app and
+/// environment (or per app, for token work) a minute.
 ///
 /// Thread rule: the configuration-derived lists are immutable; the fleet's view is written by
 /// the heartbeat thread and read by the workers under its lock, and so are the log times.
@@ -16,7 +22,8 @@ final class EnvironmentCoverage: @unchecked Sendable {
     enum Decision: Equatable {
         /// Another live instance can send it: back to the queue, unspent, for that one.
         case leave(retryAfterSeconds: Double)
-        /// No live instance can: dead-letter it (`NoCredentialsForEnvironment`).
+        /// No live instance can: dead-letter it (`NoCredentialsForEnvironment`,
+        /// `TokenAuthenticationRequired`).
         case deadLetter
     }
 
@@ -25,10 +32,15 @@ final class EnvironmentCoverage: @unchecked Sendable {
     static let leaveRetrySeconds = 5.0
     /// One error line per app and environment at most this often while work is dead-lettered.
     static let logIntervalSeconds = 60.0
+    /// The `reason` label of `pushd_work_left_to_other_instances` for token work.
+    static let tokenReason = "TokenAuthenticationRequired"
+    /// The `reason` label of `pushd_work_left_to_other_instances` for an environment's work.
+    static let environmentReason = "NoCredentialsForEnvironment"
 
-    /// "app/environment" for every environment of the configured apps this instance can send to.
+    /// "app/environment" for every environment of the configured apps this instance can send
+    /// to, and "app/token" for every app it has a signing key for.
     let advertised: [String]
-    /// "app/environment" for every one it cannot send to.
+    /// "app/environment" and "app/token" for every one it cannot send.
     let missing: [String]
     /// App → its configured environment, for the claim.
     private let home: [String: String]
@@ -37,19 +49,41 @@ final class EnvironmentCoverage: @unchecked Sendable {
     private let elsewhere = Lock<Set<String>?>(nil)
     private let lastLogged = Lock<[String: (at: Double, since: Int)]>([:])
     private let logger: Logger
+    private let metrics: PushdMetrics?
 
-    init(apps: [PushdConfig.App], logger: Logger) {
+    init(apps: [PushdConfig.App], logger: Logger, metrics: PushdMetrics? = nil) {
         var advertised = [String](), missing = [String]()
         for app in apps {
             for environment in PushdConfig.Environment.allCases {
                 let entry = InstanceRegistration.environmentEntry(app: app.name, environment: environment.rawValue)
                 if app.credentials(for: environment) != nil { advertised.append(entry) } else { missing.append(entry) }
             }
+            if case .token = app.credentials {
+                advertised.append(InstanceRegistration.tokenEntry(app: app.name))
+            } else {
+                missing.append(InstanceRegistration.tokenEntry(app: app.name))
+            }
         }
         self.advertised = advertised.sorted()
         self.missing = missing.sorted()
         home = Dictionary(uniqueKeysWithValues: apps.map { ($0.name, $0.environment.rawValue) })
         self.logger = logger
+        self.metrics = metrics
+        // Every gap shows from the start: 0 until a heartbeat finds another instance for it.
+        for entry in self.missing { gauge(entry)?.set(0) }
+    }
+
+    private static func split(_ entry: String) -> (app: String, what: String) {
+        let parts = entry.split(separator: "/", maxSplits: 1).map(String.init)
+        return (parts[0], parts.count > 1 ? parts[1] : "")
+    }
+
+    private static func isToken(_ entry: String) -> Bool { split(entry).what == InstanceRegistration.tokenEntryName }
+
+    /// `pushd_work_left_to_other_instances` of a missing entry.
+    private func gauge(_ entry: String) -> Gauge? {
+        let (app, _) = Self.split(entry)
+        return metrics?.workLeftToOtherInstances(app: app, reason: Self.isToken(entry) ? Self.tokenReason : Self.environmentReason)
     }
 
     /// Records which of `missing` other live instances send, from a heartbeat.
@@ -61,27 +95,40 @@ final class EnvironmentCoverage: @unchecked Sendable {
             return (missing.filter { sentElsewhere.contains($0) }, missing.filter { !sentElsewhere.contains($0) })
         }
         guard let changed, !missing.isEmpty else { return }
-        logger.info("environments this instance has no credentials for: left to other instances: "
+        for entry in changed.left { gauge(entry)?.set(1) }
+        for entry in changed.unserved { gauge(entry)?.set(0) }
+        logger.info("work this instance cannot send (\"app/environment\": no credentials for it; \"app/token\": no token key, "
+                    + "which APNs requires for Live Activity and location pushes, broadcasts and channel requests): left to other instances: "
                     + (changed.left.isEmpty ? "none" : changed.left.joined(separator: ", "))
                     + "; sent by no live instance (dead-lettered): " + (changed.unserved.isEmpty ? "none" : changed.unserved.joined(separator: ", ")),
                     ("event", "environment_coverage"))
     }
 
-    /// The claim's filter: per app, the environment whose jobs other instances take.
+    /// The claim's filter: per app, the environment whose jobs other instances take, and the
+    /// apps whose token-only pushes they take.
     func leaving() -> JobQueue.Leaving {
         guard !missing.isEmpty else { return JobQueue.Leaving() }
         return elsewhere.withLock { current in
             guard let current, !current.isEmpty else { return JobQueue.Leaving() }
             var environments = [String: String]()
+            var tokenOnly = Set<String>()
             for entry in missing where current.contains(entry) {
-                let parts = entry.split(separator: "/", maxSplits: 1).map(String.init)
-                environments[parts[0]] = parts[1]
+                let (app, what) = Self.split(entry)
+                if what == InstanceRegistration.tokenEntryName { tokenOnly.insert(app) } else { environments[app] = what }
             }
-            return JobQueue.Leaving(environments: environments, home: home)
+            return JobQueue.Leaving(environments: environments, home: home, tokenOnly: tokenOnly,
+                                    tokenOnlyPushTypes: PushType.tokenOnly.map(\.rawValue))
         }
     }
 
-    /// "app/environment" of every environment no live instance can send, for `/readyz`'s detail.
+    /// Whether another live instance takes the token work (broadcasts, channel requests) of
+    /// `app`: its claims leave that work alone.
+    func leavesTokenWork(of app: String) -> Bool {
+        let entry = InstanceRegistration.tokenEntry(app: app)
+        return elsewhere.withLock { $0?.contains(entry) ?? false }
+    }
+
+    /// "app/environment" or "app/token" of all work no live instance can send, for `/readyz`'s detail.
     func unserved() -> [String] {
         guard !missing.isEmpty else { return [] }
         return elsewhere.withLock { current in missing.filter { !(current?.contains($0) ?? false) } }
@@ -99,26 +146,49 @@ final class EnvironmentCoverage: @unchecked Sendable {
         return .deadLetter
     }
 
+    /// What to do with work of `app` that APNs takes only with token authentication, which this
+    /// instance has only a certificate for; on `.deadLetter`, logs the error line if none was logged for the app within
+    /// `logIntervalSeconds`.
+    func decideTokenWork(app: String, lane: String) -> Decision {
+        if leavesTokenWork(of: app) { return .leave(retryAfterSeconds: Self.leaveRetrySeconds) }
+        reportTokenWorkDeadLettered(app: app, lane: lane)
+        return .deadLetter
+    }
+
     /// The `last_error` of a notification left to another instance.
     static func leftReason(_ environment: PushdConfig.Environment) -> String {
         "NoCredentialsForEnvironment: left to an instance that has credentials for \(environment.rawValue)"
     }
 
+    /// The `last_error` of token work left to another instance.
+    static func tokenLeftReason(app: String) -> String {
+        "TokenAuthenticationRequired: left to an instance that has a token key for app \(app)"
+    }
+
+    /// What a dead-lettered piece of token work's reason adds to saying a certificate cannot send it.
+    static func noTokenKeyInFleet(app: String) -> String {
+        "no live instance of the fleet has a token key for app \(app)"
+    }
+
+    /// Counts one more dead-lettered notification of `key`; returns how many since the last
+    /// line when a line is due now (none within `logIntervalSeconds`), else nil.
+    private func dueLine(_ key: String) -> Int? {
+        let now = RateLimiter.monotonicSeconds()
+        return lastLogged.withLock { logged -> Int? in
+            if let last = logged[key], now - last.at < Self.logIntervalSeconds {
+                logged[key]!.since += 1
+                return nil
+            }
+            let since = (logged[key]?.since ?? 0) + 1
+            logged[key] = (now, 0)
+            return since
+        }
+    }
+
     /// Logs, at most once per app and environment a minute, that notifications of `app` to
     /// `environment` were dead-lettered for want of credentials, naming the setting to add.
     private func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: Lane) {
-        let entry = InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)
-        let now = RateLimiter.monotonicSeconds()
-        let count = lastLogged.withLock { logged -> Int? in
-            if let last = logged[entry], now - last.at < Self.logIntervalSeconds {
-                logged[entry]!.since += 1
-                return nil
-            }
-            let since = (logged[entry]?.since ?? 0) + 1
-            logged[entry] = (now, 0)
-            return since
-        }
-        guard let count else { return }
+        guard let count = dueLine(InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)) else { return }
         logger.error("app \(app) has no credentials for \(environment.rawValue) in this instance nor in any live instance: "
                      + "\(count) of its \(environment.rawValue) notification(s) on the \(lane.rawValue) lane dead-lettered (NoCredentialsForEnvironment) since the last such line; "
                      + "add \(environment.rawValue)_certificate to app \(app) in the configuration (APNs issues a certificate for one environment)",
@@ -126,5 +196,17 @@ final class EnvironmentCoverage: @unchecked Sendable {
                      ("environment", .string(environment.rawValue)), ("lane", .string(lane.rawValue)),
                      ("config_key", .string("apps[\(app)].\(environment.rawValue)_certificate")),
                      ("dead_lettered", .int(Int64(count))))
+    }
+
+    /// Logs, at most once per app a minute, that token work of `app` was dead-lettered because
+    /// no instance of the fleet has a token key for it, naming the setting to add.
+    private func reportTokenWorkDeadLettered(app: String, lane: String) {
+        guard let count = dueLine(InstanceRegistration.tokenEntry(app: app)) else { return }
+        logger.error("app \(app) uses a certificate in this instance and \(Self.noTokenKeyInFleet(app: app)): "
+                     + "\(count) of its notification(s) or request(s) that APNs takes only with token (JWT) authentication "
+                     + "(Live Activity and location pushes, broadcasts, channel requests) dead-lettered since the last such line, the last on the \(lane) lane; "
+                     + "give app \(app) a token key (team_id, key_id, key_file) in the configuration of an instance",
+                     ("event", "no_token_key_in_fleet"), ("app", .string(app)), ("lane", .string(lane)),
+                     ("config_key", .string("apps[\(app)].token")), ("dead_lettered", .int(Int64(count))))
     }
 }

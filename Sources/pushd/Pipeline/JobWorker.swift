@@ -204,6 +204,18 @@ final class JobWorker: @unchecked Sendable {
                     token: job.deviceToken, pushType: job.pushType, priority: job.priority, expiration: job.expiration,
                     collapseID: job.collapseID, apnsID: job.apnsID, payload: job.payload))
             } catch {
+                if error.label == NotificationFactory.tokenAuthenticationRequired {
+                    // A push type APNs takes only with a token key, and this instance has a certificate.
+                    switch context.coverage.decideTokenWork(app: job.app, lane: Lane.transactional.rawValue) {
+                    case .leave(let seconds):
+                        outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(seconds),
+                                                         error: EnvironmentCoverage.tokenLeftReason(app: job.app), countsAsAttempt: false))
+                    case .deadLetter:
+                        dead(job, status: nil, reason: error.reason + "; " + EnvironmentCoverage.noTokenKeyInFleet(app: job.app),
+                             label: error.label, into: &outcomes, sender: sender)
+                    }
+                    continue
+                }
                 dead(job, status: nil, reason: error.reason, label: error.label, into: &outcomes, sender: sender)
                 continue
             }

@@ -24,6 +24,9 @@ struct NotificationFactory: Sendable {
         var payload: String
     }
 
+    /// The label of a push type APNs takes only with token authentication, from an app with a certificate.
+    static let tokenAuthenticationRequired = "TokenAuthenticationRequired"
+
     let bundleID: String
     /// How the app authenticates: some push types are refused with a certificate.
     var authentication: AuthenticationMode = .token
@@ -54,7 +57,7 @@ struct NotificationFactory: Sendable {
         // Checked before anything is sent: APNs answers InvalidPushType (or worse, accepts and
         // drops) such a push over a certificate connection, and no retry changes that.
         if authentication == .certificate && !pushType.supportsCertificateAuthentication {
-            throw Rejection(label: "TokenAuthenticationRequired", detail: "APNs accepts \(pushType.rawValue) pushes only with token (JWT) authentication, and this app uses a certificate")
+            throw Rejection(label: Self.tokenAuthenticationRequired, detail: "APNs accepts \(pushType.rawValue) pushes only with token (JWT) authentication, and this app uses a certificate")
         }
         guard let priority = Priority(rawValue: fields.priority) else {
             throw Rejection(label: "BadPriority", detail: "\(fields.priority) is not 10, 5 or 1")

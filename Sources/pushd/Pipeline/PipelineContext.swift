@@ -45,7 +45,7 @@ final class PipelineContext: @unchecked Sendable {
         self.certificates = certificates
         self.metrics = metrics
         self.logger = logger
-        coverage = EnvironmentCoverage(apps: config.apps, logger: logger)
+        coverage = EnvironmentCoverage(apps: config.apps, logger: logger, metrics: metrics)
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
         // Every app's lanes show 0 from the start in each environment it can send to, so a query

@@ -1,0 +1,179 @@
+import APNsMock
+import Foundation
+import Glibc
+import Posix
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// Two `pushd run` processes on one database serve app `shop`: A has only a certificate, B a
+/// token key (a move from certificates to keys, one instance at a time). APNs takes Live
+/// Activity and location pushes, broadcasts and channel management requests only with token
+/// authentication, so A leaves that work, unsent and unspent, to B; only when no live instance
+/// has a key for the app is it dead-lettered, saying so.
+@Suite(.serialized) struct TokenCoverageTests {
+    static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#
+
+    /// The harness's mock takes B's provider tokens (and its channel management requests); a
+    /// second one takes A's client certificate.
+    struct Hosts {
+        let harness: DaemonHarness
+        let certificateMock: APNsMockServer
+        let certificatePort: UInt16
+
+        init(database: IsolatedDatabase) throws {
+            harness = try DaemonHarness(database: database)
+            let certificates = harness.certificates
+            var configuration = MockConfiguration(certificateChainFile: certificates.serverCertificate,
+                                                  privateKeyFile: certificates.serverKey)
+            configuration.authentication = .certificate(clientCAFile: certificates.caCertificate)
+            configuration.logsAccepted = true
+            certificateMock = try APNsMockServer(configuration: configuration)
+            certificatePort = try certificateMock.start()
+        }
+
+        /// A's configuration file: app `shop` with a certificate only.
+        func writeCertificateConfig() throws -> String {
+            let certificates = harness.certificates
+            let yaml = """
+            database:
+              url: \(harness.database.url)
+            metrics:
+              listen: 127.0.0.1:0
+            log:
+              level: info
+            apns:
+              host: 127.0.0.1:\(certificatePort)
+              ca_file: \(certificates.caCertificate)
+              threads: 1
+            retry:
+              base_delay_ms: 10
+              max_delay_ms: 200
+            shutdown:
+              drain_timeout_s: 5
+            apps:
+              - name: shop
+                bundle_id: \(DaemonHarness.bundleID)
+                environment: sandbox
+                certificate:
+                  cert_file: \(certificates.clientCertificate)
+                  key_file: \(certificates.clientKey)
+
+            """
+            let path = harness.directory + "/a.yml"
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+    }
+
+    /// A Live Activity update, a location query, an alert, a broadcast to `channel` and a
+    /// channel creation of app `shop`; returns the tokens of the two token-only pushes.
+    static func insertWork(_ connection: PGConnection, channel: String) throws -> [String] {
+        try connection.query("""
+            INSERT INTO pushd.jobs (app, device_token, push_type, priority, payload) VALUES
+              ('shop', $1, 'alert', 10, '{"aps":{"alert":"hi"}}'),
+              ('shop', $2, 'liveactivity', 10, $4),
+              ('shop', $3, 'location', 10, '{"aps":{}}')
+            """, [DaemonHarness.token(1), DaemonHarness.token(2), DaemonHarness.token(3), update])
+        try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)", [channel, update])
+        try connection.query("SELECT pushd.create_channel('shop', 'most-recent')")
+        return [DaemonHarness.token(2), DaemonHarness.token(3)]
+    }
+
+    /// Every dead job's push type and reason, for a failing expectation's message.
+    static func deadJobs(_ connection: PGConnection) -> String {
+        (try? connection.query("SELECT coalesce(string_agg(push_type || ': ' || reason, '; '), '') FROM pushd.dead_jobs")
+            .require(String.self, row: 0, column: 0)) ?? "?"
+    }
+
+    static func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+
+    @Test func tokenOnlyWorkOfAnInstanceWithACertificateIsSentByTheLiveInstanceWithATokenKey() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.certificateMock.stop() }
+            let harness = hosts.harness
+            let connection = try database.connect()
+            defer { connection.close() }
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let channelsBefore = harness.mock.stats.channelsCreated
+
+            // B (token key) registers, then takes no work for a while (SIGSTOP): its row stays
+            // live, so A knows the fleet has a key for `shop`, and A alone claims.
+            let logB = harness.directory + "/b.log"
+            let b = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: logB)
+            defer { CampaignEnvironmentTests.stop(b) }
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
+            kill(b.processIdentifier, SIGSTOP)
+            let logA = harness.directory + "/a.log"
+            let a = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(), log: logA)
+            defer { CampaignEnvironmentTests.stop(a) }
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 2 })
+            let tokenOnly = try Self.insertWork(connection, channel: channel)
+
+            // A sends the alert and leaves the rest, unsent, unspent, not dead-lettered.
+            #expect(DaemonHarness.wait(seconds: 20) { hosts.certificateMock.stats.accepted == 1 }, "\(Self.text(logA))")
+            PosixThread.sleep(seconds: 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0,
+                    "\(Self.deadJobs(connection))")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE attempts = 0") == 2)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs WHERE attempts = 0") == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'pending_create' AND attempts = 0") == 1)
+            #expect(harness.mock.stats.accepted == 0)
+            // A's info line lists its gaps that another instance fills: the production environment and the token work.
+            let left = Self.text(logA).split(separator: "\n").filter { $0.contains("environment_coverage") }
+                .compactMap { $0.split(separator: "left to other instances: ").dropFirst().first?.split(separator: ";").first }
+            #expect(left.contains { $0.contains("shop/token") }, "\(Self.text(logA))")
+
+            kill(b.processIdentifier, SIGCONT)
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active'") == 1
+            }, "\(Self.text(logB))")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(harness.mock.acceptedLog.map(\.token).sorted() == tokenOnly.sorted())
+            #expect(harness.mock.stats.broadcastsAccepted[channel] == 1)
+            #expect(harness.mock.stats.channelsCreated == channelsBefore + 1)
+            #expect(hosts.certificateMock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
+            #expect(!Self.text(logA).contains("no_token_key_in_fleet"))
+        }
+    }
+
+    @Test func withNoLiveInstanceHoldingATokenKeyTheTokenOnlyWorkIsDeadLetteredSayingSo() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.certificateMock.stop() }
+            let harness = hosts.harness
+            let connection = try database.connect()
+            defer { connection.close() }
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let logA = harness.directory + "/a.log"
+            let a = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(), log: logA)
+            defer { CampaignEnvironmentTests.stop(a) }
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
+            _ = try Self.insertWork(connection, channel: channel)
+
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed'") == 1
+            }, "\(Self.text(logA))")
+            let fleetWide = "%no live instance of the fleet has a token key for app shop%"
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.dead_jobs
+                WHERE push_type IN ('liveactivity', 'location') AND reason LIKE 'TokenAuthenticationRequired: %' AND reason LIKE '\(fleetWide)'
+                """) == 2, "\(Self.deadJobs(connection))")
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.dead_jobs WHERE channel_id IS NOT NULL AND reason LIKE '\(fleetWide)'
+                """) == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE outcome LIKE '\(fleetWide)'") == 1)
+            #expect(harness.mock.stats.accepted == 0 && harness.mock.stats.broadcastsAccepted.isEmpty)
+            #expect(hosts.certificateMock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
+            let lines = Self.text(logA).split(separator: "\n").filter { $0.contains("no_token_key_in_fleet") }
+            #expect(!lines.isEmpty && lines.allSatisfy { $0.contains("no live instance of the fleet has a token key for app shop") },
+                    "\(Self.text(logA))")
+        }
+    }
+}
