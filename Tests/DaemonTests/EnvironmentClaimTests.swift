@@ -88,8 +88,13 @@ import Testing
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == tokens)
-            // No attempt was spent on them by A.
-            #expect(!a.context.metrics.registry.expositionText().contains(#"reason="NoCredentialsForEnvironment""#))
+            // No attempt was spent on them by A; its gauge shows the environment left to B, and
+            // the token work, which no instance of these two has a key for, as dead-lettered.
+            let text = a.context.metrics.registry.expositionText()
+            let counted = text.split(separator: "\n").filter { $0.hasPrefix("pushd_retries_total") || $0.hasPrefix("pushd_dead_letters_total") }
+            #expect(!counted.contains { $0.contains(#"reason="NoCredentialsForEnvironment""#) }, "\(counted)")
+            #expect(text.contains(#"pushd_work_left_to_other_instances{app="shop",reason="NoCredentialsForEnvironment"} 1"#))
+            #expect(text.contains(#"pushd_work_left_to_other_instances{app="shop",reason="TokenAuthenticationRequired"} 0"#))
         }
     }
 
