@@ -141,6 +141,53 @@ import Testing
         }
     }
 
+    /// A Live Activity campaign: A leases its chunks (leases select by app) and parks every
+    /// target, unsent and unspent, for B, whose parked claim alone takes them.
+    @Test func aLiveActivityCampaignLeasedByTheCertificateInstanceIsSentByTheInstanceWithATokenKey() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.certificateMock.stop() }
+            let harness = hosts.harness
+            let connection = try database.connect()
+            defer { connection.close() }
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "scores", pushType: "liveactivity", payload: Self.update))
+            let tokens = (500..<560).map { DaemonHarness.token($0) }
+            #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) },
+                                            chunkSize: 20).imported == 60)
+
+            let b = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: harness.directory + "/b.log")
+            defer { CampaignEnvironmentTests.stop(b) }
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
+            kill(b.processIdentifier, SIGSTOP)
+            let logA = harness.directory + "/a.log"
+            let a = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(), log: logA)
+            defer { CampaignEnvironmentTests.stop(a) }
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 2 })
+            try store.start(connection, id: id)
+
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try store.campaign(connection, id: id).map { $0.chunksDone == $0.chunksTotal } == true
+            }, "\(Self.text(logA))")
+            PosixThread.sleep(seconds: 2)
+            var campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.status == .running && campaign.sent == 0 && campaign.failed == 0,
+                    "\(campaign.status) sent \(campaign.sent) failed \(campaign.failed) \(campaign.failedByReason)")
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.campaign_retries
+                WHERE attempts = 0 AND last_error = 'TokenAuthenticationRequired: left to an instance that has a token key for app shop'
+                """) == 60)
+            #expect(harness.mock.stats.accepted == 0 && hosts.certificateMock.stats.accepted == 0)
+
+            kill(b.processIdentifier, SIGCONT)
+            #expect(try DaemonHarness.wait(seconds: 60) { try store.campaign(connection, id: id)?.status == .done })
+            campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == 60 && campaign.failed == 0, "sent \(campaign.sent) failed \(campaign.failed) \(campaign.failedByReason)")
+            #expect(harness.mock.acceptedLog.map(\.token).sorted() == tokens.sorted())
+            #expect(!Self.text(logA).contains("no_token_key_in_fleet"))
+        }
+    }
+
     @Test func withNoLiveInstanceHoldingATokenKeyTheTokenOnlyWorkIsDeadLetteredSayingSo() throws {
         try IsolatedDatabase.with { database in
             let hosts = try Hosts(database: database)
@@ -154,7 +201,14 @@ import Testing
             defer { CampaignEnvironmentTests.stop(a) }
             #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
             _ = try Self.insertWork(connection, channel: channel)
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "scores", pushType: "liveactivity", payload: Self.update))
+            try store.importTargets(connection, campaignID: id, targets: (600..<610).map { (token: DaemonHarness.token($0), payload: String?.none) })
+            try store.start(connection, id: id)
 
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            let campaign = try #require(try store.campaign(connection, id: id))
+            #expect(campaign.sent == 0 && campaign.failedByReason == ["TokenAuthenticationRequired": 10], "\(campaign.failedByReason)")
             #expect(try DaemonHarness.wait(seconds: 20) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
