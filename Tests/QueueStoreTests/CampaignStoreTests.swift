@@ -298,6 +298,41 @@ import Testing
         }
     }
 
+    /// An instance with only a certificate for an app leaves the parked targets of the app's
+    /// campaigns of a token-only push type to one with a token key; its other campaigns' it takes.
+    @Test func aParkedClaimLeavingTokenOnlyPushesSkipsTheTargetsOfSuchCampaigns() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            func park(pushType: String, payload: String, seed: Int) throws -> Int64 {
+                let id = try campaigns.create(connection, NewCampaign(app: "shop", name: pushType, pushType: pushType, payload: payload))
+                try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(seed), nil)])
+                try campaigns.start(connection, id: id)
+                let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
+                let parked = chunk.targets.map { target in
+                    ParkedTarget(campaignID: id, chunk: chunk.chunk, position: target.index, token: target.token, payload: nil,
+                                 dueAt: Timestamp().addingTimeInterval(-1), attempts: 0, firstAttemptAt: Timestamp(),
+                                 lastError: "TokenAuthenticationRequired: left", environment: nil)
+                }
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size), parking: parked)
+                return id
+            }
+            let scores = try park(pushType: "liveactivity", payload: #"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#, seed: 1)
+            let news = try park(pushType: "alert", payload: Fixtures.payload, seed: 2)
+            let leaving = JobQueue.Leaving(home: ["shop": "production"], tokenOnly: ["shop"], tokenOnlyPushTypes: ["liveactivity", "location"])
+
+            let batch = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop"], leaving: leaving))
+            #expect(batch.campaignID == news && batch.targets.map(\.token) == [Fixtures.token(2)])
+            var outcomes = ParkedOutcomes()
+            outcomes.sent = 1
+            try campaigns.settleParked(connection, batch, outcomes)
+            #expect(try campaigns.claimParked(connection, limit: 10, apps: ["shop"], leaving: leaving) == nil)
+            // An instance with a key claims them.
+            let keyed = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop"]))
+            #expect(keyed.campaignID == scores && keyed.targets.map(\.token) == [Fixtures.token(1)])
+            try campaigns.settleParked(connection, keyed, outcomes)
+        }
+    }
+
     /// An instance without credentials for an environment leaves that environment's parked
     /// targets to one that has them: a target's environment is the one it was parked with,
     /// else its campaign's, else the app's; the plain claim takes them all.

@@ -526,6 +526,43 @@ import Testing
         }
     }
 
+    @Test func aClaimLeavingTheTokenOnlyPushesOfAnAppSkipsThoseAndTakesTheRest() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            // shop has only a certificate here and leaves its Live Activity and location pushes,
+            // also those of the environment it leaves; blog leaves nothing.
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, push_type, environment) VALUES
+                  ('shop', $1, $2, 'alert', NULL),
+                  ('shop', $1, $3, 'liveactivity', NULL),
+                  ('shop', $1, '{"aps":{}}', 'location', 'production'),
+                  ('shop', $1, $2, 'alert', 'sandbox'),
+                  ('blog', $1, $3, 'liveactivity', NULL)
+                """, [Fixtures.token(1), Fixtures.payload, #"{"aps":{"timestamp":1,"event":"update","content-state":{}}}"#])
+            let leaving = JobQueue.Leaving(environments: ["shop": "sandbox"], home: ["shop": "production", "blog": "sandbox"],
+                                           tokenOnly: ["shop"], tokenOnlyPushTypes: ["liveactivity", "location"])
+            #expect(!leaving.isEmpty && leaving.leaves("shop") && !leaving.leaves("blog"))
+            #expect(!JobQueue.Leaving(tokenOnly: ["shop"], tokenOnlyPushTypes: ["location"]).isEmpty)
+            #expect(try queue.hasDueJobs(connection, apps: apps, leaving: leaving))
+            let batch = try queue.claim(connection, limit: 10, apps: apps, leaving: leaving)
+            #expect(batch.jobs.map { "\($0.app) \($0.pushType) \($0.environment ?? "-")" }.sorted()
+                    == ["blog liveactivity -", "shop alert -"])
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            #expect(try queue.hasDueJobs(connection, apps: apps, leaving: leaving) == false)
+            #expect(try queue.claim(connection, limit: 10, apps: apps, leaving: leaving).isEmpty)
+            // Leaving only the token-only pushes takes the sandbox alert.
+            let tokenOnly = JobQueue.Leaving(home: ["shop": "production"], tokenOnly: ["shop"], tokenOnlyPushTypes: ["liveactivity", "location"])
+            let sandbox = try queue.claim(connection, limit: 10, apps: apps, leaving: tokenOnly)
+            #expect(sandbox.jobs.map { "\($0.pushType) \($0.environment ?? "-")" } == ["alert sandbox"])
+            try queue.finish(connection, sandbox, JobOutcomes(delivered: sandbox.jobs.map(\.id)))
+            #expect(try queue.hasDueJobs(connection, apps: apps, leaving: tokenOnly) == false)
+            // Without the filter (no other instance has a token key) they are claimed as before.
+            let rest = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(rest.jobs.map(\.pushType).sorted() == ["liveactivity", "location"])
+            try queue.finish(connection, rest, JobOutcomes(delivered: rest.jobs.map(\.id)))
+        }
+    }
+
     @Test func withinAPriorityEveryAppLeadsSomeBatches() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
