@@ -166,7 +166,28 @@ import Testing
             #expect(run.exitCode == 1)
             #expect(run.output.errorText.contains("APNs accepts \(pushType) pushes only with token (JWT) authentication, and app 'legacy' signs with a certificate"),
                     "\(run.output.errorText)")
+            #expect(run.output.errorText.contains("no live instance of the fleet has a token key for app legacy"), "\(run.output.errorText)")
             #expect(try CampaignStore().campaigns(try database.connect(), limit: 10).isEmpty)
+        }
+    }
+
+    /// While a live instance of the fleet has a token key for the app, the certificate in this
+    /// configuration does not stop such a campaign: that instance sends it.
+    @Test func createTakesATokenOnlyPushTypeWhileALiveInstanceHasATokenKeyForTheApp() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            try files.certificate("pem")
+            let config = try CheckConfigCommandTests.writeConfig(files, database: database.url, apps: CheckConfigCommandTests.certificateApp(
+                "legacy", "cert_file: \(files.path("pem.crt"))\nkey_file: \(files.path("pem.key"))"))
+            let connection = try database.connect()
+            try InstanceStore().heartbeat(connection, InstanceRegistration(host: "keyed", pid: 1, version: "test", libcurlVersion: "test", apps: ["legacy"],
+                                                                           environments: ["legacy/production", "legacy/sandbox", "legacy/token"],
+                                                                           startedAt: Timestamp()), paused: [:])
+            let run = try CommandRun(["campaign", "create", "--config", config, "--app", "legacy", "--push-type", "location",
+                                      "--payload", #"{"aps":{}}"#]) { try CampaignCommand.create($0, $1) }
+            #expect(run.exitCode == 0, "\(run.output.errorText)")
+            #expect(run.output.errorText.contains("sent by the live instance(s) with a token key for it"), "\(run.output.errorText)")
+            #expect(try CampaignStore().campaigns(connection, limit: 10).map(\.pushType) == ["location"])
         }
     }
 

@@ -32,10 +32,19 @@ enum CampaignCommand {
         let bundleID: String? = configured.bundleID
 
         let pushType = try Self.pushType(parsed.value("push-type") ?? "alert")
-        let authentication: AuthenticationMode = Pipeline.authenticatesByCertificate(configured) ? .certificate : .token
+        var authentication: AuthenticationMode = Pipeline.authenticatesByCertificate(configured) ? .certificate : .token
+        var connection: PGConnection?
         if authentication == .certificate && !pushType.supportsCertificateAuthentication {
-            // Every target would be refused at send time (TokenAuthenticationRequired).
-            throw CommandContext.Failure("--push-type \(pushType): APNs accepts \(pushType) pushes only with token (JWT) authentication, and app '\(app)' signs with a certificate; give the app a token key (token: team_id, key_id, key_file) or choose another push type")
+            // A live instance with a token key for the app takes such targets from the others;
+            // with none, every target would be refused at send time (TokenAuthenticationRequired).
+            let fleet = try context.connect(parsed, config: config, applicationName: applicationName)
+            connection = fleet
+            let entry = InstanceRegistration.tokenEntry(app: app)
+            guard try InstanceStore().sentElsewhere(fleet, id: "", wanted: [entry]).contains(entry) else {
+                throw CommandContext.Failure("--push-type \(pushType): APNs accepts \(pushType) pushes only with token (JWT) authentication, and app '\(app)' signs with a certificate and \(EnvironmentCoverage.noTokenKeyInFleet(app: app)); give the app a token key (token: team_id, key_id, key_file) or choose another push type")
+            }
+            context.errorOutput("app '\(app)' signs with a certificate in this configuration: its \(pushType) campaign is sent by the live instance(s) with a token key for it")
+            authentication = .token
         }
         let priority = try CommandValue.integer(parsed, "priority", in: 1...10) ?? (pushType == .background ? 5 : 10)
         guard Priority(rawValue: priority) != nil else {
@@ -64,8 +73,7 @@ enum CampaignCommand {
             throw CommandContext.Failure("--name must be 1 to 200 characters, got \(name.count)")
         }
 
-        let connection = try context.connect(parsed, config: config, applicationName: applicationName)
-        let id = try CampaignStore().create(connection, NewCampaign(
+        let id = try CampaignStore().create(try connection ?? context.connect(parsed, config: config, applicationName: applicationName), NewCampaign(
             app: app, name: name, pushType: pushType.rawValue, priority: priority, environment: environment,
             payload: payload.map { String(decoding: $0, as: UTF8.self) }, collapseID: collapseID, startAt: startAt, rateLimit: rate))
         if payload == nil {
