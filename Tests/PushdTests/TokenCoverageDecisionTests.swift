@@ -1,0 +1,52 @@
+import APNs
+import Metrics
+import QueueStore
+import Testing
+@testable import pushd
+
+/// What an instance advertises and leaves for the kind of credentials of its apps: a token key
+/// is advertised as "app/token", a certificate app lacks it, and that app's token work is left
+/// to another live instance that advertises it, else dead-lettered with one line a minute.
+@Suite struct TokenCoverageDecisionTests {
+    static let certificate = PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .production,
+                                             credentials: .certificate(certificateFile: "/c.pem", keyFile: "/c.key", pkcs12File: nil, password: nil),
+                                             campaignRate: nil)
+    static let token = PushdConfig.App(name: "blog", bundleID: "com.example.blog", environment: .sandbox,
+                                       credentials: .token(teamID: "TEAM123456", keyID: "KEY1234567", keyFile: "/k.p8"), campaignRate: nil)
+
+    @Test func aTokenAppAdvertisesTokenAndACertificateAppLacksIt() throws {
+        let coverage = EnvironmentCoverage(apps: [Self.certificate, Self.token], logger: Logger(level: .info, sink: MemoryLogSink()))
+        #expect(coverage.advertised == ["blog/production", "blog/sandbox", "blog/token", "shop/production"])
+        #expect(coverage.missing == ["shop/sandbox", "shop/token"])
+        #expect(PushType.tokenOnly.map(\.rawValue).sorted() == ["liveactivity", "location"])
+    }
+
+    @Test func tokenWorkIsLeftWhileAnotherInstanceAdvertisesTheKeyElseDeadLetteredWithOneLine() throws {
+        let metrics = try PushdMetrics(version: "test")
+        let sink = MemoryLogSink()
+        let coverage = EnvironmentCoverage(apps: [Self.certificate, Self.token], logger: Logger(level: .info, sink: sink), metrics: metrics)
+        let gauge = #"pushd_work_left_to_other_instances{app="shop",reason="TokenAuthenticationRequired"}"#
+        #expect(metrics.registry.expositionText().contains(gauge + " 0\n"))
+        // Before any heartbeat nothing is known to be sent elsewhere: dead-lettered, as before.
+        #expect(coverage.leaving().isEmpty)
+        #expect(coverage.decideTokenWork(app: "shop", lane: "transactional") == .deadLetter)
+
+        coverage.update(sentElsewhere: ["shop/token"])
+        #expect(metrics.registry.expositionText().contains(gauge + " 1\n"))
+        let leaving = coverage.leaving()
+        #expect(leaving.tokenOnly == ["shop"] && leaving.environments.isEmpty && leaving.tokenOnlyPushTypes.sorted() == ["liveactivity", "location"])
+        #expect(coverage.leavesTokenWork(of: "shop") && !coverage.leavesTokenWork(of: "blog"))
+        #expect(coverage.decideTokenWork(app: "shop", lane: "broadcast") == .leave(retryAfterSeconds: EnvironmentCoverage.leaveRetrySeconds))
+        #expect(coverage.unserved() == ["shop/sandbox"])
+
+        coverage.update(sentElsewhere: [])
+        #expect(metrics.registry.expositionText().contains(gauge + " 0\n"))
+        #expect(coverage.unserved() == ["shop/sandbox", "shop/token"])
+        for _ in 0..<5 { #expect(coverage.decideTokenWork(app: "shop", lane: "campaign") == .deadLetter) }
+        let lines = sink.lines.filter { $0.contains("no_token_key_in_fleet") }
+        // The first dead letter, before the heartbeat, logged; the next ones within the minute are counted.
+        #expect(lines.count == 1, "\(lines)")
+        #expect(lines.first.map { $0.contains("no live instance of the fleet has a token key for app shop") && $0.contains("apps[shop].token") } == true,
+                "\(lines)")
+    }
+}
