@@ -50,7 +50,10 @@ import Testing
             let connection = try database.connect()
             defer { connection.close() }
             let old = try queueWithAnOldJob(connection, count: 7, error: "app paused: InvalidProviderToken")
-            #expect(try HeldWork().releasePaused(connection, app: "shop", batch: 3) == 7)
+            var reported = [RefusedRewrite]()
+            #expect(try HeldWork().releasePaused(connection, app: "shop", batch: 3, onRefused: { reported += $0 }) == 7)
+            #expect(reported.map(\.id) == [old], "the refused job is reported, for the daemon to count and log")
+            #expect(reported.first?.check == "jobs_payload_small" && reported.first?.table == "pushd.jobs" && reported.first?.app == "shop")
             #expect(try waiting(connection) == 0)
             let dead = try dead(connection)
             #expect(dead.map(\.id) == [old])
@@ -148,6 +151,36 @@ import Testing
             let dead = try dead(connection)
             #expect(dead.map(\.id) == [old])
             #expect(dead.first?.reason.contains("CHECK broadcast_jobs_payload_small") == true, "\(dead)")
+        }
+    }
+
+    /// After an outage, broadcasts are made due again (`makeDue`), and during it one per app
+    /// (`makeSoonestDue`, the probe); an old one the check refuses goes to dead letters.
+    @Test func broadcastsAreMadeDueAfterAnOutageAndAnOldOneTheCheckRefusesIsDeadLettered() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#
+            let bigUpdate = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"\#(String(repeating: "1", count: 100))"}}}"#
+            for (index, payload) in [bigUpdate, update, update, bigUpdate, update].enumerated() {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 10)",
+                                     [BroadcastStoreTests.channel, payload])
+                try connection.query("""
+                    UPDATE pushd.broadcast_jobs SET run_at = now() + make_interval(secs => 30 + $1::float8), last_error = 'HTTP 503 ServiceUnavailable'
+                    WHERE id = (SELECT max(id) FROM pushd.broadcast_jobs)
+                    """, [Double(index)])
+            }
+            try Self.addCheck(connection, table: "broadcast_jobs")
+            let production = OutageEnvironment(name: "production", home: ["shop": "production"])
+            // The soonest is an old one: dead-lettered; the probe finds the next one on its next turn.
+            #expect(try BroadcastQueue().makeSoonestDue(connection, apps: ["shop"], environment: production, errorPrefixes: ["HTTP 503"]) == 0)
+            #expect(try BroadcastQueue().makeSoonestDue(connection, apps: ["shop"], environment: production, errorPrefixes: ["HTTP 503"]) == 1)
+            #expect(try BroadcastQueue().makeDue(connection, app: "shop", environment: production, errorPrefixes: ["HTTP 503"]) == 2)
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs WHERE run_at > now()").require(Int.self, row: 0, column: 0) == 0)
+            let dead = try dead(connection)
+            #expect(dead.count == 2)
+            #expect(dead.allSatisfy { $0.reason.contains("could not be made due again (HTTP 503 ServiceUnavailable): CHECK broadcast_jobs_payload_small") },
+                    "\(dead)")
         }
     }
 }

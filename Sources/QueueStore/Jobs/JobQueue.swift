@@ -212,18 +212,38 @@ public struct JobQueue: Sendable {
     /// wait, and one UPDATE of them all outran the statement timeout, rolled back, and was
     /// tried again on every turn while nothing became due. `environment`: only the jobs going
     /// there (nil: every environment).
+    ///
+    /// A job a CHECK refuses to write (one added NOT VALID after it was queued) goes to dead
+    /// letters instead of failing its whole batch, every time (`RefusedRewrite`); `onRefused`
+    /// is given those, once, at the end.
     @discardableResult
     public func makeDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String],
-                        batch: Int = 10_000) throws -> Int {
+                        batch: Int = 10_000, onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(inBatchesOf: batch, by: """
-            UPDATE pushd.jobs SET run_at = now()
-            WHERE id IN (SELECT q.id FROM pushd.jobs q
-                         WHERE q.app = $1 AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
-                           AND \(OutageEnvironment.matches(Self.destination(home: "$4::text"), parameter: 3))
-                         LIMIT $5 FOR UPDATE OF q SKIP LOCKED)
-            """, [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""])
+        precondition(batch > 0, "a batch of \(batch) rows")
+        let waiting = """
+            SELECT q.id FROM pushd.jobs q
+            WHERE q.app = $1 AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
+              AND \(OutageEnvironment.matches(Self.destination(home: "$4::text"), parameter: 3))
+            LIMIT $5 FOR UPDATE OF q SKIP LOCKED
+            """
+        let parameters: [any PGParameter] = [app, errorPrefixes, environment?.name, environment?.home[app] ?? "", batch]
+        var refused = [RefusedRewrite]()
+        defer { if !refused.isEmpty { onRefused(refused) } }
+        var total = 0
+        while true {
+            let run = try Self.rewrite(connection, "UPDATE pushd.jobs SET run_at = now() WHERE id IN (\(waiting))", parameters,
+                                       candidates: waiting, row: Self.makeOneDueSQL, [], doing: "made due again", withError: true,
+                                       refused: &refused)
+            total += run.written
+            if run.handled < batch { return total }
+        }
     }
+
+    /// Makes one waiting job (`$1`) due now, unless it is due already or in another claimer's batch.
+    static let makeOneDueSQL = """
+        UPDATE pushd.jobs SET run_at = now() WHERE id = (SELECT id FROM pushd.jobs WHERE id = $1 AND run_at > now() FOR UPDATE SKIP LOCKED)
+        """
 
     /// Where a job `q` goes, as the sender resolves it (`AppSender.environment`): its own
     /// environment, else its token's registered one, else its app's, `home`.
@@ -241,13 +261,19 @@ public struct JobQueue: Sendable {
     /// probe per app and priority, stopping at the first match: cheap however many jobs wait.
     /// Jobs scheduled for later by their sender (no error) are left alone. `environment`: only
     /// jobs going there (nil: every environment).
+    ///
+    /// A job a CHECK refuses to write goes to dead letters (as in `makeDue`) and the probe of
+    /// its app takes the next one.
     @discardableResult
     public func makeSoonestDue(_ connection: PGConnection, apps: [String], environment: OutageEnvironment? = nil,
-                               errorPrefixes: [String]) throws -> Int {
-        guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(by: """
-            UPDATE pushd.jobs SET run_at = now()
-            WHERE id IN (
+                               errorPrefixes: [String], onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> Int {
+        var refused = [RefusedRewrite]()
+        defer { if !refused.isEmpty { onRefused(refused) } }
+        var total = 0
+        var probing = apps
+        // Each turn but the last dead-letters at least one job; a few turns are plenty.
+        for _ in 0..<8 where !probing.isEmpty && !errorPrefixes.isEmpty {
+            let soonest = """
                 SELECT DISTINCT ON (a.app) j.id
                 FROM unnest($1::text[], $4::text[]) AS a(app, home)
                 CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
@@ -256,8 +282,16 @@ public struct JobQueue: Sendable {
                     WHERE q.app = a.app AND q.priority = p.priority AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
                       AND \(OutageEnvironment.matches(Self.destination(home: "a.home"), parameter: 3))
                     ORDER BY q.run_at LIMIT 1) j
-                ORDER BY a.app, j.run_at)
-            """, [apps, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)])
+                ORDER BY a.app, j.run_at
+                """
+            let before = refused.count
+            total += try Self.rewrite(connection, "UPDATE pushd.jobs SET run_at = now() WHERE id IN (\(soonest))",
+                                      [probing, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: probing)],
+                                      candidates: soonest, row: Self.makeOneDueSQL, [], doing: "made due again", withError: true,
+                                      refused: &refused).written
+            probing = Array(Set(refused[before...].map(\.app))).sorted()
+        }
+        return total
     }
 
     /// Puts every job of the batch back untouched (for a shutdown before sending).

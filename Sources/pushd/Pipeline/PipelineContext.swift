@@ -36,6 +36,9 @@ final class PipelineContext: @unchecked Sendable {
     static let outageLanes = Lane.allCases.map(\.rawValue) + [BroadcastWorker.lane, BroadcastWorker.channelsLane]
     /// When each lane that is down next makes a waiting notification due (`probeOutage`).
     private let probes: Lock<(schedule: OutageProbe, random: SystemRandom)>
+    /// Rows a CHECK refused to write since the last `rewrite_refused` line, and when it was
+    /// written (monotonic seconds; `reportRefusedRewrites`).
+    let refusedRewrites = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
 
     init(config: PushdConfig, instance: String, senders: [String: AppSender], certificates: AppCertificates,
          metrics: PushdMetrics, logger: Logger) {
