@@ -221,22 +221,61 @@ public struct JobQueue: Sendable {
                         batch: Int = 10_000, onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
         precondition(batch > 0, "a batch of \(batch) rows")
+        // In (priority, run_at, id) order, each batch after the last job the previous one took:
+        // the jobs of the app the filter leaves (going to the other environment, which may still
+        // be down, or waiting for another reason) are read once, not again in every batch.
         let waiting = """
-            SELECT q.id FROM pushd.jobs q
-            WHERE q.app = $1 AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
+            SELECT q.id, q.priority, q.run_at::text AS after, q.run_at FROM pushd.jobs q
+            WHERE q.app = $1 AND (q.priority, q.run_at, q.id) > ($6::smallint, $7::timestamptz, $8::bigint)
+              AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
               AND \(OutageEnvironment.matches(Self.destination(home: "$4::text"), parameter: 3))
+            ORDER BY q.priority, q.run_at, q.id
             LIMIT $5 FOR UPDATE OF q SKIP LOCKED
             """
-        let parameters: [any PGParameter] = [app, errorPrefixes, environment?.name, environment?.home[app] ?? "", batch]
+        let statement = """
+            WITH taken AS (\(waiting)),
+                 due AS (UPDATE pushd.jobs j SET run_at = now() FROM taken WHERE j.id = taken.id RETURNING 1)
+            SELECT (SELECT count(*) FROM due), last.priority, last.after, last.id
+            FROM (SELECT 1) one
+            LEFT JOIN LATERAL (SELECT priority, after, id FROM taken ORDER BY priority DESC, run_at DESC, id DESC LIMIT 1) last ON true
+            """
         var refused = [RefusedRewrite]()
         defer { if !refused.isEmpty { onRefused(refused) } }
+        // The run_at as the server wrote it, so that the next batch starts exactly after it.
+        var after: (priority: Int16, runAt: String, id: Int64) = (Int16.min, "-infinity", Int64.min)
         var total = 0
         while true {
-            let run = try Self.rewrite(connection, "UPDATE pushd.jobs SET run_at = now() WHERE id IN (\(waiting))", parameters,
-                                       candidates: waiting, row: Self.makeOneDueSQL, [], doing: "made due again", withError: true,
-                                       refused: &refused)
-            total += run.written
-            if run.handled < batch { return total }
+            let parameters: [any PGParameter] = [app, errorPrefixes, environment?.name, environment?.home[app] ?? "", batch,
+                                                 after.priority, after.runAt, after.id]
+            var handled: Int
+            do {
+                let result = try connection.query(connection.prepared(statement), parameters)
+                let written = try result.require(Int.self, row: 0, column: 0)
+                total += written
+                handled = written
+                if let id = try result.get(Int64.self, row: 0, column: 3) {
+                    after = (try result.require(Int16.self, row: 0, column: 1), try result.require(String.self, row: 0, column: 2), id)
+                }
+            } catch let error as PGError where error.code == .checkViolation {
+                // One by one, to find the rows the check refuses (`rewrite`).
+                let rows = try connection.query(connection.prepared(waiting), parameters)
+                handled = 0
+                for index in 0..<rows.rowCount {
+                    let id = try rows.require(Int64.self, row: index, column: 0)
+                    after = (try rows.require(Int16.self, row: index, column: 1), try rows.require(String.self, row: index, column: 2), id)
+                    do {
+                        let written = try connection.rowsUpdated(by: Self.makeOneDueSQL, [id])
+                        total += written
+                        handled += written
+                    } catch let error as PGError where error.code == .checkViolation {
+                        if let item = try Self.deadLetterRefused(connection, id: id, doing: "made due again", withError: true, error: error) {
+                            refused.append(item)
+                            handled += 1
+                        }
+                    }
+                }
+            }
+            if handled < batch { return total }
         }
     }
 
