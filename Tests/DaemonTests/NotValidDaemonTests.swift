@@ -1,4 +1,5 @@
 import Foundation
+import APNsMock
 import Glibc
 import Posix
 import PushdTestSupport
@@ -46,6 +47,39 @@ import Testing
             #expect(lines.count == 1, "\(daemon.text.suffix(3000))")
             #expect(lines.first?.contains("jobs_payload_small") == true && lines.first?.contains("pushd.jobs") == true
                     && lines.first?.contains(String(old)) == true, "\(lines)")
+        }
+    }
+
+    /// A batch's token prunes run inside its claim's transaction: a prune a CHECK of
+    /// pushd.device_tokens refuses (an operator's rule on user ids an old registration breaks)
+    /// failed the transaction, and the whole batch was claimed and sent again, every turn.
+    @Test func aTokenPruneACheckRefusesLeavesTheTokenAndTheBatchIsSentOnce() throws {
+        let bad = DaemonHarness.token(3)
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(badDeviceTokens: [bad]))
+            let connection = try database.connect()
+            defer { connection.close() }
+            try TokenStore().register(connection, app: "shop", token: bad, userID: "a-user-id-longer-than-ten", environment: "sandbox")
+            _ = try connection.execute(script: """
+                ALTER TABLE pushd.device_tokens ADD CONSTRAINT device_tokens_user_id_short CHECK (length(user_id) <= 10) NOT VALID
+                """)
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) VALUES
+                  ('shop', $1, '{"aps":{"alert":"a"}}'), ('shop', $2, '{"aps":{"alert":"b"}}'),
+                  ('shop', $3, '{"aps":{"alert":"c"}}'), ('shop', $4, '{"aps":{"alert":"d"}}')
+                """, [DaemonHarness.token(1), DaemonHarness.token(2), bad, DaemonHarness.token(4)])
+
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "the batch was not settled: \(daemon.text.suffix(3000))")
+            Thread.sleep(forTimeInterval: 2)
+            #expect(harness.mock.stats.accepted == 3, "each job once")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason = 'BadDeviceToken'") == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NULL") == 1,
+                    "the token the check refuses to write stays as it was")
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains(#"reason="prune_refused"} 1"#) })
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains(#""event":"token_prune_refused""#) }
+            #expect(lines.count == 1 && lines.first?.contains("device_tokens_user_id_short") == true, "\(daemon.text.suffix(3000))")
         }
     }
 }

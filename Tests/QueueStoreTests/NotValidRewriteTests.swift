@@ -183,4 +183,32 @@ import Testing
                     "\(dead)")
         }
     }
+
+    /// A batch's prunes run inside its claim's transaction: a token row a check refuses to
+    /// write (here an operator's rule on user ids, which an old registration breaks) failed the
+    /// prune, the transaction, and so the batch, which was claimed and sent again, delivered
+    /// jobs included, on every turn. The token is left as it is, the rest are pruned, and the
+    /// transaction can commit.
+    @Test func aTokenPruneACheckRefusesLeavesTheRestPrunedAndTheBatchsTransactionWhole() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            for seed in 1...3 {
+                try TokenStore().register(connection, app: "shop", token: Fixtures.token(seed), userID: seed == 2 ? "a-user-id-longer-than-ten" : "u\(seed)")
+            }
+            _ = try connection.execute(script: """
+                ALTER TABLE pushd.device_tokens ADD CONSTRAINT device_tokens_user_id_short CHECK (length(user_id) <= 10) NOT VALID
+                """)
+            _ = try connection.execute(script: "BEGIN")
+            let outcome = try TokenStore().prune(connection, (1...3).map {
+                TokenPrune(app: "shop", token: Fixtures.token($0), reason: "BadDeviceToken", apnsTimestamp: nil)
+            })
+            _ = try connection.execute(script: "COMMIT")
+            #expect(outcome.invalidated.map(\.token) == [Fixtures.token(1), Fixtures.token(3)])
+            #expect(outcome.refused.map(\.prune.token) == [Fixtures.token(2)])
+            #expect(outcome.refused.first?.check == "device_tokens_user_id_short")
+            #expect(try connection.query("SELECT string_agg(user_id, ',' ORDER BY user_id) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL")
+                        .require(String.self, row: 0, column: 0) == "u1,u3")
+        }
+    }
 }

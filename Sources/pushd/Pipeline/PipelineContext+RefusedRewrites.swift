@@ -38,3 +38,28 @@ extension PipelineContext {
         reportRefusedRewrites(refused.filter { $0.table != "pushd.jobs" }, lane: BroadcastWorker.lane, doing: "made due again")
     }
 }
+
+extension PipelineContext {
+    /// Token prunes a CHECK of `pushd.device_tokens` refused to write (`TokenStore.prune`): the
+    /// tokens stay as they were, so each counts in `pushd_tokens_kept_total{reason="prune_refused"}`,
+    /// and one error line (`token_prune_refused`) a minute at most per process names the check,
+    /// the app and the token's first characters.
+    func reportRefusedPrunes(_ refused: [RefusedPrune]) {
+        guard let first = refused.first else { return }
+        for item in refused {
+            metrics.tokenKept(app: item.prune.app, environment: senders[item.prune.app]?.environmentLabel ?? "unknown",
+                              reason: "prune_refused").increment()
+        }
+        let now = RateLimiter.monotonicSeconds()
+        let since: Int? = refusedPrunes.withLock { state in
+            state.count += refused.count
+            guard now - state.loggedAt >= 60 else { return nil }
+            defer { state = (0, now) }
+            return state.count
+        }
+        guard let since else { return }
+        logger.error("\(since) device token(s) APNs refused (\(first.prune.reason)) could not be marked invalid: CHECK \(first.check ?? "unknown") of pushd.device_tokens, added after they were registered, refuses the row (token \(Logger.redactToken(first.prune.token)) of app \(first.prune.app): \(first.message)); they stay live and the rest of the batch settles",
+                     ("event", "token_prune_refused"), ("table", "pushd.device_tokens"), ("check", .string(first.check ?? "unknown")),
+                     ("app", .string(first.prune.app)), ("tokens", .int(Int64(since))))
+    }
+}
