@@ -56,8 +56,8 @@ public struct HeldWork: Sendable {
     /// rest of their wait. Jobs and targets in batches of `batch` rows, each statement on its
     /// own and passing over rows another claimer's open batch holds (as `JobQueue.makeDue`):
     /// an app paused for long has a large backlog put back. Returns how many rows became due.
-    @discardableResult
     /// A job or broadcast a CHECK refuses to write goes to dead letters, as in `release`.
+    @discardableResult
     public func releasePaused(_ connection: PGConnection, app: String, batch: Int = 10_000,
                               onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> Int {
         var refused = [RefusedRewrite]()
