@@ -68,6 +68,62 @@ import Testing
         }
     }
 
+    /// After an outage of both environments of an app, making what waited for one of them due,
+    /// a batch at a time, reads the other's waiting jobs once, not again in every batch: each
+    /// batch goes on after the last job the previous one made due. Counted as the rows the
+    /// index scans of the transaction fetched (`pg_stat_xact_user_tables`), with sequential
+    /// scans off so that the plan is the one a large queue gets.
+    @Test func makingOneEnvironmentsJobsDueInBatchesReadsTheOtherEnvironmentsJobsOnce() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            // 2,000 jobs to sandbox due sooner than 100 jobs to production (the app's environment).
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, environment, run_at, last_error)
+                SELECT 'shop', repeat(lpad(to_hex(g), 16, '0'), 4), $1, CASE WHEN g <= 2000 THEN 'sandbox' END,
+                       now() + interval '1 minute' + g * interval '1 millisecond', 'HTTP 503 ServiceUnavailable'
+                FROM generate_series(1, 2100) g
+                """, [Fixtures.payload])
+            _ = try connection.execute(script: "ANALYZE pushd.jobs")
+            _ = try connection.execute(script: "BEGIN; SET LOCAL enable_seqscan = off")
+            let production = OutageEnvironment(name: "production", home: ["shop": "production"])
+            #expect(try JobQueue().makeDue(connection, app: "shop", environment: production, errorPrefixes: Self.prefixes, batch: 10) == 100)
+            let fetched = try connection.query("""
+                SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = 'pushd.jobs'::regclass
+                """).require(Int.self, row: 0, column: 0)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs WHERE run_at <= now()").require(Int.self, row: 0, column: 0) == 100)
+            _ = try connection.execute(script: "ROLLBACK")
+            #expect(fetched < 3 * 2100, "11 batches of 10 fetched \(fetched) rows of 2,100 from the index")
+        }
+    }
+
+    /// The same for parked campaign targets (`CampaignStore.makeParkedDue`).
+    @Test func makingOneEnvironmentsParkedTargetsDueInBatchesReadsTheOtherEnvironmentsTargetsOnce() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let campaign = try connection.query("INSERT INTO pushd.campaigns (app, name, status) VALUES ('shop', 'sale', 'running') RETURNING id")
+                .require(Int64.self, row: 0, column: 0)
+            // 2,000 targets sent to sandbox due sooner than 100 sent to production.
+            try connection.query("""
+                INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, due_at, attempts, first_attempt_at, last_error, environment)
+                SELECT $1, g / 1000, g % 1000, repeat(lpad(to_hex(g), 16, '0'), 4), now() + interval '1 minute' + g * interval '1 millisecond',
+                       1, now(), 'HTTP 503 ServiceUnavailable', CASE WHEN g <= 2000 THEN 'sandbox' ELSE 'production' END
+                FROM generate_series(1, 2100) g
+                """, [campaign])
+            _ = try connection.execute(script: "ANALYZE pushd.campaign_retries")
+            _ = try connection.execute(script: "BEGIN; SET LOCAL enable_seqscan = off")
+            let production = OutageEnvironment(name: "production", home: ["shop": "production"])
+            #expect(try CampaignStore().makeParkedDue(connection, app: "shop", environment: production, errorPrefixes: Self.prefixes, batch: 10) == 100)
+            let fetched = try connection.query("""
+                SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = 'pushd.campaign_retries'::regclass
+                """).require(Int.self, row: 0, column: 0)
+            #expect(try connection.query("SELECT count(*) FROM pushd.campaign_retries WHERE due_at <= now()").require(Int.self, row: 0, column: 0) == 100)
+            _ = try connection.execute(script: "ROLLBACK")
+            #expect(fetched < 3 * 2100, "11 batches of 10 fetched \(fetched) rows of 2,100 from the index")
+        }
+    }
+
     /// Production and sandbox fail apart: an outage of one makes only the jobs going there due,
     /// where a job goes as the sender resolves it (its own environment, else its token's
     /// registered one, else its app's).

@@ -156,7 +156,7 @@ public struct PushdMetrics: Sendable {
             labels: target + ["reason"])
         tokensKept = try registry.counter(
             "pushd_tokens_kept_total",
-            help: "Device tokens APNs reported as no longer valid (410) but kept, because the app registered them again after APNs' timestamp.",
+            help: "Device tokens APNs reported as no longer valid (410) but kept, because the app registered them again after APNs' timestamp; reason prune_refused: a CHECK of pushd.device_tokens refused to mark the token invalid.",
             labels: target + ["reason"])
         tokensRestored = try registry.counter(
             "pushd_tokens_restored_total",

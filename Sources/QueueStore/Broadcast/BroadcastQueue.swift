@@ -28,19 +28,38 @@ public struct BroadcastQueue: Sendable {
 
     public init() {}
 
-    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double) throws -> [BroadcastJob] {
+    /// Takes up to `limit` due broadcast jobs of `apps` by leasing them for `leaseSeconds`.
+    /// The lease is an UPDATE, which every CHECK of the table applies to: a job a check refuses
+    /// to write (one added NOT VALID after it was queued) goes to dead letters (`RefusedRewrite`,
+    /// given to `onRefused`) and the rest are claimed one by one, instead of every claim of the
+    /// lane failing on it.
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double,
+                      onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> [BroadcastJob] {
         guard limit > 0, !apps.isEmpty else { return [] }
-        let result = try connection.query(connection.prepared("""
-            UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $3), leased_until = now() + make_interval(secs => $3)
-            WHERE b.id = ANY (ARRAY(
-                SELECT id FROM pushd.broadcast_jobs WHERE app = ANY ($2::text[]) AND run_at <= now()
-                ORDER BY priority DESC, run_at LIMIT $1 FOR UPDATE SKIP LOCKED))
-            RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
-                      coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
-                                               WHERE c.app = b.app AND c.channel_id = b.channel_id)),
-                      b.attempts, b.created_at, b.first_attempt_at
-            """), [limit, apps, leaseSeconds])
-        return try result.rows.map { row in
+        let due = "SELECT id FROM pushd.broadcast_jobs WHERE app = ANY ($2::text[]) AND run_at <= now() ORDER BY priority DESC, run_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+        let result: [PGRow]
+        do {
+            result = try connection.query(connection.prepared(Self.claimSQL(rows: "b.id = ANY (ARRAY(\(due)))", lease: 3)),
+                                          [limit, apps, leaseSeconds]).rows
+        } catch let error as PGError where error.code == .checkViolation {
+            let ids = try connection.query(connection.prepared(due), [limit, apps])
+            let one = try connection.prepared(Self.claimSQL(rows: """
+                b.id = (SELECT id FROM pushd.broadcast_jobs WHERE id = $1 AND run_at <= now() FOR UPDATE SKIP LOCKED)
+                """, lease: 2))
+            var rows = [PGRow]()
+            var refused = [RefusedRewrite]()
+            for index in 0..<ids.rowCount {
+                let id = try ids.require(Int64.self, row: index, column: 0)
+                do {
+                    rows += try connection.query(one, [id, leaseSeconds]).rows
+                } catch let error as PGError where error.code == .checkViolation {
+                    if let item = try deadLetterRefused(connection, id: id, doing: "claimed", error: error) { refused.append(item) }
+                }
+            }
+            if !refused.isEmpty { onRefused(refused) }
+            result = rows
+        }
+        return try result.map { row in
             BroadcastJob(id: try row.require(0), app: try row.require(1), channelID: try row.require(2), payload: try row.require(3),
                          priority: Int(try row.require(4) as Int16), expiration: try row.get(5), apnsID: try row.get(6),
                          environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9),
@@ -48,18 +67,62 @@ public struct BroadcastQueue: Sendable {
         }
     }
 
+    /// The claim of the rows `rows` selects, leased for `$lease` seconds.
+    static func claimSQL(rows: String, lease: Int) -> String {
+        """
+        UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease))
+        WHERE \(rows)
+        RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
+                  coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
+                                           WHERE c.app = b.app AND c.channel_id = b.channel_id)),
+                  b.attempts, b.created_at, b.first_attempt_at
+        """
+    }
+
+    /// Moves broadcast job `id`, which `error` (a CHECK) refused to write while pushd was
+    /// `doing` it, to `pushd.dead_jobs` (as `dead`, status NULL, attempts as they were). nil
+    /// when it is gone or being sent.
+    func deadLetterRefused(_ connection: PGConnection, id: Int64, doing: String, error: PGError) throws -> RefusedRewrite? {
+        let result = try connection.query(connection.prepared("""
+            WITH gone AS (DELETE FROM pushd.broadcast_jobs WHERE id = $1 AND \(Self.notLeased) RETURNING *)
+            INSERT INTO pushd.dead_jobs (id, app, device_token, channel_id, payload, push_type, priority, expiration,
+                                         apns_id, dedupe_key, environment, run_at, attempts, last_error, created_at,
+                                         status, reason, first_attempt_at)
+            SELECT id, app, NULL, channel_id, payload, 'liveactivity', priority, expiration, apns_id, dedupe_key,
+                   environment, run_at, attempts, last_error, created_at, NULL,
+                   'could not be ' || $2::text || ' (' || coalesce(last_error, 'no error') || '): ' || $3::text, first_attempt_at
+            FROM gone
+            RETURNING app, reason
+            """), [id, doing, RefusedRewrite.refusal(error)])
+        guard result.rowCount == 1 else { return nil }
+        return RefusedRewrite(table: "pushd.broadcast_jobs", id: id, app: try result.require(String.self, row: 0, column: 0),
+                              check: error.constraint, message: error.message,
+                              reason: try result.require(String.self, row: 0, column: 1))
+    }
+
     /// Makes the waiting broadcast jobs of `app` whose `last_error` begins with one of
     /// `errorPrefixes` due now, and returns how many (as `JobQueue.makeDue` does for jobs).
     /// Jobs being sent (their lease has not ended) are left alone. `environment`: only jobs
-    /// going there (nil: every environment).
+    /// going there (nil: every environment). A job a CHECK refuses to write goes to dead
+    /// letters, given to `onRefused`.
     @discardableResult
-    public func makeDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String]) throws -> Int {
+    public func makeDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String],
+                        onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(by: """
-            UPDATE pushd.broadcast_jobs b SET run_at = now()
+        let waiting = """
+            SELECT b.id FROM pushd.broadcast_jobs b
             WHERE b.app = $1 AND b.run_at > now() AND b.last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
               AND \(OutageEnvironment.matches(Self.destination(home: "$4::text"), parameter: 3))
-            """, [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""])
+            """
+        var refused = [RefusedRewrite]()
+        defer { if !refused.isEmpty { onRefused(refused) } }
+        return try connection.rowsUpdated(by: "UPDATE pushd.broadcast_jobs SET run_at = now() WHERE id IN (\(waiting))",
+                                          [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""],
+                                          orOneByOne: waiting, row: Self.makeOneDueSQL, []) { id, error in
+            guard let item = try deadLetterRefused(connection, id: id, doing: "made due again", error: error) else { return false }
+            refused.append(item)
+            return true
+        }.changed
     }
 
     /// Where a broadcast job `b` goes, as the worker resolves it: its own environment, else
@@ -77,20 +140,30 @@ public struct BroadcastQueue: Sendable {
     /// `environment`: only jobs going there (nil: every environment).
     @discardableResult
     public func makeSoonestDue(_ connection: PGConnection, apps: [String], environment: OutageEnvironment? = nil,
-                               errorPrefixes: [String]) throws -> Int {
+                               errorPrefixes: [String], onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> Int {
         guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(by: """
-            UPDATE pushd.broadcast_jobs SET run_at = now()
-            WHERE id IN (
-                SELECT probe.id FROM unnest($1::text[], $4::text[]) AS a(app, home)
-                CROSS JOIN LATERAL (
-                    SELECT b.id FROM pushd.broadcast_jobs b
-                    WHERE b.app = a.app AND b.run_at > now() AND b.last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
-                      AND \(OutageEnvironment.matches(Self.destination(home: "a.home"), parameter: 3))
-                    ORDER BY b.run_at LIMIT 1) probe)
-              AND \(Self.notLeased)
-            """, [apps, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)])
+        let soonest = """
+            SELECT probe.id FROM unnest($1::text[], $4::text[]) AS a(app, home)
+            CROSS JOIN LATERAL (
+                SELECT b.id FROM pushd.broadcast_jobs b
+                WHERE b.app = a.app AND b.run_at > now() AND b.last_error ^@ ANY ($2::text[]) AND \(Self.notLeased)
+                  AND \(OutageEnvironment.matches(Self.destination(home: "a.home"), parameter: 3))
+                ORDER BY b.run_at LIMIT 1) probe
+            """
+        var refused = [RefusedRewrite]()
+        defer { if !refused.isEmpty { onRefused(refused) } }
+        // A broadcast a check refuses goes to dead letters; its app's probe waits for the next turn.
+        return try connection.rowsUpdated(by: "UPDATE pushd.broadcast_jobs SET run_at = now() WHERE id IN (\(soonest)) AND \(Self.notLeased)",
+                                          [apps, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)],
+                                          orOneByOne: soonest, row: Self.makeOneDueSQL, []) { id, error in
+            guard let item = try deadLetterRefused(connection, id: id, doing: "made due again", error: error) else { return false }
+            refused.append(item)
+            return true
+        }.changed
     }
+
+    /// Makes one waiting broadcast job (`$1`) due now, unless it is due already or being sent.
+    static let makeOneDueSQL = "UPDATE pushd.broadcast_jobs SET run_at = now() WHERE id = $1 AND run_at > now() AND \(notLeased)"
 
     /// A row no claim is sending now: its lease, if it had one, has ended.
     public static let notLeased = "(leased_until IS NULL OR leased_until <= now())"

@@ -198,16 +198,43 @@ extension CampaignStore {
     public func makeParkedDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String],
                               batch: Int = 10_000) throws -> Int {
         guard !errorPrefixes.isEmpty else { return 0 }
-        // In batches, each committed on its own, as `JobQueue.makeDue`.
-        return try connection.rowsUpdated(inBatchesOf: batch, by: """
-            UPDATE pushd.campaign_retries SET due_at = now()
-            WHERE (campaign_id, chunk, position) IN (
-                SELECT r.campaign_id, r.chunk, r.position
+        precondition(batch > 0, "a batch of \(batch) rows")
+        // In batches, each committed on its own, as `JobQueue.makeDue`, and like it each batch
+        // after the last target the previous one took (in due_at order): the targets the
+        // filter leaves (of the other environment, of other apps) are read once, not again in
+        // every batch.
+        let statement = """
+            WITH taken AS (
+                SELECT r.campaign_id, r.chunk, r.position, r.due_at, r.due_at::text AS after
                 FROM pushd.campaign_retries r JOIN pushd.campaigns c ON c.id = r.campaign_id
-                WHERE c.app = $1 AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
+                WHERE c.app = $1 AND (r.due_at, r.campaign_id, r.chunk, r.position) > ($6::timestamptz, $7::bigint, $8::integer, $9::integer)
+                  AND r.due_at > now() AND r.last_error ^@ ANY ($2::text[])
                   AND \(OutageEnvironment.matches("coalesce(r.environment, c.environment, $4::text)", parameter: 3))
-                LIMIT $5 FOR UPDATE OF r SKIP LOCKED)
-            """, [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""])
+                ORDER BY r.due_at, r.campaign_id, r.chunk, r.position
+                LIMIT $5 FOR UPDATE OF r SKIP LOCKED
+            ), due AS (
+                UPDATE pushd.campaign_retries q SET due_at = now() FROM taken
+                WHERE (q.campaign_id, q.chunk, q.position) = (taken.campaign_id, taken.chunk, taken.position) RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM due), last.after, last.campaign_id, last.chunk, last.position
+            FROM (SELECT 1) one
+            LEFT JOIN LATERAL (SELECT after, campaign_id, chunk, position FROM taken
+                               ORDER BY due_at DESC, campaign_id DESC, chunk DESC, position DESC LIMIT 1) last ON true
+            """
+        // The due_at as the server wrote it, so that the next batch starts exactly after it.
+        var after: (dueAt: String, campaign: Int64, chunk: Int, position: Int) = ("-infinity", Int64.min, Int(Int32.min), Int(Int32.min))
+        var total = 0
+        while true {
+            let result = try connection.query(connection.prepared(statement), [
+                app, errorPrefixes, environment?.name, environment?.home[app] ?? "", batch,
+                after.dueAt, after.campaign, after.chunk, after.position,
+            ])
+            let changed = try result.require(Int.self, row: 0, column: 0)
+            total += changed
+            if changed < batch { return total }
+            after = (try result.require(String.self, row: 0, column: 1), try result.require(Int64.self, row: 0, column: 2),
+                     try result.require(Int.self, row: 0, column: 3), try result.require(Int.self, row: 0, column: 4))
+        }
     }
 
     /// Makes the one parked target of each of `apps`' running campaigns that is due soonest,

@@ -212,62 +212,6 @@ public struct JobQueue: Sendable {
         return refused
     }
 
-    /// Makes the waiting jobs of `app` whose `last_error` begins with one of `errorPrefixes` due
-    /// now, and returns how many: jobs that waited out an outage of APNs go out as soon as it
-    /// answers again rather than after the rest of their backoff. Jobs scheduled for later
-    /// by their sender (no error) and jobs in another claimer's open batch are left alone.
-    /// `batch` rows per statement, each committed on its own: after a long outage millions
-    /// wait, and one UPDATE of them all outran the statement timeout, rolled back, and was
-    /// tried again on every turn while nothing became due. `environment`: only the jobs going
-    /// there (nil: every environment).
-    @discardableResult
-    public func makeDue(_ connection: PGConnection, app: String, environment: OutageEnvironment? = nil, errorPrefixes: [String],
-                        batch: Int = 10_000) throws -> Int {
-        guard !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(inBatchesOf: batch, by: """
-            UPDATE pushd.jobs SET run_at = now()
-            WHERE id IN (SELECT q.id FROM pushd.jobs q
-                         WHERE q.app = $1 AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
-                           AND \(OutageEnvironment.matches(Self.destination(home: "$4::text"), parameter: 3))
-                         LIMIT $5 FOR UPDATE OF q SKIP LOCKED)
-            """, [app, errorPrefixes, environment?.name, environment?.home[app] ?? ""])
-    }
-
-    /// Where a job `q` goes, as the sender resolves it (`AppSender.environment`): its own
-    /// environment, else its token's registered one, else its app's, `home`.
-    static func destination(home: String) -> String {
-        """
-        coalesce(q.environment, (SELECT d.environment FROM pushd.device_tokens d
-                                 WHERE d.app = q.app AND d.token = lower(q.device_token)), \(home))
-        """
-    }
-
-    /// Makes the one waiting job of each of `apps` that is due soonest, among those whose
-    /// `last_error` begins with one of `errorPrefixes`, due now, and returns how many: while APNs
-    /// is down for an app, its answer to this one send is what shows it is back (then `makeDue`
-    /// sends the rest), rather than the end of a backoff that grew with the outage. One index
-    /// probe per app and priority, stopping at the first match: cheap however many jobs wait.
-    /// Jobs scheduled for later by their sender (no error) are left alone. `environment`: only
-    /// jobs going there (nil: every environment).
-    @discardableResult
-    public func makeSoonestDue(_ connection: PGConnection, apps: [String], environment: OutageEnvironment? = nil,
-                               errorPrefixes: [String]) throws -> Int {
-        guard !apps.isEmpty, !errorPrefixes.isEmpty else { return 0 }
-        return try connection.rowsUpdated(by: """
-            UPDATE pushd.jobs SET run_at = now()
-            WHERE id IN (
-                SELECT DISTINCT ON (a.app) j.id
-                FROM unnest($1::text[], $4::text[]) AS a(app, home)
-                CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
-                CROSS JOIN LATERAL (
-                    SELECT q.id, q.run_at FROM pushd.jobs q
-                    WHERE q.app = a.app AND q.priority = p.priority AND q.run_at > now() AND q.last_error ^@ ANY ($2::text[])
-                      AND \(OutageEnvironment.matches(Self.destination(home: "a.home"), parameter: 3))
-                    ORDER BY q.run_at LIMIT 1) j
-                ORDER BY a.app, j.run_at)
-            """, [apps, errorPrefixes, environment?.name, OutageEnvironment.homes(environment, apps: apps)])
-    }
-
     /// Puts every job of the batch back untouched (for a shutdown before sending).
     public func abandon(_ connection: PGConnection) throws {
         try connection.execute(script: "ROLLBACK")

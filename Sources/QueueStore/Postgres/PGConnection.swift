@@ -171,6 +171,12 @@ public final class PGConnection {
         return PGStatement(name: name, parameterCount: description.parameterCount)
     }
 
+    /// True while a transaction block is open on this connection (also a failed one).
+    public var isInTransaction: Bool {
+        guard let handle else { return false }
+        return PQtransactionStatus(handle) != PQTRANS_IDLE
+    }
+
     /// The statement prepared for `sql` on this connection, prepared on first use.
     /// For the hot statements of long-lived sessions; the cache lives as long as the connection.
     public func prepared(_ sql: String) throws -> PGStatement {

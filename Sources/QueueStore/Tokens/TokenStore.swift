@@ -43,9 +43,29 @@ public struct PruneOutcome: Sendable, Hashable {
     /// 410 answers whose token was registered again after APNs' timestamp: kept live.
     public var keptByTimestamp: [TokenPrune] = []
 
-    public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = []) {
+    /// Prunes a CHECK of `pushd.device_tokens` refused to write (one added NOT VALID after the
+    /// token was registered): the token was left as it is.
+    public var refused: [RefusedPrune] = []
+
+    public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = [], refused: [RefusedPrune] = []) {
         self.invalidated = invalidated
         self.keptByTimestamp = keptByTimestamp
+        self.refused = refused
+    }
+}
+
+/// A prune a CHECK of `pushd.device_tokens` refused to write.
+public struct RefusedPrune: Sendable, Hashable {
+    public var prune: TokenPrune
+    /// The constraint's name, when the server gave one.
+    public var check: String?
+    /// What the check said.
+    public var message: String
+
+    public init(prune: TokenPrune, check: String?, message: String) {
+        self.prune = prune
+        self.check = check
+        self.message = message
     }
 }
 
@@ -107,9 +127,41 @@ public struct TokenStore: Sendable {
     /// (a token never registered is recorded as pruned), kept because the app registered it
     /// again after APNs' timestamp, or neither (already pruned, or registered for the other
     /// environment).
+    ///
+    /// A batch's prunes run inside its claim's transaction, so a token row a CHECK refuses to
+    /// write (one added NOT VALID after the token was registered) would fail the transaction and
+    /// send the batch again, every time. When a check refuses the statement, the prunes are
+    /// written one by one (under a savepoint inside a transaction) and the refused ones are
+    /// left out (`PruneOutcome.refused`): those tokens stay as they are.
     @discardableResult
     public func prune(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
+        let guarded = connection.isInTransaction
+        if guarded { _ = try connection.execute(script: "SAVEPOINT pushd_prune") }
+        do {
+            let outcome = try pruneInOneStatement(connection, prunes)
+            if guarded { _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_prune") }
+            return outcome
+        } catch let error as PGError where error.code == .checkViolation {
+            if guarded { _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_prune") }
+        }
+        var outcome = PruneOutcome()
+        for prune in prunes {
+            do {
+                let one = try pruneInOneStatement(connection, [prune])
+                outcome.invalidated += one.invalidated
+                outcome.keptByTimestamp += one.keptByTimestamp
+                if guarded { _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_prune; SAVEPOINT pushd_prune") }
+            } catch let error as PGError where error.code == .checkViolation {
+                if guarded { _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_prune") }
+                outcome.refused.append(RefusedPrune(prune: prune, check: error.constraint, message: error.message))
+            }
+        }
+        if guarded { _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_prune") }
+        return outcome
+    }
+
+    private func pruneInOneStatement(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> PruneOutcome {
         let result = try connection.query(connection.prepared(Self.pruneSQL),
                                           [prunes.map(\.app), prunes.map(\.token), prunes.map(\.reason),
                                            prunes.map(\.apnsTimestamp), prunes.map(\.environment)])

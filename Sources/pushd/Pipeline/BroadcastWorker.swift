@@ -58,7 +58,7 @@ final class BroadcastWorker: @unchecked Sendable {
                 let connection = try connectIfNeeded()
                 context.makeDueAfterOutage(lane: Self.lane, what: "broadcast jobs") { back in
                     try broadcasts.makeDue(connection, app: back.app, environment: context.outageEnvironment(back.environment),
-                                           errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                                           errorPrefixes: OutcomePolicy.unavailableReasonPrefixes, onRefused: context.reportRefusedRewrites(madeDue:))
                 }
                 context.makeDueAfterOutage(lane: Self.channelsLane, what: "channel requests") { back in
                     try channels.makeDue(connection, app: back.app, environment: context.outageEnvironment(back.environment),
@@ -67,7 +67,8 @@ final class BroadcastWorker: @unchecked Sendable {
                 // Claimed at once below, by this worker.
                 try context.probeOutage(lane: Self.lane, what: "broadcast jobs") { apps, environment in
                     try broadcasts.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
-                                                  errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                                                  errorPrefixes: OutcomePolicy.unavailableReasonPrefixes,
+                                                  onRefused: context.reportRefusedRewrites(madeDue:))
                 }
                 try context.probeOutage(lane: Self.channelsLane, what: "channel requests") { apps, environment in
                     try channels.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
@@ -81,7 +82,9 @@ final class BroadcastWorker: @unchecked Sendable {
                 // could end before its turn came, and another instance would send it too.
                 let operations = try channels.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
-                let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
+                let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds) { refused in
+                    context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
+                }
                 for job in jobs { try send(job, on: connection) }
                 failures = 0
                 if operations.isEmpty && jobs.isEmpty {

@@ -50,12 +50,12 @@ final class JobWorker: @unchecked Sendable {
                 let connection = try connectIfNeeded()
                 context.makeDueAfterOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { back in
                     try queue.makeDue(connection, app: back.app, environment: context.outageEnvironment(back.environment),
-                                      errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                                      errorPrefixes: OutcomePolicy.unavailableReasonPrefixes, onRefused: reportMadeDue)
                 }
                 // Claimed at once below, by this worker.
                 try context.probeOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { apps, environment in
                     try queue.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
-                                             errorPrefixes: OutcomePolicy.unavailableReasonPrefixes)
+                                             errorPrefixes: OutcomePolicy.unavailableReasonPrefixes, onRefused: reportMadeDue)
                 }
                 let apps = context.claimableApps()
                 let leaving = context.coverage.leaving()
@@ -409,12 +409,16 @@ final class JobWorker: @unchecked Sendable {
             var total = 0
             do {
                 while !context.isStopping {
+                    var refused = 0
                     let count = try HeldWork().deferJobs(connection, app: app.name, pushTypes: types,
                                                          environment: sweep.key.environment.rawValue,
                                                          appEnvironment: app.environment.rawValue, until: until,
-                                                         reason: sweep.hold.why, limit: Self.heldSweepChunk)
+                                                         reason: sweep.hold.why, limit: Self.heldSweepChunk) { items in
+                        refused = items.count
+                        context.reportRefusedRewrites(items, lane: Lane.transactional.rawValue, doing: "put back for a held topic")
+                    }
                     total += count
-                    if count < Self.heldSweepChunk { break }
+                    if count + refused < Self.heldSweepChunk { break }
                 }
                 if total > 0 {
                     context.logger.info("put back \(total) queued jobs of held \(sweep.key) for app \(app.name) until the hold ends",
@@ -435,7 +439,7 @@ final class JobWorker: @unchecked Sendable {
         for sweep in planned where sweep.sender.activeHold(sweep.key) == nil { ended.insert(sweep.sender.app.name) }
         for app in ended.sorted() {
             do {
-                try HeldWork().release(connection, app: app)
+                try HeldWork().release(connection, app: app, onRefused: context.reportRefusedRewrites(madeDue:))
             } catch {
                 context.databaseError(error)
                 context.logger.warning("could not make the held work of app \(app) due after its hold ended: \(error)", ("app", .string(app)))
@@ -456,6 +460,8 @@ final class JobWorker: @unchecked Sendable {
             break
         }
     }
+
+    private func reportMadeDue(_ refused: [RefusedRewrite]) { context.reportRefusedRewrites(madeDue: refused) }
 
     /// Refused retries since the last log line about them, and when that line was written.
     private var refusedSinceLog = 0

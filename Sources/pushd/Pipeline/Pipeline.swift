@@ -315,7 +315,7 @@ final class Pipeline: @unchecked Sendable {
     /// wait ends, within 30 s.
     private func releasePaused(_ app: String, when: String) {
         do {
-            let due = try withStatsConnection { try HeldWork().releasePaused($0, app: app) }
+            let due = try withStatsConnection { try HeldWork().releasePaused($0, app: app, onRefused: context.reportRefusedRewrites(madeDue:)) }
             guard due > 0 else { return }
             context.logger.notice("\(due) jobs, broadcasts, channel requests and campaign targets of app \(app) put back while it was paused are due \(when)",
                                   ("event", "paused_work_due"), ("app", .string(app)), ("count", .int(Int64(due))))
@@ -388,7 +388,7 @@ final class Pipeline: @unchecked Sendable {
                 try CampaignStore().undeferLeases(connection, campaignIDs: ids)
                 return nil
             case .releaseHeld(let app):
-                try HeldWork().release(connection, app: app)
+                try HeldWork().release(connection, app: app, onRefused: context.reportRefusedRewrites(madeDue:))
                 return nil
             }
         }

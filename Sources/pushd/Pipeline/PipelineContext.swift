@@ -36,6 +36,11 @@ final class PipelineContext: @unchecked Sendable {
     static let outageLanes = Lane.allCases.map(\.rawValue) + [BroadcastWorker.lane, BroadcastWorker.channelsLane]
     /// When each lane that is down next makes a waiting notification due (`probeOutage`).
     private let probes: Lock<(schedule: OutageProbe, random: SystemRandom)>
+    /// Rows a CHECK refused to write since the last `rewrite_refused` line, and when it was
+    /// written (monotonic seconds; `reportRefusedRewrites`).
+    let refusedRewrites = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
+    /// The same for token prunes a CHECK refused (`reportRefusedPrunes`).
+    let refusedPrunes = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
 
     init(config: PushdConfig, instance: String, senders: [String: AppSender], certificates: AppCertificates,
          metrics: PushdMetrics, logger: Logger) {
@@ -173,6 +178,7 @@ final class PipelineContext: @unchecked Sendable {
             metrics.tokenKept(app: prune.app, environment: senders[prune.app]?.environmentLabel ?? "unknown", reason: prune.reason).increment()
         }
         tally.add(tally.pruned, outcome.invalidated.count)
+        reportRefusedPrunes(outcome.refused)
         return outcome
     }
 

@@ -1,0 +1,65 @@
+import QueueStore
+
+extension PipelineContext {
+    /// Waiting rows a CHECK of their table refused to write again (one an operator or a
+    /// migration added NOT VALID after they were queued), now dead letters (`RefusedRewrite`):
+    /// each counts in `pushd_dead_letters_total{reason="requeue_refused"}` on `lane`, and one
+    /// error line (`rewrite_refused`) a minute at most per process names the table, the check
+    /// and the job ids, with how many there were since the last line.
+    func reportRefusedRewrites(_ refused: [RefusedRewrite], lane: String, doing: String) {
+        guard let first = refused.first else { return }
+        for item in refused {
+            metrics.deadLetter(app: item.app, lane: lane, reason: "requeue_refused").increment()
+            operatorLog.deadLettered(reason: "requeue_refused")
+            tally.add(tally.dead)
+        }
+        let now = RateLimiter.monotonicSeconds()
+        let since: Int? = refusedRewrites.withLock { state in
+            state.count += refused.count
+            guard now - state.loggedAt >= 60 else { return nil }
+            defer { state = (0, now) }
+            return state.count
+        }
+        guard let since else { return }
+        let ids = refused.prefix(10).map { String($0.id) }.joined(separator: ", ") + (refused.count > 10 ? ", …" : "")
+        logger.error("\(since) waiting job(s) could not be \(doing) and were dead-lettered: CHECK \(first.check ?? "unknown") of \(first.table), added after they were queued, refuses them (job \(ids) of app \(first.app): \(first.message)); see pushd.dead_jobs",
+                     ("event", "rewrite_refused"), ("lane", .string(lane)), ("table", .string(first.table)),
+                     ("check", .string(first.check ?? "unknown")), ("app", .string(first.app)), ("ids", .string(ids)),
+                     ("jobs", .int(Int64(since))))
+    }
+}
+
+extension PipelineContext {
+    /// `reportRefusedRewrites` of rows made due again (a pause, a hold or an outage ended),
+    /// each on its own lane: jobs on the transactional lane, broadcasts on theirs.
+    func reportRefusedRewrites(madeDue refused: [RefusedRewrite]) {
+        let jobs = refused.filter { $0.table == "pushd.jobs" }
+        reportRefusedRewrites(jobs, lane: Lane.transactional.rawValue, doing: "made due again")
+        reportRefusedRewrites(refused.filter { $0.table != "pushd.jobs" }, lane: BroadcastWorker.lane, doing: "made due again")
+    }
+}
+
+extension PipelineContext {
+    /// Token prunes a CHECK of `pushd.device_tokens` refused to write (`TokenStore.prune`): the
+    /// tokens stay as they were, so each counts in `pushd_tokens_kept_total{reason="prune_refused"}`,
+    /// and one error line (`token_prune_refused`) a minute at most per process names the check,
+    /// the app and the token's first characters.
+    func reportRefusedPrunes(_ refused: [RefusedPrune]) {
+        guard let first = refused.first else { return }
+        for item in refused {
+            metrics.tokenKept(app: item.prune.app, environment: senders[item.prune.app]?.environmentLabel ?? "unknown",
+                              reason: "prune_refused").increment()
+        }
+        let now = RateLimiter.monotonicSeconds()
+        let since: Int? = refusedPrunes.withLock { state in
+            state.count += refused.count
+            guard now - state.loggedAt >= 60 else { return nil }
+            defer { state = (0, now) }
+            return state.count
+        }
+        guard let since else { return }
+        logger.error("\(since) device token(s) APNs refused (\(first.prune.reason)) could not be marked invalid: CHECK \(first.check ?? "unknown") of pushd.device_tokens, added after they were registered, refuses the row (token \(Logger.redactToken(first.prune.token)) of app \(first.prune.app): \(first.message)); they stay live and the rest of the batch settles",
+                     ("event", "token_prune_refused"), ("table", "pushd.device_tokens"), ("check", .string(first.check ?? "unknown")),
+                     ("app", .string(first.prune.app)), ("tokens", .int(Int64(since))))
+    }
+}
