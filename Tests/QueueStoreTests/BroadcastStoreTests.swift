@@ -64,6 +64,43 @@ import Testing
         }
     }
 
+    /// Apple refuses these broadcasts whatever the moment: a nonzero expiration on a channel
+    /// created with storage policy none, priority 1 (ActivityKit takes 10 or 5), and a start
+    /// event (a broadcast cannot start a Live Activity). The INSERT says so, naming pushd.jobs.
+    @Test func broadcastsApnsRefusesForTheirChannelPriorityOrEventAreRefusedAtInsert() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let stored = "c3RvcmVkOjE6MTIzNA=="
+            try connection.query("""
+                INSERT INTO pushd.channels (app, channel_id, storage_policy, state)
+                VALUES ('shop', $1, 'none', 'active'), ('shop', $2, 'most-recent', 'active')
+                """, [Self.channel, stored])
+            let start = #"{"aps":{"timestamp":1,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"alert":"go"}}"#
+            let cases: [(String, [any PGParameter], String)] = [
+                ("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '2030-01-01 00:00:00+00')",
+                 [Self.channel, Self.update],
+                 "pushd.jobs.expiration must be NULL or 1970-01-01 00:00:00 UTC (apns-expiration 0): channel \(Self.channel) was created with storage policy none"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 1)", [Self.channel, Self.update],
+                 "pushd.jobs.priority must be 10 or 5 for a broadcast (ActivityKit takes no other), got 1"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [stored, start],
+                 #"pushd.jobs.payload must not have "aps"."event" "start": a broadcast cannot start a Live Activity"#),
+            ]
+            for (sql, parameters, message) in cases {
+                let error = Fixtures.pgError { try connection.query(sql, parameters) }
+                #expect(error?.description.contains(message) == true, "\(sql): \(String(describing: error))")
+            }
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 0)
+            // What Apple takes: 0 (or no expiration) on a channel that stores nothing, any on one that stores.
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '1970-01-01 00:00:00+00')",
+                                 [Self.channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)", [Self.channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '2030-01-01 00:00:00+00')",
+                                 [stored, Self.update])
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 3)
+        }
+    }
+
     /// A broadcast or channel request being sent is not made due by a statement that makes
     /// waiting ones due (a hold ending, APNs answering again after an outage): another instance
     /// would claim and send it a second time. Put back for a retry, it is made due again.

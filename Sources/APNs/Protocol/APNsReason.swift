@@ -75,7 +75,7 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
         (.tooManyProviderTokenUpdates, 429), (.tooManyRequests, 429),
         (.internalServerError, 500), (.serviceUnavailable, 503), (.shutdown, 503),
         (.missingChannelId, 400), (.badChannelId, 400), (.cannotCreateChannelConfig, 400),
-        (.featureNotEnabled, 400), (.missingPushType, 400), (.channelNotRegistered, 404),
+        (.featureNotEnabled, 400), (.missingPushType, 400), (.channelNotRegistered, 400),
     ]
 
     private static let statusByReason: [String: Int] = {

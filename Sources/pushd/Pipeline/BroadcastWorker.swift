@@ -234,11 +234,15 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let broadcast: BroadcastNotification
         do {
+            guard let priority = Priority(rawValue: job.priority) else {
+                throw NotificationValidationError(issues: [.init(field: "apns-priority", rule: .outOfRange, message: "\(job.priority) is not 10, 5 or 1")])
+            }
+            let policy = job.storagePolicy.flatMap(MessageStoragePolicy.init(name:))
             broadcast = BroadcastNotification(
-                bundleID: sender.app.bundleID, channelID: try ChannelID(job.channelID), priority: Priority(rawValue: job.priority),
-                expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) }, apnsID: job.apnsID,
+                bundleID: sender.app.bundleID, channelID: try ChannelID(job.channelID), priority: priority,
+                expiration: Self.expiration(of: job, policy: policy), apnsID: job.apnsID,
                 payload: Array(job.payload.utf8))
-            try broadcast.validate(authentication: .token)
+            try broadcast.validate(authentication: .token, storagePolicy: policy)
         } catch {
             try dead(job, status: nil, reason: "\(error)", label: "invalid", on: connection)
             return
@@ -262,8 +266,11 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let outcome = sent.outcome
         context.operatorLog.record(outcome, app: job.app, environment: environment.rawValue, lane: Self.lane)
+        // Retries follow the expiration the application gave; the 0 sent for a job without
+        // one satisfies APNs's header rule and does not shorten pushd's own retry window.
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
-                                             expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
+                                             expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
+                                             firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
                                              random: &random)
         let status = sent.response?.status
         switch verdict {
@@ -297,6 +304,19 @@ final class BroadcastWorker: @unchecked Sendable {
                                  error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false)
         }
     }
+
+    /// The `apns-expiration` of a broadcast job, which Apple requires on every broadcast: the
+    /// job's own, else 0 (the one value a channel of either storage policy takes), except on
+    /// a channel known to store its most recent message, where it is the job's creation plus
+    /// the 8 hours APNs keeps that message at most.
+    static func expiration(of job: BroadcastJob, policy: MessageStoragePolicy?) -> Int64 {
+        if let expiration = job.expiration { return Int64(expiration.timeIntervalSince1970.rounded(.down)) }
+        guard policy == .mostRecentMessageStored else { return BroadcastNotification.defaultExpiration }
+        return Int64(job.createdAt.timeIntervalSince1970.rounded(.down)) + mostRecentStorageSeconds
+    }
+
+    /// Apple: "Messages in Most Recent Message store for a maximum duration of 8 hours."
+    static let mostRecentStorageSeconds: Int64 = 8 * 3600
 
     /// A held broadcast job or channel request is looked at again after this long.
     static let heldRetrySeconds = 30.0
