@@ -101,6 +101,25 @@ import Testing
         }
     }
 
+    /// Apple: a broadcast payload "is limited to a maximum size of 5 KB (5,120 bytes)", not the
+    /// 4096 of a Live Activity push to one device.
+    @Test func broadcastPayloadsMayHave5120BytesAtInsert() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            func payload(_ size: Int) -> String {
+                let head = #"{"aps":{"timestamp":1,"event":"end"},"x":""#
+                return head + String(repeating: "a", count: size - head.utf8.count - 2) + #""}"#
+            }
+            let insert = "INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)"
+            let error = Fixtures.pgError { try connection.query(insert, [Self.channel, payload(5121)]) }
+            #expect(error?.message.hasPrefix("pushd.jobs.payload is 5121 bytes; broadcast payloads may have at most 5120") == true,
+                    "\(String(describing: error))")
+            try connection.query(insert, [Self.channel, payload(5120)])
+            #expect(try connection.query("SELECT octet_length(payload) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 5120)
+        }
+    }
+
     /// A broadcast or channel request being sent is not made due by a statement that makes
     /// waiting ones due (a hold ending, APNs answering again after an outage): another instance
     /// would claim and send it a second time. Put back for a retry, it is made due again.
