@@ -31,6 +31,16 @@ import Testing
         #expect(Self.rules(.liveactivity, Self.liveTopic, priority: .conservePower, expiration: nil, payload: Self.update) == [])
     }
 
+    /// ActivityKit, "Construct the payload that starts a Live Activity": set event to start,
+    /// "Include an alert in the JSON payload", include attributes-type and attributes.
+    @Test func aLiveActivityStartNeedsAnAlert() {
+        let silent = #"{"aps":{"timestamp":1,"event":"start","content-state":{},"attributes-type":"A","attributes":{}}}"#
+        #expect(Self.rules(.liveactivity, Self.liveTopic, priority: nil, expiration: nil, payload: silent)
+            == ["aps.alert liveactivity-start-alert"])
+        let alerting = #"{"aps":{"timestamp":1,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"alert":{"title":"t","body":"b"}}}"#
+        #expect(Self.rules(.liveactivity, Self.liveTopic, priority: nil, expiration: nil, payload: alerting) == [])
+    }
+
     static func serverVerdict(_ headers: [(String, String)]) -> APNsRequestVerdict {
         APNsRequestValidator().validate(method: "POST", path: "/3/device/" + TestSupport.token64,
                                         headers: headers.map { HeaderField(name: $0.0, value: $0.1) }, body: Array(update.utf8))

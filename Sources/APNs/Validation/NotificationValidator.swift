@@ -275,6 +275,11 @@ struct APSChecker {
             if aps["attributes"] == nil {
                 issue("aps.attributes", .liveActivityAttributes, "start events need \"attributes\"")
             }
+            // ActivityKit: "Include an alert in the JSON payload" of a start, so that nobody is
+            // surprised by a Live Activity they did not see begin.
+            if aps["alert"] == nil {
+                issue("aps.alert", .liveActivityStartAlert, "start events need an \"alert\"")
+            }
         }
     }
 

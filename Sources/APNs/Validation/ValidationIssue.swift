@@ -47,6 +47,7 @@ public struct ValidationRule: Sendable, Hashable, CustomStringConvertible, Expre
     public static let liveActivityEvent: ValidationRule = "liveactivity-event"
     public static let liveActivityContentState: ValidationRule = "liveactivity-content-state"
     public static let liveActivityAttributes: ValidationRule = "liveactivity-attributes"
+    public static let liveActivityStartAlert: ValidationRule = "liveactivity-start-alert"
     public static let criticalSoundVolume: ValidationRule = "critical-sound-volume"
     public static let mdmPushMagic: ValidationRule = "mdm-push-magic"
     public static let tokenAuthenticationRequired: ValidationRule = "token-authentication-required"
