@@ -169,6 +169,8 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let outcome = sent.outcome
         context.operatorLog.record(outcome, app: operation.app, environment: environment.rawValue, lane: Self.channelsLane)
+        // APNs echoes the request id and quotes it in errors: kept with the row's outcome.
+        let requestID = request.requestID.map { " (apns-request-id \($0.lowercasedString))" } ?? ""
         let status = sent.response.map { String($0.status) } ?? "none"
         let label = outcome.label
         if case .response(let response) = outcome, response.isSuccess {
@@ -176,14 +178,15 @@ final class BroadcastWorker: @unchecked Sendable {
             if operation.kind == .create {
                 guard let created = sent.response?.channelID, (try? ChannelID(created)) != nil else {
                     try channels.recordFailed(connection, id: operation.id,
-                                              outcome: "APNs answered \(response.status) without a valid apns-channel-id")
+                                              outcome: "APNs answered \(response.status) without a valid apns-channel-id" + requestID)
                     return
                 }
-                try channels.recordCreated(connection, id: operation.id, channelID: created, environment: environment.rawValue)
-                context.logger.info("created broadcast channel \(created) for app \(operation.app) (\(environment))",
+                try channels.recordCreated(connection, id: operation.id, channelID: created, environment: environment.rawValue,
+                                           outcome: "created" + requestID)
+                context.logger.info("created broadcast channel \(created) for app \(operation.app) (\(environment))\(requestID)",
                                     ("app", .string(operation.app)))
             } else {
-                try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue, outcome: "deleted")
+                try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue, outcome: "deleted" + requestID)
                 // A deletion makes room: creations held for the channel limit may go again.
                 for key in sender.releaseHolds(matching: { $0.scope == .channelCreation && $0.environment == configured }) {
                     context.logger.notice("resumed \(key.scope.describe(topic: key.topic)) for app \(operation.app) in \(configured.rawValue): a channel was deleted",
@@ -197,7 +200,7 @@ final class BroadcastWorker: @unchecked Sendable {
         if operation.kind == .delete, case .response(let response) = outcome, response.reason == .channelNotRegistered {
             // The channel is gone either way; the row says APNs did not know it.
             try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue,
-                                       outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)")
+                                       outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)" + requestID)
             return
         }
         let verdict = context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
@@ -209,8 +212,8 @@ final class BroadcastWorker: @unchecked Sendable {
             if refresh { context.providerTokenExpired(sender, key) }
             try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
         case .dead(_, let reason), .prune(_, let reason, _):
-            context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)", ("app", .string(operation.app)))
-            try channels.recordFailed(connection, id: operation.id, outcome: reason)
+            context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)\(requestID)", ("app", .string(operation.app)))
+            try channels.recordFailed(connection, id: operation.id, outcome: reason + requestID)
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
