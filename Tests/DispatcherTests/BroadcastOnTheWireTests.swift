@@ -86,8 +86,13 @@ import Testing
             #expect(stored.response?.status == 400)
             #expect(stored.response?.reason == .badExpirationDate)
             #expect(!stored.action.retries)
-            let once = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: channel, expiration: 0, payload: Self.update))
+            let requestID = APNsID()
+            let once = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: channel, expiration: 0,
+                                                                   apnsID: requestID, payload: Self.update))
             #expect(once.response?.status == 200)
+            // Apple's success answer: apns-request-id (the one sent) and apns-unique-id.
+            #expect(once.dispatch.response?.uniqueID != nil)
+            #expect(once.dispatch.response?.uniqueID != requestID)
         }
     }
 

@@ -31,8 +31,10 @@ extension ConnectionLogic {
         var answer = Answer(status: 200, apnsID: apnsID)
         // Counted per channel in `broadcastsAccepted`, apart from device notifications.
         answer.countsAsNotification = false
+        // Apple's success answer to a broadcast: apns-request-id and apns-unique-id.
         answer.extraHeaders = [HeaderField(name: APNsHeader.channelID, value: accepted.channelID.value),
-                               HeaderField(name: APNsHeader.requestID, value: apnsID)]
+                               HeaderField(name: APNsHeader.requestID, value: apnsID),
+                               HeaderField(name: APNsHeader.uniqueID, value: makeID())]
         return answer
     }
 
