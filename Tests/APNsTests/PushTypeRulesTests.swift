@@ -111,3 +111,28 @@ import Testing
         guard case .accepted = verdict(base + [("apns-priority", "5"), ("apns-expiration", "0")]) else { Issue.record("refused"); return }
     }
 }
+
+/// Reasons of Apple's broadcast and channel error table ("Handling error responses from Apple
+/// Push Notification service") that say the request body is wrong: no retry can help.
+@Suite struct BroadcastBodyReasonTests {
+    @Test func unparseableOrUnrecognizedBodiesAreDeadLettered() {
+        for reason in ["BadRequestPayload", "BadRequestParams"] {
+            let action = ResponseClassifier.classify(status: 400, reason: APNsReason(reason), timestamp: nil)
+            guard case .deadLetter = action else { Issue.record("\(reason): \(action)"); continue }
+            #expect(APNsReason(reason).status == 400)
+        }
+    }
+
+    @Test func theMockAnswersUnreadableBodiesAsTheTableSays() {
+        let judge = BroadcastRequestJudge()
+        #expect(judge.judgeChannelRequest(method: "POST", path: "/1/apps/com.example.scores/channels", headers: [], body: Array("{".utf8))
+            == .rejected(status: 400, reason: APNsReason("BadRequestPayload")))
+        #expect(judge.judgeChannelRequest(method: "POST", path: "/1/apps/com.example.scores/channels", headers: [],
+                                          body: Array(#"{"message-storage-policy":7,"push-type":"LiveActivity"}"#.utf8))
+            == .rejected(status: 400, reason: APNsReason("BadRequestParams")))
+        let headers = [("apns-push-type", "liveactivity"), ("apns-channel-id", PushTypeRulesTests.channel.value),
+                       ("apns-priority", "10"), ("apns-expiration", "0")].map { HeaderField(name: $0.0, value: $0.1) }
+        #expect(judge.judgeBroadcast(method: "POST", path: "/4/broadcasts/apps/com.example.scores", headers: headers, body: Array("[1]".utf8))
+            == .rejected(status: 400, reason: APNsReason("BadRequestPayload")))
+    }
+}

@@ -28,6 +28,7 @@ import Testing
         (503, .serviceUnavailable, .reconnect), (503, .shutdown, .reconnect),
         (400, .missingChannelId, .deadLetter), (400, .badChannelId, .deadLetter), (400, .missingPushType, .deadLetter),
         (400, .channelNotRegistered, .deadLetter),
+        (400, .badRequestPayload, .deadLetter), (400, .badRequestParams, .deadLetter),
         (400, .cannotCreateChannelConfig, .hold(.channelCreation)),
         (400, .featureNotEnabled, .hold(.broadcast)),
     ]

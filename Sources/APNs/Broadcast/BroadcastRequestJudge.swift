@@ -68,8 +68,8 @@ public struct BroadcastRequestJudge: Sendable {
         }
         if body.isEmpty { return .rejected(status: 400, reason: .payloadEmpty) }
         if body.count > BroadcastNotification.maxPayloadSize { return .rejected(status: 413, reason: .payloadTooLarge) }
-        // As for device pushes: no reason is documented for a body that is not a JSON object.
-        if JSONParser.checkObject(body) != nil { return .rejected(status: 400, reason: .payloadEmpty) }
+        // Apple's broadcast error table: "The JSON Request payload is unparseable."
+        if JSONParser.checkObject(body) != nil { return .rejected(status: 400, reason: .badRequestPayload) }
         let id = (slots[APNsHeader.requestID] ?? slots[APNsHeader.id])?.lowercased()
         return .accepted(AcceptedBroadcast(bundleID: bundleID, channelID: channelID, apnsID: id,
                                            authorization: slots[APNsHeader.authorization], payloadSize: body.count,
@@ -99,14 +99,15 @@ public struct BroadcastRequestJudge: Sendable {
             operation = .listAll
         case ("POST", false):
             guard case .object(let object)? = try? JSONValue.parse(body, maxDepth: 4) else {
-                // No reason is documented for an unreadable create body; PayloadEmpty is the nearest.
-                return .rejected(status: 400, reason: .payloadEmpty)
+                // Apple's channel error table: "The JSON Request payload is unparseable."
+                return .rejected(status: 400, reason: .badRequestPayload)
             }
             guard let pushType = object[ChannelBodyKey.pushType]?.stringValue else { return .rejected(status: 400, reason: .missingPushType) }
             guard pushType == ChannelRequest.channelPushType else { return .rejected(status: 400, reason: .invalidPushType) }
             guard let number = object[ChannelBodyKey.storagePolicy]?.numberValue?.int64Value,
                   let policy = MessageStoragePolicy(rawValue: Int(number)) else {
-                return .rejected(status: 400, reason: .payloadEmpty)
+                // "The JSON Request payload contained an unrecognizable attribute."
+                return .rejected(status: 400, reason: .badRequestParams)
             }
             operation = .create(policy)
         case ("GET", false), ("DELETE", false):
