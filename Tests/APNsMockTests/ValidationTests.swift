@@ -83,6 +83,8 @@ struct ValidationTests {
             let topic = pushType.topic(forBundleID: "com.example.app") ?? "com.apple.mgmt.External.1b2c3d4e"
             var headers = ["apns-push-type: \(pushType.rawValue)"]
             if pushType == .background { headers.append("apns-priority: 5") }
+            // PushToTalk pushes take only expiration 0 (Apple's PushToTalk framework).
+            if pushType == .pushtotalk { headers.append("apns-expiration: 0") }
             let body = Array(#"{"aps":{"content-available":1}}"#.utf8)
             let good = try H2Client.send(.push(token: deviceToken(1), topic: topic, headers: headers, body: body), port: port)
             #expect(good.status == 200, "\(pushType) on \(topic): \(good.body)")

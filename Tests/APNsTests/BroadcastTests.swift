@@ -59,12 +59,12 @@ import Testing
 
     @Test func broadcastHeadersCarryChannelAndLiveActivityType() {
         let id = APNsID()
-        let broadcast = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel, priority: .prioritizePower,
-                                              expiration: 0, apnsID: id, payload: Self.update)
+        let broadcast = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel, priority: .conservePower,
+                                              expiration: 1_800_000_000, apnsID: id, payload: Self.update)
         #expect(broadcast.path == "/4/broadcasts/apps/com.example.scores")
         #expect(broadcast.headerFields(authorization: "bearer x").map(\.line) == [
-            "authorization: bearer x", "apns-id: \(id.lowercasedString)", "apns-push-type: liveactivity",
-            "apns-channel-id: \(Self.channel.value)", "apns-expiration: 0", "apns-priority: 1",
+            "authorization: bearer x", "apns-request-id: \(id.lowercasedString)", "apns-push-type: liveactivity",
+            "apns-channel-id: \(Self.channel.value)", "apns-expiration: 1800000000", "apns-priority: 5",
         ])
         #expect(broadcast.issues(authentication: .token).isEmpty)
     }
@@ -77,7 +77,7 @@ import Testing
         #expect(rules.contains(.liveActivityTimestamp))
         #expect(rules.contains(.liveActivityEvent))
         let big = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel,
-                                        payload: Array(("{\"aps\":{},\"x\":\"" + String(repeating: "a", count: 5000) + "\"}").utf8))
+                                        payload: Array(("{\"aps\":{},\"x\":\"" + String(repeating: "a", count: 5200) + "\"}").utf8))
         #expect(big.issues(authentication: .token).map(\.rule).contains(.payloadTooLarge))
     }
 
@@ -101,14 +101,15 @@ import Testing
             if case .rejected(_, let reason) = judge.judgeBroadcast(method: "POST", path: path, headers: fields, body: body) { return reason }
             return nil
         }
-        let good = [("apns-push-type", "liveactivity"), ("apns-channel-id", Self.channel.value)]
+        let good = [("apns-push-type", "liveactivity"), ("apns-channel-id", Self.channel.value), ("apns-priority", "10"), ("apns-expiration", "0")]
         #expect(verdict(good) == nil)
         #expect(verdict([("apns-channel-id", Self.channel.value)]) == .missingPushType)
         #expect(verdict([("apns-push-type", "alert"), ("apns-channel-id", Self.channel.value)]) == .invalidPushType)
         #expect(verdict([("apns-push-type", "liveactivity")]) == .missingChannelId)
         #expect(verdict([("apns-push-type", "liveactivity"), ("apns-channel-id", "not base64!")]) == .badChannelId)
         #expect(verdict(good, path: "/4/broadcasts/apps/com.other") == .topicDisallowed)
-        #expect(verdict(good + [("apns-priority", "7")]) == .badPriority)
+        #expect(verdict(good + [("apns-priority", "7")]) == .duplicateHeaders)
+        #expect(verdict([("apns-push-type", "liveactivity"), ("apns-channel-id", Self.channel.value), ("apns-priority", "7"), ("apns-expiration", "0")]) == .badPriority)
         #expect(verdict(good, body: []) == .payloadEmpty)
     }
 

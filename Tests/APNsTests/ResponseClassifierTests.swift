@@ -27,7 +27,8 @@ import Testing
         (500, .internalServerError, .retry),
         (503, .serviceUnavailable, .reconnect), (503, .shutdown, .reconnect),
         (400, .missingChannelId, .deadLetter), (400, .badChannelId, .deadLetter), (400, .missingPushType, .deadLetter),
-        (404, .channelNotRegistered, .deadLetter),
+        (400, .channelNotRegistered, .deadLetter),
+        (400, .badRequestPayload, .deadLetter), (400, .badRequestParams, .deadLetter),
         (400, .cannotCreateChannelConfig, .hold(.channelCreation)),
         (400, .featureNotEnabled, .hold(.broadcast)),
     ]

@@ -35,6 +35,11 @@ import Testing
             #expect(created, "\(logText())")
             let channelID = try #require(channel)
             #expect(harness.mock.stats.channelsCreated == 1)
+            // The apns-request-id pushd sent (APNs echoes it, and quotes it in errors) is kept
+            // with the row, for a question to Apple about the request.
+            let createdOutcome = try connection.query("SELECT outcome FROM pushd.channels WHERE id = $1", [row]).require(String.self, row: 0, column: 0)
+            #expect(createdOutcome.range(of: #"^created \(apns-request-id [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)$"#,
+                                         options: .regularExpression) != nil, "\(createdOutcome)")
 
             for _ in 0..<2 {
                 try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
@@ -52,7 +57,7 @@ import Testing
 
             try connection.query("SELECT pushd.delete_channel('shop', $1)", [channelID])
             #expect(DaemonHarness.wait(seconds: 20) {
-                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'deleted' AND outcome = 'deleted'")) == 1
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'deleted' AND outcome LIKE 'deleted (apns-request-id %)'")) == 1
             }, "\(logText())")
             #expect(harness.mock.stats.channelsLive == 0)
 

@@ -59,7 +59,7 @@ import Testing
             #expect(deleted.action == .delivered)
 
             let afterDelete = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: channel, payload: Self.update))
-            #expect(afterDelete.response?.status == 404)
+            #expect(afterDelete.response?.status == 400)
             #expect(afterDelete.response?.reason == .channelNotRegistered)
             #expect(!afterDelete.action.retries)
 
@@ -73,6 +73,29 @@ import Testing
         }
     }
 
+    /// Apple: "Providing a nonzero expiration for a channel created with the No Message Stored
+    /// storage policy results in message rejection" (400 BadExpirationDate).
+    @Test func aNonzeroExpirationOnAChannelThatStoresNothingIsBadExpirationDate() async throws {
+        try await withChannelMock { server, port, material in
+            let (management, sender) = try clients(server, port: port, material: material)
+            defer { management.shutdown(); sender.shutdown() }
+            let created = try await management.send(ChannelRequest(bundleID: Self.bundleID, operation: .create(.noMessageStored)))
+            let channel = try ChannelID(try #require(created.createdChannelID))
+            let stored = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: channel,
+                                                                     expiration: 1_800_000_000, payload: Self.update))
+            #expect(stored.response?.status == 400)
+            #expect(stored.response?.reason == .badExpirationDate)
+            #expect(!stored.action.retries)
+            let requestID = APNsID()
+            let once = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: channel, expiration: 0,
+                                                                   apnsID: requestID, payload: Self.update))
+            #expect(once.response?.status == 200)
+            // Apple's success answer: apns-request-id (the one sent) and apns-unique-id.
+            #expect(once.dispatch.response?.uniqueID != nil)
+            #expect(once.dispatch.response?.uniqueID != requestID)
+        }
+    }
+
     @Test func broadcastsToAnUnknownChannelAreChannelNotRegistered() async throws {
         try await withChannelMock { server, port, material in
             let (management, sender) = try clients(server, port: port, material: material)
@@ -81,7 +104,7 @@ import Testing
             let sent = try await sender.send(BroadcastNotification(bundleID: Self.bundleID, channelID: unknown, payload: Self.update))
             #expect(sent.response?.reason == .channelNotRegistered)
             let read = try await management.send(ChannelRequest(bundleID: Self.bundleID, operation: .read(unknown)))
-            #expect(read.response?.status == 404)
+            #expect(read.response?.status == 400)
             #expect(read.response?.reason == .channelNotRegistered)
         }
     }
@@ -117,7 +140,8 @@ import Testing
             #expect(answer.response?.status == 403)
             #expect(answer.response?.reason == "MissingProviderToken")
             let broadcast = try DispatchRequest(path: "/4/broadcasts/apps/\(Self.bundleID)",
-                                                headerLines: ["apns-push-type: liveactivity", "apns-channel-id: bm90LWEtY2hhbm5lbA=="],
+                                                headerLines: ["apns-push-type: liveactivity", "apns-channel-id: bm90LWEtY2hhbm5lbA==",
+                                                              "apns-priority: 10", "apns-expiration: 0"],
                                                 body: Self.update)
             let sender = try APNsClient(environment: .sandbox, authentication: .certificate(certificate), port: port,
                                         hostOverride: "127.0.0.1", tune: mockTuning(material, threads: 1))

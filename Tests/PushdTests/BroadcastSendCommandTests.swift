@@ -25,7 +25,7 @@ import Testing
         try SendCommandTests.withMock(&setup) { _, setup in
             let run = try SendCommandTests.send(setup, ["--channel", "bm8tc3VjaC1jaGFubmVs", "--payload", Self.update])
             #expect(run.exitCode == 1)
-            #expect(run.output.text.contains("404 ChannelNotRegistered"), "\(run.output.text)")
+            #expect(run.output.text.contains("400 ChannelNotRegistered"), "\(run.output.text)")
         }
     }
 

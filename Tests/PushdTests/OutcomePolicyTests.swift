@@ -295,6 +295,28 @@ struct FixedRandom: RandomNumberGenerator {
             #expect(error.reason.hasPrefix(expected), "\(error.reason)")
         }
     }
+
+    /// PushToTalk: "set an expiration of 0 to prevent the system from delivering older
+    /// pushes". A job that names none is sent with apns-expiration 0; one that names another
+    /// expiration, or a priority other than 10, is refused saying which rule.
+    @Test func pushToTalkJobsGoWithExpiration0AndPriority10() throws {
+        let ptt = NotificationFactory.Fields(token: token, pushType: "pushtotalk", priority: 10, expiration: nil,
+                                             collapseID: nil, apnsID: nil, payload: #"{"speaker":"Anne"}"#)
+        let built = try factory.notification(ptt)
+        #expect(built.topic == "com.example.shop.voip-ptt")
+        #expect(built.expiration == 0)
+        #expect(built.headerFields(authorization: nil).map(\.line).contains("apns-expiration: 0"))
+        var later = ptt
+        later.expiration = Timestamp(timeIntervalSince1970: 1_800_000_000)
+        #expect { try factory.notification(later) } throws: { error in
+            (error as? NotificationFactory.Rejection)?.reason.contains("[pushtotalk-expiration]") == true
+        }
+        var quiet = ptt
+        quiet.priority = 5
+        #expect { try factory.notification(quiet) } throws: { error in
+            (error as? NotificationFactory.Rejection)?.reason.contains("[pushtotalk-priority]") == true
+        }
+    }
 }
 
 @Suite struct TokenOnlyPushTypeTests {

@@ -64,6 +64,62 @@ import Testing
         }
     }
 
+    /// Apple refuses these broadcasts whatever the moment: a nonzero expiration on a channel
+    /// created with storage policy none, priority 1 (ActivityKit takes 10 or 5), and a start
+    /// event (a broadcast cannot start a Live Activity). The INSERT says so, naming pushd.jobs.
+    @Test func broadcastsApnsRefusesForTheirChannelPriorityOrEventAreRefusedAtInsert() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let stored = "c3RvcmVkOjE6MTIzNA=="
+            try connection.query("""
+                INSERT INTO pushd.channels (app, channel_id, storage_policy, state)
+                VALUES ('shop', $1, 'none', 'active'), ('shop', $2, 'most-recent', 'active')
+                """, [Self.channel, stored])
+            let start = #"{"aps":{"timestamp":1,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"alert":"go"}}"#
+            let cases: [(String, [any PGParameter], String)] = [
+                ("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '2030-01-01 00:00:00+00')",
+                 [Self.channel, Self.update],
+                 "pushd.jobs.expiration must be NULL or 1970-01-01 00:00:00 UTC (apns-expiration 0): channel \(Self.channel) was created with storage policy none"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 1)", [Self.channel, Self.update],
+                 "pushd.jobs.priority must be 10 or 5 for a broadcast (ActivityKit takes no other), got 1"),
+                ("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [stored, start],
+                 #"pushd.jobs.payload must not have "aps"."event" "start": a broadcast cannot start a Live Activity"#),
+            ]
+            for (sql, parameters, message) in cases {
+                let error = Fixtures.pgError { try connection.query(sql, parameters) }
+                #expect(error?.description.contains(message) == true, "\(sql): \(String(describing: error))")
+            }
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 0)
+            // What Apple takes: 0 (or no expiration) on a channel that stores nothing, any on one that stores.
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '1970-01-01 00:00:00+00')",
+                                 [Self.channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)", [Self.channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, expiration) VALUES ('shop', $1, $2, '2030-01-01 00:00:00+00')",
+                                 [stored, Self.update])
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 3)
+        }
+    }
+
+    /// Apple: a broadcast payload "is limited to a maximum size of 5 KB (5,120 bytes)", not the
+    /// 4096 of a Live Activity push to one device.
+    @Test func broadcastPayloadsMayHave5120BytesAtInsert() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            func payload(_ size: Int) -> String {
+                let head = #"{"aps":{"timestamp":1,"event":"end"},"x":""#
+                return head + String(repeating: "a", count: size - head.utf8.count - 2) + #""}"#
+            }
+            let insert = "INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)"
+            let error = Fixtures.pgError { try connection.query(insert, [Self.channel, payload(5121)]) }
+            #expect(error?.message.hasPrefix("pushd.jobs.payload is 5121 bytes; broadcast payloads may have at most 5120") == true,
+                    "\(String(describing: error))")
+            try connection.query(insert, [Self.channel, payload(5120)])
+            #expect(try connection.query("SELECT octet_length(payload) FROM pushd.broadcast_jobs").require(Int.self, row: 0, column: 0) == 5120)
+        }
+    }
+
     /// A broadcast or channel request being sent is not made due by a statement that makes
     /// waiting ones due (a hold ending, APNs answering again after an outage): another instance
     /// would claim and send it a second time. Put back for a retry, it is made due again.

@@ -603,6 +603,31 @@ import Testing
         #"{"aps":{"alert":""# + String(repeating: "x", count: bytes - 20) + #""}}"#
     }
 
+    /// PushToTalk takes priority 10 and expiration 0 (Apple's PushToTalk framework), Live
+    /// Activities priority 10 or 5 (ActivityKit): refused at INSERT naming column and rule.
+    @Test func pushToTalkAndLiveActivityPrioritiesAndExpirationsAreRefusedAtInsert() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let insert = "INSERT INTO pushd.jobs (app, device_token, payload, push_type, priority, expiration) VALUES ('shop', $1, $2, $3, $4, $5::timestamptz)"
+            let live = #"{"aps":{"timestamp":1700000000,"event":"end"}}"#
+            let refused: [(String, Int?, String?, String)] = [
+                ("pushtotalk", 5, nil, "pushd.jobs.priority must be 10 for a pushtotalk push (Apple: priority 10, expiration 0), got 5"),
+                ("pushtotalk", nil, "2030-01-01 00:00:00+00",
+                 "pushd.jobs.expiration must be NULL or 1970-01-01 00:00:00 UTC (apns-expiration 0) for a pushtotalk push, got 2030-01-01 00:00:00 UTC"),
+                ("liveactivity", 1, nil, "pushd.jobs.priority must be 10 or 5 for a liveactivity push (ActivityKit takes no other), got 1"),
+            ]
+            for (pushType, priority, expiration, message) in refused {
+                let payload = pushType == "liveactivity" ? live : "{}"
+                let error = Fixtures.pgError { try connection.query(insert, [Fixtures.token(1), payload, pushType, priority, expiration]) }
+                #expect(error?.message.hasPrefix(message) == true, "\(pushType): \(String(describing: error))")
+            }
+            try connection.query(insert, [Fixtures.token(1), "{}", "pushtotalk", Int?.none, "1970-01-01 00:00:00+00"])
+            try connection.query(insert, [Fixtures.token(2), "{}", "pushtotalk", 10, String?.none])
+            try connection.query(insert, [Fixtures.token(3), live, "liveactivity", 5, String?.none])
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 3)
+        }
+    }
+
     @Test func rulesThatNeedOnlyTheRowAreRefusedAtInsertWithTheColumnAndTheRule() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

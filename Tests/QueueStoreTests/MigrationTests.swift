@@ -31,7 +31,7 @@ import Testing
                 INSERT INTO pushd.jobs (app, device_token, payload, dedupe_key) VALUES ('shop', $1, '{"aps":{"alert":"hi"}}', 'k1')
                 """
             try connection.query(insert, [token])
-            #expect(try Migrator().migrate(connection) == [28])
+            #expect(try Migrator(migrations: Migrator.migrations.filter { $0.version <= 28 }).migrate(connection) == [28])
             #expect(try connection.query("SELECT count(*) FROM pushd.job_dedupe_keys WHERE dedupe_key = 'k1'").require(Int.self, row: 0, column: 0) == 1)
             #expect(try connection.query(insert, [token]).affectedRows == 0)
             let queue = JobQueue()

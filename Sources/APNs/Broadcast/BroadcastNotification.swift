@@ -6,11 +6,16 @@ import Posix
 public struct BroadcastNotification: Sendable, Hashable {
     public var bundleID: String
     public var channelID: ChannelID
-    /// nil omits `apns-priority`; APNs then uses 10. Broadcasts accept 10, 5 and 1.
+    /// nil sends 10. Apple lists `apns-priority` as required on broadcasts, and ActivityKit
+    /// allows Live Activity updates only 10 and 5.
     public var priority: Priority?
-    /// Epoch seconds; 0 delivers only to devices online now; nil omits the header.
+    /// Epoch seconds; 0 delivers only to devices online now; nil sends 0. Apple lists
+    /// `apns-expiration` as required on broadcasts, and 0 is the one value a channel of either
+    /// storage policy takes.
     public var expiration: Int64?
-    /// nil omits `apns-id`; APNs makes one.
+    /// Sent as `apns-request-id`, the broadcast API's optional request id ("returned back in
+    /// the response"); nil omits it and APNs makes one. It names the request for
+    /// troubleshooting; APNs does not use it to drop a repeated broadcast.
     public var apnsID: APNsID?
     public var payload: [UInt8]
 
@@ -26,39 +31,63 @@ public struct BroadcastNotification: Sendable, Hashable {
 
     public static let pathPrefix = "/4/broadcasts/apps/"
     public static let pushType = PushType.liveactivity
+    /// Apple: a broadcast payload "is limited to a maximum size of 5 KB (5,120 bytes)".
+    public static let maxPayloadSize = 5120
+    /// What is sent when the broadcast names none.
+    public static let defaultPriority = Priority.immediate
+    public static let defaultExpiration: Int64 = 0
 
     public var path: String { BroadcastNotification.pathPrefix + bundleID }
 
     public func headerFields(authorization: String) -> [HeaderField] {
         var fields = [HeaderField(name: APNsHeader.authorization, value: authorization)]
-        if let apnsID { fields.append(HeaderField(name: APNsHeader.id, value: apnsID.lowercasedString)) }
+        if let apnsID { fields.append(HeaderField(name: APNsHeader.requestID, value: apnsID.lowercasedString)) }
         fields.append(HeaderField(name: APNsHeader.pushType, value: PushType.liveactivity.rawValue))
         fields.append(HeaderField(name: APNsHeader.channelID, value: channelID.value))
-        if let expiration { fields.append(HeaderField(name: APNsHeader.expiration, value: String(expiration))) }
-        if let priority { fields.append(HeaderField(name: APNsHeader.priority, value: priority.headerValue)) }
+        fields.append(HeaderField(name: APNsHeader.expiration, value: String(expiration ?? Self.defaultExpiration)))
+        fields.append(HeaderField(name: APNsHeader.priority, value: (priority ?? Self.defaultPriority).headerValue))
         return fields
     }
 
-    /// Every issue found: the bundle id, the expiration, token authentication, and the same
-    /// Live Activity payload rules a per-device `liveactivity` push is held to.
-    public func issues(authentication: AuthenticationMode) -> [ValidationIssue] {
+    /// Every issue found: the bundle id, the priority, the expiration (against the channel's
+    /// storage policy, when known), token authentication, and the Live Activity payload rules
+    /// a per-device `liveactivity` push is held to, less the start event a broadcast cannot carry.
+    public func issues(authentication: AuthenticationMode, storagePolicy: MessageStoragePolicy? = nil) -> [ValidationIssue] {
         var found = [ValidationIssue]()
         if authentication == .certificate {
             found.append(.init(field: "authentication", rule: .tokenAuthenticationRequired,
                                message: "APNs accepts broadcast pushes only with token (JWT) authentication"))
         }
         BroadcastRules.checkBundleID(bundleID, into: &found)
+        if let priority, !PriorityRules.liveActivity.contains(priority) {
+            found.append(PriorityRules.liveActivityIssue(priority))
+        }
         if let expiration, expiration < 0 {
             found.append(.init(field: "apns-expiration", rule: .expirationNegative,
                                message: "\(expiration) is negative; use epoch seconds, or 0 to deliver only once"))
+        } else if let expiration, expiration != 0, storagePolicy == .noMessageStored {
+            // Apple: "Providing a nonzero expiration for a channel created with the No Message
+            // Stored storage policy results in message rejection."
+            found.append(.init(field: "apns-expiration", rule: .broadcastExpiration,
+                               message: "\(expiration) on a channel created with storage policy none; such a channel takes only 0"))
         }
-        NotificationValidator.checkPayload(payload, pushType: .liveactivity, into: &found)
+        NotificationValidator.checkPayload(payload, pushType: .liveactivity, limit: Self.maxPayloadSize, what: "broadcast", into: &found)
+        if Self.event(of: payload) == LiveActivityEvent.start.rawValue {
+            found.append(.init(field: "aps.event", rule: .broadcastStart,
+                               message: "a broadcast cannot start a Live Activity; send start to a push-to-start token with \"input-push-channel\""))
+        }
         return found
     }
 
-    public func validate(authentication: AuthenticationMode) throws(NotificationValidationError) {
-        let found = issues(authentication: authentication)
+    public func validate(authentication: AuthenticationMode, storagePolicy: MessageStoragePolicy? = nil) throws(NotificationValidationError) {
+        let found = issues(authentication: authentication, storagePolicy: storagePolicy)
         if !found.isEmpty { throw NotificationValidationError(issues: found) }
+    }
+
+    /// `aps.event` when it is a string; nil when the payload does not read.
+    static func event(of payload: [UInt8]) -> String? {
+        guard let top = try? NotificationValidator.scanTopLevel(payload) else { return nil }
+        return top.aps?.objectValue?["event"]?.stringValue
     }
 }
 

@@ -19,9 +19,12 @@ public struct BroadcastRequestJudge: Sendable {
     public struct AcceptedBroadcast: Sendable, Hashable {
         public var bundleID: String
         public var channelID: ChannelID
+        /// The `apns-request-id` sent (else an `apns-id`), lowercased.
         public var apnsID: String?
         public var authorization: String?
         public var payloadSize: Int
+        /// `apns-expiration`, which Apple lists as required on broadcasts.
+        public var expiration: Int64 = 0
     }
 
     public struct AcceptedChannelRequest: Sendable, Hashable {
@@ -43,7 +46,7 @@ public struct BroadcastRequestJudge: Sendable {
         guard bundleIDIsUsable(bundleID) else { return .rejected(status: 404, reason: .badPath) }
         let slots: [String: String]
         switch collect(headers, names: [APNsHeader.authorization, APNsHeader.pushType, APNsHeader.channelID,
-                                        APNsHeader.id, APNsHeader.expiration, APNsHeader.priority]) {
+                                        APNsHeader.id, APNsHeader.requestID, APNsHeader.expiration, APNsHeader.priority]) {
         case .none: return .rejected(status: 400, reason: .duplicateHeaders)
         case .some(let found): slots = found
         }
@@ -53,18 +56,24 @@ public struct BroadcastRequestJudge: Sendable {
         guard let channelID = try? ChannelID(channelText) else { return .rejected(status: 400, reason: .badChannelId) }
         if let allowedBundleIDs, !allowedBundleIDs.contains(bundleID) { return .rejected(status: 400, reason: .topicDisallowed) }
         if let id = slots[APNsHeader.id], !APNsID.isCanonical(id) { return .rejected(status: 400, reason: .badMessageId) }
-        if let priority = slots[APNsHeader.priority], Priority(headerValue: priority) == nil {
+        if let id = slots[APNsHeader.requestID], !APNsID.isCanonical(id) { return .rejected(status: 400, reason: .badMessageId) }
+        // Apple lists apns-priority and apns-expiration as required on broadcasts, and
+        // ActivityKit allows Live Activity updates priorities 10 and 5 only.
+        guard let priorityText = slots[APNsHeader.priority], let priority = Priority(headerValue: priorityText),
+              PriorityRules.liveActivity.contains(priority) else {
             return .rejected(status: 400, reason: .badPriority)
         }
-        if let expiration = slots[APNsHeader.expiration], ExpirationRules.parse(expiration) == nil {
+        guard let expirationText = slots[APNsHeader.expiration], let expiration = ExpirationRules.parse(expirationText) else {
             return .rejected(status: 400, reason: .badExpirationDate)
         }
         if body.isEmpty { return .rejected(status: 400, reason: .payloadEmpty) }
-        if body.count > PushType.liveactivity.maxPayloadSize { return .rejected(status: 413, reason: .payloadTooLarge) }
-        // As for device pushes: no reason is documented for a body that is not a JSON object.
-        if JSONParser.checkObject(body) != nil { return .rejected(status: 400, reason: .payloadEmpty) }
-        return .accepted(AcceptedBroadcast(bundleID: bundleID, channelID: channelID, apnsID: slots[APNsHeader.id]?.lowercased(),
-                                           authorization: slots[APNsHeader.authorization], payloadSize: body.count))
+        if body.count > BroadcastNotification.maxPayloadSize { return .rejected(status: 413, reason: .payloadTooLarge) }
+        // Apple's broadcast error table: "The JSON Request payload is unparseable."
+        if JSONParser.checkObject(body) != nil { return .rejected(status: 400, reason: .badRequestPayload) }
+        let id = (slots[APNsHeader.requestID] ?? slots[APNsHeader.id])?.lowercased()
+        return .accepted(AcceptedBroadcast(bundleID: bundleID, channelID: channelID, apnsID: id,
+                                           authorization: slots[APNsHeader.authorization], payloadSize: body.count,
+                                           expiration: expiration))
     }
 
     public func judgeChannelRequest(method: String, path: String, headers: [HeaderField], body: [UInt8]) -> Verdict<AcceptedChannelRequest> {
@@ -90,14 +99,15 @@ public struct BroadcastRequestJudge: Sendable {
             operation = .listAll
         case ("POST", false):
             guard case .object(let object)? = try? JSONValue.parse(body, maxDepth: 4) else {
-                // No reason is documented for an unreadable create body; PayloadEmpty is the nearest.
-                return .rejected(status: 400, reason: .payloadEmpty)
+                // Apple's channel error table: "The JSON Request payload is unparseable."
+                return .rejected(status: 400, reason: .badRequestPayload)
             }
             guard let pushType = object[ChannelBodyKey.pushType]?.stringValue else { return .rejected(status: 400, reason: .missingPushType) }
             guard pushType == ChannelRequest.channelPushType else { return .rejected(status: 400, reason: .invalidPushType) }
             guard let number = object[ChannelBodyKey.storagePolicy]?.numberValue?.int64Value,
                   let policy = MessageStoragePolicy(rawValue: Int(number)) else {
-                return .rejected(status: 400, reason: .payloadEmpty)
+                // "The JSON Request payload contained an unrecognizable attribute."
+                return .rejected(status: 400, reason: .badRequestParams)
             }
             operation = .create(policy)
         case ("GET", false), ("DELETE", false):

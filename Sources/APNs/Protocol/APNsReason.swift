@@ -58,6 +58,10 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
     public static let channelNotRegistered: APNsReason = "ChannelNotRegistered"
     public static let cannotCreateChannelConfig: APNsReason = "CannotCreateChannelConfig"
     public static let featureNotEnabled: APNsReason = "FeatureNotEnabled"
+    /// Broadcast and channel requests: "The JSON Request payload is unparseable."
+    public static let badRequestPayload: APNsReason = "BadRequestPayload"
+    /// Broadcast and channel requests: "The JSON Request payload contained an unrecognizable attribute."
+    public static let badRequestParams: APNsReason = "BadRequestParams"
     public static let missingPushType: APNsReason = "MissingPushType"
 
     /// Every documented reason with the HTTP status APNs sends it with.
@@ -75,7 +79,8 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
         (.tooManyProviderTokenUpdates, 429), (.tooManyRequests, 429),
         (.internalServerError, 500), (.serviceUnavailable, 503), (.shutdown, 503),
         (.missingChannelId, 400), (.badChannelId, 400), (.cannotCreateChannelConfig, 400),
-        (.featureNotEnabled, 400), (.missingPushType, 400), (.channelNotRegistered, 404),
+        (.featureNotEnabled, 400), (.missingPushType, 400), (.channelNotRegistered, 400),
+        (.badRequestPayload, 400), (.badRequestParams, 400),
     ]
 
     private static let statusByReason: [String: Int] = {

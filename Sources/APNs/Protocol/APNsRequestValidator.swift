@@ -91,12 +91,17 @@ public struct APNsRequestValidator: Sendable {
             priority = parsed
         }
         if pushType == .background && priority != .conservePower { return .rejected(status: 400, reason: .badPriority) }
+        // ActivityKit: Live Activity pushes take 5 or 10. PushToTalk: "Set the APNs priority
+        // to 10 ... and set an expiration of 0".
+        if pushType == .liveactivity && !PriorityRules.liveActivity.contains(priority) { return .rejected(status: 400, reason: .badPriority) }
+        if pushType == .pushtotalk && priority != .immediate { return .rejected(status: 400, reason: .badPriority) }
 
         var expiration: Int64?
         if let expirationText {
             guard let parsed = ExpirationRules.parse(expirationText) else { return .rejected(status: 400, reason: .badExpirationDate) }
             expiration = parsed
         }
+        if pushType == .pushtotalk && expiration != 0 { return .rejected(status: 400, reason: .badExpirationDate) }
 
         if let collapseID, collapseID.utf8.count > NotificationLimits.maxCollapseIDBytes || !HeaderRules.isSafeValue(collapseID) {
             return .rejected(status: 400, reason: .badCollapseId)

@@ -20,3 +20,15 @@ public enum Priority: Int, Sendable, Hashable, CaseIterable, CustomStringConvert
         }
     }
 }
+
+/// Priorities a push type takes, where Apple narrows the three values.
+public enum PriorityRules {
+    /// ActivityKit: "Set the value for the apns-priority header field to 5 or 10", for pushes
+    /// to a device and broadcasts on a channel alike.
+    public static let liveActivity: Set<Priority> = [.immediate, .conservePower]
+
+    static func liveActivityIssue(_ priority: Priority) -> ValidationIssue {
+        ValidationIssue(field: "apns-priority", rule: .liveActivityPriority,
+                        message: "Live Activity pushes must use priority 10 or 5, found \(priority.rawValue)")
+    }
+}

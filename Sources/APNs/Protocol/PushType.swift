@@ -78,6 +78,13 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
         return String(decoding: topic.utf8.dropLast(suffix.utf8.count), as: UTF8.self)
     }
 
+    /// The `apns-expiration` a push of this type must carry when the sender gave none: 0 for
+    /// PushToTalk, whose pushes Apple says to send with expiration 0 so that no stale one is
+    /// delivered; nil (no header) for every other type.
+    public var requiredExpiration: Int64? {
+        self == .pushtotalk ? 0 : nil
+    }
+
     /// Location queries and Live Activity updates are refused on certificate connections.
     public var supportsCertificateAuthentication: Bool {
         self != .location && self != .liveactivity

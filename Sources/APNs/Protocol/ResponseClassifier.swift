@@ -26,7 +26,7 @@ public enum ResponseClassifier {
         case .payloadTooLarge:
             return .deadLetter(why: "payload larger than APNs accepts for this push type (PayloadTooLarge)")
 
-        case .missingChannelId, .badChannelId, .missingPushType:
+        case .missingChannelId, .badChannelId, .missingPushType, .badRequestPayload, .badRequestParams:
             return .deadLetter(why: "APNs rejected the broadcast or channel request as malformed (\(reason)); fix the sender, retrying cannot help")
         case .channelNotRegistered:
             return .deadLetter(why: "the channel does not exist in this environment (ChannelNotRegistered); it was deleted or never created there")

@@ -61,6 +61,22 @@ public enum NotificationValidator {
             found.append(.init(field: "apns-priority", rule: .backgroundPriority,
                                message: "background pushes must use priority 5, found \(actual)"))
         }
+        if type == .liveactivity, let priority = n.priority, !PriorityRules.liveActivity.contains(priority) {
+            found.append(PriorityRules.liveActivityIssue(priority))
+        }
+        // PushToTalk: "Set the APNs priority to 10 to request immediate delivery, and set an
+        // expiration of 0 to prevent the system from delivering older pushes."
+        if type == .pushtotalk {
+            if let priority = n.priority, priority != .immediate {
+                found.append(.init(field: "apns-priority", rule: .pushToTalkPriority,
+                                   message: "pushtotalk pushes must use priority 10, found \(priority.rawValue)"))
+            }
+            if n.expiration != 0 {
+                let actual = n.expiration.map { "\($0)" } ?? "absent"
+                found.append(.init(field: "apns-expiration", rule: .pushToTalkExpiration,
+                                   message: "pushtotalk pushes must have expiration 0 (deliver now or never), found \(actual)"))
+            }
+        }
     }
 
     static func suffixHint(_ type: PushType) -> String {
@@ -75,15 +91,17 @@ public enum NotificationValidator {
     }
 
     /// The payload rules alone, for requests that have no device token (broadcasts).
-    static func checkPayload(_ payload: [UInt8], pushType: PushType, into found: inout [ValidationIssue]) {
+    /// `limit`: the largest payload APNs takes there, when not the push type's own (broadcasts).
+    static func checkPayload(_ payload: [UInt8], pushType: PushType, limit: Int? = nil, what: String? = nil,
+                             into found: inout [ValidationIssue]) {
         if payload.isEmpty {
             found.append(.init(field: "payload", rule: .payloadEmpty, message: "the payload is empty; send at least {}"))
             return
         }
-        let limit = pushType.maxPayloadSize
+        let limit = limit ?? pushType.maxPayloadSize
         if payload.count > limit {
             found.append(.init(field: "payload", rule: .payloadTooLarge,
-                               message: "\(payload.count) bytes; \(pushType) payloads may have at most \(limit)"))
+                               message: "\(payload.count) bytes; \(what ?? "\(pushType)") payloads may have at most \(limit)"))
             // Far beyond any limit the content no longer matters; do not spend time reading it.
             if payload.count > 16 * limit { return }
         }
@@ -256,6 +274,11 @@ struct APSChecker {
             }
             if aps["attributes"] == nil {
                 issue("aps.attributes", .liveActivityAttributes, "start events need \"attributes\"")
+            }
+            // ActivityKit: "Include an alert in the JSON payload" of a start, so that nobody is
+            // surprised by a Live Activity they did not see begin.
+            if aps["alert"] == nil {
+                issue("aps.alert", .liveActivityStartAlert, "start events need an \"alert\"")
             }
         }
     }

@@ -19,13 +19,22 @@ extension ConnectionLogic {
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return reject(status, reason, apnsID: apnsID) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return reject(400, .featureNotEnabled, apnsID: apnsID) }
         if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID) }
+        // Apple: "For channels with a No Messages Stored storage policy, you can only specify a
+        // 0 expiration value."
+        if accepted.expiration != 0,
+           settings.channels.policy(bundleID: accepted.bundleID, channelID: accepted.channelID.value) == .noMessageStored {
+            return reject(400, .badExpirationDate, apnsID: apnsID)
+        }
         guard settings.channels.recordBroadcast(bundleID: accepted.bundleID, channelID: accepted.channelID.value) else {
-            return reject(404, .channelNotRegistered, apnsID: apnsID)
+            return reject(400, .channelNotRegistered, apnsID: apnsID)
         }
         var answer = Answer(status: 200, apnsID: apnsID)
         // Counted per channel in `broadcastsAccepted`, apart from device notifications.
         answer.countsAsNotification = false
-        answer.extraHeaders = [HeaderField(name: APNsHeader.channelID, value: accepted.channelID.value)]
+        // Apple's success answer to a broadcast: apns-request-id and apns-unique-id.
+        answer.extraHeaders = [HeaderField(name: APNsHeader.channelID, value: accepted.channelID.value),
+                               HeaderField(name: APNsHeader.requestID, value: apnsID),
+                               HeaderField(name: APNsHeader.uniqueID, value: makeID())]
         return answer
     }
 
@@ -63,14 +72,14 @@ extension ConnectionLogic {
             }
         case .read(let id):
             guard let policy = channels.policy(bundleID: accepted.bundleID, channelID: id.value) else {
-                return answer(404, .channelNotRegistered)
+                return answer(400, .channelNotRegistered)
             }
             var read = answer(200)
             read.successBody = ChannelAnswer.readBody(policy)
             read.extraHeaders.append(HeaderField(name: APNsHeader.channelID, value: id.value))
             return read
         case .delete(let id):
-            guard channels.delete(bundleID: accepted.bundleID, channelID: id.value) else { return answer(404, .channelNotRegistered) }
+            guard channels.delete(bundleID: accepted.bundleID, channelID: id.value) else { return answer(400, .channelNotRegistered) }
             return answer(204)
         case .listAll:
             var list = answer(200)

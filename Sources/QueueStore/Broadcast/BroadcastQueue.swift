@@ -16,6 +16,9 @@ public struct BroadcastJob: Sendable, Hashable {
     public var createdAt: Timestamp
     /// When it was first sent, once a send has been retried; retry windows count from here.
     public var firstAttemptAt: Timestamp?
+    /// The storage policy (`none`, `most-recent`) of the channel as recorded in
+    /// `pushd.channels`; nil when the channel was not created through pushd.
+    public var storagePolicy: String? = nil
 }
 
 /// `pushd.broadcast_jobs`, filled by INSERTs into `pushd.jobs` that name a `channel_id`.
@@ -63,7 +66,7 @@ public struct BroadcastQueue: Sendable {
             BroadcastJob(id: try row.require(0), app: try row.require(1), channelID: try row.require(2), payload: try row.require(3),
                          priority: Int(try row.require(4) as Int16), expiration: try row.get(5), apnsID: try row.get(6),
                          environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9),
-                         firstAttemptAt: try row.get(10))
+                         firstAttemptAt: try row.get(10), storagePolicy: try row.get(11))
         }
     }
 
@@ -75,7 +78,8 @@ public struct BroadcastQueue: Sendable {
         RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
                   coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
                                            WHERE c.app = b.app AND c.channel_id = b.channel_id)),
-                  b.attempts, b.created_at, b.first_attempt_at
+                  b.attempts, b.created_at, b.first_attempt_at,
+                  (SELECT c.storage_policy FROM pushd.channels c WHERE c.app = b.app AND c.channel_id = b.channel_id)
         """
     }
 

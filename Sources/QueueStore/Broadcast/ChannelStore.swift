@@ -90,12 +90,14 @@ public struct ChannelStore: Sendable {
     }
 
     /// APNs created the channel: the row becomes active with its id and environment.
-    public func recordCreated(_ connection: PGConnection, id: Int64, channelID: String, environment: String) throws {
+    /// `outcome`: "created", with the request's `apns-request-id` when there is one.
+    public func recordCreated(_ connection: PGConnection, id: Int64, channelID: String, environment: String,
+                              outcome: String = "created") throws {
         try connection.query(connection.prepared("""
             UPDATE pushd.channels SET state = 'active', channel_id = $2, environment = $3, created_at = now(),
-                                      outcome = 'created', attempts = attempts + 1
+                                      outcome = $4, attempts = attempts + 1
             WHERE id = $1
-            """), [id, channelID, environment])
+            """), [id, channelID, environment, outcome])
     }
 
     /// APNs deleted the channel (or never knew it: ChannelNotRegistered is recorded as such).

@@ -33,6 +33,7 @@ extension Migrator {
         Migration(version: 26, name: "a broadcast or channel request being sent is known by its lease", sql: broadcastLeasesV26),
         Migration(version: 27, name: "instances advertise the environments of each app they can send to", sql: instanceEnvironmentsV27),
         Migration(version: 28, name: "a job's dedupe key stays taken for a retention period, not only while the job is pending", sql: dedupeLedgerV28),
+        Migration(version: 29, name: "Apple's PushToTalk, Live Activity priority and broadcast rules are checked at insert", sql: pushTypeRulesV29),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
@@ -1797,6 +1798,114 @@ extension Migrator {
     -- Rows without a key (most of them) pay no PL/pgSQL call.
     CREATE TRIGGER jobs_take_dedupe_key BEFORE INSERT ON pushd.jobs
         FOR EACH ROW WHEN (NEW.dedupe_key IS NOT NULL) EXECUTE FUNCTION pushd.jobs_take_dedupe_key();
+
+    SELECT pushd.grant_roles();
+    """#
+
+    /// Rules Apple states per push type that the row shows: PushToTalk pushes take priority
+    /// 10 and expiration 0 (the PushToTalk framework's "Receive audio"), Live Activity pushes
+    /// and broadcasts priority 10 or 5 (ActivityKit), a broadcast cannot start a Live Activity
+    /// (ActivityKit), and a channel created with storage policy none takes only expiration 0
+    /// ("Sending broadcast push notification requests to APNs"), whose payloads may have 5120
+    /// bytes. NOT VALID: rows queued before are dead-lettered at claim with the same reasons.
+    static let pushTypeRulesV29 = #"""
+    ALTER TABLE pushd.jobs
+        ADD CONSTRAINT jobs_liveactivity_priority CHECK (push_type <> 'liveactivity' OR priority IN (10, 5)
+            OR pushd.fail_check('pushd.jobs.priority', 'jobs_liveactivity_priority',
+                                format('must be 10 or 5 for a liveactivity push (ActivityKit takes no other), got %s', priority))) NOT VALID,
+        ADD CONSTRAINT jobs_pushtotalk_priority CHECK (push_type <> 'pushtotalk' OR priority = 10
+            OR pushd.fail_check('pushd.jobs.priority', 'jobs_pushtotalk_priority',
+                                format('must be 10 for a pushtotalk push (Apple: priority 10, expiration 0), got %s', priority))) NOT VALID,
+        ADD CONSTRAINT jobs_pushtotalk_expiration CHECK (push_type <> 'pushtotalk' OR expiration IS NULL
+            OR expiration < timestamptz '1970-01-01 00:00:01+00'
+            OR pushd.fail_check('pushd.jobs.expiration', 'jobs_pushtotalk_expiration',
+                                format('must be NULL or 1970-01-01 00:00:00 UTC (apns-expiration 0) for a pushtotalk push, got %s',
+                                       to_char(expiration AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')))) NOT VALID;
+    ALTER TABLE pushd.campaigns
+        ADD CONSTRAINT campaigns_liveactivity_priority CHECK (push_type <> 'liveactivity' OR priority IN (10, 5)
+            OR pushd.fail_check('pushd.campaigns.priority', 'campaigns_liveactivity_priority',
+                                format('must be 10 or 5 for a liveactivity push (ActivityKit takes no other), got %s', priority))) NOT VALID,
+        ADD CONSTRAINT campaigns_pushtotalk_priority CHECK (push_type <> 'pushtotalk' OR priority = 10
+            OR pushd.fail_check('pushd.campaigns.priority', 'campaigns_pushtotalk_priority',
+                                format('must be 10 for a pushtotalk push (Apple: priority 10, expiration 0), got %s', priority))) NOT VALID,
+        ADD CONSTRAINT campaigns_pushtotalk_expiration CHECK (push_type <> 'pushtotalk' OR expiration IS NULL
+            OR expiration < timestamptz '1970-01-01 00:00:01+00'
+            OR pushd.fail_check('pushd.campaigns.expiration', 'campaigns_pushtotalk_expiration',
+                                format('must be NULL or 1970-01-01 00:00:00 UTC (apns-expiration 0) for a pushtotalk push, got %s',
+                                       to_char(expiration AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')))) NOT VALID;
+
+    -- Broadcasts are written to pushd.jobs and moved here by jobs_broadcast_redirect; the
+    -- refusals name the columns the application wrote.
+    CREATE FUNCTION pushd.broadcast_apple_rules() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    BEGIN
+        IF NEW.priority NOT IN (10, 5) THEN
+            PERFORM pushd.fail_check('pushd.jobs.priority', 'jobs_broadcast_priority',
+                format('must be 10 or 5 for a broadcast (ActivityKit takes no other), got %s', NEW.priority));
+        END IF;
+        IF NEW.expiration >= timestamptz '1970-01-01 00:00:01+00' AND EXISTS (
+            SELECT 1 FROM pushd.channels c
+            WHERE c.app = NEW.app AND c.channel_id = NEW.channel_id AND c.storage_policy = 'none') THEN
+            PERFORM pushd.fail_check('pushd.jobs.expiration', 'jobs_broadcast_expiration',
+                format('must be NULL or 1970-01-01 00:00:00 UTC (apns-expiration 0): channel %s was created with storage policy none, which APNs gives no other expiration; got %s',
+                       NEW.channel_id, to_char(NEW.expiration AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')));
+        END IF;
+        IF json_typeof(NEW.payload::json -> 'aps') = 'object' AND (NEW.payload::json -> 'aps' ->> 'event') = 'start' THEN
+            PERFORM pushd.fail_check('pushd.jobs.payload', 'jobs_broadcast_start',
+                'must not have "aps"."event" "start": a broadcast cannot start a Live Activity (send the start to a push-to-start token, with "input-push-channel")');
+        END IF;
+        RETURN NEW;
+    END $$;
+    REVOKE EXECUTE ON FUNCTION pushd.broadcast_apple_rules() FROM PUBLIC;
+    CREATE TRIGGER broadcast_apple_rules BEFORE INSERT ON pushd.broadcast_jobs
+        FOR EACH ROW EXECUTE FUNCTION pushd.broadcast_apple_rules();
+
+    -- A broadcast payload may have 5120 bytes ("Sending broadcast push notification requests
+    -- to APNs"), a Live Activity push to one device 4096.
+    CREATE OR REPLACE FUNCTION pushd.check_payload_size(payload text, push_type text, label text, constraint_name text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE lim integer := CASE WHEN push_type IN ('voip', 'broadcast') THEN 5120 ELSE 4096 END;
+    BEGIN
+        IF payload IS NULL OR octet_length(payload) <= lim THEN RETURN true; END IF;
+        RETURN pushd.fail_check(label, constraint_name,
+            format('is %s bytes; %s payloads may have at most %s', octet_length(payload), push_type, lim));
+    END $$;
+
+    CREATE OR REPLACE FUNCTION pushd.jobs_broadcast_redirect() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.channel_id IS NULL THEN RETURN NEW; END IF;
+        IF NEW.device_token IS NOT NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.channel_id', 'jobs_one_target', 'and device_token were both given; a job goes to one device or to one channel');
+        END IF;
+        -- The column default is alert; a broadcast is always a Live Activity update.
+        IF NEW.push_type IS NOT NULL AND NEW.push_type NOT IN ('alert', 'liveactivity') THEN
+            PERFORM pushd.fail_check('pushd.jobs.push_type', 'jobs_broadcast_push_type',
+                format('must be liveactivity for a broadcast (channel_id given), got %L', NEW.push_type));
+        END IF;
+        IF NEW.app IS NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.app', 'jobs_app_present', 'is required');
+        END IF;
+        PERFORM pushd.check_app(NEW.app, 'pushd.jobs.app', 'jobs_app_valid');
+        PERFORM pushd.check_channel_id(NEW.channel_id, 'pushd.jobs.channel_id', 'jobs_channel_id_valid');
+        PERFORM pushd.check_json_object(NEW.payload, 'pushd.jobs.payload', 'jobs_payload_json_object');
+        PERFORM pushd.check_payload_size(NEW.payload, 'broadcast', 'pushd.jobs.payload', 'jobs_payload_size');
+        PERFORM pushd.check_payload_shape(NEW.payload, 'liveactivity', 'pushd.jobs.payload', 'jobs_payload_shape');
+        PERFORM pushd.check_priority(NEW.priority, 'pushd.jobs.priority', 'jobs_priority_valid');
+        PERFORM pushd.check_environment(NEW.environment, 'pushd.jobs.environment', 'jobs_environment_valid');
+        PERFORM pushd.check_expiration(NEW.expiration, 'pushd.jobs.expiration', 'jobs_expiration_valid');
+        IF NEW.payload IS NULL THEN
+            PERFORM pushd.fail_check('pushd.jobs.payload', 'jobs_payload_present', 'is required');
+        END IF;
+        INSERT INTO pushd.broadcast_jobs (id, app, channel_id, payload, priority, expiration, apns_id, dedupe_key,
+                                          environment, run_at)
+        VALUES (nextval(pg_get_serial_sequence('pushd.jobs', 'id')), NEW.app, NEW.channel_id, NEW.payload,
+                coalesce(NEW.priority, 10), NEW.expiration, NEW.apns_id, NEW.dedupe_key, NEW.environment,
+                coalesce(NEW.run_at, now()));
+        PERFORM pg_notify('pushd_broadcasts', '');
+        RETURN NULL;
+    END $$;
+
 
     SELECT pushd.grant_roles();
     """#

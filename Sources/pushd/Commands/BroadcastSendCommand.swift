@@ -30,7 +30,9 @@ enum BroadcastSendCommand {
             throw CommandContext.Failure("a broadcast needs --payload JSON or --payload-file FILE (a Live Activity update with timestamp and event)")
         }
         let priority = try parsed.value("priority").map { text -> Priority in
-            guard let value = Priority(headerValue: text) else { throw CommandContext.Failure("--priority '\(text)' is not one of: 10, 5, 1") }
+            guard let value = Priority(headerValue: text), PriorityRules.liveActivity.contains(value) else {
+                throw CommandContext.Failure("--priority '\(text)' is not one of: 10, 5 (Live Activity updates take no other)")
+            }
             return value
         }
         let expiration = try parsed.value("expiration").map { text -> Int64 in

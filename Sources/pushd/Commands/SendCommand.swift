@@ -89,7 +89,7 @@ enum SendCommand {
                 throw CommandContext.Failure("--expiration '\(text)' must be seconds since the epoch, or 0 to deliver only once")
             }
             return seconds
-        }
+        } ?? pushType.requiredExpiration
         let apnsID = try parsed.value("apns-id").map { text -> APNsID in
             guard let id = APNsID(text) else {
                 throw CommandContext.Failure("--apns-id '\(text)' is not a UUID like 123e4567-e89b-12d3-a456-426614174000")

@@ -181,6 +181,8 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let outcome = sent.outcome
         context.operatorLog.record(outcome, app: operation.app, environment: environment.rawValue, lane: Self.channelsLane)
+        // APNs echoes the request id and quotes it in errors: kept with the row's outcome.
+        let requestID = request.requestID.map { " (apns-request-id \($0.lowercasedString))" } ?? ""
         let status = sent.response.map { String($0.status) } ?? "none"
         let label = outcome.label
         if case .response(let response) = outcome, response.isSuccess {
@@ -188,14 +190,15 @@ final class BroadcastWorker: @unchecked Sendable {
             if operation.kind == .create {
                 guard let created = sent.response?.channelID, (try? ChannelID(created)) != nil else {
                     try channels.recordFailed(connection, id: operation.id,
-                                              outcome: "APNs answered \(response.status) without a valid apns-channel-id")
+                                              outcome: "APNs answered \(response.status) without a valid apns-channel-id" + requestID)
                     return
                 }
-                try channels.recordCreated(connection, id: operation.id, channelID: created, environment: environment.rawValue)
-                context.logger.info("created broadcast channel \(created) for app \(operation.app) (\(environment))",
+                try channels.recordCreated(connection, id: operation.id, channelID: created, environment: environment.rawValue,
+                                           outcome: "created" + requestID)
+                context.logger.info("created broadcast channel \(created) for app \(operation.app) (\(environment))\(requestID)",
                                     ("app", .string(operation.app)))
             } else {
-                try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue, outcome: "deleted")
+                try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue, outcome: "deleted" + requestID)
                 // A deletion makes room: creations held for the channel limit may go again.
                 for key in sender.releaseHolds(matching: { $0.scope == .channelCreation && $0.environment == configured }) {
                     context.logger.notice("resumed \(key.scope.describe(topic: key.topic)) for app \(operation.app) in \(configured.rawValue): a channel was deleted",
@@ -209,7 +212,7 @@ final class BroadcastWorker: @unchecked Sendable {
         if operation.kind == .delete, case .response(let response) = outcome, response.reason == .channelNotRegistered {
             // The channel is gone either way; the row says APNs did not know it.
             try channels.recordDeleted(connection, id: operation.id, environment: environment.rawValue,
-                                       outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)")
+                                       outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)" + requestID)
             return
         }
         let verdict = context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
@@ -221,8 +224,8 @@ final class BroadcastWorker: @unchecked Sendable {
             if refresh { context.providerTokenExpired(sender, key) }
             try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
         case .dead(_, let reason), .prune(_, let reason, _):
-            context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)", ("app", .string(operation.app)))
-            try channels.recordFailed(connection, id: operation.id, outcome: reason)
+            context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)\(requestID)", ("app", .string(operation.app)))
+            try channels.recordFailed(connection, id: operation.id, outcome: reason + requestID)
         case .pauseApp(let reason):
             context.pause(sender, reason: reason)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
@@ -253,11 +256,15 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let broadcast: BroadcastNotification
         do {
+            guard let priority = Priority(rawValue: job.priority) else {
+                throw NotificationValidationError(issues: [.init(field: "apns-priority", rule: .outOfRange, message: "\(job.priority) is not 10, 5 or 1")])
+            }
+            let policy = job.storagePolicy.flatMap(MessageStoragePolicy.init(name:))
             broadcast = BroadcastNotification(
-                bundleID: sender.app.bundleID, channelID: try ChannelID(job.channelID), priority: Priority(rawValue: job.priority),
-                expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) }, apnsID: job.apnsID,
+                bundleID: sender.app.bundleID, channelID: try ChannelID(job.channelID), priority: priority,
+                expiration: Self.expiration(of: job, policy: policy), apnsID: job.apnsID,
                 payload: Array(job.payload.utf8))
-            try broadcast.validate(authentication: .token)
+            try broadcast.validate(authentication: .token, storagePolicy: policy)
         } catch {
             try dead(job, status: nil, reason: "\(error)", label: "invalid", on: connection)
             return
@@ -281,8 +288,11 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let outcome = sent.outcome
         context.operatorLog.record(outcome, app: job.app, environment: environment.rawValue, lane: Self.lane)
+        // Retries follow the expiration the application gave; the 0 sent for a job without
+        // one satisfies APNs's header rule and does not shorten pushd's own retry window.
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
-                                             expiration: broadcast.expiration, firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
+                                             expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
+                                             firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
                                              random: &random)
         let status = sent.response?.status
         switch verdict {
@@ -316,6 +326,19 @@ final class BroadcastWorker: @unchecked Sendable {
                                  error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false)
         }
     }
+
+    /// The `apns-expiration` of a broadcast job, which Apple requires on every broadcast: the
+    /// job's own, else 0 (the one value a channel of either storage policy takes), except on
+    /// a channel known to store its most recent message, where it is the job's creation plus
+    /// the 8 hours APNs keeps that message at most.
+    static func expiration(of job: BroadcastJob, policy: MessageStoragePolicy?) -> Int64 {
+        if let expiration = job.expiration { return Int64(expiration.timeIntervalSince1970.rounded(.down)) }
+        guard policy == .mostRecentMessageStored else { return BroadcastNotification.defaultExpiration }
+        return Int64(job.createdAt.timeIntervalSince1970.rounded(.down)) + mostRecentStorageSeconds
+    }
+
+    /// Apple: "Messages in Most Recent Message store for a maximum duration of 8 hours."
+    static let mostRecentStorageSeconds: Int64 = 8 * 3600
 
     /// A held broadcast job or channel request is looked at again after this long.
     static let heldRetrySeconds = 30.0

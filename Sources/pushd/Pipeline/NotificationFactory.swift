@@ -67,7 +67,7 @@ struct NotificationFactory: Sendable {
             topic: topic(for: pushType),
             pushType: pushType,
             priority: priority,
-            expiration: fields.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
+            expiration: fields.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) } ?? pushType.requiredExpiration,
             collapseID: fields.collapseID,
             apnsID: fields.apnsID,
             payload: Array(fields.payload.utf8))
