@@ -247,7 +247,42 @@ import Testing
         // The next one is judged against the rate of two.
         let next = measured + 2750 * Self.ms
         #expect(policy.handle(.beforeWait(now: next, waiting: true, idle: next)) == .growthStarted(connectionLimit: 3))
-        #expect(policy.trial == ConnectionPolicy.GrowthTrial(baseline: 200, streamsBefore: 200))
+        #expect(policy.trial == ConnectionPolicy.GrowthTrial(baseline: 200, streamsBefore: 200, carriesAll: true))
+    }
+
+    /// Right after a kept connection, while requests have waited for a stream ever since, the
+    /// streams were the limit one connection ago: the next one carries all its streams at once
+    /// and is judged in one step. The quarter step cost each growth of a far drain 1.25 s at the
+    /// lower rate (docs/dispatcher-measurements.md, "The last connection"). After a break in the
+    /// waiting, the next growth starts with a quarter again.
+    @Test func aConnectionAddedRightAfterAKeptOneCarriesAllItsStreamsAndIsJudgedInOneStep() throws {
+        var policy = warmJudged()
+        var grewAt = try #require(grow(&policy, rate: 100, from: 0))
+        #expect(judge(&policy, rate: 200, grewAt: grewAt) == .growthKept(connections: 2))
+        grewAt = try #require(grow(&policy, rate: 200, on: 1, from: grewAt + 2500 * Self.ms))
+        #expect(policy.connectionLimit == 3)
+        #expect(policy.lastStart?.streamsOnTrial == 100)
+        openAndAnswer(&policy)
+        #expect(policy.trial?.carriesAll == true)
+        #expect(policy.admissionLimit(configured: 100, now: grewAt) == 300)
+        #expect(policy.streamCapacity(configured: 100) == 300)
+        // One step: 300 answers a second against 200, +25 % needed for a third connection.
+        #expect(measureTrialStep(&policy, rate: 300, from: grewAt) == .growthKept(connections: 3))
+        #expect(policy.lastVerdict?.rateRequired == 250)
+
+        // Kept, then a pass that finds no request waiting: the growth after it is a first one
+        // again, a quarter of its streams.
+        var other = warmJudged()
+        var at = try #require(grow(&other, rate: 100, from: 0))
+        #expect(judge(&other, rate: 200, grewAt: at) == .growthKept(connections: 2))
+        at += 2500 * Self.ms
+        #expect(other.handle(.beforeWait(now: at, waiting: false, idle: at)) == .none)
+        at = try #require(grow(&other, rate: 200, on: 1, from: at + 10 * Self.ms))
+        #expect(other.connectionLimit == 3)
+        #expect(other.lastStart?.streamsOnTrial == 25)
+        openAndAnswer(&other)
+        #expect(other.trial?.carriesAll == false)
+        #expect(other.admissionLimit(configured: 100, now: at) == 225)
     }
 
     @Test func aConnectionThatDoesNotRaiseTheRateIsUndoneAndGrowthHoldsOffLongerEachTime() throws {

@@ -159,12 +159,18 @@ import Testing
         #expect(try ConfigLoader.parse(paused, environment: [:]).0.campaignAnswerCoalescingMilliseconds == 25)
     }
 
-    @Test func maxInFlightDefaultsToEveryStreamTheLaneMayOpen() throws {
+    /// Unset, the window holds every stream the lane may open and one connection's streams per
+    /// thread waiting for them: it counts what waits in the engine and what the campaign workers
+    /// have not yet taken back, and sized to the streams alone (8 × 500) a thread's last
+    /// connection never carried all its streams, so its growth trial was given up.
+    @Test func maxInFlightDefaultsToEveryStreamTheLaneMayOpenAndAConnectionPerThreadWaiting() throws {
         let unset = Self.valid.replacingOccurrences(of: "  max_in_flight: 2_000\n", with: "")
-        #expect(try ConfigLoader.parse(unset, environment: [:]).0.apns.maxInFlight == 8 * 500)
+        #expect(try ConfigLoader.parse(unset, environment: [:]).0.apns.maxInFlight == (8 + 2) * 500)
         let raised = unset.replacingOccurrences(of: "  threads: 2\n",
                                                 with: "  threads: 2\n  max_connections_per_app: 16\n  streams_per_connection: 1000\n")
-        #expect(try ConfigLoader.parse(raised, environment: [:]).0.apns.maxInFlight == 16 * 1000)
+        #expect(try ConfigLoader.parse(raised, environment: [:]).0.apns.maxInFlight == (16 + 2) * 1000)
+        let threads = unset.replacingOccurrences(of: "  threads: 2\n", with: "  threads: 4\n")
+        #expect(try ConfigLoader.parse(threads, environment: [:]).0.apns.maxInFlight == (8 + 4) * 500)
         let pinned = Self.valid.replacingOccurrences(of: "  threads: 2\n", with: "  threads: 2\n  max_connections_per_app: 16\n")
         #expect(try ConfigLoader.parse(pinned, environment: [:]).0.apns.maxInFlight == 2000)
     }
@@ -180,10 +186,10 @@ import Testing
             $0.contains("workers.batch_size (line 3): workers.transactional × workers.batch_size (4 × 500 = 2000) is above apns.max_in_flight (1000)")
         }, "got \(above)")
         #expect(above.contains { $0.contains("at most 250") && $0.contains("idle_in_transaction_session_timeout") }, "got \(above)")
-        // Unset, the window is derived from the connections and streams: 2 × 50 = 100.
+        // Unset, the window is derived from the connections, threads and streams: (2 + 2) × 50 = 200.
         let derived = Self.problems(
-            "database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 2, streams_per_connection: 50}\nworkers: {transactional: 2, batch_size: 60}\napps: []")
-        #expect(derived.contains { $0.contains("(2 × 60 = 120) is above apns.max_in_flight (100)") }, "got \(derived)")
+            "database: {url: 'postgresql://h/d'}\napns: {max_connections_per_app: 2, streams_per_connection: 50}\nworkers: {transactional: 2, batch_size: 110}\napps: []")
+        #expect(derived.contains { $0.contains("(2 × 110 = 220) is above apns.max_in_flight (200)") }, "got \(derived)")
         // Every claimed job has a slot: accepted (the defaults, 4 × 500 within 4,000, and exactly the window).
         let exact = Self.problems("database: {url: 'postgresql://h/d'}\napns: {max_in_flight: 2000}\nworkers: {transactional: 4, batch_size: 500}\napps: []")
         #expect(!exact.contains { $0.contains("workers.batch_size") }, "got \(exact)")

@@ -21,6 +21,12 @@ struct GrowthJudge: Equatable {
     private(set) var nextHoldOff: UInt64 = ConnectionGrowth.firstHoldOffNanoseconds
     /// Places each hold-off in its spread (`ConnectionGrowth.holdOffSpread`).
     private(set) var holdOffRandom: UnitRandom
+    /// The last connection added was kept and requests have waited for a stream ever since, on
+    /// every pass (the rate the next is judged against is still `waitingRate`): the streams, not the CPU, were the limit
+    /// one connection ago, so the next one carries all its streams from the start and is judged
+    /// in one step (`ConnectionGrowth.trialStreams` is for a first growth, or one after a verdict
+    /// that did not keep its connection).
+    private(set) var followsKept = false
 
     struct RateWindow: Equatable {
         var since: UInt64
@@ -99,9 +105,11 @@ struct GrowthJudge: Equatable {
     /// while requests waited.
     mutating func startTrial(streamsBefore: Int, connectionsBefore: Int, waitedNanoseconds: UInt64) {
         guard let baseline = waitingRate else { return }
-        trial = GrowthTrial(baseline: baseline, streamsBefore: streamsBefore)
+        trial = GrowthTrial(baseline: baseline, streamsBefore: streamsBefore, carriesAll: followsKept)
         lastStart = GrowthStart(connectionsBefore: connectionsBefore, connections: connectionsBefore + 1, rateBefore: baseline,
-                                waitedNanoseconds: waitedNanoseconds, streamsOnTrial: growth.trialStreams)
+                                waitedNanoseconds: waitedNanoseconds,
+                                streamsOnTrial: followsKept ? growth.streamsPerConnection : growth.trialStreams)
+        followsKept = false
     }
 
     /// While a trial is open and the loop out of work: when its trial ends for that unless work
@@ -118,6 +126,7 @@ struct GrowthJudge: Equatable {
         trial = nil
         waitingRate = nil
         rateWindow = nil
+        followsKept = false
         var rate = 0.0
         if let since = current.measuringSince, now > since { rate = Double(answers &- current.answersAtStart) * 1e9 / Double(now - since) }
         lastVerdict = GrowthVerdict(kept: false, abandoned: reason, connections: connections, rateBefore: current.baseline,
@@ -139,6 +148,7 @@ struct GrowthJudge: Equatable {
         trial?.measuringSince = nil
         waitingRate = nil
         rateWindow = nil
+        followsKept = false
     }
 
     /// Runs the rate window and judges a grown connection in two steps. It first carries a
@@ -149,6 +159,8 @@ struct GrowthJudge: Equatable {
     /// either step, the limit goes back down and growth holds off. On a host whose CPU (or a
     /// server that) sets the pace, a connection adds only memory: about 12 KB per stream, 6 MB
     /// for 500 (docs/dispatcher.md); a trial that ends at its first step costs the quarter, 1.5 MB.
+    /// A connection added right after a kept one (`followsKept`) is judged in one step on all
+    /// its streams: the quarter step cost each growth of a far drain 1.25 s at the lower rate.
     ///
     /// `answers` is the loop's running total; `disturbed` while connections fail, one is retired
     /// or the newest has not answered; `newConnectionPending` until the connection added has
@@ -205,12 +217,14 @@ struct GrowthJudge: Equatable {
             }
             if rate >= required {
                 waitingRate = current.waitedThroughout ? rate : nil
+                followsKept = current.waitedThroughout
                 nextHoldOff = ConnectionGrowth.firstHoldOffNanoseconds
                 lastVerdict = GrowthVerdict(kept: true, connections: connectionLimit, rateBefore: current.baseline,
                                             rateAfter: rate, rateRequired: required, holdOffNanoseconds: 0)
                 return .kept
             }
             waitingRate = nil
+            followsKept = false
             let holdOff = ConnectionGrowth.spread(nextHoldOff, unitRandom: holdOffRandom.next())
             growthHeldUntil = now + holdOff
             let limit = max(growth.base, connectionLimit - 1)
@@ -219,9 +233,14 @@ struct GrowthJudge: Equatable {
             nextHoldOff = min(ConnectionGrowth.maxHoldOffNanoseconds, nextHoldOff * 2)
             return .givenUp(connectionLimit: limit)
         }
+        // A break in the waiting ends what the last kept connection said of the streams.
+        if !waiting { followsKept = false }
         guard var current = rateWindow, !disturbed else {
             rateWindow = disturbed ? nil : RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
-            if disturbed { waitingRate = nil }
+            if disturbed {
+                waitingRate = nil
+                followsKept = false
+            }
             return .none
         }
         current.waitedThroughout = current.waitedThroughout && waiting
@@ -231,6 +250,7 @@ struct GrowthJudge: Equatable {
         }
         // Only the last window counts: an older rate says little of the host's load now.
         waitingRate = current.waitedThroughout ? Double(answers &- current.answersAtStart) * 1e9 / Double(now - current.since) : nil
+        if waitingRate == nil { followsKept = false }
         rateWindow = RateWindow(since: now, answersAtStart: answers, waitedThroughout: waiting)
         return .none
     }

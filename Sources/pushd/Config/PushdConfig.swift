@@ -70,10 +70,14 @@ struct PushdConfig: Sendable, Equatable {
         /// Notifications sent and not answered per app, environment and lane, queued ones
         /// included; unset, `derivedMaxInFlight`. At a round trip of R seconds a lane sends at
         /// most maxInFlight ÷ R per second.
-        var maxInFlight: Int = 4000
-        /// Every stream the lane may open, `maxConnectionsPerApp` × `streamsPerConnection`
-        /// (4,000 with the defaults): the window when `max_in_flight` is not set.
-        var derivedMaxInFlight: Int { min(1_000_000, maxConnectionsPerApp * streamsPerConnection) }
+        var maxInFlight: Int = 5000
+        /// Every stream the lane may open and one connection's streams per thread waiting for
+        /// them, (`maxConnectionsPerApp` + `threads`) × `streamsPerConnection` (5,000 with the
+        /// defaults): the window when `max_in_flight` is not set. The window counts what waits in
+        /// the engine and what the campaign workers have not yet taken back; sized to the streams
+        /// alone, a loop's last connection could never carry all of them, and its growth trial
+        /// measured that shortfall (docs/dispatcher-measurements.md, "The last connection").
+        var derivedMaxInFlight: Int { min(1_000_000, (maxConnectionsPerApp + threads) * streamsPerConnection) }
         var connectTimeoutMilliseconds: Int = 10_000
         var requestTimeoutMilliseconds: Int = 30_000
         /// The engine answers every request within this long of its submission: two whole
