@@ -30,7 +30,8 @@ final class DaemonHarness: @unchecked Sendable {
     init(database: IsolatedDatabase, faults: FaultConfiguration = .none, trustsPushdKey: Bool = true,
          maxStreams: Int = 1000, providerTokenUpdateWindowSeconds: Int = 1200, allowedBundleIDs: [String] = [],
          disallowedTopics: [String] = [], maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit,
-         broadcastDisabledBundleIDs: [String] = [], providerTokenMaximumAgeSeconds: Int = 3600) throws {
+         broadcastDisabledBundleIDs: [String] = [], topicMismatchBundleIDs: [String] = [],
+         providerTokenMaximumAgeSeconds: Int = 3600) throws {
         self.database = database
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("pushd-daemon-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -60,6 +61,7 @@ final class DaemonHarness: @unchecked Sendable {
         configuration.disallowedTopics = disallowedTopics
         configuration.maxChannelsPerApp = maxChannelsPerApp
         configuration.broadcastDisabledBundleIDs = broadcastDisabledBundleIDs
+        configuration.topicMismatchBundleIDs = topicMismatchBundleIDs
         mock = try APNsMockServer(configuration: configuration)
         mockPort = try mock.start()
         configuration.port = mockPort

@@ -58,6 +58,9 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
     public static let channelNotRegistered: APNsReason = "ChannelNotRegistered"
     public static let cannotCreateChannelConfig: APNsReason = "CannotCreateChannelConfig"
     public static let featureNotEnabled: APNsReason = "FeatureNotEnabled"
+    /// Broadcast and channel requests: the bundle id of the request (`/1/apps/<bundle-id>/…`)
+    /// is not one the credentials cover (a different team's, or different letter case).
+    public static let topicMismatch: APNsReason = "TopicMismatch"
     /// Broadcast and channel requests: "The JSON Request payload is unparseable."
     public static let badRequestPayload: APNsReason = "BadRequestPayload"
     /// Broadcast and channel requests: "The JSON Request payload contained an unrecognizable attribute."
@@ -80,7 +83,7 @@ public struct APNsReason: Sendable, Hashable, CustomStringConvertible, Expressib
         (.internalServerError, 500), (.serviceUnavailable, 503), (.shutdown, 503),
         (.missingChannelId, 400), (.badChannelId, 400), (.cannotCreateChannelConfig, 400),
         (.featureNotEnabled, 400), (.missingPushType, 400), (.channelNotRegistered, 400),
-        (.badRequestPayload, 400), (.badRequestParams, 400),
+        (.badRequestPayload, 400), (.badRequestParams, 400), (.topicMismatch, 403),
     ]
 
     private static let statusByReason: [String: Int] = {

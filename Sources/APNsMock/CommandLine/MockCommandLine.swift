@@ -31,6 +31,8 @@ public enum MockCommandLine {
                                       (default 10000)
       --no-broadcast BUNDLE_ID        the bundle id lacks the Broadcast Push capability: its
                                       broadcasts and channel requests get 400 FeatureNotEnabled; repeat
+      --topic-mismatch BUNDLE_ID      the key does not cover the bundle id for broadcasts: its
+                                      broadcasts and channel requests get 403 TopicMismatch; repeat
       --development                   answer as APNs's development server: add apns-unique-id
       --log-accepted                  keep a log of accepted notifications (GET /accepted)
       --log-limit N                   keep at most N log entries, count the rest (default 2000000)
@@ -102,6 +104,7 @@ public enum MockCommandLine {
         var channelPort: UInt16?
         var maxChannels = MockConfiguration.apnsChannelLimit
         var broadcastDisabled: [String] = []
+        var topicMismatch: [String] = []
         var logAccepted = false
         var development = false
         var logLimit: Int?
@@ -147,6 +150,7 @@ public enum MockCommandLine {
             case "--channel-port": channelPort = try integer(UInt16.self)
             case "--max-channels": maxChannels = try integer(Int.self)
             case "--no-broadcast": broadcastDisabled.append(try value())
+            case "--topic-mismatch": topicMismatch.append(try value())
             case "--log-accepted": logAccepted = true
             case "--development": development = true
             case "--log-limit": logLimit = try integer(Int.self)
@@ -228,6 +232,7 @@ public enum MockCommandLine {
         configuration.channelManagementPort = channelPort
         configuration.maxChannelsPerApp = maxChannels
         configuration.broadcastDisabledBundleIDs = broadcastDisabled
+        configuration.topicMismatchBundleIDs = topicMismatch
         configuration.logsAccepted = logAccepted
         configuration.development = development
         if let logLimit {

@@ -17,6 +17,7 @@ extension ConnectionLogic {
         // APNs takes broadcasts only with provider tokens.
         if settings.certificateMode { return reject(403, .missingProviderToken, apnsID: apnsID) }
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return reject(status, reason, apnsID: apnsID) }
+        if settings.topicMismatchBundleIDs.contains(accepted.bundleID) { return reject(403, .topicMismatch, apnsID: apnsID) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return reject(400, .featureNotEnabled, apnsID: apnsID) }
         if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID) }
         // Apple: "For channels with a No Messages Stored storage policy, you can only specify a
@@ -55,6 +56,7 @@ extension ConnectionLogic {
         }
         if settings.certificateMode { return answer(403, .missingProviderToken) }
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return answer(status, reason) }
+        if settings.topicMismatchBundleIDs.contains(accepted.bundleID) { return answer(403, .topicMismatch) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return answer(400, .featureNotEnabled) }
         // The channel management API fails, is overloaded or shuts down as the push API does.
         if let (status, reason) = rollErrorRates(faults) { return answer(status, reason) }

@@ -170,6 +170,9 @@ struct LogicSettings: Sendable {
     /// Bundle ids without the Broadcast Push capability: 400 FeatureNotEnabled to their
     /// broadcasts and channel management requests.
     var broadcastDisabledBundleIDs: Set<String> = []
+    /// Bundle ids the credentials do not cover for broadcasts: 403 TopicMismatch to their
+    /// broadcasts and channel management requests.
+    var topicMismatchBundleIDs: Set<String> = []
     /// Shared by every connection of both listeners.
     var channels = ChannelRegistry(maximumPerApp: MockConfiguration.apnsChannelLimit)
 }

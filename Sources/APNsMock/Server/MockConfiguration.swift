@@ -97,6 +97,10 @@ public struct MockConfiguration: Sendable {
     /// Bundle ids whose Broadcast Push capability is off: their broadcasts and channel
     /// management requests are answered 400 FeatureNotEnabled.
     public var broadcastDisabledBundleIDs: [String] = []
+    /// Bundle ids the credentials do not cover for broadcasts (another team's, or registered
+    /// with different letter case): their broadcasts and channel management requests are
+    /// answered 403 TopicMismatch. Device pushes are not affected.
+    public var topicMismatchBundleIDs: [String] = []
     /// Channels one bundle id may have; one more is answered 400 CannotCreateChannelConfig.
     public var maxChannelsPerApp: Int = MockConfiguration.apnsChannelLimit
 

@@ -50,6 +50,7 @@ final class ServerCore: Sendable {
                 allowedBundleIDs: configuration.allowedBundleIDs.isEmpty ? nil : Set(configuration.allowedBundleIDs)),
             channels: ChannelRegistry(maximumPerApp: configuration.maxChannelsPerApp))
         settings.broadcastDisabledBundleIDs = Set(configuration.broadcastDisabledBundleIDs)
+        settings.topicMismatchBundleIDs = Set(configuration.topicMismatchBundleIDs)
         self.settings = settings
     }
 
