@@ -31,6 +31,7 @@ import Testing
         (400, .badRequestPayload, .deadLetter), (400, .badRequestParams, .deadLetter),
         (400, .cannotCreateChannelConfig, .hold(.channelCreation)),
         (400, .featureNotEnabled, .hold(.broadcast)),
+        (403, .topicMismatch, .hold(.broadcast)),
     ]
 
     @Test func tableCoversEveryKnownReason() {
@@ -52,7 +53,7 @@ import Testing
         case (.hold(let scope), .holdScope(let held, let heldReason, let why)):
             #expect(held == scope)
             #expect(heldReason == reason)
-            #expect(scope.reason == reason)
+            #expect(scope.reasons.contains(reason))
             #expect(!action.retries)
             #expect(why.contains(reason.rawValue))
         case (.retry, .retry), (.refreshToken, .refreshProviderTokenThenRetry), (.reconnect, .reconnectThenRetry):
@@ -111,11 +112,19 @@ import Testing
             Issue.record("FeatureNotEnabled must hold the app's broadcasts"); return
         }
         #expect(broadcast.contains("Broadcast Push capability"))
+        // A 403, but it refuses the bundle id of broadcasts, not the credentials: the app's
+        // device pushes keep going.
+        guard case .holdScope(.broadcast, .topicMismatch, let mismatch) = ResponseClassifier.classify(status: 403, reason: .topicMismatch, timestamp: nil) else {
+            Issue.record("TopicMismatch must hold the app's broadcasts, not pause the app"); return
+        }
+        #expect(mismatch.contains("bundle_id") && mismatch.contains("letter case") && mismatch.contains("team"))
         guard case .holdScope(.channelCreation, _, let channels) = ResponseClassifier.classify(status: 400, reason: .cannotCreateChannelConfig, timestamp: nil) else {
             Issue.record("CannotCreateChannelConfig must hold channel creation"); return
         }
         #expect(channels.contains("delete channels"))
         #expect(Set(ConfigurationScope.allCases.map(\.reason)) == [.topicDisallowed, .featureNotEnabled, .cannotCreateChannelConfig])
+        #expect(Set(ConfigurationScope.allCases.flatMap(\.reasons))
+                == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig])
         #expect(ConfigurationScope.topic.describe(topic: "com.example.shop.voip") == "topic com.example.shop.voip")
     }
 }

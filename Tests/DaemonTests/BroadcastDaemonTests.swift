@@ -180,4 +180,47 @@ import Testing
             #expect(harness.mock.stats.requestsReceived == 0)
         }
     }
+
+    /// APNs answers 403 TopicMismatch to a broadcast whose bundle id the key does not cover
+    /// (one registered with other letter case, another team's). Only the app's broadcasts and
+    /// channel requests are held: its device pushes keep going, the broadcast waits unspent,
+    /// and the log line, the metric and `/readyz` name TopicMismatch.
+    @Test func aBroadcastAnsweredTopicMismatchHoldsOnlyTheAppsBroadcasts() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, topicMismatchBundleIDs: [DaemonHarness.bundleID])
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let connection = try database.connect()
+            defer { connection.close() }
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [channel, Self.update])
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.rejected("TopicMismatch") >= 1 }, "\(daemon.text)")
+            // The app's device pushes are not stopped by it.
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(7)])
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE device_token IS NOT NULL") == 0
+            }, "\(daemon.text)")
+            #expect(harness.mock.stats.accepted == 1)
+            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="TopicMismatch"} 1"#
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains(held) }, "\(daemon.metrics())")
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.readyz().contains("held: app shop broadcasts and channel requests (sandbox): TopicMismatch")
+            }, "\(daemon.readyz())")
+            #expect(daemon.readyz().hasPrefix("ready:"))
+            // The broadcast waits, unspent; nothing is dead-lettered.
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs WHERE attempts = 0") == 1)
+            #expect(harness.mock.stats.broadcastsAccepted[channel] == nil)
+            // One error line naming the reason and what to check.
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"sending_held\"") }
+            #expect(lines.count == 1, "\(daemon.text)")
+            let line = String(lines.first ?? "")
+            for expected in ["\"level\":\"error\"", "sending of broadcasts and channel requests for app shop in sandbox is held",
+                             "\"reason\":\"TopicMismatch\"", "\"scope\":\"broadcast\"", "bundle_id", "letter case", "team"] {
+                #expect(line.contains(expected), "no \(expected) in \(line)")
+            }
+            #expect(!daemon.text.contains("sending for app shop is paused"), "\(daemon.text)")
+        }
+    }
 }

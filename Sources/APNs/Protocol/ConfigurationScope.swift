@@ -4,8 +4,9 @@
 /// - `topic`: TopicDisallowed. The credentials may not push to one topic of one environment
 ///   (`com.example.shop.voip` while `com.example.shop` works: a certificate without the VoIP
 ///   topic, a capability not enabled). Held per (app, environment, topic).
-/// - `broadcast`: FeatureNotEnabled. Broadcast push is not enabled for the bundle id: its
-///   broadcasts and channel requests are held per (app, environment).
+/// - `broadcast`: FeatureNotEnabled (broadcast push is not enabled for the bundle id) or
+///   TopicMismatch (the bundle id is not one the credentials cover): its broadcasts and
+///   channel requests are held per (app, environment).
 /// - `channelCreation`: CannotCreateChannelConfig. The app has as many channels as APNs
 ///   allows: creations are held per (app, environment); deletions go on and make room.
 public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
@@ -13,12 +14,21 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     case broadcast
     case channelCreation = "channel_creation"
 
-    /// The reason APNs answers for this scope: a metric label from a closed set.
+    /// The reason APNs answers most often for this scope, used when a hold names none: a metric
+    /// label from a closed set (`reasons` lists every one a hold of the scope may carry).
     public var reason: APNsReason {
         switch self {
         case .topic: return .topicDisallowed
         case .broadcast: return .featureNotEnabled
         case .channelCreation: return .cannotCreateChannelConfig
+        }
+    }
+
+    /// Every reason APNs holds this scope for; the hold keeps the one APNs answered.
+    public var reasons: [APNsReason] {
+        switch self {
+        case .broadcast: return [.featureNotEnabled, .topicMismatch]
+        case .topic, .channelCreation: return [reason]
         }
     }
 

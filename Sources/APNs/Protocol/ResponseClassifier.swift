@@ -38,6 +38,13 @@ public enum ResponseClassifier {
         case .featureNotEnabled:
             return .holdScope(.broadcast, reason: reason,
                               why: "broadcast push is not enabled for this app's bundle id or key (FeatureNotEnabled); enable the Broadcast Push capability for the bundle id in the developer account")
+        // A 403 that refuses the bundle id of a broadcast or channel request, not the
+        // credentials as a whole: the same scope as FeatureNotEnabled, the reason kept. Apple
+        // documents no TopicMismatch to device pushes; one there holds the same scope, so the
+        // app's other device pushes keep going and its broadcasts wait for the same fix.
+        case .topicMismatch:
+            return .holdScope(.broadcast, reason: reason,
+                              why: "APNs says the bundle id of the broadcast or channel request is not one the app's credentials cover (TopicMismatch); check that the app's bundle_id is the bundle id exactly as registered with Apple, letter case included, and that the signing key's team owns it")
 
         case .expiredProviderToken:
             return .refreshProviderTokenThenRetry

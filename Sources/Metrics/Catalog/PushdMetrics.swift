@@ -177,7 +177,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app"])
         sendingHeld = try registry.gauge(
             "pushd_sending_held",
-            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled the app's broadcasts, CannotCreateChannelConfig its channel creation, DeviceTokenNotForTopic topics that drew a run of DeviceTokenNotForTopic answers with none accepted (tokens.not_for_topic_limit). 0 when none.",
+            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled and TopicMismatch the app's broadcasts, CannotCreateChannelConfig its channel creation, DeviceTokenNotForTopic topics that drew a run of DeviceTokenNotForTopic answers with none accepted (tokens.not_for_topic_limit). 0 when none.",
             labels: ["app", "environment", "reason"])
         workLeftToOtherInstances = try registry.gauge(
             "pushd_work_left_to_other_instances",

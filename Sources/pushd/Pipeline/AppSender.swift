@@ -88,7 +88,7 @@ final class AppSender: @unchecked Sendable {
     }
 
     /// The reasons a scope is held for, each a value of the held gauge's `reason` label.
-    static let holdReasons = ConfigurationScope.allCases.map(\.reason) + [.deviceTokenNotForTopic]
+    static let holdReasons = ConfigurationScope.allCases.flatMap(\.reasons) + [.deviceTokenNotForTopic]
 
     private struct ClientKey: Hashable, Sendable {
         var environment: PushdConfig.Environment

@@ -230,8 +230,8 @@ final class BroadcastWorker: @unchecked Sendable {
             context.pause(sender, reason: reason)
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
                                      outcome: HeldWork.appPausedPrefix + reason, countsAsAttempt: false)
-        case .hold(let scope, _, let why):
-            context.hold(sender, Self.holdKey(scope, sender: sender, environment: configured), why: why)
+        case .hold(let scope, let reason, let why):
+            context.hold(sender, Self.holdKey(scope, sender: sender, environment: configured), why: why, reason: APNsReason(reason))
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
                                      outcome: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false)
         }
@@ -319,9 +319,10 @@ final class BroadcastWorker: @unchecked Sendable {
             context.pause(sender, reason: reason)
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: HeldWork.appPausedPrefix + reason,
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
-        case .hold(let scope, _, let why):
+        case .hold(let scope, let reason, let why):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
-            context.hold(sender, Self.holdKey(scope, sender: sender, environment: Self.configured(environment)), why: why)
+            context.hold(sender, Self.holdKey(scope, sender: sender, environment: Self.configured(environment)), why: why,
+                         reason: APNsReason(reason))
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
                                  error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false)
         }
