@@ -287,6 +287,7 @@ struct ConfigurationTests {
             "--unregistered", "ABCD:1234", "--bad-device-token", "EF01", "--rate-503", "0.25",
             "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
             "--log-limit", "500", "--token-topic", "ABCD=com.example.app",
+            "--no-broadcast", "com.example.off", "--topic-mismatch", "com.example.Shop",
         ])
         guard case .serve(let configuration, let faultsFile) = command else {
             Issue.record("expected serve, got \(command)")
@@ -308,6 +309,8 @@ struct ConfigurationTests {
         #expect(configuration.faults.lowerConcurrencyAfterError)
         #expect(configuration.faults.ignorePings)
         #expect(configuration.acceptedLogLimit == 500)
+        #expect(configuration.broadcastDisabledBundleIDs == ["com.example.off"])
+        #expect(configuration.topicMismatchBundleIDs == ["com.example.Shop"])
         #expect(configuration.authentication == .none)
     }
 
