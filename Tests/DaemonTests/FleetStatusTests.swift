@@ -156,6 +156,47 @@ import Testing
         }
     }
 
+    /// A real instance with only a certificate for `shop` beside one with a token key: status
+    /// shows what each advertises and that the first leaves its production and token work to
+    /// the second; once the keyed one stops, status says no live instance has a key for `shop`.
+    @Test func whatEachInstanceAdvertisesAndLeavesToTheOthersIsShown() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try TokenCoverageTests.Hosts(database: database)
+            defer { hosts.certificateMock.stop() }
+            let harness = hosts.harness
+            let keyed = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: harness.directory + "/keyed.log")
+            defer { Self.stop(keyed) }
+            let certificate = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(),
+                                                           log: harness.directory + "/certificate.log")
+            defer { Self.stop(certificate) }
+
+            var status = try Self.status(database)
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                status = try Self.status(database)
+                return status.alive.count == 2
+            }, "\(status.text)")
+            #expect(status.exitCode == 0, "\(status.problems)")
+            let byPid = Dictionary(status.alive.map { ($0["pid"] as? Int ?? 0, $0) }, uniquingKeysWith: { first, _ in first })
+            let a = try #require(byPid[Int(certificate.processIdentifier)], "\(status.text)")
+            let b = try #require(byPid[Int(keyed.processIdentifier)], "\(status.text)")
+            #expect(a["environments"] as? [String] == ["shop/sandbox"], "\(status.text)")
+            #expect(b["environments"] as? [String] == ["shop/production", "shop/sandbox", "shop/token"], "\(status.text)")
+            #expect(a["left_to_other_instances"] as? [[String: String]] == [
+                ["app": "shop", "what": "production", "reason": "NoCredentialsForEnvironment"],
+                ["app": "shop", "what": "token", "reason": "TokenAuthenticationRequired"],
+            ], "\(status.text)")
+            #expect((b["left_to_other_instances"] as? [Any])?.isEmpty == true, "\(status.text)")
+            #expect(!(status.json["notes"] as? [String] ?? []).contains { $0.contains("token key") })
+
+            Self.stop(keyed)
+            status = try Self.status(database)
+            #expect(status.alive.count == 1, "\(status.text)")
+            #expect((status.json["notes"] as? [String] ?? []).contains { $0.hasPrefix("no live instance has a token key for app shop: ") },
+                    "\(status.text)")
+            #expect((status.alive.first?["left_to_other_instances"] as? [Any])?.isEmpty == true, "\(status.text)")
+        }
+    }
+
     @Test func anAppPausedForItsCredentialsIsRecordedAndDegraded() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, trustsPushdKey: false)

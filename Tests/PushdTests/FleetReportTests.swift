@@ -7,9 +7,10 @@ import Testing
 /// The rules that make `pushd status` exit 1, on plain snapshots.
 @Suite struct FleetReportTests {
     static func instance(_ host: String, apps: [String] = ["shop"], version: String = "1.0.0", silent: Double = 2,
-                         paused: [String: String] = [:]) -> InstanceRecord {
+                         paused: [String: String] = [:], environments: [String]? = nil) -> InstanceRecord {
         InstanceRecord(registration: InstanceRegistration(host: host, pid: 10, version: version, libcurlVersion: "8.14.1",
-                                                          apps: apps, startedAt: Timestamp(timeIntervalSince1970: 1_700_000_000)),
+                                                          apps: apps, environments: environments,
+                                                          startedAt: Timestamp(timeIntervalSince1970: 1_700_000_000)),
                        paused: paused, heartbeatAt: Timestamp(), silentSeconds: silent)
     }
 
@@ -110,5 +111,57 @@ import Testing
         #expect(json["versions"] as? [String] == ["1.0.0", "1.1.0"])
         #expect(json["checked_at"] as? String == "1970-01-01T00:00:00Z")
         #expect((json["dead_letters_last_hour"] as? [[String: Any]])?.first?["count"] as? Int == 3)
+    }
+
+    /// A certificate-only instance beside one with a token key and both certificates (a move
+    /// to a token key, one instance at a time): each row says what the instance advertises,
+    /// and the certificate one leaves its sandbox and token work to the other.
+    @Test func eachLiveInstanceShowsWhatItAdvertisesAndWhatItLeavesToTheOthers() throws {
+        let report = FleetReport(Self.snapshot([
+            Self.instance("a", environments: ["shop/production"]),
+            Self.instance("b", environments: ["shop/production", "shop/sandbox", "shop/token"]),
+        ]))
+        #expect(report.healthy && report.notes.isEmpty, "\(report.problems) \(report.notes)")
+        let rows = report.coverage.rows
+        #expect(rows.map(\.instance) == ["a/10", "b/10"])
+        #expect(rows.map(\.environments) == [["production"], ["production", "sandbox"]])
+        #expect(rows.map(\.token) == [false, true])
+        #expect(rows[0].leftToOthers == [FleetCoverage.Left(what: "sandbox", reason: "NoCredentialsForEnvironment"),
+                                         FleetCoverage.Left(what: "token", reason: "TokenAuthenticationRequired")])
+        #expect(rows[1].leftToOthers.isEmpty)
+        let lines = report.lines(now: Timestamp(timeIntervalSince1970: 1_800_000_000))
+        let table = lines.map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
+        #expect(table.contains(["a/10", "shop", "production", "no", "sandbox,token"]), "\(lines.joined(separator: "\n"))")
+        #expect(table.contains(["b/10", "shop", "production,sandbox", "yes", "-"]), "\(lines.joined(separator: "\n"))")
+
+        let text = try report.json(now: Timestamp(timeIntervalSince1970: 0), pretty: false)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        let instances = json["instances"] as? [[String: Any]] ?? []
+        #expect(instances.first?["environments"] as? [String] == ["shop/production"])
+        let left = instances.first?["left_to_other_instances"] as? [[String: String]]
+        #expect(left == [["app": "shop", "what": "sandbox", "reason": "NoCredentialsForEnvironment"],
+                         ["app": "shop", "what": "token", "reason": "TokenAuthenticationRequired"]], "\(text)")
+        #expect((instances.last?["left_to_other_instances"] as? [Any])?.isEmpty == true)
+    }
+
+    /// Gaps no other live instance fills are not "left": the work is dead-lettered, and for
+    /// token work that is a note naming the setting; a gone instance's key does not count, and
+    /// an instance of an earlier version (no environments) takes all work of its apps.
+    @Test func anAppNoLiveInstanceHasATokenKeyForIsANoteAndAGoneInstancesKeyDoesNotCount() {
+        let report = FleetReport(Self.snapshot([
+            Self.instance("a", apps: ["news", "shop"], environments: ["news/production", "news/token", "shop/production"]),
+            Self.instance("b", apps: ["news", "shop"], silent: 120, environments: ["shop/production", "shop/token"]),
+        ]))
+        #expect(report.notes == [FleetCoverage.noTokenKeyNote(app: "shop")])
+        #expect(report.notes.first?.contains("no live instance has a token key for app shop") == true)
+        #expect(report.coverage.rows.map(\.instance) == ["a/10", "a/10"])
+        #expect(report.coverage.rows.allSatisfy { $0.leftToOthers.isEmpty })
+        #expect(report.problems.count == 1, "\(report.problems)")
+
+        let older = FleetReport(Self.snapshot([Self.instance("a", environments: ["shop/production"]), Self.instance("b")]))
+        #expect(older.notes.isEmpty)
+        #expect(older.coverage.rows.map(\.token) == [false, nil])
+        #expect(older.coverage.rows.first?.leftToOthers.map(\.what) == ["sandbox", "token"])
+        #expect(older.lines(now: Timestamp()).contains { $0.contains("not advertised (older version: all)") })
     }
 }

@@ -73,6 +73,52 @@ import Testing
     }
 }
 
+/// `pushd status` shows what each live instance advertises in the registry and what it
+/// leaves to the others, read back from the database.
+@Suite struct StatusCoverageTests {
+    static func register(_ connection: PGConnection, host: String, environments: [String]) throws {
+        _ = try InstanceStore().heartbeat(connection, InstanceRegistration(host: host, pid: 7, version: "1.0.0", libcurlVersion: "8.14.1",
+                                                                           apps: ["shop"], environments: environments,
+                                                                           startedAt: Timestamp()), paused: [:])
+    }
+
+    @Test func registeredCredentialsAndWorkLeftToOtherInstancesAreShownFromTheDatabase() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try Self.register(connection, host: "web1", environments: ["shop/sandbox"])
+            try Self.register(connection, host: "web2", environments: ["shop/production", "shop/sandbox", "shop/token"])
+
+            let run = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            let text = run.output.text
+            #expect(run.exitCode == 0, "\(text)")
+            let rows = text.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
+            #expect(rows.contains(["web1/7", "shop", "sandbox", "no", "production,token"]), "\(text)")
+            #expect(rows.contains(["web2/7", "shop", "production,sandbox", "yes", "-"]), "\(text)")
+            #expect(!text.contains("no live instance has a token key"), "\(text)")
+
+            let json = try CommandRun(["status", "--json", "--database-url", database.url], StatusCommand.run)
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.output.text.utf8)) as? [String: Any])
+            let instances = document["instances"] as? [[String: Any]] ?? []
+            let web1 = try #require(instances.first { $0["id"] as? String == "web1/7" }, "\(json.output.text)")
+            #expect(web1["environments"] as? [String] == ["shop/sandbox"])
+            #expect(web1["left_to_other_instances"] as? [[String: String]] == [
+                ["app": "shop", "what": "production", "reason": "NoCredentialsForEnvironment"],
+                ["app": "shop", "what": "token", "reason": "TokenAuthenticationRequired"],
+            ], "\(json.output.text)")
+
+            // The keyed instance stops: nothing is left to others any more, and the token work
+            // of shop has no live instance to go to.
+            try InstanceStore().remove(connection, id: "web2/7")
+            let alone = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            #expect(alone.exitCode == 0, "\(alone.output.text)")
+            #expect(alone.output.text.contains("  note: no live instance has a token key for app shop: "), "\(alone.output.text)")
+            let after = alone.output.text.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
+            #expect(after.contains(["web1/7", "shop", "sandbox", "no", "-"]), "\(alone.output.text)")
+        }
+    }
+}
+
 /// `pushd status` shows each app's broadcast channels and broadcast jobs, and what blocks them.
 @Suite struct StatusBroadcastTests {
     static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#

@@ -42,6 +42,14 @@ public struct InstanceRegistration: Sendable, Hashable {
     /// The entry of `environments` saying the instance has a token (JWT) signing key for `app`:
     /// it can send the work APNs takes only with token authentication.
     public static func tokenEntry(app: String) -> String { "\(app)/\(tokenEntryName)" }
+
+    /// Whether this instance takes the work of `entry` ("app/environment" or "app/token"): it
+    /// advertises the entry, or it advertises nothing (an earlier version) and serves the app.
+    /// The rule of `InstanceStore.sentElsewhereSQL`, for what reads the registry back.
+    public func sends(_ entry: String) -> Bool {
+        if let environments { return environments.contains(entry) }
+        return apps.contains(String(entry.prefix { $0 != "/" }))
+    }
 }
 
 /// One row of `pushd.instances` as read back, with how long it has been silent.

@@ -10,8 +10,9 @@ import QueueStore
 /// sets; due work of an app that no live instance serves; an app paused for its
 /// credentials; a scope of an app held for its configuration (TopicDisallowed, …); a transactional or broadcast job due for longer than a minute; a channel
 /// request (create or delete) due for longer than a minute, or waiting for an app no live
-/// instance serves. Mixed versions (a rolling upgrade), dead letters, failed channels and
-/// retries are shown but do not degrade.
+/// instance serves. Mixed versions (a rolling upgrade), dead letters, failed channels,
+/// retries and an app no live instance has a token key for (a certificate-only app sends its
+/// alerts; only its token-only work is dead-lettered) are shown but do not degrade.
 struct FleetReport: Sendable {
     struct Instance: Sendable {
         var record: InstanceRecord
@@ -77,6 +78,8 @@ struct FleetReport: Sendable {
     var paused: [PausedApp]
     /// Broadcast channels and broadcast jobs per app, with whether a live instance serves it.
     var broadcast: [(status: BroadcastAppStatus, served: Bool)]
+    /// What each live instance advertises per app and leaves to the others.
+    var coverage: FleetCoverage
     /// Why the fleet is degraded; empty when healthy.
     var problems: [String]
     /// Worth knowing, not degrading.
@@ -103,6 +106,7 @@ struct FleetReport: Sendable {
         paused = live.flatMap { record in
             record.paused.map { PausedApp(key: $0.key, reason: $0.value, instance: record.registration.id) }
         }.sorted { ($0.app, $0.scope ?? "", $0.instance) < ($1.app, $1.scope ?? "", $1.instance) }
+        coverage = FleetCoverage(live: live.map(\.registration))
 
         var problems = [String]()
         var notes = [String]()
@@ -169,6 +173,7 @@ struct FleetReport: Sendable {
                              + (status.lastJobError.map { " (last error: \($0))" } ?? ""))
             }
         }
+        for app in coverage.appsWithoutTokenKey { notes.append(FleetCoverage.noTokenKeyNote(app: app)) }
         let dead = deadLetters.reduce(0) { $0 + $1.count }
         if dead > 0 {
             notes.append("\(dead) notification(s) dead-lettered in the last hour: see pushd.dead_jobs")
@@ -192,6 +197,17 @@ struct FleetReport: Sendable {
                 return [registration.id, instance.alive ? "alive" : "gone", registration.version, registration.libcurlVersion,
                         registration.apps.joined(separator: ","), "\(TimeText.duration(instance.record.silentSeconds)) ago",
                         TimeText.moment(registration.startedAt)]
+            }).map { "  " + $0 }
+        }
+
+        lines += ["", "Credentials by live instance and app (\"left\": work it leaves to other instances)"]
+        if coverage.rows.isEmpty {
+            lines.append("  none")
+        } else {
+            lines += TextTable.render([["INSTANCE", "APP", "ENVIRONMENTS", "TOKEN KEY", "LEFT TO OTHERS"]] + coverage.rows.map { row in
+                [row.instance, row.app, row.environments.map { $0.isEmpty ? "none" : $0.joined(separator: ",") } ?? "not advertised (older version: all)",
+                 row.token.map { $0 ? "yes" : "no" } ?? "-",
+                 row.leftToOthers.isEmpty ? "-" : row.leftToOthers.map(\.what).joined(separator: ",")]
             }).map { "  " + $0 }
         }
 
@@ -258,14 +274,21 @@ struct FleetReport: Sendable {
             var apps: [String]
             var paused: [String: String]
             var apnsUnavailable: [String: String]
+            /// As advertised in `pushd.instances.environments`: "app/environment" and "app/token"; absent for an earlier version.
+            var environments: [String]?
+            var leftToOtherInstances: [LeftToOthers]
             var startedAt, lastHeartbeatAt: String
             var silentSeconds: Double
             enum CodingKeys: String, CodingKey {
-                case id, host, pid, state, version, apps, paused
-                case apnsUnavailable = "apns_unavailable"
+                case id, host, pid, state, version, apps, paused, environments
+                case apnsUnavailable = "apns_unavailable", leftToOtherInstances = "left_to_other_instances"
                 case libcurlVersion = "libcurl_version", startedAt = "started_at"
                 case lastHeartbeatAt = "last_heartbeat_at", silentSeconds = "silent_seconds"
             }
+        }
+        /// One gap of an instance another live instance fills: `what` is an environment or "token".
+        struct LeftToOthers: Encodable {
+            var app, what, reason: String
         }
         struct Queue: Encodable {
             var app, lane: String
@@ -344,10 +367,14 @@ struct FleetReport: Sendable {
             checkedAt: time(now), healthy: healthy, problems: problems, notes: notes,
             instances: instances.map { instance in
                 let registration = instance.record.registration
+                let left = coverage.rows.filter { $0.instance == registration.id && instance.alive }.flatMap { row in
+                    row.leftToOthers.map { JSONReport.LeftToOthers(app: row.app, what: $0.what, reason: $0.reason) }
+                }
                 return .init(id: registration.id, host: registration.host, pid: registration.pid,
                              state: instance.alive ? "alive" : "gone", version: registration.version,
                              libcurlVersion: registration.libcurlVersion, apps: registration.apps,
-                             paused: instance.record.paused, apnsUnavailable: instance.record.apnsUnavailable, startedAt: time(registration.startedAt),
+                             paused: instance.record.paused, apnsUnavailable: instance.record.apnsUnavailable,
+                             environments: registration.environments, leftToOtherInstances: left, startedAt: time(registration.startedAt),
                              lastHeartbeatAt: time(instance.record.heartbeatAt), silentSeconds: instance.record.silentSeconds)
             },
             versions: Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),
