@@ -21,7 +21,7 @@ import Testing
     }
 
     @Test func eachKindIsLoggedOnceAMinuteWithHowManyCameBetween() {
-        var gate = ConnectionRetirementReporter.LogGate(quietSeconds: 60)
+        var gate = LogGate<ConnectionRetirementReporter.Cause>(quietSeconds: 60)
         #expect(gate.admit(.goaway, now: 0) == 0)
         #expect(gate.admit(.goaway, now: 1) == nil)
         #expect(gate.admit(.goaway, now: 59) == nil)

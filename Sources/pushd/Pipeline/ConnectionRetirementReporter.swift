@@ -42,30 +42,10 @@ final class ConnectionRetirementReporter: Sendable {
         }
     }
 
-    /// When to write a line: the first of a kind, then the first after `quietSeconds`
-    /// without one, carrying how many were not logged since the last line.
-    struct LogGate: Sendable {
-        var quietSeconds: Double = 60
-        private var lastLoggedAt: [Cause: Double] = [:]
-        private var unlogged: [Cause: Int] = [:]
-
-        init(quietSeconds: Double = 60) { self.quietSeconds = quietSeconds }
-
-        /// Nil when this one stays silent; else how many came unlogged before it.
-        mutating func admit(_ cause: Cause, now: Double) -> Int? {
-            if let last = lastLoggedAt[cause], now - last < quietSeconds {
-                unlogged[cause, default: 0] += 1
-                return nil
-            }
-            lastLoggedAt[cause] = now
-            return unlogged.removeValue(forKey: cause) ?? 0
-        }
-    }
-
     private let app: String
     private let environment: String
     private let counters: [Cause: Counter]
-    private let gate: Lock<LogGate>
+    private let gate: Lock<LogGate<Cause>>
     private let logger: Logger
     private let clock: @Sendable () -> Double
 
@@ -76,7 +56,7 @@ final class ConnectionRetirementReporter: Sendable {
         counters = Dictionary(uniqueKeysWithValues: Cause.allCases.map {
             ($0, metrics.connectionRetirement(app: app, environment: environment, reason: $0.rawValue))
         })
-        gate = Lock(LogGate(quietSeconds: quietSeconds))
+        gate = Lock(LogGate<Cause>(quietSeconds: quietSeconds))
         self.logger = logger
         self.clock = clock
     }
