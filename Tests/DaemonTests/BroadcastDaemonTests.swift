@@ -67,6 +67,35 @@ import Testing
         }
     }
 
+    /// Twenty broadcasts to a channel APNs does not know are dead-lettered together: every one
+    /// is counted, and the log has one line for the app and reason, not one per broadcast.
+    @Test func manyBroadcastsDeadLetteredAtOnceMakeOneLogLine() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let log = MemoryLogSink()
+            let pipeline = try harness.pipeline(log: log)
+            let connection = try database.connect()
+            defer { connection.close() }
+            for _ in 0..<20 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'bm8tc3VjaC1jaGFubmVs', $1)", [Self.update])
+            }
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'ChannelNotRegistered%'") == 20
+            })
+            #expect(harness.mock.stats.rejected("ChannelNotRegistered") == 20)
+            #expect(DaemonHarness.wait(seconds: 5) {
+                pipeline.context.metrics.registry.expositionText()
+                    .contains(#"pushd_dead_letters_total{app="shop",lane="broadcast",reason="ChannelNotRegistered"} 20"#)
+            })
+            let lines = log.lines.filter { $0.contains("dead-lettered") && $0.contains("broadcast") }
+            #expect(lines.count == 1, "\(lines.count) lines: \(lines.prefix(3))")
+            #expect(lines.first.map { $0.contains(#""event":"broadcast_dead_lettered""#) && $0.contains(#""reason":"ChannelNotRegistered""#)
+                && $0.contains(#""app":"shop""#) } == true, "\(lines.prefix(3))")
+        }
+    }
+
     @Test func broadcastsAnsweredTooManyRequestsOrServiceUnavailableAreRetriedUntilAccepted() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database,

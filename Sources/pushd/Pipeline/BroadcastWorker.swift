@@ -86,6 +86,7 @@ final class BroadcastWorker: @unchecked Sendable {
                     context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
                 }
                 for job in jobs { try send(job, on: connection) }
+                context.broadcastDeadLetters.flush()
                 failures = 0
                 if operations.isEmpty && jobs.isEmpty {
                     // Woken by the tables' notifications; the time-out catches scheduled and
@@ -358,8 +359,7 @@ final class BroadcastWorker: @unchecked Sendable {
         try broadcasts.dead(connection, id: job.id, status: status, reason: reason)
         context.metrics.deadLetter(app: job.app, lane: Self.lane, reason: label).increment()
         context.tally.add(context.tally.dead)
-        context.logger.warning("broadcast \(job.id) to channel \(job.channelID) of app \(job.app) dead-lettered: \(reason)",
-                               ("app", .string(job.app)))
+        context.broadcastDeadLetters.deadLettered(id: job.id, channel: job.channelID, app: job.app, label: label, reason: reason)
     }
 
     // MARK: Transport

@@ -22,6 +22,8 @@ final class PipelineContext: @unchecked Sendable {
     let tally = Tally()
     let throttle = TokenThrottle()
     let operatorLog: OperatorLog
+    /// One line per app and reason a minute for dead-lettered broadcasts.
+    let broadcastDeadLetters: BroadcastDeadLetterLog
     /// The environments of its apps this instance cannot send to, and who can.
     let coverage: EnvironmentCoverage
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
@@ -52,6 +54,7 @@ final class PipelineContext: @unchecked Sendable {
         self.logger = logger
         coverage = EnvironmentCoverage(apps: config.apps, logger: logger, metrics: metrics)
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
+        broadcastDeadLetters = BroadcastDeadLetterLog(logger: logger)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
         // Every app's lanes show 0 from the start in each environment it can send to, so a query
         // sees an outage begin, not a series appear; probes too, so an increase() over the first
