@@ -10,36 +10,18 @@ import Testing
 /// environment leaves that environment's work to a live instance that has one, and only when
 /// none has is the work dead-lettered, with an error line naming the setting to add.
 @Suite(.serialized) struct EnvironmentClaimTests {
-    /// The harness's mock stands for the production host; `sandbox` is a second one that takes
-    /// the harness's client certificate.
-    struct Hosts {
-        let harness: DaemonHarness
-        let sandbox: APNsMockServer
-        let sandboxPort: UInt16
-
-        init(database: IsolatedDatabase) throws {
-            harness = try DaemonHarness(database: database)
-            let certificates = harness.certificates
-            var configuration = MockConfiguration(certificateChainFile: certificates.serverCertificate,
-                                                  privateKeyFile: certificates.serverKey)
-            configuration.authentication = .certificate(clientCAFile: certificates.caCertificate)
-            configuration.logsAccepted = true
-            sandbox = try APNsMockServer(configuration: configuration)
-            sandboxPort = try sandbox.start()
-        }
-
-        /// App `shop` with a production certificate and, when asked, a sandbox one.
-        func config(sandboxCertificate: Bool) -> PushdConfig {
-            var config = harness.config()
-            let certificates = harness.certificates
-            let certificate = PushdConfig.Credentials.certificate(certificateFile: certificates.clientCertificate,
-                                                                 keyFile: certificates.clientKey, pkcs12File: nil, password: nil)
-            config.apps[0].environment = .production
-            config.apps[0].credentials = certificate
-            if sandboxCertificate { config.apps[0].otherCertificates[.sandbox] = certificate }
-            config.apns.sandboxHostOverride = "127.0.0.1:\(sandboxPort)"
-            return config
-        }
+    /// App `shop` with a production certificate and, when asked, a sandbox one: the harness's
+    /// mock stands for the production host, `fleet`'s certificate mock for the sandbox one.
+    static func config(_ fleet: TwoInstanceFleet, sandboxCertificate: Bool) -> PushdConfig {
+        var config = fleet.harness.config()
+        let certificates = fleet.harness.certificates
+        let certificate = PushdConfig.Credentials.certificate(certificateFile: certificates.clientCertificate,
+                                                             keyFile: certificates.clientKey, pkcs12File: nil, password: nil)
+        config.apps[0].environment = .production
+        config.apps[0].credentials = certificate
+        if sandboxCertificate { config.apps[0].otherCertificates[.sandbox] = certificate }
+        config.apns.sandboxHostOverride = "127.0.0.1:\(fleet.certificatePorts[0])"
+        return config
     }
 
     static let payload = #"{"aps":{"alert":"hi"}}"#
@@ -61,14 +43,15 @@ import Testing
 
     @Test func sandboxJobsWaitForTheLiveInstanceWithASandboxCertificateAndNoneIsDeadLettered() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database)
-            defer { hosts.sandbox.stop() }
+            let fleet = try TwoInstanceFleet(database: database, certificateHosts: 1)
+            defer { fleet.stop() }
+            let sandbox = fleet.certificateHosts[0]
             // B (both certificates) is registered; A (production only) sends first, alone.
-            let b = try hosts.harness.pipeline(hosts.config(sandboxCertificate: true), instance: "b")
+            let b = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: true), instance: "b")
             let heartbeatB = InstanceHeartbeat(pipeline: b, host: "host-b", pid: 1)
             heartbeatB.start()
             defer { heartbeatB.stop() }
-            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a")
+            let a = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: false), instance: "a")
             let heartbeatA = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
             heartbeatA.start()
             defer { heartbeatA.stop() }
@@ -87,7 +70,7 @@ import Testing
             defer { b.stop(deadline: Timestamp().addingTimeInterval(5)) }
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
-            #expect(hosts.sandbox.acceptedLog.map(\.token).sorted() == tokens)
+            #expect(sandbox.acceptedLog.map(\.token).sorted() == tokens)
             // No attempt was spent on them by A; its gauge shows the environment left to B, and
             // the token work, which no instance of these two has a key for, as dead-lettered.
             let text = a.context.metrics.registry.expositionText()
@@ -100,10 +83,11 @@ import Testing
 
     @Test func withNoLiveInstanceForTheEnvironmentItsJobsAreDeadLetteredWithOneErrorLineNamingTheSetting() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database)
-            defer { hosts.sandbox.stop() }
+            let fleet = try TwoInstanceFleet(database: database, certificateHosts: 1)
+            defer { fleet.stop() }
+            let sandbox = fleet.certificateHosts[0]
             let log = MemoryLogSink()
-            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a", log: log)
+            let a = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: false), instance: "a", log: log)
             let heartbeat = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
             heartbeat.start()
             defer { heartbeat.stop() }
@@ -115,7 +99,7 @@ import Testing
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             #expect(try DaemonHarness.count(connection,
                                             "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'NoCredentialsForEnvironment: app shop has no certificate for sandbox%'") == 20)
-            #expect(hosts.sandbox.stats.accepted == 0)
+            #expect(sandbox.stats.accepted == 0)
             let lines = log.lines.filter { $0.contains("no_credentials_for_environment") }
             #expect(lines.count == 1, "\(log.lines)")
             #expect(lines.first.map { $0.contains("sandbox_certificate") && $0.contains("\"app\":\"shop\"") && $0.contains("\"environment\":\"sandbox\"") } == true,
@@ -128,10 +112,11 @@ import Testing
 
     @Test func campaignTargetsOfAnEnvironmentNoInstanceCanSendAreDeadLetteredWithTheSameErrorLine() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database)
-            defer { hosts.sandbox.stop() }
+            let fleet = try TwoInstanceFleet(database: database, certificateHosts: 1)
+            defer { fleet.stop() }
+            let sandbox = fleet.certificateHosts[0]
             let log = MemoryLogSink()
-            let a = try hosts.harness.pipeline(hosts.config(sandboxCertificate: false), instance: "a", log: log)
+            let a = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: false), instance: "a", log: log)
             a.start()
             defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
@@ -143,7 +128,7 @@ import Testing
             #expect(try store.start(connection, id: id) == .running)
 
             #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
-            #expect(hosts.sandbox.stats.accepted == 0)
+            #expect(sandbox.stats.accepted == 0)
             let lines = log.lines.filter { $0.contains("no_credentials_for_environment") }
             #expect(lines.count == 1, "\(log.lines)")
             #expect(lines.first.map { $0.contains("sandbox_certificate") && $0.contains("\"lane\":\"campaign\"") } == true, "\(lines)")

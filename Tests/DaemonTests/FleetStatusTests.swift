@@ -161,14 +161,12 @@ import Testing
     /// the second; once the keyed one stops, status says no live instance has a key for `shop`.
     @Test func whatEachInstanceAdvertisesAndLeavesToTheOthersIsShown() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try TokenCoverageTests.Hosts(database: database)
-            defer { hosts.certificateMock.stop() }
-            let harness = hosts.harness
-            let keyed = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: harness.directory + "/keyed.log")
-            defer { Self.stop(keyed) }
-            let certificate = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(),
-                                                           log: harness.directory + "/certificate.log")
-            defer { Self.stop(certificate) }
+            let fleet = try TokenCoverageTests.fleet(database)
+            defer { fleet.stop() }
+            let harness = fleet.harness
+            let keyed = try fleet.start(config: try harness.writeConfigFile(), log: harness.directory + "/keyed.log")
+            let certificate = try fleet.start(config: try TokenCoverageTests.writeCertificateConfig(fleet),
+                                              log: harness.directory + "/certificate.log")
 
             var status = try Self.status(database)
             #expect(try DaemonHarness.wait(seconds: 30) {

@@ -15,56 +15,15 @@ import Testing
 @Suite(.serialized) struct TokenCoverageTests {
     static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#
 
-    /// The harness's mock takes B's provider tokens (and its channel management requests); a
-    /// second one takes A's client certificate.
-    struct Hosts {
-        let harness: DaemonHarness
-        let certificateMock: APNsMockServer
-        let certificatePort: UInt16
+    /// The harness's mock takes B's provider tokens (and its channel management requests);
+    /// `fleet`'s certificate mock takes A's client certificate.
+    static func fleet(_ database: IsolatedDatabase) throws -> TwoInstanceFleet {
+        try TwoInstanceFleet(database: database, certificateHosts: 1)
+    }
 
-        init(database: IsolatedDatabase) throws {
-            harness = try DaemonHarness(database: database)
-            let certificates = harness.certificates
-            var configuration = MockConfiguration(certificateChainFile: certificates.serverCertificate,
-                                                  privateKeyFile: certificates.serverKey)
-            configuration.authentication = .certificate(clientCAFile: certificates.caCertificate)
-            configuration.logsAccepted = true
-            certificateMock = try APNsMockServer(configuration: configuration)
-            certificatePort = try certificateMock.start()
-        }
-
-        /// A's configuration file: app `shop` with a certificate only.
-        func writeCertificateConfig() throws -> String {
-            let certificates = harness.certificates
-            let yaml = """
-            database:
-              url: \(harness.database.url)
-            metrics:
-              listen: 127.0.0.1:0
-            log:
-              level: info
-            apns:
-              host: 127.0.0.1:\(certificatePort)
-              ca_file: \(certificates.caCertificate)
-              threads: 1
-            retry:
-              base_delay_ms: 10
-              max_delay_ms: 200
-            shutdown:
-              drain_timeout_s: 5
-            apps:
-              - name: shop
-                bundle_id: \(DaemonHarness.bundleID)
-                environment: sandbox
-                certificate:
-                  cert_file: \(certificates.clientCertificate)
-                  key_file: \(certificates.clientKey)
-
-            """
-            let path = harness.directory + "/a.yml"
-            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
-            return path
-        }
+    /// A's configuration file: app `shop` with a certificate only.
+    static func writeCertificateConfig(_ fleet: TwoInstanceFleet) throws -> String {
+        try fleet.writeCertificateConfig(name: "a.yml", environment: .sandbox, host: fleet.certificatePorts[0])
     }
 
     /// A Live Activity update, a location query, an alert, a broadcast to `channel` and a
@@ -87,13 +46,11 @@ import Testing
             .require(String.self, row: 0, column: 0)) ?? "?"
     }
 
-    static func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
-
     @Test func tokenOnlyWorkOfAnInstanceWithACertificateIsSentByTheLiveInstanceWithATokenKey() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database)
-            defer { hosts.certificateMock.stop() }
-            let harness = hosts.harness
+            let fleet = try Self.fleet(database)
+            defer { fleet.stop() }
+            let harness = fleet.harness, certificateMock = fleet.certificateHosts[0]
             let connection = try database.connect()
             defer { connection.close() }
             let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
@@ -102,18 +59,13 @@ import Testing
             // B (token key) registers, then takes no work for a while (SIGSTOP): its row stays
             // live, so A knows the fleet has a key for `shop`, and A alone claims.
             let logB = harness.directory + "/b.log"
-            let b = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: logB)
-            defer { CampaignEnvironmentTests.stop(b) }
-            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
-            kill(b.processIdentifier, SIGSTOP)
             let logA = harness.directory + "/a.log"
-            let a = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(), log: logA)
-            defer { CampaignEnvironmentTests.stop(a) }
-            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 2 })
+            let (_, b) = try fleet.startPausedBThenA(configB: try harness.writeConfigFile(), logB: logB,
+                                                     configA: try Self.writeCertificateConfig(fleet), logA: logA, on: connection)
             let tokenOnly = try Self.insertWork(connection, channel: channel)
 
             // A sends the alert and leaves the rest, unsent, unspent, not dead-lettered.
-            #expect(DaemonHarness.wait(seconds: 20) { hosts.certificateMock.stats.accepted == 1 }, "\(Self.text(logA))")
+            #expect(DaemonHarness.wait(seconds: 20) { certificateMock.stats.accepted == 1 }, "\(TwoInstanceFleet.text(logA))")
             PosixThread.sleep(seconds: 3)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0,
                     "\(Self.deadJobs(connection))")
@@ -122,22 +74,22 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'pending_create' AND attempts = 0") == 1)
             #expect(harness.mock.stats.accepted == 0)
             // A's info line lists its gaps that another instance fills: the production environment and the token work.
-            let left = Self.text(logA).split(separator: "\n").filter { $0.contains("environment_coverage") }
+            let left = TwoInstanceFleet.text(logA).split(separator: "\n").filter { $0.contains("environment_coverage") }
                 .compactMap { $0.split(separator: "left to other instances: ").dropFirst().first?.split(separator: ";").first }
-            #expect(left.contains { $0.contains("shop/token") }, "\(Self.text(logA))")
+            #expect(left.contains { $0.contains("shop/token") }, "\(TwoInstanceFleet.text(logA))")
 
-            kill(b.processIdentifier, SIGCONT)
+            TwoInstanceFleet.resume(b)
             #expect(try DaemonHarness.wait(seconds: 30) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active'") == 1
-            }, "\(Self.text(logB))")
+            }, "\(TwoInstanceFleet.text(logB))")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(harness.mock.acceptedLog.map(\.token).sorted() == tokenOnly.sorted())
             #expect(harness.mock.stats.broadcastsAccepted[channel] == 1)
             #expect(harness.mock.stats.channelsCreated == channelsBefore + 1)
-            #expect(hosts.certificateMock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
-            #expect(!Self.text(logA).contains("no_token_key_in_fleet"))
+            #expect(certificateMock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
+            #expect(!TwoInstanceFleet.text(logA).contains("no_token_key_in_fleet"))
         }
     }
 
@@ -145,9 +97,9 @@ import Testing
     /// target, unsent and unspent, for B, whose parked claim alone takes them.
     @Test func aLiveActivityCampaignLeasedByTheCertificateInstanceIsSentByTheInstanceWithATokenKey() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database)
-            defer { hosts.certificateMock.stop() }
-            let harness = hosts.harness
+            let fleet = try Self.fleet(database)
+            defer { fleet.stop() }
+            let harness = fleet.harness, certificateMock = fleet.certificateHosts[0]
             let connection = try database.connect()
             defer { connection.close() }
             let store = CampaignStore()
@@ -156,19 +108,14 @@ import Testing
             #expect(try store.importTargets(connection, campaignID: id, targets: tokens.map { (token: $0, payload: String?.none) },
                                             chunkSize: 20).imported == 60)
 
-            let b = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: harness.directory + "/b.log")
-            defer { CampaignEnvironmentTests.stop(b) }
-            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
-            kill(b.processIdentifier, SIGSTOP)
             let logA = harness.directory + "/a.log"
-            let a = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(), log: logA)
-            defer { CampaignEnvironmentTests.stop(a) }
-            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 2 })
+            let (_, b) = try fleet.startPausedBThenA(configB: try harness.writeConfigFile(), logB: harness.directory + "/b.log",
+                                                     configA: try Self.writeCertificateConfig(fleet), logA: logA, on: connection)
             try store.start(connection, id: id)
 
             #expect(try DaemonHarness.wait(seconds: 30) {
                 try store.campaign(connection, id: id).map { $0.chunksDone == $0.chunksTotal } == true
-            }, "\(Self.text(logA))")
+            }, "\(TwoInstanceFleet.text(logA))")
             PosixThread.sleep(seconds: 2)
             var campaign = try #require(try store.campaign(connection, id: id))
             #expect(campaign.status == .running && campaign.sent == 0 && campaign.failed == 0,
@@ -177,28 +124,27 @@ import Testing
                 SELECT count(*) FROM pushd.campaign_retries
                 WHERE attempts = 0 AND last_error = 'TokenAuthenticationRequired: left to an instance that has a token key for app shop'
                 """) == 60)
-            #expect(harness.mock.stats.accepted == 0 && hosts.certificateMock.stats.accepted == 0)
+            #expect(harness.mock.stats.accepted == 0 && certificateMock.stats.accepted == 0)
 
-            kill(b.processIdentifier, SIGCONT)
+            TwoInstanceFleet.resume(b)
             #expect(try DaemonHarness.wait(seconds: 60) { try store.campaign(connection, id: id)?.status == .done })
             campaign = try #require(try store.campaign(connection, id: id))
             #expect(campaign.sent == 60 && campaign.failed == 0, "sent \(campaign.sent) failed \(campaign.failed) \(campaign.failedByReason)")
             #expect(harness.mock.acceptedLog.map(\.token).sorted() == tokens.sorted())
-            #expect(!Self.text(logA).contains("no_token_key_in_fleet"))
+            #expect(!TwoInstanceFleet.text(logA).contains("no_token_key_in_fleet"))
         }
     }
 
     @Test func withNoLiveInstanceHoldingATokenKeyTheTokenOnlyWorkIsDeadLetteredSayingSo() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database)
-            defer { hosts.certificateMock.stop() }
-            let harness = hosts.harness
+            let fleet = try Self.fleet(database)
+            defer { fleet.stop() }
+            let harness = fleet.harness, certificateMock = fleet.certificateHosts[0]
             let connection = try database.connect()
             defer { connection.close() }
             let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
             let logA = harness.directory + "/a.log"
-            let a = try DaemonProcessTests.start(config: try hosts.writeCertificateConfig(), log: logA)
-            defer { CampaignEnvironmentTests.stop(a) }
+            _ = try fleet.start(config: try Self.writeCertificateConfig(fleet), log: logA)
             #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
             _ = try Self.insertWork(connection, channel: channel)
             let store = CampaignStore()
@@ -213,7 +159,7 @@ import Testing
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed'") == 1
-            }, "\(Self.text(logA))")
+            }, "\(TwoInstanceFleet.text(logA))")
             let fleetWide = "%no live instance of the fleet has a token key for app shop%"
             #expect(try DaemonHarness.count(connection, """
                 SELECT count(*) FROM pushd.dead_jobs
@@ -224,10 +170,10 @@ import Testing
                 """) == 1)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE outcome LIKE '\(fleetWide)'") == 1)
             #expect(harness.mock.stats.accepted == 0 && harness.mock.stats.broadcastsAccepted.isEmpty)
-            #expect(hosts.certificateMock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
-            let lines = Self.text(logA).split(separator: "\n").filter { $0.contains("no_token_key_in_fleet") }
+            #expect(certificateMock.acceptedLog.map(\.token) == [DaemonHarness.token(1)])
+            let lines = TwoInstanceFleet.text(logA).split(separator: "\n").filter { $0.contains("no_token_key_in_fleet") }
             #expect(!lines.isEmpty && lines.allSatisfy { $0.contains("no live instance of the fleet has a token key for app shop") },
-                    "\(Self.text(logA))")
+                    "\(TwoInstanceFleet.text(logA))")
         }
     }
 }
