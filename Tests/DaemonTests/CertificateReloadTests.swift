@@ -68,35 +68,53 @@ import Testing
                             clientCA: certificates.caCertificate)
     }
 
+    /// The real `pushd run` sending app `shop` with a copy of the harness's client certificate
+    /// through a mock that requires client certificates of the harness's CA, having sent its
+    /// first three notifications.
+    final class Sending {
+        var world: TLSFailurePausesAppTests.World
+        let files: Files
+        let connection: PGConnection
+        let daemon: TLSFailurePausesAppTests.Daemon
+
+        init(database: IsolatedDatabase) throws {
+            world = try TLSFailurePausesAppTests.World(database: database)
+            try CertificateReloadTests.restartMock(&world)
+            files = try CertificateReloadTests.install(world.harness)
+            let config = try world.writeConfig(caFile: world.harness.certificates.caCertificate, app: CertificateReloadTests.app(files))
+            connection = try database.connect()
+            daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: world.harness.directory + "/pushd.log")
+            try CertificateReloadTests.enqueue(connection, from: 1, count: 3)
+            let world = self.world, daemon = self.daemon
+            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(daemon.text)")
+        }
+
+        deinit { connection.close() }
+    }
+
     /// Half a renewal copied over the certificate file, with and without SIGHUP: new connections
     /// keep presenting the certificate pushd loaded, sending goes on, and the reload says loudly
     /// that it kept it. libcurl used to read the file again for every new connection.
     @Test func aCertificateFileBrokenOnDiskIsNotUsedWithOrWithoutSIGHUP() throws {
         try IsolatedDatabase.with { database in
-            var world = try TLSFailurePausesAppTests.World(database: database)
-            try Self.restartMock(&world)
-            let files = try Self.install(world.harness)
-            let config = try world.writeConfig(caFile: world.harness.certificates.caCertificate, app: Self.app(files))
-            let connection = try database.connect()
-            defer { connection.close() }
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: world.harness.directory + "/pushd.log")
-            try Self.enqueue(connection, from: 1, count: 3)
-            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(daemon.text)")
+            let sending = try Sending(database: database)
+            defer { withExtendedLifetime(sending) {} }
+            let files = sending.files, connection = sending.connection, daemon = sending.daemon
 
             try "-----BEGIN CERTIFICATE-----\nhalf a certifi".write(toFile: files.certificate, atomically: false, encoding: .utf8)
-            try Self.restartMock(&world)
+            try Self.restartMock(&sending.world)
             try Self.enqueue(connection, from: 100, count: 3)
-            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 },
-                    "new connections must present the certificate pushd loaded, not the file: \(world.mock.stats) \(daemon.text.suffix(3000))")
-            #expect(world.mock.stats.clientCertificatesRefused == 0)
+            #expect(DaemonHarness.wait(seconds: 30) { sending.world.mock.stats.accepted == 3 },
+                    "new connections must present the certificate pushd loaded, not the file: \(sending.world.mock.stats) \(daemon.text.suffix(3000))")
+            #expect(sending.world.mock.stats.clientCertificatesRefused == 0)
             #expect(!daemon.text.contains("sending for app shop is paused"), "\(daemon.text)")
 
             kill(daemon.process.processIdentifier, SIGHUP)
             #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"config_reloaded\"") }, "\(daemon.text)")
-            try Self.restartMock(&world)
+            try Self.restartMock(&sending.world)
             try Self.enqueue(connection, from: 200, count: 3)
-            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(world.mock.stats) \(daemon.text.suffix(3000))")
-            #expect(world.mock.stats.clientCertificateSubjects.values.allSatisfy { $0 == "/CN=apns-mock client" })
+            #expect(DaemonHarness.wait(seconds: 30) { sending.world.mock.stats.accepted == 3 }, "\(sending.world.mock.stats) \(daemon.text.suffix(3000))")
+            #expect(sending.world.mock.stats.clientCertificateSubjects.values.allSatisfy { $0 == "/CN=apns-mock client" })
             let failures = daemon.text.split(separator: "\n").filter { $0.contains("credentials_reload_failed") }
             #expect(failures.count == 1, "\(failures)")
             #expect(failures.first?.contains("app shop keeps presenting the certificate /CN=apns-mock client") == true, "\(failures)")
@@ -104,7 +122,7 @@ import Testing
             #expect(daemon.metrics().contains("pushd_config_reloads_total{result=\"failure\"} 1"))
             #expect(daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 0"))
             #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
-            world.mock.stop()
+            sending.world.mock.stop()
         }
     }
 
@@ -113,33 +131,27 @@ import Testing
     /// closes the one it had opened with the old one instead of using it until it ends.
     @Test func aRenewedCertificateAndSIGHUPReachTheNextRequest() throws {
         try IsolatedDatabase.with { database in
-            var world = try TLSFailurePausesAppTests.World(database: database)
-            try Self.restartMock(&world)
-            let files = try Self.install(world.harness)
-            let config = try world.writeConfig(caFile: world.harness.certificates.caCertificate, app: Self.app(files))
-            let connection = try database.connect()
-            defer { connection.close() }
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: world.harness.directory + "/pushd.log")
-            try Self.enqueue(connection, from: 1, count: 3)
-            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 3 }, "\(daemon.text)")
+            let sending = try Sending(database: database)
+            defer { withExtendedLifetime(sending) {} }
+            let files = sending.files, connection = sending.connection, daemon = sending.daemon
 
-            try Self.renew(world.harness, files, name: "renewed client")
+            try Self.renew(sending.world.harness, files, name: "renewed client")
             kill(daemon.process.processIdentifier, SIGHUP)
             #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"config_reloaded\"") }, "\(daemon.text)")
             try Self.enqueue(connection, from: 100, count: 1)
-            #expect(DaemonHarness.wait(seconds: 30) { world.mock.stats.accepted == 4 }, "\(daemon.text)")
-            let stats = world.mock.stats
-            let subjects = world.mock.acceptedLog.map { stats.clientCertificateSubjects[$0.connectionID] ?? "none" }
+            #expect(DaemonHarness.wait(seconds: 30) { sending.world.mock.stats.accepted == 4 }, "\(daemon.text)")
+            let stats = sending.world.mock.stats
+            let subjects = sending.world.mock.acceptedLog.map { stats.clientCertificateSubjects[$0.connectionID] ?? "none" }
             #expect(subjects == ["/CN=apns-mock client", "/CN=apns-mock client", "/CN=apns-mock client", "/CN=renewed client"],
                     "\(stats) \(daemon.text.suffix(3000))")
-            #expect(DaemonHarness.wait(seconds: 10) { world.mock.stats.connectionsClosed >= 1 }, "\(world.mock.stats)")
+            #expect(DaemonHarness.wait(seconds: 10) { sending.world.mock.stats.connectionsClosed >= 1 }, "\(sending.world.mock.stats)")
             let text = daemon.text
             #expect(text.contains("certificates reloaded for apps shop (sandbox)"), "\(text)")
             let line = text.split(separator: "\n").first { $0.contains("\"event\":\"certificate_reloaded\"") }
             #expect(line?.contains("app shop presents the certificate /CN=renewed client") == true, "\(text)")
             #expect(!text.contains("credentials_reload_failed"))
             #expect(daemon.metrics().contains("pushd_config_reloads_total{result=\"success\"} 1"))
-            world.mock.stop()
+            sending.world.mock.stop()
         }
     }
 }
