@@ -39,11 +39,11 @@ import Testing
         _ = try connection.execute(script: "ALTER TABLE pushd.campaigns ADD CONSTRAINT \(check) \(definition)")
     }
 
-    /// Runs `pushd campaign <arguments>` against `database`; returns its exit status and output.
+    /// Runs `pushd <arguments>` against `database`; returns its exit status and output.
     static func command(_ arguments: [String], _ database: IsolatedDatabase) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
-        process.arguments = ["campaign"] + arguments + ["--database-url", database.url]
+        process.arguments = arguments + ["--database-url", database.url]
         process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }
         let output = Pipe()
         process.standardOutput = output
@@ -83,12 +83,19 @@ import Testing
             }, "\(daemon.metrics())")
 
             for action in ["pause", "cancel"] {
-                let run = try Self.command([action, String(id)], database)
+                let run = try Self.command(["campaign", action, String(id)], database)
                 #expect(run.status != 0)
                 #expect(run.output.contains("cannot \(action) campaign \(id)") && run.output.contains("CHECK campaigns_payload_shape")
                         && run.output.contains("pushd.campaigns.payload") && run.output.contains("UPDATE pushd.campaigns"),
                         "\(run.output)")
             }
+
+            let shown = try Self.command(["campaign", "status", String(id)], database)
+            #expect(shown.status == 0 && shown.output.contains("held:") && shown.output.contains("CHECK campaigns_payload_shape"),
+                    "\(shown.output)")
+            let fleet = try Self.command(["status"], database)
+            #expect(fleet.output.contains("campaign \(id) of app shop is held and sends nothing: CHECK campaigns_payload_shape"),
+                    "\(fleet.output)")
 
             // The operator corrects the column: the hold ends, the rest is sent, nothing twice.
             try connection.query(#"UPDATE pushd.campaigns SET payload = '{"aps":{"alert":"fallback"}}' WHERE id = $1"#, [id])

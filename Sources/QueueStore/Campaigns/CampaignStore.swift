@@ -246,8 +246,10 @@ public struct CampaignStore: Sendable {
                                        chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         try connection.transaction {
             try connection.execute(script: "SET LOCAL statement_timeout = 0")
-            let result = try connection.query("SELECT imported, duplicates FROM pushd.campaign_import_tokens_counted($1, $2, $3, $4, $5)",
-                                              [campaignID, environment, userIDs, updatedSince, chunkSize])
+            let result = try writingRow(connection, campaignID: campaignID, doing: "import targets into campaign \(campaignID)") {
+                try connection.query("SELECT imported, duplicates FROM pushd.campaign_import_tokens_counted($1, $2, $3, $4, $5)",
+                                     [campaignID, environment, userIDs, updatedSince, chunkSize])
+            }
             return TargetImportResult(imported: try result.require(row: 0, column: 0), duplicatesDropped: try result.require(row: 0, column: 1))
         }
     }
