@@ -408,14 +408,15 @@ public struct CampaignStore: Sendable {
             WHERE campaign_id = $1 AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
             RETURNING campaign_id
         ), held AS (
-            UPDATE pushd.campaign_refusals r
-            SET sent = r.sent + $7, failed = r.failed + $8, pruned = r.pruned + $9, pruned_kept = r.pruned_kept + $12,
-                failed_by_reason = CASE WHEN cardinality($10::text[]) = 0 THEN r.failed_by_reason
-                    ELSE pushd.add_counts(r.failed_by_reason,
+            -- A campaign whose row a CHECK refuses (CampaignRefusal) counts with its hold.
+            UPDATE pushd.campaign_refusals h
+            SET sent = h.sent + $7, failed = h.failed + $8, pruned = h.pruned + $9, pruned_kept = h.pruned_kept + $12,
+                failed_by_reason = CASE WHEN cardinality($10::text[]) = 0 THEN h.failed_by_reason
+                    ELSE pushd.add_counts(h.failed_by_reason,
                         (SELECT jsonb_object_agg(r, n) FROM unnest($10::text[], $11::bigint[]) AS u(r, n))) END,
-                chunks_done = r.chunks_done + CASE WHEN $5 = 'finish' THEN 1 ELSE 0 END
-            FROM ch WHERE r.campaign_id = ch.campaign_id
-            RETURNING r.campaign_id
+                chunks_done = h.chunks_done + CASE WHEN $5 = 'finish' THEN 1 ELSE 0 END
+            FROM ch WHERE h.campaign_id = ch.campaign_id
+            RETURNING h.campaign_id
         ), k AS (
             UPDATE pushd.campaigns k
             SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9, pruned_kept = k.pruned_kept + $12,

@@ -239,7 +239,7 @@ enum CampaignCommand {
         }
         for line in CampaignReport.statusLines(campaign, now: Timestamp()) { context.output(line) }
         if let held = try CampaignStore().refusal(connection, campaignID: id) {
-            context.output("held:       sends nothing: \(held.explanation)")
+            context.output("held:       \(held.explanation)")
         }
         return 0
     }

@@ -52,7 +52,7 @@ extension PipelineContext {
             return true
         }
         guard due else { return }
-        logger.error("campaign \(held.campaignID) of app \(held.app) is held and sends nothing more: \(held.explanation)",
+        logger.error("campaign \(held.campaignID) of app \(held.app) is held: \(held.explanation)",
                      ("event", "campaign_refused"), ("campaign", .int(held.campaignID)), ("app", .string(held.app)),
                      ("table", "pushd.campaigns"), ("check", .string(held.check ?? "unknown")))
     }
