@@ -94,6 +94,31 @@ import Testing
         }
     }
 
+    /// A parked batch's claim and its counts are one transaction: a refused count rolled the
+    /// claim back, and every target of the batch, sent already, was claimed and sent again.
+    @Test func aParkedBatchWhoseCountIsRefusedIsSettledOnceAndCountedWithTheHold() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let id = try refusedCampaign(connection, targets: 2, chunkSize: 2)
+            try connection.query("""
+                INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, due_at, attempts, first_attempt_at, last_error)
+                VALUES ($1, 0, 0, $2, now(), 1, now(), 'InternalServerError'), ($1, 0, 1, $3, now(), 1, now(), 'InternalServerError')
+                """, [id, Fixtures.token(1), Fixtures.token(2)])
+            let batch = try #require(try campaigns.claimParked(connection, limit: 10, apps: ["shop"]))
+            #expect(batch.targets.count == 2)
+            var outcomes = ParkedOutcomes()
+            outcomes.sent = 2
+            #expect(try campaigns.settleParked(connection, batch, outcomes) == [])
+            #expect(!connection.isInTransaction)
+            #expect(try connection.query("SELECT count(*) FROM pushd.campaign_retries").require(Int.self, row: 0, column: 0) == 0,
+                    "the claim is committed: nothing of the batch is sent again")
+            #expect(try connection.query("SELECT sent FROM pushd.campaign_refusals WHERE campaign_id = $1", [id])
+                .require(Int.self, row: 0, column: 0) == 2)
+            #expect(try campaigns.claimParked(connection, limit: 10, apps: ["shop"]) == nil)
+        }
+    }
+
     /// The idle sweep that closes finished campaigns is one UPDATE of them all: a refused row
     /// failed it on every turn. The refused campaign is held, the others closed.
     @Test func closingFinishedCampaignsHoldsARefusedOneAndClosesTheOthers() throws {
