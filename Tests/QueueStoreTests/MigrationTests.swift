@@ -18,7 +18,7 @@ import Testing
             let tables = try connection.query("""
                 SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = 'pushd'
                 """).require(String.self, row: 0, column: 0)
-            #expect(tables == "broadcast_jobs,campaign_chunks,campaign_retries,campaign_targets,campaigns,channels,dead_jobs,device_tokens,instances,job_dedupe_keys,job_waiters,jobs,provider_tokens,schema_migrations")
+            #expect(tables == "broadcast_jobs,campaign_chunks,campaign_refusals,campaign_retries,campaign_targets,campaigns,channels,dead_jobs,device_tokens,instances,job_dedupe_keys,job_waiters,jobs,provider_tokens,schema_migrations")
         }
     }
 

@@ -231,7 +231,7 @@ public struct PushdMetrics: Sendable {
 
         campaigns = try registry.callbackGauge(
             "pushd_campaigns",
-            help: "Campaigns by status (draft, scheduled, running, paused, done, cancelled).",
+            help: "Campaigns by status (draft, scheduled, running, paused, done, cancelled); refused: held because a CHECK of pushd.campaigns refuses to write their row, counted there only.",
             labels: ["status"])
         campaignTargetsProcessed = try registry.counter(
             "pushd_campaign_targets_processed_total",

@@ -206,4 +206,7 @@ public enum ChunkDirective: Sendable, Hashable {
     case stop(CampaignStatus)
     /// The lease expired and another worker took the chunk: stop without recording more.
     case leaseLost
+    /// A CHECK refuses to write the campaign's row (`CampaignRefusal`): the campaign is held,
+    /// this chunk's progress was written without it; release the chunk and stop.
+    case refused(CampaignRefusal)
 }

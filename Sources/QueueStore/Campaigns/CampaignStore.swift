@@ -153,7 +153,9 @@ public struct CampaignStore: Sendable {
 
     private func transition(_ connection: PGConnection, id: Int64, action: CampaignAction, sql: String,
                             extra: (Campaign) -> String? = { _ in nil }) throws -> CampaignStatus {
-        let result = try connection.query(sql, [id])
+        let result = try writingRow(connection, campaignID: id, doing: "\(action.rawValue) campaign \(id)") {
+            try connection.query(sql, [id])
+        }
         if result.rowCount == 1, let status = CampaignStatus(rawValue: try result.require(String.self, row: 0, column: 0)) {
             return status
         }
@@ -244,8 +246,10 @@ public struct CampaignStore: Sendable {
                                        chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
         try connection.transaction {
             try connection.execute(script: "SET LOCAL statement_timeout = 0")
-            let result = try connection.query("SELECT imported, duplicates FROM pushd.campaign_import_tokens_counted($1, $2, $3, $4, $5)",
-                                              [campaignID, environment, userIDs, updatedSince, chunkSize])
+            let result = try writingRow(connection, campaignID: campaignID, doing: "import targets into campaign \(campaignID)") {
+                try connection.query("SELECT imported, duplicates FROM pushd.campaign_import_tokens_counted($1, $2, $3, $4, $5)",
+                                     [campaignID, environment, userIDs, updatedSince, chunkSize])
+            }
             return TargetImportResult(imported: try result.require(row: 0, column: 0), duplicatesDropped: try result.require(row: 0, column: 1))
         }
     }
@@ -319,9 +323,11 @@ public struct CampaignStore: Sendable {
             let chunks: Int = try chunked.require(row: 0, column: 1)
             let pruned: Int = try chunked.require(row: 0, column: 2)
             if chunks > 0 {
-                try connection.query("""
-                    UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
-                    """, [campaignID, added, chunks])
+                try writingRow(connection, campaignID: campaignID, doing: "import targets into campaign \(campaignID)") {
+                    try connection.query("""
+                        UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
+                        """, [campaignID, added, chunks])
+                }
                 // Fresh statistics keep the lease on the chunk index; planned on a stale
                 // row count it can sort every chunk of the campaign for each lease.
                 try connection.execute(script: "ANALYZE pushd.campaign_chunks")
@@ -401,6 +407,16 @@ public struct CampaignStore: Sendable {
                 finished_at = CASE WHEN $5 = 'finish' THEN now() END
             WHERE campaign_id = $1 AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
             RETURNING campaign_id
+        ), held AS (
+            -- A campaign whose row a CHECK refuses (CampaignRefusal) counts with its hold.
+            UPDATE pushd.campaign_refusals h
+            SET sent = h.sent + $7, failed = h.failed + $8, pruned = h.pruned + $9, pruned_kept = h.pruned_kept + $12,
+                failed_by_reason = CASE WHEN cardinality($10::text[]) = 0 THEN h.failed_by_reason
+                    ELSE pushd.add_counts(h.failed_by_reason,
+                        (SELECT jsonb_object_agg(r, n) FROM unnest($10::text[], $11::bigint[]) AS u(r, n))) END,
+                chunks_done = h.chunks_done + CASE WHEN $5 = 'finish' THEN 1 ELSE 0 END
+            FROM ch WHERE h.campaign_id = ch.campaign_id
+            RETURNING h.campaign_id
         ), k AS (
             UPDATE pushd.campaigns k
             SET sent = k.sent + $7, failed = k.failed + $8, pruned = k.pruned + $9, pruned_kept = k.pruned_kept + $12,
@@ -414,10 +430,10 @@ public struct CampaignStore: Sendable {
                 finished_at = CASE WHEN $5 = 'finish' AND k.chunks_done + 1 >= k.chunks_total AND k.status = 'running'
                                         AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = k.id)
                                    THEN now() ELSE k.finished_at END
-            FROM ch WHERE k.id = ch.campaign_id
+            FROM ch WHERE k.id = ch.campaign_id AND NOT EXISTS (SELECT 1 FROM held)
             RETURNING k.status
         )
-        SELECT status FROM k\(synchronous ? "" : " CROSS JOIN " + asyncCommit)
+        SELECT o.status, o.held FROM (SELECT status, false AS held FROM k UNION ALL SELECT NULL::text, true FROM held) o\(synchronous ? "" : " CROSS JOIN " + asyncCommit)
         """
     }
 
@@ -449,12 +465,27 @@ public struct CampaignStore: Sendable {
             throw QueueError("checkpoint position \(progress.position) is outside chunk \(chunk.chunk) of campaign \(chunk.campaignID) (size \(chunk.size))")
         }
         let reasons = progress.failedByReason.keys.sorted()
-        let result = try connection.query(connection.prepared(Self.recordSQL(synchronous: synchronousBookkeeping)), [
-            chunk.campaignID, chunk.chunk, progress.position, chunk.owner, mode, leaseSeconds,
-            progress.sent, progress.failed, progress.pruned, reasons, reasons.map { progress.failedByReason[$0]! },
-            progress.keptTokens,
-        ])
+        let write = {
+            try connection.query(connection.prepared(Self.recordSQL(synchronous: synchronousBookkeeping)), [
+                chunk.campaignID, chunk.chunk, progress.position, chunk.owner, mode, leaseSeconds,
+                progress.sent, progress.failed, progress.pruned, reasons, reasons.map { progress.failedByReason[$0]! },
+                progress.keptTokens,
+            ])
+        }
+        let result: PGResult
+        do {
+            result = try write()
+        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction {
+            // The campaign's row is refused (a NOT VALID check it breaks): held, the chunk's
+            // progress is written without it, its counts kept with the hold.
+            try hold(connection, campaignID: chunk.campaignID, refusedBy: error)
+            result = try write()
+        }
         guard result.rowCount == 1 else { return .leaseLost }
+        if try result.require(Bool.self, row: 0, column: 1) {
+            guard let held = try refusal(connection, campaignID: chunk.campaignID) else { return .leaseLost }
+            return .refused(held)
+        }
         let text: String = try result.require(row: 0, column: 0)
         guard let status = CampaignStatus(rawValue: text) else { throw QueueError("campaign \(chunk.campaignID) has unknown status '\(text)'") }
         return status == .running ? .proceed : .stop(status)

@@ -10,6 +10,7 @@ extension CampaignStore {
             SELECT extract(epoch FROM min(c.next_lease_at) - clock_timestamp())::float8
             FROM pushd.campaigns c
             WHERE c.status = 'running' AND c.next_lease_at IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = c.id)
               AND EXISTS (SELECT 1 FROM pushd.campaign_chunks ch
                           WHERE ch.campaign_id = c.id AND ch.finished_at IS NULL
                             AND (ch.lease_until IS NULL OR ch.lease_until < now()))
@@ -22,21 +23,38 @@ extension CampaignStore {
     /// sends to is held (its topic refused to the app's credentials), so its chunks stay at
     /// their checkpoints and the campaigns after it are leased meanwhile instead of waiting
     /// behind it. One write per campaign and period, none per target.
+    /// A campaign whose row a CHECK refuses is held instead (`CampaignRefusal`), which keeps it unleased too.
     public func deferLeases(_ connection: PGConnection, campaignID: Int64, seconds: Double) throws {
-        try connection.query(connection.prepared("""
-            UPDATE pushd.campaigns
-            SET next_lease_at = greatest(coalesce(next_lease_at, now()), now() + make_interval(secs => $2))
-            WHERE id = $1 AND status = 'running'
-            """), [campaignID, seconds])
+        do {
+            try connection.query(connection.prepared("""
+                UPDATE pushd.campaigns
+                SET next_lease_at = greatest(coalesce(next_lease_at, now()), now() + make_interval(secs => $2))
+                WHERE id = $1 AND status = 'running'
+                """), [campaignID, seconds])
+        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction {
+            try hold(connection, campaignID: campaignID, refusedBy: error)
+        }
     }
 
     /// Ends `deferLeases` for `campaignIDs` (the hold ended): leasable now; a capped
     /// campaign keeps its pace from here.
     public func undeferLeases(_ connection: PGConnection, campaignIDs: [Int64]) throws {
-        try connection.query("""
+        let undefer = """
             UPDATE pushd.campaigns
             SET next_lease_at = CASE WHEN rate_limit IS NULL THEN NULL ELSE least(next_lease_at, now()) END
             WHERE id = ANY ($1::bigint[]) AND status = 'running'
-            """, [campaignIDs])
+            """
+        do {
+            try connection.query(undefer, [campaignIDs])
+        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction {
+            // One by one: a campaign whose row a CHECK refuses is held, the others undeferred.
+            for id in campaignIDs {
+                do {
+                    try connection.query(undefer, [[id]])
+                } catch let error as PGError where error.code == .checkViolation {
+                    try hold(connection, campaignID: id, refusedBy: error)
+                }
+            }
+        }
     }
 }

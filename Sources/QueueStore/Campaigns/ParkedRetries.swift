@@ -80,7 +80,7 @@ extension CampaignStore {
         WITH picked AS (
             SELECT r.campaign_id FROM pushd.campaign_retries r
             JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running' AND k.app = ANY ($2::text[])
-            WHERE r.due_at <= now() ORDER BY r.due_at LIMIT 1
+            WHERE r.due_at <= now() AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id) ORDER BY r.due_at LIMIT 1
         ), due AS (
             SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r, picked
             WHERE r.campaign_id = picked.campaign_id AND r.due_at <= now()
@@ -104,7 +104,7 @@ extension CampaignStore {
             SELECT r.campaign_id FROM pushd.campaign_retries r
             JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running'
             JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
-            WHERE r.due_at <= now() AND \(parkedNotLeft)
+            WHERE r.due_at <= now() AND \(parkedNotLeft) AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id)
             ORDER BY r.due_at LIMIT 1
         ), due AS (
             SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r
@@ -127,20 +127,33 @@ extension CampaignStore {
         AND (a.token_only IS NULL OR k.push_type <> ALL ($6::text[]))
         """
 
+    /// The counts go to the campaign's hold while a CHECK refuses its row (`CampaignRefusal`).
     static let countParkedSQL = """
+        WITH held AS (
+            UPDATE pushd.campaign_refusals h
+            SET sent = h.sent + $2, failed = h.failed + $3, pruned = h.pruned + $4, pruned_kept = h.pruned_kept + $7,
+                failed_by_reason = CASE WHEN cardinality($5::text[]) = 0 THEN h.failed_by_reason
+                    ELSE pushd.add_counts(h.failed_by_reason,
+                        (SELECT jsonb_object_agg(r, n) FROM unnest($5::text[], $6::bigint[]) AS u(r, n))) END
+            WHERE h.campaign_id = $1
+            RETURNING h.campaign_id
+        )
         UPDATE pushd.campaigns k
         SET sent = k.sent + $2, failed = k.failed + $3, pruned = k.pruned + $4, pruned_kept = k.pruned_kept + $7,
             failed_by_reason = CASE WHEN cardinality($5::text[]) = 0 THEN k.failed_by_reason
                 ELSE pushd.add_counts(k.failed_by_reason,
                     (SELECT jsonb_object_agg(r, n) FROM unnest($5::text[], $6::bigint[]) AS u(r, n))) END
-        WHERE k.id = $1
+        WHERE k.id = $1 AND NOT EXISTS (SELECT 1 FROM held)
         """
 
-    /// Running campaigns whose chunks are all finished and of which nothing is parked.
+    /// Running campaigns whose chunks are all finished and of which nothing is parked (and
+    /// whose row no CHECK refuses: a held campaign is closed when its hold ends).
     static let closeSQL = """
         UPDATE pushd.campaigns k SET status = 'done', finished_at = now()
         WHERE k.status = 'running' AND k.chunks_done >= k.chunks_total AND k.chunks_total > 0
           AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = k.id)
+          AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id)
+          AND ($1::bigint IS NULL OR k.id = $1)
         RETURNING k.id
         """
 
@@ -149,7 +162,7 @@ extension CampaignStore {
     @discardableResult
     public func finish(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
                        parking parked: [ParkedTarget]) throws -> ChunkDirective {
-        try parking(parked, on: connection) { try finish(connection, chunk, progress) }
+        try parking(parked, campaignID: chunk.campaignID, on: connection) { try finish(connection, chunk, progress) }
     }
 
     /// Parks `parked` and releases the chunk at `progress.position`, in one transaction: a
@@ -159,12 +172,25 @@ extension CampaignStore {
     @discardableResult
     public func release(_ connection: PGConnection, _ chunk: CampaignChunk, _ progress: ChunkProgress,
                         parking parked: [ParkedTarget]) throws -> ChunkDirective {
-        try parking(parked, on: connection) { try release(connection, chunk, progress) }
+        try parking(parked, campaignID: chunk.campaignID, on: connection) { try release(connection, chunk, progress) }
     }
 
-    /// Runs `record` (which finishes or releases a chunk) in one transaction with parking `parked`.
-    private func parking(_ parked: [ParkedTarget], on connection: PGConnection,
+    /// Runs `record` (which finishes or releases a chunk of campaign `campaignID`) in one
+    /// transaction with parking `parked`. When a CHECK refuses the campaign's row, the campaign
+    /// is held (`CampaignRefusal`) and the transaction done again: the chunk's progress and its
+    /// parked targets are written, its counts kept with the hold.
+    private func parking(_ parked: [ParkedTarget], campaignID: Int64, on connection: PGConnection,
                          _ record: () throws -> ChunkDirective) throws -> ChunkDirective {
+        do {
+            return try parkingOnce(parked, on: connection, record)
+        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction && !parked.isEmpty {
+            try hold(connection, campaignID: campaignID, refusedBy: error)
+            return try parkingOnce(parked, on: connection, record)
+        }
+    }
+
+    private func parkingOnce(_ parked: [ParkedTarget], on connection: PGConnection,
+                             _ record: () throws -> ChunkDirective) throws -> ChunkDirective {
         if parked.isEmpty { return try record() }
         try connection.execute(script: "BEGIN")
         do {
@@ -314,10 +340,23 @@ extension CampaignStore {
             let reasons = outcomes.failedByReason.keys.sorted()
             let failed = outcomes.failedByReason.values.reduce(0, +)
             if outcomes.sent + failed > 0 {
-                try connection.query(connection.prepared(Self.countParkedSQL), [
+                let counts: [any PGParameter] = [
                     batch.campaignID, outcomes.sent, failed, outcomes.pruned, reasons, reasons.map { outcomes.failedByReason[$0]! },
                     outcomes.keptTokens,
-                ])
+                ]
+                // The batch's claim is in this transaction: a CHECK refusing the campaign's row
+                // must not roll it back, or every target just sent would be sent again.
+                try connection.execute(script: "SAVEPOINT pushd_count_parked")
+                do {
+                    try connection.query(connection.prepared(Self.countParkedSQL), counts)
+                } catch let error as PGError where error.code == .checkViolation {
+                    try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_count_parked")
+                    try connection.query("""
+                        INSERT INTO pushd.campaign_refusals (campaign_id, constraint_name, message) VALUES ($1, $2, $3)
+                        ON CONFLICT (campaign_id) DO NOTHING
+                        """, [batch.campaignID, error.constraint, error.message])
+                    try connection.query(connection.prepared(Self.countParkedSQL), counts)
+                }
             }
             try connection.execute(script: "COMMIT")
         } catch {
@@ -368,8 +407,28 @@ extension CampaignStore {
     /// parked; returns their ids. The finish of a last chunk and the settling of a last
     /// parked batch can each miss the other's uncommitted work, so workers also run this
     /// when idle.
+    /// A campaign whose row a CHECK refuses is held (`CampaignRefusal`) instead of failing the
+    /// statement for every campaign, every time.
     @discardableResult
     public func closeFinishedCampaigns(_ connection: PGConnection) throws -> [Int64] {
-        try connection.query(connection.prepared(Self.closeSQL)).rows.map { try $0.require(0) }
+        do {
+            return try connection.query(connection.prepared(Self.closeSQL), [Int64?.none]).rows.map { try $0.require(0) }
+        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction {}
+        let candidates = try connection.query("""
+            SELECT k.id FROM pushd.campaigns k
+            WHERE k.status = 'running' AND k.chunks_done >= k.chunks_total AND k.chunks_total > 0
+              AND NOT EXISTS (SELECT 1 FROM pushd.campaign_retries r WHERE r.campaign_id = k.id)
+              AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id)
+            ORDER BY k.id
+            """).rows.map { try $0.require(0, as: Int64.self) }
+        var closed = [Int64]()
+        for id in candidates {
+            do {
+                closed += try connection.query(connection.prepared(Self.closeSQL), [id]).rows.map { try $0.require(0) }
+            } catch let error as PGError where error.code == .checkViolation {
+                try hold(connection, campaignID: id, refusedBy: error)
+            }
+        }
+        return closed
     }
 }

@@ -49,7 +49,8 @@ public struct FleetSnapshot: Sendable {
 
     static let campaignsSQL = """
         SELECT id, app, name, status, targets, sent, failed, pruned, rate_limit,
-               extract(epoch FROM now() - started_at)::float8
+               extract(epoch FROM now() - started_at)::float8,
+               (SELECT coalesce(h.constraint_name, 'unnamed') FROM pushd.campaign_refusals h WHERE h.campaign_id = pushd.campaigns.id)
         FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused') ORDER BY id
         """
 
@@ -71,7 +72,8 @@ public struct FleetSnapshot: Sendable {
                 return ActiveCampaign(
                     progress: CampaignProgress(id: try row.require(0), app: try row.require(1), name: try row.require(2),
                                                status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(4),
-                                               sent: try row.require(5), failed: try row.require(6), pruned: try row.require(7)),
+                                               sent: try row.require(5), failed: try row.require(6), pruned: try row.require(7),
+                                               refusedBy: try row.get(10)),
                     rateLimit: try row.get(8), runningSeconds: try row.get(9))
             }
             let dead = try connection.query(deadLettersSQL).rows.map { row in

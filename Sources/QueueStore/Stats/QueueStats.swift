@@ -24,10 +24,13 @@ public struct CampaignProgress: Sendable, Hashable {
     public var sent: Int
     public var failed: Int
     public var pruned: Int
+    /// The CHECK that refuses to write its row, while the campaign is held for it (`CampaignRefusal`).
+    public var refusedBy: String?
     public var remaining: Int { max(0, targets - sent - failed) }
 
     public init(id: Int64, app: String, name: String, status: CampaignStatus, targets: Int, sent: Int,
-                failed: Int, pruned: Int) {
+                failed: Int, pruned: Int, refusedBy: String? = nil) {
+        self.refusedBy = refusedBy
         self.id = id
         self.app = app
         self.name = name
@@ -53,22 +56,23 @@ public struct QueueStats: Sendable, Hashable {
                count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
                coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
                                                          min(created_at) FILTER (WHERE \(held)))), 0)::float8,
-               NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
+               NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text
         FROM pushd.jobs GROUP BY app
         UNION ALL
         SELECT 'broadcast', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
                count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
                coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
                                                          min(created_at) FILTER (WHERE \(held)))), 0)::float8,
-               NULL, NULL, NULL, NULL, NULL, NULL, NULL
+               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.broadcast_jobs GROUP BY app
         UNION ALL
         SELECT 'campaign', app, sum(greatest(targets - sent - failed, 0))::bigint, 0,
                coalesce(extract(epoch FROM now() - min(started_at) FILTER (WHERE status = 'running')), 0)::float8,
-               NULL, NULL, NULL, NULL, NULL, NULL, NULL
+               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused') GROUP BY app
         UNION ALL
-        SELECT 'progress', app, 0, 0, 0, id, name, status, targets, sent, failed, pruned
+        SELECT 'progress', app, 0, 0, 0, id, name, status, targets, sent, failed, pruned,
+               (SELECT coalesce(h.constraint_name, 'unnamed') FROM pushd.campaign_refusals h WHERE h.campaign_id = pushd.campaigns.id)
         FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused')
         """
 
@@ -82,7 +86,7 @@ public struct QueueStats: Sendable, Hashable {
                 stats.campaigns.append(CampaignProgress(
                     id: try row.require(5), app: try row.require(1), name: try row.require(6),
                     status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(8),
-                    sent: try row.require(9), failed: try row.require(10), pruned: try row.require(11)))
+                    sent: try row.require(9), failed: try row.require(10), pruned: try row.require(11), refusedBy: try row.get(12)))
             } else {
                 stats.lanes.append(LaneDepth(lane: LaneDepth.Lane(rawValue: kind) ?? .transactional,
                                              app: try row.require(1), depth: try row.require(2),

@@ -238,6 +238,9 @@ enum CampaignCommand {
             campaign = try watch.run(first: campaign, read: read)
         }
         for line in CampaignReport.statusLines(campaign, now: Timestamp()) { context.output(line) }
+        if let held = try CampaignStore().refusal(connection, campaignID: id) {
+            context.output("held:       \(held.explanation)")
+        }
         return 0
     }
 

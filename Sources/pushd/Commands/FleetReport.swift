@@ -147,6 +147,11 @@ struct FleetReport: Sendable {
                 problems.append("APNs is not taking notifications of app \(app) on \(record.registration.id): \(detail)")
             }
         }
+        for row in campaigns {
+            guard let check = row.campaign.progress.refusedBy else { continue }
+            let id = row.campaign.progress.id
+            problems.append("campaign \(id) of app \(row.campaign.progress.app) is held and sends nothing: CHECK \(check) of pushd.campaigns, added NOT VALID after it was created, refuses to write its row; `pushd campaign pause \(id)` says what the check says and how to end the hold (pushd.campaign_refusals)")
+        }
         for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
             problems.append("transactional jobs of app \(row.app) have been due for \(TimeText.duration(row.oldestDueSeconds))")
         }
@@ -227,7 +232,8 @@ struct FleetReport: Sendable {
         } else {
             lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "NAME"]] + campaigns.map { row in
                 let progress = row.campaign.progress
-                return [String(progress.id), progress.app, progress.status.rawValue, String(row.processed), String(progress.targets),
+                return [String(progress.id), progress.app, progress.refusedBy == nil ? progress.status.rawValue : "refused",
+                        String(row.processed), String(progress.targets),
                         row.percent.fixed(1) + "%", row.averageRate.map { $0.fixed(0) + "/s" } ?? "-",
                         row.campaign.rateLimit.map { "\($0)/s" } ?? "-", progress.name]
             }).map { "  " + $0 }

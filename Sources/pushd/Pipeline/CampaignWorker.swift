@@ -104,6 +104,8 @@ final class CampaignWorker: @unchecked Sendable {
                     nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval
                 }
                 if !context.isStopping, now >= nextCancelledSweep {
+                    // Holds found by a lease, a command or another instance are told here too.
+                    for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
@@ -647,6 +649,10 @@ final class CampaignWorker: @unchecked Sendable {
             run.stopSubmitting = true
             run.leaseLost = true
             keeper.drop(chunk)
+        case .refused(let held):
+            // Its progress is written; the chunk is released at its watermark when its answers are in.
+            context.reportRefusedCampaign(held)
+            run.stopSubmitting = true
         }
         countProcessed(counted, app: chunk.app)
         run.progress = ChunkProgress(position: run.progress.position)
@@ -677,6 +683,7 @@ final class CampaignWorker: @unchecked Sendable {
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
         if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
+        if case .refused(let held) = directive { context.reportRefusedCampaign(held) }
         countProcessed(run.progress, app: chunk.app)
     }
 

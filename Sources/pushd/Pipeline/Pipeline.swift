@@ -436,9 +436,11 @@ final class Pipeline: @unchecked Sendable {
         for app in context.config.apps { metrics.configured(app: app.name).set(1) }
         metrics.campaigns.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()
+            // A campaign held because a CHECK refuses its row counts as refused, not as its status.
             return CampaignStatus.allCases.map { status in
-                MetricSample(labelValues: [status.rawValue], value: Double(stats.campaigns.filter { $0.status == status }.count))
-            }
+                MetricSample(labelValues: [status.rawValue],
+                             value: Double(stats.campaigns.filter { $0.status == status && $0.refusedBy == nil }.count))
+            } + [MetricSample(labelValues: ["refused"], value: Double(stats.campaigns.filter { $0.refusedBy != nil }.count))]
         }
         metrics.campaignTargetsRemaining.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()

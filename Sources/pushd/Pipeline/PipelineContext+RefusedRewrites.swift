@@ -40,6 +40,25 @@ extension PipelineContext {
 }
 
 extension PipelineContext {
+    /// A campaign held because a CHECK of `pushd.campaigns` refuses to write its row
+    /// (`CampaignRefusal`): one error line (`campaign_refused`) per campaign an hour at most per
+    /// process names the campaign, the check, what it says and how to end the hold. The hold
+    /// is counted in `pushd_campaigns{status="refused"}`, read from the database.
+    func reportRefusedCampaign(_ held: CampaignRefusal) {
+        let now = RateLimiter.monotonicSeconds()
+        let due = refusedCampaigns.withLock { logged -> Bool in
+            if let last = logged[held.campaignID], now - last < 3600 { return false }
+            logged[held.campaignID] = now
+            return true
+        }
+        guard due else { return }
+        logger.error("campaign \(held.campaignID) of app \(held.app) is held: \(held.explanation)",
+                     ("event", "campaign_refused"), ("campaign", .int(held.campaignID)), ("app", .string(held.app)),
+                     ("table", "pushd.campaigns"), ("check", .string(held.check ?? "unknown")))
+    }
+}
+
+extension PipelineContext {
     /// Token prunes a CHECK of `pushd.device_tokens` refused to write (`TokenStore.prune`): the
     /// tokens stay as they were, so each counts in `pushd_tokens_kept_total{reason="prune_refused"}`,
     /// and one error line (`token_prune_refused`) a minute at most per process names the check,

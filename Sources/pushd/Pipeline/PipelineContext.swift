@@ -43,6 +43,9 @@ final class PipelineContext: @unchecked Sendable {
     let refusedRewrites = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
     /// The same for token prunes a CHECK refused (`reportRefusedPrunes`).
     let refusedPrunes = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
+    /// Campaigns whose row a CHECK refuses (`CampaignRefusal`), by id: when their
+    /// `campaign_refused` line was last written.
+    let refusedCampaigns = Lock<[Int64: Double]>([:])
 
     init(config: PushdConfig, instance: String, senders: [String: AppSender], certificates: AppCertificates,
          metrics: PushdMetrics, logger: Logger) {
