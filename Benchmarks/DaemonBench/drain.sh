@@ -39,7 +39,8 @@
 #                               targets sent by the last checkpoint, the duplicates count not meaningful)
 #   PUSHD_BENCH_TIMELINE        with PUSHD_BENCH_SMAPS=1, print the daemon's RSS, the targets sent and
 #                               the connections open every this many seconds (default: none)
-#   PUSHD_BENCH_KEEP_LOGS       a folder to copy the daemons' and the mock's logs into at the end
+#   PUSHD_BENCH_KEEP_LOGS       a folder to copy the daemons' and the mock's logs (and the inserter's
+#                               inserts.txt, for tx-latency.py) into at the end
 #   PUSHD_BENCH_PROBE_SECONDS   probe.sh over a window of this many seconds, 3 s into the drain
 #                               (pushd and apns-mock) and 1 s into the engine's run (DispatcherBench
 #                               and apns-mock): system calls, switches, reads and writes per
@@ -61,7 +62,7 @@ mock_pid=; pushd_pids=()
 cleanup() {
   for pid in "${pushd_pids[@]}"; do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; done
   [ -n "$mock_pid" ] && kill -TERM "$mock_pid" 2>/dev/null && wait "$mock_pid" 2>/dev/null || true
-  [ -n "${PUSHD_BENCH_KEEP_LOGS:-}" ] && mkdir -p "$PUSHD_BENCH_KEEP_LOGS" && cp "$work"/*.log "$PUSHD_BENCH_KEEP_LOGS"/ 2>/dev/null
+  [ -n "${PUSHD_BENCH_KEEP_LOGS:-}" ] && mkdir -p "$PUSHD_BENCH_KEEP_LOGS" && cp "$work"/*.log "$work"/inserts.txt "$PUSHD_BENCH_KEEP_LOGS"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -95,6 +95,16 @@ def main():
         if name in ("INSERT → accepted", "COMMIT → accepted"):
             continue
         print("      %-66s %7.2f %7.2f" % (name, sum(values) / len(values), percentile(values, 0.99)))
+    # The slowest jobs one by one, with their place in the sequence: a tail of one-off
+    # costs (the first push of a lane, a reconnect, a token refresh) shows as early or lone jobs.
+    order = {job: n for n, job in enumerate(sorted(inserts), start=1)}
+    print("    slowest jobs (n-th insert: INSERT → accepted = INSERT → COMMIT + COMMIT → claimed + claim + hand-over + engine + worker, ms; woke):")
+    for job, t in sorted(traces.items(), key=lambda kv: kv[1]["created_at"] - kv[1]["answered_at"])[:5]:
+        commit = commits.get(job, inserts[job])
+        print("      #%d: %.2f = %.2f + %.2f + %.2f + %.2f + %.2f + %.2f; %s" % (
+            order[job], ms(t["answered_at"] - t["created_at"]), ms(commit - t["created_at"]),
+            ms(t["claim_started_at"] - commit), ms(t["claimed_at"] - t["claim_started_at"]),
+            ms(t["sent_at"] - t["claimed_at"]), ms(t["engine_s"]), ms(t["answered_at"] - t["sent_at"] - t["engine_s"]), t["woke"]))
     print("    the claim that found the job followed: " + ", ".join("%s %d" % kv for kv in sorted(woke.items())))
     print("tx traced=%d p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f max_ms=%.2f mean_ms=%.2f commit_p50_ms=%.2f commit_p99_ms=%.2f" % (
         len(traces), percentile(total, 0.5), percentile(total, 0.9), percentile(total, 0.99), max(total), sum(total) / len(total),
