@@ -159,10 +159,14 @@ if [ -n "${PUSHD_BENCH_PROBE_SECONDS:-}" ]; then
 fi
 # Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart. Each
 # prints its id and created_at, and the statement after it the server's clock once the
-# COMMIT has returned (tx-latency.py).
+# COMMIT has returned (tx-latency.py). They start once the first daemon's /readyz answers and
+# a second later (the drain under way): a daemon still starting on a loaded host would
+# otherwise add its start to the first jobs. psql connects before the first INSERT, and
+# created_at is each INSERT's own transaction start, so psql's start is never counted.
 tx_pid=
 if [ "$transactional" -gt 0 ]; then
-  (sleep 1; for n in $(seq "$transactional"); do
+  (for _ in $(seq 300); do curl -sf "http://127.0.0.1:${metrics_ports[0]}/readyz" >/dev/null && break; sleep 0.1; done
+   sleep 1; for n in $(seq "$transactional"); do
      printf "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', '%064x', '{\"aps\":{\"alert\":\"order %d shipped\"}}') RETURNING 'insert', id, extract(epoch FROM created_at);\n" "$((n + 7000000))" "$n"
      echo "SELECT 'commit', extract(epoch FROM clock_timestamp());"
      echo "SELECT pg_sleep(0.02);"
