@@ -10,6 +10,10 @@
 #                               (tx-latency.py), and the histogram
 #                               pushd_job_delivery_latency_seconds gives its bucket bounds
 #                               (default 0)
+#   PUSHD_BENCH_TX_GAP_MS       milliseconds between two transactional INSERTs (default 20); above
+#                               the lane's idle close, every push finds its connection idle
+#   PUSHD_BENCH_TX_IDLE_CLOSE_S apns.transactional_idle_close_s of the daemons (default: pushd's,
+#                               0 = the lane keeps its idle connections)
 #   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
 #   PUSHD_BENCH_ENGINE          0 skips DispatcherBench sending the daemon's very requests to
 #                               the same mock (default 1; needs DispatcherBench built in BIN)
@@ -107,6 +111,7 @@ apns:
 ${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
 ${PUSHD_BENCH_MAX_IN_FLIGHT:+  max_in_flight: $PUSHD_BENCH_MAX_IN_FLIGHT}
 ${PUSHD_BENCH_GROWTH_JUDGED_MS:+  connection_growth_judged_ms: $PUSHD_BENCH_GROWTH_JUDGED_MS}
+${PUSHD_BENCH_TX_IDLE_CLOSE_S:+  transactional_idle_close_s: $PUSHD_BENCH_TX_IDLE_CLOSE_S}
 workers:
   batch_size: $bench_batch
 ${campaigns_section}
@@ -157,7 +162,8 @@ if [ -n "${PUSHD_BENCH_PROBE_SECONDS:-}" ]; then
      >"$work/probe.drain" 2>&1 || true) &
   probe_pid=$!
 fi
-# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart. Each
+# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart
+# (PUSHD_BENCH_TX_GAP_MS). Each
 # prints its id and created_at, and the statement after it the server's clock once the
 # COMMIT has returned (tx-latency.py). They start once the first daemon's /readyz answers and
 # a second later (the drain under way): a daemon still starting on a loaded host would
@@ -169,7 +175,7 @@ if [ "$transactional" -gt 0 ]; then
    sleep 1; for n in $(seq "$transactional"); do
      printf "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', '%064x', '{\"aps\":{\"alert\":\"order %d shipped\"}}') RETURNING 'insert', id, extract(epoch FROM created_at);\n" "$((n + 7000000))" "$n"
      echo "SELECT 'commit', extract(epoch FROM clock_timestamp());"
-     echo "SELECT pg_sleep(0.02);"
+     echo "SELECT pg_sleep(${PUSHD_BENCH_TX_GAP_MS:-20} / 1000.0);"
    done | psql -X -q -At -F ' ' "$PUSHD_DATABASE_URL" >"$work/inserts.txt") &
   tx_pid=$!
 fi
