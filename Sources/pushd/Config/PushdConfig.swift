@@ -89,8 +89,8 @@ struct PushdConfig: Sendable, Equatable {
         /// TCP keep-alive probes start on a connection idle this long; an idle connection whose probes go unanswered for `pingTimeoutMilliseconds` is closed, not reused (libcurl offers no HTTP/2 PING on idle connections).
         var pingIntervalMilliseconds: Int = 60_000
         var pingTimeoutMilliseconds: Int = 20_000
-        /// A campaign connection unused this long is closed when the next send looks for a
-        /// connection, and that send opens a new one (TCP and TLS handshakes).
+        /// A connection of the campaign lane or of broadcasts unused this long is closed when the
+        /// next send looks for a connection, and that send opens a new one (TCP and TLS handshakes).
         var idleCloseSeconds: Int = 600
         /// The same for the transactional lane; 0 keeps its connections open however long they
         /// idle, so a push after a quiet spell pays no handshake (Apple asks providers to keep
