@@ -10,6 +10,10 @@
 #                               (tx-latency.py), and the histogram
 #                               pushd_job_delivery_latency_seconds gives its bucket bounds
 #                               (default 0)
+#   PUSHD_BENCH_TX_GAP_MS       milliseconds between two transactional INSERTs (default 20); above
+#                               the lane's idle close, every push finds its connection idle
+#   PUSHD_BENCH_TX_IDLE_CLOSE_S apns.transactional_idle_close_s of the daemons (default: pushd's,
+#                               0 = the lane keeps its idle connections)
 #   PUSHD_BENCH_H2LOAD          0 skips the h2load reference (default 1)
 #   PUSHD_BENCH_ENGINE          0 skips DispatcherBench sending the daemon's very requests to
 #                               the same mock (default 1; needs DispatcherBench built in BIN)
@@ -39,7 +43,8 @@
 #                               targets sent by the last checkpoint, the duplicates count not meaningful)
 #   PUSHD_BENCH_TIMELINE        with PUSHD_BENCH_SMAPS=1, print the daemon's RSS, the targets sent and
 #                               the connections open every this many seconds (default: none)
-#   PUSHD_BENCH_KEEP_LOGS       a folder to copy the daemons' and the mock's logs into at the end
+#   PUSHD_BENCH_KEEP_LOGS       a folder to copy the daemons' and the mock's logs (and the inserter's
+#                               inserts.txt, for tx-latency.py) into at the end
 #   PUSHD_BENCH_PROBE_SECONDS   probe.sh over a window of this many seconds, 3 s into the drain
 #                               (pushd and apns-mock) and 1 s into the engine's run (DispatcherBench
 #                               and apns-mock): system calls, switches, reads and writes per
@@ -61,7 +66,7 @@ mock_pid=; pushd_pids=()
 cleanup() {
   for pid in "${pushd_pids[@]}"; do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; done
   [ -n "$mock_pid" ] && kill -TERM "$mock_pid" 2>/dev/null && wait "$mock_pid" 2>/dev/null || true
-  [ -n "${PUSHD_BENCH_KEEP_LOGS:-}" ] && mkdir -p "$PUSHD_BENCH_KEEP_LOGS" && cp "$work"/*.log "$PUSHD_BENCH_KEEP_LOGS"/ 2>/dev/null
+  [ -n "${PUSHD_BENCH_KEEP_LOGS:-}" ] && mkdir -p "$PUSHD_BENCH_KEEP_LOGS" && cp "$work"/*.log "$work"/inserts.txt "$PUSHD_BENCH_KEEP_LOGS"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -106,6 +111,7 @@ apns:
 ${PUSHD_BENCH_MAX_CONNECTIONS:+  max_connections_per_app: $PUSHD_BENCH_MAX_CONNECTIONS}
 ${PUSHD_BENCH_MAX_IN_FLIGHT:+  max_in_flight: $PUSHD_BENCH_MAX_IN_FLIGHT}
 ${PUSHD_BENCH_GROWTH_JUDGED_MS:+  connection_growth_judged_ms: $PUSHD_BENCH_GROWTH_JUDGED_MS}
+${PUSHD_BENCH_TX_IDLE_CLOSE_S:+  transactional_idle_close_s: $PUSHD_BENCH_TX_IDLE_CLOSE_S}
 workers:
   batch_size: $bench_batch
 ${campaigns_section}
@@ -156,15 +162,20 @@ if [ -n "${PUSHD_BENCH_PROBE_SECONDS:-}" ]; then
      >"$work/probe.drain" 2>&1 || true) &
   probe_pid=$!
 fi
-# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart. Each
+# Transactional jobs while the campaign drains: one INSERT per transaction, 20 ms apart
+# (PUSHD_BENCH_TX_GAP_MS). Each
 # prints its id and created_at, and the statement after it the server's clock once the
-# COMMIT has returned (tx-latency.py).
+# COMMIT has returned (tx-latency.py). They start once the first daemon's /readyz answers and
+# a second later (the drain under way): a daemon still starting on a loaded host would
+# otherwise add its start to the first jobs. psql connects before the first INSERT, and
+# created_at is each INSERT's own transaction start, so psql's start is never counted.
 tx_pid=
 if [ "$transactional" -gt 0 ]; then
-  (sleep 1; for n in $(seq "$transactional"); do
+  (for _ in $(seq 300); do curl -sf "http://127.0.0.1:${metrics_ports[0]}/readyz" >/dev/null && break; sleep 0.1; done
+   sleep 1; for n in $(seq "$transactional"); do
      printf "INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('bench', '%064x', '{\"aps\":{\"alert\":\"order %d shipped\"}}') RETURNING 'insert', id, extract(epoch FROM created_at);\n" "$((n + 7000000))" "$n"
      echo "SELECT 'commit', extract(epoch FROM clock_timestamp());"
-     echo "SELECT pg_sleep(0.02);"
+     echo "SELECT pg_sleep(${PUSHD_BENCH_TX_GAP_MS:-20} / 1000.0);"
    done | psql -X -q -At -F ' ' "$PUSHD_DATABASE_URL" >"$work/inserts.txt") &
   tx_pid=$!
 fi

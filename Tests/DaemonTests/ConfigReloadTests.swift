@@ -146,13 +146,14 @@ import Testing
         var loaded = Self.config()
         loaded.databaseURL = "postgresql:///other"
         loaded.apns.threads = 3
+        loaded.apns.transactionalIdleCloseSeconds = 60
         loaded.apps[0].credentials = .token(teamID: "TEAM123456", keyID: "KEY7654321", keyFile: "/a.p8")
         loaded.apps[1].credentials = .certificate(certificateFile: "/c2.pem", keyFile: "/k.pem", pkcs12File: nil, password: nil)
         loaded.apps.append(PushdConfig.App(name: "mail", bundleID: "com.example.mail", environment: .sandbox,
                                            credentials: .token(teamID: "TEAM123456", keyID: "KEY1234567", keyFile: "/a.p8"),
                                            campaignRate: nil))
         #expect(ConfigChanges.needingRestart(running: Self.config(), loaded: loaded)
-                == ["database.url", "apns.threads", "apps[mail] (added)", "apps[shop].token.key_id", "apps[news].certificate.cert_file"])
+                == ["database.url", "apns.threads", "apns.transactional_idle_close_s", "apps[mail] (added)", "apps[shop].token.key_id", "apps[news].certificate.cert_file"])
         loaded = Self.config()
         loaded.apps.removeLast()
         #expect(ConfigChanges.needingRestart(running: Self.config(), loaded: loaded) == ["apps[news] (removed)"])

@@ -36,6 +36,23 @@ import Testing
         }
     }
 
+    @Test func anIdleCloseTimeOfZeroKeepsTheIdleConnectionForTheNextRequest() async throws {
+        try await withMock { server, port, material in
+            var configuration = configurationForMock(port: port, material: material, threads: 1)
+            configuration.idleCloseSeconds = 0
+            let engine = try HTTP2Dispatcher(configuration: configuration, onResult: { _ in })
+            defer { engine.shutdown() }
+            #expect(try await engine.send(unauthenticatedRequest(1)).response?.status == 200)
+            // Idle past what a 1-second idle close ends (the test below).
+            try await Task.sleep(for: .milliseconds(2300))
+            #expect(try await engine.send(unauthenticatedRequest(2)).response?.status == 200)
+            #expect(server.stats.connectionsAccepted == 1)
+            #expect(server.stats.connectionsClosed == 0)
+            #expect(engine.statistics.connectionsOpened == 1)
+            #expect(engine.statistics.connectionsClosed == 0)
+        }
+    }
+
     @Test func aConnectionIdleLongerThanTheIdleCloseTimeIsClosedAndTheNextRequestOpensAnother() async throws {
         try await withMock { server, port, material in
             var configuration = configurationForMock(port: port, material: material, threads: 1)

@@ -64,6 +64,18 @@ import Testing
         #expect(config.apps[1].credentials == .certificate(certificateFile: nil, keyFile: nil, pkcs12File: "/etc/pushd/legacy.p12", password: "from-file"))
     }
 
+    @Test func idleCloseTimesArePerLaneAndTheTransactionalLaneKeepsItsConnectionsByDefault() throws {
+        let (defaults, _) = try ConfigLoader.parse(Self.valid, environment: [:])
+        #expect(defaults.apns.idleCloseSeconds == 600)
+        #expect(defaults.apns.transactionalIdleCloseSeconds == 0)
+        let text = Self.valid.replacingOccurrences(of: "  ping_timeout_ms: 5000\n",
+                                                   with: "  ping_timeout_ms: 5000\n  idle_close_s: 120\n  transactional_idle_close_s: 3600\n")
+        let (config, warnings) = try ConfigLoader.parse(text, environment: [:])
+        #expect(warnings.isEmpty)
+        #expect(config.apns.idleCloseSeconds == 120)
+        #expect(config.apns.transactionalIdleCloseSeconds == 3600)
+    }
+
     @Test func environmentOverridesDatabaseURLAndSecrets() throws {
         let (config, _) = try ConfigLoader.parse(Self.valid, environment: [
             "PUSHD_DATABASE_URL": "postgresql://other@db/pushd",
@@ -115,6 +127,9 @@ import Testing
         ("database: {url: 'postgresql://h/d'}\napns: {threads: 0}\napps: []", "apns.threads (line 2): 0 is out of range: expected 1…64"),
         ("database: {url: 'postgresql://h/d'}\napns: {threads: many}\napps: []", "apns.threads (line 2): expected a whole number"),
         ("database: {url: 'postgresql://h/d'}\napns: {ping_timeout_ms: 0}\napps: []", "apns.ping_timeout_ms (line 2): 0 is out of range: expected 100…600000"),
+        ("database: {url: 'postgresql://h/d'}\napns: {idle_close_s: 0}\napps: []", "apns.idle_close_s (line 2): 0 is out of range: expected 1…86400"),
+        ("database: {url: 'postgresql://h/d'}\napns: {transactional_idle_close_s: -1}\napps: []",
+         "apns.transactional_idle_close_s (line 2): -1 is out of range: expected 0…86400"),
         ("database: {url: 'postgresql://h/d'}\napns: {threads: 4, connections_per_app: 2, max_connections_per_app: 6}\napps: []",
          "apns.max_connections_per_app (line 2): 6 is below apns.threads × apns.connections_per_app (8)"),
         ("database: {url: 'postgresql://h/d'}\napns: {connection_growth_judged_ms: -1}\napps: []",

@@ -80,8 +80,13 @@ public struct DispatcherConfiguration: Sendable {
     /// probes, a third of this apart. libcurl then finds it closed before reusing it.
     public var keepAliveTimeoutMilliseconds: Int
     /// Connections unused longer than this are not reused: libcurl closes such a connection
-    /// when the next request looks for one, and that request opens a new connection.
+    /// when the next request looks for one, and that request opens a new connection. 0 keeps
+    /// idle connections (Apple asks providers to keep them open): only a connection the server
+    /// or TCP keep-alive ended is replaced.
     public var idleCloseSeconds: Int
+    /// What `CURLOPT_MAXAGE_CONN` is set to when `idleCloseSeconds` is 0: ten years, far from
+    /// overflowing libcurl's milliseconds.
+    static let keptIdleSeconds = 315_360_000
     /// Transport attempts per request, counting the first; retries are transparent.
     public var maxAttempts: Int
     public var reconnectBackoff: ReconnectBackoff
@@ -192,7 +197,7 @@ public struct DispatcherConfiguration: Sendable {
         if keepAliveTimeoutMilliseconds < 1 {
             throw .invalid(field: "keepAliveTimeoutMilliseconds", value: String(keepAliveTimeoutMilliseconds), expected: "a positive number")
         }
-        if idleCloseSeconds < 1 { throw .invalid(field: "idleCloseSeconds", value: String(idleCloseSeconds), expected: "a positive number") }
+        if idleCloseSeconds < 0 { throw .invalid(field: "idleCloseSeconds", value: String(idleCloseSeconds), expected: "0 (keep idle connections) or more") }
         if maxAttempts < 1 { throw .invalid(field: "maxAttempts", value: String(maxAttempts), expected: "1 or more") }
         if let proxy, !(proxy.hasPrefix("http://") || proxy.hasPrefix("https://")) {
             throw .invalid(field: "proxy", value: proxy, expected: "an http:// or https:// URL")

@@ -70,8 +70,9 @@ extension CurlTransfer {
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, probeSeconds), "CURLOPT_TCP_KEEPINTVL")
         check(pushd_curl_easy_setopt_long(easy, CURLOPT_TCP_KEEPCNT, 3), "CURLOPT_TCP_KEEPCNT")
         // A connection idle this long is closed instead of reused: libcurl checks before
-        // every reuse, and the request that finds it too old opens a new one.
-        check(pushd_curl_easy_setopt_long(easy, CURLOPT_MAXAGE_CONN, config.idleCloseSeconds), "CURLOPT_MAXAGE_CONN")
+        // every reuse, and the request that finds it too old opens a new one. 0: kept.
+        let idleClose = config.idleCloseSeconds == 0 ? DispatcherConfiguration.keptIdleSeconds : config.idleCloseSeconds
+        check(pushd_curl_easy_setopt_long(easy, CURLOPT_MAXAGE_CONN, idleClose), "CURLOPT_MAXAGE_CONN")
         if let ca = config.trustedCAFile { check(pushd_curl_easy_setopt_string(easy, CURLOPT_CAINFO, ca), "CURLOPT_CAINFO") }
         // Without both options set, libcurl reads no_proxy, NO_PROXY, https_proxy, HTTPS_PROXY,
         // all_proxy and ALL_PROXY for every transfer (about 1,800 instructions of `getenv` per

@@ -114,6 +114,9 @@ enum ConfigLoader {
         config.apns.requestTimeoutMilliseconds = apns.int("request_timeout_ms", default: config.apns.requestTimeoutMilliseconds, range: 100...600_000)
         config.apns.pingIntervalMilliseconds = apns.int("ping_interval_ms", default: config.apns.pingIntervalMilliseconds, range: 100...3_600_000)
         config.apns.pingTimeoutMilliseconds = apns.int("ping_timeout_ms", default: config.apns.pingTimeoutMilliseconds, range: 100...600_000)
+        config.apns.idleCloseSeconds = apns.int("idle_close_s", default: config.apns.idleCloseSeconds, range: 1...86_400)
+        config.apns.transactionalIdleCloseSeconds = apns.int(
+            "transactional_idle_close_s", default: config.apns.transactionalIdleCloseSeconds, range: 0...86_400)
         config.apns.providerTokenUpdateWindowSeconds = apns.int(
             "provider_token_update_window_s", default: config.apns.providerTokenUpdateWindowSeconds,
             range: 1...Int(ProviderTokenPolicy.apnsUpdateWindowSeconds))

@@ -89,6 +89,13 @@ struct PushdConfig: Sendable, Equatable {
         /// TCP keep-alive probes start on a connection idle this long; an idle connection whose probes go unanswered for `pingTimeoutMilliseconds` is closed, not reused (libcurl offers no HTTP/2 PING on idle connections).
         var pingIntervalMilliseconds: Int = 60_000
         var pingTimeoutMilliseconds: Int = 20_000
+        /// A connection of the campaign lane or of broadcasts unused this long is closed when the
+        /// next send looks for a connection, and that send opens a new one (TCP and TLS handshakes).
+        var idleCloseSeconds: Int = 600
+        /// The same for the transactional lane; 0 keeps its connections open however long they
+        /// idle, so a push after a quiet spell pays no handshake (Apple asks providers to keep
+        /// connections open). TCP keep-alive still ends a dead one, and the next push replaces it.
+        var transactionalIdleCloseSeconds: Int = 0
         /// Age at which a provider token is replaced (1,200–3,300 s, `ProviderTokenPolicy`).
         var providerTokenRefreshSeconds: Int = 3000
         /// APNs's 20 minutes between token changes on a connection; lowered only to match a

@@ -42,6 +42,8 @@ enum ConfigChanges {
         compare("apns.request_timeout_ms") { $0.apns.requestTimeoutMilliseconds }
         compare("apns.ping_interval_ms") { $0.apns.pingIntervalMilliseconds }
         compare("apns.ping_timeout_ms") { $0.apns.pingTimeoutMilliseconds }
+        compare("apns.idle_close_s") { $0.apns.idleCloseSeconds }
+        compare("apns.transactional_idle_close_s") { $0.apns.transactionalIdleCloseSeconds }
         compare("apns.provider_token_refresh_s") { $0.apns.providerTokenRefreshSeconds }
         compare("apns.provider_token_update_window_s") { $0.apns.providerTokenUpdateWindowSeconds }
         compare("retry.max_attempts") { $0.retry.maxAttempts }

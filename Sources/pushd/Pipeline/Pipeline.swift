@@ -100,6 +100,9 @@ final class Pipeline: @unchecked Sendable {
                 } else if lane == .transactional {
                     // Few requests, each traced at debug level stage by stage (docs/queue.md).
                     configuration.recordsTransferTimings = true
+                    // Kept open while idle by default: the first push after a quiet spell would
+                    // otherwise pay a TCP and TLS handshake (docs/dispatcher.md, Keep-alive).
+                    configuration.idleCloseSeconds = config.apns.transactionalIdleCloseSeconds
                 }
                 let retirements = ConnectionRetirementReporter(app: app.name, environment: environment.rawValue,
                                                                metrics: metrics, logger: logger)
@@ -190,6 +193,7 @@ final class Pipeline: @unchecked Sendable {
         configuration.maxConnections = config.apns.maxConnectionsPerApp
         configuration.connectionGrowthJudgedOverMilliseconds = config.apns.connectionGrowthJudgedOverMilliseconds
         configuration.answerDeadlineMilliseconds = config.apns.answerDeadlineMilliseconds
+        configuration.idleCloseSeconds = config.apns.idleCloseSeconds
         return configuration
     }
 
