@@ -423,7 +423,7 @@ final class HTTP2Connection: EventLoopHandler {
         if logic.tokens.signatureChecks != checksBefore {
             core.accounting.recordTokenVerifications(logic.tokens.signatureChecks - checksBefore)
         }
-        switch verdict {
+        switch consume verdict {
         case .resetConnection:
             core.accounting.recordReset()
             resetConnection()
