@@ -13,6 +13,9 @@
 #                   zeroed after a warm-up, N requests; prints instructions per request
 #   --strace N      instead: each binary once under `strace -c -f`, N requests; prints the
 #                   system calls per request
+#   --perf N        instead: each binary once under `perf record -e cpu-clock -g`, N requests;
+#                   prints the shares by library and the top functions (perf.data kept in
+#                   /tmp/mock-cost-perf)
 #   --engine BIN    drive the mock with this DispatcherBench (2 threads x 1 connection x the
 #                   streams, a device path per request, libcurl writing each request on its
 #                   own as the daemon does) instead of h2load (--clients is then unused)
@@ -21,7 +24,7 @@
 # reads SETTINGS); h2load sends the daemon's header lines and a small payload.
 set -euo pipefail
 
-requests=200000 clients=4 streams=500 delay=0 pairs=3 callgrind=0 strace_requests=0 engine=""
+requests=200000 clients=4 streams=500 delay=0 pairs=3 callgrind=0 strace_requests=0 perf_requests=0 engine=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --requests) requests="$2"; shift 2 ;;
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
         --callgrind) callgrind="$2"; shift 2 ;;
         --strace) strace_requests="$2"; shift 2 ;;
         --engine) engine="$2"; shift 2 ;;
+        --perf) perf_requests="$2"; shift 2 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
@@ -119,6 +123,25 @@ if [ "$strace_requests" -gt 0 ]; then
         stop_mock
         echo "$mock: system calls per request ($strace_requests requests)"
         awk -v n="$strace_requests" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" { printf "  %-16s %.3f\n", $NF, $4 / n }' "$work/strace.out"
+    done
+    exit 0
+fi
+if [ "$perf_requests" -gt 0 ]; then
+    mkdir -p /tmp/mock-cost-perf
+    for mock in "${mocks[@]}"; do
+        start_mock "$mock"
+        drive 2000
+        data="/tmp/mock-cost-perf/$(basename "$mock")-d$delay.data"
+        perf record -q -e cpu-clock -g -p "$mock_pid" -o "$data" 2>/dev/null &
+        recorder=$!
+        sleep 0.5
+        drive "$perf_requests"
+        kill -INT "$recorder"; wait "$recorder" 2>/dev/null || true
+        stop_mock
+        echo "$mock: perf, $perf_requests requests, by library:"
+        perf report -i "$data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -10 || true
+        echo "$mock: top functions:"
+        perf report -i "$data" --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 || true
     done
     exit 0
 fi
