@@ -131,6 +131,44 @@ struct FaultTests {
         }
     }
 
+    /// Requests sent in bursts 30 ms apart on one connection, answered after 150 ms: every
+    /// answer arrives once, in the order the requests were sent, and none sooner than the
+    /// delay after its request was sent (the time an answer is seen here is after it arrived).
+    @Test func delayedAnswersLeaveInOrderNoneLostNoneEarly() throws {
+        let delay = 0.15
+        try withMockServer({ $0.faults.delayMilliseconds = Int(delay * 1000) }) { server, port in
+            let client = try RawH2Client(port: port)
+            defer { client.close() }
+            var sentAt: [UInt32: Timestamp] = [:]
+            var seenAt: [UInt32: Timestamp] = [:]
+            var stream: UInt32 = 1
+            for _ in 0..<5 {
+                for _ in 0..<20 {
+                    sentAt[stream] = Timestamp()
+                    #expect(client.sendRequest(stream: stream))
+                    stream += 2
+                }
+                let burstEnd = Timestamp().addingTimeInterval(0.03)
+                while Timestamp() < burstEnd {
+                    for answered in client.streams(ofType: 0x1) where seenAt[answered] == nil { seenAt[answered] = Timestamp() }
+                    usleep(1000)
+                }
+            }
+            let deadline = Timestamp().addingTimeInterval(10)
+            while seenAt.count < sentAt.count && Timestamp() < deadline {
+                for answered in client.streams(ofType: 0x1) where seenAt[answered] == nil { seenAt[answered] = Timestamp() }
+                usleep(1000)
+            }
+            let order = client.streams(ofType: 0x1)
+            #expect(order == Array(stride(from: UInt32(1), to: stream, by: 2)), "answers in the order sent, each once")
+            for (answered, seen) in seenAt {
+                let waited = seen.timeIntervalSince(sentAt[answered]!)
+                #expect(waited >= delay, "stream \(answered) answered after \(waited) s")
+            }
+            #expect(server.stats.requestsReceived == 100)
+        }
+    }
+
     @Test func randomDelayStillAnswersEveryRequest() throws {
         try withMockServer({ $0.faults.randomDelayMilliseconds = 50 }) { server, port in
             let responses = try H2Client.send((0..<50).map { .push(token: deviceToken($0)) }, port: port)

@@ -21,8 +21,8 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
     private var handlers: [Int32: EventLoopHandler] = [:]
     private var timers = TimerHeap()
     private var timerActions: [UInt64: () -> Void] = [:]
-    /// Run after the due timers of a pass: what they left to do together (one write per connection).
-    private var afterTimers: [() -> Void] = []
+    /// Answers held back by a delay, in due order: one wait for all of them, not a timer each.
+    let delayedAnswers = DelayedAnswers()
     private var nextTimerID: UInt64 = 1
     private let inbox = Lock<[@Sendable () -> Void]>([])
 
@@ -101,9 +101,18 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
         runInbox()
         fireTimers()
         while let top = timers.peek(), timerActions[top.id] == nil { _ = timers.pop() }
-        guard let top = timers.peek() else { return -1 }
-        let now = Self.nowMilliseconds()
-        return top.deadline <= now ? 0 : Int32(min(top.deadline - now, 60_000))
+        var timeout: Int32 = -1
+        if let top = timers.peek() {
+            let now = Self.nowMilliseconds()
+            timeout = top.deadline <= now ? 0 : Int32(min(top.deadline - now, 60_000))
+        }
+        if let due = delayedAnswers.nextDeadline {
+            // Rounded up: epoll waits whole milliseconds, and an answer must not leave early.
+            let now = monotonicNanoseconds()
+            let wait = due <= now ? 0 : Int32(min((due - now + 999_999) / 1_000_000, 60_000))
+            timeout = timeout < 0 ? wait : min(timeout, wait)
+        }
+        return timeout
     }
 
     func workArrived() -> Bool {
@@ -117,20 +126,14 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
     func loopFinished() {}
 
     private func fireTimers() {
-        let now = Self.nowMilliseconds()
-        while let top = timers.peek(), top.deadline <= now {
-            _ = timers.pop()
-            if let action = timerActions.removeValue(forKey: top.id) { action() }
+        if !timers.isEmpty {
+            let now = Self.nowMilliseconds()
+            while let top = timers.peek(), top.deadline <= now {
+                _ = timers.pop()
+                if let action = timerActions.removeValue(forKey: top.id) { action() }
+            }
         }
-        guard !afterTimers.isEmpty else { return }
-        let actions = afterTimers
-        afterTimers.removeAll(keepingCapacity: true)
-        for action in actions { action() }
-    }
-
-    /// Runs `action` once every timer now due has fired (on the loop's thread).
-    func afterDueTimers(_ action: @escaping () -> Void) {
-        afterTimers.append(action)
+        if !delayedAnswers.isEmpty { delayedAnswers.sendDue(now: monotonicNanoseconds()) }
     }
 
     private func runInbox() {
@@ -147,6 +150,8 @@ final class EventLoop: EpollLoopDriver, EpollHandler, @unchecked Sendable {
 struct TimerHeap {
     struct Entry { let deadline: UInt64; let id: UInt64 }
     private var entries: [Entry] = []
+
+    var isEmpty: Bool { entries.isEmpty }
 
     func peek() -> Entry? { entries.first }
 

@@ -55,6 +55,9 @@ final class HTTP2Connection: EventLoopHandler {
         var answered = false
         var responseBody: [UInt8] = []
         var responseOffset = 0
+        /// The answer a delay holds back; the loop's queue holds only the stream's id, so
+        /// an answer is not copied in and out of it.
+        var heldAnswer: Answer?
         init(streamID: Int32) {
             id = streamID
             request = IncomingRequest(streamID: streamID)
@@ -73,6 +76,7 @@ final class HTTP2Connection: EventLoopHandler {
             answered = false
             responseBody = []
             responseOffset = 0
+            heldAnswer = nil
         }
     }
 
@@ -263,20 +267,32 @@ final class HTTP2Connection: EventLoopHandler {
 
     // MARK: writing
 
-    /// Answers that come due in the same pass of the timers (requests read together, with
-    /// the same delay) go out in one TLS write, as they do without a delay: a write per
-    /// answer cost the mock and its client a system call each, which no server answering
-    /// many streams at once makes.
+    /// Answers that come due in the same pass of the loop (requests read together, with the
+    /// same delay) go out in one TLS write, as they do without a delay: a write per answer
+    /// cost the mock and its client a system call each, which no server answering many
+    /// streams at once makes.
     private var flushQueued = false
+    /// Answers of this connection the loop's `DelayedAnswers` holds.
+    private var delayedAnswersHeld = 0
 
-    fileprivate func flushAfterDueTimers() {
-        guard !flushQueued else { return }
+    /// Submits an answer whose delay is over; true when the connection is to be written
+    /// once the pass has submitted every due answer (the first of the pass for it).
+    func submitDelayedAnswer(_ streamID: Int32) -> Bool {
+        delayedAnswersHeld -= 1
+        // A stream the client reset meanwhile is gone, and its answer with it.
+        guard phase == .open, let stream = lookUp(streamID), let answer = stream.heldAnswer else { return false }
+        stream.heldAnswer = nil
+        respond(streamID, answer)
+        guard !flushQueued, phase == .open else { return false }
         flushQueued = true
-        loop.afterDueTimers { [self] in
-            flushQueued = false
-            core.accounting.recordDelayedAnswerWrite()
-            flush()
-        }
+        return true
+    }
+
+    func flushDelayedAnswers() {
+        flushQueued = false
+        guard phase == .open else { return }
+        core.accounting.recordDelayedAnswerWrite()
+        flush()
     }
 
     private func flush() {
@@ -407,7 +423,7 @@ final class HTTP2Connection: EventLoopHandler {
         if logic.tokens.signatureChecks != checksBefore {
             core.accounting.recordTokenVerifications(logic.tokens.signatureChecks - checksBefore)
         }
-        switch verdict {
+        switch consume verdict {
         case .resetConnection:
             core.accounting.recordReset()
             resetConnection()
@@ -420,11 +436,9 @@ final class HTTP2Connection: EventLoopHandler {
             if answer.delayMilliseconds == 0 {
                 respond(streamID, answer)
             } else {
-                schedule(afterMilliseconds: answer.delayMilliseconds) { connection in
-                    guard connection.phase == .open else { return }
-                    connection.respond(streamID, answer)
-                    connection.flushAfterDueTimers()
-                }
+                stream.heldAnswer = answer
+                delayedAnswersHeld += 1
+                loop.delayedAnswers.add(streamID: streamID, on: self, delayMilliseconds: answer.delayMilliseconds)
             }
         }
     }
@@ -441,6 +455,7 @@ final class HTTP2Connection: EventLoopHandler {
     fileprivate func streamClosed(_ streamID: Int32) {
         if recentStream?.id == streamID { recentStream = nil }
         guard let stream = streams.removeValue(forKey: streamID) else { return }
+        stream.heldAnswer = nil
         if spareStreams.count < Self.spareStreamLimit && stream.request.body.capacity <= Self.spareBodyCapacityLimit {
             spareStreams.append(stream)
         }
@@ -556,6 +571,10 @@ final class HTTP2Connection: EventLoopHandler {
         recentStream = nil
         for timer in timers { loop.cancel(timer) }
         timers.removeAll()
+        if delayedAnswersHeld > 0 {
+            loop.delayedAnswers.drop(for: self)
+            delayedAnswersHeld = 0
+        }
         loop.unregister(fd: fd)
         Glibc.close(fd)
         streams.removeAll()

@@ -80,6 +80,11 @@ final class RawH2Client {
         return result
     }
 
+    /// The streams of the server's frames of `type`, in the order they arrived.
+    func streams(ofType type: UInt8) -> [UInt32] {
+        Self.frames(in: received.bytes).filter { $0.type == type }.map(\.stream)
+    }
+
     private func hasFrame(type: UInt8, stream: UInt32?, endingStream: Bool) -> Bool {
         Self.frames(in: received.bytes).contains { frame in
             frame.type == type && (stream == nil || frame.stream == stream)
