@@ -5,6 +5,8 @@
 //                        [--idle-probe ROUNDS] [--max-connections N] [--coalesce-ms N]
 // --coalesce-ms sets answerCoalescingMilliseconds (what pushd's campaign lane uses): with many
 // requests in flight and answers trickling in, the loop reads its sockets less often.
+// --request-timeout-ms sets requestTimeoutMilliseconds (30,000 by default, as pushd's; 0: none):
+// under valgrind, where a request may wait longer than that, a larger one keeps it from failing.
 // --max-connections lets the engine open more connections while requests wait for a stream
 // (DispatcherConfiguration.maxConnections): for a server answering after a delay.
 // --idle-probe measures what closing idle connections costs instead: the latency of one
@@ -39,6 +41,7 @@ struct Options {
     /// The engine's window; nil keeps its default, twice the streams.
     var maxOutstanding: Int?
     var coalesceMilliseconds = 0
+    var requestTimeoutMilliseconds = 30_000
     var oneReader = false
     var headers: [String] = []
     var payloadFile: String?
@@ -49,7 +52,7 @@ func parseOptions() -> Options {
     var options = Options()
     var arguments = CommandLine.arguments.dropFirst().makeIterator()
     func fail(_ message: String) -> Never {
-        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH] [--max-outstanding N] [--header LINE]... [--payload-file FILE] [--device-paths yes]")
+        printError("DispatcherBench: \(message)\nusage: DispatcherBench --port P --ca FILE [--requests N] [--threads N] [--connections N] [--streams N] [--label TEXT] [--path PATH] [--max-outstanding N] [--request-timeout-ms N] [--header LINE]... [--payload-file FILE] [--device-paths yes]")
         exit(2)
     }
     while let flag = arguments.next() {
@@ -71,6 +74,7 @@ func parseOptions() -> Options {
         case "--max-connections": options.maxConnections = number()
         case "--max-outstanding": options.maxOutstanding = number()
         case "--coalesce-ms": options.coalesceMilliseconds = number()
+        case "--request-timeout-ms": options.requestTimeoutMilliseconds = number()
         case "--one-reader":
             guard value == "yes" || value == "no" else { fail("--one-reader takes yes or no") }
             options.oneReader = value == "yes"
@@ -154,6 +158,7 @@ do {
                                                 threads: options.idleProbeRounds > 0 ? 1 : options.threads,
                                                 connectionsPerThread: options.connections,
                                                 streamsPerConnection: options.streams,
+                                                requestTimeoutMilliseconds: options.requestTimeoutMilliseconds,
                                                 idleCloseSeconds: options.idleProbeRounds > 0 ? 1 : 600)
     configuration.maxConnections = options.maxConnections
     configuration.maxOutstanding = options.maxOutstanding

@@ -21,6 +21,8 @@ extension CurlEventLoop {
             multi.remove(easy)
             // Every handle this loop adds is one of its transfers; anything else is not ours to report.
             guard let index = CurlTransfer.poolIndex(privateData: privateData, count: transfers.count) else { return }
+            // Taken out of libcurl earlier in this batch (`handBackWaiting`): already reported.
+            guard transfers[index].pending != nil else { return }
             var status = 0
             _ = pushd_curl_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
             inCurl -= 1

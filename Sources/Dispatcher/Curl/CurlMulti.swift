@@ -120,14 +120,27 @@ final class CurlMulti: EpollHandler {
         return socketEventsHandled
     }
 
-    /// Finished transfers since the last call: (easy handle, CURLcode).
+    /// Finished transfers since the last call: (easy handle, CURLcode). All of libcurl's
+    /// messages are taken before `body` sees the first: `curl_multi_remove_handle` walks the
+    /// messages not yet read, looking for the handle's own (lib/multi.c at tag curl-8_14_1), so
+    /// removing each handle between reads walked the rest of the batch every time, k²/2 steps
+    /// for a batch of k (docs/dispatcher-measurements.md, "Streams in flight"). A handle that
+    /// `body` removes before its turn (a hand-back) still comes up: the caller skips it.
     func forEachFinished(_ body: (UnsafeMutableRawPointer, CURLcode) -> Void) {
         var remaining: Int32 = 0
+        var batch: [(easy: UnsafeMutableRawPointer, code: CURLcode)] = []
+        swap(&batch, &finishedBatch)
         while let message = curl_multi_info_read(handle, &remaining) {
             guard pushd_curl_msg_is_done(message) != 0, let easy = message.pointee.easy_handle else { continue }
-            body(easy, pushd_curl_msg_result(message))
+            batch.append((easy, pushd_curl_msg_result(message)))
         }
+        for (easy, code) in batch { body(easy, code) }
+        batch.removeAll(keepingCapacity: true)
+        swap(&batch, &finishedBatch)
     }
+
+    /// `forEachFinished`'s list, kept between calls so that a batch allocates nothing.
+    private var finishedBatch: [(easy: UnsafeMutableRawPointer, code: CURLcode)] = []
 
     /// libcurl closes `fd`: forget it whatever libcurl last asked for.
     func socketClosing(_ fd: Int32) {
