@@ -8,6 +8,11 @@ struct PushdConfig: Sendable, Equatable {
 
         /// The APNs host family of this environment.
         var apns: APNsEnvironment { self == .production ? .production : .sandbox }
+
+        /// One byte, not the raw value's text: an enum with raw values hashes its text unless
+        /// told otherwise, and the answer path looks up a metric or a template by environment
+        /// for every notification.
+        func hash(into hasher: inout Hasher) { hasher.combine(self == .production) }
     }
     enum LogLevel: String, Sendable, CaseIterable, Comparable {
         case debug, info, notice, warning, error
