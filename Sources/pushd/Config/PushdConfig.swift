@@ -46,6 +46,14 @@ struct PushdConfig: Sendable, Equatable {
             if case .token = credentials { return credentials }
             return otherCertificates[target]
         }
+
+        /// Whether `credentials(for: target)` is not nil, without copying the credentials out:
+        /// a campaign asks it for every target.
+        func hasCredentials(for target: Environment) -> Bool {
+            if target == environment { return true }
+            if case .token = credentials { return true }
+            return otherCertificates[target] != nil
+        }
     }
 
     struct APNs: Sendable, Equatable {
