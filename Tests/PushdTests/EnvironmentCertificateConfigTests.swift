@@ -44,6 +44,25 @@ import Testing
         #expect(token.credentials(for: .production) == token.credentials)
     }
 
+    /// The campaign's per-target check answers as `credentials(for:)` does, for every kind of app.
+    @Test func hasCredentialsAgreesWithTheCredentialsFound() {
+        let certificate = PushdConfig.Credentials.certificate(certificateFile: "/c.pem", keyFile: nil, pkcs12File: nil, password: nil)
+        var second = PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .production,
+                                     credentials: certificate, campaignRate: nil)
+        second.otherCertificates[.sandbox] = certificate
+        let apps = [
+            PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox, credentials: certificate, campaignRate: nil),
+            PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .production,
+                            credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/k.p8"), campaignRate: nil),
+            second,
+        ]
+        for app in apps {
+            for environment in PushdConfig.Environment.allCases {
+                #expect(app.hasCredentials(for: environment) == (app.credentials(for: environment) != nil), "\(app.credentials) \(environment)")
+            }
+        }
+    }
+
     @Test(arguments: [
         ("token", "sandbox_certificate", "a token app serves both environments with its key"),
         ("certificate", "production_certificate", "certificate already serves production, the app's environment"),

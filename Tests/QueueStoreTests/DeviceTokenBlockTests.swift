@@ -86,6 +86,44 @@ import Testing
         #expect(DeviceTokenBlock(hex: Array(tokens.prefix(2))) == read)
     }
 
+    /// The database text is read by its own table-driven parser; the block built from the
+    /// same texts as strings is the reference, for every mix of lengths, cases and non-tokens.
+    @Test func theDatabaseTextReadsAsTheBlockBuiltFromTheSameTexts() throws {
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        let alphabet = Array("0123456789abcdefABCDEF".utf8)
+        func element() -> String {
+            switch next(10) {
+            case 0: return String(repeating: "g", count: 64)                          // not hexadecimal
+            case 1: return String(repeating: "a", count: 63 + 2 * next(3))            // odd
+            case 2: return String(repeating: "ab", count: [1, 31, 101, 150][next(4)]) // too short or long
+            case 3: return String(repeating: "c", count: 63) + "x"                    // last digit bad
+            default:
+                let bytes = [32, 32, 32, 33, 64, 100][next(6)]
+                return String(decoding: (0..<bytes * 2).map { _ in alphabet[next(alphabet.count)] }, as: UTF8.self)
+            }
+        }
+        for _ in 0..<300 {
+            let texts = (0..<(1 + next(12))).map { _ in element() }
+            let read = try #require(parse(String(decoding: literal(texts), as: UTF8.self)))
+            #expect(read == DeviceTokenBlock(hex: texts), "\(texts)")
+            for index in texts.indices {
+                #expect(read.hex(at: index) == (read.isValid(at: index) ? texts[index].lowercased() : texts[index]))
+            }
+        }
+    }
+
+    @Test func anEmptyElementAnywhereRefusesTheArray() {
+        let token = String(repeating: "ab", count: 32)
+        #expect(parse("{\(token),}") == nil)
+        #expect(parse("{,\(token)}") == nil)
+        #expect(parse("{,}") == nil)
+        #expect(parse("{N\(token)}") == nil)
+    }
+
     @Test func campaignTargetsReadBackAsTheTargetsTheyWereMadeOf() {
         let targets = [
             CampaignTarget(index: 300, token: String(repeating: "01", count: 32), payload: nil),

@@ -30,6 +30,25 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, CustomStringConv
         }
     }
 
+    /// The case, not the raw value's text: an enum with raw values hashes its text unless told
+    /// otherwise, and pushd counts every notification sent under a key holding its push type.
+    public func hash(into hasher: inout Hasher) {
+        let ordinal: UInt8 = switch self {
+        case .alert: 0
+        case .background: 1
+        case .voip: 2
+        case .complication: 3
+        case .fileprovider: 4
+        case .mdm: 5
+        case .location: 6
+        case .liveactivity: 7
+        case .pushtotalk: 8
+        case .widgets: 9
+        case .controls: 10
+        }
+        hasher.combine(ordinal)
+    }
+
     /// The largest payload APNs accepts for this push type, in bytes.
     public var maxPayloadSize: Int {
         self == .voip ? 5120 : 4096

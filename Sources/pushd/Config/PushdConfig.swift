@@ -8,6 +8,11 @@ struct PushdConfig: Sendable, Equatable {
 
         /// The APNs host family of this environment.
         var apns: APNsEnvironment { self == .production ? .production : .sandbox }
+
+        /// One byte, not the raw value's text: an enum with raw values hashes its text unless
+        /// told otherwise, and the answer path looks up a metric or a template by environment
+        /// for every notification.
+        func hash(into hasher: inout Hasher) { hasher.combine(self == .production) }
     }
     enum LogLevel: String, Sendable, CaseIterable, Comparable {
         case debug, info, notice, warning, error
@@ -40,6 +45,14 @@ struct PushdConfig: Sendable, Equatable {
             if target == environment { return credentials }
             if case .token = credentials { return credentials }
             return otherCertificates[target]
+        }
+
+        /// Whether `credentials(for: target)` is not nil, without copying the credentials out:
+        /// a campaign asks it for every target.
+        func hasCredentials(for target: Environment) -> Bool {
+            if target == environment { return true }
+            if case .token = credentials { return true }
+            return otherCertificates[target] != nil
         }
     }
 

@@ -52,7 +52,7 @@ final class AppSender: @unchecked Sendable {
     /// INSERT to accepted, for transactional jobs.
     let deliveryLatency: Histogram
 
-    /// Enums only: counting a sent notification hashes three small values and builds no string.
+    /// Enums only, each hashed as one byte: counting a sent notification builds no string.
     private struct SentKey: Hashable, Sendable {
         var environment: PushdConfig.Environment
         var pushType: PushType
@@ -397,7 +397,8 @@ final class AppSender: @unchecked Sendable {
         switch result.outcome {
         case .response(let response):
             latency[environment]?.observe(Double(result.latencyNanoseconds) / 1e9)
-            return .response(response.apns)
+            // No apns-id string: nothing pushd does with an answer reads it.
+            return .response(response.classified)
         case .transportFailure(let error):
             let kind = TransportFailureKind(error)
             if kind.isConfigurationError {

@@ -425,6 +425,8 @@ final class CampaignWorker: @unchecked Sendable {
         defer { submitBatched() }
         let chunk = run.chunk
         let sender = run.sender
+        // The tokens stay raw in the chunk's block: a token's hex is written only into its request's path.
+        let tokens = chunk.targets.tokens
         // One clock read per fill for an uncapped run: it never waits inside this loop except
         // for the engine's window, after which the clock is read again.
         var now = RateLimiter.monotonicSeconds()
@@ -438,7 +440,7 @@ final class CampaignWorker: @unchecked Sendable {
             guard let target = run.takeNextTarget(now: now) else { break }
             // Before the cap's reservation: a target left to another instance takes no share of
             // this one's pace, so that instance sends it in the time the chunk left unused.
-            if sender.app.credentials(for: run.environments[target]) == nil {
+            if !sender.app.hasCredentials(for: run.environments[target]) {
                 noCredentials(run, target, run.environments[target])
                 continue
             }
@@ -463,8 +465,6 @@ final class CampaignWorker: @unchecked Sendable {
                     }
                 }
             }
-            // The token stays raw in the chunk's block: its hex is written only into the request's path.
-            let tokens = chunk.targets.tokens
             let ownPayload = chunk.targets.payload(at: target)
             if let held = context.throttle.heldUntil(tokens.hex(at: target)) {
                 // APNs is throttling this device: wait with the notification that drew the 429.
@@ -595,14 +595,16 @@ final class CampaignWorker: @unchecked Sendable {
         guard target < run.count, run.resolutions[target] == nil else { return true }
         run.inFlight -= 1
         inFlight -= 1
-        let chunk = run.chunk
-        let outcome = run.sender.outcome(of: result, environment: run.environments[target])
+        // Nothing of the chunk is copied for an answer: its token's hex is made only for a prune
+        // or a throttle, read in place from the run.
+        let environment = run.environments[target]
+        let outcome = run.sender.outcome(of: result, environment: environment)
         let verdict = context.notForTopicVerdict(
             policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
                            firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random),
-            sender: run.sender, topic: run.topic, environment: run.environments[target], token: chunk.targets.tokens.hex(at: target))
-        switch handle(verdict, of: outcome, app: chunk.app, token: chunk.targets.tokens.hex(at: target), pushType: chunk.pushType,
-                      sender: run.sender, environment: run.environments[target]) {
+            sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
+        switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
+                      sender: run.sender, environment: environment) {
         case .sent:
             run.resolve(target, .sent)
         case .pruned(let reason, let prune):

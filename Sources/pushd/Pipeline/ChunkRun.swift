@@ -40,7 +40,12 @@ final class ChunkRun {
     let rate: Int?
     /// The apns-topic of its notifications: a TopicDisallowed answer holds it.
     let topic: String
-    var count: Int { chunk.targets.count }
+    /// The chunk's app, push type and target count, read for every answer: kept apart, since
+    /// reading them through `chunk` copied the whole chunk (a retain of each of its arrays
+    /// and strings, and a release after) per answer.
+    let app: String
+    let pushType: String
+    let count: Int
 
     var progress: ChunkProgress
     var resolutions: [Resolution?]
@@ -75,6 +80,9 @@ final class ChunkRun {
         self.generation = generation
         self.rate = rate
         topic = sender.factory.topic(for: PushType(rawValue: chunk.pushType) ?? .alert)
+        app = chunk.app
+        pushType = chunk.pushType
+        count = chunk.targets.count
         expiration = chunk.expiration.map { Int64($0.timeIntervalSince1970) }
         progress = ChunkProgress(position: chunk.startIndex)
         resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)

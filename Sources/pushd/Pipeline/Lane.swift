@@ -5,4 +5,7 @@ enum Lane: String, CaseIterable, Sendable {
     case transactional
     /// Targets of a campaign, sent in rate-capped chunks.
     case campaign
+
+    /// One byte, not the raw value's text (`PushdConfig.Environment.hash(into:)`).
+    func hash(into hasher: inout Hasher) { hasher.combine(self == .campaign) }
 }
