@@ -3,6 +3,7 @@ import Posix
 import APNsMock
 import Foundation
 import Glibc
+import Metrics
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -93,6 +94,44 @@ import Testing
             #expect(lines.count == 1, "\(lines.count) lines: \(lines.prefix(3))")
             #expect(lines.first.map { $0.contains(#""event":"broadcast_dead_lettered""#) && $0.contains(#""reason":"ChannelNotRegistered""#)
                 && $0.contains(#""app":"shop""#) } == true, "\(lines.prefix(3))")
+        }
+    }
+
+    /// The operator's summary line counts the broadcast lane's retries and dead letters with the
+    /// other lanes': it said "0 retries, 0 dead letters" while broadcasts were being refused.
+    @Test func broadcastRetriesAndDeadLettersAreInTheSummaryLine() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(tooManyRequestsRate: 0.3))
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            var config = harness.config()
+            config.logSummarySeconds = 1
+            let log = MemoryLogSink()
+            let pipeline = try Pipeline(config: config, metrics: try PushdMetrics(version: "test"),
+                                        logger: Logger(level: .info, sink: log), instance: "test")
+            let connection = try database.connect()
+            defer { connection.close() }
+            for _ in 0..<10 {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, Self.update])
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'bm8tc3VjaC1jaGFubmVs', $1)", [Self.update])
+            }
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 60) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+            })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'ChannelNotRegistered%'") == 10)
+            let refused = harness.mock.stats.rejected("TooManyRequests")
+            #expect(refused > 0)
+            // Every count reaches a summary line within the interval after it.
+            func summed(_ field: String) -> Int {
+                log.lines.filter { $0.contains(#""event":"summary""#) }.reduce(0) { total, line in
+                    let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                    return total + (object?[field] as? Int ?? 0)
+                }
+            }
+            #expect(DaemonHarness.wait(seconds: 5) { summed("dead_letters") == 10 && summed("retries") == refused },
+                    "dead letters \(summed("dead_letters")), retries \(summed("retries")) of \(refused): \(log.lines.filter { $0.contains("summary") })")
+            #expect(log.lines.contains { $0.contains(#""event":"summary""#) && $0.contains("ChannelNotRegistered=") })
         }
     }
 

@@ -87,6 +87,7 @@ final class BroadcastWorker: @unchecked Sendable {
                 }
                 for job in jobs { try send(job, on: connection) }
                 context.broadcastDeadLetters.flush()
+                context.operatorLog.tick()
                 failures = 0
                 if operations.isEmpty && jobs.isEmpty {
                     // Woken by the tables' notifications; the time-out catches scheduled and
@@ -223,6 +224,7 @@ final class BroadcastWorker: @unchecked Sendable {
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             if refresh { context.providerTokenExpired(sender, key) }
+            context.operatorLog.retried(reason: label)
             try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
         case .dead(_, let reason), .prune(_, let reason, _):
             context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)\(requestID)", ("app", .string(operation.app)))
@@ -305,6 +307,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
+            context.operatorLog.retried(reason: outcome.label)
             if refresh { context.providerTokenExpired(sender, key) }
             try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                  sentAt: job.firstAttemptAt ?? sentAt)
@@ -359,6 +362,7 @@ final class BroadcastWorker: @unchecked Sendable {
         try broadcasts.dead(connection, id: job.id, status: status, reason: reason)
         context.metrics.deadLetter(app: job.app, lane: Self.lane, reason: label).increment()
         context.tally.add(context.tally.dead)
+        context.operatorLog.deadLettered(reason: label)
         context.broadcastDeadLetters.deadLettered(id: job.id, channel: job.channelID, app: job.app, label: label, reason: reason)
     }
 
