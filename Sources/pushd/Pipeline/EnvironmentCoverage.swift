@@ -47,7 +47,7 @@ final class EnvironmentCoverage: @unchecked Sendable {
     /// Which of `missing` another live instance sends, as the last heartbeat read it; nil
     /// until one has (then nothing is known to be sent elsewhere, as before instances said).
     private let elsewhere = Lock<Set<String>?>(nil)
-    private let lastLogged = Lock<[String: (at: Double, since: Int)]>([:])
+    private let lines = Lock(LogGate<String>(quietSeconds: EnvironmentCoverage.logIntervalSeconds))
     private let logger: Logger
     private let metrics: PushdMetrics?
 
@@ -174,15 +174,7 @@ final class EnvironmentCoverage: @unchecked Sendable {
     /// line when a line is due now (none within `logIntervalSeconds`), else nil.
     private func dueLine(_ key: String) -> Int? {
         let now = RateLimiter.monotonicSeconds()
-        return lastLogged.withLock { logged -> Int? in
-            if let last = logged[key], now - last.at < Self.logIntervalSeconds {
-                logged[key]!.since += 1
-                return nil
-            }
-            let since = (logged[key]?.since ?? 0) + 1
-            logged[key] = (now, 0)
-            return since
-        }
+        return lines.withLock { $0.admit(key, now: now) }.map { $0 + 1 }
     }
 
     /// Logs, at most once per app and environment a minute, that notifications of `app` to
