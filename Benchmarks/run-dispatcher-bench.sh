@@ -3,8 +3,11 @@
 # local nghttpd in one run, for each connection count and server stream limit, and prints
 # both lines with the engine/reference ratios.
 #
-# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--quick] [--mock] [--shared]
+# usage: Benchmarks/run-dispatcher-bench.sh [--requests N] [--threads N] [--rounds N] [--quick] [--mock] [--shared]
 #   Connections 1 and 2 per thread × server stream limits 100, 500 and 1000.
+#   --rounds N (default 1) runs each row N times, the C loop and the engine taking turns to
+#   go first, and reports the median of each and the ratio of the medians, with the lowest
+#   and highest ratio of a single round: on a shared host one run's ratio moves by ±20 %.
 #   --quick runs only 1 connection with 100 streams.
 #   DispatcherBench and apns-mock come from the one release build (scripts/build-release.sh:
 #   the Swift runtime linked in by lld with `-z pack-relative-relocs`, as the container image
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/.."
 
 requests=500000
 threads=2
+rounds=1
 quick=0
 mock=0
 shared=0
@@ -25,6 +29,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --requests) requests="$2"; shift 2 ;;
         --threads) threads="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
         --mock) mock=1; shift ;;
         --static|--relr) shift ;;
@@ -70,25 +75,42 @@ field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 if [ "$quick" = 1 ]; then variants="1:100"; else variants="1:100 1:500 1:1000 2:100 2:500 2:1000"; fi
 
-# One engine line and one C reference line against the server on $port, and their ratios;
-# a markdown row goes to $work/table.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# `rounds` engine lines and C reference lines against the server on $port, taking turns to go
+# first, and the ratios of their medians; a markdown row goes to $work/table.
 compare() {
     local server="$1" connections="$2" streams="$3" ca="$4" path="$5"
-    reference="$("$work/curl_reference" "$port" "$ca" "$requests" "$threads" "$connections" "$streams" "$path" || true)"
-    engine="$("$bench" --port "$port" --ca "$ca" --requests "$requests" \
-        --threads "$threads" --connections "$connections" --streams "$streams" --path "$path" \
-        --label "$server-c${connections}s${streams}" || true)"
-    rate_ratio=$(awk -v a="$(field rate "$engine")" -v b="$(field rate "$reference")" 'BEGIN { printf "%.2f", a / b }')
-    cpu_ratio=$(awk -v a="$(field cpu_us_per_request "$engine")" -v b="$(field cpu_us_per_request "$reference")" 'BEGIN { printf "%.2f", a / b }')
-    rss_diff=$(awk -v a="$(field peak_rss_kb "$engine")" -v b="$(field peak_rss_kb "$reference")" 'BEGIN { printf "%+.1f", (a - b) / 1024 }')
-    echo "$server connections=$connections streams=$streams"
-    echo "  C reference: $reference"
-    echo "  engine:      $engine"
-    echo "  engine/C: rate x$rate_ratio, CPU per request x$cpu_ratio, peak RSS ${rss_diff} MB"
-    printf '| %s | %s | %s | %s | %s | x%s | %s | %s | x%s | %s | %s | %s |\n' "$server" "$connections" "$streams" \
-        "$(field rate "$reference")" "$(field rate "$engine")" "$rate_ratio" \
-        "$(field cpu_us_per_request "$reference")" "$(field cpu_us_per_request "$engine")" "$cpu_ratio" \
-        "$(( $(field peak_rss_kb "$reference") / 1024 ))" "$(( $(field peak_rss_kb "$engine") / 1024 ))" "$rss_diff" >> "$work/table"
+    local rates_c="" rates_e="" cpus_c="" cpus_e="" rss_c="" rss_e="" round_ratios=""
+    for round in $(seq "$rounds"); do
+        run_reference() { "$work/curl_reference" "$port" "$ca" "$requests" "$threads" "$connections" "$streams" "$path" || true; }
+        run_engine() {
+            "$bench" --port "$port" --ca "$ca" --requests "$requests" \
+                --threads "$threads" --connections "$connections" --streams "$streams" --path "$path" \
+                --label "$server-c${connections}s${streams}" || true
+        }
+        if [ $((round % 2)) = 1 ]; then reference="$(run_reference)"; engine="$(run_engine)"
+        else engine="$(run_engine)"; reference="$(run_reference)"; fi
+        echo "$server connections=$connections streams=$streams$([ "$rounds" -gt 1 ] && echo " round=$round")"
+        echo "  C reference: $reference"
+        echo "  engine:      $engine"
+        rates_c+="$(field rate "$reference") "; rates_e+="$(field rate "$engine") "
+        cpus_c+="$(field cpu_us_per_request "$reference") "; cpus_e+="$(field cpu_us_per_request "$engine") "
+        rss_c+="$(field peak_rss_kb "$reference") "; rss_e+="$(field peak_rss_kb "$engine") "
+        round_ratios+="$(awk -v a="$(field rate "$engine")" -v b="$(field rate "$reference")" 'BEGIN { printf "%.2f", a / b }') "
+    done
+    local rc re cc ce mc me
+    rc=$(tr ' ' '\n' <<<"$rates_c" | grep . | median); re=$(tr ' ' '\n' <<<"$rates_e" | grep . | median)
+    cc=$(tr ' ' '\n' <<<"$cpus_c" | grep . | median); ce=$(tr ' ' '\n' <<<"$cpus_e" | grep . | median)
+    mc=$(tr ' ' '\n' <<<"$rss_c" | grep . | median); me=$(tr ' ' '\n' <<<"$rss_e" | grep . | median)
+    rate_ratio=$(awk -v a="$re" -v b="$rc" 'BEGIN { printf "%.2f", a / b }')
+    cpu_ratio=$(awk -v a="$ce" -v b="$cc" 'BEGIN { printf "%.2f", a / b }')
+    rss_diff=$(awk -v a="$me" -v b="$mc" 'BEGIN { printf "%+.1f", (a - b) / 1024 }')
+    spread=$(tr ' ' '\n' <<<"$round_ratios" | grep . | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s–%s", lo, hi }')
+    echo "  engine/C$([ "$rounds" -gt 1 ] && echo " (medians of $rounds rounds; rate ratio per round $spread)"): rate x$rate_ratio, CPU per request x$cpu_ratio, peak RSS ${rss_diff} MB"
+    printf '| %s | %s | %s | %s | %s | x%s | %s | %s | %s | x%s | %s | %s | %s |\n' "$server" "$connections" "$streams" \
+        "$rc" "$re" "$rate_ratio" "$spread" "$cc" "$ce" "$cpu_ratio" \
+        "$(awk -v k="$mc" 'BEGIN { printf "%d", k / 1024 }')" "$(awk -v k="$me" 'BEGIN { printf "%d", k / 1024 }')" "$rss_diff" >> "$work/table"
 }
 
 echo "requests=$requests threads=$threads (TLS, loopback)$([ "$shared" = 1 ] && echo ", Swift runtime as shared libraries" || echo ", Swift runtime linked in, RELR relocations")"
@@ -114,6 +136,7 @@ if [ "$mock" = 1 ]; then
 fi
 
 echo
-echo "| server | conns | streams | C rate/s | engine rate/s | rate | C µs/req | engine µs/req | CPU | C RSS MB | engine RSS MB | RSS diff MB |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "rounds=$rounds: each figure is the median of the rounds; 'rate per round' is the lowest and highest engine/C rate ratio of one round"
+echo "| server | conns | streams | C rate/s | engine rate/s | rate | rate per round | C µs/req | engine µs/req | CPU | C RSS MB | engine RSS MB | RSS diff MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 cat "$work/table"
