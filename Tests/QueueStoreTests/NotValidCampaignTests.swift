@@ -48,6 +48,17 @@ import Testing
             #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30) == nil,
                     "a held campaign is not leased")
             #expect(try campaigns.closeFinishedCampaigns(connection) == [])
+            // What was sent while held shows at once, not only when the hold ends.
+            let whileHeld = try #require(try campaigns.campaign(connection, id: id))
+            #expect(whileHeld.sent == 4 && whileHeld.failed == 1 && whileHeld.failedByReason == ["BadDeviceToken": 1],
+                    "sent \(whileHeld.sent), failed \(whileHeld.failed) \(whileHeld.failedByReason)")
+            #expect(try campaigns.campaigns(connection, app: "shop", limit: 5).first { $0.id == id }?.sent == 4)
+            let stats = try QueueStats.read(connection)
+            let progress = try #require(stats.campaigns.first { $0.id == id })
+            #expect(progress.sent == 4 && progress.failed == 1 && progress.refusedBy == "campaigns_payload_shape")
+            #expect(stats.lanes.first { $0.lane == .campaign && $0.app == "shop" }?.depth == 5, "10 targets, 5 of them sent or failed: \(stats.lanes)")
+            let fleet = try #require(try FleetSnapshot.read(connection).campaigns.first { $0.progress.id == id })
+            #expect(fleet.progress.sent == 4 && fleet.progress.failed == 1 && fleet.progress.refusedBy == "campaigns_payload_shape")
 
             for (action, change) in [("pause", { try campaigns.pause(connection, id: id) }),
                                      ("cancel", { try campaigns.cancel(connection, id: id) })] as [(String, () throws -> CampaignStatus)] {

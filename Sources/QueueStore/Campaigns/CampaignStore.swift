@@ -35,7 +35,7 @@ public struct CampaignStore: Sendable {
     }
 
     public func campaign(_ connection: PGConnection, id: Int64) throws -> Campaign? {
-        let result = try connection.query("SELECT \(Self.campaignColumns) FROM pushd.campaigns WHERE id = $1", [id])
+        let result = try connection.query("SELECT \(Self.campaignColumns) FROM \(Self.campaignsWithHolds) WHERE c.id = $1", [id])
         guard result.rowCount == 1 else { return nil }
         return try Self.decodeCampaign(result[0])
     }
@@ -43,17 +43,28 @@ public struct CampaignStore: Sendable {
     /// The newest campaigns first, of one app or all, in one status or any.
     public func campaigns(_ connection: PGConnection, app: String? = nil, status: CampaignStatus? = nil, limit: Int) throws -> [Campaign] {
         try connection.query("""
-            SELECT \(Self.campaignColumns) FROM pushd.campaigns
-            WHERE ($1::text IS NULL OR app = $1) AND ($2::text IS NULL OR status = $2)
-            ORDER BY id DESC LIMIT $3
+            SELECT \(Self.campaignColumns) FROM \(Self.campaignsWithHolds)
+            WHERE ($1::text IS NULL OR c.app = $1) AND ($2::text IS NULL OR c.status = $2)
+            ORDER BY c.id DESC LIMIT $3
             """, [app, status?.rawValue, limit]).rows.map(Self.decodeCampaign)
     }
 
+    /// A campaign with what its chunks recorded while its row was refused (`CampaignRefusal`):
+    /// those counts wait in `pushd.campaign_refusals` until the hold ends, and the campaign has
+    /// sent them already, so every reader shows them with the row's.
+    private static let campaignsWithHolds = "pushd.campaigns c LEFT JOIN pushd.campaign_refusals r ON r.campaign_id = c.id"
+
     private static let campaignColumns = """
-        id, app, name, status, push_type, priority, payload, start_at, rate_limit, targets, sent, failed,
-        ARRAY(SELECT key FROM jsonb_each_text(failed_by_reason) ORDER BY key),
-        ARRAY(SELECT value::bigint FROM jsonb_each_text(failed_by_reason) ORDER BY key),
-        pruned, chunks_total, chunks_done, created_at, started_at, finished_at, pruned_kept
+        c.id, c.app, c.name, c.status, c.push_type, c.priority, c.payload, c.start_at, c.rate_limit, c.targets,
+        c.sent + coalesce(r.sent, 0), c.failed + coalesce(r.failed, 0),
+        ARRAY(SELECT key FROM \(failedByReason) GROUP BY key ORDER BY key),
+        ARRAY(SELECT sum(value::bigint)::bigint FROM \(failedByReason) GROUP BY key ORDER BY key),
+        c.pruned + coalesce(r.pruned, 0), c.chunks_total, c.chunks_done + coalesce(r.chunks_done, 0),
+        c.created_at, c.started_at, c.finished_at, c.pruned_kept + coalesce(r.pruned_kept, 0)
+        """
+    private static let failedByReason = """
+        (SELECT * FROM jsonb_each_text(c.failed_by_reason)
+         UNION ALL SELECT * FROM jsonb_each_text(coalesce(r.failed_by_reason, '{}'))) counts
         """
 
     private static func decodeCampaign(_ row: PGRow) throws -> Campaign {

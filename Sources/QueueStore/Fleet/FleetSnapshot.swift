@@ -48,10 +48,11 @@ public struct FleetSnapshot: Sendable {
     }
 
     static let campaignsSQL = """
-        SELECT id, app, name, status, targets, sent, failed, pruned, rate_limit,
-               extract(epoch FROM now() - started_at)::float8,
-               (SELECT coalesce(h.constraint_name, 'unnamed') FROM pushd.campaign_refusals h WHERE h.campaign_id = pushd.campaigns.id)
-        FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused') ORDER BY id
+        SELECT c.id, c.app, c.name, c.status, c.targets, c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0),
+               c.pruned + coalesce(h.pruned, 0), c.rate_limit, extract(epoch FROM now() - c.started_at)::float8,
+               CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END
+        FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
+        WHERE c.status IN ('scheduled', 'running', 'paused') ORDER BY c.id
         """
 
     /// Served by the index on (app, failed_at) one app at a time; the table is small next to

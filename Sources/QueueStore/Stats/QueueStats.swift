@@ -66,14 +66,17 @@ public struct QueueStats: Sendable, Hashable {
                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.broadcast_jobs GROUP BY app
         UNION ALL
-        SELECT 'campaign', app, sum(greatest(targets - sent - failed, 0))::bigint, 0,
-               coalesce(extract(epoch FROM now() - min(started_at) FILTER (WHERE status = 'running')), 0)::float8,
+        SELECT 'campaign', c.app, sum(greatest(c.targets - c.sent - c.failed - coalesce(h.sent + h.failed, 0), 0))::bigint, 0,
+               coalesce(extract(epoch FROM now() - min(c.started_at) FILTER (WHERE c.status = 'running')), 0)::float8,
                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused') GROUP BY app
+        FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
+        WHERE c.status IN ('scheduled', 'running', 'paused') GROUP BY c.app
         UNION ALL
-        SELECT 'progress', app, 0, 0, 0, id, name, status, targets, sent, failed, pruned,
-               (SELECT coalesce(h.constraint_name, 'unnamed') FROM pushd.campaign_refusals h WHERE h.campaign_id = pushd.campaigns.id)
-        FROM pushd.campaigns WHERE status IN ('scheduled', 'running', 'paused')
+        SELECT 'progress', c.app, 0, 0, 0, c.id, c.name, c.status, c.targets,
+               c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0), c.pruned + coalesce(h.pruned, 0),
+               CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END
+        FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
+        WHERE c.status IN ('scheduled', 'running', 'paused')
         """
 
     public static func read(_ connection: PGConnection) throws -> QueueStats {
