@@ -122,8 +122,9 @@ final class Pipeline: @unchecked Sendable {
         let context = PipelineContext(config: config, instance: instance, senders: senders, certificates: certificates,
                                       metrics: metrics, logger: logger)
         self.context = context
+        let turns = ClaimTurns(busyWindow: config.jobWait.busyWindow)
         jobWorkers = (0..<config.transactionalWorkers).map {
-            JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize)
+            JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize, turns: turns)
         }
         let limiter = RateLimiter()
         let leaseSeconds = Double(config.campaignLeaseSeconds)
