@@ -1,9 +1,8 @@
 /// How an idle claimer waits for transactional jobs.
 ///
-/// For `busyWindow` after the lane found work, one claimer of the instance (the others wait
-/// on it in the process) polls with `JobQueue.hasDueJobs` every `pollInterval` (a
-/// one-round-trip index probe) and claims when jobs are due, so a steady stream of inserts is
-/// picked up within a millisecond or two without any NOTIFY; between probes it waits on its
+/// Right after finding work a claimer polls with `JobQueue.hasDueJobs` every
+/// `pollInterval` (a one-round-trip index probe), so a steady stream of inserts is
+/// picked up within milliseconds without any NOTIFY; between probes it waits on its
 /// connection, so a NOTIFY sent for another, sleeping claimer ends the wait at once
 /// (`JobQueue.waitWhileBusy`). Once it has been idle for
 /// `busyWindow` it sleeps with `JobQueue.sleepUntilJobs`, and inserts wake it
@@ -20,7 +19,7 @@ public struct JobWaitPolicy: Sendable, Hashable {
     public var busyWindow: Double
     public var sleepTimeout: Double
 
-    public init(pollInterval: Double = 0.001, busyWindow: Double = 1.0, sleepTimeout: Double = 1.0) {
+    public init(pollInterval: Double = 0.002, busyWindow: Double = 1.0, sleepTimeout: Double = 1.0) {
         self.pollInterval = pollInterval
         self.busyWindow = busyWindow
         self.sleepTimeout = sleepTimeout

@@ -21,16 +21,13 @@ final class JobWorker: @unchecked Sendable {
     private var generation: UInt32 = 0
     private var random = SystemRandom()
     private let queue = JobQueue()
-    /// Shared by the lane's workers: which of them probes while the lane is busy.
-    private let turns: ClaimTurns
     let finished = Semaphore()
 
-    init(context: PipelineContext, index: Int, completions: CompletionQueue, batchSize: Int, turns: ClaimTurns) {
+    init(context: PipelineContext, index: Int, completions: CompletionQueue, batchSize: Int) {
         self.context = context
         self.index = index
         self.completions = completions
         self.batchSize = batchSize
-        self.turns = turns
     }
 
     func start() {
@@ -43,11 +40,10 @@ final class JobWorker: @unchecked Sendable {
     private func run() {
         var failures = 0
         // Inserts notify only claimers registered as asleep (a NOTIFY serialises commits),
-        // so for a second after the lane had work one of its claimers polls cheaply, the
-        // others waiting on it (ClaimTurns), before they sleep.
+        // so a claimer that just had work polls cheaply for a second before it sleeps.
         let waiting = context.config.jobWait
+        var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         var woke = ClaimTrace.Wake.batch
-        defer { turns.leave(index) }
         while !context.isStopping {
             context.operatorLog.tick()
             do {
@@ -67,40 +63,27 @@ final class JobWorker: @unchecked Sendable {
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps, leaving: leaving)
                 failures = 0
                 if batch.isEmpty {
-                    let idle = turns.idleSeconds
-                    switch waiting.step(idleSeconds: idle) {
+                    switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
                     case .poll(let microseconds):
-                        switch turns.await(index, timeout: waiting.busyWindow - idle) {
-                        case .probe:
-                            // The turn's holder probes (one query) every poll interval and claims only
-                            // when jobs are due or an insert's NOTIFY (sent while another claimer
-                            // sleeps) came; back to the top now and then for the lane's housekeeping.
-                            let milliseconds = Int32(clamping: (Int(microseconds) + 999) / 1000)
-                            woke = .tick
-                            probing: for _ in 0..<Self.probesBetweenTurns where !context.isStopping {
-                                switch try queue.waitWhileBusy(connection, apps: apps, leaving: leaving, timeoutMilliseconds: milliseconds) {
-                                case .due: woke = .probe; break probing
-                                case .notified: woke = .notify; break probing
-                                case .timedOut: if turns.idleSeconds >= waiting.busyWindow { break probing }
-                                }
-                            }
-                        case .called: woke = .called
+                        // An insert's NOTIFY (sent while another claimer sleeps) ends the wait at once.
+                        let milliseconds = Int32(clamping: (Int(microseconds) + 999) / 1000)
+                        switch try queue.waitWhileBusy(connection, apps: apps, leaving: leaving, timeoutMilliseconds: milliseconds) {
+                        case .due: woke = .probe
+                        case .notified: woke = .notify
                         case .timedOut: woke = .tick
                         }
                     case .sleep(let milliseconds):
-                        turns.leave(index)
                         // Woken within milliseconds of an insert's COMMIT; the time-out is the
                         // fallback for scheduled jobs and bounds how long shutdown waits.
                         woke = try queue.sleepUntilJobs(connection, apps: apps, leaving: leaving, timeoutMilliseconds: milliseconds) ? .notify : .timeout
                     }
                     continue
                 }
-                turns.foundWork(index)
+                lastWork = RateLimiter.monotonicSeconds()
                 try process(batch, on: connection, trace: ClaimTrace(woke: woke, claimStarted: claimStarted, claimed: Timestamp()))
                 woke = .batch
             } catch {
                 failures += 1
-                turns.leave(index)
                 context.databaseError(error)
                 context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
                 connection?.close()
@@ -111,10 +94,6 @@ final class JobWorker: @unchecked Sendable {
         connection?.close()
         connection = nil
     }
-
-    /// Probes the turn's holder runs before it goes round its loop once (outages, paused apps,
-    /// the operator log): about 30 ms at the 1 ms poll interval.
-    static let probesBetweenTurns = 25
 
     private func connectIfNeeded() throws -> PGConnection {
         if let connection, connection.isOpen { return connection }
@@ -135,10 +114,8 @@ final class JobWorker: @unchecked Sendable {
             case batch
             /// The busy claimer's due-jobs probe found work.
             case probe
-            /// The busy claimer's poll interval ended (or, waiting on the one that probes, its busy second).
+            /// The busy claimer's poll interval ended.
             case tick
-            /// Another claimer found work and called this one to claim too.
-            case called
             /// An insert's NOTIFY woke the claimer, asleep or between two polls.
             case notify
             /// The sleeping claimer's fallback time-out ended.

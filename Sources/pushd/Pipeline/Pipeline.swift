@@ -122,9 +122,8 @@ final class Pipeline: @unchecked Sendable {
         let context = PipelineContext(config: config, instance: instance, senders: senders, certificates: certificates,
                                       metrics: metrics, logger: logger)
         self.context = context
-        let turns = ClaimTurns(busyWindow: config.jobWait.busyWindow)
         jobWorkers = (0..<config.transactionalWorkers).map {
-            JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize, turns: turns)
+            JobWorker(context: context, index: $0, completions: queues[$0], batchSize: config.batchSize)
         }
         let limiter = RateLimiter()
         let leaseSeconds = Double(config.campaignLeaseSeconds)
