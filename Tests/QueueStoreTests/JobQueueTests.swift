@@ -422,21 +422,71 @@ import Testing
             let poller = try database.connect()
             try queue.listen(poller)
             let writer = try database.connect()
-            // A notification for a job the probe already sees, then taken by a claim: not a wake-up.
+            // A notification that arrived before the wait is for a job the claim before it saw: not a wake-up.
             try insertJobs(writer, count: 1)
             Thread.sleep(forTimeInterval: 0.2)
-            #expect(try queue.waitWhileBusy(poller, apps: apps, timeoutMilliseconds: 50) == .due)
-            let batch = try queue.claim(writer, limit: 10, apps: apps)
-            try queue.finish(writer, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
-            #expect(try queue.waitWhileBusy(poller, apps: apps, timeoutMilliseconds: 50) == .timedOut)
-            // An insert during the wait ends it long before the time-out.
+            #expect(try queue.waitWhileBusy(poller, timeoutMilliseconds: 50) == .timedOut)
+            // An insert during the wait ends it long before the time-out, also right after an
+            // empty claim whose COMMIT was not waited for.
+            #expect(try queue.claim(poller, limit: 10, apps: ["nobody"], commitEmptyWithoutWaiting: true).isEmpty)
             let started = Timestamp()
             Thread.detachNewThread {
                 Thread.sleep(forTimeInterval: 0.3)
                 do { try insertJobs(try database.connect(), count: 1) } catch { Issue.record("insert failed: \(error)") }
             }
-            #expect(try queue.waitWhileBusy(poller, apps: apps, timeoutMilliseconds: 20_000) == .notified)
+            #expect(try queue.waitWhileBusy(poller, timeoutMilliseconds: 20_000) == .notified)
             #expect(Timestamp().timeIntervalSince(started) < 10)
+        }
+    }
+
+    @Test func theClaimRunsOnItsGenericPlanAndTheBatchOnTheSessionsOwn() throws {
+        try IsolatedDatabase.with { database in
+            let claimer = try database.connect()
+            // PostgreSQL's default planned this claim afresh at every run while it found nothing:
+            // half of the database's CPU while jobs trickle in to busy claimers.
+            for _ in 0..<20 { #expect(try queue.claim(claimer, limit: 10, apps: apps).isEmpty) }
+            let plans = try claimer.query("""
+                SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%claimed AS (DELETE FROM pushd.jobs%'
+                """)
+            #expect(plans.rowCount == 1)
+            #expect(try plans.require(Int.self, row: 0, column: 0) == 20)
+            #expect(try plans.require(Int.self, row: 0, column: 1) == 0)
+            // The batch's own statements plan as the session does: the setting is the claim's alone.
+            try insertJobs(try database.connect(), count: 2)
+            let batch = try queue.claim(claimer, limit: 10, apps: apps)
+            #expect(batch.jobs.count == 2)
+            #expect(try claimer.query("SHOW plan_cache_mode").require(String.self, row: 0, column: 0) == "auto")
+            try queue.finish(claimer, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+        }
+    }
+
+    @Test func aBusyClaimersEmptyClaimIsCommittedWithoutWaitingAndTheNextCallReadsTheAnswer() throws {
+        try IsolatedDatabase.with { database in
+            let claimer = try database.connect()
+            let writer = try database.connect()
+            #expect(try queue.claim(claimer, limit: 10, apps: apps, commitEmptyWithoutWaiting: true).isEmpty)
+            #expect(claimer.hasPendingCommit)
+            Thread.sleep(forTimeInterval: 0.05)
+            try insertJobs(writer, count: 3)
+            let batch = try queue.claim(claimer, limit: 10, apps: apps, commitEmptyWithoutWaiting: true)
+            #expect(batch.jobs.count == 3)
+            #expect(!claimer.hasPendingCommit)
+            try queue.finish(claimer, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            #expect(!claimer.isInTransaction)
+            // Any other statement reads the answer first and runs outside the claim's transaction:
+            // a sleeping claimer's registration is seen by inserts at once.
+            #expect(try queue.claim(claimer, limit: 10, apps: apps, commitEmptyWithoutWaiting: true).isEmpty)
+            try claimer.query("INSERT INTO pushd.job_waiters (pid) VALUES (pg_backend_pid())")
+            #expect(!claimer.hasPendingCommit)
+            #expect(!claimer.isInTransaction)
+            #expect(try writer.query("SELECT count(*) FROM pushd.job_waiters").require(Int.self, row: 0, column: 0) == 1)
+            // So does the wait for notifications, once the answer is in.
+            #expect(try queue.claim(claimer, limit: 10, apps: apps, commitEmptyWithoutWaiting: true).isEmpty)
+            #expect(try queue.waitWhileBusy(claimer, timeoutMilliseconds: 200) == .timedOut)
+            #expect(!claimer.hasPendingCommit)
+            #expect(!claimer.isInTransaction)
+            // Only an open transaction can be committed this way.
+            #expect(throws: PGError.self) { try claimer.commitWithoutWaiting() }
         }
     }
 

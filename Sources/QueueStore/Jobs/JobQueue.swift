@@ -104,8 +104,11 @@ public struct JobQueue: Sendable {
     ///
     /// On a non-empty result the connection is left inside the claiming transaction:
     /// settle it with `finish` (or `abandon`) on the same connection. An empty result
-    /// leaves no transaction open.
-    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: Leaving = Leaving()) throws -> ClaimedJobs {
+    /// leaves no transaction open; with `commitEmptyWithoutWaiting` its COMMIT is sent and
+    /// not waited for (`PGConnection.commitWithoutWaiting`): a busy claimer's poll is then
+    /// one round trip it waits for, BEGIN and the claim together.
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: Leaving = Leaving(),
+                      commitEmptyWithoutWaiting: Bool = false) throws -> ClaimedJobs {
         guard limit > 0 else { throw QueueError("claim limit must be positive, got \(limit)") }
         guard !apps.isEmpty else { return ClaimedJobs(jobs: []) }
         let lead = Int.random(in: 0..<apps.count)
@@ -120,9 +123,15 @@ public struct JobQueue: Sendable {
         }
         do {
             // BEGIN travels with the claim: a claim costs one round trip, not two.
-            let result = try connection.beginAndQuery(statement, parameters)
+            // On its generic plan: the same per-app index scans whatever the parameters, where
+            // PostgreSQL's default planned each claim afresh, half of its CPU while jobs trickle in.
+            let result = try connection.beginAndQuery(statement, parameters, genericPlan: true)
             if result.rowCount == 0 {
-                try connection.execute(script: "COMMIT")
+                if commitEmptyWithoutWaiting {
+                    try connection.commitWithoutWaiting()
+                } else {
+                    try connection.execute(script: "COMMIT")
+                }
                 return ClaimedJobs(jobs: [])
             }
             var jobs = [Job]()
@@ -256,25 +265,22 @@ public struct JobQueue: Sendable {
 
     /// What ended a busy claimer's wait (`waitWhileBusy`).
     public enum BusyWake: Sendable, Equatable {
-        /// The probe saw a due job.
-        case due
         /// An insert's notification arrived during the wait.
         case notified
-        /// The wait ended with neither.
+        /// The wait ended without one.
         case timedOut
     }
 
-    /// The wait of a claimer that found work recently, between two claims: probes for due
-    /// jobs, and if there are none, waits up to `timeoutMilliseconds` on its connection for an
-    /// insert's notification. Inserts notify while any claimer of the fleet is registered as
-    /// asleep (`sleepUntilJobs`), and every listening connection receives the notification, so
-    /// a busy claimer takes the job the moment it is committed instead of at the end of its
-    /// poll interval; with no claimer asleep nothing is notified and this is the plain poll.
-    /// Notifications queued before the probe are dropped first: the probe has seen their jobs.
-    public func waitWhileBusy(_ connection: PGConnection, apps: [String], leaving: Leaving = Leaving(),
-                              timeoutMilliseconds: Int32) throws -> BusyWake {
+    /// The wait of a claimer that found work recently, between two claims: up to
+    /// `timeoutMilliseconds` on its connection for an insert's notification. The claim is the
+    /// probe: with its empty COMMIT not waited for (`claim(…, commitEmptyWithoutWaiting: true)`)
+    /// a poll costs one round trip, where a separate probe, the claim and its COMMIT cost three.
+    /// Inserts notify while any claimer of the fleet is registered as asleep (`sleepUntilJobs`),
+    /// and every listening connection receives the notification, so a busy claimer takes the job
+    /// the moment it is committed instead of at the end of its poll interval. Notifications
+    /// queued before the wait are dropped first: the claim before it has seen their jobs.
+    public func waitWhileBusy(_ connection: PGConnection, timeoutMilliseconds: Int32) throws -> BusyWake {
         _ = try connection.pendingNotifications()
-        if try hasDueJobs(connection, apps: apps, leaving: leaving) { return .due }
         return try connection.waitForNotifications(timeoutMilliseconds: timeoutMilliseconds).isEmpty ? .timedOut : .notified
     }
 

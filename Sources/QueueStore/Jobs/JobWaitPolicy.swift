@@ -1,15 +1,15 @@
 /// How an idle claimer waits for transactional jobs.
 ///
-/// Right after finding work a claimer polls with `JobQueue.hasDueJobs` every
-/// `pollInterval` (a one-round-trip index probe), so a steady stream of inserts is
-/// picked up within milliseconds without any NOTIFY; between probes it waits on its
+/// Right after finding work a claimer claims again every `pollInterval`; an empty claim's
+/// COMMIT is not waited for, so a poll is one round trip and a steady stream of inserts is
+/// picked up within milliseconds without any NOTIFY. Between claims it waits on its
 /// connection, so a NOTIFY sent for another, sleeping claimer ends the wait at once
 /// (`JobQueue.waitWhileBusy`). Once it has been idle for
 /// `busyWindow` it sleeps with `JobQueue.sleepUntilJobs`, and inserts wake it
 /// through NOTIFY; `sleepTimeout` bounds that sleep as a fallback poll.
 public struct JobWaitPolicy: Sendable, Hashable {
     public enum Step: Sendable, Hashable {
-        /// Probe for due jobs, then wait this long before the next probe if there were none.
+        /// Claim again after this long if the claim found nothing.
         case poll(microseconds: UInt32)
         /// Register as asleep and wait for a notification up to this long.
         case sleep(milliseconds: Int32)

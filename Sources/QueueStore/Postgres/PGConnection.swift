@@ -39,6 +39,8 @@ public final class PGConnection {
     /// A duplicate of libpq's socket, which `PGCallWatch` may shut down from another thread
     /// to end a call the database does not answer; closed with the connection.
     private var watchSocket: Int32 = -1
+    /// Set by `commitWithoutWaiting()`: a COMMIT was sent and its answer is still to be read.
+    private var commitPending = false
 
     /// The libpq version linked into this process, for example 150020 for 15.20.
     public static var libpqVersion: Int { Int(PQlibVersion()) }
@@ -91,6 +93,7 @@ public final class PGConnection {
     public func close() {
         if let handle { PQfinish(handle) }
         handle = nil
+        commitPending = false
         if watchSocket >= 0 { Glibc.close(watchSocket) }
         watchSocket = -1
     }
@@ -144,7 +147,7 @@ public final class PGConnection {
     /// Runs one statement with text parameters (`$1`, `$2`, …) and returns its rows.
     @discardableResult
     public func query(_ sql: String, _ parameters: [any PGParameter] = []) throws -> PGResult {
-        let connection = try open()
+        let connection = try openCommitted()
         let result = try watched {
             try withParameters(parameters) { count, values in
                 PQexecParams(connection, sql, count, nil, values, nil, nil, 0)
@@ -157,13 +160,13 @@ public final class PGConnection {
     /// (for migrations and session set-up). Returns the last statement's result.
     @discardableResult
     public func execute(script sql: String) throws -> PGResult {
-        let connection = try open()
+        let connection = try openCommitted()
         return try check(watched { PQexec(connection, sql) }, statement: sql)
     }
 
     /// Prepares a statement once on this connection, to run many times with `query(_:_:)`.
     public func prepare(_ sql: String) throws -> PGStatement {
-        let connection = try open()
+        let connection = try openCommitted()
         statementCounter += 1
         let name = "pushd_s\(statementCounter)"
         _ = try check(watched { PQprepare(connection, name, sql, 0, nil) }, statement: sql)
@@ -189,7 +192,7 @@ public final class PGConnection {
     /// Runs a prepared statement.
     @discardableResult
     public func query(_ statement: PGStatement, _ parameters: [any PGParameter] = []) throws -> PGResult {
-        let connection = try open()
+        let connection = try openCommitted()
         let result = try watched {
             try withParameters(parameters) { count, values in
                 PQexecPrepared(connection, statement.name, count, values, nil, nil, 0)
@@ -199,33 +202,48 @@ public final class PGConnection {
     }
 
     /// Opens a transaction and runs a prepared statement in it, in one round trip: BEGIN and
-    /// the statement go out together (libpq's pipeline mode) and the server answers both.
+    /// the statement go out together (libpq's pipeline mode) and the server answers both,
+    /// With `genericPlan` the statement runs on its generic plan (`plan_cache_mode` for it
+    /// alone, set and put back in the same round trip): for a statement run thousands of times
+    /// a second whose best plan does not depend on its parameters, which PostgreSQL's default
+    /// would plan afresh at every run.
     /// The transaction stays open, for the caller to commit or roll back; if the statement
     /// failed it is open and aborted, and only a ROLLBACK ends it.
     @discardableResult
-    public func beginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter] = []) throws -> PGResult {
-        try watched { try pipelinedBeginAndQuery(statement, parameters) }
+    public func beginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter] = [],
+                              genericPlan: Bool = false) throws -> PGResult {
+        try watched { try pipelinedBeginAndQuery(statement, parameters, genericPlan: genericPlan) }
     }
 
-    private func pipelinedBeginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter]) throws -> PGResult {
-        let connection = try open()
+    private func pipelinedBeginAndQuery(_ statement: PGStatement, _ parameters: [any PGParameter],
+                                        genericPlan: Bool) throws -> PGResult {
+        let connection = try openCommitted()
         guard PQenterPipelineMode(connection) == 1 else {
             throw PGError(code: .connectionFailure, message: "cannot enter pipeline mode: \(errorMessage(connection))",
                           statement: statement.name)
         }
+        var before = ["BEGIN"]
+        var after: [String] = []
+        if genericPlan {
+            before.append("SET LOCAL plan_cache_mode = force_generic_plan")
+            // DEFAULT: the session's value, which a role's or database's setting may have chosen.
+            after.append("SET LOCAL plan_cache_mode TO DEFAULT")
+        }
         let sent = try withParameters(parameters) { count, values in
-            PQsendQueryParams(connection, "BEGIN", 0, nil, nil, nil, nil, 0) == 1
+            before.allSatisfy { PQsendQueryParams(connection, $0, 0, nil, nil, nil, nil, 0) == 1 }
                 && PQsendQueryPrepared(connection, statement.name, count, values, nil, nil, 0) == 1
+                && after.allSatisfy { PQsendQueryParams(connection, $0, 0, nil, nil, nil, nil, 0) == 1 }
                 && PQpipelineSync(connection) == 1
         }
         // Every result up to the sync is read, whatever failed, so that the connection can
-        // leave pipeline mode: two results, each followed by a NULL, then the sync's.
+        // leave pipeline mode: one result per statement, each followed by a NULL, then the sync's.
+        let names = before + [statement.name] + after
         var results: [OpaquePointer] = []
         var separators = 0
-        while results.count <= 2 {
+        while results.count <= names.count {
             guard let result = PQgetResult(connection) else {
                 separators += 1
-                if separators > 2 || PQstatus(connection) != CONNECTION_OK { break }
+                if separators > names.count || PQstatus(connection) != CONNECTION_OK { break }
                 continue
             }
             if PQresultStatus(result) == PGRES_PIPELINE_SYNC {
@@ -235,7 +253,7 @@ public final class PGConnection {
             results.append(result)
         }
         let left = PQexitPipelineMode(connection) == 1
-        guard sent, left, results.count == 2 else {
+        guard sent, left, results.count == names.count else {
             let message = errorMessage(connection)
             for result in results { PQclear(result) }
             // A connection stuck in pipeline mode cannot run another statement: close it.
@@ -243,13 +261,57 @@ public final class PGConnection {
             throw PGError(code: .connectionFailure, message: message.isEmpty ? "the pipelined statement got no answer" : message,
                           statement: statement.name)
         }
-        do {
-            _ = try check(results[0], statement: "BEGIN")
-        } catch {
-            PQclear(results[1])
-            throw error
+        // The first failure is the error (the statements after it were not run); the rest are cleared.
+        var answer: PGResult?
+        for (index, result) in results.enumerated() {
+            do {
+                let checked = try check(result, statement: names[index])
+                if index == before.count { answer = checked }
+            } catch {
+                for later in results[(index + 1)...] { PQclear(later) }
+                throw error
+            }
         }
-        return try check(results[1], statement: statement.name)
+        guard let answer else {
+            throw PGError(code: .connectionFailure, message: "the pipelined statement got no answer", statement: statement.name)
+        }
+        return answer
+    }
+
+    /// Sends COMMIT and returns without waiting for its answer, which the next call on this
+    /// connection reads first (and throws if the COMMIT failed): a statement, or the wait for
+    /// notifications, which reads it as it arrives. For a transaction that wrote nothing (an
+    /// empty claim), whose COMMIT cannot fail but for a lost connection: the caller does not
+    /// wait a round trip for it, and the server delivers notifications again as soon as it
+    /// has run it.
+    public func commitWithoutWaiting() throws {
+        let connection = try openCommitted()
+        guard PQtransactionStatus(connection) == PQTRANS_INTRANS else {
+            throw PGError(code: .noActiveTransaction, message: "commitWithoutWaiting needs an open transaction that has not failed")
+        }
+        guard PQsendQuery(connection, "COMMIT") == 1 else {
+            throw PGError(code: .connectionFailure, message: "sending COMMIT: \(errorMessage(connection))", statement: "COMMIT")
+        }
+        commitPending = true
+    }
+
+    /// True while the answer to `commitWithoutWaiting`'s COMMIT is still to be read.
+    public var hasPendingCommit: Bool { commitPending }
+
+    /// Reads the answer to a COMMIT sent by `commitWithoutWaiting`, waiting for it if it has not
+    /// arrived (or, with `waiting` false, only as far as it has: the rest is read later); throws
+    /// its error.
+    private func readPendingCommit(_ connection: OpaquePointer, waiting: Bool = true) throws {
+        var failure: Error?
+        while commitPending {
+            if !waiting, PQisBusy(connection) == 1 { break }
+            guard let result = watched({ PQgetResult(connection) }) else {
+                commitPending = false
+                break
+            }
+            do { _ = try check(result, statement: "COMMIT") } catch { failure = failure ?? error }
+        }
+        if let failure { throw failure }
     }
 
     /// Runs `body` inside BEGIN … COMMIT; rolls back if it throws.
@@ -286,6 +348,8 @@ public final class PGConnection {
         guard PQconsumeInput(connection) == 1 else {
             throw PGError(code: .connectionFailure, message: "reading notifications: \(errorMessage(connection))")
         }
+        // The answer to a COMMIT sent without waiting, as far as it has arrived.
+        try readPendingCommit(connection, waiting: false)
         return drainNotifications(connection)
     }
 
@@ -336,7 +400,7 @@ public final class PGConnection {
     }
 
     private func copyInUnwatched(_ sql: String, _ body: (inout PGCopyWriter) throws -> Void) throws -> Int {
-        let connection = try open()
+        let connection = try openCommitted()
         let start = PQexec(connection, sql)
         guard let start, PQresultStatus(start) == PGRES_COPY_IN else {
             _ = try check(start, statement: sql)
@@ -392,6 +456,13 @@ public final class PGConnection {
             throw PGError(code: .connectionClosed, message: "the database connection was closed")
         }
         return handle
+    }
+
+    /// `open()` for a statement: first reads the answer to a COMMIT sent without waiting.
+    private func openCommitted() throws -> OpaquePointer {
+        let connection = try open()
+        try readPendingCommit(connection)
+        return connection
     }
 
     private func check(_ result: OpaquePointer?, statement: String) throws -> PGResult {

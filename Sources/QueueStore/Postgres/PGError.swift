@@ -21,6 +21,7 @@ public struct PGError: Error, CustomStringConvertible, Sendable {
         public static let deadlockDetected = Code("40P01")
         public static let lockNotAvailable = Code("55P03")
         public static let queryCanceled = Code("57014")
+        public static let noActiveTransaction = Code("25P01")
         public static let adminShutdown = Code("57P01")
         public static let raiseException = Code("P0001")
         /// Client side: the connection could not be made or was lost.
