@@ -104,6 +104,40 @@ import Testing
         }
     }
 
+    /// A row whose timestamp PostgreSQL takes and pushd cannot read (queued before the CHECKs of
+    /// schema version 31 refused it) made every claim that took it fail and roll back, on every
+    /// turn: the jobs behind it were never sent. The claim dead-letters it and goes on.
+    @Test func aJobWhoseTimeCannotBeReadIsDeadLetteredAndTheRestAreSent() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            try connection.execute(script: """
+                ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_expiration_readable;
+                INSERT INTO pushd.jobs (app, device_token, payload, expiration, run_at)
+                VALUES ('shop', '\(DaemonHarness.token(1))', '{"aps":{"alert":"never expires"}}', 'infinity', now() - interval '1 minute');
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g + 16), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 5) g;
+                """)
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.acceptedLog.count == 5 })
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            let dead = try connection.query("SELECT app, device_token, expiration IS NULL, status IS NULL, reason FROM pushd.dead_jobs").rows
+            #expect(dead.count == 1)
+            if let row = dead.first {
+                #expect(try row.require(1, as: String.self) == DaemonHarness.token(1))
+                #expect(try row.require(2, as: Bool.self))
+                #expect(try row.require(3, as: Bool.self))
+                let reason = try row.require(4, as: String.self)
+                #expect(reason.contains("expiration") && reason.contains("infinity"), "\(reason)")
+            }
+            #expect(pipeline.context.metrics.deadLetter(app: "shop", lane: "transactional", reason: "unreadable").value == 1)
+            #expect(!harness.mock.acceptedLog.contains { $0.token == DaemonHarness.token(1) })
+        }
+    }
+
     @Test func goawayAndServiceUnavailableCauseRetriesWithoutLoss() throws {
         let faults = FaultConfiguration(serviceUnavailableRate: 0.05, goawayAfterStreams: 150)
         try IsolatedDatabase.with { database in

@@ -439,6 +439,65 @@ import Testing
         }
     }
 
+    @Test func timesPushdCannotReadAreRefusedAtInsertNamingTheColumn() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let cases: [(String, String)] = [
+                ("expiration", "'infinity'"), ("expiration", "'10000-01-01 00:00:00+00'"), ("run_at", "'-infinity'"),
+                ("run_at", "'infinity'"), ("created_at", "'0044-03-15 00:00:00+00 BC'"),
+            ]
+            for (column, value) in cases {
+                do {
+                    try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, \(column)) VALUES ('shop', $1, $2, \(value))",
+                                         [Fixtures.token(1), Fixtures.payload])
+                    Issue.record("\(column) = \(value) was accepted")
+                } catch let error as PGError {
+                    #expect(error.code == .checkViolation)
+                    #expect(error.constraint == "jobs_\(column)_readable")
+                    #expect(error.message.hasPrefix("pushd.jobs.\(column) must be a time from the year 1 to the year 9999"), "\(error.message)")
+                }
+            }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload, expiration) VALUES ('shop', $1, $2, '9999-12-31 23:59:59+00')",
+                                 [Fixtures.token(2), Fixtures.payload])
+            #expect(throws: PGError.self) {
+                try connection.query("INSERT INTO pushd.campaigns (app, name, payload, expiration) VALUES ('shop', 'x', $1, 'infinity')", [Fixtures.payload])
+            }
+        }
+    }
+
+    @Test func aClaimedRowPushdCannotReadIsDeadLetteredInTheClaimAndTheRestAreClaimed() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            // As a row queued before the CHECK existed.
+            try connection.execute(script: "ALTER TABLE pushd.jobs DROP CONSTRAINT jobs_expiration_readable")
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, expiration, run_at)
+                VALUES ('shop', $1, $2, 'infinity', now() - interval '1 minute')
+                """, [Fixtures.token(1), Fixtures.payload])
+            try insertJobs(connection, count: 2, app: "blog")
+            let batch = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(batch.jobs.count == 2)
+            #expect(batch.unreadable.map(\.app) == ["shop"])
+            #expect(batch.unreadable.first?.reason.contains("infinity") == true)
+            try queue.finish(connection, batch, JobOutcomes(delivered: batch.jobs.map(\.id)))
+            let dead = try connection.query("SELECT device_token, expiration IS NULL, run_at < now(), reason FROM pushd.dead_jobs").rows
+            #expect(dead.count == 1)
+            #expect(try dead.first?.require(0, as: String.self) == Fixtures.token(1))
+            #expect(try dead.first?.require(1, as: Bool.self) == true)
+            #expect(try dead.first?.require(2, as: Bool.self) == true)
+            // Alone in a claim, it is dead-lettered and the claim commits.
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, expiration) VALUES ('shop', $1, $2, 'infinity')
+                """, [Fixtures.token(2), Fixtures.payload])
+            let alone = try queue.claim(connection, limit: 10, apps: apps)
+            #expect(alone.isEmpty)
+            #expect(alone.unreadable.count == 1)
+            #expect(!connection.isInTransaction)
+            #expect(try connection.query("SELECT count(*) FROM pushd.dead_jobs").require(Int.self, row: 0, column: 0) == 2)
+            #expect(try connection.query("SELECT count(*) FROM pushd.jobs").require(Int.self, row: 0, column: 0) == 0)
+        }
+    }
+
     @Test func theClaimRunsOnItsGenericPlanAndTheBatchOnTheSessionsOwn() throws {
         try IsolatedDatabase.with { database in
             let claimer = try database.connect()

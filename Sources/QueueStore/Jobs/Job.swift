@@ -132,9 +132,21 @@ public struct JobOutcomes: Sendable, Hashable {
 /// `JobQueue.abandon`; if the connection dies first, the jobs are back in the queue.
 public struct ClaimedJobs: Sendable, Hashable {
     public var jobs: [Job]
+    /// Rows the claim took and could not read, already moved to `pushd.dead_jobs`.
+    public var unreadable: [UnreadableJob]
     public var isEmpty: Bool { jobs.isEmpty }
 
-    public init(jobs: [Job]) { self.jobs = jobs }
+    public init(jobs: [Job], unreadable: [UnreadableJob] = []) {
+        self.jobs = jobs
+        self.unreadable = unreadable
+    }
+}
+
+/// A claimed row pushd could not read (`JobQueue.claim`), and why; it is in `pushd.dead_jobs`.
+public struct UnreadableJob: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    public var reason: String
 }
 
 /// A misuse of the queue API that pushd can report precisely.

@@ -102,6 +102,9 @@ public struct JobQueue: Sendable {
     /// authentication of an app named for it (`Leaving`), which this instance cannot send and
     /// another live instance can.
     ///
+    /// A row the claim took that pushd cannot read is dead-lettered in the claim's transaction
+    /// and reported in `unreadable`, so the rest of the batch and the apps behind it go on.
+    ///
     /// On a non-empty result the connection is left inside the claiming transaction:
     /// settle it with `finish` (or `abandon`) on the same connection. An empty result
     /// leaves no transaction open; with `commitEmptyWithoutWaiting` its COMMIT is sent and
@@ -135,13 +138,21 @@ public struct JobQueue: Sendable {
                 return ClaimedJobs(jobs: [])
             }
             var jobs = [Job]()
+            var unreadable = [UnreadableJob]()
             jobs.reserveCapacity(result.rowCount)
             for row in result.rows {
-                var job = try Self.decode(row)
-                job.registeredEnvironment = try row.get(17)
-                jobs.append(job)
+                do {
+                    var job = try Self.decode(row)
+                    job.registeredEnvironment = try row.get(17)
+                    jobs.append(job)
+                } catch {
+                    // One row pushd cannot read must not roll the claim back on every turn, and
+                    // with it the due jobs of every app behind it: it is dead-lettered in the claim.
+                    unreadable.append(try Self.deadLetterUnreadable(connection, row, error))
+                }
             }
-            return ClaimedJobs(jobs: jobs)
+            if jobs.isEmpty { try connection.execute(script: "COMMIT") }
+            return ClaimedJobs(jobs: jobs, unreadable: unreadable)
         } catch {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
@@ -318,6 +329,32 @@ public struct JobQueue: Sendable {
         guard pending.isEmpty else {
             throw QueueError("jobs \(pending.sorted().prefix(10).map(String.init).joined(separator: ", ")) of the claimed batch have no outcome; the batch was returned to the queue")
         }
+    }
+
+    /// A timestamp column's text as the claim returned it, as a `timestamptz` pushd can read
+    /// (finite, from year 1 to 9999), else NULL.
+    private static func readable(_ parameter: Int) -> String {
+        "(SELECT CASE WHEN isfinite(t) AND t >= timestamptz '0001-01-01 00:00:00+00' AND t < timestamptz '10000-01-01 00:00:00+00' THEN t END FROM (SELECT $\(parameter)::timestamptz) AS v(t))"
+    }
+
+    /// Moves a claimed row that `decode` cannot read (a timestamp such as `infinity` or of year
+    /// 10000, which the table's CHECKs let in) into `pushd.dead_jobs`, from the
+    /// text the claim returned: its timestamps that cannot be read are left NULL there (`run_at`
+    /// and `created_at`: now), and the reason names the column and its value.
+    static func deadLetterUnreadable(_ connection: PGConnection, _ row: PGRow, _ error: any Error) throws -> UnreadableJob {
+        let id = try row.require(0, as: Int64.self)
+        let app = try row.require(1, as: String.self)
+        var values = [any PGParameter]()
+        for column in 0..<17 { values.append(try row.get(column, as: String.self)) }
+        let reason = "pushd cannot read this job's row: \(error)"
+        values.append(reason)
+        try connection.query(connection.prepared("""
+            INSERT INTO pushd.dead_jobs (\(columns), status, reason)
+            SELECT $1::bigint, $2, $3, $4, $5, $6::smallint, \(readable(7)), $8, $9::uuid, $10, $11, $12,
+                   coalesce(\(readable(13)), now()), $14::integer, $15, coalesce(\(readable(16)), now()), \(readable(17)),
+                   NULL, $18
+            """), values)
+        return UnreadableJob(id: id, app: app, reason: reason)
     }
 
     static func columnArrays(_ jobs: [Job]) -> [any PGParameter] {

@@ -66,6 +66,11 @@ final class JobWorker: @unchecked Sendable {
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps, leaving: leaving,
                                             commitEmptyWithoutWaiting: busy)
                 failures = 0
+                reportUnreadable(batch.unreadable)
+                if batch.isEmpty, !batch.unreadable.isEmpty {
+                    lastWork = RateLimiter.monotonicSeconds()
+                    continue
+                }
                 if batch.isEmpty {
                     switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
                     case .poll(let microseconds):
@@ -464,9 +469,22 @@ final class JobWorker: @unchecked Sendable {
 
     private func reportMadeDue(_ refused: [RefusedRewrite]) { context.reportRefusedRewrites(madeDue: refused) }
 
-    /// Refused retries since the last log line about them, and when that line was written.
-    private var refusedSinceLog = 0
-    private var refusalLoggedAt = Timestamp.distantPast
+    /// Jobs of one kind counted since the last log line about them, which is written at most
+    /// once a minute and says how many.
+    private struct QuietCount {
+        private var since = 0
+        private var loggedAt = Timestamp.distantPast
+        /// The count to log now, or nil while the last line is less than a minute old.
+        mutating func add(_ count: Int, now: Timestamp = Timestamp()) -> Int? {
+            since += count
+            guard now.timeIntervalSince(loggedAt) >= 60 else { return nil }
+            defer { since = 0; loggedAt = now }
+            return since
+        }
+    }
+
+    private var refusedRetries = QuietCount()
+    private var unreadableJobs = QuietCount()
 
     /// Retries a CHECK of `pushd.jobs` refused to queue again (`JobQueue.finish`), now dead
     /// letters: each counts as one (reason `requeue_refused`); one error line a minute at most
@@ -478,14 +496,26 @@ final class JobWorker: @unchecked Sendable {
             context.operatorLog.deadLettered(reason: "requeue_refused")
             context.tally.add(context.tally.dead)
         }
-        refusedSinceLog += refused.count
-        let now = Timestamp()
-        guard now.timeIntervalSince(refusalLoggedAt) >= 60 else { return }
-        context.logger.error("\(refusedSinceLog) retried job(s) could not be queued again and were dead-lettered: a CHECK of pushd.jobs added after they were queued refuses them (job \(first.job.id) of app \(first.job.app): \(first.message)); see pushd.dead_jobs",
+        guard let count = refusedRetries.add(refused.count) else { return }
+        context.logger.error("\(count) retried job(s) could not be queued again and were dead-lettered: a CHECK of pushd.jobs added after they were queued refuses them (job \(first.job.id) of app \(first.job.app): \(first.message)); see pushd.dead_jobs",
                              ("event", "retry_requeue_refused"), ("worker", .int(Int64(index))), ("app", .string(first.job.app)),
-                             ("check", .string(first.check ?? "unknown")), ("jobs", .int(Int64(refusedSinceLog))))
-        refusedSinceLog = 0
-        refusalLoggedAt = now
+                             ("check", .string(first.check ?? "unknown")), ("jobs", .int(Int64(count))))
+    }
+
+    /// Rows the claim could not read (a timestamp pushd cannot parse), dead-lettered by the
+    /// claim: each counts as one (reason `unreadable`); one error line a minute at most per
+    /// worker says how many and why the first was.
+    private func reportUnreadable(_ rows: [UnreadableJob]) {
+        guard let first = rows.first else { return }
+        for row in rows {
+            context.metrics.deadLetter(app: row.app, lane: Lane.transactional.rawValue, reason: "unreadable").increment()
+            context.operatorLog.deadLettered(reason: "unreadable")
+            context.tally.add(context.tally.dead)
+        }
+        guard let count = unreadableJobs.add(rows.count) else { return }
+        context.logger.error("\(count) claimed job(s) could not be read and were dead-lettered (job \(first.id) of app \(first.app): \(first.reason)); see pushd.dead_jobs",
+                             ("event", "job_unreadable"), ("worker", .int(Int64(index))), ("app", .string(first.app)),
+                             ("jobs", .int(Int64(count))))
     }
 
     /// `label` names the reason from a closed set, for the metric.
