@@ -249,6 +249,8 @@ import Testing
         let second = try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 1300)
         #expect(second != first)
         #expect(try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 1400) == second, "already replaced")
+        #expect(try cache.tokenAfterExpiredProviderToken(rejected: first.jwt, now: t0 + 2600) == second,
+                "an answer about the replaced token does not replace the one held, even outside the window")
         #expect(cache.mintCount == 2)
     }
 
@@ -336,6 +338,23 @@ import Testing
         let token = held(issuedAt: Self.t0, adoptedAt: Self.t0 + 100)
         #expect(!policy.mayReplaceAfterExpired(token, now: Self.t0 + 1300))
         #expect(policy.mayReplaceAfterExpired(token, now: Self.t0 + 1301))
+    }
+
+    /// Five requests with one token in flight, all answered ExpiredProviderToken: the first
+    /// answer replaces the token, and the other four are about the token replaced, not the one
+    /// just minted, which a clock 40 minutes off would explain.
+    @Test func anExpiryIsJudgedAgainstTheTokenTheRequestCarried() throws {
+        let policy = try ProviderTokenPolicy(refreshSeconds: 3300)
+        let old = held(issuedAt: Self.t0)
+        #expect(policy.afterExpired(carried: old.jwt, held: old, now: Self.t0 + 3000) == .replace)
+        let new = held(issuedAt: Self.t0 + 3000)
+        #expect(policy.afterExpired(carried: old.jwt, held: new, now: Self.t0 + 3000) == .stale)
+        #expect(policy.afterExpired(carried: old.jwt, held: new, now: Self.t0 + 3001) == .stale)
+        // The token just minted called expired itself: this host's clock is off.
+        #expect(policy.afterExpired(carried: new.jwt, held: new, now: Self.t0 + 3001) == .keep(clockOff: true))
+        // A token taken over near its hour and called expired within the window of adopting it: kept, the clock is fine.
+        let adopted = held(issuedAt: Self.t0, adoptedAt: Self.t0 + 2000)
+        #expect(policy.afterExpired(carried: adopted.jwt, held: adopted, now: Self.t0 + 2100) == .keep(clockOff: false))
     }
 
     /// One holder sending every minute for six hours, taking over whatever a fleet shares:

@@ -180,6 +180,71 @@ import Testing
         }
     }
 
+    /// A pipeline whose tokens APNs calls expired 3 s after their `iat` (changes allowed every
+    /// second, on both sides; pushd would refresh only after 55 minutes, so only
+    /// ExpiredProviderToken replaces a token here). One job is delivered with the first token,
+    /// which is past its 3 s when `body` runs: whatever is sent next goes out with it.
+    private static func withATokenJustExpired(
+        _ body: (DaemonHarness, PGConnection, AppSender) throws -> Void) throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, providerTokenUpdateWindowSeconds: 1, providerTokenMaximumAgeSeconds: 3)
+            let connection = try database.connect()
+            var config = harness.config()
+            config.apns.providerTokenUpdateWindowSeconds = 1
+            config.apns.providerTokenRefreshSeconds = 3300
+            let log = MemoryLogSink()
+            let pipeline = try harness.pipeline(config, log: log)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(100)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            Thread.sleep(forTimeInterval: 4.5)
+            let sender = try #require(pipeline.context.senders["shop"])
+            try body(harness, connection, sender)
+            #expect(sender.pausedReason == nil)
+            #expect(pipeline.context.pausedApps().isEmpty)
+            #expect(!log.lines.contains { $0.contains("clock is probably") }, "\(log.lines)")
+            #expect(harness.mock.stats.rejected("ExpiredProviderToken") >= 1)
+            let text = pipeline.context.metrics.registry.expositionText()
+            // The first token and the one that replaced it: no second replacement.
+            #expect(text.contains("pushd_jwt_refreshes_total{app=\"shop\"} 2"), "\(text.split(separator: "\n").filter { $0.contains("jwt") })")
+            #expect(text.contains("pushd_app_paused{app=\"shop\"} 0"))
+        }
+    }
+
+    /// Several requests with one token in flight when APNs calls it expired: the first answer
+    /// replaces the token, and the others, about the token replaced, change nothing. Before,
+    /// each of them was judged against the token just minted, "called expired as soon as it
+    /// was minted", and the app was paused for a clock that was right.
+    @Test func answersAboutATokenAlreadyReplacedNeitherReplaceItAgainNorPauseTheApp() throws {
+        try Self.withATokenJustExpired { harness, connection, sender in
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1 || lpad(to_hex(n), 4, '0'), '{"aps":{"alert":"hi"}}'
+                FROM generate_series(1, 5) AS n
+                """, [String(DaemonHarness.token(2).dropLast(4))])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "paused: \(sender.pausedReason ?? "no"), rejected: \(harness.mock.stats.rejected)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            // Each of the six delivered once.
+            #expect(harness.mock.acceptedLog.count == 6)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 6)
+        }
+    }
+
+    /// The same in the campaign lane: a chunk's requests go out together with one token.
+    @Test func aCampaignChunkCalledExpiredReplacesTheTokenOnceAndIsSentWithoutAPause() throws {
+        try Self.withATokenJustExpired { harness, connection, sender in
+            let id = try CampaignLaneTests.campaign(connection, count: 20)
+            let store = CampaignStore()
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done },
+                    "paused: \(sender.pausedReason ?? "no"), rejected: \(harness.mock.stats.rejected)")
+            #expect(try store.campaign(connection, id: id)?.sent == 20)
+            #expect(harness.mock.acceptedLog.count == 21)
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == 21)
+        }
+    }
+
     @Test func invalidProviderTokenPausesTheAppAndKeepsItsJobs() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, trustsPushdKey: false)

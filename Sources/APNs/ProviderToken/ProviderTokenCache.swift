@@ -40,7 +40,7 @@ public final class ProviderTokenCache: Sendable {
     public func tokenAfterExpiredProviderToken(rejected: String, now: Int64 = ProviderTokenCache.currentEpochSeconds()) throws(SigningKeyError) -> ProviderToken {
         try state.withLock { (state: inout State) throws(SigningKeyError) -> ProviderToken in
             guard let current = state.current, let held = state.held else { return try mint(&state, now: now) }
-            if current.jwt != rejected || !policy.mayReplaceAfterExpired(held, now: now) { return current }
+            guard policy.afterExpired(carried: rejected, held: held, now: now) == .replace else { return current }
             return try mint(&state, now: now)
         }
     }

@@ -95,6 +95,28 @@ public struct ProviderTokenPolicy: Sendable, Equatable {
     public func mayReplaceAfterExpired(_ held: Held, now: Int64) -> Bool {
         now - held.adoptedAt > updateWindowSeconds && now - held.issuedAt > updateWindowSeconds
     }
+
+    /// What a holder does when APNs answers ExpiredProviderToken to a request.
+    public enum AfterExpired: Sendable, Equatable {
+        /// The request carried a token the holder has replaced since: the answer judges that
+        /// one, not the token held, and changes nothing.
+        case stale
+        /// Replace the token held.
+        case replace
+        /// Keep the token held for the update window. `clockOff`: this host issued it less than
+        /// the window ago while APNs counts it over an hour old, so this host's clock is more
+        /// than 40 minutes off and every token it mints will be called expired too.
+        case keep(clockOff: Bool)
+    }
+
+    /// APNs answered ExpiredProviderToken to a request that carried the token `carried` (its
+    /// JWT) while the holder holds `held`. When several requests with one token are in flight,
+    /// the first answer replaces it and the others arrive after: they are about the old token.
+    public func afterExpired(carried: String, held: Held, now: Int64) -> AfterExpired {
+        guard carried == held.jwt else { return .stale }
+        if mayReplaceAfterExpired(held, now: now) { return .replace }
+        return .keep(clockOff: now - held.issuedAt < updateWindowSeconds)
+    }
 }
 
 /// A provider-token setting out of range; the message names the setting and the range.

@@ -108,7 +108,10 @@ public final class APNsClient: Sendable {
 
     /// The engine request for `notification`, with the current provider token for token auth.
     public func request(for notification: APNs.Notification) throws(APNsClientError) -> DispatchRequest {
-        let authorization = try authorization()
+        try request(for: notification, authorization: try authorization())
+    }
+
+    private func request(for notification: APNs.Notification, authorization: String?) throws(APNsClientError) -> DispatchRequest {
         do {
             return try DispatchRequest(path: notification.path,
                                        headerLines: notification.headerFields(authorization: authorization).map(\.line),
@@ -119,9 +122,14 @@ public final class APNsClient: Sendable {
     }
 
     /// Queues `notification`; blocks while the engine's window is full. The result reaches
-    /// `onResult` with `tag`.
-    public func submit(_ notification: APNs.Notification, tag: UInt64) throws(APNsClientError) {
-        dispatcher.submit(try request(for: notification), tag: tag)
+    /// `onResult` with `tag`. Returns the `authorization` value the request carries (nil with a
+    /// certificate): an answer about the provider token is about that one, which may have been
+    /// replaced by the time the answer comes.
+    @discardableResult
+    public func submit(_ notification: APNs.Notification, tag: UInt64) throws(APNsClientError) -> String? {
+        let authorization = try authorization()
+        dispatcher.submit(try request(for: notification, authorization: authorization), tag: tag)
+        return authorization
     }
 
     /// Sends one notification and waits for its result.

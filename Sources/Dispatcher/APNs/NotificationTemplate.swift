@@ -10,7 +10,8 @@ public final class NotificationTemplate {
     public let client: APNsClient
     /// The notification every request repeats, its token aside; checked by the caller.
     public let notification: APNs.Notification
-    private var authorization: String?
+    /// The `authorization` value of the requests it builds now (nil with a certificate).
+    public private(set) var authorization: String?
     /// The header lines and the payload, laid out once for all the requests.
     private var shared: RequestBytes
 

@@ -170,10 +170,12 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let sent: (outcome: SendOutcome, response: Response?)
+        let authorization: String
         do {
+            authorization = try sender.tokens.authorization(key)
             let dispatchRequest = try DispatchRequest(
                 method: DispatchRequest.Method(rawValue: request.method) ?? .post, path: request.path,
-                headerLines: request.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line), body: request.body)
+                headerLines: request.headerFields(authorization: authorization).map(\.line), body: request.body)
             sent = dispatch(dispatchRequest, sender: sender, environment: environment, management: true)
         } catch {
             count("none", "provider_token")
@@ -223,7 +225,7 @@ final class BroadcastWorker: @unchecked Sendable {
         case .delivered:
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
-            if refresh { context.providerTokenExpired(sender, key) }
+            if refresh { context.providerTokenExpired(sender, carried: authorization) }
             context.operatorLog.retried(reason: label)
             try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
         case .dead(_, let reason), .prune(_, let reason, _):
@@ -279,9 +281,11 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let sent: (outcome: SendOutcome, response: Response?)
         let sentAt = Timestamp()
+        let authorization: String
         do {
+            authorization = try sender.tokens.authorization(key)
             let request = try DispatchRequest(path: broadcast.path,
-                                              headerLines: broadcast.headerFields(authorization: try sender.tokens.authorization(key)).map(\.line),
+                                              headerLines: broadcast.headerFields(authorization: authorization).map(\.line),
                                               body: broadcast.payload)
             sent = dispatch(request, sender: sender, environment: environment, management: false)
         } catch {
@@ -308,7 +312,7 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
             context.operatorLog.retried(reason: outcome.label)
-            if refresh { context.providerTokenExpired(sender, key) }
+            if refresh { context.providerTokenExpired(sender, carried: authorization) }
             try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                  sentAt: job.firstAttemptAt ?? sentAt)
         case .dead(let status, let reason):

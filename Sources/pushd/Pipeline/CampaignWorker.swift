@@ -218,8 +218,9 @@ final class CampaignWorker: @unchecked Sendable {
     }
 
     /// `token` is made only for a prune or a throttle: most answers need no hex of their token.
+    /// `authorization` is the value the request carried.
     private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: @autoclosure () -> String, pushType: String,
-                        sender: AppSender, environment: PushdConfig.Environment) -> Handled {
+                        sender: AppSender, environment: PushdConfig.Environment, authorization: String?) -> Handled {
         context.operatorLog.record(outcome, app: app, environment: environment.rawValue, lane: "campaign")
         switch verdict {
         case .delivered:
@@ -235,7 +236,7 @@ final class CampaignWorker: @unchecked Sendable {
             context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
-            if refresh, let key = sender.tokenKey { context.providerTokenExpired(sender, key) }
+            if refresh { context.providerTokenExpired(sender, carried: authorization) }
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token(), until: at) }
             return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
         case .dead(let status, _):
@@ -502,7 +503,7 @@ final class CampaignWorker: @unchecked Sendable {
                     run.stopSubmitting = true
                     break
                 }
-                run.sent(target, to: environment)
+                run.sent(target, to: environment, authorization: template.authorization)
                 inFlight += 1
                 if batch.count >= Self.submitBatch {
                     submitBatched()
@@ -537,8 +538,9 @@ final class CampaignWorker: @unchecked Sendable {
                 run.stopSubmitting = true
                 break
             }
+            let authorization: String?
             do {
-                try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: run.generation, index: target))
+                authorization = try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: run.generation, index: target))
             } catch {
                 context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
                 run.retries.append(ChunkRun.Retry(at: 0, target: target))
@@ -548,7 +550,7 @@ final class CampaignWorker: @unchecked Sendable {
             if ownPayload == nil, run.templates[environment] == nil {
                 run.templates[environment] = try? NotificationTemplate(client: client, notification: notification)
             }
-            run.sent(target, to: environment)
+            run.sent(target, to: environment, authorization: authorization)
             inFlight += 1
         }
     }
@@ -604,7 +606,7 @@ final class CampaignWorker: @unchecked Sendable {
                            firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random),
             sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
-                      sender: run.sender, environment: environment) {
+                      sender: run.sender, environment: environment, authorization: run.authorizations[target]) {
         case .sent:
             run.resolve(target, .sent)
         case .pruned(let reason, let prune):
@@ -728,7 +730,7 @@ final class CampaignWorker: @unchecked Sendable {
         let rate = batch.rateLimit ?? context.config.apps.first(where: { $0.name == batch.app })?.campaignRate
             ?? context.config.defaultCampaignRate
         var prunes = [TokenPrune]()
-        var inFlight = [Int: ParkedTarget]()
+        var inFlight = [Int: (target: ParkedTarget, authorization: String?)]()
 
         func again(_ target: ParkedTarget, at time: Timestamp, reason: String? = nil, countsAsAttempt: Bool = false) {
             var target = target
@@ -796,8 +798,9 @@ final class CampaignWorker: @unchecked Sendable {
                 context.tally.add(context.tally.failed)
                 continue
             }
+            let authorization: String?
             do {
-                try sender.client(for: environment, lane: .campaign)
+                authorization = try sender.client(for: environment, lane: .campaign)
                     .submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
             } catch let missing as AppSender.NoCredentials {
                 leaveOrFail(target, missing.environment)
@@ -807,18 +810,18 @@ final class CampaignWorker: @unchecked Sendable {
                 again(target, at: Timestamp().addingTimeInterval(10))
                 continue
             }
-            inFlight[position] = target
+            inFlight[position] = (target, authorization)
         }
 
         let topic = sender.factory.topic(for: PushType(rawValue: batch.pushType) ?? .alert)
-        func settle(_ target: ParkedTarget, _ outcome: SendOutcome) {
+        func settle(_ target: ParkedTarget, _ outcome: SendOutcome, authorization: String?) {
             let environment = sender.environment(job: target.environment, registered: nil)
             let verdict = context.notForTopicVerdict(
                 policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
                                firstAttemptAt: target.firstAttemptAt, now: Timestamp(), random: &random),
                 sender: sender, topic: topic, environment: environment, token: target.token)
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
-                          environment: environment) {
+                          environment: environment, authorization: authorization) {
             case .sent:
                 outcomes.sent += 1
             case .pruned(let reason, let prune):
@@ -846,12 +849,13 @@ final class CampaignWorker: @unchecked Sendable {
                     record(result)
                     continue
                 }
-                guard let target = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
-                settle(target, sender.outcome(of: result, environment: sender.environment(job: target.environment, registered: nil)))
+                guard let (target, authorization) = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
+                settle(target, sender.outcome(of: result, environment: sender.environment(job: target.environment, registered: nil)),
+                       authorization: authorization)
             }
         }
-        for target in inFlight.values {
-            settle(target, .transportFailure("no answer within \(Int(timeout))s"))
+        for (target, authorization) in inFlight.values {
+            settle(target, .transportFailure("no answer within \(Int(timeout))s"), authorization: authorization)
         }
         if !prunes.isEmpty {
             // The timestamp rule is counted as for a chunk's own targets: kept tokens apart.

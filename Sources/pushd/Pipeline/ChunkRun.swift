@@ -52,6 +52,9 @@ final class ChunkRun {
     var attempts: [Int]
     /// The environment each target is sent to (its host, its answer's meaning, its parking).
     var environments: [PushdConfig.Environment]
+    /// The `authorization` value each target's last request carried: an answer about the
+    /// provider token judges that one, which may have been replaced since.
+    var authorizations: [String?]
     var retries: [Retry] = []
     /// Targets of an environment this instance has no credentials for and another live
     /// instance has: parked with the retries when the run ends, due at once, for that
@@ -87,6 +90,7 @@ final class ChunkRun {
         progress = ChunkProgress(position: chunk.startIndex)
         resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)
         attempts = [Int](repeating: 0, count: chunk.targets.count)
+        authorizations = [String?](repeating: nil, count: chunk.targets.count)
         // A target imported from registered tokens keeps its token's environment; a file
         // import has the campaign's; else the app's. A target parked before its first send
         // (a pause or a hold seen first, a throttled token) is parked with it too.
@@ -119,9 +123,10 @@ final class ChunkRun {
         return next
     }
 
-    /// Counts a send of `target` to `environment`.
-    func sent(_ target: Int, to environment: PushdConfig.Environment) {
+    /// Counts a send of `target` to `environment` with `authorization`.
+    func sent(_ target: Int, to environment: PushdConfig.Environment, authorization: String?) {
         environments[target] = environment
+        authorizations[target] = authorization
         attempts[target] += 1
         inFlight += 1
     }

@@ -142,6 +142,8 @@ final class JobWorker: @unchecked Sendable {
         var environment: PushdConfig.Environment
         /// Its apns-topic: a TopicDisallowed answer holds this topic.
         var topic: String
+        /// The `authorization` value it carried: an answer about the provider token judges that one.
+        var authorization: String?
     }
 
     /// A job of a held scope waits until its hold ends (a SIGHUP, or the hold's 5 minutes), and
@@ -254,9 +256,10 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)", ("app", .string(job.app)))
                 continue
             }
+            let authorization: String?
             do {
                 // Answers are read on this thread after the loop, so recording after submitting is safe.
-                try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+                authorization = try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
             } catch {
                 outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
                                                  error: "could not authenticate: \(error)", countsAsAttempt: false))
@@ -264,7 +267,7 @@ final class JobWorker: @unchecked Sendable {
                 continue
             }
             inFlight[position] = InFlight(job: job, sender: sender, pushType: job.pushType, sentAt: Timestamp(), environment: environment,
-                                          topic: notification.topic)
+                                          topic: notification.topic, authorization: authorization)
         }
 
         let tracing = context.logger.enabled(.debug)
@@ -369,7 +372,7 @@ final class JobWorker: @unchecked Sendable {
             context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
-            if refresh, let key = sender.tokenKey { context.providerTokenExpired(sender, key) }
+            if refresh { context.providerTokenExpired(sender, carried: item.authorization) }
         case .dead(let status, let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
             dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)

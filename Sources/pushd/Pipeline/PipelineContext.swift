@@ -114,12 +114,14 @@ final class PipelineContext: @unchecked Sendable {
         }
     }
 
-    /// APNs answered ExpiredProviderToken to `sender`'s provider token: it is replaced (or kept
-    /// for the update window). A token this host minted minutes ago that APNs calls over an
-    /// hour old means this host's clock is wrong: every token would be refused, so the app is
-    /// paused, its work kept, with one line saying so, instead of retrying for hours.
-    func providerTokenExpired(_ sender: AppSender, _ key: ProviderTokenService.Key) {
-        guard sender.tokens.reportExpired(key) else { return }
+    /// APNs answered ExpiredProviderToken to a request of `sender` that carried `authorization`:
+    /// the token is replaced (or kept for the update window), unless it was replaced already.
+    /// A token this host minted minutes ago that APNs calls over an hour old means this host's
+    /// clock is wrong: every token would be refused, so the app is paused, its work kept, with
+    /// one line saying so, instead of retrying for hours. Every lane reports here.
+    func providerTokenExpired(_ sender: AppSender, carried authorization: String?) {
+        guard let key = sender.tokenKey, let authorization else { return }
+        guard sender.tokens.reportExpired(key, carried: authorization) else { return }
         pause(sender, reason: "APNs calls the provider token of key \(key.keyID) expired (ExpiredProviderToken) although this host "
               + "issued it less than \(sender.tokens.policy.updateWindowSeconds / 60) minutes ago: this host's clock is probably "
               + "more than 40 minutes off; correct it (NTP), then send SIGHUP")

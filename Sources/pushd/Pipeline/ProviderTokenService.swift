@@ -129,19 +129,31 @@ final class ProviderTokenService: @unchecked Sendable {
         if let entry = state.withLock({ $0[key] }), !policy.isDue(entry.held, now: clock()) {
             return entry.header
         }
-        return "bearer " + (try refresh(key)).jwt
+        return Self.bearer + (try refresh(key)).jwt
     }
 
-    /// APNs answered ExpiredProviderToken: replace the token unless the policy keeps it (held
-    /// for less than the update window: the clocks disagree, and minting would only earn
-    /// TooManyProviderTokenUpdates). Returns true when the token was issued less than the
-    /// update window ago by this host's clock: APNs counts over an hour, so this host's clock
-    /// is off by more than 40 minutes, and every token it mints will be called expired too.
+    /// APNs answered ExpiredProviderToken to a request that carried `authorization` (the
+    /// header value it was built with), judged by `ProviderTokenPolicy.afterExpired`: an answer
+    /// about a token this instance has replaced since changes nothing (one debug line); the
+    /// token held is replaced unless the policy keeps it (held for less than the update window:
+    /// the clocks disagree, and minting would only earn TooManyProviderTokenUpdates). Returns
+    /// true when the token held was issued less than the update window ago by this host's
+    /// clock: APNs counts over an hour, so this host's clock is off by more than 40 minutes,
+    /// and every token it mints will be called expired too.
     @discardableResult
-    func reportExpired(_ key: Key) -> Bool {
+    func reportExpired(_ key: Key, carried authorization: String) -> Bool {
         let now = clock()
         guard let held = state.withLock({ $0[key]?.held }) else { return false }
-        guard policy.mayReplaceAfterExpired(held, now: now) else {
+        let carried = authorization.hasPrefix(Self.bearer) ? String(authorization.dropFirst(Self.bearer.count)) : authorization
+        switch policy.afterExpired(carried: carried, held: held, now: now) {
+        case .stale:
+            logger.debug("APNs called a provider token expired that this instance has replaced since the request was built; "
+                         + "the token held is \(now - held.issuedAt)s old", ("key_id", .string(key.keyID)))
+            return false
+        case .replace:
+            _ = try? refresh(key, rejected: held.jwt)
+            return false
+        case .keep(let clockOff):
             let warned = state.withLock { entries -> Bool in
                 guard let entry = entries[key], entry.held.jwt == held.jwt else { return true }
                 defer { entries[key]?.warnedExpired = true }
@@ -152,11 +164,11 @@ final class ProviderTokenService: @unchecked Sendable {
                                + "\(now - held.adoptedAt)s; keeping it for the update window",
                                ("key_id", .string(key.keyID)))
             }
-            return now - held.issuedAt < policy.updateWindowSeconds
+            return clockOff
         }
-        _ = try? refresh(key, rejected: held.jwt)
-        return false
     }
+
+    private static let bearer = "bearer "
 
     /// APNs answered InvalidProviderToken to `key`'s token: removes it from the shared table if
     /// the row still holds it, so that no instance adopts it again and the next to ask mints
@@ -292,7 +304,7 @@ final class ProviderTokenService: @unchecked Sendable {
             }
             if let held, held.jwt == fresh.jwt { return held }
             let adopted = ProviderTokenPolicy.Held(jwt: fresh.jwt, issuedAt: fresh.issuedAt, adoptedAt: now)
-            state.withLock { $0[key] = Entry(held: adopted, header: "bearer " + adopted.jwt) }
+            state.withLock { $0[key] = Entry(held: adopted, header: Self.bearer + adopted.jwt) }
             onRefresh(key)
             return adopted
         }
