@@ -138,6 +138,29 @@ import Testing
         }
     }
 
+    /// A 410 whose timestamp is no time (a year beyond what PostgreSQL takes) failed the prune,
+    /// and with it the batch: its other, accepted jobs were sent again on every turn.
+    @Test func aGarbledFourTenTimestampNeitherFailsTheBatchNorSendsItsOtherJobsAgain() throws {
+        let unregistered = DaemonHarness.token(2)
+        let faults = FaultConfiguration(unregisteredTokens: [unregistered: 9_000_000_000_000_000_000])
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: faults)
+            let connection = try database.connect()
+            let pipeline = try harness.pipeline()
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) VALUES
+                  ('shop', $1, '{"aps":{"alert":"a"}}'), ('shop', $2, '{"aps":{"alert":"b"}}')
+                """, [DaemonHarness.token(1), unregistered])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 1 })
+            Thread.sleep(forTimeInterval: 3)
+            #expect(harness.mock.acceptedLog.count == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalid_reason = 'Unregistered'") == 1)
+        }
+    }
+
     @Test func goawayAndServiceUnavailableCauseRetriesWithoutLoss() throws {
         let faults = FaultConfiguration(serviceUnavailableRate: 0.05, goawayAfterStreams: 150)
         try IsolatedDatabase.with { database in

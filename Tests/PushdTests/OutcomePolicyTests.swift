@@ -369,4 +369,13 @@ struct FixedRandom: RandomNumberGenerator {
         #expect(throttle.heldUntil("a", now: now) == nil)
         #expect(throttle.heldUntil("d", now: now) == now.addingTimeInterval(20))
     }
+
+    @Test func aFourTenTimestampThatIsNoTimeIsTakenAsNone() {
+        #expect(OutcomePolicy.unregisteredSince(nil, now: now) == nil)
+        #expect(OutcomePolicy.unregisteredSince(1_799_999_000_000, now: now) == Timestamp(timeIntervalSince1970: 1_799_999_000))
+        // A garbled answer: PostgreSQL refuses a year beyond 294276, and with it every answer of the batch.
+        #expect(OutcomePolicy.unregisteredSince(9_000_000_000_000_000_000, now: now) == nil)
+        #expect(OutcomePolicy.unregisteredSince(1_800_000_000_000 + 2 * 86_400_000, now: now) == nil)
+        #expect(OutcomePolicy.unregisteredSince(-1, now: now) == nil)
+    }
 }

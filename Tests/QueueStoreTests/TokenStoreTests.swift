@@ -75,6 +75,39 @@ import Testing
         }
     }
 
+    /// An application's transaction holding a token's row past the pruner's `lock_timeout`
+    /// failed the prune, and with it the batch's transaction: every answer of the batch was
+    /// thrown away and its jobs sent again, while the lock lasted.
+    @Test func aPruneTheDatabaseDoesNotWriteLeavesTheTokensAndTheTransactionUsable() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let holder = try database.connect()
+            let token = Fixtures.token(7)
+            try tokens.register(connection, app: "shop", token: token)
+            try holder.execute(script: "BEGIN")
+            try holder.query("SELECT 1 FROM pushd.device_tokens WHERE token = $1 FOR UPDATE", [token])
+            try connection.execute(script: "SET lock_timeout = '300ms'")
+            let prune = TokenPrune(app: "shop", token: token, reason: "BadDeviceToken", apnsTimestamp: nil)
+            // Inside a transaction (a claimed batch)…
+            try connection.execute(script: "BEGIN")
+            try connection.query("CREATE TEMPORARY TABLE written (n int)")
+            let inside = try tokens.prune(connection, [prune])
+            #expect(inside.invalidated.isEmpty)
+            #expect(inside.failed.map(\.prune) == [prune])
+            #expect(inside.failed.first?.check == nil)
+            #expect(inside.failed.first?.message.contains("55P03") == true, "\(inside.failed)")
+            try connection.query("INSERT INTO written VALUES (1)")
+            try connection.execute(script: "COMMIT")
+            #expect(try connection.query("SELECT count(*) FROM written").require(Int.self, row: 0, column: 0) == 1)
+            // …and outside one (a campaign chunk's checkpoint).
+            let outside = try tokens.prune(connection, [prune])
+            #expect(outside.failed.count == 1)
+            try holder.execute(script: "ROLLBACK")
+            #expect(try tokens.token(connection, app: "shop", token: token)?.invalidatedAt == nil)
+            #expect(try tokens.prune(connection, [prune]).invalidated == [prune])
+        }
+    }
+
     @Test func unregisteredWithATimestampAfterTheLastRegistrationInvalidatesTheToken() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

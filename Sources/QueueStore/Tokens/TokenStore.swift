@@ -47,10 +47,17 @@ public struct PruneOutcome: Sendable, Hashable {
     /// token was registered): the token was left as it is.
     public var refused: [RefusedPrune] = []
 
-    public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = [], refused: [RefusedPrune] = []) {
+    /// Prunes the database did not write for another reason (a lock held longer than
+    /// `lock_timeout` on a token's row, a value it refused): the tokens were left as they are.
+    /// `check` is nil in each; `message` is the error.
+    public var failed: [RefusedPrune] = []
+
+    public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = [], refused: [RefusedPrune] = [],
+                failed: [RefusedPrune] = []) {
         self.invalidated = invalidated
         self.keptByTimestamp = keptByTimestamp
         self.refused = refused
+        self.failed = failed
     }
 }
 
@@ -132,7 +139,11 @@ public struct TokenStore: Sendable {
     /// write (one added NOT VALID after the token was registered) would fail the transaction and
     /// send the batch again, every time. When a check refuses the statement, the prunes are
     /// written one by one (under a savepoint inside a transaction) and the refused ones are
-    /// left out (`PruneOutcome.refused`): those tokens stay as they are.
+    /// left out (`PruneOutcome.refused`): those tokens stay as they are. Any other error of the
+    /// statement but a lost connection (an application's transaction holding a token's row past
+    /// `lock_timeout`, say) leaves every token of the call as it is (`PruneOutcome.failed`) and
+    /// a transaction open around it usable, so that the batch's answers (a campaign chunk's
+    /// progress, outside one) are recorded and not sent again.
     @discardableResult
     public func prune(_ connection: PGConnection, _ prunes: [TokenPrune]) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
@@ -144,6 +155,10 @@ public struct TokenStore: Sendable {
             return outcome
         } catch let error as PGError where error.code == .checkViolation {
             if guarded { _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_prune") }
+        } catch let error as PGError where !error.code.isConnectionLoss && error.code != .connectionClosed {
+            // Outside a transaction the statement wrote nothing either.
+            if guarded { _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_prune; RELEASE SAVEPOINT pushd_prune") }
+            return PruneOutcome(failed: prunes.map { RefusedPrune(prune: $0, check: nil, message: "\(error)") })
         }
         var outcome = PruneOutcome()
         for prune in prunes {

@@ -65,13 +65,13 @@ final class JobWorker: @unchecked Sendable {
                 let busy = RateLimiter.monotonicSeconds() - lastWork < waiting.busyWindow
                 let batch = try queue.claim(connection, limit: batchSize, apps: apps, leaving: leaving,
                                             commitEmptyWithoutWaiting: busy)
-                failures = 0
                 reportUnreadable(batch.unreadable)
                 if batch.isEmpty, !batch.unreadable.isEmpty {
                     lastWork = RateLimiter.monotonicSeconds()
                     continue
                 }
                 if batch.isEmpty {
+                    failures = 0
                     switch waiting.step(idleSeconds: RateLimiter.monotonicSeconds() - lastWork) {
                     case .poll(let microseconds):
                         // An insert's NOTIFY (sent while another claimer sleeps) ends the wait at once.
@@ -89,6 +89,9 @@ final class JobWorker: @unchecked Sendable {
                 }
                 lastWork = RateLimiter.monotonicSeconds()
                 try process(batch, on: connection, trace: ClaimTrace(woke: woke, claimStarted: claimStarted, claimed: Timestamp()))
+                // Only a batch settled ends a run of failures: one that fails after sending backs
+                // off longer each time, as a failed claim does.
+                failures = 0
                 woke = .batch
             } catch {
                 failures += 1

@@ -96,8 +96,7 @@ struct OutcomePolicy: Sendable {
             status = code
             label = response.reason?.rawValue ?? "HTTP \(code)"
             if case .pruneToken(let timestamp) = action {
-                return .prune(status: code, reason: label,
-                              apnsTimestamp: timestamp.map { Timestamp(timeIntervalSince1970: Double($0) / 1000) })
+                return .prune(status: code, reason: label, apnsTimestamp: Self.unregisteredSince(timestamp))
             }
         }
         switch action {
@@ -136,5 +135,16 @@ struct OutcomePolicy: Sendable {
                 return .dead(status: status, reason: "\(label): \(why)")
             }
         }
+    }
+
+    /// The time a 410 says APNs learned the token was gone (milliseconds since the epoch), when it
+    /// is a time: one more than a day ahead of this host's clock is not (a garbled answer; the
+    /// database would refuse a year beyond 294276 and, with it, the batch's every answer), and is
+    /// taken as no timestamp, which prunes the token as a 410 without one does.
+    static func unregisteredSince(_ milliseconds: Int64?, now: Timestamp = Timestamp()) -> Timestamp? {
+        guard let milliseconds, milliseconds >= 0 else { return nil }
+        let seconds = Double(milliseconds) / 1000
+        guard seconds <= now.timeIntervalSince1970 + 86_400 else { return nil }
+        return Timestamp(timeIntervalSince1970: seconds)
     }
 }

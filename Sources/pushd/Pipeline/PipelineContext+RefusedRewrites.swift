@@ -1,3 +1,4 @@
+import Locking
 import QueueStore
 
 extension PipelineContext {
@@ -59,26 +60,39 @@ extension PipelineContext {
 }
 
 extension PipelineContext {
-    /// Token prunes a CHECK of `pushd.device_tokens` refused to write (`TokenStore.prune`): the
-    /// tokens stay as they were, so each counts in `pushd_tokens_kept_total{reason="prune_refused"}`,
-    /// and one error line (`token_prune_refused`) a minute at most per process names the check,
-    /// the app and the token's first characters.
-    func reportRefusedPrunes(_ refused: [RefusedPrune]) {
-        guard let first = refused.first else { return }
-        for item in refused {
+    /// Token prunes the database did not write (`TokenStore.prune`): those a CHECK of
+    /// `pushd.device_tokens` refused (reason `prune_refused`) and those that failed otherwise,
+    /// a token's row locked past `lock_timeout` say (reason `prune_failed`). The tokens stay as
+    /// they were (the next notification to one is answered 400 or 410 again, and pruned then),
+    /// so each counts in `pushd_tokens_kept_total`, and one error line (`token_prune_refused`,
+    /// `token_prune_failed`) a minute at most per process and kind names the cause, the app and
+    /// the token's first characters.
+    func reportRefusedPrunes(_ outcome: PruneOutcome) {
+        report(outcome.refused, reason: "prune_refused", gate: refusedPrunes) { first, since in
+            "\(since) device token(s) APNs refused (\(first.prune.reason)) could not be marked invalid: CHECK \(first.check ?? "unknown") of pushd.device_tokens, added after they were registered, refuses the row (token \(Logger.redactToken(first.prune.token)) of app \(first.prune.app): \(first.message)); they stay live and the rest of the batch settles"
+        }
+        report(outcome.failed, reason: "prune_failed", gate: failedPrunes) { first, since in
+            "\(since) device token(s) APNs refused (\(first.prune.reason)) could not be marked invalid: the database did not write the prune (token \(Logger.redactToken(first.prune.token)) of app \(first.prune.app): \(first.message)); they stay live and the rest of the batch settles"
+        }
+    }
+
+    private func report(_ prunes: [RefusedPrune], reason: String, gate: Lock<(count: Int, loggedAt: Double)>,
+                        line: (RefusedPrune, Int) -> String) {
+        guard let first = prunes.first else { return }
+        for item in prunes {
             metrics.tokenKept(app: item.prune.app, environment: senders[item.prune.app]?.environmentLabel ?? "unknown",
-                              reason: "prune_refused").increment()
+                              reason: reason).increment()
         }
         let now = RateLimiter.monotonicSeconds()
-        let since: Int? = refusedPrunes.withLock { state in
-            state.count += refused.count
+        let since: Int? = gate.withLock { state in
+            state.count += prunes.count
             guard now - state.loggedAt >= 60 else { return nil }
             defer { state = (0, now) }
             return state.count
         }
         guard let since else { return }
-        logger.error("\(since) device token(s) APNs refused (\(first.prune.reason)) could not be marked invalid: CHECK \(first.check ?? "unknown") of pushd.device_tokens, added after they were registered, refuses the row (token \(Logger.redactToken(first.prune.token)) of app \(first.prune.app): \(first.message)); they stay live and the rest of the batch settles",
-                     ("event", "token_prune_refused"), ("table", "pushd.device_tokens"), ("check", .string(first.check ?? "unknown")),
+        logger.error(line(first, since),
+                     ("event", .string("token_\(reason)")), ("table", "pushd.device_tokens"), ("check", .string(first.check ?? "none")),
                      ("app", .string(first.prune.app)), ("tokens", .int(Int64(since))))
     }
 }

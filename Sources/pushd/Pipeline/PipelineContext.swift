@@ -43,6 +43,7 @@ final class PipelineContext: @unchecked Sendable {
     let refusedRewrites = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
     /// The same for token prunes a CHECK refused (`reportRefusedPrunes`).
     let refusedPrunes = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
+    let failedPrunes = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
     /// Campaigns whose row a CHECK refuses (`CampaignRefusal`), by id: when their
     /// `campaign_refused` line was last written.
     let refusedCampaigns = Lock<[Int64: Double]>([:])
@@ -186,7 +187,7 @@ final class PipelineContext: @unchecked Sendable {
             metrics.tokenKept(app: prune.app, environment: senders[prune.app]?.environmentLabel ?? "unknown", reason: prune.reason).increment()
         }
         tally.add(tally.pruned, outcome.invalidated.count)
-        reportRefusedPrunes(outcome.refused)
+        reportRefusedPrunes(outcome)
         return outcome
     }
 
