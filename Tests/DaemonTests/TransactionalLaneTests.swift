@@ -1,4 +1,5 @@
 import APNs
+import Locking
 import Posix
 @testable import APNsMock
 import Foundation
@@ -158,6 +159,27 @@ import Testing
             #expect(harness.mock.acceptedLog.count == 1)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalid_reason = 'Unregistered'") == 1)
+        }
+    }
+
+    /// A worker backing off after database errors (up to 30 s) held shutdown until its sleep
+    /// ended, though it held no batch.
+    @Test func aWorkersBackOffAfterDatabaseErrorsEndsWhenThePipelineStops() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let pipeline = try harness.pipeline()
+            let context = pipeline.context
+            let woke = Semaphore()
+            let started = Timestamp()
+            Thread.detachNewThread {
+                context.sleepAfterDatabaseFailure(8)
+                woke.signal()
+            }
+            Thread.sleep(forTimeInterval: 0.3)
+            #expect(!woke.wait(timeout: 0))
+            context.stopping.store(true, ordering: .relaxed)
+            #expect(woke.wait(timeout: 5))
+            #expect(Timestamp().timeIntervalSince(started) < 5)
         }
     }
 

@@ -102,7 +102,7 @@ final class BroadcastWorker: @unchecked Sendable {
                 context.logger.warning("broadcast worker: \(error)")
                 connection?.close()
                 connection = nil
-                PipelineContext.sleepAfterDatabaseFailure(failures)
+                context.sleepAfterDatabaseFailure(failures)
             }
         }
         connection?.close()

@@ -148,7 +148,7 @@ final class CampaignWorker: @unchecked Sendable {
                 abandonRuns()
                 connection?.close()
                 connection = nil
-                PipelineContext.sleepAfterDatabaseFailure(failures)
+                context.sleepAfterDatabaseFailure(failures)
             }
         }
         connection?.close()

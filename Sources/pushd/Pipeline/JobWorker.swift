@@ -99,7 +99,7 @@ final class JobWorker: @unchecked Sendable {
                 context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
                 connection?.close()
                 connection = nil
-                PipelineContext.sleepAfterDatabaseFailure(failures)
+                context.sleepAfterDatabaseFailure(failures)
             }
         }
         connection?.close()

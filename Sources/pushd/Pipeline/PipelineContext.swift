@@ -341,9 +341,17 @@ final class PipelineContext: @unchecked Sendable {
         return any
     }
 
-    static func sleepAfterDatabaseFailure(_ failures: Int) {
+    /// The back-off of a worker after its `failures`-th database error in a row: 0.1–0.2 s
+    /// doubling up to 15–30 s. It ends early when the pipeline stops, so that shutdown does not
+    /// wait out a worker that holds nothing.
+    func sleepAfterDatabaseFailure(_ failures: Int) {
         let delay = min(30.0, 0.2 * pow(2.0, Double(min(failures, 8))))
-        PosixThread.sleep(seconds: delay * Double.random(in: 0.5...1.0))
+        let until = RateLimiter.monotonicSeconds() + delay * Double.random(in: 0.5...1.0)
+        while !isStopping {
+            let left = until - RateLimiter.monotonicSeconds()
+            if left <= 0 { return }
+            PosixThread.sleep(seconds: min(0.1, left))
+        }
     }
 
     func databaseError(_ error: any Error) {
