@@ -446,24 +446,29 @@ final class CampaignWorker: @unchecked Sendable {
                 continue
             }
             if let rate = run.rate {
-                let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate)
+                let reservedAt = RateLimiter.monotonicSeconds()
+                let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate, now: reservedAt)
                 // A send due within the pacing slice goes with the batch being built; one due
-                // later first sends that batch, then waits. So a capped run wakes the worker and
-                // the engine's loop once per slice, not once per notification.
+                // later first sends that batch, then waits, recording the answers that came
+                // meanwhile. So a capped run wakes the worker and the engine's loop once per
+                // slice, not once per notification.
                 if wait > Self.pacingSlice {
                     submitBatched()
-                    PosixThread.sleep(seconds: wait)
+                    recordAnswers(until: reservedAt + wait)
                     now = RateLimiter.monotonicSeconds()
                 }
                 keeper.beat(worker: index)
                 // Paced sending can stay in this loop longer than the lease: renew it here,
-                // or another worker takes the chunk over and sends it again.
+                // with the answers recorded so far, or another worker takes the chunk over
+                // and sends it again.
                 if !run.leaseLost, RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
                     try checkpoint(run, on: connection)
-                    if run.stopSubmitting {
-                        run.retries.append(ChunkRun.Retry(at: 0, target: target))
-                        break
-                    }
+                }
+                // An answer recorded while waiting (a pause, a hold) or the checkpoint (a pause,
+                // a cancel, a lost lease) stopped the run: this target waits, unsent.
+                if run.stopSubmitting {
+                    run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                    break
                 }
             }
             let ownPayload = chunk.targets.payload(at: target)
@@ -552,6 +557,19 @@ final class CampaignWorker: @unchecked Sendable {
             }
             run.sent(target, to: environment, authorization: authorization)
             inFlight += 1
+        }
+    }
+
+    /// Waits until `moment` (monotonic seconds) for a capped run's next send, recording the
+    /// answers that arrived meanwhile. The worker's window holds a whole capped chunk, so the
+    /// chunk is sent inside one `fill`; with its answers read only after it, its checkpoint
+    /// stayed at its start for all of size ÷ rate seconds, and a worker that took it over
+    /// sent it all again. The answers are taken when the moment comes, not one by one: a
+    /// wait costs one wake-up, as the sleep it replaces did, and never ends early.
+    private func recordAnswers(until moment: Double) {
+        while RateLimiter.monotonicSeconds() < moment {
+            completions.take(atLeast: .max, until: moment, into: &results)
+            for result in results { record(result) }
         }
     }
 
