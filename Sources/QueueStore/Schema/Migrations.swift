@@ -35,6 +35,7 @@ extension Migrator {
         Migration(version: 28, name: "a job's dedupe key stays taken for a retention period, not only while the job is pending", sql: dedupeLedgerV28),
         Migration(version: 29, name: "Apple's PushToTalk, Live Activity priority and broadcast rules are checked at insert", sql: pushTypeRulesV29),
         Migration(version: 30, name: "a campaign whose row a NOT VALID check refuses is held, not sent again", sql: campaignRefusalsV30),
+        Migration(version: 31, name: "an import into a running campaign does not lock its row while it reads the audience", sql: campaignImportsV31),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is
