@@ -425,13 +425,19 @@ public struct CampaignStore: Sendable {
 
     static func recordSQL(synchronous: Bool) -> String {
         """
-        WITH ch AS (
+        WITH campaign AS (
+            -- The campaign's row before the chunk's: a write that waits for it (another session
+            -- holds it) waits without locking the chunk's row, so the lease keeper goes on
+            -- extending the chunk's lease, and the lease is counted from when the wait ended.
+            SELECT id FROM pushd.campaigns WHERE id = $1 FOR NO KEY UPDATE
+        ), ch AS (
             UPDATE pushd.campaign_chunks
             SET checkpoint = $3,
                 lease_owner = CASE WHEN $5 = 'release' THEN NULL ELSE lease_owner END,
-                lease_until = CASE WHEN $5 = 'release' THEN NULL ELSE now() + make_interval(secs => $6) END,
+                lease_until = CASE WHEN $5 = 'release' THEN NULL ELSE clock_timestamp() + make_interval(secs => $6) END,
                 finished_at = CASE WHEN $5 = 'finish' THEN now() END
-            WHERE campaign_id = $1 AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
+            FROM campaign
+            WHERE campaign_id = campaign.id AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
             RETURNING campaign_id
         ), held AS (
             -- A campaign whose row a CHECK refuses (CampaignRefusal) counts with its hold.
