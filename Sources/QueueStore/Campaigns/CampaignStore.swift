@@ -301,19 +301,24 @@ public struct CampaignStore: Sendable {
         guard (1...100_000).contains(chunkSize) else {
             throw QueueError("chunk size must be between 1 and 100000, got \(chunkSize)")
         }
+        // The campaign's row is not locked while the audience is read and grouped: the workers
+        // write it at every checkpoint and finish, and the lease writes a capped campaign's pace
+        // into it. What a lock held from the start kept is kept so (migration 31):
+        // - imports of one campaign take turns (`campaign_import_lock`, which nothing else
+        //   takes), so chunk numbers follow on and a token of one import is a duplicate in the next;
+        // - the new chunks are counted into `targets` and `chunks_total` by one UPDATE at the end,
+        //   only while the campaign is open, in the transaction that adds them: a worker's finish
+        //   either comes first (and the campaign, closed meanwhile, refuses the import whole) or
+        //   waits that last statement out and counts the new chunks.
         return try connection.transaction {
             // A large audience takes longer than pushd's per-statement limit to copy.
             try connection.execute(script: "SET LOCAL statement_timeout = 0")
-            let head = try connection.query("""
-                SELECT status, (SELECT coalesce(max(chunk) + 1, 0) FROM pushd.campaign_chunks WHERE campaign_id = $1)
-                FROM pushd.campaigns WHERE id = $1 FOR UPDATE
-                """, [campaignID])
+            let head = try connection.query("SELECT status FROM pushd.campaigns WHERE id = $1", [campaignID])
             guard head.rowCount == 1 else { throw QueueError("cannot import targets: campaign \(campaignID) does not exist") }
             let status: String = try head.require(row: 0, column: 0)
             if status == CampaignStatus.done.rawValue || status == CampaignStatus.cancelled.rawValue {
                 throw QueueError("cannot import targets: campaign \(campaignID) is \(status)")
             }
-            let firstChunk: Int = try head.require(row: 0, column: 1)
             // Targets go through a temporary table so that duplicates are found by the
             // database, whatever the audience's size, rather than in this process's memory.
             try connection.execute(script: """
@@ -329,19 +334,29 @@ public struct CampaignStore: Sendable {
                     try writer.writeRaw(line)
                 }
             }
+            try connection.query("SELECT pushd.campaign_import_lock($1)", [campaignID])
+            let firstChunk = try connection.query("SELECT coalesce(max(chunk) + 1, 0) FROM pushd.campaign_chunks WHERE campaign_id = $1",
+                                                  [campaignID]).require(Int.self, row: 0, column: 0)
             let chunked = try connection.query(Self.chunkStagedSQL, [campaignID, firstChunk, chunkSize])
             let added: Int = try chunked.require(row: 0, column: 0)
             let chunks: Int = try chunked.require(row: 0, column: 1)
             let pruned: Int = try chunked.require(row: 0, column: 2)
             if chunks > 0 {
-                try writingRow(connection, campaignID: campaignID, doing: "import targets into campaign \(campaignID)") {
+                // Fresh statistics keep the lease on the chunk index; planned on a stale
+                // row count it can sort every chunk of the campaign for each lease. Taken
+                // before the row is locked: it counts this transaction's rows already.
+                try connection.execute(script: "ANALYZE pushd.campaign_chunks")
+                let counted = try writingRow(connection, campaignID: campaignID, doing: "import targets into campaign \(campaignID)") {
                     try connection.query("""
-                        UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3 WHERE id = $1
+                        UPDATE pushd.campaigns SET targets = targets + $2, chunks_total = chunks_total + $3
+                        WHERE id = $1 AND status NOT IN ('done', 'cancelled')
                         """, [campaignID, added, chunks])
                 }
-                // Fresh statistics keep the lease on the chunk index; planned on a stale
-                // row count it can sort every chunk of the campaign for each lease.
-                try connection.execute(script: "ANALYZE pushd.campaign_chunks")
+                if counted.affectedRows == 0 {
+                    let current = try connection.query("SELECT status FROM pushd.campaigns WHERE id = $1", [campaignID])
+                    let closed = current.rowCount == 1 ? try current.require(String.self, row: 0, column: 0) : "deleted"
+                    throw QueueError("cannot import targets: campaign \(campaignID) became \(closed) while its targets were being read; none of them was added")
+                }
             }
             return TargetImportResult(imported: added, duplicatesDropped: encoder.count - added - pruned, prunedDropped: pruned)
         }
@@ -410,13 +425,19 @@ public struct CampaignStore: Sendable {
 
     static func recordSQL(synchronous: Bool) -> String {
         """
-        WITH ch AS (
+        WITH campaign AS (
+            -- The campaign's row before the chunk's: a write that waits for it (another session
+            -- holds it) waits without locking the chunk's row, so the lease keeper goes on
+            -- extending the chunk's lease, and the lease is counted from when the wait ended.
+            SELECT id FROM pushd.campaigns WHERE id = $1 FOR NO KEY UPDATE
+        ), ch AS (
             UPDATE pushd.campaign_chunks
             SET checkpoint = $3,
                 lease_owner = CASE WHEN $5 = 'release' THEN NULL ELSE lease_owner END,
-                lease_until = CASE WHEN $5 = 'release' THEN NULL ELSE now() + make_interval(secs => $6) END,
+                lease_until = CASE WHEN $5 = 'release' THEN NULL ELSE clock_timestamp() + make_interval(secs => $6) END,
                 finished_at = CASE WHEN $5 = 'finish' THEN now() END
-            WHERE campaign_id = $1 AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
+            FROM campaign
+            WHERE campaign_id = campaign.id AND chunk = $2 AND lease_owner = $4 AND finished_at IS NULL
             RETURNING campaign_id
         ), held AS (
             -- A campaign whose row a CHECK refuses (CampaignRefusal) counts with its hold.

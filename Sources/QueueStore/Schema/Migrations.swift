@@ -36,6 +36,7 @@ extension Migrator {
         Migration(version: 29, name: "Apple's PushToTalk, Live Activity priority and broadcast rules are checked at insert", sql: pushTypeRulesV29),
         Migration(version: 30, name: "a campaign whose row a NOT VALID check refuses is held, not sent again", sql: campaignRefusalsV30),
         Migration(version: 31, name: "times pushd cannot read (infinity, years after 9999) are refused at insert", sql: readableTimesV31),
+        Migration(version: 32, name: "an import into a running campaign does not lock its row while it reads the audience", sql: campaignImportsV32),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is

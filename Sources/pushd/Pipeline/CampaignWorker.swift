@@ -143,6 +143,13 @@ final class CampaignWorker: @unchecked Sendable {
                 failures += 1
                 context.databaseError(error)
                 context.logger.warning("campaign worker \(index): \(error)", ("worker", .int(Int64(index))))
+                if Self.survives(error, on: connection) {
+                    // A row another session held for lock_timeout: the statement is undone, the
+                    // session and the chunks being sent are sound, and their progress is written
+                    // at the next checkpoint. Giving them up would send their targets again.
+                    context.sleepAfterDatabaseFailure(failures)
+                    continue
+                }
                 // The chunks' leases run out and another worker resumes them from their checkpoints;
                 // answers still on their way find no run and are dropped.
                 abandonRuns()
@@ -153,6 +160,14 @@ final class CampaignWorker: @unchecked Sendable {
         }
         connection?.close()
         connection = nil
+    }
+
+    /// Whether the runs outlive `error`: a lock timeout on a session that is still open, its
+    /// transaction (a parked batch's) rolled back.
+    private static func survives(_ error: any Error, on connection: PGConnection?) -> Bool {
+        guard let error = error as? PGError, error.code == .lockNotAvailable, let connection, connection.isOpen else { return false }
+        guard connection.isInTransaction else { return true }
+        return (try? connection.execute(script: "ROLLBACK")) != nil && !connection.isInTransaction
     }
 
     /// Parked targets taken at once. Their transaction stays open while they are sent and
@@ -346,14 +361,13 @@ final class CampaignWorker: @unchecked Sendable {
             if inFlight < budget { try fill(run, on: connection) }
             if run.shouldPark { run.parkRetries() }
         }
-        var finishedAny = false
-        for run in runs where run.isDone {
-            try finish(run, on: connection)
-            finishedAny = true
+        var finished = [ObjectIdentifier]()
+        for run in runs where run.isDone && RateLimiter.monotonicSeconds() >= run.finishNotBefore {
+            if try finish(run, on: connection) { finished.append(ObjectIdentifier(run)) }
         }
-        if finishedAny {
+        if !finished.isEmpty {
             let before = runs.count
-            runs.removeAll { $0.isDone }
+            runs.removeAll { finished.contains(ObjectIdentifier($0)) }
             context.metrics.chunksSending.add(Double(runs.count - before))
         }
         // Tokens a run of DeviceTokenNotForTopic answers pruned before it held their topic.
@@ -373,7 +387,8 @@ final class CampaignWorker: @unchecked Sendable {
         for result in results {
             record(result)
         }
-        for run in runs where !run.leaseLost && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
+        // A done run whose finish found the campaign's row locked is only finished again.
+        for run in runs where !run.leaseLost && !run.isDone && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
             try checkpoint(run, on: connection)
         }
     }
@@ -658,7 +673,16 @@ final class CampaignWorker: @unchecked Sendable {
             run.prunes.removeAll(keepingCapacity: true)
         }
         let counted = run.progress
-        switch try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds) {
+        let directive: ChunkDirective
+        do {
+            directive = try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds)
+        } catch let error as PGError where error.code == .lockNotAvailable && !connection.isInTransaction {
+            // The progress stays with the run and is written by the next checkpoint.
+            rowLocked(error, chunk, writing: "checkpoint")
+            run.lastCheckpoint = RateLimiter.monotonicSeconds()
+            return
+        }
+        switch directive {
         case .proceed: break
         case .stop(let status):
             context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
@@ -683,30 +707,62 @@ final class CampaignWorker: @unchecked Sendable {
 
     /// Finishes a run with nothing in flight: the chunk is done (its retries parked) or, when
     /// it stopped early, released at its watermark for whichever worker leases it next.
-    private func finish(_ run: ChunkRun, on connection: PGConnection) throws {
+    /// Returns false when the campaign's row stayed locked: the run stays, its lease kept, and
+    /// the finish is tried again a checkpoint interval later.
+    private func finish(_ run: ChunkRun, on connection: PGConnection) throws -> Bool {
         let chunk = run.chunk
-        keeper.drop(chunk)
         // Another worker holds the chunk now; it resumes from the last checkpoint.
-        if run.leaseLost { return }
+        if run.leaseLost {
+            keeper.drop(chunk)
+            return true
+        }
         // Stopped early, the targets waiting for a retry are parked too: the chunk is then
         // released past every target it sent, and none of those is sent again.
         run.parkRetries()
         run.advance()
-        if !run.prunes.isEmpty { try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress) }
+        if !run.prunes.isEmpty {
+            try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress)
+            run.prunes.removeAll()
+        }
         let complete = run.watermark == run.count
         let directive: ChunkDirective
-        if complete {
-            directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
-        } else {
-            directive = try store.release(connection, chunk, run.progress, parking: run.parked)
-            if run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
+        do {
+            if complete {
+                directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
+            } else {
+                directive = try store.release(connection, chunk, run.progress, parking: run.parked)
+            }
+        } catch let error as PGError where error.code == .lockNotAvailable && !connection.isInTransaction {
+            rowLocked(error, chunk, writing: complete ? "finish" : "release")
+            run.finishNotBefore = RateLimiter.monotonicSeconds() + checkpointInterval
+            return false
         }
+        keeper.drop(chunk)
+        if !complete, run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
         context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
         if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
         if case .refused(let held) = directive { context.reportRefusedCampaign(held) }
         countProcessed(run.progress, app: chunk.app)
+        return true
+    }
+
+    /// Lines about campaign rows that stayed locked, one per campaign per minute at most.
+    private var lockedRowLines = LogGate<Int64>(quietSeconds: 60)
+
+    /// A write of `chunk`'s progress waited `lock_timeout` for its campaign's row, which another
+    /// session holds (an operator's open transaction, a long statement). Nothing is lost: the
+    /// chunk keeps its lease (`LeaseKeeper`) and its progress, and the write is tried again; the
+    /// runs are not given up, as they are when the database is gone, which sent every target
+    /// since their checkpoints again. Counted in `pushd_database_errors_total{reason="55"}`.
+    private func rowLocked(_ error: PGError, _ chunk: CampaignChunk, writing: String) {
+        context.databaseError(error)
+        guard let unlogged = lockedRowLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) else { return }
+        let since = unlogged > 0 ? " (\(unlogged) more since the last line)" : ""
+        context.logger.warning("campaign worker \(index): the \(writing) of chunk \(chunk.chunk) of campaign \(chunk.campaignID) waited lock_timeout for the campaign's row, which another session holds locked; the chunk keeps its lease and progress and is written again shortly\(since): \(error.message)",
+                               ("event", "campaign_row_locked"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                               ("worker", .int(Int64(index))), ("unlogged", .int(Int64(unlogged))))
     }
 
     /// After a database failure: the runs are forgotten without a word to the database (it is

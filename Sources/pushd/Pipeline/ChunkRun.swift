@@ -73,6 +73,8 @@ final class ChunkRun {
     var held = false
     var leaseLost = false
     var lastCheckpoint = RateLimiter.monotonicSeconds()
+    /// Not finished before this monotonic time: its last finish found the campaign's row locked.
+    var finishNotBefore = 0.0
     /// Per environment, the chunk's notification checked once and its headers packed once,
     /// for targets with the campaign's payload: each request then costs its path alone.
     var templates: [PushdConfig.Environment: NotificationTemplate] = [:]

@@ -1,0 +1,149 @@
+extension Migrator {
+    /// An import into a running campaign locked the campaign's row from its first statement to
+    /// its COMMIT (COPY from a slow file or pipe, grouping into chunks, ANALYZE): every checkpoint
+    /// and finish of the campaign's chunks waited for it, failed after `lock_timeout`, and their
+    /// chunks were sent again from older checkpoints; a capped or scheduled campaign's lease
+    /// waited too, and failed the lease of every campaign.
+    ///
+    /// What the lock kept, and how it is kept now:
+    /// - imports of one campaign take turns, so that chunk numbers do not collide and a token
+    ///   added by one is seen as already there by the next: `campaign_import_lock`, a
+    ///   transaction-scoped advisory lock that only imports take;
+    /// - the counters (`targets`, `chunks_total`) grow in the transaction that adds the chunks,
+    ///   and only if the campaign is still open: one UPDATE at the end, the row locked from it to
+    ///   COMMIT. A campaign closed meanwhile (cancelled, or its last chunk finished) fails the
+    ///   import and nothing is added, rather than getting chunks no worker would lease.
+    ///
+    /// The lease no longer waits for a campaign row another session has locked: it moves on to
+    /// the next campaign (`FOR NO KEY UPDATE SKIP LOCKED` before the pace write).
+    static let campaignImportsV32 = #"""
+    CREATE FUNCTION pushd.campaign_import_lock(p_campaign_id bigint) RETURNS void
+    LANGUAGE sql AS $$
+        SELECT pg_advisory_xact_lock(hashtextextended('pushd.campaign_import', p_campaign_id))
+    $$;
+
+    CREATE OR REPLACE FUNCTION pushd.campaign_import_tokens_counted(p_campaign_id bigint, p_environment text DEFAULT NULL,
+                                                         p_user_ids text[] DEFAULT NULL, p_updated_since timestamptz DEFAULT NULL,
+                                                         p_chunk_size integer DEFAULT 1000,
+                                                         OUT imported bigint, OUT duplicates bigint)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        c pushd.campaigns;
+        first_chunk integer;
+        matched bigint;
+        chunks integer;
+        closed text;
+    BEGIN
+        IF p_chunk_size IS NULL OR p_chunk_size < 1 OR p_chunk_size > 100000 THEN
+            RAISE EXCEPTION 'chunk size must be between 1 and 100000, got %', p_chunk_size USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- Not locked: the workers write this row while the audience is read.
+        SELECT * INTO c FROM pushd.campaigns WHERE id = p_campaign_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'campaign % does not exist', p_campaign_id USING ERRCODE = 'no_data_found';
+        END IF;
+        IF c.status IN ('done', 'cancelled') THEN
+            RAISE EXCEPTION 'campaign % is %; targets can only be added before it ends', p_campaign_id, c.status
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        PERFORM pushd.campaign_import_lock(p_campaign_id);
+        SELECT coalesce(max(chunk) + 1, 0) INTO first_chunk FROM pushd.campaign_chunks WHERE campaign_id = p_campaign_id;
+        WITH matching AS (
+            SELECT d.token, d.environment FROM pushd.device_tokens d
+            WHERE d.app = c.app AND d.invalidated_at IS NULL
+              AND (p_environment IS NULL OR d.environment = p_environment)
+              AND (p_user_ids IS NULL OR d.user_id = ANY (p_user_ids))
+              AND (p_updated_since IS NULL OR d.updated_at >= p_updated_since)
+        ), src AS (
+            SELECT m.token, m.environment, (row_number() OVER (ORDER BY m.token) - 1) / p_chunk_size AS n
+            FROM matching m
+            WHERE NOT EXISTS (SELECT 1 FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens) AS e(token)
+                              WHERE t.campaign_id = p_campaign_id AND e.token = m.token)
+        ), ins AS (
+            INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments)
+            SELECT p_campaign_id, first_chunk + n::integer, array_agg(token ORDER BY token), array_agg(environment ORDER BY token)
+            FROM src GROUP BY n
+            RETURNING chunk, cardinality(tokens) AS size
+        ), chunk_rows AS (
+            INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size)
+            SELECT p_campaign_id, chunk, size FROM ins
+            RETURNING size
+        )
+        SELECT coalesce(sum(size), 0), count(*), (SELECT count(*) FROM matching) INTO imported, chunks, matched FROM chunk_rows;
+        duplicates := matched - imported;
+        IF chunks > 0 THEN
+            UPDATE pushd.campaigns SET targets = targets + imported, chunks_total = chunks_total + chunks
+            WHERE id = p_campaign_id AND status NOT IN ('done', 'cancelled');
+            IF NOT FOUND THEN
+                SELECT status INTO closed FROM pushd.campaigns WHERE id = p_campaign_id;
+                RAISE EXCEPTION 'campaign % became % while its targets were being added; none was added', p_campaign_id, closed
+                    USING ERRCODE = 'object_not_in_prerequisite_state';
+            END IF;
+        END IF;
+    END $$;
+
+    CREATE OR REPLACE FUNCTION pushd.lease_campaign_chunk(p_owner text, p_seconds float8, p_apps text[])
+    RETURNS TABLE (leased_campaign bigint, leased_chunk integer, leased_size integer,
+                   leased_checkpoint integer, leased_until timestamptz,
+                   expired_owner text, expired_at timestamptz)
+    LANGUAGE plpgsql ROWS 1 AS $$
+    DECLARE
+        k record;
+        picked record;
+        refused_check text;
+        refused_message text;
+    BEGIN
+        FOR k IN SELECT c.id, c.rate_limit, c.status, c.started_at FROM pushd.campaigns c
+                 WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
+                   AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+                   AND c.app = ANY (p_apps)
+                   AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals r WHERE r.campaign_id = c.id)
+                 ORDER BY c.id
+        LOOP
+            SELECT ch.chunk, ch.size, ch.checkpoint, ch.lease_owner, ch.lease_until INTO picked FROM pushd.campaign_chunks ch
+            WHERE ch.campaign_id = k.id AND ch.finished_at IS NULL
+              AND (ch.lease_until IS NULL OR ch.lease_until < now())
+            ORDER BY ch.chunk LIMIT 1 FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            IF k.rate_limit IS NOT NULL OR k.status = 'scheduled' OR k.started_at IS NULL THEN
+                -- A row another session holds (a checkpoint for a moment, or an operator's open
+                -- transaction for minutes) is not waited for: this campaign is leased next time,
+                -- the others now.
+                PERFORM 1 FROM pushd.campaigns c WHERE c.id = k.id FOR NO KEY UPDATE SKIP LOCKED;
+                CONTINUE WHEN NOT FOUND;
+                BEGIN
+                    UPDATE pushd.campaigns c
+                    SET status = 'running', started_at = coalesce(c.started_at, now()),
+                        next_lease_at = CASE WHEN c.rate_limit IS NULL THEN NULL
+                            ELSE greatest(coalesce(c.next_lease_at, now()), now() - interval '200 milliseconds')
+                                 + make_interval(secs => (picked.size - picked.checkpoint)::float8 / c.rate_limit) END
+                    WHERE c.id = k.id AND c.status IN ('running', 'scheduled')
+                      AND (c.next_lease_at IS NULL OR c.next_lease_at <= now());
+                    CONTINUE WHEN NOT FOUND;
+                EXCEPTION WHEN check_violation THEN
+                    -- One campaign's row must not fail the lease of every campaign, every time.
+                    GET STACKED DIAGNOSTICS refused_check = CONSTRAINT_NAME, refused_message = MESSAGE_TEXT;
+                    INSERT INTO pushd.campaign_refusals (campaign_id, constraint_name, message)
+                    VALUES (k.id, nullif(refused_check, ''), refused_message) ON CONFLICT (campaign_id) DO NOTHING;
+                    CONTINUE;
+                END;
+            END IF;
+            UPDATE pushd.campaign_chunks ch
+            SET lease_owner = p_owner, lease_until = now() + make_interval(secs => p_seconds), leases = ch.leases + 1
+            WHERE ch.campaign_id = k.id AND ch.chunk = picked.chunk;
+            leased_campaign := k.id;
+            leased_chunk := picked.chunk;
+            leased_size := picked.size;
+            leased_checkpoint := picked.checkpoint;
+            leased_until := now() + make_interval(secs => p_seconds);
+            -- A release clears the owner; an owner still set means its lease ran out.
+            expired_owner := CASE WHEN picked.lease_until IS NOT NULL THEN picked.lease_owner END;
+            expired_at := picked.lease_until;
+            RETURN NEXT;
+            RETURN;
+        END LOOP;
+    END $$;
+
+    SELECT pushd.grant_roles();
+    """#
+}
