@@ -14,8 +14,10 @@ extension Migrator {
     ///   COMMIT. A campaign closed meanwhile (cancelled, or its last chunk finished) fails the
     ///   import and nothing is added, rather than getting chunks no worker would lease.
     ///
-    /// The lease no longer waits for a campaign row another session has locked: it moves on to
-    /// the next campaign (`FOR NO KEY UPDATE SKIP LOCKED` before the pace write).
+    /// The lease no longer waits `lock_timeout` for a capped or scheduled campaign's row that
+    /// another session has locked: it waits a quarter of a second (a checkpoint holds the row for
+    /// milliseconds; skipping the campaign then would slow its pace) and moves on to the next
+    /// campaign after that.
     static let campaignImportsV32 = #"""
     CREATE FUNCTION pushd.campaign_import_lock(p_campaign_id bigint) RETURNS void
     LANGUAGE sql AS $$
@@ -92,6 +94,7 @@ extension Migrator {
         picked record;
         refused_check text;
         refused_message text;
+        previous_lock_timeout text;
     BEGIN
         FOR k IN SELECT c.id, c.rate_limit, c.status, c.started_at FROM pushd.campaigns c
                  WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
@@ -106,11 +109,17 @@ extension Migrator {
             ORDER BY ch.chunk LIMIT 1 FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
             IF k.rate_limit IS NOT NULL OR k.status = 'scheduled' OR k.started_at IS NULL THEN
-                -- A row another session holds (a checkpoint for a moment, or an operator's open
-                -- transaction for minutes) is not waited for: this campaign is leased next time,
-                -- the others now.
-                PERFORM 1 FROM pushd.campaigns c WHERE c.id = k.id FOR NO KEY UPDATE SKIP LOCKED;
-                CONTINUE WHEN NOT FOUND;
+                -- A row another session holds for a moment (a checkpoint's counters) is waited
+                -- for, a quarter of a second at most; one held longer (an operator's open
+                -- transaction) is not: this campaign is leased next time, the others now.
+                previous_lock_timeout := current_setting('lock_timeout');
+                BEGIN
+                    PERFORM set_config('lock_timeout', '250ms', true);
+                    PERFORM 1 FROM pushd.campaigns c WHERE c.id = k.id FOR NO KEY UPDATE;
+                    PERFORM set_config('lock_timeout', previous_lock_timeout, true);
+                EXCEPTION WHEN lock_not_available THEN
+                    CONTINUE;
+                END;
                 BEGIN
                     UPDATE pushd.campaigns c
                     SET status = 'running', started_at = coalesce(c.started_at, now()),
