@@ -68,6 +68,46 @@ import Testing
         }
     }
 
+    /// The key is replaced while requests signed with the old one are still out: APNs's
+    /// InvalidProviderToken answers to them arrive after the reload. They judge the old key,
+    /// not the new one: the app is not paused again, the new key's token is kept, and the jobs
+    /// go out again at once with it. Before, each such answer paused the app for 5 minutes
+    /// right after the operator had fixed it.
+    @Test func invalidProviderTokenAnswersToRequestsSignedBeforeAKeySwapDoNotPauseTheFixedApp() throws {
+        try IsolatedDatabase.with { database in
+            // The mock trusts other.p8 and answers after 1.5 s: the requests signed with key.p8 are still out at SIGHUP.
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 1500), trustsPushdKey: false)
+            let connection = try database.connect()
+            let port = try MixedFleetTests.freePort()
+            let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            try Self.insertJobs(connection, from: 1, count: 5)
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.requestsReceived >= 1 }, "\(Self.log(harness))")
+
+            let right = try FileSystem.read(harness.directory + "/other.p8")
+            try FileSystem.write(right, to: harness.keyFile, permissions: 0o600)
+            kill(process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { Self.log(harness).contains("signing_key_reloaded") }, "\(Self.log(harness))")
+
+            // Every answer about the old key is back within 1.5 s of its request; the jobs sent
+            // again with the new key are accepted 1.5 s later.
+            #expect(try DaemonHarness.wait(seconds: 15) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "jobs left: \((try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs")) ?? -1); \(Self.log(harness))")
+            let log = Self.log(harness)
+            #expect(harness.mock.stats.accepted == 5)
+            #expect(harness.mock.stats.rejected("InvalidProviderToken") >= 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            let pausesAfterReload = log.components(separatedBy: "signing_key_reloaded").last ?? ""
+            #expect(!pausesAfterReload.contains("sending for app shop is paused"), "\(log)")
+            #expect(log.contains("provider_token_of_replaced_key_refused"), "\(log)")
+            // The new key's token was not taken for the old one's and removed from the shared table.
+            #expect(!log.contains("provider_token_forgotten"), "\(log)")
+            let metrics = MixedFleetTests.scrape(port: port)
+            #expect(metrics.contains("pushd_app_paused{app=\"shop\"} 0"), "\(metrics)")
+        }
+    }
+
     /// A key file broken on reload (a half-copied file) leaves the app with the key it had: one
     /// error line naming the app and the file, the failure counted, and sending goes on.
     @Test func aBrokenKeyFileOnReloadKeepsTheWorkingKeyAndSaysSo() throws {

@@ -232,7 +232,12 @@ final class BroadcastWorker: @unchecked Sendable {
             context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)\(requestID)", ("app", .string(operation.app)))
             try channels.recordFailed(connection, id: operation.id, outcome: reason + requestID)
         case .pauseApp(let reason):
-            context.pause(sender, reason: reason)
+            guard context.pause(sender, reason: reason, carried: authorization) else {
+                // About a key replaced since: sent again at once with the current one.
+                try channels.recordRetry(connection, id: operation.id, runAt: Timestamp(), outcome: PipelineContext.replacedKeyRetry,
+                                         countsAsAttempt: false)
+                return
+            }
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
                                      outcome: HeldWork.appPausedPrefix + reason, countsAsAttempt: false)
         case .hold(let scope, let reason, let why):
@@ -324,7 +329,13 @@ final class BroadcastWorker: @unchecked Sendable {
             try dead(job, status: status, reason: reason, label: outcome.label, on: connection)
         case .pauseApp(let reason):
             sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
-            context.pause(sender, reason: reason)
+            guard context.pause(sender, reason: reason, carried: authorization) else {
+                // About a key replaced since: sent again at once with the current one, no attempt spent.
+                context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
+                try broadcasts.retry(connection, id: job.id, runAt: Timestamp(), error: PipelineContext.replacedKeyRetry,
+                                     countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
+                return
+            }
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: HeldWork.appPausedPrefix + reason,
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
         case .hold(let scope, let reason, let why):

@@ -261,7 +261,11 @@ final class CampaignWorker: @unchecked Sendable {
             context.tally.add(context.tally.failed)
             return .failed(outcome.label)
         case .pauseApp(let reason):
-            context.pause(sender, reason: reason)
+            guard context.pause(sender, reason: reason, carried: authorization) else {
+                // About a key replaced since: sent again at once with the current one, no attempt spent.
+                context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
+                return .retry(at: Timestamp(), reason: PipelineContext.replacedKeyRetry, countsAsAttempt: false)
+            }
             return .pause(HeldWork.pausedPrefix + outcome.label)
         case .hold(let scope, let reason, let why):
             if case .response(let response) = outcome {

@@ -391,7 +391,13 @@ final class JobWorker: @unchecked Sendable {
             if scope == .topic { planSweep(sender, key) }
         case .pauseApp(let reason):
             countAnswer(outcome, sender: sender, environment: item.environment)
-            context.pause(sender, reason: reason)
+            guard context.pause(sender, reason: reason, carried: item.authorization) else {
+                // About a key replaced since: sent again at once with the current one, no attempt spent.
+                outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp(), error: PipelineContext.replacedKeyRetry,
+                                                 countsAsAttempt: false, sentAt: firstAttemptAt))
+                context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
+                return
+            }
             outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(30),
                                              error: HeldWork.appPausedPrefix + reason, countsAsAttempt: false, sentAt: firstAttemptAt))
         }

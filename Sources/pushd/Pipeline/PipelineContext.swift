@@ -106,13 +106,28 @@ final class PipelineContext: @unchecked Sendable {
         return byApp
     }
 
-    func pause(_ sender: AppSender, reason: String) {
+    /// The error of a notification sent again because APNs refused the token of a key replaced since.
+    static let replacedKeyRetry = "InvalidProviderToken to a token of the key file replaced on reload: sent again with the current key"
+
+    /// Pauses `sender` after APNs refused its credentials (`reason`) in answer to a request that
+    /// carried `authorization`. Returns false, and pauses nothing, when that answer was
+    /// InvalidProviderToken to a request signed by a key a reload has replaced since: it judges
+    /// the old key, and the caller sends the notification again at once with the new one.
+    /// Before, such answers arriving after SIGHUP paused the app just fixed for 5 minutes.
+    @discardableResult
+    func pause(_ sender: AppSender, reason: String, carried authorization: String? = nil) -> Bool {
+        let invalidToken = reason == APNsReason.invalidProviderToken.rawValue
+        if invalidToken, let key = sender.tokenKey, let authorization, !sender.tokens.signedByCurrentKey(key, authorization: authorization) {
+            sender.tokens.refusedReplacedKey(key)
+            return false
+        }
         if sender.pauseSending(reason: reason, until: Timestamp().addingTimeInterval(pauseDuration)) {
             logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
             // The fleet must not take the refused token over from the shared table.
-            if reason == APNsReason.invalidProviderToken.rawValue, let key = sender.tokenKey { sender.tokens.reportInvalid(key) }
+            if invalidToken, let key = sender.tokenKey { sender.tokens.reportInvalid(key, carried: authorization) }
         }
+        return true
     }
 
     /// APNs answered ExpiredProviderToken to a request of `sender` that carried `authorization`:

@@ -144,7 +144,7 @@ final class ProviderTokenService: @unchecked Sendable {
     func reportExpired(_ key: Key, carried authorization: String) -> Bool {
         let now = clock()
         guard let held = state.withLock({ $0[key]?.held }) else { return false }
-        let carried = authorization.hasPrefix(Self.bearer) ? String(authorization.dropFirst(Self.bearer.count)) : authorization
+        let carried = Self.jwt(authorization)
         switch policy.afterExpired(carried: carried, held: held, now: now) {
         case .stale:
             logger.debug("APNs called a provider token expired that this instance has replaced since the request was built; "
@@ -170,18 +170,61 @@ final class ProviderTokenService: @unchecked Sendable {
 
     private static let bearer = "bearer "
 
-    /// APNs answered InvalidProviderToken to `key`'s token: removes it from the shared table if
-    /// the row still holds it, so that no instance adopts it again and the next to ask mints
-    /// anew. This instance keeps the token it holds: its own key signed it, so another from
-    /// the same key would fare no better, and the app is paused meanwhile.
-    func reportInvalid(_ key: Key) {
-        guard let held = state.withLock({ $0[key]?.held }) else { return }
+    /// Whether a request that carried `authorization` was signed by the key `key` signs with
+    /// now: it carried the token held, or one that key's public half verifies. A request built
+    /// before a reload replaced the key file (SIGHUP) carried the old key's token: APNs's
+    /// InvalidProviderToken answer to it judges the old key, not the one signing now, and is
+    /// counted (`refusedReplacedKey`) instead of pausing the app that was just fixed.
+    func signedByCurrentKey(_ key: Key, authorization: String) -> Bool {
+        let carried = Self.jwt(authorization)
+        if state.withLock({ $0[key]?.held.jwt }) == carried { return true }
+        guard let publicKey = keys.withLock({ $0[key]?.publicKey }),
+              let decoded = try? DecodedProviderToken(jwt: carried) else { return true }
+        return decoded.keyID == key.keyID && decoded.issuer == key.teamID
+            && publicKey.verify(signature: decoded.signature, message: decoded.signingInput)
+    }
+
+    /// InvalidProviderToken answers to requests signed by a key replaced since, per key, counted
+    /// since the last line about them: one line a minute says how many.
+    private let replacedKeyRefusals = Lock<[Key: (count: Int, loggedAt: Int64)]>([:])
+
+    /// APNs called a token of a key replaced since invalid (`signedByCurrentKey` is false): the
+    /// notification goes out again with the current key. One line a minute per key.
+    func refusedReplacedKey(_ key: Key) {
+        let now = clock()
+        let count = replacedKeyRefusals.withLock { counts -> Int? in
+            var entry = counts[key] ?? (0, Int64.min)
+            entry.count += 1
+            defer { counts[key] = entry }
+            guard entry.loggedAt == Int64.min || now - entry.loggedAt >= 60 else { return nil }
+            defer { entry = (0, now) }
+            return entry.count
+        }
+        guard let count else { return }
+        logger.warning("APNs called \(count) provider token(s) of key \(key.keyID) team \(key.teamID) invalid that the key file "
+                       + "replaced on reload had signed; the key signing now is not judged by them, and their notifications "
+                       + "are sent again with it",
+                       ("event", "provider_token_of_replaced_key_refused"), ("key_id", .string(key.keyID)),
+                       ("team_id", .string(key.teamID)), ("answers", .int(Int64(count))))
+    }
+
+    private static func jwt(_ authorization: String) -> String {
+        authorization.hasPrefix(bearer) ? String(authorization.dropFirst(bearer.count)) : authorization
+    }
+
+    /// APNs answered InvalidProviderToken to a request that carried `authorization` (the token
+    /// held when nil): removes that token from the shared table if the row still holds it, so
+    /// that no instance adopts it again and the next to ask mints anew. This instance keeps
+    /// the token it holds: its own key signed it, so another from the same key would fare no
+    /// better, and the app is paused meanwhile.
+    func reportInvalid(_ key: Key, carried authorization: String? = nil) {
+        guard let refused = authorization.map(Self.jwt) ?? state.withLock({ $0[key]?.held.jwt }) else { return }
         database.withLock { connection in
             do {
                 if connection == nil {
                     connection = try QueueSession.connect(url: databaseURL, applicationName: "pushd-tokens")
                 }
-                if try ProviderTokenStore().forget(connection!, keyID: key.keyID, teamID: key.teamID, token: held.jwt) {
+                if try ProviderTokenStore().forget(connection!, keyID: key.keyID, teamID: key.teamID, token: refused) {
                     logger.warning("APNs called the shared provider token of key \(key.keyID) team \(key.teamID) invalid; "
                                    + "removed it from pushd.provider_tokens so that no instance takes it over",
                                    ("event", "provider_token_forgotten"), ("key_id", .string(key.keyID)),
