@@ -97,6 +97,20 @@ import Testing
         #expect(!ResponseClassifier.classify(status: 413, reason: nil, timestamp: nil).retries)
     }
 
+    /// APNs answers 404 and 410 with one meaning each (a path it does not serve, a token no
+    /// longer active): the same request earns the same answer, so one without a readable reason
+    /// fails at once instead of being sent up to eight times. The token is not pruned on a
+    /// status alone.
+    @Test func a404OrA410WithoutAReadableReasonIsNotRetried() {
+        for status in [404, 410] {
+            guard case .deadLetter(let why) = ResponseClassifier.classify(status: status, reason: nil, timestamp: nil) else {
+                Issue.record("HTTP \(status) without a reason: expected a dead letter, got \(ResponseClassifier.classify(status: status, reason: nil, timestamp: nil))")
+                continue
+            }
+            #expect(why.contains("HTTP \(status)"))
+        }
+    }
+
     @Test func transportFailuresReconnect() {
         #expect(ResponseClassifier.transportFailure == .reconnectThenRetry)
     }

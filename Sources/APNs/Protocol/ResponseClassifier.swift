@@ -87,6 +87,15 @@ public enum ResponseClassifier {
         case 403:
             // The credentials are refused whatever the body says: stop the app, keep its jobs.
             return .configurationError(reason: APNsReason("HTTP 403"))
+        case 404:
+            // APNs answers 404 only to a request line it does not serve (BadPath): the same
+            // request gets the same answer however often it is sent.
+            return .deadLetter(why: "APNs rejected the request path (HTTP 404); this is a sender bug or apns.host is not APNs, retrying cannot help")
+        case 410:
+            // APNs answers 410 only for a token no longer active. Without a readable reason and
+            // timestamp the token is kept (a prune cannot be undone), but sending again to it
+            // would earn the same answer: the notification fails now.
+            return .deadLetter(why: "APNs says the device token is no longer active for the topic (HTTP 410); the answer had no readable reason, so the token is kept")
         default:
             // Unreadable bodies are treated like unknown reasons: a limited number of retries.
             return .retry
