@@ -640,7 +640,7 @@ final class CampaignWorker: @unchecked Sendable {
         let outcome = run.sender.outcome(of: result, environment: environment)
         let verdict = context.notForTopicVerdict(
             policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
-                           firstAttemptAt: run.firstAttempt, now: Timestamp(), random: &random),
+                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(), random: &random),
             sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
                       sender: run.sender, environment: environment, authorization: run.authorizations[target]) {

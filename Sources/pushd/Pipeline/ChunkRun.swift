@@ -33,8 +33,6 @@ final class ChunkRun {
     let sender: AppSender
     let generation: UInt32
     let leasedAt = Timestamp()
-    /// The first send of every target of this lease: its retry window starts here.
-    let firstAttempt = Timestamp()
     let expiration: Int64?
     /// The campaign's rate cap (its own, else its app's, else the default), nil for none.
     let rate: Int?
@@ -55,6 +53,12 @@ final class ChunkRun {
     /// The `authorization` value each target's last request carried: an answer about the
     /// provider token judges that one, which may have been replaced since.
     var authorizations: [String?]
+    /// When each target was first sent by this run, in wall seconds (0 until then): its retry
+    /// window and outage budget count from there, and a retry keeps it. Not the lease: a capped
+    /// chunk sends its last target size ÷ rate seconds after it, and a leased chunk may wait
+    /// behind others in the engine, so a window counted from the lease ran out before a late
+    /// target's first answer, and its first 503 dead-lettered it without a retry.
+    var firstSentAt: [Double]
     var retries: [Retry] = []
     /// Targets of an environment this instance has no credentials for and another live
     /// instance has: parked with the retries when the run ends, due at once, for that
@@ -93,6 +97,7 @@ final class ChunkRun {
         resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)
         attempts = [Int](repeating: 0, count: chunk.targets.count)
         authorizations = [String?](repeating: nil, count: chunk.targets.count)
+        firstSentAt = [Double](repeating: 0, count: chunk.targets.count)
         // A target imported from registered tokens keeps its token's environment; a file
         // import has the campaign's; else the app's. A target parked before its first send
         // (a pause or a hold seen first, a throttled token) is parked with it too.
@@ -131,6 +136,14 @@ final class ChunkRun {
         authorizations[target] = authorization
         attempts[target] += 1
         inFlight += 1
+        if firstSentAt[target] == 0 { firstSentAt[target] = Timestamp().timeIntervalSince1970 }
+    }
+
+    /// When `target` was first sent by this run; one never sent (parked or left unsent) has its
+    /// window start now.
+    func firstAttempt(of target: Int) -> Timestamp {
+        let sentAt = firstSentAt[target]
+        return sentAt == 0 ? Timestamp() : Timestamp(timeIntervalSince1970: sentAt)
     }
 
     /// `target`, answered with a pause or a hold of what it was sent for, waits to be parked
@@ -155,7 +168,7 @@ final class ChunkRun {
             resolve(retry.target, .parked)
             parked.append(ParkedTarget(campaignID: chunk.campaignID, chunk: chunk.chunk, position: target.index,
                                        token: target.token, payload: target.payload, dueAt: retry.dueAt,
-                                       attempts: attempts[retry.target], firstAttemptAt: firstAttempt,
+                                       attempts: attempts[retry.target], firstAttemptAt: firstAttempt(of: retry.target),
                                        lastError: retry.reason, environment: environments[retry.target].rawValue))
         }
         retries.removeAll()
