@@ -67,6 +67,21 @@ import Testing
         }
     }
 
+    /// An answer whose reason cannot be read (a 400 with an empty or garbled body) tells no
+    /// more than an unknown reason: it gets the same small budget, not the eight attempts of
+    /// a documented one.
+    @Test func anAnswerWithoutAReadableReasonGetsTheBudgetOfAnUnknownOne() {
+        var rng = ZeroGenerator()
+        guard case .retry = policy.decide(attempt: 1, reason: nil, now: now, expiration: nil, random: &rng) else {
+            Issue.record("an answer without a reason was not retried within its budget"); return
+        }
+        guard case .giveUp(let why) = policy.decide(attempt: policy.maxAttemptsForUnknownReasons, reason: nil, now: now,
+                                                    expiration: nil, random: &rng) else {
+            Issue.record("an answer without a reason was retried past the budget of an unknown reason"); return
+        }
+        #expect(why.contains("no readable reason"))
+    }
+
     @Test func expirationInThePastMeansNoRetry() {
         var rng = SeededGenerator(seed: 1)
         guard case .giveUp(let why) = policy.decide(attempt: 1, reason: nil, now: now, expiration: 1_699_999_999, random: &rng) else {
@@ -77,11 +92,11 @@ import Testing
 
     @Test func retryLandingAfterExpirationIsNotScheduled() {
         var top = MaxGenerator()
-        guard case .giveUp = policy.decide(attempt: 4, reason: nil, now: now, expiration: 1_700_000_005, random: &top) else {
+        guard case .giveUp = policy.decide(attempt: 4, reason: .internalServerError, now: now, expiration: 1_700_000_005, random: &top) else {
             Issue.record("8 s delay scheduled past an expiration 5 s away"); return
         }
         var bottom = ZeroGenerator()
-        guard case .retry(let after, let at) = policy.decide(attempt: 4, reason: nil, now: now, expiration: 1_700_000_005, random: &bottom) else {
+        guard case .retry(let after, let at) = policy.decide(attempt: 4, reason: .internalServerError, now: now, expiration: 1_700_000_005, random: &bottom) else {
             Issue.record("an immediate retry before expiration should be allowed"); return
         }
         #expect(after == 0 && at == now)

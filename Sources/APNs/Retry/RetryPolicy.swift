@@ -49,7 +49,9 @@ public struct RetryPolicy: Sendable, Hashable {
 
     /// - Parameters:
     ///   - attempt: attempts already made, the failed one included (1 after the first failure).
-    ///   - reason: the APNs reason; nil for a transport failure (no response at all).
+    ///   - reason: the APNs reason; nil for an answer without a readable one, which gets the
+    ///     budget of an unknown reason (an answer with no response at all goes to
+    ///     `decideAfterNoAnswer`).
     ///   - now: the current time.
     ///   - expiration: the notification's `apns-expiration` (epoch seconds), if any.
     ///   - firstAttemptAt: when the notification was first sent; bounds retries of `expiration: 0`.
@@ -61,9 +63,9 @@ public struct RetryPolicy: Sendable, Hashable {
         firstAttemptAt: Timestamp? = nil,
         random: inout Random
     ) -> RetryDecision {
-        let limit = reason.map { $0.isKnown ? maxAttempts : maxAttemptsForUnknownReasons } ?? maxAttempts
+        let limit = reason.map { $0.isKnown ? maxAttempts : maxAttemptsForUnknownReasons } ?? maxAttemptsForUnknownReasons
         if attempt >= limit {
-            return .giveUp(why: "gave up after \(attempt) attempts" + (reason.map { " (last reason \($0))" } ?? " (last failure: no response)"))
+            return .giveUp(why: "gave up after \(attempt) attempts" + (reason.map { " (last reason \($0))" } ?? " (the last answer had no readable reason)"))
         }
         let delay = delayBeforeRetry(attempt: attempt, reason: reason, random: &random)
         let next = now.addingTimeInterval(delay)
