@@ -23,23 +23,34 @@ import Testing
             """, [String(first), String(first + count - 1)])
     }
 
+    /// The real pushd started with key.p8 while the mock trusts other.p8: the wrong key for the
+    /// key id. Its metrics listen on `port`.
+    static func startWithTheWrongKey(_ database: IsolatedDatabase, faults: FaultConfiguration = .none) throws
+        -> (harness: DaemonHarness, connection: PGConnection, port: UInt16, config: String, process: Process) {
+        let harness = try DaemonHarness(database: database, faults: faults, trustsPushdKey: false)
+        let connection = try database.connect()
+        let port = try MixedFleetTests.freePort()
+        let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
+        let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+        return (harness, connection, port, config, process)
+    }
+
+    /// The operator's fix: the key the mock trusts in place of pushd's key file.
+    static func putTheRightKeyInPlace(_ harness: DaemonHarness) throws {
+        try FileSystem.write(try FileSystem.read(harness.directory + "/other.p8"), to: harness.keyFile, permissions: 0o600)
+    }
+
     /// The runbook for InvalidProviderToken: the app pauses on the wrong `.p8`; the operator puts
     /// the right one in its place and reloads; every job goes out from the same process.
     @Test func aFixedKeyFileAndSIGHUPDeliverThePausedAppsJobsWithoutARestart() throws {
         try IsolatedDatabase.with { database in
-            // The mock trusts other.p8; pushd starts with key.p8, the wrong key for the key id.
-            let harness = try DaemonHarness(database: database, trustsPushdKey: false)
-            let connection = try database.connect()
-            let port = try MixedFleetTests.freePort()
-            let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
-            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            let (harness, connection, port, config, process) = try Self.startWithTheWrongKey(database)
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
             try Self.insertJobs(connection, from: 1, count: 5)
             #expect(DaemonHarness.wait(seconds: 30) { Self.log(harness).contains("sending for app shop is paused") }, "\(Self.log(harness))")
             #expect(harness.mock.stats.accepted == 0)
 
-            let right = try FileSystem.read(harness.directory + "/other.p8")
-            try FileSystem.write(right, to: harness.keyFile, permissions: 0o600)
+            try Self.putTheRightKeyInPlace(harness)
             // The pause put the jobs back for 30 s (`JobWorker`); by now they are settled.
             #expect(try DaemonHarness.wait(seconds: 10) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE xmax = '0'::xid") == 5
@@ -75,18 +86,13 @@ import Testing
     /// right after the operator had fixed it.
     @Test func invalidProviderTokenAnswersToRequestsSignedBeforeAKeySwapDoNotPauseTheFixedApp() throws {
         try IsolatedDatabase.with { database in
-            // The mock trusts other.p8 and answers after 1.5 s: the requests signed with key.p8 are still out at SIGHUP.
-            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 1500), trustsPushdKey: false)
-            let connection = try database.connect()
-            let port = try MixedFleetTests.freePort()
-            let config = try MixedFleetTests.writeConfig(harness, name: "pushd", metricsPort: port, withSecond: false)
-            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            // The mock answers after 1.5 s: the requests signed with key.p8 are still out at SIGHUP.
+            let (harness, connection, port, _, process) = try Self.startWithTheWrongKey(database, faults: FaultConfiguration(delayMilliseconds: 1500))
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
             try Self.insertJobs(connection, from: 1, count: 5)
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.requestsReceived >= 1 }, "\(Self.log(harness))")
 
-            let right = try FileSystem.read(harness.directory + "/other.p8")
-            try FileSystem.write(right, to: harness.keyFile, permissions: 0o600)
+            try Self.putTheRightKeyInPlace(harness)
             kill(process.processIdentifier, SIGHUP)
             #expect(DaemonHarness.wait(seconds: 10) { Self.log(harness).contains("signing_key_reloaded") }, "\(Self.log(harness))")
 

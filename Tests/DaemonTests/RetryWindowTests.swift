@@ -48,47 +48,30 @@ import Testing
     }
 
     /// A capped campaign sends its chunk over size ÷ rate seconds in one lease: each target's
-    /// outage budget counts from its own first send, not from the lease.
+    /// outage budget counts from its own first send, not from the lease. 16 targets at 2 per
+    /// second in one chunk, an outage budget of 2 s: the later targets are first sent 4 to 8 s
+    /// after the lease, and past the budget since the lease the next one is answered 503 once.
     @Test func aCappedCampaignTargetFirstSentAfterItsBudgetSinceTheLeaseIsRetriedOn503AndDelivered() throws {
-        try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database)
-            let connection = try database.connect()
-            // An outage budget of 2 s, and 16 targets at 2 per second in one chunk: the later
-            // targets are first sent 4 to 8 s after its lease.
-            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 100, maxMilliseconds: 500,
-                                                       extra: "  outage_limit_s: 2\n")
-            let count = 16
-            let id = try CampaignLaneTests.campaign(connection, count: count, rate: 2)
-            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
-            defer {
-                kill(process.processIdentifier, SIGTERM)
-                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
-            }
-            // Past the budget since the lease, the next target is answered 503 once.
-            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 9 })
-            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
-            #expect(DaemonHarness.wait(seconds: 5) { harness.mock.stats.rejected("ServiceUnavailable") >= 1 })
-            try harness.mock.setFaults(.none)
-
-            let store = CampaignStore()
-            #expect(try DaemonHarness.wait(seconds: 20) { try store.campaign(connection, id: id)?.status == .done })
-            let campaign = try #require(try store.campaign(connection, id: id))
-            #expect(campaign.failedByReason.isEmpty, "\(campaign.failedByReason)")
-            #expect(campaign.sent == count)
-            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == count)
-        }
+        try Self.cappedCampaignThrough503s(outageLimit: 2, acceptedFirst: 9, fiveOhThreeFor: 0)
     }
 
-    /// The chunk's last target, answered 503, is parked for its retry: it takes its own first
-    /// send into `pushd.campaign_retries`, so a 503 to the parked send is retried too.
+    /// The chunk's last target (first sent 7 to 8 s after the lease), answered 503, is parked
+    /// for its retry: it takes its own first send into `pushd.campaign_retries`, so a 503 to
+    /// the parked send, within 1.5 s of the first, is retried too.
     @Test func aCappedCampaignTargetParkedForItsRetryKeepsItsOwnFirstSend() throws {
+        try Self.cappedCampaignThrough503s(outageLimit: 3, acceptedFirst: 15, fiveOhThreeFor: 1.5, rejectedAtLeast: 2)
+    }
+
+    /// 16 targets at 2 per second in one chunk under an outage budget of `outageLimit` s; once
+    /// `acceptedFirst` are accepted, every send is answered 503 from then until `fiveOhThreeFor`
+    /// seconds after the first 503. Every target must be delivered, none failed.
+    static func cappedCampaignThrough503s(outageLimit: Int, acceptedFirst: Int, fiveOhThreeFor seconds: Double,
+                                          rejectedAtLeast: Int = 1) throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
             let connection = try database.connect()
-            // An outage budget of 3 s, and 16 targets at 2 per second in one chunk: the last is
-            // first sent 7 to 8 s after its lease.
             let config = try APNsStormTests.configFile(harness, baseMilliseconds: 100, maxMilliseconds: 500,
-                                                       extra: "  outage_limit_s: 3\n")
+                                                       extra: "  outage_limit_s: \(outageLimit)\n")
             let count = 16
             let id = try CampaignLaneTests.campaign(connection, count: count, rate: 2)
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
@@ -96,18 +79,16 @@ import Testing
                 kill(process.processIdentifier, SIGTERM)
                 _ = DaemonProcessTests.waitForExit(process, seconds: 10)
             }
-            // Every send is answered 503 for 1.5 s from the last target's first answer: its
-            // retries, parked once the chunk has nothing else to send, are answered 503 too.
-            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= count - 1 })
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= acceptedFirst })
             try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
             #expect(DaemonHarness.wait(seconds: 5) { harness.mock.stats.rejected("ServiceUnavailable") >= 1 })
-            Thread.sleep(forTimeInterval: 1.5)
+            if seconds > 0 { Thread.sleep(forTimeInterval: seconds) }
             try harness.mock.setFaults(.none)
 
             let store = CampaignStore()
             #expect(try DaemonHarness.wait(seconds: 20) { try store.campaign(connection, id: id)?.status == .done })
             let campaign = try #require(try store.campaign(connection, id: id))
-            #expect(harness.mock.stats.rejected("ServiceUnavailable") >= 2)
+            #expect(harness.mock.stats.rejected("ServiceUnavailable") >= rejectedAtLeast)
             #expect(campaign.failedByReason.isEmpty, "\(campaign.failedByReason)")
             #expect(campaign.sent == count)
             #expect(Set(harness.mock.acceptedLog.map(\.token)).count == count)
