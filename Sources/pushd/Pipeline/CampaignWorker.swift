@@ -205,6 +205,9 @@ final class CampaignWorker: @unchecked Sendable {
     }
     /// Seconds between looks for due parked targets while there are chunks to send.
     static let parkedCheckInterval = 0.5
+    /// The longest wait before claiming parked targets again after a batch found its
+    /// campaign's cap taken by the other workers past its time.
+    static let parkedCapPauseLimit = 5.0
     /// Chunks one worker sends at once, at most: enough to hold its whole budget in flight
     /// (a chunk stays a run until its last answer is back, and the next one is being sent
     /// meanwhile), and never fewer than 16, since resumed and last chunks are short.
@@ -915,9 +918,10 @@ final class CampaignWorker: @unchecked Sendable {
                     if wait > 0 { takeAnswers(until: now + wait, untilAnswered: false) }
                 case .beyond(let wait):
                     // The other workers have taken the cap's sends up to past this batch's time:
-                    // the rest stay parked, and this worker claims again when a send is in reach.
+                    // the rest stay parked, and this worker claims again when a send is in reach
+                    // (other campaigns' parked targets wait `parkedCapPauseLimit` at most).
                     outOfTime = true
-                    pause = max(0, wait - context.config.parkedBatchSeconds)
+                    pause = min(Self.parkedCapPauseLimit, max(0, wait - context.config.parkedBatchSeconds))
                     outcomes.retries.append(target)
                     continue
                 }
