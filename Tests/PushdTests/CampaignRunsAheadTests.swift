@@ -1,4 +1,3 @@
-import QueueStore
 import Testing
 @testable import pushd
 
@@ -10,24 +9,6 @@ import Testing
         let runs = CampaignWorker.maxRuns(budget: budget, chunkSize: chunkSize)
         // Every run but the one being sent may still wait for all of its answers.
         #expect((runs - 1) * chunkSize >= budget, "\(runs) chunks of \(chunkSize) for a budget of \(budget)")
-    }
-
-    /// A parked batch's transaction stays open while a capped campaign sends it: what is sent
-    /// of it at once takes no more than `parkedBatchSeconds` at the cap, far inside the
-    /// session's idle limit (twice the answer wait, at least 120 s), whatever the cap.
-    @Test(arguments: [1, 2, 3, 9, 10, 50, 1_000])
-    func aParkedBatchOfACappedCampaignIsSentWellWithinTheSessionsIdleLimit(rate: Int) {
-        let sent = CampaignWorker.parkedTargetsToSend(of: CampaignWorker.parkedBatchLimit, rate: rate)
-        #expect(sent >= 1)
-        let seconds = Double(sent) / Double(rate)
-        #expect(seconds <= Double(CampaignWorker.parkedBatchSeconds))
-        let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: 75)
-        #expect(seconds + 75 < Double(idle), "\(sent) targets at \(rate)/s, then the answer wait, in an idle limit of \(idle) s")
-    }
-
-    @Test func anUncappedParkedBatchIsSentWhole() {
-        #expect(CampaignWorker.parkedTargetsToSend(of: 200, rate: nil) == 200)
-        #expect(CampaignWorker.parkedTargetsToSend(of: 7, rate: 1) == 7)
     }
 
     @Test func shortChunksStillGetSixteenAtOnce() {

@@ -33,9 +33,9 @@ public struct ParkedTarget: Sendable, Hashable {
     }
 }
 
-/// Due parked targets of one campaign with what to send them, taken in a transaction that
-/// stays open on the claiming connection until `settleParked`: if the worker dies first, the
-/// targets are parked again as they were.
+/// Due parked targets of one campaign with what to send them, locked (not removed) in a
+/// transaction that stays open on the claiming connection until `settleParked`: if the worker
+/// dies first, the targets stay parked as they were.
 public struct ParkedBatch: Sendable, Hashable {
     public var campaignID: Int64
     public var app: String
@@ -55,9 +55,46 @@ public struct ParkedOutcomes: Sendable, Hashable {
     public var pruned: Int = 0
     /// 410 answers whose token was registered again after APNs' timestamp, so it was kept.
     public var keptTokens: Int = 0
+    /// Targets of the batch that wait again, with their new due time, attempts and error; the
+    /// batch's other targets are done with.
     public var retries: [ParkedTarget] = []
 
     public init() {}
+
+    public var failed: Int { failedByReason.values.reduce(0, +) }
+
+    /// Whether there is anything to add to the campaign's counters.
+    public var hasCounts: Bool { sent + failed + pruned + keptTokens > 0 }
+
+    /// These counts without the retries: what a settle that could not count leaves owed.
+    public var counts: ParkedOutcomes {
+        var counts = self
+        counts.retries = []
+        return counts
+    }
+
+    /// Adds `other`'s counts (not its retries) to these.
+    public mutating func addCounts(_ other: ParkedOutcomes) {
+        sent += other.sent
+        failedByReason.merge(other.failedByReason, uniquingKeysWith: +)
+        pruned += other.pruned
+        keptTokens += other.keptTokens
+    }
+}
+
+/// A parked batch was settled (its done targets removed, its retries parked again, all
+/// committed) but its campaign's counters were not written: the count waited `lock_timeout`
+/// for the campaign's row, which another session held, or the database refused it otherwise.
+/// No target of the batch is sent again; `counts` are the caller's to write again with
+/// `CampaignStore.countParked` once the row is free.
+public struct ParkedCountsNotWritten: Error, CustomStringConvertible {
+    public var campaignID: Int64
+    public var counts: ParkedOutcomes
+    public var error: PGError
+
+    public var description: String {
+        "the counters of campaign \(campaignID) were not written for a settled parked batch (\(counts.sent) sent, \(counts.failed) failed): \(error)"
+    }
 }
 
 /// Parking: a chunk whose fresh targets are all sent but some of whose targets wait for a
@@ -75,21 +112,20 @@ extension CampaignStore {
         """
 
     /// One campaign's due parked targets, oldest due first; the campaign must be running and
-    /// of one of `apps`.
+    /// of one of `apps`. The rows are locked, not deleted: the settle deletes those done with
+    /// and updates those that wait again, and neither needs the campaign's row (a deleted
+    /// row could only come back with the whole transaction's rollback).
     static let claimParkedSQL = """
         WITH picked AS (
             SELECT r.campaign_id FROM pushd.campaign_retries r
             JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running' AND k.app = ANY ($2::text[])
             WHERE r.due_at <= now() AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id) ORDER BY r.due_at LIMIT 1
-        ), due AS (
-            SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r, picked
-            WHERE r.campaign_id = picked.campaign_id AND r.due_at <= now()
-            ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
         )
-        DELETE FROM pushd.campaign_retries r USING due
-        WHERE r.campaign_id = due.campaign_id AND r.chunk = due.chunk AND r.position = due.position
-        RETURNING r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
-                  r.environment
+        SELECT r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
+               r.environment
+        FROM pushd.campaign_retries r, picked
+        WHERE r.campaign_id = picked.campaign_id AND r.due_at <= now()
+        ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
         """
 
     /// The parked claim of an instance that leaves some work of some apps to other instances
@@ -106,18 +142,15 @@ extension CampaignStore {
             JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
             WHERE r.due_at <= now() AND \(parkedNotLeft) AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id)
             ORDER BY r.due_at LIMIT 1
-        ), due AS (
-            SELECT r.campaign_id, r.chunk, r.position FROM pushd.campaign_retries r
-            JOIN picked ON picked.campaign_id = r.campaign_id
-            JOIN pushd.campaigns k ON k.id = r.campaign_id
-            JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
-            WHERE r.due_at <= now() AND \(parkedNotLeft)
-            ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
         )
-        DELETE FROM pushd.campaign_retries r USING due
-        WHERE r.campaign_id = due.campaign_id AND r.chunk = due.chunk AND r.position = due.position
-        RETURNING r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
-                  r.environment
+        SELECT r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
+               r.environment
+        FROM pushd.campaign_retries r
+        JOIN picked ON picked.campaign_id = r.campaign_id
+        JOIN pushd.campaigns k ON k.id = r.campaign_id
+        JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
+        WHERE r.due_at <= now() AND \(parkedNotLeft)
+        ORDER BY r.due_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED
         """
 
     /// A parked target `r` of campaign `k` of app `a` does not go to the environment `a.leave`,
@@ -125,6 +158,22 @@ extension CampaignStore {
     static let parkedNotLeft = """
         (a.leave IS NULL OR coalesce(r.environment, k.environment, a.home) IS DISTINCT FROM a.leave)
         AND (a.token_only IS NULL OR k.push_type <> ALL ($6::text[]))
+        """
+
+    /// The targets of a settled batch that wait again (`$1`, `$2`–`$6` per target): only
+    /// their own rows, which the claim locked, are written; the FOREIGN KEY's check on the
+    /// campaign's row runs only when its key changes, so a lock on that row does not stop it.
+    static let keepParkedSQL = """
+        UPDATE pushd.campaign_retries r SET due_at = u.due_at, attempts = u.attempts, last_error = u.last_error
+        FROM unnest($2::integer[], $3::integer[], $4::timestamptz[], $5::integer[], $6::text[])
+             AS u(chunk, position, due_at, attempts, last_error)
+        WHERE r.campaign_id = $1 AND r.chunk = u.chunk AND r.position = u.position
+        """
+
+    /// The targets of a settled batch that are done with (sent, failed, pruned).
+    static let dropSettledParkedSQL = """
+        DELETE FROM pushd.campaign_retries r USING unnest($2::integer[], $3::integer[]) AS d(chunk, position)
+        WHERE r.campaign_id = $1 AND r.chunk = d.chunk AND r.position = d.position
         """
 
     /// The counts go to the campaign's hold while a CHECK refuses its row (`CampaignRefusal`).
@@ -331,31 +380,43 @@ extension CampaignStore {
         }
     }
 
-    /// Counts what became of a claimed parked batch, parks its retries again, and commits;
-    /// returns the campaigns this closed (done).
+    /// Records what became of a claimed parked batch (deletes its targets done with, parks its
+    /// retries again), counts it, and commits; returns the campaigns this closed (done).
+    ///
+    /// The count writes the campaign's row, which another session may hold (an operator's
+    /// open transaction, a long statement): it runs under a savepoint, and when it fails the
+    /// batch is committed without it and `ParkedCountsNotWritten` thrown with the counts.
+    /// Rolled back whole, the batch put every target back as it was claimed, due, and those
+    /// APNs had accepted were sent again.
     @discardableResult
     public func settleParked(_ connection: PGConnection, _ batch: ParkedBatch, _ outcomes: ParkedOutcomes) throws -> [Int64] {
+        var uncounted: PGError?
         do {
-            if !outcomes.retries.isEmpty { try park(connection, outcomes.retries) }
-            let reasons = outcomes.failedByReason.keys.sorted()
-            let failed = outcomes.failedByReason.values.reduce(0, +)
-            if outcomes.sent + failed > 0 {
-                let counts: [any PGParameter] = [
-                    batch.campaignID, outcomes.sent, failed, outcomes.pruned, reasons, reasons.map { outcomes.failedByReason[$0]! },
-                    outcomes.keptTokens,
-                ]
-                // The batch's claim is in this transaction: a CHECK refusing the campaign's row
-                // must not roll it back, or every target just sent would be sent again.
+            let claimed = Set(batch.targets.map { ParkedKey(chunk: $0.chunk, position: $0.position) })
+            let waiting = Set(outcomes.retries.map { ParkedKey(chunk: $0.chunk, position: $0.position) })
+            guard outcomes.retries.allSatisfy({ $0.campaignID == batch.campaignID }), waiting.isSubset(of: claimed) else {
+                throw QueueError("a parked batch of campaign \(batch.campaignID) is settled with retries of targets it did not claim")
+            }
+            let retries = outcomes.retries
+            if !retries.isEmpty {
+                try connection.query(connection.prepared(Self.keepParkedSQL), [
+                    batch.campaignID, retries.map { Int32(clamping: $0.chunk) }, retries.map { Int32(clamping: $0.position) },
+                    retries.map(\.dueAt), retries.map { Int32(clamping: $0.attempts) }, retries.map(\.lastError),
+                ])
+            }
+            let done = batch.targets.filter { !waiting.contains(ParkedKey(chunk: $0.chunk, position: $0.position)) }
+            if !done.isEmpty {
+                try connection.query(connection.prepared(Self.dropSettledParkedSQL), [
+                    batch.campaignID, done.map { Int32(clamping: $0.chunk) }, done.map { Int32(clamping: $0.position) },
+                ])
+            }
+            if outcomes.hasCounts {
                 try connection.execute(script: "SAVEPOINT pushd_count_parked")
                 do {
-                    try connection.query(connection.prepared(Self.countParkedSQL), counts)
-                } catch let error as PGError where error.code == .checkViolation {
+                    try countParkedInTransaction(connection, campaignID: batch.campaignID, outcomes)
+                } catch let error as PGError where !error.code.isConnectionLoss && error.code != .connectionClosed && connection.isOpen {
                     try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_count_parked")
-                    try connection.query("""
-                        INSERT INTO pushd.campaign_refusals (campaign_id, constraint_name, message) VALUES ($1, $2, $3)
-                        ON CONFLICT (campaign_id) DO NOTHING
-                        """, [batch.campaignID, error.constraint, error.message])
-                    try connection.query(connection.prepared(Self.countParkedSQL), counts)
+                    uncounted = error
                 }
             }
             try connection.execute(script: "COMMIT")
@@ -363,7 +424,52 @@ extension CampaignStore {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
         }
+        // A campaign is not closed without its counts: whoever writes them closes it.
+        if let uncounted { throw ParkedCountsNotWritten(campaignID: batch.campaignID, counts: outcomes.counts, error: uncounted) }
         return try closeFinishedCampaigns(connection)
+    }
+
+    /// Adds the counts a settle could not write (`ParkedCountsNotWritten`) to campaign
+    /// `campaignID`, in one statement outside any transaction (to its hold while a CHECK
+    /// refuses its row). Closing the campaign, if it is done, is left to the caller: once this
+    /// returns, the counts are written and must not be written again.
+    public func countParked(_ connection: PGConnection, campaignID: Int64, _ counts: ParkedOutcomes) throws {
+        guard counts.hasCounts else { return }
+        let parameters = Self.countParameters(campaignID: campaignID, counts)
+        do {
+            try connection.query(connection.prepared(Self.countParkedSQL), parameters)
+        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction {
+            try hold(connection, campaignID: campaignID, refusedBy: error)
+            try connection.query(connection.prepared(Self.countParkedSQL), parameters)
+        }
+    }
+
+    /// The count of a settle, inside its transaction under the savepoint `pushd_count_parked`.
+    private func countParkedInTransaction(_ connection: PGConnection, campaignID: Int64, _ outcomes: ParkedOutcomes) throws {
+        let counts = Self.countParameters(campaignID: campaignID, outcomes)
+        // The batch is in this transaction: a CHECK refusing the campaign's row must not roll
+        // it back, or every target just sent would be sent again.
+        do {
+            try connection.query(connection.prepared(Self.countParkedSQL), counts)
+        } catch let error as PGError where error.code == .checkViolation {
+            try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_count_parked")
+            try connection.query("""
+                INSERT INTO pushd.campaign_refusals (campaign_id, constraint_name, message) VALUES ($1, $2, $3)
+                ON CONFLICT (campaign_id) DO NOTHING
+                """, [campaignID, error.constraint, error.message])
+            try connection.query(connection.prepared(Self.countParkedSQL), counts)
+        }
+    }
+
+    private static func countParameters(campaignID: Int64, _ outcomes: ParkedOutcomes) -> [any PGParameter] {
+        let reasons = outcomes.failedByReason.keys.sorted()
+        return [campaignID, outcomes.sent, outcomes.failed, outcomes.pruned, reasons, reasons.map { outcomes.failedByReason[$0]! },
+                outcomes.keptTokens]
+    }
+
+    private struct ParkedKey: Hashable {
+        var chunk: Int
+        var position: Int
     }
 
     /// Targets of cancelled campaigns still parked for a retry, dropped by one sweep: how many,

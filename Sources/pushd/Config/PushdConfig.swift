@@ -189,6 +189,11 @@ struct PushdConfig: Sendable, Equatable {
     /// How long a leased campaign chunk stays with its worker without a checkpoint; a
     /// dead worker's chunk is taken over after this.
     var campaignLeaseSeconds: Int = 60
+    /// Seconds one claimed batch of parked campaign targets may spend sending (not in the
+    /// YAML): its claiming transaction stays open meanwhile and must end well inside the
+    /// session's idle limit, however many workers share the campaign's cap
+    /// (`CampaignWorker.sendParked`).
+    var parkedBatchSeconds: Double = 20
     var defaultCampaignRate: Int?
     /// DeviceTokenNotForTopic answers in a row on one topic of an app, none accepted in between,
     /// that stop pruning and hold the topic (`NotForTopicBreaker`): a wrong bundle_id, not

@@ -92,13 +92,15 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 let seen = context.doorbell.current
                 let now = RateLimiter.monotonicSeconds()
+                if !owedParkedCounts.isEmpty, now >= nextOwedCountsTry { try writeOwedParkedCounts(on: connection!) }
                 // Parked targets are looked for a few times a second, not before every chunk.
                 if !context.isStopping, now >= nextParkedCheck {
                     if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps(),
                                                          leaving: context.coverage.leaving()) {
                         failures = 0
                         if parked.targets.count < Self.parkedBatchLimit { nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval }
-                        try sendParked(parked, on: connection!)
+                        let pause = try sendParked(parked, on: connection!)
+                        if pause > 0 { nextParkedCheck = max(nextParkedCheck, RateLimiter.monotonicSeconds() + pause) }
                         continue
                     }
                     nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval
@@ -116,7 +118,11 @@ final class CampaignWorker: @unchecked Sendable {
                         try start(chunk, on: connection!)
                         if !runs.isEmpty { continue }
                     } else if runs.isEmpty {
-                        for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
+                        // With parked counts owed, their write closes what is done: closed before, a
+                        // campaign would be done without them.
+                        if owedParkedCounts.isEmpty {
+                            for id in try store.closeFinishedCampaigns(connection!) { try logCampaign(id, "finished", on: connection!) }
+                        }
                         // A capped campaign's next lease is taken when it is due, not up to a second later.
                         // One that is due but could not be leased (another worker held it for a moment)
                         // is tried again soon, then ever less often, so no worker spins on it.
@@ -158,6 +164,14 @@ final class CampaignWorker: @unchecked Sendable {
                 context.sleepAfterDatabaseFailure(failures)
             }
         }
+        if !owedParkedCounts.isEmpty, let connection, connection.isOpen, !connection.isInTransaction {
+            try? writeOwedParkedCounts(on: connection)
+        }
+        for (id, counts) in owedParkedCounts.sorted(by: { $0.key < $1.key }) {
+            context.logger.error("campaign worker \(index) stops with counts of campaign \(id) unwritten: \(counts.sent) sent and \(counts.failed) failed of its parked targets are missing from its counters; those targets were sent once and are not sent again",
+                                 ("event", "campaign_parked_counts_lost"), ("campaign", .int(id)), ("worker", .int(Int64(index))),
+                                 ("sent", .int(Int64(counts.sent))), ("failed", .int(Int64(counts.failed))))
+        }
         connection?.close()
         connection = nil
     }
@@ -173,20 +187,27 @@ final class CampaignWorker: @unchecked Sendable {
     /// Parked targets taken at once. Their transaction stays open while they are sent and
     /// answered, so the worker's session allows twice the answer wait idle in a transaction.
     static let parkedBatchLimit = 200
-    /// Seconds of a rate-capped campaign's sending one parked batch may take.
-    static let parkedBatchSeconds = 20
+    /// Seconds between the last wait for a parked batch's answers and the end of the
+    /// session's idle limit, left for its settle.
+    static let parkedSettleMargin = 10.0
 
-    /// How many of a claimed parked batch of `count` targets are sent now: at most what the
-    /// campaign's cap sends in `parkedBatchSeconds`; the rest are parked again unchanged, due,
-    /// for the next claim. Taken whole at a low cap, a batch held its transaction open for
-    /// longer than the session's idle limit (200 targets at 2/s: 100 s), PostgreSQL ended the
-    /// session, the batch's outcomes were lost and every target of it was sent again.
-    static func parkedTargetsToSend(of count: Int, rate: Int?) -> Int {
-        guard let rate, rate > 0 else { return count }
-        return min(count, max(1, rate * parkedBatchSeconds))
+    /// The monotonic moments a parked batch claimed at `claimedAt` stops sending (after
+    /// `sendSeconds`, `PushdConfig.parkedBatchSeconds`) and stops waiting for answers: in time for its settle,
+    /// `parkedSettleMargin` inside the session's idle limit of `idleSeconds`. The targets not
+    /// sent by then stay parked, unchanged and due, for the next claim. A batch that sent what
+    /// its campaign's cap sends in 20 s took W × 20 s when W workers shared the cap, outlived
+    /// the idle limit from 8 workers on, and PostgreSQL ended the session: the batch's outcomes
+    /// were lost and every target of it that APNs had taken was sent again, claim after claim.
+    static func parkedBatchDeadlines(claimedAt: Double, sendSeconds: Double,
+                                     idleSeconds: Double) -> (sendBy: Double, answersBy: Double) {
+        let answersBy = claimedAt + max(0, idleSeconds - parkedSettleMargin)
+        return (min(claimedAt + sendSeconds, answersBy), answersBy)
     }
     /// Seconds between looks for due parked targets while there are chunks to send.
     static let parkedCheckInterval = 0.5
+    /// The longest wait before claiming parked targets again after a batch found its
+    /// campaign's cap taken by the other workers past its time.
+    static let parkedCapPauseLimit = 5.0
     /// Chunks one worker sends at once, at most: enough to hold its whole budget in flight
     /// (a chunk stays a run until its last answer is back, and the next one is being sent
     /// meanwhile), and never fewer than 16, since resumed and last chunks are short.
@@ -785,8 +806,11 @@ final class CampaignWorker: @unchecked Sendable {
     }
 
     /// Sends a claimed batch of parked targets of one campaign, records what became of each
-    /// (parking the ones that must wait again) and commits.
-    private func sendParked(_ batch: ParkedBatch, on connection: PGConnection) throws {
+    /// (parking the ones that must wait again) and commits. Returns how long to wait before
+    /// claiming parked targets again: above 0 when the campaign's cap, shared with the other
+    /// workers, had no send left for this batch in its time.
+    private func sendParked(_ batch: ParkedBatch, on connection: PGConnection) throws -> Double {
+        let claimedAt = RateLimiter.monotonicSeconds()
         var outcomes = ParkedOutcomes()
         guard let sender = context.senders[batch.app], sender.pausedReason == nil,
               !(sender.hasHolds && batch.targets.contains { heldReason(sender, pushType: batch.pushType,
@@ -799,8 +823,8 @@ final class CampaignWorker: @unchecked Sendable {
                 target.dueAt = Timestamp().addingTimeInterval(30)
                 return target
             }
-            for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
-            return
+            try settleParked(batch, outcomes, on: connection)
+            return 0
         }
         context.metrics.claimed(lane: Lane.campaign.rawValue).increment(by: UInt64(batch.targets.count))
         generation &+= 1
@@ -833,10 +857,42 @@ final class CampaignWorker: @unchecked Sendable {
             }
         }
 
-        let sending = Self.parkedTargetsToSend(of: batch.targets.count, rate: rate)
+        let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: context.config.apns.answerWaitSeconds)
+        let (sendBy, answersBy) = Self.parkedBatchDeadlines(claimedAt: claimedAt, sendSeconds: context.config.parkedBatchSeconds,
+                                                            idleSeconds: Double(idle))
+        // Set once the batch's time to send is spent: the targets left stay parked as they were.
+        var outOfTime = false
+        var pause = 0.0
+        var answers: [DispatchResult] = []
+        let topic = sender.factory.topic(for: PushType(rawValue: batch.pushType) ?? .alert)
+
+        /// Takes answers until `moment` (monotonic seconds), and no longer than every request of
+        /// the batch is answered when `untilAnswered`: the batch's own are settled, those of
+        /// the chunks being sent recorded. A wait for the cap's next send so took no answer, and
+        /// the answers of the chunks piled up behind it. The worker beats every second: the
+        /// keeper takes a silent worker for a hung one.
+        func takeAnswers(until moment: Double, untilAnswered: Bool) {
+            while !(untilAnswered && inFlight.isEmpty) {
+                let now = RateLimiter.monotonicSeconds()
+                guard now < moment else { return }
+                keeper.beat(worker: index)
+                completions.take(atLeast: untilAnswered ? 1 : .max, until: min(moment, now + 1), into: &answers)
+                for result in answers {
+                    // The answers of the chunks being sent keep arriving meanwhile.
+                    guard CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF else {
+                        record(result)
+                        continue
+                    }
+                    guard let (target, authorization) = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
+                    settle(target, sender.outcome(of: result, environment: sender.environment(job: target.environment, registered: nil)),
+                           authorization: authorization)
+                }
+            }
+        }
+
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
-            if position >= sending {
+            if outOfTime {
                 outcomes.retries.append(target)
                 continue
             }
@@ -854,9 +910,25 @@ final class CampaignWorker: @unchecked Sendable {
                 leaveOrFail(target, environment)
                 continue
             }
+            let now = RateLimiter.monotonicSeconds()
+            if now >= sendBy {
+                outOfTime = true
+                outcomes.retries.append(target)
+                continue
+            }
             if let rate {
-                let wait = limiter.reserve(campaign: batch.campaignID, rate: rate)
-                if wait > 0 { PosixThread.sleep(seconds: wait) }
+                switch limiter.reserve(campaign: batch.campaignID, rate: rate, now: now, notAfter: sendBy) {
+                case .wait(let wait):
+                    if wait > 0 { takeAnswers(until: now + wait, untilAnswered: false) }
+                case .beyond(let wait):
+                    // The other workers have taken the cap's sends up to past this batch's time:
+                    // the rest stay parked, and this worker claims again when a send is in reach
+                    // (other campaigns' parked targets wait `parkedCapPauseLimit` at most).
+                    outOfTime = true
+                    pause = min(Self.parkedCapPauseLimit, max(0, wait - context.config.parkedBatchSeconds))
+                    outcomes.retries.append(target)
+                    continue
+                }
             }
             let notification: APNsNotification
             do {
@@ -891,7 +963,6 @@ final class CampaignWorker: @unchecked Sendable {
             inFlight[position] = (target, authorization)
         }
 
-        let topic = sender.factory.topic(for: PushType(rawValue: batch.pushType) ?? .alert)
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome, authorization: String?) {
             let environment = sender.environment(job: target.environment, registered: nil)
             let verdict = context.notForTopicVerdict(
@@ -914,24 +985,10 @@ final class CampaignWorker: @unchecked Sendable {
             }
         }
 
-        // The engine answers each request by its answer deadline: no answer is given up on early.
+        // The engine answers each request by its answer deadline: no answer is given up on early,
+        // unless waiting longer would outlive the session's idle limit and lose every outcome.
         let timeout = context.config.apns.answerWaitSeconds
-        let deadline = RateLimiter.monotonicSeconds() + timeout
-        while !inFlight.isEmpty {
-            let results = completions.take(until: deadline)
-            keeper.beat(worker: index)
-            if results.isEmpty { break }
-            for result in results {
-                // The answers of the chunks being sent keep arriving meanwhile.
-                guard CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF else {
-                    record(result)
-                    continue
-                }
-                guard let (target, authorization) = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
-                settle(target, sender.outcome(of: result, environment: sender.environment(job: target.environment, registered: nil)),
-                       authorization: authorization)
-            }
-        }
+        takeAnswers(until: min(RateLimiter.monotonicSeconds() + timeout, answersBy), untilAnswered: true)
         for (target, authorization) in inFlight.values {
             settle(target, .transportFailure("no answer within \(Int(timeout))s"), authorization: authorization)
         }
@@ -941,11 +998,70 @@ final class CampaignWorker: @unchecked Sendable {
             outcomes.pruned = pruned.invalidated.count
             outcomes.keptTokens = pruned.keptByTimestamp.count
         }
-        for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
+        try settleParked(batch, outcomes, on: connection)
         context.restoreTokens(on: connection)
         countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned,
                                      keptTokens: outcomes.keptTokens),
                        app: batch.app)
+        return pause
+    }
+
+    /// Counts of settled parked batches that their campaign's row did not take, per campaign
+    /// (`ParkedCountsNotWritten`): written again every `owedCountsRetryInterval`.
+    private var owedParkedCounts: [Int64: ParkedOutcomes] = [:]
+    private var nextOwedCountsTry = 0.0
+    /// Seconds between tries to write counts a settle left owed; each waits up to
+    /// `lock_timeout` for the row, so not at every pass.
+    static let owedCountsRetryInterval = 5.0
+    /// Lines about parked counts not written, one per campaign per minute at most.
+    private var uncountedLines = LogGate<Int64>(quietSeconds: 60)
+
+    /// Settles a parked batch. When its campaign's counters cannot be written (the row stays
+    /// locked past `lock_timeout`), the batch is settled all the same, so that no target of it
+    /// is sent again, and the counts are kept here until they can be.
+    private func settleParked(_ batch: ParkedBatch, _ outcomes: ParkedOutcomes, on connection: PGConnection) throws {
+        do {
+            for id in try store.settleParked(connection, batch, outcomes) { try logCampaign(id, "finished", on: connection) }
+        } catch let uncounted as ParkedCountsNotWritten {
+            owedParkedCounts[uncounted.campaignID, default: ParkedOutcomes()].addCounts(uncounted.counts)
+            nextOwedCountsTry = RateLimiter.monotonicSeconds() + Self.owedCountsRetryInterval
+            parkedCountsNotWritten(uncounted.error, campaignID: uncounted.campaignID)
+        }
+    }
+
+    /// Writes the counts settles left owed, then closes the campaigns that are done; the counts
+    /// whose row is still locked wait for the next try.
+    private func writeOwedParkedCounts(on connection: PGConnection) throws {
+        for (id, counts) in owedParkedCounts.sorted(by: { $0.key < $1.key }) {
+            do {
+                try store.countParked(connection, campaignID: id, counts)
+            } catch let error as PGError where !error.code.isConnectionLoss && error.code != .connectionClosed
+                && connection.isOpen && !connection.isInTransaction {
+                parkedCountsNotWritten(error, campaignID: id)
+                nextOwedCountsTry = RateLimiter.monotonicSeconds() + Self.owedCountsRetryInterval
+                return
+            }
+            owedParkedCounts[id] = nil
+            context.logger.notice("campaign worker \(index): wrote the counts of parked targets of campaign \(id) that waited for its row: \(counts.sent) sent, \(counts.failed) failed",
+                                  ("event", "campaign_parked_counted"), ("campaign", .int(id)), ("worker", .int(Int64(index))),
+                                  ("sent", .int(Int64(counts.sent))), ("failed", .int(Int64(counts.failed))))
+        }
+        for id in try store.closeFinishedCampaigns(connection) { try logCampaign(id, "finished", on: connection) }
+    }
+
+    /// The counters of campaign `campaignID` were not written for parked targets whose outcomes
+    /// are recorded. Counted in `pushd_database_errors_total` (reason "55" for a lock timeout).
+    private func parkedCountsNotWritten(_ error: PGError, campaignID: Int64) {
+        context.databaseError(error)
+        guard let unlogged = uncountedLines.admit(campaignID, now: RateLimiter.monotonicSeconds()) else { return }
+        let owed = owedParkedCounts[campaignID] ?? ParkedOutcomes()
+        let why = error.code == .lockNotAvailable
+            ? "waited lock_timeout for the campaign's row, which another session holds locked"
+            : "failed"
+        let since = unlogged > 0 ? " (\(unlogged) more since the last line)" : ""
+        context.logger.warning("campaign worker \(index): the count of parked targets of campaign \(campaignID) \(why); their outcomes are recorded and none is sent again, and \(owed.sent) sent and \(owed.failed) failed are kept here and written to its counters shortly\(since): \(error.message)",
+                               ("event", "campaign_parked_uncounted"), ("campaign", .int(campaignID)), ("worker", .int(Int64(index))),
+                               ("sent", .int(Int64(owed.sent))), ("failed", .int(Int64(owed.failed))), ("unlogged", .int(Int64(unlogged))))
     }
 
     /// Targets parked for a retry when their campaign was cancelled will never be sent: they are

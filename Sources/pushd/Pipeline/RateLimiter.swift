@@ -14,13 +14,35 @@ final class RateLimiter: Sendable {
 
     /// Reserves one send for `campaign` and returns how long to wait before making it.
     func reserve(campaign: Int64, rate: Int, now: Double = RateLimiter.monotonicSeconds()) -> Double {
-        guard rate > 0 else { return 0 }
+        guard case .wait(let seconds) = reserve(campaign: campaign, rate: rate, now: now, notAfter: .infinity) else {
+            preconditionFailure("a send with no deadline is always reserved")
+        }
+        return seconds
+    }
+
+    /// A send reserved, or the moment the next one could be made.
+    enum Reservation: Equatable {
+        /// Reserved: make it after this many seconds.
+        case wait(Double)
+        /// Nothing reserved: the campaign's next send is this many seconds away, later than
+        /// the caller can wait.
+        case beyond(Double)
+    }
+
+    /// Reserves one send for `campaign` if it can be made by `deadline` (monotonic seconds);
+    /// otherwise reserves nothing, so the slot stays for another worker. A parked batch holds
+    /// its transaction open while it waits: with many workers sharing one campaign's cap,
+    /// each waited for all the others' sends, and outlived the session's idle limit.
+    func reserve(campaign: Int64, rate: Int, now: Double = RateLimiter.monotonicSeconds(), notAfter deadline: Double) -> Reservation {
+        guard rate > 0 else { return .wait(0) }
         let interval = 1 / Double(rate)
         let burst = max(interval, Self.burstSeconds)
-        return schedule.withLock { schedule -> Double in
+        return schedule.withLock { schedule -> Reservation in
             let earliest = max(schedule[campaign] ?? now, now - burst)
+            let wait = max(0, earliest - now)
+            guard now + wait <= deadline else { return .beyond(wait) }
             schedule[campaign] = earliest + interval
-            return max(0, earliest - now)
+            return .wait(wait)
         }
     }
 
