@@ -81,6 +81,42 @@ import Testing
         }
     }
 
+    /// A fleet restarted with a backlog: A (production only) reads the fleet and starts sending
+    /// before B (both certificates) has registered. A must not take "no other instance yet"
+    /// for "none can": the sandbox jobs wait for B instead of being dead-lettered. Before,
+    /// every one A claimed in that window was dead-lettered, its line saying no live instance
+    /// had a sandbox certificate while B was starting beside it.
+    @Test func anInstanceStartedBeforeItsPeerRegisteredLeavesThePeersWorkInsteadOfDeadLetteringIt() throws {
+        try IsolatedDatabase.with { database in
+            let fleet = try TwoInstanceFleet(database: database, certificateHosts: 1)
+            defer { fleet.stop() }
+            let sandbox = fleet.certificateHosts[0]
+            let connection = try database.connect()
+            let tokens = try Self.insertSandboxJobs(connection)
+            let log = MemoryLogSink()
+            let a = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: false), instance: "a", log: log)
+            let heartbeatA = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
+            heartbeatA.start()
+            defer { heartbeatA.stop() }
+            a.start()
+            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            // A claims the backlog alone for a while before B registers.
+            PosixThread.sleep(seconds: 1)
+            let b = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: true), instance: "b")
+            let heartbeatB = InstanceHeartbeat(pipeline: b, host: "host-b", pid: 1)
+            heartbeatB.start()
+            defer { heartbeatB.stop() }
+            b.start()
+            defer { b.stop(deadline: Timestamp().addingTimeInterval(5)) }
+
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(sandbox.acceptedLog.map(\.token).sorted() == tokens)
+            #expect(!log.lines.contains { $0.contains("no_credentials_for_environment") }, "\(log.lines)")
+            #expect(log.lines.contains { $0.contains("environment_coverage_unknown") && $0.contains("shop/sandbox") }, "\(log.lines)")
+        }
+    }
+
     @Test func withNoLiveInstanceForTheEnvironmentItsJobsAreDeadLetteredWithOneErrorLineNamingTheSetting() throws {
         try IsolatedDatabase.with { database in
             let fleet = try TwoInstanceFleet(database: database, certificateHosts: 1)
@@ -96,7 +132,8 @@ import Testing
             let connection = try database.connect()
             _ = try Self.insertSandboxJobs(connection)
 
-            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            // Dead-lettered once a read of the fleet settled after the heartbeat began shows no instance with a sandbox certificate.
+            #expect(try DaemonHarness.wait(seconds: 40) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             #expect(try DaemonHarness.count(connection,
                                             "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'NoCredentialsForEnvironment: app shop has no certificate for sandbox%'") == 20)
             #expect(sandbox.stats.accepted == 0)

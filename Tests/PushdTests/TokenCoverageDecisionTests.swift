@@ -1,4 +1,5 @@
 import APNs
+import Locking
 import Metrics
 import QueueStore
 import Testing
@@ -19,6 +20,34 @@ import Testing
         #expect(coverage.advertised == ["blog/production", "blog/sandbox", "blog/token", "shop/production"])
         #expect(coverage.missing == ["shop/sandbox", "shop/token"])
         #expect(PushType.tokenOnly.map(\.rawValue).sorted() == ["liveactivity", "location"])
+    }
+
+    /// With a heartbeat, "no other instance is known to send it" becomes a dead letter only on
+    /// a read of the fleet made long enough after the heartbeat began that every instance
+    /// started with this one has registered, and recent enough to still be true.
+    @Test func withAHeartbeatWorkIsDeadLetteredOnlyOnAFleetReadThatIsSettledAndFresh() {
+        let now = Lock(100.0)
+        let sink = MemoryLogSink()
+        let coverage = EnvironmentCoverage(apps: [Self.certificate], logger: Logger(level: .info, sink: sink),
+                                           clock: { now.withLock { $0 } })
+        let left = EnvironmentCoverage.Decision.leave(retryAfterSeconds: EnvironmentCoverage.leaveRetrySeconds)
+        coverage.heartbeatStarts()
+        #expect(coverage.decide(app: "shop", environment: .sandbox, lane: .transactional) == left)
+        // The heartbeat's first read, before a peer started beside this one has registered.
+        now.withLock { $0 += 0.1 }
+        coverage.update(sentElsewhere: [])
+        #expect(coverage.decide(app: "shop", environment: .sandbox, lane: .transactional) == left)
+        #expect(coverage.decideTokenWork(app: "shop", lane: "broadcast") == left)
+        #expect(sink.lines.contains { $0.contains("environment_coverage_unknown") && $0.contains("shop/sandbox") }, "\(sink.lines)")
+        // A settled read.
+        now.withLock { $0 += EnvironmentCoverage.settleSeconds }
+        coverage.update(sentElsewhere: [])
+        #expect(coverage.decide(app: "shop", environment: .sandbox, lane: .transactional) == .deadLetter)
+        // No read since (the database is out of reach): not trusted any more.
+        now.withLock { $0 += EnvironmentCoverage.staleSeconds + 1 }
+        #expect(coverage.decide(app: "shop", environment: .sandbox, lane: .campaign) == left)
+        coverage.update(sentElsewhere: [])
+        #expect(coverage.decide(app: "shop", environment: .sandbox, lane: .campaign) == .deadLetter)
     }
 
     @Test func tokenWorkIsLeftWhileAnotherInstanceAdvertisesTheKeyElseDeadLetteredWithOneLine() throws {

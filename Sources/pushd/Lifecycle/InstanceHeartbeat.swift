@@ -99,6 +99,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
     func start() {
         var connection: PGConnection?
         var failing = false
+        coverage?.heartbeatStarts()
         beat(&connection, &failing)
         // The connection is handed to the heartbeat thread and never used here again.
         nonisolated(unsafe) let handed = connection

@@ -47,11 +47,27 @@ final class EnvironmentCoverage: @unchecked Sendable {
     /// Which of `missing` another live instance sends, as the last heartbeat read it; nil
     /// until one has (then nothing is known to be sent elsewhere, as before instances said).
     private let elsewhere = Lock<Set<String>?>(nil)
+    /// When the heartbeat began (monotonic seconds) and when it last read the fleet; nil
+    /// without a heartbeat (a pipeline that does not register, as in `pushd send`), which
+    /// decides on what it has, as before.
+    private let watch = Lock<(since: Double, readAt: Double?)?>(nil)
+    /// A read of the fleet this long after the heartbeat began sees every instance started
+    /// with this one: each registers at its own start, and the fleet is read every
+    /// `InstanceStore.heartbeatSeconds`. Before it, work no instance is known to send waits
+    /// instead of being dead-lettered: two instances started together, each reading the
+    /// fleet before the other had registered, dead-lettered what the other could send.
+    static let settleSeconds = InstanceStore.heartbeatSeconds * 1.5
+    /// A fleet read older than this (the heartbeat cannot reach the database) is not trusted
+    /// to say that no live instance sends some work.
+    static let staleSeconds = InstanceStore.heartbeatSeconds * 3
+    private let clock: @Sendable () -> Double
     private let lines = Lock(LogGate<String>(quietSeconds: EnvironmentCoverage.logIntervalSeconds))
     private let logger: Logger
     private let metrics: PushdMetrics?
 
-    init(apps: [PushdConfig.App], logger: Logger, metrics: PushdMetrics? = nil) {
+    init(apps: [PushdConfig.App], logger: Logger, metrics: PushdMetrics? = nil,
+         clock: @escaping @Sendable () -> Double = RateLimiter.monotonicSeconds) {
+        self.clock = clock
         var advertised = [String](), missing = [String]()
         for app in apps {
             for environment in PushdConfig.Environment.allCases {
@@ -86,8 +102,29 @@ final class EnvironmentCoverage: @unchecked Sendable {
         return metrics?.workLeftToOtherInstances(app: app, reason: Self.isToken(entry) ? Self.tokenReason : Self.environmentReason)
     }
 
+    /// The heartbeat begins: from now on work no live instance is known to send is
+    /// dead-lettered only on a fleet read that is settled and fresh (`fleetKnown`).
+    func heartbeatStarts() {
+        let now = clock()
+        watch.withLock { $0 = (since: now, readAt: nil) }
+    }
+
+    /// Whether the last fleet read can say that no live instance sends some work: there is no
+    /// heartbeat (nothing more will be known), or its last read came `settleSeconds` after it
+    /// began and is less than `staleSeconds` old.
+    private func fleetKnown() -> Bool {
+        let now = clock()
+        return watch.withLock { watch in
+            guard let watch else { return true }
+            guard let readAt = watch.readAt else { return false }
+            return readAt - watch.since >= Self.settleSeconds && now - readAt <= Self.staleSeconds
+        }
+    }
+
     /// Records which of `missing` other live instances send, from a heartbeat.
     func update(sentElsewhere: Set<String>) {
+        let now = clock()
+        watch.withLock { $0?.readAt = now }
         let changed = elsewhere.withLock { current -> (left: [String], unserved: [String])? in
             let before = current
             current = sentElsewhere
@@ -142,6 +179,10 @@ final class EnvironmentCoverage: @unchecked Sendable {
         if elsewhere.withLock({ $0?.contains(entry) ?? false }) {
             return .leave(retryAfterSeconds: Self.leaveRetrySeconds)
         }
+        guard fleetKnown() else {
+            reportWaiting(entry)
+            return .leave(retryAfterSeconds: Self.leaveRetrySeconds)
+        }
         reportDeadLettered(app: app, environment: environment, lane: lane)
         return .deadLetter
     }
@@ -151,8 +192,22 @@ final class EnvironmentCoverage: @unchecked Sendable {
     /// `logIntervalSeconds`.
     func decideTokenWork(app: String, lane: String) -> Decision {
         if leavesTokenWork(of: app) { return .leave(retryAfterSeconds: Self.leaveRetrySeconds) }
+        guard fleetKnown() else {
+            reportWaiting(InstanceRegistration.tokenEntry(app: app))
+            return .leave(retryAfterSeconds: Self.leaveRetrySeconds)
+        }
         reportTokenWorkDeadLettered(app: app, lane: lane)
         return .deadLetter
+    }
+
+    /// Logs, at most once per entry a minute, that work this instance cannot send waits
+    /// because whether another live instance sends it is not known yet.
+    private func reportWaiting(_ entry: String) {
+        guard let count = dueLine("waiting " + entry) else { return }
+        logger.warning("work of \(entry) that this instance cannot send waits (\(count) since the last such line): whether another live instance "
+                       + "sends it is not known yet (this instance started less than \(Int(Self.settleSeconds)) s ago, or its last read of "
+                       + "pushd.instances is over \(Int(Self.staleSeconds)) s old); it is dead-lettered only once a fresh read shows no instance that can",
+                       ("event", "environment_coverage_unknown"), ("entry", .string(entry)), ("waiting", .int(Int64(count))))
     }
 
     /// The `last_error` of a notification left to another instance.
