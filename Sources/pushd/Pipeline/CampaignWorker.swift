@@ -107,6 +107,7 @@ final class CampaignWorker: @unchecked Sendable {
                     // Holds found by a lease, a command or another instance are told here too.
                     for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
+                    if index == 0 { try watchWaitingCampaigns(on: connection!) }
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
@@ -966,6 +967,31 @@ final class CampaignWorker: @unchecked Sendable {
         countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned,
                                      keptTokens: outcomes.keptTokens),
                        app: batch.app)
+    }
+
+    /// Campaigns no worker of the fleet takes while the others occupy every worker (worker 0 of
+    /// each instance looks).
+    private var waitWatch = CampaignWaitWatch()
+
+    /// Tells of the campaigns that have chunks to send and none being sent for a while: every
+    /// worker is busy with other campaigns' chunks (leased oldest campaign first). Silent
+    /// before, such a campaign got nothing for as long as the others lasted.
+    private func watchWaitingCampaigns(on connection: PGConnection) throws {
+        let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps())
+        for event in waitWatch.observe(waiting, now: RateLimiter.monotonicSeconds()) {
+            switch event {
+            case .waiting(let campaign, let seconds, let unlogged):
+                let since = unlogged > 0 ? " (\(unlogged) more looks since the last line)" : ""
+                context.logger.warning("campaign \(campaign.id) of app \(campaign.app) has chunks to send but no campaign worker has taken any for \(Int(seconds)) s: every worker that serves the app is busy with other campaigns' chunks, which are leased oldest campaign first; it is sent when one comes free, sooner with more campaign workers (workers.campaign) or instances\(since)",
+                                       ("event", "campaign_waiting_for_worker"), ("campaign", .int(campaign.id)), ("app", .string(campaign.app)),
+                                       ("waited_s", .int(Int64(seconds))), ("unlogged", .int(Int64(unlogged))))
+            case .taken(let campaign, let seconds):
+                context.logger.notice("campaign \(campaign.id) of app \(campaign.app) is being sent (or is over) after waiting \(Int(seconds)) s for a campaign worker",
+                                      ("event", "campaign_worker_taken"), ("campaign", .int(campaign.id)), ("app", .string(campaign.app)),
+                                      ("waited_s", .int(Int64(seconds))))
+            }
+        }
+        context.metrics.campaignsWaitingForWorker.set(Double(waitWatch.longWaiting))
     }
 
     /// Targets parked for a retry when their campaign was cancelled will never be sent: they are
