@@ -64,6 +64,8 @@ public struct PushdMetrics: Sendable {
     public let chunksSending: Gauge
     /// `pushd_campaign_worker_stalls_total`, which has no labels.
     public let campaignLeaseStalls: Counter
+    /// `pushd_campaigns_waiting_for_worker`, which has no labels.
+    public let campaignsWaitingForWorker: Gauge
 
     // Database and process
     public let databaseErrors: CounterFamily
@@ -249,6 +251,10 @@ public struct PushdMetrics: Sendable {
         campaignLeaseStalls = try registry.counter(
             "pushd_campaign_worker_stalls_total",
             help: "Campaign workers found hung (no progress for the answer wait and 5 s): the lease keeper stopped extending their chunks' leases, which other workers then take over.",
+            labels: []).bound([])
+        campaignsWaitingForWorker = try registry.gauge(
+            "pushd_campaigns_waiting_for_worker",
+            help: "Running campaigns with chunks to send, none of them being sent by any worker for over 10 s: the campaign workers are busy with other campaigns' chunks.",
             labels: []).bound([])
 
         databaseErrors = try registry.counter(

@@ -366,7 +366,7 @@ public struct CampaignStore: Sendable {
 
     static func leaseSQL(synchronous: Bool) -> String {
         """
-        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3))
+        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3, $4::bigint[]))
         SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
                k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
                t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :], t.environments[l.leased_checkpoint + 1 :],
@@ -381,12 +381,15 @@ public struct CampaignStore: Sendable {
     /// Leases the next chunk of a running campaign of one of `apps` for `leaseSeconds`, or
     /// returns nil when nothing is ready. Campaigns of other apps are left to an instance
     /// configured for them. `owner` must be unique per worker. A chunk whose lease expired
-    /// (its worker vanished) is handed out again from its last checkpoint.
-    public func leaseChunk(_ connection: PGConnection, owner: String, apps: [String], leaseSeconds: Double) throws -> CampaignChunk? {
+    /// (its worker vanished) is handed out again from its last checkpoint. The campaigns in
+    /// `skipping` are passed over: capped campaigns whose chunk this process is still pacing
+    /// (migration 33), so that one capped campaign never takes more than a chunk at a time of it.
+    public func leaseChunk(_ connection: PGConnection, owner: String, apps: [String], leaseSeconds: Double,
+                           skipping: [Int64] = []) throws -> CampaignChunk? {
         guard leaseSeconds > 0 else { throw QueueError("lease duration must be positive, got \(leaseSeconds)") }
         guard !apps.isEmpty else { return nil }
         let result = try connection.query(connection.prepared(Self.leaseSQL(synchronous: synchronousBookkeeping)),
-                                          [owner, leaseSeconds, apps])
+                                          [owner, leaseSeconds, apps, skipping])
         guard result.rowCount == 1 else { return nil }
         let row = result[0]
         let start: Int = try row.require(3)

@@ -109,10 +109,12 @@ final class CampaignWorker: @unchecked Sendable {
                     // Holds found by a lease, a command or another instance are told here too.
                     for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
+                    if index == 0 { try watchWaitingCampaigns(on: connection!) }
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
-                    if let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds) {
+                    if let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
+                                                        skipping: limiter.pacedCampaigns) {
                         failures = 0
                         dueButNotLeased = 0
                         try start(chunk, on: connection!)
@@ -235,10 +237,13 @@ final class CampaignWorker: @unchecked Sendable {
 
     /// Another chunk is leased once every run has sent all its targets and the window has room:
     /// its requests go out while the previous chunks' answers are still coming back. A capped
-    /// campaign's chunks are leased one after the other, when due (its pace needs no window).
+    /// run does not hold the lease back: between its paced sends the worker sends other
+    /// campaigns' chunks. The lease passes over the capped campaigns this process is pacing
+    /// (`RateLimiter.pacedCampaigns`), so a capped campaign's next chunk is leased once its
+    /// current one has sent its targets, and when its pace makes it due.
     private var wantsAnotherChunk: Bool {
         (runs.isEmpty || !heldByEngine) && runs.count < Self.maxRuns(budget: budget, chunkSize: context.config.campaignChunkSize) && inFlight < budget
-            && runs.allSatisfy { $0.submittedAll && !$0.stopSubmitting && $0.rate == nil }
+            && runs.allSatisfy { ($0.submittedAll || $0.rate != nil) && !$0.stopSubmitting }
     }
 
     /// What one answer did, once metrics and tallies are counted.
@@ -365,7 +370,12 @@ final class CampaignWorker: @unchecked Sendable {
         generation &+= 1
         let rate = chunk.rateLimit ?? context.config.apps.first(where: { $0.name == chunk.app })?.campaignRate
             ?? context.config.defaultCampaignRate
-        runs.append(ChunkRun(chunk: chunk, sender: sender, generation: generation & 0xFF_FFFF, rate: rate))
+        let run = ChunkRun(chunk: chunk, sender: sender, generation: generation & 0xFF_FFFF, rate: rate)
+        if rate != nil {
+            limiter.startPacing(campaign: chunk.campaignID)
+            run.pacing = true
+        }
+        runs.append(run)
         keeper.hold(chunk, worker: index)
         context.metrics.chunksSending.increment()
     }
@@ -384,6 +394,7 @@ final class CampaignWorker: @unchecked Sendable {
                 run.held = true
             }
             if inFlight < budget { try fill(run, on: connection) }
+            if run.pacing, run.stopSubmitting || (run.next >= run.count && run.paced == nil) { stopPacing(run) }
             if run.shouldPark { run.parkRetries() }
         }
         var finished = [ObjectIdentifier]()
@@ -391,6 +402,7 @@ final class CampaignWorker: @unchecked Sendable {
             if try finish(run, on: connection) { finished.append(ObjectIdentifier(run)) }
         }
         if !finished.isEmpty {
+            for run in runs where run.pacing && finished.contains(ObjectIdentifier(run)) { stopPacing(run) }
             let before = runs.count
             runs.removeAll { finished.contains(ObjectIdentifier($0)) }
             context.metrics.chunksSending.add(Double(runs.count - before))
@@ -402,6 +414,8 @@ final class CampaignWorker: @unchecked Sendable {
         let now = RateLimiter.monotonicSeconds()
         var wait = 0.5
         if inFlight == 0, let soonest = runs.compactMap(\.soonestRetry).min() { wait = max(0.001, min(wait, soonest - now)) }
+        // A capped run's next send is made at its moment, whatever else is in flight.
+        if inFlight < budget, let paced = runs.compactMap(\.paced?.at).min() { wait = max(0.0005, min(wait, paced - now)) }
         // Held back by requests of the other workers: room comes with their answers, not ours.
         if heldByEngine, inFlight == 0 { wait = min(wait, Self.heldByEngineWait) }
         // While another chunk is wanted, the answers already here are taken without waiting:
@@ -478,25 +492,37 @@ final class CampaignWorker: @unchecked Sendable {
                 break
             }
             if run.rate != nil { now = RateLimiter.monotonicSeconds() }
-            guard let target = run.takeNextTarget(now: now) else { break }
-            // Before the cap's reservation: a target left to another instance takes no share of
-            // this one's pace, so that instance sends it in the time the chunk left unused.
-            if !sender.app.hasCredentials(for: run.environments[target]) {
-                noCredentials(run, target, run.environments[target])
-                continue
-            }
-            if let rate = run.rate {
-                let reservedAt = RateLimiter.monotonicSeconds()
-                let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate, now: reservedAt)
-                // A send due within the pacing slice goes with the batch being built; one due
-                // later first sends that batch, then waits, recording the answers that came
-                // meanwhile. So a capped run wakes the worker and the engine's loop once per
-                // slice, not once per notification.
-                if wait > Self.pacingSlice {
-                    submitBatched()
-                    recordAnswers(until: reservedAt + wait)
-                    now = RateLimiter.monotonicSeconds()
+            // A capped run's target reserved earlier goes when its moment comes; until then the
+            // worker records answers, sends its other chunks and leases more (`pump`).
+            if let paced = run.paced, paced.at - now > Self.pacingSlice { break }
+            let target: Int
+            if let paced = run.paced {
+                run.paced = nil
+                target = paced.target
+            } else {
+                guard let next = run.takeNextTarget(now: now) else { break }
+                // Before the cap's reservation: a target left to another instance takes no share of
+                // this one's pace, so that instance sends it in the time the chunk left unused.
+                if !sender.app.hasCredentials(for: run.environments[next]) {
+                    noCredentials(run, next, run.environments[next])
+                    continue
                 }
+                if let rate = run.rate {
+                    // A send due within the pacing slice goes with the batch being built; one due
+                    // later waits in `paced` while the batch is sent. So a capped run wakes the
+                    // worker and the engine's loop once per slice, not once per notification, and
+                    // never holds the worker: waiting inside this loop, a capped chunk kept its
+                    // worker for size ÷ rate seconds, and a capped campaign with many chunks took
+                    // every worker while newer campaigns got nothing.
+                    let wait = limiter.reserve(campaign: chunk.campaignID, rate: rate, now: now)
+                    if wait > Self.pacingSlice {
+                        run.paced = (next, now + wait)
+                        break
+                    }
+                }
+                target = next
+            }
+            if run.rate != nil {
                 keeper.beat(worker: index)
                 // Paced sending can stay in this loop longer than the lease: renew it here,
                 // with the answers recorded so far, or another worker takes the chunk over
@@ -597,19 +623,6 @@ final class CampaignWorker: @unchecked Sendable {
             }
             run.sent(target, to: environment, authorization: authorization)
             inFlight += 1
-        }
-    }
-
-    /// Waits until `moment` (monotonic seconds) for a capped run's next send, recording the
-    /// answers that arrived meanwhile. The worker's window holds a whole capped chunk, so the
-    /// chunk is sent inside one `fill`; with its answers read only after it, its checkpoint
-    /// stayed at its start for all of size ÷ rate seconds, and a worker that took it over
-    /// sent it all again. The answers are taken when the moment comes, not one by one: a
-    /// wait costs one wake-up, as the sleep it replaces did, and never ends early.
-    private func recordAnswers(until moment: Double) {
-        while RateLimiter.monotonicSeconds() < moment {
-            completions.take(atLeast: .max, until: moment, into: &results)
-            for result in results { record(result) }
         }
     }
 
@@ -790,10 +803,22 @@ final class CampaignWorker: @unchecked Sendable {
                                ("worker", .int(Int64(index))), ("unlogged", .int(Int64(unlogged))))
     }
 
+    /// `run` has no more fresh targets to pace (or stopped): the lease may hand this process
+    /// its campaign's next chunk, and this worker tries it at the campaign's next moment (when a
+    /// cap the lease schedule paces makes it due), not a lease retry interval later.
+    private func stopPacing(_ run: ChunkRun) {
+        limiter.stopPacing(campaign: run.chunk.campaignID)
+        run.pacing = false
+        if let moment = limiter.nextMoment(campaign: run.chunk.campaignID) { nextLeaseTry = min(nextLeaseTry, moment) }
+    }
+
     /// After a database failure: the runs are forgotten without a word to the database (it is
     /// gone); their leases expire and another worker resumes each chunk from its checkpoint.
     private func abandonRuns() {
-        for run in runs { keeper.drop(run.chunk) }
+        for run in runs {
+            keeper.drop(run.chunk)
+            if run.pacing { stopPacing(run) }
+        }
         context.metrics.chunksSending.add(-Double(runs.count))
         runs.removeAll()
         inFlight = 0
@@ -1062,6 +1087,31 @@ final class CampaignWorker: @unchecked Sendable {
         context.logger.warning("campaign worker \(index): the count of parked targets of campaign \(campaignID) \(why); their outcomes are recorded and none is sent again, and \(owed.sent) sent and \(owed.failed) failed are kept here and written to its counters shortly\(since): \(error.message)",
                                ("event", "campaign_parked_uncounted"), ("campaign", .int(campaignID)), ("worker", .int(Int64(index))),
                                ("sent", .int(Int64(owed.sent))), ("failed", .int(Int64(owed.failed))), ("unlogged", .int(Int64(unlogged))))
+    }
+
+    /// Campaigns no worker of the fleet takes while the others occupy every worker (worker 0 of
+    /// each instance looks).
+    private var waitWatch = CampaignWaitWatch()
+
+    /// Tells of the campaigns that have chunks to send and none being sent for a while: every
+    /// worker is busy with other campaigns' chunks (leased oldest campaign first). Silent
+    /// before, such a campaign got nothing for as long as the others lasted.
+    private func watchWaitingCampaigns(on connection: PGConnection) throws {
+        let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps())
+        for event in waitWatch.observe(waiting, now: RateLimiter.monotonicSeconds()) {
+            switch event {
+            case .waiting(let campaign, let seconds, let unlogged):
+                let since = unlogged > 0 ? " (\(unlogged) more looks since the last line)" : ""
+                context.logger.warning("campaign \(campaign.id) of app \(campaign.app) has chunks to send but no campaign worker has taken any for \(Int(seconds)) s: every worker that serves the app is busy with other campaigns' chunks, which are leased oldest campaign first; it is sent when one comes free, sooner with more campaign workers (workers.campaign) or instances\(since)",
+                                       ("event", "campaign_waiting_for_worker"), ("campaign", .int(campaign.id)), ("app", .string(campaign.app)),
+                                       ("waited_s", .int(Int64(seconds))), ("unlogged", .int(Int64(unlogged))))
+            case .taken(let campaign, let seconds):
+                context.logger.notice("campaign \(campaign.id) of app \(campaign.app) is being sent (or is over) after waiting \(Int(seconds)) s for a campaign worker",
+                                      ("event", "campaign_worker_taken"), ("campaign", .int(campaign.id)), ("app", .string(campaign.app)),
+                                      ("waited_s", .int(Int64(seconds))))
+            }
+        }
+        context.metrics.campaignsWaitingForWorker.set(Double(waitWatch.longWaiting))
     }
 
     /// Targets parked for a retry when their campaign was cancelled will never be sent: they are

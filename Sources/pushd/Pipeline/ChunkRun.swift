@@ -73,6 +73,11 @@ final class ChunkRun {
     var next = 0
     var inFlight = 0
     var stopSubmitting = false
+    /// A capped run's target whose send is reserved for monotonic time `at` (`RateLimiter`):
+    /// the worker sends its other chunks, and leases more, until then.
+    var paced: (target: Int, at: Double)?
+    /// Counted in `RateLimiter.pacedCampaigns` while its fresh targets are being paced.
+    var pacing = false
     /// It stopped because a scope it sends to is held: the campaign is not leased again for a while.
     var held = false
     var leaseLost = false
@@ -107,14 +112,14 @@ final class ChunkRun {
     }
 
     /// Every target was sent once and none waits for a retry here.
-    var submittedAll: Bool { next >= count && retries.isEmpty }
+    var submittedAll: Bool { next >= count && retries.isEmpty && paced == nil }
 
     /// Nothing is in flight and nothing more will be sent: the run can be finished or released.
     var isDone: Bool { inFlight == 0 && (stopSubmitting || submittedAll) }
 
     /// Everything was sent once, nothing is in flight and what is left waits for a retry:
     /// those targets are parked and the worker moves on.
-    var shouldPark: Bool { !stopSubmitting && next >= count && inFlight == 0 && !retries.isEmpty }
+    var shouldPark: Bool { !stopSubmitting && next >= count && inFlight == 0 && !retries.isEmpty && paced == nil }
 
     func resolve(_ target: Int, _ resolution: Resolution) {
         resolutions[target] = resolution
@@ -163,6 +168,11 @@ final class ChunkRun {
     /// Moves the retries waiting here and the targets left to other instances to `parked`,
     /// for the transaction that finishes or releases the chunk.
     func parkRetries() {
+        // A paced target of a run that stopped waits unsent, as a retry due now.
+        if let paced {
+            retries.append(Retry(at: 0, target: paced.target))
+            self.paced = nil
+        }
         for retry in retries + left {
             let target = chunk.targets[retry.target]
             resolve(retry.target, .parked)

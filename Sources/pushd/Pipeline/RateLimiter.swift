@@ -46,6 +46,33 @@ final class RateLimiter: Sendable {
         }
     }
 
+    /// Capped campaigns a worker of this process is pacing a chunk of, with how many such
+    /// chunks: the lease passes them over (`CampaignStore.leaseChunk(skipping:)`), so a capped
+    /// campaign takes one chunk of this process at a time and the workers lease other
+    /// campaigns' chunks while they wait between its sends. Leased without it, every worker
+    /// that came free took another chunk of the oldest capped campaign, each sent a fraction
+    /// of the one cap, and no other campaign was sent.
+    private let pacing = Lock<[Int64: Int]>([:])
+
+    func startPacing(campaign: Int64) {
+        pacing.withLock { $0[campaign, default: 0] += 1 }
+    }
+
+    func stopPacing(campaign: Int64) {
+        pacing.withLock { pacing in
+            guard let count = pacing[campaign] else { return }
+            pacing[campaign] = count > 1 ? count - 1 : nil
+        }
+    }
+
+    /// The moment (monotonic seconds) of `campaign`'s next send here, nil when none was reserved.
+    func nextMoment(campaign: Int64) -> Double? {
+        schedule.withLock { $0[campaign] }
+    }
+
+    /// The campaigns being paced now, for the lease to pass over.
+    var pacedCampaigns: [Int64] { pacing.withLock { Array($0.keys) } }
+
     static func monotonicSeconds() -> Double {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)

@@ -1,0 +1,38 @@
+import Posix
+
+/// A running campaign that has a chunk to lease now and no chunk being sent anywhere in the
+/// fleet: no worker took it (every one is busy with other campaigns' chunks), or none could.
+public struct WaitingCampaign: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+
+    public init(id: Int64, app: String) {
+        self.id = id
+        self.app = app
+    }
+}
+
+extension CampaignStore {
+    /// The running campaigns of `apps` that the lease would hand out now (due, not held, a
+    /// chunk neither finished nor leased) while none of their chunks is leased by any worker.
+    /// One read every few seconds by one worker per instance (`CampaignWaitWatch`).
+    public func campaignsWaitingForWorker(_ connection: PGConnection, apps: [String]) throws -> [WaitingCampaign] {
+        guard !apps.isEmpty else { return [] }
+        let result = try connection.query(connection.prepared("""
+            SELECT c.id, c.app FROM pushd.campaigns c
+            WHERE (c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now()))
+              AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+              AND c.app = ANY ($1::text[])
+              AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals r WHERE r.campaign_id = c.id)
+              AND EXISTS (SELECT 1 FROM pushd.campaign_chunks ch
+                          WHERE ch.campaign_id = c.id AND ch.finished_at IS NULL
+                            AND (ch.lease_until IS NULL OR ch.lease_until < now()))
+              AND NOT EXISTS (SELECT 1 FROM pushd.campaign_chunks ch
+                              WHERE ch.campaign_id = c.id AND ch.finished_at IS NULL AND ch.lease_until >= now())
+            ORDER BY c.id
+            """), [apps])
+        return try (0..<result.rowCount).map { row in
+            WaitingCampaign(id: try result.require(row: row, column: 0), app: try result.require(row: row, column: 1))
+        }
+    }
+}
