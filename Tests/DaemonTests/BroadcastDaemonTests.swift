@@ -70,6 +70,40 @@ import Testing
 
     /// Twenty broadcasts to a channel APNs does not know are dead-lettered together: every one
     /// is counted, and the log has one line for the app and reason, not one per broadcast.
+    /// An instance claimed a channel create and a broadcast and stopped before recording an
+    /// outcome (`kill -9`, a lost database): once their leases end, the running daemon takes
+    /// them over and says so, since APNs may have carried them out already; a create taken
+    /// over may leave a channel at APNs that pushd has no record of. Before, both were carried
+    /// out again without a word.
+    @Test func aChannelCreateAndABroadcastLeftUnsettledAreTakenOverWithAWarningEach() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            defer { connection.close() }
+            // The instance that stopped: it claimed both for half a second and recorded nothing.
+            let row = try connection.query("SELECT pushd.create_channel('shop', 'none')").require(Int64.self, row: 0, column: 0)
+            #expect(try ChannelStore().claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.5).map(\.id) == [row])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'bm8tc3VjaC1jaGFubmVs', $1)", [Self.update])
+            let job = try #require(try BroadcastQueue().claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.5).first)
+            Thread.sleep(forTimeInterval: 0.7)
+
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: log)
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let logText = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active'") == 1
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+            }, "\(logText())")
+            let lines = logText().split(separator: "\n")
+            let create = lines.filter { $0.contains("channel_request_taken_over") }
+            #expect(create.count == 1 && create.first?.contains("\"request\":\(row)") == true, "\(lines)")
+            let broadcast = lines.filter { $0.contains("broadcast_taken_over") }
+            #expect(broadcast.count == 1 && broadcast.first?.contains("\"job\":\(job.id)") == true, "\(lines)")
+            #expect(harness.mock.stats.channelsCreated == 1)
+        }
+    }
+
     @Test func manyBroadcastsDeadLetteredAtOnceMakeOneLogLine() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

@@ -30,6 +30,31 @@ import Testing
         }
     }
 
+    /// A claim says when the row it takes was left unsettled by an earlier claim (its lease
+    /// ended with no outcome recorded); a row put back with an outcome, or never claimed, is not.
+    @Test func aClaimSaysWhenItTakesOverALeaseThatEndedUnsettled() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let broadcasts = BroadcastQueue(), channels = ChannelStore()
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [Self.channel, Self.update])
+            let request = try connection.query("SELECT pushd.create_channel('shop', 'none')").require(Int64.self, row: 0, column: 0)
+            let first = try #require(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.3).first)
+            let firstRequest = try #require(try channels.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.3).first)
+            #expect(first.unsettledLeaseEndedAt == nil && firstRequest.unsettledLeaseEndedAt == nil)
+            Thread.sleep(forTimeInterval: 0.5)
+            let taken = try #require(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.3).first)
+            let takenRequest = try #require(try channels.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.3).first)
+            #expect(taken.id == first.id && taken.unsettledLeaseEndedAt != nil)
+            #expect(takenRequest.id == request && takenRequest.unsettledLeaseEndedAt != nil)
+            // Put back with an outcome: the next claim takes over nothing.
+            try broadcasts.retry(connection, id: taken.id, runAt: Timestamp(), error: "HTTP 503", countsAsAttempt: false)
+            try channels.recordRetry(connection, id: request, runAt: Timestamp(), outcome: "HTTP 503", countsAsAttempt: false)
+            #expect(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60).first?.unsettledLeaseEndedAt == nil)
+            #expect(try channels.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60).first?.unsettledLeaseEndedAt == nil)
+        }
+    }
+
     @Test func badBroadcastRowsAreRefusedSayingWhatIsWrong() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -19,6 +19,10 @@ public struct BroadcastJob: Sendable, Hashable {
     /// The storage policy (`none`, `most-recent`) of the channel as recorded in
     /// `pushd.channels`; nil when the channel was not created through pushd.
     public var storagePolicy: String? = nil
+    /// When an earlier claim's lease of this job ran out with no outcome recorded (its
+    /// instance stopped, hung or lost the database while sending it): the job is taken over,
+    /// and it may have reached APNs already. nil for a job no claim left unsettled.
+    public var unsettledLeaseEndedAt: Timestamp? = nil
 }
 
 /// `pushd.broadcast_jobs`, filled by INSERTs into `pushd.jobs` that name a `channel_id`.
@@ -66,20 +70,25 @@ public struct BroadcastQueue: Sendable {
             BroadcastJob(id: try row.require(0), app: try row.require(1), channelID: try row.require(2), payload: try row.require(3),
                          priority: Int(try row.require(4) as Int16), expiration: try row.get(5), apnsID: try row.get(6),
                          environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9),
-                         firstAttemptAt: try row.get(10), storagePolicy: try row.get(11))
+                         firstAttemptAt: try row.get(10), storagePolicy: try row.get(11), unsettledLeaseEndedAt: try row.get(12))
         }
     }
 
-    /// The claim of the rows `rows` selects, leased for `$lease` seconds.
+    /// The claim of the rows `rows` selects, leased for `$lease` seconds. `leased_until` is
+    /// cleared whenever an outcome is recorded, so one still set when the row is claimed
+    /// again is a lease that ran out unsettled: the join returns it (`previous`, the row as
+    /// it was before this claim).
     static func claimSQL(rows: String, lease: Int) -> String {
         """
         UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease))
-        WHERE \(rows)
+        FROM pushd.broadcast_jobs previous
+        WHERE previous.id = b.id AND \(rows)
         RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
                   coalesce(b.environment, (SELECT c.environment FROM pushd.channels c
                                            WHERE c.app = b.app AND c.channel_id = b.channel_id)),
                   b.attempts, b.created_at, b.first_attempt_at,
-                  (SELECT c.storage_policy FROM pushd.channels c WHERE c.app = b.app AND c.channel_id = b.channel_id)
+                  (SELECT c.storage_policy FROM pushd.channels c WHERE c.app = b.app AND c.channel_id = b.channel_id),
+                  previous.leased_until
         """
     }
 

@@ -18,6 +18,10 @@ public struct ChannelOperation: Sendable, Hashable {
     public var storagePolicy: String
     public var attempts: Int
     public var requestedAt: Timestamp
+    /// When an earlier claim's lease of this request ran out with no outcome recorded (its
+    /// instance stopped, hung or lost the database while carrying it out): it is taken over,
+    /// and APNs may have carried it out already. nil for a request no claim left unsettled.
+    public var unsettledLeaseEndedAt: Timestamp? = nil
 }
 
 /// `pushd.channels`: the operations applications asked for with `pushd.create_channel` and
@@ -34,11 +38,13 @@ public struct ChannelStore: Sendable {
         guard limit > 0, !apps.isEmpty else { return [] }
         let result = try connection.query(connection.prepared("""
             UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $3), leased_until = now() + make_interval(secs => $3)
-            WHERE c.id = ANY (ARRAY(
+            FROM pushd.channels previous
+            WHERE previous.id = c.id AND c.id = ANY (ARRAY(
                 SELECT id FROM pushd.channels
                 WHERE state IN ('pending_create', 'pending_delete') AND run_at <= now() AND app = ANY ($2::text[])
                 ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))
-            RETURNING c.id, c.app, c.state, c.channel_id, c.environment, c.storage_policy, c.attempts, c.requested_at
+            RETURNING c.id, c.app, c.state, c.channel_id, c.environment, c.storage_policy, c.attempts, c.requested_at,
+                      previous.leased_until
             """), [limit, apps, leaseSeconds])
         return try result.rows.map { row in
             let state: String = try row.require(2)
@@ -47,7 +53,7 @@ public struct ChannelStore: Sendable {
             }
             return ChannelOperation(id: try row.require(0), app: try row.require(1), kind: kind, channelID: try row.get(3),
                                     environment: try row.get(4), storagePolicy: try row.require(5), attempts: try row.require(6),
-                                    requestedAt: try row.require(7))
+                                    requestedAt: try row.require(7), unsettledLeaseEndedAt: try row.get(8))
         }
     }
 

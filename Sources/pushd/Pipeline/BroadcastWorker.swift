@@ -122,6 +122,18 @@ final class BroadcastWorker: @unchecked Sendable {
 
     private func carryOut(_ operation: ChannelOperation, on connection: PGConnection) throws {
         guard let sender = context.senders[operation.app] else { return }
+        if operation.kind == .create, let ended = operation.unsettledLeaseEndedAt {
+            // A delete carried out twice is harmless (the second is answered ChannelNotRegistered);
+            // a create may have made a channel at APNs that pushd has no record of.
+            let since = Int(max(0, Timestamp().timeIntervalSince(ended)))
+            context.logger.warning("took over channel create request \(operation.id) of app \(operation.app), whose earlier claim's lease "
+                                   + "ended \(since) s ago with no outcome recorded (its instance stopped or lost the database): APNs may have "
+                                   + "created a channel for it already, which pushd has no record of and which counts against the app's "
+                                   + "channel limit; creating it again. Compare the app's channels at APNs with pushd channels list and "
+                                   + "delete the extra one with pushd channels delete",
+                                   ("event", "channel_request_taken_over"), ("app", .string(operation.app)),
+                                   ("request", .int(operation.id)), ("expired_s", .int(Int64(since))))
+        }
         let environment = operation.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         let kind = operation.kind == .create ? "create" : "delete"
         func count(_ status: String, _ reason: String) {
@@ -251,6 +263,14 @@ final class BroadcastWorker: @unchecked Sendable {
 
     private func send(_ job: BroadcastJob, on connection: PGConnection) throws {
         guard let sender = context.senders[job.app] else { return }
+        if let ended = job.unsettledLeaseEndedAt {
+            let since = Int(max(0, Timestamp().timeIntervalSince(ended)))
+            context.logger.warning("took over broadcast job \(job.id) of app \(job.app) to channel \(job.channelID), whose earlier claim's "
+                                   + "lease ended \(since) s ago with no outcome recorded (its instance stopped or lost the database): "
+                                   + "it may have reached APNs already, and is sent again",
+                                   ("event", "broadcast_taken_over"), ("app", .string(job.app)), ("job", .int(job.id)),
+                                   ("channel", .string(job.channelID)), ("expired_s", .int(Int64(since))))
+        }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         guard let key = sender.tokenKey else {
             // Claimed before this instance learnt that another one has a token key: that one takes it.
