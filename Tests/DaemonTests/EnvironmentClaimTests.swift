@@ -26,6 +26,25 @@ import Testing
 
     static let payload = #"{"aps":{"alert":"hi"}}"#
 
+    /// An instance of the fleet: its pipeline and its heartbeat, started; `stop` stops both.
+    struct Instance {
+        let pipeline: Pipeline
+        let heartbeat: InstanceHeartbeat
+        func stop() {
+            heartbeat.stop()
+            pipeline.stop(deadline: Timestamp().addingTimeInterval(5))
+        }
+    }
+
+    static func startInstance(_ name: String, _ fleet: TwoInstanceFleet, sandboxCertificate: Bool,
+                              log: MemoryLogSink = MemoryLogSink()) throws -> Instance {
+        let pipeline = try fleet.harness.pipeline(config(fleet, sandboxCertificate: sandboxCertificate), instance: name, log: log)
+        let heartbeat = InstanceHeartbeat(pipeline: pipeline, host: "host-\(name)", pid: 1)
+        heartbeat.start()
+        pipeline.start()
+        return Instance(pipeline: pipeline, heartbeat: heartbeat)
+    }
+
     /// Ten sandbox jobs by their own environment and ten by their token's registration.
     static func insertSandboxJobs(_ connection: PGConnection) throws -> [String] {
         var tokens = [String]()
@@ -94,20 +113,12 @@ import Testing
             let connection = try database.connect()
             let tokens = try Self.insertSandboxJobs(connection)
             let log = MemoryLogSink()
-            let a = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: false), instance: "a", log: log)
-            let heartbeatA = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
-            heartbeatA.start()
-            defer { heartbeatA.stop() }
-            a.start()
-            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let a = try Self.startInstance("a", fleet, sandboxCertificate: false, log: log)
+            defer { a.stop() }
             // A claims the backlog alone for a while before B registers.
             PosixThread.sleep(seconds: 1)
-            let b = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: true), instance: "b")
-            let heartbeatB = InstanceHeartbeat(pipeline: b, host: "host-b", pid: 1)
-            heartbeatB.start()
-            defer { heartbeatB.stop() }
-            b.start()
-            defer { b.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let b = try Self.startInstance("b", fleet, sandboxCertificate: true)
+            defer { b.stop() }
 
             #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
@@ -123,12 +134,9 @@ import Testing
             defer { fleet.stop() }
             let sandbox = fleet.certificateHosts[0]
             let log = MemoryLogSink()
-            let a = try fleet.harness.pipeline(Self.config(fleet, sandboxCertificate: false), instance: "a", log: log)
-            let heartbeat = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
-            heartbeat.start()
-            defer { heartbeat.stop() }
-            a.start()
-            defer { a.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let instance = try Self.startInstance("a", fleet, sandboxCertificate: false, log: log)
+            defer { instance.stop() }
+            let a = instance.pipeline
             let connection = try database.connect()
             _ = try Self.insertSandboxJobs(connection)
 

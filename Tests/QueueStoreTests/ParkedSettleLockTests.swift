@@ -26,18 +26,26 @@ import Testing
         return (id, batch)
     }
 
+    /// `claimedBatch` on a worker session with a 300 ms `lock_timeout`, while `holder` keeps
+    /// the campaign's row locked in an open transaction.
+    func batchWithItsCampaignRowLocked(_ database: IsolatedDatabase) throws
+        -> (connection: PGConnection, worker: PGConnection, holder: PGConnection, id: Int64, batch: ParkedBatch) {
+        let connection = try database.connect()
+        let worker = try database.connect("pushd-tests-worker")
+        try worker.execute(script: "SET lock_timeout = '300ms'")
+        let (id, batch) = try claimedBatch(connection, worker)
+        let holder = try database.connect("pushd-tests-holder")
+        try holder.execute(script: "BEGIN")
+        try holder.query("SELECT 1 FROM pushd.campaigns WHERE id = $1 FOR UPDATE", [id])
+        return (connection, worker, holder, id, batch)
+    }
+
     /// Four targets were accepted and two wait for a retry; the count of the four waits
     /// `lock_timeout` for the campaign's row and fails. Rolled back whole, the batch put all
     /// six back, due: the four accepted were claimed and sent again.
     @Test func aSettleWhoseCampaignRowIsLockedKeepsTheOutcomesOfItsTargets() throws {
         try IsolatedDatabase.with { database in
-            let connection = try database.connect()
-            let worker = try database.connect("pushd-tests-worker")
-            try worker.execute(script: "SET lock_timeout = '300ms'")
-            let (id, batch) = try claimedBatch(connection, worker)
-            let holder = try database.connect("pushd-tests-holder")
-            try holder.execute(script: "BEGIN")
-            try holder.query("SELECT 1 FROM pushd.campaigns WHERE id = $1 FOR UPDATE", [id])
+            let (connection, worker, holder, id, batch) = try batchWithItsCampaignRowLocked(database)
 
             var outcomes = ParkedOutcomes()
             outcomes.sent = 4
@@ -68,13 +76,7 @@ import Testing
     /// close it.
     @Test func countsASettleCouldNotWriteAreWrittenLaterAndCloseTheCampaign() throws {
         try IsolatedDatabase.with { database in
-            let connection = try database.connect()
-            let worker = try database.connect("pushd-tests-worker")
-            try worker.execute(script: "SET lock_timeout = '300ms'")
-            let (id, batch) = try claimedBatch(connection, worker)
-            let holder = try database.connect("pushd-tests-holder")
-            try holder.execute(script: "BEGIN")
-            try holder.query("SELECT 1 FROM pushd.campaigns WHERE id = $1 FOR UPDATE", [id])
+            let (connection, worker, holder, id, batch) = try batchWithItsCampaignRowLocked(database)
 
             var outcomes = ParkedOutcomes()
             outcomes.sent = 5
