@@ -188,7 +188,7 @@ public struct CampaignStore: Sendable {
         public var campaignID: Int64
         public var app: String
         public var chunks: Int
-        /// Targets of those chunks never sent (past their checkpoints).
+        /// Targets of those chunks past their checkpoints, which are not sent.
         public var unsent: Int
     }
 

@@ -988,7 +988,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// last answers (`CampaignStore.dropCancelledChunks`); one line per campaign.
     private func dropCancelledChunks(on connection: PGConnection) throws {
         for dropped in try store.dropCancelledChunks(connection, apps: context.senders.keys.sorted()) {
-            context.logger.notice("campaign \(dropped.campaignID) is cancelled: dropped \(dropped.chunks) of its chunks that were being sent when it was cancelled, now stopped, with \(dropped.unsent) targets they had not sent",
+            context.logger.notice("campaign \(dropped.campaignID) is cancelled: dropped \(dropped.chunks) of its chunks that were being sent when it was cancelled, now stopped, with the \(dropped.unsent) targets past their last checkpoints, which are not sent",
                                   ("event", "campaign_chunks_dropped"), ("campaign", .int(dropped.campaignID)), ("app", .string(dropped.app)),
                                   ("chunks", .int(Int64(dropped.chunks))), ("unsent", .int(Int64(dropped.unsent))))
         }
