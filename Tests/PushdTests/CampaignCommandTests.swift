@@ -306,6 +306,26 @@ import Testing
         }
     }
 
+    @Test func cancelKeepsTheChunkBeingSentUntilItsWorkerCountsItsAnswers() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            _ = try Self.importTokens(database, id, count: 10, files: files)
+            #expect(try Self.run(["start", String(id)], database, CampaignCommand.start).exitCode == 0)
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let chunk = try #require(try store.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
+
+            let run = try Self.run(["cancel", String(id)], database, CampaignCommand.cancel)
+            #expect(run.exitCode == 0, "\(run.output.errorText)")
+            #expect(run.output.text == "campaign \(id): cancelled after 0 sent and 0 failed; 0 stored targets dropped; 1 chunk is being sent: it stops at the next checkpoint (within seconds), the answers to its requests in flight are counted, then the workers drop its unsent targets")
+            // The worker learns of the cancel at its checkpoint and its answers are counted.
+            #expect(try store.checkpoint(connection, chunk, ChunkProgress(position: 4, sent: 4), leaseSeconds: 30) == .stop(.cancelled))
+            #expect(try store.release(connection, chunk, ChunkProgress(position: 6, sent: 2)) == .stop(.cancelled))
+            #expect(try store.campaign(connection, id: id)?.sent == 6)
+        }
+    }
+
     @Test func aCampaignWithAFutureStartIsScheduled() throws {
         try IsolatedDatabase.with { database in
             let files = try FileFixture()

@@ -217,10 +217,19 @@ import Testing
             #expect(try campaigns.checkpoint(connection, chunk, ChunkProgress(position: 10, sent: 10), leaseSeconds: 30) == .stop(.cancelled))
             #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop", "news"], leaseSeconds: 30) == nil)
             #expect(Fixtures.queueError { try campaigns.resume(connection, id: id) } != nil)
-            #expect(try campaigns.dropTargets(connection, id: id) == 2500)
+            // The chunk being sent stays until its worker has recorded its last answers.
+            #expect(try campaigns.dropTargets(connection, id: id) == 1500)
+            #expect(try campaigns.chunksStillSending(connection, id: id) == 1)
+            #expect(try campaigns.dropCancelledChunks(connection, apps: ["shop"]).isEmpty)
+            #expect(try campaigns.release(connection, chunk, ChunkProgress(position: 15, sent: 5)) == .stop(.cancelled))
+            #expect(try campaigns.chunksStillSending(connection, id: id) == 0)
+            #expect(try campaigns.dropCancelledChunks(connection, apps: ["news"]).isEmpty)
+            let swept = try campaigns.dropCancelledChunks(connection, apps: ["shop"])
+            #expect(swept.map { [$0.campaignID, Int64($0.chunks), Int64($0.unsent)] } == [[id, 1, Int64(chunk.size - 15)]])
+            #expect(try campaigns.dropTargets(connection, id: id) == 0)
             #expect(try connection.query("SELECT count(*) FROM pushd.campaign_targets").require(Int.self, row: 0, column: 0) == 0)
             let campaign = try #require(try campaigns.campaign(connection, id: id))
-            #expect(campaign.status == .cancelled && campaign.targets == 2500 && campaign.sent == 10)
+            #expect(campaign.status == .cancelled && campaign.targets == 2500 && campaign.sent == 15)
             #expect(Fixtures.queueError { try campaigns.importTargets(connection, campaignID: id, targets: [(Fixtures.token(1), nil)]) }?
                 .message == "cannot import targets: campaign \(id) is cancelled")
         }

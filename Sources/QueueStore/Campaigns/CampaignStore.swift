@@ -130,9 +130,20 @@ public struct CampaignStore: Sendable {
             """)
     }
 
+    /// A chunk no worker may be sending now: finished, released, or leased by a worker whose
+    /// lease ran out. Only such chunks of a closed campaign are dropped: a worker still sending
+    /// one writes its progress and the answers of its requests in flight into it (`recordSQL`
+    /// matches the chunk's row), and learns at that checkpoint that the campaign was cancelled.
+    /// Dropped under it, the chunk made its checkpoint match nothing: its answers were never
+    /// counted and the worker took the cancel for a lost lease.
+    static let chunkNotSending = "(c.finished_at IS NOT NULL OR c.lease_owner IS NULL OR c.lease_until < now())"
+
     /// Deletes the audience of a done or cancelled campaign, `batchChunks` chunk rows
     /// (about a thousand targets each) per transaction so that no long transaction holds
     /// back vacuum; the campaign and its counters stay. Returns the targets dropped.
+    /// Chunks a worker is still sending (`chunkNotSending`) stay, with their targets: the
+    /// worker stops at its next checkpoint and records what was answered, and campaign
+    /// workers then drop them (`dropCancelledChunks`). `chunksStillSending` tells how many.
     @discardableResult
     public func dropTargets(_ connection: PGConnection, id: Int64, batchChunks: Int = 500) throws -> Int {
         guard batchChunks > 0 else { throw QueueError("batchChunks must be positive, got \(batchChunks)") }
@@ -143,7 +154,8 @@ public struct CampaignStore: Sendable {
         // Sizes come from the chunk rows: reading the token arrays would detoast them all.
         let statement = try connection.prepared("""
             WITH doomed AS (
-                SELECT chunk FROM pushd.campaign_chunks WHERE campaign_id = $1 ORDER BY chunk LIMIT $2
+                SELECT c.chunk FROM pushd.campaign_chunks c WHERE c.campaign_id = $1 AND \(Self.chunkNotSending)
+                ORDER BY c.chunk LIMIT $2 FOR UPDATE OF c SKIP LOCKED
             ), targets AS (
                 DELETE FROM pushd.campaign_targets t USING doomed WHERE t.campaign_id = $1 AND t.chunk = doomed.chunk
             ), chunks AS (
@@ -158,8 +170,55 @@ public struct CampaignStore: Sendable {
             dropped += try result.require(Int.self, row: 0, column: 1)
             if try result.require(Int.self, row: 0, column: 0) == 0 { break }
         }
-        try connection.query("DELETE FROM pushd.campaign_targets WHERE campaign_id = $1", [id])
+        try connection.query("""
+            DELETE FROM pushd.campaign_targets t WHERE t.campaign_id = $1
+              AND NOT EXISTS (SELECT 1 FROM pushd.campaign_chunks c WHERE c.campaign_id = t.campaign_id AND c.chunk = t.chunk)
+            """, [id])
         return dropped
+    }
+
+    /// Chunks of campaign `id` that a worker may still be sending (not `chunkNotSending`).
+    public func chunksStillSending(_ connection: PGConnection, id: Int64) throws -> Int {
+        try connection.query("SELECT count(*)::bigint FROM pushd.campaign_chunks c WHERE c.campaign_id = $1 AND NOT \(Self.chunkNotSending)",
+                             [id]).require(row: 0, column: 0)
+    }
+
+    /// The chunks of cancelled campaigns dropped by one sweep, per campaign.
+    public struct DroppedChunks: Sendable, Hashable {
+        public var campaignID: Int64
+        public var app: String
+        public var chunks: Int
+        /// Targets of those chunks past their checkpoints, which are not sent.
+        public var unsent: Int
+    }
+
+    /// The chunks a cancel left because workers were sending them (`dropTargets`), once those
+    /// workers recorded their last answers and released or finished them, or their leases ran
+    /// out. Rows a checkpoint holds at this moment are skipped; a later sweep takes them.
+    static let dropCancelledChunksSQL = """
+        WITH doomed AS (
+            SELECT c.campaign_id, c.chunk FROM pushd.campaign_chunks c
+            JOIN pushd.campaigns k ON k.id = c.campaign_id AND k.status = 'cancelled' AND k.app = ANY ($1::text[])
+            WHERE \(chunkNotSending)
+            LIMIT $2 FOR UPDATE OF c SKIP LOCKED
+        ), targets AS (
+            DELETE FROM pushd.campaign_targets t USING doomed WHERE t.campaign_id = doomed.campaign_id AND t.chunk = doomed.chunk
+        ), gone AS (
+            DELETE FROM pushd.campaign_chunks c USING doomed WHERE c.campaign_id = doomed.campaign_id AND c.chunk = doomed.chunk
+            RETURNING c.campaign_id, CASE WHEN c.finished_at IS NULL THEN c.size - c.checkpoint ELSE 0 END AS unsent
+        )
+        SELECT g.campaign_id, k.app, count(*)::bigint, sum(g.unsent)::bigint FROM gone g JOIN pushd.campaigns k ON k.id = g.campaign_id
+        GROUP BY g.campaign_id, k.app ORDER BY g.campaign_id
+        """
+
+    /// Deletes up to `limit` chunks (with their targets) of cancelled campaigns of `apps` that
+    /// no worker is sending; returns what it dropped per campaign (nothing, in the usual case).
+    public func dropCancelledChunks(_ connection: PGConnection, apps: [String], limit: Int = 500) throws -> [DroppedChunks] {
+        guard !apps.isEmpty else { return [] }
+        guard limit > 0 else { throw QueueError("drop limit must be positive, got \(limit)") }
+        return try connection.query(connection.prepared(Self.dropCancelledChunksSQL), [apps, limit]).rows.map { row in
+            DroppedChunks(campaignID: try row.require(0), app: try row.require(1), chunks: try row.require(2), unsent: try row.require(3))
+        }
     }
 
     private func transition(_ connection: PGConnection, id: Int64, action: CampaignAction, sql: String,

@@ -185,9 +185,15 @@ enum CampaignCommand {
     static func cancel(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         try change(parsed, context) { store, connection, id in
             let status = try store.cancel(connection, id: id)
+            // Chunks being sent stay until their workers have recorded what APNs answered.
             let dropped = try store.dropTargets(connection, id: id)
+            let sending = try store.chunksStillSending(connection, id: id)
             let counts = try store.campaign(connection, id: id).map { " after \($0.sent) sent and \($0.failed) failed" } ?? ""
-            return "campaign \(id): \(status.rawValue)\(counts); \(dropped) stored target\(dropped == 1 ? "" : "s") dropped"
+            var line = "campaign \(id): \(status.rawValue)\(counts); \(dropped) stored target\(dropped == 1 ? "" : "s") dropped"
+            if sending > 0 {
+                line += "; \(sending) chunk\(sending == 1 ? " is" : "s are") being sent: \(sending == 1 ? "it stops" : "they stop") at the next checkpoint (within seconds), the answers to \(sending == 1 ? "its" : "their") requests in flight are counted, then the workers drop \(sending == 1 ? "its" : "their") unsent targets"
+            }
+            return line
         }
     }
 

@@ -109,6 +109,7 @@ final class CampaignWorker: @unchecked Sendable {
                     // Holds found by a lease, a command or another instance are told here too.
                     for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
+                    try dropCancelledChunks(on: connection!)
                     if index == 0 { try watchWaitingCampaigns(on: connection!) }
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
@@ -728,8 +729,7 @@ final class CampaignWorker: @unchecked Sendable {
             try logCampaign(chunk.campaignID, status.rawValue, on: connection)
             run.stopSubmitting = true
         case .leaseLost:
-            context.logger.warning("lost the lease of chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
-                                   ("campaign", .int(chunk.campaignID)))
+            try lostChunk(chunk, uncounted: counted, on: connection)
             run.stopSubmitting = true
             run.leaseLost = true
             keeper.drop(chunk)
@@ -738,7 +738,9 @@ final class CampaignWorker: @unchecked Sendable {
             context.reportRefusedCampaign(held)
             run.stopSubmitting = true
         }
-        countProcessed(counted, app: chunk.app)
+        // What a lost chunk's checkpoint did not write is not counted here either: the metric
+        // follows the campaign's counters.
+        if directive != .leaseLost { countProcessed(counted, app: chunk.app) }
         run.progress = ChunkProgress(position: run.progress.position)
         run.lastCheckpoint = RateLimiter.monotonicSeconds()
     }
@@ -782,8 +784,29 @@ final class CampaignWorker: @unchecked Sendable {
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
         if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
         if case .refused(let held) = directive { context.reportRefusedCampaign(held) }
+        if directive == .leaseLost {
+            try lostChunk(chunk, uncounted: run.progress, on: connection)
+            return true
+        }
         countProcessed(run.progress, app: chunk.app)
         return true
+    }
+
+    /// A checkpoint or finish of `chunk` matched no row: the chunk is no longer this worker's,
+    /// and `uncounted` was not written. Either its lease ran out and another worker took it
+    /// over (and sends again from its last checkpoint), or its campaign was cancelled and the
+    /// chunk dropped (`CampaignStore.dropTargets` keeps chunks being sent, so only once the
+    /// lease had run out). The line says which.
+    private func lostChunk(_ chunk: CampaignChunk, uncounted: ChunkProgress, on connection: PGConnection) throws {
+        let counts = "\(uncounted.sent) sent and \(uncounted.failed) failed since its last checkpoint are not counted"
+        if let campaign = try store.campaign(connection, id: chunk.campaignID), campaign.status == .cancelled {
+            context.logger.warning("chunk \(chunk.chunk) of campaign \(chunk.campaignID) was dropped because the campaign was cancelled while its lease had run out; \(counts)",
+                                   ("event", "campaign_chunk_dropped"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                   ("sent", .int(Int64(uncounted.sent))), ("failed", .int(Int64(uncounted.failed))))
+            return
+        }
+        context.logger.warning("lost the lease of chunk \(chunk.chunk) of campaign \(chunk.campaignID): another worker took it over and sends it again from its last checkpoint; \(counts)",
+                               ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))))
     }
 
     /// Lines about campaign rows that stayed locked, one per campaign per minute at most.
@@ -1124,6 +1147,16 @@ final class CampaignWorker: @unchecked Sendable {
             context.logger.notice("campaign \(dropped.campaignID) is cancelled: dropped \(dropped.count) of its targets that were parked for a retry; they will not be sent",
                                   ("event", "campaign_parked_dropped"), ("campaign", .int(dropped.campaignID)),
                                   ("app", .string(dropped.app)), ("targets", .int(Int64(dropped.count))))
+        }
+    }
+
+    /// The chunks a cancel left to the workers sending them, dropped once those recorded their
+    /// last answers (`CampaignStore.dropCancelledChunks`); one line per campaign.
+    private func dropCancelledChunks(on connection: PGConnection) throws {
+        for dropped in try store.dropCancelledChunks(connection, apps: context.senders.keys.sorted()) {
+            context.logger.notice("campaign \(dropped.campaignID) is cancelled: dropped \(dropped.chunks) of its chunks that were being sent when it was cancelled, now stopped, with the \(dropped.unsent) targets past their last checkpoints, which are not sent",
+                                  ("event", "campaign_chunks_dropped"), ("campaign", .int(dropped.campaignID)), ("app", .string(dropped.app)),
+                                  ("chunks", .int(Int64(dropped.chunks))), ("unsent", .int(Int64(dropped.unsent))))
         }
     }
 
