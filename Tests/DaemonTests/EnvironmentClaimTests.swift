@@ -128,6 +128,35 @@ import Testing
         }
     }
 
+    /// Two instances configured with different environments for one app send its notifications
+    /// that name no environment to both hosts (measured: 202 and 198 of 400, `pushd status`
+    /// HEALTHY, no line). Each advertises its app's environment; the heartbeat that sees the
+    /// disagreement writes one error line and the gauge says how many apps disagree.
+    @Test func instancesThatDisagreeOnAnAppsEnvironmentSaySoInAnErrorLineAndAGauge() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            var production = harness.config()
+            production.apps[0].environment = .production
+            let logA = MemoryLogSink(), logB = MemoryLogSink()
+            let a = try harness.pipeline(harness.config(), instance: "a", log: logA)
+            let heartbeatA = InstanceHeartbeat(pipeline: a, host: "host-a", pid: 1)
+            heartbeatA.start()
+            defer { heartbeatA.stop() }
+            let b = try harness.pipeline(production, instance: "b", log: logB)
+            let heartbeatB = InstanceHeartbeat(pipeline: b, host: "host-b", pid: 1)
+            heartbeatB.start()
+            defer { heartbeatB.stop() }
+
+            func disagreement(_ log: MemoryLogSink) -> [String] { log.lines.filter { $0.contains("app_environment_disagreement") } }
+            #expect(DaemonHarness.wait(seconds: 12) { disagreement(logA).count == 1 && disagreement(logB).count == 1 },
+                    "a: \(logA.lines)\nb: \(logB.lines)")
+            #expect(disagreement(logB).first?.contains("\"apps\":\"shop\"") == true, "\(disagreement(logB))")
+            let text = b.context.metrics.registry.expositionText()
+            #expect(text.contains("pushd_fleet_app_environment_disagreements 1\n"),
+                    "\(text.split(separator: "\n").filter { $0.contains("disagreements") })")
+        }
+    }
+
     @Test func withNoLiveInstanceForTheEnvironmentItsJobsAreDeadLetteredWithOneErrorLineNamingTheSetting() throws {
         try IsolatedDatabase.with { database in
             let fleet = try TwoInstanceFleet(database: database, certificateHosts: 1)

@@ -179,6 +179,7 @@ import Testing
             let b = try #require(byPid[Int(keyed.processIdentifier)], "\(status.text)")
             #expect(a["environments"] as? [String] == ["shop/sandbox"], "\(status.text)")
             #expect(b["environments"] as? [String] == ["shop/production", "shop/sandbox", "shop/token"], "\(status.text)")
+            #expect(a["configured_environments"] as? [String: String] == ["shop": "sandbox"], "\(status.text)")
             #expect(a["left_to_other_instances"] as? [[String: String]] == [
                 ["app": "shop", "what": "production", "reason": "NoCredentialsForEnvironment"],
                 ["app": "shop", "what": "token", "reason": "TokenAuthenticationRequired"],

@@ -49,6 +49,23 @@ import Testing
         #expect(!withGone.problems.contains { $0.contains("app sets") })
     }
 
+    /// Two live instances with different `environment` for one app send its notifications that
+    /// name no environment to both hosts: DEGRADED, naming the app, each environment and its
+    /// instances. An earlier version that advertises none is not counted.
+    @Test func liveInstancesThatDisagreeOnAnAppsEnvironmentDegrade() {
+        func home(_ environment: String) -> [String] {
+            ["shop/\(environment)", InstanceRegistration.homeEntry(app: "shop", environment: environment)]
+        }
+        let report = FleetReport(Self.snapshot([Self.instance("a", environments: home("sandbox")), Self.instance("b", environments: home("production")),
+                                                Self.instance("c", environments: home("production")), Self.instance("d")]))
+        #expect(report.problems.count == 1)
+        #expect(report.problems.first?.hasPrefix("instances disagree on the environment of app shop: production on b/10, c/10; sandbox on a/10;") == true,
+                "\(report.problems)")
+        #expect(FleetReport(Self.snapshot([Self.instance("a", environments: home("sandbox")), Self.instance("b", environments: home("sandbox"))])).healthy)
+        #expect(FleetReport(Self.snapshot([Self.instance("a", environments: home("sandbox")),
+                                           Self.instance("b", silent: 120, environments: home("production"))])).problems.allSatisfy { !$0.contains("disagree") })
+    }
+
     @Test func dueWorkOfAnAppNoLiveInstanceServesDegrades() {
         let campaign = ActiveCampaign(progress: CampaignProgress(id: 4, app: "news", name: "spring", status: .running, targets: 1000,
                                                                  sent: 100, failed: 0, pruned: 0),

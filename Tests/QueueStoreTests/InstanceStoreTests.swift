@@ -42,6 +42,28 @@ import Testing
         }
     }
 
+    /// The apps whose configured environment live instances advertise differently; an instance
+    /// gone silent, or one that advertises none (an earlier version), does not count.
+    @Test func summaryNamesTheAppsLiveInstancesDisagreeOnTheEnvironmentOf() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let store = InstanceStore()
+            func registration(_ host: String, _ homes: [String: String]) -> InstanceRegistration {
+                var registration = Self.registration(host, apps: homes.keys.sorted())
+                registration.environments = homes.map { InstanceRegistration.homeEntry(app: $0.key, environment: $0.value) }
+                    + homes.map { "\($0.key)/\($0.value)" }
+                return registration
+            }
+            try store.heartbeat(connection, registration("a", ["shop": "sandbox", "news": "production"]), paused: [:])
+            try store.heartbeat(connection, registration("b", ["shop": "production", "news": "production"]), paused: [:])
+            try store.heartbeat(connection, Self.registration("c", apps: ["blog"]), paused: [:])
+            #expect(try store.summary(connection).environmentDisagreements == ["shop"])
+            #expect(registration("a", ["shop": "sandbox"]).home(of: "shop") == "sandbox")
+            try connection.query("UPDATE pushd.instances SET heartbeat_at = now() - interval '61 seconds' WHERE host = 'b'")
+            #expect(try store.summary(connection).environmentDisagreements == [])
+        }
+    }
+
     @Test func rowsSilentForFifteenMinutesAreRemovedByAnyHeartbeatAndACleanStopRemovesItsOwn() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -85,6 +85,7 @@ public struct PushdMetrics: Sendable {
     public let fleetInstances: CallbackFamily
     public let fleetVersions: CallbackFamily
     public let fleetAppSets: CallbackFamily
+    public let fleetAppEnvironmentDisagreements: CallbackFamily
 
     /// Registers the catalog (and the standard process metrics) in `registry` and sets
     /// `pushd_build_info{version}` to 1.
@@ -302,6 +303,9 @@ public struct PushdMetrics: Sendable {
         fleetAppSets = try registry.callbackGauge(
             "pushd_fleet_app_sets",
             help: "Distinct sets of configured apps among live instances; above 1 means some apps are served by only part of the fleet.")
+        fleetAppEnvironmentDisagreements = try registry.callbackGauge(
+            "pushd_fleet_app_environment_disagreements",
+            help: "Apps whose configured environment live instances disagree on; above 0, notifications that name no environment go to both APNs hosts.")
 
         try ProcessMetrics.register(in: registry)
     }

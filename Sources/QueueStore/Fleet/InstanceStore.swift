@@ -43,6 +43,21 @@ public struct InstanceRegistration: Sendable, Hashable {
     /// it can send the work APNs takes only with token authentication.
     public static func tokenEntry(app: String) -> String { "\(app)/\(tokenEntryName)" }
 
+    /// What follows "app/" in the entry naming the app's configured environment.
+    public static let homeEntryPrefix = "home:"
+
+    /// The entry of `environments` naming `app`'s configured environment (`apps[].environment`):
+    /// where its notifications go that name no environment and whose token was registered
+    /// without one. Instances that disagree on it send such notifications to both hosts.
+    public static func homeEntry(app: String, environment: String) -> String { "\(app)/\(homeEntryPrefix)\(environment)" }
+
+    /// The configured environment of `app` this instance advertises; nil when it says none
+    /// (an earlier version).
+    public func home(of app: String) -> String? {
+        let prefix = "\(app)/\(Self.homeEntryPrefix)"
+        return environments?.first { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
+    }
+
     /// Whether this instance takes the work of `entry` ("app/environment" or "app/token"): it
     /// advertises the entry, or it advertises nothing (an earlier version) and serves the app.
     /// The rule of `InstanceStore.sentElsewhereSQL`, for what reads the registry back.
@@ -86,12 +101,15 @@ public struct FleetSummary: Sendable, Hashable {
     /// Distinct app sets among live instances: above 1 means some work is claimed by only
     /// part of the fleet.
     public var appSets: Int
+    /// Apps whose configured environment live instances disagree on (`homeEntry`), sorted.
+    public var environmentDisagreements: [String]
 
-    public init(alive: Int, gone: Int, versions: Int, appSets: Int) {
+    public init(alive: Int, gone: Int, versions: Int, appSets: Int, environmentDisagreements: [String] = []) {
         self.alive = alive
         self.gone = gone
         self.versions = versions
         self.appSets = appSets
+        self.environmentDisagreements = environmentDisagreements
     }
 }
 
@@ -126,7 +144,10 @@ public struct InstanceStore: Sendable {
         SELECT count(*) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1)),
                count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => $1)),
                count(DISTINCT version) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1)),
-               count(DISTINCT apps) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1))
+               count(DISTINCT apps) FILTER (WHERE heartbeat_at >= now() - make_interval(secs => $1)),
+               ARRAY(SELECT split_part(e, '/', 1) FROM pushd.instances l, unnest(l.environments) AS e
+                     WHERE l.heartbeat_at >= now() - make_interval(secs => $1) AND starts_with(split_part(e, '/', 2), 'home:')
+                     GROUP BY 1 HAVING count(DISTINCT split_part(e, '/', 2)) > 1 ORDER BY 1)
         FROM pushd.instances
         """
 
@@ -179,7 +200,7 @@ public struct InstanceStore: Sendable {
     public func summary(_ connection: PGConnection) throws -> FleetSummary {
         let row = try connection.query(connection.prepared(Self.summarySQL), [Self.goneAfterSeconds])[0]
         return FleetSummary(alive: try row.require(0), gone: try row.require(1),
-                            versions: try row.require(2), appSets: try row.require(3))
+                            versions: try row.require(2), appSets: try row.require(3), environmentDisagreements: try row.require(4))
     }
 
     /// Deletes the row of an instance that stops cleanly.

@@ -123,6 +123,15 @@ struct FleetReport: Sendable {
             }
             problems.append("instances serve different app sets: \(described.joined(separator: "; "))")
         }
+        for app in Set(live.flatMap(\.registration.apps)).sorted() {
+            let homes = Dictionary(grouping: live.compactMap { record in record.registration.home(of: app).map { ($0, record.registration.id) } },
+                                   by: \.0)
+            guard homes.count > 1 else { continue }
+            let described = homes.keys.sorted().map { "\($0) on \(homes[$0]!.map(\.1).sorted().joined(separator: ", "))" }
+            problems.append("instances disagree on the environment of app \(app): \(described.joined(separator: "; ")); a notification that names "
+                            + "no environment, to a token registered without one, goes to the host of whichever instance claims it, and the "
+                            + "other host answers BadDeviceToken, which prunes the token; give every instance the same apps[\(app)].environment")
+        }
         let versions = Set(live.map(\.registration.version))
         if versions.count > 1 {
             notes.append("instances run different versions (\(versions.sorted().joined(separator: ", "))): expected during a rolling upgrade only")
@@ -269,6 +278,21 @@ struct FleetReport: Sendable {
         return lines
     }
 
+    /// The entries of `registration`'s `environments` that say what it sends ("app/environment",
+    /// "app/token"), without those naming its apps' configured environments.
+    static func sendableEntries(_ registration: InstanceRegistration) -> [String]? {
+        registration.environments?.filter { entry in
+            !(entry.split(separator: "/", maxSplits: 1).last?.hasPrefix(InstanceRegistration.homeEntryPrefix) ?? false)
+        }
+    }
+
+    /// App → the configured environment `registration` advertises for it; nil when it
+    /// advertises none (an earlier version).
+    static func configuredEnvironments(_ registration: InstanceRegistration) -> [String: String]? {
+        let homes = registration.apps.compactMap { app in registration.home(of: app).map { (app, $0) } }
+        return homes.isEmpty ? nil : Dictionary(homes, uniquingKeysWith: { first, _ in first })
+    }
+
     // MARK: JSON
 
     /// The same facts for `--json`; times are ISO 8601 in UTC.
@@ -282,12 +306,15 @@ struct FleetReport: Sendable {
             var apnsUnavailable: [String: String]
             /// As advertised in `pushd.instances.environments`: "app/environment" and "app/token"; absent for an earlier version.
             var environments: [String]?
+            /// App → its configured environment (`apps[].environment`), as advertised; absent for an earlier version.
+            var configuredEnvironments: [String: String]?
             var leftToOtherInstances: [LeftToOthers]
             var startedAt, lastHeartbeatAt: String
             var silentSeconds: Double
             enum CodingKeys: String, CodingKey {
                 case id, host, pid, state, version, apps, paused, environments
                 case apnsUnavailable = "apns_unavailable", leftToOtherInstances = "left_to_other_instances"
+                case configuredEnvironments = "configured_environments"
                 case libcurlVersion = "libcurl_version", startedAt = "started_at"
                 case lastHeartbeatAt = "last_heartbeat_at", silentSeconds = "silent_seconds"
             }
@@ -380,7 +407,9 @@ struct FleetReport: Sendable {
                              state: instance.alive ? "alive" : "gone", version: registration.version,
                              libcurlVersion: registration.libcurlVersion, apps: registration.apps,
                              paused: instance.record.paused, apnsUnavailable: instance.record.apnsUnavailable,
-                             environments: registration.environments, leftToOtherInstances: left, startedAt: time(registration.startedAt),
+                             environments: Self.sendableEntries(registration),
+                             configuredEnvironments: Self.configuredEnvironments(registration),
+                             leftToOtherInstances: left, startedAt: time(registration.startedAt),
                              lastHeartbeatAt: time(instance.record.heartbeatAt), silentSeconds: instance.record.silentSeconds)
             },
             versions: Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),

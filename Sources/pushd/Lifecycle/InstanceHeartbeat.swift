@@ -25,6 +25,8 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let coverage: EnvironmentCoverage?
     private let store = InstanceStore()
     private let summary = Lock<FleetSummary?>(nil)
+    /// The apps whose environment live instances disagreed on at the last line about it.
+    private let disagreements = Lock<[String]>([])
     private let stopping = Atomic<Bool>(false)
     private let wake = Semaphore()
     private let finished = Semaphore()
@@ -63,6 +65,9 @@ final class InstanceHeartbeat: @unchecked Sendable {
         metrics.fleetAppSets.setSource { [weak self] in
             self?.lastSummary.map { [MetricSample(value: Double($0.appSets))] } ?? []
         }
+        metrics.fleetAppEnvironmentDisagreements.setSource { [weak self] in
+            self?.lastSummary.map { [MetricSample(value: Double($0.environmentDisagreements.count))] } ?? []
+        }
     }
 
     /// The fleet as the last heartbeat read it; nil while the registry cannot be read.
@@ -73,7 +78,10 @@ final class InstanceHeartbeat: @unchecked Sendable {
         let context = pipeline.context
         let registration = InstanceRegistration(id: context.instance, host: host, pid: Int(pid), version: VersionCommand.pushdVersion,
                                                 libcurlVersion: CurlRuntime.info.version,
-                                                apps: context.config.apps.map(\.name), environments: context.coverage.advertised,
+                                                apps: context.config.apps.map(\.name),
+                                                environments: context.coverage.advertised + context.config.apps.map {
+                                                    InstanceRegistration.homeEntry(app: $0.name, environment: $0.environment.rawValue)
+                                                },
                                                 startedAt: Timestamp())
         let senders = context.senders
         self.init(registration: registration, databaseURL: context.config.databaseURL, metrics: context.metrics,
@@ -114,6 +122,25 @@ final class InstanceHeartbeat: @unchecked Sendable {
         finished.wait(timeout: timeout)
     }
 
+    /// One error line when live instances begin to disagree on the configured environment of
+    /// some app (or on which apps), one notice when they agree again.
+    private func reportDisagreements(_ apps: [String]) {
+        let before = disagreements.withLock { current -> [String] in
+            defer { current = apps }
+            return current
+        }
+        guard apps != before else { return }
+        if apps.isEmpty {
+            logger.notice("live instances agree again on the configured environment of every app", ("event", "app_environment_agreement"))
+            return
+        }
+        logger.error("live instances disagree on the configured environment (apps[].environment) of app(s) \(apps.joined(separator: ", ")): "
+                     + "a notification that names no environment, to a token registered without one, goes to the host of whichever "
+                     + "instance claims it, and the other host answers BadDeviceToken, which prunes the token; give every instance "
+                     + "the same environment for the app (pushd status shows which instance has which)",
+                     ("event", "app_environment_disagreement"), ("apps", .string(apps.joined(separator: ","))))
+    }
+
     private func beat(_ connection: inout PGConnection?, _ failing: inout Bool) {
         do {
             if connection == nil {
@@ -121,6 +148,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
             }
             let fleet = try store.heartbeat(connection!, registration, paused: pausedApps(), apnsUnavailable: apnsUnavailable())
             summary.withLock { $0 = fleet }
+            reportDisagreements(fleet.environmentDisagreements)
             if let coverage, !coverage.missing.isEmpty {
                 coverage.update(sentElsewhere: try store.sentElsewhere(connection!, id: registration.id, wanted: coverage.missing))
             }
