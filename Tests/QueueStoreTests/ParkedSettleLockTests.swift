@@ -10,17 +10,24 @@ import Testing
 @Suite struct ParkedSettleLockTests {
     let campaigns = CampaignStore()
 
-    /// A running campaign of six targets, all parked and due, claimed as one batch by `worker`.
-    func claimedBatch(_ connection: PGConnection, _ worker: PGConnection) throws -> (id: Int64, batch: ParkedBatch) {
-        let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "parked", payload: Fixtures.payload))
+    /// A running campaign of six targets, all parked and due since `dueSecondsAgo`.
+    func parkedCampaign(_ connection: PGConnection, name: String = "parked", dueSecondsAgo: Double = 1) throws -> Int64 {
+        let id = try campaigns.create(connection, NewCampaign(app: "shop", name: name, payload: Fixtures.payload))
         try campaigns.importTargets(connection, campaignID: id, targets: (1...6).map { (Fixtures.token($0), nil) })
         try campaigns.start(connection, id: id)
         let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
         let parked = chunk.targets.map {
             ParkedTarget(campaignID: id, chunk: chunk.chunk, position: $0.index, token: $0.token, payload: nil,
-                         dueAt: Timestamp().addingTimeInterval(-1), attempts: 1, firstAttemptAt: Timestamp(), lastError: "ServiceUnavailable")
+                         dueAt: Timestamp().addingTimeInterval(-dueSecondsAgo), attempts: 1, firstAttemptAt: Timestamp(),
+                         lastError: "ServiceUnavailable")
         }
         try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size), parking: parked)
+        return id
+    }
+
+    /// `parkedCampaign`, claimed as one batch by `worker`.
+    func claimedBatch(_ connection: PGConnection, _ worker: PGConnection) throws -> (id: Int64, batch: ParkedBatch) {
+        let id = try parkedCampaign(connection)
         let batch = try #require(try campaigns.claimParked(worker, limit: 10, apps: ["shop"]))
         #expect(batch.targets.count == 6)
         return (id, batch)
@@ -101,6 +108,33 @@ import Testing
             let campaign = try #require(try campaigns.campaign(connection, id: id))
             #expect(campaign.status == .done && campaign.sent == 5 && campaign.failed == 1 && campaign.remaining == 0)
             #expect(campaign.failedByReason == ["BadDeviceToken": 1])
+        }
+    }
+
+    /// While workers hold batches of every due target of the campaigns due first, another
+    /// worker's claim takes the next campaign's due targets. It used to pick the campaign by its
+    /// oldest due row, locked or not, find all its rows locked, and claim nothing: the other
+    /// campaigns' retries waited for that batch to end, past their retry window if it was short.
+    /// Both claims are checked: the plain one and the one of an instance that leaves some work.
+    @Test func aClaimPassesOverACampaignWhoseDueTargetsAreAllInAnotherBatch() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let first = try parkedCampaign(connection, name: "first", dueSecondsAgo: 60)
+            let second = try parkedCampaign(connection, name: "second", dueSecondsAgo: 30)
+            let third = try parkedCampaign(connection, name: "third", dueSecondsAgo: 1)
+            // Each claim's session stays open, holding its batch, until the end.
+            let sessions = try (1...4).map { try database.connect("pushd-tests-\($0)") }
+            defer { for session in sessions { session.close() } }
+            let held = try #require(try campaigns.claimParked(sessions[0], limit: 10, apps: ["shop"]))
+            #expect(held.campaignID == first && held.targets.count == 6)
+
+            let next = try campaigns.claimParked(sessions[1], limit: 10, apps: ["shop"])
+            #expect(next?.campaignID == second, "claimed \(next.map { "campaign \($0.campaignID)" } ?? "nothing") beside a batch of campaign \(first)")
+            #expect(next?.targets.count == 6)
+            let leaving = JobQueue.Leaving(environments: ["shop": "sandbox"], home: ["shop": "production"])
+            let last = try campaigns.claimParked(sessions[2], limit: 10, apps: ["shop"], leaving: leaving)
+            #expect(last?.campaignID == third, "an instance leaving sandbox claimed \(last.map { "campaign \($0.campaignID)" } ?? "nothing")")
+            #expect(try campaigns.claimParked(sessions[3], limit: 10, apps: ["shop"]) == nil)
         }
     }
 }

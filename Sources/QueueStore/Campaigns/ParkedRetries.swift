@@ -112,7 +112,9 @@ extension CampaignStore {
         """
 
     /// One campaign's due parked targets, oldest due first; the campaign must be running and
-    /// of one of `apps`. The rows are locked, not deleted: the settle deletes those done with
+    /// of one of `apps`. The campaign is that of the oldest due target no other batch holds:
+    /// picked by a locked row, a claim would find all its rows held and claim nothing, while
+    /// other campaigns' retries waited for that batch to end. The rows are locked, not deleted: the settle deletes those done with
     /// and updates those that wait again, and neither needs the campaign's row (a deleted
     /// row could only come back with the whole transaction's rollback).
     static let claimParkedSQL = """
@@ -120,6 +122,7 @@ extension CampaignStore {
             SELECT r.campaign_id FROM pushd.campaign_retries r
             JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running' AND k.app = ANY ($2::text[])
             WHERE r.due_at <= now() AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id) ORDER BY r.due_at LIMIT 1
+            FOR UPDATE OF r SKIP LOCKED
         )
         SELECT r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
                r.environment
@@ -141,7 +144,7 @@ extension CampaignStore {
             JOIN pushd.campaigns k ON k.id = r.campaign_id AND k.status = 'running'
             JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS a(app, leave, home, token_only) ON a.app = k.app
             WHERE r.due_at <= now() AND \(parkedNotLeft) AND NOT EXISTS (SELECT 1 FROM pushd.campaign_refusals h WHERE h.campaign_id = k.id)
-            ORDER BY r.due_at LIMIT 1
+            ORDER BY r.due_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED
         )
         SELECT r.campaign_id, r.chunk, r.position, r.token, r.payload, r.due_at, r.attempts, r.first_attempt_at, r.last_error,
                r.environment
