@@ -80,6 +80,26 @@ import Testing
         #expect(report.campaigns.first?.percent == 10)
     }
 
+    /// A served running campaign degrades once it has waited `CampaignWaitWatch.reportAfter`
+    /// for a worker; a shorter wait (between two leases) and an unserved app's (reported as
+    /// unserved work) do not add this problem.
+    @Test func aCampaignWaitingForAWorkerDegradesOnceItHasWaitedLongEnough() {
+        func campaign(_ id: Int64, app: String, waiting: Double?) -> ActiveCampaign {
+            ActiveCampaign(progress: CampaignProgress(id: id, app: app, name: "c\(id)", status: .running, targets: 10,
+                                                      sent: 0, failed: 0, pruned: 0),
+                           rateLimit: nil, runningSeconds: 60, chunksSending: 0, waitingForWorkerSeconds: waiting)
+        }
+        let report = FleetReport(Self.snapshot([Self.instance("a")], campaigns: [
+            campaign(1, app: "shop", waiting: 35), campaign(2, app: "shop", waiting: 2), campaign(3, app: "news", waiting: 300),
+        ]))
+        #expect(report.problems.filter { $0.contains("no worker sending") } == [
+            "campaign 1 of app shop has had chunks to send and no worker sending any for 35s: every campaign worker that serves "
+                + "the app is busy with other campaigns' chunks (leased oldest campaign first); more campaign workers "
+                + "(workers.campaign) or instances send it sooner",
+        ])
+        #expect(report.problems.contains("10 due notification(s) of app news, which no live instance serves, are waiting"))
+    }
+
     @Test func scheduledJobsOfAnUnservedAppAloneDoNotDegrade() {
         let report = FleetReport(Self.snapshot([Self.instance("a")], lanes: [
             LaneDepth(lane: .transactional, app: "news", due: 0, scheduled: 4, oldestAge: 0),

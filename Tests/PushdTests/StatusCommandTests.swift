@@ -184,3 +184,45 @@ import Testing
         }
     }
 }
+
+/// `pushd status` shows how many chunks of each running campaign are being sent, and a running
+/// campaign that has had chunks to send and no worker on them for long degrades.
+@Suite struct StatusCampaignWorkerTests {
+    let campaigns = CampaignStore()
+
+    @Test func aRunningCampaignNoWorkerHasTakenForLongDegradesAndOneBeingSentDoesNot() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try StatusCoverageTests.register(connection, host: "web1", environments: ["shop/production"])
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "spring", payload: #"{"aps":{"alert":"Spring sale"}}"#))
+            try campaigns.importTargets(connection, campaignID: id, targets: (1...4).map { (String(repeating: "a\($0)", count: 32), nil) })
+            try campaigns.start(connection, id: id)
+
+            // Just started: nobody has taken a chunk yet, which is not a problem.
+            let fresh = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            #expect(fresh.exitCode == 0, "\(fresh.output.text)")
+            let freshRow = fresh.output.text.split(separator: "\n").first { $0.contains("spring") }.map(String.init) ?? ""
+            #expect(freshRow.contains(" 0 chunks "), "\(fresh.output.text)")
+
+            // Started a minute ago and still no worker on it.
+            try connection.query("UPDATE pushd.campaigns SET started_at = now() - interval '1 minute' WHERE id = $1", [id])
+            let waiting = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            #expect(waiting.exitCode == 1, "\(waiting.output.text)")
+            #expect(waiting.output.text.contains("problem: campaign \(id) of app shop has had chunks to send and no worker sending any for 1m"),
+                    "\(waiting.output.text)")
+            let json = try CommandRun(["status", "--json", "--database-url", database.url], StatusCommand.run)
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.output.text.utf8)) as? [String: Any])
+            let row = try #require((document["campaigns"] as? [[String: Any]])?.first, "\(json.output.text)")
+            #expect(row["chunks_sending"] as? Int == 0)
+            #expect((row["waiting_for_worker_seconds"] as? Double ?? 0) >= 59, "\(json.output.text)")
+
+            // A worker takes its chunk: it is being sent.
+            _ = try #require(try campaigns.leaseChunk(connection, owner: "web1/7", apps: ["shop"], leaseSeconds: 30))
+            let sending = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            #expect(sending.exitCode == 0, "\(sending.output.text)")
+            let sendingRow = sending.output.text.split(separator: "\n").first { $0.contains("spring") }.map(String.init) ?? ""
+            #expect(sendingRow.contains(" 1 chunk "), "\(sending.output.text)")
+        }
+    }
+}

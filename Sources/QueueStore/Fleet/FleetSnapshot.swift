@@ -7,11 +7,20 @@ public struct ActiveCampaign: Sendable, Hashable {
     public var rateLimit: Int?
     /// Seconds since it started; nil while scheduled.
     public var runningSeconds: Double?
+    /// Its chunks a worker is sending now (under a live lease).
+    public var chunksSending: Int
+    /// Seconds it has had chunks to send, none being sent and no pacing pause
+    /// (`next_lease_at`) to wait for: since it started, or since its last chunk ended or its
+    /// last lease ran out. Nil when a chunk is being sent, none is left, or it is not running.
+    public var waitingForWorkerSeconds: Double?
 
-    public init(progress: CampaignProgress, rateLimit: Int?, runningSeconds: Double?) {
+    public init(progress: CampaignProgress, rateLimit: Int?, runningSeconds: Double?, chunksSending: Int = 0,
+                waitingForWorkerSeconds: Double? = nil) {
         self.progress = progress
         self.rateLimit = rateLimit
         self.runningSeconds = runningSeconds
+        self.chunksSending = chunksSending
+        self.waitingForWorkerSeconds = waitingForWorkerSeconds
     }
 }
 
@@ -47,11 +56,24 @@ public struct FleetSnapshot: Sendable {
         self.broadcast = broadcast
     }
 
+    /// `ch`: per campaign, the chunks being sent, those a worker could lease, and when the last
+    /// chunk ended or the last lease ran out (what a campaign waiting for a worker waits since).
     static let campaignsSQL = """
         SELECT c.id, c.app, c.name, c.status, c.targets, c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0),
                c.pruned + coalesce(h.pruned, 0), c.rate_limit, extract(epoch FROM now() - c.started_at)::float8,
-               CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END
-        FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
+               CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END,
+               coalesce(ch.sending, 0),
+               CASE WHEN c.status = 'running' AND h.campaign_id IS NULL AND ch.sending = 0 AND ch.free > 0
+                         AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
+                    THEN extract(epoch FROM now() - greatest(c.started_at, ch.last_end, c.next_lease_at))::float8 END
+        FROM pushd.campaigns c
+        LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
+        LEFT JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE x.finished_at IS NULL AND x.lease_until >= now())::integer AS sending,
+                   count(*) FILTER (WHERE x.finished_at IS NULL AND (x.lease_until IS NULL OR x.lease_until < now()))::integer AS free,
+                   greatest(max(x.finished_at), max(x.lease_until) FILTER (WHERE x.lease_until < now())) AS last_end
+            FROM pushd.campaign_chunks x WHERE x.campaign_id = c.id AND c.status = 'running'
+        ) ch ON true
         WHERE c.status IN ('scheduled', 'running', 'paused') ORDER BY c.id
         """
 
@@ -75,7 +97,8 @@ public struct FleetSnapshot: Sendable {
                                                status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(4),
                                                sent: try row.require(5), failed: try row.require(6), pruned: try row.require(7),
                                                refusedBy: try row.get(10)),
-                    rateLimit: try row.get(8), runningSeconds: try row.get(9))
+                    rateLimit: try row.get(8), runningSeconds: try row.get(9), chunksSending: try row.require(11),
+                    waitingForWorkerSeconds: try row.get(12))
             }
             let dead = try connection.query(deadLettersSQL).rows.map { row in
                 DeadLetterCount(app: try row.require(0), reason: try row.require(1), count: try row.require(2))

@@ -161,6 +161,13 @@ struct FleetReport: Sendable {
             let id = row.campaign.progress.id
             problems.append("campaign \(id) of app \(row.campaign.progress.app) is held and sends nothing: CHECK \(check) of pushd.campaigns, added NOT VALID after it was created, refuses to write its row; `pushd campaign pause \(id)` says what the check says and how to end the hold (pushd.campaign_refusals)")
         }
+        for row in campaigns where served.contains(row.campaign.progress.app) {
+            guard let seconds = row.campaign.waitingForWorkerSeconds, seconds >= CampaignWaitWatch.reportAfter else { continue }
+            let progress = row.campaign.progress
+            problems.append("campaign \(progress.id) of app \(progress.app) has had chunks to send and no worker sending any for \(TimeText.duration(seconds)): "
+                            + "every campaign worker that serves the app is busy with other campaigns' chunks (leased oldest campaign first); "
+                            + "more campaign workers (workers.campaign) or instances send it sooner")
+        }
         for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
             problems.append("transactional jobs of app \(row.app) have been due for \(TimeText.duration(row.oldestDueSeconds))")
         }
@@ -239,12 +246,14 @@ struct FleetReport: Sendable {
         if campaigns.isEmpty {
             lines.append("  none scheduled, running or paused")
         } else {
-            lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "NAME"]] + campaigns.map { row in
+            lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "SENDING", "NAME"]] + campaigns.map { row in
                 let progress = row.campaign.progress
                 return [String(progress.id), progress.app, progress.refusedBy == nil ? progress.status.rawValue : "refused",
                         String(row.processed), String(progress.targets),
                         row.percent.fixed(1) + "%", row.averageRate.map { $0.fixed(0) + "/s" } ?? "-",
-                        row.campaign.rateLimit.map { "\($0)/s" } ?? "-", progress.name]
+                        row.campaign.rateLimit.map { "\($0)/s" } ?? "-",
+                        progress.status == .running ? "\(row.campaign.chunksSending) chunk\(row.campaign.chunksSending == 1 ? "" : "s")" : "-",
+                        progress.name]
             }).map { "  " + $0 }
         }
 
@@ -339,9 +348,12 @@ struct FleetReport: Sendable {
             var percent: Double
             var averageRate: Double?
             var rateLimit: Int?
+            var chunksSending: Int
+            var waitingForWorkerSeconds: Double?
             enum CodingKeys: String, CodingKey {
                 case id, app, name, status, targets, sent, failed, pruned, percent
-                case averageRate = "average_rate", rateLimit = "rate_limit"
+                case averageRate = "average_rate", rateLimit = "rate_limit", chunksSending = "chunks_sending"
+                case waitingForWorkerSeconds = "waiting_for_worker_seconds"
             }
         }
         struct DeadLetters: Encodable {
@@ -419,7 +431,8 @@ struct FleetReport: Sendable {
                 let progress = row.campaign.progress
                 return .init(id: progress.id, app: progress.app, name: progress.name, status: progress.status.rawValue,
                              targets: progress.targets, sent: progress.sent, failed: progress.failed, pruned: progress.pruned,
-                             percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit)
+                             percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit,
+                             chunksSending: row.campaign.chunksSending, waitingForWorkerSeconds: row.campaign.waitingForWorkerSeconds)
             },
             deadLettersLastHour: deadLetters.map { .init(app: $0.app, reason: $0.reason, count: $0.count) },
             pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason, scope: $0.scope) },
