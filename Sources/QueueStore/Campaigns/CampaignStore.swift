@@ -97,13 +97,29 @@ public struct CampaignStore: Sendable {
             })
     }
 
-    /// running or scheduled → paused. Workers stop at their next checkpoint.
+    /// The channel a pause or a cancel notifies, with the campaign's id, when it commits: the
+    /// instances sending its chunks stop submitting them at once instead of at their next
+    /// checkpoint (`CampaignStopWatch`). A status changed by other SQL is found by the
+    /// instances' next look (`stoppedCampaigns`) or checkpoint.
+    public static let stopChannel = "pushd_campaign_stop"
+
+    /// `update` (an UPDATE … RETURNING id, status of one campaign), notifying `stopChannel`
+    /// with the id of the row it changed.
+    static func notifyingStop(_ update: String) -> String {
+        """
+        WITH changed AS (\(update))
+        SELECT changed.status, pg_notify('\(stopChannel)', changed.id::text) FROM changed
+        """
+    }
+
+    /// running or scheduled → paused. Workers stop at once (`stopChannel`), at their next
+    /// checkpoint at the latest.
     @discardableResult
     public func pause(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: .pause, sql: """
+        try transition(connection, id: id, action: .pause, sql: Self.notifyingStop("""
             UPDATE pushd.campaigns SET status = 'paused'
-            WHERE id = $1 AND status IN ('running', 'scheduled') RETURNING status
-            """)
+            WHERE id = $1 AND status IN ('running', 'scheduled') RETURNING id, status
+            """))
     }
 
     /// paused → running (or scheduled, or done if its last chunk finished while paused).
@@ -121,13 +137,25 @@ public struct CampaignStore: Sendable {
             """)
     }
 
-    /// Any unfinished campaign → cancelled. Nothing more is leased; workers stop at their next checkpoint.
+    /// Any unfinished campaign → cancelled. Nothing more is leased; workers stop at once
+    /// (`stopChannel`), at their next checkpoint at the latest.
     @discardableResult
     public func cancel(_ connection: PGConnection, id: Int64) throws -> CampaignStatus {
-        try transition(connection, id: id, action: .cancel, sql: """
+        try transition(connection, id: id, action: .cancel, sql: Self.notifyingStop("""
             UPDATE pushd.campaigns SET status = 'cancelled', finished_at = now(), next_lease_at = NULL
-            WHERE id = $1 AND status IN ('draft', 'scheduled', 'running', 'paused') RETURNING status
-            """)
+            WHERE id = $1 AND status IN ('draft', 'scheduled', 'running', 'paused') RETURNING id, status
+            """))
+    }
+
+    /// Of `ids`, the campaigns that are no longer running (paused, cancelled, or gone): their
+    /// chunks must not be sent on.
+    public func stoppedCampaigns(_ connection: PGConnection, among ids: [Int64]) throws -> [Int64] {
+        guard !ids.isEmpty else { return [] }
+        return try connection.query(connection.prepared("""
+            SELECT i FROM unnest($1::bigint[]) AS i
+            WHERE NOT EXISTS (SELECT 1 FROM pushd.campaigns c WHERE c.id = i AND c.status = 'running')
+            ORDER BY i
+            """), [ids]).rows.map { try $0.require(0) }
     }
 
     /// A chunk no worker may be sending now: finished, released, or leased by a worker whose

@@ -388,6 +388,12 @@ final class CampaignWorker: @unchecked Sendable {
         heldByEngine = false
         for run in runs {
             if context.isStopping || run.sender.pausedReason != nil { run.stopSubmitting = true }
+            if !run.stopSubmitting, keeper.stops.isStopped(run.chunk.campaignID) {
+                // Paused or cancelled: nothing more is sent, and the checkpoint at the end of
+                // this round records what was answered and logs the campaign's new status.
+                run.stopSubmitting = true
+                run.lastCheckpoint = -.infinity
+            }
             if !run.stopSubmitting, run.sender.hasHolds,
                heldReason(run.sender, pushType: run.chunk.pushType,
                           environment: run.sender.environment(job: run.chunk.environment, registered: nil)) != nil {

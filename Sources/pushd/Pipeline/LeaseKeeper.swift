@@ -30,7 +30,9 @@ final class LeaseKeeper: @unchecked Sendable {
     private let leaseSeconds: Double
     private let interval: Double
     let stallSeconds: Double
-    private let state = Lock(State())
+    private let state: Lock<State>
+    /// Tells the workers at once of a pause or a cancel of a campaign whose chunks are held here.
+    let stops: CampaignStopWatch
     private let store = CampaignStore()
     private let stopped = Semaphore()
     private let finished = Semaphore()
@@ -40,6 +42,9 @@ final class LeaseKeeper: @unchecked Sendable {
         self.leaseSeconds = leaseSeconds
         self.interval = interval
         stallSeconds = context.config.apns.answerWaitSeconds + 5
+        let state = Lock(State())
+        self.state = state
+        stops = CampaignStopWatch(context: context) { state.withLock { Set($0.held.keys.map(\.campaignID)) } }
     }
 
     func start() {
@@ -47,10 +52,12 @@ final class LeaseKeeper: @unchecked Sendable {
             run()
             finished.signal()
         }
+        stops.start()
     }
 
     func stop() {
         stopped.signal()
+        stops.stop()
         finished.wait(timeout: 5)
     }
 

@@ -1,0 +1,54 @@
+import APNsMock
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// `pushd campaign cancel` and `pause` stop the sending at once, not at the workers' next
+/// checkpoint (up to 2 s later: at 30,000/s, 60,000 more notifications of a campaign sent by
+/// mistake).
+@Suite(.serialized) struct CampaignStopLatencyTests {
+    /// A campaign paced at 2,000/s by its app's `campaign_rate` (each worker paces its chunks,
+    /// and checkpoints every 2 s): after the command returns, no more than what was in flight
+    /// and 50 ms of sends reach APNs.
+    func stopSends(_ stop: (CampaignStore, PGConnection, Int64) throws -> CampaignStatus, expected: CampaignStatus) throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let rate = 2000
+            var yaml = try String(contentsOfFile: try harness.writeConfigFile(), encoding: .utf8)
+            let shop = "    bundle_id: \(DaemonHarness.bundleID)\n"
+            #expect(yaml.contains(shop))
+            yaml = yaml.replacingOccurrences(of: shop, with: shop + "    campaign_rate: \(rate)\n")
+            let config = harness.directory + "/capped.yml"
+            try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+            let id = try CampaignLaneTests.campaign(connection, count: 30_000)
+
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer { FleetStatusTests.stop(process) }
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 3000 })
+
+            #expect(try stop(store, connection, id) == expected)
+            let atStop = harness.mock.stats.accepted
+            usleep(1_500_000)
+            let after = harness.mock.stats.accepted - atStop
+            #expect(after <= rate / 20, "\(after) notifications accepted after the campaign was \(expected.rawValue) (\(atStop) before)")
+
+            // What was answered is counted once the workers stopped.
+            let counted = { (try? store.campaign(connection, id: id)).flatMap { $0.map { $0.sent + $0.failed } } ?? -1 }
+            #expect(DaemonHarness.wait(seconds: 10) { counted() == harness.mock.stats.accepted },
+                    "the campaign counts \(counted()); APNs accepted \(harness.mock.stats.accepted)")
+        }
+    }
+
+    @Test func aCancelStopsTheSendingAtOnce() throws {
+        try stopSends({ store, connection, id in try store.cancel(connection, id: id) }, expected: .cancelled)
+    }
+
+    @Test func aPauseStopsTheSendingAtOnce() throws {
+        try stopSends({ store, connection, id in try store.pause(connection, id: id) }, expected: .paused)
+    }
+}
