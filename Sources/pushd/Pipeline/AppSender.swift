@@ -417,6 +417,21 @@ final class AppSender: @unchecked Sendable {
         sentCounters[SentKey(environment: environment, pushType: type, lane: lane)]?.increment()
     }
 
+    /// Counts what a request that was not accepted got in `pushd_apns_responses_total`, in
+    /// every lane and for every verdict (retried, dead, paused, held): an answer by its status
+    /// and reason, a failed attempt (transport, TLS) with status "none". A request never sent
+    /// is not counted: it had no answer and made no attempt.
+    func countAnswer(_ outcome: SendOutcome, environment: PushdConfig.Environment) {
+        switch outcome {
+        case .response(let response):
+            countResponse(status: response.status, reason: outcome.label, environment: environment)
+        case .transportFailure, .tlsRefused:
+            countResponse(status: nil, reason: outcome.label, environment: environment)
+        case .notSent:
+            break
+        }
+    }
+
     func countResponse(status: Int?, reason: String, environment: PushdConfig.Environment) {
         if status == 200 {
             acceptedResponses[environment]?.increment()

@@ -333,7 +333,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sender.countResponse(status: 200, reason: "none", environment: Self.configured(environment))
             context.metrics.broadcastSent(app: job.app, environment: environment.rawValue).increment()
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
-            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            sender.countAnswer(outcome, environment: Self.configured(environment))
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
             context.operatorLog.retried(reason: outcome.label)
@@ -341,14 +341,14 @@ final class BroadcastWorker: @unchecked Sendable {
             try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                  sentAt: job.firstAttemptAt ?? sentAt)
         case .dead(let status, let reason):
-            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            sender.countAnswer(outcome, environment: Self.configured(environment))
             try dead(job, status: status, reason: reason, label: outcome.label, on: connection)
         case .prune(let status, let reason, _):
             // Only device tokens are pruned; a broadcast answered that way is simply dead.
-            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            sender.countAnswer(outcome, environment: Self.configured(environment))
             try dead(job, status: status, reason: reason, label: outcome.label, on: connection)
         case .pauseApp(let reason):
-            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            sender.countAnswer(outcome, environment: Self.configured(environment))
             guard context.pause(sender, reason: reason, carried: authorization) else {
                 // About a key replaced since: sent again at once with the current one, no attempt spent.
                 context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
@@ -359,7 +359,7 @@ final class BroadcastWorker: @unchecked Sendable {
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30), error: HeldWork.appPausedPrefix + reason,
                                  countsAsAttempt: false, sentAt: job.firstAttemptAt ?? sentAt)
         case .hold(let scope, let reason, let why):
-            sender.countResponse(status: status, reason: outcome.label, environment: Self.configured(environment))
+            sender.countAnswer(outcome, environment: Self.configured(environment))
             context.hold(sender, Self.holdKey(scope, sender: sender, environment: Self.configured(environment)), why: why,
                          reason: APNsReason(reason))
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),

@@ -275,19 +275,21 @@ final class CampaignWorker: @unchecked Sendable {
             return .pruned(reason, TokenPrune(app: app, token: token(), reason: reason, apnsTimestamp: timestamp,
                                                   environment: environment.rawValue))
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            sender.countAnswer(outcome, environment: environment)
             context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
             if refresh { context.providerTokenExpired(sender, carried: authorization) }
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token(), until: at) }
             return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
-        case .dead(let status, _):
-            sender.countResponse(status: status, reason: outcome.label, environment: environment)
+        case .dead:
+            sender.countAnswer(outcome, environment: environment)
             context.metrics.deadLetter(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
             context.operatorLog.deadLettered(reason: outcome.label)
             context.tally.add(context.tally.failed)
             return .failed(outcome.label)
         case .pauseApp(let reason):
+            sender.countAnswer(outcome, environment: environment)
             guard context.pause(sender, reason: reason, carried: authorization) else {
                 // About a key replaced since: sent again at once with the current one, no attempt spent.
                 context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
@@ -295,9 +297,7 @@ final class CampaignWorker: @unchecked Sendable {
             }
             return .pause(HeldWork.pausedPrefix + outcome.label)
         case .hold(let scope, let reason, let why):
-            if case .response(let response) = outcome {
-                sender.countResponse(status: response.status, reason: outcome.label, environment: environment)
-            }
+            sender.countAnswer(outcome, environment: environment)
             let key = scope == .topic
                 ? AppSender.topicKey(sender.factory.topic(for: PushType(rawValue: pushType) ?? .alert), environment)
                 : sender.broadcastKey(scope, environment)

@@ -371,16 +371,16 @@ final class JobWorker: @unchecked Sendable {
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                              sentAt: firstAttemptAt))
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
-            countAnswer(outcome, sender: sender, environment: item.environment)
+            sender.countAnswer(outcome, environment: item.environment)
             context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
             context.operatorLog.retried(reason: outcome.label)
             context.tally.add(context.tally.retried)
             if refresh { context.providerTokenExpired(sender, carried: item.authorization) }
         case .dead(let status, let reason):
-            countAnswer(outcome, sender: sender, environment: item.environment)
+            sender.countAnswer(outcome, environment: item.environment)
             dead(job, status: status, reason: reason, label: outcome.label, into: &outcomes, sender: sender)
         case .hold(let scope, let reason, let why):
-            countAnswer(outcome, sender: sender, environment: item.environment)
+            sender.countAnswer(outcome, environment: item.environment)
             let key = scope == .topic ? AppSender.topicKey(item.topic, item.environment) : sender.broadcastKey(scope, item.environment)
             context.hold(sender, key, why: why, reason: APNsReason(reason))
             // Not an attempt, and no first send either: its retry windows start when it can go.
@@ -390,7 +390,7 @@ final class JobWorker: @unchecked Sendable {
                                              error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false))
             if scope == .topic { planSweep(sender, key) }
         case .pauseApp(let reason):
-            countAnswer(outcome, sender: sender, environment: item.environment)
+            sender.countAnswer(outcome, environment: item.environment)
             guard context.pause(sender, reason: reason, carried: item.authorization) else {
                 // About a key replaced since: sent again at once with the current one, no attempt spent.
                 outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp(), error: PipelineContext.replacedKeyRetry,
@@ -462,20 +462,6 @@ final class JobWorker: @unchecked Sendable {
                 context.databaseError(error)
                 context.logger.warning("could not make the held work of app \(app) due after its hold ended: \(error)", ("app", .string(app)))
             }
-        }
-    }
-
-    private func countAnswer(_ outcome: SendOutcome, sender: AppSender, environment: PushdConfig.Environment) {
-        switch outcome {
-        case .response(let response):
-            sender.countResponse(status: response.status, reason: outcome.label, environment: environment)
-        case .transportFailure:
-            sender.countResponse(status: nil, reason: outcome.label, environment: environment)
-        case .tlsRefused:
-            sender.countResponse(status: nil, reason: outcome.label, environment: environment)
-        case .notSent:
-            // Not sent, so no answer and no failed attempt to count.
-            break
         }
     }
 
