@@ -21,6 +21,7 @@ do {
     case "channels create": exitCode = try ChannelsCommand.create(parsed, context)
     case "channels list": exitCode = try ChannelsCommand.list(parsed, context)
     case "channels delete": exitCode = try ChannelsCommand.delete(parsed, context)
+    case "channels audit": exitCode = ChannelAuditCommand.run(parsed, context)
     case "send": exitCode = try SendCommand.run(parsed, context)
     case "status": exitCode = try StatusCommand.run(parsed, context)
     case "run": exitCode = try RunCommand.run(parsed, context)

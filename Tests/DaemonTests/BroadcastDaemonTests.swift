@@ -87,10 +87,8 @@ import Testing
             let job = try #require(try BroadcastQueue().claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.5).first)
             Thread.sleep(forTimeInterval: 0.7)
 
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: try harness.writeConfigFile(), log: log)
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-            let logText = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            let logText = { daemon.text }
             #expect(try DaemonHarness.wait(seconds: 20) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active'") == 1
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
@@ -101,6 +99,11 @@ import Testing
             let broadcast = lines.filter { $0.contains("broadcast_taken_over") }
             #expect(broadcast.count == 1 && broadcast.first?.contains("\"job\":\(job.id)") == true, "\(lines)")
             #expect(harness.mock.stats.channelsCreated == 1)
+            // The warning names the command that finds a channel left at APNs, and each takeover is counted.
+            #expect(create.first?.contains("pushd channels audit --app shop") == true, "\(create)")
+            let scrape = daemon.metrics()
+            #expect(scrape.contains(#"pushd_lease_takeovers_total{app="shop",lane="channel_create"} 1"#), "\(scrape)")
+            #expect(scrape.contains(#"pushd_lease_takeovers_total{app="shop",lane="broadcast"} 1"#), "\(scrape)")
         }
     }
 

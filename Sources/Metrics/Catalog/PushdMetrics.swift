@@ -80,6 +80,7 @@ public struct PushdMetrics: Sendable {
     // Broadcast channels (Live Activities)
     public let broadcastsSent: CounterFamily
     public let channelOperations: CounterFamily
+    public let leaseTakeovers: CounterFamily
 
     // Fleet (from pushd.instances, the same on every instance)
     public let fleetInstances: CallbackFamily
@@ -292,6 +293,10 @@ public struct PushdMetrics: Sendable {
             "pushd_channel_operations_total",
             help: "Channel management requests carried out: lane is create or delete, status the HTTP status (none without an answer), reason none on success, else the APNs reason or transport.",
             labels: target + ["lane", "status", "reason"])
+        leaseTakeovers = try registry.counter(
+            "pushd_lease_takeovers_total",
+            help: "Broadcasts (lane broadcast) and channel creations (lane channel_create) taken over after the lease of an earlier claim ended with no outcome recorded: each may have reached APNs already; a channel creation may have left a channel at APNs that pushd has no record of (pushd channels audit finds it).",
+            labels: ["app", "lane"])
 
         fleetInstances = try registry.callbackGauge(
             "pushd_fleet_instances",
@@ -446,5 +451,10 @@ public struct PushdMetrics: Sendable {
     /// `operation` is "create" or "delete" (carried in the `lane` label).
     public func channelOperation(app: String, environment: String, operation: String, status: String, reason: String) -> Counter {
         channelOperations.bound([app, environment, operation, status, reason])
+    }
+
+    /// `lane` is "broadcast" or "channel_create".
+    public func leaseTakeover(app: String, lane: String) -> Counter {
+        leaseTakeovers.bound([app, lane])
     }
 }

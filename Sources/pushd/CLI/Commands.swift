@@ -95,6 +95,11 @@ enum Commands {
                     .value("environment", "ENV", "production or sandbox (default: the channel's)"),
                     .value("wait", "SECONDS", "wait up to SECONDS for APNs's answer"),
                 ], positionals: [("CHANNEL_ID", "the channel id APNs gave", true)]),
+                CommandSpec(name: "audit", summary: "compare the app's channels at APNs with pushd.channels; exit 1 when they differ, 2 on errors", options: [
+                    configOption, databaseOption,
+                    .value("app", "NAME", "the app (its token key asks APNs)"),
+                    .value("environment", "ENV", "production or sandbox (default: the app's)"),
+                ]),
             ]),
             CommandSpec(name: "tokens", summary: "device tokens", subcommands: [
                 CommandSpec(name: "prune-stats", summary: "how many tokens were pruned, by app and reason", options: [

@@ -129,10 +129,11 @@ final class BroadcastWorker: @unchecked Sendable {
             context.logger.warning("took over channel create request \(operation.id) of app \(operation.app), whose earlier claim's lease "
                                    + "ended \(since) s ago with no outcome recorded (its instance stopped or lost the database): APNs may have "
                                    + "created a channel for it already, which pushd has no record of and which counts against the app's "
-                                   + "channel limit; creating it again. Compare the app's channels at APNs with pushd channels list and "
-                                   + "delete the extra one with pushd channels delete",
+                                   + "channel limit; creating it again. pushd channels audit --app \(operation.app) lists channels at APNs "
+                                   + "that pushd has no record of, with the pushd channels delete command for each",
                                    ("event", "channel_request_taken_over"), ("app", .string(operation.app)),
                                    ("request", .int(operation.id)), ("expired_s", .int(Int64(since))))
+            context.metrics.leaseTakeover(app: operation.app, lane: "channel_create").increment()
         }
         let environment = operation.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         let kind = operation.kind == .create ? "create" : "delete"
@@ -270,6 +271,7 @@ final class BroadcastWorker: @unchecked Sendable {
                                    + "it may have reached APNs already, and is sent again",
                                    ("event", "broadcast_taken_over"), ("app", .string(job.app)), ("job", .int(job.id)),
                                    ("channel", .string(job.channelID)), ("expired_s", .int(Int64(since))))
+            context.metrics.leaseTakeover(app: job.app, lane: Self.lane).increment()
         }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         guard let key = sender.tokenKey else {
