@@ -181,7 +181,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app"])
         sendingHeld = try registry.gauge(
             "pushd_sending_held",
-            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled and TopicMismatch the app's broadcasts, CannotCreateChannelConfig its channel creation, DeviceTokenNotForTopic topics that drew a run of DeviceTokenNotForTopic answers with none accepted (tokens.not_for_topic_limit). 0 when none.",
+            help: "Scopes of the app held because APNs refused its configuration for them, by reason: TopicDisallowed counts topics, FeatureNotEnabled and TopicMismatch the app's broadcasts, CannotCreateChannelConfig its channel creation, DeviceTokenNotForTopic topics that drew a run of DeviceTokenNotForTopic answers with none accepted (tokens.not_for_topic_limit); AppEnvironmentDisagreement is 1 while live instances disagree on the app's apps[].environment and its notifications that name no environment, to tokens registered without one, are held. 0 when none.",
             labels: ["app", "environment", "reason"])
         workLeftToOtherInstances = try registry.gauge(
             "pushd_work_left_to_other_instances",

@@ -157,6 +157,9 @@ enum RunCommand {
                     let paused = pipeline.context.pausedApps().sorted()
                     // Held scopes likewise: the rest of the app sends; the scope's work is kept.
                     let held = pipeline.context.heldScopes().map { "app \($0.app) \($0.key): \($0.reason)" }
+                        + pipeline.context.environmentHeldApps().map {
+                            "app \($0.app) \(PipelineContext.environmentHeldScope($0.environment)): \(AppSender.environmentDisagreementReason)"
+                        }
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()

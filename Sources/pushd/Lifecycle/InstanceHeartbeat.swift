@@ -23,6 +23,8 @@ final class InstanceHeartbeat: @unchecked Sendable {
     private let onDatabaseError: @Sendable (any Error) -> Void
     /// Told after each heartbeat which environments it lacks other live instances send.
     private let coverage: EnvironmentCoverage?
+    /// Told after each fleet read which apps live instances disagree on the environment of.
+    private let onDisagreements: (@Sendable ([String]) -> Void)?
     private let store = InstanceStore()
     private let summary = Lock<FleetSummary?>(nil)
     /// The apps whose environment live instances disagreed on at the last line about it.
@@ -43,6 +45,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
          pausedApps: @escaping @Sendable () -> [String: String],
          apnsUnavailable: @escaping @Sendable () -> [String: String] = { [:] },
          coverage: EnvironmentCoverage? = nil,
+         onDisagreements: (@Sendable ([String]) -> Void)? = nil,
          onDatabaseError: @escaping @Sendable (any Error) -> Void) {
         self.registration = registration
         self.databaseURL = databaseURL
@@ -53,6 +56,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
         self.apnsUnavailable = apnsUnavailable
         self.onDatabaseError = onDatabaseError
         self.coverage = coverage
+        self.onDisagreements = onDisagreements
         // No sample while the registry cannot be read, rather than a stale one.
         metrics.fleetInstances.setSource { [weak self] in
             guard let fleet = self?.lastSummary else { return [] }
@@ -94,10 +98,14 @@ final class InstanceHeartbeat: @unchecked Sendable {
                       // A held scope is keyed "app scope": older readers show it as a paused
                       // "app" named so, newer ones split it (`FleetReport.PausedApp`).
                       for held in context.heldScopes() { paused["\(held.app) \(held.key)"] = held.why }
+                      for held in context.environmentHeldApps() {
+                          paused["\(held.app) \(PipelineContext.environmentHeldScope(held.environment))"] = held.why
+                      }
                       return paused
                   },
                   apnsUnavailable: { context.apnsUnavailable() },
                   coverage: context.coverage,
+                  onDisagreements: { pipeline.holdEnvironmentDisagreements($0) },
                   onDatabaseError: { context.databaseError($0) })
     }
 
@@ -135,8 +143,9 @@ final class InstanceHeartbeat: @unchecked Sendable {
             return
         }
         logger.error("live instances disagree on the configured environment (apps[].environment) of app(s) \(apps.joined(separator: ", ")): "
-                     + "a notification that names no environment, to a token registered without one, goes to the host of whichever "
-                     + "instance claims it, and the other host answers BadDeviceToken, which prunes the token; give every instance "
+                     + "a notification that names no environment, to a token registered without one, would go to the host of whichever "
+                     + "instance claims it, and the other host would answer BadDeviceToken, which fails it and prunes the token, so "
+                     + "such notifications are held (kept, unsent) until the instances agree; give every instance "
                      + "the same environment for the app (pushd status shows which instance has which)",
                      ("event", "app_environment_disagreement"), ("apps", .string(apps.joined(separator: ","))))
     }
@@ -149,6 +158,7 @@ final class InstanceHeartbeat: @unchecked Sendable {
             let fleet = try store.heartbeat(connection!, registration, paused: pausedApps(), apnsUnavailable: apnsUnavailable())
             summary.withLock { $0 = fleet }
             reportDisagreements(fleet.environmentDisagreements)
+            onDisagreements?(fleet.environmentDisagreements)
             if let coverage, !coverage.missing.isEmpty {
                 coverage.update(sentElsewhere: try store.sentElsewhere(connection!, id: registration.id, wanted: coverage.missing))
             }

@@ -30,6 +30,13 @@ final class AppSender: @unchecked Sendable {
     /// How many scopes are held, read without the lock on the hot path: 0 almost always.
     private let holdCount = Atomic<Int>(0)
     private let heldGauges: [HeldGaugeKey: Gauge]
+    /// Set by the heartbeat while live instances disagree on the app's configured environment
+    /// (`environmentDisagreementHold`): why its work that only the configured environment
+    /// routes is held. Nil almost always.
+    private let disagreementHold = Lock<String?>(nil)
+    /// Whether `disagreementHold` is set, read without the lock on the hot path.
+    private let disagreementHeld = Atomic<Bool>(false)
+    private let disagreementGauge: Gauge
     /// DeviceTokenNotForTopic answers in a row per topic, and the prunes they made.
     private let breaker: Lock<NotForTopicBreaker>
     /// Set under the breaker's lock: whether a run is counted or a tripped run left prunes to
@@ -89,6 +96,10 @@ final class AppSender: @unchecked Sendable {
 
     /// The reasons a scope is held for, each a value of the held gauge's `reason` label.
     static let holdReasons = ConfigurationScope.allCases.flatMap(\.reasons) + [.deviceTokenNotForTopic]
+
+    /// The held gauge's `reason` while live instances disagree on the app's configured
+    /// environment: not an APNs answer, so not one of `holdReasons`.
+    static let environmentDisagreementReason = "AppEnvironmentDisagreement"
 
     private struct ClientKey: Hashable, Sendable {
         var environment: PushdConfig.Environment
@@ -151,6 +162,9 @@ final class AppSender: @unchecked Sendable {
             }
         }
         heldGauges = held
+        disagreementGauge = metrics.sendingHeld(app: app.name, environment: app.environment.rawValue,
+                                                reason: Self.environmentDisagreementReason)
+        disagreementGauge.set(0)
         guard let own = try makeClient(app.environment, .transactional) else { throw NoCredentials(app: app.name, environment: app.environment) }
         transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
         _ = try client(for: app.environment, lane: .campaign)
@@ -163,6 +177,40 @@ final class AppSender: @unchecked Sendable {
     /// else the app's.
     func environment(job: String?, registered: String?) -> PushdConfig.Environment {
         job.flatMap(PushdConfig.Environment.init(rawValue:)) ?? registered.flatMap(PushdConfig.Environment.init(rawValue:)) ?? app.environment
+    }
+
+    /// Whether only the app's configured environment decides where a notification goes: it
+    /// names none and its token was registered without one.
+    static func routedByConfiguredEnvironment(job: String?, registered: String?) -> Bool {
+        job.flatMap(PushdConfig.Environment.init(rawValue:)) == nil && registered.flatMap(PushdConfig.Environment.init(rawValue:)) == nil
+    }
+
+    /// Why a notification with environment `job`, to a token registered with `registered`,
+    /// may not be sent now: live instances disagree on the app's configured environment and
+    /// only that setting would route it, so the host it reached would depend on the instance
+    /// that claimed it. Nil when it may go. One atomic load when the fleet agrees.
+    func heldByEnvironmentDisagreement(job: String?, registered: String?) -> String? {
+        guard disagreementHeld.load(ordering: .relaxed), Self.routedByConfiguredEnvironment(job: job, registered: registered) else { return nil }
+        return disagreementHold.withLock { $0 }
+    }
+
+    /// Why the app's work routed by its configured environment is held now, nil when it is not.
+    var environmentDisagreementHold: String? {
+        guard disagreementHeld.load(ordering: .relaxed) else { return nil }
+        return disagreementHold.withLock { $0 }
+    }
+
+    /// Holds (`why`) or releases (nil) the app's work routed by its configured environment.
+    /// Returns true when the hold began or ended with this call, so the caller logs once.
+    @discardableResult
+    func holdForEnvironmentDisagreement(_ why: String?) -> Bool {
+        disagreementHold.withLock { current in
+            let changed = (current == nil) != (why == nil)
+            current = why
+            disagreementHeld.store(why != nil, ordering: .relaxed)
+            disagreementGauge.set(why == nil ? 0 : 1)
+            return changed
+        }
     }
 
     /// The client for `environment` and `lane`, made on first use.

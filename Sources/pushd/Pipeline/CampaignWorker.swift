@@ -552,6 +552,20 @@ final class CampaignWorker: @unchecked Sendable {
                 continue
             }
             let environment = run.environments[target]
+            if sender.heldByEnvironmentDisagreement(job: chunk.targets.environment(at: target) ?? chunk.environment, registered: nil) != nil {
+                // Live instances disagree on the app's environment, the only thing that routes
+                // this target: the chunk stops before it, as for a held topic. A fresh target is
+                // given back unsent, so the chunk is released at it and nothing pins it to this
+                // instance's environment (a parked target keeps the environment it is parked with).
+                if target == run.next - 1 {
+                    run.next -= 1
+                } else {
+                    run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                }
+                run.stopSubmitting = true
+                run.held = true
+                break
+            }
             if sender.hasHolds, sender.heldReason(AppSender.topicKey(run.topic, environment)) != nil {
                 // Its topic is held in this target's environment: the chunk stops before it and
                 // is released at its watermark, the target unsent.

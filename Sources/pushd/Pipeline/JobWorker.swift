@@ -232,6 +232,13 @@ final class JobWorker: @unchecked Sendable {
             }
             // A job without an environment of its own goes where its token was registered.
             let environment = sender.environment(job: job.environment, registered: job.registeredEnvironment)
+            if let why = sender.heldByEnvironmentDisagreement(job: job.environment, registered: job.registeredEnvironment) {
+                // Which host it reaches would depend on which instance claimed it: it waits,
+                // unspent, until the fleet agrees (then it is made due at once).
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(Self.heldRetrySeconds),
+                                                 error: HeldWork.errorPrefix + why, countsAsAttempt: false))
+                continue
+            }
             if sender.hasHolds, let hold = sender.activeHold(AppSender.topicKey(notification.topic, environment)) {
                 // APNs refused this topic to the app's credentials: the job waits, unspent, until the hold ends.
                 outcomes.retries.append(JobRetry(id: job.id, runAt: Self.heldRunAt(until: hold.until, now: now),

@@ -314,6 +314,58 @@ final class Pipeline: @unchecked Sendable {
         context.doorbell.ring()
     }
 
+    /// Holds, for every app in `apps` (live instances disagree on its configured environment,
+    /// `FleetSummary.environmentDisagreements`), the notifications that only that setting
+    /// routes: sent now, each would reach the host of whichever instance claimed it, and the
+    /// other host's BadDeviceToken would fail it and prune its token. The other apps' holds of
+    /// this kind end. Called by the heartbeat after each fleet read; one warning line per app
+    /// when its hold begins, one notice when it ends, and then what waited is due at once.
+    func holdEnvironmentDisagreements(_ apps: [String]) {
+        var ended = [String]()
+        for sender in context.senders.values.sorted(by: { $0.app.name < $1.app.name }) {
+            let app = sender.app
+            let environment = app.environment.rawValue
+            if apps.contains(app.name) {
+                let why = "live instances disagree on the configured environment (apps[].environment) of app \(app.name), "
+                    + "this one has \(environment): a notification that names no environment, to a token registered without one, "
+                    + "would go to the host of whichever instance claimed it; it is kept, unsent and with no attempt spent, "
+                    + "until every live instance has the same environment for the app (pushd status shows which instance has which)"
+                guard sender.holdForEnvironmentDisagreement(why) else { continue }
+                context.logger.warning("sending of app \(app.name)'s notifications that name no environment, to tokens registered without one, is held: \(why); those naming an environment, or to a token registered with one, are sent",
+                                       ("event", "sending_held"), ("app", .string(app.name)), ("environment", .string(environment)),
+                                       ("reason", .string(AppSender.environmentDisagreementReason)))
+            } else if sender.holdForEnvironmentDisagreement(nil) {
+                ended.append(app.name)
+                context.logger.notice("live instances agree again on the configured environment of app \(app.name): its notifications that name no environment are sent again, to \(environment)",
+                                      ("event", "sending_resumed"), ("app", .string(app.name)), ("environment", .string(environment)),
+                                      ("reason", .string(AppSender.environmentDisagreementReason)))
+            }
+        }
+        guard !ended.isEmpty else { return }
+        // What waited for the agreement is due now, not after the rest of its wait.
+        for app in ended {
+            do {
+                _ = try onStatsConnection(.releaseHeld(app: app))
+            } catch {
+                context.logger.warning("could not make the held work of app \(app) due at once (it goes out when its wait ends, within 30 s): \(error)",
+                                       ("app", .string(app)))
+            }
+        }
+        let deferred = context.deferredCampaigns.withLock { set -> [Int64] in
+            defer { set.removeAll() }
+            return set.sorted()
+        }
+        if !deferred.isEmpty {
+            do {
+                _ = try onStatsConnection(.undefer(deferred))
+            } catch {
+                // They become leasable within `CampaignWorker.heldLeaseDeferral` anyway.
+                context.logger.warning("could not make campaigns \(deferred.map(String.init).joined(separator: ", ")) leasable at once: \(error)")
+            }
+        }
+        context.doorbell.ring()
+    }
+
     /// Makes the work `app` put back for a pause due now (`HeldWork.releasePaused`), with one
     /// notice line when there was any. A failure is logged: the work then goes out when its
     /// wait ends, within 30 s.

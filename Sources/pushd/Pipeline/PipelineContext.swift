@@ -170,6 +170,20 @@ final class PipelineContext: @unchecked Sendable {
             .sorted { ($0.app, $0.key.description) < ($1.app, $1.key.description) }
     }
 
+    /// What an app holds while live instances disagree on its configured environment, in the
+    /// words `/readyz` and `pushd status` use.
+    static func environmentHeldScope(_ environment: PushdConfig.Environment) -> String {
+        "notifications routed only by its configured environment (\(environment.rawValue))"
+    }
+
+    /// Every app whose work routed only by its configured environment is held now (live
+    /// instances disagree on that setting), with the environment and why, sorted.
+    func environmentHeldApps() -> [(app: String, environment: PushdConfig.Environment, why: String)] {
+        senders.values.compactMap { sender in
+            sender.environmentDisagreementHold.map { (app: sender.app.name, environment: sender.app.environment, why: $0) }
+        }.sorted { $0.app < $1.app }
+    }
+
     /// An APNs reason alone (InvalidProviderToken) names a credential APNs rejected; a TLS
     /// failure already explains itself.
     static func describePause(_ reason: String) -> String {
