@@ -159,6 +159,18 @@ final class CampaignWorker: @unchecked Sendable {
                     context.sleepAfterDatabaseFailure(failures)
                     continue
                 }
+                if let lost = error as? PGError, lost.code.isConnectionLoss {
+                    // The database went away (a restart, a failover, a session ended): the chunks
+                    // being sent are still this worker's until their leases run out, the lease
+                    // keeper extends them as soon as it reaches the database again, and the next
+                    // checkpoint writes what was answered meanwhile. Given up, their leases sat
+                    // unused for up to `lease_s` and whoever took them over sent every target
+                    // since the last checkpoint again, the ones APNs had accepted too.
+                    connection?.close()
+                    connection = nil
+                    context.sleepAfterDatabaseFailure(failures)
+                    continue
+                }
                 // The chunks' leases run out and another worker resumes them from their checkpoints;
                 // answers still on their way find no run and are dropped.
                 abandonRuns()
