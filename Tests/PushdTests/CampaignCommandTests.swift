@@ -244,6 +244,43 @@ import Testing
         }
     }
 
+    @Test func importRefusesAPayloadOverThePushTypesLimitNamingTheLine() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            let large = #"{"aps":{"alert":""# + String(repeating: "a", count: 5000) + #""}}"#
+            let lines = (1...6).map { "\(Self.token($0)),\(Self.payload)" } + ["\(Self.token(7)),\(large)"]
+            let file = try files.write("bad.txt", lines.joined(separator: "\n") + "\n")
+            let run = try Self.run(["import", String(id), file], database, CampaignCommand.importTargets)
+            #expect(run.exitCode == 1, "\(run.output.output)")
+            #expect(run.output.errorText.contains("\(file) line 7: the payload is 5020 bytes; alert pushes may have at most 4096"),
+                    "\(run.output.errorText)")
+            #expect(try CampaignStore().campaign(try database.connect(), id: id)?.targets == 0)
+
+            // A voip campaign takes 5120 bytes: the same line is imported there.
+            let voip = try Self.create(database, ["--push-type", "voip"])
+            let voipFile = try files.write("voip.txt", "\(Self.token(7)),\(large)\n")
+            let taken = try Self.run(["import", String(voip), voipFile], database, CampaignCommand.importTargets)
+            #expect(taken.exitCode == 0, "\(taken.output.errorText)")
+        }
+    }
+
+    @Test func importRefusesAPayloadThatIsNotValidJSONNamingTheFileLine() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            // More lines than one chunk of the staging copy, so that a position within a chunk
+            // is not mistaken for the line.
+            let lines = (1...3000).map { Self.token($0) } + [#"\#(Self.token(3001)),{"a":}"#]
+            let file = try files.write("targets.txt", lines.joined(separator: "\n") + "\n")
+            let run = try Self.run(["import", String(id), file], database, CampaignCommand.importTargets)
+            #expect(run.exitCode == 1, "\(run.output.output)")
+            #expect(run.output.errorText.contains("\(file) line 3001: the payload is not valid JSON: "), "\(run.output.errorText)")
+            #expect(!run.output.errorText.contains("PostgreSQL"), "\(run.output.errorText)")
+            #expect(try CampaignStore().campaign(try database.connect(), id: id)?.targets == 0)
+        }
+    }
+
     @Test func importFromRegisteredTokensFiltersByEnvironment() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()
