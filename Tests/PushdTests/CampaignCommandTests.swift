@@ -84,6 +84,7 @@ import Testing
         (["--payload", #"{"aps":{"alert":"x"}"#], "the payload is not a JSON object: invalid JSON at byte"),
         (["--payload", #"{"aps":{"alert":"x"}}"#, "--push-type", "background"], "aps.alert: background pushes must not carry \"alert\""),
         (["--payload", #"{"aps":{"badge":"three"}}"#], "aps.badge"),
+        (["--payload", #"{"aps":{"alert":""# + String(repeating: "a", count: 5000) + #""}}"#], "payload: 5020 bytes; alert payloads may have at most 4096"),
         (["--payload", "{}", "--payload-file", "/x"], "--payload or --payload-file, not both"),
         (["--payload-file", "/nonexistent/payload.json"], "--payload-file /nonexistent/payload.json cannot be read: no such file"),
         (["--payload", "{}", "--push-type", "carrier-pigeon"], "--push-type 'carrier-pigeon' is not one of: alert, background"),
