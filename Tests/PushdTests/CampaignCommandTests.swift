@@ -84,6 +84,7 @@ import Testing
         (["--payload", #"{"aps":{"alert":"x"}"#], "the payload is not a JSON object: invalid JSON at byte"),
         (["--payload", #"{"aps":{"alert":"x"}}"#, "--push-type", "background"], "aps.alert: background pushes must not carry \"alert\""),
         (["--payload", #"{"aps":{"badge":"three"}}"#], "aps.badge"),
+        (["--payload", #"{"aps":{"alert":""# + String(repeating: "a", count: 5000) + #""}}"#], "payload: 5020 bytes; alert payloads may have at most 4096"),
         (["--payload", "{}", "--payload-file", "/x"], "--payload or --payload-file, not both"),
         (["--payload-file", "/nonexistent/payload.json"], "--payload-file /nonexistent/payload.json cannot be read: no such file"),
         (["--payload", "{}", "--push-type", "carrier-pigeon"], "--push-type 'carrier-pigeon' is not one of: alert, background"),
@@ -240,6 +241,43 @@ import Testing
             let run = try Self.run(["import", String(id), file], database, CampaignCommand.importTargets)
             #expect(run.exitCode == 1)
             #expect(run.output.errorText.contains("\(file) line 2: the device token must be hexadecimal"))
+            #expect(try CampaignStore().campaign(try database.connect(), id: id)?.targets == 0)
+        }
+    }
+
+    @Test func importRefusesAPayloadOverThePushTypesLimitNamingTheLine() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            let large = #"{"aps":{"alert":""# + String(repeating: "a", count: 5000) + #""}}"#
+            let lines = (1...6).map { "\(Self.token($0)),\(Self.payload)" } + ["\(Self.token(7)),\(large)"]
+            let file = try files.write("bad.txt", lines.joined(separator: "\n") + "\n")
+            let run = try Self.run(["import", String(id), file], database, CampaignCommand.importTargets)
+            #expect(run.exitCode == 1, "\(run.output.output)")
+            #expect(run.output.errorText.contains("\(file) line 7: the payload is 5020 bytes; alert pushes may have at most 4096"),
+                    "\(run.output.errorText)")
+            #expect(try CampaignStore().campaign(try database.connect(), id: id)?.targets == 0)
+
+            // A voip campaign takes 5120 bytes: the same line is imported there.
+            let voip = try Self.create(database, ["--push-type", "voip"])
+            let voipFile = try files.write("voip.txt", "\(Self.token(7)),\(large)\n")
+            let taken = try Self.run(["import", String(voip), voipFile], database, CampaignCommand.importTargets)
+            #expect(taken.exitCode == 0, "\(taken.output.errorText)")
+        }
+    }
+
+    @Test func importRefusesAPayloadThatIsNotValidJSONNamingTheFileLine() throws {
+        try IsolatedDatabase.with { database in
+            let files = try FileFixture()
+            let id = try Self.create(database)
+            // More lines than one chunk of the staging copy, so that a position within a chunk
+            // is not mistaken for the line.
+            let lines = (1...3000).map { Self.token($0) } + [#"\#(Self.token(3001)),{"a":}"#]
+            let file = try files.write("targets.txt", lines.joined(separator: "\n") + "\n")
+            let run = try Self.run(["import", String(id), file], database, CampaignCommand.importTargets)
+            #expect(run.exitCode == 1, "\(run.output.output)")
+            #expect(run.output.errorText.contains("\(file) line 3001: the payload is not valid JSON: "), "\(run.output.errorText)")
+            #expect(!run.output.errorText.contains("PostgreSQL"), "\(run.output.errorText)")
             #expect(try CampaignStore().campaign(try database.connect(), id: id)?.targets == 0)
         }
     }

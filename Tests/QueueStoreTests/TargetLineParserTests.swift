@@ -27,6 +27,16 @@ import Testing
         #expect(message("g" + String(repeating: "a", count: 63)) == "audience.csv line 4: the device token must be hexadecimal, found 'g' at column 1")
         #expect(message(Fixtures.token(1) + ",\"text\"") == "audience.csv line 4: the payload after the token must be a JSON object ({…})")
     }
+
+    @Test func aPayloadTheCheckRefusesNamesTheSourceLineAndWhatTheCheckSays() throws {
+        let checked = TargetLineParser(sourceName: "audience.csv") { payload in
+            payload.count > 8 ? "the payload is \(payload.count) bytes; at most 8" : nil
+        }
+        #expect(try checked.parse(Array("\(Fixtures.token(1)),{\"a\":1}".utf8)[...], lineNumber: 9)?.payload == Array("{\"a\":1}".utf8))
+        #expect(try checked.parse(Array(Fixtures.token(1).utf8)[...], lineNumber: 9)?.payload == nil)
+        let refused = Fixtures.queueError { _ = try checked.parse(Array("\(Fixtures.token(1)),{\"a\":\"long\"}".utf8)[...], lineNumber: 9) }
+        #expect(refused?.message == "audience.csv line 9: the payload is 12 bytes; at most 8")
+    }
 }
 
 @Suite struct CampaignActionTests {

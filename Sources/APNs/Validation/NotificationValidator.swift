@@ -86,6 +86,15 @@ public enum NotificationValidator {
 
     // MARK: Payload
 
+    /// The payload rules alone for `pushType` (size, a JSON object, the `aps` dictionary): what a
+    /// send of this payload would be refused for whatever its headers, so that an import of
+    /// per-target payloads refuses the line rather than a target failing at send time.
+    public static func payloadIssues(_ payload: [UInt8], pushType: PushType) -> [ValidationIssue] {
+        var found = [ValidationIssue]()
+        checkPayload(payload, pushType: pushType, into: &found)
+        return found
+    }
+
     static func checkPayload(_ n: Notification, into found: inout [ValidationIssue]) {
         checkPayload(n.payload, pushType: n.pushType, into: &found)
     }

@@ -265,24 +265,27 @@ public struct CampaignStore: Sendable {
     // MARK: Audience import
 
     /// Imports targets from a file of `token[,payload]` lines, in one transaction. A
-    /// token listed twice, or already in the campaign, is dropped and counted.
+    /// token listed twice, or already in the campaign, is dropped and counted. A line whose
+    /// payload `checkPayload` refuses fails the whole import, naming the line.
     @discardableResult
     public func importTargets(_ connection: PGConnection, campaignID: Int64, fromFile path: String,
-                              chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
+                              chunkSize: Int = defaultChunkSize,
+                              checkPayload: TargetLineParser.PayloadCheck? = nil) throws -> TargetImportResult {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else {
             throw QueueError("cannot open the target file \(path): \(String(cString: strerror(errno)))")
         }
         defer { Glibc.close(descriptor) }
         return try importTargets(connection, campaignID: campaignID, fromDescriptor: descriptor, sourceName: path,
-                                 chunkSize: chunkSize)
+                                 chunkSize: chunkSize, checkPayload: checkPayload)
     }
 
     /// Imports targets from an open descriptor (standard input is 0) until end of file.
     @discardableResult
     public func importTargets(_ connection: PGConnection, campaignID: Int64, fromDescriptor descriptor: Int32,
-                              sourceName: String, chunkSize: Int = defaultChunkSize) throws -> TargetImportResult {
-        let parser = TargetLineParser(sourceName: sourceName)
+                              sourceName: String, chunkSize: Int = defaultChunkSize,
+                              checkPayload: TargetLineParser.PayloadCheck? = nil) throws -> TargetImportResult {
+        let parser = TargetLineParser(sourceName: sourceName, checkPayload: checkPayload)
         return try importChunks(connection, campaignID: campaignID, chunkSize: chunkSize) { emit in
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             var carry = [UInt8]()

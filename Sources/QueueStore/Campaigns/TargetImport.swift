@@ -3,9 +3,18 @@
 /// are skipped; the token is checked and lower-cased here so that an error can
 /// name the line.
 public struct TargetLineParser: Sendable {
-    public var sourceName: String
+    /// What is wrong with a target's payload, nil when it may be sent. The notification rules
+    /// (size of the campaign's push type, a valid JSON object, the `aps` dictionary) live with
+    /// the sender, which this library does not know: its caller passes them in.
+    public typealias PayloadCheck = @Sendable (_ payload: [UInt8]) -> String?
 
-    public init(sourceName: String) { self.sourceName = sourceName }
+    public var sourceName: String
+    public var checkPayload: PayloadCheck?
+
+    public init(sourceName: String, checkPayload: PayloadCheck? = nil) {
+        self.sourceName = sourceName
+        self.checkPayload = checkPayload
+    }
 
     public struct Line: Sendable, Hashable {
         public var token: [UInt8]
@@ -50,7 +59,11 @@ public struct TargetLineParser: Sendable {
         guard line[payloadStart] == UInt8(ascii: "{"), line[end - 1] == UInt8(ascii: "}") else {
             throw QueueError("\(sourceName) line \(lineNumber): the payload after the token must be a JSON object ({…})")
         }
-        return Line(token: token, payload: Array(line[payloadStart..<end]))
+        let payload = Array(line[payloadStart..<end])
+        if let checkPayload, let problem = checkPayload(payload) {
+            throw QueueError("\(sourceName) line \(lineNumber): \(problem)")
+        }
+        return Line(token: token, payload: payload)
     }
 
     private static func show(_ byte: UInt8) -> String {

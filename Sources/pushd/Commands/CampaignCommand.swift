@@ -111,6 +111,20 @@ enum CampaignCommand {
 
     // MARK: import
 
+    /// What a send would refuse in a target's own payload for `pushType`, in words for the line
+    /// of the import that carries it; nil when it may be sent.
+    static func payloadProblem(_ payload: [UInt8], pushType: PushType) -> String? {
+        let issues = NotificationValidator.payloadIssues(payload, pushType: pushType)
+        guard !issues.isEmpty else { return nil }
+        return issues.map { issue in
+            switch issue.rule {
+            case .payloadNotJSONObject: "the payload is not valid JSON: \(issue.message)"
+            case .payloadTooLarge: "the payload is \(payload.count) bytes; \(pushType) pushes may have at most \(pushType.maxPayloadSize)"
+            default: "the payload breaks APNs rules for \(pushType) pushes: \(issue)"
+            }
+        }.joined(separator: "; ")
+    }
+
     static func importTargets(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         let id = try CommandValue.campaignID(parsed.positionals[0])
         let source = parsed.positionals.count > 1 ? parsed.positionals[1] : nil
@@ -139,13 +153,23 @@ enum CampaignCommand {
         if fromTokens {
             result = try store.importFromDeviceTokens(connection, campaignID: id, environment: environment, chunkSize: chunkSize)
             origin = "registered \(environment.map { "\($0) " } ?? "")tokens"
-        } else if source == "-" {
-            result = try store.importTargets(connection, campaignID: id, fromDescriptor: STDIN_FILENO,
-                                             sourceName: "standard input", chunkSize: chunkSize)
-            origin = "standard input"
         } else {
-            result = try store.importTargets(connection, campaignID: id, fromFile: source!, chunkSize: chunkSize)
-            origin = source!
+            // Each target's own payload is checked as its send will check it, before anything is
+            // written: a line APNs would refuse fails the import with its number, rather than the
+            // target failing at send time. A campaign that does not exist is refused by the import.
+            let pushType = try store.campaign(connection, id: id).flatMap { PushType(rawValue: $0.pushType) }
+            var check: TargetLineParser.PayloadCheck?
+            if let pushType {
+                check = { payload in payloadProblem(payload, pushType: pushType) }
+            }
+            if source == "-" {
+                result = try store.importTargets(connection, campaignID: id, fromDescriptor: STDIN_FILENO,
+                                                 sourceName: "standard input", chunkSize: chunkSize, checkPayload: check)
+                origin = "standard input"
+            } else {
+                result = try store.importTargets(connection, campaignID: id, fromFile: source!, chunkSize: chunkSize, checkPayload: check)
+                origin = source!
+            }
         }
         let imported = result.imported
         let seconds = Timestamp().timeIntervalSince(started)

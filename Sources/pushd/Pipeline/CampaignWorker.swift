@@ -626,6 +626,7 @@ final class CampaignWorker: @unchecked Sendable {
                 if error.label == NotificationFactory.tokenAuthenticationRequired {
                     tokenWork(run, target)
                 } else {
+                    refused(run, target, error)
                     fail(run, target, error.label)
                 }
                 continue
@@ -681,6 +682,23 @@ final class CampaignWorker: @unchecked Sendable {
         case .deadLetter:
             fail(run, target, NotificationFactory.tokenAuthenticationRequired)
         }
+    }
+
+    /// Lines about targets the notification rules refuse, one per campaign per minute at most.
+    private var refusedTargetLines = LogGate<Int64>(quietSeconds: 60)
+
+    /// `target` breaks a notification rule and fails as `rejection.label`, which alone is kept
+    /// with the failure and in the dead-letter metric (a closed set): its detail, which says
+    /// what to fix ("payload: 5020 bytes; alert payloads may have at most 4096"), goes to the log.
+    private func refused(_ run: ChunkRun, _ target: Int, _ rejection: NotificationFactory.Rejection) {
+        let chunk = run.chunk
+        guard let unlogged = refusedTargetLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) else { return }
+        let since = unlogged > 0 ? " (\(unlogged) more since the last line)" : ""
+        let token = String(chunk.targets.tokens.hex(at: target).prefix(8))
+        context.logger.error("campaign \(chunk.campaignID) of app \(chunk.app): target \(target + 1) of chunk \(chunk.chunk) (token \(token)...) cannot be sent and failed as \(rejection.label)\(since): \(rejection.detail)",
+                             ("event", "campaign_target_refused"), ("campaign", .int(chunk.campaignID)), ("app", .string(chunk.app)),
+                             ("chunk", .int(Int64(chunk.chunk))), ("target", .int(Int64(target + 1))), ("token_prefix", .string(token)),
+                             ("reason", .string(rejection.label)), ("detail", .string(rejection.detail)), ("unlogged", .int(Int64(unlogged))))
     }
 
     /// A target that can never be sent (a bad token, a notification APNs would refuse, no
