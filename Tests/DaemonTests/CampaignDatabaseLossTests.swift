@@ -19,12 +19,7 @@ import Testing
             let store = CampaignStore()
             // Paced at 1,000/s by the app's campaign_rate: 4,000 targets take about 4 s, so
             // chunks are half sent when the sessions end.
-            var yaml = try String(contentsOfFile: try harness.writeConfigFile(), encoding: .utf8)
-            let shop = "    bundle_id: \(DaemonHarness.bundleID)\n"
-            #expect(yaml.contains(shop))
-            yaml = yaml.replacingOccurrences(of: shop, with: shop + "    campaign_rate: 1000\n")
-            let config = harness.directory + "/paced.yml"
-            try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+            let config = try CampaignLaneTests.configCapped(harness, rate: 1000)
             let count = 4000
             let id = try CampaignLaneTests.campaign(connection, count: count)
 

@@ -9,6 +9,19 @@ import Testing
 
 @Suite(.serialized) struct CampaignLaneTests {
     /// Creates a running campaign of `count` targets (tokens from `DaemonHarness.token(1...)`).
+    /// The harness's configuration with the app `shop` capped at `rate` per second by its
+    /// `campaign_rate`, which each worker paces (the lease schedule does not know it), written
+    /// next to it; returns its path.
+    static func configCapped(_ harness: DaemonHarness, rate: Int) throws -> String {
+        var yaml = try String(contentsOfFile: try harness.writeConfigFile(), encoding: .utf8)
+        let shop = "    bundle_id: \(DaemonHarness.bundleID)\n"
+        #expect(yaml.contains(shop))
+        yaml = yaml.replacingOccurrences(of: shop, with: shop + "    campaign_rate: \(rate)\n")
+        let config = harness.directory + "/capped.yml"
+        try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+        return config
+    }
+
     static func campaign(_ connection: PGConnection, count: Int, rate: Int? = nil) throws -> Int64 {
         let store = CampaignStore()
         let id = try store.create(connection, NewCampaign(app: "shop", name: "spring sale", pushType: "alert",

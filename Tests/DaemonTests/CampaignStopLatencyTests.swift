@@ -19,12 +19,7 @@ import Testing
             let connection = try database.connect()
             let store = CampaignStore()
             let rate = 2000
-            var yaml = try String(contentsOfFile: try harness.writeConfigFile(), encoding: .utf8)
-            let shop = "    bundle_id: \(DaemonHarness.bundleID)\n"
-            #expect(yaml.contains(shop))
-            yaml = yaml.replacingOccurrences(of: shop, with: shop + "    campaign_rate: \(rate)\n")
-            let config = harness.directory + "/capped.yml"
-            try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+            let config = try CampaignLaneTests.configCapped(harness, rate: rate)
             let id = try CampaignLaneTests.campaign(connection, count: 30_000)
 
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")

@@ -295,20 +295,27 @@ final class Pipeline: @unchecked Sendable {
             return set.sorted()
         }
         // What waited for the holds is due now, not after the rest of its wait.
-        for app in appsReleased.sorted() {
+        releaseWaiting(apps: appsReleased.sorted(), campaigns: deferred, otherwise: "it goes out when its hold would have ended, within 5 minutes")
+    }
+
+    /// Makes the work of `apps` put back for a hold due now, and `campaigns` left unleased for
+    /// one leasable, then rings the doorbell. A failure is logged, saying when the work goes out
+    /// `otherwise`.
+    private func releaseWaiting(apps: [String], campaigns: [Int64], otherwise: String) {
+        for app in apps {
             do {
                 _ = try onStatsConnection(.releaseHeld(app: app))
             } catch {
-                context.logger.warning("could not make the held work of app \(app) due at once (it goes out when its hold would have ended, within 5 minutes): \(error)",
+                context.logger.warning("could not make the held work of app \(app) due at once (\(otherwise)): \(error)",
                                        ("app", .string(app)))
             }
         }
-        if !deferred.isEmpty {
+        if !campaigns.isEmpty {
             do {
-                _ = try onStatsConnection(.undefer(deferred))
+                _ = try onStatsConnection(.undefer(campaigns))
             } catch {
                 // They become leasable within `CampaignWorker.heldLeaseDeferral` anyway.
-                context.logger.warning("could not make campaigns \(deferred.map(String.init).joined(separator: ", ")) leasable at once: \(error)")
+                context.logger.warning("could not make campaigns \(campaigns.map(String.init).joined(separator: ", ")) leasable at once: \(error)")
             }
         }
         context.doorbell.ring()
@@ -342,28 +349,12 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         guard !ended.isEmpty else { return }
-        // What waited for the agreement is due now, not after the rest of its wait.
-        for app in ended {
-            do {
-                _ = try onStatsConnection(.releaseHeld(app: app))
-            } catch {
-                context.logger.warning("could not make the held work of app \(app) due at once (it goes out when its wait ends, within 30 s): \(error)",
-                                       ("app", .string(app)))
-            }
-        }
         let deferred = context.deferredCampaigns.withLock { set -> [Int64] in
             defer { set.removeAll() }
             return set.sorted()
         }
-        if !deferred.isEmpty {
-            do {
-                _ = try onStatsConnection(.undefer(deferred))
-            } catch {
-                // They become leasable within `CampaignWorker.heldLeaseDeferral` anyway.
-                context.logger.warning("could not make campaigns \(deferred.map(String.init).joined(separator: ", ")) leasable at once: \(error)")
-            }
-        }
-        context.doorbell.ring()
+        // What waited for the agreement is due now, not after the rest of its wait.
+        releaseWaiting(apps: ended, campaigns: deferred, otherwise: "it goes out when its wait ends, within 30 s")
     }
 
     /// Makes the work `app` put back for a pause due now (`HeldWork.releasePaused`), with one
