@@ -225,9 +225,18 @@ final class AppSender: @unchecked Sendable {
         HoldKey(scope: .topic, environment: environment, topic: topic)
     }
 
-    /// The key of a broadcast scope (FeatureNotEnabled, CannotCreateChannelConfig) of the app.
+    /// The key of a broadcast scope (FeatureNotEnabled, CannotCreateChannelConfig) of the app,
+    /// or of the whole environment (BadEnvironmentKeyIdInToken).
     func broadcastKey(_ scope: ConfigurationScope, _ environment: PushdConfig.Environment) -> HoldKey {
         HoldKey(scope: scope, environment: environment, topic: app.bundleID)
+    }
+
+    /// The hold on `key`, or else the hold of its whole environment, which covers every scope
+    /// of it: under the holds' lock.
+    private func hold(covering key: HoldKey, in current: [HoldKey: Hold]) -> Hold? {
+        if let hold = current[key] { return hold }
+        guard key.scope != .environment else { return nil }
+        return current[broadcastKey(.environment, key.environment)]
     }
 
     /// Holds `key` until `until` (or a SIGHUP). Returns true when it was not held before, so
@@ -251,11 +260,12 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    /// Why `key` is held, or nil when it may send. One atomic load when nothing is held.
+    /// Why `key` (or its whole environment) is held, or nil when it may send. One atomic load
+    /// when nothing is held.
     func heldReason(_ key: HoldKey) -> String? {
         guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
         return holds.withLock { current -> String? in
-            guard let hold = current[key] else { return nil }
+            guard let hold = hold(covering: key, in: current) else { return nil }
             let now = Timestamp()
             if hold.until <= now {
                 publish(&current, now: now)
@@ -265,11 +275,11 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    /// The hold on `key` now (why, and until when), or nil when it may send.
+    /// The hold on `key` (or its whole environment) now (why, and until when), or nil when it may send.
     func activeHold(_ key: HoldKey) -> Hold? {
         guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
         return holds.withLock { current -> Hold? in
-            guard let hold = current[key] else { return nil }
+            guard let hold = hold(covering: key, in: current) else { return nil }
             let now = Timestamp()
             if hold.until <= now {
                 publish(&current, now: now)
@@ -293,6 +303,11 @@ final class AppSender: @unchecked Sendable {
     /// The push types whose notifications this app sends to `topic`.
     func pushTypes(sentTo topic: String) -> [PushType] {
         PushType.allCases.filter { factory.topic(for: $0) == topic }
+    }
+
+    /// The push types whose queued jobs a hold of `key` keeps: every one for a whole environment.
+    func pushTypes(heldBy key: HoldKey) -> [PushType] {
+        key.scope == .environment ? PushType.allCases : pushTypes(sentTo: key.topic)
     }
 
     /// Whether any scope of the app is held (a hint: `heldReason` decides).

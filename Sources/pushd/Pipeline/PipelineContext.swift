@@ -153,6 +153,8 @@ final class PipelineContext: @unchecked Sendable {
     func hold(_ sender: AppSender, _ key: AppSender.HoldKey, why: String, reason: APNsReason? = nil,
               extra: [(String, LogValue)] = []) {
         let reason = reason ?? key.scope.reason
+        // APNs's answer cannot say which key and environment: the hold names both, and the fix.
+        let why = key.scope == .environment ? sender.tokenKey.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment) } ?? why : why
         guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration), reason: reason) else { return }
         // Which credentials APNs refused, so the operator knows what to compare with the developer account.
         let signer = sender.tokenKey.map { " (the app signs with key \($0.keyID) of team \($0.teamID))" } ?? " (the app uses a certificate)"
@@ -162,6 +164,12 @@ final class PipelineContext: @unchecked Sendable {
         if let token = sender.tokenKey { fields += [("key_id", .string(token.keyID)), ("team_id", .string(token.teamID))] }
         logger.write(.error, "sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue) is held, its notifications are kept (not failed): \(why)\(signer); then send SIGHUP (a replaced key file is reloaded by it; a changed bundle_id or key id needs a restart), else it is tried again in \(Int(pauseDuration / 60)) minutes",
                      fields: fields)
+    }
+
+    /// Why an environment of a token app is held after BadEnvironmentKeyIdInToken: its key is
+    /// restricted to the other environment.
+    static func wrongEnvironmentKeyWhy(keyID: String, _ environment: PushdConfig.Environment) -> String {
+        "the key \(keyID) is not valid for \(environment.rawValue) (BadEnvironmentKeyIdInToken: APNs says it is restricted to the other environment): give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
     }
 
     /// "app shop: topic com.example.shop.voip (sandbox)" for every scope held now, sorted.
