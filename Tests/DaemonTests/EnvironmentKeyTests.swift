@@ -13,55 +13,62 @@ import Testing
 /// 403 BadEnvironmentKeyIdInToken. That answer holds the one environment of the app, never the
 /// app: the other environment keeps sending.
 @Suite(.serialized) struct EnvironmentKeyTests {
-    /// The harness's mock is the production host (it trusts the key for both environments);
-    /// `sandbox` is the development host, which trusts the key bound to `sandboxBinding`.
+    /// Two hosts of their own, production and sandbox (the harness's mock stays idle), each
+    /// trusting the keys it is given, bound to an environment or not.
     final class Hosts {
         let harness: DaemonHarness
+        let production: APNsMockServer
         private(set) var sandbox: APNsMockServer
-        let sandboxPort: UInt16
         private var sandboxConfiguration: MockConfiguration
 
-        init(database: IsolatedDatabase, sandboxBinding: APNsEnvironment?) throws {
+        /// `keys` gives what each host trusts, from the harness (its directory holds the keys).
+        init(database: IsolatedDatabase,
+             keys: (DaemonHarness) throws -> (production: [ProviderKey], sandbox: [ProviderKey])) throws {
             harness = try DaemonHarness(database: database)
+            let (productionKeys, sandboxKeys) = try keys(harness)
             var configuration = MockConfiguration(certificateChainFile: harness.certificates.serverCertificate,
                                                   privateKeyFile: harness.certificates.serverKey)
-            configuration.development = true
             configuration.logsAccepted = true
             configuration.countsPerToken = true
+            configuration.authentication = .token(keys: productionKeys, startAtOneStream: true)
+            production = try APNsMockServer(configuration: configuration)
+            _ = try production.start()
+            configuration.development = true
+            configuration.authentication = .token(keys: sandboxKeys, startAtOneStream: true)
+            sandbox = try APNsMockServer(configuration: configuration)
+            configuration.port = try sandbox.start()
             sandboxConfiguration = configuration
-            sandbox = try APNsMockServer(configuration: try Self.trusting(configuration, harness: harness, binding: sandboxBinding))
-            sandboxPort = try sandbox.start()
-            sandboxConfiguration.port = sandboxPort
         }
 
-        deinit { sandbox.stop() }
-
-        private static func trusting(_ configuration: MockConfiguration, harness: DaemonHarness,
-                                     binding: APNsEnvironment?) throws -> MockConfiguration {
-            var configuration = configuration
-            let trusted = try String(contentsOfFile: harness.directory + "/trusted.pub", encoding: .utf8)
-            configuration.authentication = .token(keys: [ProviderKey(keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID,
-                                                                     publicKeyPEM: trusted, environment: binding)],
-                                                  startAtOneStream: true)
-            return configuration
-        }
-
-        /// A new sandbox host on the same port that trusts the key bound to `binding`.
-        func restartSandbox(binding: APNsEnvironment?) throws {
+        deinit {
+            production.stop()
             sandbox.stop()
-            sandbox = try APNsMockServer(configuration: try Self.trusting(sandboxConfiguration, harness: harness, binding: binding))
+        }
+
+        /// The harness's key (`DaemonHarness.keyID`), bound to `environment` or not.
+        static func harnessKey(_ harness: DaemonHarness, _ environment: APNsEnvironment?) throws -> ProviderKey {
+            ProviderKey(keyID: DaemonHarness.keyID, teamID: DaemonHarness.teamID,
+                        publicKeyPEM: try String(contentsOfFile: harness.directory + "/trusted.pub", encoding: .utf8), environment: environment)
+        }
+
+        /// A new sandbox host on the same port that trusts `keys`.
+        func restartSandbox(keys: [ProviderKey]) throws {
+            sandbox.stop()
+            var configuration = sandboxConfiguration
+            configuration.authentication = .token(keys: keys, startAtOneStream: true)
+            sandbox = try APNsMockServer(configuration: configuration)
             _ = try sandbox.start()
         }
 
         /// The harness's token app as a YAML file for the real binary: a production app with a
-        /// host per environment.
-        func writeConfigFile() throws -> String {
+        /// host per environment, and `extra` lines in the app's block.
+        func writeConfigFile(extra: String = "") throws -> String {
             let path = try harness.writeConfigFile()
-            let production = "  host: 127.0.0.1:\(harness.mockPort)\n"
             let yaml = try String(contentsOfFile: path, encoding: .utf8)
-                .replacingOccurrences(of: production, with: production + "  sandbox_host: 127.0.0.1:\(sandboxPort)\n")
+                .replacingOccurrences(of: "  host: 127.0.0.1:\(harness.mockPort)\n",
+                                      with: "  host: 127.0.0.1:\(production.port)\n  sandbox_host: 127.0.0.1:\(sandbox.port)\n")
                 .replacingOccurrences(of: "    environment: sandbox\n", with: "    environment: production\n")
-            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            try (yaml + extra).write(toFile: path, atomically: true, encoding: .utf8)
             return path
         }
     }
@@ -81,7 +88,11 @@ import Testing
     /// Once APNs takes the key in sandbox, a SIGHUP sends the sandbox jobs once each.
     @Test func aKeyRestrictedToProductionHoldsOnlyTheSandboxJobs() throws {
         try IsolatedDatabase.with { database in
-            let hosts = try Hosts(database: database, sandboxBinding: .production)
+            // The key is restricted to production: the sandbox host refuses it.
+            let hosts = try Hosts(database: database) { harness in
+                let key = try Hosts.harnessKey(harness, .production)
+                return ([key], [key])
+            }
             let connection = try database.connect()
             defer { connection.close() }
             try Self.insert(connection, environment: "sandbox", tokens: 1...3)
@@ -97,7 +108,7 @@ import Testing
             #expect(try DaemonHarness.wait(seconds: 20) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'production'") == 0
             }, "\(daemon.text)")
-            #expect(hosts.harness.mock.stats.accepted == 6)
+            #expect(hosts.production.stats.accepted == 6)
             // The sandbox jobs are kept, no attempt spent, nothing dead-lettered.
             Thread.sleep(forTimeInterval: 1)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'sandbox' AND attempts = 0") == 3)
@@ -129,7 +140,7 @@ import Testing
             }, "\(status.text)")
 
             // APNs takes the key in sandbox now; SIGHUP ends the hold and the jobs go out once each.
-            try hosts.restartSandbox(binding: nil)
+            try hosts.restartSandbox(keys: [try Hosts.harnessKey(hosts.harness, nil)])
             kill(daemon.process.processIdentifier, SIGHUP)
             #expect(try DaemonHarness.wait(seconds: 45) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
                     "\(daemon.text)")
@@ -139,6 +150,48 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 10) {
                 daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="BadEnvironmentKeyIdInToken"} 0"#)
             })
+        }
+    }
+
+    /// Apple's recommendation followed: `token` is a production-only key and `sandbox_token` a
+    /// sandbox-only one. Each environment's notifications are signed with its own key, so both
+    /// deliver and nothing is held.
+    @Test func aKeyPerEnvironmentDeliversToBoth() throws {
+        try IsolatedDatabase.with { database in
+            let sandboxKeyID = "DEVKEY1234"
+            var sandboxKeyFile = ""
+            let hosts = try Hosts(database: database) { harness in
+                sandboxKeyFile = harness.directory + "/sandbox.p8"
+                try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", sandboxKeyFile])
+                try DaemonHarness.openssl(["pkey", "-in", sandboxKeyFile, "-pubout", "-out", harness.directory + "/sandbox.pub"])
+                let sandboxKey = ProviderKey(keyID: sandboxKeyID, teamID: DaemonHarness.teamID,
+                                             publicKeyPEM: try String(contentsOfFile: harness.directory + "/sandbox.pub", encoding: .utf8),
+                                             environment: .sandbox)
+                let keys = [try Hosts.harnessKey(harness, .production), sandboxKey]
+                return (keys, keys)
+            }
+            chmod(sandboxKeyFile, 0o600)
+            let connection = try database.connect()
+            defer { connection.close() }
+            try Self.insert(connection, environment: "sandbox", tokens: 1...3)
+            try Self.insert(connection, environment: "production", tokens: 11...13)
+            let config = try hosts.writeConfigFile(extra: """
+
+                    sandbox_token:
+                      team_id: \(DaemonHarness.teamID)
+                      key_id: \(sandboxKeyID)
+                      key_file: \(sandboxKeyFile)
+
+                """)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: hosts.harness.directory + "/pushd.log")
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "\(daemon.text)")
+            #expect(hosts.production.stats.accepted == 3)
+            #expect(hosts.sandbox.stats.accepted == 3)
+            #expect(hosts.production.stats.rejected("BadEnvironmentKeyIdInToken") == 0)
+            #expect(hosts.sandbox.stats.rejected("BadEnvironmentKeyIdInToken") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(!daemon.text.contains("\"event\":\"sending_held\""), "\(daemon.text)")
         }
     }
 }

@@ -16,7 +16,10 @@ import Synchronization
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
+    /// The signing key of the app's own environment; nil for a certificate app.
     let tokenKey: ProviderTokenService.Key?
+    /// The signing key of each environment (`<env>_token`, else `token`); empty for a certificate app.
+    private let tokenKeys: [PushdConfig.Environment: ProviderTokenService.Key]
     /// Authenticated by client certificate: a connection ending after its TLS handshake without
     /// answering may be APNs refusing the certificate (`CertificateRefusalHint`).
     var authenticatedByCertificate: Bool { tokenKey == nil }
@@ -118,11 +121,14 @@ final class AppSender: @unchecked Sendable {
         self.metrics = metrics
         self.makeClient = makeClient
         environmentLabel = app.environment.rawValue
-        if case .token(let teamID, let keyID, _) = app.credentials {
-            tokenKey = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
-        } else {
-            tokenKey = nil
+        var keys = [PushdConfig.Environment: ProviderTokenService.Key]()
+        for environment in PushdConfig.Environment.allCases {
+            if case .token(let teamID, let keyID, _) = app.credentials(for: environment) {
+                keys[environment] = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+            }
         }
+        tokenKeys = keys
+        tokenKey = keys[app.environment]
         var counters = [SentKey: Counter]()
         for environment in PushdConfig.Environment.allCases {
             for type in PushType.allCases {
@@ -154,6 +160,18 @@ final class AppSender: @unchecked Sendable {
         guard let own = try makeClient(app.environment, .transactional) else { throw NoCredentials(app: app.name, environment: app.environment) }
         transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
         _ = try client(for: app.environment, lane: .campaign)
+    }
+
+    /// The key that signs for `environment`; nil for a certificate app.
+    func tokenKey(for environment: PushdConfig.Environment) -> ProviderTokenService.Key? {
+        tokenKeys[environment]
+    }
+
+    /// The app's key that `authorization` names (its `kid`), else the app's own: with a key per
+    /// environment, an answer is about the key of the token it carried.
+    func tokenKey(carried authorization: String?) -> ProviderTokenService.Key? {
+        guard tokenKeys.count > 1, let authorization, let token = try? DecodedProviderToken(authorization: authorization) else { return tokenKey }
+        return tokenKeys.values.first { $0.keyID == token.keyID && $0.teamID == token.issuer } ?? tokenKey
     }
 
     /// The engine of the app's own environment's transactional client, for diagnostics.

@@ -140,7 +140,7 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.channelOperation(app: operation.app, environment: environment.rawValue, operation: kind,
                                              status: status, reason: reason).increment()
         }
-        guard let key = sender.tokenKey else {
+        guard let key = sender.tokenKey(for: Self.configured(environment)) else {
             // Claimed before this instance learnt that another one has a token key: that one takes it.
             if case .leave(let seconds) = context.coverage.decideTokenWork(app: operation.app, lane: Self.channelsLane) {
                 try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(seconds),
@@ -272,7 +272,7 @@ final class BroadcastWorker: @unchecked Sendable {
                                    ("channel", .string(job.channelID)), ("expired_s", .int(Int64(since))))
         }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
-        guard let key = sender.tokenKey else {
+        guard let key = sender.tokenKey(for: Self.configured(environment)) else {
             // Claimed before this instance learnt that another one has a token key: that one takes it.
             if case .leave(let seconds) = context.coverage.decideTokenWork(app: job.app, lane: Self.lane) {
                 try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(seconds),
