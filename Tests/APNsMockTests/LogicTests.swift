@@ -314,6 +314,24 @@ struct ConfigurationTests {
         #expect(configuration.authentication == .none)
     }
 
+    @Test func aProviderKeyMayBeBoundToOneEnvironment() throws {
+        let key = try TestProviderKey()
+        let directory = try TestCertificates.files().directory
+        let file = directory + "/bound-\(UUID().uuidString).pub"
+        try key.publicKeyPEM.write(toFile: file, atomically: true, encoding: .utf8)
+        let command = try MockCommandLine.parse([
+            "--cert", "a", "--key", "b", "--provider-key", "K1:T1:\(file):sandbox", "--provider-key", "K2:T1:\(file)",
+            "--provider-key", "K3:T1:\(file):production",
+        ])
+        guard case .serve(let configuration, _) = command, case .token(let keys, _) = configuration.authentication else {
+            Issue.record("expected serve with token auth, got \(command)")
+            return
+        }
+        #expect(keys.map(\.keyID) == ["K1", "K2", "K3"])
+        #expect(keys.map(\.environment) == [.sandbox, nil, .production])
+        #expect(keys.allSatisfy { $0.publicKeyPEM == key.publicKeyPEM })
+    }
+
     @Test(arguments: [
         (["--cert", "a"], "--key"),
         (["--cert", "a", "--key", "b", "--port", "http"], "--port expects an integer"),

@@ -47,6 +47,37 @@ struct TokenAuthTests {
         }
     }
 
+    @Test func answersBadEnvironmentKeyIdInTokenToAKeyBoundToTheOtherEnvironment() throws {
+        let sandboxKey = try TestProviderKey(keyID: "SANDBOXKEY")
+        let productionKey = try TestProviderKey(keyID: "PRODKEY123")
+        let anyKey = try TestProviderKey(keyID: "BOTHKEY123")
+        var sandboxTrusted = sandboxKey.trusted
+        sandboxTrusted.environment = .sandbox
+        var productionTrusted = productionKey.trusted
+        productionTrusted.environment = .production
+        for development in [false, true] {
+            try withMockServer({
+                $0.authentication = .token(keys: [sandboxTrusted, productionTrusted, anyKey.trusted], startAtOneStream: false)
+                $0.development = development
+            }) { server, port in
+                let wrong = development ? productionKey : sandboxKey
+                let right = development ? sandboxKey : productionKey
+                let refused = try H2Client.send(.push(token: deviceToken(1), headers: [try wrong.header()]), port: port)
+                #expect(refused.status == 403)
+                #expect(refused.reason == "BadEnvironmentKeyIdInToken", "development: \(development)")
+                // The token is validated first: a forged one of the bound key is only invalid.
+                let forged = try TestProviderKey(keyID: wrong.keyID, teamID: wrong.teamID)
+                let invalid = try H2Client.send(.push(token: deviceToken(2), headers: [try forged.header()]), port: port)
+                #expect(invalid.reason == "InvalidProviderToken")
+                for key in [right, anyKey] {
+                    let accepted = try H2Client.send(.push(token: deviceToken(3), headers: [try key.header()]), port: port)
+                    #expect(accepted.status == 200, "\(key.keyID), development: \(development)")
+                }
+                #expect(server.stats.rejected("BadEnvironmentKeyIdInToken") == 1)
+            }
+        }
+    }
+
     @Test func answersExpiredProviderTokenWhenIssuedMoreThanAnHourAgo() throws {
         try withTokenServer { _, port, key in
             let response = try H2Client.send(.push(token: deviceToken(1), headers: [try key.header(age: 3700)]), port: port)

@@ -18,7 +18,7 @@ import Testing
         (403, .expiredProviderToken, .refreshToken),
         (403, .invalidProviderToken, .configuration), (403, .missingProviderToken, .configuration),
         (403, .badCertificate, .configuration), (403, .badCertificateEnvironment, .configuration),
-        (403, .badEnvironmentKeyInToken, .configuration), (403, .badEnvironmentKeyIdInToken, .configuration),
+        (403, .badEnvironmentKeyInToken, .configuration), (403, .badEnvironmentKeyIdInToken, .hold(.environment)),
         (403, .unrelatedKeyIdInToken, .configuration), (403, .forbidden, .configuration),
         (404, .badPath, .deadLetter), (405, .methodNotAllowed, .deadLetter),
         (410, .unregistered, .prune), (410, .expiredToken, .prune),
@@ -136,9 +136,16 @@ import Testing
             Issue.record("CannotCreateChannelConfig must hold channel creation"); return
         }
         #expect(channels.contains("delete channels"))
-        #expect(Set(ConfigurationScope.allCases.map(\.reason)) == [.topicDisallowed, .featureNotEnabled, .cannotCreateChannelConfig])
+        // A key restricted to the other environment: only this environment of the app waits.
+        guard case .holdScope(.environment, .badEnvironmentKeyIdInToken, let environment)
+                = ResponseClassifier.classify(status: 403, reason: .badEnvironmentKeyIdInToken, timestamp: nil) else {
+            Issue.record("BadEnvironmentKeyIdInToken must hold the environment, not pause the app"); return
+        }
+        #expect(environment.contains("a key for this environment") && environment.contains("both environments"))
+        #expect(Set(ConfigurationScope.allCases.map(\.reason))
+                == [.topicDisallowed, .featureNotEnabled, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken])
         #expect(Set(ConfigurationScope.allCases.flatMap(\.reasons))
-                == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig])
+                == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken])
         #expect(ConfigurationScope.topic.describe(topic: "com.example.shop.voip") == "topic com.example.shop.voip")
     }
 }

@@ -48,7 +48,10 @@ struct FixedRandom: RandomNumberGenerator {
 
     @Test func rejectedCredentialsPauseTheApp() {
         #expect(verdict(.response(status: 403, body: Self.body(#"{"reason":"InvalidProviderToken"}"#))) == .pauseApp(reason: "InvalidProviderToken"))
-        #expect(verdict(.response(status: 403, body: Self.body(#"{"reason":"BadEnvironmentKeyIdInToken"}"#))) == .pauseApp(reason: "BadEnvironmentKeyIdInToken"))
+        // A key restricted to the other environment holds only this environment, not the app.
+        guard case .hold(.environment, "BadEnvironmentKeyIdInToken", _) = verdict(.response(status: 403, body: Self.body(#"{"reason":"BadEnvironmentKeyIdInToken"}"#))) else {
+            Issue.record("BadEnvironmentKeyIdInToken must hold the environment"); return
+        }
     }
 
     /// TopicDisallowed used to be a dead letter: every job of a misconfigured topic failed one by

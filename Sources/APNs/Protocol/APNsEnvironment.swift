@@ -1,5 +1,5 @@
 /// Which APNs service a device token belongs to: tokens of one never work with the other.
-public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, Codable, CustomStringConvertible {
     case production
     case sandbox
 

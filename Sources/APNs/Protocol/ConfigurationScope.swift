@@ -9,10 +9,15 @@
 ///   channel requests are held per (app, environment).
 /// - `channelCreation`: CannotCreateChannelConfig. The app has as many channels as APNs
 ///   allows: creations are held per (app, environment); deletions go on and make room.
+/// - `environment`: BadEnvironmentKeyIdInToken. The app's token key is restricted to the other
+///   environment (Apple recommends a key per environment): nothing of the app can go to this
+///   one with it, while the other environment keeps sending. Held per (app, environment), and
+///   a hold of it covers every other scope of that environment.
 public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     case topic
     case broadcast
     case channelCreation = "channel_creation"
+    case environment
 
     /// The reason APNs answers most often for this scope, used when a hold names none: a metric
     /// label from a closed set (`reasons` lists every one a hold of the scope may carry).
@@ -21,6 +26,7 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
         case .topic: return .topicDisallowed
         case .broadcast: return .featureNotEnabled
         case .channelCreation: return .cannotCreateChannelConfig
+        case .environment: return .badEnvironmentKeyIdInToken
         }
     }
 
@@ -28,7 +34,7 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     public var reasons: [APNsReason] {
         switch self {
         case .broadcast: return [.featureNotEnabled, .topicMismatch]
-        case .topic, .channelCreation: return [reason]
+        case .topic, .channelCreation, .environment: return [reason]
         }
     }
 
@@ -38,6 +44,7 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
         case .topic: return "topic \(topic)"
         case .broadcast: return "broadcasts and channel requests"
         case .channelCreation: return "channel creation"
+        case .environment: return "every notification"
         }
     }
 }

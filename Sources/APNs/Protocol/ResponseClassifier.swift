@@ -48,8 +48,13 @@ public enum ResponseClassifier {
 
         case .expiredProviderToken:
             return .refreshProviderTokenThenRetry
+        // The key is restricted to the other environment: it still works there, so only this
+        // environment of the app is held, not the app.
+        case .badEnvironmentKeyIdInToken:
+            return .holdScope(.environment, reason: reason,
+                              why: "APNs says the key that signs the provider token is not valid for this environment (BadEnvironmentKeyIdInToken): the key is restricted to the other environment; give the app a key for this environment, or a key for both environments")
         case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
-             .badEnvironmentKeyInToken, .badEnvironmentKeyIdInToken, .unrelatedKeyIdInToken, .forbidden:
+             .badEnvironmentKeyInToken, .unrelatedKeyIdInToken, .forbidden:
             return .configurationError(reason: reason)
 
         case .idleTimeout, .serviceUnavailable, .shutdown:

@@ -6,10 +6,14 @@ public struct ProviderTokenVerifier: Sendable {
     public struct TrustedKey: Sendable {
         public var teamID: String
         public var publicKey: ES256PublicKey
+        /// The one environment the key may be used in (Apple lets a team-scoped key be
+        /// restricted to Sandbox or Production); nil for a key valid in both.
+        public var environment: APNsEnvironment?
 
-        public init(teamID: String, publicKey: ES256PublicKey) {
+        public init(teamID: String, publicKey: ES256PublicKey, environment: APNsEnvironment? = nil) {
             self.teamID = teamID
             self.publicKey = publicKey
+            self.environment = environment
         }
     }
 
@@ -19,11 +23,16 @@ public struct ProviderTokenVerifier: Sendable {
     public var maximumAgeSeconds: Int64
     /// How far in the future `iat` may be before the token is refused (clock skew allowance).
     public var allowedFutureSkewSeconds: Int64
+    /// The environment this server stands for: a valid token of a key bound to the other one
+    /// is answered BadEnvironmentKeyIdInToken. nil checks no key's environment.
+    public var environment: APNsEnvironment?
 
-    public init(keys: [String: TrustedKey], maximumAgeSeconds: Int64 = 3600, allowedFutureSkewSeconds: Int64 = 60) {
+    public init(keys: [String: TrustedKey], maximumAgeSeconds: Int64 = 3600, allowedFutureSkewSeconds: Int64 = 60,
+                environment: APNsEnvironment? = nil) {
         self.keys = keys
         self.maximumAgeSeconds = maximumAgeSeconds
         self.allowedFutureSkewSeconds = allowedFutureSkewSeconds
+        self.environment = environment
     }
 
     /// nil when the token is acceptable; otherwise the reason APNs would answer with (status 403).
@@ -39,6 +48,8 @@ public struct ProviderTokenVerifier: Sendable {
         guard token.issuer == trusted.teamID else { return .invalidProviderToken }
         guard token.issuedAt <= now + allowedFutureSkewSeconds else { return .invalidProviderToken }
         guard trusted.publicKey.verify(signature: token.signature, message: token.signingInput) else { return .invalidProviderToken }
+        // Only a token that is the key's own is judged on the key's environment, as APNs does.
+        if let bound = trusted.environment, let served = environment, bound != served { return .badEnvironmentKeyIdInToken }
         if now - token.issuedAt > maximumAgeSeconds { return .expiredProviderToken }
         return nil
     }

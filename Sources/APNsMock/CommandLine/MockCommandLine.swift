@@ -41,7 +41,11 @@ public enum MockCommandLine {
                                       (the benchmarks use it; see MockConfiguration.readAhead)
 
     AUTHENTICATION (default: none)
-      --provider-key KID:TEAM:FILE    trust this ES256 public key (PEM) for token auth; repeat
+      --provider-key KID:TEAM:FILE[:ENV]
+                                      trust this ES256 public key (PEM) for token auth; repeat.
+                                      ENV (production or sandbox) restricts the key to one
+                                      environment: a mock of the other one (--development is
+                                      sandbox) answers its tokens 403 BadEnvironmentKeyIdInToken
       --no-start-at-one-stream        with token auth, announce --max-streams from the start
       --token-update-window S         answer 429 TooManyProviderTokenUpdates to a token change
                                       within S seconds of the previous one (default 1200, APNs's rule)
@@ -158,12 +162,19 @@ public enum MockCommandLine {
             case "--read-ahead": readAhead = true
             case "--provider-key":
                 let text = try value()
-                let parts = text.split(separator: ":", maxSplits: 2).map(String.init)
-                guard parts.count == 3 else { throw .configuration("--provider-key expects KEY_ID:TEAM_ID:PEM_FILE, got \(text)") }
+                var parts = text.split(separator: ":", maxSplits: 2).map(String.init)
+                guard parts.count == 3 else { throw .configuration("--provider-key expects KEY_ID:TEAM_ID:PEM_FILE[:ENV], got \(text)") }
+                // A trailing ":production" or ":sandbox" binds the key; any other colon is the file's.
+                var environment: APNsEnvironment?
+                if let colon = parts[2].lastIndex(of: ":"),
+                   let bound = APNsEnvironment(rawValue: String(parts[2][parts[2].index(after: colon)...])) {
+                    environment = bound
+                    parts[2] = String(parts[2][..<colon])
+                }
                 guard let pem = try? FileSystem.readText(parts[2]) else {
                     throw .configuration("--provider-key: cannot read the public key file \(parts[2])")
                 }
-                providerKeys.append(ProviderKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem))
+                providerKeys.append(ProviderKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem, environment: environment))
             case "--no-start-at-one-stream": startAtOne = false
             case "--token-update-window": tokenUpdateWindow = try integer(Int.self)
             case "--client-ca": clientCA = try value()

@@ -1,14 +1,21 @@
+import APNs
+
 /// A provider key the mock trusts for token authentication: the `kid` of the JWT, the team
-/// that must be its `iss`, and the P-256 public key (PEM) its signature must verify with.
+/// that must be its `iss`, the P-256 public key (PEM) its signature must verify with, and the
+/// one environment the key may be used in, if it is restricted to one (Apple's environment-
+/// specific keys): a mock of the other environment (`MockConfiguration.development`) answers
+/// its valid tokens 403 BadEnvironmentKeyIdInToken.
 public struct ProviderKey: Sendable, Equatable, Codable {
     public var keyID: String
     public var teamID: String
     public var publicKeyPEM: String
+    public var environment: APNsEnvironment?
 
-    public init(keyID: String, teamID: String, publicKeyPEM: String) {
+    public init(keyID: String, teamID: String, publicKeyPEM: String, environment: APNsEnvironment? = nil) {
         self.keyID = keyID
         self.teamID = teamID
         self.publicKeyPEM = publicKeyPEM
+        self.environment = environment
     }
 }
 

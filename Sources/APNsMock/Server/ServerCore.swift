@@ -31,12 +31,14 @@ final class ServerCore: Sendable {
             var trusted: [String: ProviderTokenVerifier.TrustedKey] = [:]
             for key in keys {
                 do {
-                    trusted[key.keyID] = .init(teamID: key.teamID, publicKey: try ES256PublicKey(pem: key.publicKeyPEM))
+                    trusted[key.keyID] = .init(teamID: key.teamID, publicKey: try ES256PublicKey(pem: key.publicKeyPEM),
+                                               environment: key.environment)
                 } catch {
                     throw .configuration("provider key \(key.keyID) (team \(key.teamID)): \(error)")
                 }
             }
-            verifier = ProviderTokenVerifier(keys: trusted, maximumAgeSeconds: Int64(configuration.providerTokenMaximumAgeSeconds))
+            verifier = ProviderTokenVerifier(keys: trusted, maximumAgeSeconds: Int64(configuration.providerTokenMaximumAgeSeconds),
+                                             environment: configuration.development ? .sandbox : .production)
             startAtOne = startAtOneStream
         }
         var settings = LogicSettings(

@@ -81,6 +81,9 @@ struct ConfigCheck {
             for (environment, credentials) in app.otherCertificates.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                 checkCredentials(of: app, credentials, at: "apps[\(index)]", block: "\(environment.rawValue)_certificate")
             }
+            for (environment, credentials) in app.environmentKeys.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                checkCredentials(of: app, credentials, at: "apps[\(index)]", block: "\(environment.rawValue)_token")
+            }
         }
         if let caFile = config.apns.caFile { checkCertificateAuthorities(caFile) }
         if let logFile = config.logFile { checkLogFile(logFile) }
@@ -90,15 +93,19 @@ struct ConfigCheck {
 
     // MARK: Credentials
 
+    /// `block` names the certificate's block (`certificate`, `sandbox_certificate`) or, for a
+    /// key of one environment, the key's (`sandbox_token`; `token` otherwise).
     private mutating func checkCredentials(of app: PushdConfig.App, _ credentials: PushdConfig.Credentials, at path: String,
                                            block: String = "certificate") {
         switch credentials {
         case .token(let teamID, let keyID, let keyFile):
-            let setting = "\(path).token.key_file"
+            let tokenBlock = block.hasSuffix("_token") ? block : "token"
+            let setting = "\(path).\(tokenBlock).key_file"
             guard readFile(keyFile, setting: setting, holdsKey: true) != nil else { return }
             do {
                 let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
-                add(.ok, path, "app \(app.name): signing key \(key.keyID) of team \(key.teamID) is a P-256 key (\(keyFile))")
+                let serves = tokenBlock == "token" ? "" : " for \(tokenBlock.dropLast("_token".count))"
+                add(.ok, path, "app \(app.name): signing key \(key.keyID) of team \(key.teamID)\(serves) is a P-256 key (\(keyFile))")
             } catch {
                 add(.error, setting, error.description)
             }

@@ -42,7 +42,7 @@ enum SendCommand {
         // The token is shortened as in the logs: terminals and shell histories are not the place for it.
         context.output("POST https://\(configuration.host)\(port)/3/device/\(notification.token.redacted) (app \(prepared.app.name), topic \(notification.topic), \(notification.pushType), \(notification.payload.count) bytes)")
         if parsed.has("dry-run") {
-            for field in notification.headerFields(authorization: authorizationPlaceholder(prepared.app)) {
+            for field in notification.headerFields(authorization: authorizationPlaceholder(prepared.app, environment: prepared.environment)) {
                 context.output("  \(field.line)")
             }
             context.output("  " + String(decoding: notification.payload, as: UTF8.self))
@@ -179,9 +179,10 @@ enum SendCommand {
 
     // MARK: Authentication
 
-    /// A fresh provider token for token auth; nil with certificate auth (the TLS handshake proves who we are).
-    static func authorization(_ app: PushdConfig.App) throws -> String? {
-        guard case .token(let teamID, let keyID, let keyFile) = app.credentials else { return nil }
+    /// A fresh provider token for token auth, of the key for `environment` (the app's own when
+    /// nil); nil with certificate auth (the TLS handshake proves who we are).
+    static func authorization(_ app: PushdConfig.App, environment: PushdConfig.Environment? = nil) throws -> String? {
+        guard case .token(let teamID, let keyID, let keyFile) = app.credentials(for: environment ?? app.environment) else { return nil }
         do {
             let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
             return try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Timestamp().timeIntervalSince1970)).authorizationValue
@@ -191,8 +192,8 @@ enum SendCommand {
     }
 
     /// What a dry run shows instead of a signed token, which is a credential for an hour.
-    static func authorizationPlaceholder(_ app: PushdConfig.App) -> String? {
-        guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
+    static func authorizationPlaceholder(_ app: PushdConfig.App, environment: PushdConfig.Environment? = nil) -> String? {
+        guard case .token(let teamID, let keyID, _) = app.credentials(for: environment ?? app.environment) else { return nil }
         return "bearer <ES256 token of key \(keyID), team \(teamID)>"
     }
 
@@ -205,7 +206,7 @@ enum SendCommand {
         let answer = Lock<DispatchResult?>(nil)
         let done = Semaphore()
         let authentication: APNsAuthentication
-        if let token = try authorization(app) {
+        if let token = try authorization(app, environment: environment) {
             authentication = .tokenSource { token }
         } else {
             authentication = .certificate(configuration.credential)

@@ -219,23 +219,7 @@ enum ConfigLoader {
         case (false, false):
             reader.error(section.path, line: section.line, "missing credentials: a token (team_id, key_id, key_file) or a certificate")
         case (true, false):
-            let token = section.section("token")
-            let teamID = token.requiredString("team_id", what: "the 10-character Apple team id")
-            let keyID = token.requiredString("key_id", what: "the 10-character key id of the .p8 key")
-            var keyFile = token.string("key_file")
-            if let override = environment[prefix + "KEY_FILE"], !override.isEmpty { keyFile = override }
-            if keyFile == nil {
-                reader.error(token.childPath("key_file"), line: token.line, "missing: path of the .p8 signing key (or \(prefix)KEY_FILE)")
-            }
-            for (label, value) in [("team_id", teamID), ("key_id", keyID)] {
-                if let value, !isAppleID(value) {
-                    reader.error(token.childPath(label), line: token.line, "'\(value)' must be exactly 10 characters of A–Z and 0–9")
-                }
-            }
-            token.rejectUnknownKeys()
-            if let teamID, let keyID, let keyFile {
-                credentials = .token(teamID: teamID, keyID: keyID, keyFile: keyFile)
-            }
+            credentials = readToken(section.section("token"), keyFileVariable: prefix + "KEY_FILE", environment: environment)
         case (false, true):
             credentials = readCertificate(section.section("certificate"), passwordVariable: prefix + "P12_PASSWORD", environment: environment)
         }
@@ -245,7 +229,7 @@ enum ConfigLoader {
             let key = "\(other.rawValue)_certificate"
             guard section.node(key) != nil else { continue }
             if hasToken {
-                reader.error(section.childPath(key), line: section.line, "a token app serves both environments with its key; \(key) is for certificate apps")
+                reader.error(section.childPath(key), line: section.line, "a token app serves both environments with its key (\(other.rawValue)_token gives one for \(other.rawValue) alone); \(key) is for certificate apps")
             } else if other == environmentSetting {
                 reader.error(section.childPath(key), line: section.line, "certificate already serves \(other.rawValue), the app's environment")
             } else {
@@ -253,10 +237,52 @@ enum ConfigLoader {
                                                            environment: environment)
             }
         }
+        // Apple recommends a key per environment (a key may be restricted to Sandbox or
+        // Production): `<env>_token` signs for that environment, `token` for the rest.
+        var environmentKeys = [PushdConfig.Environment: PushdConfig.Credentials]()
+        for other in PushdConfig.Environment.allCases {
+            let key = "\(other.rawValue)_token"
+            guard section.node(key) != nil else { continue }
+            if hasCertificate {
+                reader.error(section.childPath(key), line: section.line, "a certificate app authenticates with certificates; \(key) is for token apps (use \(other.rawValue)_certificate)")
+            } else if other == environmentSetting {
+                reader.error(section.childPath(key), line: section.line, "token already serves \(other.rawValue), the app's environment; give \(key) only for the other environment")
+            } else {
+                let own = readToken(section.section(key), keyFileVariable: prefix + other.rawValue.uppercased() + "_KEY_FILE",
+                                    environment: environment)
+                if case .token(_, let keyID, _)? = own, case .token(_, keyID, _)? = credentials {
+                    reader.error(section.childPath(key), line: section.line, "key \(keyID) is token's key already; give \(key) the key for \(other.rawValue), or leave \(key) out")
+                }
+                environmentKeys[other] = own
+            }
+        }
         section.rejectUnknownKeys()
         guard let name, let bundleID, let credentials else { return nil }
         return PushdConfig.App(name: name, bundleID: bundleID, environment: environmentSetting,
-                               credentials: credentials, campaignRate: rate == 0 ? nil : rate, otherCertificates: otherCertificates)
+                               credentials: credentials, campaignRate: rate == 0 ? nil : rate, otherCertificates: otherCertificates,
+                               environmentKeys: environmentKeys)
+    }
+
+    /// A `token:` block (or `<env>_token:`): team id, key id and the `.p8` key file, which
+    /// `keyFileVariable` overrides.
+    private static func readToken(_ token: ConfigReader.Section, keyFileVariable: String,
+                                  environment: [String: String]) -> PushdConfig.Credentials? {
+        let reader = token.reader
+        let teamID = token.requiredString("team_id", what: "the 10-character Apple team id")
+        let keyID = token.requiredString("key_id", what: "the 10-character key id of the .p8 key")
+        var keyFile = token.string("key_file")
+        if let override = environment[keyFileVariable], !override.isEmpty { keyFile = override }
+        if keyFile == nil {
+            reader.error(token.childPath("key_file"), line: token.line, "missing: path of the .p8 signing key (or \(keyFileVariable))")
+        }
+        for (label, value) in [("team_id", teamID), ("key_id", keyID)] {
+            if let value, !isAppleID(value) {
+                reader.error(token.childPath(label), line: token.line, "'\(value)' must be exactly 10 characters of A–Z and 0–9")
+            }
+        }
+        token.rejectUnknownKeys()
+        guard let teamID, let keyID, let keyFile else { return nil }
+        return .token(teamID: teamID, keyID: keyID, keyFile: keyFile)
     }
 
     /// A `certificate:` block: PEM certificate and key, or a PKCS#12 bundle and its password.

@@ -38,13 +38,26 @@ struct PushdConfig: Sendable, Equatable {
         /// A certificate app's certificate for the environment other than `environment`
         /// (APNs issues a certificate for one environment); token apps need none.
         var otherCertificates: [Environment: Credentials] = [:]
+        /// A token app's signing key for the environment other than `environment`
+        /// (`<env>_token`), for a key restricted to one environment, as Apple recommends; without
+        /// one, `credentials` signs for both.
+        var environmentKeys: [Environment: Credentials] = [:]
 
         /// The credentials that reach `target`'s host, nil when the app has none there:
-        /// one signing key serves both environments, a certificate only its own.
+        /// a signing key serves both environments unless the other has its own, a certificate
+        /// only its own.
         func credentials(for target: Environment) -> Credentials? {
             if target == environment { return credentials }
-            if case .token = credentials { return credentials }
+            if case .token = credentials { return environmentKeys[target] ?? credentials }
             return otherCertificates[target]
+        }
+
+        /// Every signing key of a token app, the app's own first: none for a certificate app.
+        var signingKeys: [(teamID: String, keyID: String, keyFile: String)] {
+            ([credentials] + Environment.allCases.compactMap { environmentKeys[$0] }).compactMap { credentials in
+                guard case .token(let teamID, let keyID, let keyFile) = credentials else { return nil }
+                return (teamID, keyID, keyFile)
+            }
         }
 
         /// Whether `credentials(for: target)` is not nil, without copying the credentials out:

@@ -90,6 +90,15 @@ enum ConfigChanges {
                 case (let before?, let after?): changed += certificateSettings(block, before, after)
                 default: changed.append(block)
                 }
+                // An environment's own key, like `token`: its file is reloaded, the key fixed while running.
+                let keyBlock = "\(path).\(environment.rawValue)_token"
+                switch (old.environmentKeys[environment], new.environmentKeys[environment]) {
+                case (nil, nil): break
+                case (.token(let oldTeam, let oldKey, _)?, .token(let newTeam, let newKey, _)?):
+                    if oldTeam != newTeam { changed.append("\(keyBlock).team_id") }
+                    if oldKey != newKey { changed.append("\(keyBlock).key_id") }
+                default: changed.append(keyBlock)
+                }
             }
         }
         return changed
@@ -214,35 +223,22 @@ final class ConfigReloader {
             guard let new = loaded.apps.first(where: { $0.name == app.name }) else { continue }
             let errors = appErrors[app.name] ?? []
             switch (app.credentials, new.credentials) {
-            case (.token(let teamID, let keyID, let oldFile), .token(let newTeamID, let newKeyID, let newFile)):
-                guard teamID == newTeamID, keyID == newKeyID else { continue }
-                let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
-                let current = tokens.keyFile(key) ?? oldFile
-                if !errors.isEmpty {
-                    keyFailed(app.name, file: newFile, current: current, why: errors.map(\.description).joined(separator: "; "),
-                              outcome: &outcome)
-                    continue
+            case (.token, .token):
+                // The findings of `<env>_token` blocks are their keys', the rest `token`'s.
+                let environmentBlocks = PushdConfig.Environment.allCases.map { ".\($0.rawValue)_token." }
+                if reloadKey(app.name, from: app.credentials, to: new.credentials,
+                             errors: errors.filter { finding in !environmentBlocks.contains { finding.setting.contains(text: $0) } },
+                             outcome: &outcome) {
+                    running.apps[index].credentials = new.credentials
                 }
-                let signer: ProviderTokenSigner
-                do {
-                    signer = ProviderTokenSigner(key: try SigningKey(contentsOfFile: newFile, keyID: keyID, teamID: teamID))
-                } catch {
-                    keyFailed(app.name, file: newFile, current: current, why: "\(error)", outcome: &outcome)
-                    continue
+                for environment in PushdConfig.Environment.allCases {
+                    guard let before = app.environmentKeys[environment], let after = new.environmentKeys[environment] else { continue }
+                    let block = ".\(environment.rawValue)_token."
+                    if reloadKey(app.name, from: before, to: after, errors: errors.filter { $0.setting.contains(text: block) },
+                                 outcome: &outcome) {
+                        running.apps[index].environmentKeys[environment] = after
+                    }
                 }
-                guard newFile != current || !tokens.signsWith(key, sameAs: signer) else { continue }
-                do {
-                    try tokens.replaceKey(key, signer: signer, file: newFile)
-                } catch {
-                    keyFailed(app.name, file: newFile, current: current, why: "\(error)", outcome: &outcome)
-                    continue
-                }
-                running.apps[index].credentials = new.credentials
-                outcome.keysReloaded.append(app.name)
-                logger.notice("app \(app.name) signs its provider tokens with the key in \(newFile) from now on; "
-                              + "the next token is minted with it",
-                              ("event", "signing_key_reloaded"), ("app", .string(app.name)), ("key_file", .string(newFile)),
-                              ("key_id", .string(keyID)))
             case (.certificate, .certificate):
                 for environment in PushdConfig.Environment.allCases {
                     reloadCertificate(app, from: new, environment: environment, errors: errors, outcome: &outcome)
@@ -304,6 +300,40 @@ final class ConfigReloader {
                       ("event", "certificate_reloaded"), ("app", .string(app.name)), ("environment", .string(environment.rawValue)),
                       ("fingerprint", .string(identity.fingerprint)), ("previous_fingerprint", .string(current.fingerprint)),
                       ("not_after", .string("\(identity.info.notAfter)")))
+    }
+
+    /// Loads the signing key `new` names and, when it is another key file of the same key id
+    /// and team than `old`'s, signs with it from now on. Returns whether it did.
+    private func reloadKey(_ app: String, from old: PushdConfig.Credentials, to new: PushdConfig.Credentials,
+                           errors: [ConfigCheck.Finding], outcome: inout Outcome) -> Bool {
+        guard case .token(let teamID, let keyID, let oldFile) = old, case .token(let newTeamID, let newKeyID, let newFile) = new,
+              teamID == newTeamID, keyID == newKeyID else { return false }
+        let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+        let current = tokens.keyFile(key) ?? oldFile
+        if !errors.isEmpty {
+            keyFailed(app, file: newFile, current: current, why: errors.map(\.description).joined(separator: "; "), outcome: &outcome)
+            return false
+        }
+        let signer: ProviderTokenSigner
+        do {
+            signer = ProviderTokenSigner(key: try SigningKey(contentsOfFile: newFile, keyID: keyID, teamID: teamID))
+        } catch {
+            keyFailed(app, file: newFile, current: current, why: "\(error)", outcome: &outcome)
+            return false
+        }
+        guard newFile != current || !tokens.signsWith(key, sameAs: signer) else { return false }
+        do {
+            try tokens.replaceKey(key, signer: signer, file: newFile)
+        } catch {
+            keyFailed(app, file: newFile, current: current, why: "\(error)", outcome: &outcome)
+            return false
+        }
+        if !outcome.keysReloaded.contains(app) { outcome.keysReloaded.append(app) }
+        logger.notice("app \(app) signs its provider tokens with the key in \(newFile) from now on; "
+                      + "the next token is minted with it",
+                      ("event", "signing_key_reloaded"), ("app", .string(app)), ("key_file", .string(newFile)),
+                      ("key_id", .string(keyID)))
+        return true
     }
 
     private func keyFailed(_ app: String, file: String, current: String, why: String, outcome: inout Outcome) {

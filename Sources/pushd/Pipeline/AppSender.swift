@@ -16,7 +16,10 @@ import Synchronization
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
     let factory: NotificationFactory
+    /// The signing key of the app's own environment; nil for a certificate app.
     let tokenKey: ProviderTokenService.Key?
+    /// The signing key of each environment (`<env>_token`, else `token`); empty for a certificate app.
+    private let tokenKeys: [PushdConfig.Environment: ProviderTokenService.Key]
     /// Authenticated by client certificate: a connection ending after its TLS handshake without
     /// answering may be APNs refusing the certificate (`CertificateRefusalHint`).
     var authenticatedByCertificate: Bool { tokenKey == nil }
@@ -129,11 +132,14 @@ final class AppSender: @unchecked Sendable {
         self.metrics = metrics
         self.makeClient = makeClient
         environmentLabel = app.environment.rawValue
-        if case .token(let teamID, let keyID, _) = app.credentials {
-            tokenKey = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
-        } else {
-            tokenKey = nil
+        var keys = [PushdConfig.Environment: ProviderTokenService.Key]()
+        for environment in PushdConfig.Environment.allCases {
+            if case .token(let teamID, let keyID, _) = app.credentials(for: environment) {
+                keys[environment] = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+            }
         }
+        tokenKeys = keys
+        tokenKey = keys[app.environment]
         var counters = [SentKey: Counter]()
         for environment in PushdConfig.Environment.allCases {
             for type in PushType.allCases {
@@ -168,6 +174,18 @@ final class AppSender: @unchecked Sendable {
         guard let own = try makeClient(app.environment, .transactional) else { throw NoCredentials(app: app.name, environment: app.environment) }
         transactionalClient = clients.client(for: ClientKey(environment: app.environment, lane: .transactional)) { own }
         _ = try client(for: app.environment, lane: .campaign)
+    }
+
+    /// The key that signs for `environment`; nil for a certificate app.
+    func tokenKey(for environment: PushdConfig.Environment) -> ProviderTokenService.Key? {
+        tokenKeys[environment]
+    }
+
+    /// The app's key that `authorization` names (its `kid`), else the app's own: with a key per
+    /// environment, an answer is about the key of the token it carried.
+    func tokenKey(carried authorization: String?) -> ProviderTokenService.Key? {
+        guard tokenKeys.count > 1, let authorization, let token = try? DecodedProviderToken(authorization: authorization) else { return tokenKey }
+        return tokenKeys.values.first { $0.keyID == token.keyID && $0.teamID == token.issuer } ?? tokenKey
     }
 
     /// The engine of the app's own environment's transactional client, for diagnostics.
@@ -273,9 +291,18 @@ final class AppSender: @unchecked Sendable {
         HoldKey(scope: .topic, environment: environment, topic: topic)
     }
 
-    /// The key of a broadcast scope (FeatureNotEnabled, CannotCreateChannelConfig) of the app.
+    /// The key of a broadcast scope (FeatureNotEnabled, CannotCreateChannelConfig) of the app,
+    /// or of the whole environment (BadEnvironmentKeyIdInToken).
     func broadcastKey(_ scope: ConfigurationScope, _ environment: PushdConfig.Environment) -> HoldKey {
         HoldKey(scope: scope, environment: environment, topic: app.bundleID)
+    }
+
+    /// The hold on `key`, or else the hold of its whole environment, which covers every scope
+    /// of it: under the holds' lock.
+    private func hold(covering key: HoldKey, in current: [HoldKey: Hold]) -> Hold? {
+        if let hold = current[key] { return hold }
+        guard key.scope != .environment else { return nil }
+        return current[broadcastKey(.environment, key.environment)]
     }
 
     /// Holds `key` until `until` (or a SIGHUP). Returns true when it was not held before, so
@@ -299,11 +326,12 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    /// Why `key` is held, or nil when it may send. One atomic load when nothing is held.
+    /// Why `key` (or its whole environment) is held, or nil when it may send. One atomic load
+    /// when nothing is held.
     func heldReason(_ key: HoldKey) -> String? {
         guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
         return holds.withLock { current -> String? in
-            guard let hold = current[key] else { return nil }
+            guard let hold = hold(covering: key, in: current) else { return nil }
             let now = Timestamp()
             if hold.until <= now {
                 publish(&current, now: now)
@@ -313,11 +341,11 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
-    /// The hold on `key` now (why, and until when), or nil when it may send.
+    /// The hold on `key` (or its whole environment) now (why, and until when), or nil when it may send.
     func activeHold(_ key: HoldKey) -> Hold? {
         guard holdCount.load(ordering: .relaxed) > 0 else { return nil }
         return holds.withLock { current -> Hold? in
-            guard let hold = current[key] else { return nil }
+            guard let hold = hold(covering: key, in: current) else { return nil }
             let now = Timestamp()
             if hold.until <= now {
                 publish(&current, now: now)
@@ -341,6 +369,11 @@ final class AppSender: @unchecked Sendable {
     /// The push types whose notifications this app sends to `topic`.
     func pushTypes(sentTo topic: String) -> [PushType] {
         PushType.allCases.filter { factory.topic(for: $0) == topic }
+    }
+
+    /// The push types whose queued jobs a hold of `key` keeps: every one for a whole environment.
+    func pushTypes(heldBy key: HoldKey) -> [PushType] {
+        key.scope == .environment ? PushType.allCases : pushTypes(sentTo: key.topic)
     }
 
     /// Whether any scope of the app is held (a hint: `heldReason` decides).

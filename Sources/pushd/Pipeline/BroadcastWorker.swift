@@ -141,7 +141,7 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.channelOperation(app: operation.app, environment: environment.rawValue, operation: kind,
                                              status: status, reason: reason).increment()
         }
-        guard let key = sender.tokenKey else {
+        guard let key = sender.tokenKey(for: Self.configured(environment)) else {
             // Claimed before this instance learnt that another one has a token key: that one takes it.
             if case .leave(let seconds) = context.coverage.decideTokenWork(app: operation.app, lane: Self.channelsLane) {
                 try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(seconds),
@@ -274,7 +274,7 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.leaseTakeover(app: job.app, lane: Self.lane).increment()
         }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
-        guard let key = sender.tokenKey else {
+        guard let key = sender.tokenKey(for: Self.configured(environment)) else {
             // Claimed before this instance learnt that another one has a token key: that one takes it.
             if case .leave(let seconds) = context.coverage.decideTokenWork(app: job.app, lane: Self.lane) {
                 try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(seconds),

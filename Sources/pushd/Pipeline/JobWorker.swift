@@ -162,7 +162,7 @@ final class JobWorker: @unchecked Sendable {
         max(until, now.addingTimeInterval(heldRetrySeconds))
     }
 
-    /// A held topic scope whose queued jobs this worker puts back once the batch is settled.
+    /// A held topic (or environment) scope whose queued jobs this worker puts back once the batch is settled.
     private struct Sweep {
         var sender: AppSender
         var key: AppSender.HoldKey
@@ -392,10 +392,11 @@ final class JobWorker: @unchecked Sendable {
             context.hold(sender, key, why: why, reason: APNsReason(reason))
             // Not an attempt, and no first send either: its retry windows start when it can go.
             let now = Timestamp()
-            let until = sender.activeHold(key)?.until ?? now
+            let held = sender.activeHold(key)
+            let until = held?.until ?? now
             outcomes.retries.append(JobRetry(id: job.id, runAt: Self.heldRunAt(until: until, now: now),
-                                             error: HeldWork.errorPrefix + "\(why)", countsAsAttempt: false))
-            if scope == .topic { planSweep(sender, key) }
+                                             error: HeldWork.errorPrefix + (held?.why ?? why), countsAsAttempt: false))
+            if scope == .topic || scope == .environment { planSweep(sender, key) }
         case .pauseApp(let reason):
             sender.countAnswer(outcome, environment: item.environment)
             guard context.pause(sender, reason: reason, carried: item.authorization) else {
@@ -429,7 +430,7 @@ final class JobWorker: @unchecked Sendable {
         heldInBatch.removeAll()
         for sweep in planned where sweep.sender.activeHold(sweep.key) != nil {
             let app = sweep.sender.app
-            let types = sweep.sender.pushTypes(sentTo: sweep.key.topic).map(\.rawValue)
+            let types = sweep.sender.pushTypes(heldBy: sweep.key).map(\.rawValue)
             let until = Self.heldRunAt(until: sweep.hold.until, now: Timestamp())
             var total = 0
             do {

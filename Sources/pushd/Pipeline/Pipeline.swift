@@ -42,18 +42,18 @@ final class Pipeline: @unchecked Sendable {
         var signers = [ProviderTokenService.Key: ProviderTokenSigner]()
         var keyFiles = [ProviderTokenService.Key: String]()
         for app in config.apps {
-            guard case .token(let teamID, let keyID, let keyFile) = app.credentials else { continue }
-            do {
-                let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
-                signers[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = ProviderTokenSigner(key: key)
-                keyFiles[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = keyFile
-            } catch {
-                throw SetupError(description: "app \(app.name): cannot load the signing key \(keyFile): \(error)")
+            for (teamID, keyID, keyFile) in app.signingKeys {
+                do {
+                    let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
+                    signers[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = ProviderTokenSigner(key: key)
+                    keyFiles[ProviderTokenService.Key(keyID: keyID, teamID: teamID)] = keyFile
+                } catch {
+                    throw SetupError(description: "app \(app.name): cannot load the signing key \(keyFile): \(error)")
+                }
             }
         }
-        let appByKey = Dictionary(config.apps.compactMap { app -> (ProviderTokenService.Key, String)? in
-            guard case .token(let teamID, let keyID, _) = app.credentials else { return nil }
-            return (ProviderTokenService.Key(keyID: keyID, teamID: teamID), app.name)
+        let appByKey = Dictionary(config.apps.flatMap { app in
+            app.signingKeys.map { (ProviderTokenService.Key(keyID: $0.keyID, teamID: $0.teamID), app.name) }
         }, uniquingKeysWith: { first, _ in first })
         let policy: ProviderTokenPolicy
         do {
@@ -111,7 +111,8 @@ final class Pipeline: @unchecked Sendable {
                                                          authenticatedByCertificate: Self.authenticatesByCertificate(app))
                 do {
                     return try APNsClient(configuration: configuration, environment: environment.apns,
-                                          authentication: Self.authentication(for: app, configuration: configuration, tokens: tokens),
+                                          authentication: Self.authentication(for: app, environment: environment,
+                                                                              configuration: configuration, tokens: tokens),
                                           metrics: engineMetrics, onResult: { retirements.observe($0.dispatch); router.deliver($0.dispatch) })
                 } catch {
                     throw SetupError(description: "app \(app.name), \(environment.rawValue): \(error)")
@@ -144,11 +145,12 @@ final class Pipeline: @unchecked Sendable {
 
     /// How to reach `environment`'s host with the app's credentials for it; nil when the app
     /// has none there (a certificate app with no certificate for that environment).
-    /// Token apps sign with the provider token the whole fleet shares; certificate apps
-    /// present the certificate the configuration names for the environment.
-    static func authentication(for app: PushdConfig.App, configuration: DispatcherConfiguration,
+    /// Token apps sign with the provider token the whole fleet shares, of the key for the
+    /// environment (`<env>_token`, else `token`); certificate apps present the certificate the
+    /// configuration names for the environment.
+    static func authentication(for app: PushdConfig.App, environment: PushdConfig.Environment, configuration: DispatcherConfiguration,
                                tokens: ProviderTokenService) -> APNsAuthentication {
-        guard case .token(let teamID, let keyID, _) = app.credentials else { return .certificate(configuration.credential) }
+        guard case .token(let teamID, let keyID, _) = app.credentials(for: environment) else { return .certificate(configuration.credential) }
         let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
         return .tokenSource { try tokens.authorization(key) }
     }
@@ -496,6 +498,10 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         let tokens = self.tokens
-        metrics.jwtAge.setSource { tokens.ages().map { MetricSample(labelValues: [appByKey[$0.0] ?? $0.0.keyID], value: $0.1) } }
+        // An app with a key per environment has two tokens: the older one is the one APNs may refuse first.
+        metrics.jwtAge.setSource {
+            Dictionary(tokens.ages().map { (appByKey[$0.0] ?? $0.0.keyID, $0.1) }, uniquingKeysWith: max)
+                .map { MetricSample(labelValues: [$0.key], value: $0.value) }
+        }
     }
 }

@@ -117,7 +117,8 @@ final class PipelineContext: @unchecked Sendable {
     @discardableResult
     func pause(_ sender: AppSender, reason: String, carried authorization: String? = nil) -> Bool {
         let invalidToken = reason == APNsReason.invalidProviderToken.rawValue
-        if invalidToken, let key = sender.tokenKey, let authorization, !sender.tokens.signedByCurrentKey(key, authorization: authorization) {
+        if invalidToken, let key = sender.tokenKey(carried: authorization), let authorization,
+           !sender.tokens.signedByCurrentKey(key, authorization: authorization) {
             sender.tokens.refusedReplacedKey(key)
             return false
         }
@@ -125,7 +126,7 @@ final class PipelineContext: @unchecked Sendable {
             logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
             // The fleet must not take the refused token over from the shared table.
-            if invalidToken, let key = sender.tokenKey { sender.tokens.reportInvalid(key, carried: authorization) }
+            if invalidToken, let key = sender.tokenKey(carried: authorization) { sender.tokens.reportInvalid(key, carried: authorization) }
         }
         return true
     }
@@ -136,7 +137,7 @@ final class PipelineContext: @unchecked Sendable {
     /// clock is wrong: every token would be refused, so the app is paused, its work kept, with
     /// one line saying so, instead of retrying for hours. Every lane reports here.
     func providerTokenExpired(_ sender: AppSender, carried authorization: String?) {
-        guard let key = sender.tokenKey, let authorization else { return }
+        guard let key = sender.tokenKey(carried: authorization), let authorization else { return }
         guard sender.tokens.reportExpired(key, carried: authorization) else { return }
         pause(sender, reason: "APNs calls the provider token of key \(key.keyID) expired (ExpiredProviderToken) although this host "
               + "issued it less than \(sender.tokens.policy.updateWindowSeconds / 60) minutes ago: this host's clock is probably "
@@ -153,15 +154,24 @@ final class PipelineContext: @unchecked Sendable {
     func hold(_ sender: AppSender, _ key: AppSender.HoldKey, why: String, reason: APNsReason? = nil,
               extra: [(String, LogValue)] = []) {
         let reason = reason ?? key.scope.reason
+        // APNs's answer cannot say which key and environment: the hold names both, and the fix.
+        let token = sender.tokenKey(for: key.environment)
+        let why = key.scope == .environment ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment) } ?? why : why
         guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration), reason: reason) else { return }
         // Which credentials APNs refused, so the operator knows what to compare with the developer account.
-        let signer = sender.tokenKey.map { " (the app signs with key \($0.keyID) of team \($0.teamID))" } ?? " (the app uses a certificate)"
+        let signer = token.map { " (the app signs with key \($0.keyID) of team \($0.teamID))" } ?? " (the app uses a certificate)"
         var fields: [(String, LogValue)] = [
             ("event", "sending_held"), ("app", .string(sender.app.name)), ("environment", .string(key.environment.rawValue)),
             ("topic", .string(key.topic)), ("scope", .string(key.scope.rawValue)), ("reason", .string(reason.rawValue))] + extra
-        if let token = sender.tokenKey { fields += [("key_id", .string(token.keyID)), ("team_id", .string(token.teamID))] }
+        if let token { fields += [("key_id", .string(token.keyID)), ("team_id", .string(token.teamID))] }
         logger.write(.error, "sending of \(key.scope.describe(topic: key.topic)) for app \(sender.app.name) in \(key.environment.rawValue) is held, its notifications are kept (not failed): \(why)\(signer); then send SIGHUP (a replaced key file is reloaded by it; a changed bundle_id or key id needs a restart), else it is tried again in \(Int(pauseDuration / 60)) minutes",
                      fields: fields)
+    }
+
+    /// Why an environment of a token app is held after BadEnvironmentKeyIdInToken: its key is
+    /// restricted to the other environment.
+    static func wrongEnvironmentKeyWhy(keyID: String, _ environment: PushdConfig.Environment) -> String {
+        "the key \(keyID) is not valid for \(environment.rawValue) (BadEnvironmentKeyIdInToken: APNs says it is restricted to the other environment): give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
     }
 
     /// "app shop: topic com.example.shop.voip (sandbox)" for every scope held now, sorted.
