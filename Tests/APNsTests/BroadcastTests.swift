@@ -128,5 +128,9 @@ import Testing
         let wrongType = Array(#"{"message-storage-policy":0,"push-type":"Alert"}"#.utf8)
         #expect(judge.judgeChannelRequest(method: "POST", path: "/1/apps/a.b/channels", headers: [], body: wrongType)
             == .rejected(status: 400, reason: .invalidPushType))
+        // Apple: BadRequestParams, "the JSON Request payload contained an unrecognizable attribute".
+        let extra = Array(#"{"message-storage-policy":0,"push-type":"LiveActivity","name":"scores"}"#.utf8)
+        #expect(judge.judgeChannelRequest(method: "POST", path: "/1/apps/a.b/channels", headers: [], body: extra)
+            == .rejected(status: 400, reason: .badRequestParams))
     }
 }

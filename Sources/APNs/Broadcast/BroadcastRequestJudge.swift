@@ -109,6 +109,11 @@ public struct BroadcastRequestJudge: Sendable {
                 // "The JSON Request payload contained an unrecognizable attribute."
                 return .rejected(status: 400, reason: .badRequestParams)
             }
+            // "The JSON Request payload contained an unrecognizable attribute": a create body
+            // holds these two attributes and no other.
+            guard object.keys.allSatisfy({ $0 == ChannelBodyKey.pushType || $0 == ChannelBodyKey.storagePolicy }) else {
+                return .rejected(status: 400, reason: .badRequestParams)
+            }
             operation = .create(policy)
         case ("GET", false), ("DELETE", false):
             guard let text = slots[APNsHeader.channelID] else { return .rejected(status: 400, reason: .missingChannelId) }
