@@ -76,7 +76,7 @@ enum ChannelAuditCommand {
         if !issues.isEmpty { throw CommandContext.Failure(SendCommand.Invalid(issues: issues).description) }
         let target = "GET https://\(configuration.host):\(configuration.port)\(request.path)"
         context.output("\(target) (app \(app.name), \(environment.rawValue), apns-request-id \(requestID.lowercasedString))")
-        guard let authorization = try SendCommand.authorization(app) else {
+        guard let authorization = try SendCommand.authorization(app, environment: environment) else {
             throw CommandContext.Failure("app \(app.name) has no token key; the channel management API accepts only token (JWT) authentication")
         }
         let dispatchRequest = try DispatchRequest(method: .get, path: request.path,

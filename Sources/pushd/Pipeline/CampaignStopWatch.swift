@@ -74,6 +74,9 @@ final class CampaignStopWatch: @unchecked Sendable {
                 _ = try connection!.waitForNotifications(timeoutMilliseconds: Int32(Self.lookInterval * 1000))
                 stopping = stopRequested.wait(timeout: 0)
             } catch {
+                // Unwatched, a campaign resumed meanwhile would stay stopped here: the
+                // checkpoints decide alone until the watch looks again.
+                stopped.withLock { $0.removeAll() }
                 context.databaseError(error)
                 if let unlogged = failures.admit("watch", now: RateLimiter.monotonicSeconds()) {
                     let since = unlogged > 0 ? " (\(unlogged) more since the last line)" : ""

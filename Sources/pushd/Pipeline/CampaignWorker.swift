@@ -161,11 +161,14 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 if let lost = error as? PGError, lost.code.isConnectionLoss {
                     // The database went away (a restart, a failover, a session ended): the chunks
-                    // being sent are still this worker's until their leases run out, the lease
-                    // keeper extends them as soon as it reaches the database again, and the next
-                    // checkpoint writes what was answered meanwhile. Given up, their leases sat
+                    // being sent are still this worker's until their leases run out. They send
+                    // nothing more (whether the lease is still theirs is known only from the
+                    // database); their answers come back, and once the database is reached they
+                    // are released at their watermarks, as after a pause, with what was answered
+                    // meanwhile: the next lease goes on from there. Given up, their leases sat
                     // unused for up to `lease_s` and whoever took them over sent every target
                     // since the last checkpoint again, the ones APNs had accepted too.
+                    for run in runs { run.stopSubmitting = true }
                     connection?.close()
                     connection = nil
                     context.sleepAfterDatabaseFailure(failures)
@@ -547,7 +550,14 @@ final class CampaignWorker: @unchecked Sendable {
                 // with the answers recorded so far, or another worker takes the chunk over
                 // and sends it again.
                 if !run.leaseLost, RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
-                    try checkpoint(run, on: connection)
+                    do {
+                        try checkpoint(run, on: connection)
+                    } catch {
+                        // The target taken stays the run's: lost here, the chunk would be
+                        // released before it and every target after it sent again.
+                        run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                        throw error
+                    }
                 }
                 // An answer recorded while waiting (a pause, a hold) or the checkpoint (a pause,
                 // a cancel, a lost lease) stopped the run: this target waits, unsent.
@@ -773,13 +783,9 @@ final class CampaignWorker: @unchecked Sendable {
         }
         switch directive {
         case .proceed: break
-        case .stop(let status):
-            context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
-                                 ("campaign", .int(chunk.campaignID)))
-            try logCampaign(chunk.campaignID, status.rawValue, on: connection)
+        case .stop:
             run.stopSubmitting = true
         case .leaseLost:
-            try lostChunk(chunk, uncounted: counted, on: connection)
             run.stopSubmitting = true
             run.leaseLost = true
             keeper.drop(chunk)
@@ -793,6 +799,33 @@ final class CampaignWorker: @unchecked Sendable {
         if directive != .leaseLost { countProcessed(counted, app: chunk.app) }
         run.progress = ChunkProgress(position: run.progress.position)
         run.lastCheckpoint = RateLimiter.monotonicSeconds()
+        // Told once the checkpoint's effects are in place: a query failing here (the
+        // connection lost) leaves no count to write twice and no lost chunk to send on.
+        tellAfterWrite(chunk, "checkpoint") {
+            switch directive {
+            case .stop(let status):
+                context.logger.debug("campaign \(chunk.campaignID) is \(status.rawValue): stopping its chunk \(chunk.chunk)",
+                                     ("campaign", .int(chunk.campaignID)))
+                try logCampaign(chunk.campaignID, status.rawValue, on: connection)
+            case .leaseLost:
+                try lostChunk(chunk, uncounted: counted, on: connection)
+            case .proceed, .refused:
+                break
+            }
+        }
+    }
+
+    /// Runs `tell` (log lines that read the database) after `chunk`'s `write` committed: a
+    /// failure is logged and counted, not thrown, since the write's effects are already the
+    /// run's and thrown, the caller would redo it. A lost connection shows at the next query.
+    private func tellAfterWrite(_ chunk: CampaignChunk, _ write: String, _ tell: () throws -> Void) {
+        do {
+            try tell()
+        } catch {
+            context.databaseError(error)
+            context.logger.warning("the \(write) of chunk \(chunk.chunk) of campaign \(chunk.campaignID) is written, but what it found could not be logged: \(error)",
+                                   ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))))
+        }
     }
 
     /// Finishes a run with nothing in flight: the chunk is done (its retries parked) or, when
@@ -828,17 +861,17 @@ final class CampaignWorker: @unchecked Sendable {
             return false
         }
         keeper.drop(chunk)
-        if !complete, run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
         context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
-        if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
         if case .refused(let held) = directive { context.reportRefusedCampaign(held) }
-        if directive == .leaseLost {
-            try lostChunk(chunk, uncounted: run.progress, on: connection)
-            return true
+        if directive != .leaseLost { countProcessed(run.progress, app: chunk.app) }
+        // The run is done with from here: a query failing now must not leave it to be finished again.
+        tellAfterWrite(chunk, complete ? "finish" : "release") {
+            if !complete, run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
+            if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
+            if directive == .leaseLost { try lostChunk(chunk, uncounted: run.progress, on: connection) }
         }
-        countProcessed(run.progress, app: chunk.app)
         return true
     }
 
