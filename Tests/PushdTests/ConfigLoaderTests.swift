@@ -89,6 +89,30 @@ import Testing
         #expect(config.apps[1].credentials == .certificate(certificateFile: nil, keyFile: nil, pkcs12File: "/etc/pushd/legacy.p12", password: "from-env"))
     }
 
+    /// Two apps whose names give one environment override (`shop`'s sandbox key file is
+    /// `shop_sandbox`'s key file; `shop-a` and `shop_a` share every variable) are refused: one
+    /// variable would set both apps' secrets.
+    @Test(arguments: [("shop", "shop_sandbox", "PUSHD_APP_SHOP_SANDBOX_KEY_FILE"), ("shop-a", "shop_a", "PUSHD_APP_SHOP_A_KEY_FILE"),
+                      ("news_production", "news", "PUSHD_APP_NEWS_PRODUCTION_KEY_FILE")])
+    func appsWhoseNamesShareAnEnvironmentOverrideAreRefused(first: String, second: String, variable: String) {
+        func app(_ name: String) -> String {
+            """
+              - name: \(name)
+                bundle_id: com.example.\(name.filter(\.isLetter))
+                token:
+                  team_id: ABCDE12345
+                  key_id: KEY1234567
+                  key_file: /etc/pushd/\(name).p8
+
+            """
+        }
+        let text = "database:\n  url: postgresql://pushd@127.0.0.1:5432/pushd\napps:\n" + app(first) + app(second)
+        #expect(Self.problems(text).contains { $0.contains("app '\(second)' and app '\(first)' would both read \(variable)") },
+                "\(Self.problems(text))")
+        let fine = "database:\n  url: postgresql://pushd@127.0.0.1:5432/pushd\napps:\n" + app(first) + app(second + "x")
+        #expect(Self.problems(fine).isEmpty, "\(Self.problems(fine))")
+    }
+
     static func problems(_ text: String, environment: [String: String] = [:]) -> [String] {
         do {
             _ = try ConfigLoader.parse(text, environment: environment)

@@ -181,6 +181,12 @@ enum ConfigLoader {
             if let app = readApp(ConfigReader.Section(reader: reader, path: path, node: node), environment: environment) {
                 if config.apps.contains(where: { $0.name == app.name }) {
                     reader.error("\(path).name", line: node.line, "app '\(app.name)' is defined twice")
+                } else if let (other, shared) = config.apps.lazy.compactMap({ other in
+                    Self.sharedOverride(app.name, other.name).map { (other.name, $0) }
+                }).first {
+                    // One variable would set both apps' secrets: whichever read it, the other's is wrong.
+                    reader.error("\(path).name", line: node.line,
+                                 "app '\(app.name)' and app '\(other)' would both read \(shared) (a name's characters other than letters and digits become _); give one of them another name")
                 }
                 config.apps.append(app)
             }
@@ -208,7 +214,7 @@ enum ConfigLoader {
         }
         let environmentSetting = section.choice("environment", default: PushdConfig.Environment.production)
         let rate = section.int("campaign_rate", default: 0, range: 0...10_000_000)
-        let prefix = "PUSHD_APP_" + String((name ?? "").uppercased().map { $0.isLetter || $0.isNumber ? $0 : "_" }) + "_"
+        let prefix = variablePrefix(name ?? "")
 
         let hasToken = section.node("token") != nil
         let hasCertificate = section.node("certificate") != nil
@@ -302,6 +308,27 @@ enum ConfigLoader {
         }
         certificate.rejectUnknownKeys()
         return .certificate(certificateFile: certificateFile, keyFile: keyFile, pkcs12File: pkcs12File, password: password)
+    }
+
+    /// Where an app's environment overrides begin: `PUSHD_APP_<NAME>_`, the name upper-cased,
+    /// other characters than letters and digits as `_`.
+    static func variablePrefix(_ name: String) -> String {
+        "PUSHD_APP_" + String(name.uppercased().map { $0.isLetter || $0.isNumber ? $0 : "_" }) + "_"
+    }
+
+    /// Every environment override an app named `name` reads.
+    static func overrideVariables(_ name: String) -> [String] {
+        let prefix = variablePrefix(name)
+        return ["KEY_FILE", "P12_PASSWORD"].flatMap { secret in
+            [prefix + secret] + PushdConfig.Environment.allCases.map { prefix + $0.rawValue.uppercased() + "_" + secret }
+        }
+    }
+
+    /// A variable both apps would read (`shop`'s `PUSHD_APP_SHOP_SANDBOX_KEY_FILE` is
+    /// `shop_sandbox`'s key file too; `shop-a` and `shop_a` share all of theirs), nil when none.
+    static func sharedOverride(_ name: String, _ other: String) -> String? {
+        let theirs = Set(overrideVariables(other))
+        return overrideVariables(name).first { theirs.contains($0) }
     }
 
     static func isValidAppName(_ name: String) -> Bool {
