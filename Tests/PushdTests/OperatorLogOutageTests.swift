@@ -41,15 +41,20 @@ import Testing
             clock.advance(0.1)
         }
         #expect(log.outages().map(\.app) == ["shop"])
+        #expect(log.isDown(app: "shop", environment: "production", lane: "transactional"))
+        #expect(!log.isDown(app: "shop", environment: "sandbox", lane: "transactional"))
+        #expect(!log.isDown(app: "shop", environment: "production", lane: "campaign"))
         #expect(sink.lines.filter { $0.contains("apns_down") }.count == 1)
         // Answers again: back only after a second of them.
         log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         clock.advance(0.5)
         log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         #expect(log.outages().count == 1)
+        #expect(log.isDown(app: "shop", environment: "production", lane: "transactional"))
         clock.advance(0.6)
         log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         #expect(log.outages().isEmpty)
+        #expect(!log.isDown(app: "shop", environment: "production", lane: "transactional"))
         #expect(sink.lines.filter { $0.contains("apns_back") }.count == 1)
     }
 

@@ -15,10 +15,48 @@ struct FixedRandom: RandomNumberGenerator {
                                                   maxAttemptsForUnknownReasons: 2, outageLimit: 3600))
     let now = Timestamp(timeIntervalSince1970: 1_800_000_000)
 
-    func verdict(_ outcome: SendOutcome, attempt: Int = 1, expiration: Int64? = nil, waited: Double = 0) -> Verdict {
+    func verdict(_ outcome: SendOutcome, attempt: Int = 1, expiration: Int64? = nil, waited: Double = 0, apnsDown: Bool = false) -> Verdict {
         var random = FixedRandom(value: UInt64.max)
         return policy.verdict(for: outcome, attempt: attempt, expiration: expiration,
-                              firstAttemptAt: now.addingTimeInterval(-waited), now: now, random: &random)
+                              firstAttemptAt: now.addingTimeInterval(-waited), now: now, apnsDown: apnsDown, random: &random)
+    }
+
+    /// While the lane is down, what APNs did not answer or answered with a 5xx waits for the
+    /// probe (up to the longest delay), keeping its reason, so that `apns_back` finds it; a
+    /// throttled token or an answer about the request is decided as on a lane that is up.
+    @Test func aDownLaneHoldsWhatWaitsForAPNsUntilTheProbeSeesItBack() {
+        func delay(_ verdict: Verdict) -> Double? {
+            guard case .retry(let at, _, _, false) = verdict else { return nil }
+            return at.timeIntervalSince(now)
+        }
+        let unavailable: [SendOutcome] = [.response(status: 503, body: Self.body(#"{"reason":"ServiceUnavailable"}"#)),
+                                          .response(status: 500, body: Self.body(#"{"reason":"InternalServerError"}"#)),
+                                          .transportFailure("Recv failure: Connection reset by peer"),
+                                          .notSent("not sent: 5 connections to APNs failed in a row (last: refused)")]
+        for outcome in unavailable {
+            let up = delay(verdict(outcome, waited: 4))
+            let down = delay(verdict(outcome, waited: 4, apnsDown: true))
+            #expect(up != nil && up! <= 2, "\(outcome): \(up ?? -1)")
+            #expect(down == 60, "\(outcome): \(down ?? -1)")
+            guard case .retry(_, let reason, _, _) = verdict(outcome, waited: 4, apnsDown: true) else { continue }
+            #expect(OutcomePolicy.unavailableReasonPrefixes.contains { reason.hasPrefix($0) }, "\(reason)")
+        }
+        let throttled = SendOutcome.response(status: 429, body: Self.body(#"{"reason":"TooManyRequests"}"#))
+        #expect(verdict(throttled, waited: 40, apnsDown: true) == verdict(throttled, waited: 40))
+        let bad = SendOutcome.response(status: 400, body: Self.body(#"{"reason":"BadDeviceToken"}"#))
+        #expect(verdict(bad, apnsDown: true) == verdict(bad))
+
+        // Half of what is left of the budget at most: the outage limit, the expiration, the
+        // window of apns-expiration 0; what is left too short is decided as before.
+        let busy = unavailable[0]
+        #expect(delay(verdict(busy, waited: 3540, apnsDown: true)) == 30)
+        let expiration = Int64(now.timeIntervalSince1970) + 20
+        #expect(delay(verdict(busy, expiration: expiration, waited: 4, apnsDown: true)) == 10)
+        #expect(delay(verdict(busy, expiration: 0, waited: 10, apnsDown: true)) == 10)
+        guard case .dead(_, let why) = verdict(busy, expiration: 0, waited: 29.5, apnsDown: true) else {
+            Issue.record("apns-expiration 0 held past its window"); return
+        }
+        #expect(why.contains("apns-expiration 0"), "\(why)")
     }
 
     static func body(_ json: String) -> [UInt8] { Array(json.utf8) }

@@ -151,6 +151,36 @@ public struct RetryPolicy: Sendable, Hashable {
         return .retry(after: delay, at: next)
     }
 
+    /// After a send that got no answer or a 5xx while APNs is known to take none of the lane's
+    /// notifications (an outage seen, not one failure): no verdict on the notification, and no
+    /// point in sending it again on its own schedule. It waits for APNs to be seen answering
+    /// again — the caller's outage probe and its `apns_back` path make it due then — for at most
+    /// `maxDelay` (spread over its last quarter, so that instances do not all return at once)
+    /// and at most half of what is left of its time budget (the outage limit, its expiration, the
+    /// `apns-expiration: 0` window), so that a notification whose budget ends within the outage
+    /// is still tried, and given up with the usual reason, before it ends. A budget too short
+    /// for that is decided as `decideWithinBudget` decides it.
+    public func decideWhileDown<Random: RandomNumberGenerator>(
+        now: Timestamp,
+        expiration: Int64?,
+        firstAttemptAt: Timestamp?,
+        trouble: String,
+        random: inout Random
+    ) -> RetryDecision {
+        let waited = max(0, firstAttemptAt.map { now.timeIntervalSince($0) } ?? 0)
+        var left = outageLimit - waited
+        if let expiration {
+            left = min(left, expiration == 0 ? expirationZeroWindow - waited : Double(expiration) - now.timeIntervalSince1970)
+        }
+        let unit = Double(random.next() >> 11) * 0x1p-53
+        let delay = min(maxDelay * (0.75 + 0.25 * unit), left / 2)
+        guard delay >= baseDelay else {
+            return decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, throttled: false,
+                                      trouble: trouble, random: &random)
+        }
+        return .retry(after: delay, at: now.addingTimeInterval(delay))
+    }
+
     /// The jittered delay in seconds before the retry that follows attempt `attempt`.
     public func delayBeforeRetry<Random: RandomNumberGenerator>(attempt: Int, reason: APNsReason?, random: inout Random) -> Double {
         let base = (reason == .tooManyRequests || reason == .tooManyProviderTokenUpdates) ? throttledBaseDelay : baseDelay

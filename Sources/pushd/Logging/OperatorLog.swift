@@ -98,6 +98,15 @@ final class OperatorLog: Sendable {
         return down.count > 1 ? down.sorted() : down
     }
 
+    /// Whether APNs takes none of `app`'s notifications to `environment` on `lane` now (an
+    /// outage reported, not yet over); no hashing while nothing is in trouble.
+    func isDown(app: String, environment: String, lane: String) -> Bool {
+        state.withLock { state in
+            guard !state.trouble.isEmpty else { return false }
+            return state.trouble[Lane(app: app, environment: environment, lane: lane)]?.reported == true
+        }
+    }
+
     /// One send's outcome on `lane` of `app` to `environment` (the host it went to, `production`
     /// or `sandbox`): answers from a working APNs (any status but 5xx) clear a trouble of that
     /// environment only; no answer or a 5xx count towards one.

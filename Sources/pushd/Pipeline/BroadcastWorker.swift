@@ -233,7 +233,9 @@ final class BroadcastWorker: @unchecked Sendable {
             return
         }
         let verdict = context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
-                                             firstAttemptAt: operation.requestedAt, now: Timestamp(), random: &random)
+                                             firstAttemptAt: operation.requestedAt, now: Timestamp(),
+                                             apnsDown: context.operatorLog.isDown(app: operation.app, environment: environment.rawValue, lane: Self.channelsLane),
+                                             random: &random)
         switch verdict {
         case .delivered:
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
@@ -327,6 +329,7 @@ final class BroadcastWorker: @unchecked Sendable {
         let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                              expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
                                              firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
+                                             apnsDown: context.operatorLog.isDown(app: job.app, environment: environment.rawValue, lane: Self.lane),
                                              random: &random)
         let status = sent.response?.status
         switch verdict {

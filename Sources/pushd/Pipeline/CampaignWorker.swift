@@ -735,7 +735,9 @@ final class CampaignWorker: @unchecked Sendable {
         let outcome = run.sender.outcome(of: result, environment: environment)
         let verdict = context.notForTopicVerdict(
             policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
-                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(), random: &random),
+                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(),
+                           apnsDown: context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
+                           random: &random),
             sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
                       sender: run.sender, environment: environment, authorization: run.authorizations[target]) {
@@ -1098,7 +1100,9 @@ final class CampaignWorker: @unchecked Sendable {
             let environment = sender.environment(job: target.environment, registered: nil)
             let verdict = context.notForTopicVerdict(
                 policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
-                               firstAttemptAt: target.firstAttemptAt, now: Timestamp(), random: &random),
+                               firstAttemptAt: target.firstAttemptAt, now: Timestamp(),
+                               apnsDown: context.operatorLog.isDown(app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
+                               random: &random),
                 sender: sender, topic: topic, environment: environment, token: target.token)
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
                           environment: environment, authorization: authorization) {

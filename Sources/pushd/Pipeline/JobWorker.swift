@@ -358,7 +358,9 @@ final class JobWorker: @unchecked Sendable {
         context.operatorLog.record(outcome, app: job.app, environment: item.environment.rawValue, lane: "transactional")
         let verdict = context.notForTopicVerdict(
             context.policy.verdict(for: outcome, attempt: job.attempts + 1, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
-                                   firstAttemptAt: firstAttemptAt, now: Timestamp(), random: &random),
+                                   firstAttemptAt: firstAttemptAt, now: Timestamp(),
+                                   apnsDown: context.operatorLog.isDown(app: job.app, environment: item.environment.rawValue, lane: "transactional"),
+                                   random: &random),
             sender: sender, topic: item.topic, environment: item.environment, token: job.deviceToken)
         switch verdict {
         case .delivered:

@@ -70,8 +70,14 @@ struct OutcomePolicy: Sendable {
     ///   - expiration: the notification's apns-expiration, if any.
     ///   - firstAttemptAt: when the notification was first sent (not when it was queued): every
     ///     retry window counts from there.
+    ///   - apnsDown: APNs takes none of this lane's notifications for the app and environment now
+    ///     (`OperatorLog.isDown`): a send it did not answer, or answered with a 5xx, waits for the
+    ///     outage probe to see APNs back (`RetryPolicy.decideWhileDown`) instead of being sent
+    ///     again on its own backoff, so that a down APNs gets the probes, not every notification
+    ///     waiting for it every few seconds.
     func verdict<Random: RandomNumberGenerator>(for outcome: SendOutcome, attempt: Int, expiration: Int64?,
-                                                firstAttemptAt: Timestamp?, now: Timestamp, random: inout Random) -> Verdict {
+                                                firstAttemptAt: Timestamp?, now: Timestamp, apnsDown: Bool = false,
+                                                random: inout Random) -> Verdict {
         let action: ResponseAction
         let reason: APNsReason?
         let status: Int?
@@ -83,7 +89,10 @@ struct OutcomePolicy: Sendable {
             // No answer: APNs or the path to it is down. That is no verdict on the notification,
             // so it waits the outage out (within the outage limit and its expiration).
             let label = outcome.label == "not_sent" ? message : "transport: \(message)"
-            switch retry.decideAfterNoAnswer(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, random: &random) {
+            let decision = apnsDown
+                ? retry.decideWhileDown(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, trouble: "no answer from APNs", random: &random)
+                : retry.decideAfterNoAnswer(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, random: &random)
+            switch decision {
             case .retry(_, let at):
                 return .retry(at: at, reason: label, refreshProviderToken: false, countsAsAttempt: false)
             case .giveUp(let why):
@@ -115,8 +124,12 @@ struct OutcomePolicy: Sendable {
                 // APNs is failing, overloaded or throttling this token: no verdict on the
                 // notification, so it waits within its time budget and keeps its attempts.
                 let throttled = status == 429
-                switch retry.decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
-                                                throttled: throttled, trouble: "APNs answered \(label)", random: &random) {
+                let decision = apnsDown && status >= 500
+                    ? retry.decideWhileDown(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
+                                            trouble: "APNs answered \(label)", random: &random)
+                    : retry.decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
+                                               throttled: throttled, trouble: "APNs answered \(label)", random: &random)
+                switch decision {
                 case .retry(_, let at):
                     // A 5xx says APNs is unavailable: its status leads the reason (and `last_error`).
                     let unavailable = status >= 500 ? "HTTP \(status)" + (reason.map { " \($0.rawValue)" } ?? "") : label
