@@ -60,4 +60,48 @@ import Testing
             #expect(Set(log.map(\.token)).count == total)
         }
     }
+
+    /// A campaign whose lane goes down stops taking fresh targets, keeping its chunks, and
+    /// resumes where it stopped when APNs answers again: its targets are not all sent once into
+    /// the outage and parked.
+    @Test func aCampaignStopsSendingFreshTargetsIntoADownLaneAndResumesWhenAPNsIsBack() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let targets = 60_000
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 1000, maxMilliseconds: 600_000,
+                                                       extra: "  outage_probe_ms: 1000\n")
+            let id = try CampaignLaneTests.campaign(connection, count: targets)
+            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            // Some of it goes out; then APNs answers 503 to everything.
+            #expect(try DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 2000 })
+            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let unavailable = { harness.mock.stats.rejected["503 ServiceUnavailable"] ?? 0 }
+            #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
+            Thread.sleep(forTimeInterval: 4)
+            let before = unavailable()
+            let window = 10.0
+            Thread.sleep(forTimeInterval: window)
+            let during = unavailable() - before
+            let acceptedBefore = harness.mock.stats.accepted
+            // Two workers and the parked targets, a probe a second each: about 30.
+            #expect(during <= 60, "\(during) requests reached APNs in \(Int(window)) s while it answered 503 to everything")
+            #expect(acceptedBefore + unavailable() < targets, "the whole campaign was sent into the outage")
+            print("down campaign lane: \(during) requests in \(Int(window)) s; \(acceptedBefore) accepted and \(unavailable()) answered 503 in all")
+
+            try harness.mock.setFaults(.none)
+            let back = Timestamp()
+            #expect(try DaemonHarness.wait(seconds: 60) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+            print("campaign done \(String(format: "%.1f", Timestamp().timeIntervalSince(back))) s after APNs answered again")
+            let campaign = try #require(try CampaignStore().campaign(connection, id: id))
+            #expect(campaign.sent == targets && campaign.failed == 0, "\(campaign.failedByReason)")
+            let log = harness.mock.acceptedLog
+            #expect(log.count == targets)
+            #expect(Set(log.map(\.token)).count == targets)
+        }
+    }
 }

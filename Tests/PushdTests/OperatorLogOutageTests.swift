@@ -50,11 +50,14 @@ import Testing
         clock.advance(0.5)
         log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         #expect(log.outages().count == 1)
-        #expect(log.isDown(app: "shop", environment: "production", lane: "transactional"))
+        // Not back yet, but answering: sending resumes, and the lane's probe comes again soon.
+        #expect(!log.isDown(app: "shop", environment: "production", lane: "transactional"))
+        #expect(log.isAnswering(lane: "transactional") && !log.isAnswering(lane: "campaign"))
         clock.advance(0.6)
         log.record(Self.ok, app: "shop", environment: "production", lane: "transactional")
         #expect(log.outages().isEmpty)
         #expect(!log.isDown(app: "shop", environment: "production", lane: "transactional"))
+        #expect(!log.isAnswering(lane: "transactional"))
         #expect(sink.lines.filter { $0.contains("apns_back") }.count == 1)
     }
 

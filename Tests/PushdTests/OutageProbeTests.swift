@@ -35,6 +35,25 @@ import Testing
         #expect(probedAt == [1005, 1010, 1015, 1020, 1025, 1030])
     }
 
+    /// Once APNs answered a probe, the next comes within a second, not an interval: the
+    /// outage ends with a second answer a second after the first, and while the lane is down
+    /// the probe is the only send there may be.
+    @Test func aLaneAnsweringAgainIsProbedAgainWithinASecond() {
+        var probe = OutageProbe(interval: 5)
+        var random = MiddleRandom()
+        var probedAt: [Double] = []
+        for tenth in 0...200 {
+            let now = 1000 + Double(tenth) / 10
+            // APNs answered the probe at 1005 (the log says so from then on).
+            let answering = now > 1005
+            if !probe.appsToProbe(lane: "campaign", appsDown: ["shop"], answering: answering, again: 1, now: now, random: &random).isEmpty {
+                probedAt.append(now)
+            }
+        }
+        #expect(probedAt == [1005, 1006.1, 1007.1, 1008.1, 1009.1, 1010.1, 1011.1, 1012.1, 1013.1, 1014.1, 1015.1, 1016.1, 1017.1,
+                             1018.1, 1019.1], "\(probedAt)")
+    }
+
     @Test func waitsAreSpreadWithinAQuarterOfTheInterval() {
         var probe = OutageProbe(interval: 4)
         var random = SystemRandom()

@@ -98,12 +98,24 @@ final class OperatorLog: Sendable {
         return down.count > 1 ? down.sorted() : down
     }
 
-    /// Whether APNs takes none of `app`'s notifications to `environment` on `lane` now (an
-    /// outage reported, not yet over); no hashing while nothing is in trouble.
+    /// Whether APNs takes none of `app`'s notifications to `environment` on `lane` now: an
+    /// outage reported and no answer since its last failure. Once APNs answers again the outage
+    /// is not over (`answeringSecondsBeforeBack`), but sending resumes, so that answers can show
+    /// it. No hashing while nothing is in trouble.
     func isDown(app: String, environment: String, lane: String) -> Bool {
         state.withLock { state in
+            guard !state.trouble.isEmpty, let trouble = state.trouble[Lane(app: app, environment: environment, lane: lane)] else { return false }
+            return trouble.reported && trouble.answeringSince == nil
+        }
+    }
+
+    /// Whether some outage reported on `lane` has had an answer since its last failure: its
+    /// probe is then sent again soon (`OutageProbe`), so that the second answer that ends it
+    /// comes in about `answeringSecondsBeforeBack`, not a whole probe interval later.
+    func isAnswering(lane: String) -> Bool {
+        state.withLock { state in
             guard !state.trouble.isEmpty else { return false }
-            return state.trouble[Lane(app: app, environment: environment, lane: lane)]?.reported == true
+            return state.trouble.contains { $0.key.lane == lane && $0.value.reported && $0.value.answeringSince != nil }
         }
     }
 

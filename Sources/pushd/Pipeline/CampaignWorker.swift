@@ -415,6 +415,9 @@ final class CampaignWorker: @unchecked Sendable {
                 run.stopSubmitting = true
                 run.held = true
             }
+            if !run.retries.isEmpty {
+                run.releaseRetriesWaitingForAPNs { context.operatorLog.isDown(app: run.app, environment: $0.rawValue, lane: Lane.campaign.rawValue) }
+            }
             if inFlight < budget { try fill(run, on: connection) }
             if run.pacing, run.stopSubmitting || (run.next >= run.count && run.paced == nil) { stopPacing(run) }
             if run.shouldPark { run.parkRetries() }
@@ -497,6 +500,22 @@ final class CampaignWorker: @unchecked Sendable {
         batchTemplate = nil
     }
 
+    /// When each app and environment down on the campaign lane may next get a target from this
+    /// worker (monotonic seconds), by `app` NUL `environment`.
+    private var downLaneProbes: [String: Double] = [:]
+
+    /// Whether a target of `run` to `environment` may be sent: always while the lane is up;
+    /// while APNs takes none of the app's notifications there, one per `retry.outage_probe_ms`
+    /// from this worker, so that an answer shows it back. Without it a campaign kept sending
+    /// every fresh target once, at full speed, into the outage, and parked each.
+    private func mayPassDownLane(_ run: ChunkRun, environment: PushdConfig.Environment, now: Double) -> Bool {
+        guard context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue) else { return true }
+        let key = run.app + "\u{0}" + environment.rawValue
+        if now < downLaneProbes[key, default: 0] { return false }
+        downLaneProbes[key] = now + Double(context.config.retry.outageProbeMilliseconds) / 1000
+        return true
+    }
+
     /// Submits targets of `run` while the worker's window has room.
     private func fill(_ run: ChunkRun, on connection: PGConnection) throws {
         defer { submitBatched() }
@@ -522,6 +541,9 @@ final class CampaignWorker: @unchecked Sendable {
                 run.paced = nil
                 target = paced.target
             } else {
+                // APNs takes none of the app's notifications to that environment: the chunk waits,
+                // leased, and one target goes now and then to see whether APNs is back.
+                if let peeked = run.peekNextTarget(now: now), !mayPassDownLane(run, environment: run.environments[peeked], now: now) { break }
                 guard let next = run.takeNextTarget(now: now) else { break }
                 // Before the cap's reservation: a target left to another instance takes no share of
                 // this one's pace, so that instance sends it in the time the chunk left unused.
@@ -733,10 +755,10 @@ final class CampaignWorker: @unchecked Sendable {
         // or a throttle, read in place from the run.
         let environment = run.environments[target]
         let outcome = run.sender.outcome(of: result, environment: environment)
+        let apnsDown = context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
         let verdict = context.notForTopicVerdict(
             policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
-                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(),
-                           apnsDown: context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
+                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(), apnsDown: apnsDown,
                            random: &random),
             sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
@@ -750,7 +772,8 @@ final class CampaignWorker: @unchecked Sendable {
             // A send APNs never answered, or answered for reasons of its own, does not use up the target's attempts.
             if !countsAsAttempt { run.attempts[target] -= 1 }
             run.retries.append(ChunkRun.Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target,
-                                              dueAt: at, reason: reason))
+                                              dueAt: at, reason: reason,
+                                              waitsForAPNs: apnsDown && OutcomePolicy.unavailableReasonPrefixes.contains { reason.hasPrefix($0) }))
         case .failed(let reason):
             run.resolve(target, .failed(reason))
         case .pause(let reason):

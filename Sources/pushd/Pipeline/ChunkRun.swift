@@ -27,6 +27,9 @@ final class ChunkRun {
         var target: Int
         var dueAt = Timestamp()
         var reason = ""
+        /// Set aside while APNs took none of the lane's notifications (`RetryPolicy.decideWhileDown`):
+        /// due at once when the lane answers again (`releaseRetriesWaitingForAPNs`).
+        var waitsForAPNs = false
     }
 
     let chunk: CampaignChunk
@@ -126,6 +129,23 @@ final class ChunkRun {
     }
 
     /// The next target to send at monotonic time `now`: a due retry first, then a fresh one.
+    /// The target `takeNextTarget` would take, left in place.
+    func peekNextTarget(now: Double) -> Int? {
+        if !retries.isEmpty, let due = retries.first(where: { $0.at <= now }) { return due.target }
+        return next < count ? next : nil
+    }
+
+    /// Makes due at once the retries set aside while APNs was down for their environment and
+    /// that `isDown` says it answers again: the outage's `apns_back` reaches parked targets
+    /// only, and these would wait out the rest of their long delay.
+    func releaseRetriesWaitingForAPNs(isDown: (PushdConfig.Environment) -> Bool) {
+        for index in retries.indices where retries[index].waitsForAPNs && !isDown(environments[retries[index].target]) {
+            retries[index].at = 0
+            retries[index].dueAt = Timestamp()
+            retries[index].waitsForAPNs = false
+        }
+    }
+
     func takeNextTarget(now: Double) -> Int? {
         if let due = retries.firstIndex(where: { $0.at <= now }) {
             return retries.remove(at: due).target

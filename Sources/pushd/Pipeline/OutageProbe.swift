@@ -29,18 +29,27 @@ struct OutageProbe: Sendable {
     /// forgets the lane) or before its probe is due; else all of `appsDown`, and the lane's next
     /// probe is one spread interval away. The first look at a down lane schedules its first
     /// probe, an interval after the outage was seen: its own retries are still short then.
-    mutating func appsToProbe<Member>(lane: String, appsDown: [Member], now: Double,
+    ///
+    /// `answering`: APNs answered on the lane since its last failure (`OperatorLog.isAnswering`).
+    /// The outage ends only with answers `again` seconds apart, and the probe may be the only
+    /// send there is while a lane is down (what waits is set aside until then): so the next
+    /// probe is due within `again`, not a whole interval later.
+    mutating func appsToProbe<Member>(lane: String, appsDown: [Member], answering: Bool = false, again: Double = 1, now: Double,
                                       random: inout some RandomNumberGenerator) -> [Member] {
         guard !appsDown.isEmpty else {
             if !next.isEmpty { next.removeValue(forKey: lane) }
             return []
         }
-        guard let due = next[lane] else {
+        guard var due = next[lane] else {
             next[lane] = now + wait(&random)
             return []
         }
+        if answering, due - now > again {
+            due = now + again
+            next[lane] = due
+        }
         guard now >= due else { return [] }
-        next[lane] = now + wait(&random)
+        next[lane] = now + (answering ? again : wait(&random))
         return appsDown
     }
 

@@ -361,7 +361,11 @@ final class PipelineContext: @unchecked Sendable {
     func probeOutage(lane: String, what: String, _ makeSoonestDue: (_ apps: [String], _ environment: String) throws -> Int) throws -> Bool {
         let down = operatorLog.appsDown(lane: lane)
         let now = RateLimiter.monotonicSeconds()
-        let due = probes.withLock { $0.schedule.appsToProbe(lane: lane, appsDown: down, now: now, random: &$0.random) }
+        let answering = !down.isEmpty && operatorLog.isAnswering(lane: lane)
+        let due = probes.withLock {
+            $0.schedule.appsToProbe(lane: lane, appsDown: down, answering: answering, again: OperatorLog.answeringSecondsBeforeBack,
+                                    now: now, random: &$0.random)
+        }
         guard !due.isEmpty else { return false }
         // A paused app's work is not claimed here: making it due would prove nothing.
         let claimable = Set(claimableApps())
