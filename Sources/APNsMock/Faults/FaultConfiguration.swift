@@ -56,6 +56,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// is not allowed"), the other tokens' being accepted: a refusal of one request, not of
     /// the credentials.
     public var forbiddenTokens: Set<String>
+    /// Channel ids (base64, as sent) whose otherwise valid broadcasts answer 403 Forbidden,
+    /// whether or not the channel exists.
+    public var forbiddenChannels: Set<String>
 
     public init(
         unregisteredTokens: [String: Int64] = [:],
@@ -77,7 +80,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         ignorePings: Bool = false,
         shutdownRate: Double = 0,
         forbiddenReason: String? = nil,
-        forbiddenTokens: Set<String> = []
+        forbiddenTokens: Set<String> = [],
+        forbiddenChannels: Set<String> = []
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -99,6 +103,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.shutdownRate = shutdownRate
         self.forbiddenReason = forbiddenReason
         self.forbiddenTokens = forbiddenTokens
+        self.forbiddenChannels = forbiddenChannels
     }
 
     /// No faults: every valid request is accepted at once.
@@ -151,7 +156,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
-        case forbiddenReason, forbiddenTokens
+        case forbiddenReason, forbiddenTokens, forbiddenChannels
     }
 
     public init(from decoder: any Decoder) throws {
@@ -176,6 +181,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false,
             shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0,
             forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason),
-            forbiddenTokens: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenTokens) ?? [])
+            forbiddenTokens: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenTokens) ?? [],
+            forbiddenChannels: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenChannels) ?? [])
     }
 }
