@@ -66,6 +66,34 @@ import Testing
         }
     }
 
+    /// A broadcast answered Forbidden fails with the reason and is not sent again; the app's
+    /// device pushes go on and nothing pauses.
+    @Test func aBroadcastAnsweredForbiddenFailsOnceAndTheAppKeepsSending() throws {
+        let channel = "Zm9yYmlkZGVu"
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(forbiddenChannels: [channel]))
+            let pipeline = try harness.pipeline()
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, BroadcastDaemonTests.update])
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE channel_id IS NOT NULL AND reason = '\(Self.failedReason)'") == 1
+            })
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [DaemonHarness.token(9)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            Thread.sleep(forTimeInterval: 1)
+            #expect(harness.mock.stats.rejected("Forbidden") == 1)
+            #expect(harness.mock.stats.perToken[DaemonHarness.token(9)]?.accepted == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0)
+            #expect(pipeline.context.pausedApps().isEmpty)
+            #expect(pipeline.context.metrics.registry.expositionText()
+                .contains(#"pushd_dead_letters_total{app="shop",lane="broadcast",reason="Forbidden"} 1"#))
+        }
+    }
+
     /// Every notification is answered Forbidden and none accepted: that is APNs refusing the
     /// credentials, not the notifications. `apns.forbidden_limit` - 1 of them fail, then the app
     /// pauses with the rest kept unspent, and stays paused.
