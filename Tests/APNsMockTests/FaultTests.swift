@@ -40,6 +40,20 @@ struct FaultTests {
         }
     }
 
+    /// A forbidden token's notifications answer 403 Forbidden while the others are accepted:
+    /// APNs refusing one request, not the credentials.
+    @Test func forbiddenTokenAnswers403ForbiddenAndTheOthersAreAccepted() throws {
+        let forbidden = deviceToken(0x403)
+        try withMockServer({ $0.faults.forbiddenTokens = [forbidden.uppercased()] }) { server, port in
+            let responses = try H2Client.send([.push(token: forbidden), .push(token: deviceToken(7)), .push(token: forbidden)], port: port)
+            #expect(responses.map(\.status) == [403, 200, 403])
+            #expect(responses.map(\.reason) == ["Forbidden", nil, "Forbidden"])
+            #expect(server.stats.rejected == ["403 Forbidden": 2])
+        }
+        let parsed = try JSONDecoder().decode(FaultConfiguration.self, from: Data(#"{"forbiddenTokens":["AB"]}"#.utf8))
+        #expect(try parsed.validated().forbiddenTokens == ["ab"])
+    }
+
     /// A token issued for one topic answers DeviceTokenNotForTopic to any other, as APNs does
     /// for an alert token sent a VoIP push, or a token of another app.
     @Test func aTokenIssuedForOneTopicAnswersNotForTopicToAnyOther() throws {

@@ -288,6 +288,7 @@ struct ConfigurationTests {
             "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
             "--log-limit", "500", "--token-topic", "ABCD=com.example.app",
             "--no-broadcast", "com.example.off", "--topic-mismatch", "com.example.Shop",
+            "--forbidden-token", "AB03", "--forbidden-channel", "Zm9yYmlkZGVu",
         ])
         guard case .serve(let configuration, let faultsFile) = command else {
             Issue.record("expected serve, got \(command)")
@@ -303,6 +304,8 @@ struct ConfigurationTests {
         #expect(configuration.faults.unregisteredTokens == ["abcd": 1234])
         #expect(configuration.faults.badDeviceTokens == ["ef01"])
         #expect(configuration.faults.tokenTopics == ["abcd": "com.example.app"])
+        #expect(configuration.faults.forbiddenTokens == ["ab03"])
+        #expect(configuration.faults.forbiddenChannels == ["Zm9yYmlkZGVu"])
         #expect(configuration.faults.serviceUnavailableRate == 0.25)
         #expect(configuration.faults.goawayAfterStreams == 100)
         #expect(configuration.faults.delayMilliseconds == 5)

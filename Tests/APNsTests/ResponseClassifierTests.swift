@@ -19,7 +19,7 @@ import Testing
         (403, .invalidProviderToken, .configuration), (403, .missingProviderToken, .configuration),
         (403, .badCertificate, .configuration), (403, .badCertificateEnvironment, .configuration),
         (403, .badEnvironmentKeyInToken, .configuration), (403, .badEnvironmentKeyIdInToken, .hold(.environment)),
-        (403, .unrelatedKeyIdInToken, .configuration), (403, .forbidden, .configuration),
+        (403, .unrelatedKeyIdInToken, .configuration), (403, .forbidden, .deadLetter),
         (404, .badPath, .deadLetter), (405, .methodNotAllowed, .deadLetter),
         (410, .unregistered, .prune), (410, .expiredToken, .prune),
         (413, .payloadTooLarge, .deadLetter),

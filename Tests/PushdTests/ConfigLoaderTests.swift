@@ -13,6 +13,7 @@ import Testing
       host: 127.0.0.1:8443
       ca_file: /tmp/ca.pem
       threads: 2
+      forbidden_limit: 4
       max_in_flight: 2_000
       ping_interval_ms: 30000
       ping_timeout_ms: 5000
@@ -56,6 +57,7 @@ import Testing
         #expect(config.retry.outageProbeMilliseconds == 2500)
         #expect(config.dedupeRetentionHours == 48)
         #expect(config.notForTopicLimit == 40)
+        #expect(config.forbiddenLimit == 4)
         #expect(config.apps.count == 2)
         #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
                                                    credentials: .token(teamID: "ABCDE12345", keyID: "KEY1234567", keyFile: "/etc/pushd/shop.p8"),
@@ -172,6 +174,8 @@ import Testing
          "queue.dedupe_retention_hours (line 2): 0 is out of range: expected 1…8760"),
         ("database: {url: 'postgresql://h/d'}\ntokens: {not_for_topic_limit: 0}\napps: []",
          "tokens.not_for_topic_limit (line 2): 0 is out of range: expected 1…100000"),
+        ("database: {url: 'postgresql://h/d'}\napns: {forbidden_limit: 0}\napps: []",
+         "apns.forbidden_limit (line 2): 0 is out of range: expected 1…100000"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",
          "set either cert_file or p12_file, not both"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - {name: s, bundle_id: a.b, certificate: {p12_file: p}}\n  - {name: s, bundle_id: a.c, certificate: {p12_file: p}}",

@@ -92,6 +92,15 @@ struct FixedRandom: RandomNumberGenerator {
         }
     }
 
+    /// Forbidden ("the specified action is not allowed") used to pause the app, keep the job
+    /// unspent and send it again after the pause, forever. It fails the notification now,
+    /// whatever the attempt: Apple advises against sending such a request again unchanged.
+    @Test(arguments: [1, 40])
+    func forbiddenFailsTheNotificationAndIsNotSentAgain(attempt: Int) {
+        #expect(verdict(.response(status: 403, body: Self.body(#"{"reason":"Forbidden"}"#)), attempt: attempt)
+            == .dead(status: 403, reason: "Forbidden: APNs answered 403 Forbidden: the action is not allowed; not retried"))
+    }
+
     /// TopicDisallowed used to be a dead letter: every job of a misconfigured topic failed one by
     /// one. It holds the topic now, whatever the attempt or the time already waited.
     @Test(arguments: [("TopicDisallowed", ConfigurationScope.topic), ("FeatureNotEnabled", .broadcast),

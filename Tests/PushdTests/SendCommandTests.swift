@@ -349,6 +349,18 @@ import Testing
         #expect(run.output.errorText.contains("[token-authentication-required]"), "\(run.output.errorText)")
     }
 
+    /// One Forbidden answer is about the notification: `send` says it is not sent again, and
+    /// how `run` tells refused credentials, instead of calling the credentials refused.
+    @Test func aForbiddenAnswerIsExplainedAsNotAllowedNotAsRefusedCredentials() throws {
+        let result = DispatchResult(tag: 1, outcome: .response(Response(status: 403, apnsID: nil, body: Array(#"{"reason":"Forbidden"}"#.utf8))),
+                                    latencyNanoseconds: 2_000_000, attempts: 1)
+        let (lines, code) = SendCommand.describe(result)
+        #expect(code == 1)
+        #expect(lines == ["403 Forbidden: (2 ms)",
+                          "  APNs answered 403 Forbidden: the action is not allowed; not retried; pushd run fails such a notification, and pauses the app (its jobs kept) when apns.forbidden_limit of them in a row, none accepted, point at its credentials"],
+                "\(lines)")
+    }
+
     @Test func theDevelopmentEnvironmentsUniqueIDIsPrintedBesideTheApnsID() throws {
         let apnsID = try #require(APNsID("6c9a1c1e-3a5b-4c47-8f2e-1b2c3d4e5f60"))
         let uniqueID = try #require(APNsID("0b1e7f6c-6f0a-4d1e-9c54-4a1c2b3d4e5f"))

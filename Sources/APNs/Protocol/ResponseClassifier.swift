@@ -54,8 +54,13 @@ public enum ResponseClassifier {
             return .holdScope(.environment, reason: reason,
                               why: "APNs says the key that signs the provider token is not valid for this environment (BadEnvironmentKeyIdInToken): the key is restricted to the other environment; give the app a key for this environment, or a key for both environments")
         case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
-             .badEnvironmentKeyInToken, .unrelatedKeyIdInToken, .forbidden:
+             .badEnvironmentKeyInToken, .unrelatedKeyIdInToken:
             return .configurationError(reason: reason)
+        // "The specified action is not allowed": APNs refuses this request, and Apple advises
+        // against sending it again unchanged. It names no credential; a sender that sees it to
+        // every request tells refused credentials by a run of them (pushd's `ForbiddenBreaker`).
+        case .forbidden:
+            return .deadLetter(why: forbiddenWhy)
 
         case .idleTimeout, .serviceUnavailable, .shutdown:
             return .reconnectThenRetry
@@ -76,6 +81,9 @@ public enum ResponseClassifier {
             return .retry
         }
     }
+
+    /// Why a notification answered 403 Forbidden fails: its dead-letter reason follows "Forbidden: ".
+    public static let forbiddenWhy = "APNs answered 403 Forbidden: the action is not allowed; not retried"
 
     /// A response that failed before any status arrived (connection reset, GOAWAY before the
     /// stream was processed, timeout): the notification may not have reached APNs.

@@ -65,6 +65,8 @@ public enum MockCommandLine {
       --unregistered TOKEN[:MS]       answer 410 Unregistered (timestamp MS, default now)
       --bad-device-token TOKEN        answer 400 BadDeviceToken
       --not-for-topic TOKEN           answer 400 DeviceTokenNotForTopic
+      --forbidden-token TOKEN         answer 403 Forbidden (the other tokens are accepted)
+      --forbidden-channel ID          answer 403 Forbidden to broadcasts to channel ID
       --token-topic TOKEN=TOPIC       the token was issued for TOPIC: a notification to any other
                                       topic answers 400 DeviceTokenNotForTopic
       --rate-429 R, --rate-500 R, --rate-503 R
@@ -199,6 +201,8 @@ public enum MockCommandLine {
                 faults.unregisteredTokens[parts[0].lowercased()] = timestamp
             case "--bad-device-token": faults.badDeviceTokens.insert(try value().lowercased())
             case "--not-for-topic": faults.tokensNotForTopic.insert(try value().lowercased())
+            case "--forbidden-token": faults.forbiddenTokens.insert(try value().lowercased())
+            case "--forbidden-channel": faults.forbiddenChannels.insert(try value())
             case "--token-topic":
                 let text = try value()
                 let parts = text.split(separator: "=", maxSplits: 1).map(String.init)

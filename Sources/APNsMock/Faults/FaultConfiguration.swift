@@ -52,6 +52,13 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// refuses the credentials (a reason added after pushd was written, say); the empty string
     /// answers 403 without a body.
     public var forbiddenReason: String?
+    /// Tokens whose otherwise valid notifications answer 403 Forbidden ("The specified action
+    /// is not allowed"), the other tokens' being accepted: a refusal of one request, not of
+    /// the credentials.
+    public var forbiddenTokens: Set<String>
+    /// Channel ids (base64, as sent) whose otherwise valid broadcasts answer 403 Forbidden,
+    /// whether or not the channel exists.
+    public var forbiddenChannels: Set<String>
 
     public init(
         unregisteredTokens: [String: Int64] = [:],
@@ -72,7 +79,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         lowerConcurrencyAfterError: Bool = false,
         ignorePings: Bool = false,
         shutdownRate: Double = 0,
-        forbiddenReason: String? = nil
+        forbiddenReason: String? = nil,
+        forbiddenTokens: Set<String> = [],
+        forbiddenChannels: Set<String> = []
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -93,6 +102,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.ignorePings = ignorePings
         self.shutdownRate = shutdownRate
         self.forbiddenReason = forbiddenReason
+        self.forbiddenTokens = forbiddenTokens
+        self.forbiddenChannels = forbiddenChannels
     }
 
     /// No faults: every valid request is accepted at once.
@@ -106,6 +117,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             unregisteredTokens.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
         normalized.badDeviceTokens = Set(badDeviceTokens.map { $0.lowercased() })
         normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
+        normalized.forbiddenTokens = Set(forbiddenTokens.map { $0.lowercased() })
         normalized.tokenTopics = Dictionary(tokenTopics.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
         if let empty = normalized.tokenTopics.first(where: { $0.value.isEmpty }) {
             throw .configuration("fault tokenTopics gives token \(empty.key) an empty topic")
@@ -144,7 +156,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
-        case forbiddenReason
+        case forbiddenReason, forbiddenTokens, forbiddenChannels
     }
 
     public init(from decoder: any Decoder) throws {
@@ -168,6 +180,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,
             ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false,
             shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0,
-            forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason))
+            forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason),
+            forbiddenTokens: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenTokens) ?? [],
+            forbiddenChannels: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenChannels) ?? [])
     }
 }

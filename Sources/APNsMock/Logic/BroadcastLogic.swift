@@ -19,6 +19,9 @@ extension ConnectionLogic {
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return reject(status, reason, apnsID: apnsID) }
         if settings.topicMismatchBundleIDs.contains(accepted.bundleID) { return reject(403, .topicMismatch, apnsID: apnsID) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return reject(400, .featureNotEnabled, apnsID: apnsID) }
+        if !faults.forbiddenChannels.isEmpty && faults.forbiddenChannels.contains(accepted.channelID.value) {
+            return reject(403, .forbidden, apnsID: apnsID)
+        }
         if let (status, reason) = rollErrorRates(faults) { return reject(status, reason, apnsID: apnsID) }
         // Apple: "For channels with a No Messages Stored storage policy, you can only specify a
         // 0 expiration value."

@@ -100,6 +100,9 @@ struct ConnectionLogic {
         if !faults.tokensNotForTopic.isEmpty && faults.tokensNotForTopic.contains(token) {
             return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token)
         }
+        if !faults.forbiddenTokens.isEmpty && faults.forbiddenTokens.contains(token) {
+            return reject(403, .forbidden, apnsID: apnsID, token: token)
+        }
         if !faults.tokenTopics.isEmpty, let topic = faults.tokenTopics[token], topic != accepted.topic {
             return reject(400, .deviceTokenNotForTopic, apnsID: apnsID, token: token)
         }

@@ -280,6 +280,9 @@ enum SendCommand {
             return "the provider token was too old; pushd mints a new one and retries"
         case .reconnectThenRetry:
             return "the connection could not be used; pushd reconnects and retries"
+        // One answer cannot tell a request APNs refuses from credentials it refuses: say how `run` tells.
+        case .deadLetter(let why) where why == ResponseClassifier.forbiddenWhy:
+            return "\(why); pushd run fails such a notification, and pauses the app (its jobs kept) when apns.forbidden_limit of them in a row, none accepted, point at its credentials"
         case .deadLetter(let why):
             return why
         case .holdScope(_, _, let why):

@@ -94,6 +94,7 @@ enum ConfigLoader {
         config.apns.proxy = apns.string("proxy")
         config.apns.alternatePort = apns.bool("alternate_port", default: false)
         config.apns.threads = apns.int("threads", default: config.apns.threads, range: 1...64)
+        config.forbiddenLimit = apns.int("forbidden_limit", default: config.forbiddenLimit, range: 1...100_000)
         config.apns.connectionsPerApp = apns.int("connections_per_app", default: config.apns.connectionsPerApp, range: 1...64)
         config.apns.maxConnectionsPerApp = apns.int("max_connections_per_app", default: config.apns.maxConnectionsPerApp, range: 1...1024)
         if config.apns.maxConnectionsPerApp < config.apns.threads * config.apns.connectionsPerApp {

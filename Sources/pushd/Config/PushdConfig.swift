@@ -212,6 +212,10 @@ struct PushdConfig: Sendable, Equatable {
     /// that stop pruning and hold the topic (`NotForTopicBreaker`): a wrong bundle_id, not
     /// that many dead tokens.
     var notForTopicLimit: Int = 25
+    /// 403 Forbidden answers in a row in one environment of an app, none accepted in between,
+    /// taken as APNs refusing the app's credentials (`ForbiddenBreaker`): fewer fail their
+    /// notifications, each refused on its own.
+    var forbiddenLimit: Int = 10
     var drainTimeoutSeconds: Int = 20
     /// How long a job's `dedupe_key` stays taken after the job was inserted, whatever became
     /// of the job (`DedupeLedger`); the key of a job still queued is kept longer.

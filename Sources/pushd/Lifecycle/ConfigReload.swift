@@ -33,6 +33,7 @@ enum ConfigChanges {
         compare("apns.proxy") { $0.apns.proxy }
         compare("apns.alternate_port") { $0.apns.alternatePort }
         compare("apns.threads") { $0.apns.threads }
+        compare("apns.forbidden_limit") { $0.forbiddenLimit }
         compare("apns.connections_per_app") { $0.apns.connectionsPerApp }
         compare("apns.max_connections_per_app") { $0.apns.maxConnectionsPerApp }
         compare("apns.connection_growth_judged_ms") { $0.apns.connectionGrowthJudgedOverMilliseconds }

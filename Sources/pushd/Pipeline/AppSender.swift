@@ -10,8 +10,9 @@ import Synchronization
 /// per environment and lane, made on first use, each authenticating its requests), whether it
 /// is paused, and its metric children bound once.
 ///
-/// Thread rule: immutable after init except `pause`, `holds` and `breaker` (each under its
-/// lock, with `holdCount` set under the holds' lock and `breakerBusy` under the breaker's)
+/// Thread rule: immutable after init except `pause`, `holds`, `breaker` and `forbiddenRuns`
+/// (each under its lock, with `holdCount` set under the holds' lock, `breakerBusy` under the
+/// breaker's and `forbiddenCounting` under the runs')
 /// and the client registry (which has its own); any worker thread may use it.
 final class AppSender: @unchecked Sendable {
     let app: PushdConfig.App
@@ -45,6 +46,11 @@ final class AppSender: @unchecked Sendable {
     /// Set under the breaker's lock: whether a run is counted or a tripped run left prunes to
     /// leave out. Read without it on the hot path, where it is false almost always.
     private let breakerBusy = Atomic<Bool>(false)
+    /// 403 Forbidden answers in a row per environment (`ForbiddenBreaker`).
+    private let forbiddenRuns: Lock<ForbiddenBreaker>
+    /// Set under the runs' lock: whether a run is counted. Read without it on the hot path,
+    /// where it is false almost always.
+    private let forbiddenCounting = Atomic<Bool>(false)
     /// Prunes of tripped runs that were written, to restore (`takeRestores`).
     private let restores = Lock<[TokenPrune]>([])
     private let restoresWaiting = Atomic<Bool>(false)
@@ -124,9 +130,11 @@ final class AppSender: @unchecked Sendable {
     ///   credentials there. The app's own environment's are made now, so a setup error stops
     ///   `run` at start.
     init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics, notForTopicLimit: Int = 25,
+         forbiddenLimit: Int = 10,
          makeClient: @escaping @Sendable (PushdConfig.Environment, Lane) throws -> APNsClient?) throws {
         self.app = app
         breaker = Lock(NotForTopicBreaker(threshold: notForTopicLimit))
+        forbiddenRuns = Lock(ForbiddenBreaker(threshold: forbiddenLimit))
         self.factory = NotificationFactory(app: app)
         self.tokens = tokens
         self.metrics = metrics
@@ -467,6 +475,31 @@ final class AppSender: @unchecked Sendable {
         breaker.withLock { state in
             let result = body(&state)
             breakerBusy.store(state.counting || state.withdrawing, ordering: .relaxed)
+            return result
+        }
+    }
+
+    // MARK: 403 Forbidden answers in a row
+
+    /// A notification in `environment` was accepted: a run of Forbidden answers there ends.
+    /// One atomic load when none is counted.
+    func acceptedIn(_ environment: PushdConfig.Environment) {
+        guard forbiddenCounting.load(ordering: .relaxed) else { return }
+        withForbiddenRuns { $0.accepted(environment) }
+    }
+
+    /// APNs answered 403 Forbidden to a notification in `environment`.
+    func forbidden(_ environment: PushdConfig.Environment) -> ForbiddenBreaker.Decision {
+        withForbiddenRuns { $0.forbidden(environment) }
+    }
+
+    /// Forbidden answers in a row that are taken as refused credentials.
+    var forbiddenLimit: Int { forbiddenRuns.withLock { $0.threshold } }
+
+    private func withForbiddenRuns<Result>(_ body: (inout ForbiddenBreaker) -> Result) -> Result {
+        forbiddenRuns.withLock { state in
+            let result = body(&state)
+            forbiddenCounting.store(state.counting, ordering: .relaxed)
             return result
         }
     }

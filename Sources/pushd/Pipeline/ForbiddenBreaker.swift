@@ -1,0 +1,47 @@
+/// Tells a request APNs does not allow from credentials APNs refuses, for 403 Forbidden.
+///
+/// Apple documents Forbidden as "The specified action is not allowed" and advises against
+/// sending such a request again unchanged: one Forbidden answer blames its notification, which
+/// is failed, not retried. Refused credentials make every answer of the app's environment a
+/// 403, though, and failing on each would empty the queue at sending speed. So answers are
+/// counted per environment of one app; an accepted notification in that environment (any
+/// lane) ends the run, and the `threshold`-th answer of a run trips the breaker: the caller
+/// takes it as refused credentials (pauses the app, keeps the notification). A tripped run
+/// stays tripped until a notification is accepted: every Forbidden answer after it pauses
+/// again, as an answer refusing the credentials does, so the work kept for the pause is not
+/// failed one notification at a time when the pause ends.
+///
+/// A plain value: the caller keeps it under a lock.
+struct ForbiddenBreaker: Sendable {
+    enum Decision: Equatable, Sendable {
+        /// The `count`-th answer in a row: it blames its notification.
+        case counted(Int)
+        /// The `count`-th answer in a row, at or past the threshold: the credentials are refused.
+        case tripped(count: Int)
+    }
+
+    /// Answers in a row that trip the breaker.
+    let threshold: Int
+    private var runs = [PushdConfig.Environment: Int]()
+
+    init(threshold: Int) {
+        self.threshold = max(1, threshold)
+    }
+
+    /// Whether any run is being counted: an accepted notification has nothing to end otherwise.
+    var counting: Bool { !runs.isEmpty }
+    /// The answers in a row in `environment` so far.
+    func count(_ environment: PushdConfig.Environment) -> Int { runs[environment] ?? 0 }
+
+    /// A notification in `environment` was accepted: the credentials work there.
+    mutating func accepted(_ environment: PushdConfig.Environment) {
+        runs[environment] = nil
+    }
+
+    /// APNs answered 403 Forbidden to a notification in `environment`.
+    mutating func forbidden(_ environment: PushdConfig.Environment) -> Decision {
+        let count = (runs[environment] ?? 0) + 1
+        runs[environment] = count
+        return count >= threshold ? .tripped(count: count) : .counted(count)
+    }
+}
