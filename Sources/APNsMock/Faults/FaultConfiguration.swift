@@ -52,6 +52,10 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// refuses the credentials (a reason added after pushd was written, say); the empty string
     /// answers 403 without a body.
     public var forbiddenReason: String?
+    /// `forbiddenReason` answers only on the connections the mock numbers up to this (it
+    /// numbers them from 1 as it accepts them); later connections are answered as without it,
+    /// as when a new connection is what APNs asks for (UnrelatedKeyIdInToken). nil: every one.
+    public var forbiddenConnections: Int?
 
     public init(
         unregisteredTokens: [String: Int64] = [:],
@@ -72,7 +76,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         lowerConcurrencyAfterError: Bool = false,
         ignorePings: Bool = false,
         shutdownRate: Double = 0,
-        forbiddenReason: String? = nil
+        forbiddenReason: String? = nil,
+        forbiddenConnections: Int? = nil
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -93,6 +98,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.ignorePings = ignorePings
         self.shutdownRate = shutdownRate
         self.forbiddenReason = forbiddenReason
+        self.forbiddenConnections = forbiddenConnections
     }
 
     /// No faults: every valid request is accepted at once.
@@ -133,6 +139,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         if !(1...13).contains(streamResetErrorCode) {
             throw .configuration("fault streamResetErrorCode must be an HTTP/2 error code from 1 to 13 (2 INTERNAL_ERROR, 7 REFUSED_STREAM), got \(streamResetErrorCode)")
         }
+        if let forbiddenConnections, forbiddenConnections < 1 {
+            throw .configuration("fault forbiddenConnections must be at least 1, got \(forbiddenConnections)")
+        }
         if delayMilliseconds < 0 || randomDelayMilliseconds < 0 {
             throw .configuration("faults delayMilliseconds and randomDelayMilliseconds must not be negative")
         }
@@ -144,7 +153,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
-        case forbiddenReason
+        case forbiddenReason, forbiddenConnections
     }
 
     public init(from decoder: any Decoder) throws {
@@ -168,6 +177,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,
             ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false,
             shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0,
-            forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason))
+            forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason),
+            forbiddenConnections: try c.decodeIfPresent(Int.self, forKey: .forbiddenConnections))
     }
 }
