@@ -284,6 +284,8 @@ enum SendCommand {
             return why
         case .holdScope(_, _, let why):
             return "\(why); pushd run holds such notifications, keeps them and resumes on SIGHUP"
+        case .configurationError(let reason) where reason == .unrelatedKeyIdInToken:
+            return "APNs refused the provider token's key as unrelated to the connection's first push (UnrelatedKeyIdInToken) also on a new connection: check the key id, team id and key"
         case .configurationError(let reason):
             return "the app's credentials or environment were refused (\(reason)): check the key id, team id, key or certificate, and production/sandbox"
         }

@@ -595,6 +595,9 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
     func requestRetried() { resent.increment() }
+    func requestResent(afterAnswer status: Int, reason: APNsReason?) {
+        if let cause = ConnectionRetirementReporter.cause(status: status, reason: reason?.rawValue) { retirements?.record(cause) }
+    }
     func reconnectBackoffStarted(_ failure: ConnectionFailureCause, delayMilliseconds: Int) {
         backoffs.increment()
         guard backoffRuns.started(), let logger else { return }

@@ -197,7 +197,10 @@ final class PipelineContext: @unchecked Sendable {
     /// An APNs reason alone (InvalidProviderToken) names a credential APNs rejected; a TLS
     /// failure already explains itself.
     static func describePause(_ reason: String) -> String {
-        reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
+        if reason == APNsReason.unrelatedKeyIdInToken.rawValue {
+            return "APNs refused the provider token as signed by a key unrelated to the connection's (UnrelatedKeyIdInToken) also on a new connection: check the app's key_id, team_id and key file"
+        }
+        return reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
     }
 
     /// Prunes a batch of tokens and counts what it did: `pushd_tokens_pruned_total` for
