@@ -232,8 +232,10 @@ final class BroadcastWorker: @unchecked Sendable {
                                        outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)" + requestID)
             return
         }
-        let verdict = context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
-                                             firstAttemptAt: operation.requestedAt, now: Timestamp(), random: &random)
+        let verdict = context.environmentKeyVerdict(
+            context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
+                                   firstAttemptAt: operation.requestedAt, now: Timestamp(), random: &random),
+            sender: sender, environment: configured, carried: authorization)
         switch verdict {
         case .delivered:
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
@@ -324,10 +326,11 @@ final class BroadcastWorker: @unchecked Sendable {
         context.operatorLog.record(outcome, app: job.app, environment: environment.rawValue, lane: Self.lane)
         // Retries follow the expiration the application gave; the 0 sent for a job without
         // one satisfies APNs's header rule and does not shorten pushd's own retry window.
-        let verdict = context.policy.verdict(for: outcome, attempt: job.attempts + 1,
-                                             expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
-                                             firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
-                                             random: &random)
+        let verdict = context.environmentKeyVerdict(
+            context.policy.verdict(for: outcome, attempt: job.attempts + 1,
+                                   expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
+                                   firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(), random: &random),
+            sender: sender, environment: Self.configured(environment), carried: authorization)
         let status = sent.response?.status
         switch verdict {
         case .delivered:

@@ -356,9 +356,10 @@ final class JobWorker: @unchecked Sendable {
         // (run_at) has not been waiting before it was due.
         let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
         context.operatorLog.record(outcome, app: job.app, environment: item.environment.rawValue, lane: "transactional")
-        let verdict = context.notForTopicVerdict(
+        let verdict = context.notForTopicVerdict(context.environmentKeyVerdict(
             context.policy.verdict(for: outcome, attempt: job.attempts + 1, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                    firstAttemptAt: firstAttemptAt, now: Timestamp(), random: &random),
+            sender: sender, environment: item.environment, carried: item.authorization),
             sender: sender, topic: item.topic, environment: item.environment, token: job.deviceToken)
         switch verdict {
         case .delivered:
