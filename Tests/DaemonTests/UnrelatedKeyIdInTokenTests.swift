@@ -40,6 +40,8 @@ import Testing
             let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"reason\":\"UnrelatedKeyIdInToken\"") }
             #expect(lines.contains { $0.contains("the request is sent again on a new connection") && $0.contains("\"level\":\"warning\"") },
                     "\(daemon.text)")
+            // An answer, not a lost connection: no reset counted.
+            #expect(Self.sample(daemon.metrics(), #"pushd_apns_connection_errors_total{app="shop",environment="sandbox",reason="reset"} "#) == 0)
         }
     }
 

@@ -116,8 +116,12 @@ extension CurlEventLoop {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()
-            if status != 0 { sink.metrics.requestResent(afterAnswer: status, reason: errorBody?.reason) }
-            if !disposition.connectFailed { lostThisBatch = true }
+            // An answer that asked for another connection (UnrelatedKeyIdInToken) lost none.
+            if status != 0 {
+                sink.metrics.requestResent(afterAnswer: status, reason: errorBody?.reason)
+            } else if !disposition.connectFailed {
+                lostThisBatch = true
+            }
             backlog.pushFront(consume pending)
             return
         }
