@@ -74,6 +74,33 @@ struct LogicTests {
         #expect(state.authorize(third, now: Self.now + 1300, verifier: verifier) == .accepted(first: false))
     }
 
+    /// Apple: "The key ID in the provider token isn't related to the key ID of the token used in
+    /// the first push of this connection. To use this token, open a new connection."
+    @Test func aTokenOfAnotherKeyThanTheFirstPushsIsUnrelatedOnTheConnection() throws {
+        let first = try TestProviderKey(keyID: "KEY1234567")
+        let other = try TestProviderKey(keyID: "OTHERKEY12")
+        let verifier = ProviderTokenVerifier(keys: [
+            first.keyID: .init(teamID: first.teamID, publicKey: try ES256PublicKey(pem: first.publicKeyPEM)),
+            other.keyID: .init(teamID: other.teamID, publicKey: try ES256PublicKey(pem: other.publicKeyPEM))])
+        var state = ProviderTokenState(updateWindowSeconds: 0)
+        #expect(state.authorize(try bearer(first, issuedAt: Self.now), now: Self.now, verifier: verifier) == .accepted(first: true))
+        let unrelated = try bearer(other, issuedAt: Self.now + 1)
+        #expect(state.authorize(unrelated, now: Self.now + 1, verifier: verifier) == .rejected(status: 403, reason: .unrelatedKeyIdInToken))
+        // A new token of the first key is still taken; on a new connection the other key is too.
+        #expect(state.authorize(try bearer(first, issuedAt: Self.now + 2), now: Self.now + 2, verifier: verifier) == .accepted(first: false))
+        var fresh = ProviderTokenState(updateWindowSeconds: 0)
+        #expect(fresh.authorize(unrelated, now: Self.now + 3, verifier: verifier) == .accepted(first: true))
+    }
+
+    @Test func aForbiddenReasonLimitedToTheFirstConnectionsLeavesLaterOnesAlone() throws {
+        let faults = try FaultConfiguration(forbiddenReason: "UnrelatedKeyIdInToken", forbiddenConnections: 1).validated()
+        var firstConnection = ConnectionLogic(connectionID: 1, settings: settings(verifier: nil, startAtOne: false), seed: 1)
+        #expect(answer(firstConnection.handle(request(), faults: faults, now: Self.now))?.reason == "UnrelatedKeyIdInToken")
+        var secondConnection = ConnectionLogic(connectionID: 2, settings: settings(verifier: nil, startAtOne: false), seed: 1)
+        #expect(answer(secondConnection.handle(request(), faults: faults, now: Self.now))?.status == 200)
+        #expect(throws: MockServerError.self) { try FaultConfiguration(forbiddenConnections: 0).validated() }
+    }
+
     @Test func replacingAnExpiredTokenIsNeverTooManyUpdates() throws {
         let key = try TestProviderKey()
         let verifier = try verifier(key)

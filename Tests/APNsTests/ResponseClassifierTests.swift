@@ -145,7 +145,9 @@ import Testing
         #expect(Set(ConfigurationScope.allCases.map(\.reason))
                 == [.topicDisallowed, .featureNotEnabled, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken])
         #expect(Set(ConfigurationScope.allCases.flatMap(\.reasons))
-                == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken])
+                == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken,
+                    // With a key per environment, pushd holds the environment of the key they refuse.
+                    .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken])
         #expect(ConfigurationScope.topic.describe(topic: "com.example.shop.voip") == "topic com.example.shop.voip")
     }
 }

@@ -153,6 +153,92 @@ import Testing
         }
     }
 
+    /// `sandbox_token` names a key APNs does not take (one it does not know: InvalidProviderToken)
+    /// while production's key is good. The answer judges the sandbox key only: sandbox is held,
+    /// loudly (the line with the key and the fix, the gauge, `/readyz`, `pushd status`), and
+    /// production keeps sending, also what is queued after the answer. A SIGHUP once APNs takes
+    /// the key sends the sandbox jobs, once each.
+    @Test func anInvalidSandboxKeyHoldsOnlyTheSandboxJobs() throws {
+        try IsolatedDatabase.with { database in
+            let sandboxKeyID = "DEVKEY1234"
+            var sandboxKeyFile = ""
+            var sandboxKey: ProviderKey?
+            let hosts = try Hosts(database: database) { harness in
+                sandboxKeyFile = harness.directory + "/sandbox.p8"
+                try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", sandboxKeyFile])
+                try DaemonHarness.openssl(["pkey", "-in", sandboxKeyFile, "-pubout", "-out", harness.directory + "/sandbox.pub"])
+                sandboxKey = ProviderKey(keyID: sandboxKeyID, teamID: DaemonHarness.teamID,
+                                         publicKeyPEM: try String(contentsOfFile: harness.directory + "/sandbox.pub", encoding: .utf8),
+                                         environment: .sandbox)
+                // Neither host knows the sandbox key.
+                let production = try Hosts.harnessKey(harness, .production)
+                return ([production], [production])
+            }
+            chmod(sandboxKeyFile, 0o600)
+            let connection = try database.connect()
+            defer { connection.close() }
+            try Self.insert(connection, environment: "sandbox", tokens: 1...3)
+            try Self.insert(connection, environment: "production", tokens: 11...13)
+            let config = try hosts.writeConfigFile(extra: """
+
+                    sandbox_token:
+                      team_id: \(DaemonHarness.teamID)
+                      key_id: \(sandboxKeyID)
+                      key_file: \(sandboxKeyFile)
+
+                """)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: hosts.harness.directory + "/pushd.log")
+            #expect(DaemonHarness.wait(seconds: 30) { hosts.sandbox.stats.rejected("InvalidProviderToken") >= 1 }, "\(daemon.text)")
+
+            // Production is not held: what was queued and what comes after the answer goes out.
+            try Self.insert(connection, environment: "production", tokens: 14...16)
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'production'") == 0
+            }, "\(daemon.text)")
+            #expect(hosts.production.stats.accepted == 6)
+            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="InvalidProviderToken"} 1"#
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains(held) }, "\(daemon.metrics())")
+            #expect(daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="production",reason="InvalidProviderToken"} 0"#))
+            #expect(daemon.metrics().contains(#"pushd_app_paused{app="shop"} 0"#))
+            // The sandbox jobs are kept, no attempt spent, nothing dead-lettered.
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'sandbox' AND attempts = 0") == 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(hosts.sandbox.stats.accepted == 0)
+
+            // One error line naming the app, the environment, the key and the fix.
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"sending_held\"") }
+            #expect(lines.count == 1, "\(daemon.text)")
+            let line = String(lines.first ?? "")
+            for expected in ["\"level\":\"error\"", "sending of every notification for app shop in sandbox is held",
+                             "the key \(sandboxKeyID) of team \(DaemonHarness.teamID), which the app uses for sandbox only (InvalidProviderToken)",
+                             "check sandbox_token", "\"environment\":\"sandbox\"", "\"scope\":\"environment\"",
+                             "\"reason\":\"InvalidProviderToken\"", "\"key_id\":\"\(sandboxKeyID)\""] {
+                #expect(line.contains(expected), "no \(expected) in \(line)")
+            }
+            #expect(!daemon.text.contains("is paused"), "\(daemon.text)")
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.readyz().contains("held: app shop every notification (sandbox): InvalidProviderToken")
+            }, "\(daemon.readyz())")
+            #expect(daemon.readyz().hasPrefix("ready:"))
+            var status = try FleetStatusTests.status(database)
+            #expect(try DaemonHarness.wait(seconds: 15) {
+                status = try FleetStatusTests.status(database)
+                return status.problems.contains { $0.contains("app shop: sending of every notification (sandbox) is held on") }
+            }, "\(status.text)")
+
+            // APNs knows the sandbox key now; SIGHUP ends the hold and the jobs go out once each.
+            try hosts.restartSandbox(keys: [try Hosts.harnessKey(hosts.harness, .production), try #require(sandboxKey)])
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(try DaemonHarness.wait(seconds: 45) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "\(daemon.text)")
+            #expect(hosts.sandbox.stats.accepted == 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="InvalidProviderToken"} 0"#)
+            })
+        }
+    }
+
     /// Apple's recommendation followed: `token` is a production-only key and `sandbox_token` a
     /// sandbox-only one. Each environment's notifications are signed with its own key, so both
     /// deliver and nothing is held.

@@ -44,6 +44,23 @@ import Testing
         }
     }
 
+    /// APNs: "To use this token, open a new connection." The request goes again on another
+    /// connection; answered so on a connection opened after that, it reaches the caller.
+    @Test func unrelatedKeyIdInTokenIsSentAgainOnANewConnectionOnce() {
+        let first = TransferDisposition.decide(curlCode: 0, status: 403, reason: .unrelatedKeyIdInToken, attempts: 1, maxAttempts: 3)
+        #expect(first == TransferDisposition(retry: true, replaceConnection: true, connectFailed: false))
+        let again = TransferDisposition.decide(curlCode: 0, status: 403, reason: .unrelatedKeyIdInToken, attempts: 2, maxAttempts: 3,
+                                               answeredOnFreshConnection: true)
+        #expect(again == TransferDisposition(retry: false, replaceConnection: true, connectFailed: false))
+        // Another connection opened before the first answer (it had the old key too) is no fresh one.
+        let stale = TransferDisposition.decide(curlCode: 0, status: 403, reason: .unrelatedKeyIdInToken, attempts: 2, maxAttempts: 3)
+        #expect(stale.retry && stale.replaceConnection)
+        // Out of attempts, the answer is the caller's whatever the connection.
+        #expect(!TransferDisposition.decide(curlCode: 0, status: 403, reason: .unrelatedKeyIdInToken, attempts: 3, maxAttempts: 3).retry)
+        // The reason under another status is not APNs's.
+        #expect(decide(status: 400, reason: "UnrelatedKeyIdInToken") == .deliver)
+    }
+
     @Test func aRetiringReasonUnderAnotherStatusKeepsTheConnection() {
         #expect(decide(status: 400, reason: "ExpiredProviderToken") == .deliver)
         #expect(decide(status: 403, reason: "IdleTimeout") == .deliver)

@@ -12,7 +12,9 @@
 /// - `environment`: BadEnvironmentKeyIdInToken. The app's token key is restricted to the other
 ///   environment (Apple recommends a key per environment): nothing of the app can go to this
 ///   one with it, while the other environment keeps sending. Held per (app, environment), and
-///   a hold of it covers every other scope of that environment.
+///   a hold of it covers every other scope of that environment. Also InvalidProviderToken,
+///   BadEnvironmentKeyInToken and MissingProviderToken to a token of a key the app uses for
+///   this environment only (`<env>_token`): the other environment's key is not judged by them.
 public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     case topic
     case broadcast
@@ -34,7 +36,8 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     public var reasons: [APNsReason] {
         switch self {
         case .broadcast: return [.featureNotEnabled, .topicMismatch]
-        case .topic, .channelCreation, .environment: return [reason]
+        case .environment: return [.badEnvironmentKeyIdInToken, .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken]
+        case .topic, .channelCreation: return [reason]
         }
     }
 

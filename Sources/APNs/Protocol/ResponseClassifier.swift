@@ -53,6 +53,10 @@ public enum ResponseClassifier {
         case .badEnvironmentKeyIdInToken:
             return .holdScope(.environment, reason: reason,
                               why: "APNs says the key that signs the provider token is not valid for this environment (BadEnvironmentKeyIdInToken): the key is restricted to the other environment; give the app a key for this environment, or a key for both environments")
+        // With a key per environment, the caller narrows the token answers to the environment
+        // whose own key signed the token (pushd's `PipelineContext.environmentKeyVerdict`).
+        // UnrelatedKeyIdInToken reaches the caller only after the engine sent the request again on
+        // a new connection and got it there too (`TransferDisposition`): the token is refused.
         case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
              .badEnvironmentKeyInToken, .unrelatedKeyIdInToken:
             return .configurationError(reason: reason)

@@ -74,6 +74,7 @@ public enum MockCommandLine {
                                       ServiceUnavailable
       --rate-shutdown R               share (0…1) answered 503 Shutdown
       --forbidden-reason R            answer every valid notification 403 with reason R ("" for none)
+      --forbidden-connections N       --forbidden-reason only on the first N connections accepted
       --goaway-after-streams N        GOAWAY once a connection has begun N streams
       --goaway-after-seconds S        GOAWAY S seconds after a connection starts
       --reset-after-streams N         TCP reset when a connection completes N streams
@@ -215,6 +216,7 @@ public enum MockCommandLine {
             case "--rate-503": faults.serviceUnavailableRate = try rate()
             case "--rate-shutdown": faults.shutdownRate = try rate()
             case "--forbidden-reason": faults.forbiddenReason = try value()
+            case "--forbidden-connections": faults.forbiddenConnections = try integer(Int.self)
             case "--goaway-after-streams": faults.goawayAfterStreams = try integer(Int.self)
             case "--goaway-after-seconds":
                 let text = try value()

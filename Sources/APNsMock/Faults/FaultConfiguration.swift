@@ -59,6 +59,10 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     /// Channel ids (base64, as sent) whose otherwise valid broadcasts answer 403 Forbidden,
     /// whether or not the channel exists.
     public var forbiddenChannels: Set<String>
+    /// `forbiddenReason` answers only on the connections the mock numbers up to this (it
+    /// numbers them from 1 as it accepts them); later connections are answered as without it,
+    /// as when a new connection is what APNs asks for (UnrelatedKeyIdInToken). nil: every one.
+    public var forbiddenConnections: Int?
 
     public init(
         unregisteredTokens: [String: Int64] = [:],
@@ -81,7 +85,8 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         shutdownRate: Double = 0,
         forbiddenReason: String? = nil,
         forbiddenTokens: Set<String> = [],
-        forbiddenChannels: Set<String> = []
+        forbiddenChannels: Set<String> = [],
+        forbiddenConnections: Int? = nil
     ) {
         self.unregisteredTokens = unregisteredTokens
         self.badDeviceTokens = badDeviceTokens
@@ -104,6 +109,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.forbiddenReason = forbiddenReason
         self.forbiddenTokens = forbiddenTokens
         self.forbiddenChannels = forbiddenChannels
+        self.forbiddenConnections = forbiddenConnections
     }
 
     /// No faults: every valid request is accepted at once.
@@ -145,6 +151,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         if !(1...13).contains(streamResetErrorCode) {
             throw .configuration("fault streamResetErrorCode must be an HTTP/2 error code from 1 to 13 (2 INTERNAL_ERROR, 7 REFUSED_STREAM), got \(streamResetErrorCode)")
         }
+        if let forbiddenConnections, forbiddenConnections < 1 {
+            throw .configuration("fault forbiddenConnections must be at least 1, got \(forbiddenConnections)")
+        }
         if delayMilliseconds < 0 || randomDelayMilliseconds < 0 {
             throw .configuration("faults delayMilliseconds and randomDelayMilliseconds must not be negative")
         }
@@ -156,7 +165,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
-        case forbiddenReason, forbiddenTokens, forbiddenChannels
+        case forbiddenReason, forbiddenTokens, forbiddenChannels, forbiddenConnections
     }
 
     public init(from decoder: any Decoder) throws {
@@ -182,6 +191,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0,
             forbiddenReason: try c.decodeIfPresent(String.self, forKey: .forbiddenReason),
             forbiddenTokens: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenTokens) ?? [],
-            forbiddenChannels: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenChannels) ?? [])
+            forbiddenChannels: try c.decodeIfPresent(Set<String>.self, forKey: .forbiddenChannels) ?? [],
+            forbiddenConnections: try c.decodeIfPresent(Int.self, forKey: .forbiddenConnections))
     }
 }

@@ -84,7 +84,7 @@ struct ConnectionLogic {
             return reject(status, reason, apnsID: apnsID, token: token)
         }
 
-        if let forbidden = faults.forbiddenReason {
+        if let forbidden = faults.forbiddenReason, faults.forbiddenConnections.map({ connectionID <= UInt64(max(0, $0)) }) ?? true {
             return Answer(status: 403, apnsID: apnsID, reason: forbidden.isEmpty ? nil : forbidden, token: token)
         }
 

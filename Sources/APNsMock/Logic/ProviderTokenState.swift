@@ -9,6 +9,11 @@ import APNs
 /// connection or the creation of the token in use: a connection's first token is free, but
 /// switching from it within the window of either its `iat` or the connection's last switch
 /// is refused. Replacing an expired token is always allowed.
+///
+/// A connection is tied to the key of its first push's token: a valid token of another key
+/// id later on it answers 403 UnrelatedKeyIdInToken ("The key ID in the provider token isn't
+/// related to the key ID of the token used in the first push of this connection. To use this
+/// token, open a new connection.").
 struct ProviderTokenState {
     enum Outcome: Equatable {
         /// Accepted; `first` is true for the connection's first valid token.
@@ -17,7 +22,7 @@ struct ProviderTokenState {
     }
 
     private enum Verdict {
-        case valid(issuedAt: Int64)
+        case valid(issuedAt: Int64, keyID: String)
         case invalid(APNsReason)
     }
 
@@ -32,6 +37,8 @@ struct ProviderTokenState {
     private var current: String?
     private var currentIssuedAt: Int64 = 0
     private var lastSwitchAt: Int64?
+    /// The key id of the connection's first accepted token.
+    private var firstKeyID: String?
     private var verdicts: [String: Verdict] = [:]
     private(set) var signatureChecks = 0
 
@@ -50,8 +57,9 @@ struct ProviderTokenState {
         switch verdict {
         case .invalid(let reason):
             return .rejected(status: 403, reason: reason)
-        case .valid(let issuedAt):
+        case .valid(let issuedAt, let keyID):
             if now - issuedAt > maximumAge { return .rejected(status: 403, reason: .expiredProviderToken) }
+            if let firstKeyID, keyID != firstKeyID { return .rejected(status: 403, reason: .unrelatedKeyIdInToken) }
             if current != nil {
                 let currentExpired = now - currentIssuedAt > maximumAge
                 let previousChange = max(currentIssuedAt, lastSwitchAt ?? currentIssuedAt)
@@ -61,6 +69,7 @@ struct ProviderTokenState {
                 lastSwitchAt = now
             }
             let first = current == nil
+            if first { firstKeyID = keyID }
             current = authorization
             currentIssuedAt = issuedAt
             return .accepted(first: first)
@@ -72,7 +81,7 @@ struct ProviderTokenState {
         if let token = try? DecodedProviderToken(authorization: authorization) {
             signatureChecks += 1
             switch verifier.check(token, now: now) {
-            case nil, .expiredProviderToken?: verdict = .valid(issuedAt: token.issuedAt)
+            case nil, .expiredProviderToken?: verdict = .valid(issuedAt: token.issuedAt, keyID: token.keyID)
             case let reason?: verdict = .invalid(reason)
             }
         } else {

@@ -57,17 +57,23 @@ extension CurlEventLoop {
     func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int, now: UInt64) {
         guard var taken = transfer.pending.take() else { return }
         if transfer.sends > 0 { taken.wentOnWire = true }
+        let curlCode = Int(code.rawValue)
+        // The one place an answer's body is read: for the decision here and for the caller.
+        let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
+        var freshConnection = false
+        if status == 403, errorBody?.reason == .unrelatedKeyIdInToken {
+            freshConnection = taken.unrelatedKeyConnections != .min && transfer.connectionID > taken.unrelatedKeyConnections
+            taken.unrelatedKeyConnections = transfers.reduce(transfer.connectionID) { max($0, $1.connectionID) }
+        }
         // A constant from here: passed on as a variable, it was copied for every call (a
         // retain and a release of each reference it holds).
         let pending = consume taken
         freeTransfers.append(transfer.index)
         noteResends(transfer)
         if transfer.heldBack { return holdBack(pending, transfer, now: now) }
-        let curlCode = Int(code.rawValue)
-        // The one place an answer's body is read: for the decision here and for the caller.
-        let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
         let disposition = TransferDisposition.decide(curlCode: curlCode, status: status, reason: errorBody?.reason,
-                                                     attempts: pending.attempts, maxAttempts: configuration.maxAttempts)
+                                                     attempts: pending.attempts, maxAttempts: configuration.maxAttempts,
+                                                     answeredOnFreshConnection: freshConnection)
         if status == 0, curlCode != 0 {
             if let failure = ConnectionFailureReason(failedTransferCode: curlCode) { failuresThisBatch.insert(failure) }
             if transfer.connectionID >= 0 { _ = brokenConnections.insert(transfer.connectionID) }
@@ -110,7 +116,12 @@ extension CurlEventLoop {
             transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
             sink.metrics.requestRetried()
-            if !disposition.connectFailed { lostThisBatch = true }
+            // An answer that asked for another connection (UnrelatedKeyIdInToken) lost none.
+            if status != 0 {
+                sink.metrics.requestResent(afterAnswer: status, reason: errorBody?.reason)
+            } else if !disposition.connectFailed {
+                lostThisBatch = true
+            }
             backlog.pushFront(consume pending)
             return
         }

@@ -10,6 +10,10 @@ struct PendingRequest: Sendable {
     /// An attempt of this request went on the wire (libcurl began to send it): a failure after
     /// the answer deadline is then reported as that failure, never as `notSent`.
     var wentOnWire = false
+    /// After an UnrelatedKeyIdInToken answer, the newest connection of the loop then: the
+    /// request went again on a new connection, and only a connection with a higher id (libcurl
+    /// numbers a multi handle's connections upwards) was opened after it. `Int64.min` before.
+    var unrelatedKeyConnections = Int64.min
 }
 
 /// The caller waiting in `HTTP2Dispatcher.send`, boxed. `CheckedContinuation` comes from a

@@ -1,3 +1,5 @@
+import APNs
+
 /// What the engine reports for the metrics catalog. Called on event-loop threads: keep each
 /// method to a relaxed atomic update. Every method has a no-op default.
 public protocol DispatcherMetricsHook: Sendable {
@@ -20,6 +22,9 @@ public protocol DispatcherMetricsHook: Sendable {
     func requestRetried()
     /// A response asked for a fresh connection (503, IdleTimeout, ExpiredProviderToken, …).
     func connectionReplacementRequested()
+    /// A request answered `status` with `reason` (UnrelatedKeyIdInToken) was sent again by the
+    /// engine on another connection; the caller never sees that answer.
+    func requestResent(afterAnswer status: Int, reason: APNsReason?)
     /// A loop now lets libcurl hold `connections` connections: grown by one because requests
     /// waited for a stream, or lowered after connections closed.
     func connectionLimitChanged(to connections: Int)
@@ -61,6 +66,7 @@ extension DispatcherMetricsHook {
     public func connectionFailed(_ reason: ConnectionFailureReason) {}
     public func requestRetried() {}
     public func connectionReplacementRequested() {}
+    public func requestResent(afterAnswer status: Int, reason: APNsReason?) {}
     public func connectionLimitChanged(to connections: Int) {}
     public func connectionGrowthStarted(_ start: ConnectionGrowthStart) {}
     public func connectionGrowthJudged(_ verdict: ConnectionGrowthVerdict) {}

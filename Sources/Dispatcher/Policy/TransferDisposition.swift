@@ -24,7 +24,10 @@ struct TransferDisposition: Equatable {
     ///   - status: the HTTP status, 0 when no response header arrived.
     ///   - reason: the APNs reason of the answer's body, read once by the caller.
     ///   - attempts: transport attempts made so far, including this one.
-    static func decide(curlCode: Int, status: Int, reason: APNsReason?, attempts: Int, maxAttempts: Int) -> TransferDisposition {
+    ///   - answeredOnFreshConnection: the request was answered UnrelatedKeyIdInToken before, and
+    ///     this answer came on a connection opened after that one (`PendingRequest.unrelatedKeyConnections`).
+    static func decide(curlCode: Int, status: Int, reason: APNsReason?, attempts: Int, maxAttempts: Int,
+                       answeredOnFreshConnection: Bool = false) -> TransferDisposition {
         let canRetry = attempts < maxAttempts
         let code = CurlResultCode(curlCode)
         if code == .ok || status != 0 {
@@ -35,6 +38,13 @@ struct TransferDisposition: Equatable {
             // reconnect storm.
             if status == 503 && reason == .shutdown {
                 return TransferDisposition(retry: false, replaceConnection: true, connectFailed: false, connectionFailed: true)
+            }
+            // APNs ties a connection to the key that signed its first push's token and refuses a
+            // token of an unrelated key on it ("open a new connection"): the connection is
+            // retired and the request sent again on another one. Answered so on a connection
+            // opened after that, the token itself is refused: the caller gets the answer.
+            if status == 403 && reason == .unrelatedKeyIdInToken {
+                return TransferDisposition(retry: canRetry && !answeredOnFreshConnection, replaceConnection: true, connectFailed: false)
             }
             let retires = (status == 400 && reason == .idleTimeout)
                 || (status == 403 && reason == .expiredProviderToken) || (status == 429 && reason == .tooManyProviderTokenUpdates)

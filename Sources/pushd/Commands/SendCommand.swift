@@ -52,7 +52,20 @@ enum SendCommand {
         let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration)
         let (lines, code) = describe(result, certificateApp: Pipeline.authenticatesByCertificate(prepared.app))
         for line in lines { context.output(line) }
+        if let reason = result.response?.reason, let hint = environmentKeyHint(prepared.app, environment: prepared.environment, reason: reason) {
+            context.output("  " + hint)
+        }
         return code
+    }
+
+    /// What `pushd run` does with a credential answer about a key the app uses for `environment`
+    /// only (`PipelineContext.environmentKeyVerdict`): it holds that environment, not the app.
+    static func environmentKeyHint(_ app: PushdConfig.App, environment: PushdConfig.Environment, reason: String) -> String? {
+        guard PipelineContext.environmentKeyReasons.contains(reason),
+              case .token(_, let keyID, _) = app.credentials(for: environment),
+              let other = PushdConfig.Environment.allCases.first(where: { $0 != environment }),
+              app.credentials(for: other) != app.credentials(for: environment) else { return nil }
+        return "the key \(keyID) signs for \(environment.rawValue) only: pushd run holds the app's notifications to \(environment.rawValue) and keeps sending to \(other.rawValue); check \(environment.rawValue)_token"
     }
 
     // MARK: Building
@@ -287,6 +300,8 @@ enum SendCommand {
             return why
         case .holdScope(_, _, let why):
             return "\(why); pushd run holds such notifications, keeps them and resumes on SIGHUP"
+        case .configurationError(let reason) where reason == .unrelatedKeyIdInToken:
+            return "APNs refused the provider token's key as unrelated to the connection's first push (UnrelatedKeyIdInToken) also on a new connection: check the key id, team id and key"
         case .configurationError(let reason):
             return "the app's credentials or environment were refused (\(reason)): check the key id, team id, key or certificate, and production/sandbox"
         }

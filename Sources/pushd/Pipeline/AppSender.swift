@@ -189,6 +189,14 @@ final class AppSender: @unchecked Sendable {
         tokenKeys[environment]
     }
 
+    /// The key that signs for `environment` when it signs for no other environment of the app
+    /// (`<env>_token` naming another key than the other environment's); nil when one key
+    /// signs for both, or for a certificate app.
+    func environmentOwnKey(_ environment: PushdConfig.Environment) -> ProviderTokenService.Key? {
+        guard let key = tokenKeys[environment] else { return nil }
+        return tokenKeys.contains { $0.key != environment && $0.value == key } ? nil : key
+    }
+
     /// The app's key that `authorization` names (its `kid`), else the app's own: with a key per
     /// environment, an answer is about the key of the token it carried.
     func tokenKey(carried authorization: String?) -> ProviderTokenService.Key? {
@@ -628,6 +636,9 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
     func requestRetried() { resent.increment() }
+    func requestResent(afterAnswer status: Int, reason: APNsReason?) {
+        if let cause = ConnectionRetirementReporter.cause(status: status, reason: reason?.rawValue) { retirements?.record(cause) }
+    }
     func reconnectBackoffStarted(_ failure: ConnectionFailureCause, delayMilliseconds: Int) {
         backoffs.increment()
         guard backoffRuns.started(), let logger else { return }

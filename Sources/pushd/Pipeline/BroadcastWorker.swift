@@ -233,12 +233,13 @@ final class BroadcastWorker: @unchecked Sendable {
                                        outcome: "ChannelNotRegistered: APNs does not know this channel in \(environment)" + requestID)
             return
         }
-        let verdict = context.forbiddenVerdict(
+        let verdict = context.environmentKeyVerdict(context.forbiddenVerdict(
             context.policy.verdict(for: outcome, attempt: operation.attempts + 1, expiration: nil,
                                    firstAttemptAt: operation.requestedAt, now: Timestamp(),
                                    apnsDown: context.operatorLog.isDown(app: operation.app, environment: environment.rawValue, lane: Self.channelsLane),
                                    random: &random),
-            sender: sender, environment: configured, lane: Self.channelsLane)
+            sender: sender, environment: configured, lane: Self.channelsLane),
+            sender: sender, environment: configured, carried: authorization)
         switch verdict {
         case .delivered:
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
@@ -329,13 +330,14 @@ final class BroadcastWorker: @unchecked Sendable {
         context.operatorLog.record(outcome, app: job.app, environment: environment.rawValue, lane: Self.lane)
         // Retries follow the expiration the application gave; the 0 sent for a job without
         // one satisfies APNs's header rule and does not shorten pushd's own retry window.
-        let verdict = context.forbiddenVerdict(
+        let verdict = context.environmentKeyVerdict(context.forbiddenVerdict(
             context.policy.verdict(for: outcome, attempt: job.attempts + 1,
                                    expiration: job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
                                    firstAttemptAt: job.firstAttemptAt ?? sentAt, now: Timestamp(),
                                    apnsDown: context.operatorLog.isDown(app: job.app, environment: environment.rawValue, lane: Self.lane),
                                    random: &random),
-            sender: sender, environment: Self.configured(environment), lane: Self.lane)
+            sender: sender, environment: Self.configured(environment), lane: Self.lane),
+            sender: sender, environment: Self.configured(environment), carried: authorization)
         let status = sent.response?.status
         switch verdict {
         case .delivered:

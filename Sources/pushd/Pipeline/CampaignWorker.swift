@@ -279,7 +279,9 @@ final class CampaignWorker: @unchecked Sendable {
     private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: @autoclosure () -> String, pushType: String,
                         sender: AppSender, environment: PushdConfig.Environment, authorization: String?) -> Handled {
         context.operatorLog.record(outcome, app: app, environment: environment.rawValue, lane: "campaign")
-        switch context.forbiddenVerdict(verdict, sender: sender, environment: environment, lane: Lane.campaign.rawValue) {
+        let verdict = context.environmentKeyVerdict(context.forbiddenVerdict(verdict, sender: sender, environment: environment, lane: Lane.campaign.rawValue),
+                                                    sender: sender, environment: environment, carried: authorization)
+        switch verdict {
         case .delivered:
             sender.countResponse(status: 200, reason: "none", environment: environment)
             sender.countSent(pushType: pushType, lane: .campaign, environment: environment)

@@ -3,7 +3,8 @@ import Metrics
 import Locking
 
 /// Reports, for one app, the answers and events after which a connection to APNs takes no
-/// new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, 503 Shutdown and GOAWAY,
+/// new stream: TooManyProviderTokenUpdates, ExpiredProviderToken, UnrelatedKeyIdInToken (the
+/// engine sends the request again on a new connection; `TransferDisposition`), 503 Shutdown and GOAWAY,
 /// and pushd's own: a client certificate replaced by a reload (counted only; the reload logs it).
 /// Every one is counted (`pushd_apns_connection_retirements_total`); one event reaches many
 /// requests at once (every stream on the connection), so each kind is logged once, and again
@@ -15,6 +16,7 @@ final class ConnectionRetirementReporter: Sendable {
     enum Cause: String, CaseIterable, Sendable {
         case tooManyProviderTokenUpdates = "TooManyProviderTokenUpdates"
         case expiredProviderToken = "ExpiredProviderToken"
+        case unrelatedKeyIdInToken = "UnrelatedKeyIdInToken"
         case shutdown = "Shutdown"
         case goaway = "GOAWAY"
         case refusedStream = "REFUSED_STREAM"
@@ -24,6 +26,7 @@ final class ConnectionRetirementReporter: Sendable {
             switch self {
             case .tooManyProviderTokenUpdates: "APNs refused a provider token change within 20 minutes of the previous one"
             case .expiredProviderToken: "APNs called the provider token expired (over 60 minutes old)"
+            case .unrelatedKeyIdInToken: "APNs refused a provider token whose key is not related to the key that signed the connection's first push (UnrelatedKeyIdInToken); the request is sent again on a new connection, and an answer of it there pauses the app"
             case .shutdown: "APNs is shutting the server down (503 Shutdown)"
             case .goaway: "APNs ended the connection with GOAWAY"
             case .refusedStream: "APNs refused streams sent on a new connection before its SETTINGS were read; libcurl closed that connection and resent them"
@@ -37,6 +40,7 @@ final class ConnectionRetirementReporter: Sendable {
         switch (status, reason) {
         case (429, Cause.tooManyProviderTokenUpdates.rawValue?): .tooManyProviderTokenUpdates
         case (403, Cause.expiredProviderToken.rawValue?): .expiredProviderToken
+        case (403, Cause.unrelatedKeyIdInToken.rawValue?): .unrelatedKeyIdInToken
         case (503, Cause.shutdown.rawValue?): .shutdown
         default: nil
         }

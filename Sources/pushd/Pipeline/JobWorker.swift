@@ -356,11 +356,12 @@ final class JobWorker: @unchecked Sendable {
         // (run_at) has not been waiting before it was due.
         let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
         context.operatorLog.record(outcome, app: job.app, environment: item.environment.rawValue, lane: "transactional")
-        let verdict = context.forbiddenVerdict(context.notForTopicVerdict(
+        let verdict = context.forbiddenVerdict(context.notForTopicVerdict(context.environmentKeyVerdict(
             context.policy.verdict(for: outcome, attempt: job.attempts + 1, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                    firstAttemptAt: firstAttemptAt, now: Timestamp(),
                                    apnsDown: context.operatorLog.isDown(app: job.app, environment: item.environment.rawValue, lane: "transactional"),
                                    random: &random),
+            sender: sender, environment: item.environment, carried: item.authorization),
             sender: sender, topic: item.topic, environment: item.environment, token: job.deviceToken),
             sender: sender, environment: item.environment, lane: Lane.transactional.rawValue)
         switch verdict {

@@ -158,8 +158,11 @@ final class PipelineContext: @unchecked Sendable {
         let reason = reason ?? key.scope.reason
         // APNs's answer cannot say which key and environment: the hold names both, and the fix.
         let token = sender.tokenKey(for: key.environment)
-        let why = key.scope == .environment ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment) } ?? why : why
+        let why = key.scope == .environment && reason == .badEnvironmentKeyIdInToken
+            ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment) } ?? why : why
         guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration), reason: reason) else { return }
+        // The fleet must not take the refused token over from the shared table.
+        if key.scope == .environment, reason == .invalidProviderToken, let token { sender.tokens.reportInvalid(token) }
         // Which credentials APNs refused, so the operator knows what to compare with the developer account.
         let signer = token.map { " (the app signs with key \($0.keyID) of team \($0.teamID))" } ?? " (the app uses a certificate)"
         var fields: [(String, LogValue)] = [
@@ -174,6 +177,47 @@ final class PipelineContext: @unchecked Sendable {
     /// restricted to the other environment.
     static func wrongEnvironmentKeyWhy(keyID: String, _ environment: PushdConfig.Environment) -> String {
         "the key \(keyID) is not valid for \(environment.rawValue) (BadEnvironmentKeyIdInToken: APNs says it is restricted to the other environment): give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
+    }
+
+    /// The token answers that judge the key that signed the request's token, and with it only the
+    /// environments that key signs for.
+    static let environmentKeyReasons: Set<String> = [APNsReason.invalidProviderToken.rawValue,
+                                                     APNsReason.badEnvironmentKeyInToken.rawValue,
+                                                     APNsReason.missingProviderToken.rawValue]
+
+    /// What a credential answer to a request to `environment` that carried `authorization` does,
+    /// as `verdict` (the outcome policy's) said. An app with a key for this environment only
+    /// (`<env>_token`, the other environment signed by another key) has that environment held
+    /// (`ConfigurationScope.environment`) on InvalidProviderToken, BadEnvironmentKeyInToken and
+    /// MissingProviderToken to a token of that key: the other environment's key is not judged
+    /// by them, and its notifications keep going. With one key for both environments the app
+    /// is paused, as for every other credential answer. An InvalidProviderToken to a key a
+    /// reload has replaced since is left to `pause`, which sends the notification again.
+    func environmentKeyVerdict(_ verdict: Verdict, sender: AppSender, environment: PushdConfig.Environment,
+                               carried authorization: String?) -> Verdict {
+        guard case .pauseApp(let reason) = verdict, Self.environmentKeyReasons.contains(reason),
+              let key = sender.environmentOwnKey(environment) else { return verdict }
+        let carried = authorization.map { (key: sender.tokenKey(carried: $0), current: sender.tokens.signedByCurrentKey(key, authorization: $0)) }
+        guard Self.holdsEnvironment(reason: reason, environmentKey: key, carried: carried) else { return verdict }
+        return .hold(.environment, reason: reason, why: Self.environmentKeyWhy(reason: reason, key: key, environment))
+    }
+
+    /// Whether a credential answer (`reason`) to a request going to an environment signed by a key
+    /// of its own (`environmentKey`) holds only that environment: the request carried a token of
+    /// that key (`carried.key`; nil `carried` for a request that carried none, whose environment's
+    /// key is the one that failed to sign), and an InvalidProviderToken judges the key signing
+    /// now (`carried.current`), not one a reload replaced since.
+    static func holdsEnvironment(reason: String, environmentKey: ProviderTokenService.Key?,
+                                 carried: (key: ProviderTokenService.Key?, current: Bool)?) -> Bool {
+        guard environmentKeyReasons.contains(reason), let environmentKey else { return false }
+        guard let carried else { return true }
+        guard carried.key == environmentKey else { return false }
+        return reason != APNsReason.invalidProviderToken.rawValue || carried.current
+    }
+
+    /// Why an environment of an app with a key of its own for it is held after a credential answer.
+    static func environmentKeyWhy(reason: String, key: ProviderTokenService.Key, _ environment: PushdConfig.Environment) -> String {
+        "APNs refused the provider token of the key \(key.keyID) of team \(key.teamID), which the app uses for \(environment.rawValue) only (\(reason)); the other environment signs with its own key and keeps sending: check \(environment.rawValue)_token (key_id, team_id, and that key_file is the key Apple issued under that key id and is not revoked)"
     }
 
     /// "app shop: topic com.example.shop.voip (sandbox)" for every scope held now, sorted.
@@ -199,7 +243,10 @@ final class PipelineContext: @unchecked Sendable {
     /// An APNs reason alone (InvalidProviderToken) names a credential APNs rejected; a TLS
     /// failure already explains itself.
     static func describePause(_ reason: String) -> String {
-        reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
+        if reason == APNsReason.unrelatedKeyIdInToken.rawValue {
+            return "APNs refused the provider token as signed by a key unrelated to the connection's (UnrelatedKeyIdInToken) also on a new connection: check the app's key_id, team_id and key file"
+        }
+        return reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
     }
 
     /// Prunes a batch of tokens and counts what it did: `pushd_tokens_pruned_total` for
