@@ -224,6 +224,49 @@ struct LogicTests {
         #expect(accepted?.payloadSHA256 == sha256Hex(examplePayload))
         #expect(accepted?.topic == "com.example.app")
     }
+
+    /// A broadcast on a certificate connection: POST /4/broadcasts/apps/<bundle id>, no token.
+    private func broadcast(bundleID: String, channel: String) -> IncomingRequest {
+        var request = IncomingRequest(streamID: 1)
+        request.method = "POST"
+        request.path = "/4/broadcasts/apps/" + bundleID
+        request.headers = [HeaderField(name: "apns-push-type", value: "liveactivity"), HeaderField(name: "apns-channel-id", value: channel),
+                           HeaderField(name: "apns-priority", value: "10"), HeaderField(name: "apns-expiration", value: "0")]
+        request.body = Array(#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}"#.utf8)
+        return request
+    }
+
+    /// Apple: "APNs validates the request using either the provided authentication token or
+    /// your server's certificate" ("Sending broadcast push notification requests to APNs").
+    /// On a certificate connection a broadcast needs no token and its bundle id must be one
+    /// the certificate covers (the `--topic` list), as a device push's topic must; a channel
+    /// request, which Apple documents with no certificate, is still refused.
+    @Test func aCertificateConnectionsBroadcastNeedsNoTokenButItsBundleIDMustBeCovered() throws {
+        var settings = settings()
+        settings.certificateMode = true
+        settings.broadcastJudge = BroadcastRequestJudge(allowedBundleIDs: ["com.example.app"])
+        guard case .created(let channel) = settings.channels.create(bundleID: "com.example.app", policy: .noMessageStored) else {
+            Issue.record("the mock made no channel")
+            return
+        }
+        var logic = ConnectionLogic(connectionID: 1, settings: settings, seed: 1)
+        let accepted = answer(logic.handle(broadcast(bundleID: "com.example.app", channel: channel), faults: .none, now: Self.now))
+        #expect(accepted?.status == 200, "\(String(describing: accepted))")
+        var stats = MockStats()
+        settings.channels.fill(&stats)
+        #expect(stats.broadcastsAccepted == [channel: 1])
+        let uncovered = answer(logic.handle(broadcast(bundleID: "com.example.other", channel: channel), faults: .none, now: Self.now))
+        #expect(uncovered?.status == 400)
+        #expect(uncovered?.reason == "TopicDisallowed")
+
+        var management = ConnectionLogic(connectionID: 2, settings: settings, seed: 1, role: .channelManagement)
+        var list = IncomingRequest(streamID: 1)
+        list.method = "GET"
+        list.path = "/1/apps/com.example.app/all-channels"
+        let refused = answer(management.handle(list, faults: .none, now: Self.now))
+        #expect(refused?.status == 403)
+        #expect(refused?.reason == "MissingProviderToken")
+    }
 }
 
 @Suite("apns-mock configuration and text")

@@ -69,16 +69,22 @@ import Testing
         #expect(broadcast.issues(authentication: .token).isEmpty)
     }
 
-    @Test func broadcastsAreHeldToLiveActivityPayloadRulesAndTokenAuth() {
+    /// Apple's broadcast page: "APNs validates the request using either the provided
+    /// authentication token or your server's certificate".
+    @Test func broadcastsAreHeldToLiveActivityPayloadRulesWithEitherAuthentication() {
         let alert = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
         let broadcast = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel, payload: alert)
         let rules = Set(broadcast.issues(authentication: .certificate).map(\.rule))
-        #expect(rules.contains(.tokenAuthenticationRequired))
+        #expect(!rules.contains(.tokenAuthenticationRequired))
         #expect(rules.contains(.liveActivityTimestamp))
         #expect(rules.contains(.liveActivityEvent))
         let big = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel,
                                         payload: Array(("{\"aps\":{},\"x\":\"" + String(repeating: "a", count: 5200) + "\"}").utf8))
         #expect(big.issues(authentication: .token).map(\.rule).contains(.payloadTooLarge))
+        let update = BroadcastNotification(bundleID: "com.example.scores", channelID: Self.channel, payload: Self.update)
+        #expect(update.issues(authentication: .certificate).isEmpty)
+        // A certificate connection's request carries no authorization header.
+        #expect(update.headerFields(authorization: nil).map(\.name) == ["apns-push-type", "apns-channel-id", "apns-expiration", "apns-priority"])
     }
 
     @Test func listAndReadAnswersAreParsed() {

@@ -262,27 +262,50 @@ import Testing
         }
     }
 
-    @Test func aCertificateAppsBroadcastsAreDeadLetteredAndItsChannelRequestsFailWithAReason() throws {
+    /// APNs takes a broadcast with the app's certificate as well as with a provider token
+    /// (Apple, "Sending broadcast push notification requests to APNs"): a certificate app's
+    /// broadcast goes on a connection that presents its certificate, to a mock that requires
+    /// one, and is accepted. One to an environment the app has no certificate for is
+    /// dead-lettered unsent, naming the setting; a channel request, which is sent with a token
+    /// only, fails with a reason citing Apple's channel management page. Before, the broadcast
+    /// was dead-lettered ("broadcasts need token (JWT) authentication").
+    @Test func aCertificateAppsBroadcastIsSentWithItsCertificateAndItsChannelRequestsFailWithAReason() throws {
         try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database)
-            var config = harness.config()
-            let certificates = harness.certificates
+            var world = try TLSFailurePausesAppTests.World(database: database)
+            let certificates = world.harness.certificates
+            try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                clientCA: certificates.caCertificate)
+            defer { world.mock.stop() }
+            let channel = try #require(world.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            var config = world.harness.config()
+            config.apns.hostOverride = "127.0.0.1:\(world.port)"
             config.apps[0].credentials = .certificate(certificateFile: certificates.clientCertificate, keyFile: certificates.clientKey,
                                                       pkcs12File: nil, password: nil)
-            let pipeline = try harness.pipeline(config)
+            let pipeline = try world.harness.pipeline(config)
             pipeline.start()
             defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
             let connection = try database.connect()
             defer { connection.close() }
-            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', 'c2hvcDox', $1)", [Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, environment) VALUES ('shop', $1, $2, 'production')",
+                                 [channel, Self.update])
             try connection.query("SELECT pushd.create_channel('shop')")
+            let dead = { (try? connection.query("SELECT reason FROM pushd.dead_jobs").rows.map { try $0.require(0) as String }) ?? [] }
+            #expect(DaemonHarness.wait(seconds: 20) { world.mock.stats.broadcastsAccepted[channel] == 1 },
+                    "accepted: \(world.mock.stats.broadcastsAccepted), dead letters: \(dead())")
             #expect(DaemonHarness.wait(seconds: 20) {
-                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason LIKE 'broadcasts need token (JWT) authentication%'")) == 1
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs")) == 0
             })
+            #expect(dead().count == 1 && dead().allSatisfy { $0.hasPrefix("NoCredentialsForEnvironment: app shop has no certificate for production") },
+                    "\(dead())")
             #expect(DaemonHarness.wait(seconds: 20) {
-                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'failed' AND outcome LIKE '%accepts only token (JWT) authentication%'")) == 1
+                (try? DaemonHarness.count(connection, """
+                    SELECT count(*) FROM pushd.channels WHERE state = 'failed'
+                    AND outcome LIKE '%Sending channel management requests to APNs%'
+                    """)) == 1
             })
-            #expect(harness.mock.stats.requestsReceived == 0)
+            #expect(world.mock.stats.requestsReceived == 1)
         }
     }
 

@@ -154,4 +154,28 @@ import Testing
             sending.world.mock.stop()
         }
     }
+
+    /// A certificate app's broadcasts go on the broadcast worker's own connection, which the
+    /// app's sender does not hold: a renewal reaches it too, at the next broadcast.
+    @Test func aRenewedCertificateAndSIGHUPReachTheNextBroadcast() throws {
+        try IsolatedDatabase.with { database in
+            let sending = try Sending(database: database)
+            defer { withExtendedLifetime(sending) {} }
+            let files = sending.files, connection = sending.connection, daemon = sending.daemon, mock = sending.world.mock
+            let channel = try #require(mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [channel, BroadcastDaemonTests.update])
+            #expect(DaemonHarness.wait(seconds: 30) { mock.stats.broadcastsAccepted[channel] == 1 }, "\(daemon.text)")
+            #expect(!mock.stats.clientCertificateSubjects.values.contains("/CN=renewed client"))
+
+            try Self.renew(sending.world.harness, files, name: "renewed client")
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"config_reloaded\"") }, "\(daemon.text)")
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, priority) VALUES ('shop', $1, $2, 5)",
+                                 [channel, BroadcastDaemonTests.update])
+            #expect(DaemonHarness.wait(seconds: 30) { mock.stats.broadcastsAccepted[channel] == 2 }, "\(daemon.text)")
+            #expect(mock.stats.clientCertificateSubjects.values.contains("/CN=renewed client"), "\(mock.stats)")
+            mock.stop()
+        }
+    }
 }

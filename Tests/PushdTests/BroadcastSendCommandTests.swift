@@ -20,6 +20,32 @@ import Testing
         }
     }
 
+    /// APNs takes a broadcast with the app's certificate (Apple, "Sending broadcast push
+    /// notification requests to APNs"): a certificate app's goes on a connection presenting
+    /// it, to a mock that requires a client certificate, with no authorization header.
+    @Test func aCertificateAppsBroadcastIsSentWithItsCertificate() throws {
+        let certificates = try SendCommandTests.certificates.get()
+        var configuration = MockConfiguration(certificateChainFile: certificates.serverCertificate, privateKeyFile: certificates.serverKey)
+        configuration.authentication = .certificate(clientCAFile: certificates.caCertificate)
+        let server = try APNsMockServer(configuration: configuration)
+        let port = try server.start()
+        defer { server.stop() }
+        let channel = try #require(server.createChannel(bundleID: "com.example.shop", storagePolicy: .noMessageStored))
+        var setup = try SendCommandTests.Setup()
+        try setup.writeConfig(port: port, credentials: """
+                certificate:
+                  cert_file: \(certificates.clientCertificate)
+                  key_file: \(certificates.clientKey)
+            """)
+        let dryRun = try SendCommandTests.send(setup, ["--channel", channel, "--payload", Self.update, "--dry-run"])
+        #expect(dryRun.exitCode == 0, "\(dryRun.output.text)\n\(dryRun.output.errorText)")
+        #expect(!dryRun.output.text.contains("authorization"), "\(dryRun.output.text)")
+        let run = try SendCommandTests.send(setup, ["--channel", channel, "--payload", Self.update])
+        #expect(run.exitCode == 0, "\(run.output.text)\n\(run.output.errorText)")
+        #expect(run.output.output.last?.hasPrefix("200 accepted") == true, "\(run.output.text)")
+        #expect(server.stats.broadcastsAccepted == [channel: 1])
+    }
+
     @Test func anUnknownChannelIsReportedWithApnsReason() throws {
         var setup = try SendCommandTests.Setup()
         try SendCommandTests.withMock(&setup) { _, setup in

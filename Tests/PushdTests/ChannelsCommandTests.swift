@@ -35,6 +35,30 @@ import Testing
         }
     }
 
+    /// The channel management API is sent with a token only (Apple documents no certificate
+    /// for it): a certificate app's request, with no live instance holding a token key for the
+    /// app, is refused with the reason instead of queued to fail.
+    @Test func aCertificateAppsChannelRequestIsRefusedWithTheReasonWhenNoInstanceHasATokenKey() throws {
+        try IsolatedDatabase.with { database in
+            let certificates = try SendCommandTests.certificates.get()
+            var setup = try SendCommandTests.Setup()
+            try setup.writeConfig(port: 1, credentials: """
+                    certificate:
+                      cert_file: \(certificates.clientCertificate)
+                      key_file: \(certificates.clientKey)
+                """)
+            let create = try Self.run(database, ["create", "--app", "shop", "--config", setup.config], ChannelsCommand.create)
+            #expect(create.exitCode == 1)
+            #expect(create.output.errorText.contains("Sending channel management requests to APNs"), "\(create.output.errorText)")
+            #expect(create.output.errorText.contains("no live instance of the fleet has a token key for app shop"))
+            let delete = try Self.run(database, ["delete", "--app", "shop", "--config", setup.config, "c2hvcDox"], ChannelsCommand.delete)
+            #expect(delete.exitCode == 1)
+            let connection = try database.connect()
+            defer { connection.close() }
+            #expect(try ChannelStore().list(connection, app: "shop", includeDeleted: true).isEmpty)
+        }
+    }
+
     @Test func badInputIsRefusedSayingWhatIsWrongAndWaitingWithoutADaemonTimesOut() throws {
         try IsolatedDatabase.with { database in
             let storage = try Self.run(database, ["create", "--app", "scores", "--storage", "forever"], ChannelsCommand.create)

@@ -2,7 +2,10 @@ import Posix
 
 /// One Live Activity update to every device subscribed to a channel:
 /// `POST /4/broadcasts/apps/<bundle id>` on the ordinary notification host, with
-/// `apns-channel-id` and push type `liveactivity`. Token authentication only.
+/// `apns-channel-id` and push type `liveactivity`. Apple ("Sending broadcast push notification
+/// requests to APNs"): "APNs validates the request using either the provided authentication
+/// token or your server's certificate", so it goes with a provider token or on a connection
+/// that presents the app's certificate for the environment.
 public struct BroadcastNotification: Sendable, Hashable {
     public var bundleID: String
     public var channelID: ChannelID
@@ -39,8 +42,11 @@ public struct BroadcastNotification: Sendable, Hashable {
 
     public var path: String { BroadcastNotification.pathPrefix + bundleID }
 
-    public func headerFields(authorization: String) -> [HeaderField] {
-        var fields = [HeaderField(name: APNsHeader.authorization, value: authorization)]
+    /// `authorization` is the complete value ("bearer <jwt>"); nil with a certificate, whose
+    /// requests carry no `authorization` header.
+    public func headerFields(authorization: String?) -> [HeaderField] {
+        var fields = [HeaderField]()
+        if let authorization { fields.append(HeaderField(name: APNsHeader.authorization, value: authorization)) }
         if let apnsID { fields.append(HeaderField(name: APNsHeader.requestID, value: apnsID.lowercasedString)) }
         fields.append(HeaderField(name: APNsHeader.pushType, value: PushType.liveactivity.rawValue))
         fields.append(HeaderField(name: APNsHeader.channelID, value: channelID.value))
@@ -50,14 +56,11 @@ public struct BroadcastNotification: Sendable, Hashable {
     }
 
     /// Every issue found: the bundle id, the priority, the expiration (against the channel's
-    /// storage policy, when known), token authentication, and the Live Activity payload rules
-    /// a per-device `liveactivity` push is held to, less the start event a broadcast cannot carry.
+    /// storage policy, when known), and the Live Activity payload rules a per-device
+    /// `liveactivity` push is held to, less the start event a broadcast cannot carry. Either
+    /// authentication is accepted (Apple's broadcast page names both).
     public func issues(authentication: AuthenticationMode, storagePolicy: MessageStoragePolicy? = nil) -> [ValidationIssue] {
         var found = [ValidationIssue]()
-        if authentication == .certificate {
-            found.append(.init(field: "authentication", rule: .tokenAuthenticationRequired,
-                               message: "APNs accepts broadcast pushes only with token (JWT) authentication"))
-        }
         BroadcastRules.checkBundleID(bundleID, into: &found)
         if let priority, !PriorityRules.liveActivity.contains(priority) {
             found.append(PriorityRules.liveActivityIssue(priority))

@@ -2,7 +2,8 @@ import Posix
 
 /// One request to the channel management API (create, read, delete a channel, or list all
 /// channels of a bundle id). Sent to `APNsEnvironment.channelManagementHost`, token
-/// authentication only.
+/// authentication only: Apple's "Sending channel management requests to APNs", unlike its
+/// broadcast page, does not say that APNs takes these requests with a certificate.
 public struct ChannelRequest: Sendable, Hashable {
     public enum Operation: Sendable, Hashable {
         case create(MessageStoragePolicy)
@@ -24,6 +25,11 @@ public struct ChannelRequest: Sendable, Hashable {
 
     /// The only push type channels carry, as the create body spells it.
     public static let channelPushType = "LiveActivity"
+
+    /// Why a certificate app's channel request is refused, in every place that refuses it.
+    public static let certificateRefusal = "the channel management API is sent with token (JWT) authentication only: "
+        + "Apple's \"Sending channel management requests to APNs\", unlike its broadcast page, does not say APNs takes "
+        + "these requests with a certificate (broadcasts are sent with the app's certificate)"
 
     public var method: String {
         switch operation {
@@ -69,7 +75,7 @@ public struct ChannelRequest: Sendable, Hashable {
         var found = [ValidationIssue]()
         if authentication == .certificate {
             found.append(.init(field: "authentication", rule: .tokenAuthenticationRequired,
-                               message: "the channel management API accepts only token (JWT) authentication"))
+                               message: ChannelRequest.certificateRefusal))
         }
         BroadcastRules.checkBundleID(bundleID, into: &found)
         return found

@@ -2,8 +2,8 @@ import APNs
 import Posix
 
 /// Broadcast sends (on the notification listener) and channel management (on its own
-/// listener), decided like the rest: the request's form, then the provider token, then the
-/// channel registry and the rate faults.
+/// listener), decided like the rest: the request's form, then the provider token (a
+/// broadcast on a certificate connection needs none), then the channel registry and the rate faults.
 extension ConnectionLogic {
     mutating func decideBroadcast(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64, requestedID: String?) -> Answer {
         let verdict = settings.broadcastJudge.judgeBroadcast(method: request.method, path: request.path,
@@ -14,9 +14,13 @@ extension ConnectionLogic {
         case .accepted(let value): accepted = value
         }
         let apnsID = accepted.apnsID ?? makeID()
-        // APNs takes broadcasts only with provider tokens.
-        if settings.certificateMode { return reject(403, .missingProviderToken, apnsID: apnsID) }
-        if let (status, reason) = authenticate(accepted.authorization, now: now) { return reject(status, reason, apnsID: apnsID) }
+        // Apple: "APNs validates the request using either the provided authentication token or
+        // your server's certificate". With a certificate the connection's TLS handshake has
+        // authenticated the sender, and the judge has held the bundle id to the certificate's
+        // topics (TopicDisallowed), as for a device push; there is no token to check.
+        if !settings.certificateMode, let (status, reason) = authenticate(accepted.authorization, now: now) {
+            return reject(status, reason, apnsID: apnsID)
+        }
         if settings.topicMismatchBundleIDs.contains(accepted.bundleID) { return reject(403, .topicMismatch, apnsID: apnsID) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return reject(400, .featureNotEnabled, apnsID: apnsID) }
         if !faults.forbiddenChannels.isEmpty && faults.forbiddenChannels.contains(accepted.channelID.value) {
@@ -57,6 +61,8 @@ extension ConnectionLogic {
         case .rejected(let status, let reason): return answer(status, reason)
         case .accepted(let value): accepted = value
         }
+        // Apple's channel management page, unlike its broadcast page, does not say APNs takes
+        // these requests with a certificate.
         if settings.certificateMode { return answer(403, .missingProviderToken) }
         if let (status, reason) = authenticate(accepted.authorization, now: now) { return answer(status, reason) }
         if settings.topicMismatchBundleIDs.contains(accepted.bundleID) { return answer(403, .topicMismatch) }

@@ -1,8 +1,10 @@
 import APNs
 import Posix
 
-/// Broadcast sends and channel management through the same client and engine. Both APIs take
-/// only provider tokens: a certificate client refuses them before anything is sent.
+/// Broadcast sends and channel management through the same client and engine. APNs takes a
+/// broadcast with a provider token or on a connection that presents the app's certificate;
+/// channel management goes with provider tokens only, so a certificate client refuses it
+/// before anything is sent.
 extension APNsClient {
     /// A client for the channel management API: its own host and port per environment
     /// (2195 development, 2196 production), unless a test server stands in.
@@ -25,7 +27,7 @@ extension APNsClient {
     }
 
     public func request(for broadcast: BroadcastNotification) throws(APNsClientError) -> DispatchRequest {
-        let authorization = try bearer()
+        let authorization = try authorization()
         do {
             return try DispatchRequest(path: broadcast.path, headerLines: broadcast.headerFields(authorization: authorization).map(\.line),
                                        body: broadcast.payload)

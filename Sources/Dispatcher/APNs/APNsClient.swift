@@ -36,12 +36,12 @@ public enum APNsClientError: Error, Sendable, CustomStringConvertible {
     /// The provider token could not be signed.
     case providerToken(String)
     case invalidRequest(DispatchRequestError)
-    /// Broadcasts and channel management accept only provider tokens.
+    /// Channel management is sent only with provider tokens.
     case tokenAuthenticationRequired
 
     public var description: String {
         switch self {
-        case .tokenAuthenticationRequired: return "broadcasts and channel management need token (JWT) authentication; this app uses a certificate"
+        case .tokenAuthenticationRequired: return "this app uses a certificate, and " + ChannelRequest.certificateRefusal
         case .providerToken(let message): return "could not sign the provider token: \(message)"
         case .invalidRequest(let error): return "notification cannot be sent: \(error)"
         }

@@ -21,7 +21,7 @@ enum Commands {
                 configOption,
                 .value("app", "NAME", "the app (from the configuration) to send as"),
                 .value("token", "HEX", "the device token"),
-                .value("channel", "ID", "a broadcast channel id instead of a token: one Live Activity update for every subscribed device (token auth only)"),
+                .value("channel", "ID", "a broadcast channel id instead of a token: one Live Activity update for every subscribed device (with the app's token key or certificate)"),
                 .value("alert", "TEXT", "an alert body (builds the payload)"),
                 .value("title", "TEXT", "an alert title"),
                 .value("badge", "N", "a badge number (0 clears the badge)"),

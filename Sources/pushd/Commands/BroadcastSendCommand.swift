@@ -4,16 +4,20 @@ import Posix
 import Locking
 
 /// `pushd send --channel ID`: one broadcast now, to every device subscribed to the channel,
-/// with the app's provider token (broadcasts take no certificate), and APNs's answer printed.
+/// with the app's provider token or, for a certificate app, on a connection that presents its
+/// certificate for the environment (APNs takes a broadcast with either), and APNs's answer printed.
 enum BroadcastSendCommand {
     static func run(_ parsed: ParsedCommand, _ context: CommandContext, config: PushdConfig,
                     standardInput: () -> [UInt8]) throws -> Int32 {
-        var app = try SendCommand.chooseApp(parsed.value("app"), config: config)
-        if let environment = parsed.value("environment") {
-            guard let chosen = PushdConfig.Environment(rawValue: environment) else {
-                throw CommandContext.Failure("--environment '\(environment)' is not one of: production, sandbox")
+        let app = try SendCommand.chooseApp(parsed.value("app"), config: config)
+        // Kept apart from the app's own: its credentials for another environment are that
+        // environment's certificate or key, not the ones of its configured environment.
+        var environment = app.environment
+        if let given = parsed.value("environment") {
+            guard let chosen = PushdConfig.Environment(rawValue: given) else {
+                throw CommandContext.Failure("--environment '\(given)' is not one of: production, sandbox")
             }
-            app.environment = chosen
+            environment = chosen
         }
         if parsed.value("token") != nil { throw CommandContext.Failure("--channel and --token exclude each other: a send goes to one channel or one device") }
         if let type = parsed.value("push-type"), type != PushType.liveactivity.rawValue {
@@ -46,17 +50,17 @@ enum BroadcastSendCommand {
         let broadcast = BroadcastNotification(bundleID: app.bundleID, channelID: channel, priority: priority, expiration: expiration,
                                               apnsID: apnsID, payload: payload)
         let authentication: AuthenticationMode
-        if case .token = app.credentials { authentication = .token } else { authentication = .certificate }
+        if case .token = app.credentials(for: environment) { authentication = .token } else { authentication = .certificate }
         let issues = broadcast.issues(authentication: authentication)
         if !issues.isEmpty {
             context.errorOutput(SendCommand.Invalid(issues: issues).description)
             return 1
         }
-        guard var configuration = try SendCommand.dispatcherConfiguration(for: app, environment: app.environment, config: config) else {
-            throw CommandContext.Failure("app \(app.name) has no credentials for \(app.environment.rawValue)")
+        guard var configuration = try SendCommand.dispatcherConfiguration(for: app, environment: environment, config: config) else {
+            throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
         }
         if config.apns.hostOverride == nil {
-            configuration.host = (app.environment == .production ? APNsEnvironment.production : .sandbox).host
+            configuration.host = environment.apns.host
         }
         configuration.threads = 1
         configuration.connectionsPerThread = 1
@@ -64,16 +68,15 @@ enum BroadcastSendCommand {
         let port = configuration.port == 443 ? "" : ":\(configuration.port)"
         context.output("POST https://\(configuration.host)\(port)\(broadcast.path) (app \(app.name), channel \(channel), \(payload.count) bytes)")
         if parsed.has("dry-run") {
-            for field in broadcast.headerFields(authorization: SendCommand.authorizationPlaceholder(app) ?? "") {
+            for field in broadcast.headerFields(authorization: SendCommand.authorizationPlaceholder(app, environment: environment)) {
                 context.output("  \(field.line)")
             }
             context.output("  " + String(decoding: payload, as: UTF8.self))
             context.output("dry run: nothing was sent")
             return 0
         }
-        guard let authorization = try SendCommand.authorization(app) else {
-            throw CommandContext.Failure("app \(app.name) uses a certificate; broadcasts need token (JWT) authentication")
-        }
+        // nil for a certificate app: the connection's certificate authenticates the broadcast.
+        let authorization = try SendCommand.authorization(app, environment: environment)
         let request = try DispatchRequest(path: broadcast.path, headerLines: broadcast.headerFields(authorization: authorization).map(\.line),
                                           body: payload)
         let (lines, code) = SendCommand.describe(try send(request, configuration: configuration))

@@ -49,7 +49,7 @@ enum ChannelAuditCommand {
     static func channelsAtAPNs(app: PushdConfig.App, environment: PushdConfig.Environment, config: PushdConfig,
                                _ context: CommandContext) throws -> [String] {
         guard case .token = app.credentials else {
-            throw CommandContext.Failure("app \(app.name) uses a certificate; the channel management API accepts only token (JWT) authentication")
+            throw CommandContext.Failure("app \(app.name) uses a certificate; " + ChannelRequest.certificateRefusal)
         }
         guard var configuration = try SendCommand.dispatcherConfiguration(for: app, environment: environment, config: config) else {
             throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
@@ -77,7 +77,7 @@ enum ChannelAuditCommand {
         let target = "GET https://\(configuration.host):\(configuration.port)\(request.path)"
         context.output("\(target) (app \(app.name), \(environment.rawValue), apns-request-id \(requestID.lowercasedString))")
         guard let authorization = try SendCommand.authorization(app, environment: environment) else {
-            throw CommandContext.Failure("app \(app.name) has no token key; the channel management API accepts only token (JWT) authentication")
+            throw CommandContext.Failure("app \(app.name) has no token key for \(environment.rawValue); " + ChannelRequest.certificateRefusal)
         }
         let dispatchRequest = try DispatchRequest(method: .get, path: request.path,
                                                   headerLines: request.headerFields(authorization: authorization).map(\.line), body: [])

@@ -16,6 +16,7 @@ enum ChannelsCommand {
         let environment = try environmentName(parsed)
         let connection = try context.connect(parsed, config: config, applicationName: "pushd-channels")
         defer { connection.close() }
+        try checkTokenKey(app: app, config: config, connection: connection, context)
         let id = try ChannelStore().requestCreate(connection, app: app, storagePolicy: policy.name, environment: environment)
         context.output("channel request \(id) queued for app \(app) (storage \(policy.name)); the running pushd creates it")
         return try wait(parsed, context, connection: connection, id: id)
@@ -32,6 +33,7 @@ enum ChannelsCommand {
         }
         let connection = try context.connect(parsed, config: config, applicationName: "pushd-channels")
         defer { connection.close() }
+        try checkTokenKey(app: app, config: config, connection: connection, context)
         let id = try ChannelStore().requestDelete(connection, app: app, channelID: text, environment: try environmentName(parsed))
         context.output("deletion of channel \(text) queued for app \(app) (request \(id)); the running pushd deletes it")
         return try wait(parsed, context, connection: connection, id: id)
@@ -68,6 +70,19 @@ enum ChannelsCommand {
         }
         context.errorOutput("not carried out within \(seconds) s: is a pushd serving this app running? (pushd status)")
         return 1
+    }
+
+    /// A certificate app's channel request is carried out only by a live instance with a token
+    /// key for the app (`ChannelRequest.certificateRefusal`): with none, it is refused here
+    /// rather than queued to fail. Without `--config` the app's credentials are not known.
+    private static func checkTokenKey(app: String, config: PushdConfig?, connection: PGConnection, _ context: CommandContext) throws {
+        guard let configured = config?.apps.first(where: { $0.name == app }), Pipeline.authenticatesByCertificate(configured) else { return }
+        let entry = InstanceRegistration.tokenEntry(app: app)
+        guard try InstanceStore().sentElsewhere(connection, id: "", wanted: [entry]).contains(entry) else {
+            throw CommandContext.Failure("app '\(app)' uses a certificate in this configuration and \(EnvironmentCoverage.noTokenKeyInFleet(app: app)); "
+                                         + ChannelRequest.certificateRefusal + "; give the app a token key (token: team_id, key_id, key_file)")
+        }
+        context.errorOutput("app '\(app)' uses a certificate in this configuration: its channel request is carried out by the live instance(s) with a token key for it")
     }
 
     private static func appName(_ parsed: ParsedCommand, config: PushdConfig?) throws -> String {

@@ -30,7 +30,7 @@ struct FleetCoverage: Sendable {
 
     var rows: [Row]
     /// Apps some live instance serves whose token-only work (Live Activity and location pushes,
-    /// broadcasts, channel requests) no live instance has a token key for: it is dead-lettered.
+    /// channel requests) no live instance has a token key for: it is dead-lettered or failed.
     var appsWithoutTokenKey: [String]
 
     /// The environments an instance advertises, in the configuration's order.
@@ -72,8 +72,9 @@ struct FleetCoverage: Sendable {
 
     /// The note `pushd status` prints for an app no live instance has a token key for.
     static func noTokenKeyNote(app: String) -> String {
-        "no live instance has a token key for app \(app): its Live Activity and location pushes, broadcasts and channel requests, "
-            + "which APNs takes only with token authentication, are dead-lettered (TokenAuthenticationRequired; "
+        "no live instance has a token key for app \(app): its Live Activity and location pushes, which APNs takes only with "
+            + "token authentication, are dead-lettered (TokenAuthenticationRequired) and its channel requests, sent only with a "
+            + "token, fail (its broadcasts go with its certificate; "
             + "the instances log no_token_key_in_fleet when they do); give app \(app) a token key (team_id, key_id, key_file) "
             + "in the configuration of an instance"
     }

@@ -10,13 +10,19 @@ import QueueStore
 /// connection; rows are claimed by lease, so nothing is held open while APNs answers and a
 /// worker that dies leaves its rows due again.
 ///
-/// Both APIs take only provider tokens: an app with a certificate gets its broadcasts
-/// dead-lettered and its channel operations failed, each with a reason saying so.
+/// APNs takes a broadcast with a provider token or with the app's certificate (Apple, "Sending
+/// broadcast push notification requests to APNs"): a certificate app's broadcasts go on a
+/// connection that presents its certificate for the channel's environment, with no
+/// `authorization` header. Channel management is sent with provider tokens only
+/// (`ChannelRequest.certificateRefusal`): a certificate app's channel operations fail with a
+/// reason saying so.
 final class BroadcastWorker: @unchecked Sendable {
     // Touched only on the worker's thread, except `results` (filled by dispatcher threads).
     private let context: PipelineContext
     private var connection: PGConnection?
     private var dispatchers: [DispatcherKey: HTTP2Dispatcher] = [:]
+    /// The certificate each certificate app's dispatcher presents, to hand it a renewed one.
+    private var presented: [DispatcherKey: ClientIdentity] = [:]
     private let results = BlockingResults()
     private var nextTag: UInt64 = 0
     private var random = SystemRandom()
@@ -75,12 +81,14 @@ final class BroadcastWorker: @unchecked Sendable {
                                                 outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
                 // An app whose token work another live instance takes (this one has only a
-                // certificate for it) has none of its rows claimed here.
-                let apps = context.claimableApps().filter { !context.coverage.leavesTokenWork(of: $0) }
+                // certificate for it) has none of its channel requests claimed here; its
+                // broadcasts a certificate sends too.
+                let apps = context.claimableApps()
+                let channelApps = apps.filter { !context.coverage.leavesTokenWork(of: $0) }
                 // One row at a time, each leased as it is taken: rows are sent one after the
                 // other, each waiting for its answer, so the lease of a row claimed with others
                 // could end before its turn came, and another instance would send it too.
-                let operations = try channels.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
+                let operations = try channels.claim(connection, limit: 1, apps: channelApps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
                 let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds) { refused in
                     context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
@@ -150,8 +158,8 @@ final class BroadcastWorker: @unchecked Sendable {
             }
             count("none", "certificate")
             try channels.recordFailed(connection, id: operation.id,
-                                      outcome: "the channel management API accepts only token (JWT) authentication; app \(operation.app) uses a certificate and "
-                                          + EnvironmentCoverage.noTokenKeyInFleet(app: operation.app))
+                                      outcome: "app \(operation.app) uses a certificate and " + EnvironmentCoverage.noTokenKeyInFleet(app: operation.app)
+                                          + "; " + ChannelRequest.certificateRefusal)
             return
         }
         // A held scope keeps the request pending, unsent and unspent, until the hold ends.
@@ -280,16 +288,18 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.leaseTakeover(app: job.app, lane: Self.lane).increment()
         }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
-        guard let key = sender.tokenKey(for: Self.configured(environment)) else {
-            // Claimed before this instance learnt that another one has a token key: that one takes it.
-            if case .leave(let seconds) = context.coverage.decideTokenWork(app: job.app, lane: Self.lane) {
+        // nil: a certificate app, whose broadcast goes with its certificate for the environment.
+        let key = sender.tokenKey(for: Self.configured(environment))
+        if key == nil, sender.app.credentials(for: Self.configured(environment)) == nil {
+            // A certificate reaches one environment's host: another live instance with credentials
+            // for this one takes the broadcast, else it is dead-lettered.
+            let missing = AppSender.NoCredentials(app: job.app, environment: Self.configured(environment))
+            if case .leave(let seconds) = context.coverage.decide(app: job.app, environment: Self.configured(environment), lane: Self.lane) {
                 try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(seconds),
-                                     error: EnvironmentCoverage.tokenLeftReason(app: job.app), countsAsAttempt: false)
+                                     error: EnvironmentCoverage.leftReason(Self.configured(environment)), countsAsAttempt: false)
                 return
             }
-            try dead(job, status: nil, reason: "broadcasts need token (JWT) authentication; app \(job.app) uses a certificate and "
-                         + EnvironmentCoverage.noTokenKeyInFleet(app: job.app),
-                     label: "certificate", on: connection)
+            try dead(job, status: nil, reason: missing.description, label: missing.label, on: connection)
             return
         }
         let broadcast: BroadcastNotification
@@ -302,7 +312,7 @@ final class BroadcastWorker: @unchecked Sendable {
                 bundleID: sender.app.bundleID, channelID: try ChannelID(job.channelID), priority: priority,
                 expiration: Self.expiration(of: job, policy: policy), apnsID: job.apnsID,
                 payload: Array(job.payload.utf8))
-            try broadcast.validate(authentication: .token, storagePolicy: policy)
+            try broadcast.validate(authentication: key == nil ? .certificate : .token, storagePolicy: policy)
         } catch {
             try dead(job, status: nil, reason: "\(error)", label: "invalid", on: connection)
             return
@@ -314,9 +324,9 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         let sent: (outcome: SendOutcome, response: Response?)
         let sentAt = Timestamp()
-        let authorization: String
+        let authorization: String?
         do {
-            authorization = try sender.tokens.authorization(key)
+            authorization = try key.map { try sender.tokens.authorization($0) }
             let request = try DispatchRequest(path: broadcast.path,
                                               headerLines: broadcast.headerFields(authorization: authorization).map(\.line),
                                               body: broadcast.payload)
@@ -440,6 +450,12 @@ final class BroadcastWorker: @unchecked Sendable {
             }
             dispatchers[key] = dispatcher
         }
+        // A certificate renewed by a reload (`Pipeline.replaceCertificate`) reaches the app's
+        // other clients through its sender; this worker's own connections take it here.
+        if let identity = context.certificates.identity(app: sender.app.name, environment: Self.configured(environment)) {
+            if let before = presented[key], before != identity { dispatcher.replaceCertificate(identity) }
+            presented[key] = identity
+        }
         nextTag &+= 1
         let tag = nextTag
         dispatcher.submit(request, tag: tag)
@@ -449,8 +465,8 @@ final class BroadcastWorker: @unchecked Sendable {
 
     private func makeDispatcher(app: PushdConfig.App, environment: APNsEnvironment, management: Bool) throws -> HTTP2Dispatcher {
         let config = context.config
-        // Broadcasts take provider tokens only (a certificate app's are refused before this);
-        // a certificate would be the one held in memory.
+        // A certificate app's connections present the certificate held in memory for the
+        // environment (channel requests of such an app are refused before this).
         guard var configuration = try Pipeline.dispatcherConfiguration(
             for: app, environment: Self.configured(environment), config: config,
             certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment))) else {

@@ -8,7 +8,7 @@ import Locking
 /// reaches one environment's host, so an app configured with only `certificate` (or a rolling
 /// deploy that adds `sandbox_certificate` one instance at a time) leaves an instance unable to
 /// send some of the app's work; and APNs takes some work only with token authentication
-/// (`PushType.tokenOnly` pushes, broadcasts, channel management requests), so an instance
+/// (`PushType.tokenOnly` pushes, channel management requests), so an instance
 /// with only a certificate for the app (a move from certificates to a signing key, one instance
 /// at a time) cannot send that either. Such work is left to another live instance that
 /// advertises what it takes (`pushd.instances.environments`: "app/environment" and
@@ -135,7 +135,7 @@ final class EnvironmentCoverage: @unchecked Sendable {
         for entry in changed.left { gauge(entry)?.set(1) }
         for entry in changed.unserved { gauge(entry)?.set(0) }
         logger.info("work this instance cannot send (\"app/environment\": no credentials for it; \"app/token\": no token key, "
-                    + "which APNs requires for Live Activity and location pushes, broadcasts and channel requests): left to other instances: "
+                    + "which Live Activity and location pushes and channel requests are sent with): left to other instances: "
                     + (changed.left.isEmpty ? "none" : changed.left.joined(separator: ", "))
                     + "; sent by no live instance (dead-lettered): " + (changed.unserved.isEmpty ? "none" : changed.unserved.joined(separator: ", ")),
                     ("event", "environment_coverage"))
@@ -158,8 +158,8 @@ final class EnvironmentCoverage: @unchecked Sendable {
         }
     }
 
-    /// Whether another live instance takes the token work (broadcasts, channel requests) of
-    /// `app`: its claims leave that work alone.
+    /// Whether another live instance takes the token work (channel requests) of `app`: its
+    /// claims leave that work alone.
     func leavesTokenWork(of app: String) -> Bool {
         let entry = InstanceRegistration.tokenEntry(app: app)
         return elsewhere.withLock { $0?.contains(entry) ?? false }
@@ -175,6 +175,11 @@ final class EnvironmentCoverage: @unchecked Sendable {
     /// credentials for; on `.deadLetter`, logs the error line if none was logged for the pair
     /// within `logIntervalSeconds`.
     func decide(app: String, environment: PushdConfig.Environment, lane: Lane) -> Decision {
+        decide(app: app, environment: environment, lane: lane.rawValue)
+    }
+
+    /// `decide` for a lane named by its label (`broadcast`).
+    func decide(app: String, environment: PushdConfig.Environment, lane: String) -> Decision {
         let entry = InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)
         if elsewhere.withLock({ $0?.contains(entry) ?? false }) {
             return .leave(retryAfterSeconds: Self.leaveRetrySeconds)
@@ -234,13 +239,13 @@ final class EnvironmentCoverage: @unchecked Sendable {
 
     /// Logs, at most once per app and environment a minute, that notifications of `app` to
     /// `environment` were dead-lettered for want of credentials, naming the setting to add.
-    private func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: Lane) {
+    private func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: String) {
         guard let count = dueLine(InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)) else { return }
         logger.error("app \(app) has no credentials for \(environment.rawValue) in this instance nor in any live instance: "
-                     + "\(count) of its \(environment.rawValue) notification(s) on the \(lane.rawValue) lane dead-lettered (NoCredentialsForEnvironment) since the last such line; "
+                     + "\(count) of its \(environment.rawValue) notification(s) on the \(lane) lane dead-lettered (NoCredentialsForEnvironment) since the last such line; "
                      + "add \(environment.rawValue)_certificate to app \(app) in the configuration (APNs issues a certificate for one environment)",
                      ("event", "no_credentials_for_environment"), ("app", .string(app)),
-                     ("environment", .string(environment.rawValue)), ("lane", .string(lane.rawValue)),
+                     ("environment", .string(environment.rawValue)), ("lane", .string(lane)),
                      ("config_key", .string("apps[\(app)].\(environment.rawValue)_certificate")),
                      ("dead_lettered", .int(Int64(count))))
     }
@@ -250,8 +255,8 @@ final class EnvironmentCoverage: @unchecked Sendable {
     private func reportTokenWorkDeadLettered(app: String, lane: String) {
         guard let count = dueLine(InstanceRegistration.tokenEntry(app: app)) else { return }
         logger.error("app \(app) uses a certificate in this instance and \(Self.noTokenKeyInFleet(app: app)): "
-                     + "\(count) of its notification(s) or request(s) that APNs takes only with token (JWT) authentication "
-                     + "(Live Activity and location pushes, broadcasts, channel requests) dead-lettered since the last such line, the last on the \(lane) lane; "
+                     + "\(count) of its notification(s) or request(s) sent only with token (JWT) authentication "
+                     + "(Live Activity and location pushes, which APNs takes with no certificate, and channel requests) dead-lettered or failed since the last such line, the last on the \(lane) lane; "
                      + "give app \(app) a token key (team_id, key_id, key_file) in the configuration of an instance",
                      ("event", "no_token_key_in_fleet"), ("app", .string(app)), ("lane", .string(lane)),
                      ("config_key", .string("apps[\(app)].token")), ("dead_lettered", .int(Int64(count))))
