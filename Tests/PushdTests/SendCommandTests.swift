@@ -251,6 +251,7 @@ import Testing
         (["--token", String(repeating: "ab", count: 32), "--alert", "x", "--priority", "7"], "--priority '7' is not an APNs priority"),
         (["--token", String(repeating: "ab", count: 32), "--alert", "x", "--apns-id", "nope"], "--apns-id 'nope' is not a UUID"),
         (["--token", String(repeating: "ab", count: 32), "--alert", "x", "--expiration", "soon"], "--expiration 'soon' must be seconds since the epoch"),
+        (["--token", String(repeating: "ab", count: 32), "--alert", "x", "--expiration", "1700000000"], "--expiration 1700000000 has passed ("),
     ])
     func wrongFlagsAreExplained(arguments: [String], expected: String) throws {
         var setup = try Setup()

@@ -101,6 +101,10 @@ enum SendCommand {
             guard let seconds = Int64(text) else {
                 throw CommandContext.Failure("--expiration '\(text)' must be seconds since the epoch, or 0 to deliver only once")
             }
+            if OutcomePolicy.expiredBeforeSending(seconds, now: Timestamp()) != nil {
+                // APNs would take it and deliver it late: `pushd run` fails such a job unsent.
+                throw CommandContext.Failure("--expiration \(text) has passed (\(Int(Timestamp().timeIntervalSince1970) - Int(seconds)) s ago): APNs would deliver the notification late; give a time to come, or 0 to deliver only once")
+            }
             return seconds
         } ?? pushType.requiredExpiration
         let apnsID = try parsed.value("apns-id").map { text -> APNsID in

@@ -287,6 +287,10 @@ final class BroadcastWorker: @unchecked Sendable {
                                    ("channel", .string(job.channelID)), ("expired_s", .int(Int64(since))))
             context.metrics.leaseTakeover(app: job.app, lane: Self.lane).increment()
         }
+        if let expired = OutcomePolicy.expiredBeforeSending(job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) }, now: Timestamp()) {
+            try dead(job, status: nil, reason: expired, label: OutcomePolicy.expiredLabel, on: connection)
+            return
+        }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         // nil: a certificate app, whose broadcast goes with its certificate for the environment.
         let key = sender.tokenKey(for: Self.configured(environment))

@@ -528,6 +528,8 @@ final class CampaignWorker: @unchecked Sendable {
         // One clock read per fill for an uncapped run: it never waits inside this loop except
         // for the engine's window, after which the clock is read again.
         var now = RateLimiter.monotonicSeconds()
+        // The campaign's apns-expiration passed: what it has not sent fails unsent.
+        let expired = OutcomePolicy.expiredBeforeSending(run.expiration, now: Timestamp()) != nil
         while !run.stopSubmitting, inFlight < budget {
             // Looked at between batches only: a batch past the limit is one batch of waiting requests.
             if run.rate == nil, batch.isEmpty, let engine = run.templates.values.first?.client.dispatcher, !engineHasRoom(engine) {
@@ -547,6 +549,11 @@ final class CampaignWorker: @unchecked Sendable {
                 // leased, and one target goes now and then to see whether APNs is back.
                 if let peeked = run.peekNextTarget(now: now), !mayPassDownLane(run, environment: run.environments[peeked], now: now) { break }
                 guard let next = run.takeNextTarget(now: now) else { break }
+                if expired {
+                    fail(run, next, OutcomePolicy.expiredLabel)
+                    context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
+                    continue
+                }
                 // Before the cap's reservation: a target left to another instance takes no share of
                 // this one's pace, so that instance sends it in the time the chunk left unused.
                 if !sender.app.hasCredentials(for: run.environments[next]) {
@@ -1060,6 +1067,13 @@ final class CampaignWorker: @unchecked Sendable {
             }
             if let held = context.throttle.heldUntil(target.token) {
                 again(target, at: held, reason: "TooManyRequests: the device token is throttled")
+                continue
+            }
+            if OutcomePolicy.expiredBeforeSending(expiration, now: Timestamp()) != nil {
+                outcomes.failedByReason[OutcomePolicy.expiredLabel, default: 0] += 1
+                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: OutcomePolicy.expiredLabel).increment()
+                context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
+                context.tally.add(context.tally.failed)
                 continue
             }
             // Parked with the environment it was first sent to (or left for).

@@ -203,6 +203,10 @@ final class JobWorker: @unchecked Sendable {
                                                  error: HeldWork.appPausedPrefix + paused, countsAsAttempt: false))
                 continue
             }
+            if let expired = OutcomePolicy.expiredBeforeSending(job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) }, now: now) {
+                dead(job, status: nil, reason: expired, label: OutcomePolicy.expiredLabel, into: &outcomes, sender: sender)
+                continue
+            }
             if let held = context.throttle.heldUntil(job.deviceToken) {
                 // APNs is throttling this device: this job waits with the one that drew the 429.
                 outcomes.retries.append(JobRetry(id: job.id, runAt: held, error: "TooManyRequests: the device token is throttled",

@@ -65,6 +65,21 @@ struct OutcomePolicy: Sendable {
     /// rest of a wait that grew with the outage.
     static let unavailableReasonPrefixes = ["transport: ", "not sent: ", "HTTP 5"]
 
+    /// The dead-letter reason (and metric label) of a notification whose `apns-expiration`
+    /// passed before it could be sent.
+    static let expiredLabel = "Expired"
+
+    /// Why a notification with `expiration` (epoch seconds; 0 is "deliver once, now", never
+    /// past) must not be sent at `now`: its time passed while it waited — queued behind others,
+    /// scheduled past it (`run_at`), held through an outage, the database or the app paused.
+    /// APNs would take it and deliver it late (a date in the past is not refused), so the sender
+    /// must not send it. nil while it may be sent.
+    static func expiredBeforeSending(_ expiration: Int64?, now: Timestamp) -> String? {
+        guard let expiration, expiration > 0, Double(expiration) <= now.timeIntervalSince1970 else { return nil }
+        let late = Int(now.timeIntervalSince1970 - Double(expiration))
+        return "\(expiredLabel): its apns-expiration (\(expiration), \(late) s ago) passed before it could be sent; not sent"
+    }
+
     /// - Parameters:
     ///   - attempt: sends made so far, this one included (1 after the first).
     ///   - expiration: the notification's apns-expiration, if any.
