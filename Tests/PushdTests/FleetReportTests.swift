@@ -89,15 +89,75 @@ import Testing
                                                       sent: 0, failed: 0, pruned: 0),
                            rateLimit: nil, runningSeconds: 60, chunksSending: 0, waitingForWorkerSeconds: waiting)
         }
+        var sending = campaign(2, app: "shop", waiting: nil)
+        sending.chunksSending = 2
         let report = FleetReport(Self.snapshot([Self.instance("a")], campaigns: [
-            campaign(1, app: "shop", waiting: 35), campaign(2, app: "shop", waiting: 2), campaign(3, app: "news", waiting: 300),
+            campaign(1, app: "shop", waiting: 35), sending, campaign(3, app: "news", waiting: 300), campaign(4, app: "shop", waiting: 2),
         ]))
         #expect(report.problems.filter { $0.contains("no worker sending") } == [
             "campaign 1 of app shop has had chunks to send and no worker sending any for 35s: every campaign worker that serves "
-                + "the app is busy with other campaigns' chunks (leased oldest campaign first); more campaign workers "
-                + "(workers.campaign) or instances send it sooner",
+                + "the app is busy with other campaigns' chunks (leased oldest campaign first; being sent: campaign 2 (2 chunks)); "
+                + "more campaign workers (workers.campaign) or instances send it sooner",
         ])
         #expect(report.problems.contains("10 due notification(s) of app news, which no live instance serves, are waiting"))
+    }
+
+    /// The only campaign waiting for a worker: no other campaign's chunks keep the workers
+    /// busy, so they are not taking chunks at all (cut off from the database, as when the
+    /// role's connection limit is reached). Advising more workers would make that worse.
+    @Test func aCampaignWaitingWhileNoOtherCampaignIsSentDoesNotBlameBusyWorkers() {
+        let waiting = ActiveCampaign(progress: CampaignProgress(id: 7, app: "shop", name: "spring", status: .running, targets: 10,
+                                                                sent: 0, failed: 0, pruned: 0),
+                                     rateLimit: nil, runningSeconds: 60, chunksSending: 0, waitingForWorkerSeconds: 40)
+        let other = ActiveCampaign(progress: CampaignProgress(id: 8, app: "news", name: "autumn", status: .running, targets: 10,
+                                                              sent: 0, failed: 0, pruned: 0),
+                                   rateLimit: nil, runningSeconds: 60, chunksSending: 3)
+        // A campaign of an app no instance serving shop serves keeps no worker of shop busy.
+        let report = FleetReport(Self.snapshot([Self.instance("a"), Self.instance("b", apps: ["news"])], campaigns: [waiting, other]))
+        let problem = report.problems.first { $0.hasPrefix("campaign 7 ") }
+        #expect(problem == "campaign 7 of app shop has had chunks to send and no worker sending any for 40s: no other campaign has a chunk "
+                + "being sent, so the campaign workers that serve the app are not taking chunks: most likely they cannot reach the database "
+                + "or fail on it (their instances log `campaign worker N:` warnings and count pushd_database_errors_total; /readyz says "
+                + "whether the database answers); more campaign workers would not help")
+        #expect(report.problems.allSatisfy { !$0.contains("busy with other campaigns") }, "\(report.problems)")
+
+        // An instance serving the app that has missed heartbeats is named with the cause.
+        let late = FleetReport(Self.snapshot([Self.instance("a", silent: 25)], campaigns: [waiting]))
+        let lateProblem = late.problems.first { $0.hasPrefix("campaign 7 ") } ?? ""
+        #expect(lateProblem.hasSuffix("more campaign workers would not help; the heartbeat of a/10 is 25s old (one every 5s): not reaching the database either"),
+                "\(late.problems)")
+        #expect(late.notes.contains("instance a/10 last wrote its heartbeat 25s ago (one every 5s): it does not reach the database now, or is stalled; "
+                                    + "it is shown as gone after 1m00s"), "\(late.notes)")
+
+        // Paused on every instance that serves it: that is why.
+        let paused = FleetReport(Self.snapshot([Self.instance("a", paused: ["shop": "InvalidProviderToken"])], campaigns: [waiting]))
+        #expect(paused.problems.contains { $0.hasPrefix("campaign 7 ") && $0.hasSuffix("its app is paused on every live instance that serves it (see above); its chunks wait until sending resumes") },
+                "\(paused.problems)")
+    }
+
+    /// The RATE column is the average since the start: shown while the campaign is being sent,
+    /// "none now" while no worker has a chunk of it or every instance serving it has missed
+    /// heartbeats (its leases outlive a database it cannot reach), where it used to pass for a
+    /// current rate.
+    @Test func anAverageRateIsNotShownAsCurrentWhileNothingSendsTheCampaign() {
+        func campaign(sending: Int, waiting: Double?) -> ActiveCampaign {
+            ActiveCampaign(progress: CampaignProgress(id: 5, app: "shop", name: "spring", status: .running, targets: 100_000,
+                                                      sent: 56_400, failed: 0, pruned: 0),
+                           rateLimit: nil, runningSeconds: 100, chunksSending: sending, waitingForWorkerSeconds: waiting)
+        }
+        func rate(_ report: FleetReport) -> String? {
+            report.lines(now: Timestamp()).first { $0.hasSuffix(" spring") }?.split(separator: " ").dropFirst(6).prefix(2).joined(separator: " ")
+        }
+        let sending = FleetReport(Self.snapshot([Self.instance("a")], campaigns: [campaign(sending: 2, waiting: nil)]))
+        #expect(rate(sending)?.hasPrefix("564/s") == true, "\(sending.lines(now: Timestamp()))")
+
+        let cutOff = FleetReport(Self.snapshot([Self.instance("a", silent: 30)], campaigns: [campaign(sending: 2, waiting: nil)]))
+        #expect(rate(cutOff) == "none now", "\(cutOff.lines(now: Timestamp()))")
+
+        let waiting = FleetReport(Self.snapshot([Self.instance("a")], campaigns: [campaign(sending: 0, waiting: 20)]))
+        #expect(rate(waiting) == "none now", "\(waiting.lines(now: Timestamp()))")
+        let json = (try? waiting.json(now: Timestamp(), pretty: false)) ?? ""
+        #expect(json.contains("\"sending_now\":false"), "\(json)")
     }
 
     @Test func scheduledJobsOfAnUnservedAppAloneDoNotDegrade() {

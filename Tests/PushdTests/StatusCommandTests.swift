@@ -225,4 +225,39 @@ import Testing
             #expect(sendingRow.contains(" 1 chunk "), "\(sending.output.text)")
         }
     }
+
+    /// Read from the database: the only campaign waiting is not blamed on workers busy with
+    /// other campaigns (there are none; the workers are not taking chunks, e.g. cut off from
+    /// the database), and its RATE is not shown as current; once an older campaign has a chunk
+    /// being sent, a newer one waiting is blamed on it by name.
+    @Test func theOnlyCampaignWaitingIsNotBlamedOnBusyWorkersAndAnotherBeingSentIs() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try StatusCoverageTests.register(connection, host: "web1", environments: ["shop/production"])
+            func campaign(_ name: String) throws -> Int64 {
+                let id = try campaigns.create(connection, NewCampaign(app: "shop", name: name, payload: #"{"aps":{"alert":"Sale"}}"#))
+                try campaigns.importTargets(connection, campaignID: id, targets: (1...4).map { (String(repeating: "b\($0)", count: 32), nil) })
+                try campaigns.start(connection, id: id)
+                try connection.query("UPDATE pushd.campaigns SET started_at = now() - interval '1 minute', sent = 600 WHERE id = $1", [id])
+                return id
+            }
+            let older = try campaign("spring")
+            let alone = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            let text = alone.output.text
+            #expect(alone.exitCode == 1, "\(text)")
+            #expect(text.contains("problem: campaign \(older) of app shop has had chunks to send and no worker sending any for 1m")
+                    && text.contains("no other campaign has a chunk being sent, so the campaign workers that serve the app are not taking chunks"),
+                    "\(text)")
+            #expect(!text.contains("busy with other campaigns"), "\(text)")
+            let row = text.split(separator: "\n").first { $0.hasSuffix(" spring") }.map(String.init) ?? ""
+            #expect(row.contains(" none now ") && !row.contains("/s "), "\(text)")
+
+            let newer = try campaign("summer")
+            _ = try #require(try campaigns.leaseChunk(connection, owner: "web1/7/campaign-0", apps: ["shop"], leaseSeconds: 30))
+            let busy = try CommandRun(["status", "--database-url", database.url], StatusCommand.run).output.text
+            #expect(busy.contains("problem: campaign \(newer) of app shop has had chunks to send and no worker sending any for 1m"), "\(busy)")
+            #expect(busy.contains("busy with other campaigns' chunks (leased oldest campaign first; being sent: campaign \(older) (1 chunk))"), "\(busy)")
+        }
+    }
 }

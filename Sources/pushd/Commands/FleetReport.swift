@@ -10,8 +10,8 @@ import QueueStore
 /// sets; due work of an app that no live instance serves; an app paused for its
 /// credentials; a scope of an app held for its configuration (TopicDisallowed, …); a transactional or broadcast job due for longer than a minute; a channel
 /// request (create or delete) due for longer than a minute, or waiting for an app no live
-/// instance serves. Mixed versions (a rolling upgrade), dead letters, failed channels,
-/// retries and an app no live instance has a token key for (a certificate-only app sends its
+/// instance serves. Mixed versions (a rolling upgrade), a live instance that has missed
+/// heartbeats, dead letters, failed channels, retries and an app no live instance has a token key for (a certificate-only app sends its
 /// alerts; only its token-only work is dead-lettered) are shown but do not degrade.
 struct FleetReport: Sendable {
     struct Instance: Sendable {
@@ -40,6 +40,11 @@ struct FleetReport: Sendable {
             guard let seconds = campaign.runningSeconds, seconds > 0 else { return nil }
             return Double(processed) / seconds
         }
+        /// Whether it is being sent now: running, a chunk under a live lease (or none leased only
+        /// for a capped campaign's pause between leases), and a live instance serving its app
+        /// whose heartbeat is not late. Otherwise the average rate is history, not what it sends
+        /// now (its workers lost the database, or none has taken a chunk).
+        var sendingNow = false
     }
 
     /// An app paused as a whole (`scope` nil), or one scope of it held (a topic APNs refuses
@@ -92,6 +97,11 @@ struct FleetReport: Sendable {
     /// PushdTransactionalLaneBehind uses the same threshold).
     static let transactionalLagLimit = 60.0
 
+    /// A live instance silent for longer than this has missed a heartbeat (written every
+    /// `InstanceStore.heartbeatSeconds`): it does not reach the database now, or is stalled.
+    /// Twice the interval, so a heartbeat read just before the next one is written is not late.
+    static let lateHeartbeatSeconds = 2 * InstanceStore.heartbeatSeconds
+
     init(_ snapshot: FleetSnapshot) {
         instances = snapshot.instances.map(Instance.init)
         let live = instances.filter(\.alive).map(\.record)
@@ -100,7 +110,13 @@ struct FleetReport: Sendable {
             QueueRow(app: lane.app, lane: lane.lane.rawValue, due: lane.depth, scheduled: lane.scheduled,
                      oldestDueSeconds: lane.oldestAge, served: served.contains(lane.app))
         }
-        campaigns = snapshot.campaigns.map(CampaignRow.init)
+        campaigns = snapshot.campaigns.map { campaign in
+            var row = CampaignRow(campaign: campaign)
+            row.sendingNow = campaign.progress.status == .running && campaign.progress.refusedBy == nil
+                && (campaign.chunksSending > 0 || campaign.waitingForWorkerSeconds == nil)
+                && live.contains { $0.registration.apps.contains(campaign.progress.app) && $0.silentSeconds <= Self.lateHeartbeatSeconds }
+            return row
+        }
         deadLetters = snapshot.deadLettersLastHour
         broadcast = snapshot.broadcast.map { ($0, served.contains($0.app)) }
         paused = live.flatMap { record in
@@ -165,8 +181,12 @@ struct FleetReport: Sendable {
             guard let seconds = row.campaign.waitingForWorkerSeconds, seconds >= CampaignWaitWatch.reportAfter else { continue }
             let progress = row.campaign.progress
             problems.append("campaign \(progress.id) of app \(progress.app) has had chunks to send and no worker sending any for \(TimeText.duration(seconds)): "
-                            + "every campaign worker that serves the app is busy with other campaigns' chunks (leased oldest campaign first); "
-                            + "more campaign workers (workers.campaign) or instances send it sooner")
+                            + Self.waitingForWorkerCause(row, campaigns: campaigns, live: live))
+        }
+        for record in live where record.silentSeconds > Self.lateHeartbeatSeconds {
+            notes.append("instance \(record.registration.id) last wrote its heartbeat \(TimeText.duration(record.silentSeconds)) ago "
+                         + "(one every \(TimeText.duration(InstanceStore.heartbeatSeconds))): it does not reach the database now, or is stalled; "
+                         + "it is shown as gone after \(TimeText.duration(InstanceStore.goneAfterSeconds))")
         }
         for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
             problems.append("transactional jobs of app \(row.app) have been due for \(TimeText.duration(row.oldestDueSeconds))")
@@ -201,6 +221,37 @@ struct FleetReport: Sendable {
         }
         self.problems = problems
         self.notes = notes
+    }
+
+    /// Why `row`, a running campaign of a served app, has had no worker on its chunks: only
+    /// what the snapshot shows. Workers busy with other campaigns' chunks is the cause only when
+    /// another campaign of an app the same instances serve has chunks being sent; with none, the
+    /// workers are not taking chunks at all (most often they cannot reach the database), and
+    /// more workers would not help.
+    static func waitingForWorkerCause(_ row: CampaignRow, campaigns: [CampaignRow], live: [InstanceRecord]) -> String {
+        let progress = row.campaign.progress
+        let servers = live.filter { $0.registration.apps.contains(progress.app) }
+        if !servers.isEmpty, servers.allSatisfy({ $0.paused[progress.app] != nil }) {
+            return "its app is paused on every live instance that serves it (see above); its chunks wait until sending resumes"
+        }
+        let busy = campaigns.filter { other in
+            other.campaign.progress.id != progress.id && other.campaign.progress.status == .running && other.campaign.chunksSending > 0
+                && servers.contains { $0.registration.apps.contains(other.campaign.progress.app) }
+        }
+        if !busy.isEmpty {
+            let sending = busy.map { "\($0.campaign.progress.id) (\($0.campaign.chunksSending) chunk\($0.campaign.chunksSending == 1 ? "" : "s"))" }
+            return "every campaign worker that serves the app is busy with other campaigns' chunks (leased oldest campaign first; "
+                + "being sent: campaign \(sending.joined(separator: ", "))); more campaign workers (workers.campaign) or instances send it sooner"
+        }
+        var cause = "no other campaign has a chunk being sent, so the campaign workers that serve the app are not taking chunks: "
+            + "most likely they cannot reach the database or fail on it (their instances log `campaign worker N:` warnings and count "
+            + "pushd_database_errors_total; /readyz says whether the database answers); more campaign workers would not help"
+        let late = servers.filter { $0.silentSeconds > lateHeartbeatSeconds }
+        if !late.isEmpty {
+            cause += "; the heartbeat of \(late.map { "\($0.registration.id) is \(TimeText.duration($0.silentSeconds))" }.joined(separator: ", ")) old "
+                + "(one every \(TimeText.duration(InstanceStore.heartbeatSeconds))): not reaching the database either"
+        }
+        return cause
     }
 
     // MARK: Text
@@ -250,7 +301,7 @@ struct FleetReport: Sendable {
                 let progress = row.campaign.progress
                 return [String(progress.id), progress.app, progress.refusedBy == nil ? progress.status.rawValue : "refused",
                         String(row.processed), String(progress.targets),
-                        row.percent.fixed(1) + "%", row.averageRate.map { $0.fixed(0) + "/s" } ?? "-",
+                        row.percent.fixed(1) + "%", Self.rateText(row),
                         row.campaign.rateLimit.map { "\($0)/s" } ?? "-",
                         progress.status == .running ? "\(row.campaign.chunksSending) chunk\(row.campaign.chunksSending == 1 ? "" : "s")" : "-",
                         progress.name]
@@ -285,6 +336,15 @@ struct FleetReport: Sendable {
                                       + paused.map { [$0.app, $0.scope ?? "all sending", $0.instance, $0.reason] }).map { "  " + $0 }
         }
         return lines
+    }
+
+    /// The RATE column: the average since the campaign started while it is being sent now
+    /// (`CampaignRow.sendingNow`); "none now" for a running campaign nothing is sending, whose
+    /// average would pass for a current rate.
+    static func rateText(_ row: CampaignRow) -> String {
+        guard let rate = row.averageRate else { return "-" }
+        if row.sendingNow || row.campaign.progress.status != .running { return rate.fixed(0) + "/s" }
+        return "none now"
     }
 
     /// The entries of `registration`'s `environments` that say what it sends ("app/environment",
@@ -349,10 +409,12 @@ struct FleetReport: Sendable {
             var averageRate: Double?
             var rateLimit: Int?
             var chunksSending: Int
+            /// `CampaignRow.sendingNow`: false while `average_rate` is history, not a current rate.
+            var sendingNow: Bool
             var waitingForWorkerSeconds: Double?
             enum CodingKeys: String, CodingKey {
                 case id, app, name, status, targets, sent, failed, pruned, percent
-                case averageRate = "average_rate", rateLimit = "rate_limit", chunksSending = "chunks_sending"
+                case averageRate = "average_rate", rateLimit = "rate_limit", chunksSending = "chunks_sending", sendingNow = "sending_now"
                 case waitingForWorkerSeconds = "waiting_for_worker_seconds"
             }
         }
@@ -432,7 +494,8 @@ struct FleetReport: Sendable {
                 return .init(id: progress.id, app: progress.app, name: progress.name, status: progress.status.rawValue,
                              targets: progress.targets, sent: progress.sent, failed: progress.failed, pruned: progress.pruned,
                              percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit,
-                             chunksSending: row.campaign.chunksSending, waitingForWorkerSeconds: row.campaign.waitingForWorkerSeconds)
+                             chunksSending: row.campaign.chunksSending, sendingNow: row.sendingNow,
+                             waitingForWorkerSeconds: row.campaign.waitingForWorkerSeconds)
             },
             deadLettersLastHour: deadLetters.map { .init(app: $0.app, reason: $0.reason, count: $0.count) },
             pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason, scope: $0.scope) },
