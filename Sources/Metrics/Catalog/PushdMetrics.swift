@@ -144,7 +144,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app", "environment", "lane"])
         apnsOutageProbes = try registry.counter(
             "pushd_apns_outage_probes_total",
-            help: "Waiting notifications made due before the end of their backoff while APNs takes none on their lane in their environment, one per app and environment every retry.outage_probe_ms (5 s, ±25 %), so that an answer shows whether APNs is back.",
+            help: "Waiting notifications made due before the end of their backoff while APNs takes none on their lane in their environment, one per app and environment every retry.outage_probe_ms (2 s, ±25 %), so that an answer shows whether APNs is back.",
             labels: ["environment", "lane"])
         retries = try registry.counter(
             "pushd_retries_total",

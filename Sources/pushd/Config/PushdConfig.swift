@@ -137,7 +137,7 @@ struct PushdConfig: Sendable, Equatable {
         var outageLimitSeconds: Int = 86_400
         /// While APNs is down for an app on a lane, one waiting notification of it is made due
         /// about this often (±25 %), so that an answer shows APNs is back (`OutageProbe`).
-        var outageProbeMilliseconds: Int = 5_000
+        var outageProbeMilliseconds: Int = 2_000
     }
 
     var databaseURL: String

@@ -509,13 +509,40 @@ final class CampaignWorker: @unchecked Sendable {
     /// Whether a target of `run` to `environment` may be sent: always while the lane is up;
     /// while APNs takes none of the app's notifications there, one per `retry.outage_probe_ms`
     /// from this worker, so that an answer shows it back. Without it a campaign kept sending
-    /// every fresh target once, at full speed, into the outage, and parked each.
-    private func mayPassDownLane(_ run: ChunkRun, environment: PushdConfig.Environment, now: Double) -> Bool {
-        guard context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue) else { return true }
+    /// every fresh target once, at full speed, into the outage (`setAsideWhileDown`).
+    private func mayPassDownLane(_ run: ChunkRun, environment: PushdConfig.Environment, now: Double, looked: inout [PushdConfig.Environment: Bool]) -> Bool {
+        // Looked up once per fill and environment, not once per target.
+        let down = looked[environment] ?? {
+            let down = context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
+            looked[environment] = down
+            return down
+        }()
+        guard down else { return true }
         let key = run.app + "\u{0}" + environment.rawValue
         if now < downLaneProbes[key, default: 0] { return false }
         downLaneProbes[key] = now + Double(context.config.retry.outageProbeMilliseconds) / 1000
         return true
+    }
+
+    /// The reason a target set aside unsent while its lane is down waits with: a `not sent: `
+    /// one, so that `apns_back` makes it due with what APNs did not answer.
+    static let setAsideReason = "not sent: APNs takes none of the app's notifications to this environment on the campaign lane; set aside until it answers"
+
+    /// `target` is not sent while APNs is down for it: it waits as a retry set aside for APNs
+    /// (`RetryPolicy.decideWhileDown`, no attempt spent), so the chunk goes on to its other
+    /// targets and is finished or released with it parked, and the worker to other chunks:
+    /// holding the chunk instead held its worker, and in the end every worker, for the outage.
+    private func setAsideWhileDown(_ run: ChunkRun, _ target: Int) {
+        let now = Timestamp()
+        switch policy.retry.decideWhileDown(now: now, expiration: run.expiration, firstAttemptAt: run.firstAttempt(of: target),
+                                            trouble: "APNs took none of the app's notifications", random: &random) {
+        case .retry(let after, let at):
+            run.retries.append(ChunkRun.Retry(at: RateLimiter.monotonicSeconds() + after, target: target, dueAt: at,
+                                              reason: Self.setAsideReason, waitsForAPNs: true))
+        case .giveUp:
+            fail(run, target, OutcomePolicy.expiredLabel)
+            context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
+        }
     }
 
     /// Submits targets of `run` while the worker's window has room.
@@ -530,6 +557,7 @@ final class CampaignWorker: @unchecked Sendable {
         var now = RateLimiter.monotonicSeconds()
         // The campaign's apns-expiration passed: what it has not sent fails unsent.
         let expired = OutcomePolicy.expiredBeforeSending(run.expiration, now: Timestamp()) != nil
+        var lookedDown: [PushdConfig.Environment: Bool] = [:]
         while !run.stopSubmitting, inFlight < budget {
             // Looked at between batches only: a batch past the limit is one batch of waiting requests.
             if run.rate == nil, batch.isEmpty, let engine = run.templates.values.first?.client.dispatcher, !engineHasRoom(engine) {
@@ -545,9 +573,6 @@ final class CampaignWorker: @unchecked Sendable {
                 run.paced = nil
                 target = paced.target
             } else {
-                // APNs takes none of the app's notifications to that environment: the chunk waits,
-                // leased, and one target goes now and then to see whether APNs is back.
-                if let peeked = run.peekNextTarget(now: now), !mayPassDownLane(run, environment: run.environments[peeked], now: now) { break }
                 guard let next = run.takeNextTarget(now: now) else { break }
                 if expired {
                     fail(run, next, OutcomePolicy.expiredLabel)
@@ -558,6 +583,13 @@ final class CampaignWorker: @unchecked Sendable {
                 // this one's pace, so that instance sends it in the time the chunk left unused.
                 if !sender.app.hasCredentials(for: run.environments[next]) {
                     noCredentials(run, next, run.environments[next])
+                    continue
+                }
+                // APNs takes none of the app's notifications to that environment: the target is
+                // set aside unsent, as one sent there would be, and parked with the chunk's retries
+                // (the probe and `apns_back` bring it back); now and then one goes as a probe.
+                if !mayPassDownLane(run, environment: run.environments[next], now: now, looked: &lookedDown) {
+                    setAsideWhileDown(run, next)
                     continue
                 }
                 if let rate = run.rate {
@@ -764,10 +796,16 @@ final class CampaignWorker: @unchecked Sendable {
         // or a throttle, read in place from the run.
         let environment = run.environments[target]
         let outcome = run.sender.outcome(of: result, environment: environment)
-        let apnsDown = context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
+        // Asked only of an answer that retries for APNs's sake: most answers take no lock for it.
+        var down: Bool?
+        let apnsDown = { [context] () -> Bool in
+            if let down { return down }
+            down = context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
+            return down!
+        }
         let verdict = context.notForTopicVerdict(
             policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
-                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(), apnsDown: apnsDown,
+                           firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(), apnsDown: apnsDown(),
                            random: &random),
             sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
@@ -782,7 +820,7 @@ final class CampaignWorker: @unchecked Sendable {
             if !countsAsAttempt { run.attempts[target] -= 1 }
             run.retries.append(ChunkRun.Retry(at: RateLimiter.monotonicSeconds() + max(0, at.timeIntervalSinceNow), target: target,
                                               dueAt: at, reason: reason,
-                                              waitsForAPNs: apnsDown && OutcomePolicy.unavailableReasonPrefixes.contains { reason.hasPrefix($0) }))
+                                              waitsForAPNs: OutcomePolicy.unavailableReasonPrefixes.contains { reason.hasPrefix($0) } && apnsDown()))
         case .failed(let reason):
             run.resolve(target, .failed(reason))
         case .pause(let reason):

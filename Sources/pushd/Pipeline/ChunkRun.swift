@@ -128,24 +128,27 @@ final class ChunkRun {
         resolutions[target] = resolution
     }
 
-    /// The next target to send at monotonic time `now`: a due retry first, then a fresh one.
-    /// The target `takeNextTarget` would take, left in place.
-    func peekNextTarget(now: Double) -> Int? {
-        if !retries.isEmpty, let due = retries.first(where: { $0.at <= now }) { return due.target }
-        return next < count ? next : nil
-    }
-
     /// Makes due at once the retries set aside while APNs was down for their environment and
     /// that `isDown` says it answers again: the outage's `apns_back` reaches parked targets
     /// only, and these would wait out the rest of their long delay.
     func releaseRetriesWaitingForAPNs(isDown: (PushdConfig.Environment) -> Bool) {
-        for index in retries.indices where retries[index].waitsForAPNs && !isDown(environments[retries[index].target]) {
+        // Asked once per environment, not once per retry.
+        var looked: [PushdConfig.Environment: Bool] = [:]
+        for index in retries.indices where retries[index].waitsForAPNs {
+            let environment = environments[retries[index].target]
+            let down = looked[environment] ?? {
+                let down = isDown(environment)
+                looked[environment] = down
+                return down
+            }()
+            if down { continue }
             retries[index].at = 0
             retries[index].dueAt = Timestamp()
             retries[index].waitsForAPNs = false
         }
     }
 
+    /// The next target to send at monotonic time `now`: a due retry first, then a fresh one.
     func takeNextTarget(now: Double) -> Int? {
         if let due = retries.firstIndex(where: { $0.at <= now }) {
             return retries.remove(at: due).target

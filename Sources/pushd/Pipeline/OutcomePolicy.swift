@@ -86,12 +86,12 @@ struct OutcomePolicy: Sendable {
     ///   - firstAttemptAt: when the notification was first sent (not when it was queued): every
     ///     retry window counts from there.
     ///   - apnsDown: APNs takes none of this lane's notifications for the app and environment now
-    ///     (`OperatorLog.isDown`): a send it did not answer, or answered with a 5xx, waits for the
+    ///     (`OperatorLog.isDown`; asked only of a send APNs did not answer or answered with a 5xx): a send it did not answer, or answered with a 5xx, waits for the
     ///     outage probe to see APNs back (`RetryPolicy.decideWhileDown`) instead of being sent
     ///     again on its own backoff, so that a down APNs gets the probes, not every notification
     ///     waiting for it every few seconds.
     func verdict<Random: RandomNumberGenerator>(for outcome: SendOutcome, attempt: Int, expiration: Int64?,
-                                                firstAttemptAt: Timestamp?, now: Timestamp, apnsDown: Bool = false,
+                                                firstAttemptAt: Timestamp?, now: Timestamp, apnsDown: @autoclosure () -> Bool = false,
                                                 random: inout Random) -> Verdict {
         let action: ResponseAction
         let reason: APNsReason?
@@ -104,7 +104,7 @@ struct OutcomePolicy: Sendable {
             // No answer: APNs or the path to it is down. That is no verdict on the notification,
             // so it waits the outage out (within the outage limit and its expiration).
             let label = outcome.label == "not_sent" ? message : "transport: \(message)"
-            let decision = apnsDown
+            let decision = apnsDown()
                 ? retry.decideWhileDown(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, trouble: "no answer from APNs", random: &random)
                 : retry.decideAfterNoAnswer(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt, random: &random)
             switch decision {
@@ -139,7 +139,7 @@ struct OutcomePolicy: Sendable {
                 // APNs is failing, overloaded or throttling this token: no verdict on the
                 // notification, so it waits within its time budget and keeps its attempts.
                 let throttled = status == 429
-                let decision = apnsDown && status >= 500
+                let decision = status >= 500 && apnsDown()
                     ? retry.decideWhileDown(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
                                             trouble: "APNs answered \(label)", random: &random)
                     : retry.decideWithinBudget(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
