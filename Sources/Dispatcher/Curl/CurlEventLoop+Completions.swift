@@ -63,7 +63,8 @@ extension CurlEventLoop {
         var freshConnection = false
         if status == 403, errorBody?.reason == .unrelatedKeyIdInToken {
             freshConnection = taken.unrelatedKeyConnections != .min && transfer.connectionID > taken.unrelatedKeyConnections
-            taken.unrelatedKeyConnections = transfers.reduce(transfer.connectionID) { max($0, $1.connectionID) }
+            // Every connection open now, idle ones in the pool included, has at most this id.
+            taken.unrelatedKeyConnections = max(newestConnectionID, transfer.connectionID)
         }
         // A constant from here: passed on as a variable, it was copied for every call (a
         // retain and a release of each reference it holds).

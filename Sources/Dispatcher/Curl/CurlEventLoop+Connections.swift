@@ -270,6 +270,7 @@ extension CurlEventLoop {
         else { return }
         establishedPorts.insert(localPort)
         establishedSockets[fd] = localPort
+        newestConnectionID = max(newestConnectionID, connection)
         if connection >= 0 { connectionOfSocket[fd] = connection }
         sink.metrics.connectionOpened(reconnect: connectionsEverEstablished >= connectionsExpected)
         connectionsEverEstablished += 1

@@ -30,6 +30,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     let outstanding = Atomic<Int>(0)
 
     var transfers: [CurlTransfer] = []
+    /// libcurl's id of the newest connection a request went on (ids grow as connections are
+    /// made): a connection with a higher id was opened after this was read, whatever idles in
+    /// libcurl's pool meanwhile (`TransferDisposition`, UnrelatedKeyIdInToken).
+    var newestConnectionID: Int64 = -1
     /// Unmapped only after `deinit` has cleaned up every easy handle that may still write to one.
     private let errorBuffers = CurlErrorBuffers()
     var freeTransfers: [Int] = []
