@@ -395,25 +395,29 @@ final class Pipeline: @unchecked Sendable {
     let statsReads = Atomic<Int>(0)
 
     /// Statistics no older than `maxAge`, read again only when the last read is older. When
-    /// they cannot be read now, the last ones read, however old (`pushd_queue_stats_age_seconds`
-    /// says how old); an error only when none was ever read.
+    /// the database answers but the read waited out its lock or statement time-out (a lock on
+    /// a queue table), the last ones read, however old (`pushd_queue_stats_age_seconds` says
+    /// how old). Otherwise a failed read is an error: the gauges have no sample, which is what
+    /// PushdNotReadyDatabase sees of a database that is down.
     func recentStats(maxAge: Duration = .seconds(2)) throws -> QueueStats {
         let now = ContinuousClock.now
         let cached = statsCache.withLock({ $0 })
         if let cached, now - cached.at < maxAge { return cached.stats }
-        func lastOr(_ error: @autoclosure () -> any Error) throws -> QueueStats {
-            if let cached { return cached.stats }
-            throw error()
+        func lastOr(_ error: any Error) throws -> QueueStats {
+            if let cached, Self.showsLastStats(after: error) { return cached.stats }
+            throw error
         }
         // A scrape must not queue behind a call the database does not answer: Prometheus would
-        // time out and see no pushd_database_stalled either. The last statistics instead; nor
-        // after the stop, which closed the statistics session.
-        if databaseStalled() { return try lastOr(SetupError(description: "the database is not answering")) }
-        if context.stopping.load(ordering: .relaxed) { return try lastOr(SetupError(description: "pushd is stopping")) }
-        // Nor behind another read or call of the statistics session (at most a few seconds).
-        if let cached, PGCallWatch.inFlight(now: now).contains(where: { $0.purpose == Self.statsSession }) { return cached.stats }
-        if let waiting = PGCallWatch.inFlight(now: now).first(where: { $0.purpose == Self.statsSession }), waiting.waited > .seconds(1) {
-            throw SetupError(description: "the statistics session has waited \(waiting.waited) on the database")
+        // time out and see no pushd_database_stalled either. No sample instead; nor after the
+        // stop, which closed the statistics session.
+        if databaseStalled() { throw SetupError(description: "the database is not answering") }
+        if context.stopping.load(ordering: .relaxed) { throw SetupError(description: "pushd is stopping") }
+        if let waiting = PGCallWatch.inFlight(now: now).first(where: { $0.purpose == Self.statsSession }) {
+            // Nor behind another call of the statistics session: a read is over within its
+            // statement_timeout, the last statistics meanwhile; a call waiting longer is not
+            // answered.
+            if let cached, waiting.waited < .seconds(5) { return cached.stats }
+            if waiting.waited > .seconds(1) { throw SetupError(description: "the statistics session has waited \(waiting.waited) on the database") }
         }
         // Nor try again for each of the gauges of one scrape after a failure: each try may wait
         // out a connect time-out.
@@ -425,9 +429,17 @@ final class Pipeline: @unchecked Sendable {
             return stats
         } catch {
             statsFailure.withLock { $0 = (error, now) }
-            reportStaleStats(error, shown: cached?.at, now: now)
+            if Self.showsLastStats(after: error) { reportStaleStats(error, shown: cached?.at, now: now) }
             return try lastOr(error)
         }
+    }
+
+    /// Whether a failed read of the statistics leaves the last ones shown: it waited out its
+    /// `lock_timeout` or `statement_timeout`, so the database answers but a queue table is
+    /// locked (or the scan is slow).
+    static func showsLastStats(after error: any Error) -> Bool {
+        guard let error = error as? PGError else { return false }
+        return error.code == .lockNotAvailable || error.code == .queryCanceled
     }
 
     /// One warning line a minute at most while the statistics cannot be read: scrapes show the
@@ -541,8 +553,8 @@ final class Pipeline: @unchecked Sendable {
             }
         }
         metrics.queueStatsAge.setSource { [self] in
-            // Read (or tried) first, as the queue gauges of this scrape are.
-            _ = try? recentStats()
+            // Read (or tried) first, as the queue gauges of this scrape are; no sample when they have none.
+            guard (try? recentStats()) != nil else { return [] }
             return statsAge().map { [MetricSample(value: $0)] } ?? []
         }
         let tokens = self.tokens
