@@ -90,4 +90,23 @@ import Testing
             }
         }
     }
+
+    /// `pushd status` waits out the same lock: it says so and names who holds it, instead of
+    /// an error about a cancelled statement.
+    @Test func statusUnderALockNamesTheLockAndItsHolder() throws {
+        try IsolatedDatabase.with { database in
+            let locker = try database.connect()
+            defer { locker.close() }
+            _ = try locker.execute(script: "BEGIN; LOCK TABLE pushd.jobs IN ACCESS EXCLUSIVE MODE")
+            let pid = locker.backendPID
+            let started = Timestamp()
+            let status = try NotValidCampaignDaemonTests.command(["status"], database)
+            let took = Timestamp().timeIntervalSince(started)
+            _ = try locker.execute(script: "COMMIT")
+            print("pushd status under the lock, \(took.fixed(1)) s, exit \(status.status): \(status.output)")
+            #expect(status.status != 0)
+            #expect(status.output.contains("locked by another session"), "\(status.output)")
+            #expect(status.output.contains("pid \(pid)") && status.output.contains("AccessExclusiveLock on pushd.jobs"), "\(status.output)")
+        }
+    }
 }
