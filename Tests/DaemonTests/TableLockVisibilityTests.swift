@@ -36,6 +36,7 @@ import Testing
             }
             let locker = try database.connect()
             _ = try locker.execute(script: "BEGIN; LOCK TABLE pushd.jobs IN ACCESS EXCLUSIVE MODE")
+            let lockerPID = locker.backendPID
             let lockedAt = Timestamp()
             let holdSeconds = 24.0
 
@@ -72,6 +73,7 @@ import Testing
             #expect(readyzDuringLock.contains("lock"), "/readyz during the lock: \(readyzDuringLock)")
             let stuckLines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"lane_stuck\"") }
             #expect(stuckLines.count == 1 && stuckLines.first?.contains("\"level\":\"error\"") == true, "\(daemon.text)")
+            #expect(stuckLines.first?.contains("held by pid \(lockerPID)") == true, "\(stuckLines)")
 
             // After the lock: everything sent once, ready again.
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 1 + jobs }, "\(harness.mock.stats.accepted)\n\(daemon.text)")

@@ -43,27 +43,7 @@ enum StatusCommand {
             // The claims of the daemons wait on the same lock: say so, and who holds it.
             throw CommandContext.Failure("a pushd table is locked by another session (waited lock_timeout, SQLSTATE 55P03): "
                                          + "the lanes that need it send nothing until it is released (pushd_lane_stuck, /readyz); "
-                                         + "held by \(lockHolders(connection))")
+                                         + "held by \(TableLocks.holders(connection) ?? "a session pg_locks and pg_stat_activity name")")
         }
-    }
-
-    /// The sessions holding a table lock on a pushd table that stops the daemons' claims (the
-    /// status read itself waits only for ACCESS EXCLUSIVE), for the message of a status that
-    /// waited one out.
-    static func lockHolders(_ connection: PGConnection) -> String {
-        let sql = """
-            SELECT l.pid, coalesce(a.application_name, ''), n.nspname || '.' || c.relname, l.mode,
-                   coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8
-            FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-            JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE l.granted AND n.nspname = 'pushd' AND l.mode IN ('AccessExclusiveLock', 'ExclusiveLock', 'ShareRowExclusiveLock', 'ShareLock')
-            ORDER BY l.pid
-            """
-        guard let rows = try? connection.query(sql).rows, !rows.isEmpty else { return "a session pg_locks and pg_stat_activity name" }
-        return rows.compactMap { row -> String? in
-            guard let pid: Int32 = try? row.require(0), let name: String = try? row.require(1), let table: String = try? row.require(2),
-                  let mode: String = try? row.require(3), let seconds: Double = try? row.require(4) else { return nil }
-            return "pid \(pid)\(name.isEmpty ? "" : " (\(name))"), \(mode) on \(table), in a transaction open for \(Int(seconds)) s"
-        }.joined(separator: ", ")
     }
 }

@@ -14,9 +14,9 @@ import QueueStore
 ///
 /// Thread rule: every worker reports into `state` under its lock; the main loop reads `stuck`.
 final class LaneHealth: @unchecked Sendable {
-    /// How long a lane's passes may keep failing before it counts as stuck: the session's
-    /// `lock_timeout` (10 s), so that one pass that waited a lock out is enough.
-    static let stuckAfter = 10.0
+    /// How long a lane's passes may keep failing before it counts as stuck: just under the
+    /// session's `lock_timeout` (10 s), so that one pass that waited a lock out is enough.
+    static let stuckAfter = 9.5
     /// How often the error line of a lane that stays stuck is written again.
     static let repeatEvery = 60.0
     /// The lanes watched: the two of notifications to devices, and broadcasts.
@@ -32,6 +32,9 @@ final class LaneHealth: @unchecked Sendable {
     }
 
     private let state = Lock<[String: Failing]>([:])
+    /// Who holds the table locks that stop a lane (`TableLocks.holders`), for its first
+    /// `lane_stuck` line after a lock wait; set by the pipeline, which has a session for it.
+    private let lockHolders = Lock<(@Sendable () -> String?)?>(nil)
     private let metrics: PushdMetrics
     private let logger: Logger
 
@@ -39,6 +42,10 @@ final class LaneHealth: @unchecked Sendable {
         self.metrics = metrics
         self.logger = logger
         for lane in Self.lanes { metrics.laneStuck(lane: lane).set(0) }
+    }
+
+    func describeLockHolders(with describe: @escaping @Sendable () -> String?) {
+        lockHolders.withLock { $0 = describe }
     }
 
     /// A pass of a worker of `lane` begun at `started` went through: the lane is not stuck,
@@ -72,8 +79,9 @@ final class LaneHealth: @unchecked Sendable {
         guard let (failing, first) = line else { return }
         if first { metrics.laneStuck(lane: lane).set(1) }
         let seconds = now - failing.since
+        let holders = failing.sqlstate == PGError.Code.lockNotAvailable.raw ? lockHolders.withLock({ $0 })?() : nil
         logger.error("\(lane) lane \(first ? "stuck" : "still stuck"): no pass of its workers has gone through for \(seconds.fixed(1)) s, "
-                     + "\(Self.describe(sqlstate: failing.sqlstate)); its work waits in the queue and /readyz is not ready until a pass goes through: \(failing.error)",
+                     + "\(Self.describe(sqlstate: failing.sqlstate)); \(holders.map { "the lock is held by \($0); " } ?? "")its work waits in the queue and /readyz is not ready until a pass goes through: \(failing.error)",
                      ("event", "lane_stuck"), ("lane", .string(lane)), ("failing_s", .double(seconds)),
                      ("sqlstate", .string(failing.sqlstate ?? "")))
     }

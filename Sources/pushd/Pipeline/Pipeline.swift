@@ -144,6 +144,9 @@ final class Pipeline: @unchecked Sendable {
         }
         broadcastWorker = BroadcastWorker(context: context)
         registerGauges(appByKey: appByKey)
+        context.laneHealth.describeLockHolders { [weak self] in
+            try? self?.withStatsConnection { TableLocks.holders($0) }
+        }
         unknownApps = UnknownAppWatch(configured: Set(config.apps.map(\.name)), logger: logger,
                                       readStats: { [weak self] in
                                           guard let self else { throw SetupError(description: "the pipeline is gone") }
