@@ -111,4 +111,45 @@ import Testing
             #expect(status.output.contains("pid \(pid)") && status.output.contains("AccessExclusiveLock on pushd.jobs"), "\(status.output)")
         }
     }
+
+    /// The sibling: a lock on `pushd.campaigns` stops the campaign lane, which `/readyz` names;
+    /// the campaign is finished after it.
+    @Test func aLockOnTheCampaignsTableMakesTheCampaignLaneNotReady() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(),
+                                                             log: harness.directory + "/pushd-campaign-lock.log")
+            #expect(DaemonHarness.wait(seconds: 30) { daemon.readyz().contains("database reachable") }, "\(daemon.readyz())\n\(daemon.text)")
+            let connection = try database.connect()
+            let count = 60
+            let id = try CampaignLaneTests.campaign(connection, count: count, rate: 10)
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 1 }, "\(daemon.text)")
+            let locker = try database.connect()
+            _ = try locker.execute(script: "BEGIN; LOCK TABLE pushd.campaigns IN ACCESS EXCLUSIVE MODE")
+            let lockedAt = Timestamp()
+            var readyz = ""
+            var slowest = 0.0
+            let named = DaemonHarness.wait(seconds: 18) {
+                let scrape = Self.timedGet(daemon, "/metrics")
+                slowest = max(slowest, scrape.seconds)
+                readyz = daemon.readyz()
+                return readyz.contains("campaign lane")
+            }
+            let after = Timestamp().timeIntervalSince(lockedAt)
+            while Timestamp().timeIntervalSince(lockedAt) < 18 {
+                slowest = max(slowest, Self.timedGet(daemon, "/metrics").seconds)
+                PosixThread.sleep(seconds: 0.5)
+            }
+            _ = try locker.execute(script: "COMMIT")
+            print("campaigns locked: /readyz named the lane after \(after.fixed(1)) s: \(readyz); slowest scrape \(slowest.fixed(1)) s")
+            #expect(named, "/readyz during the lock on pushd.campaigns: \(readyz)")
+            #expect(slowest < 3, "slowest scrape during the lock: \(slowest.fixed(1)) s")
+            #expect(DaemonHarness.wait(seconds: 40) {
+                (try? DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaigns WHERE id = \(id) AND status = 'done'")) == 1
+            }, "\(daemon.text.suffix(4000))")
+            #expect(harness.mock.stats.accepted >= count)
+            #expect(DaemonHarness.wait(seconds: 15) { daemon.readyz().contains("database reachable") })
+            print("campaign of \(count) targets: APNs accepted \(harness.mock.stats.accepted)")
+        }
+    }
 }
