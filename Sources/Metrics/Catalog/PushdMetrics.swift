@@ -74,6 +74,10 @@ public struct PushdMetrics: Sendable {
     /// `pushd_database_stalled`, which has no labels.
     public let databaseStalled: Gauge
     public let databaseCallSecondsMax: CallbackFamily
+    /// `pushd_lane_stuck{lane}`: 1 while no pass of a lane's workers goes through (`LaneHealth`).
+    public let laneStuck: GaugeFamily
+    /// `pushd_queue_stats_age_seconds`, which has no labels.
+    public let queueStatsAge: CallbackFamily
     public let buildInfo: GaugeFamily
     public let apnsConnectionRetirements: CounterFamily
 
@@ -275,6 +279,14 @@ public struct PushdMetrics: Sendable {
             "pushd_database_call_seconds_max",
             help: "How long the longest database call in flight has waited, in seconds; 0 when none is in flight.",
             labels: [])
+        laneStuck = try registry.gauge(
+            "pushd_lane_stuck",
+            help: "1 while a lane sends nothing because every pass of its workers fails on the database for 10 s or more (a lock another session holds on its table waits out lock_timeout, or any error that repeats; /readyz is not ready and names it), until a pass goes through again; else 0.",
+            labels: ["lane"])
+        queueStatsAge = try registry.callbackGauge(
+            "pushd_queue_stats_age_seconds",
+            help: "Age in seconds of the queue statistics this scrape shows (pushd_queue_depth, pushd_queue_oldest_age_seconds, pushd_campaigns and the rest read from the database): below 2 while they are read, growing while they cannot be read within 1 s (a lock on a queue table) and the last ones read are shown; absent before any was read.",
+            labels: [])
         buildInfo = try registry.gauge(
             "pushd_build_info",
             help: "Always 1; the version label says which pushd build is running.",
@@ -434,6 +446,10 @@ public struct PushdMetrics: Sendable {
 
     public func campaignTargets(app: String, status: String) -> Counter {
         campaignTargetsProcessed.bound([app, status])
+    }
+
+    public func laneStuck(lane: String) -> Gauge {
+        laneStuck.bound([lane])
     }
 
     public func databaseError(reason: String) -> Counter {

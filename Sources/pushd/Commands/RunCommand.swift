@@ -149,6 +149,10 @@ enum RunCommand {
                 reloader.reload()
                 pipeline.resumePausedApps()
             }
+            // A lane found stuck makes the process not ready at once, not at the next check.
+            if server.readiness.isReady, let stuck = pipeline.context.laneHealth.stuckDetail() {
+                server.setReady(false, detail: stuck)
+            }
             if Timestamp().timeIntervalSince(lastHealthCheck) >= 5 {
                 lastHealthCheck = Timestamp()
                 do {
@@ -166,6 +170,10 @@ enum RunCommand {
                     if let stall = watchdog.stallDetail {
                         // Another session waits on the database while this one got an answer.
                         server.setReady(false, detail: stall)
+                    } else if let stuck = pipeline.context.laneHealth.stuckDetail() {
+                        // The database answers this check, but a lane's every pass fails (a
+                        // lock on its table): its work waits in the queue.
+                        server.setReady(false, detail: stuck)
                     } else if !outages.isEmpty {
                         server.setReady(false, detail: "APNs is not taking notifications of "
                                         + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))

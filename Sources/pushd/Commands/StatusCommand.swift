@@ -39,6 +39,11 @@ enum StatusCommand {
             return try FleetSnapshot.read(connection)
         } catch let error as PGError where error.code == .undefinedTable {
             throw CommandContext.Failure("the database has no pushd schema, or one older than this pushd (\(error.message)): run `pushd migrate`")
+        } catch let error as PGError where error.code == .lockNotAvailable {
+            // The claims of the daemons wait on the same lock: say so, and who holds it.
+            throw CommandContext.Failure("a pushd table is locked by another session (waited lock_timeout, SQLSTATE 55P03): "
+                                         + "the lanes that need it send nothing until it is released (pushd_lane_stuck, /readyz); "
+                                         + "held by \(TableLocks.holders(connection) ?? "a session pg_locks and pg_stat_activity name")")
         }
     }
 }

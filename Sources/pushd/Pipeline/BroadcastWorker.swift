@@ -59,7 +59,13 @@ final class BroadcastWorker: @unchecked Sendable {
 
     private func run() {
         var failures = 0
+        var passFailed = false
+        var passStarted = RateLimiter.monotonicSeconds()
         while !context.isStopping {
+            // The pass before this one went through (`LaneHealth`).
+            if !passFailed { context.laneHealth.passed(Self.lane, started: passStarted) }
+            passFailed = false
+            passStarted = RateLimiter.monotonicSeconds()
             do {
                 let connection = try connectIfNeeded()
                 context.makeDueAfterOutage(lane: Self.lane, what: "broadcast jobs") { back in
@@ -106,8 +112,10 @@ final class BroadcastWorker: @unchecked Sendable {
                 }
             } catch {
                 failures += 1
+                passFailed = true
                 context.databaseError(error)
                 context.logger.warning("broadcast worker: \(error)")
+                context.laneHealth.failed(Self.lane, error: error, started: passStarted)
                 connection?.close()
                 connection = nil
                 context.sleepAfterDatabaseFailure(failures)

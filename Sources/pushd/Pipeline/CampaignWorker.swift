@@ -69,9 +69,15 @@ final class CampaignWorker: @unchecked Sendable {
         var nextParkedCheck = 0.0
         var nextCancelledSweep = 0.0
         var dueButNotLeased = 0
+        var passFailed = false
+        var passStarted = RateLimiter.monotonicSeconds()
         while !(context.isStopping && runs.isEmpty) {
             context.operatorLog.tick()
             keeper.beat(worker: index)
+            // The pass before this one went through (`LaneHealth`).
+            if !passFailed { context.laneHealth.passed(Lane.campaign.rawValue, started: passStarted) }
+            passFailed = false
+            passStarted = RateLimiter.monotonicSeconds()
             do {
                 if connection == nil || connection?.isOpen == false {
                     let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: context.config.apns.answerWaitSeconds)
@@ -150,8 +156,10 @@ final class CampaignWorker: @unchecked Sendable {
                 try pump(on: connection!)
             } catch {
                 failures += 1
+                passFailed = true
                 context.databaseError(error)
                 context.logger.warning("campaign worker \(index): \(error)", ("worker", .int(Int64(index))))
+                context.laneHealth.failed(Lane.campaign.rawValue, error: error, started: passStarted)
                 if Self.survives(error, on: connection) {
                     // A row another session held for lock_timeout: the statement is undone, the
                     // session and the chunks being sent are sound, and their progress is written

@@ -44,8 +44,14 @@ final class JobWorker: @unchecked Sendable {
         let waiting = context.config.jobWait
         var lastWork = RateLimiter.monotonicSeconds() - waiting.busyWindow
         var woke = ClaimTrace.Wake.batch
+        var passFailed = false
+        var passStarted = RateLimiter.monotonicSeconds()
         while !context.isStopping {
             context.operatorLog.tick()
+            // The pass before this one went through (`LaneHealth`).
+            if !passFailed { context.laneHealth.passed(Lane.transactional.rawValue, started: passStarted) }
+            passFailed = false
+            passStarted = RateLimiter.monotonicSeconds()
             do {
                 let connection = try connectIfNeeded()
                 context.makeDueAfterOutage(lane: Lane.transactional.rawValue, what: "transactional jobs") { back in
@@ -95,8 +101,10 @@ final class JobWorker: @unchecked Sendable {
                 woke = .batch
             } catch {
                 failures += 1
+                passFailed = true
                 context.databaseError(error)
                 context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
+                context.laneHealth.failed(Lane.transactional.rawValue, error: error, started: passStarted)
                 connection?.close()
                 connection = nil
                 context.sleepAfterDatabaseFailure(failures)

@@ -27,6 +27,13 @@ final class Pipeline: @unchecked Sendable {
     private let statsCache = Lock<(stats: QueueStats, at: ContinuousClock.Instant)?>(nil)
     /// The last failed read and when, so that the gauges of one scrape do not each try again.
     private let statsFailure = Lock<(error: any Error, at: ContinuousClock.Instant)?>(nil)
+    /// When the `queue_stats_stale` line was last written (monotonic seconds).
+    private let statsFailureLogged = Lock<Double>(-.infinity)
+    /// How long the statistics read may wait for a lock (another session's `LOCK TABLE`, a
+    /// migration) and run: a scrape answers well within Prometheus' scrape_timeout (10 s by
+    /// default) and shows the last statistics read instead (`pushd_queue_stats_age_seconds`).
+    static let statsLockTimeout = "1s"
+    static let statsStatementTimeout = "4s"
 
     struct SetupError: Error, CustomStringConvertible {
         var description: String
@@ -137,6 +144,9 @@ final class Pipeline: @unchecked Sendable {
         }
         broadcastWorker = BroadcastWorker(context: context)
         registerGauges(appByKey: appByKey)
+        context.laneHealth.describeLockHolders { [weak self] in
+            try? self?.withStatsConnection { TableLocks.holders($0) }
+        }
         unknownApps = UnknownAppWatch(configured: Set(config.apps.map(\.name)), logger: logger,
                                       readStats: { [weak self] in
                                           guard let self else { throw SetupError(description: "the pipeline is gone") }
@@ -387,29 +397,72 @@ final class Pipeline: @unchecked Sendable {
     /// Reads of the queue statistics so far (each one scans `pushd.jobs`).
     let statsReads = Atomic<Int>(0)
 
-    /// Statistics no older than `maxAge`, read again only when the last read is older.
+    /// Statistics no older than `maxAge`, read again only when the last read is older. When
+    /// the database answers but the read waited out its lock or statement time-out (a lock on
+    /// a queue table), the last ones read, however old (`pushd_queue_stats_age_seconds` says
+    /// how old). Otherwise a failed read is an error: the gauges have no sample, which is what
+    /// PushdNotReadyDatabase sees of a database that is down.
     func recentStats(maxAge: Duration = .seconds(2)) throws -> QueueStats {
         let now = ContinuousClock.now
-        if let cached = statsCache.withLock({ $0 }), now - cached.at < maxAge { return cached.stats }
+        let cached = statsCache.withLock({ $0 })
+        if let cached, now - cached.at < maxAge { return cached.stats }
+        func lastOr(_ error: any Error) throws -> QueueStats {
+            if let cached, Self.showsLastStats(after: error) { return cached.stats }
+            throw error
+        }
         // A scrape must not queue behind a call the database does not answer: Prometheus would
         // time out and see no pushd_database_stalled either. No sample instead; nor after the
         // stop, which closed the statistics session.
         if databaseStalled() { throw SetupError(description: "the database is not answering") }
         if context.stopping.load(ordering: .relaxed) { throw SetupError(description: "pushd is stopping") }
-        if let waiting = PGCallWatch.inFlight(now: now).first(where: { $0.purpose == Self.statsSession }), waiting.waited > .seconds(1) {
-            throw SetupError(description: "the statistics session has waited \(waiting.waited) on the database")
+        if let waiting = PGCallWatch.inFlight(now: now).first(where: { $0.purpose == Self.statsSession }) {
+            // Nor behind another call of the statistics session: a read is over within its
+            // statement_timeout, the last statistics meanwhile; a call waiting longer is not
+            // answered.
+            if let cached, waiting.waited < .seconds(5) { return cached.stats }
+            if waiting.waited > .seconds(1) { throw SetupError(description: "the statistics session has waited \(waiting.waited) on the database") }
         }
         // Nor try again for each of the gauges of one scrape after a failure: each try may wait
         // out a connect time-out.
-        if let failed = statsFailure.withLock({ $0 }), now - failed.at < maxAge { throw failed.error }
+        if let failed = statsFailure.withLock({ $0 }), now - failed.at < maxAge { return try lastOr(failed.error) }
         do {
             let stats = try readStats()
             statsCache.withLock { $0 = (stats, now) }
+            statsFailure.withLock { $0 = nil }
             return stats
         } catch {
             statsFailure.withLock { $0 = (error, now) }
-            throw error
+            if Self.showsLastStats(after: error) { reportStaleStats(error, shown: cached?.at, now: now) }
+            return try lastOr(error)
         }
+    }
+
+    /// Whether a failed read of the statistics leaves the last ones shown: it waited out its
+    /// `lock_timeout` or `statement_timeout`, so the database answers but a queue table is
+    /// locked (or the scan is slow).
+    static func showsLastStats(after error: any Error) -> Bool {
+        guard let error = error as? PGError else { return false }
+        return error.code == .lockNotAvailable || error.code == .queryCanceled
+    }
+
+    /// One warning line a minute at most while the statistics cannot be read: scrapes show the
+    /// last ones read, and the queue gauges stand still.
+    private func reportStaleStats(_ error: any Error, shown: ContinuousClock.Instant?, now: ContinuousClock.Instant) {
+        let seconds = RateLimiter.monotonicSeconds()
+        guard statsFailureLogged.withLock({ logged in
+            guard seconds - logged >= 60 else { return false }
+            logged = seconds
+            return true
+        }) else { return }
+        let age = shown.map { "the last ones, read \(DatabaseWatchdog.seconds(now - $0).fixed(1)) s ago (pushd_queue_stats_age_seconds)" } ?? "no queue gauges"
+        let code = (error as? PGError).map { " (SQLSTATE \($0.code.raw)\($0.code == .lockNotAvailable ? ", a lock another session holds on a queue table" : ""))" } ?? ""
+        context.logger.warning("queue statistics could not be read within lock_timeout \(Self.statsLockTimeout) and statement_timeout \(Self.statsStatementTimeout)\(code): scrapes show \(age) until a read succeeds: \(error)",
+                               ("event", "queue_stats_stale"), ("sqlstate", .string((error as? PGError)?.code.raw ?? "")))
+    }
+
+    /// How old the statistics a scrape shows now are, in seconds; nil before any was read.
+    func statsAge(now: ContinuousClock.Instant = .now) -> Double? {
+        statsCache.withLock { $0 }.map { DatabaseWatchdog.seconds(now - $0.at) }
     }
 
     /// Whether the database answers, for readiness: a round trip, not a scan of the queue.
@@ -430,7 +483,11 @@ final class Pipeline: @unchecked Sendable {
         try withStatsConnection { connection -> QueueStats? in
             switch query {
             case .stats:
-                return try QueueStats.read(connection)
+                // Bounded on its own: a scrape waits for this read (`recentStats`).
+                _ = try connection.execute(script: "BEGIN; SET LOCAL lock_timeout = '\(Self.statsLockTimeout)'; SET LOCAL statement_timeout = '\(Self.statsStatementTimeout)'")
+                let stats = try QueueStats.read(connection)
+                _ = try connection.execute(script: "COMMIT")
+                return stats
             case .ping:
                 _ = try connection.query("SELECT 1")
                 return nil
@@ -497,6 +554,11 @@ final class Pipeline: @unchecked Sendable {
             return Dictionary(grouping: stats.campaigns, by: \.app).map { app, campaigns in
                 MetricSample(labelValues: [app], value: Double(campaigns.reduce(0) { $0 + $1.remaining }))
             }
+        }
+        metrics.queueStatsAge.setSource { [self] in
+            // Read (or tried) first, as the queue gauges of this scrape are; no sample when they have none.
+            guard (try? recentStats()) != nil else { return [] }
+            return statsAge().map { [MetricSample(value: $0)] } ?? []
         }
         let tokens = self.tokens
         // An app with a key per environment has two tokens: the older one is the one APNs may refuse first.

@@ -26,6 +26,8 @@ final class PipelineContext: @unchecked Sendable {
     let broadcastDeadLetters: BroadcastDeadLetterLog
     /// The environments of its apps this instance cannot send to, and who can.
     let coverage: EnvironmentCoverage
+    /// Whether each lane's passes go through or keep failing on the database (`LaneHealth`).
+    let laneHealth: LaneHealth
     /// Set when shutdown begins: workers stop claiming and finish what they hold.
     let stopping = Atomic<Bool>(false)
     /// Campaigns this process left unleased because their topic is held: a SIGHUP makes
@@ -61,6 +63,7 @@ final class PipelineContext: @unchecked Sendable {
         coverage = EnvironmentCoverage(apps: config.apps, logger: logger, metrics: metrics)
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
         broadcastDeadLetters = BroadcastDeadLetterLog(logger: logger)
+        laneHealth = LaneHealth(metrics: metrics, logger: logger)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
         // Every app's lanes show 0 from the start in each environment it can send to, so a query
         // sees an outage begin, not a series appear; probes too, so an increase() over the first
