@@ -239,8 +239,7 @@ struct LogicTests {
     /// Apple: "APNs validates the request using either the provided authentication token or
     /// your server's certificate" ("Sending broadcast push notification requests to APNs").
     /// On a certificate connection a broadcast needs no token and its bundle id must be one
-    /// the certificate covers (the `--topic` list), as a device push's topic must; a channel
-    /// request, which Apple documents with no certificate, is still refused.
+    /// the certificate covers (the `--topic` list), as a device push's topic must.
     @Test func aCertificateConnectionsBroadcastNeedsNoTokenButItsBundleIDMustBeCovered() throws {
         var settings = settings()
         settings.certificateMode = true
@@ -258,14 +257,51 @@ struct LogicTests {
         let uncovered = answer(logic.handle(broadcast(bundleID: "com.example.other", channel: channel), faults: .none, now: Self.now))
         #expect(uncovered?.status == 400)
         #expect(uncovered?.reason == "TopicDisallowed")
+    }
 
-        var management = ConnectionLogic(connectionID: 2, settings: settings, seed: 1, role: .channelManagement)
-        var list = IncomingRequest(streamID: 1)
-        list.method = "GET"
-        list.path = "/1/apps/com.example.app/all-channels"
-        let refused = answer(management.handle(list, faults: .none, now: Self.now))
-        #expect(refused?.status == 403)
-        #expect(refused?.reason == "MissingProviderToken")
+    /// A channel management request with no `authorization` header, as sent on a certificate
+    /// connection: `method` on `/1/apps/<bundle id>/<resource>`.
+    private func channelRequest(_ method: String, bundleID: String, resource: String = "channels", channel: String? = nil,
+                                body: String = "") -> IncomingRequest {
+        var request = IncomingRequest(streamID: 1)
+        request.method = method
+        request.path = "/1/apps/\(bundleID)/\(resource)"
+        if let channel { request.headers = [HeaderField(name: "apns-channel-id", value: channel)] }
+        request.body = Array(body.utf8)
+        return request
+    }
+
+    /// Apple's "Sending channel management requests to APNs": `authorization` is "Required, if
+    /// mTLS authentication is omitted" (create, read) or "Required for token-based
+    /// authentication" (delete, list), and "APNs ignores this header if you use
+    /// certificate-based authentication". On a certificate connection to the management host
+    /// every operation goes with no token, and the path's bundle id must be one the
+    /// certificate covers (the `--topic` list). Before, each was answered 403 MissingProviderToken.
+    @Test func aCertificateConnectionsChannelRequestsNeedNoTokenButTheirBundleIDMustBeCovered() throws {
+        var settings = settings()
+        settings.certificateMode = true
+        settings.broadcastJudge = BroadcastRequestJudge(allowedBundleIDs: ["com.example.app"])
+        var logic = ConnectionLogic(connectionID: 1, settings: settings, seed: 1, role: .channelManagement)
+        let created = answer(logic.handle(channelRequest("POST", bundleID: "com.example.app",
+                                                         body: #"{"message-storage-policy":1,"push-type":"LiveActivity"}"#),
+                                          faults: .none, now: Self.now))
+        #expect(created?.status == 201, "\(String(describing: created))")
+        let channel = try #require(created?.extraHeaders.first { $0.name == "apns-channel-id" }?.value)
+
+        let read = answer(logic.handle(channelRequest("GET", bundleID: "com.example.app", channel: channel), faults: .none, now: Self.now))
+        #expect(read?.status == 200, "\(String(describing: read))")
+        #expect(read.flatMap { $0.successBody.map { ChannelAnswer.storagePolicy(fromReadBody: $0) } } == .mostRecentMessageStored)
+        let list = answer(logic.handle(channelRequest("GET", bundleID: "com.example.app", resource: "all-channels"), faults: .none, now: Self.now))
+        #expect(list?.status == 200, "\(String(describing: list))")
+        #expect(list?.successBody.flatMap(ChannelAnswer.channels(fromListBody:)) == [channel])
+        let deleted = answer(logic.handle(channelRequest("DELETE", bundleID: "com.example.app", channel: channel), faults: .none, now: Self.now))
+        #expect(deleted?.status == 204, "\(String(describing: deleted))")
+        #expect(settings.channels.list(bundleID: "com.example.app").isEmpty)
+
+        let uncovered = answer(logic.handle(channelRequest("GET", bundleID: "com.example.other", resource: "all-channels"),
+                                            faults: .none, now: Self.now))
+        #expect(uncovered?.status == 400)
+        #expect(uncovered?.reason == "TopicDisallowed")
     }
 }
 

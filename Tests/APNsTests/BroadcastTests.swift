@@ -50,11 +50,15 @@ import Testing
         #expect(ChannelRequest(bundleID: "a.b", operation: .read(Self.channel)).method == "GET")
     }
 
-    @Test func channelRequestsRefuseCertificatesAndTopics() {
+    /// Apple's channel management page: APNs "ignores this header if you use certificate-based
+    /// authentication", so a request on a certificate connection carries none.
+    @Test func channelRequestsTakeEitherAuthenticationButRefuseTopics() {
         let request = ChannelRequest(bundleID: "com.example.scores.push-type.liveactivity", operation: .listAll)
-        let rules = request.issues(authentication: .certificate).map(\.rule)
-        #expect(rules == [.tokenAuthenticationRequired, .topicSuffix])
+        #expect(request.issues(authentication: .certificate).map(\.rule) == [.topicSuffix])
         #expect(ChannelRequest(bundleID: "com.example.scores", operation: .listAll).issues(authentication: .token).isEmpty)
+        #expect(ChannelRequest(bundleID: "com.example.scores", operation: .listAll).issues(authentication: .certificate).isEmpty)
+        let read = ChannelRequest(bundleID: "com.example.scores", operation: .read(Self.channel))
+        #expect(read.headerFields(authorization: nil).map(\.line) == ["apns-channel-id: \(Self.channel.value)"])
     }
 
     @Test func broadcastHeadersCarryChannelAndLiveActivityType() {

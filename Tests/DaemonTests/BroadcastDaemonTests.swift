@@ -266,10 +266,9 @@ import Testing
     /// (Apple, "Sending broadcast push notification requests to APNs"): a certificate app's
     /// broadcast goes on a connection that presents its certificate, to a mock that requires
     /// one, and is accepted. One to an environment the app has no certificate for is
-    /// dead-lettered unsent, naming the setting; a channel request, which is sent with a token
-    /// only, fails with a reason citing Apple's channel management page. Before, the broadcast
-    /// was dead-lettered ("broadcasts need token (JWT) authentication").
-    @Test func aCertificateAppsBroadcastIsSentWithItsCertificateAndItsChannelRequestsFailWithAReason() throws {
+    /// dead-lettered unsent, naming the setting. Before, the broadcast was dead-lettered
+    /// ("broadcasts need token (JWT) authentication").
+    @Test func aCertificateAppsBroadcastIsSentWithItsCertificate() throws {
         try IsolatedDatabase.with { database in
             var world = try TLSFailurePausesAppTests.World(database: database)
             let certificates = world.harness.certificates
@@ -290,7 +289,6 @@ import Testing
                                  [channel, Self.update])
             try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, environment) VALUES ('shop', $1, $2, 'production')",
                                  [channel, Self.update])
-            try connection.query("SELECT pushd.create_channel('shop')")
             let dead = { (try? connection.query("SELECT reason FROM pushd.dead_jobs").rows.map { try $0.require(0) as String }) ?? [] }
             #expect(DaemonHarness.wait(seconds: 20) { world.mock.stats.broadcastsAccepted[channel] == 1 },
                     "accepted: \(world.mock.stats.broadcastsAccepted), dead letters: \(dead())")
@@ -299,13 +297,51 @@ import Testing
             })
             #expect(dead().count == 1 && dead().allSatisfy { $0.hasPrefix("NoCredentialsForEnvironment: app shop has no certificate for production") },
                     "\(dead())")
-            #expect(DaemonHarness.wait(seconds: 20) {
-                (try? DaemonHarness.count(connection, """
-                    SELECT count(*) FROM pushd.channels WHERE state = 'failed'
-                    AND outcome LIKE '%Sending channel management requests to APNs%'
-                    """)) == 1
-            })
             #expect(world.mock.stats.requestsReceived == 1)
+        }
+    }
+
+    /// APNs takes every channel management request with the app's certificate (Apple, "Sending
+    /// channel management requests to APNs": `authorization` is "Required, if mTLS
+    /// authentication is omitted" or "Required for token-based authentication", and "APNs
+    /// ignores this header if you use certificate-based authentication"): a certificate app's
+    /// channel is created and deleted on connections that present its certificate to a
+    /// management host that requires one. A request to an environment the app has no
+    /// certificate for fails unsent, naming the setting. Before, every channel request of a
+    /// certificate app failed ("the channel management API is sent with token (JWT)
+    /// authentication only").
+    @Test func aCertificateAppsChannelIsCreatedAndDeletedWithItsCertificate() throws {
+        try IsolatedDatabase.with { database in
+            var world = try TLSFailurePausesAppTests.World(database: database)
+            let certificates = world.harness.certificates
+            try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                clientCA: certificates.caCertificate, channelManagement: true)
+            defer { world.mock.stop() }
+            var config = world.harness.config()
+            config.apns.hostOverride = "127.0.0.1:\(world.port)"
+            config.apns.channelHostOverride = "127.0.0.1:\(try #require(world.mock.channelManagementPort))"
+            config.apps[0].credentials = .certificate(certificateFile: certificates.clientCertificate, keyFile: certificates.clientKey,
+                                                      pkcs12File: nil, password: nil)
+            let pipeline = try world.harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            let create = try connection.query("SELECT pushd.create_channel('shop', 'most-recent')").require(Int64.self, row: 0, column: 0)
+            let elsewhere = try connection.query("SELECT pushd.create_channel('shop', 'none', 'production')").require(Int64.self, row: 0, column: 0)
+            let row = { (id: Int64) in try? ChannelStore().row(connection, id: id) }
+            #expect(DaemonHarness.wait(seconds: 20) { row(create)?.state == "active" },
+                    "\(String(describing: row(create)))")
+            let channel = try #require(row(create)?.channelID)
+            #expect(world.mock.stats.channelsLive == 1)
+            #expect(DaemonHarness.wait(seconds: 20) { row(elsewhere)?.state == "failed" }, "\(String(describing: row(elsewhere)))")
+            #expect(row(elsewhere)?.outcome?.hasPrefix("NoCredentialsForEnvironment: app shop has no certificate for production") == true,
+                    "\(String(describing: row(elsewhere)?.outcome))")
+
+            let delete = try connection.query("SELECT pushd.delete_channel('shop', $1)", [channel]).require(Int64.self, row: 0, column: 0)
+            #expect(DaemonHarness.wait(seconds: 20) { row(delete)?.state == "deleted" }, "\(String(describing: row(delete)))")
+            #expect(world.mock.stats.channelsLive == 0)
+            #expect(world.mock.stats.clientCertificateSubjects.count >= 1, "\(world.mock.stats.clientCertificateSubjects)")
         }
     }
 

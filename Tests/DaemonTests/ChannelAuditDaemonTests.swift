@@ -64,6 +64,54 @@ import Testing
         }
     }
 
+    /// A certificate-only configuration: APNs takes every channel management request with the
+    /// app's certificate (Apple, "Sending channel management requests to APNs": "APNs ignores
+    /// this header if you use certificate-based authentication"). `pushd channels create`
+    /// queues the request and the running pushd creates the channel on a connection that
+    /// presents the certificate, to a management listener that requires one; `list` shows it,
+    /// `audit` asks APNs with the certificate and agrees, `delete` removes it. Before, create
+    /// and delete were refused for want of an instance with a token key, and audit for the
+    /// certificate.
+    @Test func aCertificateOnlyAppsChannelIsCreatedListedAuditedAndDeletedByTheCommands() throws {
+        try IsolatedDatabase.with { database in
+            var world = try TLSFailurePausesAppTests.World(database: database)
+            let certificates = world.harness.certificates
+            try world.startMock(certificate: certificates.serverCertificate, key: certificates.serverKey,
+                                clientCA: certificates.caCertificate, channelManagement: true)
+            defer { world.mock.stop() }
+            let channelHost = "127.0.0.1:\(try #require(world.mock.channelManagementPort))"
+            let file = try world.writeConfig(caFile: certificates.caCertificate, app: world.certificateApp(certificates),
+                                             channelHost: channelHost)
+            var config = world.harness.config()
+            config.apns.hostOverride = "127.0.0.1:\(world.port)"
+            config.apns.channelHostOverride = channelHost
+            config.apps[0].credentials = .certificate(certificateFile: certificates.clientCertificate, keyFile: certificates.clientKey,
+                                                      pkcs12File: nil, password: nil)
+            let pipeline = try world.harness.pipeline(config)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }
+            func pushd(_ arguments: [String]) throws -> SecretRedactionTests.Output {
+                try SecretRedactionTests.pushd(["channels"] + arguments + ["--config", file, "--app", "shop"], environment: environment)
+            }
+
+            let created = try pushd(["create", "--storage", "most-recent", "--wait", "20"])
+            #expect(created.status == 0, "\(created.text)")
+            #expect(world.mock.stats.channelsLive == 1)
+            let connection = try database.connect()
+            defer { connection.close() }
+            let channel = try #require(try ChannelStore().list(connection, app: "shop").first?.channelID, "\(created.text)")
+            let listed = try pushd(["list"])
+            #expect(listed.status == 0 && listed.text.contains(channel) && listed.text.contains("active"), "\(listed.text)")
+            let audited = try Self.audit(file)
+            #expect(audited.status == 0, "\(audited.text)")
+            #expect(audited.text.contains("agree: 1"), "\(audited.text)")
+            let deleted = try pushd(["delete", channel, "--wait", "20"])
+            #expect(deleted.status == 0, "\(deleted.text)")
+            #expect(world.mock.stats.channelsLive == 0)
+        }
+    }
+
     @Test func aChannelPushdRecordsActiveThatAPNsLacksIsReported() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)

@@ -31,7 +31,7 @@ import Testing
 
         mutating func startMock(host: String = "127.0.0.1", certificate: String, key: String, clientCA: String? = nil,
                                 refusedCertificateReset: Bool = false, refusedCertificateHandshakeReset: Bool = false,
-                                maximumTLSVersion: MockTLSVersion = .tls13) throws {
+                                maximumTLSVersion: MockTLSVersion = .tls13, channelManagement: Bool = false) throws {
             mock.stop()
             var configuration = MockConfiguration(certificateChainFile: certificate, privateKeyFile: key)
             configuration.host = host
@@ -41,11 +41,13 @@ import Testing
             configuration.refusedCertificateHandshakeReset = refusedCertificateHandshakeReset
             configuration.maximumTLSVersion = maximumTLSVersion
             configuration.logsAccepted = true
+            if channelManagement { configuration.channelManagementPort = 0 }
             mock = try APNsMockServer(configuration: configuration)
             port = try mock.start()
         }
 
-        func writeConfig(host: String = "127.0.0.1", caFile: String, app: String) throws -> String {
+        /// - Parameter channelHost: the mock's channel management listener ("host:port"), when it runs.
+        func writeConfig(host: String = "127.0.0.1", caFile: String, app: String, channelHost: String? = nil) throws -> String {
             let path = harness.directory + "/tls.yml"
             try """
             database:
@@ -53,7 +55,7 @@ import Testing
             metrics:
               listen: 127.0.0.1:0
             apns:
-              host: \(host):\(port)
+              host: \(host):\(port)\(channelHost.map { "\n  channel_host: " + $0 } ?? "")
               ca_file: \(caFile)
               threads: 1
             retry:

@@ -9,7 +9,7 @@ import Testing
 /// Two instances of app `shop` on one database with different credentials (a rolling deploy
 /// that adds a certificate or a token key one instance at a time). The harness's mock takes
 /// provider tokens; `certificateHosts` are apns-mocks that take the harness's client
-/// certificate, one per APNs host a test needs.
+/// certificate, one per APNs host a test needs, each with a channel management listener.
 final class TwoInstanceFleet: @unchecked Sendable {
     let harness: DaemonHarness
     /// The apns-mocks taking the harness's client certificate, in the order asked for.
@@ -25,6 +25,7 @@ final class TwoInstanceFleet: @unchecked Sendable {
                                               privateKeyFile: certificates.serverKey)
         configuration.authentication = .certificate(clientCAFile: certificates.caCertificate)
         configuration.logsAccepted = true
+        configuration.channelManagementPort = 0
         var hosts = [APNsMockServer](), ports = [UInt16]()
         for _ in 0..<count {
             let host = try APNsMockServer(configuration: configuration)
@@ -46,7 +47,7 @@ final class TwoInstanceFleet: @unchecked Sendable {
 
     /// The configuration file `name` of an instance whose app `shop` has only certificates:
     /// the one for `environment` sent to `host`, and a sandbox one too when asked (sent to
-    /// `sandboxHost`).
+    /// `sandboxHost`). Channel requests go to the management listener of the mock on `host`.
     func writeCertificateConfig(name: String, environment: PushdConfig.Environment, host: UInt16, sandboxHost: UInt16? = nil,
                                 sandboxCertificate: Bool = false, campaignLeaseSeconds: Int? = nil) throws -> String {
         let certificates = harness.certificates
@@ -61,6 +62,9 @@ final class TwoInstanceFleet: @unchecked Sendable {
           host: 127.0.0.1:\(host)
 
         """
+        if let index = certificatePorts.firstIndex(of: host), let management = certificateHosts[index].channelManagementPort {
+            yaml += "  channel_host: 127.0.0.1:\(management)\n"
+        }
         if let sandboxHost { yaml += "  sandbox_host: 127.0.0.1:\(sandboxHost)\n" }
         yaml += """
           ca_file: \(certificates.caCertificate)

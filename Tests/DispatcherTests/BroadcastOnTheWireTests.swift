@@ -123,16 +123,19 @@ import Testing
         }
     }
 
-    @Test func bothAPIsRequireAProviderToken() async throws {
+    /// A certificate client sends a channel request with no `authorization` header (APNs
+    /// "ignores this header if you use certificate-based authentication"); a host that takes
+    /// provider tokens refuses it, and a broadcast without one, as it refuses any other.
+    @Test func bothAPIsRequireAProviderTokenOnAHostThatTakesTokens() async throws {
         try await withChannelMock { server, port, material in
             let managementPort = try #require(server.channelManagementPort)
             let certificate = try material.clientCredential()
             let management = try APNsClient(environment: .sandbox, authentication: .certificate(certificate), port: Int(managementPort),
                                             hostOverride: "127.0.0.1", tune: mockTuning(material, threads: 1))
             defer { management.shutdown() }
-            await #expect(throws: APNsClientError.self) {
-                try await management.send(ChannelRequest(bundleID: Self.bundleID, operation: .listAll))
-            }
+            let list = try await management.send(ChannelRequest(bundleID: Self.bundleID, operation: .listAll))
+            #expect(list.response?.status == 403)
+            #expect(list.response?.reason == .missingProviderToken)
             // On the wire, a request without a token is refused like any other.
             let dispatcher = management.dispatcher
             let request = try DispatchRequest(method: .get, path: "/1/apps/\(Self.bundleID)/all-channels", headerLines: [], body: [])

@@ -35,10 +35,13 @@ import Testing
         }
     }
 
-    /// The channel management API is sent with a token only (Apple documents no certificate
-    /// for it): a certificate app's request, with no live instance holding a token key for the
-    /// app, is refused with the reason instead of queued to fail.
-    @Test func aCertificateAppsChannelRequestIsRefusedWithTheReasonWhenNoInstanceHasATokenKey() throws {
+    /// APNs takes a channel request with the app's certificate (Apple, "Sending channel
+    /// management requests to APNs"): a certificate-only configuration's request to the app's
+    /// environment is queued for the daemon. A certificate reaches one environment's host: a
+    /// request to another environment, which no live instance has credentials for, is refused
+    /// naming the setting instead of queued to fail. Before, every request of a certificate
+    /// app was refused for want of a token key.
+    @Test func aCertificateAppsChannelRequestIsQueuedUnlessNoInstanceHasCredentialsForItsEnvironment() throws {
         try IsolatedDatabase.with { database in
             let certificates = try SendCommandTests.certificates.get()
             var setup = try SendCommandTests.Setup()
@@ -48,14 +51,22 @@ import Testing
                       key_file: \(certificates.clientKey)
                 """)
             let create = try Self.run(database, ["create", "--app", "shop", "--config", setup.config], ChannelsCommand.create)
-            #expect(create.exitCode == 1)
-            #expect(create.output.errorText.contains("Sending channel management requests to APNs"), "\(create.output.errorText)")
-            #expect(create.output.errorText.contains("no live instance of the fleet has a token key for app shop"))
+            #expect(create.exitCode == 0, "\(create.output.errorText)")
+            #expect(create.output.text.contains("queued for app shop"), "\(create.output.text)")
             let delete = try Self.run(database, ["delete", "--app", "shop", "--config", setup.config, "c2hvcDox"], ChannelsCommand.delete)
-            #expect(delete.exitCode == 1)
+            #expect(delete.exitCode == 0, "\(delete.output.errorText)")
+            let list = try Self.run(database, ["list", "--app", "shop", "--config", setup.config], ChannelsCommand.list)
+            #expect(list.output.text.contains("pending_create") && list.output.text.contains("pending_delete"), "\(list.output.text)")
+
             let connection = try database.connect()
             defer { connection.close() }
-            #expect(try ChannelStore().list(connection, app: "shop", includeDeleted: true).isEmpty)
+            // The configuration's app is a sandbox one.
+            let elsewhere = try Self.run(database, ["create", "--app", "shop", "--config", setup.config, "--environment", "production"],
+                                         ChannelsCommand.create)
+            #expect(elsewhere.exitCode == 1)
+            #expect(elsewhere.output.errorText.contains("NoCredentialsForEnvironment: app shop has no certificate for production"),
+                    "\(elsewhere.output.errorText)")
+            #expect(try ChannelStore().list(connection, app: "shop", includeDeleted: true).count == 2)
         }
     }
 

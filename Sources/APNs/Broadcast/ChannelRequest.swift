@@ -1,9 +1,11 @@
 import Posix
 
 /// One request to the channel management API (create, read, delete a channel, or list all
-/// channels of a bundle id). Sent to `APNsEnvironment.channelManagementHost`, token
-/// authentication only: Apple's "Sending channel management requests to APNs", unlike its
-/// broadcast page, does not say that APNs takes these requests with a certificate.
+/// channels of a bundle id). Sent to `APNsEnvironment.channelManagementHost` with a provider
+/// token or on a connection that presents the app's certificate: Apple's "Sending channel
+/// management requests to APNs" has the `authorization` header "Required, if mTLS
+/// authentication is omitted" (create, read) or "Required for token-based authentication"
+/// (delete, list), and "APNs ignores this header if you use certificate-based authentication".
 public struct ChannelRequest: Sendable, Hashable {
     public enum Operation: Sendable, Hashable {
         case create(MessageStoragePolicy)
@@ -25,11 +27,6 @@ public struct ChannelRequest: Sendable, Hashable {
 
     /// The only push type channels carry, as the create body spells it.
     public static let channelPushType = "LiveActivity"
-
-    /// Why a certificate app's channel request is refused, in every place that refuses it.
-    public static let certificateRefusal = "the channel management API is sent with token (JWT) authentication only: "
-        + "Apple's \"Sending channel management requests to APNs\", unlike its broadcast page, does not say APNs takes "
-        + "these requests with a certificate (broadcasts are sent with the app's certificate)"
 
     public var method: String {
         switch operation {
@@ -53,9 +50,11 @@ public struct ChannelRequest: Sendable, Hashable {
         }
     }
 
-    /// `authorization` is the complete value ("bearer <jwt>"): channels take no certificate.
-    public func headerFields(authorization: String) -> [HeaderField] {
-        var fields = [HeaderField(name: APNsHeader.authorization, value: authorization)]
+    /// `authorization` is the complete value ("bearer <jwt>"); nil on a certificate connection,
+    /// where APNs ignores the header.
+    public func headerFields(authorization: String?) -> [HeaderField] {
+        var fields = [HeaderField]()
+        if let authorization { fields.append(HeaderField(name: APNsHeader.authorization, value: authorization)) }
         if let requestID { fields.append(HeaderField(name: APNsHeader.requestID, value: requestID.lowercasedString)) }
         if let channelID { fields.append(HeaderField(name: APNsHeader.channelID, value: channelID.value)) }
         return fields
@@ -70,13 +69,9 @@ public struct ChannelRequest: Sendable, Hashable {
         return JSONValue.object(object).compactBytes
     }
 
-    /// Everything wrong with the request before it is sent.
+    /// Everything wrong with the request before it is sent; either authentication will do.
     public func issues(authentication: AuthenticationMode) -> [ValidationIssue] {
         var found = [ValidationIssue]()
-        if authentication == .certificate {
-            found.append(.init(field: "authentication", rule: .tokenAuthenticationRequired,
-                               message: ChannelRequest.certificateRefusal))
-        }
         BroadcastRules.checkBundleID(bundleID, into: &found)
         return found
     }

@@ -2,8 +2,8 @@ import APNs
 import Posix
 
 /// Broadcast sends (on the notification listener) and channel management (on its own
-/// listener), decided like the rest: the request's form, then the provider token (a
-/// broadcast on a certificate connection needs none), then the channel registry and the rate faults.
+/// listener), decided like the rest: the request's form, then the provider token (a request
+/// on a certificate connection needs none), then the channel registry and the rate faults.
 extension ConnectionLogic {
     mutating func decideBroadcast(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64, requestedID: String?) -> Answer {
         let verdict = settings.broadcastJudge.judgeBroadcast(method: request.method, path: request.path,
@@ -61,10 +61,15 @@ extension ConnectionLogic {
         case .rejected(let status, let reason): return answer(status, reason)
         case .accepted(let value): accepted = value
         }
-        // Apple's channel management page, unlike its broadcast page, does not say APNs takes
-        // these requests with a certificate.
-        if settings.certificateMode { return answer(403, .missingProviderToken) }
-        if let (status, reason) = authenticate(accepted.authorization, now: now) { return answer(status, reason) }
+        // Apple's "Sending channel management requests to APNs" has `authorization` "Required,
+        // if mTLS authentication is omitted" for create and read and "Required for token-based
+        // authentication" for delete and list, and "APNs ignores this header if you use
+        // certificate-based authentication": on a certificate connection the TLS handshake has
+        // authenticated the sender and the judge has held the path's bundle id to the
+        // certificate's topics (TopicDisallowed), as for a broadcast.
+        if !settings.certificateMode, let (status, reason) = authenticate(accepted.authorization, now: now) {
+            return answer(status, reason)
+        }
         if settings.topicMismatchBundleIDs.contains(accepted.bundleID) { return answer(403, .topicMismatch) }
         if settings.broadcastDisabledBundleIDs.contains(accepted.bundleID) { return answer(400, .featureNotEnabled) }
         // The channel management API fails, is overloaded or shuts down as the push API does.

@@ -1,10 +1,9 @@
 import APNs
 import Posix
 
-/// Broadcast sends and channel management through the same client and engine. APNs takes a
-/// broadcast with a provider token or on a connection that presents the app's certificate;
-/// channel management goes with provider tokens only, so a certificate client refuses it
-/// before anything is sent.
+/// Broadcast sends and channel management through the same client and engine. APNs takes
+/// both with a provider token or on a connection that presents the app's certificate (then
+/// with no `authorization` header).
 extension APNsClient {
     /// A client for the channel management API: its own host and port per environment
     /// (2195 development, 2196 production), unless a test server stands in.
@@ -15,15 +14,6 @@ extension APNsClient {
         try APNsClient(environment: environment, authentication: authentication,
                        port: portOverride ?? environment.channelManagementPort,
                        hostOverride: hostOverride ?? environment.channelManagementHost, tune: tune, metrics: metrics)
-    }
-
-    private func bearer() throws(APNsClientError) -> String {
-        guard case .token(let cache) = authentication else { throw .tokenAuthenticationRequired }
-        do {
-            return try cache.token().authorizationValue
-        } catch {
-            throw .providerToken(String(describing: error))
-        }
     }
 
     public func request(for broadcast: BroadcastNotification) throws(APNsClientError) -> DispatchRequest {
@@ -37,7 +27,7 @@ extension APNsClient {
     }
 
     public func request(for channelRequest: ChannelRequest) throws(APNsClientError) -> DispatchRequest {
-        let authorization = try bearer()
+        let authorization = try authorization()
         do {
             return try DispatchRequest(method: DispatchRequest.Method(rawValue: channelRequest.method) ?? .post, path: channelRequest.path,
                                        headerLines: channelRequest.headerFields(authorization: authorization).map(\.line),

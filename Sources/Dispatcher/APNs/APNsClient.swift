@@ -36,12 +36,9 @@ public enum APNsClientError: Error, Sendable, CustomStringConvertible {
     /// The provider token could not be signed.
     case providerToken(String)
     case invalidRequest(DispatchRequestError)
-    /// Channel management is sent only with provider tokens.
-    case tokenAuthenticationRequired
 
     public var description: String {
         switch self {
-        case .tokenAuthenticationRequired: return "this app uses a certificate, and " + ChannelRequest.certificateRefusal
         case .providerToken(let message): return "could not sign the provider token: \(message)"
         case .invalidRequest(let error): return "notification cannot be sent: \(error)"
         }

@@ -189,7 +189,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app", "environment", "reason"])
         workLeftToOtherInstances = try registry.gauge(
             "pushd_work_left_to_other_instances",
-            help: "Work of the app this instance cannot send, by reason: NoCredentialsForEnvironment the notifications to an environment it has no certificate for, TokenAuthenticationRequired what is sent only with token authentication (Live Activity and location pushes, channel requests; broadcasts go with a certificate too) while it has only a certificate. 1 while another live instance advertises it and takes it; 0 while none does (then it is dead-lettered).",
+            help: "Work of the app this instance cannot send, by reason: NoCredentialsForEnvironment the notifications to an environment it has no certificate for, TokenAuthenticationRequired what APNs takes only with token authentication (Live Activity and location pushes; broadcasts and channel requests go with a certificate too) while it has only a certificate. 1 while another live instance advertises it and takes it; 0 while none does (then it is dead-lettered).",
             labels: ["app", "reason"])
         jwtAge = try registry.callbackGauge(
             "pushd_jwt_age_seconds",

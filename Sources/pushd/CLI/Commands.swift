@@ -97,7 +97,7 @@ enum Commands {
                 ], positionals: [("CHANNEL_ID", "the channel id APNs gave", true)]),
                 CommandSpec(name: "audit", summary: "compare the app's channels at APNs with pushd.channels; exit 1 when they differ, 2 on errors", options: [
                     configOption, databaseOption,
-                    .value("app", "NAME", "the app (its token key asks APNs)"),
+                    .value("app", "NAME", "the app (its token key or certificate asks APNs)"),
                     .value("environment", "ENV", "production or sandbox (default: the app's)"),
                 ]),
             ]),

@@ -4,7 +4,8 @@ import Posix
 import QueueStore
 
 /// `pushd channels audit`: asks APNs for every channel of an app (`GET /1/apps/<bundle id>/all-channels`
-/// on the environment's channel management host, with the app's provider token) and sets the
+/// on the environment's channel management host, with the app's provider token or on a
+/// connection that presents its certificate for the environment) and sets the
 /// answer beside `pushd.channels`. Exit 0 when they agree, 1 when they differ, 2 when the
 /// comparison could not be made (configuration, credentials, APNs's answer, database).
 enum ChannelAuditCommand {
@@ -48,9 +49,6 @@ enum ChannelAuditCommand {
     /// The ids APNs lists for the app in `environment`; an error that says what went wrong otherwise.
     static func channelsAtAPNs(app: PushdConfig.App, environment: PushdConfig.Environment, config: PushdConfig,
                                _ context: CommandContext) throws -> [String] {
-        guard case .token = app.credentials else {
-            throw CommandContext.Failure("app \(app.name) uses a certificate; " + ChannelRequest.certificateRefusal)
-        }
         guard var configuration = try SendCommand.dispatcherConfiguration(for: app, environment: environment, config: config) else {
             throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
         }
@@ -72,13 +70,12 @@ enum ChannelAuditCommand {
 
         let requestID = APNsID()
         let request = ChannelRequest(bundleID: app.bundleID, operation: .listAll, requestID: requestID)
-        let issues = request.issues(authentication: .token)
+        let issues = request.issues(authentication: authentication(app, environment: environment))
         if !issues.isEmpty { throw CommandContext.Failure(SendCommand.Invalid(issues: issues).description) }
         let target = "GET https://\(configuration.host):\(configuration.port)\(request.path)"
         context.output("\(target) (app \(app.name), \(environment.rawValue), apns-request-id \(requestID.lowercasedString))")
-        guard let authorization = try SendCommand.authorization(app, environment: environment) else {
-            throw CommandContext.Failure("app \(app.name) has no token key for \(environment.rawValue); " + ChannelRequest.certificateRefusal)
-        }
+        // nil for a certificate app: the connection's certificate authenticates the request.
+        let authorization = try SendCommand.authorization(app, environment: environment)
         let dispatchRequest = try DispatchRequest(method: .get, path: request.path,
                                                   headerLines: request.headerFields(authorization: authorization).map(\.line), body: [])
         let result = try BroadcastSendCommand.send(dispatchRequest, configuration: configuration)
@@ -93,6 +90,11 @@ enum ChannelAuditCommand {
                                          + String(decoding: response.body.prefix(200), as: UTF8.self))
         }
         return ids
+    }
+
+    private static func authentication(_ app: PushdConfig.App, environment: PushdConfig.Environment) -> AuthenticationMode {
+        if case .token = app.credentials(for: environment) { return .token }
+        return .certificate
     }
 
     /// The three groups: at APNs and unknown to pushd (each with the command that deletes it),

@@ -4,7 +4,8 @@ import QueueStore
 
 /// `pushd channels create|list|delete`: the broadcast channels of `pushd.channels`. Create and
 /// delete queue the request (`pushd.create_channel`, `pushd.delete_channel`) for the running
-/// daemon, which carries it out against APNs; `--wait` waits for its outcome.
+/// daemon, which carries it out against APNs with the app's token key or certificate for the
+/// environment; `--wait` waits for its outcome.
 enum ChannelsCommand {
     static func create(_ parsed: ParsedCommand, _ context: CommandContext) throws -> Int32 {
         let config = try context.configIfGiven(parsed)
@@ -16,7 +17,7 @@ enum ChannelsCommand {
         let environment = try environmentName(parsed)
         let connection = try context.connect(parsed, config: config, applicationName: "pushd-channels")
         defer { connection.close() }
-        try checkTokenKey(app: app, config: config, connection: connection, context)
+        try checkCredentials(app: app, environment: environment, config: config, connection: connection, context)
         let id = try ChannelStore().requestCreate(connection, app: app, storagePolicy: policy.name, environment: environment)
         context.output("channel request \(id) queued for app \(app) (storage \(policy.name)); the running pushd creates it")
         return try wait(parsed, context, connection: connection, id: id)
@@ -31,10 +32,11 @@ enum ChannelsCommand {
         } catch {
             throw CommandContext.Failure("'\(text)' is not a channel id: \(error)")
         }
+        let environment = try environmentName(parsed)
         let connection = try context.connect(parsed, config: config, applicationName: "pushd-channels")
         defer { connection.close() }
-        try checkTokenKey(app: app, config: config, connection: connection, context)
-        let id = try ChannelStore().requestDelete(connection, app: app, channelID: text, environment: try environmentName(parsed))
+        try checkCredentials(app: app, environment: environment, config: config, connection: connection, context)
+        let id = try ChannelStore().requestDelete(connection, app: app, channelID: text, environment: environment)
         context.output("deletion of channel \(text) queued for app \(app) (request \(id)); the running pushd deletes it")
         return try wait(parsed, context, connection: connection, id: id)
     }
@@ -72,17 +74,23 @@ enum ChannelsCommand {
         return 1
     }
 
-    /// A certificate app's channel request is carried out only by a live instance with a token
-    /// key for the app (`ChannelRequest.certificateRefusal`): with none, it is refused here
-    /// rather than queued to fail. Without `--config` the app's credentials are not known.
-    private static func checkTokenKey(app: String, config: PushdConfig?, connection: PGConnection, _ context: CommandContext) throws {
-        guard let configured = config?.apps.first(where: { $0.name == app }), Pipeline.authenticatesByCertificate(configured) else { return }
-        let entry = InstanceRegistration.tokenEntry(app: app)
+    /// APNs takes a channel request with the app's token key or its certificate for the
+    /// environment (a certificate reaches one environment's host). A request to an environment
+    /// the configured app has no credentials for is carried out only by a live instance that
+    /// has them: with none, it is refused here rather than queued to fail. Without `--config`
+    /// the app's credentials are not known; without `--environment` the request goes to the
+    /// app's own environment (create) or the channel's (delete), which the daemon settles.
+    private static func checkCredentials(app: String, environment: String?, config: PushdConfig?, connection: PGConnection,
+                                         _ context: CommandContext) throws {
+        guard let configured = config?.apps.first(where: { $0.name == app }),
+              let environment = environment.flatMap(APNsEnvironment.init(name:)).map(BroadcastWorker.configured),
+              configured.credentials(for: environment) == nil else { return }
+        let entry = InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)
+        let missing = AppSender.NoCredentials(app: app, environment: environment)
         guard try InstanceStore().sentElsewhere(connection, id: "", wanted: [entry]).contains(entry) else {
-            throw CommandContext.Failure("app '\(app)' uses a certificate in this configuration and \(EnvironmentCoverage.noTokenKeyInFleet(app: app)); "
-                                         + ChannelRequest.certificateRefusal + "; give the app a token key (token: team_id, key_id, key_file)")
+            throw CommandContext.Failure("\(missing); no live instance of the fleet has credentials for it either")
         }
-        context.errorOutput("app '\(app)' uses a certificate in this configuration: its channel request is carried out by the live instance(s) with a token key for it")
+        context.errorOutput("app '\(app)' has no credentials for \(environment.rawValue) in this configuration: its channel request is carried out by the live instance(s) that have them")
     }
 
     private static func appName(_ parsed: ParsedCommand, config: PushdConfig?) throws -> String {

@@ -29,8 +29,8 @@ struct FleetCoverage: Sendable {
     }
 
     var rows: [Row]
-    /// Apps some live instance serves whose token-only work (Live Activity and location pushes,
-    /// channel requests) no live instance has a token key for: it is dead-lettered or failed.
+    /// Apps some live instance serves whose token-only work (Live Activity and location pushes)
+    /// no live instance has a token key for: it is dead-lettered.
     var appsWithoutTokenKey: [String]
 
     /// The environments an instance advertises, in the configuration's order.
@@ -73,8 +73,8 @@ struct FleetCoverage: Sendable {
     /// The note `pushd status` prints for an app no live instance has a token key for.
     static func noTokenKeyNote(app: String) -> String {
         "no live instance has a token key for app \(app): its Live Activity and location pushes, which APNs takes only with "
-            + "token authentication, are dead-lettered (TokenAuthenticationRequired) and its channel requests, sent only with a "
-            + "token, fail (its broadcasts go with its certificate; "
+            + "token authentication, are dead-lettered (TokenAuthenticationRequired; its broadcasts and channel requests go "
+            + "with its certificate; "
             + "the instances log no_token_key_in_fleet when they do); give app \(app) a token key (team_id, key_id, key_file) "
             + "in the configuration of an instance"
     }

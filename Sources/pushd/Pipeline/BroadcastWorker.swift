@@ -10,12 +10,11 @@ import QueueStore
 /// connection; rows are claimed by lease, so nothing is held open while APNs answers and a
 /// worker that dies leaves its rows due again.
 ///
-/// APNs takes a broadcast with a provider token or with the app's certificate (Apple, "Sending
-/// broadcast push notification requests to APNs"): a certificate app's broadcasts go on a
-/// connection that presents its certificate for the channel's environment, with no
-/// `authorization` header. Channel management is sent with provider tokens only
-/// (`ChannelRequest.certificateRefusal`): a certificate app's channel operations fail with a
-/// reason saying so.
+/// APNs takes a broadcast and a channel management request with a provider token or with the
+/// app's certificate (Apple, "Sending broadcast push notification requests to APNs" and
+/// "Sending channel management requests to APNs"): a certificate app's broadcasts and channel
+/// requests go on a connection that presents its certificate for the channel's environment,
+/// with no `authorization` header.
 final class BroadcastWorker: @unchecked Sendable {
     // Touched only on the worker's thread, except `results` (filled by dispatcher threads).
     private let context: PipelineContext
@@ -86,15 +85,14 @@ final class BroadcastWorker: @unchecked Sendable {
                     try channels.makeSoonestDue(connection, apps: apps, environment: context.outageEnvironment(environment),
                                                 outcomePrefixes: OutcomePolicy.unavailableReasonPrefixes)
                 }
-                // An app whose token work another live instance takes (this one has only a
-                // certificate for it) has none of its channel requests claimed here; its
-                // broadcasts a certificate sends too.
+                // A certificate sends a certificate app's channel requests and broadcasts alike:
+                // one to an environment this instance has no credentials for is left to another
+                // instance when it is carried out (`EnvironmentCoverage.decide`).
                 let apps = context.claimableApps()
-                let channelApps = apps.filter { !context.coverage.leavesTokenWork(of: $0) }
                 // One row at a time, each leased as it is taken: rows are sent one after the
                 // other, each waiting for its answer, so the lease of a row claimed with others
                 // could end before its turn came, and another instance would send it too.
-                let operations = try channels.claim(connection, limit: 1, apps: channelApps, leaseSeconds: leaseSeconds)
+                let operations = try channels.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
                 let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds) { refused in
                     context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
@@ -157,21 +155,23 @@ final class BroadcastWorker: @unchecked Sendable {
             context.metrics.channelOperation(app: operation.app, environment: environment.rawValue, operation: kind,
                                              status: status, reason: reason).increment()
         }
-        guard let key = sender.tokenKey(for: Self.configured(environment)) else {
-            // Claimed before this instance learnt that another one has a token key: that one takes it.
-            if case .leave(let seconds) = context.coverage.decideTokenWork(app: operation.app, lane: Self.channelsLane) {
+        let configured = Self.configured(environment)
+        // nil: a certificate app, whose channel request goes with its certificate for the environment.
+        let key = sender.tokenKey(for: configured)
+        if key == nil, sender.app.credentials(for: configured) == nil {
+            // A certificate reaches one environment's host: another live instance with credentials
+            // for this one takes the request, else it fails naming the setting.
+            if case .leave(let seconds) = context.coverage.decide(app: operation.app, environment: configured, lane: Self.channelsLane) {
                 try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(seconds),
-                                         outcome: EnvironmentCoverage.tokenLeftReason(app: operation.app), countsAsAttempt: false)
+                                         outcome: EnvironmentCoverage.leftReason(configured), countsAsAttempt: false)
                 return
             }
-            count("none", "certificate")
+            count("none", "no_credentials")
             try channels.recordFailed(connection, id: operation.id,
-                                      outcome: "app \(operation.app) uses a certificate and " + EnvironmentCoverage.noTokenKeyInFleet(app: operation.app)
-                                          + "; " + ChannelRequest.certificateRefusal)
+                                      outcome: AppSender.NoCredentials(app: operation.app, environment: configured).description)
             return
         }
         // A held scope keeps the request pending, unsent and unspent, until the hold ends.
-        let configured = Self.configured(environment)
         var held = sender.heldReason(sender.broadcastKey(.broadcast, configured))
         if held == nil, operation.kind == .create { held = sender.heldReason(sender.broadcastKey(.channelCreation, configured)) }
         if let held {
@@ -192,16 +192,16 @@ final class BroadcastWorker: @unchecked Sendable {
             }
             request = ChannelRequest(bundleID: sender.app.bundleID, operation: .delete(id), requestID: APNsID())
         }
-        let issues = request.issues(authentication: .token)
+        let issues = request.issues(authentication: key == nil ? .certificate : .token)
         if !issues.isEmpty {
             count("none", "invalid")
             try channels.recordFailed(connection, id: operation.id, outcome: NotificationValidationError(issues: issues).description)
             return
         }
         let sent: (outcome: SendOutcome, response: Response?)
-        let authorization: String
+        let authorization: String?
         do {
-            authorization = try sender.tokens.authorization(key)
+            authorization = try key.map { try sender.tokens.authorization($0) }
             let dispatchRequest = try DispatchRequest(
                 method: DispatchRequest.Method(rawValue: request.method) ?? .post, path: request.path,
                 headerLines: request.headerFields(authorization: authorization).map(\.line), body: request.body)
@@ -478,7 +478,7 @@ final class BroadcastWorker: @unchecked Sendable {
     private func makeDispatcher(app: PushdConfig.App, environment: APNsEnvironment, management: Bool) throws -> HTTP2Dispatcher {
         let config = context.config
         // A certificate app's connections present the certificate held in memory for the
-        // environment (channel requests of such an app are refused before this).
+        // environment, on the broadcast host and the channel management host alike.
         guard var configuration = try Pipeline.dispatcherConfiguration(
             for: app, environment: Self.configured(environment), config: config,
             certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment))) else {

@@ -8,8 +8,8 @@ import Locking
 /// reaches one environment's host, so an app configured with only `certificate` (or a rolling
 /// deploy that adds `sandbox_certificate` one instance at a time) leaves an instance unable to
 /// send some of the app's work; and APNs takes some work only with token authentication
-/// (`PushType.tokenOnly` pushes, channel management requests), so an instance
-/// with only a certificate for the app (a move from certificates to a signing key, one instance
+/// (`PushType.tokenOnly` pushes; broadcasts and channel management requests go with a
+/// certificate too), so an instance with only a certificate for the app (a move from certificates to a signing key, one instance
 /// at a time) cannot send that either. Such work is left to another live instance that
 /// advertises what it takes (`pushd.instances.environments`: "app/environment" and
 /// "app/token"); only when none does is it dead-lettered, with one error line per app and
@@ -135,7 +135,7 @@ final class EnvironmentCoverage: @unchecked Sendable {
         for entry in changed.left { gauge(entry)?.set(1) }
         for entry in changed.unserved { gauge(entry)?.set(0) }
         logger.info("work this instance cannot send (\"app/environment\": no credentials for it; \"app/token\": no token key, "
-                    + "which Live Activity and location pushes and channel requests are sent with): left to other instances: "
+                    + "which Live Activity and location pushes are sent with): left to other instances: "
                     + (changed.left.isEmpty ? "none" : changed.left.joined(separator: ", "))
                     + "; sent by no live instance (dead-lettered): " + (changed.unserved.isEmpty ? "none" : changed.unserved.joined(separator: ", ")),
                     ("event", "environment_coverage"))
@@ -158,8 +158,8 @@ final class EnvironmentCoverage: @unchecked Sendable {
         }
     }
 
-    /// Whether another live instance takes the token work (channel requests) of `app`: its
-    /// claims leave that work alone.
+    /// Whether another live instance takes the token work (Live Activity and location pushes)
+    /// of `app`: its claims leave that work alone.
     func leavesTokenWork(of app: String) -> Bool {
         let entry = InstanceRegistration.tokenEntry(app: app)
         return elsewhere.withLock { $0?.contains(entry) ?? false }
@@ -255,8 +255,8 @@ final class EnvironmentCoverage: @unchecked Sendable {
     private func reportTokenWorkDeadLettered(app: String, lane: String) {
         guard let count = dueLine(InstanceRegistration.tokenEntry(app: app)) else { return }
         logger.error("app \(app) uses a certificate in this instance and \(Self.noTokenKeyInFleet(app: app)): "
-                     + "\(count) of its notification(s) or request(s) sent only with token (JWT) authentication "
-                     + "(Live Activity and location pushes, which APNs takes with no certificate, and channel requests) dead-lettered or failed since the last such line, the last on the \(lane) lane; "
+                     + "\(count) of its notification(s) that APNs takes only with token (JWT) authentication "
+                     + "(Live Activity and location pushes) dead-lettered since the last such line, the last on the \(lane) lane; "
                      + "give app \(app) a token key (team_id, key_id, key_file) in the configuration of an instance",
                      ("event", "no_token_key_in_fleet"), ("app", .string(app)), ("lane", .string(lane)),
                      ("config_key", .string("apps[\(app)].token")), ("dead_lettered", .int(Int64(count))))
