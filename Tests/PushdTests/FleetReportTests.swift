@@ -133,6 +133,15 @@ import Testing
         let paused = FleetReport(Self.snapshot([Self.instance("a", paused: ["shop": "InvalidProviderToken"])], campaigns: [waiting]))
         #expect(paused.problems.contains { $0.hasPrefix("campaign 7 ") && $0.hasSuffix("its app is paused on every live instance that serves it (see above); its chunks wait until sending resumes") },
                 "\(paused.problems)")
+
+        // APNs takes none of the app's notifications on the campaign lane: the campaign waits for it.
+        var down = Self.instance("a")
+        down.apnsUnavailable = ["shop": "campaign lane in production: HTTP 503 ServiceUnavailable"]
+        let outage = FleetReport(Self.snapshot([down], campaigns: [waiting]))
+        let outageProblem = outage.problems.first { $0.hasPrefix("campaign 7 ") } ?? ""
+        #expect(outageProblem.hasSuffix("APNs takes none of the app's notifications on the campaign lane (see above): a campaign whose chunks go to the "
+                                        + "environment that is down waits for it, its unsent targets left in its chunks (a probe still goes), and is sent on "
+                                        + "when APNs answers; more campaign workers would not help"), "\(outage.problems)")
     }
 
     /// The RATE column is the average since the start: shown while the campaign is being sent,

@@ -66,6 +66,8 @@ public struct PushdMetrics: Sendable {
     public let campaignLeaseStalls: Counter
     /// `pushd_campaigns_waiting_for_worker`, which has no labels.
     public let campaignsWaitingForWorker: Gauge
+    /// `pushd_campaigns_waiting_for_apns`, which has no labels.
+    public let campaignsWaitingForAPNs: Gauge
 
     // Database and process
     public let databaseErrors: CounterFamily
@@ -261,6 +263,10 @@ public struct PushdMetrics: Sendable {
         campaignsWaitingForWorker = try registry.gauge(
             "pushd_campaigns_waiting_for_worker",
             help: "Running campaigns with chunks to send, none of them being sent by any worker for over 10 s: the campaign workers are busy with other campaigns' chunks.",
+            labels: []).bound([])
+        campaignsWaitingForAPNs = try registry.gauge(
+            "pushd_campaigns_waiting_for_apns",
+            help: "Campaigns this instance leaves unleased, their unsent targets in their chunks, while APNs takes none of their app's notifications to their environment on the campaign lane (a probe still goes); leased again when it answers.",
             labels: []).bound([])
 
         databaseErrors = try registry.counter(

@@ -234,6 +234,12 @@ struct FleetReport: Sendable {
         if !servers.isEmpty, servers.allSatisfy({ $0.paused[progress.app] != nil }) {
             return "its app is paused on every live instance that serves it (see above); its chunks wait until sending resumes"
         }
+        if servers.contains(where: { $0.apnsUnavailable[progress.app]?.contains(text: "\(Lane.campaign.rawValue) lane in ") == true }) {
+            // CampaignWorker.stopWhileDown: left unleased on purpose, its targets in its chunks.
+            return "APNs takes none of the app's notifications on the campaign lane (see above): a campaign whose chunks go to the "
+                + "environment that is down waits for it, its unsent targets left in its chunks (a probe still goes), and is sent on "
+                + "when APNs answers; more campaign workers would not help"
+        }
         let busy = campaigns.filter { other in
             other.campaign.progress.id != progress.id && other.campaign.progress.status == .running && other.campaign.chunksSending > 0
                 && servers.contains { $0.registration.apps.contains(other.campaign.progress.app) }

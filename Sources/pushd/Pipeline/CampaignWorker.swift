@@ -121,7 +121,7 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
                     if let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
-                                                        skipping: limiter.pacedCampaigns) {
+                                                        skipping: limiter.pacedCampaigns + campaignsPassedOverWhileDown(now: now)) {
                         failures = 0
                         dueButNotLeased = 0
                         try start(chunk, on: connection!)
@@ -267,7 +267,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// current one has sent its targets, and when its pace makes it due.
     private var wantsAnotherChunk: Bool {
         (runs.isEmpty || !heldByEngine) && runs.count < Self.maxRuns(budget: budget, chunkSize: context.config.campaignChunkSize) && inFlight < budget
-            && runs.allSatisfy { ($0.submittedAll || $0.rate != nil) && !$0.stopSubmitting }
+            && runs.allSatisfy { ($0.submittedAll || $0.rate != nil || $0.waitsForAPNs) && (!$0.stopSubmitting || $0.waitsForAPNs) }
     }
 
     /// What one answer did, once metrics and tallies are counted.
@@ -532,6 +532,81 @@ final class CampaignWorker: @unchecked Sendable {
         return true
     }
 
+    /// A campaign left unleased while APNs takes none of its app's notifications to
+    /// `environments` on the campaign lane (`PipelineContext.campaignsWaitingForAPNs`).
+    struct WaitForAPNs: Sendable {
+        var app: String
+        var environments: Set<PushdConfig.Environment>
+    }
+
+    /// Stops `run` before `target`, which is not sent while its lane is down. A fresh target is
+    /// given back unsent, so the chunk is released at it, once its answers are in, with every
+    /// target after it: they stay in the chunk, not parked one row each, and the lease passes
+    /// the campaign over while that environment stays down (`campaignsPassedOverWhileDown`),
+    /// but for a probe. Setting each fresh target aside instead wrote the whole campaign into
+    /// the parked table during an outage, and after it the parked claim sent it back far slower
+    /// than the chunks. Only a chunk whose targets all go to the campaign's environment stops
+    /// (none has one of its own): a chunk of registered tokens may mix both, and its targets
+    /// to the other environment, which may answer, are held back neither by this one nor, at
+    /// the lease, by the campaign's; its target is set aside instead (`setAsideWhileDown`).
+    /// Returns whether the run stopped.
+    private func stopWhileDown(_ run: ChunkRun, _ target: Int) -> Bool {
+        guard run.chunk.targets.environments.isEmpty else { return false }
+        let ahead = [run.environments[target]]
+        if target == run.next - 1, run.firstSentAt[target] == 0 {
+            run.next -= 1
+        } else {
+            // A retry come due: it waits for APNs as it would have, parked with the chunk.
+            setAsideWhileDown(run, target)
+        }
+        run.stopSubmitting = true
+        run.waitsForAPNs = true
+        let campaign = run.chunk.campaignID
+        let added = context.campaignsWaitingForAPNs.withLock { waiting -> Bool in
+            if var wait = waiting[campaign] {
+                wait.environments.formUnion(ahead)
+                waiting[campaign] = wait
+                return false
+            }
+            waiting[campaign] = WaitForAPNs(app: run.app, environments: Set(ahead))
+            return true
+        }
+        if added {
+            let names = ahead.map(\.rawValue).sorted().joined(separator: ", ")
+            context.logger.notice("campaign \(campaign) of app \(run.app) waits for APNs, which takes none of the app's notifications to \(names) on the campaign lane: its unsent targets stay in its chunks, which are leased again when APNs answers (meanwhile a target goes as a probe every retry.outage_probe_ms)",
+                                  ("event", "campaign_waiting_for_apns"), ("campaign", .int(campaign)), ("app", .string(run.app)),
+                                  ("environment", .string(names)), ("from", .int(Int64(run.chunk.startIndex + target))))
+        }
+        return true
+    }
+
+    /// The campaigns waiting for APNs (`stopWhileDown`) that the lease passes over now: the
+    /// environments they wait for are all still down and no probe of this worker is due for
+    /// any of them. One whose environment answers again is forgotten, so it is leased at once
+    /// and sent at the chunks' speed.
+    private func campaignsPassedOverWhileDown(now: Double) -> [Int64] {
+        let waiting = context.campaignsWaitingForAPNs.withLock { $0 }
+        guard !waiting.isEmpty else { return [] }
+        var passedOver = [Int64]()
+        var back = [Int64]()
+        for (campaign, wait) in waiting {
+            let down = wait.environments.filter {
+                context.operatorLog.isDown(app: wait.app, environment: $0.rawValue, lane: Lane.campaign.rawValue)
+            }
+            if down.count < wait.environments.count {
+                back.append(campaign)
+            } else if !down.contains(where: { now >= downLaneProbes[wait.app + "\u{0}" + $0.rawValue, default: 0] }) {
+                passedOver.append(campaign)
+            }
+        }
+        for campaign in back {
+            guard let wait = context.campaignsWaitingForAPNs.withLock({ $0.removeValue(forKey: campaign) }) else { continue }
+            context.logger.notice("campaign \(campaign) of app \(wait.app) is leased again: APNs answers again",
+                                  ("event", "campaign_apns_back"), ("campaign", .int(campaign)), ("app", .string(wait.app)))
+        }
+        return passedOver
+    }
+
     /// The reason a target set aside unsent while its lane is down waits with: a `not sent: `
     /// one, so that `apns_back` makes it due with what APNs did not answer.
     static let setAsideReason = "not sent: APNs takes none of the app's notifications to this environment on the campaign lane; set aside until it answers"
@@ -593,10 +668,13 @@ final class CampaignWorker: @unchecked Sendable {
                     noCredentials(run, next, run.environments[next])
                     continue
                 }
-                // APNs takes none of the app's notifications to that environment: the target is
-                // set aside unsent, as one sent there would be, and parked with the chunk's retries
-                // (the probe and `apns_back` bring it back); now and then one goes as a probe.
+                // APNs takes none of the app's notifications to that environment: the chunk stops
+                // before the target, which stays in it unsent (`stopWhileDown`); one the chunk
+                // does not stop at (targets of both environments in the chunk) is set aside
+                // unsent and parked with the chunk's retries (the probe and `apns_back` bring it
+                // back). Now and then one goes as a probe.
                 if !mayPassDownLane(run, environment: run.environments[next], now: now, looked: &lookedDown) {
+                    if stopWhileDown(run, next) { break }
                     setAsideWhileDown(run, next)
                     continue
                 }
@@ -1292,7 +1370,10 @@ final class CampaignWorker: @unchecked Sendable {
     /// worker is busy with other campaigns' chunks (leased oldest campaign first). Silent
     /// before, such a campaign got nothing for as long as the others lasted.
     private func watchWaitingCampaigns(on connection: PGConnection) throws {
-        let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps())
+        // A campaign waiting for APNs (`stopWhileDown`) is left unleased on purpose, not for want of a worker.
+        let forAPNs = context.campaignsWaitingForAPNs.withLock { $0 }
+        context.metrics.campaignsWaitingForAPNs.set(Double(forAPNs.count))
+        let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps()).filter { forAPNs[$0.id] == nil }
         for event in waitWatch.observe(waiting, now: RateLimiter.monotonicSeconds()) {
             switch event {
             case .waiting(let campaign, let seconds, let unlogged):

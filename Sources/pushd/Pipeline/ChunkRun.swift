@@ -83,6 +83,10 @@ final class ChunkRun {
     var pacing = false
     /// It stopped because a scope it sends to is held: the campaign is not leased again for a while.
     var held = false
+    /// It stopped before a fresh target APNs takes nothing for (`CampaignWorker.stopWhileDown`):
+    /// released at that target, which stays in the chunk unsent with the ones after it. Its
+    /// worker leases other chunks meanwhile, as it does once every target was sent.
+    var waitsForAPNs = false
     var leaseLost = false
     var lastCheckpoint = RateLimiter.monotonicSeconds()
     /// Not finished before this monotonic time: its last finish found the campaign's row locked.

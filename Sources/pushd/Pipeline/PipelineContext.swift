@@ -33,6 +33,10 @@ final class PipelineContext: @unchecked Sendable {
     /// Campaigns this process left unleased because their topic is held: a SIGHUP makes
     /// them leasable again at once.
     let deferredCampaigns = Lock<Set<Int64>>([])
+    /// Campaigns whose chunk stopped before a target APNs takes nothing for on the campaign
+    /// lane (`CampaignWorker.stopWhileDown`): the workers' leases pass them over while those
+    /// environments stay down, their unsent targets left in their chunks.
+    let campaignsWaitingForAPNs = Lock<[Int64: CampaignWorker.WaitForAPNs]>([:])
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
     let pauseDuration: Double = 300
     /// The lanes `OperatorLog` tracks outages of: the two of notifications to devices, and
