@@ -147,7 +147,9 @@ import Testing
         #expect(Set(ConfigurationScope.allCases.flatMap(\.reasons))
                 == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken,
                     // With a key per environment, pushd holds the environment of the key they refuse.
-                    .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken])
+                    .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken,
+                    // A run of them with none accepted: pushd holds the environment they came from.
+                    .forbidden])
         #expect(ConfigurationScope.topic.describe(topic: "com.example.shop.voip") == "topic com.example.shop.voip")
     }
 }

@@ -94,36 +94,93 @@ import Testing
         }
     }
 
-    /// Every notification is answered Forbidden and none accepted: that is APNs refusing the
-    /// credentials, not the notifications. `apns.forbidden_limit` - 1 of them fail, then the app
-    /// pauses with the rest kept unspent, and stays paused.
-    @Test func aRunOfForbiddenAnswersWithNoneAcceptedPausesTheAppAndKeepsItsJobs() throws {
+    /// Every notification to sandbox is answered Forbidden and none accepted there: that is APNs
+    /// refusing the app's sandbox credentials, not the notifications, and not its production
+    /// ones. `apns.forbidden_limit` - 1 of them fail, then sandbox alone is held, its other jobs
+    /// kept unspent, while production keeps sending; the hold says so in an error line, the
+    /// metric, `/readyz` and `pushd status`. It used to pause the whole app, every 5 minutes
+    /// again, so refused sandbox credentials stopped production. A SIGHUP ends the hold and
+    /// counts the answers afresh; once APNs takes the sandbox credentials, the kept jobs go out
+    /// once each. The real binary, a mock per environment.
+    @Test func aRunOfForbiddenAnswersInSandboxHoldsOnlySandboxAndProductionKeepsSending() throws {
         let limit = 3
         try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(forbiddenReason: "Forbidden"))
-            var config = harness.config()
-            config.forbiddenLimit = limit
-            let log = MemoryLogSink()
-            let pipeline = try harness.pipeline(config, log: log)
+            let hosts = try EnvironmentRoutingTests.Hosts(database: database, sandboxFaults: FaultConfiguration(forbiddenReason: "Forbidden"))
+            defer { hosts.sandbox.stop() }
+            let config = try hosts.writeConfigFile()
+            try String(contentsOfFile: config, encoding: .utf8)
+                .replacingOccurrences(of: "  threads: 1\n", with: "  threads: 1\n  forbidden_limit: \(limit)\n")
+                .write(toFile: config, atomically: true, encoding: .utf8)
             let connection = try database.connect()
             defer { connection.close() }
-            for seed in 1...10 {
-                try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
-                                     [DaemonHarness.token(seed)])
+            try EnvironmentKeyTests.insert(connection, environment: "sandbox", tokens: 1...10)
+            try EnvironmentKeyTests.insert(connection, environment: "production", tokens: 21...23)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: hosts.harness.directory + "/pushd.log")
+            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="Forbidden"} 1"#
+            #expect(DaemonHarness.wait(seconds: 30) { daemon.metrics().contains(held) }, "\(daemon.text)")
+
+            // Production is not held: what was queued and what comes after the trip goes out.
+            try EnvironmentKeyTests.insert(connection, environment: "production", tokens: 24...26)
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'production'") == 0
+            }, "\(daemon.text)")
+            #expect(hosts.production.stats.accepted == 6)
+            let metrics = daemon.metrics()
+            for expected in [#"pushd_app_paused{app="shop"} 0"#,
+                             #"pushd_sending_held{app="shop",environment="production",reason="Forbidden"} 0"#] {
+                #expect(metrics.contains(expected), "no \(expected)")
             }
-            pipeline.start()
-            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
-            let sender = try #require(pipeline.context.senders["shop"])
-            #expect(DaemonHarness.wait(seconds: 20) { sender.pausedReason != nil })
-            Thread.sleep(forTimeInterval: 1)
-            #expect(sender.pausedReason?.hasPrefix("APNs answered 403 Forbidden to \(limit) notifications in a row in sandbox and accepted none: taken as APNs refusing the app's credentials") == true,
-                    "\(sender.pausedReason ?? "not paused")")
+            // The run's first limit - 1 failed with the reason; the rest of sandbox is kept, unspent.
+            let kept = "SELECT count(*) FROM pushd.jobs WHERE environment = 'sandbox' AND attempts = 0"
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, kept) == 10 - (limit - 1) },
+                    "\((try? DaemonHarness.count(connection, kept)) ?? -1) kept")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE reason = '\(Self.failedReason)'") == limit - 1)
-            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE attempts = 0") == 10 - (limit - 1))
-            #expect(pipeline.context.pausedApps() == ["shop"])
-            #expect(pipeline.context.metrics.registry.expositionText().contains(#"pushd_app_paused{app="shop"} 1"#))
-            let paused = log.lines.filter { $0.contains("sending for app shop is paused") }
-            #expect(paused.count == 1 && paused.first?.contains("403 Forbidden to \(limit) notifications in a row") == true, "\(log.lines)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == limit - 1)
+            #expect(hosts.sandbox.stats.accepted == 0)
+
+            // One error line naming the app, the environment and what to check; no pause.
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"sending_held\"") }
+            #expect(lines.count == 1, "\(daemon.text)")
+            let line = String(lines.first ?? "")
+            for expected in ["\"level\":\"error\"", "sending of every notification for app shop in sandbox is held",
+                             "403 Forbidden to \(limit) notifications in a row in sandbox and accepted none",
+                             "check the credentials the app uses for sandbox", "\"environment\":\"sandbox\"",
+                             "\"scope\":\"environment\"", "\"reason\":\"Forbidden\""] {
+                #expect(line.contains(expected), "no \(expected) in \(line)")
+            }
+            #expect(!daemon.text.contains("is paused"), "\(daemon.text)")
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.readyz().contains("held: app shop every notification (sandbox): Forbidden")
+            }, "\(daemon.readyz())")
+            #expect(daemon.readyz().hasPrefix("ready:"))
+            var status = try FleetStatusTests.status(database)
+            #expect(try DaemonHarness.wait(seconds: 15) {
+                status = try FleetStatusTests.status(database)
+                return status.problems.contains { $0.contains("app shop: sending of every notification (sandbox) is held on") }
+            }, "\(status.text)")
+
+            // A SIGHUP ends the hold and counts afresh: a reload may bring other credentials, so
+            // the first Forbidden after it does not hold again at once; a new run of them does.
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 30) {
+                daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"sending_held\"") }.count == 2
+            }, "\(daemon.text)")
+            // The line is written as the run trips, before its batch's dead letters are committed.
+            let failed = "SELECT count(*) FROM pushd.dead_jobs WHERE reason = '\(Self.failedReason)'"
+            #expect(try DaemonHarness.wait(seconds: 10) { try DaemonHarness.count(connection, failed) == 2 * (limit - 1) },
+                    "\((try? DaemonHarness.count(connection, failed)) ?? -1) failed")
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains(held) })
+
+            // APNs takes the sandbox credentials now; SIGHUP ends the hold and the kept jobs go out once each.
+            try hosts.sandbox.setFaults(.none)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(try DaemonHarness.wait(seconds: 45) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "\(daemon.text)")
+            #expect(hosts.sandbox.stats.accepted == 10 - 2 * (limit - 1))
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 2 * (limit - 1))
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="Forbidden"} 0"#)
+            })
         }
     }
 }

@@ -41,8 +41,9 @@ import Testing
 
     @Test func theEnvironmentScopeNamesEveryReasonItHoldsFor() {
         #expect(ConfigurationScope.environment.reasons == [.badEnvironmentKeyIdInToken, .invalidProviderToken,
-                                                           .badEnvironmentKeyInToken, .missingProviderToken])
+                                                           .badEnvironmentKeyInToken, .missingProviderToken, .forbidden])
         #expect(AppSender.holdReasons.contains(.invalidProviderToken))
+        #expect(AppSender.holdReasons.contains(.forbidden))
     }
 }
 

@@ -13,8 +13,8 @@ import Testing
         #expect(breaker.forbidden(.production) == .tripped(count: 3))
     }
 
-    /// After a trip the app is paused; the work kept for it meets the same answer when the
-    /// pause ends, and must pause again, not be failed one notification at a time.
+    /// After a trip the environment is held; the work kept for it meets the same answer when
+    /// the hold runs out, and must be held again, not failed one notification at a time.
     @Test func aTrippedRunStaysTrippedUntilANotificationIsAccepted() {
         var breaker = ForbiddenBreaker(threshold: 2)
         _ = breaker.forbidden(.sandbox)
@@ -22,6 +22,20 @@ import Testing
         #expect(breaker.forbidden(.sandbox) == .tripped(count: 3))
         breaker.accepted(.sandbox)
         #expect(breaker.forbidden(.sandbox) == .counted(1))
+    }
+
+    /// A reload may bring other credentials: the first Forbidden answer after it counts from
+    /// one, in every environment, instead of holding again at once.
+    @Test func aResetStartsEveryRunAfresh() {
+        var breaker = ForbiddenBreaker(threshold: 2)
+        _ = breaker.forbidden(.sandbox)
+        #expect(breaker.forbidden(.sandbox) == .tripped(count: 2))
+        _ = breaker.forbidden(.production)
+        breaker.reset()
+        #expect(!breaker.counting)
+        #expect(breaker.forbidden(.sandbox) == .counted(1))
+        #expect(breaker.forbidden(.production) == .counted(1))
+        #expect(breaker.forbidden(.sandbox) == .tripped(count: 2))
     }
 
     @Test func anAcceptedNotificationEndsTheRunOfItsEnvironmentOnly() {

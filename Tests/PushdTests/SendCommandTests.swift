@@ -358,7 +358,7 @@ import Testing
         let (lines, code) = SendCommand.describe(result)
         #expect(code == 1)
         #expect(lines == ["403 Forbidden: (2 ms)",
-                          "  APNs answered 403 Forbidden: the action is not allowed; not retried; pushd run fails such a notification, and pauses the app (its jobs kept) when apns.forbidden_limit of them in a row, none accepted, point at its credentials"],
+                          "  APNs answered 403 Forbidden: the action is not allowed; not retried; pushd run fails such a notification, and holds the app's sending to that environment (its jobs kept, the other environment going on) when apns.forbidden_limit of them in a row there, none accepted, point at its credentials for it"],
                 "\(lines)")
     }
 

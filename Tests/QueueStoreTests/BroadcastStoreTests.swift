@@ -30,6 +30,37 @@ import Testing
         }
     }
 
+    /// An instance that leaves an app's sandbox to another instance claims none of the app's
+    /// broadcasts that go there (the job's environment, else its channel's, else the app's own)
+    /// and does not count them as due; those of its other apps and environments it claims.
+    @Test func aClaimLeavingAnEnvironmentTakesNoneOfItsBroadcasts() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let sandboxChannel = "c2FuZGJveDoxOjEyMzQ="
+            try connection.query("INSERT INTO pushd.channels (app, channel_id, environment, storage_policy, state) VALUES ('shop', $1, 'sandbox', 'none', 'active')",
+                                 [sandboxChannel])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, environment) VALUES ('shop', $1, $2, 'sandbox')", [Self.channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [sandboxChannel, Self.update])
+            let broadcasts = BroadcastQueue()
+            let leaving = JobQueue.Leaving(environments: ["shop": "sandbox"], home: ["shop": "production", "cafe": "sandbox"])
+            #expect(try broadcasts.claim(connection, limit: 10, apps: ["shop", "cafe"], leaving: leaving, leaseSeconds: 60).isEmpty)
+            #expect(try !broadcasts.hasDue(connection, apps: ["shop", "cafe"], leaving: leaving))
+            #expect(try broadcasts.hasDue(connection, apps: ["shop", "cafe"]))
+
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, environment) VALUES ('shop', $1, $2, 'production')", [sandboxChannel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [Self.channel, Self.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('cafe', $1, $2)", [Self.channel, Self.update])
+            #expect(try broadcasts.hasDue(connection, apps: ["shop", "cafe"], leaving: leaving))
+            let claimed = try broadcasts.claim(connection, limit: 10, apps: ["shop", "cafe"], leaving: leaving, leaseSeconds: 60)
+            #expect(claimed.map { "\($0.app) \($0.environment ?? "home")" }.sorted() == ["cafe home", "shop home", "shop production"])
+            #expect(try connection.query("SELECT count(*) FROM pushd.broadcast_jobs WHERE leased_until IS NULL AND last_error IS NULL")
+                .require(Int.self, row: 0, column: 0) == 2)
+            // Without anything left, every broadcast is claimed.
+            #expect(try broadcasts.claim(connection, limit: 10, apps: ["shop"], leaseSeconds: 60).count == 2)
+        }
+    }
+
     /// A claim says when the row it takes was left unsettled by an earlier claim (its lease
     /// ended with no outcome recorded); a row put back with an outcome, or never claimed, is not.
     @Test func aClaimSaysWhenItTakesOverALeaseThatEndedUnsettled() throws {

@@ -15,6 +15,9 @@
 ///   a hold of it covers every other scope of that environment. Also InvalidProviderToken,
 ///   BadEnvironmentKeyInToken and MissingProviderToken to a token of a key the app uses for
 ///   this environment only (`<env>_token`): the other environment's key is not judged by them.
+///   Also Forbidden, when a run of 403 Forbidden answers in the environment with none accepted
+///   says APNs refuses the credentials there (pushd's `ForbiddenBreaker`): the run is counted
+///   per environment, so it judges that environment's credentials only.
 public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     case topic
     case broadcast
@@ -36,7 +39,7 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     public var reasons: [APNsReason] {
         switch self {
         case .broadcast: return [.featureNotEnabled, .topicMismatch]
-        case .environment: return [.badEnvironmentKeyIdInToken, .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken]
+        case .environment: return [.badEnvironmentKeyIdInToken, .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken, .forbidden]
         case .topic, .channelCreation: return [reason]
         }
     }

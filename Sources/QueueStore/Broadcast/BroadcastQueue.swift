@@ -40,16 +40,24 @@ public struct BroadcastQueue: Sendable {
     /// to write (one added NOT VALID after it was queued) goes to dead letters (`RefusedRewrite`,
     /// given to `onRefused`) and the rest are claimed one by one, instead of every claim of the
     /// lane failing on it.
-    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double,
-                      onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> [BroadcastJob] {
+    ///
+    /// `leaving` names, per app, the environment whose broadcasts this instance leaves to other
+    /// instances (`JobQueue.Leaving.environments`: it has no credentials there and another live
+    /// instance has): a broadcast going there (`destination`) is not claimed, so an instance
+    /// that could only put it back neither delays nor rewrites it. A broadcast needs no token
+    /// key, so `leaving`'s token-only apps do not matter here.
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: JobQueue.Leaving = JobQueue.Leaving(),
+                      leaseSeconds: Double, onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> [BroadcastJob] {
         guard limit > 0, !apps.isEmpty else { return [] }
-        let due = "SELECT id FROM pushd.broadcast_jobs WHERE app = ANY ($2::text[]) AND run_at <= now() ORDER BY priority DESC, run_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+        let leaves = !leaving.environments.isEmpty
+        let due = leaves ? Self.dueLeavingSQL : Self.dueSQL
+        let dueParameters: [any PGParameter] = leaves ? [limit, apps] + Self.leavingParameters(leaving, apps: apps) : [limit, apps]
         let result: [PGRow]
         do {
-            result = try connection.query(connection.prepared(Self.claimSQL(rows: "b.id = ANY (ARRAY(\(due)))", lease: 3)),
-                                          [limit, apps, leaseSeconds]).rows
+            result = try connection.query(connection.prepared(Self.claimSQL(rows: "b.id = ANY (ARRAY(\(due)))", lease: dueParameters.count + 1)),
+                                          dueParameters + [leaseSeconds]).rows
         } catch let error as PGError where error.code == .checkViolation {
-            let ids = try connection.query(connection.prepared(due), [limit, apps])
+            let ids = try connection.query(connection.prepared(due), dueParameters)
             let one = try connection.prepared(Self.claimSQL(rows: """
                 b.id = (SELECT id FROM pushd.broadcast_jobs WHERE id = $1 AND run_at <= now() FOR UPDATE SKIP LOCKED)
                 """, lease: 2))
@@ -72,6 +80,27 @@ public struct BroadcastQueue: Sendable {
                          environment: try row.get(7), attempts: Int(try row.require(8) as Int32), createdAt: try row.require(9),
                          firstAttemptAt: try row.get(10), storagePolicy: try row.get(11), unsettledLeaseEndedAt: try row.get(12))
         }
+    }
+
+    /// The due broadcast jobs of the apps `$2`, highest priority first, at most `$1`.
+    static let dueSQL = "SELECT id FROM pushd.broadcast_jobs WHERE app = ANY ($2::text[]) AND run_at <= now() ORDER BY priority DESC, run_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+
+    /// `dueSQL` for an instance that leaves some environment of some apps to other instances:
+    /// `$3` names per app of `$2` the environment it leaves (NULL: none), `$4` the app's own
+    /// environment, where a broadcast goes that names none and whose channel has none recorded.
+    static let dueLeavingSQL = """
+        SELECT b.id FROM pushd.broadcast_jobs b
+        JOIN unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home) ON a.app = b.app
+        WHERE b.run_at <= now() AND \(notLeft)
+        ORDER BY b.priority DESC, b.run_at LIMIT $1 FOR UPDATE OF b SKIP LOCKED
+        """
+
+    /// A broadcast job `b` of app `a` does not go to the environment `a.leave`.
+    static let notLeft = "(a.leave IS NULL OR \(destination(home: "a.home")) IS DISTINCT FROM a.leave)"
+
+    /// The environment each of `apps` leaves (nil: none) and its own: `$3` and `$4` of `dueLeavingSQL`.
+    static func leavingParameters(_ leaving: JobQueue.Leaving, apps: [String]) -> [any PGParameter] {
+        [apps.map { leaving.environments[$0] }, apps.map { leaving.home[$0] ?? "" }]
     }
 
     /// The claim of the rows `rows` selects, leased for `$lease` seconds. `leased_until` is
@@ -211,13 +240,26 @@ public struct BroadcastQueue: Sendable {
             """), [id, status, reason])
     }
 
-    /// Due broadcasts of `apps`, for the sleep decision.
-    public func hasDue(_ connection: PGConnection, apps: [String]) throws -> Bool {
+    /// Due broadcasts of `apps` (but those `leaving` names, which `claim` leaves) and due
+    /// channel requests of `apps`, for the sleep decision: a broadcast left to another instance
+    /// must not keep this one's worker from sleeping.
+    public func hasDue(_ connection: PGConnection, apps: [String], leaving: JobQueue.Leaving = JobQueue.Leaving()) throws -> Bool {
         guard !apps.isEmpty else { return false }
+        let channels = """
+            EXISTS (SELECT 1 FROM pushd.channels WHERE app = ANY ($1::text[]) AND run_at <= now()
+                    AND state IN ('pending_create', 'pending_delete'))
+            """
+        guard !leaving.environments.isEmpty else {
+            return try connection.query(connection.prepared("""
+                SELECT EXISTS (SELECT 1 FROM pushd.broadcast_jobs WHERE app = ANY ($1::text[]) AND run_at <= now())
+                    OR \(channels)
+                """), [apps]).require(Bool.self, row: 0, column: 0)
+        }
         return try connection.query(connection.prepared("""
-            SELECT EXISTS (SELECT 1 FROM pushd.broadcast_jobs WHERE app = ANY ($1::text[]) AND run_at <= now())
-                OR EXISTS (SELECT 1 FROM pushd.channels WHERE app = ANY ($1::text[]) AND run_at <= now()
-                           AND state IN ('pending_create', 'pending_delete'))
-            """), [apps]).require(Bool.self, row: 0, column: 0)
+            SELECT EXISTS (SELECT 1 FROM pushd.broadcast_jobs b
+                           JOIN unnest($1::text[], $2::text[], $3::text[]) AS a(app, leave, home) ON a.app = b.app
+                           WHERE b.run_at <= now() AND \(Self.notLeft))
+                OR \(channels)
+            """), [apps] + Self.leavingParameters(leaving, apps: apps)).require(Bool.self, row: 0, column: 0)
     }
 }

@@ -299,7 +299,7 @@ enum SendCommand {
             return "the connection could not be used; pushd reconnects and retries"
         // One answer cannot tell a request APNs refuses from credentials it refuses: say how `run` tells.
         case .deadLetter(let why) where why == ResponseClassifier.forbiddenWhy:
-            return "\(why); pushd run fails such a notification, and pauses the app (its jobs kept) when apns.forbidden_limit of them in a row, none accepted, point at its credentials"
+            return "\(why); pushd run fails such a notification, and holds the app's sending to that environment (its jobs kept, the other environment going on) when apns.forbidden_limit of them in a row there, none accepted, point at its credentials for it"
         case .deadLetter(let why):
             return why
         case .holdScope(_, _, let why):

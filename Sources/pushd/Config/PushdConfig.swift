@@ -213,8 +213,10 @@ struct PushdConfig: Sendable, Equatable {
     /// that many dead tokens.
     var notForTopicLimit: Int = 25
     /// 403 Forbidden answers in a row in one environment of an app, none accepted in between,
-    /// taken as APNs refusing the app's credentials (`ForbiddenBreaker`): fewer fail their
-    /// notifications, each refused on its own.
+    /// taken as APNs refusing the app's credentials for that environment (`ForbiddenBreaker`):
+    /// that environment of the app is held (its work kept, the other environment sending on)
+    /// until a SIGHUP, or for 5 minutes, after which the first answer tells again. Fewer fail
+    /// their notifications, each refused on its own.
     var forbiddenLimit: Int = 10
     var drainTimeoutSeconds: Int = 20
     /// How long a job's `dedupe_key` stays taken after the job was inserted, whatever became

@@ -504,6 +504,12 @@ final class AppSender: @unchecked Sendable {
     /// Forbidden answers in a row that are taken as refused credentials.
     var forbiddenLimit: Int { forbiddenRuns.withLock { $0.threshold } }
 
+    /// Forgets every run of Forbidden answers: a reload may have fixed the credentials, and a
+    /// run tripped before it must not hold the environment again on its first answer.
+    func resetForbiddenRuns() {
+        withForbiddenRuns { $0.reset() }
+    }
+
     private func withForbiddenRuns<Result>(_ body: (inout ForbiddenBreaker) -> Result) -> Result {
         forbiddenRuns.withLock { state in
             let result = body(&state)

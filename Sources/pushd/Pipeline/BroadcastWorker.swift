@@ -94,7 +94,11 @@ final class BroadcastWorker: @unchecked Sendable {
                 // could end before its turn came, and another instance would send it too.
                 let operations = try channels.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
-                let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds) { refused in
+                // Broadcasts of an environment this instance leaves to another live instance (it
+                // has no certificate there) are not claimed here: claimed, each would only be put
+                // back, `EnvironmentCoverage.leaveRetrySeconds` later, every time this one won it.
+                let leaving = context.coverage.leaving()
+                let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds) { refused in
                     context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
                 }
                 for job in jobs { try send(job, on: connection) }
@@ -104,7 +108,7 @@ final class BroadcastWorker: @unchecked Sendable {
                 if operations.isEmpty && jobs.isEmpty {
                     // Woken by the tables' notifications; the time-out catches scheduled and
                     // retried rows and bounds how long shutdown waits.
-                    if try !broadcasts.hasDue(connection, apps: apps) {
+                    if try !broadcasts.hasDue(connection, apps: apps, leaving: leaving) {
                         _ = try connection.waitForNotifications(timeoutMilliseconds: 1000)
                     }
                 }
@@ -304,7 +308,9 @@ final class BroadcastWorker: @unchecked Sendable {
         let key = sender.tokenKey(for: Self.configured(environment))
         if key == nil, sender.app.credentials(for: Self.configured(environment)) == nil {
             // A certificate reaches one environment's host: another live instance with credentials
-            // for this one takes the broadcast, else it is dead-lettered.
+            // for this one takes the broadcast, else it is dead-lettered. The claim leaves such
+            // broadcasts alone once the heartbeat knows that instance; this catches the rest
+            // (claimed before it did).
             let missing = AppSender.NoCredentials(app: job.app, environment: Self.configured(environment))
             if case .leave(let seconds) = context.coverage.decide(app: job.app, environment: Self.configured(environment), lane: Self.lane) {
                 try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(seconds),

@@ -6,10 +6,12 @@
 /// 403, though, and failing on each would empty the queue at sending speed. So answers are
 /// counted per environment of one app; an accepted notification in that environment (any
 /// lane) ends the run, and the `threshold`-th answer of a run trips the breaker: the caller
-/// takes it as refused credentials (pauses the app, keeps the notification). A tripped run
-/// stays tripped until a notification is accepted: every Forbidden answer after it pauses
-/// again, as an answer refusing the credentials does, so the work kept for the pause is not
-/// failed one notification at a time when the pause ends.
+/// takes it as the credentials of that environment refused (holds that environment of the app,
+/// keeps the notification; the other environment's run is its own). A tripped run stays
+/// tripped until a notification is accepted: every Forbidden answer after it holds again, as
+/// an answer refusing the credentials does, so the work kept for the hold is not failed one
+/// notification at a time when the hold runs out. A reload (SIGHUP), which ends the hold and
+/// may bring other credentials, starts every run afresh (`reset`).
 ///
 /// A plain value: the caller keeps it under a lock.
 struct ForbiddenBreaker: Sendable {
@@ -36,6 +38,12 @@ struct ForbiddenBreaker: Sendable {
     /// A notification in `environment` was accepted: the credentials work there.
     mutating func accepted(_ environment: PushdConfig.Environment) {
         runs[environment] = nil
+    }
+
+    /// The credentials may have changed (a reload): every run is forgotten, so the first
+    /// Forbidden answer after it counts from one instead of holding again at once.
+    mutating func reset() {
+        runs.removeAll()
     }
 
     /// APNs answered 403 Forbidden to a notification in `environment`.

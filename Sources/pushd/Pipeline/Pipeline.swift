@@ -282,7 +282,7 @@ final class Pipeline: @unchecked Sendable {
 
     /// Resumes every paused app and every held scope (after the operator fixed the
     /// configuration and sent SIGHUP); campaigns left unleased for a held topic may be leased
-    /// at once.
+    /// at once, and runs of Forbidden answers are counted from zero.
     func resumePausedApps() {
         var appsResumed: [String] = []
         for sender in context.senders.values where sender.pausedReason != nil {
@@ -294,6 +294,9 @@ final class Pipeline: @unchecked Sendable {
         for app in appsResumed.sorted() { releasePaused(app, when: "at once") }
         var appsReleased: [String] = []
         for sender in context.senders.values {
+            // Runs of Forbidden answers are counted afresh: a run tripped before the reload
+            // would otherwise hold its environment again on the first answer after it.
+            sender.resetForbiddenRuns()
             let released = sender.releaseHolds()
             if !released.isEmpty { appsReleased.append(sender.app.name) }
             for key in released {

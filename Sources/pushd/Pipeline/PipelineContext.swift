@@ -335,9 +335,12 @@ final class PipelineContext: @unchecked Sendable {
     /// does, as `verdict` (the outcome policy's: failed, not retried) said: it fails its
     /// notification, with a warning line (one per app and environment a minute, counting the
     /// others), and a run of `apns.forbidden_limit` with none accepted in the environment is
-    /// taken as refused credentials instead: the app is paused, the notification kept
-    /// (`ForbiddenBreaker`). An accepted notification ends the run. Every other verdict is
-    /// returned as it is.
+    /// taken as refused credentials instead: that environment of the app is held
+    /// (`ConfigurationScope.environment`, reason Forbidden), the notification kept
+    /// (`ForbiddenBreaker`), while the other environment keeps sending: the run judges the
+    /// credentials of its own environment only (sandbox credentials refused must not stop
+    /// production). An accepted notification ends the run. Every other verdict is returned
+    /// as it is.
     func forbiddenVerdict(_ verdict: Verdict, sender: AppSender, environment: PushdConfig.Environment, lane: String) -> Verdict {
         switch verdict {
         case .delivered:
@@ -349,23 +352,25 @@ final class PipelineContext: @unchecked Sendable {
                 let app = sender.app.name
                 let now = RateLimiter.monotonicSeconds()
                 guard let before = forbiddenLines.withLock({ $0.admit("\(app) \(environment.rawValue)", now: now) }) else { return verdict }
-                logger.warning("APNs answered 403 Forbidden to a notification of app \(app) in \(environment.rawValue) (\(lane) lane): the action is not allowed, so the notification is failed, not sent again (\(count) such answer(s) in a row with none accepted; at \(sender.forbiddenLimit), apns.forbidden_limit, they are taken as the app's credentials refused and the app is paused)"
+                logger.warning("APNs answered 403 Forbidden to a notification of app \(app) in \(environment.rawValue) (\(lane) lane): the action is not allowed, so the notification is failed, not sent again (\(count) such answer(s) in a row with none accepted; at \(sender.forbiddenLimit), apns.forbidden_limit, they are taken as the app's credentials refused in \(environment.rawValue) and sending there is held)"
                                + (before > 0 ? "; \(before) more notification(s) of app \(app) failed for Forbidden since the last such line" : ""),
                                ("event", "apns_forbidden"), ("app", .string(app)), ("environment", .string(environment.rawValue)),
                                ("lane", .string(lane)), ("count", .int(Int64(count))), ("unlogged", .int(Int64(before))))
                 return verdict
             case .tripped:
-                return .pauseApp(reason: Self.forbiddenRunWhy(limit: sender.forbiddenLimit, environment: environment))
+                return .hold(.environment, reason: APNsReason.forbidden.rawValue,
+                             why: Self.forbiddenRunWhy(limit: sender.forbiddenLimit, environment: environment))
             }
         default:
             return verdict
         }
     }
 
-    /// Why a run of Forbidden answers pauses the app: what was seen and what to check. The same
-    /// for every answer of a tripped run, so the pause says one thing however many follow.
+    /// Why a run of Forbidden answers holds an environment of the app: what was seen and what to
+    /// check. The same for every answer of a tripped run, so the hold says one thing however
+    /// many follow.
     static func forbiddenRunWhy(limit: Int, environment: PushdConfig.Environment) -> String {
-        "APNs answered 403 Forbidden to \(limit) notifications in a row in \(environment.rawValue) and accepted none: taken as APNs refusing the app's credentials, not the notifications; check the app's signing key or certificate (its team, its environment, the bundle id's capabilities) in the developer account"
+        "APNs answered 403 Forbidden to \(limit) notifications in a row in \(environment.rawValue) and accepted none: taken as APNs refusing the app's credentials for \(environment.rawValue), not the notifications; the other environment keeps sending; check the credentials the app uses for \(environment.rawValue) (the signing key's team and environment restriction, or the \(environment.rawValue) certificate, and the bundle id's capabilities) in the developer account"
             + (limit > 1 ? "; the first \(limit - 1) of the run were failed with reason Forbidden (pushd.dead_jobs, or the campaign's failed_by_reason)" : "")
     }
 
