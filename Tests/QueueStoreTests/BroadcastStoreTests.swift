@@ -61,6 +61,32 @@ import Testing
         }
     }
 
+    /// A channel request going to an environment the instance leaves to another one (its
+    /// channel's environment, else the app's) is neither claimed nor counted as due: claimed,
+    /// it would only be put back, 5 s later each time this instance won it.
+    @Test func aClaimLeavingAnEnvironmentTakesNoneOfItsChannelRequests() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let channels = ChannelStore(), broadcasts = BroadcastQueue()
+            try connection.query("SELECT pushd.create_channel('shop', 'none', 'sandbox')")
+            let leaving = JobQueue.Leaving(environments: ["shop": "sandbox", "cafe": "production"],
+                                           home: ["shop": "production", "cafe": "production"])
+            #expect(try channels.claim(connection, limit: 10, apps: ["shop", "cafe"], leaving: leaving, leaseSeconds: 60).isEmpty)
+            #expect(try !broadcasts.hasDue(connection, apps: ["shop", "cafe"], leaving: leaving))
+            #expect(try broadcasts.hasDue(connection, apps: ["shop", "cafe"]))
+
+            // One to the environment it keeps, and one of an app going to its home, which it leaves.
+            try connection.query("SELECT pushd.create_channel('shop', 'none', 'production')")
+            try connection.query("SELECT pushd.create_channel('cafe', 'none')")
+            #expect(try broadcasts.hasDue(connection, apps: ["shop", "cafe"], leaving: leaving))
+            let claimed = try channels.claim(connection, limit: 10, apps: ["shop", "cafe"], leaving: leaving, leaseSeconds: 60)
+            #expect(claimed.map { "\($0.app) \($0.environment ?? "home")" } == ["shop production"])
+            // Without anything left, the rest is claimed.
+            #expect(try channels.claim(connection, limit: 10, apps: ["shop", "cafe"], leaseSeconds: 60).count == 2)
+        }
+    }
+
     /// A claim says when the row it takes was left unsettled by an earlier claim (its lease
     /// ended with no outcome recorded); a row put back with an outcome, or never claimed, is not.
     @Test func aClaimSaysWhenItTakesOverALeaseThatEndedUnsettled() throws {

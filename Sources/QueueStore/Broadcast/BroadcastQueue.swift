@@ -240,16 +240,16 @@ public struct BroadcastQueue: Sendable {
             """), [id, status, reason])
     }
 
-    /// Due broadcasts of `apps` (but those `leaving` names, which `claim` leaves) and due
-    /// channel requests of `apps`, for the sleep decision: a broadcast left to another instance
-    /// must not keep this one's worker from sleeping.
+    /// Due broadcasts and channel requests of `apps` (but those `leaving` names, which the
+    /// claims leave), for the sleep decision: work left to another instance must not keep this
+    /// one's worker from sleeping.
     public func hasDue(_ connection: PGConnection, apps: [String], leaving: JobQueue.Leaving = JobQueue.Leaving()) throws -> Bool {
         guard !apps.isEmpty else { return false }
-        let channels = """
-            EXISTS (SELECT 1 FROM pushd.channels WHERE app = ANY ($1::text[]) AND run_at <= now()
-                    AND state IN ('pending_create', 'pending_delete'))
-            """
         guard !leaving.environments.isEmpty else {
+            let channels = """
+                EXISTS (SELECT 1 FROM pushd.channels WHERE app = ANY ($1::text[]) AND run_at <= now()
+                        AND state IN ('pending_create', 'pending_delete'))
+                """
             return try connection.query(connection.prepared("""
                 SELECT EXISTS (SELECT 1 FROM pushd.broadcast_jobs WHERE app = ANY ($1::text[]) AND run_at <= now())
                     OR \(channels)
@@ -259,7 +259,9 @@ public struct BroadcastQueue: Sendable {
             SELECT EXISTS (SELECT 1 FROM pushd.broadcast_jobs b
                            JOIN unnest($1::text[], $2::text[], $3::text[]) AS a(app, leave, home) ON a.app = b.app
                            WHERE b.run_at <= now() AND \(Self.notLeft))
-                OR \(channels)
+                OR EXISTS (SELECT 1 FROM pushd.channels q
+                           JOIN unnest($1::text[], $2::text[], $3::text[]) AS a(app, leave, home) ON a.app = q.app
+                           WHERE q.run_at <= now() AND q.state IN ('pending_create', 'pending_delete') AND \(ChannelStore.notLeft))
             """), [apps] + Self.leavingParameters(leaving, apps: apps)).require(Bool.self, row: 0, column: 0)
     }
 }

@@ -34,18 +34,26 @@ public struct ChannelStore: Sendable {
     public init() {}
 
     /// Takes up to `limit` due operations of `apps` and pushes their `run_at` past the lease.
-    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaseSeconds: Double) throws -> [ChannelOperation] {
+    ///
+    /// `leaving` names, per app, the environment this instance leaves to other instances
+    /// (`JobQueue.Leaving.environments`: it has no credentials there and another live instance
+    /// has): a request going there (its channel's environment, else the app's) is not claimed,
+    /// so an instance that could only put it back neither delays nor rewrites it. A channel
+    /// request needs no token key, so `leaving`'s token-only apps do not matter here.
+    public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: JobQueue.Leaving = JobQueue.Leaving(),
+                      leaseSeconds: Double) throws -> [ChannelOperation] {
         guard limit > 0, !apps.isEmpty else { return [] }
+        let leaves = !leaving.environments.isEmpty
+        let due = leaves ? Self.dueLeavingSQL : Self.dueSQL
+        let dueParameters: [any PGParameter] = leaves ? [limit, apps] + BroadcastQueue.leavingParameters(leaving, apps: apps) : [limit, apps]
+        let lease = dueParameters.count + 1
         let result = try connection.query(connection.prepared("""
-            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $3), leased_until = now() + make_interval(secs => $3)
+            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease))
             FROM pushd.channels previous
-            WHERE previous.id = c.id AND c.id = ANY (ARRAY(
-                SELECT id FROM pushd.channels
-                WHERE state IN ('pending_create', 'pending_delete') AND run_at <= now() AND app = ANY ($2::text[])
-                ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED))
+            WHERE previous.id = c.id AND c.id = ANY (ARRAY(\(due)))
             RETURNING c.id, c.app, c.state, c.channel_id, c.environment, c.storage_policy, c.attempts, c.requested_at,
                       previous.leased_until
-            """), [limit, apps, leaseSeconds])
+            """), dueParameters + [leaseSeconds])
         return try result.rows.map { row in
             let state: String = try row.require(2)
             guard let kind = ChannelOperation.Kind(rawValue: state) else {
@@ -56,6 +64,26 @@ public struct ChannelStore: Sendable {
                                     requestedAt: try row.require(7), unsettledLeaseEndedAt: try row.get(8))
         }
     }
+
+    /// The due requests of the apps `$2`, oldest first, at most `$1`.
+    static let dueSQL = """
+        SELECT id FROM pushd.channels
+        WHERE state IN ('pending_create', 'pending_delete') AND run_at <= now() AND app = ANY ($2::text[])
+        ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED
+        """
+
+    /// `dueSQL` for an instance that leaves some environment of some apps to other instances:
+    /// `$3` names per app of `$2` the environment it leaves (NULL: none), `$4` the app's own
+    /// environment, where a request goes whose channel names none.
+    static let dueLeavingSQL = """
+        SELECT q.id FROM pushd.channels q
+        JOIN unnest($2::text[], $3::text[], $4::text[]) AS a(app, leave, home) ON a.app = q.app
+        WHERE q.state IN ('pending_create', 'pending_delete') AND q.run_at <= now() AND \(notLeft)
+        ORDER BY q.run_at LIMIT $1 FOR UPDATE OF q SKIP LOCKED
+        """
+
+    /// A request `q` of app `a` does not go to the environment `a.leave`.
+    static let notLeft = "(a.leave IS NULL OR coalesce(q.environment, a.home) IS DISTINCT FROM a.leave)"
 
     /// Makes the pending channel requests of `app` whose `outcome` begins with one of
     /// `outcomePrefixes` due now, and returns how many (as `JobQueue.makeDue` does for jobs).

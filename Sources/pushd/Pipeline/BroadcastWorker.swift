@@ -87,17 +87,18 @@ final class BroadcastWorker: @unchecked Sendable {
                 }
                 // A certificate sends a certificate app's channel requests and broadcasts alike:
                 // one to an environment this instance has no credentials for is left to another
-                // instance when it is carried out (`EnvironmentCoverage.decide`).
+                // instance (`EnvironmentCoverage.decide`).
                 let apps = context.claimableApps()
+                // Requests and broadcasts of an environment this instance leaves to another live
+                // instance (it has no certificate there) are not claimed here: claimed, each
+                // would only be put back, `EnvironmentCoverage.leaveRetrySeconds` later, every
+                // time this one won it.
+                let leaving = context.coverage.leaving()
                 // One row at a time, each leased as it is taken: rows are sent one after the
                 // other, each waiting for its answer, so the lease of a row claimed with others
                 // could end before its turn came, and another instance would send it too.
-                let operations = try channels.claim(connection, limit: 1, apps: apps, leaseSeconds: leaseSeconds)
+                let operations = try channels.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds)
                 for operation in operations { try carryOut(operation, on: connection) }
-                // Broadcasts of an environment this instance leaves to another live instance (it
-                // has no certificate there) are not claimed here: claimed, each would only be put
-                // back, `EnvironmentCoverage.leaveRetrySeconds` later, every time this one won it.
-                let leaving = context.coverage.leaving()
                 let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds) { refused in
                     context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
                 }
