@@ -221,4 +221,31 @@ import Testing
             #expect(Set(tokens).subtracting(hosts.sandbox.acceptedLog.map(\.token)) == [])
         }
     }
+
+    /// A broadcast goes to its environment's host as a notification does: `apns.sandbox_host`
+    /// for the sandbox. The broadcast worker sent every broadcast to `apns.host` (the production
+    /// host here) whatever its environment.
+    @Test func aBroadcastGoesToTheHostOfItsEnvironment() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let channel = try #require(hosts.sandbox.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            // Both mocks stand in for the one APNs, which has the channel whichever host is asked.
+            hosts.production.adoptChannel(bundleID: DaemonHarness.bundleID, channelID: channel, storagePolicy: .noMessageStored)
+            let pipeline = try hosts.harness.pipeline(hosts.config())
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, environment) VALUES ('shop', $1, $2, 'sandbox')",
+                                 [channel, BroadcastDaemonTests.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)",
+                                 [channel, BroadcastDaemonTests.update])
+
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0 })
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            #expect(hosts.sandbox.stats.broadcastsAccepted[channel, default: 0] == 1)
+            #expect(hosts.production.stats.broadcastsAccepted[channel, default: 0] == 1)
+        }
+    }
 }

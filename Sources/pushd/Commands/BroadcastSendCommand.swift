@@ -59,9 +59,6 @@ enum BroadcastSendCommand {
         guard var configuration = try SendCommand.dispatcherConfiguration(for: app, environment: environment, config: config) else {
             throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
         }
-        if config.apns.hostOverride == nil {
-            configuration.host = environment.apns.host
-        }
         configuration.threads = 1
         configuration.connectionsPerThread = 1
         configuration.maxOutstanding = 1

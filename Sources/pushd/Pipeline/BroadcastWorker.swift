@@ -491,19 +491,21 @@ final class BroadcastWorker: @unchecked Sendable {
             certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment))) else {
             throw AppSender.NoCredentials(app: app.name, environment: Self.configured(environment))
         }
-        let override = management ? config.apns.channelHostOverride : config.apns.hostOverride
-        if let override {
-            if let parsed = ConfigLoader.parseListenAddress(override) {
-                configuration.host = parsed.host
-                configuration.port = Int(parsed.port)
+        // Broadcasts go to the environment's push host as notifications do (`apns.host`, and
+        // `apns.sandbox_host` for the sandbox, already applied); channel requests to the
+        // management host, or `apns.channel_host`.
+        if management {
+            if let override = config.apns.channelHostOverride {
+                if let parsed = ConfigLoader.parseListenAddress(override) {
+                    configuration.host = parsed.host
+                    configuration.port = Int(parsed.port)
+                } else {
+                    configuration.host = override
+                }
             } else {
-                configuration.host = override
+                configuration.host = environment.channelManagementHost
+                configuration.port = environment.channelManagementPort
             }
-        } else if management {
-            configuration.host = environment.channelManagementHost
-            configuration.port = environment.channelManagementPort
-        } else {
-            configuration.host = environment.host
         }
         // Broadcasts and channel requests are few: one connection each is plenty.
         configuration.threads = 1
