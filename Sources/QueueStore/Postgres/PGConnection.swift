@@ -349,7 +349,9 @@ public final class PGConnection {
     public func checkSession() throws {
         let connection = try open()
         guard PQconsumeInput(connection) == 1, PQstatus(connection) == CONNECTION_OK else {
-            throw PGError(code: .connectionFailure, message: "the session ended: \(errorMessage(connection))")
+            // libpq's text goes on over indented lines guessing at the cause; its first line says it.
+            let said = errorMessage(connection).split(separator: "\n").first.map(String.init) ?? "closed"
+            throw PGError(code: .connectionFailure, message: "the session ended: \(said)")
         }
     }
 
