@@ -480,21 +480,17 @@ final class JobWorker: @unchecked Sendable {
     /// before other claimers take its jobs (they back off before reconnecting). A failed attempt
     /// is left for `record`, which tries again.
     private func keepClaim(_ claim: inout Claim) {
-        if let connection = claim.connection {
-            do {
-                try connection.checkSession()
-                return
-            } catch {
-                context.databaseError(error)
-                claim.lost(error)
-            }
-        } else {
-            return
-        }
+        guard let connection = claim.connection else { return }
         do {
-            try retake(&claim)
+            try connection.checkSession()
         } catch {
             context.databaseError(error)
+            claim.lost(error)
+            do {
+                try retake(&claim)
+            } catch {
+                context.databaseError(error)
+            }
         }
     }
 
@@ -513,8 +509,8 @@ final class JobWorker: @unchecked Sendable {
     /// Records the outcomes of a sent batch (prunes, then `JobQueue.finish`) and returns the
     /// retries refused and the session that holds the worker's connection now. When the session
     /// ends or the COMMIT fails, the outcomes are kept and recorded again on a new session for
-    /// the jobs taken back (`Claim`), for up to `recordAgainSeconds`; then they are given up,
-    /// loudly, and the error is thrown.
+    /// the jobs taken back (`Claim`), for up to `recordAgainSeconds`; then (at once for an error
+    /// that is not the database's) they are given up, loudly, and the error is thrown.
     private func record(_ claim: inout Claim, _ outcomes: JobOutcomes,
                         _ prunes: [Int64: TokenPrune]) throws -> ([RefusedRetry], PGConnection) {
         let started = RateLimiter.monotonicSeconds()
@@ -542,8 +538,10 @@ final class JobWorker: @unchecked Sendable {
                 connection = nil
                 context.databaseError(error)
                 attempts += 1
-                // Stopping, one more attempt (at once) before the batch is left to be sent again.
-                if (context.isStopping && attempts >= 2) || RateLimiter.monotonicSeconds() - started >= Self.recordAgainSeconds {
+                // Stopping, one more attempt (at once) before the batch is left to be sent again; an
+                // error of pushd's own (outcomes that do not cover the batch) would only recur.
+                if !(error is PGError) || (context.isStopping && attempts >= 2)
+                    || RateLimiter.monotonicSeconds() - started >= Self.recordAgainSeconds {
                     reportGivenUp(claim, outcomes, last: error, seconds: RateLimiter.monotonicSeconds() - started)
                     throw error
                 }
