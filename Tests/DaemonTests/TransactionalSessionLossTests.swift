@@ -68,4 +68,51 @@ import Testing
             #expect(givenUp.isEmpty, "\(givenUp)")
         }
     }
+
+    @Test func aBatchWhoseCommitFailsAfterSendingIsRecordedAgainAndNotSentTwice() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 200))
+            let connection = try database.connect()
+            // The first COMMIT that deletes a job fails (a deferred trigger raises once: the
+            // sequence is not rolled back with it); every later one goes through.
+            try connection.execute(script: """
+                CREATE SEQUENCE public.commit_failures;
+                CREATE FUNCTION public.fail_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF nextval('public.commit_failures') = 1 THEN RAISE EXCEPTION 'this COMMIT is refused once'; END IF;
+                    RETURN NULL;
+                END $$;
+                CREATE CONSTRAINT TRIGGER fail_first_commit AFTER DELETE ON pushd.jobs
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fail_first_commit();
+                """)
+            let config = try harness.writeConfigFile()
+            let text = try String(contentsOfFile: config, encoding: .utf8)
+            try (text + "\nworkers:\n  transactional: 4\n  batch_size: 100\n").write(toFile: config, atomically: true, encoding: .utf8)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            let registered = try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 }
+            #expect(registered)
+
+            let count = 50
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, $1::int) g
+                """, [count])
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            Thread.sleep(forTimeInterval: 1.5)
+            #expect(try DaemonHarness.count(connection, "SELECT last_value FROM public.commit_failures") >= 2)
+            let perToken = harness.mock.stats.perToken
+            #expect(perToken.count == count)
+            let twice = perToken.filter { $0.value.accepted != 1 }
+            #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once")
+            let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let recorded = lines.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
+            #expect(recorded.count == 1 && recorded.allSatisfy { $0.contains("this COMMIT is refused once") && $0.contains("\(count) notifications APNs accepted were recorded again") },
+                    "\(recorded)")
+        }
+    }
 }
