@@ -537,6 +537,8 @@ final class JobWorker: @unchecked Sendable {
                 connection?.close()
                 connection = nil
                 context.databaseError(error)
+                // The worker sends nothing meanwhile: a lane that keeps failing is named by /readyz.
+                context.laneHealth.failed(Lane.transactional.rawValue, error: error, started: started)
                 attempts += 1
                 // Stopping, one more attempt (at once) before the batch is left to be sent again; an
                 // error of pushd's own (outcomes that do not cover the batch) would only recur.
