@@ -254,6 +254,43 @@ import Testing
         }
     }
 
+    @Test func aBatchWhoseSessionEndedIsTakenBackByIdExceptWhatAnotherClaimerHolds() throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            try insertJobs(admin, count: 10)
+            let doomed = try database.connect()
+            let batch = try queue.claim(doomed, limit: 10, apps: apps)
+            #expect(batch.jobs.count == 10)
+            #expect(try admin.query("SELECT pg_terminate_backend($1)", [doomed.backendPID]).require(Bool.self, row: 0, column: 0))
+            var ended = false
+            for _ in 0..<50 where !ended {
+                ended = (try? doomed.checkSession()) == nil
+                usleep(20_000)
+            }
+            #expect(ended)
+            // Another claimer took three of the rolled-back jobs meanwhile and holds them.
+            let other = try database.connect()
+            var held = ClaimedJobs(jobs: [])
+            for _ in 0..<50 {
+                held = try queue.claim(other, limit: 3, apps: apps)
+                if held.jobs.count == 3 { break }
+                if !held.isEmpty { try queue.abandon(other) }
+                usleep(20_000)
+            }
+            #expect(held.jobs.count == 3)
+            let fresh = try database.connect()
+            let taken = try queue.retake(fresh, batch)
+            #expect(Set(taken.jobs.map(\.id)) == Set(batch.jobs.map(\.id)).subtracting(held.jobs.map(\.id)))
+            #expect(taken.jobs.allSatisfy { $0.attempts == 0 })
+            let ids = Set(taken.jobs.map(\.id))
+            try queue.finish(fresh, taken, JobOutcomes(delivered: batch.jobs.map(\.id)).restricted(to: ids))
+            try queue.abandon(other)
+            // Only the held ones are left, to be sent by the claimer that took them.
+            let left = try admin.query("SELECT id FROM pushd.jobs ORDER BY id").rows.map { try $0.require(0) as Int64 }
+            #expect(left == held.jobs.map(\.id).sorted())
+        }
+    }
+
     @Test func abandonedBatchIsClaimableAgainUnchanged() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -87,6 +87,7 @@ public struct PushdMetrics: Sendable {
     public let broadcastsSent: CounterFamily
     public let channelOperations: CounterFamily
     public let leaseTakeovers: CounterFamily
+    public let unrecordedOutcomes: CounterFamily
 
     // Fleet (from pushd.instances, the same on every instance)
     public let fleetInstances: CallbackFamily
@@ -315,6 +316,10 @@ public struct PushdMetrics: Sendable {
             "pushd_lease_takeovers_total",
             help: "Broadcasts (lane broadcast) and channel creations (lane channel_create) taken over after the lease of an earlier claim ended with no outcome recorded: each may have reached APNs already; a channel creation may have left a channel at APNs that pushd has no record of (pushd channels audit finds it).",
             labels: ["app", "lane"])
+        unrecordedOutcomes = try registry.counter(
+            "pushd_unrecorded_outcomes_total",
+            help: "Notifications APNs accepted whose batch's transaction ended before the acceptance was recorded (reason: connection, an SQLSTATE class or other): recorded_again on a new session, sent_again because another claimer had taken the job meanwhile, given_up after the database stayed away (sent again too).",
+            labels: ["lane", "reason", "result"])
 
         fleetInstances = try registry.callbackGauge(
             "pushd_fleet_instances",
@@ -478,5 +483,10 @@ public struct PushdMetrics: Sendable {
     /// `lane` is "broadcast" or "channel_create".
     public func leaseTakeover(app: String, lane: String) -> Counter {
         leaseTakeovers.bound([app, lane])
+    }
+
+    /// `result` is "recorded_again", "sent_again" or "given_up"; `reason` as in `databaseError`.
+    public func unrecordedOutcome(lane: String, reason: String, result: String) -> Counter {
+        unrecordedOutcomes.bound([lane, reason, result])
     }
 }

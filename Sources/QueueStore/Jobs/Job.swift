@@ -127,6 +127,15 @@ public struct JobOutcomes: Sendable, Hashable {
     }
 }
 
+extension JobOutcomes {
+    /// The outcomes of the jobs `ids` names only.
+    public func restricted(to ids: Set<Int64>) -> JobOutcomes {
+        JobOutcomes(delivered: delivered.filter { ids.contains($0) },
+                    retries: retries.filter { ids.contains($0.id) },
+                    failures: failures.filter { ids.contains($0.id) })
+    }
+}
+
 /// A batch taken from the transactional lane. Its jobs are deleted in a transaction
 /// that stays open on the claiming connection until `JobQueue.finish` or
 /// `JobQueue.abandon`; if the connection dies first, the jobs are back in the queue.

@@ -232,6 +232,41 @@ public struct JobQueue: Sendable {
         return refused
     }
 
+    // The claim's DELETE, of the ids of a batch whose claiming transaction ended (its session
+    // was cut, or its COMMIT failed) rather than of the due jobs: rows another claimer holds are
+    // skipped, rows already settled by one are gone.
+    static let retakeSQL = """
+        DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
+            SELECT id FROM pushd.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE SKIP LOCKED))
+        RETURNING \(columns)
+        """
+
+    /// Takes again, in a new transaction on `connection`, the jobs of `batch` whose claim was
+    /// rolled back after they were sent (the claiming session ended, or `finish` failed), so that
+    /// the outcomes already known for them can be recorded with `finish` and they are not sent
+    /// again. The rollback put every job of the batch back under the same id; a job another
+    /// claimer holds (locked) or has settled since (gone) is not taken: that claimer sends it
+    /// again. Returns the jobs taken, as their rows are now; as with `claim`, a non-empty result
+    /// leaves the connection inside the transaction, to be settled with `finish`.
+    public func retake(_ connection: PGConnection, _ batch: ClaimedJobs) throws -> ClaimedJobs {
+        guard !batch.isEmpty else { return ClaimedJobs(jobs: []) }
+        do {
+            let result = try connection.beginAndQuery(connection.prepared(Self.retakeSQL), [batch.jobs.map(\.id)])
+            let registered = Dictionary(uniqueKeysWithValues: batch.jobs.map { ($0.id, $0.registeredEnvironment) })
+            var jobs = [Job]()
+            for row in result.rows {
+                var job = try Self.decode(row)
+                job.registeredEnvironment = registered[job.id] ?? nil
+                jobs.append(job)
+            }
+            if jobs.isEmpty { try connection.execute(script: "COMMIT") }
+            return ClaimedJobs(jobs: jobs)
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+    }
+
     /// Puts every job of the batch back untouched (for a shutdown before sending).
     public func abandon(_ connection: PGConnection) throws {
         try connection.execute(script: "ROLLBACK")

@@ -342,6 +342,19 @@ public final class PGConnection {
         try query("SELECT pg_notify($1, $2)", [channel, payload])
     }
 
+    /// Reads what the socket holds without blocking and throws once the server has ended the
+    /// session (`pg_terminate_backend`, `idle_in_transaction_session_timeout`, a restart): how a
+    /// connection that waits inside an open transaction learns that the transaction is gone. The
+    /// server's last message and the closed socket may take two calls to be seen.
+    public func checkSession() throws {
+        let connection = try open()
+        guard PQconsumeInput(connection) == 1, PQstatus(connection) == CONNECTION_OK else {
+            // libpq's text goes on over indented lines guessing at the cause; its first line says it.
+            let said = errorMessage(connection).split(separator: "\n").first.map(String.init) ?? "closed"
+            throw PGError(code: .connectionFailure, message: "the session ended: \(said)")
+        }
+    }
+
     /// Reads what the socket holds without blocking and returns the notifications queued so far.
     public func pendingNotifications() throws -> [PGNotification] {
         let connection = try open()

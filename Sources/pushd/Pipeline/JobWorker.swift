@@ -196,7 +196,7 @@ final class JobWorker: @unchecked Sendable {
         generation &+= 1
         let now = Timestamp()
         var outcomes = JobOutcomes()
-        var prunes = [TokenPrune]()
+        var prunes = [Int64: TokenPrune]()
         var inFlight = [Int: InFlight]()
         for (position, job) in batch.jobs.enumerated() {
             // The claim returns only configured apps; should one slip through, it stays
@@ -298,9 +298,22 @@ final class JobWorker: @unchecked Sendable {
         // waiting that long and 5 s more never gives up on a request the engine still holds.
         let timeout = context.config.apns.answerWaitSeconds
         let deadline = RateLimiter.monotonicSeconds() + timeout
+        // The claim lives in the session's open transaction: should the session end meanwhile
+        // (pg_terminate_backend, a restart, idle_in_transaction_session_timeout), every job of
+        // the batch is back in the queue for any claimer to send again. Looked at between answers,
+        // so that the batch is taken again at once on a new session (`Claim`).
+        var claim = Claim(batch: batch, connection: connection)
+        var nextCheck = RateLimiter.monotonicSeconds() + Self.sessionCheckSeconds
         while !inFlight.isEmpty {
-            let results = completions.take(until: deadline)
-            if results.isEmpty { break }
+            let results = completions.take(until: min(deadline, nextCheck))
+            if RateLimiter.monotonicSeconds() >= nextCheck {
+                keepClaim(&claim)
+                nextCheck = RateLimiter.monotonicSeconds() + Self.sessionCheckSeconds
+            }
+            if results.isEmpty {
+                if RateLimiter.monotonicSeconds() >= deadline { break }
+                continue
+            }
             let answeredAt = Timestamp()
             for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
                 guard let item = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
@@ -319,11 +332,10 @@ final class JobWorker: @unchecked Sendable {
             settle(item, outcome: .transportFailure("no answer within \(Int(timeout))s"), into: &outcomes, prunes: &prunes)
         }
 
-        _ = try context.prune(prunes, on: connection)
-        let refused = try queue.finish(connection, batch, outcomes)
+        let (refused, session) = try record(&claim, outcomes, prunes)
         reportRefusedRetries(refused)
-        context.restoreTokens(on: connection)
-        sweepHeldScopes(on: connection)
+        context.restoreTokens(on: session)
+        sweepHeldScopes(on: session)
         if tracing {
             // Every time on the same wall clock as the database's created_at (one host in
             // Benchmarks/DaemonBench), so the stages of INSERT → accepted can be told apart.
@@ -357,11 +369,11 @@ final class JobWorker: @unchecked Sendable {
         }
     }
 
-    private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
+    private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [Int64: TokenPrune]) {
         settle(item, outcome: item.sender.outcome(of: result, environment: item.environment), into: &outcomes, prunes: &prunes)
     }
 
-    private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [TokenPrune]) {
+    private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [Int64: TokenPrune]) {
         let job = item.job
         let sender = item.sender
         // Windows count from the first send, not from the insert: a job scheduled for later
@@ -387,8 +399,8 @@ final class JobWorker: @unchecked Sendable {
             context.tally.recordLatency(latency)
         case .prune(let status, let reason, let timestamp):
             outcomes.failures.append(JobFailure(id: job.id, status: status, reason: reason))
-            prunes.append(TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp,
-                                     environment: item.environment.rawValue))
+            prunes[job.id] = TokenPrune(app: job.app, token: job.deviceToken, reason: reason, apnsTimestamp: timestamp,
+                                        environment: item.environment.rawValue)
             sender.countResponse(status: status, reason: reason, environment: item.environment)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
@@ -425,6 +437,151 @@ final class JobWorker: @unchecked Sendable {
             outcomes.retries.append(JobRetry(id: job.id, runAt: Timestamp().addingTimeInterval(30),
                                              error: HeldWork.appPausedPrefix + reason, countsAsAttempt: false, sentAt: firstAttemptAt))
         }
+    }
+
+    /// How often a worker waiting on a batch's answers looks whether its session still holds the claim.
+    static let sessionCheckSeconds = 0.05
+
+    /// How long a worker keeps a batch's outcomes, and tries to record them on a new session,
+    /// while the database stays away; then they are given up and the batch is sent again.
+    static let recordAgainSeconds = 300.0
+
+    /// A sent batch and the session whose transaction holds its claim. The claim is the claiming
+    /// transaction's DELETE: when the session ends before the outcomes are committed (cut while
+    /// answers are awaited, or while they are recorded, or a COMMIT that fails), the rows are back
+    /// in `pushd.jobs` under the same ids. The worker knows what APNs answered for each, so it
+    /// takes back on a new session those no other claimer has taken meanwhile (`JobQueue.retake`)
+    /// and records the same outcomes for them; the others are sent again by that claimer.
+    private struct Claim {
+        /// The jobs the open transaction holds (after a retake, those it took back).
+        var batch: ClaimedJobs
+        /// nil once the session ended, until the jobs are taken back on a new one.
+        var connection: PGConnection?
+        /// What ended the first session, once one ended.
+        var cause: (any Error)?
+        /// Jobs of the batch another claimer took (or settled) before they could be taken back.
+        var sentAgain = [Int64]()
+        /// How many jobs the batch had when claimed.
+        let claimed: Int
+
+        init(batch: ClaimedJobs, connection: PGConnection) {
+            self.batch = batch
+            self.connection = connection
+            claimed = batch.jobs.count
+        }
+
+        mutating func lost(_ error: any Error) {
+            if cause == nil { cause = error }
+            connection = nil
+        }
+    }
+
+    /// Between answers: a session that ended is noticed here, and the batch taken back at once,
+    /// before other claimers take its jobs (they back off before reconnecting). A failed attempt
+    /// is left for `record`, which tries again.
+    private func keepClaim(_ claim: inout Claim) {
+        guard let connection = claim.connection else { return }
+        do {
+            try connection.checkSession()
+        } catch {
+            context.databaseError(error)
+            claim.lost(error)
+            do {
+                try retake(&claim)
+            } catch {
+                context.databaseError(error)
+            }
+        }
+    }
+
+    /// Takes back on a new session what of `claim` no other claimer has taken.
+    private func retake(_ claim: inout Claim) throws {
+        connection?.close()
+        connection = nil
+        let fresh = try connectIfNeeded()
+        let taken = try queue.retake(fresh, claim.batch)
+        let ids = Set(taken.jobs.map(\.id))
+        claim.sentAgain += claim.batch.jobs.lazy.map(\.id).filter { !ids.contains($0) }
+        claim.batch = taken
+        claim.connection = fresh
+    }
+
+    /// Records the outcomes of a sent batch (prunes, then `JobQueue.finish`) and returns the
+    /// retries refused and the session that holds the worker's connection now. When the session
+    /// ends or the COMMIT fails, the outcomes are kept and recorded again on a new session for
+    /// the jobs taken back (`Claim`), for up to `recordAgainSeconds`; then (at once for an error
+    /// that is not the database's) they are given up, loudly, and the error is thrown.
+    private func record(_ claim: inout Claim, _ outcomes: JobOutcomes,
+                        _ prunes: [Int64: TokenPrune]) throws -> ([RefusedRetry], PGConnection) {
+        let started = RateLimiter.monotonicSeconds()
+        var attempts = 0
+        while true {
+            do {
+                if claim.connection == nil { try retake(&claim) }
+                guard let connection = claim.connection else { throw QueueError("no session holds the batch") }
+                var refused = [RefusedRetry]()
+                if !claim.batch.isEmpty {
+                    if claim.cause == nil {
+                        _ = try context.prune(prunes.sorted { $0.key < $1.key }.map(\.value), on: connection)
+                        refused = try queue.finish(connection, claim.batch, outcomes)
+                    } else {
+                        let ids = Set(claim.batch.jobs.map(\.id))
+                        _ = try context.prune(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
+                        refused = try queue.finish(connection, claim.batch, outcomes.restricted(to: ids))
+                    }
+                }
+                if let cause = claim.cause { reportRecordedAgain(claim, cause: cause, outcomes) }
+                return (refused, connection)
+            } catch {
+                claim.lost(error)
+                connection?.close()
+                connection = nil
+                context.databaseError(error)
+                // The worker sends nothing meanwhile: a lane that keeps failing is named by /readyz.
+                context.laneHealth.failed(Lane.transactional.rawValue, error: error, started: started)
+                attempts += 1
+                // Stopping, one more attempt (at once) before the batch is left to be sent again; an
+                // error of pushd's own (outcomes that do not cover the batch) would only recur.
+                if !(error is PGError) || (context.isStopping && attempts >= 2)
+                    || RateLimiter.monotonicSeconds() - started >= Self.recordAgainSeconds {
+                    reportGivenUp(claim, outcomes, last: error, seconds: RateLimiter.monotonicSeconds() - started)
+                    throw error
+                }
+                // The first time at once: the sooner the batch is taken back, the fewer jobs
+                // another claimer has taken meanwhile.
+                if attempts > 1 { context.sleepAfterDatabaseFailure(attempts - 1) }
+            }
+        }
+    }
+
+    /// One warning line per batch whose session ended before its outcomes were committed, and
+    /// the counts of `pushd_unrecorded_outcomes_total`.
+    private func reportRecordedAgain(_ claim: Claim, cause: any Error, _ outcomes: JobOutcomes) {
+        let accepted = Set(outcomes.delivered)
+        let recorded = claim.batch.jobs.count { accepted.contains($0.id) }
+        let again = claim.sentAgain.count { accepted.contains($0) }
+        let reason = PipelineContext.databaseErrorReason(cause)
+        let lane = Lane.transactional.rawValue
+        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "recorded_again").increment(by: UInt64(recorded))
+        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "sent_again").increment(by: UInt64(again))
+        context.logger.warning("transactional worker \(index): the database session of a batch of \(claim.claimed) sent jobs ended before their outcomes were committed (\(cause)); \(recorded) notifications APNs accepted were recorded again on a new session, \(again) will be sent again (another claimer had taken their jobs), \(claim.sentAgain.count - again) other jobs went back to the queue",
+                               ("event", "batch_recorded_again"), ("worker", .int(Int64(index))), ("jobs", .int(Int64(claim.claimed))),
+                               ("recorded_again", .int(Int64(recorded))), ("sent_again", .int(Int64(again))), ("reason", .string(reason)))
+    }
+
+    /// The outcomes of a batch could not be recorded for `seconds` (or pushd is stopping): its
+    /// jobs are in the queue and are sent again, the accepted ones too.
+    private func reportGivenUp(_ claim: Claim, _ outcomes: JobOutcomes, last: any Error, seconds: Double) {
+        let accepted = Set(outcomes.delivered)
+        let lost = claim.batch.jobs.count { accepted.contains($0.id) }
+        let again = claim.sentAgain.count { accepted.contains($0) }
+        let reason = PipelineContext.databaseErrorReason(claim.cause ?? last)
+        let lane = Lane.transactional.rawValue
+        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "given_up").increment(by: UInt64(lost))
+        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "sent_again").increment(by: UInt64(again))
+        context.logger.error("transactional worker \(index): could not record the outcomes of a batch of \(claim.claimed) sent jobs for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(lost + again) notifications APNs accepted will be sent again",
+                             ("event", "batch_outcomes_given_up"), ("worker", .int(Int64(index))), ("jobs", .int(Int64(claim.claimed))),
+                             ("given_up", .int(Int64(lost))), ("sent_again", .int(Int64(again))), ("reason", .string(reason)))
     }
 
     /// Takes on putting back the queued jobs of `key` for its hold, unless another worker has.

@@ -502,13 +502,13 @@ final class PipelineContext: @unchecked Sendable {
     }
 
     func databaseError(_ error: any Error) {
-        let reason: String
-        if let error = error as? PGError {
-            reason = error.code.isConnectionLoss ? "connection" : String(error.code.raw.prefix(2))
-        } else {
-            reason = "other"
-        }
-        metrics.databaseError(reason: reason).increment()
+        metrics.databaseError(reason: Self.databaseErrorReason(error)).increment()
+    }
+
+    /// The `reason` label of a database error: `connection`, the SQLSTATE class, or `other`.
+    static func databaseErrorReason(_ error: any Error) -> String {
+        guard let error = error as? PGError else { return "other" }
+        return error.code.isConnectionLoss ? "connection" : String(error.code.raw.prefix(2))
     }
 }
 

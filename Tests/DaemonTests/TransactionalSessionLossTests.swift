@@ -1,0 +1,118 @@
+import APNsMock
+import Foundation
+import Glibc
+import Posix
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// A transactional batch is claimed by a DELETE in a transaction that stays open while it is
+/// sent. When that session is cut after APNs has taken the batch, the rollback puts every job
+/// back in the queue: pushd knows what APNs answered and records it on a new session, instead of
+/// sending every notification of the batch a second time.
+@Suite(.serialized) struct TransactionalSessionLossTests {
+    @Test func aBatchWhoseSessionIsCutWhileInFlightIsRecordedAgainAndNotSentTwice() throws {
+        try IsolatedDatabase.with { database in
+            // Answers take 1.5 s: the batches are at APNs, unanswered, when the sessions are cut.
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 1500))
+            let connection = try database.connect()
+            let config = try harness.writeConfigFile()
+            // Four workers of 100 jobs each: four batches in flight at once.
+            let text = try String(contentsOfFile: config, encoding: .utf8)
+            try (text + "\nworkers:\n  transactional: 4\n  batch_size: 100\n").write(toFile: config, atomically: true, encoding: .utf8)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            var port: Int?
+            #expect(DaemonHarness.wait(seconds: 20) { port = PrometheusScrapeTests.metricsPort(log: log); return port != nil })
+            let registered = try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 }
+            #expect(registered)
+
+            let count = 400
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, $1::int) g
+                """, [count])
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.requestsReceived >= count })
+            let cut = try connection.query("""
+                SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE application_name LIKE 'pushd-jobs%') t
+                """).require(Int.self, row: 0, column: 0)
+            #expect(cut >= 1)
+            #expect(harness.mock.stats.accepted < count, "the batches were answered before their sessions were cut")
+
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            // Time for a batch sent again to be answered.
+            Thread.sleep(forTimeInterval: 2)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            let perToken = harness.mock.stats.perToken
+            #expect(perToken.count == count)
+            let twice = perToken.filter { $0.value.accepted != 1 }
+            #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once, e.g. \(twice.first.map { "\($0.key): \($0.value.accepted)" } ?? "")")
+
+            let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let recorded = lines.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
+            #expect(!recorded.isEmpty, "no batch_recorded_again line in \(lines)")
+            #expect(recorded.allSatisfy { $0.contains("were recorded again on a new session") && $0.contains("0 will be sent again") },
+                    "\(recorded)")
+            let metrics = MixedFleetTests.scrape(port: UInt16(port ?? 0))
+            let again = metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && $0.contains("result=\"recorded_again\"") }
+            let total = again.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+            // Every notification of the cut batches was accepted once and recorded on a new session.
+            #expect(Int(total) == count, "\(again)")
+            let givenUp = metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && $0.contains("result=\"given_up\"") }
+            #expect(givenUp.isEmpty, "\(givenUp)")
+        }
+    }
+
+    @Test func aBatchWhoseCommitFailsAfterSendingIsRecordedAgainAndNotSentTwice() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 200))
+            let connection = try database.connect()
+            // The first COMMIT that deletes a job fails (a deferred trigger raises once: the
+            // sequence is not rolled back with it); every later one goes through.
+            try connection.execute(script: """
+                CREATE SEQUENCE public.commit_failures;
+                CREATE FUNCTION public.fail_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF nextval('public.commit_failures') = 1 THEN RAISE EXCEPTION 'this COMMIT is refused once'; END IF;
+                    RETURN NULL;
+                END $$;
+                CREATE CONSTRAINT TRIGGER fail_first_commit AFTER DELETE ON pushd.jobs
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fail_first_commit();
+                """)
+            let config = try harness.writeConfigFile()
+            let text = try String(contentsOfFile: config, encoding: .utf8)
+            try (text + "\nworkers:\n  transactional: 4\n  batch_size: 100\n").write(toFile: config, atomically: true, encoding: .utf8)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            let registered = try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 }
+            #expect(registered)
+
+            let count = 50
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, $1::int) g
+                """, [count])
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            Thread.sleep(forTimeInterval: 1.5)
+            #expect(try DaemonHarness.count(connection, "SELECT last_value FROM public.commit_failures") >= 2)
+            let perToken = harness.mock.stats.perToken
+            #expect(perToken.count == count)
+            let twice = perToken.filter { $0.value.accepted != 1 }
+            #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once")
+            let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let recorded = lines.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
+            #expect(recorded.count == 1 && recorded.allSatisfy { $0.contains("this COMMIT is refused once") && $0.contains("\(count) notifications APNs accepted were recorded again") },
+                    "\(recorded)")
+        }
+    }
+}
