@@ -379,6 +379,7 @@ final class CampaignWorker: @unchecked Sendable {
         if let previous = chunk.expiredOwner {
             // The previous worker died, hung or lost the database mid-chunk: the targets it sent
             // after its last checkpoint are sent again.
+            context.metrics.leaseTakeover(app: chunk.app, lane: Lane.campaign.rawValue).increment()
             let since = chunk.expiredAt.map { Int(max(0, Timestamp().timeIntervalSince($0))) } ?? 0
             context.logger.warning("took over chunk \(chunk.chunk) of campaign \(chunk.campaignID) from worker \(previous), whose lease expired \(since) s ago; resuming at its checkpoint, target \(chunk.startIndex)",
                                    ("event", "chunk_taken_over"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
