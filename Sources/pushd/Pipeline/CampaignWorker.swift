@@ -159,7 +159,7 @@ final class CampaignWorker: @unchecked Sendable {
                 passFailed = true
                 context.databaseError(error)
                 let kept = (error as? PGError)?.code.isTransient == true && !runs.isEmpty
-                    ? "; its \(runs.count) chunks being sent keep their progress and leases, and are written when the database takes writes again" : ""
+                    ? "; it keeps the \(runs.count) \(runs.count == 1 ? "chunk" : "chunks") it is sending, with their progress and leases, and writes them once the database takes the writes" : ""
                 context.logger.warning("campaign worker \(index): \(error)\(kept)", ("worker", .int(Int64(index))))
                 context.laneHealth.failed(Lane.campaign.rawValue, error: error, started: passStarted)
                 if Self.survives(error, on: connection) {
