@@ -102,12 +102,18 @@ import Testing
             defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
             let store = CampaignStore()
             #expect(try DaemonHarness.wait(seconds: 60) { try store.campaign(connection, id: id)?.status == .done })
+            var port: Int?
+            #expect(DaemonHarness.wait(seconds: 10) { port = PrometheusScrapeTests.metricsPort(log: logPath); return port != nil })
+            let metrics = try SecretRedactionTests.http(String(try #require(port)), "/metrics")
             kill(second.processIdentifier, SIGTERM)
             #expect(DaemonProcessTests.waitForExit(second, seconds: 10))
 
             let log = try String(contentsOfFile: logPath, encoding: .utf8)
             let takenOver = try OperatorLogTests.events(in: log).filter { $0["event"] as? String == "chunk_taken_over" }
             #expect(!takenOver.isEmpty, "no chunk_taken_over line:\n\(log)")
+            // Each line is counted with the lane's other takeovers.
+            #expect(metrics.contains("pushd_lease_takeovers_total{app=\"shop\",lane=\"campaign\"} \(takenOver.count)\n"),
+                    "\(metrics.split(separator: "\n").filter { $0.contains("lease_takeovers") })")
             // A worker is named `instance/campaign-N`. The workers leasing at the moment looked
             // are not all that die with the instance: another of its workers may lease a chunk
             // between the look and the kill (a capped campaign's chunks go to every worker).

@@ -314,7 +314,7 @@ public struct PushdMetrics: Sendable {
             labels: target + ["lane", "status", "reason"])
         leaseTakeovers = try registry.counter(
             "pushd_lease_takeovers_total",
-            help: "Broadcasts (lane broadcast) and channel creations (lane channel_create) taken over after the lease of an earlier claim ended with no outcome recorded: each may have reached APNs already; a channel creation may have left a channel at APNs that pushd has no record of (pushd channels audit finds it).",
+            help: "Broadcasts (lane broadcast) and channel creations (lane channel_create) taken over after the lease of an earlier claim ended with no outcome recorded: each may have reached APNs already; a channel creation may have left a channel at APNs that pushd has no record of (pushd channels audit finds it). Campaign chunks (lane campaign) taken over after their lease ran out: the targets answered since their last checkpoint are sent again.",
             labels: ["app", "lane"])
         unrecordedOutcomes = try registry.counter(
             "pushd_unrecorded_outcomes_total",

@@ -33,6 +33,17 @@ public struct PGError: Error, CustomStringConvertible, Sendable {
 
         /// SQLSTATE class 08 and the admin-shutdown family mean the connection is gone.
         public var isConnectionLoss: Bool { raw.hasPrefix("08") || raw.hasPrefix("57P") }
+
+        /// The statement failed because of the server's state at that moment, not because of
+        /// what it asked: the connection (08, the 57P family, one closed here), a transaction
+        /// the server would not write in or had aborted (25: 25006 on a read-only server, as
+        /// during a failover), a serialization failure or deadlock (40), a lack of resources
+        /// (53), a lock or an object in use (55), a cancel or statement timeout (57014), a
+        /// system error (58). The same statement may go through later; what the caller holds
+        /// in memory is still right.
+        public var isTransient: Bool {
+            isConnectionLoss || self == .connectionClosed || ["25", "40", "53", "55", "57", "58"].contains(raw.prefix(2))
+        }
     }
 
     public var code: Code

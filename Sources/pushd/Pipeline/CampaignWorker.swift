@@ -158,7 +158,9 @@ final class CampaignWorker: @unchecked Sendable {
                 failures += 1
                 passFailed = true
                 context.databaseError(error)
-                context.logger.warning("campaign worker \(index): \(error)", ("worker", .int(Int64(index))))
+                let kept = (error as? PGError)?.code.isTransient == true && !runs.isEmpty
+                    ? "; it keeps the \(runs.count) \(runs.count == 1 ? "chunk" : "chunks") it is sending, with their progress and leases, and writes them once the database takes the writes" : ""
+                context.logger.warning("campaign worker \(index): \(error)\(kept)", ("worker", .int(Int64(index))))
                 context.laneHealth.failed(Lane.campaign.rawValue, error: error, started: passStarted)
                 if Self.survives(error, on: connection) {
                     // A row another session held for lock_timeout: the statement is undone, the
@@ -167,15 +169,18 @@ final class CampaignWorker: @unchecked Sendable {
                     context.sleepAfterDatabaseFailure(failures)
                     continue
                 }
-                if let lost = error as? PGError, lost.code.isConnectionLoss {
-                    // The database went away (a restart, a failover, a session ended): the chunks
-                    // being sent are still this worker's until their leases run out. They send
+                if let passing = error as? PGError, passing.code.isTransient {
+                    // The database went away (a restart, a failover, a session ended) or refused
+                    // the statement for its state of the moment (read-only during a failover, a
+                    // statement timeout, a serialization failure or deadlock, short of resources):
+                    // nothing says the chunks being sent are wrong, and they are still this
+                    // worker's until their leases run out (the keeper extends them). They send
                     // nothing more (whether the lease is still theirs is known only from the
-                    // database); their answers come back, and once the database is reached they
-                    // are released at their watermarks, as after a pause, with what was answered
-                    // meanwhile: the next lease goes on from there. Given up, their leases sat
-                    // unused for up to `lease_s` and whoever took them over sent every target
-                    // since the last checkpoint again, the ones APNs had accepted too.
+                    // database); their answers come back, and once the database takes their
+                    // writes they are released at their watermarks, as after a pause, with what
+                    // was answered meanwhile: the next lease goes on from there. Given up, their
+                    // leases sat unused for up to `lease_s` and whoever took them over sent every
+                    // target since the last checkpoint again, the ones APNs had accepted too.
                     for run in runs { run.stopSubmitting = true }
                     connection?.close()
                     connection = nil
@@ -184,7 +189,7 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 // The chunks' leases run out and another worker resumes them from their checkpoints;
                 // answers still on their way find no run and are dropped.
-                abandonRuns()
+                abandonRuns(after: error)
                 connection?.close()
                 connection = nil
                 context.sleepAfterDatabaseFailure(failures)
@@ -379,6 +384,7 @@ final class CampaignWorker: @unchecked Sendable {
         if let previous = chunk.expiredOwner {
             // The previous worker died, hung or lost the database mid-chunk: the targets it sent
             // after its last checkpoint are sent again.
+            context.metrics.leaseTakeover(app: chunk.app, lane: Lane.campaign.rawValue).increment()
             let since = chunk.expiredAt.map { Int(max(0, Timestamp().timeIntervalSince($0))) } ?? 0
             context.logger.warning("took over chunk \(chunk.chunk) of campaign \(chunk.campaignID) from worker \(previous), whose lease expired \(since) s ago; resuming at its checkpoint, target \(chunk.startIndex)",
                                    ("event", "chunk_taken_over"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
@@ -956,6 +962,7 @@ final class CampaignWorker: @unchecked Sendable {
         // follows the campaign's counters.
         if directive != .leaseLost { countProcessed(counted, app: chunk.app) }
         run.progress = ChunkProgress(position: run.progress.position)
+        run.checkpointedPosition = run.progress.position
         run.lastCheckpoint = RateLimiter.monotonicSeconds()
         // Told once the checkpoint's effects are in place: a query failing here (the
         // connection lost) leaves no count to write twice and no lost chunk to send on.
@@ -1076,12 +1083,23 @@ final class CampaignWorker: @unchecked Sendable {
         if let moment = limiter.nextMoment(campaign: run.chunk.campaignID) { nextLeaseTry = min(nextLeaseTry, moment) }
     }
 
-    /// After a database failure: the runs are forgotten without a word to the database (it is
-    /// gone); their leases expire and another worker resumes each chunk from its checkpoint.
-    private func abandonRuns() {
+    /// After a database error that is not transient (`PGError.Code.isTransient`: not one of
+    /// the server's moment, so the runs' state may be what the database refuses): the runs are
+    /// forgotten without a word to the database; their leases expire and another worker
+    /// resumes each chunk from its checkpoint, sending again what was answered since. One
+    /// error line per run says how many; each such chunk is counted in
+    /// `pushd_lease_takeovers_total{lane="campaign"}` when it is taken over.
+    private func abandonRuns(after error: any Error) {
         for run in runs {
             keeper.drop(run.chunk)
             if run.pacing { stopPacing(run) }
+            let chunk = run.chunk
+            let unrecorded = run.answeredSinceCheckpoint
+            context.logger.error("campaign worker \(index) gives up chunk \(chunk.chunk) of campaign \(chunk.campaignID) after a database error that may concern its state: \(unrecorded) of its targets answered since its last checkpoint (target \(run.checkpointedPosition)) are not recorded and are sent again when another worker takes the chunk over, once its lease ends within \(Int(leaseSeconds)) s; \(run.inFlight) more were awaiting their answers: \(error)",
+                                 ("event", "campaign_chunk_given_up"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                 ("app", .string(chunk.app)), ("worker", .int(Int64(index))), ("unrecorded", .int(Int64(unrecorded))),
+                                 ("in_flight", .int(Int64(run.inFlight))), ("from", .int(Int64(run.checkpointedPosition))),
+                                 ("sqlstate", .string((error as? PGError)?.code.raw ?? "")))
         }
         context.metrics.chunksSending.add(-Double(runs.count))
         runs.removeAll()

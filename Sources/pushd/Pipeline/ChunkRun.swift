@@ -89,6 +89,9 @@ final class ChunkRun {
     var waitsForAPNs = false
     var leaseLost = false
     var lastCheckpoint = RateLimiter.monotonicSeconds()
+    /// The chunk's position as its last checkpoint wrote it: a worker that takes the chunk
+    /// over resumes there.
+    var checkpointedPosition: Int
     /// Not finished before this monotonic time: its last finish found the campaign's row locked.
     var finishNotBefore = 0.0
     /// Per environment, the chunk's notification checked once and its headers packed once,
@@ -106,6 +109,7 @@ final class ChunkRun {
         count = chunk.targets.count
         expiration = chunk.expiration.map { Int64($0.timeIntervalSince1970) }
         progress = ChunkProgress(position: chunk.startIndex)
+        checkpointedPosition = chunk.startIndex
         resolutions = [Resolution?](repeating: nil, count: chunk.targets.count)
         attempts = [Int](repeating: 0, count: chunk.targets.count)
         authorizations = [String?](repeating: nil, count: chunk.targets.count)
@@ -223,6 +227,17 @@ final class ChunkRun {
             watermark += 1
         }
         progress.position = chunk.startIndex + watermark
+    }
+
+    /// Targets past the last checkpoint that APNs answered for good (sent, failed, pruned):
+    /// a worker that takes the chunk over sends them again.
+    var answeredSinceCheckpoint: Int {
+        resolutions[min(count, max(0, checkpointedPosition - chunk.startIndex))...].reduce(0) { answered, resolution in
+            switch resolution {
+            case .sent, .failed, .pruned: answered + 1
+            case .parked, nil: answered
+            }
+        }
     }
 
     /// The monotonic time of the soonest retry, nil when none waits.
