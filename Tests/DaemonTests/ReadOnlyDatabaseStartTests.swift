@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import PushdTestSupport
+import QueueStore
 import Testing
 @testable import pushd
 
@@ -44,6 +45,49 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 20) { logText().contains("pushd is running") }, "\(logText())")
             kill(process.processIdentifier, SIGTERM)
             #expect(DaemonProcessTests.waitForExit(process, seconds: 15))
+        }
+    }
+
+    /// The server turned read-only under a running instance (`ALTER SYSTEM` and a reload, as an
+    /// operator or a failover tool does): the stuck lanes, the heartbeat's warning, `/readyz`
+    /// and `pushd status` all say the database is read-only; sending resumes once it takes writes.
+    @Test func aServerTurnedReadOnlyUnderARunningInstanceIsNamedEverywhere() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(),
+                                                             log: harness.directory + "/pushd-read-only.log")
+            #expect(DaemonHarness.wait(seconds: 30) { daemon.readyz().contains("database reachable") }, "\(daemon.readyz())\n\(daemon.text)")
+            let admin = try database.connect()
+            defer { admin.close() }
+            // This session keeps taking writes whatever the server's default becomes, to restore it.
+            try admin.query("SET default_transaction_read_only = off")
+            try admin.query("ALTER SYSTEM SET default_transaction_read_only = on")
+            var restored = false
+            func restore() {
+                _ = try? admin.query("ALTER SYSTEM RESET default_transaction_read_only")
+                _ = try? admin.query("SELECT pg_reload_conf()")
+                restored = true
+            }
+            defer { if !restored { restore() } }
+            try admin.query("SELECT pg_reload_conf()")
+
+            #expect(DaemonHarness.wait(seconds: 30) { daemon.readyz().contains("lane stuck") }, "\(daemon.readyz())\n\(daemon.text)")
+            let readyz = daemon.readyz()
+            #expect(readyz.contains("the database is read-only and refuses every write (SQLSTATE 25006"), "\(readyz)")
+            let stuck = daemon.text.split(separator: "\n").first { $0.contains(#""event":"lane_stuck""#) } ?? ""
+            #expect(stuck.contains("the database is read-only and refuses every write (SQLSTATE 25006, read_only_sql_transaction: "
+                                   + "default_transaction_read_only is on, or the server is a standby in recovery)"), "\(daemon.text)")
+            #expect(daemon.text.contains("cannot record this instance in pushd.instances (the database is read-only (default_transaction_read_only on, "
+                                         + "or a standby in recovery), so pushd status will show it as gone after a minute)"), "\(daemon.text)")
+            let status = try FleetStatusTests.status(database)
+            #expect(status.exitCode == 1, "\(status.text)")
+            #expect(status.json["database_writes"] as? String == "read_only", "\(status.text)")
+            #expect(status.problems.first?.hasPrefix("the database is read-only (transaction_read_only is on: ") == true, "\(status.problems)")
+
+            restore()
+            #expect(DaemonHarness.wait(seconds: 30) { daemon.readyz().contains("database reachable") }, "\(daemon.readyz())\n\(daemon.text)")
+            let healthy = try FleetStatusTests.status(database)
+            #expect(healthy.json["database_writes"] as? String == "yes" && healthy.exitCode == 0, "\(healthy.text)")
         }
     }
 }
