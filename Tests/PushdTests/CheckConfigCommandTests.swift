@@ -342,6 +342,22 @@ import Testing
         }
     }
 
+    @Test func aReadOnlyDatabaseIsAnError() throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            defer { admin.close() }
+            try admin.query("ALTER DATABASE \(database.name) SET default_transaction_read_only = on")
+            defer { _ = try? admin.query("ALTER DATABASE \(database.name) RESET default_transaction_read_only") }
+            let files = try FileFixture()
+            let config = try Self.writeConfig(files, database: database.url)
+            let run = try Self.check(config, database: true)
+            #expect(run.exitCode == 1, "\(run.output.text)")
+            #expect(run.output.output.contains("error: database.url: the database is read-only (transaction_read_only is on: default_transaction_read_only "
+                                               + "set for the server, the database or the role): pushd can migrate, record and send nothing until it takes writes"),
+                    "\(run.output.text)")
+        }
+    }
+
     @Test func theDatabaseURLFromTheEnvironmentIsTheOneChecked() throws {
         try IsolatedDatabase.with { database in
             let files = try FileFixture()

@@ -73,6 +73,89 @@ import Testing
     }
 }
 
+/// `pushd status` against a database that takes no writes: it says so, and that the
+/// instances' silence comes from it.
+@Suite struct StatusReadOnlyDatabaseTests {
+    @Test func aReadOnlyDatabaseIsAProblemAndExplainsTheSilentHeartbeats() throws {
+        try IsolatedDatabase.with { database in
+            // Opened before the database turns read-only, so it can still write (the setting
+            // applies to new sessions).
+            let connection = try database.connect()
+            defer { connection.close() }
+            try StatusCoverageTests.register(connection, host: "web1", environments: ["shop/sandbox"])
+            try connection.query("ALTER DATABASE \(database.name) SET default_transaction_read_only = on")
+            defer { _ = try? connection.query("ALTER DATABASE \(database.name) RESET default_transaction_read_only") }
+
+            // At once: the instance is alive, and nothing can be written.
+            let fresh = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            #expect(fresh.exitCode == 1, "\(fresh.output.text)")
+            #expect(fresh.output.text.contains(": DEGRADED\n  problem: the database is read-only (transaction_read_only is on: "
+                                               + "default_transaction_read_only set for the server, the database or the role): "
+                                               + "pushd can record nothing (no heartbeat, claim, outcome or checkpoint) and sends nothing "
+                                               + "until it takes writes again"), "\(fresh.output.text)")
+
+            // Later: the heartbeat has stood still for over a minute, because it cannot be written.
+            try connection.query("UPDATE pushd.instances SET heartbeat_at = now() - interval '73 seconds'")
+            let later = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            let text = later.output.text
+            #expect(later.exitCode == 1)
+            #expect(text.contains("  problem: the database is read-only "), "\(text)")
+            #expect(text.contains("  problem: no live pushd instance shown: none can write its heartbeat to the read-only database, "
+                                  + "so running ones look gone; nothing is being sent"), "\(text)")
+            #expect(text.contains("has been silent for 1m13s: the database takes no writes, so no heartbeat can be written; it may still be running"),
+                    "\(text)")
+            #expect(!text.contains("killed, frozen or cut off"), "\(text)")
+
+            let json = try CommandRun(["status", "--json", "--database-url", database.url], StatusCommand.run)
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.output.text.utf8)) as? [String: Any])
+            #expect(document["database_writes"] as? String == "read_only", "\(json.output.text)")
+            #expect(document["healthy"] as? Bool == false)
+        }
+    }
+
+    @Test func aWritableDatabaseIsNotCalledReadOnly() throws {
+        try IsolatedDatabase.with { database in
+            let json = try CommandRun(["status", "--json", "--database-url", database.url], StatusCommand.run)
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.output.text.utf8)) as? [String: Any])
+            #expect(document["database_writes"] as? String == "yes", "\(json.output.text)")
+            #expect(!json.output.text.contains("read-only"), "\(json.output.text)")
+        }
+    }
+}
+
+/// A campaign scheduled to start later is shown as scheduled work with its start time, not
+/// as a due backlog.
+@Suite struct StatusScheduledCampaignTests {
+    @Test func aCampaignScheduledTwoDaysOutIsScheduledNotDueAndShowsItsStart() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let campaigns = CampaignStore()
+            let startAt = Timestamp(timeIntervalSince1970: (Timestamp().timeIntervalSince1970 + 2 * 86_400 + 1800).rounded())
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "a", payload: #"{"aps":{"alert":"hi"}}"#, startAt: startAt))
+            try campaigns.importTargets(connection, campaignID: id, targets: (1...1000).map { (String(format: "%064x", $0), nil) })
+            #expect(try campaigns.start(connection, id: id) == .scheduled)
+            try StatusCoverageTests.register(connection, host: "web1", environments: ["shop/sandbox"])
+
+            let run = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
+            let text = run.output.text
+            let rows = text.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
+            #expect(rows.contains(["shop", "campaign", "0", "1000", "-", "yes"]), "\(text)")
+            let campaignRow = try #require(text.split(separator: "\n").first { $0.hasSuffix(" a") }, "\(text)")
+            #expect(campaignRow.contains(" scheduled ") && campaignRow.contains("  \(TimeText.moment(startAt)) (in 2d00h)  a"), "\(text)")
+            #expect(run.exitCode == 0, "\(text)")
+
+            let json = try CommandRun(["status", "--json", "--database-url", database.url], StatusCommand.run)
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(json.output.text.utf8)) as? [String: Any])
+            let queue = try #require((document["queue"] as? [[String: Any]])?.first { $0["lane"] as? String == "campaign" }, "\(json.output.text)")
+            #expect(queue["due"] as? Int == 0 && queue["scheduled"] as? Int == 1000, "\(json.output.text)")
+            let campaign = try #require((document["campaigns"] as? [[String: Any]])?.first, "\(json.output.text)")
+            #expect(campaign["status"] as? String == "scheduled")
+            #expect(campaign["start_at"] as? String == startAt.iso8601, "\(json.output.text)")
+        }
+    }
+}
+
 /// `pushd status` shows what each live instance advertises in the registry and what it
 /// leaves to the others, read back from the database.
 @Suite struct StatusCoverageTests {

@@ -504,6 +504,34 @@ import Testing
     }
 }
 
+/// A campaign scheduled to start later is no backlog: its targets count as scheduled, not
+/// as due, until its start time has come.
+@Suite struct CampaignQueueStatsTests {
+    let campaigns = CampaignStore()
+
+    @Test func queueStatsCountACampaignScheduledLaterAsScheduledNotDue() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let later = try campaigns.create(connection, NewCampaign(app: "shop", name: "later", payload: Fixtures.payload,
+                                                                     startAt: Timestamp().addingTimeInterval(2 * 86_400)))
+            try campaigns.importTargets(connection, campaignID: later, targets: (1...1000).map { (Fixtures.token($0), nil) })
+            #expect(try campaigns.start(connection, id: later) == .scheduled)
+            let now = try campaigns.create(connection, NewCampaign(app: "shop", name: "now", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: now, targets: (2001...2010).map { (Fixtures.token($0), nil) })
+            #expect(try campaigns.start(connection, id: now) == .running)
+
+            let lane = try #require(try QueueStats.read(connection).lanes.first { $0.lane == .campaign && $0.app == "shop" })
+            #expect(lane.depth == 10 && lane.scheduled == 1000, "\(lane)")
+
+            // Its start time has come (no worker has started it yet): now it is due.
+            try connection.query("UPDATE pushd.campaigns SET start_at = now() - interval '1 second' WHERE id = \(later)")
+            let due = try #require(try QueueStats.read(connection).lanes.first { $0.lane == .campaign && $0.app == "shop" })
+            #expect(due.depth == 1010 && due.scheduled == 0, "\(due)")
+        }
+    }
+}
+
 @Suite struct CampaignImportSessionTests {
     @Test func importsAreNotCutShortByTheSessionStatementTimeout() throws {
         try IsolatedDatabase.with { database in

@@ -229,7 +229,7 @@ public struct PushdMetrics: Sendable {
             unit: "seconds", labels: ["lane"])
         queueAppDepth = try registry.callbackGauge(
             "pushd_queue_app_depth",
-            help: "Work waiting per app: due or held jobs (transactional) or unsent targets of unfinished campaigns (campaign), whichever instance serves the app.",
+            help: "Work waiting per app: due or held jobs (transactional, broadcast) or unsent targets of running or paused campaigns, and of scheduled ones whose start time has come (campaign), whichever instance serves the app.",
             labels: ["app", "lane"])
         queueAppOldestAge = try registry.callbackGauge(
             "pushd_queue_app_oldest_age_seconds",

@@ -7,6 +7,8 @@ public struct ActiveCampaign: Sendable, Hashable {
     public var rateLimit: Int?
     /// Seconds since it started; nil while scheduled.
     public var runningSeconds: Double?
+    /// When it is to start (`start_at`); nil when it was started at once.
+    public var startAt: Timestamp?
     /// Its chunks a worker is sending now (under a live lease).
     public var chunksSending: Int
     /// Seconds it has had chunks to send, none being sent and no pacing pause
@@ -15,8 +17,9 @@ public struct ActiveCampaign: Sendable, Hashable {
     public var waitingForWorkerSeconds: Double?
 
     public init(progress: CampaignProgress, rateLimit: Int?, runningSeconds: Double?, chunksSending: Int = 0,
-                waitingForWorkerSeconds: Double? = nil) {
+                waitingForWorkerSeconds: Double? = nil, startAt: Timestamp? = nil) {
         self.progress = progress
+        self.startAt = startAt
         self.rateLimit = rateLimit
         self.runningSeconds = runningSeconds
         self.chunksSending = chunksSending
@@ -46,9 +49,12 @@ public struct FleetSnapshot: Sendable {
     public var campaigns: [ActiveCampaign]
     public var deadLettersLastHour: [DeadLetterCount]
     public var broadcast: [BroadcastAppStatus]
+    /// Whether the database takes writes; while it does not, no instance can write its heartbeat.
+    public var writability: DatabaseWritability
 
     public init(instances: [InstanceRecord], lanes: [LaneDepth], campaigns: [ActiveCampaign], deadLettersLastHour: [DeadLetterCount],
-                broadcast: [BroadcastAppStatus] = []) {
+                broadcast: [BroadcastAppStatus] = [], writability: DatabaseWritability = .writable) {
+        self.writability = writability
         self.instances = instances
         self.lanes = lanes
         self.campaigns = campaigns
@@ -65,7 +71,8 @@ public struct FleetSnapshot: Sendable {
                coalesce(ch.sending, 0),
                CASE WHEN c.status = 'running' AND h.campaign_id IS NULL AND ch.sending = 0 AND ch.free > 0
                          AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
-                    THEN extract(epoch FROM now() - greatest(c.started_at, ch.last_end, c.next_lease_at))::float8 END
+                    THEN extract(epoch FROM now() - greatest(c.started_at, ch.last_end, c.next_lease_at))::float8 END,
+               c.start_at
         FROM pushd.campaigns c
         LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
         LEFT JOIN LATERAL (
@@ -84,8 +91,10 @@ public struct FleetSnapshot: Sendable {
         WHERE failed_at > now() - interval '1 hour' GROUP BY app, reason ORDER BY app, count(*) DESC, reason
         """
 
-    /// Reads everything in one repeatable-read transaction, so the numbers agree.
+    /// Reads everything in one repeatable-read transaction, so the numbers agree; whether the
+    /// database takes writes is read before it, since inside a READ ONLY transaction it never does.
     public static func read(_ connection: PGConnection) throws -> FleetSnapshot {
+        let writability = try DatabaseWritability.read(connection)
         try connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
             let instances = try InstanceStore().instances(connection)
@@ -98,7 +107,7 @@ public struct FleetSnapshot: Sendable {
                                                sent: try row.require(5), failed: try row.require(6), pruned: try row.require(7),
                                                refusedBy: try row.get(10)),
                     rateLimit: try row.get(8), runningSeconds: try row.get(9), chunksSending: try row.require(11),
-                    waitingForWorkerSeconds: try row.get(12))
+                    waitingForWorkerSeconds: try row.get(12), startAt: try row.get(13))
             }
             let dead = try connection.query(deadLettersSQL).rows.map { row in
                 DeadLetterCount(app: try row.require(0), reason: try row.require(1), count: try row.require(2))
@@ -106,7 +115,7 @@ public struct FleetSnapshot: Sendable {
             let broadcast = try BroadcastAppStatus.read(connection)
             try connection.query("COMMIT")
             return FleetSnapshot(instances: instances, lanes: lanes, campaigns: campaigns, deadLettersLastHour: dead,
-                                 broadcast: broadcast)
+                                 broadcast: broadcast, writability: writability)
         } catch {
             _ = try? connection.query("ROLLBACK")
             throw error

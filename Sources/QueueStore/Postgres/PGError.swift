@@ -22,6 +22,8 @@ public struct PGError: Error, CustomStringConvertible, Sendable {
         public static let lockNotAvailable = Code("55P03")
         public static let queryCanceled = Code("57014")
         public static let noActiveTransaction = Code("25P01")
+        /// A write refused by a read-only database: a standby in recovery, or `default_transaction_read_only` on.
+        public static let readOnlySQLTransaction = Code("25006")
         public static let adminShutdown = Code("57P01")
         public static let raiseException = Code("P0001")
         /// Client side: the connection could not be made or was lost.

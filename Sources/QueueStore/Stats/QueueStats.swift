@@ -5,9 +5,11 @@ public struct LaneDepth: Sendable, Hashable {
     public enum Lane: String, Sendable, Hashable { case transactional, campaign, broadcast }
     public var lane: Lane
     public var app: String
-    /// Due now or held (jobs), or not yet sent (targets of unfinished campaigns).
+    /// Due now or held (jobs), or not yet sent (targets of running or paused campaigns, and of
+    /// scheduled ones whose start time has come).
     public var depth: Int
-    /// Jobs whose run_at is in the future, held ones left out.
+    /// Jobs whose run_at is in the future, held ones left out; targets of campaigns scheduled
+    /// to start later.
     public var scheduled: Int
     /// Seconds since the oldest due job became due (a held one: since its insert), or since the
     /// oldest running campaign started.
@@ -51,6 +53,11 @@ public struct QueueStats: Sendable, Hashable {
     /// run_at; it is counted as waiting (due), not as scheduled, and its age runs from its insert.
     static let held = "(run_at > now() AND starts_with(last_error, '\(HeldWork.errorPrefix)'))"
 
+    /// A campaign scheduled to start later: its targets are not due before `start_at`, so they
+    /// count as scheduled, not as waiting (a backlog). Once `start_at` has come it counts as
+    /// due, even before a worker has started it.
+    static let notStarted = "(c.status = 'scheduled' AND coalesce(c.start_at > now(), false))"
+
     static let sql = """
         SELECT 'transactional', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
                count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
@@ -66,7 +73,9 @@ public struct QueueStats: Sendable, Hashable {
                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.broadcast_jobs GROUP BY app
         UNION ALL
-        SELECT 'campaign', c.app, sum(greatest(c.targets - c.sent - c.failed - coalesce(h.sent + h.failed, 0), 0))::bigint, 0,
+        SELECT 'campaign', c.app,
+               coalesce(sum(greatest(c.targets - c.sent - c.failed - coalesce(h.sent + h.failed, 0), 0)) FILTER (WHERE NOT \(notStarted)), 0)::bigint,
+               coalesce(sum(greatest(c.targets - c.sent - c.failed - coalesce(h.sent + h.failed, 0), 0)) FILTER (WHERE \(notStarted)), 0)::bigint,
                coalesce(extract(epoch FROM now() - min(c.started_at) FILTER (WHERE c.status = 'running')), 0)::float8,
                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id

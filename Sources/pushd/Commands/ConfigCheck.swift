@@ -318,6 +318,9 @@ struct ConfigCheck {
             return
         }
         defer { connection.close() }
+        if let cause = (try? DatabaseWritability.read(connection))?.cause {
+            add(.error, "database.url", "\(cause): pushd can migrate, record and send nothing until it takes writes")
+        }
         do {
             let applied = try Migrator().appliedVersions(connection)
             let known = Migrator.migrations.map(\.version).max() ?? 0

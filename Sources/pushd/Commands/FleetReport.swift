@@ -5,7 +5,8 @@ import QueueStore
 /// What `pushd status` concludes from a `FleetSnapshot`: a pure function of the snapshot,
 /// so every rule below is tested with plain values.
 ///
-/// Degraded (exit code 1) when any of these holds: no live instance; an instance silent
+/// Degraded (exit code 1) when any of these holds: the database takes no writes (read-only,
+/// or a standby in recovery); no live instance; an instance silent
 /// for over a minute (gone, not yet cleaned up); live instances serving different app
 /// sets; due work of an app that no live instance serves; an app paused for its
 /// credentials; a scope of an app held for its configuration (TopicDisallowed, …); a transactional or broadcast job due for longer than a minute; a channel
@@ -85,6 +86,9 @@ struct FleetReport: Sendable {
     var broadcast: [(status: BroadcastAppStatus, served: Bool)]
     /// What each live instance advertises per app and leaves to the others.
     var coverage: FleetCoverage
+    /// Whether the database takes writes: while it does not, pushd records and sends nothing,
+    /// and the instances' heartbeats stand still.
+    var writability: DatabaseWritability
     /// Why the fleet is degraded; empty when healthy.
     var problems: [String]
     /// Worth knowing, not degrading.
@@ -123,14 +127,24 @@ struct FleetReport: Sendable {
             record.paused.map { PausedApp(key: $0.key, reason: $0.value, instance: record.registration.id) }
         }.sorted { ($0.app, $0.scope ?? "", $0.instance) < ($1.app, $1.scope ?? "", $1.instance) }
         coverage = FleetCoverage(live: live.map(\.registration))
+        writability = snapshot.writability
+        // No heartbeat can be written to a read-only database: silence then says nothing of the instances.
+        let readOnly = writability != .writable
 
         var problems = [String]()
         var notes = [String]()
+        if let problem = Self.readOnlyProblem(writability) {
+            problems.append(problem)
+        }
         if live.isEmpty {
-            problems.append("no live pushd instance: nothing is being sent")
+            problems.append(readOnly && !instances.isEmpty
+                            ? "no live pushd instance shown: none can write its heartbeat to the read-only database, so running ones look gone; nothing is being sent"
+                            : "no live pushd instance: nothing is being sent")
         }
         for gone in instances.filter({ !$0.alive }) {
-            problems.append("instance \(gone.record.registration.id) (\(gone.record.registration.version)) has been silent for \(TimeText.duration(gone.record.silentSeconds)): killed, frozen or cut off from the database")
+            problems.append("instance \(gone.record.registration.id) (\(gone.record.registration.version)) has been silent for \(TimeText.duration(gone.record.silentSeconds)): "
+                            + (readOnly ? "the database takes no writes, so no heartbeat can be written; it may still be running"
+                                        : "killed, frozen or cut off from the database"))
         }
         let appSets = Dictionary(grouping: live, by: { $0.registration.apps })
         if appSets.count > 1 {
@@ -185,7 +199,8 @@ struct FleetReport: Sendable {
         }
         for record in live where record.silentSeconds > Self.lateHeartbeatSeconds {
             notes.append("instance \(record.registration.id) last wrote its heartbeat \(TimeText.duration(record.silentSeconds)) ago "
-                         + "(one every \(TimeText.duration(InstanceStore.heartbeatSeconds))): it does not reach the database now, or is stalled; "
+                         + "(one every \(TimeText.duration(InstanceStore.heartbeatSeconds))): "
+                         + (readOnly ? "the database takes no writes, so it cannot write one; " : "it does not reach the database now, or is stalled; ")
                          + "it is shown as gone after \(TimeText.duration(InstanceStore.goneAfterSeconds))")
         }
         for row in queue where row.lane == "transactional" && row.served && row.due > 0 && row.oldestDueSeconds > Self.transactionalLagLimit {
@@ -221,6 +236,15 @@ struct FleetReport: Sendable {
         }
         self.problems = problems
         self.notes = notes
+    }
+
+    /// The problem a database that takes no writes is, nil when it takes them. Every lane's
+    /// claims, outcomes and checkpoints are writes, and so are the heartbeats.
+    static func readOnlyProblem(_ writability: DatabaseWritability) -> String? {
+        guard let cause = writability.cause else { return nil }
+        return cause + ": pushd can record nothing (no heartbeat, claim, outcome or checkpoint) and sends nothing until it takes writes again; "
+            + "the lanes' workers fail with SQLSTATE 25006 (lane_stuck log lines, pushd_lane_stuck, /readyz)"
+            + (writability == .inRecovery ? "; point database.url at the primary, or promote this server" : "")
     }
 
     /// Why `row`, a running campaign of a served app, has had no worker on its chunks: only
@@ -294,7 +318,7 @@ struct FleetReport: Sendable {
             lines.append("  empty")
         } else {
             lines += TextTable.render([["APP", "LANE", "DUE", "SCHEDULED", "OLDEST", "SERVED"]] + queue.map { row in
-                [row.app, row.lane, String(row.due), row.lane == "transactional" ? String(row.scheduled) : "-",
+                [row.app, row.lane, String(row.due), String(row.scheduled),
                  row.due > 0 ? TimeText.duration(row.oldestDueSeconds) : "-", row.served ? "yes" : "NO"]
             }).map { "  " + $0 }
         }
@@ -303,14 +327,14 @@ struct FleetReport: Sendable {
         if campaigns.isEmpty {
             lines.append("  none scheduled, running or paused")
         } else {
-            lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "SENDING", "NAME"]] + campaigns.map { row in
+            lines += TextTable.render([["ID", "APP", "STATUS", "PROCESSED", "TARGETS", "DONE", "RATE", "CAP", "SENDING", "START", "NAME"]] + campaigns.map { row in
                 let progress = row.campaign.progress
                 return [String(progress.id), progress.app, progress.refusedBy == nil ? progress.status.rawValue : "refused",
                         String(row.processed), String(progress.targets),
                         row.percent.fixed(1) + "%", Self.rateText(row),
                         row.campaign.rateLimit.map { "\($0)/s" } ?? "-",
                         progress.status == .running ? "\(row.campaign.chunksSending) chunk\(row.campaign.chunksSending == 1 ? "" : "s")" : "-",
-                        progress.name]
+                        Self.startText(row, now: now), progress.name]
             }).map { "  " + $0 }
         }
 
@@ -342,6 +366,17 @@ struct FleetReport: Sendable {
                                       + paused.map { [$0.app, $0.scope ?? "all sending", $0.instance, $0.reason] }).map { "  " + $0 }
         }
         return lines
+    }
+
+    /// The START column: when a scheduled campaign starts (and in how long), or when a started
+    /// one started; "-" when neither is known.
+    static func startText(_ row: CampaignRow, now: Timestamp) -> String {
+        if row.campaign.progress.status == .scheduled, let startAt = row.campaign.startAt {
+            let seconds = startAt.timeIntervalSince1970 - now.timeIntervalSince1970
+            return TimeText.moment(startAt) + (seconds > 0 ? " (in \(TimeText.duration(seconds)))" : " (due)")
+        }
+        guard let running = row.campaign.runningSeconds else { return "-" }
+        return TimeText.moment(Timestamp(timeIntervalSince1970: now.timeIntervalSince1970 - running))
     }
 
     /// The RATE column: the average since the campaign started while it is being sent now
@@ -418,8 +453,10 @@ struct FleetReport: Sendable {
             /// `CampaignRow.sendingNow`: false while `average_rate` is history, not a current rate.
             var sendingNow: Bool
             var waitingForWorkerSeconds: Double?
+            /// When it is to start (`start_at`); absent when it was started at once.
+            var startAt: String?
             enum CodingKeys: String, CodingKey {
-                case id, app, name, status, targets, sent, failed, pruned, percent
+                case id, app, name, status, targets, sent, failed, pruned, percent, startAt = "start_at"
                 case averageRate = "average_rate", rateLimit = "rate_limit", chunksSending = "chunks_sending", sendingNow = "sending_now"
                 case waitingForWorkerSeconds = "waiting_for_worker_seconds"
             }
@@ -460,6 +497,8 @@ struct FleetReport: Sendable {
         }
         var checkedAt: String
         var healthy: Bool
+        /// "yes", "read_only" or "in_recovery" (a standby): whether the database takes writes.
+        var databaseWrites: String
         var problems, notes: [String]
         var instances: [Instance]
         var versions: [String]
@@ -470,14 +509,15 @@ struct FleetReport: Sendable {
         var broadcast: [Broadcast]
         enum CodingKeys: String, CodingKey {
             case healthy, problems, notes, instances, versions, queue, campaigns, broadcast
-            case checkedAt = "checked_at", deadLettersLastHour = "dead_letters_last_hour", pausedApps = "paused_apps"
+            case checkedAt = "checked_at", databaseWrites = "database_writes", deadLettersLastHour = "dead_letters_last_hour", pausedApps = "paused_apps"
         }
     }
 
     func jsonReport(now: Timestamp) -> JSONReport {
         let time = { (date: Timestamp) in date.iso8601 }
         return JSONReport(
-            checkedAt: time(now), healthy: healthy, problems: problems, notes: notes,
+            checkedAt: time(now), healthy: healthy,
+            databaseWrites: writability == .writable ? "yes" : writability == .readOnly ? "read_only" : "in_recovery", problems: problems, notes: notes,
             instances: instances.map { instance in
                 let registration = instance.record.registration
                 let left = coverage.rows.filter { $0.instance == registration.id && instance.alive }.flatMap { row in
@@ -501,7 +541,7 @@ struct FleetReport: Sendable {
                              targets: progress.targets, sent: progress.sent, failed: progress.failed, pruned: progress.pruned,
                              percent: row.percent, averageRate: row.averageRate, rateLimit: row.campaign.rateLimit,
                              chunksSending: row.campaign.chunksSending, sendingNow: row.sendingNow,
-                             waitingForWorkerSeconds: row.campaign.waitingForWorkerSeconds)
+                             waitingForWorkerSeconds: row.campaign.waitingForWorkerSeconds, startAt: row.campaign.startAt.map(time))
             },
             deadLettersLastHour: deadLetters.map { .init(app: $0.app, reason: $0.reason, count: $0.count) },
             pausedApps: paused.map { .init(app: $0.app, instance: $0.instance, reason: $0.reason, scope: $0.scope) },

@@ -100,6 +100,10 @@ enum RunCommand {
                 let connection = try QueueSession.connect(url: config.databaseURL, applicationName: "pushd-startup")
                 defer { connection.close() }
                 let migrator = Migrator()
+                // Nothing can be migrated, registered or sent in a database that takes no writes
+                // (a standby, default_transaction_read_only): wait for it to take them.
+                let writability = try DatabaseWritability.read(connection)
+                if writability != .writable { throw ReadOnlyDatabase(writability: writability) }
                 if parsed.has("migrate") {
                     let applied = try migrator.migrate(connection)
                     if !applied.isEmpty { logger.notice("applied schema migrations \(applied.map(String.init).joined(separator: ", "))") }
@@ -111,6 +115,14 @@ enum RunCommand {
             } catch let failure as CommandContext.Failure {
                 server.stop()
                 throw failure
+            } catch let readOnly as ReadOnlyDatabase {
+                attempt += 1
+                let delay = min(30.0, 0.5 * pow(2.0, Double(min(attempt, 6))))
+                server.setReady(false, detail: "\(readOnly.writability.cause ?? "the database is read-only"): waiting for it to take writes (see the log)")
+                logger.error("\(readOnly.writability.cause ?? "the database is read-only"): pushd can record nothing there (no migration, heartbeat, claim "
+                             + "or outcome), so it does not start sending until the database takes writes; checking again in \(delay.fixed(1))s",
+                             ("event", "database_read_only"))
+                PosixThread.sleep(seconds: delay)
             } catch {
                 attempt += 1
                 let delay = min(30.0, 0.5 * pow(2.0, Double(min(attempt, 6))))
@@ -226,8 +238,14 @@ enum RunCommand {
 
     /// What `/readyz` says when the database check fails: the check and its SQLSTATE, never the
     /// message, which can quote the connection string; the log line has the redacted whole.
+    /// Thrown at start-up while the database takes no writes.
+    struct ReadOnlyDatabase: Error {
+        var writability: DatabaseWritability
+    }
+
     static func databaseNotReady(_ error: any Error) -> String {
         guard let error = error as? PGError else { return "database unreachable (see the log)" }
+        if error.code == .readOnlySQLTransaction { return "the database is read-only: SQLSTATE 25006 (see the log)" }
         return "database unreachable: SQLSTATE \(error.code.raw) (see the log)"
     }
 

@@ -173,7 +173,9 @@ final class InstanceHeartbeat: @unchecked Sendable {
             onDatabaseError(error)
             if !failing {
                 failing = true
-                logger.warning("cannot record this instance in pushd.instances (pushd status will show it as gone after a minute): \(error)",
+                let readOnly = (error as? PGError)?.code == .readOnlySQLTransaction
+                    ? "the database is read-only (default_transaction_read_only on, or a standby in recovery), so " : ""
+                logger.warning("cannot record this instance in pushd.instances (\(readOnly)pushd status will show it as gone after a minute): \(error)",
                                ("instance", .string(registration.id)))
             }
         }

@@ -105,6 +105,9 @@ final class LaneHealth: @unchecked Sendable {
             return "each pass waits lock_timeout for a lock another session holds on a table or rows the lane needs (SQLSTATE 55P03, lock_not_available; pg_locks and pg_stat_activity name the holder)"
         case "57014"?:
             return "each pass runs into statement_timeout (SQLSTATE 57014)"
+        case PGError.Code.readOnlySQLTransaction.raw?:
+            return "the database is read-only and refuses every write (SQLSTATE 25006, read_only_sql_transaction: "
+                + "default_transaction_read_only is on, or the server is a standby in recovery); nothing is recorded or sent until it takes writes again"
         case let code?:
             return "each pass fails on the database (SQLSTATE \(code))"
         case nil:

@@ -132,7 +132,7 @@ final class PipelineContext: @unchecked Sendable {
             return false
         }
         if sender.pauseSending(reason: reason, until: Timestamp().addingTimeInterval(pauseDuration)) {
-            logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP",
+            logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP, else sending is tried again in \(Int(pauseDuration / 60)) minutes",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
             // The fleet must not take the refused token over from the shared table.
             if invalidToken, let key = sender.tokenKey(carried: authorization) { sender.tokens.reportInvalid(key, carried: authorization) }
