@@ -70,6 +70,44 @@ import Testing
         }
     }
 
+    /// An error of a transient class that does not pass (here every checkpoint of a chunk
+    /// cancelled, SQLSTATE 57014, as a statement timeout on the same write would) keeps the
+    /// chunks for at most a lease's length: then they are given up, loudly, and taken over once
+    /// the writes go through. Kept for ever, their leases extended by the keeper, they were
+    /// sent by nobody.
+    @Test func chunksKeptThroughATransientErrorThatDoesNotPassAreGivenUpAfterALease() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 100))
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let path = try CampaignLaneTests.configCapped(harness, rate: 1000)
+            let yaml = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(yaml.contains("  lease_s: 3\n"))
+            let count = 4000
+            let id = try CampaignLaneTests.campaign(connection, count: count)
+
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: path, log: log)
+            defer { FleetStatusTests.stop(process) }
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 1000 })
+            // Every checkpoint and release of a chunk is cancelled; the lease keeper's extensions
+            // (lease_until only) go through.
+            try connection.execute(script: """
+                CREATE FUNCTION public.cancel_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'checkpoint cancelled' USING ERRCODE = 'query_canceled'; END $$;
+                CREATE TRIGGER cancel_checkpoint BEFORE UPDATE ON pushd.campaign_chunks FOR EACH ROW
+                    WHEN (NEW.checkpoint IS DISTINCT FROM OLD.checkpoint OR NEW.lease_owner IS DISTINCT FROM OLD.lease_owner)
+                    EXECUTE FUNCTION public.cancel_checkpoint();
+                """)
+            defer { try? connection.execute(script: "DROP TRIGGER IF EXISTS cancel_checkpoint ON pushd.campaign_chunks;") }
+            func givenUp() -> Bool { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("campaign_chunk_given_up") }
+            #expect(DaemonHarness.wait(seconds: 15) { givenUp() }, "no chunk was given up within 15 s (leases of 3 s)")
+            try connection.execute(script: "DROP TRIGGER cancel_checkpoint ON pushd.campaign_chunks;")
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done })
+            #expect(harness.mock.stats.perToken.count == count)
+        }
+    }
+
     /// Turns `default_transaction_read_only` on or off for the whole server and waits until a
     /// new session sees it (the reload reaches the server's processes a moment later).
     static func setReadOnly(_ on: Bool, connection: PGConnection, database: IsolatedDatabase) throws {

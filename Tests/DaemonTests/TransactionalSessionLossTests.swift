@@ -115,4 +115,45 @@ import Testing
                     "\(recorded)")
         }
     }
+
+    /// A COMMIT refused every time (a trigger, a constraint: an error that is not of the
+    /// server's moment) is tried once more on the batch taken back, then given up, loudly.
+    /// It was retried for 5 minutes, the worker held while the rows it rolled back each time
+    /// were claimed and sent again by others.
+    @Test func aCommitRefusedEveryTimeIsGivenUpAfterOneMoreTryNotRetriedForMinutes() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            try connection.execute(script: """
+                CREATE FUNCTION public.refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'this COMMIT is always refused'; END $$;
+                CREATE CONSTRAINT TRIGGER refuse_commit AFTER DELETE ON pushd.jobs
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.refuse_commit();
+                """)
+            let config = try harness.writeConfigFile()
+            let text = try String(contentsOfFile: config, encoding: .utf8)
+            try (text + "\nworkers:\n  transactional: 1\n  batch_size: 10\n").write(toFile: config, atomically: true, encoding: .utf8)
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
+
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 10) g
+                """)
+            func givenUp() -> [Substring] {
+                ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains("batch_outcomes_given_up") }
+            }
+            #expect(DaemonHarness.wait(seconds: 15) { !givenUp().isEmpty }, "no batch_outcomes_given_up line within 15 s")
+            #expect(givenUp().first?.contains("this COMMIT is always refused") == true, "\(givenUp())")
+            // Nothing is lost: the jobs are still queued (or being claimed again).
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+            try connection.execute(script: "DROP TRIGGER refuse_commit ON pushd.jobs;")
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+        }
+    }
 }

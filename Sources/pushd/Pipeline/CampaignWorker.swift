@@ -71,11 +71,17 @@ final class CampaignWorker: @unchecked Sendable {
         var dueButNotLeased = 0
         var passFailed = false
         var passStarted = RateLimiter.monotonicSeconds()
+        // Since when every pass has failed on transient errors with the runs kept (nil: the last
+        // pass went through).
+        var keptSince: Double? = nil
         while !(context.isStopping && runs.isEmpty) {
             context.operatorLog.tick()
             keeper.beat(worker: index)
             // The pass before this one went through (`LaneHealth`).
-            if !passFailed { context.laneHealth.passed(Lane.campaign.rawValue, started: passStarted) }
+            if !passFailed {
+                context.laneHealth.passed(Lane.campaign.rawValue, started: passStarted)
+                keptSince = nil
+            }
             passFailed = false
             passStarted = RateLimiter.monotonicSeconds()
             do {
@@ -158,7 +164,14 @@ final class CampaignWorker: @unchecked Sendable {
                 failures += 1
                 passFailed = true
                 context.databaseError(error)
-                let kept = (error as? PGError)?.code.isTransient == true && !runs.isEmpty
+                // Kept for at most a lease's length: an error of a transient class that does not
+                // pass (a statement timeout on the same release, a disk full) would otherwise keep
+                // the chunks, their leases extended by the keeper, from every other worker for ever.
+                let now = RateLimiter.monotonicSeconds()
+                let transient = (error as? PGError)?.code.isTransient == true
+                if transient, keptSince == nil { keptSince = now }
+                let keeps = transient && now - (keptSince ?? now) < leaseSeconds
+                let kept = keeps && !runs.isEmpty
                     ? "; it keeps the \(runs.count) \(runs.count == 1 ? "chunk" : "chunks") it is sending, with their progress and leases, and writes them once the database takes the writes" : ""
                 context.logger.warning("campaign worker \(index): \(error)\(kept)", ("worker", .int(Int64(index))))
                 context.laneHealth.failed(Lane.campaign.rawValue, error: error, started: passStarted)
@@ -169,7 +182,7 @@ final class CampaignWorker: @unchecked Sendable {
                     context.sleepAfterDatabaseFailure(failures)
                     continue
                 }
-                if let passing = error as? PGError, passing.code.isTransient {
+                if keeps {
                     // The database went away (a restart, a failover, a session ended) or refused
                     // the statement for its state of the moment (read-only during a failover, a
                     // statement timeout, a serialization failure or deadlock, short of resources):
@@ -190,6 +203,7 @@ final class CampaignWorker: @unchecked Sendable {
                 // The chunks' leases run out and another worker resumes them from their checkpoints;
                 // answers still on their way find no run and are dropped.
                 abandonRuns(after: error)
+                keptSince = nil
                 connection?.close()
                 connection = nil
                 context.sleepAfterDatabaseFailure(failures)

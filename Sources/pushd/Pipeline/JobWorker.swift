@@ -509,7 +509,8 @@ final class JobWorker: @unchecked Sendable {
     /// Records the outcomes of a sent batch (prunes, then `JobQueue.finish`) and returns the
     /// retries refused and the session that holds the worker's connection now. When the session
     /// ends or the COMMIT fails, the outcomes are kept and recorded again on a new session for
-    /// the jobs taken back (`Claim`), for up to `recordAgainSeconds`; then (at once for an error
+    /// the jobs taken back (`Claim`), for up to `recordAgainSeconds` (once only for an error that
+    /// is not transient); then (at once for an error
     /// that is not the database's) they are given up, loudly, and the error is thrown.
     private func record(_ claim: inout Claim, _ outcomes: JobOutcomes,
                         _ prunes: [Int64: TokenPrune]) throws -> ([RefusedRetry], PGConnection) {
@@ -541,8 +542,13 @@ final class JobWorker: @unchecked Sendable {
                 context.laneHealth.failed(Lane.transactional.rawValue, error: error, started: started)
                 attempts += 1
                 // Stopping, one more attempt (at once) before the batch is left to be sent again; an
-                // error of pushd's own (outcomes that do not cover the batch) would only recur.
-                if !(error is PGError) || (context.isStopping && attempts >= 2)
+                // error of pushd's own (outcomes that do not cover the batch) would only recur, and
+                // so would a database error that is not of the server's moment (a constraint, a
+                // trigger, bad data: `PGError.Code.isTransient`) once it has refused the batch taken
+                // back too: retried for minutes, it held the worker while other claimers sent the
+                // jobs it rolled back each time.
+                let transient = (error as? PGError)?.code.isTransient == true
+                if !(error is PGError) || (context.isStopping && attempts >= 2) || (!transient && attempts >= 2)
                     || RateLimiter.monotonicSeconds() - started >= Self.recordAgainSeconds {
                     reportGivenUp(claim, outcomes, last: error, seconds: RateLimiter.monotonicSeconds() - started)
                     throw error
