@@ -24,6 +24,7 @@ public struct PushdMetrics: Sendable {
     public let apnsReconnectBackoffs: CounterFamily
     public let apnsConnectionGrowths: CounterFamily
     public let apnsUnavailable: GaugeFamily
+    public let apnsThrottled: GaugeFamily
     public let apnsOutageProbes: CounterFamily
     public let retries: CounterFamily
     public let deadLetters: CounterFamily
@@ -148,6 +149,10 @@ public struct PushdMetrics: Sendable {
         apnsUnavailable = try registry.gauge(
             "pushd_apns_unavailable",
             help: "1 while APNs takes none of an app's notifications to one environment (production or sandbox, separate services that fail apart) on a lane (3 or more failed sends and no answer for 1 s, until answers come for 1 s without a failure), else 0.",
+            labels: ["app", "environment", "lane"])
+        apnsThrottled = try registry.gauge(
+            "pushd_apns_throttled",
+            help: "1 while APNs answers most of an app's notifications to one environment on a lane with 429 TooManyRequests (at least 20 such answers and at least half of the answers over 10 s): it is throttling the provider, not single devices; 0 again after 10 s with under a tenth 429, or 60 s with no answer.",
             labels: ["app", "environment", "lane"])
         apnsOutageProbes = try registry.counter(
             "pushd_apns_outage_probes_total",
@@ -384,6 +389,11 @@ public struct PushdMetrics: Sendable {
     /// `environment`: `production` or `sandbox`.
     public func apnsUnavailable(app: String, environment: String, lane: String) -> Gauge {
         apnsUnavailable.bound([app, environment, lane])
+    }
+
+    /// `environment`: `production` or `sandbox`.
+    public func apnsThrottled(app: String, environment: String, lane: String) -> Gauge {
+        apnsThrottled.bound([app, environment, lane])
     }
 
     public func outageProbes(environment: String, lane: String) -> Counter {

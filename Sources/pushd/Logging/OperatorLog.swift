@@ -25,6 +25,17 @@ final class OperatorLog: Sendable {
     /// APNs failing and answering by turns is one outage, not a pair of lines per turn.
     static let answeringSecondsBeforeBack = 1.0
 
+    /// APNs's 429 TooManyRequests is about one device token (too many notifications to the same
+    /// device), and each one waits out its backoff quietly. When most of a lane's answers are
+    /// 429 for a whole window, APNs is throttling the provider, not a few devices, and nothing
+    /// gets through: the lane counts as throttled when over one window of this many seconds at
+    /// least `throttledAnswersAtLeast` answers were 429 and they were at least half of its answers.
+    static let throttleWindowSeconds = 10.0
+    static let throttledAnswersAtLeast = 20
+    /// A throttled lane is over after a window in which under a tenth of its answers were 429,
+    /// or after this many seconds with no answer at all (its work gone, or all of it waiting).
+    static let throttleEndsAfterSilentSeconds = 60.0
+
     /// Apple's production and sandbox hosts are separate services that fail apart: each
     /// environment of an app has an outage state of its own on each lane, so that a sandbox
     /// outage neither hides behind production's answers nor reports production down.
@@ -53,8 +64,23 @@ final class OperatorLog: Sendable {
         var answeringSince: Double?
     }
 
+    /// Answers and 429s of one lane over the current window, while some came as 429 lately.
+    private struct Throttling {
+        var windowStart: Double
+        var answers = 0
+        var tooManyRequests = 0
+        var lastAnswer: Double
+        /// Since when the lane counts as throttled (the warning was written), nil while it does not.
+        var since: Timestamp?
+        /// The 429s and answers of the window that made it throttled, or of the last one.
+        var lastShare = (tooManyRequests: 0, answers: 0)
+        /// The first answer other than 429 since the last 429, while throttled.
+        var clearSince: Double?
+    }
+
     private struct State {
         var trouble: [Lane: Trouble] = [:]
+        var throttling: [Lane: Throttling] = [:]
         var connectionErrors = 0
         var retries: [String: Int] = [:]
         var deadLetters: [String: Int] = [:]
@@ -134,8 +160,17 @@ final class OperatorLog: Sendable {
         // A certificate TLS refused pauses the app, which says so in its own line.
         case .tlsRefused: return
         }
+        // 429 TooManyProviderTokenUpdates is about the connection's token, not throttling.
+        let tooManyRequests: Bool? = if case .response(let response) = outcome {
+            response.status == 429 && (response.reason == nil || response.reason == .tooManyRequests)
+        } else { nil }
+        var throttleLine: ThrottleLine?
         let line: (message: String, fields: [(String, LogValue)], down: Bool)? = state.withLock { state in
             if case .transportFailure = outcome { state.connectionErrors += 1 }
+            // Nothing to hash while no 429 came lately, the common case.
+            if let tooManyRequests, tooManyRequests || !state.throttling.isEmpty {
+                throttleLine = countAnswer(&state, key, tooManyRequests: tooManyRequests, now: clock())
+            }
             guard let failure else {
                 // The common case, every answer of a working APNs: nothing to clear, no key to hash.
                 guard !state.trouble.isEmpty, var trouble = state.trouble[key] else { return nil }
@@ -169,7 +204,130 @@ final class OperatorLog: Sendable {
                      ("event", "apns_down")], true)
         }
         if let line { write(line, key) }
+        if let throttleLine { write(throttleLine) }
         tick()
+    }
+
+    private struct ThrottleLine {
+        var key: Lane
+        var message: String
+        var fields: [(String, LogValue)]
+        var throttled: Bool
+    }
+
+    /// The lanes APNs answers mostly 429 TooManyRequests on now, with what the window that made
+    /// them so measured, by app, environment and lane.
+    func throttledLanes() -> [(app: String, environment: String, lane: String, error: String)] {
+        state.withLock { state in
+            state.throttling.filter { $0.value.since != nil }.map { entry in
+                (app: entry.key.app, environment: entry.key.environment, lane: entry.key.lane,
+                 error: Self.throttleError(entry.value.lastShare))
+            }
+        }.sorted { ($0.app, $0.environment, $0.lane) < ($1.app, $1.environment, $1.lane) }
+    }
+
+    private static func throttleError(_ share: (tooManyRequests: Int, answers: Int)) -> String {
+        "HTTP 429 TooManyRequests to \(share.tooManyRequests) of \(share.answers) answers in \(Int(throttleWindowSeconds)) s: APNs is throttling the provider, not single devices"
+    }
+
+    /// Counts one answer of `key` (a 429 or not), and judges the window when it is over.
+    private func countAnswer(_ state: inout State, _ key: Lane, tooManyRequests: Bool, now: Double) -> ThrottleLine? {
+        var entry = state.throttling[key] ?? Throttling(windowStart: now, lastAnswer: now)
+        var line: ThrottleLine?
+        if entry.windowStart + Self.throttleWindowSeconds <= now {
+            let hadTooMany = entry.tooManyRequests > 0
+            line = judge(&entry, key, now: now)
+            // A lane not throttled whose last window had no 429 is forgotten, so that answers
+            // hash nothing again.
+            if entry.since == nil, !hadTooMany, !tooManyRequests {
+                state.throttling.removeValue(forKey: key)
+                return line
+            }
+        }
+        entry.answers += 1
+        entry.lastAnswer = now
+        if tooManyRequests {
+            entry.tooManyRequests += 1
+            entry.clearSince = nil
+        } else if entry.since != nil {
+            entry.clearSince = entry.clearSince ?? now
+            if line == nil { line = endIfClear(&entry, key, now: now) }
+        }
+        state.throttling[key] = entry
+        return line
+    }
+
+    /// Judges `entry`'s window, which is over at `now`, and starts the next one.
+    private func judge(_ entry: inout Throttling, _ key: Lane, now: Double) -> ThrottleLine? {
+        defer {
+            entry.windowStart = now
+            entry.answers = 0
+            entry.tooManyRequests = 0
+        }
+        guard entry.since != nil else {
+            guard entry.tooManyRequests >= Self.throttledAnswersAtLeast, entry.tooManyRequests * 2 >= entry.answers else { return nil }
+            entry.since = Timestamp()
+            entry.clearSince = nil
+            entry.lastShare = (entry.tooManyRequests, entry.answers)
+            return ThrottleLine(key: key, message: "APNs (\(key.environment)) answered 429 TooManyRequests to \(entry.tooManyRequests) of \(entry.answers) notifications of "
+                                + "app \(key.app) on the \(key.lane) lane in the last \(Int(Self.throttleWindowSeconds)) s: it is throttling this provider, not single devices "
+                                + "(Apple's 429 is about one device token); they are kept and each is retried after its backoff, so little gets through until APNs "
+                                + "takes them again: lower the sending rate (a campaign's rate cap) or spread the work",
+                                fields: fields(key, entry) + [("event", "apns_throttling")], throttled: true)
+        }
+        if entry.answers == 0 {
+            guard now - entry.lastAnswer >= Self.throttleEndsAfterSilentSeconds else { return nil }
+            return end(&entry, key, "no notification was answered for \(Int(now - entry.lastAnswer)) s")
+        }
+        entry.lastShare = (entry.tooManyRequests, entry.answers)
+        guard entry.tooManyRequests * 10 < entry.answers else { return nil }
+        return end(&entry, key, "\(entry.tooManyRequests) of \(entry.answers) answers in the last \(Int(Self.throttleWindowSeconds)) s were 429")
+    }
+
+    /// Ends the throttling of `entry` once answers other than 429 have come for
+    /// `answeringSecondsBeforeBack` with no 429 among them.
+    private func endIfClear(_ entry: inout Throttling, _ key: Lane, now: Double) -> ThrottleLine? {
+        guard entry.since != nil, let clear = entry.clearSince, now - clear >= Self.answeringSecondsBeforeBack else { return nil }
+        return end(&entry, key, "its answers have had no 429 for \((now - clear).fixed(1)) s")
+    }
+
+    private func end(_ entry: inout Throttling, _ key: Lane, _ why: String) -> ThrottleLine {
+        let seconds = entry.since.map { Int(Timestamp().timeIntervalSince($0)) } ?? 0
+        entry.since = nil
+        entry.clearSince = nil
+        return ThrottleLine(key: key, message: "APNs (\(key.environment)) no longer throttles app \(key.app) on the \(key.lane) lane after \(seconds) s: \(why)",
+                            fields: fields(key, entry) + [("seconds", .int(Int64(seconds))), ("event", "apns_throttling_over")], throttled: false)
+    }
+
+    private func fields(_ key: Lane, _ entry: Throttling) -> [(String, LogValue)] {
+        [("app", .string(key.app)), ("environment", .string(key.environment)), ("lane", .string(key.lane)),
+         ("too_many_requests", .int(Int64(entry.tooManyRequests))), ("answers", .int(Int64(entry.answers)))]
+    }
+
+    /// Judges the windows that ended with no answer since (`tick`), ends the throttling of
+    /// lanes whose answers have been clear long enough, and forgets the lanes with no 429 in
+    /// their last window.
+    private func settleThrottling(now: Double) -> [ThrottleLine] {
+        state.withLock { state in
+            guard !state.throttling.isEmpty else { return [] }
+            var lines: [ThrottleLine] = []
+            for (key, var entry) in state.throttling {
+                if let line = endIfClear(&entry, key, now: now) { lines.append(line) }
+                guard entry.windowStart + Self.throttleWindowSeconds <= now else {
+                    state.throttling[key] = entry
+                    continue
+                }
+                let hadTooMany = entry.tooManyRequests > 0
+                if let line = judge(&entry, key, now: now) { lines.append(line) }
+                state.throttling[key] = entry.since == nil && !hadTooMany ? nil : entry
+            }
+            return lines
+        }
+    }
+
+    private func write(_ line: ThrottleLine) {
+        metrics?.apnsThrottled(app: line.key.app, environment: line.key.environment, lane: line.key.lane).set(line.throttled ? 1 : 0)
+        logger.write(line.throttled ? .warning : .notice, line.message, fields: line.fields)
     }
 
     private func backLine(_ key: Lane, _ trouble: Trouble) -> (message: String, fields: [(String, LogValue)], down: Bool) {
@@ -234,6 +392,7 @@ final class OperatorLog: Sendable {
     func tick(now: Double? = nil) {
         let now = now ?? clock()
         settleQuietLanes(now: now)
+        for line in settleThrottling(now: now) { write(line) }
         let summary: (Int, [String: Int], [String: Int])? = state.withLock { state in
             guard now >= state.summaryDue else { return nil }
             state.summaryDue = now + summaryInterval

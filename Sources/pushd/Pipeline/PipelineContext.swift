@@ -76,6 +76,7 @@ final class PipelineContext: @unchecked Sendable {
             for environment in PushdConfig.Environment.allCases where app.credentials(for: environment) != nil {
                 for lane in Self.outageLanes {
                     metrics.apnsUnavailable(app: app.name, environment: environment.rawValue, lane: lane).set(0)
+                    metrics.apnsThrottled(app: app.name, environment: environment.rawValue, lane: lane).set(0)
                 }
             }
         }
@@ -105,10 +106,11 @@ final class PipelineContext: @unchecked Sendable {
     /// App → "lane lane in environment: error" (joined by "; ") for every app APNs takes none
     /// of the notifications of in some environment on some lane now (`OperatorLog`'s
     /// outages). Keyed by app alone, as `pushd.instances.apns_unavailable` has always been, so
-    /// that instances of every version read each other's.
+    /// that instances of every version read each other's. A lane APNs answers mostly 429 on
+    /// (`OperatorLog.throttledLanes`) is named here too: little of its work gets through.
     func apnsUnavailable() -> [String: String] {
         var byApp = [String: String]()
-        for outage in operatorLog.outages() {
+        for outage in operatorLog.outages() + operatorLog.throttledLanes() {
             let entry = "\(outage.lane) lane in \(outage.environment): \(outage.error)"
             byApp[outage.app] = byApp[outage.app].map { "\($0); \(entry)" } ?? entry
         }
