@@ -245,12 +245,16 @@ apps:
                     chunks_done=int(done), chunks_total=int(total))
 
     # ---------- faults ----------
+    def fault_gauge(self):
+        """The gauge that shows the fault: APNs throttling for 429, an outage otherwise."""
+        return "pushd_apns_throttled" if self.args.scenario == "429" else "pushd_apns_unavailable"
+
     def sampler(self, stop):
         while not stop.is_set():
             t = time.time()
             gauges = {}
             for name in self.instances:
-                vals = self.metric_values(self.metrics(name), "pushd_apns_unavailable")
+                vals = self.metric_values(self.metrics(name), self.fault_gauge())
                 gauges[name] = max(vals.values()) if vals else None
             out = self.pushd("status", check=False)
             status = out.returncode
@@ -432,11 +436,11 @@ apps:
         self.check("no campaign worker stalled", stalls == 0, "%d campaign_worker_stalled lines" % stalls)
 
         # The outage is visible while it lasts.
-        if a.scenario in ("outage", "503", "shutdown"):
+        if a.scenario in ("outage", "503", "shutdown", "429"):
             fault = [s for s in self.samples if s[1] == "fault"]
             gauge_up = [s for s in fault if any(v == 1 for v in s[2].values() if v is not None)]
             status_bad = [s for s in fault if s[3] == 1]
-            self.check("outage visible: pushd_apns_unavailable", bool(gauge_up),
+            self.check("outage visible: " + self.fault_gauge(), bool(gauge_up),
                        "gauge 1 in %d of %d samples during the fault" % (len(gauge_up), len(fault)))
             self.check("outage visible: pushd status exit 1", bool(status_bad),
                        "exit 1 in %d of %d samples during the fault" % (len(status_bad), len(fault)))
