@@ -156,4 +156,84 @@ import Testing
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
         }
     }
+
+    /// The prunes of a batch are written in its transaction: when its COMMIT fails they are rolled
+    /// back and written again with the batch taken back. They were counted in
+    /// `pushd_tokens_pruned_total` both times.
+    @Test func prunesOfABatchRecordedAgainAreCountedOnce() throws {
+        try IsolatedDatabase.with { database in
+            let count = 20
+            let tokens = (1...count).map { String(format: "%064x", $0) }
+            let learned = Int64(Timestamp().timeIntervalSince1970 * 1000) + 60_000
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(
+                unregisteredTokens: Dictionary(uniqueKeysWithValues: tokens.map { ($0, learned) })))
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment) SELECT 'shop', t, 'sandbox' FROM unnest($1::text[]) t
+                """, [tokens])
+            try connection.execute(script: """
+                CREATE SEQUENCE public.commit_failures;
+                CREATE FUNCTION public.fail_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF nextval('public.commit_failures') = 1 THEN RAISE EXCEPTION 'this COMMIT is refused once'; END IF;
+                    RETURN NULL;
+                END $$;
+                CREATE CONSTRAINT TRIGGER fail_first_commit AFTER DELETE ON pushd.jobs
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fail_first_commit();
+                """)
+            var config = harness.config()
+            config.transactionalWorkers = 1
+            let log = MemoryLogSink()
+            let pipeline = try harness.pipeline(config, log: log)
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', t, '{"aps":{"alert":"x"}}' FROM unnest($1::text[]) t
+                """, [tokens])
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == count
+            })
+            #expect(log.lines.contains { $0.contains("batch_recorded_again") }, "the COMMIT did not fail: \(log.lines)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == count)
+            let pruned = pipeline.context.metrics.registry.expositionText().split(separator: "\n")
+                .filter { $0.hasPrefix("pushd_tokens_pruned_total{") }
+            let total = pruned.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+            #expect(Int(total) == count, "\(pruned)")
+        }
+    }
+
+    /// A batch given up after its COMMIT was refused twice: each refusal is one database error,
+    /// not the last one counted again by the worker's loop.
+    @Test func aBatchGivenUpCountsEachDatabaseErrorOnce() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.execute(script: """
+                CREATE FUNCTION public.refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'this COMMIT is always refused'; END $$;
+                CREATE CONSTRAINT TRIGGER refuse_commit AFTER DELETE ON pushd.jobs
+                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.refuse_commit();
+                """)
+            var config = harness.config()
+            config.transactionalWorkers = 1
+            let log = MemoryLogSink()
+            let pipeline = try harness.pipeline(config, log: log)
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 10) g
+                """)
+            pipeline.start()
+            #expect(DaemonHarness.wait(seconds: 15) { log.lines.contains { $0.contains("batch_outcomes_given_up") } })
+            pipeline.stop(deadline: Timestamp().addingTimeInterval(5))
+            let givenUp = log.lines.count { $0.contains("batch_outcomes_given_up") }
+            let errors = pipeline.context.metrics.registry.expositionText().split(separator: "\n")
+                .filter { $0.hasPrefix("pushd_database_errors_total{") && $0.contains(#"reason="P0""#) }
+            let total = errors.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+            // Two refused COMMITs per batch given up: the first, and the one of the batch taken back.
+            #expect(givenUp >= 1)
+            #expect(Int(total) == 2 * givenUp, "\(givenUp) batches given up, \(errors)")
+        }
+    }
 }

@@ -291,6 +291,31 @@ import Testing
         }
     }
 
+    /// A COMMIT whose reply is lost may have gone through: the retried jobs are then back in the
+    /// queue under their ids, due later, written by that settle. Taken back, their retry was
+    /// recorded a second time (an attempt counted twice, the error and due time written again).
+    @Test func aRetakeAfterACommitThatWentThroughTakesNoRetriedJobBack() throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            try insertJobs(admin, count: 4)
+            let claimer = try database.connect()
+            let batch = try queue.claim(claimer, limit: 4, apps: apps)
+            #expect(batch.jobs.count == 4)
+            let ids = batch.jobs.map(\.id)
+            let later = Timestamp().addingTimeInterval(60)
+            // Committed, though the claimer would not know it had its reply been lost.
+            try queue.finish(claimer, batch, JobOutcomes(delivered: Array(ids[0..<2]),
+                                                         retries: ids[2...].map { JobRetry(id: $0, runAt: later, error: "InternalServerError",
+                                                                                           countsAsAttempt: true, sentAt: Timestamp()) }))
+            let fresh = try database.connect()
+            let taken = try queue.retake(fresh, batch)
+            #expect(taken.jobs.isEmpty, "taken back: \(taken.jobs.map(\.id)) of a batch whose settle was committed")
+            if !taken.isEmpty { try queue.abandon(fresh) }
+            let attempts = try admin.query("SELECT attempts FROM pushd.jobs ORDER BY id").rows.map { try $0.require(0) as Int }
+            #expect(attempts == [1, 1])
+        }
+    }
+
     @Test func abandonedBatchIsClaimableAgainUnchanged() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

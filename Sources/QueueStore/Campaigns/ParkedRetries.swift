@@ -33,6 +33,21 @@ public struct ParkedTarget: Sendable, Hashable {
     }
 }
 
+/// A parked target's place in its campaign: its row's key with the campaign's id.
+public struct ParkedPlace: Sendable, Hashable {
+    public var chunk: Int
+    public var position: Int
+
+    public init(chunk: Int, position: Int) {
+        self.chunk = chunk
+        self.position = position
+    }
+}
+
+extension ParkedTarget {
+    public var place: ParkedPlace { ParkedPlace(chunk: chunk, position: position) }
+}
+
 /// Due parked targets of one campaign with what to send them, locked (not removed) in a
 /// transaction that stays open on the claiming connection until `settleParked`: if the worker
 /// dies first, the targets stay parked as they were.
@@ -58,8 +73,41 @@ public struct ParkedOutcomes: Sendable, Hashable {
     /// Targets of the batch that wait again, with their new due time, attempts and error; the
     /// batch's other targets are done with.
     public var retries: [ParkedTarget] = []
+    /// The targets counted in `sent`, and those in `failedByReason` with their reason, when
+    /// counted with `sent(_:)` and `failed(_:reason:)`: what `restricted(to:)` keeps.
+    public var sentPlaces: Set<ParkedPlace> = []
+    public var failedPlaces: [ParkedPlace: String] = [:]
 
     public init() {}
+
+    /// Counts `target` as sent.
+    public mutating func sent(_ target: ParkedTarget) {
+        sent += 1
+        sentPlaces.insert(target.place)
+    }
+
+    /// Counts `target` as failed for `reason` (a pruned token's target too).
+    public mutating func failed(_ target: ParkedTarget, reason: String) {
+        failedByReason[reason, default: 0] += 1
+        failedPlaces[target.place] = reason
+    }
+
+    /// The outcomes of the targets at `places` only (those a batch taken back in part holds,
+    /// `CampaignStore.retakeParked`); `pruned` and `keptTokens` are left at 0, to be counted
+    /// from its prunes written again.
+    public func restricted(to places: Set<ParkedPlace>) -> ParkedOutcomes {
+        var kept = ParkedOutcomes()
+        for place in sentPlaces where places.contains(place) {
+            kept.sent += 1
+            kept.sentPlaces.insert(place)
+        }
+        for (place, reason) in failedPlaces where places.contains(place) {
+            kept.failedByReason[reason, default: 0] += 1
+            kept.failedPlaces[place] = reason
+        }
+        kept.retries = retries.filter { places.contains($0.place) }
+        return kept
+    }
 
     public var failed: Int { failedByReason.values.reduce(0, +) }
 
@@ -381,6 +429,70 @@ extension CampaignStore {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
         }
+    }
+
+    /// The claim's lock, by place, of the targets of a parked batch whose claiming transaction
+    /// ended (its session was cut, or its COMMIT failed): those still parked as the claim found
+    /// them (`$2`–`$5`). One another claimer holds is skipped; one settled since is gone, or
+    /// parked again with a later due time.
+    static let retakeParkedSQL = """
+        SELECT r.chunk, r.position FROM pushd.campaign_retries r JOIN \(parkedAsClaimed) ON r.chunk = c.chunk AND r.position = c.position
+        WHERE r.campaign_id = $1 AND \(parkedStillAsClaimed)
+        FOR UPDATE OF r SKIP LOCKED
+        """
+
+    static let parkedAsClaimed = """
+        unnest($2::integer[], $3::integer[], $4::timestamptz[], $5::integer[]) AS c(chunk, position, due_at, attempts)
+        """
+    static let parkedStillAsClaimed = "abs(extract(epoch FROM r.due_at - c.due_at)) < 0.0005 AND r.attempts = c.attempts"
+
+    /// Those of a batch's targets, as claimed, that are there to see: after `retakeParked` on the
+    /// same connection, with those it took, the ones another claimer holds.
+    static let parkedAsClaimedSQL = """
+        SELECT r.chunk, r.position FROM pushd.campaign_retries r JOIN \(parkedAsClaimed) ON r.chunk = c.chunk AND r.position = c.position
+        WHERE r.campaign_id = $1 AND \(parkedStillAsClaimed)
+        """
+
+    private static func claimedParameters(_ batch: ParkedBatch) -> [any PGParameter] {
+        [batch.campaignID, batch.targets.map { Int32(clamping: $0.chunk) }, batch.targets.map { Int32(clamping: $0.position) },
+         batch.targets.map(\.dueAt), batch.targets.map { Int32(clamping: $0.attempts) }]
+    }
+
+    /// Takes again, in a new transaction on `connection`, the targets of `batch` whose claim
+    /// ended after they were sent (the claiming session ended, or the settle failed), so that the
+    /// outcomes already known for them can be recorded with `settleParked` and they are not sent
+    /// again. The claim only locked them: they are parked as they were, due. A target another
+    /// claimer holds is not taken (that claimer sends it again, `parkedHeldElsewhere` names
+    /// them), nor one settled since the claim (gone, or parked again): by that claimer, or by the
+    /// claim's own COMMIT when it went through and only its reply was lost. Returns the batch
+    /// with the targets taken; as with `claimParked`, a batch with targets leaves the connection
+    /// inside the transaction, to be settled with `settleParked`.
+    public func retakeParked(_ connection: PGConnection, _ batch: ParkedBatch) throws -> ParkedBatch {
+        var taken = batch
+        taken.targets = []
+        guard !batch.targets.isEmpty else { return taken }
+        try connection.execute(script: "BEGIN")
+        do {
+            let result = try connection.query(connection.prepared(Self.retakeParkedSQL), Self.claimedParameters(batch))
+            var places = Set<ParkedPlace>()
+            for row in result.rows { places.insert(ParkedPlace(chunk: try row.require(0), position: try row.require(1))) }
+            taken.targets = batch.targets.filter { places.contains($0.place) }
+            if taken.targets.isEmpty { try connection.execute(script: "COMMIT") }
+            return taken
+        } catch {
+            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The targets of `batch`, as claimed, that another claimer's open transaction holds: what
+    /// `retakeParked` could not take and that claimer sends again. After `retakeParked`, on the
+    /// same connection, less those it took.
+    public func parkedHeldElsewhere(_ connection: PGConnection, _ batch: ParkedBatch, taken: ParkedBatch) throws -> Set<ParkedPlace> {
+        guard !batch.targets.isEmpty else { return [] }
+        let mine = Set(taken.targets.map(\.place))
+        return Set(try connection.query(connection.prepared(Self.parkedAsClaimedSQL), Self.claimedParameters(batch)).rows
+            .map { ParkedPlace(chunk: try $0.require(0), position: try $0.require(1)) }).subtracting(mine)
     }
 
     /// Records what became of a claimed parked batch (deletes its targets done with, parks its

@@ -234,24 +234,48 @@ public struct JobQueue: Sendable {
 
     // The claim's DELETE, of the ids of a batch whose claiming transaction ended (its session
     // was cut, or its COMMIT failed) rather than of the due jobs: rows another claimer holds are
-    // skipped, rows already settled by one are gone.
+    // skipped, rows already settled are gone, or back as a retry written by that settle (a later
+    // `run_at`, and an attempt more or another error): only a row as the claim found it is taken.
     static let retakeSQL = """
         DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
-            SELECT id FROM pushd.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE SKIP LOCKED))
+            SELECT j.id FROM pushd.jobs j JOIN \(asClaimed) ON c.id = j.id
+            WHERE \(stillAsClaimed) FOR UPDATE OF j SKIP LOCKED))
         RETURNING \(columns)
         """
+
+    /// The rows of a batch (`$1`–`$4`: id, run_at, attempts, last_error of each job as claimed).
+    static let asClaimed = """
+        unnest($1::bigint[], $2::timestamptz[], $3::integer[], $4::text[]) AS c(id, run_at, attempts, last_error)
+        """
+    /// A job row `j` as its claim `c` found it: no settle has written it since.
+    static let stillAsClaimed = """
+        abs(extract(epoch FROM j.run_at - c.run_at)) < 0.0005 AND j.attempts = c.attempts
+        AND j.last_error IS NOT DISTINCT FROM c.last_error
+        """
+
+    // Those of a batch's rows as claimed that another claimer's open transaction holds (deleted
+    // there, not yet committed, so still seen here).
+    static let heldElsewhereSQL = """
+        SELECT j.id FROM pushd.jobs j JOIN \(asClaimed) ON c.id = j.id WHERE \(stillAsClaimed)
+        """
+
+    private static func claimedParameters(_ batch: ClaimedJobs) -> [any PGParameter] {
+        [batch.jobs.map(\.id), batch.jobs.map(\.runAt), batch.jobs.map { Int32(clamping: $0.attempts) }, batch.jobs.map(\.lastError)]
+    }
 
     /// Takes again, in a new transaction on `connection`, the jobs of `batch` whose claim was
     /// rolled back after they were sent (the claiming session ended, or `finish` failed), so that
     /// the outcomes already known for them can be recorded with `finish` and they are not sent
     /// again. The rollback put every job of the batch back under the same id; a job another
-    /// claimer holds (locked) or has settled since (gone) is not taken: that claimer sends it
-    /// again. Returns the jobs taken, as their rows are now; as with `claim`, a non-empty result
-    /// leaves the connection inside the transaction, to be settled with `finish`.
+    /// claimer holds (locked) is not taken: that claimer sends it again (`heldElsewhere` names
+    /// them). Nor is one settled since the claim (gone, or back as a retry): by that claimer, or
+    /// by the claim's own COMMIT when it went through and only its reply was lost. Returns the
+    /// jobs taken, as their rows are now; as with `claim`, a non-empty result leaves the
+    /// connection inside the transaction, to be settled with `finish`.
     public func retake(_ connection: PGConnection, _ batch: ClaimedJobs) throws -> ClaimedJobs {
         guard !batch.isEmpty else { return ClaimedJobs(jobs: []) }
         do {
-            let result = try connection.beginAndQuery(connection.prepared(Self.retakeSQL), [batch.jobs.map(\.id)])
+            let result = try connection.beginAndQuery(connection.prepared(Self.retakeSQL), Self.claimedParameters(batch))
             let registered = Dictionary(uniqueKeysWithValues: batch.jobs.map { ($0.id, $0.registeredEnvironment) })
             var jobs = [Job]()
             for row in result.rows {
@@ -265,6 +289,15 @@ public struct JobQueue: Sendable {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
         }
+    }
+
+    /// The jobs of `batch`, as it was claimed, that another claimer's open transaction holds:
+    /// what `retake` could not take and that claimer sends again. After `retake`, on the same
+    /// connection (the jobs it took are gone from its view).
+    public func heldElsewhere(_ connection: PGConnection, _ batch: ClaimedJobs) throws -> Set<Int64> {
+        guard !batch.isEmpty else { return [] }
+        return Set(try connection.query(connection.prepared(Self.heldElsewhereSQL), Self.claimedParameters(batch)).rows
+            .map { try $0.require(0) as Int64 })
     }
 
     /// Puts every job of the batch back untouched (for a shutdown before sending).

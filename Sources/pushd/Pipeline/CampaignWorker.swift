@@ -1152,8 +1152,14 @@ final class CampaignWorker: @unchecked Sendable {
         let expiration = batch.expiration.map { Int64($0.timeIntervalSince1970) }
         let rate = batch.rateLimit ?? context.config.apps.first(where: { $0.name == batch.app })?.campaignRate
             ?? context.config.defaultCampaignRate
-        var prunes = [TokenPrune]()
+        var prunes = [ParkedPlace: TokenPrune]()
         var inFlight = [Int: (target: ParkedTarget, authorization: String?)]()
+        // The claim lives in the session's open transaction: should the session end meanwhile,
+        // every target of the batch is parked again as it was, due, for any claimer to send again.
+        // Looked at between answers, so that the batch is taken again at once on a new session.
+        var claim = SentBatchClaim(held: batch.targets.map(\.place), connection: connection)
+        var taken = batch
+        var nextCheck = RateLimiter.monotonicSeconds() + SentBatchTiming.sessionCheckSeconds
 
         func again(_ target: ParkedTarget, at time: Timestamp, reason: String? = nil, countsAsAttempt: Bool = false) {
             var target = target
@@ -1172,7 +1178,7 @@ final class CampaignWorker: @unchecked Sendable {
                 again(target, at: Timestamp().addingTimeInterval(seconds), reason: EnvironmentCoverage.leftReason(environment))
             case .deadLetter:
                 let label = AppSender.NoCredentials(app: batch.app, environment: environment).label
-                outcomes.failedByReason[label, default: 0] += 1
+                outcomes.failed(target, reason: label)
                 context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: label).increment()
                 context.tally.add(context.tally.failed)
             }
@@ -1197,7 +1203,11 @@ final class CampaignWorker: @unchecked Sendable {
                 let now = RateLimiter.monotonicSeconds()
                 guard now < moment else { return }
                 keeper.beat(worker: index)
-                completions.take(atLeast: untilAnswered ? 1 : .max, until: min(moment, now + 1), into: &answers)
+                if now >= nextCheck {
+                    parkedRecorder.keep(&claim) { claim in try retakeParked(&taken, &claim) }
+                    nextCheck = RateLimiter.monotonicSeconds() + SentBatchTiming.sessionCheckSeconds
+                }
+                completions.take(atLeast: untilAnswered ? 1 : .max, until: min(moment, now + 1, nextCheck), into: &answers)
                 for result in answers {
                     // The answers of the chunks being sent keep arriving meanwhile.
                     guard CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF else {
@@ -1213,6 +1223,8 @@ final class CampaignWorker: @unchecked Sendable {
 
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
+            // The session ended and this target was not taken back: another claimer sends it.
+            if claim.cause != nil, !claim.held.contains(target.place) { continue }
             if outOfTime {
                 outcomes.retries.append(target)
                 continue
@@ -1226,7 +1238,7 @@ final class CampaignWorker: @unchecked Sendable {
                 continue
             }
             if OutcomePolicy.expiredBeforeSending(expiration, now: Timestamp()) != nil {
-                outcomes.failedByReason[OutcomePolicy.expiredLabel, default: 0] += 1
+                outcomes.failed(target, reason: OutcomePolicy.expiredLabel)
                 context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: OutcomePolicy.expiredLabel).increment()
                 context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
                 context.tally.add(context.tally.failed)
@@ -1271,7 +1283,7 @@ final class CampaignWorker: @unchecked Sendable {
                     again(target, at: Timestamp().addingTimeInterval(seconds), reason: EnvironmentCoverage.tokenLeftReason(app: batch.app))
                     continue
                 }
-                outcomes.failedByReason[reason, default: 0] += 1
+                outcomes.failed(target, reason: reason)
                 context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: reason).increment()
                 context.tally.add(context.tally.failed)
                 continue
@@ -1302,12 +1314,12 @@ final class CampaignWorker: @unchecked Sendable {
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
                           environment: environment, authorization: authorization) {
             case .sent:
-                outcomes.sent += 1
+                outcomes.sent(target)
             case .pruned(let reason, let prune):
-                outcomes.failedByReason[reason, default: 0] += 1
-                prunes.append(prune)
+                outcomes.failed(target, reason: reason)
+                prunes[target.place] = prune
             case .failed(let reason):
-                outcomes.failedByReason[reason, default: 0] += 1
+                outcomes.failed(target, reason: reason)
             case .retry(let at, let reason, let countsAsAttempt):
                 again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
             case .pause(let reason), .hold(let reason):
@@ -1322,18 +1334,52 @@ final class CampaignWorker: @unchecked Sendable {
         for (target, authorization) in inFlight.values {
             settle(target, .transportFailure("no answer within \(Int(timeout))s"), authorization: authorization)
         }
-        if !prunes.isEmpty {
+        // Recorded through the end of the batch's session (`SentBatchRecorder`): the prunes are
+        // written with it and counted once committed.
+        var recorded = outcomes
+        var pruned = PruneOutcome()
+        let session = try parkedRecorder.record(&claim, accepted: outcomes.sentPlaces, retake: { claim in
+            try retakeParked(&taken, &claim)
+        }, write: { connection, takenBack in
+            var writing = takenBack.map { outcomes.restricted(to: $0) } ?? outcomes
+            let places = takenBack ?? Set(batch.targets.map(\.place))
+            pruned = try context.writePrunes(prunes.filter { places.contains($0.key) }
+                .sorted { ($0.key.chunk, $0.key.position) < ($1.key.chunk, $1.key.position) }.map(\.value), on: connection)
             // The timestamp rule is counted as for a chunk's own targets: kept tokens apart.
-            let pruned = try context.prune(prunes, on: connection)
-            outcomes.pruned = pruned.invalidated.count
-            outcomes.keptTokens = pruned.keptByTimestamp.count
-        }
-        try settleParked(batch, outcomes, on: connection)
-        context.restoreTokens(on: connection)
-        countProcessed(ChunkProgress(position: 0, sent: outcomes.sent, failedByReason: outcomes.failedByReason, pruned: outcomes.pruned,
-                                     keptTokens: outcomes.keptTokens),
+            writing.pruned = pruned.invalidated.count
+            writing.keptTokens = pruned.keptByTimestamp.count
+            try settleParked(taken, writing, on: connection)
+            recorded = writing
+        }, dropConnection: {
+            self.connection?.close()
+            self.connection = nil
+        })
+        context.prunesCommitted(pruned)
+        context.restoreTokens(on: session)
+        countProcessed(ChunkProgress(position: 0, sent: recorded.sent, failedByReason: recorded.failedByReason, pruned: recorded.pruned,
+                                     keptTokens: recorded.keptTokens),
                        app: batch.app)
         return pause
+    }
+
+    private var parkedRecorder: SentBatchRecorder<ParkedPlace> {
+        SentBatchRecorder(context: context, lane: .campaign, worker: index, rows: "targets", backIn: "their parked retries",
+                          beat: { [keeper, index] in keeper.beat(worker: index) })
+    }
+
+    /// Takes back on a new session the targets of `batch` no other claimer has taken; the
+    /// worker's connection is that session's from now on.
+    private func retakeParked(_ batch: inout ParkedBatch, _ claim: inout SentBatchClaim<ParkedPlace>) throws {
+        connection?.close()
+        connection = nil
+        let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: context.config.apns.answerWaitSeconds)
+        let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)",
+                                             settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
+        connection = fresh
+        let taken = try store.retakeParked(fresh, batch)
+        let held = try store.parkedHeldElsewhere(fresh, batch, taken: taken)
+        parkedRecorder.retaken(&claim, .init(taken: taken.targets.map(\.place), heldElsewhere: held), on: fresh)
+        batch = taken
     }
 
     /// Counts of settled parked batches that their campaign's row did not take, per campaign

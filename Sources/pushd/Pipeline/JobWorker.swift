@@ -440,154 +440,67 @@ final class JobWorker: @unchecked Sendable {
     }
 
     /// How often a worker waiting on a batch's answers looks whether its session still holds the claim.
-    static let sessionCheckSeconds = 0.05
+    static let sessionCheckSeconds = SentBatchTiming.sessionCheckSeconds
 
-    /// How long a worker keeps a batch's outcomes, and tries to record them on a new session,
-    /// while the database stays away; then they are given up and the batch is sent again.
-    static let recordAgainSeconds = 300.0
-
-    /// A sent batch and the session whose transaction holds its claim. The claim is the claiming
-    /// transaction's DELETE: when the session ends before the outcomes are committed (cut while
-    /// answers are awaited, or while they are recorded, or a COMMIT that fails), the rows are back
-    /// in `pushd.jobs` under the same ids. The worker knows what APNs answered for each, so it
-    /// takes back on a new session those no other claimer has taken meanwhile (`JobQueue.retake`)
-    /// and records the same outcomes for them; the others are sent again by that claimer.
+    /// A sent batch and the session whose transaction holds its claim, the claiming
+    /// transaction's DELETE (`SentBatchClaim`): when the session ends before the outcomes are
+    /// committed, the rows are back in `pushd.jobs` under the same ids.
     private struct Claim {
         /// The jobs the open transaction holds (after a retake, those it took back).
         var batch: ClaimedJobs
-        /// nil once the session ended, until the jobs are taken back on a new one.
-        var connection: PGConnection?
-        /// What ended the first session, once one ended.
-        var cause: (any Error)?
-        /// Jobs of the batch another claimer took (or settled) before they could be taken back.
-        var sentAgain = [Int64]()
-        /// How many jobs the batch had when claimed.
-        let claimed: Int
+        var rows: SentBatchClaim<Int64>
 
         init(batch: ClaimedJobs, connection: PGConnection) {
             self.batch = batch
-            self.connection = connection
-            claimed = batch.jobs.count
-        }
-
-        mutating func lost(_ error: any Error) {
-            if cause == nil { cause = error }
-            connection = nil
+            rows = SentBatchClaim(held: batch.jobs.map(\.id), connection: connection)
         }
     }
 
-    /// Between answers: a session that ended is noticed here, and the batch taken back at once,
-    /// before other claimers take its jobs (they back off before reconnecting). A failed attempt
-    /// is left for `record`, which tries again.
+    private var recorder: SentBatchRecorder<Int64> {
+        SentBatchRecorder(context: context, lane: .transactional, worker: index, rows: "jobs", backIn: "the queue")
+    }
+
+    /// Between answers: a session that ended is noticed, and the batch taken back at once.
     private func keepClaim(_ claim: inout Claim) {
-        guard let connection = claim.connection else { return }
-        do {
-            try connection.checkSession()
-        } catch {
-            context.databaseError(error)
-            claim.lost(error)
-            do {
-                try retake(&claim)
-            } catch {
-                context.databaseError(error)
-            }
-        }
+        var batch = claim.batch
+        recorder.keep(&claim.rows) { rows in try retake(&batch, &rows) }
+        claim.batch = batch
     }
 
-    /// Takes back on a new session what of `claim` no other claimer has taken.
-    private func retake(_ claim: inout Claim) throws {
+    /// Takes back on a new session what of `batch` no other claimer has taken.
+    private func retake(_ batch: inout ClaimedJobs, _ rows: inout SentBatchClaim<Int64>) throws {
         connection?.close()
         connection = nil
         let fresh = try connectIfNeeded()
-        let taken = try queue.retake(fresh, claim.batch)
-        let ids = Set(taken.jobs.map(\.id))
-        claim.sentAgain += claim.batch.jobs.lazy.map(\.id).filter { !ids.contains($0) }
-        claim.batch = taken
-        claim.connection = fresh
+        let taken = try queue.retake(fresh, batch)
+        let held = try queue.heldElsewhere(fresh, batch)
+        recorder.retaken(&rows, .init(taken: taken.jobs.map(\.id), heldElsewhere: held), on: fresh)
+        batch = taken
     }
 
     /// Records the outcomes of a sent batch (prunes, then `JobQueue.finish`) and returns the
-    /// retries refused and the session that holds the worker's connection now. When the session
-    /// ends or the COMMIT fails, the outcomes are kept and recorded again on a new session for
-    /// the jobs taken back (`Claim`), for up to `recordAgainSeconds` (once only for an error that
-    /// is not transient); then (at once for an error
-    /// that is not the database's) they are given up, loudly, and the error is thrown.
+    /// retries refused and the session that holds the worker's connection now; through the end of
+    /// the batch's session, as `SentBatchRecorder.record` says. The prunes are counted once
+    /// committed: written in a transaction that ended, they are written again with the jobs
+    /// taken back.
     private func record(_ claim: inout Claim, _ outcomes: JobOutcomes,
                         _ prunes: [Int64: TokenPrune]) throws -> ([RefusedRetry], PGConnection) {
-        let started = RateLimiter.monotonicSeconds()
-        var attempts = 0
-        while true {
-            do {
-                if claim.connection == nil { try retake(&claim) }
-                guard let connection = claim.connection else { throw QueueError("no session holds the batch") }
-                var refused = [RefusedRetry]()
-                if !claim.batch.isEmpty {
-                    if claim.cause == nil {
-                        _ = try context.prune(prunes.sorted { $0.key < $1.key }.map(\.value), on: connection)
-                        refused = try queue.finish(connection, claim.batch, outcomes)
-                    } else {
-                        let ids = Set(claim.batch.jobs.map(\.id))
-                        _ = try context.prune(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
-                        refused = try queue.finish(connection, claim.batch, outcomes.restricted(to: ids))
-                    }
-                }
-                if let cause = claim.cause { reportRecordedAgain(claim, cause: cause, outcomes) }
-                return (refused, connection)
-            } catch {
-                claim.lost(error)
-                connection?.close()
-                connection = nil
-                context.databaseError(error)
-                // The worker sends nothing meanwhile: a lane that keeps failing is named by /readyz.
-                context.laneHealth.failed(Lane.transactional.rawValue, error: error, started: started)
-                attempts += 1
-                // Stopping, one more attempt (at once) before the batch is left to be sent again; an
-                // error of pushd's own (outcomes that do not cover the batch) would only recur, and
-                // so would a database error that is not of the server's moment (a constraint, a
-                // trigger, bad data: `PGError.Code.isTransient`) once it has refused the batch taken
-                // back too: retried for minutes, it held the worker while other claimers sent the
-                // jobs it rolled back each time.
-                let transient = (error as? PGError)?.code.isTransient == true
-                if !(error is PGError) || (context.isStopping && attempts >= 2) || (!transient && attempts >= 2)
-                    || RateLimiter.monotonicSeconds() - started >= Self.recordAgainSeconds {
-                    reportGivenUp(claim, outcomes, last: error, seconds: RateLimiter.monotonicSeconds() - started)
-                    throw error
-                }
-                // The first time at once: the sooner the batch is taken back, the fewer jobs
-                // another claimer has taken meanwhile.
-                if attempts > 1 { context.sleepAfterDatabaseFailure(attempts - 1) }
-            }
-        }
-    }
-
-    /// One warning line per batch whose session ended before its outcomes were committed, and
-    /// the counts of `pushd_unrecorded_outcomes_total`.
-    private func reportRecordedAgain(_ claim: Claim, cause: any Error, _ outcomes: JobOutcomes) {
-        let accepted = Set(outcomes.delivered)
-        let recorded = claim.batch.jobs.count { accepted.contains($0.id) }
-        let again = claim.sentAgain.count { accepted.contains($0) }
-        let reason = PipelineContext.databaseErrorReason(cause)
-        let lane = Lane.transactional.rawValue
-        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "recorded_again").increment(by: UInt64(recorded))
-        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "sent_again").increment(by: UInt64(again))
-        context.logger.warning("transactional worker \(index): the database session of a batch of \(claim.claimed) sent jobs ended before their outcomes were committed (\(cause)); \(recorded) notifications APNs accepted were recorded again on a new session, \(again) will be sent again (another claimer had taken their jobs), \(claim.sentAgain.count - again) other jobs went back to the queue",
-                               ("event", "batch_recorded_again"), ("worker", .int(Int64(index))), ("jobs", .int(Int64(claim.claimed))),
-                               ("recorded_again", .int(Int64(recorded))), ("sent_again", .int(Int64(again))), ("reason", .string(reason)))
-    }
-
-    /// The outcomes of a batch could not be recorded for `seconds` (or pushd is stopping): its
-    /// jobs are in the queue and are sent again, the accepted ones too.
-    private func reportGivenUp(_ claim: Claim, _ outcomes: JobOutcomes, last: any Error, seconds: Double) {
-        let accepted = Set(outcomes.delivered)
-        let lost = claim.batch.jobs.count { accepted.contains($0.id) }
-        let again = claim.sentAgain.count { accepted.contains($0) }
-        let reason = PipelineContext.databaseErrorReason(claim.cause ?? last)
-        let lane = Lane.transactional.rawValue
-        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "given_up").increment(by: UInt64(lost))
-        context.metrics.unrecordedOutcome(lane: lane, reason: reason, result: "sent_again").increment(by: UInt64(again))
-        context.logger.error("transactional worker \(index): could not record the outcomes of a batch of \(claim.claimed) sent jobs for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(lost + again) notifications APNs accepted will be sent again",
-                             ("event", "batch_outcomes_given_up"), ("worker", .int(Int64(index))), ("jobs", .int(Int64(claim.claimed))),
-                             ("given_up", .int(Int64(lost))), ("sent_again", .int(Int64(again))), ("reason", .string(reason)))
+        var refused = [RefusedRetry]()
+        var pruned = PruneOutcome()
+        var batch = claim.batch
+        let session = try recorder.record(&claim.rows, accepted: Set(outcomes.delivered), retake: { rows in
+            try retake(&batch, &rows)
+        }, write: { connection, takenBack in
+            let ids = takenBack ?? Set(batch.jobs.map(\.id))
+            pruned = try context.writePrunes(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
+            refused = try queue.finish(connection, batch, takenBack.map { outcomes.restricted(to: $0) } ?? outcomes)
+        }, dropConnection: {
+            connection?.close()
+            connection = nil
+        })
+        claim.batch = batch
+        context.prunesCommitted(pruned)
+        return (refused, session)
     }
 
     /// Takes on putting back the queued jobs of `key` for its hold, unless another worker has.

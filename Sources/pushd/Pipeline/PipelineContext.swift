@@ -265,6 +265,15 @@ final class PipelineContext: @unchecked Sendable {
     /// DeviceTokenNotForTopic prunes of a run that tripped its app's breaker are left out, and
     /// the breaker learns which were written (`NotForTopicBreaker`).
     func prune(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
+        let outcome = try writePrunes(prunes, on: connection)
+        prunesCommitted(outcome)
+        return outcome
+    }
+
+    /// The writes of `prune` without its counts, in a transaction still to be committed: a
+    /// transaction that ends without its COMMIT takes them back, and they are written again with
+    /// the batch taken back. `prunesCommitted` counts them once the COMMIT went through.
+    func writePrunes(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
         let notForTopic = prunes.contains { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }
         var writing = prunes
@@ -273,8 +282,12 @@ final class PipelineContext: @unchecked Sendable {
                 .flatMap { app, prunes in senders[app]?.prunesToWrite(prunes) ?? prunes }
             guard !writing.isEmpty else { return PruneOutcome() }
         }
-        let outcome = try TokenStore().prune(connection, writing)
-        if notForTopic {
+        return try TokenStore().prune(connection, writing)
+    }
+
+    /// Counts prunes `writePrunes` wrote, once they are committed.
+    func prunesCommitted(_ outcome: PruneOutcome) {
+        if outcome.invalidated.contains(where: { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }) {
             for (app, invalidated) in Dictionary(grouping: outcome.invalidated, by: \.app) { senders[app]?.prunesWritten(invalidated) }
         }
         for prune in outcome.invalidated {
@@ -285,7 +298,6 @@ final class PipelineContext: @unchecked Sendable {
         }
         tally.add(tally.pruned, outcome.invalidated.count)
         reportRefusedPrunes(outcome)
-        return outcome
     }
 
     // MARK: DeviceTokenNotForTopic
