@@ -554,9 +554,9 @@ final class Pipeline: @unchecked Sendable {
         }
         metrics.campaignTargetsRemaining.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()
-            // Running and paused ones only: a scheduled campaign's targets are not a backlog yet.
+            // Every campaign not over, due or not (`CampaignProgress.remaining`); the due part is the campaign lane's depth.
             return Dictionary(grouping: stats.campaigns, by: \.app).map { app, campaigns in
-                MetricSample(labelValues: [app], value: Double(campaigns.filter { $0.status != .scheduled }.reduce(0) { $0 + $1.remaining }))
+                MetricSample(labelValues: [app], value: Double(campaigns.reduce(0) { $0 + $1.remaining }))
             }
         }
         metrics.queueStatsAge.setSource { [self] in
