@@ -110,8 +110,9 @@ final class DaemonHarness: @unchecked Sendable {
         return config
     }
 
-    /// The same configuration as a YAML file, for the real binary.
-    func writeConfigFile(rate: Int? = nil) throws -> String {
+    /// The same configuration as a YAML file, for the real binary; `extra` is appended as it
+    /// is (a `workers:` section, say).
+    func writeConfigFile(rate: Int? = nil, appending extra: String = "") throws -> String {
         let path = directory + "/pushd.yml"
         let yaml = """
         database:
@@ -142,7 +143,7 @@ final class DaemonHarness: @unchecked Sendable {
               key_id: \(Self.keyID)
               key_file: \(keyFile)
         """
-        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        try (extra.isEmpty ? yaml : yaml + "\n" + extra).write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
 

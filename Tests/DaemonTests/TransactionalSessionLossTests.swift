@@ -17,20 +17,11 @@ import Testing
             // Answers take 1.5 s: the batches are at APNs, unanswered, when the sessions are cut.
             let harness = try DaemonHarness(database: database, faults: FaultConfiguration(delayMilliseconds: 1500))
             let connection = try database.connect()
-            let config = try harness.writeConfigFile()
             // Four workers of 100 jobs each: four batches in flight at once.
-            let text = try String(contentsOfFile: config, encoding: .utf8)
-            try (text + "\nworkers:\n  transactional: 4\n  batch_size: 100\n").write(toFile: config, atomically: true, encoding: .utf8)
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: config, log: log)
-            defer {
-                kill(process.processIdentifier, SIGTERM)
-                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
-            }
-            var port: Int?
-            #expect(DaemonHarness.wait(seconds: 20) { port = PrometheusScrapeTests.metricsPort(log: log); return port != nil })
-            let registered = try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 }
-            #expect(registered)
+            let daemon = try TLSFailurePausesAppTests.Daemon(
+                config: try harness.writeConfigFile(appending: "workers:\n  transactional: 4\n  batch_size: 100\n"), log: harness.directory + "/pushd.log")
+            #expect(DaemonHarness.wait(seconds: 20) { daemon.metricsAddress != nil })
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
 
             let count = 400
             try connection.query("""
@@ -54,12 +45,12 @@ import Testing
             let twice = perToken.filter { $0.value.accepted != 1 }
             #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once, e.g. \(twice.first.map { "\($0.key): \($0.value.accepted)" } ?? "")")
 
-            let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let lines = daemon.text
             let recorded = lines.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
             #expect(!recorded.isEmpty, "no batch_recorded_again line in \(lines)")
             #expect(recorded.allSatisfy { $0.contains("were recorded again on a new session") && $0.contains("0 will be sent again") },
                     "\(recorded)")
-            let metrics = MixedFleetTests.scrape(port: UInt16(port ?? 0))
+            let metrics = daemon.metrics()
             let again = metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && $0.contains("result=\"recorded_again\"") }
             let total = again.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
             // Every notification of the cut batches was accepted once and recorded on a new session.
@@ -85,17 +76,9 @@ import Testing
                 CREATE CONSTRAINT TRIGGER fail_first_commit AFTER DELETE ON pushd.jobs
                     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fail_first_commit();
                 """)
-            let config = try harness.writeConfigFile()
-            let text = try String(contentsOfFile: config, encoding: .utf8)
-            try (text + "\nworkers:\n  transactional: 4\n  batch_size: 100\n").write(toFile: config, atomically: true, encoding: .utf8)
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: config, log: log)
-            defer {
-                kill(process.processIdentifier, SIGTERM)
-                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
-            }
-            let registered = try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 }
-            #expect(registered)
+            let daemon = try TLSFailurePausesAppTests.Daemon(
+                config: try harness.writeConfigFile(appending: "workers:\n  transactional: 4\n  batch_size: 100\n"), log: harness.directory + "/pushd.log")
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
 
             let count = 50
             try connection.query("""
@@ -109,8 +92,7 @@ import Testing
             #expect(perToken.count == count)
             let twice = perToken.filter { $0.value.accepted != 1 }
             #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once")
-            let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            let recorded = lines.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
+            let recorded = daemon.text.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
             #expect(recorded.count == 1 && recorded.allSatisfy { $0.contains("this COMMIT is refused once") && $0.contains("\(count) notifications APNs accepted were recorded again") },
                     "\(recorded)")
         }
@@ -130,15 +112,8 @@ import Testing
                 CREATE CONSTRAINT TRIGGER refuse_commit AFTER DELETE ON pushd.jobs
                     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.refuse_commit();
                 """)
-            let config = try harness.writeConfigFile()
-            let text = try String(contentsOfFile: config, encoding: .utf8)
-            try (text + "\nworkers:\n  transactional: 1\n  batch_size: 10\n").write(toFile: config, atomically: true, encoding: .utf8)
-            let log = harness.directory + "/pushd.log"
-            let process = try DaemonProcessTests.start(config: config, log: log)
-            defer {
-                kill(process.processIdentifier, SIGTERM)
-                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
-            }
+            let daemon = try TLSFailurePausesAppTests.Daemon(
+                config: try harness.writeConfigFile(appending: "workers:\n  transactional: 1\n  batch_size: 10\n"), log: harness.directory + "/pushd.log")
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.instances") == 1 })
 
             try connection.query("""
@@ -146,7 +121,7 @@ import Testing
                 SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 10) g
                 """)
             func givenUp() -> [Substring] {
-                ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains("batch_outcomes_given_up") }
+                daemon.text.split(separator: "\n").filter { $0.contains("batch_outcomes_given_up") }
             }
             #expect(DaemonHarness.wait(seconds: 15) { !givenUp().isEmpty }, "no batch_outcomes_given_up line within 15 s")
             #expect(givenUp().first?.contains("this COMMIT is always refused") == true, "\(givenUp())")
@@ -154,6 +129,7 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             try connection.execute(script: "DROP TRIGGER refuse_commit ON pushd.jobs;")
             #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })
+            #expect(daemon.process.isRunning, "a refused COMMIT stops no worker: \(daemon.text.suffix(2000))")
         }
     }
 

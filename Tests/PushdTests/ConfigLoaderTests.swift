@@ -188,6 +188,48 @@ import Testing
         #expect(found.contains { $0.contains(expected) }, "got \(found)")
     }
 
+    /// `apns.host`, `apns.sandbox_host` and `apns.channel_host` are refused at load when the
+    /// dispatcher could not use them, naming the setting and its line: a bad port, an IPv6
+    /// address without brackets, a scheme. Before, a bad port made the whole text the host name.
+    @Test(arguments: [
+        ("host", "push.example:abc", "apns.host (line 3): 'push.example:abc' is not host or host:port (the port 'abc' is not a number from 1 to 65535)"),
+        ("sandbox_host", "127.0.0.1:70000", "apns.sandbox_host (line 3): '127.0.0.1:70000' is not host or host:port (the port '70000' is not a number from 1 to 65535)"),
+        ("channel_host", "::1:2196", "apns.channel_host (line 3): '::1:2196' is not host or host:port (an IPv6 address goes in brackets, as [::1]:2197)"),
+        ("channel_host", "https://mock:2196", "apns.channel_host (line 3): 'https://mock:2196' is not host or host:port (a host has no scheme or path)"),
+        ("host", "[::1]x", "apns.host (line 3): '[::1]x' is not host or host:port (after ']' only ':port' may follow)"),
+        ("host", "mock:", "apns.host (line 3): 'mock:' is not host or host:port (the port '' is not a number from 1 to 65535)"),
+    ])
+    func aHostOverrideTheDispatcherCannotUseIsRefusedAtLoadNamingTheSettingAndLine(key: String, value: String, expected: String) {
+        let text = "database: {url: 'postgresql://h/d'}\napns:\n  \(key): '\(value)'\napps: []"
+        let found = Self.problems(text)
+        #expect(found.contains { $0.contains(expected) }, "got \(found)")
+    }
+
+    @Test(arguments: ["push.example", "push.example:2197", "127.0.0.1:8443", "[::1]", "[::1]:2197"])
+    func aHostOverrideWithOrWithoutPortIsAccepted(value: String) {
+        for key in ["host", "sandbox_host", "channel_host"] {
+            let text = "database: {url: 'postgresql://h/d'}\napns:\n  \(key): '\(value)'\napps: []"
+            let found = Self.problems(text)
+            #expect(!found.contains { $0.contains("apns.\(key)") }, "\(key): got \(found)")
+        }
+    }
+
+    /// A host override that reached the dispatcher without the loader (a configuration built
+    /// in code) is refused there with the same words, rather than sent to a host named
+    /// "push.example:abc".
+    @Test func theDispatcherConfigurationRefusesABadHostOverrideNamingTheSetting() throws {
+        var (config, _) = try ConfigLoader.parse(Self.valid, environment: [:])
+        config.apns.sandboxHostOverride = "push.example:abc"
+        #expect {
+            _ = try Pipeline.dispatcherConfiguration(for: config.apps[0], environment: .sandbox, config: config)
+        } throws: { error in
+            "\(error)".contains("apns.sandbox_host: 'push.example:abc' is not host or host:port")
+        }
+        config.apns.sandboxHostOverride = "[::1]"
+        let v6 = try #require(try Pipeline.dispatcherConfiguration(for: config.apps[0], environment: .sandbox, config: config))
+        #expect(v6.host == "::1" && v6.port == 443, "\(v6.host) \(v6.port)")
+    }
+
     @Test func everyProblemIsReportedAtOnce() {
         let found = Self.problems("apns: {threads: 0, colour: red}\napps: [{name: '', bundle_id: x}]")
         #expect(found.count >= 4, "\(found)")

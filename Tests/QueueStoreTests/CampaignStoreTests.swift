@@ -530,6 +530,26 @@ import Testing
             #expect(due.depth == 1010 && due.scheduled == 0, "\(due)")
         }
     }
+
+    /// A paused campaign sends nothing until it is resumed: its targets are remaining, not due.
+    @Test func queueStatsCountAPausedCampaignAsRemainingButNotDue() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let paused = try campaigns.create(connection, NewCampaign(app: "shop", name: "paused", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: paused, targets: (1...40).map { (Fixtures.token($0), nil) })
+            #expect(try campaigns.start(connection, id: paused) == .running)
+            #expect(try campaigns.pause(connection, id: paused) == .paused)
+            let running = try campaigns.create(connection, NewCampaign(app: "shop", name: "running", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: running, targets: (101...103).map { (Fixtures.token($0), nil) })
+            #expect(try campaigns.start(connection, id: running) == .running)
+
+            let stats = try QueueStats.read(connection)
+            let lane = try #require(stats.lanes.first { $0.lane == .campaign && $0.app == "shop" })
+            #expect(lane.depth == 3 && lane.scheduled == 0, "\(lane)")
+            #expect(stats.campaigns.map(\.remaining).reduce(0, +) == 43)
+        }
+    }
 }
 
 @Suite struct CampaignImportSessionTests {

@@ -234,7 +234,7 @@ public struct PushdMetrics: Sendable {
             unit: "seconds", labels: ["lane"])
         queueAppDepth = try registry.callbackGauge(
             "pushd_queue_app_depth",
-            help: "Work waiting per app: due or held jobs (transactional, broadcast) or unsent targets of running or paused campaigns, and of scheduled ones whose start time has come (campaign), whichever instance serves the app.",
+            help: "Work waiting per app: due or held jobs (transactional, broadcast) or due campaign targets: remaining targets of running campaigns and of scheduled ones whose start time has come, not of paused ones (campaign), whichever instance serves the app.",
             labels: ["app", "lane"])
         queueAppOldestAge = try registry.callbackGauge(
             "pushd_queue_app_oldest_age_seconds",
@@ -255,7 +255,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app", "status"])
         campaignTargetsRemaining = try registry.callbackGauge(
             "pushd_campaign_targets_remaining",
-            help: "Targets of running and paused campaigns not yet processed.",
+            help: "Targets not yet sent or failed of campaigns not over (scheduled, running or paused), due or not.",
             labels: ["app"])
         campaignChunksSending = try registry.gauge(
             "pushd_campaign_chunks_sending",

@@ -65,23 +65,19 @@ public struct FleetSnapshot: Sendable {
     /// `ch`: per campaign, the chunks being sent, those a worker could lease, and when the last
     /// chunk ended or the last lease ran out (what a campaign waiting for a worker waits since).
     static let campaignsSQL = """
-        SELECT c.id, c.app, c.name, c.status, c.targets, c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0),
-               c.pruned + coalesce(h.pruned, 0), c.rate_limit, extract(epoch FROM now() - c.started_at)::float8,
-               CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END,
-               coalesce(ch.sending, 0),
+        SELECT \(CampaignProgress.columns), c.rate_limit, coalesce(ch.sending, 0),
                CASE WHEN c.status = 'running' AND h.campaign_id IS NULL AND ch.sending = 0 AND ch.free > 0
                          AND (c.next_lease_at IS NULL OR c.next_lease_at <= now())
                     THEN extract(epoch FROM now() - greatest(c.started_at, ch.last_end, c.next_lease_at))::float8 END,
                c.start_at
-        FROM pushd.campaigns c
-        LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
+        FROM \(CampaignProgress.source)
         LEFT JOIN LATERAL (
             SELECT count(*) FILTER (WHERE x.finished_at IS NULL AND x.lease_until >= now())::integer AS sending,
                    count(*) FILTER (WHERE x.finished_at IS NULL AND (x.lease_until IS NULL OR x.lease_until < now()))::integer AS free,
                    greatest(max(x.finished_at), max(x.lease_until) FILTER (WHERE x.lease_until < now())) AS last_end
             FROM pushd.campaign_chunks x WHERE x.campaign_id = c.id AND c.status = 'running'
         ) ch ON true
-        WHERE c.status IN ('scheduled', 'running', 'paused') ORDER BY c.id
+        WHERE \(CampaignProgress.notOver) ORDER BY c.id
         """
 
     /// Served by the index on (app, failed_at) one app at a time; the table is small next to
@@ -100,14 +96,10 @@ public struct FleetSnapshot: Sendable {
             let instances = try InstanceStore().instances(connection)
             let lanes = try QueueStats.read(connection).lanes
             let campaigns = try connection.query(campaignsSQL).rows.map { row in
-                let status: String = try row.require(3)
-                return ActiveCampaign(
-                    progress: CampaignProgress(id: try row.require(0), app: try row.require(1), name: try row.require(2),
-                                               status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(4),
-                                               sent: try row.require(5), failed: try row.require(6), pruned: try row.require(7),
-                                               refusedBy: try row.get(10)),
-                    rateLimit: try row.get(8), runningSeconds: try row.get(9), chunksSending: try row.require(11),
-                    waitingForWorkerSeconds: try row.get(12), startAt: try row.get(13))
+                let (progress, runningSeconds) = try CampaignProgress.decode(row)
+                return ActiveCampaign(progress: progress, rateLimit: try row.get(11), runningSeconds: runningSeconds,
+                                      chunksSending: try row.require(12), waitingForWorkerSeconds: try row.get(13),
+                                      startAt: try row.get(14))
             }
             let dead = try connection.query(deadLettersSQL).rows.map { row in
                 DeadLetterCount(app: try row.require(0), reason: try row.require(1), count: try row.require(2))

@@ -5,11 +5,12 @@ public struct LaneDepth: Sendable, Hashable {
     public enum Lane: String, Sendable, Hashable { case transactional, campaign, broadcast }
     public var lane: Lane
     public var app: String
-    /// Due now or held (jobs), or not yet sent (targets of running or paused campaigns, and of
-    /// scheduled ones whose start time has come).
+    /// Due now or held (jobs), or due targets (`CampaignProgress.due`: remaining targets of
+    /// running campaigns and of scheduled ones whose start time has come; a paused campaign's
+    /// are not due).
     public var depth: Int
-    /// Jobs whose run_at is in the future, held ones left out; targets of campaigns scheduled
-    /// to start later.
+    /// Jobs whose run_at is in the future, held ones left out; remaining targets of campaigns
+    /// scheduled to start later.
     public var scheduled: Int
     /// Seconds since the oldest due job became due (a held one: since its insert), or since the
     /// oldest running campaign started.
@@ -28,11 +29,22 @@ public struct CampaignProgress: Sendable, Hashable {
     public var pruned: Int
     /// The CHECK that refuses to write its row, while the campaign is held for it (`CampaignRefusal`).
     public var refusedBy: String?
+    /// Scheduled, and its start time (by the database's clock) has not come.
+    public var startsLater: Bool
+    /// Targets not yet given an outcome (sent or failed), whether or not they may be sent now.
+    /// `pushd_campaign_targets_remaining` is the sum of these per app.
     public var remaining: Int { max(0, targets - sent - failed) }
+    /// Whether its remaining targets may be sent now: it is running, or scheduled and its start
+    /// time has come (a worker starts it at its next turn). A paused campaign, one scheduled
+    /// later and one that is over are not due. The campaign lane's depth
+    /// (`pushd_queue_app_depth`, `pushd status`) and the due work of an app no instance serves
+    /// count the remaining targets of due campaigns, and only those.
+    public var due: Bool { status == .running || (status == .scheduled && !startsLater) }
 
     public init(id: Int64, app: String, name: String, status: CampaignStatus, targets: Int, sent: Int,
-                failed: Int, pruned: Int, refusedBy: String? = nil) {
+                failed: Int, pruned: Int, refusedBy: String? = nil, startsLater: Bool = false) {
         self.refusedBy = refusedBy
+        self.startsLater = startsLater
         self.id = id
         self.app = app
         self.name = name
@@ -41,6 +53,43 @@ public struct CampaignProgress: Sendable, Hashable {
         self.sent = sent
         self.failed = failed
         self.pruned = pruned
+    }
+
+    /// The campaigns not over, each with the counts of its refusal hold: every read of campaign
+    /// progress selects `columns` from `source` where `notOver`.
+    static let source = "pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id"
+    static let notOver = "c.status IN ('scheduled', 'running', 'paused')"
+    /// Decoded by `decode(_:from:)`, in this order.
+    static let columns = """
+        c.id, c.app, c.name, c.status, c.targets, c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0),
+        c.pruned + coalesce(h.pruned, 0), CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END,
+        coalesce(c.status = 'scheduled' AND c.start_at > now(), false), extract(epoch FROM now() - c.started_at)::float8
+        """
+
+    /// The `columns` of `row` from column `first` on; the last one, seconds since it started
+    /// (nil before), is returned beside it.
+    static func decode(_ row: PGRow, from first: Int = 0) throws -> (progress: CampaignProgress, runningSeconds: Double?) {
+        let status: String = try row.require(first + 3)
+        let progress = CampaignProgress(
+            id: try row.require(first), app: try row.require(first + 1), name: try row.require(first + 2),
+            status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(first + 4),
+            sent: try row.require(first + 5), failed: try row.require(first + 6), pruned: try row.require(first + 7),
+            refusedBy: try row.get(first + 8), startsLater: try row.require(first + 9))
+        return (progress, try row.get(first + 10))
+    }
+}
+
+extension LaneDepth {
+    /// The campaign lane of every app with a campaign not over: its due targets as depth, the
+    /// remaining targets of campaigns scheduled later as scheduled (a paused campaign's are in
+    /// neither), its age since its oldest running campaign started.
+    static func campaignLanes(_ campaigns: [(progress: CampaignProgress, runningSeconds: Double?)]) -> [LaneDepth] {
+        Dictionary(grouping: campaigns, by: \.progress.app).map { app, campaigns in
+            LaneDepth(lane: .campaign, app: app,
+                      depth: campaigns.filter(\.progress.due).reduce(0) { $0 + $1.progress.remaining },
+                      scheduled: campaigns.filter(\.progress.startsLater).reduce(0) { $0 + $1.progress.remaining },
+                      oldestAge: campaigns.filter { $0.progress.status == .running }.compactMap(\.runningSeconds).max() ?? 0)
+        }
     }
 }
 
@@ -53,58 +102,46 @@ public struct QueueStats: Sendable, Hashable {
     /// run_at; it is counted as waiting (due), not as scheduled, and its age runs from its insert.
     static let held = "(run_at > now() AND starts_with(last_error, '\(HeldWork.errorPrefix)'))"
 
-    /// A campaign scheduled to start later: its targets are not due before `start_at`, so they
-    /// count as scheduled, not as waiting (a backlog). Once `start_at` has come it counts as
-    /// due, even before a worker has started it.
-    static let notStarted = "(c.status = 'scheduled' AND coalesce(c.start_at > now(), false))"
-
+    /// A lane row: kind, app, due, scheduled, oldest age, then `CampaignProgress.columns`
+    /// (NULL); a campaign row: 'progress', its app, three zeros, then its progress. The
+    /// campaign lane is made from the progress rows (`LaneDepth.campaignLanes`), so it, the
+    /// campaign lines and `pushd_campaign_targets_remaining` count from the same rows.
     static let sql = """
         SELECT 'transactional', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
                count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
                coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
                                                          min(created_at) FILTER (WHERE \(held)))), 0)::float8,
-               NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text
+               NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+               NULL::text, NULL::boolean, NULL::float8
         FROM pushd.jobs GROUP BY app
         UNION ALL
         SELECT 'broadcast', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
                count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
                coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
                                                          min(created_at) FILTER (WHERE \(held)))), 0)::float8,
-               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.broadcast_jobs GROUP BY app
         UNION ALL
-        SELECT 'campaign', c.app,
-               coalesce(sum(greatest(c.targets - c.sent - c.failed - coalesce(h.sent + h.failed, 0), 0)) FILTER (WHERE NOT \(notStarted)), 0)::bigint,
-               coalesce(sum(greatest(c.targets - c.sent - c.failed - coalesce(h.sent + h.failed, 0), 0)) FILTER (WHERE \(notStarted)), 0)::bigint,
-               coalesce(extract(epoch FROM now() - min(c.started_at) FILTER (WHERE c.status = 'running')), 0)::float8,
-               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
-        WHERE c.status IN ('scheduled', 'running', 'paused') GROUP BY c.app
-        UNION ALL
-        SELECT 'progress', c.app, 0, 0, 0, c.id, c.name, c.status, c.targets,
-               c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0), c.pruned + coalesce(h.pruned, 0),
-               CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END
-        FROM pushd.campaigns c LEFT JOIN pushd.campaign_refusals h ON h.campaign_id = c.id
-        WHERE c.status IN ('scheduled', 'running', 'paused')
+        SELECT 'progress', c.app, 0, 0, 0, \(CampaignProgress.columns)
+        FROM \(CampaignProgress.source) WHERE \(CampaignProgress.notOver)
         """
 
     public static func read(_ connection: PGConnection) throws -> QueueStats {
         let result = try connection.query(connection.prepared(sql))
         var stats = QueueStats(lanes: [], campaigns: [])
+        var campaigns = [(progress: CampaignProgress, runningSeconds: Double?)]()
         for row in result.rows {
             let kind: String = try row.require(0)
             if kind == "progress" {
-                let status: String = try row.require(7)
-                stats.campaigns.append(CampaignProgress(
-                    id: try row.require(5), app: try row.require(1), name: try row.require(6),
-                    status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(8),
-                    sent: try row.require(9), failed: try row.require(10), pruned: try row.require(11), refusedBy: try row.get(12)))
+                campaigns.append(try CampaignProgress.decode(row, from: 5))
             } else {
                 stats.lanes.append(LaneDepth(lane: LaneDepth.Lane(rawValue: kind) ?? .transactional,
                                              app: try row.require(1), depth: try row.require(2),
                                              scheduled: try row.require(3), oldestAge: try row.require(4)))
             }
         }
+        stats.lanes += LaneDepth.campaignLanes(campaigns)
+        stats.campaigns = campaigns.map(\.progress)
         stats.lanes.sort { ($0.lane.rawValue, $0.app) < ($1.lane.rawValue, $1.app) }
         stats.campaigns.sort { $0.id < $1.id }
         return stats

@@ -54,12 +54,7 @@ enum ChannelAuditCommand {
         }
         // The management API has hosts and ports of its own, as the daemon uses them.
         if let override = config.apns.channelHostOverride {
-            if let address = ConfigLoader.parseListenAddress(override) {
-                configuration.host = address.host
-                configuration.port = Int(address.port)
-            } else {
-                configuration.host = override
-            }
+            try configuration.applyHostOverride(override, setting: "apns.channel_host")
         } else {
             configuration.host = environment.apns.channelManagementHost
             configuration.port = environment.apns.channelManagementPort

@@ -168,7 +168,7 @@ struct FleetReport: Sendable {
         }
         var unserved = [String: Int]()
         for row in queue where row.lane != "campaign" && !row.served && row.due > 0 { unserved[row.app, default: 0] += row.due }
-        for row in campaigns where row.campaign.progress.status == .running && !served.contains(row.campaign.progress.app) {
+        for row in campaigns where row.campaign.progress.due && !served.contains(row.campaign.progress.app) {
             unserved[row.campaign.progress.app, default: 0] += row.campaign.progress.remaining
         }
         for (app, count) in unserved.sorted(by: { $0.key < $1.key }) where count > 0 {
@@ -373,7 +373,7 @@ struct FleetReport: Sendable {
     static func startText(_ row: CampaignRow, now: Timestamp) -> String {
         if row.campaign.progress.status == .scheduled, let startAt = row.campaign.startAt {
             let seconds = startAt.timeIntervalSince1970 - now.timeIntervalSince1970
-            return TimeText.moment(startAt) + (seconds > 0 ? " (in \(TimeText.duration(seconds)))" : " (due)")
+            return TimeText.moment(startAt) + (row.campaign.progress.due ? " (due)" : " (in \(TimeText.duration(max(seconds, 0))))")
         }
         guard let running = row.campaign.runningSeconds else { return "-" }
         return TimeText.moment(Timestamp(timeIntervalSince1970: now.timeIntervalSince1970 - running))

@@ -1,4 +1,5 @@
 import APNs
+import Dispatcher
 import Posix
 import QueueStore
 
@@ -84,12 +85,18 @@ enum ConfigLoader {
         let apns = top.section("apns")
         config.apns.hostOverride = apns.string("host")
         config.apns.sandboxHostOverride = apns.string("sandbox_host")
-        for (key, value) in [("host", config.apns.hostOverride), ("sandbox_host", config.apns.sandboxHostOverride)] {
-            if let value, value.contains("/") || value.contains(" ") {
-                reader.error("apns.\(key)", line: apns.line, "'\(value)' must be host or host:port")
+        config.apns.channelHostOverride = apns.string("channel_host")
+        // The parse every dispatcher applies (`HostOverride`): what it would refuse at the
+        // first connection is refused here, with the setting's line.
+        for (key, value) in [("host", config.apns.hostOverride), ("sandbox_host", config.apns.sandboxHostOverride),
+                             ("channel_host", config.apns.channelHostOverride)] {
+            guard let value else { continue }
+            do {
+                _ = try HostOverride(parsing: value, setting: "apns.\(key)")
+            } catch {
+                reader.error("apns.\(key)", line: apns.node(key)?.line ?? apns.line, error.explanation)
             }
         }
-        config.apns.channelHostOverride = apns.string("channel_host")
         config.apns.caFile = apns.string("ca_file")
         config.apns.proxy = apns.string("proxy")
         config.apns.alternatePort = apns.bool("alternate_port", default: false)

@@ -496,12 +496,7 @@ final class BroadcastWorker: @unchecked Sendable {
         // management host, or `apns.channel_host`.
         if management {
             if let override = config.apns.channelHostOverride {
-                if let parsed = ConfigLoader.parseListenAddress(override) {
-                    configuration.host = parsed.host
-                    configuration.port = Int(parsed.port)
-                } else {
-                    configuration.host = override
-                }
+                try configuration.applyHostOverride(override, setting: "apns.channel_host")
             } else {
                 configuration.host = environment.channelManagementHost
                 configuration.port = environment.channelManagementPort

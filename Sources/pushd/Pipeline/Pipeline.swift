@@ -178,17 +178,7 @@ final class Pipeline: @unchecked Sendable {
     static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
                                         config: PushdConfig, certificate: ClientIdentity? = nil) throws -> DispatcherConfiguration? {
         guard let credentials = app.credentials(for: environment) else { return nil }
-        var host = environment.apns.host
-        var port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
-        let override = environment == .sandbox ? config.apns.sandboxHostOverride ?? config.apns.hostOverride : config.apns.hostOverride
-        if let override {
-            if let parsed = ConfigLoader.parseListenAddress(override) {
-                host = parsed.host
-                port = Int(parsed.port)
-            } else {
-                host = override
-            }
-        }
+        let port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
         let credential: ClientCredential
         if let identity = try certificate ?? AppCertificates.load(credentials, environment: environment) {
             credential = .certificate(identity)
@@ -196,7 +186,7 @@ final class Pipeline: @unchecked Sendable {
             credential = .token
         }
         var configuration = DispatcherConfiguration(
-            host: host, port: port, credential: credential, trustedCAFile: config.apns.caFile, proxy: config.apns.proxy,
+            host: environment.apns.host, port: port, credential: credential, trustedCAFile: config.apns.caFile, proxy: config.apns.proxy,
             threads: config.apns.threads, connectionsPerThread: config.apns.connectionsPerApp,
             streamsPerConnection: config.apns.streamsPerConnection, maxOutstanding: config.apns.maxInFlight,
             connectTimeoutMilliseconds: config.apns.connectTimeoutMilliseconds,
@@ -207,6 +197,11 @@ final class Pipeline: @unchecked Sendable {
         configuration.connectionGrowthJudgedOverMilliseconds = config.apns.connectionGrowthJudgedOverMilliseconds
         configuration.answerDeadlineMilliseconds = config.apns.answerDeadlineMilliseconds
         configuration.idleCloseSeconds = config.apns.idleCloseSeconds
+        if environment == .sandbox, let override = config.apns.sandboxHostOverride {
+            try configuration.applyHostOverride(override, setting: "apns.sandbox_host")
+        } else if let override = config.apns.hostOverride {
+            try configuration.applyHostOverride(override, setting: "apns.host")
+        }
         return configuration
     }
 
@@ -554,9 +549,9 @@ final class Pipeline: @unchecked Sendable {
         }
         metrics.campaignTargetsRemaining.setSource(cacheFor: cache) { [self] in
             let stats = try recentStats()
-            // Running and paused ones only: a scheduled campaign's targets are not a backlog yet.
+            // Every campaign not over, due or not (`CampaignProgress.remaining`); the due part is the campaign lane's depth.
             return Dictionary(grouping: stats.campaigns, by: \.app).map { app, campaigns in
-                MetricSample(labelValues: [app], value: Double(campaigns.filter { $0.status != .scheduled }.reduce(0) { $0 + $1.remaining }))
+                MetricSample(labelValues: [app], value: Double(campaigns.reduce(0) { $0 + $1.remaining }))
             }
         }
         metrics.queueStatsAge.setSource { [self] in
