@@ -289,6 +289,14 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
+    /// Why the app is paused when it is because the APNs server's TLS certificate failed
+    /// verification, nil otherwise. No app that dials that host can send, and no retry fixes
+    /// it: unlike a pause for the app's own credentials, it makes the process not ready.
+    var serverCertificateRefusal: String? {
+        guard let reason = pausedReason, reason.hasPrefix(TransportFailureKind.serverCertificateUntrusted.explanation) else { return nil }
+        return reason
+    }
+
     /// The reason the app is paused, or nil when it may send.
     var pausedReason: String? {
         pause.withLock { current -> String? in

@@ -102,6 +102,17 @@ final class PipelineContext: @unchecked Sendable {
         senders.values.compactMap { $0.pausedReason == nil ? nil : $0.app.name }
     }
 
+    /// Every paused app with why, sorted by app: `/readyz` names the reason, not only the app.
+    func pausedAppReasons() -> [(app: String, reason: String)] {
+        senders.values.compactMap { sender in sender.pausedReason.map { (app: sender.app.name, reason: $0) } }.sorted { $0.app < $1.app }
+    }
+
+    /// Apps paused because the APNs server's certificate failed verification, with why,
+    /// sorted by app (`AppSender.serverCertificateRefusal`): they make the process not ready.
+    func serverCertificateRefusals() -> [(app: String, reason: String)] {
+        senders.values.compactMap { sender in sender.serverCertificateRefusal.map { (app: sender.app.name, reason: $0) } }.sorted { $0.app < $1.app }
+    }
+
     /// App → "lane lane in environment: error" (joined by "; ") for every app APNs takes none
     /// of the notifications of in some environment on some lane now (`OperatorLog`'s
     /// outages). Keyed by app alone, as `pushd.instances.apns_unavailable` has always been, so
