@@ -80,12 +80,12 @@ import Testing
         #expect(!APNsReason("SomethingNew").isKnown)
     }
 
-    /// Apple documents 403 as "an error with the certificate or with the provider
-    /// authentication token": whatever the reason, the app's credentials are refused, so the
-    /// app stops and keeps its jobs instead of spending every job's retries.
-    @Test func a403WithAnUnknownReasonOrNoneIsACredentialFailure() {
-        #expect(ResponseClassifier.classify(status: 403, reason: APNsReason("SomethingNew"), timestamp: nil)
-            == .configurationError(reason: APNsReason("SomethingNew")))
+    /// A 403 reason Apple does not document is not proven to refuse the credentials (Forbidden,
+    /// also a 403, refuses one request): the notification fails like a Forbidden one, the
+    /// reason named verbatim. A 403 with no reason at all still stops the app.
+    @Test func a403WithAnUnknownReasonFailsLikeForbiddenAndOneWithoutAReasonIsACredentialFailure() {
+        let action = ResponseClassifier.classify(status: 403, reason: APNsReason("SomethingNew"), timestamp: nil)
+        #expect(action == .deadLetter(why: "APNs answered 403 SomethingNew, a 403 reason pushd does not know: taken like Forbidden (the action is not allowed, the credentials not proven refused); not retried"))
         guard case .configurationError = ResponseClassifier.classify(status: 403, reason: nil, timestamp: nil) else {
             Issue.record("a 403 without a reason must pause the app"); return
         }

@@ -269,13 +269,11 @@ import Testing
         }
     }
 
-    /// Apple documents 403 as "an error with the certificate or with the provider
-    /// authentication token": a reason pushd does not know, or none at all, still means the
-    /// credentials are refused, so the app pauses with its jobs kept, as for InvalidProviderToken.
-    @Test(arguments: ["CredentialsRevokedSomehow", ""])
-    func a403WithAnUnknownReasonOrNonePausesTheAppAndKeepsItsJobs(reason: String) throws {
+    /// A 403 without a body names no reason at all: the credentials are taken as refused, so
+    /// the app pauses with its jobs kept, as for InvalidProviderToken.
+    @Test func a403WithoutAReasonPausesTheAppAndKeepsItsJobs() throws {
         try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(forbiddenReason: reason))
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(forbiddenReason: ""))
             let connection = try database.connect()
             let pipeline = try harness.pipeline()
             pipeline.start()
@@ -285,12 +283,52 @@ import Testing
                 """, [DaemonHarness.token(6)])
             let sender = try #require(pipeline.context.senders["shop"])
             #expect(DaemonHarness.wait(seconds: 20) { sender.pausedReason != nil })
-            #expect(sender.pausedReason == (reason.isEmpty ? "HTTP 403" : reason))
+            #expect(sender.pausedReason == "HTTP 403")
             Thread.sleep(forTimeInterval: 1)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 3)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(pipeline.context.pausedApps() == ["shop"])
             #expect(pipeline.context.metrics.registry.expositionText().contains("pushd_app_paused{app=\"shop\"} 1"))
+        }
+    }
+
+    /// A 403 whose reason Apple does not document is not proven to refuse the credentials
+    /// (Forbidden, also a 403, refuses one request): it is taken like Forbidden. Each
+    /// notification fails with the reason named verbatim, one warning line names it, and the
+    /// app is not paused; only a run of `apns.forbidden_limit` holds the environment. It used
+    /// to pause the whole app "as credentials rejected" on the first such answer.
+    @Test func a403WithAnUnknownReasonFailsItsNotificationLikeForbiddenNamingTheReason() throws {
+        let reason = "CredentialsRevokedSomehow"
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(forbiddenReason: reason))
+            let connection = try database.connect()
+            let log = MemoryLogSink()
+            let pipeline = try harness.pipeline(log: log)
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', $1, '{"aps":{"alert":"hi"}}' FROM generate_series(1, 3)
+                """, [DaemonHarness.token(6)])
+            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 3 },
+                    "\(log.lines)")
+            let failed = "\(reason): APNs answered 403 \(reason), a 403 reason pushd does not know: taken like Forbidden (the action is not allowed, the credentials not proven refused); not retried"
+            let named = try connection.query("SELECT count(*) FROM pushd.dead_jobs WHERE reason = $1", [failed]).require(Int.self, row: 0, column: 0)
+            #expect(named == 3)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0)
+            let sender = try #require(pipeline.context.senders["shop"])
+            #expect(sender.pausedReason == nil)
+            #expect(pipeline.context.pausedApps().isEmpty)
+            #expect(pipeline.context.heldScopes().isEmpty)
+            let lines = log.lines.filter { $0.contains(#""event":"apns_forbidden""#) }
+            #expect(lines.count == 1, "\(log.lines)")
+            for expected in [#""level":"warning""#, "APNs answered 403 \(reason) to a notification of app shop in sandbox",
+                             "a 403 reason pushd does not know, taken like Forbidden", #""reason":"\#(reason)""#] {
+                #expect(lines.first?.contains(expected) == true, "no \(expected) in \(lines)")
+            }
+            #expect(!log.lines.contains { $0.contains("is paused") }, "\(log.lines)")
+            let text = pipeline.context.metrics.registry.expositionText()
+            #expect(text.contains("pushd_app_paused{app=\"shop\"} 0"))
+            #expect(text.contains(#"pushd_dead_letters_total{app="shop",lane="transactional",reason="unknown"} 3"#), "\(text)")
         }
     }
 }

@@ -190,6 +190,52 @@ import Testing
         }
     }
 
+    /// An APNs server whose certificate fails verification stops every notification of the
+    /// apps that dial it, and no retry helps: `/readyz` is not ready and says why (it answered
+    /// 200 before, naming the app as paused but not the reason), `pushd status` names the
+    /// failure, and the log has one error line for it, not one per notification. After the
+    /// fix, a SIGHUP makes the process ready again.
+    @Test func anUntrustedServerCertificateMakesReadyzNotReadyWithTheReasonUntilFixed() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            try world.startMock(certificate: world.harness.certificates.serverCertificate, key: world.harness.certificates.serverKey)
+            let config = try world.writeConfig(caFile: world.other.caCertificate, app: world.tokenApp)
+            let connection = try database.connect()
+            defer { connection.close() }
+            try Self.enqueue(connection, count: 3)
+            let daemon = try Daemon(config: config, log: world.harness.directory + "/pushd-readyz.log")
+            var readyz = ""
+            #expect(DaemonHarness.wait(seconds: 45) {
+                readyz = daemon.readyz()
+                return readyz.contains("failed verification")
+            }, "\(readyz)\n\(daemon.text)")
+            #expect(readyz.hasPrefix("not ready"), "\(readyz)")
+            for expected in ["app shop", "failed verification", "libcurl error 60", "apns.ca_file"] {
+                #expect(readyz.contains(expected), "no \(expected) in /readyz: \(readyz)")
+            }
+            var status = try FleetStatusTests.status(database)
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                status = try FleetStatusTests.status(database)
+                return status.problems.contains { $0.contains("shop") && $0.contains("failed verification") }
+            }, "\(status.text)")
+            #expect(daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 1"))
+            Thread.sleep(forTimeInterval: 2)
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("failed verification") && $0.contains("\"level\":\"error\"") }
+            #expect(lines.count == 1, "\(daemon.text)")
+            #expect(world.mock.stats.accepted == 0)
+
+            try world.startMock(certificate: world.other.serverCertificate, key: world.other.serverKey)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(try DaemonHarness.wait(seconds: 45) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "\(daemon.text)")
+            #expect(DaemonHarness.wait(seconds: 15) {
+                readyz = daemon.readyz()
+                return readyz.hasPrefix("ready")
+            }, "\(readyz)")
+            world.mock.stop()
+        }
+    }
+
     /// A paused app's backlog is not claimed by the instance that paused it: past a 30 s
     /// cycle no row of it was rewritten, it is still counted as waiting, and after the fix a
     /// SIGHUP sends every job once.

@@ -307,6 +307,10 @@ final class RecordingMetrics: DispatcherMetricsHook {
 
     func connectionClosed() { closed.add(1, ordering: .relaxed) }
 
+    /// Requests reported as sent again (`requestRetried`).
+    let retried = Atomic<Int>(0)
+    func requestRetried() { retried.add(1, ordering: .relaxed) }
+
     func connectionFailed(_ reason: ConnectionFailureReason) {
         if reason == .connect { connectFailures.add(1, ordering: .relaxed) }
     }

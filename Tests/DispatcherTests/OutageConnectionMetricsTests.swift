@@ -33,6 +33,9 @@ import Testing
         #expect(engine.statistics.connectionsOpened >= refused, "every refused attempt opened a socket")
         #expect(metrics.opened.load(ordering: .relaxed) == 0, "no connection was established")
         #expect(metrics.reconnects.load(ordering: .relaxed) == 0)
+        // Nothing went on a connection, so nothing was sent again (pushd_apns_requests_resent_total):
+        // the engine's next attempt after a refused connect is the request's first send.
+        #expect(metrics.retried.load(ordering: .relaxed) == 0, "requests counted as resent without a connection")
 
         // APNs up again on the same port: the first answer comes on one new connection.
         mockConfiguration.port = port

@@ -76,9 +76,12 @@ public enum ResponseClassifier {
             return .retry
 
         default:
-            // Apple documents 403 only for "an error with the certificate or with the provider
-            // authentication token": a new 403 reason still refuses the app's credentials.
-            if status == 403 { return .configurationError(reason: reason) }
+            // A 403 with a reason Apple has not documented: Forbidden ("the action is not
+            // allowed") shows a 403 can refuse one request, not the credentials, so nothing
+            // proves this one refuses them. It is taken like Forbidden: the notification fails,
+            // named by the reason, and a run of 403s in an environment with none accepted is
+            // what holds it as credentials refused (pushd's `ForbiddenBreaker`).
+            if status == 403 { return .deadLetter(why: unknownForbiddenWhy(reason)) }
             // A reason APNs added after this code was written: retry, with the smaller attempt
             // budget `RetryPolicy` gives unknown reasons, so a permanent error still ends up in
             // dead letters instead of looping.
@@ -88,6 +91,15 @@ public enum ResponseClassifier {
 
     /// Why a notification answered 403 Forbidden fails: its dead-letter reason follows "Forbidden: ".
     public static let forbiddenWhy = "APNs answered 403 Forbidden: the action is not allowed; not retried"
+
+    /// How every `unknownForbiddenWhy` ends, so that a caller tells such a failure apart.
+    public static let unknownForbiddenSuffix = ", a 403 reason pushd does not know: taken like Forbidden (the action is not allowed, the credentials not proven refused); not retried"
+
+    /// Why a notification answered 403 with a reason Apple does not document fails, the reason
+    /// named verbatim: its dead-letter reason follows "<reason>: ".
+    public static func unknownForbiddenWhy(_ reason: APNsReason) -> String {
+        "APNs answered 403 \(reason.rawValue)\(unknownForbiddenSuffix)"
+    }
 
     /// A response that failed before any status arrived (connection reset, GOAWAY before the
     /// stream was processed, timeout): the notification may not have reached APNs.

@@ -114,15 +114,22 @@ extension CurlEventLoop {
             return
         }
         if retry {
-            transfer.responseBody.removeAll(keepingCapacity: true)
             sink.counters.retried.add(1, ordering: .relaxed)
-            sink.metrics.requestRetried()
             // An answer that asked for another connection (UnrelatedKeyIdInToken) lost none.
             if status != 0 {
+                sink.metrics.requestRetried()
                 sink.metrics.requestResent(afterAnswer: status, reason: errorBody?.reason)
             } else if !disposition.connectFailed {
                 lostThisBatch = true
+                // Sent again only if this attempt went on a connection: a request whose connect
+                // or handshake failed was never sent, and is no resend.
+                if transfer.sends > 0 {
+                    sink.metrics.requestResent(TransportResend(reason: TransportResend.reason(curlCode: curlCode),
+                                                               detail: "\(transfer.failureMessage(code)) (libcurl error \(curlCode))",
+                                                               host: configuration.host))
+                }
             }
+            transfer.responseBody.removeAll(keepingCapacity: true)
             backlog.pushFront(consume pending)
             return
         }

@@ -14,7 +14,9 @@ extension CurlEventLoop {
         guard transfer.sends > 1 else { return }
         let resent = transfer.sends - 1
         sink.counters.resentByTransport.add(resent, ordering: .relaxed)
-        for _ in 0..<resent { sink.metrics.requestRetried() }
+        let moved = TransportResend(reason: .movedByLibcurl, detail: "the connection the request went on refused its stream or ended before answering it; libcurl sent it again on another",
+                                    host: configuration.host)
+        for _ in 0..<resent { sink.metrics.requestResent(moved) }
         let first = transfer.firstConnectionID
         if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
             movedFrom.append((first, monotonicNanoseconds(), answerCounts.refusedBeforeAnswering(first)))
@@ -138,7 +140,13 @@ extension CurlEventLoop {
                 return
             }
             sink.counters.retried.add(1, ordering: .relaxed)
-            sink.metrics.requestRetried()
+            // An attempt that went on no connection was none (above): its request was counted
+            // as resent when the attempt that did go on one ended.
+            if transfer.sends > 0 {
+                sink.metrics.requestResent(TransportResend(reason: .connectionLost,
+                                                           detail: "the connection ended without answering, and libcurl could not send the request again during the reconnect backoff",
+                                                           host: configuration.host))
+            }
         }
         backlog.pushFront(pending)
     }

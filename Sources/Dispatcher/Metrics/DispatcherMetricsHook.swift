@@ -20,6 +20,10 @@ public protocol DispatcherMetricsHook: Sendable {
     /// A request left unanswered by the transport (GOAWAY, refused stream, lost connection)
     /// was sent again, by the engine or by libcurl itself.
     func requestRetried()
+    /// `requestRetried()` with why and libcurl's words (`TransportResend`); the engine calls
+    /// this one, only for a request that went on a connection, and its default calls
+    /// `requestRetried()`.
+    func requestResent(_ resend: TransportResend)
     /// A response asked for a fresh connection (503, IdleTimeout, ExpiredProviderToken, …).
     func connectionReplacementRequested()
     /// A request answered `status` with `reason` (UnrelatedKeyIdInToken) was sent again by the
@@ -65,6 +69,7 @@ extension DispatcherMetricsHook {
     public func connectionClosed() {}
     public func connectionFailed(_ reason: ConnectionFailureReason) {}
     public func requestRetried() {}
+    public func requestResent(_ resend: TransportResend) { requestRetried() }
     public func connectionReplacementRequested() {}
     public func requestResent(afterAnswer status: Int, reason: APNsReason?) {}
     public func connectionLimitChanged(to connections: Int) {}

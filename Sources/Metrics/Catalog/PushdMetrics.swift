@@ -132,8 +132,8 @@ public struct PushdMetrics: Sendable {
             labels: target + ["reason"])
         apnsRequestsResent = try registry.counter(
             "pushd_apns_requests_resent_total",
-            help: "Requests sent to APNs again, on another connection, because a GOAWAY, a refused stream or a lost connection left them unanswered.",
-            labels: target)
+            help: "Requests sent to APNs again because the transport left them unanswered after they went on a connection, by reason: stream_reset (the server reset the stream, RST_STREAM such as INTERNAL_ERROR), connection_lost (the connection dropped, was reset, timed out or ended with a GOAWAY before the stream), moved_by_libcurl (libcurl sent it again on another connection by itself after REFUSED_STREAM or a GOAWAY), new_connection_asked (an UnrelatedKeyIdInToken answer asked for a new connection). A request whose connect or TLS handshake failed was never sent and is not counted.",
+            labels: target + ["reason"])
         apnsReconnects = try registry.counter(
             "pushd_apns_reconnects_total",
             help: "Connections to APNs established after the first one (to replace one that closed, failed or was asked to be replaced); refused connects and failed TLS handshakes count in pushd_apns_connection_errors_total only.",
@@ -400,8 +400,8 @@ public struct PushdMetrics: Sendable {
         apnsOutageProbes.bound([environment, lane])
     }
 
-    public func requestsResent(app: String, environment: String) -> Counter {
-        apnsRequestsResent.bound([app, environment])
+    public func requestsResent(app: String, environment: String, reason: String) -> Counter {
+        apnsRequestsResent.bound([app, environment, reason])
     }
 
     public func retry(app: String, lane: String, reason: String) -> Counter {

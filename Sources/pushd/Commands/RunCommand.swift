@@ -169,8 +169,10 @@ enum RunCommand {
                 lastHealthCheck = Timestamp()
                 do {
                     try pipeline.checkDatabase()
-                    // Paused apps keep the process ready (their jobs wait, the others send) but are named.
-                    let paused = pipeline.context.pausedApps().sorted()
+                    // Paused apps keep the process ready (their jobs wait, the others send) but are
+                    // named with why; an APNs server whose certificate fails verification does not.
+                    let paused = pipeline.context.pausedAppReasons().map { "\($0.app) (\($0.reason))" }
+                    let untrusted = pipeline.context.serverCertificateRefusals()
                     // Held scopes likewise: the rest of the app sends; the scope's work is kept.
                     let held = pipeline.context.heldScopes().map { "app \($0.app) \($0.key): \($0.reason)" }
                         + pipeline.context.environmentHeldApps().map {
@@ -186,6 +188,12 @@ enum RunCommand {
                         // The database answers this check, but a lane's every pass fails (a
                         // lock on its table): its work waits in the queue.
                         server.setReady(false, detail: stuck)
+                    } else if !untrusted.isEmpty {
+                        // No notification of these apps can reach APNs until the CA file, the host
+                        // or the server's certificate is fixed: nothing is delivered for them.
+                        server.setReady(false, detail: "the APNs server's TLS certificate failed verification for "
+                                        + untrusted.map { "app \($0.app) (\($0.reason))" }.joined(separator: ", ")
+                                        + "; sending for it is paused, its notifications kept; fix it and send SIGHUP")
                     } else if !outages.isEmpty {
                         server.setReady(false, detail: "APNs is not taking notifications of "
                                         + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))

@@ -298,7 +298,7 @@ enum SendCommand {
         case .reconnectThenRetry:
             return "the connection could not be used; pushd reconnects and retries"
         // One answer cannot tell a request APNs refuses from credentials it refuses: say how `run` tells.
-        case .deadLetter(let why) where why == ResponseClassifier.forbiddenWhy:
+        case .deadLetter(let why) where why == ResponseClassifier.forbiddenWhy || why.hasSuffix(ResponseClassifier.unknownForbiddenSuffix):
             return "\(why); pushd run fails such a notification, and holds the app's sending to that environment (its jobs kept, the other environment going on) when apns.forbidden_limit of them in a row there, none accepted, point at its credentials for it"
         case .deadLetter(let why):
             return why

@@ -289,6 +289,14 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
+    /// Why the app is paused when it is because the APNs server's TLS certificate failed
+    /// verification, nil otherwise. No app that dials that host can send, and no retry fixes
+    /// it: unlike a pause for the app's own credentials, it makes the process not ready.
+    var serverCertificateRefusal: String? {
+        guard let reason = pausedReason, reason.hasPrefix(TransportFailureKind.serverCertificateUntrusted.explanation) else { return nil }
+        return reason
+    }
+
     /// The reason the app is paused, or nil when it may send.
     var pausedReason: String? {
         pause.withLock { current -> String? in
@@ -580,7 +588,7 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
     /// The campaign lane's limit on notifications inside libcurl; nil for the other lanes.
     let inFlightLimit: Gauge?
     let errors: [ConnectionFailureReason: Counter]
-    let resent: Counter
+    let resent: TransportResendLog
     let reconnects: Counter
     let backoffs: Counter
     let growthsStarted: Counter
@@ -605,7 +613,6 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         errors = Dictionary(uniqueKeysWithValues: ConnectionFailureReason.allCases.map {
             ($0, metrics.connectionError(app: app, environment: environment, reason: $0.rawValue))
         })
-        resent = metrics.requestsResent(app: app, environment: environment)
         reconnects = metrics.reconnects(app: app, environment: environment)
         backoffs = metrics.reconnectBackoffs(app: app, environment: environment)
         growthsStarted = metrics.connectionGrowths(app: app, environment: environment, result: "started")
@@ -621,6 +628,7 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
             copy.baseFields += fields
             return copy
         }
+        resent = TransportResendLog(app: app, environment: environment, label: label, metrics: metrics, logger: self.logger)
     }
 
     func inFlightChanged(by delta: Int) { inFlight.add(Double(delta)) }
@@ -641,8 +649,9 @@ struct AppDispatcherMetrics: DispatcherMetricsHook {
         logger?.debug("a connection to APNs for \(label) failed or ended: \(reason.rawValue)",
                       ("event", "connection_failed"), ("reason", .string(reason.rawValue)))
     }
-    func requestRetried() { resent.increment() }
+    func requestResent(_ resend: TransportResend) { resent.record(resend) }
     func requestResent(afterAnswer status: Int, reason: APNsReason?) {
+        resent.recordNewConnectionAsked()
         if let cause = ConnectionRetirementReporter.cause(status: status, reason: reason?.rawValue) { retirements?.record(cause) }
     }
     func reconnectBackoffStarted(_ failure: ConnectionFailureCause, delayMilliseconds: Int) {

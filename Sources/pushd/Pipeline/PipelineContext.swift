@@ -103,6 +103,17 @@ final class PipelineContext: @unchecked Sendable {
         senders.values.compactMap { $0.pausedReason == nil ? nil : $0.app.name }
     }
 
+    /// Every paused app with why, sorted by app: `/readyz` names the reason, not only the app.
+    func pausedAppReasons() -> [(app: String, reason: String)] {
+        senders.values.compactMap { sender in sender.pausedReason.map { (app: sender.app.name, reason: $0) } }.sorted { $0.app < $1.app }
+    }
+
+    /// Apps paused because the APNs server's certificate failed verification, with why,
+    /// sorted by app (`AppSender.serverCertificateRefusal`): they make the process not ready.
+    func serverCertificateRefusals() -> [(app: String, reason: String)] {
+        senders.values.compactMap { sender in sender.serverCertificateRefusal.map { (app: sender.app.name, reason: $0) } }.sorted { $0.app < $1.app }
+    }
+
     /// App → "lane lane in environment: error" (joined by "; ") for every app APNs takes none
     /// of the notifications of in some environment on some lane now (`OperatorLog`'s
     /// outages). Keyed by app alone, as `pushd.instances.apns_unavailable` has always been, so
@@ -360,16 +371,22 @@ final class PipelineContext: @unchecked Sendable {
         case .delivered:
             sender.acceptedIn(environment)
             return verdict
-        case .dead(let status, let reason) where status == 403 && reason.hasPrefix(Self.forbiddenReasonPrefix):
+        case .dead(let status, let reason) where status == 403 && (reason.hasPrefix(Self.forbiddenReasonPrefix)
+                                                                   || reason.hasSuffix(ResponseClassifier.unknownForbiddenSuffix)):
             switch sender.forbidden(environment) {
             case .counted(let count):
                 let app = sender.app.name
                 let now = RateLimiter.monotonicSeconds()
                 guard let before = forbiddenLines.withLock({ $0.admit("\(app) \(environment.rawValue)", now: now) }) else { return verdict }
-                logger.warning("APNs answered 403 Forbidden to a notification of app \(app) in \(environment.rawValue) (\(lane) lane): the action is not allowed, so the notification is failed, not sent again (\(count) such answer(s) in a row with none accepted; at \(sender.forbiddenLimit), apns.forbidden_limit, they are taken as the app's credentials refused in \(environment.rawValue) and sending there is held)"
-                               + (before > 0 ? "; \(before) more notification(s) of app \(app) failed for Forbidden since the last such line" : ""),
+                // APNs's reason verbatim: Forbidden, or one Apple does not document, taken like it.
+                let answered = String(reason.prefix { $0 != ":" })
+                let known = answered == APNsReason.forbidden.rawValue
+                logger.warning("APNs answered 403 \(answered) to a notification of app \(app) in \(environment.rawValue) (\(lane) lane): "
+                               + (known ? "the action is not allowed" : "\(answered) is a 403 reason pushd does not know, taken like Forbidden (the action is not allowed; it is not proven to refuse the app's credentials)")
+                               + ", so the notification is failed, not sent again (\(count) 403 answer(s) of Forbidden or unknown reasons in a row with none accepted; at \(sender.forbiddenLimit), apns.forbidden_limit, they are taken as the app's credentials refused in \(environment.rawValue) and sending there is held)"
+                               + (before > 0 ? "; \(before) more notification(s) of app \(app) failed for such answers since the last such line" : ""),
                                ("event", "apns_forbidden"), ("app", .string(app)), ("environment", .string(environment.rawValue)),
-                               ("lane", .string(lane)), ("count", .int(Int64(count))), ("unlogged", .int(Int64(before))))
+                               ("lane", .string(lane)), ("reason", .string(answered)), ("count", .int(Int64(count))), ("unlogged", .int(Int64(before))))
                 return verdict
             case .tripped:
                 return .hold(.environment, reason: APNsReason.forbidden.rawValue,
