@@ -122,6 +122,7 @@ final class CampaignWorker: @unchecked Sendable {
                     for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
                     try dropCancelledChunks(on: connection!)
+                    try forgetCampaignsNotRunning(on: connection!)
                     if index == 0 { try watchWaitingCampaigns(on: connection!) }
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
@@ -620,6 +621,8 @@ final class CampaignWorker: @unchecked Sendable {
                 return false
             }
             waiting[campaign] = WaitForAPNs(app: run.app, environments: Set(ahead))
+            // Here, not only at worker 0's sweep, which an outage's parked batches can hold off.
+            context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
             return true
         }
         if added, let unlogged = admitAPNsWaitLine(app: run.app, back: false) {
@@ -654,7 +657,11 @@ final class CampaignWorker: @unchecked Sendable {
         // One line per app for the campaigns back at once, not one per campaign.
         var backByApp = [String: [Int64]]()
         for campaign in back {
-            guard let wait = context.campaignsWaitingForAPNs.withLock({ $0.removeValue(forKey: campaign) }) else { continue }
+            guard let wait = context.campaignsWaitingForAPNs.withLock({ waiting -> WaitForAPNs? in
+                let wait = waiting.removeValue(forKey: campaign)
+                context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
+                return wait
+            }) else { continue }
             backByApp[wait.app, default: []].append(campaign)
         }
         for (app, campaigns) in backByApp.sorted(by: { $0.key < $1.key }) {
@@ -665,6 +672,22 @@ final class CampaignWorker: @unchecked Sendable {
                                   ("unlogged", .int(Int64(unlogged))))
         }
         return passedOver
+    }
+
+    /// A campaign waiting for APNs that was cancelled, paused, finished or deleted meanwhile
+    /// waits no more: left in, it kept `pushd_campaigns_waiting_for_apns` above 0 for good, its
+    /// lane never answering again without its sends. Every worker looks at its sweep: worker
+    /// 0's can be held off by an outage's parked batches.
+    private func forgetCampaignsNotRunning(on connection: PGConnection) throws {
+        let ids = context.campaignsWaitingForAPNs.withLock { Array($0.keys) }
+        guard !ids.isEmpty else { return }
+        let running = try store.runningCampaigns(connection, ids: ids)
+        let over = ids.filter { !running.contains($0) }
+        guard !over.isEmpty else { return }
+        context.campaignsWaitingForAPNs.withLock { waiting in
+            for id in over { waiting.removeValue(forKey: id) }
+            context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
+        }
     }
 
     /// Which `campaign_waiting_for_apns` (or, `back`, `campaign_apns_back`) lines of an app are
@@ -1482,15 +1505,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// before, such a campaign got nothing for as long as the others lasted.
     private func watchWaitingCampaigns(on connection: PGConnection) throws {
         // A campaign waiting for APNs (`stopWhileDown`) is left unleased on purpose, not for want of a worker.
-        var forAPNs = context.campaignsWaitingForAPNs.withLock { $0 }
-        // One cancelled, paused, finished or deleted meanwhile waits no more: left in, it kept
-        // the gauge above 0 for good, its lane never answering again without its sends.
-        let running = try store.runningCampaigns(connection, ids: Array(forAPNs.keys))
-        let over = forAPNs.keys.filter { !running.contains($0) }
-        if !over.isEmpty {
-            context.campaignsWaitingForAPNs.withLock { waiting in for id in over { waiting.removeValue(forKey: id) } }
-            for id in over { forAPNs.removeValue(forKey: id) }
-        }
+        let forAPNs = context.campaignsWaitingForAPNs.withLock { $0 }
         context.metrics.campaignsWaitingForAPNs.set(Double(forAPNs.count))
         flushAPNsWaitLines()
         let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps()).filter { forAPNs[$0.id] == nil }
