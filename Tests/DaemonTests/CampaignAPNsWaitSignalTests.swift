@@ -23,7 +23,7 @@ import Testing
 
     /// The log without the probes' lines, for a failure's message.
     static func story(_ daemon: TLSFailurePausesAppTests.Daemon) -> String {
-        String(daemon.text.split(separator: "\n").filter { !$0.contains("outage_probe") }.joined(separator: "\n").suffix(4000))
+        String(daemon.text.split(separator: "\n").filter { !$0.contains("\"event\":\"outage_probe\"") }.joined(separator: "\n").suffix(4000))
     }
 
     /// A running campaign to the app's environment: its chunks stop while that environment is
