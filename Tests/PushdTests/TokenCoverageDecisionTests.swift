@@ -78,4 +78,19 @@ import Testing
         #expect(lines.first.map { $0.contains("no live instance of the fleet has a token key for app shop") && $0.contains("apps[shop].token") } == true,
                 "\(lines)")
     }
+
+    /// A channel management request no instance has credentials for is failed (in
+    /// `pushd.channel_operations`), not dead-lettered: the line says so; a notification's says
+    /// dead-lettered.
+    @Test func theNoCredentialsLineSaysFailedForChannelRequestsAndDeadLetteredForNotifications() {
+        for (lane, said, unsaid) in [(BroadcastWorker.channelsLane, "channel management request(s) on the channels lane failed", "dead-lettered"),
+                                     (Lane.transactional.rawValue, "notification(s) on the transactional lane dead-lettered", "failed")] {
+            let sink = MemoryLogSink()
+            let coverage = EnvironmentCoverage(apps: [Self.certificate], logger: Logger(level: .info, sink: sink))
+            #expect(coverage.decide(app: "shop", environment: .sandbox, lane: lane) == .deadLetter)
+            let lines = sink.lines.filter { $0.contains("no_credentials_for_environment") }
+            #expect(lines.count == 1 && lines[0].contains(said), "\(lines)")
+            #expect(lines.first?.contains(unsaid) == false, "\(lines)")
+        }
+    }
 }

@@ -35,4 +35,14 @@ extension CampaignStore {
             WaitingCampaign(id: try result.require(row: row, column: 0), app: try result.require(row: row, column: 1))
         }
     }
+
+    /// Which of `ids` are running: a campaign cancelled, paused, finished or deleted while it
+    /// waited for APNs (`pushd_campaigns_waiting_for_apns`) waits for nothing any more.
+    public func runningCampaigns(_ connection: PGConnection, ids: [Int64]) throws -> Set<Int64> {
+        guard !ids.isEmpty else { return [] }
+        let result = try connection.query(connection.prepared("""
+            SELECT id FROM pushd.campaigns WHERE id = ANY ($1::bigint[]) AND status = 'running'
+            """), [ids])
+        return Set(try (0..<result.rowCount).map { row in try result.require(Int64.self, row: row, column: 0) })
+    }
 }

@@ -16,6 +16,9 @@ import QueueStore
 /// requests go on a connection that presents its certificate for the channel's environment,
 /// with no `authorization` header.
 final class BroadcastWorker: @unchecked Sendable {
+    /// Who `RefusedWritesLog` speaks of.
+    static let refusedWritesName = "broadcast worker"
+
     // Touched only on the worker's thread, except `results` (filled by dispatcher threads).
     private let context: PipelineContext
     private var connection: PGConnection?
@@ -62,7 +65,10 @@ final class BroadcastWorker: @unchecked Sendable {
         var passStarted = RateLimiter.monotonicSeconds()
         while !context.isStopping {
             // The pass before this one went through (`LaneHealth`).
-            if !passFailed { context.laneHealth.passed(Self.lane, started: passStarted) }
+            if !passFailed {
+                context.laneHealth.passed(Self.lane, started: passStarted)
+                context.refusedWrites.passed(Self.refusedWritesName, started: passStarted)
+            }
             passFailed = false
             passStarted = RateLimiter.monotonicSeconds()
             do {
@@ -117,7 +123,9 @@ final class BroadcastWorker: @unchecked Sendable {
                 failures += 1
                 passFailed = true
                 context.databaseError(error)
-                context.logger.warning("broadcast worker: \(error)")
+                if !context.refusedWrites.failed(Self.refusedWritesName, meanwhile: "no broadcast or channel request is claimed, so none is sent", error: error) {
+                    context.logger.warning("broadcast worker: \(error)")
+                }
                 context.laneHealth.failed(Self.lane, error: error, started: passStarted)
                 connection?.close()
                 connection = nil

@@ -122,6 +122,7 @@ final class CampaignWorker: @unchecked Sendable {
                     for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
                     try dropCancelledChunks(on: connection!)
+                    try forgetCampaignsNotRunning(on: connection!)
                     if index == 0 { try watchWaitingCampaigns(on: connection!) }
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
@@ -130,7 +131,7 @@ final class CampaignWorker: @unchecked Sendable {
                                                         skipping: limiter.pacedCampaigns + campaignsPassedOverWhileDown(now: now)) {
                         failures = 0
                         dueButNotLeased = 0
-                        try start(chunk, on: connection!)
+                        try startOrRelease(chunk, on: connection!)
                         if !runs.isEmpty { continue }
                     } else if runs.isEmpty {
                         // With parked counts owed, their write closes what is done: closed before, a
@@ -367,6 +368,37 @@ final class CampaignWorker: @unchecked Sendable {
         context.deferredCampaigns.withLock { _ = $0.insert(campaignID) }
     }
 
+    /// `start`, the chunk released at once when a statement of it fails (the `started` line's
+    /// read, a release): before, it stayed leased to a worker that was not sending it, idle
+    /// until its lease ran out. The campaign is leased again after `startFailureDeferral`, not
+    /// at once: an error that concerns its rows would otherwise come back at every turn. One
+    /// error line per campaign a minute from this worker, counting the others; the error goes
+    /// on to the worker's loop (`pushd_database_errors_total`, `/readyz`).
+    private func startOrRelease(_ chunk: CampaignChunk, on connection: PGConnection) throws {
+        do {
+            try start(chunk, on: connection)
+        } catch {
+            var released = false
+            if connection.isOpen, !connection.isInTransaction, (try? store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))) != nil {
+                released = true
+                try? store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.startFailureDeferral)
+            }
+            guard let unlogged = startFailureLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) else { throw error }
+            let fate = released ? "released it at once, to be leased again in \(Int(Self.startFailureDeferral)) s"
+                : "could not release it (the database is out of reach or refuses the write): it stays leased, unsent, until its lease ends within \(Int(leaseSeconds)) s"
+            let since = unlogged > 0 ? " (\(unlogged) more such failures of the campaign since the last line)" : ""
+            context.logger.error("campaign worker \(index) could not start chunk \(chunk.chunk) of campaign \(chunk.campaignID) it leased and \(fate)\(since): \(error)",
+                                 ("event", "campaign_chunk_start_failed"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                 ("app", .string(chunk.app)), ("worker", .int(Int64(index))), ("released", .bool(released)),
+                                 ("unlogged", .int(Int64(unlogged))), ("sqlstate", .string((error as? PGError)?.code.raw ?? "")))
+            throw error
+        }
+    }
+
+    /// How long a campaign whose chunk could not be started waits before its next lease.
+    static let startFailureDeferral = 5.0
+    private var startFailureLines = LogGate<Int64>(quietSeconds: 60)
+
     /// Takes a leased chunk on: a run to send, or released at once when its app cannot send here.
     private func start(_ chunk: CampaignChunk, on connection: PGConnection) throws {
         context.metrics.claimed(lane: Lane.campaign.rawValue).increment(by: UInt64(chunk.targets.count))
@@ -589,13 +621,16 @@ final class CampaignWorker: @unchecked Sendable {
                 return false
             }
             waiting[campaign] = WaitForAPNs(app: run.app, environments: Set(ahead))
+            // Here, not only at worker 0's sweep, which an outage's parked batches can hold off.
+            context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
             return true
         }
-        if added {
+        if added, let unlogged = admitAPNsWaitLine(app: run.app, back: false) {
             let names = ahead.map(\.rawValue).sorted().joined(separator: ", ")
-            context.logger.notice("campaign \(campaign) of app \(run.app) waits for APNs, which takes none of the app's notifications to \(names) on the campaign lane: its unsent targets stay in its chunks, which are leased again when APNs answers (meanwhile a target goes as a probe every retry.outage_probe_ms)",
+            context.logger.notice("campaign \(campaign) of app \(run.app) waits for APNs, which takes none of the app's notifications to \(names) on the campaign lane: its unsent targets stay in its chunks, which are leased again when APNs answers (meanwhile a target goes as a probe every retry.outage_probe_ms)\(Self.apnsWaitSince(unlogged, app: run.app, back: false))",
                                   ("event", "campaign_waiting_for_apns"), ("campaign", .int(campaign)), ("app", .string(run.app)),
-                                  ("environment", .string(names)), ("from", .int(Int64(run.chunk.startIndex + target))))
+                                  ("environment", .string(names)), ("from", .int(Int64(run.chunk.startIndex + target))),
+                                  ("unlogged", .int(Int64(unlogged))))
         }
         return true
     }
@@ -619,12 +654,79 @@ final class CampaignWorker: @unchecked Sendable {
                 passedOver.append(campaign)
             }
         }
+        // One line per app for the campaigns back at once, not one per campaign.
+        var backByApp = [String: [Int64]]()
         for campaign in back {
-            guard let wait = context.campaignsWaitingForAPNs.withLock({ $0.removeValue(forKey: campaign) }) else { continue }
-            context.logger.notice("campaign \(campaign) of app \(wait.app) is leased again: APNs answers again",
-                                  ("event", "campaign_apns_back"), ("campaign", .int(campaign)), ("app", .string(wait.app)))
+            guard let wait = context.campaignsWaitingForAPNs.withLock({ waiting -> WaitForAPNs? in
+                let wait = waiting.removeValue(forKey: campaign)
+                context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
+                return wait
+            }) else { continue }
+            backByApp[wait.app, default: []].append(campaign)
+        }
+        for (app, campaigns) in backByApp.sorted(by: { $0.key < $1.key }) {
+            guard let unlogged = admitAPNsWaitLine(app: app, back: true, campaigns: campaigns.count) else { continue }
+            let ids = campaigns.sorted().map(String.init).joined(separator: ", ")
+            context.logger.notice("campaign(s) \(ids) of app \(app) are leased again: APNs answers again\(Self.apnsWaitSince(unlogged, app: app, back: true))",
+                                  ("event", "campaign_apns_back"), ("campaigns", .string(ids)), ("app", .string(app)),
+                                  ("unlogged", .int(Int64(unlogged))))
         }
         return passedOver
+    }
+
+    /// A campaign waiting for APNs that was cancelled, paused, finished or deleted meanwhile
+    /// waits no more: left in, it kept `pushd_campaigns_waiting_for_apns` above 0 for good, its
+    /// lane never answering again without its sends. Every worker looks at its sweep: worker
+    /// 0's can be held off by an outage's parked batches.
+    private func forgetCampaignsNotRunning(on connection: PGConnection) throws {
+        let ids = context.campaignsWaitingForAPNs.withLock { Array($0.keys) }
+        guard !ids.isEmpty else { return }
+        let running = try store.runningCampaigns(connection, ids: ids)
+        let over = ids.filter { !running.contains($0) }
+        guard !over.isEmpty else { return }
+        context.campaignsWaitingForAPNs.withLock { waiting in
+            for id in over { waiting.removeValue(forKey: id) }
+            context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
+        }
+    }
+
+    /// Which `campaign_waiting_for_apns` (or, `back`, `campaign_apns_back`) lines of an app are
+    /// written (`PipelineContext.campaignAPNsLines`): many campaigns and an APNs failing and
+    /// answering by turns wrote a pair per campaign and turn.
+    struct APNsWaitLine: Hashable, Sendable {
+        var app: String
+        var back: Bool
+    }
+
+    /// Nil when the line of `app` about `campaigns` stays silent (one was written within the
+    /// minute), else how many campaigns came unlogged before it.
+    private func admitAPNsWaitLine(app: String, back: Bool, campaigns: Int = 1) -> Int? {
+        let now = RateLimiter.monotonicSeconds()
+        let key = APNsWaitLine(app: app, back: back)
+        return context.campaignAPNsLines.withLock { gate in
+            guard let unlogged = gate.admit(key, now: now) else {
+                // Silent: each of its campaigns is counted, not the line.
+                for _ in 1..<max(1, campaigns) { _ = gate.admit(key, now: now) }
+                return nil
+            }
+            return unlogged
+        }
+    }
+
+    static func apnsWaitSince(_ unlogged: Int, app: String, back: Bool) -> String {
+        guard unlogged > 0 else { return "" }
+        return "; \(unlogged) more campaign(s) of app \(app) \(back ? "leased again as APNs answered" : "began waiting for APNs") since the last such line, not logged one by one"
+    }
+
+    /// The counts of silenced `campaign_waiting_for_apns` and `campaign_apns_back` lines whose
+    /// minute passed with no line after them, so that none is left out of the log.
+    private func flushAPNsWaitLines() {
+        let now = RateLimiter.monotonicSeconds()
+        for (line, unlogged) in context.campaignAPNsLines.withLock({ $0.flush(now: now) }) {
+            context.logger.notice("\(unlogged) more campaign(s) of app \(line.app) \(line.back ? "leased again as APNs answered" : "began waiting for APNs") since the last such line, not logged one by one",
+                                  ("event", .string(line.back ? "campaign_apns_back" : "campaign_waiting_for_apns")), ("app", .string(line.app)),
+                                  ("unlogged", .int(Int64(unlogged))))
+        }
     }
 
     /// The reason a target set aside unsent while its lane is down waits with: a `not sent: `
@@ -1451,6 +1553,7 @@ final class CampaignWorker: @unchecked Sendable {
         // A campaign waiting for APNs (`stopWhileDown`) is left unleased on purpose, not for want of a worker.
         let forAPNs = context.campaignsWaitingForAPNs.withLock { $0 }
         context.metrics.campaignsWaitingForAPNs.set(Double(forAPNs.count))
+        flushAPNsWaitLines()
         let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps()).filter { forAPNs[$0.id] == nil }
         for event in waitWatch.observe(waiting, now: RateLimiter.monotonicSeconds()) {
             switch event {

@@ -238,16 +238,21 @@ final class EnvironmentCoverage: @unchecked Sendable {
     }
 
     /// Logs, at most once per app and environment a minute, that notifications of `app` to
-    /// `environment` were dead-lettered for want of credentials, naming the setting to add.
+    /// `environment` were dead-lettered (channel management requests: failed) for want of
+    /// credentials, naming the setting to add.
     private func reportDeadLettered(app: String, environment: PushdConfig.Environment, lane: String) {
         guard let count = dueLine(InstanceRegistration.environmentEntry(app: app, environment: environment.rawValue)) else { return }
+        // A channel management request is failed in its own table, not dead-lettered.
+        let channels = lane == BroadcastWorker.channelsLane
+        let what = channels ? "channel management request(s)" : "notification(s)"
+        let outcome = channels ? "failed" : "dead-lettered"
         logger.error("app \(app) has no credentials for \(environment.rawValue) in this instance nor in any live instance: "
-                     + "\(count) of its \(environment.rawValue) notification(s) on the \(lane) lane dead-lettered (NoCredentialsForEnvironment) since the last such line; "
+                     + "\(count) of its \(environment.rawValue) \(what) on the \(lane) lane \(outcome) (NoCredentialsForEnvironment) since the last such line; "
                      + "add \(environment.rawValue)_certificate to app \(app) in the configuration (APNs issues a certificate for one environment)",
                      ("event", "no_credentials_for_environment"), ("app", .string(app)),
                      ("environment", .string(environment.rawValue)), ("lane", .string(lane)),
                      ("config_key", .string("apps[\(app)].\(environment.rawValue)_certificate")),
-                     ("dead_lettered", .int(Int64(count))))
+                     (channels ? "failed" : "dead_lettered", .int(Int64(count))))
     }
 
     /// Logs, at most once per app a minute, that token work of `app` was dead-lettered because

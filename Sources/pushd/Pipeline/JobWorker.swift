@@ -11,6 +11,9 @@ import QueueStore
 /// prune tokens) and commit. If the process dies in between, the transaction aborts
 /// and the whole batch is claimable again.
 final class JobWorker: @unchecked Sendable {
+    /// Who `RefusedWritesLog` speaks of: the transactional workers of this process together.
+    static let refusedWritesName = "transactional workers"
+
     // Everything below is touched only on the worker's own thread, except `completions`
     // (pushed to by dispatcher threads) and the context's shared, thread-safe parts.
     private let context: PipelineContext
@@ -49,7 +52,10 @@ final class JobWorker: @unchecked Sendable {
         while !context.isStopping {
             context.operatorLog.tick()
             // The pass before this one went through (`LaneHealth`).
-            if !passFailed { context.laneHealth.passed(Lane.transactional.rawValue, started: passStarted) }
+            if !passFailed {
+                context.laneHealth.passed(Lane.transactional.rawValue, started: passStarted)
+                context.refusedWrites.passed(Self.refusedWritesName, started: passStarted)
+            }
             passFailed = false
             passStarted = RateLimiter.monotonicSeconds()
             do {
@@ -103,7 +109,9 @@ final class JobWorker: @unchecked Sendable {
                 failures += 1
                 passFailed = true
                 context.databaseError(error)
-                context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
+                if !context.refusedWrites.failed(Self.refusedWritesName, meanwhile: "no job is claimed, so none is sent", error: error) {
+                    context.logger.warning("transactional worker \(index): \(error)", ("worker", .int(Int64(index))))
+                }
                 context.laneHealth.failed(Lane.transactional.rawValue, error: error, started: passStarted)
                 connection?.close()
                 connection = nil

@@ -18,6 +18,9 @@ import QueueStore
 ///
 /// Thread rule: `hold`, `drop` and `beat` from the workers' threads; the rest on the keeper's.
 final class LeaseKeeper: @unchecked Sendable {
+    /// Who `RefusedWritesLog` speaks of.
+    static let refusedWritesName = "campaign lease keeper"
+
     private struct State {
         var held: [CampaignStore.HeldChunk: Int] = [:]
         /// Monotonic seconds of each worker's last beat.
@@ -115,6 +118,7 @@ final class LeaseKeeper: @unchecked Sendable {
                                        ("silent_s", .int(Int64(stall.silent))), ("chunks", .int(Int64(stall.chunks))))
             }
             guard !chunks.isEmpty else { continue }
+            let started = RateLimiter.monotonicSeconds()
             do {
                 if connection == nil || connection?.isOpen == false {
                     // Never waits behind a lock or a slow statement for longer than a round.
@@ -123,9 +127,17 @@ final class LeaseKeeper: @unchecked Sendable {
                 }
                 try store.renewLeases(connection!, chunks, leaseSeconds: leaseSeconds)
                 failures = 0
+                context.refusedWrites.passed(Self.refusedWritesName, started: started)
             } catch {
                 failures += 1
                 context.databaseError(error)
+                // Read-only, the workers' checkpoints fail too: what keeps the chunks then is
+                // that no other worker can lease them either.
+                if context.refusedWrites.failed(Self.refusedWritesName, meanwhile: "the leases of the \(chunks.count) chunk(s) being sent are not extended, and the workers' checkpoints are not written either; no other worker can take the chunks over while no write goes through, and their workers write them once writes are taken again", error: error) {
+                    connection?.close()
+                    connection = nil
+                    continue
+                }
                 context.logger.warning("campaign lease keeper: cannot extend the leases of \(chunks.count) chunks: \(error); the workers' checkpoints still extend them",
                                        ("event", "campaign_lease_renewal_failed"), ("chunks", .int(Int64(chunks.count))))
                 connection?.close()

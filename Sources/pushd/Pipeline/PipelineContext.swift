@@ -37,6 +37,11 @@ final class PipelineContext: @unchecked Sendable {
     /// lane (`CampaignWorker.stopWhileDown`): the workers' leases pass them over while those
     /// environments stay down, their unsent targets left in their chunks.
     let campaignsWaitingForAPNs = Lock<[Int64: CampaignWorker.WaitForAPNs]>([:])
+    /// One `campaign_waiting_for_apns` and one `campaign_apns_back` line per app a minute, the
+    /// others counted (`CampaignWorker.APNsWaitLine`).
+    let campaignAPNsLines = Lock<LogGate<CampaignWorker.APNsWaitLine>>(LogGate())
+    /// What the workers say while the database refuses writes (a failover).
+    let refusedWrites: RefusedWritesLog
     /// How long a paused app waits before trying its credentials again (a SIGHUP resumes it at once).
     let pauseDuration: Double = 300
     /// The lanes `OperatorLog` tracks outages of: the two of notifications to devices, and
@@ -68,6 +73,7 @@ final class PipelineContext: @unchecked Sendable {
         operatorLog = OperatorLog(logger: logger, summaryInterval: Double(config.logSummarySeconds), metrics: metrics)
         broadcastDeadLetters = BroadcastDeadLetterLog(logger: logger)
         laneHealth = LaneHealth(metrics: metrics, logger: logger)
+        refusedWrites = RefusedWritesLog(logger: logger)
         probes = Lock((schedule: OutageProbe(interval: Double(config.retry.outageProbeMilliseconds) / 1000), random: SystemRandom()))
         // Every app's lanes show 0 from the start in each environment it can send to, so a query
         // sees an outage begin, not a series appear; probes too, so an increase() over the first
@@ -390,7 +396,8 @@ final class PipelineContext: @unchecked Sendable {
                 return verdict
             case .tripped:
                 return .hold(.environment, reason: APNsReason.forbidden.rawValue,
-                             why: Self.forbiddenRunWhy(limit: sender.forbiddenLimit, environment: environment))
+                             why: Self.forbiddenRunWhy(limit: sender.forbiddenLimit, environment: environment,
+                                                       otherSends: PushdConfig.Environment.allCases.allSatisfy { sender.app.hasCredentials(for: $0) }))
             }
         default:
             return verdict
@@ -399,9 +406,14 @@ final class PipelineContext: @unchecked Sendable {
 
     /// Why a run of Forbidden answers holds an environment of the app: what was seen and what to
     /// check. The same for every answer of a tripped run, so the hold says one thing however
-    /// many follow.
-    static func forbiddenRunWhy(limit: Int, environment: PushdConfig.Environment) -> String {
-        "APNs answered 403 Forbidden to \(limit) notifications in a row in \(environment.rawValue) and accepted none: taken as APNs refusing the app's credentials for \(environment.rawValue), not the notifications; the other environment keeps sending; check the credentials the app uses for \(environment.rawValue) (the signing key's team and environment restriction, or the \(environment.rawValue) certificate, and the bundle id's capabilities) in the developer account"
+    /// many follow. `otherSends`: whether this instance has credentials for the other
+    /// environment, which keeps sending only then (a certificate app with one certificate).
+    static func forbiddenRunWhy(limit: Int, environment: PushdConfig.Environment, otherSends: Bool) -> String {
+        let other = PushdConfig.Environment.allCases.first { $0 != environment } ?? environment
+        return "APNs answered 403 Forbidden to \(limit) notifications in a row in \(environment.rawValue) and accepted none: taken as APNs refusing the app's credentials for \(environment.rawValue), not the notifications; "
+            + (otherSends ? "the other environment keeps sending"
+                          : "this instance has no credentials for \(other.rawValue) either, so it sends none of the app's notifications meanwhile")
+            + "; check the credentials the app uses for \(environment.rawValue) (the signing key's team and environment restriction, or the \(environment.rawValue) certificate, and the bundle id's capabilities) in the developer account"
             + (limit > 1 ? "; the first \(limit - 1) of the run were failed with reason Forbidden (pushd.dead_jobs, or the campaign's failed_by_reason)" : "")
     }
 
