@@ -1,5 +1,4 @@
 import APNs
-import Dispatcher
 import Posix
 import QueueStore
 

@@ -18,6 +18,12 @@ public struct HostOverride: Sendable, Hashable {
         public var setting: String
         public var text: String
         public var reason: String
+
+        public init(setting: String, text: String, reason: String) {
+            self.setting = setting
+            self.text = text
+            self.reason = reason
+        }
         /// What is wrong with the text, without the setting's name (a configuration problem
         /// names it with its line).
         public var explanation: String {
@@ -69,12 +75,3 @@ public struct HostOverride: Sendable, Hashable {
     }
 }
 
-extension DispatcherConfiguration {
-    /// Sends to the host of `text`, the value of `setting`, and to its port when it names one
-    /// (otherwise the port stays the one of the host it replaces).
-    public mutating func applyHostOverride(_ text: String, setting: String) throws(HostOverride.Invalid) {
-        let override = try HostOverride(parsing: text, setting: setting)
-        host = override.host
-        if let port = override.port { self.port = port }
-    }
-}
