@@ -43,6 +43,14 @@ import Testing
         let over = Self.lines(sink, "apns_throttling_over")
         #expect(over.count == 1 && over[0].contains("\"level\":\"notice\""), "\(over)")
         #expect(Self.lines(sink, "apns_throttling").count == 1)
+        // The 429s of the window it ended in are not judged again once that window is over.
+        for _ in 0..<100 {
+            log.record(Self.ok, app: "shop", environment: "production", lane: "campaign")
+            clock.advance(0.1)
+        }
+        log.tick()
+        #expect(log.throttledLanes().isEmpty)
+        #expect(Self.lines(sink, "apns_throttling").count == 1, "\(Self.lines(sink, "apns_throttling"))")
     }
 
     /// 429s for a few devices among many answers are what Apple's 429 means: no line.

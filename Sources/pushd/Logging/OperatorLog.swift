@@ -81,6 +81,8 @@ final class OperatorLog: Sendable {
     private struct State {
         var trouble: [Lane: Trouble] = [:]
         var throttling: [Lane: Throttling] = [:]
+        /// No look at `throttling` from `tick` before this (monotonic seconds).
+        var throttlingSettleDue = -Double.infinity
         var connectionErrors = 0
         var retries: [String: Int] = [:]
         var deadLetters: [String: Int] = [:]
@@ -167,8 +169,9 @@ final class OperatorLog: Sendable {
         var throttleLine: ThrottleLine?
         let line: (message: String, fields: [(String, LogValue)], down: Bool)? = state.withLock { state in
             if case .transportFailure = outcome { state.connectionErrors += 1 }
-            // Nothing to hash while no 429 came lately, the common case.
-            if let tooManyRequests, tooManyRequests || !state.throttling.isEmpty {
+            // Nothing to hash while no 429 came lately, the common case; then only the lanes
+            // that had one are counted (a lookup for the others).
+            if let tooManyRequests, tooManyRequests || (!state.throttling.isEmpty && state.throttling[key] != nil) {
                 throttleLine = countAnswer(&state, key, tooManyRequests: tooManyRequests, now: clock())
             }
             guard let failure else {
@@ -277,24 +280,31 @@ final class OperatorLog: Sendable {
         }
         if entry.answers == 0 {
             guard now - entry.lastAnswer >= Self.throttleEndsAfterSilentSeconds else { return nil }
-            return end(&entry, key, "no notification was answered for \(Int(now - entry.lastAnswer)) s")
+            return end(&entry, key, "no notification was answered for \(Int(now - entry.lastAnswer)) s", now: now)
         }
         entry.lastShare = (entry.tooManyRequests, entry.answers)
         guard entry.tooManyRequests * 10 < entry.answers else { return nil }
-        return end(&entry, key, "\(entry.tooManyRequests) of \(entry.answers) answers in the last \(Int(Self.throttleWindowSeconds)) s were 429")
+        return end(&entry, key, "\(entry.tooManyRequests) of \(entry.answers) answers in the last \(Int(Self.throttleWindowSeconds)) s were 429", now: now)
     }
 
     /// Ends the throttling of `entry` once answers other than 429 have come for
     /// `answeringSecondsBeforeBack` with no 429 among them.
     private func endIfClear(_ entry: inout Throttling, _ key: Lane, now: Double) -> ThrottleLine? {
         guard entry.since != nil, let clear = entry.clearSince, now - clear >= Self.answeringSecondsBeforeBack else { return nil }
-        return end(&entry, key, "its answers have had no 429 for \((now - clear).fixed(1)) s")
+        return end(&entry, key, "its answers have had no 429 for \((now - clear).fixed(1)) s", now: now)
     }
 
-    private func end(_ entry: inout Throttling, _ key: Lane, _ why: String) -> ThrottleLine {
+    /// Ends the throttling and starts a fresh window: the 429s of the one it ended in are not
+    /// judged again (they would begin it anew with none since).
+    private func end(_ entry: inout Throttling, _ key: Lane, _ why: String, now: Double) -> ThrottleLine {
         let seconds = entry.since.map { Int(Timestamp().timeIntervalSince($0)) } ?? 0
         entry.since = nil
         entry.clearSince = nil
+        defer {
+            entry.windowStart = now
+            entry.answers = 0
+            entry.tooManyRequests = 0
+        }
         return ThrottleLine(key: key, message: "APNs (\(key.environment)) no longer throttles app \(key.app) on the \(key.lane) lane after \(seconds) s: \(why)",
                             fields: fields(key, entry) + [("seconds", .int(Int64(seconds))), ("event", "apns_throttling_over")], throttled: false)
     }
@@ -309,21 +319,29 @@ final class OperatorLog: Sendable {
     /// their last window.
     private func settleThrottling(now: Double) -> [ThrottleLine] {
         state.withLock { state in
-            guard !state.throttling.isEmpty else { return [] }
+            guard !state.throttling.isEmpty, now >= state.throttlingSettleDue else { return [] }
+            state.throttlingSettleDue = now + Self.throttleSettleSeconds
             var lines: [ThrottleLine] = []
-            for (key, var entry) in state.throttling {
-                if let line = endIfClear(&entry, key, now: now) { lines.append(line) }
+            var changed: [(Lane, Throttling?)] = []
+            for (key, entry) in state.throttling {
+                var entry = entry
+                let line = endIfClear(&entry, key, now: now)
+                if let line { lines.append(line) }
                 guard entry.windowStart + Self.throttleWindowSeconds <= now else {
-                    state.throttling[key] = entry
+                    if line != nil { changed.append((key, entry)) }
                     continue
                 }
                 let hadTooMany = entry.tooManyRequests > 0
                 if let line = judge(&entry, key, now: now) { lines.append(line) }
-                state.throttling[key] = entry.since == nil && !hadTooMany ? nil : entry
+                changed.append((key, entry.since == nil && !hadTooMany ? nil : entry))
             }
+            for (key, entry) in changed { state.throttling[key] = entry }
             return lines
         }
     }
+
+    /// How often the workers' ticks look at the throttled lanes' windows at most.
+    static let throttleSettleSeconds = 0.1
 
     private func write(_ line: ThrottleLine) {
         metrics?.apnsThrottled(app: line.key.app, environment: line.key.environment, lane: line.key.lane).set(line.throttled ? 1 : 0)

@@ -124,12 +124,14 @@ final class PipelineContext: @unchecked Sendable {
     /// of the notifications of in some environment on some lane now (`OperatorLog`'s
     /// outages). Keyed by app alone, as `pushd.instances.apns_unavailable` has always been, so
     /// that instances of every version read each other's. A lane APNs answers mostly 429 on
-    /// (`OperatorLog.throttledLanes`) is named here too: little of its work gets through.
+    /// (`OperatorLog.throttledLanes`) is named here too, as throttled: little of its work gets
+    /// through, but it is still sent (a campaign there is leased, not left waiting for APNs).
     func apnsUnavailable() -> [String: String] {
         var byApp = [String: String]()
-        for outage in operatorLog.outages() + operatorLog.throttledLanes() {
-            let entry = "\(outage.lane) lane in \(outage.environment): \(outage.error)"
-            byApp[outage.app] = byApp[outage.app].map { "\($0); \(entry)" } ?? entry
+        let entries = operatorLog.outages().map { ($0.app, "\($0.lane) lane in \($0.environment): \($0.error)") }
+            + operatorLog.throttledLanes().map { ($0.app, "\($0.lane) lane throttled in \($0.environment): \($0.error)") }
+        for (app, entry) in entries {
+            byApp[app] = byApp[app].map { "\($0); \(entry)" } ?? entry
         }
         return byApp
     }
