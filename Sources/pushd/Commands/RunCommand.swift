@@ -191,9 +191,10 @@ enum RunCommand {
                     } else if !untrusted.isEmpty {
                         // No notification of these apps can reach APNs until the CA file, the host
                         // or the server's certificate is fixed: nothing is delivered for them.
-                        server.setReady(false, detail: "the APNs server's TLS certificate failed verification for "
+                        // The reason names the failed verification and what to check.
+                        server.setReady(false, detail: "sending is paused for "
                                         + untrusted.map { "app \($0.app) (\($0.reason))" }.joined(separator: ", ")
-                                        + "; sending for it is paused, its notifications kept; fix it and send SIGHUP")
+                                        + "; its notifications are kept; fix it and send SIGHUP")
                     } else if !outages.isEmpty {
                         server.setReady(false, detail: "APNs is not taking notifications of "
                                         + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))

@@ -379,19 +379,29 @@ final class CampaignWorker: @unchecked Sendable {
             try start(chunk, on: connection)
         } catch {
             var released = false
+            var deferred = false
             if connection.isOpen, !connection.isInTransaction, (try? store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))) != nil {
                 released = true
-                try? store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.startFailureDeferral)
+                deferred = (try? store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.startFailureDeferral)) != nil
             }
-            guard let unlogged = startFailureLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) else { throw error }
-            let fate = released ? "released it at once, to be leased again in \(Int(Self.startFailureDeferral)) s"
+            // Released, the chunk is no longer this worker's: thrown on, the error would make the
+            // loop give up the chunks it is sending too, each sent again from its checkpoint by
+            // whoever takes it over. Counted as a database error all the same.
+            func rest() throws {
+                guard released else { throw error }
+                context.databaseError(error)
+            }
+            guard let unlogged = startFailureLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) else { return try rest() }
+            let fate = released
+                ? (deferred ? "released it at once, to be leased again in \(Int(Self.startFailureDeferral)) s"
+                            : "released it at once (its next lease could not be put off, so it may be leased again at once)")
                 : "could not release it (the database is out of reach or refuses the write): it stays leased, unsent, until its lease ends within \(Int(leaseSeconds)) s"
             let since = unlogged > 0 ? " (\(unlogged) more such failures of the campaign since the last line)" : ""
             context.logger.error("campaign worker \(index) could not start chunk \(chunk.chunk) of campaign \(chunk.campaignID) it leased and \(fate)\(since): \(error)",
                                  ("event", "campaign_chunk_start_failed"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                                  ("app", .string(chunk.app)), ("worker", .int(Int64(index))), ("released", .bool(released)),
                                  ("unlogged", .int(Int64(unlogged))), ("sqlstate", .string((error as? PGError)?.code.raw ?? "")))
-            throw error
+            try rest()
         }
     }
 
@@ -1325,8 +1335,9 @@ final class CampaignWorker: @unchecked Sendable {
 
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
-            // The session ended and this target was not taken back: another claimer sends it.
-            if claim.cause != nil, !claim.held.contains(target.place) { continue }
+            // The session ended and this target was not taken back, or the retake has not
+            // succeeded yet (its row is due again for every claimer): another claimer sends it.
+            if claim.cause != nil, claim.connection == nil || !claim.held.contains(target.place) { continue }
             if outOfTime {
                 outcomes.retries.append(target)
                 continue
@@ -1438,20 +1449,23 @@ final class CampaignWorker: @unchecked Sendable {
         }
         // Recorded through the end of the batch's session (`SentBatchRecorder`): the prunes are
         // written with it and counted once committed.
-        var recorded = outcomes
+        // Only what the attempt that went through wrote is counted: a failed one rolled back, and
+        // a retake that took nothing back left the batch to other claimers.
+        var recorded = ParkedOutcomes()
         var pruned = PruneOutcome()
         let session = try parkedRecorder.record(&claim, accepted: outcomes.sentPlaces, retake: { claim in
             try retakeParked(&taken, &claim)
         }, write: { connection, takenBack in
             var writing = takenBack.map { outcomes.restricted(to: $0) } ?? outcomes
             let places = takenBack ?? Set(batch.targets.map(\.place))
-            pruned = try context.writePrunes(prunes.filter { places.contains($0.key) }
+            let written = try context.writePrunes(prunes.filter { places.contains($0.key) }
                 .sorted { ($0.key.chunk, $0.key.position) < ($1.key.chunk, $1.key.position) }.map(\.value), on: connection)
             // The timestamp rule is counted as for a chunk's own targets: kept tokens apart.
-            writing.pruned = pruned.invalidated.count
-            writing.keptTokens = pruned.keptByTimestamp.count
+            writing.pruned = written.invalidated.count
+            writing.keptTokens = written.keptByTimestamp.count
             try settleParked(taken, writing, on: connection)
             recorded = writing
+            pruned = written
         }, dropConnection: {
             self.connection?.close()
             self.connection = nil
@@ -1551,8 +1565,12 @@ final class CampaignWorker: @unchecked Sendable {
     /// before, such a campaign got nothing for as long as the others lasted.
     private func watchWaitingCampaigns(on connection: PGConnection) throws {
         // A campaign waiting for APNs (`stopWhileDown`) is left unleased on purpose, not for want of a worker.
-        let forAPNs = context.campaignsWaitingForAPNs.withLock { $0 }
-        context.metrics.campaignsWaitingForAPNs.set(Double(forAPNs.count))
+        // Set under the lock, as everywhere it changes: a count read before another worker's change
+        // would overwrite it.
+        let forAPNs = context.campaignsWaitingForAPNs.withLock { waiting in
+            context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
+            return waiting
+        }
         flushAPNsWaitLines()
         let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps()).filter { forAPNs[$0.id] == nil }
         for event in waitWatch.observe(waiting, now: RateLimiter.monotonicSeconds()) {

@@ -500,8 +500,10 @@ final class JobWorker: @unchecked Sendable {
             try retake(&batch, &rows)
         }, write: { connection, takenBack in
             let ids = takenBack ?? Set(batch.jobs.map(\.id))
-            pruned = try context.writePrunes(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
+            // Counted only from the attempt that went through: an attempt that failed rolled its prunes back.
+            let written = try context.writePrunes(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
             refused = try queue.finish(connection, batch, takenBack.map { outcomes.restricted(to: $0) } ?? outcomes)
+            pruned = written
         }, dropConnection: {
             connection?.close()
             connection = nil
