@@ -380,9 +380,11 @@ final class CampaignWorker: @unchecked Sendable {
         } catch {
             var released = false
             var deferred = false
-            if connection.isOpen, !connection.isInTransaction, (try? store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))) != nil {
-                released = true
+            // Put off first, then released: released first, another worker could lease the chunk
+            // between the two statements and fail on it at once too.
+            if connection.isOpen, !connection.isInTransaction {
                 deferred = (try? store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.startFailureDeferral)) != nil
+                released = (try? store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))) != nil
             }
             // Released, the chunk is no longer this worker's: thrown on, the error would make the
             // loop give up the chunks it is sending too, each sent again from its checkpoint by
