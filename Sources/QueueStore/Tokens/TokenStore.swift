@@ -52,6 +52,10 @@ public struct PruneOutcome: Sendable, Hashable {
     /// `check` is nil in each; `message` is the error.
     public var failed: [RefusedPrune] = []
 
+    /// Prunes the caller left out before writing (DeviceTokenNotForTopic answers of a run that
+    /// held their topic): not written. The caller forgets them once the transaction is committed.
+    public var withheld: [TokenPrune] = []
+
     public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = [], refused: [RefusedPrune] = [],
                 failed: [RefusedPrune] = []) {
         self.invalidated = invalidated

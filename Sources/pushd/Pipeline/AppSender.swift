@@ -452,10 +452,16 @@ final class AppSender: @unchecked Sendable {
         return decision
     }
 
-    /// The prunes of `prunes` to write: those of a run that tripped are left out.
-    func prunesToWrite(_ prunes: [TokenPrune]) -> [TokenPrune] {
-        guard breakerBusy.load(ordering: .relaxed) else { return prunes }
+    /// The prunes of `prunes` to write, and those left out: those of a run that tripped.
+    func prunesToWrite(_ prunes: [TokenPrune]) -> (write: [TokenPrune], withheld: [TokenPrune]) {
+        guard breakerBusy.load(ordering: .relaxed) else { return (prunes, []) }
         return withBreaker { $0.toWrite(prunes) }
+    }
+
+    /// The transaction that left `withheld` out was committed (`NotForTopicBreaker.withheldCommitted`).
+    func prunesWithheldCommitted(_ withheld: [TokenPrune]) {
+        guard !withheld.isEmpty else { return }
+        withBreaker { $0.withheldCommitted(withheld) }
     }
 
     /// Tells the breaker which prunes were written; those of a run that tripped meanwhile wait

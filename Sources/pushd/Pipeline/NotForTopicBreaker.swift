@@ -10,8 +10,8 @@ import QueueStore
 /// accepted notification on the topic ends the run (its prunes stand), and the
 /// `threshold`-th answer of a run trips the breaker: the caller holds the topic and the
 /// run's prunes are taken back — the ones already written are returned to be restored, the
-/// ones not yet written are withdrawn (`toWrite` leaves them out, `written` returns those it
-/// finds written after all).
+/// ones not yet written are withdrawn (`toWrite` leaves them out until a transaction that left
+/// them out is committed, `written` returns those it finds written after all).
 ///
 /// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
 struct NotForTopicBreaker: Sendable {
@@ -79,12 +79,28 @@ struct NotForTopicBreaker: Sendable {
         return .counted(run.count)
     }
 
-    /// The prunes of `prunes` to write: a DeviceTokenNotForTopic prune whose run tripped is left out.
-    mutating func toWrite(_ prunes: [TokenPrune]) -> [TokenPrune] {
-        guard !withdrawn.isEmpty else { return prunes }
-        return prunes.filter { prune in
-            prune.reason != APNsReason.deviceTokenNotForTopic.rawValue || withdrawn.remove(prune.token.lowercased()) == nil
+    /// The prunes of `prunes` to write, and those withheld: a DeviceTokenNotForTopic prune whose
+    /// run tripped is left out. Nothing changes here: the transaction that writes them may be
+    /// rolled back (its session ended) and the batch written again on a new one, which must leave
+    /// them out too. `withheldCommitted` forgets them once that transaction went through.
+    func toWrite(_ prunes: [TokenPrune]) -> (write: [TokenPrune], withheld: [TokenPrune]) {
+        guard !withdrawn.isEmpty else { return (prunes, []) }
+        var write = [TokenPrune]()
+        var withheld = [TokenPrune]()
+        for prune in prunes {
+            if prune.reason == APNsReason.deviceTokenNotForTopic.rawValue && withdrawn.contains(prune.token.lowercased()) {
+                withheld.append(prune)
+            } else {
+                write.append(prune)
+            }
         }
+        return (write, withheld)
+    }
+
+    /// The transaction that left `withheld` out (`toWrite`) was committed: their tokens are no
+    /// longer withdrawn, and a later prune of one of them is written.
+    mutating func withheldCommitted(_ withheld: [TokenPrune]) {
+        for prune in withheld { withdrawn.remove(prune.token.lowercased()) }
     }
 
     /// Learns which DeviceTokenNotForTopic prunes were written (`invalidated`: the prune

@@ -295,17 +295,24 @@ final class PipelineContext: @unchecked Sendable {
     func writePrunes(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
         let notForTopic = prunes.contains { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }
-        var writing = prunes
-        if notForTopic {
-            writing = Dictionary(grouping: prunes, by: \.app).sorted { $0.key < $1.key }
-                .flatMap { app, prunes in senders[app]?.prunesToWrite(prunes) ?? prunes }
-            guard !writing.isEmpty else { return PruneOutcome() }
+        guard notForTopic else { return try TokenStore().prune(connection, prunes) }
+        var writing = [TokenPrune]()
+        var withheld = [TokenPrune]()
+        for (app, prunes) in Dictionary(grouping: prunes, by: \.app).sorted(by: { $0.key < $1.key }) {
+            let split = senders[app]?.prunesToWrite(prunes) ?? (write: prunes, withheld: [])
+            writing += split.write
+            withheld += split.withheld
         }
-        return try TokenStore().prune(connection, writing)
+        var outcome = writing.isEmpty ? PruneOutcome() : try TokenStore().prune(connection, writing)
+        outcome.withheld = withheld
+        return outcome
     }
 
     /// Counts prunes `writePrunes` wrote, once they are committed.
     func prunesCommitted(_ outcome: PruneOutcome) {
+        if !outcome.withheld.isEmpty {
+            for (app, withheld) in Dictionary(grouping: outcome.withheld, by: \.app) { senders[app]?.prunesWithheldCommitted(withheld) }
+        }
         if outcome.invalidated.contains(where: { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }) {
             for (app, invalidated) in Dictionary(grouping: outcome.invalidated, by: \.app) { senders[app]?.prunesWritten(invalidated) }
         }
