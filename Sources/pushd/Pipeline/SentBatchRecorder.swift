@@ -156,7 +156,7 @@ struct SentBatchRecorder<Key: Hashable> {
         let lostReply = committed > 0 ? " (\(committed) of them by the COMMIT whose reply was lost)" : ""
         context.logger.warning("\(lane.rawValue) worker \(worker): the database session of a batch of \(claim.claimed) sent \(rows) ended before their outcomes were committed (\(cause)); \(recorded) notifications APNs accepted were recorded again on a new session\(lostReply), \(again) will be sent again (another claimer had taken their \(rows)), \(others) other \(rows) went back to \(backIn)",
                                ("event", "batch_recorded_again"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
-                               ("jobs", .int(Int64(claim.claimed))), ("recorded_again", .int(Int64(recorded))),
+                               ("claimed", .int(Int64(claim.claimed))), ("recorded_again", .int(Int64(recorded))),
                                ("sent_again", .int(Int64(again))), ("reason", .string(reason)))
     }
 
@@ -170,7 +170,7 @@ struct SentBatchRecorder<Key: Hashable> {
         context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "sent_again").increment(by: UInt64(again))
         context.logger.error("\(lane.rawValue) worker \(worker): could not record the outcomes of a batch of \(claim.claimed) sent \(rows) for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(lost + again) notifications APNs accepted will be sent again",
                              ("event", "batch_outcomes_given_up"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
-                             ("jobs", .int(Int64(claim.claimed))), ("given_up", .int(Int64(lost))), ("sent_again", .int(Int64(again))),
+                             ("claimed", .int(Int64(claim.claimed))), ("given_up", .int(Int64(lost))), ("sent_again", .int(Int64(again))),
                              ("reason", .string(reason)))
     }
 }
