@@ -1293,7 +1293,7 @@ final class CampaignWorker: @unchecked Sendable {
         // The claim lives in the session's open transaction: should the session end meanwhile,
         // every target of the batch is parked again as it was, due, for any claimer to send again.
         // Looked at between answers, so that the batch is taken again at once on a new session.
-        var claim = SentBatchClaim(held: batch.targets.map(\.place), connection: connection)
+        var claim = SentBatchClaim(held: batch.targets.map(\.place), connection: connection, transaction: batch.transaction)
         var taken = batch
         var nextCheck = RateLimiter.monotonicSeconds() + SentBatchTiming.sessionCheckSeconds
 
@@ -1518,7 +1518,7 @@ final class CampaignWorker: @unchecked Sendable {
         connection = fresh
         let taken = try store.retakeParked(fresh, batch)
         let held = try store.parkedHeldElsewhere(fresh, batch, taken: taken)
-        parkedRecorder.retaken(&claim, .init(taken: taken.targets.map(\.place), heldElsewhere: held), on: fresh)
+        try parkedRecorder.retaken(&claim, .init(taken: taken.targets.map(\.place), heldElsewhere: held, transaction: taken.transaction), on: fresh)
         batch = taken
     }
 
