@@ -323,7 +323,7 @@ public struct PushdMetrics: Sendable {
             labels: ["app", "lane"])
         unrecordedOutcomes = try registry.counter(
             "pushd_unrecorded_outcomes_total",
-            help: "Notifications APNs accepted whose batch's transaction ended before the acceptance was recorded (reason: connection, an SQLSTATE class or other): recorded_again on a new session, sent_again because another claimer had taken the job meanwhile, given_up after the database stayed away (sent again too).",
+            help: "Notifications APNs accepted whose batch's transaction ended before the acceptance was recorded (reason: connection, an SQLSTATE class or other): recorded_again on a new session (or by a COMMIT whose reply was lost), sent_again because another claimer had taken the job meanwhile, unknown when PostgreSQL could not say whether the COMMIT whose reply was lost went through, given_up after the database stayed away (sent again too).",
             labels: ["lane", "reason", "result"])
 
         fleetInstances = try registry.callbackGauge(

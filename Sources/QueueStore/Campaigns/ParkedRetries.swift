@@ -61,6 +61,9 @@ public struct ParkedBatch: Sendable, Hashable {
     public var payload: String?
     public var rateLimit: Int?
     public var targets: [ParkedTarget]
+    /// The id of the transaction that holds the targets (`TransactionFate.currentIDSQL`), nil
+    /// when none does: asked about on a new session when its session ends while it commits.
+    public var transaction: Int64? = nil
 }
 
 /// What became of a parked batch: counts for the campaign, and the targets to park again.
@@ -418,13 +421,14 @@ extension CampaignStore {
             }
             let id = targets[0].campaignID
             let head = try connection.query("""
-                SELECT app, push_type, priority, collapse_id, expiration, payload, rate_limit FROM pushd.campaigns WHERE id = $1
+                SELECT app, push_type, priority, collapse_id, expiration, payload, rate_limit, \(TransactionFate.currentIDSQL)
+                FROM pushd.campaigns WHERE id = $1
                 """, [id])
             guard head.rowCount == 1 else { throw QueueError("parked targets name campaign \(id), which does not exist") }
             let row = head[0]
             return ParkedBatch(campaignID: id, app: try row.require(0), pushType: try row.require(1), priority: try row.require(2),
                                collapseID: try row.get(3), expiration: try row.get(4), payload: try row.get(5),
-                               rateLimit: try row.get(6), targets: targets)
+                               rateLimit: try row.get(6), targets: targets, transaction: try row.require(7))
         } catch {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
@@ -436,7 +440,8 @@ extension CampaignStore {
     /// them (`$2`–`$5`). One another claimer holds is skipped; one settled since is gone, or
     /// parked again with a later due time.
     static let retakeParkedSQL = """
-        SELECT r.chunk, r.position FROM pushd.campaign_retries r JOIN \(parkedAsClaimed) ON r.chunk = c.chunk AND r.position = c.position
+        SELECT r.chunk, r.position, \(TransactionFate.currentIDSQL)
+        FROM pushd.campaign_retries r JOIN \(parkedAsClaimed) ON r.chunk = c.chunk AND r.position = c.position
         WHERE r.campaign_id = $1 AND \(parkedStillAsClaimed)
         FOR UPDATE OF r SKIP LOCKED
         """
@@ -477,6 +482,7 @@ extension CampaignStore {
             var places = Set<ParkedPlace>()
             for row in result.rows { places.insert(ParkedPlace(chunk: try row.require(0), position: try row.require(1))) }
             taken.targets = batch.targets.filter { places.contains($0.place) }
+            taken.transaction = try taken.targets.isEmpty ? nil : result.require(Int64.self, row: 0, column: 2)
             if taken.targets.isEmpty { try connection.execute(script: "COMMIT") }
             return taken
         } catch {

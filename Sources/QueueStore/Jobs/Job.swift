@@ -143,11 +143,15 @@ public struct ClaimedJobs: Sendable, Hashable {
     public var jobs: [Job]
     /// Rows the claim took and could not read, already moved to `pushd.dead_jobs`.
     public var unreadable: [UnreadableJob]
+    /// The id of the transaction that holds the jobs (`TransactionFate.currentIDSQL`), nil
+    /// when none does: asked about on a new session when its session ends while it commits.
+    public var transaction: Int64?
     public var isEmpty: Bool { jobs.isEmpty }
 
-    public init(jobs: [Job], unreadable: [UnreadableJob] = []) {
+    public init(jobs: [Job], unreadable: [UnreadableJob] = [], transaction: Int64? = nil) {
         self.jobs = jobs
         self.unreadable = unreadable
+        self.transaction = transaction
     }
 }
 

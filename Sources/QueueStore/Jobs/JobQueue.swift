@@ -59,7 +59,8 @@ public struct JobQueue: Sendable {
                      SELECT id FROM (SELECT id FROM p10 UNION ALL SELECT id FROM p5 UNION ALL SELECT id FROM p1) due LIMIT $1))
                      RETURNING \(columns))
             SELECT claimed.*, (SELECT d.environment FROM pushd.device_tokens d
-                               WHERE claimed.environment IS NULL AND d.app = claimed.app AND d.token = lower(claimed.device_token))
+                               WHERE claimed.environment IS NULL AND d.app = claimed.app AND d.token = lower(claimed.device_token)),
+                   \(TransactionFate.currentIDSQL)
             FROM claimed
             """
     }
@@ -139,6 +140,7 @@ public struct JobQueue: Sendable {
             }
             var jobs = [Job]()
             var unreadable = [UnreadableJob]()
+            let transaction: Int64 = try result.require(row: 0, column: 18)
             jobs.reserveCapacity(result.rowCount)
             for row in result.rows {
                 do {
@@ -152,7 +154,7 @@ public struct JobQueue: Sendable {
                 }
             }
             if jobs.isEmpty { try connection.execute(script: "COMMIT") }
-            return ClaimedJobs(jobs: jobs, unreadable: unreadable)
+            return ClaimedJobs(jobs: jobs, unreadable: unreadable, transaction: jobs.isEmpty ? nil : transaction)
         } catch {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
@@ -240,7 +242,7 @@ public struct JobQueue: Sendable {
         DELETE FROM pushd.jobs WHERE id = ANY (ARRAY(
             SELECT j.id FROM pushd.jobs j JOIN \(asClaimed) ON c.id = j.id
             WHERE \(stillAsClaimed) FOR UPDATE OF j SKIP LOCKED))
-        RETURNING \(columns)
+        RETURNING \(columns), \(TransactionFate.currentIDSQL)
         """
 
     /// The rows of a batch (`$1`–`$4`: id, run_at, attempts, last_error of each job as claimed).
@@ -284,7 +286,7 @@ public struct JobQueue: Sendable {
                 jobs.append(job)
             }
             if jobs.isEmpty { try connection.execute(script: "COMMIT") }
-            return ClaimedJobs(jobs: jobs)
+            return try ClaimedJobs(jobs: jobs, transaction: jobs.isEmpty ? nil : result.require(row: 0, column: 17))
         } catch {
             if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error

@@ -23,6 +23,9 @@ import QueueStore
 /// A few times a second the worker sends parked targets that are due, in a transaction held
 /// until their answers are recorded, so a crash resends at most what was in flight.
 final class CampaignWorker: @unchecked Sendable {
+    /// Who `RefusedWritesLog` speaks of: the campaign workers of this process together.
+    static let refusedWritesName = "campaign workers"
+
     // Touched only on the worker's own thread, except `completions` and the context.
     private let context: PipelineContext
     private let index: Int
@@ -70,6 +73,10 @@ final class CampaignWorker: @unchecked Sendable {
         var nextCancelledSweep = 0.0
         var dueButNotLeased = 0
         var passFailed = false
+        // Whether a write went through in the pass (a claim of parked targets, a chunk's lease):
+        // a pass that wrote nothing, between two that were refused, says nothing of whether the
+        // database takes writes again.
+        var passWrote = false
         var passStarted = RateLimiter.monotonicSeconds()
         // Since when every pass has failed on transient errors with the runs kept (nil: the last
         // pass went through).
@@ -80,9 +87,11 @@ final class CampaignWorker: @unchecked Sendable {
             // The pass before this one went through (`LaneHealth`).
             if !passFailed {
                 context.laneHealth.passed(Lane.campaign.rawValue, started: passStarted)
+                if passWrote { context.refusedWrites.passed(Self.refusedWritesName, started: passStarted) }
                 keptSince = nil
             }
             passFailed = false
+            passWrote = false
             passStarted = RateLimiter.monotonicSeconds()
             do {
                 if connection == nil || connection?.isOpen == false {
@@ -107,8 +116,10 @@ final class CampaignWorker: @unchecked Sendable {
                 if !owedParkedCounts.isEmpty, now >= nextOwedCountsTry { try writeOwedParkedCounts(on: connection!) }
                 // Parked targets are looked for a few times a second, not before every chunk.
                 if !context.isStopping, now >= nextParkedCheck {
-                    if let parked = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps(),
-                                                         leaving: context.coverage.leaving()) {
+                    let claimed = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps(),
+                                                        leaving: context.coverage.leaving())
+                    passWrote = true
+                    if let parked = claimed {
                         failures = 0
                         if parked.targets.count < Self.parkedBatchLimit { nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval }
                         let pause = try sendParked(parked, on: connection!)
@@ -127,8 +138,10 @@ final class CampaignWorker: @unchecked Sendable {
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
-                    if let chunk = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
-                                                        skipping: limiter.pacedCampaigns + campaignsPassedOverWhileDown(now: now)) {
+                    let leased = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
+                                                      skipping: limiter.pacedCampaigns + campaignsPassedOverWhileDown(now: now))
+                    passWrote = true
+                    if let chunk = leased {
                         failures = 0
                         dueButNotLeased = 0
                         try startOrRelease(chunk, on: connection!)
@@ -174,7 +187,11 @@ final class CampaignWorker: @unchecked Sendable {
                 let keeps = transient && now - (keptSince ?? now) < leaseSeconds
                 let kept = keeps && !runs.isEmpty
                     ? "; it keeps the \(runs.count) \(runs.count == 1 ? "chunk" : "chunks") it is sending, with their progress and leases, and writes them once the database takes the writes" : ""
-                context.logger.warning("campaign worker \(index): \(error)\(kept)", ("worker", .int(Int64(index))))
+                // Read-only (a failover), every pass of every worker fails the same way: told once
+                // for them all, not a warning per pass of each.
+                if !context.refusedWrites.failed(Self.refusedWritesName, meanwhile: Self.whileWritesAreRefused(leaseSeconds: leaseSeconds), error: error) {
+                    context.logger.warning("campaign worker \(index): \(error)\(kept)", ("worker", .int(Int64(index))))
+                }
                 context.laneHealth.failed(Lane.campaign.rawValue, error: error, started: passStarted)
                 if Self.survives(error, on: connection) {
                     // A row another session held for lock_timeout: the statement is undone, the
@@ -220,6 +237,11 @@ final class CampaignWorker: @unchecked Sendable {
         }
         connection?.close()
         connection = nil
+    }
+
+    /// What a spell of refused writes stops on the campaign lane (`RefusedWritesLog`).
+    static func whileWritesAreRefused(leaseSeconds: Double) -> String {
+        "no chunk is leased and no parked target claimed, so none is sent; the chunks being sent are kept, with their progress and leases, and written once writes are taken again (given up after \(Int(leaseSeconds)) s, a lease's length)"
     }
 
     /// Whether the runs outlive `error`: a lock timeout on a session that is still open, its
@@ -1271,7 +1293,7 @@ final class CampaignWorker: @unchecked Sendable {
         // The claim lives in the session's open transaction: should the session end meanwhile,
         // every target of the batch is parked again as it was, due, for any claimer to send again.
         // Looked at between answers, so that the batch is taken again at once on a new session.
-        var claim = SentBatchClaim(held: batch.targets.map(\.place), connection: connection)
+        var claim = SentBatchClaim(held: batch.targets.map(\.place), connection: connection, transaction: batch.transaction)
         var taken = batch
         var nextCheck = RateLimiter.monotonicSeconds() + SentBatchTiming.sessionCheckSeconds
 
@@ -1496,7 +1518,7 @@ final class CampaignWorker: @unchecked Sendable {
         connection = fresh
         let taken = try store.retakeParked(fresh, batch)
         let held = try store.parkedHeldElsewhere(fresh, batch, taken: taken)
-        parkedRecorder.retaken(&claim, .init(taken: taken.targets.map(\.place), heldElsewhere: held), on: fresh)
+        try parkedRecorder.retaken(&claim, .init(taken: taken.targets.map(\.place), heldElsewhere: held, transaction: taken.transaction), on: fresh)
         batch = taken
     }
 

@@ -460,7 +460,7 @@ final class JobWorker: @unchecked Sendable {
 
         init(batch: ClaimedJobs, connection: PGConnection) {
             self.batch = batch
-            rows = SentBatchClaim(held: batch.jobs.map(\.id), connection: connection)
+            rows = SentBatchClaim(held: batch.jobs.map(\.id), connection: connection, transaction: batch.transaction)
         }
     }
 
@@ -482,7 +482,7 @@ final class JobWorker: @unchecked Sendable {
         let fresh = try connectIfNeeded()
         let taken = try queue.retake(fresh, batch)
         let held = try queue.heldElsewhere(fresh, batch)
-        recorder.retaken(&rows, .init(taken: taken.jobs.map(\.id), heldElsewhere: held), on: fresh)
+        try recorder.retaken(&rows, .init(taken: taken.jobs.map(\.id), heldElsewhere: held, transaction: taken.transaction), on: fresh)
         batch = taken
     }
 

@@ -109,6 +109,8 @@ final class LeaseKeeper: @unchecked Sendable {
     private func run() {
         var connection: PGConnection?
         var failures = 0
+        // A spell of refused writes the keeper has told of is open (`RefusedWritesLog`).
+        var refusing = false
         while !stopped.wait(timeout: failures == 0 ? interval : min(interval * Double(failures + 1), leaseSeconds / 3)) {
             let (chunks, hung) = due(now: RateLimiter.monotonicSeconds())
             for stall in hung {
@@ -117,7 +119,10 @@ final class LeaseKeeper: @unchecked Sendable {
                                        ("event", "campaign_worker_stalled"), ("worker", .int(Int64(stall.worker))),
                                        ("silent_s", .int(Int64(stall.silent))), ("chunks", .int(Int64(stall.chunks))))
             }
-            guard !chunks.isEmpty else { continue }
+            // Holding nothing, the keeper writes nothing; but a spell of refused writes it told of
+            // must end when writes are taken again, not stay open until the next spell, hours
+            // later, is told as the same one ("still refuses writes, for 10800 s now").
+            guard !chunks.isEmpty || refusing else { continue }
             let started = RateLimiter.monotonicSeconds()
             do {
                 if connection == nil || connection?.isOpen == false {
@@ -125,15 +130,32 @@ final class LeaseKeeper: @unchecked Sendable {
                     connection = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-leases",
                                                           settings: ["lock_timeout": "1s", "statement_timeout": "\(max(1, Int(leaseSeconds / 3)))s"])
                 }
-                try store.renewLeases(connection!, chunks, leaseSeconds: leaseSeconds)
+                if chunks.isEmpty {
+                    try Self.requireWritable(connection!)
+                } else {
+                    try store.renewLeases(connection!, chunks, leaseSeconds: leaseSeconds)
+                }
                 failures = 0
+                refusing = false
                 context.refusedWrites.passed(Self.refusedWritesName, started: started)
             } catch {
                 failures += 1
-                context.databaseError(error)
+                // A look that found the database still read-only ran no statement that failed.
+                if !(chunks.isEmpty && RefusedWritesLog.refusesWrites(error)) { context.databaseError(error) }
                 // Read-only, the workers' checkpoints fail too: what keeps the chunks then is
                 // that no other worker can lease them either.
-                if context.refusedWrites.failed(Self.refusedWritesName, meanwhile: "the leases of the \(chunks.count) chunk(s) being sent are not extended, and the workers' checkpoints are not written either; no other worker can take the chunks over while no write goes through, and their workers write them once writes are taken again", error: error) {
+                let meanwhile = chunks.isEmpty
+                    ? "the keeper holds no chunk now, and looks each round whether the database takes writes again"
+                    : "the leases of the \(chunks.count) chunk(s) being sent are not extended, and the workers' checkpoints are not written either; no other worker can take the chunks over while no write goes through, and their workers write them once writes are taken again"
+                if context.refusedWrites.failed(Self.refusedWritesName, meanwhile: meanwhile, error: error) {
+                    refusing = true
+                    connection?.close()
+                    connection = nil
+                    continue
+                }
+                // The database is away (a restart, a lost session): the workers say so; the keeper
+                // asks again next round.
+                if chunks.isEmpty {
                     connection?.close()
                     connection = nil
                     continue
@@ -145,5 +167,14 @@ final class LeaseKeeper: @unchecked Sendable {
             }
         }
         connection?.close()
+    }
+
+    /// Throws the refusal a write would meet (SQLSTATE 25006) when a new transaction on
+    /// `connection` is read-only (`DatabaseWritability`): the keeper's look, while it holds no
+    /// chunk, at whether a spell of refused writes has ended. A read, so it costs no write.
+    private static func requireWritable(_ connection: PGConnection) throws {
+        let writability = try DatabaseWritability.read(connection)
+        guard let cause = writability.cause else { return }
+        throw PGError(code: .readOnlySQLTransaction, message: cause)
     }
 }

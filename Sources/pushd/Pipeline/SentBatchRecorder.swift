@@ -12,22 +12,35 @@ struct SentBatchClaim<Key: Hashable> {
     var held: [Key]
     /// nil once the session ended, until the rows are taken back on a new one.
     var connection: PGConnection?
+    /// The id of the transaction that holds `held` (`TransactionFate`): asked about on a new
+    /// session when its session ends while it writes their outcomes.
+    var transaction: Int64?
     /// What ended the first session, once one ended.
     var cause: (any Error)?
-    /// Whether it ended while the outcomes were being written: the COMMIT may have gone through
-    /// with only its reply lost, and a row settled since the claim (gone, or written as a retry)
-    /// was then settled by it.
+    /// Whether it ended while the outcomes of `held` were being written: the COMMIT may have
+    /// gone through with only its reply lost. Until the retake that asks whether it did.
     var lostWhileRecording = false
     /// Rows of the batch another claimer holds, to send them again.
     var sentAgain = [Key]()
-    /// Rows of the batch settled since the claim, neither taken back nor held by another claimer.
-    var settled = [Key]()
+    /// Rows of the batch settled since the claim by another claimer, which sent them again: the
+    /// claim's own transaction never wrote them, or it was rolled back.
+    var settledElsewhere = [Key]()
+    /// Rows settled by the claim's own COMMIT, whose reply was lost (`TransactionFate.committed`):
+    /// recorded once, not sent again.
+    var committed = [Key]()
+    /// Rows not taken back whose outcome is not known: the transaction that was writing them was
+    /// still running, or its status unknown, when asked on the new session. Either its COMMIT
+    /// recorded them, or they are back (and sent again); PostgreSQL could not say which.
+    var undetermined = [Key]()
+    /// What the new sessions said of the transactions that ended while writing, in order.
+    var fates = [TransactionFate]()
     /// How many rows the batch had when claimed.
     let claimed: Int
 
-    init(held: [Key], connection: PGConnection) {
+    init(held: [Key], connection: PGConnection, transaction: Int64?) {
         self.held = held
         self.connection = connection
+        self.transaction = transaction
         claimed = held.count
     }
 
@@ -35,10 +48,6 @@ struct SentBatchClaim<Key: Hashable> {
         if cause == nil { cause = error }
         connection = nil
     }
-
-    /// Rows settled since the claim that another claimer settled (sent again): all of them unless
-    /// the session ended while the outcomes were written, when the claim's own COMMIT settled them.
-    var settledElsewhere: [Key] { lostWhileRecording ? [] : settled }
 }
 
 /// What a worker of `lane` does with a sent batch whose session may end (`SentBatchClaim`): the
@@ -54,10 +63,12 @@ struct SentBatchRecorder<Key: Hashable> {
     /// Tells the worker's watchdog, if it has one, that the worker is alive while it tries again.
     var beat: () -> Void = {}
 
-    /// What a retake on a new session found: the rows taken back, and those another claimer holds.
+    /// What a retake on a new session found: the rows taken back, those another claimer holds,
+    /// and the id of the transaction that holds the rows taken back.
     struct Retaken {
         var taken: [Key]
         var heldElsewhere: Set<Key>
+        var transaction: Int64?
     }
 
     /// Between answers: a session that ended is noticed here, and the batch taken back at once,
@@ -78,13 +89,32 @@ struct SentBatchRecorder<Key: Hashable> {
         }
     }
 
-    /// Sorts the rows of `claim` by what a retake on `fresh` found.
-    func retaken(_ claim: inout SentBatchClaim<Key>, _ found: Retaken, on fresh: PGConnection) {
+    /// Sorts the rows of `claim` by what a retake on `fresh` found. A row not taken back was
+    /// settled since the claim, or is held by another claimer: when the session ended while the
+    /// outcomes were being written, `fresh` is asked whether that transaction committed
+    /// (`TransactionFate`). Committed, it settled every row it held, and none is sent again;
+    /// rolled back (or never writing), another claimer took those rows and sends them again;
+    /// still running or unknown, which of the two is not known, and they are counted so. Asked
+    /// after the retake: a transaction still running then held its rows, and whatever it became
+    /// since decides them all.
+    func retaken(_ claim: inout SentBatchClaim<Key>, _ found: Retaken, on fresh: PGConnection) throws {
+        var fate: TransactionFate?
+        if claim.lostWhileRecording {
+            fate = try claim.transaction.map { try TransactionFate.fate(of: $0, on: fresh) } ?? .unknown
+        }
         let taken = Set(found.taken)
         for key in claim.held where !taken.contains(key) {
-            if found.heldElsewhere.contains(key) { claim.sentAgain.append(key) } else { claim.settled.append(key) }
+            switch fate {
+            case .committed: claim.committed.append(key)
+            case .inProgress, .unknown: claim.undetermined.append(key)
+            case .aborted, nil:
+                if found.heldElsewhere.contains(key) { claim.sentAgain.append(key) } else { claim.settledElsewhere.append(key) }
+            }
         }
+        if let fate { claim.fates.append(fate) }
         claim.held = found.taken
+        claim.transaction = found.transaction
+        claim.lostWhileRecording = false
         claim.connection = fresh
     }
 
@@ -141,37 +171,72 @@ struct SentBatchRecorder<Key: Hashable> {
         }
     }
 
+    /// A batch's notifications APNs accepted, by what became of them after its session ended.
+    private struct Fates {
+        /// Recorded on a new session, the lost COMMIT's among them.
+        var recorded: Int
+        /// Recorded by a COMMIT whose reply was lost.
+        var lostReply: Int
+        /// Held by the batch's transaction at the end: recorded by its COMMIT, or given up.
+        var held: Int
+        /// Sent again by the claimer that took their rows.
+        var again: Int
+        /// Rows of the batch, accepted or not, that other claimers took.
+        var elsewhere: Int
+        /// Recorded by a COMMIT whose reply was lost, or sent again: PostgreSQL could not say.
+        var unknown: Int
+        /// What the new sessions said of the transactions that ended while writing.
+        var said: String
+
+        init(_ claim: SentBatchClaim<Key>, accepted: Set<Key>) {
+            let elsewhere = claim.sentAgain + claim.settledElsewhere
+            lostReply = claim.committed.count { accepted.contains($0) }
+            held = claim.held.count { accepted.contains($0) }
+            recorded = held + lostReply
+            again = elsewhere.count { accepted.contains($0) }
+            self.elsewhere = elsewhere.count
+            unknown = claim.undetermined.count { accepted.contains($0) }
+            said = claim.fates.filter { $0 == .inProgress || $0 == .unknown }.map(\.rawValue).joined(separator: ", ")
+        }
+
+        /// What is said of the undetermined ones, if any.
+        var unknownClause: String {
+            unknown == 0 ? "" : "; \(unknown) more APNs accepted were either recorded by the COMMIT whose reply was lost or will be sent again, which PostgreSQL could not say (pg_xact_status of that transaction: \(said))"
+        }
+    }
+
     /// One warning line per batch whose session ended before its outcomes were committed, and
     /// the counts of `pushd_unrecorded_outcomes_total`.
     private func reportRecordedAgain(_ claim: SentBatchClaim<Key>, cause: any Error, accepted: Set<Key>) {
-        // Settled by the claim's own COMMIT, whose reply was lost: recorded once, not sent again.
-        let committed = claim.lostWhileRecording ? claim.settled.count(where: { accepted.contains($0) }) : 0
-        let recorded = claim.held.count { accepted.contains($0) } + committed
-        let sentAgain = claim.sentAgain + claim.settledElsewhere
-        let again = sentAgain.count { accepted.contains($0) }
-        let others = sentAgain.count - again
+        let fates = Fates(claim, accepted: accepted)
         let reason = PipelineContext.databaseErrorReason(cause)
-        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "recorded_again").increment(by: UInt64(recorded))
-        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "sent_again").increment(by: UInt64(again))
-        let lostReply = committed > 0 ? " (\(committed) of them by the COMMIT whose reply was lost)" : ""
-        context.logger.warning("\(lane.rawValue) worker \(worker): the database session of a batch of \(claim.claimed) sent \(rows) ended before their outcomes were committed (\(cause)); \(recorded) notifications APNs accepted were recorded again on a new session\(lostReply), \(again) will be sent again (another claimer had taken their \(rows)), \(others) other \(rows) went back to \(backIn)",
+        count(fates, reason: reason, recorded: fates.recorded)
+        let lostReply = fates.lostReply > 0 ? " (\(fates.lostReply) of them by the COMMIT whose reply was lost)" : ""
+        context.logger.warning("\(lane.rawValue) worker \(worker): the database session of a batch of \(claim.claimed) sent \(rows) ended before their outcomes were committed (\(cause)); \(fates.recorded) notifications APNs accepted were recorded again on a new session\(lostReply), \(fates.again) will be sent again (another claimer had taken their \(rows)), \(fates.elsewhere - fates.again) other \(rows) went back to \(backIn)\(fates.unknownClause)",
                                ("event", "batch_recorded_again"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
-                               ("jobs", .int(Int64(claim.claimed))), ("recorded_again", .int(Int64(recorded))),
-                               ("sent_again", .int(Int64(again))), ("reason", .string(reason)))
+                               ("claimed", .int(Int64(claim.claimed))), ("recorded_again", .int(Int64(fates.recorded))),
+                               ("sent_again", .int(Int64(fates.again))), ("unknown", .int(Int64(fates.unknown))), ("reason", .string(reason)))
     }
 
     /// The outcomes of a batch could not be recorded for `seconds` (or pushd is stopping): its
     /// rows are back as claimed and are sent again, the accepted ones too.
     private func reportGivenUp(_ claim: SentBatchClaim<Key>, accepted: Set<Key>, last: any Error, seconds: Double) {
-        let lost = claim.held.count { accepted.contains($0) }
-        let again = (claim.sentAgain + claim.settledElsewhere).count { accepted.contains($0) }
+        let fates = Fates(claim, accepted: accepted)
         let reason = PipelineContext.databaseErrorReason(claim.cause ?? last)
-        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "given_up").increment(by: UInt64(lost))
-        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "sent_again").increment(by: UInt64(again))
-        context.logger.error("\(lane.rawValue) worker \(worker): could not record the outcomes of a batch of \(claim.claimed) sent \(rows) for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(lost + again) notifications APNs accepted will be sent again",
+        count(fates, reason: reason, recorded: fates.lostReply)
+        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "given_up").increment(by: UInt64(fates.held))
+        let lostReply = fates.lostReply > 0 ? " (\(fates.lostReply) more were recorded by a COMMIT whose reply was lost)" : ""
+        context.logger.error("\(lane.rawValue) worker \(worker): could not record the outcomes of a batch of \(claim.claimed) sent \(rows) for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(fates.held + fates.again) notifications APNs accepted will be sent again\(lostReply)\(fates.unknownClause)",
                              ("event", "batch_outcomes_given_up"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
-                             ("jobs", .int(Int64(claim.claimed))), ("given_up", .int(Int64(lost))), ("sent_again", .int(Int64(again))),
-                             ("reason", .string(reason)))
+                             ("claimed", .int(Int64(claim.claimed))), ("given_up", .int(Int64(fates.held))), ("sent_again", .int(Int64(fates.again))),
+                             ("unknown", .int(Int64(fates.unknown))), ("reason", .string(reason)))
+    }
+
+    /// `pushd_unrecorded_outcomes_total` of a batch but for those given up.
+    private func count(_ fates: Fates, reason: String, recorded: Int) {
+        for (result, count) in [("recorded_again", recorded), ("sent_again", fates.again), ("unknown", fates.unknown)] {
+            context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: result).increment(by: UInt64(count))
+        }
     }
 }
 

@@ -1,0 +1,199 @@
+import Foundation
+import Glibc
+import PushdTestSupport
+import QueueStore
+import Testing
+@testable import pushd
+
+/// A sent batch whose session ends while its outcomes are written: its COMMIT went through with
+/// only the reply lost, or it did not, and then another claimer took the rows, sent them again
+/// and settled them before the batch was taken back. The two look alike from the new session
+/// (the rows are settled, by someone); PostgreSQL tells them apart (`pg_xact_status` of the
+/// batch's transaction). Every row settled meanwhile was counted `recorded_again`, by the lost
+/// COMMIT, even when that COMMIT never happened and the notifications went out twice.
+@Suite(.serialized) struct LostCommitTests {
+    /// Ends `connection`'s session from `admin`, and returns the error the client meets on it.
+    static func cut(_ connection: PGConnection, from admin: PGConnection) throws -> any Error {
+        #expect(try admin.query("SELECT pg_terminate_backend($1)", [connection.backendPID]).require(Bool.self, row: 0, column: 0))
+        for _ in 0..<100 {
+            do { try connection.checkSession() } catch { return error }
+            usleep(20_000)
+        }
+        throw QueueError("the session of backend \(connection.backendPID) did not end")
+    }
+
+    /// What a batch's recording said: its `batch_recorded_again` line and
+    /// `pushd_unrecorded_outcomes_total` of its lane by result.
+    struct Said {
+        var line: String
+        var counts: [String: Int]
+    }
+
+    /// Records with a `SentBatchRecorder` of `lane` a batch of `keys` (all accepted by APNs),
+    /// claimed in transaction `transaction` on `doomed`. Its first write ends the session: after
+    /// the COMMIT (`commits`: the reply is lost), or before it, when `elsewhere` has taken the
+    /// rows on another session, sent them and settled them. `retake` and `write` are the lane's
+    /// store calls.
+    static func record<Key: Hashable>(_ lane: Lane, _ rows: String, keys: [Key], transaction: Int64?, doomed: PGConnection,
+                                      database: IsolatedDatabase, commits: Bool,
+                                      retake: @escaping (PGConnection) throws -> SentBatchRecorder<Key>.Retaken,
+                                      write: @escaping (PGConnection, Set<Key>?) throws -> Void,
+                                      elsewhere: @escaping () throws -> Void) throws -> Said {
+        let harness = try DaemonHarness(database: database)
+        let sink = MemoryLogSink()
+        let pipeline = try harness.pipeline(log: sink)
+        let admin = try database.connect()
+        defer { admin.close() }
+        let recorder = SentBatchRecorder<Key>(context: pipeline.context, lane: lane, worker: 0, rows: rows, backIn: "the queue")
+        var claim = SentBatchClaim(held: keys, connection: doomed, transaction: transaction)
+        var sessions = [PGConnection]()
+        defer { sessions.forEach { $0.close() } }
+        _ = try recorder.record(&claim, accepted: Set(keys), retake: { claim in
+            let fresh = try database.connect()
+            sessions.append(fresh)
+            try recorder.retaken(&claim, retake(fresh), on: fresh)
+        }, write: { connection, takenBack in
+            guard takenBack == nil else { return try write(connection, takenBack) }
+            if commits {
+                try write(connection, nil)
+                throw try cut(connection, from: admin)
+            }
+            _ = try cut(connection, from: admin)
+            try elsewhere()
+            try write(connection, nil)
+            Issue.record("the write went through on a session that ended")
+        }, dropConnection: {})
+        let line = sink.lines.first { $0.contains("batch_recorded_again") } ?? ""
+        var counts = [String: Int]()
+        for series in pipeline.context.metrics.registry.expositionText().split(separator: "\n")
+        where series.hasPrefix("pushd_unrecorded_outcomes_total{") && series.contains("lane=\"\(lane.rawValue)\"") {
+            guard let result = series.split(separator: "result=\"").last?.split(separator: "\"").first,
+                  let value = series.split(separator: " ").last.flatMap({ Double($0) }) else { continue }
+            counts[String(result), default: 0] += Int(value)
+        }
+        return Said(line: line, counts: counts)
+    }
+
+    /// Four jobs claimed on `doomed`, recorded as all delivered (`record`).
+    static func transactional(commits: Bool) throws -> Said {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            defer { admin.close() }
+            try admin.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 4) g
+                """)
+            let queue = JobQueue()
+            let doomed = try database.connect()
+            defer { doomed.close() }
+            var batch = try queue.claim(doomed, limit: 10, apps: ["shop"])
+            #expect(batch.jobs.count == 4)
+            #expect(batch.transaction != nil)
+            let ids = batch.jobs.map(\.id)
+            let said = try record(.transactional, "jobs", keys: ids, transaction: batch.transaction, doomed: doomed,
+                                  database: database, commits: commits, retake: { fresh in
+                let taken = try queue.retake(fresh, batch)
+                let held = try queue.heldElsewhere(fresh, batch)
+                batch = taken
+                return .init(taken: taken.jobs.map(\.id), heldElsewhere: held, transaction: taken.transaction)
+            }, write: { connection, takenBack in
+                try queue.finish(connection, batch, JobOutcomes(delivered: ids).restricted(to: takenBack ?? Set(ids)))
+            }, elsewhere: {
+                let other = try database.connect()
+                defer { other.close() }
+                let theirs = try queue.claim(other, limit: 10, apps: ["shop"])
+                #expect(theirs.jobs.count == 4, "the rows did not go back when the session ended")
+                try queue.finish(other, theirs, JobOutcomes(delivered: theirs.jobs.map(\.id)))
+            })
+            #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0)
+            return said
+        }
+    }
+
+    /// Four parked targets claimed on `doomed`, recorded as all sent (`record`).
+    static func parked(commits: Bool) throws -> Said {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            defer { admin.close() }
+            let id = try CampaignParkedSessionLossTests.parkedCampaign(admin, count: 4)
+            let store = CampaignStore()
+            let doomed = try database.connect()
+            defer { doomed.close() }
+            let claimed = try #require(try store.claimParked(doomed, limit: 10, apps: ["shop"]))
+            #expect(claimed.targets.count == 4)
+            #expect(claimed.transaction != nil)
+            var batch = claimed
+            var outcomes = ParkedOutcomes()
+            for target in claimed.targets { outcomes.sent(target) }
+            let places = claimed.targets.map(\.place)
+            let said = try record(.campaign, "targets", keys: places, transaction: claimed.transaction, doomed: doomed,
+                                  database: database, commits: commits, retake: { fresh in
+                let taken = try store.retakeParked(fresh, batch)
+                let held = try store.parkedHeldElsewhere(fresh, batch, taken: taken)
+                batch = taken
+                return .init(taken: taken.targets.map(\.place), heldElsewhere: held, transaction: taken.transaction)
+            }, write: { connection, takenBack in
+                try store.settleParked(connection, batch, takenBack.map { outcomes.restricted(to: $0) } ?? outcomes)
+            }, elsewhere: {
+                let other = try database.connect()
+                defer { other.close() }
+                let theirs = try #require(try store.claimParked(other, limit: 10, apps: ["shop"]), "the targets did not go back when the session ended")
+                var sent = ParkedOutcomes()
+                for target in theirs.targets { sent.sent(target) }
+                try store.settleParked(other, theirs, sent)
+            })
+            // Counted once, by whichever COMMIT went through.
+            #expect(try #require(try store.campaign(admin, id: id)).sent == 4)
+            return said
+        }
+    }
+
+    @Test func aLostCommitThatWentThroughCountsItsJobsRecordedNotSentAgain() throws {
+        let said = try Self.transactional(commits: true)
+        #expect(said.counts["recorded_again"] == 4 && said.counts["sent_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.counts["unknown", default: 0] == 0, "\(said.counts)")
+        #expect(said.line.contains("4 notifications APNs accepted were recorded again on a new session (4 of them by the COMMIT whose reply was lost), 0 will be sent again"), "\(said.line)")
+        #expect(said.line.contains(#""claimed":4"#) && said.line.contains(#""recorded_again":4"#) && said.line.contains(#""sent_again":0"#), "\(said.line)")
+    }
+
+    @Test func aCommitThatDidNotGoThroughCountsTheJobsAnotherClaimerSettledAsSentAgain() throws {
+        let said = try Self.transactional(commits: false)
+        #expect(said.counts["sent_again"] == 4 && said.counts["recorded_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.counts["unknown", default: 0] == 0, "\(said.counts)")
+        #expect(said.line.contains("0 notifications APNs accepted were recorded again on a new session, 4 will be sent again"), "\(said.line)")
+        #expect(said.line.contains(#""claimed":4"#) && said.line.contains(#""recorded_again":0"#) && said.line.contains(#""sent_again":4"#), "\(said.line)")
+    }
+
+    @Test func aLostCommitThatWentThroughCountsItsParkedTargetsRecordedNotSentAgain() throws {
+        let said = try Self.parked(commits: true)
+        #expect(said.counts["recorded_again"] == 4 && said.counts["sent_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.line.contains(#""lane":"campaign""#) && said.line.contains(#""claimed":4"#) && said.line.contains(#""recorded_again":4"#), "\(said.line)")
+    }
+
+    @Test func aCommitThatDidNotGoThroughCountsTheParkedTargetsAnotherClaimerSettledAsSentAgain() throws {
+        let said = try Self.parked(commits: false)
+        #expect(said.counts["sent_again"] == 4 && said.counts["recorded_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.line.contains(#""lane":"campaign""#) && said.line.contains(#""claimed":4"#) && said.line.contains(#""sent_again":4"#), "\(said.line)")
+    }
+
+    /// The store's answer for each fate a transaction can have when asked from another session.
+    @Test func theFateOfATransactionIsAskedOfTheServer() throws {
+        try IsolatedDatabase.with { database in
+            let asker = try database.connect()
+            let running = try database.connect()
+            defer { asker.close(); running.close() }
+            func current(_ connection: PGConnection) throws -> Int64 {
+                try connection.query("SELECT \(TransactionFate.currentIDSQL)").require(row: 0, column: 0)
+            }
+            try running.execute(script: "BEGIN")
+            let open = try current(running)
+            #expect(try TransactionFate.fate(of: open, on: asker) == .inProgress)
+            try running.execute(script: "COMMIT")
+            #expect(try TransactionFate.fate(of: open, on: asker) == .committed)
+            try running.execute(script: "BEGIN")
+            let undone = try current(running)
+            try running.execute(script: "ROLLBACK")
+            #expect(try TransactionFate.fate(of: undone, on: asker) == .aborted)
+        }
+    }
+}
