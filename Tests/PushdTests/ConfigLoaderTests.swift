@@ -262,6 +262,30 @@ import Testing
         #expect(try ConfigLoader.listenAddress(value).host == (value.hasPrefix("[") ? "::1" : String(value.prefix { $0 != ":" })))
     }
 
+    /// `apns.channel_host` without a port keeps the channel management port of its environment
+    /// (Apple: 2195 development, 2196 production; there is no 443 for that API), as
+    /// `pushd channel-audit` and the broadcast worker connect. Before, it kept the push port
+    /// the configuration had (443), where no channel management API listens.
+    @Test(arguments: [(PushdConfig.Environment.sandbox, 2195), (.production, 2196)])
+    func aChannelHostWithoutAPortKeepsTheChannelManagementPort(environment: PushdConfig.Environment, port: Int) throws {
+        var (config, _) = try ConfigLoader.parse(Self.valid, environment: [:])
+        config.apns.hostOverride = nil
+        config.apns.channelHostOverride = "mgmt.example"
+        let output = CapturedOutput()
+        // The key file does not exist: the command stops before any connection, after naming its target.
+        #expect(throws: (any Error).self) {
+            _ = try ChannelAuditCommand.channelsAtAPNs(app: config.apps[0], environment: environment, config: config, output.context())
+        }
+        #expect(output.text.hasPrefix("GET https://mgmt.example:\(port)/1/apps/com.example.shop/all-channels"), "\(output.text)")
+
+        config.apns.channelHostOverride = "mgmt.example:8443"
+        let named = CapturedOutput()
+        #expect(throws: (any Error).self) {
+            _ = try ChannelAuditCommand.channelsAtAPNs(app: config.apps[0], environment: environment, config: config, named.context())
+        }
+        #expect(named.text.hasPrefix("GET https://mgmt.example:8443/"), "\(named.text)")
+    }
+
     @Test func everyProblemIsReportedAtOnce() {
         let found = Self.problems("apns: {threads: 0, colour: red}\napps: [{name: '', bundle_id: x}]")
         #expect(found.count >= 4, "\(found)")
