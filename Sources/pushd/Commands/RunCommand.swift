@@ -181,6 +181,7 @@ enum RunCommand {
                         + pipeline.context.environmentHeldApps().map {
                             "app \($0.app) \(PipelineContext.environmentHeldScope($0.environment)): \(AppSender.environmentDisagreementReason)"
                         }
+                        + pipeline.context.heldCampaignsDetail()
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()
