@@ -1,4 +1,5 @@
 import APNs
+import Posix
 
 extension DispatcherConfiguration {
     /// Sends to the host of `text`, the value of `setting`, and to its port when it names one
