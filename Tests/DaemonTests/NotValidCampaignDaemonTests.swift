@@ -81,6 +81,18 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 10) {
                 daemon.metrics().contains(#"pushd_campaigns{status="refused"} 1"#)
             }, "\(daemon.metrics())")
+            // Nothing sends its remaining targets while it is held: they are refused, not due, and
+            // /readyz names the hold (still ready: the rest sends). Before, they were the campaign
+            // lane's depth and /readyz said nothing of it.
+            let scrape = daemon.metrics()
+            #expect(scrape.contains(#"pushd_queue_app_depth{app="shop",lane="campaign"} 0"#), "\(scrape)")
+            #expect(scrape.contains(#"pushd_campaign_targets_refused{app="shop"} \#(Self.count - accepted.count)"#), "\(scrape)")
+            var readyz = ""
+            #expect(DaemonHarness.wait(seconds: 10) {
+                readyz = daemon.readyz()
+                return readyz.contains("held: campaign \(id) of app shop: CHECK campaigns_payload_shape of pushd.campaigns refuses its row")
+            }, "\(readyz)")
+            #expect(readyz.hasPrefix("ready"), "\(readyz)")
 
             for action in ["pause", "cancel"] {
                 let run = try Self.command(["campaign", action, String(id)], database)
@@ -96,6 +108,7 @@ import Testing
             let fleet = try Self.command(["status"], database)
             #expect(fleet.output.contains("campaign \(id) of app shop is held and sends nothing: CHECK campaigns_payload_shape"),
                     "\(fleet.output)")
+            #expect(fleet.output.contains("its \(Self.count - accepted.count) remaining target(s) are counted as refused, not due"), "\(fleet.output)")
 
             // The operator corrects the column: the hold ends, the rest is sent, nothing twice.
             try connection.query(#"UPDATE pushd.campaigns SET payload = '{"aps":{"alert":"fallback"}}' WHERE id = $1"#, [id])
@@ -105,6 +118,7 @@ import Testing
             let all = harness.mock.acceptedLog.map(\.token)
             #expect(all.count == Self.count && Set(all).count == Self.count)
             #expect(try store.campaign(connection, id: id)?.sent == Self.count)
+            #expect(DaemonHarness.wait(seconds: 10) { !daemon.readyz().contains("held: campaign") }, "\(daemon.readyz())")
         }
     }
 }

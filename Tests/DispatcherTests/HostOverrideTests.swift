@@ -60,4 +60,21 @@ import Testing
         #expect(throws: HostOverride.Invalid.self) { try configuration.applyHostOverride("mock:x", setting: "apns.sandbox_host") }
         #expect(configuration.host == "mock" && configuration.port == 8443, "a refused override changes nothing")
     }
+
+    /// `apns.channel_host` replaces the channel management host: without a port, the port is
+    /// the environment's channel management port, not the push port the configuration had.
+    @Test(arguments: [(APNsEnvironment.sandbox, 2195), (.production, 2196)])
+    func aChannelHostWithoutAPortTakesTheChannelManagementPort(environment: APNsEnvironment, port: Int) throws {
+        var configuration = DispatcherConfiguration(host: "api.push.apple.com", port: 443)
+        try configuration.applyChannelManagementHost(nil, environment: environment)
+        #expect(configuration.host == environment.channelManagementHost && configuration.port == port)
+        try configuration.applyChannelManagementHost("mgmt.example", environment: environment)
+        #expect(configuration.host == "mgmt.example" && configuration.port == port)
+        try configuration.applyChannelManagementHost("[::1]:8443", environment: environment)
+        #expect(configuration.host == "::1" && configuration.port == 8443)
+        #expect(throws: HostOverride.Invalid(setting: "apns.channel_host", text: "mgmt:0", reason: "the port '0' is not a number from 1 to 65535")) {
+            try configuration.applyChannelManagementHost("mgmt:0", environment: environment)
+        }
+        #expect(configuration.host == "::1" && configuration.port == 8443, "a refused override changes nothing")
+    }
 }

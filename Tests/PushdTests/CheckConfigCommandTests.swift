@@ -114,6 +114,18 @@ import Testing
         #expect(run.output.output.last?.contains("checked once the settings are fixed") == true)
     }
 
+    /// `pushd check-config` shows a `metrics.listen` the server could not bind as the loader
+    /// refuses it: the setting, its line and why. Before, an IPv6 address without brackets
+    /// passed, the last ':' taken as the port's.
+    @Test func aMetricsListenAddressWithoutBracketsIsRefusedWithItsLine() throws {
+        let files = try FileFixture()
+        let config = try Self.writeConfig(files, extra: "metrics:\n  per_address_limit: 8\n  listen: '::1:9464'")
+        let run = try Self.check(config)
+        #expect(run.exitCode == 1, "\(run.output.text)")
+        #expect(run.output.text.contains("error: metrics.listen (line 5): '::1:9464' is not host:port (an IPv6 address goes in brackets, as [::1]:9464)"),
+                "\(run.output.text)")
+    }
+
     @Test func aMissingKeyFileIsNamedWithItsSetting() throws {
         let files = try FileFixture()
         let config = try Self.writeConfig(files, apps: """

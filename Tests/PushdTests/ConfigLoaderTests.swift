@@ -230,6 +230,62 @@ import Testing
         #expect(v6.host == "::1" && v6.port == 443, "\(v6.host) \(v6.port)")
     }
 
+    /// `metrics.listen` is read by the parse the host overrides use (`HostPort`), with the
+    /// port required and 0 allowed (any free port): refused at load, naming the setting and
+    /// its line. Before, a looser parse took the text after the last ':' as the port, so an
+    /// IPv6 literal without brackets, a scheme, an '@', a '+' before the port and an unclosed
+    /// bracket were accepted, and a refusal named the section's line.
+    @Test(arguments: [
+        ("::1:9464", "(an IPv6 address goes in brackets, as [::1]:9464)"),
+        ("[::1:9464", "(the IPv6 address has no closing ']')"),
+        ("[127.0.0.1]:9464", "(only an IPv6 address goes in brackets)"),
+        ("127.0.0.1:+9464", "(the port '+9464' is not a number from 0 to 65535)"),
+        ("127.0.0.1:65536", "(the port '65536' is not a number from 0 to 65535)"),
+        ("127.0.0.1:9464x", "(the port '9464x' is not a number from 0 to 65535)"),
+        ("127.0.0.1", "(the port is missing)"),
+        (":9464", "(the host is empty)"),
+        ("http://127.0.0.1:9464", "(a host has no scheme or path)"),
+        ("user@127.0.0.1:9464", "('@' has no place in a host)"),
+    ])
+    func aMetricsListenAddressTheServerCannotBindIsRefusedNamingTheSettingAndLine(value: String, reason: String) {
+        let text = "database: {url: 'postgresql://h/d'}\nlog:\n  level: info\nmetrics:\n  per_address_limit: 8\n  listen: '\(value)'\napps: []"
+        let found = Self.problems(text)
+        let expected = "metrics.listen (line 6): '\(value)' is not host:port \(reason); for example 127.0.0.1:9464, 0.0.0.0:9464 or [::1]:9464"
+        #expect(found.contains { $0.contains(expected) }, "got \(found)")
+    }
+
+    /// Port 0 stays: it asks the system for a free port, as the daemon tests start pushd.
+    @Test(arguments: ["127.0.0.1:0", "127.0.0.1:9464", "0.0.0.0:9464", "[::1]:9464", "localhost:65535"])
+    func aMetricsListenAddressWithItsPortIsAccepted(value: String) throws {
+        let text = "database: {url: 'postgresql://h/d'}\nmetrics:\n  listen: '\(value)'\napps: []"
+        #expect(!Self.problems(text).contains { $0.contains("metrics.listen") }, "\(Self.problems(text))")
+        #expect(try ConfigLoader.listenAddress(value).host == (value.hasPrefix("[") ? "::1" : String(value.prefix { $0 != ":" })))
+    }
+
+    /// `apns.channel_host` without a port keeps the channel management port of its environment
+    /// (Apple: 2195 development, 2196 production; there is no 443 for that API), as
+    /// `pushd channel-audit` and the broadcast worker connect. Before, it kept the push port
+    /// the configuration had (443), where no channel management API listens.
+    @Test(arguments: [(PushdConfig.Environment.sandbox, 2195), (.production, 2196)])
+    func aChannelHostWithoutAPortKeepsTheChannelManagementPort(environment: PushdConfig.Environment, port: Int) throws {
+        var (config, _) = try ConfigLoader.parse(Self.valid, environment: [:])
+        config.apns.hostOverride = nil
+        config.apns.channelHostOverride = "mgmt.example"
+        let output = CapturedOutput()
+        // The key file does not exist: the command stops before any connection, after naming its target.
+        #expect(throws: (any Error).self) {
+            _ = try ChannelAuditCommand.channelsAtAPNs(app: config.apps[0], environment: environment, config: config, output.context())
+        }
+        #expect(output.text.hasPrefix("GET https://mgmt.example:\(port)/1/apps/com.example.shop/all-channels"), "\(output.text)")
+
+        config.apns.channelHostOverride = "mgmt.example:8443"
+        let named = CapturedOutput()
+        #expect(throws: (any Error).self) {
+            _ = try ChannelAuditCommand.channelsAtAPNs(app: config.apps[0], environment: environment, config: config, named.context())
+        }
+        #expect(named.text.hasPrefix("GET https://mgmt.example:8443/"), "\(named.text)")
+    }
+
     @Test func everyProblemIsReportedAtOnce() {
         let found = Self.problems("apns: {threads: 0, colour: red}\napps: [{name: '', bundle_id: x}]")
         #expect(found.count >= 4, "\(found)")

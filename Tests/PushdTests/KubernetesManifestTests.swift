@@ -60,7 +60,7 @@ import Testing
         let ports = try #require(container["ports"] as? [Object])
         let metricsPort = try #require(ports.first { $0["name"] as? String == "metrics" })
         let config = try Self.shippedConfig(objects)
-        let listen = try #require(ConfigLoader.parseListenAddress(config.metricsListen))
+        let listen = try ConfigLoader.listenAddress(config.metricsListen)
         #expect(metricsPort["containerPort"] as? Int == Int(listen.port))
         #expect(listen.host == "0.0.0.0", "the kubelet and Prometheus reach the pod's address, not its loopback")
 

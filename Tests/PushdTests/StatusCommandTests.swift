@@ -140,7 +140,7 @@ import Testing
             let run = try CommandRun(["status", "--database-url", database.url], StatusCommand.run)
             let text = run.output.text
             let rows = text.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
-            #expect(rows.contains(["shop", "campaign", "0", "1000", "-", "yes"]), "\(text)")
+            #expect(rows.contains(["shop", "campaign", "0", "1000", "0", "-", "yes"]), "\(text)")
             let campaignRow = try #require(text.split(separator: "\n").first { $0.hasSuffix(" a") }, "\(text)")
             #expect(campaignRow.contains(" scheduled ") && campaignRow.contains("  \(TimeText.moment(startAt)) (in 2d00h)  a"), "\(text)")
             #expect(run.exitCode == 0, "\(text)")

@@ -531,6 +531,51 @@ import Testing
         }
     }
 
+    /// The campaign lane's oldest age follows the definition of due its depth uses: a
+    /// scheduled campaign whose start time has come is due from that time, before a worker
+    /// starts it and after (started late, its age still runs from its start time). Before,
+    /// only running campaigns were aged, from when they were started: the lane counted the
+    /// due campaign's targets at age 0, then restarted its age when a worker took it.
+    @Test func theCampaignLaneAgesADueScheduledCampaignFromItsStartTimeStartedOrNot() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let scheduled = try campaigns.create(connection, NewCampaign(app: "shop", name: "morning", payload: Fixtures.payload,
+                                                                         startAt: Timestamp().addingTimeInterval(3600)))
+            try campaigns.importTargets(connection, campaignID: scheduled, targets: (1...20).map { (Fixtures.token($0), nil) })
+            #expect(try campaigns.start(connection, id: scheduled) == .scheduled)
+            func lane() throws -> LaneDepth {
+                try #require(try QueueStats.read(connection).lanes.first { $0.lane == .campaign && $0.app == "shop" })
+            }
+            #expect(try lane().depth == 0 && lane().oldestAge == 0, "scheduled later: not due, no age")
+
+            // Its start time came 90 s ago and no worker has taken it yet.
+            try connection.query("UPDATE pushd.campaigns SET start_at = now() - interval '90 seconds' WHERE id = \(scheduled)")
+            let due = try lane()
+            #expect(due.depth == 20, "\(due)")
+            #expect(due.oldestAge >= 90 && due.oldestAge < 120, "due for 90 s: \(due)")
+
+            // A worker starts it now, 90 s late: still due since its start time.
+            _ = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
+            #expect(try campaigns.campaign(connection, id: scheduled)?.status == .running)
+            let started = try lane()
+            #expect(started.depth == 20 && started.oldestAge >= 90 && started.oldestAge < 120, "\(started)")
+
+            // A campaign started at once is due since it was started; the lane shows the older one.
+            let now = try campaigns.create(connection, NewCampaign(app: "shop", name: "now", payload: Fixtures.payload))
+            try campaigns.importTargets(connection, campaignID: now, targets: (101...105).map { (Fixtures.token($0), nil) })
+            #expect(try campaigns.start(connection, id: now) == .running)
+            try connection.query("UPDATE pushd.campaigns SET started_at = now() - interval '30 seconds' WHERE id = \(now)")
+            let both = try lane()
+            #expect(both.depth == 25 && both.oldestAge >= 90 && both.oldestAge < 120, "\(both)")
+
+            // Paused, the older one is not due: neither its targets nor its age count.
+            #expect(try campaigns.pause(connection, id: scheduled) == .paused)
+            let paused = try lane()
+            #expect(paused.depth == 5 && paused.oldestAge >= 30 && paused.oldestAge < 60, "\(paused)")
+        }
+    }
+
     /// A paused campaign sends nothing until it is resumed: its targets are remaining, not due.
     @Test func queueStatsCountAPausedCampaignAsRemainingButNotDue() throws {
         try IsolatedDatabase.with { database in

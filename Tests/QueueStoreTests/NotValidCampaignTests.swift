@@ -56,7 +56,11 @@ import Testing
             let stats = try QueueStats.read(connection)
             let progress = try #require(stats.campaigns.first { $0.id == id })
             #expect(progress.sent == 4 && progress.failed == 1 && progress.refusedBy == "campaigns_payload_shape")
-            #expect(stats.lanes.first { $0.lane == .campaign && $0.app == "shop" }?.depth == 5, "10 targets, 5 of them sent or failed: \(stats.lanes)")
+            // Nothing leases or sends it while held: its 5 remaining targets are refused, not due
+            // (before, they were the lane's depth, as if a worker would send them).
+            let heldLane = try #require(stats.lanes.first { $0.lane == .campaign && $0.app == "shop" })
+            #expect(heldLane.depth == 0, "10 targets, 5 of them sent or failed, none due while held: \(heldLane)")
+            #expect(heldLane.refused == 5 && heldLane.oldestAge == 0, "\(heldLane)")
             let fleet = try #require(try FleetSnapshot.read(connection).campaigns.first { $0.progress.id == id })
             #expect(fleet.progress.sent == 4 && fleet.progress.failed == 1 && fleet.progress.refusedBy == "campaigns_payload_shape")
 
@@ -77,6 +81,8 @@ import Testing
             #expect(try campaigns.refusal(connection, campaignID: id) == nil)
             let campaign = try #require(try campaigns.campaign(connection, id: id))
             #expect(campaign.sent == 4 && campaign.failed == 1 && campaign.failedByReason == ["BadDeviceToken": 1])
+            let freed = try #require(try QueueStats.read(connection).lanes.first { $0.lane == .campaign && $0.app == "shop" })
+            #expect(freed.depth == 5 && freed.refused == 0, "the hold ended: due again: \(freed)")
             let next = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30))
             #expect(next.chunk == chunk.chunk && next.startIndex == 5 || next.chunk != chunk.chunk,
                     "the released chunk is not sent again from before its watermark")

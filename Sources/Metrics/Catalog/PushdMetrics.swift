@@ -60,6 +60,7 @@ public struct PushdMetrics: Sendable {
     public let campaigns: CallbackFamily
     public let campaignTargetsProcessed: CounterFamily
     public let campaignTargetsRemaining: CallbackFamily
+    public let campaignTargetsRefused: CallbackFamily
     public let campaignChunksSending: GaugeFamily
     /// `pushd_campaign_chunks_sending`, which has no labels.
     public let chunksSending: Gauge
@@ -230,15 +231,15 @@ public struct PushdMetrics: Sendable {
             labels: ["lane"])
         queueOldestAge = try registry.callbackGauge(
             "pushd_queue_oldest_age_seconds",
-            help: "How long the oldest due job has been waiting (a held one: since its insert).",
+            help: "How long the oldest due work has been waiting: a job since it became due (a held one: since its insert), a campaign since it became due (its start time when it had one, else when it was started).",
             unit: "seconds", labels: ["lane"])
         queueAppDepth = try registry.callbackGauge(
             "pushd_queue_app_depth",
-            help: "Work waiting per app: due or held jobs (transactional, broadcast) or due campaign targets: remaining targets of running campaigns and of scheduled ones whose start time has come, not of paused ones (campaign), whichever instance serves the app.",
+            help: "Work waiting per app: due or held jobs (transactional, broadcast) or due campaign targets: remaining targets of running campaigns and of scheduled ones whose start time has come, not of paused ones nor of ones a CHECK holds (pushd_campaign_targets_refused) (campaign), whichever instance serves the app.",
             labels: ["app", "lane"])
         queueAppOldestAge = try registry.callbackGauge(
             "pushd_queue_app_oldest_age_seconds",
-            help: "Per app: how long its oldest due job has been waiting (transactional), or since its oldest running campaign started (campaign).",
+            help: "Per app: how long its oldest due job has been waiting (transactional, broadcast), or its oldest due campaign (campaign): since its start time when it had one that has come, started or not, else since it was started; a paused or refused campaign is not due.",
             unit: "seconds", labels: ["app", "lane"])
         appConfigured = try registry.gauge(
             "pushd_app_configured",
@@ -256,6 +257,10 @@ public struct PushdMetrics: Sendable {
         campaignTargetsRemaining = try registry.callbackGauge(
             "pushd_campaign_targets_remaining",
             help: "Targets not yet sent or failed of campaigns not over (scheduled, running or paused), due or not.",
+            labels: ["app"])
+        campaignTargetsRefused = try registry.callbackGauge(
+            "pushd_campaign_targets_refused",
+            help: "Remaining targets of campaigns held because a CHECK of pushd.campaigns refuses to write their row: nothing sends them until the hold ends, so they are not counted as due (pushd_queue_app_depth).",
             labels: ["app"])
         campaignChunksSending = try registry.gauge(
             "pushd_campaign_chunks_sending",

@@ -96,10 +96,11 @@ public struct FleetSnapshot: Sendable {
             let instances = try InstanceStore().instances(connection)
             let lanes = try QueueStats.read(connection).lanes
             let campaigns = try connection.query(campaignsSQL).rows.map { row in
-                let (progress, runningSeconds) = try CampaignProgress.decode(row)
-                return ActiveCampaign(progress: progress, rateLimit: try row.get(11), runningSeconds: runningSeconds,
-                                      chunksSending: try row.require(12), waitingForWorkerSeconds: try row.get(13),
-                                      startAt: try row.get(14))
+                let (progress, runningSeconds, _) = try CampaignProgress.decode(row)
+                let next = CampaignProgress.columnCount
+                return ActiveCampaign(progress: progress, rateLimit: try row.get(next), runningSeconds: runningSeconds,
+                                      chunksSending: try row.require(next + 1), waitingForWorkerSeconds: try row.get(next + 2),
+                                      startAt: try row.get(next + 3))
             }
             let dead = try connection.query(deadLettersSQL).rows.map { row in
                 DeadLetterCount(app: try row.require(0), reason: try row.require(1), count: try row.require(2))
@@ -117,11 +118,12 @@ public struct FleetSnapshot: Sendable {
 
 extension LaneDepth {
     /// For callers outside the module (the synthesized initializer is internal).
-    public init(lane: Lane, app: String, due: Int, scheduled: Int, oldestAge: Double) {
+    public init(lane: Lane, app: String, due: Int, scheduled: Int, oldestAge: Double, refused: Int = 0) {
         self.lane = lane
         self.app = app
         self.depth = due
         self.scheduled = scheduled
         self.oldestAge = oldestAge
+        self.refused = refused
     }
 }

@@ -7,14 +7,18 @@ public struct LaneDepth: Sendable, Hashable {
     public var app: String
     /// Due now or held (jobs), or due targets (`CampaignProgress.due`: remaining targets of
     /// running campaigns and of scheduled ones whose start time has come; a paused campaign's
-    /// are not due).
+    /// are not due, nor a refused one's).
     public var depth: Int
     /// Jobs whose run_at is in the future, held ones left out; remaining targets of campaigns
     /// scheduled to start later.
     public var scheduled: Int
     /// Seconds since the oldest due job became due (a held one: since its insert), or since the
-    /// oldest running campaign started.
+    /// oldest due campaign became due (`CampaignProgress.decode`: its start time, or when it started).
     public var oldestAge: Double
+    /// Remaining targets of campaigns held because a CHECK refuses to write their row
+    /// (`CampaignProgress.refusedBy`): neither due nor scheduled, since nothing sends them until
+    /// the hold ends. Always 0 on the job lanes.
+    public var refused: Int = 0
 }
 
 /// Progress of a campaign that is not over.
@@ -28,6 +32,7 @@ public struct CampaignProgress: Sendable, Hashable {
     public var failed: Int
     public var pruned: Int
     /// The CHECK that refuses to write its row, while the campaign is held for it (`CampaignRefusal`).
+    /// Nothing of it is leased or sent meanwhile, so it is not due, whatever its status.
     public var refusedBy: String?
     /// Scheduled, and its start time (by the database's clock) has not come.
     public var startsLater: Bool
@@ -35,11 +40,12 @@ public struct CampaignProgress: Sendable, Hashable {
     /// `pushd_campaign_targets_remaining` is the sum of these per app.
     public var remaining: Int { max(0, targets - sent - failed) }
     /// Whether its remaining targets may be sent now: it is running, or scheduled and its start
-    /// time has come (a worker starts it at its next turn). A paused campaign, one scheduled
-    /// later and one that is over are not due. The campaign lane's depth
-    /// (`pushd_queue_app_depth`, `pushd status`) and the due work of an app no instance serves
-    /// count the remaining targets of due campaigns, and only those.
-    public var due: Bool { status == .running || (status == .scheduled && !startsLater) }
+    /// time has come (a worker starts it at its next turn), and no CHECK refuses its row. A
+    /// paused campaign, one scheduled later, one over and one held for a refusal are not due.
+    /// The campaign lane's depth and oldest age (`pushd_queue_app_depth`,
+    /// `pushd_queue_app_oldest_age_seconds`, `pushd status`; the age from when it became due,
+    /// `decode`) and the due work of an app no instance serves count due campaigns, and only those.
+    public var due: Bool { refusedBy == nil && (status == .running || (status == .scheduled && !startsLater)) }
 
     public init(id: Int64, app: String, name: String, status: CampaignStatus, targets: Int, sent: Int,
                 failed: Int, pruned: Int, refusedBy: String? = nil, startsLater: Bool = false) {
@@ -63,32 +69,44 @@ public struct CampaignProgress: Sendable, Hashable {
     static let columns = """
         c.id, c.app, c.name, c.status, c.targets, c.sent + coalesce(h.sent, 0), c.failed + coalesce(h.failed, 0),
         c.pruned + coalesce(h.pruned, 0), CASE WHEN h.campaign_id IS NOT NULL THEN coalesce(h.constraint_name, 'unnamed') END,
-        coalesce(c.status = 'scheduled' AND c.start_at > now(), false), extract(epoch FROM now() - c.started_at)::float8
+        coalesce(c.status = 'scheduled' AND c.start_at > now(), false), extract(epoch FROM now() - c.started_at)::float8,
+        CASE WHEN c.status = 'running' OR (c.status = 'scheduled' AND c.start_at <= now())
+             THEN extract(epoch FROM now() - least(c.start_at, c.started_at))::float8 END
         """
 
-    /// The `columns` of `row` from column `first` on; the last one, seconds since it started
-    /// (nil before), is returned beside it.
-    static func decode(_ row: PGRow, from first: Int = 0) throws -> (progress: CampaignProgress, runningSeconds: Double?) {
+    /// The `columns` of `row` from column `first` on, and beside them, by the database's clock:
+    /// seconds since it started (nil before), and seconds since it became due: since its start
+    /// time when it had one that has come (a scheduled campaign no worker has started yet, or
+    /// started late), else since it was started; nil while it is neither running nor scheduled
+    /// with its time come. Pauses are not taken out of either.
+    static func decode(_ row: PGRow, from first: Int = 0) throws -> (progress: CampaignProgress, runningSeconds: Double?, dueSeconds: Double?) {
         let status: String = try row.require(first + 3)
         let progress = CampaignProgress(
             id: try row.require(first), app: try row.require(first + 1), name: try row.require(first + 2),
             status: CampaignStatus(rawValue: status) ?? .running, targets: try row.require(first + 4),
             sent: try row.require(first + 5), failed: try row.require(first + 6), pruned: try row.require(first + 7),
             refusedBy: try row.get(first + 8), startsLater: try row.require(first + 9))
-        return (progress, try row.get(first + 10))
+        return (progress, try row.get(first + 10), try row.get(first + 11))
     }
+
+    /// How many columns `columns` has.
+    static let columnCount = 12
 }
 
 extension LaneDepth {
     /// The campaign lane of every app with a campaign not over: its due targets as depth, the
-    /// remaining targets of campaigns scheduled later as scheduled (a paused campaign's are in
-    /// neither), its age since its oldest running campaign started.
-    static func campaignLanes(_ campaigns: [(progress: CampaignProgress, runningSeconds: Double?)]) -> [LaneDepth] {
+    /// remaining targets of campaigns scheduled later as scheduled, those of refused campaigns
+    /// (whatever their status) as refused, a paused campaign's in none; its age since its
+    /// oldest due campaign became due: one definition of due (`CampaignProgress.due`) for all.
+    static func campaignLanes(_ campaigns: [(progress: CampaignProgress, dueSeconds: Double?)]) -> [LaneDepth] {
         Dictionary(grouping: campaigns, by: \.progress.app).map { app, campaigns in
-            LaneDepth(lane: .campaign, app: app,
-                      depth: campaigns.filter(\.progress.due).reduce(0) { $0 + $1.progress.remaining },
-                      scheduled: campaigns.filter(\.progress.startsLater).reduce(0) { $0 + $1.progress.remaining },
-                      oldestAge: campaigns.filter { $0.progress.status == .running }.compactMap(\.runningSeconds).max() ?? 0)
+            let due = campaigns.filter(\.progress.due)
+            let progress = campaigns.map(\.progress)
+            return LaneDepth(lane: .campaign, app: app,
+                             depth: due.reduce(0) { $0 + $1.progress.remaining },
+                             scheduled: progress.filter { $0.startsLater && $0.refusedBy == nil }.reduce(0) { $0 + $1.remaining },
+                             oldestAge: due.compactMap(\.dueSeconds).max() ?? 0,
+                             refused: progress.filter { $0.refusedBy != nil }.reduce(0) { $0 + $1.remaining })
         }
     }
 }
@@ -112,14 +130,14 @@ public struct QueueStats: Sendable, Hashable {
                coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
                                                          min(created_at) FILTER (WHERE \(held)))), 0)::float8,
                NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
-               NULL::text, NULL::boolean, NULL::float8
+               NULL::text, NULL::boolean, NULL::float8, NULL::float8
         FROM pushd.jobs GROUP BY app
         UNION ALL
         SELECT 'broadcast', app, count(*) FILTER (WHERE run_at <= now() OR \(held)),
                count(*) FILTER (WHERE run_at > now() AND NOT coalesce(\(held), false)),
                coalesce(extract(epoch FROM now() - least(min(run_at) FILTER (WHERE run_at <= now()),
                                                          min(created_at) FILTER (WHERE \(held)))), 0)::float8,
-               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+               NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM pushd.broadcast_jobs GROUP BY app
         UNION ALL
         SELECT 'progress', c.app, 0, 0, 0, \(CampaignProgress.columns)
@@ -129,11 +147,12 @@ public struct QueueStats: Sendable, Hashable {
     public static func read(_ connection: PGConnection) throws -> QueueStats {
         let result = try connection.query(connection.prepared(sql))
         var stats = QueueStats(lanes: [], campaigns: [])
-        var campaigns = [(progress: CampaignProgress, runningSeconds: Double?)]()
+        var campaigns = [(progress: CampaignProgress, dueSeconds: Double?)]()
         for row in result.rows {
             let kind: String = try row.require(0)
             if kind == "progress" {
-                campaigns.append(try CampaignProgress.decode(row, from: 5))
+                let (progress, _, dueSeconds) = try CampaignProgress.decode(row, from: 5)
+                campaigns.append((progress, dueSeconds))
             } else {
                 stats.lanes.append(LaneDepth(lane: LaneDepth.Lane(rawValue: kind) ?? .transactional,
                                              app: try row.require(1), depth: try row.require(2),

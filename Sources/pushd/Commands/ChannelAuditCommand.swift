@@ -53,12 +53,7 @@ enum ChannelAuditCommand {
             throw CommandContext.Failure(AppSender.NoCredentials(app: app.name, environment: environment).description)
         }
         // The management API has hosts and ports of its own, as the daemon uses them.
-        if let override = config.apns.channelHostOverride {
-            try configuration.applyHostOverride(override, setting: "apns.channel_host")
-        } else {
-            configuration.host = environment.apns.channelManagementHost
-            configuration.port = environment.apns.channelManagementPort
-        }
+        try configuration.applyChannelManagementHost(config.apns.channelHostOverride, environment: environment.apns)
         configuration.threads = 1
         configuration.connectionsPerThread = 1
         configuration.maxOutstanding = 1

@@ -235,7 +235,7 @@ struct ConfigCheck {
     /// Binds the metrics address the way the metrics server will, and lets it go at once:
     /// another process on it (a running pushd, a node exporter) makes `run` fail at start.
     private mutating func checkMetricsListen(_ value: String) {
-        guard let address = ConfigLoader.parseListenAddress(value), address.port != 0 else { return }
+        guard let address = try? ConfigLoader.listenAddress(value), address.port != 0 else { return }
         var hints = addrinfo()
         hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)

@@ -28,6 +28,9 @@ struct FleetReport: Sendable {
         var oldestDueSeconds: Double
         /// False when no live instance is configured for the app: its work waits.
         var served: Bool
+        /// Remaining targets of campaigns held because a CHECK refuses their row: not due,
+        /// since nothing sends them until the hold ends (`LaneDepth.refused`).
+        var refused: Int = 0
     }
 
     struct CampaignRow: Sendable {
@@ -112,7 +115,7 @@ struct FleetReport: Sendable {
         let served = Set(live.flatMap(\.registration.apps))
         queue = snapshot.lanes.map { lane in
             QueueRow(app: lane.app, lane: lane.lane.rawValue, due: lane.depth, scheduled: lane.scheduled,
-                     oldestDueSeconds: lane.oldestAge, served: served.contains(lane.app))
+                     oldestDueSeconds: lane.oldestAge, served: served.contains(lane.app), refused: lane.refused)
         }
         campaigns = snapshot.campaigns.map { campaign in
             var row = CampaignRow(campaign: campaign)
@@ -189,7 +192,9 @@ struct FleetReport: Sendable {
         for row in campaigns {
             guard let check = row.campaign.progress.refusedBy else { continue }
             let id = row.campaign.progress.id
-            problems.append("campaign \(id) of app \(row.campaign.progress.app) is held and sends nothing: CHECK \(check) of pushd.campaigns, added NOT VALID after it was created, refuses to write its row; `pushd campaign pause \(id)` says what the check says and how to end the hold (pushd.campaign_refusals)")
+            problems.append("campaign \(id) of app \(row.campaign.progress.app) is held and sends nothing: CHECK \(check) of pushd.campaigns, added NOT VALID after it was created, refuses to write its row; "
+                            + "its \(row.campaign.progress.remaining) remaining target(s) are counted as refused, not due; "
+                            + "`pushd campaign pause \(id)` says what the check says and how to end the hold (pushd.campaign_refusals)")
         }
         for row in campaigns where served.contains(row.campaign.progress.app) {
             guard let seconds = row.campaign.waitingForWorkerSeconds, seconds >= CampaignWaitWatch.reportAfter else { continue }
@@ -317,8 +322,8 @@ struct FleetReport: Sendable {
         if queue.isEmpty {
             lines.append("  empty")
         } else {
-            lines += TextTable.render([["APP", "LANE", "DUE", "SCHEDULED", "OLDEST", "SERVED"]] + queue.map { row in
-                [row.app, row.lane, String(row.due), String(row.scheduled),
+            lines += TextTable.render([["APP", "LANE", "DUE", "SCHEDULED", "REFUSED", "OLDEST", "SERVED"]] + queue.map { row in
+                [row.app, row.lane, String(row.due), String(row.scheduled), row.lane == "campaign" ? String(row.refused) : "-",
                  row.due > 0 ? TimeText.duration(row.oldestDueSeconds) : "-", row.served ? "yes" : "NO"]
             }).map { "  " + $0 }
         }
@@ -438,8 +443,10 @@ struct FleetReport: Sendable {
             var due, scheduled: Int
             var oldestDueSeconds: Double
             var served: Bool
+            /// Campaign lane only: remaining targets of campaigns a CHECK holds.
+            var refused: Int?
             enum CodingKeys: String, CodingKey {
-                case app, lane, due, scheduled, served, oldestDueSeconds = "oldest_due_seconds"
+                case app, lane, due, scheduled, served, refused, oldestDueSeconds = "oldest_due_seconds"
             }
         }
         struct Campaign: Encodable {
@@ -534,7 +541,8 @@ struct FleetReport: Sendable {
             },
             versions: Array(Set(instances.filter(\.alive).map(\.record.registration.version))).sorted(),
             queue: queue.map { .init(app: $0.app, lane: $0.lane, due: $0.due, scheduled: $0.scheduled,
-                                     oldestDueSeconds: $0.oldestDueSeconds, served: $0.served) },
+                                     oldestDueSeconds: $0.oldestDueSeconds, served: $0.served,
+                                     refused: $0.lane == "campaign" ? $0.refused : nil) },
             campaigns: campaigns.map { row in
                 let progress = row.campaign.progress
                 return .init(id: progress.id, app: progress.app, name: progress.name, status: progress.status.rawValue,

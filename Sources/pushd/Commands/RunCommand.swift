@@ -38,8 +38,11 @@ enum RunCommand {
             logger.warning("configuration: \(warning.setting): \(warning.message)", ("event", "config_warning"), ("setting", .string(warning.setting)))
         }
         let metrics = try PushdMetrics(version: VersionCommand.pushdVersion)
-        guard let listen = ConfigLoader.parseListenAddress(config.metricsListen) else {
-            throw CommandContext.Failure("metrics.listen '\(config.metricsListen)' is not host:port")
+        let listen: (host: String, port: UInt16)
+        do {
+            listen = try ConfigLoader.listenAddress(config.metricsListen)
+        } catch {
+            throw CommandContext.Failure("\(error)")
         }
         let refusals = EndpointRefusalLog(metrics: metrics, logger: logger)
         let server = try MetricsServer(registry: metrics.registry, configuration: Self.metricsServerConfiguration(config, host: listen.host, port: listen.port),
@@ -178,6 +181,7 @@ enum RunCommand {
                         + pipeline.context.environmentHeldApps().map {
                             "app \($0.app) \(PipelineContext.environmentHeldScope($0.environment)): \(AppSender.environmentDisagreementReason)"
                         }
+                        + pipeline.context.heldCampaignsDetail()
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()

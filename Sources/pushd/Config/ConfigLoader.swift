@@ -53,10 +53,12 @@ enum ConfigLoader {
 
         let metrics = top.section("metrics")
         if let listen = metrics.string("listen") {
-            if parseListenAddress(listen) == nil {
-                reader.error("metrics.listen", line: metrics.line, "'\(listen)' is not host:port (for example 127.0.0.1:9464)")
-            } else {
+            // The parse the metrics server binds with, the one of the host overrides (`HostPort`).
+            do {
+                _ = try listenAddress(listen)
                 config.metricsListen = listen
+            } catch {
+                reader.error("metrics.listen", line: metrics.node("listen")?.line ?? metrics.line, error.explanation)
             }
         }
         config.metricsEndpoint.connectionLimit = metrics.int("connection_limit", default: config.metricsEndpoint.connectionLimit, range: 1...65_535)
@@ -375,12 +377,12 @@ enum ConfigLoader {
             + "set workers.batch_size to at most \(max(1, window / workers)) or apns.max_in_flight to at least \(claimed)"
     }
 
-    /// `host:port` or `[v6]:port` → (host, port).
-    static func parseListenAddress(_ text: String) -> (host: String, port: UInt16)? {
-        guard let colon = text.lastIndex(of: ":") else { return nil }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty, let port = UInt16(text[text.index(after: colon)...]) else { return nil }
-        return (host, port)
+    /// `metrics.listen`: host:port or [IPv6]:port, parsed as the host overrides are
+    /// (`HostPort`), the port required; port 0 asks the system for a free one (tests start
+    /// the daemon so and read the port from its start line).
+    static func listenAddress(_ text: String) throws(HostPort.Invalid) -> (host: String, port: UInt16) {
+        let parsed = try HostPort(parsing: text, setting: "metrics.listen", rule: .listen, form: "host:port",
+                                  examples: "127.0.0.1:9464, 0.0.0.0:9464 or [::1]:9464")
+        return (parsed.host, UInt16(parsed.port ?? 0))
     }
 }

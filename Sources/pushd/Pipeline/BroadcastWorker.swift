@@ -501,15 +501,8 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         // Broadcasts go to the environment's push host as notifications do (`apns.host`, and
         // `apns.sandbox_host` for the sandbox, already applied); channel requests to the
-        // management host, or `apns.channel_host`.
-        if management {
-            if let override = config.apns.channelHostOverride {
-                try configuration.applyHostOverride(override, setting: "apns.channel_host")
-            } else {
-                configuration.host = environment.channelManagementHost
-                configuration.port = environment.channelManagementPort
-            }
-        }
+        // management host and port, or `apns.channel_host` (without a port, the management port).
+        if management { try configuration.applyChannelManagementHost(config.apns.channelHostOverride, environment: environment) }
         // Broadcasts and channel requests are few: one connection each is plenty.
         configuration.threads = 1
         configuration.connectionsPerThread = 1

@@ -130,7 +130,9 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 if !context.isStopping, now >= nextCancelledSweep {
                     // Holds found by a lease, a command or another instance are told here too.
-                    for held in try store.refusals(connection!, apps: context.claimableApps()) { context.reportRefusedCampaign(held) }
+                    let holds = try store.refusals(connection!, apps: context.claimableApps())
+                    context.campaignHolds.withLock { $0 = holds }
+                    for held in holds { context.reportRefusedCampaign(held) }
                     try dropCancelledParked(on: connection!)
                     try dropCancelledChunks(on: connection!)
                     try forgetCampaignsNotRunning(on: connection!)

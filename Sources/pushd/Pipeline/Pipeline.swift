@@ -554,6 +554,10 @@ final class Pipeline: @unchecked Sendable {
                 MetricSample(labelValues: [app], value: Double(campaigns.reduce(0) { $0 + $1.remaining }))
             }
         }
+        metrics.campaignTargetsRefused.setSource(cacheFor: cache) { [self] in
+            // Every app with a campaign not over, 0 when none is held: a hold shows as a change, not a new series.
+            try recentStats().lanes.filter { $0.lane == .campaign }.map { MetricSample(labelValues: [$0.app], value: Double($0.refused)) }
+        }
         metrics.queueStatsAge.setSource { [self] in
             // Read (or tried) first, as the queue gauges of this scrape are; no sample when they have none.
             guard (try? recentStats()) != nil else { return [] }

@@ -41,6 +41,15 @@ extension PipelineContext {
 }
 
 extension PipelineContext {
+    /// The campaigns held for a refused row, in the words `/readyz` uses after "held: ": the
+    /// process stays ready (the rest sends), but says that these send nothing.
+    func heldCampaignsDetail() -> [String] {
+        campaignHolds.withLock { $0 }.map { held in
+            "campaign \(held.campaignID) of app \(held.app): CHECK \(held.check ?? "(unnamed)") of pushd.campaigns refuses its row, "
+                + "nothing of it is sent (not counted as due; pushd.campaign_refusals)"
+        }
+    }
+
     /// A campaign held because a CHECK of `pushd.campaigns` refuses to write its row
     /// (`CampaignRefusal`): one error line (`campaign_refused`) per campaign an hour at most per
     /// process names the campaign, the check, what it says and how to end the hold. The hold

@@ -60,6 +60,9 @@ final class PipelineContext: @unchecked Sendable {
     /// Campaigns whose row a CHECK refuses (`CampaignRefusal`), by id: when their
     /// `campaign_refused` line was last written.
     let refusedCampaigns = Lock<[Int64: Double]>([:])
+    /// The campaigns of this instance's apps held for a refused row, as the campaign workers
+    /// last read them (every `CampaignWorker.cancelledSweepInterval`): `/readyz` names them.
+    let campaignHolds = Lock<[CampaignRefusal]>([])
 
     init(config: PushdConfig, instance: String, senders: [String: AppSender], certificates: AppCertificates,
          metrics: PushdMetrics, logger: Logger) {
