@@ -10,11 +10,20 @@ import Testing
 /// one and the next waits out the backoff, announced once. A server that ends connections
 /// after many answers is reconnected at once.
 @Suite(.serialized) struct ConnectionChurnMockTests {
-    /// The engine as pushd sets it up (the default reconnect backoff) on one event loop.
-    private func engine(port: Int, material: MockMaterial, metrics: RecordingMetrics) throws -> HTTP2Dispatcher {
-        var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 100)
-        configuration.reconnectBackoff = ReconnectBackoff()
-        return try HTTP2Dispatcher(configuration: configuration, metrics: metrics)
+    /// `senders` sending for `seconds` to apns-mock with `faults` through the engine as pushd
+    /// sets it up (the default reconnect backoff) on one event loop; `body` gets the results.
+    private func drive(_ faults: FaultConfiguration, seconds: Double, senders: Int,
+                       _ body: (APNsMockServer, HTTP2Dispatcher, RecordingMetrics, [DispatchResult]) async throws -> Void) async throws {
+        try await withMock({ configuration, _ in
+            configuration.faults = faults
+        }) { server, port, material in
+            let metrics = RecordingMetrics()
+            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 100)
+            configuration.reconnectBackoff = ReconnectBackoff()
+            let engine = try HTTP2Dispatcher(configuration: configuration, metrics: metrics)
+            defer { engine.shutdown() }
+            try await body(server, engine, metrics, try await ReconnectStormTests.drive(engine, seconds: seconds, senders: senders))
+        }
     }
 
     /// Every failure is one connection given requests after its first answer that refused them.
@@ -28,13 +37,7 @@ import Testing
     func connectionsThatAnswerAFewAndAreLostWaitOutTheBackoff(faults: FaultConfiguration, boundsConnections: Bool) async throws {
         let churn = 6.0
         let senders = 20
-        try await withMock({ configuration, _ in
-            configuration.faults = faults
-        }) { server, port, material in
-            let metrics = RecordingMetrics()
-            let engine = try engine(port: port, material: material, metrics: metrics)
-            defer { engine.shutdown() }
-            let results = try await ReconnectStormTests.drive(engine, seconds: churn, senders: senders)
+        try await drive(faults, seconds: churn, senders: senders) { server, engine, metrics, results in
             let stats = server.stats
             let allowed = ReconnectStormTests.connectionsAllowed(in: churn)
             // The failed connections a run allows, the first churned one, which is let go (it may
@@ -75,13 +78,7 @@ import Testing
     /// healthy end, whatever it left unanswered. No backoff, everything answered.
     @Test(arguments: [FaultConfiguration(goawayAfterStreams: 20), FaultConfiguration(refuseAfterStreams: 20)])
     func connectionsThatAnswerManyAndAreLostReconnectAtOnce(faults: FaultConfiguration) async throws {
-        try await withMock({ configuration, _ in
-            configuration.faults = faults
-        }) { server, port, material in
-            let metrics = RecordingMetrics()
-            let engine = try engine(port: port, material: material, metrics: metrics)
-            defer { engine.shutdown() }
-            let results = try await ReconnectStormTests.drive(engine, seconds: 3, senders: 100)
+        try await drive(faults, seconds: 3, senders: 100) { server, engine, metrics, results in
             let stats = server.stats
             let answered = results.filter { $0.response?.status == 200 }.count
             let fault = faults.goawayAfterStreams != nil ? "GOAWAY after 20 streams" : "20 answered, the rest refused,"
