@@ -152,6 +152,17 @@ struct LogicTests {
         #expect(logic.handle(request(), faults: faults, now: Self.now) == .resetConnection)
     }
 
+    @Test func refuseAfterStreamsAnswersTheFirstStreamsOfAConnectionAndRefusesEveryLaterOne() {
+        let faults = FaultConfiguration(refuseAfterStreams: 2)
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
+        #expect(answer(logic.handle(request(), faults: faults, now: Self.now))?.status == 200)
+        #expect(answer(logic.handle(request(), faults: faults, now: Self.now))?.status == 200)
+        for _ in 0..<5 { #expect(logic.handle(request(), faults: faults, now: Self.now) == .resetStream(errorCode: 7)) }
+        // Every connection answers its first two again.
+        var next = ConnectionLogic(connectionID: 2, settings: settings(), seed: 1)
+        #expect(answer(next.handle(request(), faults: faults, now: Self.now))?.status == 200)
+    }
+
     @Test func streamResetRateResetsTheStreamWithItsCodeAndKeepsTheConnection() {
         var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
         #expect(logic.handle(request(), faults: FaultConfiguration(streamResetRate: 1), now: Self.now) == .resetStream(errorCode: 2))
@@ -308,11 +319,12 @@ struct LogicTests {
 @Suite("apns-mock configuration and text")
 struct ConfigurationTests {
     @Test func faultJSONMayNameOnlySomeFieldsAndTokensAreLowercased() throws {
-        let json = #"{"badDeviceTokens":["ABCDEF"],"serviceUnavailableRate":0.5,"goawayAfterStreams":10}"#
+        let json = #"{"badDeviceTokens":["ABCDEF"],"serviceUnavailableRate":0.5,"goawayAfterStreams":10,"refuseAfterStreams":3}"#
         let faults = try JSONDecoder().decode(FaultConfiguration.self, from: Data(json.utf8)).validated()
         #expect(faults.badDeviceTokens == ["abcdef"])
         #expect(faults.serviceUnavailableRate == 0.5)
         #expect(faults.goawayAfterStreams == 10)
+        #expect(faults.refuseAfterStreams == 3)
         #expect(faults.delayMilliseconds == 0)
     }
 
@@ -322,6 +334,7 @@ struct ConfigurationTests {
         (FaultConfiguration(goawayAfterStreams: 0), "goawayAfterStreams"),
         (FaultConfiguration(goawayAfterSeconds: 0), "goawayAfterSeconds"),
         (FaultConfiguration(resetAfterStreams: -1), "resetAfterStreams"),
+        (FaultConfiguration(refuseAfterStreams: 0), "refuseAfterStreams"),
         (FaultConfiguration(streamResetRate: 2), "streamResetRate"),
         (FaultConfiguration(streamResetErrorCode: 0), "streamResetErrorCode"),
         (FaultConfiguration(delayMilliseconds: -5), "delayMilliseconds"),
@@ -391,7 +404,7 @@ struct ConfigurationTests {
             "--cert", "s.pem", "--key", "s.key", "--port", "0", "--threads", "2", "--max-streams", "64",
             "--topic", "com.example.app", "--control-port", "0", "--log-accepted", "--count-per-token",
             "--unregistered", "ABCD:1234", "--bad-device-token", "EF01", "--rate-503", "0.25",
-            "--goaway-after-streams", "100", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
+            "--goaway-after-streams", "100", "--refuse-after-streams", "1", "--delay-ms", "5", "--lower-concurrency-after-error", "--ignore-pings",
             "--log-limit", "500", "--token-topic", "ABCD=com.example.app",
             "--no-broadcast", "com.example.off", "--topic-mismatch", "com.example.Shop",
             "--forbidden-token", "AB03", "--forbidden-channel", "Zm9yYmlkZGVu",
@@ -414,6 +427,7 @@ struct ConfigurationTests {
         #expect(configuration.faults.forbiddenChannels == ["Zm9yYmlkZGVu"])
         #expect(configuration.faults.serviceUnavailableRate == 0.25)
         #expect(configuration.faults.goawayAfterStreams == 100)
+        #expect(configuration.faults.refuseAfterStreams == 1)
         #expect(configuration.faults.delayMilliseconds == 5)
         #expect(configuration.faults.lowerConcurrencyAfterError)
         #expect(configuration.faults.ignorePings)

@@ -204,9 +204,9 @@ import Testing
 /// requests entered libcurl: a request can wait inside libcurl and go out long after.
 @Suite struct AnswerCountsTests {
     @Test func aConnectionThatAnsweredAtMostOnceRefusedAndOneThatAnsweredMoreWasEnded() {
-        var counts = AnswerCounts()
-        counts.answered(on: 3)
-        for _ in 0..<700 { counts.answered(on: 4) }
+        var counts = ConnectionChurn()
+        counts.answered(on: 3, heard: false, now: 0)
+        for _ in 0..<700 { counts.answered(on: 4, heard: false, now: 0) }
         #expect(counts.refusedBeforeAnswering(3))
         #expect(!counts.refusedBeforeAnswering(4))
         // Never answered, newer or older than those that did: refused.
@@ -215,12 +215,16 @@ import Testing
     }
 
     @Test func aConnectionOlderThanEveryOneRememberedCountsAsHavingAnswered() {
-        var counts = AnswerCounts(capacity: 4)
-        for connection in Int64(10)..<20 { counts.answered(on: connection); counts.answered(on: connection) }
+        var counts = ConnectionChurn(capacity: 4)
+        for connection in Int64(10)..<20 {
+            counts.answered(on: connection, heard: false, now: 0)
+            counts.answered(on: connection, heard: true, now: 0)
+            counts.answered(on: connection, heard: false, now: 0)
+        }
         #expect(!counts.refusedBeforeAnswering(2))
         #expect(!counts.refusedBeforeAnswering(19))
         // Between the remembered ones, absent: it never answered.
-        counts.answered(on: 25)
+        counts.answered(on: 25, heard: false, now: 0)
         #expect(counts.refusedBeforeAnswering(22))
     }
 }

@@ -32,7 +32,7 @@ import Testing
 
     /// `senders` requests in flight for `seconds`, each sent again as soon as its result is back;
     /// returns every result.
-    private func drive(_ engine: HTTP2Dispatcher, seconds: Double, senders: Int = 20) async throws -> [DispatchResult] {
+    static func drive(_ engine: HTTP2Dispatcher, seconds: Double, senders: Int = 20) async throws -> [DispatchResult] {
         let request = try unauthenticatedRequest(1)
         let deadline = Timestamp().addingTimeInterval(seconds)
         return await withTaskGroup(of: [DispatchResult].self) { group in
@@ -55,7 +55,7 @@ import Testing
         }) { server, port, material in
             let engine = try engine(port: port, material: material)
             defer { engine.shutdown() }
-            let results = try await drive(engine, seconds: Self.storm)
+            let results = try await Self.drive(engine, seconds: Self.storm)
             let stats = server.stats
             print("503 ServiceUnavailable for \(Int(Self.storm)) s: \(results.count) answers, \(stats.connectionsAccepted) connections accepted")
             #expect(results.count > 100)
@@ -72,7 +72,7 @@ import Testing
             let engine = try engine(port: port, material: material)
             defer { engine.shutdown() }
             let started = Timestamp()
-            let results = try await drive(engine, seconds: Self.storm)
+            let results = try await Self.drive(engine, seconds: Self.storm)
             let elapsed = Timestamp().timeIntervalSince(started)
             let stats = server.stats
             let shutdowns = results.filter { $0.response?.reason == "Shutdown" }.count
@@ -88,7 +88,7 @@ import Testing
         }
     }
     /// Results of the requests handed back unsent (after three failed connections in a row).
-    private static func handedBack(_ results: [DispatchResult]) -> Int {
+    static func handedBack(_ results: [DispatchResult]) -> Int {
         results.filter { $0.response == nil && $0.transportError == nil }.count
     }
 
@@ -96,7 +96,7 @@ import Testing
     /// (4 s) and the run of failures ends (20 answers).
     private func stormEnds(_ engine: HTTP2Dispatcher, _ server: APNsMockServer, _ metrics: RecordingMetrics) async throws {
         try server.setFaults(.none)
-        let after = try await drive(engine, seconds: 6, senders: 5)
+        let after = try await Self.drive(engine, seconds: 6, senders: 5)
         let answered = after.filter { $0.response?.status == 200 }.count
         print("after the storm: \(answered) of \(after.count) answered 200; backoff runs ended \(metrics.backoffRunsEnded.load(ordering: .relaxed))")
         #expect(answered > 100)
@@ -116,7 +116,7 @@ import Testing
             let metrics = RecordingMetrics()
             let engine = try engine(port: port, material: material, metrics: metrics)
             defer { engine.shutdown() }
-            let results = try await drive(engine, seconds: storm)
+            let results = try await Self.drive(engine, seconds: storm)
             let stats = server.stats
             let allowed = Self.connectionsAllowed(in: storm)
             let backoffs = engine.statistics.reconnectBackoffs
@@ -149,7 +149,7 @@ import Testing
             let metrics = RecordingMetrics()
             let engine = try engine(port: port, material: material, metrics: metrics)
             defer { engine.shutdown() }
-            let results = try await drive(engine, seconds: storm)
+            let results = try await Self.drive(engine, seconds: storm)
             let stats = server.stats
             let allowed = Self.connectionsAllowed(in: storm)
             print("""
@@ -182,7 +182,7 @@ import Testing
             let metrics = RecordingMetrics()
             let engine = try engine(port: port, material: material, metrics: metrics)
             defer { engine.shutdown() }
-            let results = try await drive(engine, seconds: 3, senders: senders)
+            let results = try await Self.drive(engine, seconds: 3, senders: senders)
             let stats = server.stats
             let answered = results.filter { $0.response?.status == 200 }.count
             print("\(faults.goawayAfterStreams != nil ? "GOAWAY" : "reset") after 20 streams for 3 s: \(answered) of \(results.count) answered, "

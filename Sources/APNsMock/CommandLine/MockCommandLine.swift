@@ -78,6 +78,7 @@ public enum MockCommandLine {
       --goaway-after-streams N        GOAWAY once a connection has begun N streams
       --goaway-after-seconds S        GOAWAY S seconds after a connection starts
       --reset-after-streams N         TCP reset when a connection completes N streams
+      --refuse-after-streams N        answer N streams per connection, refuse the rest (REFUSED_STREAM)
       --reset-rate R                  share (0…1) of requests answered with a TCP reset
       --stream-reset-rate R           share (0…1) of requests whose stream is reset (RST_STREAM)
       --stream-reset-code N           HTTP/2 error code of those resets (2 INTERNAL_ERROR, default;
@@ -223,6 +224,7 @@ public enum MockCommandLine {
                 guard let seconds = Double(text), seconds > 0 else { throw .configuration("--goaway-after-seconds expects a positive number, got \(text)") }
                 faults.goawayAfterSeconds = seconds
             case "--reset-after-streams": faults.resetAfterStreams = try integer(Int.self)
+            case "--refuse-after-streams": faults.refuseAfterStreams = try integer(Int.self)
             case "--reset-rate": faults.resetRate = try rate()
             case "--stream-reset-rate": faults.streamResetRate = try rate()
             case "--stream-reset-code": faults.streamResetErrorCode = try integer(Int.self)

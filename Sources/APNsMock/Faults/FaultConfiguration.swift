@@ -27,6 +27,11 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     public var goawayAfterSeconds: Double?
     /// Reset the TCP connection (RST, no answer) when this many streams have completed.
     public var resetAfterStreams: Int?
+    /// Answer the first this many streams of every connection and refuse every later one
+    /// (RST_STREAM REFUSED_STREAM once read), the connection staying open: "partial churn", a
+    /// front end or middlebox that ends each new connection after a few answers (libcurl closes
+    /// a connection that refused a stream and sends the refused requests on a new one).
+    public var refuseAfterStreams: Int?
     /// Share of requests on which the TCP connection is reset instead of answered (0…1).
     public var resetRate: Double
     /// Share of requests whose stream is reset (RST_STREAM with `streamResetErrorCode`) instead
@@ -75,6 +80,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         goawayAfterStreams: Int? = nil,
         goawayAfterSeconds: Double? = nil,
         resetAfterStreams: Int? = nil,
+        refuseAfterStreams: Int? = nil,
         resetRate: Double = 0,
         streamResetRate: Double = 0,
         streamResetErrorCode: Int = 2,
@@ -98,6 +104,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.goawayAfterStreams = goawayAfterStreams
         self.goawayAfterSeconds = goawayAfterSeconds
         self.resetAfterStreams = resetAfterStreams
+        self.refuseAfterStreams = refuseAfterStreams
         self.resetRate = resetRate
         self.streamResetRate = streamResetRate
         self.streamResetErrorCode = streamResetErrorCode
@@ -148,6 +155,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         if let resetAfterStreams, resetAfterStreams < 1 {
             throw .configuration("fault resetAfterStreams must be at least 1, got \(resetAfterStreams)")
         }
+        if let refuseAfterStreams, refuseAfterStreams < 1 {
+            throw .configuration("fault refuseAfterStreams must be at least 1 (the streams answered on each connection), got \(refuseAfterStreams)")
+        }
         if !(1...13).contains(streamResetErrorCode) {
             throw .configuration("fault streamResetErrorCode must be an HTTP/2 error code from 1 to 13 (2 INTERNAL_ERROR, 7 REFUSED_STREAM), got \(streamResetErrorCode)")
         }
@@ -162,7 +172,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tokenTopics, tooManyRequestsRate, internalServerErrorRate
-        case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, resetRate
+        case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, refuseAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
         case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
         case forbiddenReason, forbiddenTokens, forbiddenChannels, forbiddenConnections
@@ -181,6 +191,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             goawayAfterStreams: try c.decodeIfPresent(Int.self, forKey: .goawayAfterStreams),
             goawayAfterSeconds: try c.decodeIfPresent(Double.self, forKey: .goawayAfterSeconds),
             resetAfterStreams: try c.decodeIfPresent(Int.self, forKey: .resetAfterStreams),
+            refuseAfterStreams: try c.decodeIfPresent(Int.self, forKey: .refuseAfterStreams),
             resetRate: try c.decodeIfPresent(Double.self, forKey: .resetRate) ?? 0,
             streamResetRate: try c.decodeIfPresent(Double.self, forKey: .streamResetRate) ?? 0,
             streamResetErrorCode: try c.decodeIfPresent(Int.self, forKey: .streamResetErrorCode) ?? 2,

@@ -28,6 +28,9 @@ struct ConnectionLogic {
         announcedMaxStreams = settings.tokenVerifier != nil && settings.startAtOneStream ? 1 : settings.maxConcurrentStreams
     }
 
+    /// HTTP/2's REFUSED_STREAM error code (RFC 9113 section 7).
+    static let refusedStream: UInt32 = 7
+
     /// MAX_CONCURRENT_STREAMS of the connection's first SETTINGS frame.
     var initialMaxConcurrentStreams: Int { announcedMaxStreams }
 
@@ -35,6 +38,7 @@ struct ConnectionLogic {
     mutating func handle(_ request: IncomingRequest, faults: FaultConfiguration, now: Int64) -> Verdict {
         completedStreams += 1
         if let limit = faults.resetAfterStreams, completedStreams >= limit { return .resetConnection }
+        if let answered = faults.refuseAfterStreams, completedStreams > answered { return .resetStream(errorCode: Self.refusedStream) }
         if faults.resetRate > 0 && random.nextUnit() < faults.resetRate { return .resetConnection }
         if faults.streamResetRate > 0 && random.nextUnit() < faults.streamResetRate {
             return .resetStream(errorCode: UInt32(faults.streamResetErrorCode))

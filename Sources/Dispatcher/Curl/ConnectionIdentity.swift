@@ -25,35 +25,6 @@ struct RecentSet: Equatable {
     }
 }
 
-/// How many answers each of the last `capacity` connections that answered gave (libcurl's
-/// connection ids only grow). Looked up per answer from the newest end: a loop has few
-/// connections answering at a time.
-struct AnswerCounts {
-    private var counts: [(connection: Int64, answers: Int)] = []
-    let capacity: Int
-
-    init(capacity: Int = 64) { self.capacity = capacity }
-
-    mutating func answered(on connection: Int64) {
-        guard connection >= 0 else { return }
-        if let index = counts.lastIndex(where: { $0.connection == connection }) {
-            counts[index].answers += 1
-            return
-        }
-        counts.append((connection, 1))
-        if counts.count > capacity { counts.removeFirst() }
-    }
-
-    /// True when `connection` gave at most one answer: a server that refuses the streams a
-    /// client sent before reading its SETTINGS answers at most the one it allowed. A connection
-    /// older than every one remembered is not known and counts as having answered.
-    func refusedBeforeAnswering(_ connection: Int64) -> Bool {
-        if let entry = counts.last(where: { $0.connection == connection }) { return entry.answers <= 1 }
-        guard let oldest = counts.min(by: { $0.connection < $1.connection }) else { return true }
-        return counts.count < capacity || connection > oldest.connection
-    }
-}
-
 enum SocketAddress {
     /// The local port `fd` is bound to, or -1.
     static func localPort(of fd: Int32) -> Int32 {

@@ -83,17 +83,18 @@ extension CurlEventLoop {
             if case .backoffEnded(let failures) = policy.handle(.answered(connection: transfer.connectionID, now: now)) {
                 sink.metrics.reconnectBackoffEnded(failures: failures)
             }
-            answerCounts.answered(on: transfer.connectionID)
         }
         // The connection completed its TLS handshake and ended without ever answering.
         var endedAfterHandshake = false
         if disposition.connectionLost {
             let lost = unansweredConnection(of: transfer)
             endedAfterHandshake = lost.afterHandshake && lost.id >= 0 && !policy.hasAnswered(lost.id)
-            let cause = { ConnectionFailureCause("the connection ended before answering anything: \(transfer.failureMessage(code)) (libcurl error \(curlCode))",
-                                                 endedAfterHandshake: endedAfterHandshake) }
-            if endedAfterHandshake { connectFailureThisBatch.noteEndedAfterHandshake(cause()) }
-            connectionLost(lost.id, localPort: transfer.localPort, now: now, deferred: false, cause: cause())
+            let detail = { ": \(transfer.failureMessage(code)) (libcurl error \(curlCode))" }
+            if endedAfterHandshake {
+                connectFailureThisBatch.noteEndedAfterHandshake(ConnectionFailureCause("the connection ended before answering anything\(detail())",
+                                                                                       endedAfterHandshake: true))
+            }
+            connectionLost(lost.id, localPort: transfer.localPort, now: now, deferred: false, unansweredBesides: 1, detail: detail())
         }
         if disposition.replaceConnection {
             let cause = status != 0 ? "HTTP \(status) \(errorBody?.reason?.rawValue ?? "")" : transfer.failureMessage(code)

@@ -19,7 +19,7 @@ extension CurlEventLoop {
         for _ in 0..<resent { sink.metrics.requestResent(moved) }
         let first = transfer.firstConnectionID
         if first >= 0, first != transfer.connectionID, !endedConnections.contains(first), !movedFrom.contains(where: { $0.connection == first }) {
-            movedFrom.append((first, monotonicNanoseconds(), answerCounts.refusedBeforeAnswering(first)))
+            movedFrom.append((first, monotonicNanoseconds(), policy.churn.refusedBeforeAnswering(first)))
         }
     }
 
@@ -62,11 +62,13 @@ extension CurlEventLoop {
     /// by libcurl itself (that connection was reset or closed, or refused its stream), so that
     /// connection ended without answering it. During a backoff no connection is opened, by the
     /// loop's admissions or by libcurl: the transfer fails, held back, and its request waits in
-    /// the loop's queue like every other.
+    /// the loop's queue like every other. So does libcurl's resend after a connection churned
+    /// (`ConnectionPolicy.resendsHeldAbove`).
     func mayOpenConnection(for transfer: CurlTransfer) -> Bool {
         let now = monotonicNanoseconds()
-        if transfer.sends > 0 { resentOffConnection(transfer.connectionID, localPort: transfer.localPort, now: now) }
-        guard policy.mayOpenConnection(now: now) else {
+        let resend = transfer.sends > 0
+        if resend { resentOffConnection(transfer.connectionID, localPort: transfer.localPort, now: now, reporterCounted: true) }
+        guard policy.mayOpenConnection(now: now, resend: resend) else {
             transfer.heldBack = true
             return false
         }
@@ -75,7 +77,7 @@ extension CurlEventLoop {
 
     /// From libcurl's header callback: an answer's status line arrived on `connection`.
     func answerArrived(on connection: Int64) {
-        policy.noteAnswer(on: connection)
+        policy.noteAnswer(on: connection, now: monotonicNanoseconds())
     }
 
     /// From libcurl's callbacks: it sends a request again, on another connection, off
@@ -83,28 +85,51 @@ extension CurlEventLoop {
     /// is carried out once libcurl has returned (`takeDeferredBackoffs`): handing requests back
     /// removes transfers, which libcurl forbids inside its callbacks. A request went on that
     /// connection, so its TLS handshake was done.
-    func resentOffConnection(_ connection: Int64, localPort: Int32, now: UInt64 = monotonicNanoseconds()) {
-        connectionLost(connection, localPort: localPort, now: now, deferred: true,
-                       cause: ConnectionFailureCause("the connection ended before answering anything (libcurl sent its requests again)",
-                                                     endedAfterHandshake: true))
+    /// `reporterCounted`: the transfer reporting it is still on that connection (the open-socket
+    /// callback); from the pre-request callback it is on its new one already.
+    func resentOffConnection(_ connection: Int64, localPort: Int32, now: UInt64 = monotonicNanoseconds(),
+                             reporterCounted: Bool = false) {
+        connectionLost(connection, localPort: localPort, now: now, deferred: true, unansweredBesides: reporterCounted ? 0 : 1,
+                       detail: " (libcurl sent its requests again)")
     }
 
     /// Requests on `connection` (at `localPort`) were left unanswered: it ended, or reset their
-    /// streams. If it never answered, it failed (`ConnectionPolicy.Event.connectionLost`): the
-    /// backoff is carried out now, or after libcurl returns when `deferred`.
-    func connectionLost(_ connection: Int64, localPort: Int32, now: UInt64, deferred: Bool,
-                        cause: @autoclosure () -> ConnectionFailureCause) {
-        // Most losses are of connections that answered (a server's GOAWAY, a dropped path): no failure.
-        guard connection >= 0, !policy.hasAnswered(connection) else { return }
+    /// streams. If it never answered, or churned, it failed (`ConnectionPolicy.Event.connectionLost`):
+    /// the backoff is carried out now, or after libcurl returns when `deferred`. `detail` (what
+    /// libcurl said) ends the cause; `unansweredBesides`: the reporting request, when it is no
+    /// longer among the connection's transfers.
+    func connectionLost(_ connection: Int64, localPort: Int32, now: UInt64, deferred: Bool, unansweredBesides: Int,
+                        detail: @autoclosure () -> String) {
+        // Most losses are of connections that answered (a server's GOAWAY, a dropped path): no
+        // failure, judged once per connection.
+        guard policy.lossNeedsJudging(connection) else { return }
         let socket = localPort > 0 ? openSockets.first { SocketAddress.localPort(of: $0) == localPort } : nil
         let action = policy.handle(.connectionLost(connection: connection, socket: socket, now: now,
                                                    unitRandom: Double.random(in: 0..<1, using: &random)))
         guard case .backOff = action else { return }
+        let cause = lossCause(connection, now: now, unanswered: unansweredBesides + unanswered(on: connection), detail: detail())
         if deferred {
-            deferredBackoffs.append((action, cause()))
+            deferredBackoffs.append((action, cause))
         } else {
-            backOff(action, cause: cause())
+            backOff(action, cause: cause)
         }
+    }
+
+    /// What the operator reads of a failed lost connection: that it answered nothing, or how
+    /// little it answered before it was lost, and with how much unanswered.
+    private func lossCause(_ connection: Int64, now: UInt64, unanswered: Int, detail: String) -> ConnectionFailureCause {
+        guard let answered = policy.churn.answers(on: connection), answered.count > 0 else {
+            // A request went on it, so its TLS handshake was done.
+            return ConnectionFailureCause("the connection ended before answering anything\(detail)", endedAfterHandshake: true)
+        }
+        let answers = answered.count
+        let lived = (now &- min(now, answered.firstAt)) / 1_000_000
+        return ConnectionFailureCause("the connection answered \(answers) request\(answers == 1 ? "" : "s") and then was lost \(lived) ms after its first answer with \(unanswered) unanswered, again and again (a server or middlebox ending each new connection after a few answers)\(detail)")
+    }
+
+    /// Requests on `connection` that libcurl holds unanswered.
+    private func unanswered(on connection: Int64) -> Int {
+        transfers.reduce(0) { $0 + ($1.pending != nil && $1.connectionID == connection && $1.status == 0 ? 1 : 0) }
     }
 
     /// Carries out the backoffs decided inside libcurl's callbacks.

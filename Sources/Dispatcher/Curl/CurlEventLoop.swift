@@ -90,10 +90,6 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// Connections libcurl moved a request away from, and when: judged a moment later, since
     /// the requests that failed on a broken one may be reported after one it moved.
     var movedFrom: [(connection: Int64, at: UInt64, refused: Bool)] = []
-    /// How many answers each recent connection gave: one that gave at most one before libcurl
-    /// moved requests off it refused them before its SETTINGS were read; one that gave more
-    /// was ended by the server's GOAWAY.
-    var answerCounts = AnswerCounts()
     var coalescing: AnswerCoalescing
     /// Of the requests the last `readCompletions` finished, those with an HTTP status.
     var answeredInLastBatch = 0

@@ -20,8 +20,9 @@ struct ConnectionPolicy: Equatable {
         case connectionFailed(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double)
         /// Requests sent on the established `connection` (on `socket`) ended at `now` without an
         /// answer: it was reset or closed, sent a GOAWAY before taking them, or reset their
-        /// streams. Unless it ever answered, it failed: it takes no new stream, and its
-        /// replacement waits out a backoff; `unitRandom` in [0, 1) places it.
+        /// streams. If it never answered, or churned (`ConnectionChurn`: a few answers, then
+        /// lost, again and again), it failed: it takes no new stream, and its replacement waits
+        /// out a backoff; `unitRandom` in [0, 1) places it.
         case connectionLost(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double)
         /// No transfer remains on (or may still join) the retired `connection`.
         case drained(connection: Int64)
@@ -90,6 +91,15 @@ struct ConnectionPolicy: Equatable {
     /// SETTINGS were read, and APNs (token connections start at one stream) refuses all but
     /// the first, for which libcurl closes the whole connection and sends them again.
     private(set) var opensAbove: Int64?
+    /// Set when a connection churned, the first of a streak (`ConnectionChurn`): its id. Until a
+    /// connection above it answers, libcurl's own resends of what it left unanswered open no
+    /// connection (they come back to the loop's queue) and the loop lets in one request beyond
+    /// what the other connections carry (`opensAbove`). libcurl would put them all on a fresh
+    /// connection before its SETTINGS were read, and a server that starts a connection at one
+    /// stream (APNs, token connections) answers one and refuses the rest, connection after
+    /// connection; sent so, the next connection carries them only once it has answered, and a
+    /// loss of it then is the server's doing.
+    private(set) var resendsHeldAbove: Int64?
     /// The highest connection id an answer arrived on.
     private(set) var newestAnswered: Int64 = -1
     /// Failed connections in a row and the backoff they impose.
@@ -103,6 +113,8 @@ struct ConnectionPolicy: Equatable {
     /// most answers come on, so that the common answer costs one comparison.
     private(set) var answeredConnections = RecentSet(capacity: 256)
     private var lastAnswered: Int64 = -1
+    /// How many answers recent connections gave, and when: what tells a churned connection.
+    private(set) var churn: ConnectionChurn
     /// Answers so far (HTTP answers of any status): what the growth verdicts count.
     private(set) var answers = 0
     /// The time of the last `beforeWait`: when events without a time of their own happened.
@@ -119,6 +131,7 @@ struct ConnectionPolicy: Equatable {
     /// that a hold-off is exactly 30 s, 60 s, … (the loop seeds it from the system's generator).
     init(backoff: ReconnectBackoff, growth: ConnectionGrowth = .fixed, holdOffRandom: UnitRandom = .fixed(0.5)) {
         failureRun = FailureRun(backoff: backoff)
+        churn = ConnectionChurn(longestBackoffMilliseconds: backoff.maxMilliseconds)
         self.growth = growth
         judge = GrowthJudge(growth: growth, holdOffRandom: holdOffRandom)
         connectionLimit = growth.base
@@ -154,16 +167,32 @@ struct ConnectionPolicy: Equatable {
     /// Whether a connection may be opened at `now`: not during a backoff. Admissions stop new
     /// requests; this also stops libcurl, which on its own sends a request again on a new
     /// connection when the one it went on was reset or refused its stream.
-    func mayOpenConnection(now: UInt64) -> Bool { now >= failureRun.until }
+    /// `resend`: for a request libcurl sends again by itself (`resendsHeldAbove`).
+    func mayOpenConnection(now: UInt64, resend: Bool = false) -> Bool {
+        now >= failureRun.until && !(resend && resendsHeldAbove != nil)
+    }
 
     /// An answer's status line arrived on `connection`. The loop says so from libcurl's header
     /// callback, before the transfer finishes: a GOAWAY read with the connection's first
     /// answers makes libcurl send the refused requests again at once, and their connection
     /// must then already count as one that answered.
-    mutating func noteAnswer(on connection: Int64) {
+    mutating func noteAnswer(on connection: Int64, now: @autoclosure () -> UInt64 = 0) {
+        churn.answered(on: connection, heard: true, now: now())
+        remember(connection)
+    }
+
+    private mutating func remember(_ connection: Int64) {
         guard connection != lastAnswered else { return }
         lastAnswered = connection
         if connection >= 0 { _ = answeredConnections.insert(connection) }
+    }
+
+    /// Whether a loss of `connection` needs the policy: it never answered, or it is a recent
+    /// connection whose loss was not judged yet. The loop asks before it looks up the
+    /// connection's socket, so the many streams of a connection that ended are one look-up.
+    func lossNeedsJudging(_ connection: Int64) -> Bool {
+        guard connection >= 0 else { return false }
+        return !hasAnswered(connection) || (!retired.contains(connection) && churn.awaitsJudgement(connection))
     }
 
     /// Whether an answer ever arrived on `connection`. One older than every connection
@@ -200,9 +229,14 @@ struct ConnectionPolicy: Equatable {
         case .answered(let connection, let now):
             answers &+= 1
             cold = false
-            noteAnswer(on: connection)
+            churn.answered(on: connection, heard: false, now: now)
+            remember(connection)
             newestAnswered = max(newestAnswered, connection)
             if let above = opensAbove, connection > above { opensAbove = nil }
+            if let above = resendsHeldAbove, connection > above { resendsHeldAbove = nil }
+            // While connections churn, answers prove nothing (a churning server answers a few on
+            // each, a lane's probes included): the run ends once one connection answered enough.
+            guard churn.lastChurnedAt == nil else { return .none }
             if case .ended(let failures) = failureRun.handle(.answered(now: now)) { return .backoffEnded(failures: failures) }
             return .none
         case .retireRequested(let connection, let socket):
@@ -214,12 +248,28 @@ struct ConnectionPolicy: Equatable {
             if connection >= 0, !retire(connection, socket: socket) { return retiring.isEmpty ? .none : .holdAdmissions }
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .connectionLost(let connection, let socket, let now, let unitRandom):
-            // A connection that answered and then ended (a GOAWAY, an idle close, a reset) did
-            // its work; its unanswered requests simply go again. One that never answered is a
-            // failed connection, once however many of its streams report it, whether it was
-            // reset, closed or reset every stream it was sent.
-            guard connection >= 0, !hasAnswered(connection) else { return .none }
-            guard retire(connection, socket: socket) else { return retiring.isEmpty ? .none : .holdAdmissions }
+            // A connection that answered enough, or for long enough, and then ended (a GOAWAY, an
+            // idle close, a reset) did its work; its unanswered requests simply go again. One
+            // that never answered is a failed connection, once however many of its streams
+            // report it, whether it was reset, closed or reset every stream it was sent; so is
+            // one that churned (`ConnectionChurn`) after another.
+            guard connection >= 0 else { return .none }
+            if hasAnswered(connection) {
+                guard !retired.contains(connection) else { return retiring.isEmpty ? .none : .holdAdmissions }
+                switch churn.judgeLoss(of: connection, now: now) {
+                case .healthy, .judged:
+                    return .none
+                case .firstChurned:
+                    // No failure; its requests go again, one on the next connection until it answers.
+                    opensAbove = max(newestAnswered, connection)
+                    resendsHeldAbove = connection
+                    return .none
+                case .churned:
+                    _ = retire(connection, socket: socket)
+                }
+            } else {
+                guard retire(connection, socket: socket) else { return retiring.isEmpty ? .none : .holdAdmissions }
+            }
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
         case .drained(let connection):
             guard let socket = retiring.removeValue(forKey: connection) else { return .none }

@@ -1,6 +1,7 @@
 /// One event loop's run of failed connections, as a plain value: a connection that could not
 /// be opened (connect or TLS), that answered 503 Shutdown, on which an answer did not come in
-/// time, or that ended (reset, closed, a GOAWAY, its streams reset) before answering anything.
+/// time, that ended (reset, closed, a GOAWAY, its streams reset) before answering anything, or
+/// that churned: ended so after a few answers, connection after connection (`ConnectionChurn`).
 /// Each failure pushes the next connection back (`ReconnectBackoff`); answers without
 /// a failure end the run once there were `answersEndingRun` of them or they kept coming for
 /// `answeringNanosecondsEndingRun`: one answer on a fresh connection does not prove the server

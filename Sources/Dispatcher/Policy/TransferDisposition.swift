@@ -14,7 +14,7 @@ struct TransferDisposition: Equatable {
     var connectionFailed = false
     /// No answer came on the connection the request went on: it ended (reset, closed, a GOAWAY
     /// before this stream) or reset the stream. A failure of that connection if it never
-    /// answered (`ConnectionPolicy.Event.connectionLost`).
+    /// answered, or churned (`ConnectionPolicy.Event.connectionLost`).
     var connectionLost = false
 
     static let deliver = TransferDisposition(retry: false, replaceConnection: false, connectFailed: false)

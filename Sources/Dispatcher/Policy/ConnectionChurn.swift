@@ -1,0 +1,149 @@
+/// Connections that answer a few requests and are then lost with the rest unanswered, as a
+/// plain value: how many answers each recent connection gave and when its first came, and
+/// whether a lost one was churned — ended by the server (a GOAWAY, RST_STREAM on its other
+/// streams, a TCP reset) right after it began answering, as an overloaded or misbehaving front
+/// end or middlebox ends every new connection.
+///
+/// The rule: a connection lost within `shortLifeNanoseconds` of its first answer, having
+/// answered fewer than `fewAnswers`, churned. A churned connection that comes within
+/// `streakNanoseconds` of the last one, with no connection proving well in between (answering
+/// `fewAnswers`, or lost after a longer life), is a failed connection (`ConnectionPolicy`); the
+/// first of a streak is not. Why these bounds:
+/// - A healthy end comes after many answers or a long life: APNs recycling a connection, an
+///   idle close, the mock's GOAWAY after N streams (20 answers with 80 refused, at once, is
+///   healthy: a handshake per 20 answers). Those resend at once, with no backoff.
+/// - Fewer than `fewAnswers` but long-lived is a quiet connection (one notification a minute)
+///   that the server or the path closed: healthy too.
+/// - The first churned connection is let go: APNs starts a token connection at one stream, and
+///   requests libcurl put on a fresh connection before its SETTINGS arrived (its own resends
+///   after a GOAWAY) are refused after one answer (`ConnectionPolicy.opensAbove`, `cold`);
+///   once is normal. Its requests go again, one on the next connection until it answers
+///   (`ConnectionPolicy.resendsHeldAbove`), so a loss of that one is the server's doing.
+///   Churn is connection after connection:
+///   from the second in a row each one counts, so the failure run applies (growing backoff,
+///   its announcement, hand-back from the third). The streak's window is longer than the
+///   longest backoff, so that the connection opened after one still counts.
+/// - Counting what a connection left unanswered would not do: the one count that is known when
+///   the first loss is reported is the answers, and the healthy GOAWAY above leaves more
+///   unanswered than it answered.
+struct ConnectionChurn: Equatable {
+    enum Verdict: Equatable {
+        /// It answered enough, or lived long enough (or is not remembered): its requests go
+        /// again at once.
+        case healthy
+        /// It churned, and is the first of a streak: no failure, its requests go again at once.
+        case firstChurned
+        /// It churned again: a failed connection.
+        case churned
+        /// Another of its requests reported its loss, already judged.
+        case judged
+    }
+
+    static let fewAnswers = 5
+    static let shortLifeNanoseconds: UInt64 = 2_000_000_000
+    /// The shortest window of a streak; `init` lengthens it to twice the longest backoff.
+    static let shortestStreakNanoseconds: UInt64 = 10_000_000_000
+
+    private struct Record: Equatable {
+        let connection: Int64
+        /// Answers heard from libcurl's header callback (`noteAnswer`), and answers of finished
+        /// transfers (`ConnectionPolicy.Event.answered`): the same answers, seen twice; the
+        /// larger is the count. Both stop at `fewAnswers`.
+        var heard = 0
+        var finished = 0
+        let firstAnswerAt: UInt64
+        /// Its loss was judged: the reports of its other requests change nothing.
+        var lossJudged = false
+        var answers: Int { max(heard, finished) }
+    }
+
+    /// The most recent connections that answered, oldest first.
+    private var records: [Record] = []
+    private let capacity: Int
+    /// How close churned connections must follow each other to make a streak.
+    let streakNanoseconds: UInt64
+    /// When the last churned connection was lost; nil once a connection proved well since.
+    private(set) var lastChurnedAt: UInt64?
+
+    init(capacity: Int = 64, longestBackoffMilliseconds: Int = 0) {
+        self.capacity = capacity
+        streakNanoseconds = max(Self.shortestStreakNanoseconds, 2 * UInt64(max(0, longestBackoffMilliseconds)) * 1_000_000)
+    }
+
+    /// One answer arrived on `connection` at `now` (read only for its first answer). `heard`:
+    /// from the header callback, else from a finished transfer.
+    mutating func answered(on connection: Int64, heard: Bool, now: @autoclosure () -> UInt64) {
+        guard connection >= 0 else { return }
+        // Most answers come on the newest connection, which already answered enough.
+        let index: Int
+        if let last = records.indices.last, records[last].connection == connection {
+            guard records[last].answers < Self.fewAnswers else { return }
+            index = last
+        } else if let found = records.lastIndex(where: { $0.connection == connection }) {
+            index = found
+        } else {
+            records.append(Record(connection: connection, firstAnswerAt: now()))
+            if records.count > capacity { records.removeFirst() }
+            index = records.count - 1
+        }
+        if heard {
+            records[index].heard = min(Self.fewAnswers, records[index].heard + 1)
+        } else {
+            records[index].finished = min(Self.fewAnswers, records[index].finished + 1)
+        }
+        if records[index].answers >= Self.fewAnswers { lastChurnedAt = nil }
+    }
+
+    /// Answers `connection` gave (at most `fewAnswers`) and when the first came; nil when it is
+    /// older than every connection remembered (it answered long ago). A connection not
+    /// remembered but newer than the oldest remembered (or while fewer than `capacity` are)
+    /// never answered.
+    func answers(on connection: Int64) -> (count: Int, firstAt: UInt64)? {
+        if let record = records.last(where: { $0.connection == connection }) { return (record.answers, record.firstAnswerAt) }
+        guard records.count >= capacity, let oldest = records.min(by: { $0.connection < $1.connection }), connection < oldest.connection else {
+            return (0, 0)
+        }
+        return nil
+    }
+
+    /// Whether libcurl moved requests off `connection` because it refused them before its
+    /// SETTINGS were read: it gave at most one answer (one older than every connection
+    /// remembered answered long ago). Else the server ended it with a GOAWAY.
+    func refusedBeforeAnswering(_ connection: Int64) -> Bool {
+        answers(on: connection).map { $0.count <= 1 } ?? false
+    }
+
+    /// Whether `connection`, which answered, churned if lost at `now` and was not judged yet:
+    /// answered fewer than `fewAnswers` within `shortLifeNanoseconds` of its first answer.
+    func churns(_ connection: Int64, now: UInt64) -> Bool {
+        guard let record = records.last(where: { $0.connection == connection }) else { return false }
+        return !record.lossJudged && Self.churned(record, now: now)
+    }
+
+    /// Whether a loss of `connection` has a judgement to make: it is remembered and no loss of
+    /// it was judged yet.
+    func awaitsJudgement(_ connection: Int64) -> Bool {
+        records.last(where: { $0.connection == connection }).map { !$0.lossJudged } ?? false
+    }
+
+    private static func churned(_ record: Record, now: UInt64) -> Bool {
+        record.answers > 0 && record.answers < fewAnswers && now &- min(now, record.firstAnswerAt) < shortLifeNanoseconds
+    }
+
+    /// `connection`, which answered, was lost at `now`.
+    mutating func judgeLoss(of connection: Int64, now: UInt64) -> Verdict {
+        guard let index = records.lastIndex(where: { $0.connection == connection }) else {
+            lastChurnedAt = nil
+            return .healthy
+        }
+        guard !records[index].lossJudged else { return .judged }
+        records[index].lossJudged = true
+        guard Self.churned(records[index], now: now) else {
+            lastChurnedAt = nil
+            return .healthy
+        }
+        defer { lastChurnedAt = now }
+        if let last = lastChurnedAt, now &- min(now, last) < streakNanoseconds { return .churned }
+        return .firstChurned
+    }
+}

@@ -1,0 +1,94 @@
+import APNs
+import APNsMock
+@testable import Dispatcher
+import Foundation
+import Testing
+
+/// apns-mock ending every connection after one or a few answers ("partial churn": the rest of
+/// its streams refused, or a GOAWAY with last-stream-id 1), over HTTP/2 and TLS: each new
+/// connection costs a handshake, so from the second such connection in a row each is a failed
+/// one and the next waits out the backoff, announced once. A server that ends connections
+/// after many answers is reconnected at once.
+@Suite(.serialized) struct ConnectionChurnMockTests {
+    /// `senders` sending for `seconds` to apns-mock with `faults` through the engine as pushd
+    /// sets it up (the default reconnect backoff) on one event loop; `body` gets the results.
+    private func drive(_ faults: FaultConfiguration, seconds: Double, senders: Int,
+                       _ body: (APNsMockServer, HTTP2Dispatcher, RecordingMetrics, [DispatchResult]) async throws -> Void) async throws {
+        try await withMock({ configuration, _ in
+            configuration.faults = faults
+        }) { server, port, material in
+            let metrics = RecordingMetrics()
+            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 100)
+            configuration.reconnectBackoff = ReconnectBackoff()
+            let engine = try HTTP2Dispatcher(configuration: configuration, metrics: metrics)
+            defer { engine.shutdown() }
+            try await body(server, engine, metrics, try await ReconnectStormTests.drive(engine, seconds: seconds, senders: senders))
+        }
+    }
+
+    /// Every failure is one connection given requests after its first answer that refused them.
+    /// With a GOAWAY after one stream, the connection the loop opens with one request answers
+    /// it and closes in order, which is no failure (nothing was lost; it is how
+    /// `TLSSessionResumptionMockTests` reconnects on purpose): the loop then sends one request a
+    /// connection at the pace of a handshake, and only the connections given more than one fail,
+    /// so the connections are not bounded by the backoff there, the requests refused are.
+    @Test(arguments: [(FaultConfiguration(refuseAfterStreams: 1), true), (FaultConfiguration(refuseAfterStreams: 3), true),
+                      (FaultConfiguration(goawayAfterStreams: 1), false)])
+    func connectionsThatAnswerAFewAndAreLostWaitOutTheBackoff(faults: FaultConfiguration, boundsConnections: Bool) async throws {
+        let churn = 6.0
+        let senders = 20
+        try await drive(faults, seconds: churn, senders: senders) { server, engine, metrics, results in
+            let stats = server.stats
+            let allowed = ReconnectStormTests.connectionsAllowed(in: churn)
+            // The failed connections a run allows, the first churned one, which is let go (it may
+            // be a fresh connection's requests refused before its SETTINGS were read), and the
+            // first connection, which answers.
+            let bound = allowed + 2
+            // What each of those connections was given and did not answer: at most the senders' requests.
+            let refused = stats.streamsReset + stats.streamsRefused
+            let refusedBound = senders * (allowed + 1)
+            let answered = results.filter { $0.response?.status == 200 }.count
+            print("""
+                \(faults.refuseAfterStreams.map { "\($0) answered, the rest refused," } ?? "GOAWAY after 1 stream") on every connection \
+                for \(Int(churn)) s: \(stats.connectionsAccepted) connections accepted (the backoff allows \(bound)), \
+                \(stats.accepted) accepted, \(refused) requests refused (at most \(refusedBound)); \(engine.statistics.reconnectBackoffs) backoffs, \
+                \(metrics.backoffRunsStarted.load(ordering: .relaxed)) announced; \(answered) of \(results.count) results answered, \
+                \(ReconnectStormTests.handedBack(results)) handed back unsent; causes \(metrics.backoffCauses)
+                """)
+            if boundsConnections {
+                #expect(stats.connectionsAccepted <= bound, "the mock accepted \(stats.connectionsAccepted) connections in \(Int(churn)) s")
+            }
+            #expect(refused <= refusedBound, "the mock refused \(refused) requests in \(Int(churn)) s")
+            #expect(engine.statistics.reconnectBackoffs >= 3)
+            #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 1, "one run, announced once")
+            let cause = metrics.backoffCauses.first ?? ""
+            #expect(cause.contains("then was lost") && cause.contains("unanswered"), "cause: \(cause)")
+            #expect(ReconnectStormTests.handedBack(results) > 0)
+
+            // The server is well again: everything is answered and the run ends.
+            try server.setFaults(.none)
+            let after = try await ReconnectStormTests.drive(engine, seconds: 6, senders: 5)
+            #expect(after.suffix(20).allSatisfy { $0.response?.status == 200 })
+            #expect(metrics.backoffRunsEnded.load(ordering: .relaxed) == 1, "the run of failed connections ended")
+        }
+    }
+
+    /// A GOAWAY after 20 streams with 100 in flight (libcurl sends the 80 refused on a new
+    /// connection at once), or 80 streams refused after 20 answers: 20 answers a handshake is a
+    /// healthy end, whatever it left unanswered. No backoff, everything answered.
+    @Test(arguments: [FaultConfiguration(goawayAfterStreams: 20), FaultConfiguration(refuseAfterStreams: 20)])
+    func connectionsThatAnswerManyAndAreLostReconnectAtOnce(faults: FaultConfiguration) async throws {
+        try await drive(faults, seconds: 3, senders: 100) { server, engine, metrics, results in
+            let stats = server.stats
+            let answered = results.filter { $0.response?.status == 200 }.count
+            let fault = faults.goawayAfterStreams != nil ? "GOAWAY after 20 streams" : "20 answered, the rest refused,"
+            print("\(fault) on every connection for 3 s: \(answered) of \(results.count) answered, \(stats.connectionsAccepted) connections, "
+                  + "\(engine.statistics.reconnectBackoffs) backoffs, causes \(metrics.backoffCauses)")
+            #expect(stats.connectionsAccepted >= 5)
+            #expect(engine.statistics.reconnectBackoffs == 0)
+            #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 0)
+            #expect(ReconnectStormTests.handedBack(results) == 0)
+            #expect(answered > results.count * 9 / 10)
+        }
+    }
+}
