@@ -3,7 +3,7 @@
 /// `apns.sandbox_host`, `apns.channel_host`, `metrics.listen`): each differs only in its
 /// `PortRule`, so that what one refuses the others refuse alike, with the same words.
 public struct HostPort: Sendable, Hashable {
-    /// Without brackets: a URL or `getaddrinfo` takes an IPv6 literal bare.
+    /// Without brackets, as `getaddrinfo` takes an IPv6 literal (a URL adds them back).
     public var host: String
     /// nil when the rule lets the port out and the text names none.
     public var port: Int?

@@ -88,7 +88,7 @@ import Testing
             #expect(scrape.contains(#"pushd_queue_app_depth{app="shop",lane="campaign"} 0"#), "\(scrape)")
             #expect(scrape.contains(#"pushd_campaign_targets_refused{app="shop"} \#(Self.count - accepted.count)"#), "\(scrape)")
             var readyz = ""
-            #expect(DaemonHarness.wait(seconds: 10) {
+            #expect(DaemonHarness.wait(seconds: 30) {
                 readyz = daemon.readyz()
                 return readyz.contains("held: campaign \(id) of app shop: CHECK campaigns_payload_shape of pushd.campaigns refuses its row")
             }, "\(readyz)")
@@ -118,7 +118,7 @@ import Testing
             let all = harness.mock.acceptedLog.map(\.token)
             #expect(all.count == Self.count && Set(all).count == Self.count)
             #expect(try store.campaign(connection, id: id)?.sent == Self.count)
-            #expect(DaemonHarness.wait(seconds: 10) { !daemon.readyz().contains("held: campaign") }, "\(daemon.readyz())")
+            #expect(DaemonHarness.wait(seconds: 30) { !daemon.readyz().contains("held: campaign") }, "\(daemon.readyz())")
         }
     }
 }

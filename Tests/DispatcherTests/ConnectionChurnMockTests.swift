@@ -42,8 +42,9 @@ import Testing
             let allowed = ReconnectStormTests.connectionsAllowed(in: churn)
             // The failed connections a run allows, the first churned one, which is let go (it may
             // be a fresh connection's requests refused before its SETTINGS were read), and the
-            // first connection, which answers.
-            let bound = allowed + 2
+            // first connection, which answers; and two more for a loaded machine, where a churned
+            // connection's loss may be read a backoff step late (1,691 to 2,099 before the rule).
+            let bound = allowed + 4
             // What each of those connections was given and did not answer: at most the senders' requests.
             let refused = stats.streamsReset + stats.streamsRefused
             let refusedBound = senders * (allowed + 1)

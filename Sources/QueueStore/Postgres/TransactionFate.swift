@@ -22,10 +22,22 @@ public enum TransactionFate: String, Sendable, Hashable {
     public static let currentIDSQL = "pg_current_xact_id()::text::bigint"
 
     /// Asks on `connection` (another session than the one that ran it) what became of
-    /// transaction `id`.
+    /// transaction `id`. A server that refuses the question says nothing of it: unknown. That is
+    /// the answer after a failover to a replica that had not caught up, which has not given out
+    /// the old primary's id yet ("transaction ID … is in the future", 22023). Asked inside a
+    /// transaction (a retake's), the question runs under a savepoint, so a refusal leaves that
+    /// transaction going; only a lost session is thrown.
     public static func fate(of id: Int64, on connection: PGConnection) throws -> TransactionFate {
-        let result = try connection.query("SELECT pg_xact_status($1::bigint::text::xid8)", [id])
-        guard let status = try result.get(String.self, row: 0, column: 0) else { return .unknown }
-        return TransactionFate(rawValue: status) ?? .unknown
+        let inTransaction = connection.isInTransaction
+        if inTransaction { _ = try connection.execute(script: "SAVEPOINT pushd_transaction_fate") }
+        do {
+            let result = try connection.query("SELECT pg_xact_status($1::bigint::text::xid8)", [id])
+            if inTransaction { _ = try connection.execute(script: "RELEASE SAVEPOINT pushd_transaction_fate") }
+            guard let status = try result.get(String.self, row: 0, column: 0) else { return .unknown }
+            return TransactionFate(rawValue: status) ?? .unknown
+        } catch let error as PGError where !error.code.isConnectionLoss && error.code != .connectionClosed && connection.isOpen {
+            if inTransaction { _ = try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_transaction_fate") }
+            return .unknown
+        }
     }
 }

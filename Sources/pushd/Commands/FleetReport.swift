@@ -378,7 +378,7 @@ struct FleetReport: Sendable {
     static func startText(_ row: CampaignRow, now: Timestamp) -> String {
         if row.campaign.progress.status == .scheduled, let startAt = row.campaign.startAt {
             let seconds = startAt.timeIntervalSince1970 - now.timeIntervalSince1970
-            return TimeText.moment(startAt) + (row.campaign.progress.due ? " (due)" : " (in \(TimeText.duration(max(seconds, 0))))")
+            return TimeText.moment(startAt) + (!row.campaign.progress.startsLater ? " (due)" : " (in \(TimeText.duration(max(seconds, 0))))")
         }
         guard let running = row.campaign.runningSeconds else { return "-" }
         return TimeText.moment(Timestamp(timeIntervalSince1970: now.timeIntervalSince1970 - running))

@@ -44,10 +44,12 @@ extension PipelineContext {
     /// The campaigns held for a refused row, in the words `/readyz` uses after "held: ": the
     /// process stays ready (the rest sends), but says that these send nothing.
     func heldCampaignsDetail() -> [String] {
-        campaignHolds.withLock { $0 }.map { held in
+        let holds = campaignHolds.withLock { $0 }
+        let shown = holds.prefix(5).map { held in
             "campaign \(held.campaignID) of app \(held.app): CHECK \(held.check ?? "(unnamed)") of pushd.campaigns refuses its row, "
                 + "nothing of it is sent (not counted as due; pushd.campaign_refusals)"
         }
+        return holds.count > shown.count ? shown + ["and \(holds.count - shown.count) more campaign(s) (pushd status)"] : shown
     }
 
     /// A campaign held because a CHECK of `pushd.campaigns` refuses to write its row
