@@ -115,6 +115,20 @@ extension CurlEventLoop {
         }
     }
 
+    /// libcurl closes `connection` (at `localPort`) with nothing of it failed: the server ended
+    /// it in order (a GOAWAY) or libcurl let it go. One that churned (`ConnectionChurn`: a few
+    /// answers, then closed within two seconds of the first) was ended by the server, since the
+    /// loop closes only connections it retired and libcurl idle ones far older: a server that
+    /// sends a GOAWAY after every answer or two costs a TLS handshake a request, which the loop
+    /// would otherwise pay hundreds of times a second whenever it sends one request at a time.
+    /// Judged as a loss with nothing unanswered (`connectionLost`), once libcurl has returned.
+    private func endedInOrder(_ connection: Int64, localPort: Int32) {
+        let now = monotonicNanoseconds()
+        guard !epoll.isStopping, policy.churn.churns(connection, now: now) else { return }
+        connectionLost(connection, localPort: localPort, now: now, deferred: true, unansweredBesides: 0,
+                       detail: " (it ended in order: a TLS handshake for every few requests)")
+    }
+
     /// What the operator reads of a failed lost connection: that it answered nothing, or how
     /// little it answered before it was lost, and with how much unanswered.
     private func lossCause(_ connection: Int64, now: UInt64, unanswered: Int, detail: String) -> ConnectionFailureCause {
@@ -124,7 +138,8 @@ extension CurlEventLoop {
         }
         let answers = answered.count
         let lived = (now &- min(now, answered.firstAt)) / 1_000_000
-        return ConnectionFailureCause("the connection answered \(answers) request\(answers == 1 ? "" : "s") and then was lost \(lived) ms after its first answer with \(unanswered) unanswered, again and again (a server or middlebox ending each new connection after a few answers)\(detail)")
+        let left = unanswered > 0 ? " with \(unanswered) unanswered" : ""
+        return ConnectionFailureCause("the connection answered \(answers) request\(answers == 1 ? "" : "s") and then was lost \(lived) ms after its first answer\(left), again and again (a server or middlebox ending each new connection after a few answers)\(detail)")
     }
 
     /// Requests on `connection` that libcurl holds unanswered.
@@ -310,6 +325,7 @@ extension CurlEventLoop {
     }
 
     func socketClosed(_ fd: Int32) {
+        if let connection = connectionOfSocket[fd], let port = establishedSockets[fd] { endedInOrder(connection, localPort: port) }
         openSockets.remove(fd)
         connectionOfSocket.removeValue(forKey: fd)
         if let port = establishedSockets.removeValue(forKey: fd) {

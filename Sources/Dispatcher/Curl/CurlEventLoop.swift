@@ -187,6 +187,8 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     // MARK: - EpollLoopDriver
 
     func prepareToWait() -> Int32 {
+        // A connection libcurl closed outside a socket action (removing a finished transfer).
+        takeDeferredBackoffs()
         takeInbox()
         // After the inbox: a request submitted after `replaceCertificate` returned is then
         // seen with its certificate, never admitted with the old one.
