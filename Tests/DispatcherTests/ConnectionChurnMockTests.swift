@@ -61,6 +61,9 @@ import Testing
             #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 1, "one run, announced once")
             let cause = metrics.backoffCauses.first ?? ""
             #expect(cause.contains("then was lost") && cause.contains("again and again"), "cause: \(cause)")
+            // Refused streams are requests left unanswered; one request at a time leaves none.
+            if faults.refuseAfterStreams != nil { #expect(cause.contains("unanswered"), "cause: \(cause)") }
+            if senders == 1 { #expect(cause.contains("(it ended in order"), "cause: \(cause)") }
             // One request at a time is answered before its connection is lost: nothing waits then.
             if senders > 1 { #expect(ReconnectStormTests.handedBack(results) > 0) }
 

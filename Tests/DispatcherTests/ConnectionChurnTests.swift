@@ -14,6 +14,17 @@ import Testing
         for index in 0..<count { _ = policy.handle(.answered(connection: connection, now: now + UInt64(index) * Self.ms)) }
     }
 
+    /// A policy whose connections 1 and 2 churned in a row: a run of one failure, connection 2 retired and drained.
+    private func churnRunStarted() -> ConnectionPolicy {
+        var policy = ConnectionPolicy(backoff: backoff)
+        answers(&policy, on: 1, count: 1, at: 0)
+        _ = lost(&policy, 1, at: Self.ms)
+        answers(&policy, on: 2, count: 1, at: 2 * Self.ms)
+        #expect(lost(&policy, 2, at: 3 * Self.ms) == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+        _ = policy.handle(.drained(connection: 2))
+        return policy
+    }
+
     private func lost(_ policy: inout ConnectionPolicy, _ connection: Int64, at now: UInt64, socket: Int32? = nil) -> ConnectionPolicy.Action {
         policy.handle(.connectionLost(connection: connection, socket: socket, now: now, unitRandom: 0))
     }
@@ -32,6 +43,34 @@ import Testing
         #expect(!churn.churns(1, now: Self.second + 10 * Self.ms))
         // Never answered, or answered long ago (forgotten): not this rule's.
         #expect(!churn.churns(2, now: Self.second))
+    }
+
+    /// A connection libcurl closed with nothing of it failed (a GOAWAY after its answers) is
+    /// judged by its answers: a few, within the short life, and closed soon after the last
+    /// (libcurl may shut it down for up to 2 s first). One let go idle, or that answered over
+    /// more than the short life, or five, did not churn.
+    @Test func aConnectionEndedInOrderIsJudgedByItsAnswersAndWhenItWasClosed() {
+        var churn = ConnectionChurn()
+        churn.answered(on: 1, heard: true, now: Self.second)
+        churn.answered(on: 1, heard: false, now: Self.second + Self.ms)
+        #expect(churn.endedInOrder(1, closedAt: Self.second + 5 * Self.ms) == Self.second)
+        // Closed after libcurl's shutdown of up to 2 s: still when its last answer came.
+        #expect(churn.endedInOrder(1, closedAt: 3 * Self.second + 500 * Self.ms) == Self.second)
+        // Let go idle long after its last answer; or after the idle close the loop has set (1 s).
+        #expect(churn.endedInOrder(1, closedAt: 5 * Self.second) == nil)
+        #expect(churn.endedInOrder(1, closedAt: 2 * Self.second + 500 * Self.ms, within: Self.second) == nil)
+        // Answers spread over more than the short life: a quiet connection.
+        churn.answered(on: 2, heard: false, now: Self.second)
+        churn.answered(on: 2, heard: false, now: 3 * Self.second + Self.ms)
+        #expect(churn.endedInOrder(2, closedAt: 3 * Self.second + 2 * Self.ms) == nil)
+        // Five answers: it did its work.
+        for index in 0..<UInt64(ConnectionChurn.fewAnswers) { churn.answered(on: 3, heard: false, now: Self.second + index * Self.ms) }
+        #expect(churn.endedInOrder(3, closedAt: Self.second + 10 * Self.ms) == nil)
+        // Judged already (a loss reported on it), or never answered.
+        churn.answered(on: 4, heard: false, now: Self.second)
+        _ = churn.judgeLoss(of: 4, now: Self.second + Self.ms)
+        #expect(churn.endedInOrder(4, closedAt: Self.second + 2 * Self.ms) == nil)
+        #expect(churn.endedInOrder(5, closedAt: Self.second) == nil)
     }
 
     @Test func anAnswerHeardAndThenFinishedCountsOnce() {
@@ -219,12 +258,7 @@ import Testing
     }
 
     @Test func theRunEndsOnceConnectionsAnswerAgain() {
-        var policy = ConnectionPolicy(backoff: backoff)
-        answers(&policy, on: 1, count: 1, at: 0)
-        _ = lost(&policy, 1, at: Self.ms)
-        answers(&policy, on: 2, count: 1, at: 2 * Self.ms)
-        #expect(lost(&policy, 2, at: 3 * Self.ms) == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
-        _ = policy.handle(.drained(connection: 2))
+        var policy = churnRunStarted()
         // Answers on connections that answer one each (a lane's probes, say) for seconds prove
         // nothing: the run goes on.
         for connection in Int64(3)...8 {
@@ -243,6 +277,34 @@ import Testing
         answers(&policy, on: 10, count: 1, at: 20 * Self.second)
         #expect(lost(&policy, 10, at: 20 * Self.second + Self.ms) == .none)
         #expect(policy.consecutiveFailures == 0)
+    }
+
+    /// A quiet lane (a notification a minute) after churn: its connection would take minutes to
+    /// answer five, and the run, its growth held and its next failure unannounced, stayed that
+    /// long. A connection answering again two seconds after its first answer outlived churn, and
+    /// the run ends as after any failure: answers for two seconds.
+    @Test func aQuietConnectionAnsweringPastTheShortLifeEndsTheRun() {
+        var policy = churnRunStarted()
+        _ = policy.handle(.connectionOpened)
+        #expect(policy.handle(.answered(connection: 3, now: 10 * Self.second)) == .none)
+        #expect(policy.handle(.answered(connection: 3, now: 70 * Self.second)) == .none)
+        #expect(policy.consecutiveFailures == 1)
+        #expect(policy.handle(.answered(connection: 3, now: 130 * Self.second)) == .backoffEnded(failures: 1))
+        #expect(policy.consecutiveFailures == 0)
+    }
+
+    /// A connection ended in order is judged at its last answer, which may be seconds before
+    /// libcurl closed it (its shutdown): the streak counts from then, the backoff from now.
+    @Test func aConnectionJudgedAtItsLastAnswerBacksOffFromNow() {
+        var policy = ConnectionPolicy(backoff: backoff)
+        answers(&policy, on: 1, count: 1, at: 0)
+        _ = lost(&policy, 1, at: Self.ms)
+        answers(&policy, on: 2, count: 1, at: 2 * Self.ms)
+        // Judged at now, 3 s after its first answer, it would be a quiet connection: no failure.
+        let now = 3 * Self.second
+        #expect(policy.handle(.connectionLost(connection: 2, socket: nil, now: now, unitRandom: 0, endedAt: 3 * Self.ms))
+                == .backOff(delayMilliseconds: 100, failures: 1, startsRun: true, handsBack: false))
+        #expect(policy.backoffDeadline(now: now) == now + 100 * Self.ms)
     }
 
     @Test func aConnectionThatNeverAnsweredStillFailsAtOnce() {

@@ -115,18 +115,42 @@ extension CurlEventLoop {
         }
     }
 
-    /// libcurl closes `connection` (at `localPort`) with nothing of it failed: the server ended
-    /// it in order (a GOAWAY) or libcurl let it go. One that churned (`ConnectionChurn`: a few
-    /// answers, then closed within two seconds of the first) was ended by the server, since the
-    /// loop closes only connections it retired and libcurl idle ones far older: a server that
+    /// How long after its last answer a connection closed in order is still judged by its
+    /// answers (`ConnectionChurn.endedInOrder`): 3 s, for libcurl's shutdown of up to 2 s, but
+    /// below `idleCloseSeconds`, so that a connection libcurl let go idle is never judged so.
+    var closeAfterLastAnswerNanoseconds: UInt64 {
+        let idle = configuration.idleCloseSeconds > 0 ? UInt64(configuration.idleCloseSeconds) * 1_000_000_000 : UInt64.max
+        return min(ConnectionChurn.closeAfterLastAnswerNanoseconds, idle)
+    }
+
+    /// Connections libcurl closed since the last look, with nothing of them failed (a loss is
+    /// judged when it is reported): the server ended them in order (a GOAWAY) or libcurl let
+    /// them go. One that churned (`ConnectionChurn.endedInOrder`: a few answers, within two
+    /// seconds, and closed soon after) was ended by the server, since the loop closes only
+    /// connections it retired (those are not judged) and libcurl idle ones: a server that
     /// sends a GOAWAY after every answer or two costs a TLS handshake a request, which the loop
     /// would otherwise pay hundreds of times a second whenever it sends one request at a time.
-    /// Judged as a loss with nothing unanswered (`connectionLost`), once libcurl has returned.
-    private func endedInOrder(_ connection: Int64, localPort: Int32) {
+    /// Judged as a loss with nothing unanswered, at its last answer, once libcurl has returned
+    /// and the answers that came with the close were read.
+    private func judgeClosedConnections() {
+        guard !closedConnections.isEmpty else { return }
+        let closed = closedConnections
+        closedConnections.removeAll(keepingCapacity: true)
         let now = monotonicNanoseconds()
-        guard !epoll.isStopping, policy.churn.churns(connection, now: now) else { return }
-        connectionLost(connection, localPort: localPort, now: now, deferred: true, unansweredBesides: 0,
-                       detail: " (it ended in order: a TLS handshake for every few requests)")
+        for (connection, closedAt) in closed {
+            guard policy.lossNeedsJudging(connection),
+                  let endedAt = policy.churn.endedInOrder(connection, closedAt: closedAt, within: closeAfterLastAnswerNanoseconds) else { continue }
+            // Its socket is closed, and its descriptor may be reused: none is named. Judged at its
+            // last answer; a backoff runs from now.
+            let action = policy.handle(.connectionLost(connection: connection, socket: nil, now: now,
+                                                       unitRandom: Double.random(in: 0..<1, using: &random), endedAt: endedAt))
+            // Retired as failed, it is closed already: nothing of it is left to drain, and the
+            // loop must not hold admissions for it (no completion may come to look again).
+            _ = policy.handle(.drained(connection: connection))
+            guard case .backOff = action else { continue }
+            deferredBackoffs.append((action, lossCause(connection, now: endedAt, unanswered: 0,
+                                                       detail: " (it ended in order: a TLS handshake for every few requests)")))
+        }
     }
 
     /// What the operator reads of a failed lost connection: that it answered nothing, or how
@@ -149,6 +173,7 @@ extension CurlEventLoop {
 
     /// Carries out the backoffs decided inside libcurl's callbacks.
     func takeDeferredBackoffs() {
+        judgeClosedConnections()
         guard !deferredBackoffs.isEmpty else { return }
         let backoffs = deferredBackoffs
         deferredBackoffs.removeAll(keepingCapacity: true)
@@ -325,7 +350,9 @@ extension CurlEventLoop {
     }
 
     func socketClosed(_ fd: Int32) {
-        if let connection = connectionOfSocket[fd], let port = establishedSockets[fd] { endedInOrder(connection, localPort: port) }
+        // Judged once libcurl has returned and the loop has read the answers that came with the
+        // close (one may retire the connection, or fail it with libcurl's word).
+        if !epoll.isStopping, let connection = connectionOfSocket[fd] { closedConnections.append((connection, monotonicNanoseconds())) }
         openSockets.remove(fd)
         connectionOfSocket.removeValue(forKey: fd)
         if let port = establishedSockets.removeValue(forKey: fd) {

@@ -83,6 +83,9 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     /// Backoffs the policy decided inside libcurl's callbacks, with their causes, carried out
     /// once libcurl has returned.
     var deferredBackoffs: [(action: ConnectionPolicy.Action, cause: ConnectionFailureCause)] = []
+    /// Connections whose sockets libcurl closed, and when, to judge once it has returned
+    /// (`judgeClosedConnections`).
+    var closedConnections: [(connection: Int64, at: UInt64)] = []
     /// Connections libcurl moved requests away from, already reported (libcurl never reuses an id).
     var endedConnections = RecentSet(capacity: 64)
     /// Connections on which a sent request failed without an answer: they broke, not ended in order.
@@ -187,7 +190,7 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     // MARK: - EpollLoopDriver
 
     func prepareToWait() -> Int32 {
-        // A connection libcurl closed outside a socket action (removing a finished transfer).
+        // Connections libcurl closed outside a socket action (removing a finished transfer).
         takeDeferredBackoffs()
         takeInbox()
         // After the inbox: a request submitted after `replaceCertificate` returned is then

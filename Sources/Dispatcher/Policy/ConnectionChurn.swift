@@ -7,7 +7,8 @@
 /// The rule: a connection lost within `shortLifeNanoseconds` of its first answer, having
 /// answered fewer than `fewAnswers`, churned. A churned connection that comes within
 /// `streakNanoseconds` of the last one, with no connection proving well in between (answering
-/// `fewAnswers`, or lost after a longer life), is a failed connection (`ConnectionPolicy`); the
+/// `fewAnswers`, answering again `shortLifeNanoseconds` after its first answer, or lost after a
+/// longer life), is a failed connection (`ConnectionPolicy`); the
 /// first of a streak is not. Why these bounds:
 /// - A healthy end comes after many answers or a long life: APNs recycling a connection, an
 ///   idle close, the mock's GOAWAY after N streams (20 answers with 80 refused, at once, is
@@ -52,6 +53,8 @@ struct ConnectionChurn: Equatable {
         var heard = 0
         var finished = 0
         let firstAnswerAt: UInt64
+        /// When its last answer came (followed while it gave fewer than `fewAnswers`).
+        var lastAnswerAt: UInt64
         /// Its loss was judged: the reports of its other requests change nothing.
         var lossJudged = false
         var answers: Int { max(heard, finished) }
@@ -82,16 +85,27 @@ struct ConnectionChurn: Equatable {
         } else if let found = records.lastIndex(where: { $0.connection == connection }) {
             index = found
         } else {
-            records.append(Record(connection: connection, firstAnswerAt: now()))
+            let first = now()
+            records.append(Record(connection: connection, firstAnswerAt: first, lastAnswerAt: first))
             if records.count > capacity { records.removeFirst() }
             index = records.count - 1
         }
+        let before = records[index].answers
         if heard {
             records[index].heard = min(Self.fewAnswers, records[index].heard + 1)
         } else {
             records[index].finished = min(Self.fewAnswers, records[index].finished + 1)
         }
-        if records[index].answers >= Self.fewAnswers { lastChurnedAt = nil }
+        // A new answer (not the other sighting of one already counted): when it came.
+        if records[index].answers > before, before > 0 { records[index].lastAnswerAt = now() }
+        if records[index].answers >= Self.fewAnswers {
+            lastChurnedAt = nil
+        } else if lastChurnedAt != nil, records[index].answers > 1,
+                  records[index].lastAnswerAt &- min(records[index].lastAnswerAt, records[index].firstAnswerAt) >= Self.shortLifeNanoseconds {
+            // Answering again after the short life, it outlived churn: proved well, as a quiet
+            // lane's connection does (one notification a minute would take minutes to answer 5).
+            lastChurnedAt = nil
+        }
     }
 
     /// Answers `connection` gave (at most `fewAnswers`) and when the first came; nil when it is
@@ -124,6 +138,24 @@ struct ConnectionChurn: Equatable {
     /// it was judged yet.
     func awaitsJudgement(_ connection: Int64) -> Bool {
         records.last(where: { $0.connection == connection }).map { !$0.lossJudged } ?? false
+    }
+
+    /// How long after its last answer a connection ended in order may be closed and still be
+    /// judged by its answers: libcurl (8.9 and later) shuts a connection down before it closes
+    /// its socket, for up to 2 s by default, when the server does not close its side first.
+    /// The loop keeps it below the idle close (`CurlEventLoop.closeAfterLastAnswerNanoseconds`).
+    static let closeAfterLastAnswerNanoseconds: UInt64 = 3_000_000_000
+
+    /// When `connection`, closed by libcurl at `closedAt` with nothing of it failed, ended, if it
+    /// churned: it answered fewer than `fewAnswers`, all within `shortLifeNanoseconds` of the
+    /// first, and was closed less than `within` after the last (a connection let go idle, or
+    /// long after, is not judged so); its loss not judged yet. Its last answer is when it
+    /// ended: the close may come a shutdown later.
+    func endedInOrder(_ connection: Int64, closedAt: UInt64, within: UInt64 = closeAfterLastAnswerNanoseconds) -> UInt64? {
+        guard let record = records.last(where: { $0.connection == connection }), !record.lossJudged,
+              Self.churned(record, now: record.lastAnswerAt),
+              closedAt &- min(closedAt, record.lastAnswerAt) < within else { return nil }
+        return record.lastAnswerAt
     }
 
     private static func churned(_ record: Record, now: UInt64) -> Bool {

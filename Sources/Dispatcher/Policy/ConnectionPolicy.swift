@@ -22,8 +22,9 @@ struct ConnectionPolicy: Equatable {
         /// answer: it was reset or closed, sent a GOAWAY before taking them, or reset their
         /// streams. If it never answered, or churned (`ConnectionChurn`: a few answers, then
         /// lost, again and again), it failed: it takes no new stream, and its replacement waits
-        /// out a backoff; `unitRandom` in [0, 1) places it.
-        case connectionLost(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double)
+        /// out a backoff; `unitRandom` in [0, 1) places it. `endedAt`: when it ended, if before
+        /// `now` (a connection ended in order is judged at its last answer, its backoff from now).
+        case connectionLost(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double, endedAt: UInt64? = nil)
         /// No transfer remains on (or may still join) the retired `connection`.
         case drained(connection: Int64)
         /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
@@ -247,7 +248,7 @@ struct ConnectionPolicy: Equatable {
             // whose id is not known (it never connected) counts each time.
             if connection >= 0, !retire(connection, socket: socket) { return retiring.isEmpty ? .none : .holdAdmissions }
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
-        case .connectionLost(let connection, let socket, let now, let unitRandom):
+        case .connectionLost(let connection, let socket, let now, let unitRandom, let endedAt):
             // A connection that answered enough, or for long enough, and then ended (a GOAWAY, an
             // idle close, a reset) did its work; its unanswered requests simply go again. One
             // that never answered is a failed connection, once however many of its streams
@@ -256,7 +257,7 @@ struct ConnectionPolicy: Equatable {
             guard connection >= 0 else { return .none }
             if hasAnswered(connection) {
                 guard !retired.contains(connection) else { return retiring.isEmpty ? .none : .holdAdmissions }
-                switch churn.judgeLoss(of: connection, now: now) {
+                switch churn.judgeLoss(of: connection, now: endedAt ?? now) {
                 case .healthy, .judged:
                     return .none
                 case .firstChurned:
