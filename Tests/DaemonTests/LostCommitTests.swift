@@ -59,9 +59,16 @@ import Testing
         var sessions = [PGConnection]()
         defer { sessions.forEach { $0.close() } }
         _ = try recorder.record(&claim, accepted: Set(keys), retake: { claim in
-            let fresh = try database.connect()
-            sessions.append(fresh)
-            try recorder.retaken(&claim, retake(fresh), on: fresh)
+            var held = Set<Key>()
+            try recorder.retake(&claim, connect: {
+                let fresh = try database.connect()
+                sessions.append(fresh)
+                return fresh
+            }, take: { fresh in
+                let found = try retake(fresh)
+                held = found.heldElsewhere
+                return (found.taken, found.transaction)
+            }, heldElsewhere: { _ in held })
         }, write: { connection, takenBack in
             guard takenBack == nil else { return try write(connection, takenBack) }
             if commits {
@@ -84,15 +91,20 @@ import Testing
         return Said(line: line, counts: counts)
     }
 
+    /// Four jobs of app shop.
+    static func enqueueFourJobs(_ admin: PGConnection) throws {
+        try admin.query("""
+            INSERT INTO pushd.jobs (app, device_token, payload)
+            SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 4) g
+            """)
+    }
+
     /// Four jobs claimed on `doomed`, recorded as all delivered (`record`).
     static func transactional(commits: Bool) throws -> Said {
         try IsolatedDatabase.with { database in
             let admin = try database.connect()
             defer { admin.close() }
-            try admin.query("""
-                INSERT INTO pushd.jobs (app, device_token, payload)
-                SELECT 'shop', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 4) g
-                """)
+            try Self.enqueueFourJobs(admin)
             let queue = JobQueue()
             let doomed = try database.connect()
             defer { doomed.close() }
@@ -184,6 +196,112 @@ import Testing
         let said = try Self.parked(commits: false)
         #expect(said.counts["sent_again"] == 4 && said.counts["recorded_again", default: 0] == 0, "\(said.counts)")
         #expect(said.line.contains(#""lane":"campaign""#) && said.line.contains(#""claimed":4"#) && said.line.contains(#""sent_again":4"#), "\(said.line)")
+    }
+
+    /// A batch's session cut in the network where the server does not notice (a frozen relay
+    /// keeps the client's close from it), while its answers are awaited (`keep`) or while its
+    /// outcomes are written: its transaction still runs and holds the jobs, and PostgreSQL says
+    /// "in progress". pushd ends that transaction before it takes the batch back, finds the jobs
+    /// back and records their outcomes once, rather than leaving them to be sent again when the
+    /// server ends the session by itself.
+    @Test(arguments: [false, true])
+    func aTransactionStillRunningAfterItsSessionWasCutIsEndedAndItsJobsRecordedOnce(whileWriting: Bool) throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            defer { admin.close() }
+            try Self.enqueueFourJobs(admin)
+            let port = try #require(database.url.firstMatch(of: /127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }, "\(database.url)")
+            let proxy = try FreezableProxy(targetPort: port)
+            defer { proxy.stop() }
+            let relayed = database.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(proxy.port)")
+            let doomed = try QueueSession.connect(url: relayed, applicationName: "pushd-tests-cut")
+            let queue = JobQueue()
+            var batch = try queue.claim(doomed, limit: 10, apps: ["shop"])
+            #expect(batch.jobs.count == 4)
+            let ids = batch.jobs.map(\.id)
+            let harness = try DaemonHarness(database: database)
+            let sink = MemoryLogSink()
+            let pipeline = try harness.pipeline(log: sink)
+            let recorder = SentBatchRecorder<Int64>(context: pipeline.context, lane: .transactional, worker: 0, rows: "jobs", backIn: "the queue")
+            var claim = SentBatchClaim(held: ids, connection: doomed, transaction: batch.transaction)
+            var sessions = [PGConnection]()
+            defer { sessions.forEach { $0.close() } }
+            let retake = { (claim: inout SentBatchClaim<Int64>) throws in
+                let claimed = batch
+                try recorder.retake(&claim, connect: {
+                    let fresh = try database.connect()
+                    sessions.append(fresh)
+                    return fresh
+                }, take: { fresh in
+                    batch = try queue.retake(fresh, claimed)
+                    return (batch.jobs.map(\.id), batch.transaction)
+                }, heldElsewhere: { fresh in try queue.heldElsewhere(fresh, claimed) })
+            }
+            if !whileWriting {
+                proxy.freeze()
+                doomed.close()
+                recorder.keep(&claim, retake: retake)
+                #expect(claim.connection != nil, "the batch was not taken back between answers")
+            }
+            _ = try recorder.record(&claim, accepted: Set(ids), retake: retake, write: { connection, takenBack in
+                guard let takenBack else {
+                    proxy.freeze()
+                    connection.close()
+                    try connection.checkSession()
+                    return
+                }
+                try queue.finish(connection, batch, JobOutcomes(delivered: ids).restricted(to: takenBack))
+            }, dropConnection: {})
+            #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0, "the jobs are still held or back in the queue")
+            let exposition = pipeline.context.metrics.registry.expositionText()
+            let outcomes = exposition.split(separator: "\n").filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && !$0.hasSuffix(" 0") }
+            #expect(outcomes.count == 1 && outcomes.allSatisfy { $0.contains(#"result="recorded_again""#) && $0.hasSuffix(" 4") }, "\(outcomes)")
+            // A session closed here (the stall watch, or a statement after the loss) is a connection reason.
+            #expect(outcomes.allSatisfy { $0.contains(#"reason="connection""#) }, "\(outcomes)")
+            #expect(exposition.contains(#"pushd_stale_transactions_total{lane="transactional",result="aborted"} 1"#), "\(exposition)")
+            let line = sink.lines.first { $0.contains("stale_transaction_ended") } ?? ""
+            #expect(line.contains("was still running on the database server after its session ended") && line.contains("ended it (backend "), "\(line)")
+        }
+    }
+
+    /// A batch whose session ends during its COMMIT (which went through, its reply lost) when
+    /// pushd is stopping and no new session can be had, so PostgreSQL cannot be asked: given up,
+    /// its notifications were counted `given_up` and said to be sent again, though that COMMIT
+    /// had recorded them. They are in doubt: `unknown`, and the line says either.
+    @Test func aBatchGivenUpRightAfterItsSessionEndedDuringTheCommitIsInDoubtNotGivenUp() throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            defer { admin.close() }
+            try Self.enqueueFourJobs(admin)
+            let queue = JobQueue()
+            let doomed = try database.connect()
+            defer { doomed.close() }
+            let batch = try queue.claim(doomed, limit: 10, apps: ["shop"])
+            let ids = batch.jobs.map(\.id)
+            #expect(ids.count == 4)
+            let harness = try DaemonHarness(database: database)
+            let sink = MemoryLogSink()
+            let pipeline = try harness.pipeline(log: sink)
+            let recorder = SentBatchRecorder<Int64>(context: pipeline.context, lane: .transactional, worker: 0, rows: "jobs", backIn: "the queue")
+            var claim = SentBatchClaim(held: ids, connection: doomed, transaction: batch.transaction)
+            #expect(throws: PGError.self) {
+                _ = try recorder.record(&claim, accepted: Set(ids), retake: { _ in
+                    throw PGError(code: .connectionFailure, message: "could not connect: the database is away")
+                }, write: { connection, _ in
+                    try queue.finish(connection, batch, JobOutcomes(delivered: ids))
+                    pipeline.context.stopping.store(true, ordering: .relaxed)
+                    throw try Self.cut(connection, from: admin)
+                }, dropConnection: {})
+            }
+            // The COMMIT went through: nothing is sent again.
+            #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0)
+            let outcomes = pipeline.context.metrics.registry.expositionText().split(separator: "\n")
+                .filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && !$0.hasSuffix(" 0") }
+            #expect(outcomes.count == 1 && outcomes.allSatisfy { $0.contains(#"result="unknown""#) && $0.hasSuffix(" 4") }, "\(outcomes)")
+            let line = sink.lines.first { $0.contains("batch_outcomes_given_up") } ?? ""
+            #expect(line.contains("0 notifications APNs accepted will be sent again") && line.contains("either recorded by that COMMIT or will be sent again"), "\(line)")
+            #expect(line.contains(#""given_up":0"#) && line.contains(#""unknown":4"#), "\(line)")
+        }
     }
 
     /// The store's answer for each fate a transaction can have when asked from another session.

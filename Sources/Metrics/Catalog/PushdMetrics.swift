@@ -90,6 +90,7 @@ public struct PushdMetrics: Sendable {
     public let channelOperations: CounterFamily
     public let leaseTakeovers: CounterFamily
     public let unrecordedOutcomes: CounterFamily
+    public let staleTransactions: CounterFamily
 
     // Fleet (from pushd.instances, the same on every instance)
     public let fleetInstances: CallbackFamily
@@ -330,6 +331,10 @@ public struct PushdMetrics: Sendable {
             "pushd_unrecorded_outcomes_total",
             help: "Notifications APNs accepted whose batch's transaction ended before the acceptance was recorded (reason: connection, an SQLSTATE class or other): recorded_again on a new session (or by a COMMIT whose reply was lost), sent_again because another claimer had taken the job meanwhile, unknown when PostgreSQL could not say whether the COMMIT whose reply was lost went through, given_up after the database stayed away (sent again too).",
             labels: ["lane", "reason", "result"])
+        staleTransactions = try registry.counter(
+            "pushd_stale_transactions_total",
+            help: "Transactions holding a sent batch still running on the database server after their session ended (a network cut the server had not noticed), ended by pushd before taking the batch back: result committed (its COMMIT had gone through), aborted (rolled back: the batch is taken back), running (could not be ended: its rows are sent again once it ends).",
+            labels: ["lane", "result"])
 
         fleetInstances = try registry.callbackGauge(
             "pushd_fleet_instances",
@@ -503,5 +508,10 @@ public struct PushdMetrics: Sendable {
     /// `result` is "recorded_again", "sent_again" or "given_up"; `reason` as in `databaseError`.
     public func unrecordedOutcome(lane: String, reason: String, result: String) -> Counter {
         unrecordedOutcomes.bound([lane, reason, result])
+    }
+
+    /// `result` is "committed", "aborted" or "running".
+    public func staleTransaction(lane: String, result: String) -> Counter {
+        staleTransactions.bound([lane, result])
     }
 }

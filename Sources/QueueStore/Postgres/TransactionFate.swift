@@ -21,6 +21,29 @@ public enum TransactionFate: String, Sendable, Hashable {
     /// in a statement of that transaction (it assigns an id if the transaction has none yet).
     public static let currentIDSQL = "pg_current_xact_id()::text::bigint"
 
+    /// Ends transaction `id` if backend `backend` still runs it, and tells whether it did (the
+    /// backend is gone then). Not: no such session (it ended, or this is another server, after
+    /// a failover, where the pid and the id may belong to others), it did not exit within
+    /// `waitMilliseconds`, or the server refused, as it does for another role's session without
+    /// `pg_signal_backend`. A session cut in the network whose server has not noticed (no FIN
+    /// reached it: a dropped path, a stuck middlebox) keeps its transaction running and its rows
+    /// locked until TCP keepalive or `idle_in_transaction_session_timeout` ends it, and may yet
+    /// commit a COMMIT in flight; once it is ended (`pg_terminate_backend`, which waits for the
+    /// backend to exit), it is committed or aborted, and `fate(of:on:)` says which. Both the pid
+    /// and the transaction must match (`backend_xid` is the id's low 32 bits); the call ends only
+    /// the row the condition kept, being in the select list. Outside a transaction.
+    public static func endRunning(_ id: Int64, backend: Int32, on connection: PGConnection, waitMilliseconds: Int = 2000) throws -> Bool {
+        do {
+            let result = try connection.query("""
+                SELECT pg_terminate_backend(pid, $3::bigint) FROM pg_stat_activity
+                WHERE pid = $1 AND backend_xid = ($2::bigint % 4294967296)::text::xid AND pid <> pg_backend_pid()
+                """, [backend, id, Int64(waitMilliseconds)])
+            return try result.rowCount > 0 && result.get(Bool.self, row: 0, column: 0) == true
+        } catch let error as PGError where !error.code.isConnectionLoss && error.code != .connectionClosed && connection.isOpen {
+            return false
+        }
+    }
+
     /// Asks on `connection` (another session than the one that ran it) what became of
     /// transaction `id`. A server that refuses the question says nothing of it: unknown. That is
     /// the answer after a failover to a replica that had not caught up, which has not given out

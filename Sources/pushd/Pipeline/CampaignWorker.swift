@@ -118,7 +118,8 @@ final class CampaignWorker: @unchecked Sendable {
                 if !context.isStopping, now >= nextParkedCheck {
                     let claimed = try store.claimParked(connection!, limit: Self.parkedBatchLimit, apps: context.claimableApps(),
                                                         leaving: context.coverage.leaving())
-                    passWrote = true
+                    // A claim that found nothing wrote nothing (a read-only server runs it too).
+                    if claimed != nil { passWrote = true }
                     if let parked = claimed {
                         failures = 0
                         if parked.targets.count < Self.parkedBatchLimit { nextParkedCheck = RateLimiter.monotonicSeconds() + Self.parkedCheckInterval }
@@ -1515,13 +1516,22 @@ final class CampaignWorker: @unchecked Sendable {
         connection?.close()
         connection = nil
         let idle = QueueSession.idleInTransactionSeconds(waitingOnAnswersFor: context.config.apns.answerWaitSeconds)
-        let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)",
-                                             settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
-        connection = fresh
-        let taken = try store.retakeParked(fresh, batch)
-        let held = try store.parkedHeldElsewhere(fresh, batch, taken: taken)
-        try parkedRecorder.retaken(&claim, .init(taken: taken.targets.map(\.place), heldElsewhere: held, transaction: taken.transaction), on: fresh)
-        batch = taken
+        let claimed = batch
+        var taken: ParkedBatch?
+        try parkedRecorder.retake(&claim, connect: {
+            let fresh = try QueueSession.connect(url: context.config.databaseURL, applicationName: "pushd-campaign-\(index)",
+                                                 settings: ["idle_in_transaction_session_timeout": "\(idle)s"])
+            connection = fresh
+            return fresh
+        }, take: { fresh in
+            let retaken = try store.retakeParked(fresh, claimed)
+            taken = retaken
+            return (retaken.targets.map(\.place), retaken.transaction)
+        }, heldElsewhere: { fresh in
+            guard let taken else { return [] }
+            return try store.parkedHeldElsewhere(fresh, claimed, taken: taken)
+        })
+        if let taken { batch = taken }
     }
 
     /// Counts of settled parked batches that their campaign's row did not take, per campaign

@@ -479,10 +479,12 @@ final class JobWorker: @unchecked Sendable {
     private func retake(_ batch: inout ClaimedJobs, _ rows: inout SentBatchClaim<Int64>) throws {
         connection?.close()
         connection = nil
-        let fresh = try connectIfNeeded()
-        let taken = try queue.retake(fresh, batch)
-        let held = try queue.heldElsewhere(fresh, batch)
-        try recorder.retaken(&rows, .init(taken: taken.jobs.map(\.id), heldElsewhere: held, transaction: taken.transaction), on: fresh)
+        let claimed = batch
+        var taken = ClaimedJobs(jobs: [])
+        try recorder.retake(&rows, connect: { try connectIfNeeded() }, take: { fresh in
+            taken = try queue.retake(fresh, claimed)
+            return (taken.jobs.map(\.id), taken.transaction)
+        }, heldElsewhere: { fresh in try queue.heldElsewhere(fresh, claimed) })
         batch = taken
     }
 

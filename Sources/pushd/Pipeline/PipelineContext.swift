@@ -560,10 +560,12 @@ final class PipelineContext: @unchecked Sendable {
         metrics.databaseError(reason: Self.databaseErrorReason(error)).increment()
     }
 
-    /// The `reason` label of a database error: `connection`, the SQLSTATE class, or `other`.
+    /// The `reason` label of a database error: `connection` (lost, or closed here: by the stall
+    /// watch, or after a loss), the SQLSTATE class, or `other` (pushd's own codes).
     static func databaseErrorReason(_ error: any Error) -> String {
         guard let error = error as? PGError else { return "other" }
-        return error.code.isConnectionLoss ? "connection" : String(error.code.raw.prefix(2))
+        if error.code.isConnectionLoss || error.code == .connectionClosed { return "connection" }
+        return error.code.raw.hasPrefix("pushd-") ? "other" : String(error.code.raw.prefix(2))
     }
 }
 

@@ -1,3 +1,4 @@
+import Glibc
 import QueueStore
 
 /// A sent batch and the session whose open transaction holds its claim: the transactional
@@ -15,11 +16,23 @@ struct SentBatchClaim<Key: Hashable> {
     /// The id of the transaction that holds `held` (`TransactionFate`): asked about on a new
     /// session when its session ends while it writes their outcomes.
     var transaction: Int64?
+    /// The transactions that may hold rows of the batch, and the backends running them: the
+    /// claim's, then each retake's from the moment it took rows (a retake's session may be cut
+    /// before the rows are sorted). What `SentBatchRecorder.endStaleTransactions` ends.
+    var holders: [TransactionHolder]
     /// What ended the first session, once one ended.
     var cause: (any Error)?
+    /// A connection loss that ended one of its sessions (a retake's may end too), kept until a
+    /// retake sorts the rows: a later error the server answered does not hide it.
+    var cutBy: (any Error)?
     /// Whether it ended while the outcomes of `held` were being written: the COMMIT may have
     /// gone through with only its reply lost. Until the retake that asks whether it did.
     var lostWhileRecording = false
+    /// Whether that write ended with the session during its COMMIT (or where it is not known at
+    /// which statement; not an error the server answered, which rolled it back): the COMMIT may
+    /// have gone through, and a batch given up before a new session could ask
+    /// (`TransactionFate`) is recorded or sent again, not known which.
+    var commitInDoubt = false
     /// Rows of the batch another claimer holds, to send them again.
     var sentAgain = [Key]()
     /// Rows of the batch settled since the claim by another claimer, which sent them again: the
@@ -41,13 +54,26 @@ struct SentBatchClaim<Key: Hashable> {
         self.held = held
         self.connection = connection
         self.transaction = transaction
+        holders = transaction.map { [TransactionHolder(transaction: $0, backend: connection.backendPID)] } ?? []
         claimed = held.count
+    }
+
+    /// A retake on `connection` took rows in `transaction`.
+    mutating func took(_ transaction: Int64?, on connection: PGConnection) {
+        if let transaction { holders.append(TransactionHolder(transaction: transaction, backend: connection.backendPID)) }
     }
 
     mutating func lost(_ error: any Error) {
         if cause == nil { cause = error }
+        if let code = (error as? PGError)?.code, code.isConnectionLoss || code == .connectionClosed { cutBy = error }
         connection = nil
     }
+}
+
+/// A transaction that holds rows of a sent batch, and the backend (pid) that runs it.
+struct TransactionHolder: Equatable {
+    let transaction: Int64
+    let backend: Int32
 }
 
 /// What a worker of `lane` does with a sent batch whose session may end (`SentBatchClaim`): the
@@ -89,6 +115,59 @@ struct SentBatchRecorder<Key: Hashable> {
         }
     }
 
+    /// Takes `claim`'s rows back on a new session (`connect`), as the lane's store does: `take`
+    /// takes back what no other claimer has taken (the rows and the id of the transaction that
+    /// now holds them), `heldElsewhere` names the rows another claimer's transaction holds.
+    /// Transactions of the claim still running on the server are ended first
+    /// (`endStaleTransactions`); the rows are then sorted (`retaken`).
+    func retake(_ claim: inout SentBatchClaim<Key>, connect: () throws -> PGConnection,
+                take: (PGConnection) throws -> (taken: [Key], transaction: Int64?),
+                heldElsewhere: (PGConnection) throws -> Set<Key>) throws {
+        let fresh = try connect()
+        try endStaleTransactions(of: claim, on: fresh)
+        let taken = try take(fresh)
+        claim.took(taken.transaction, on: fresh)
+        let held = try heldElsewhere(fresh)
+        try retaken(&claim, Retaken(taken: taken.taken, heldElsewhere: held, transaction: taken.transaction), on: fresh)
+    }
+
+    /// Before a retake on `fresh`, once a session of the batch was lost (cut, or closed by its
+    /// stall watch; not closed after an error the server answered): a transaction of the claim may still run on the
+    /// database server, its session cut in the network where the server has not noticed. It
+    /// then holds the batch's rows (the retake would skip them, and they would go back to be
+    /// sent again when TCP keepalive or `idle_in_transaction_session_timeout` ended it) and may
+    /// yet commit a COMMIT in flight, which PostgreSQL cannot say while it runs. It is ended
+    /// (`TransactionFate.endRunning`, on the backend that ran it), so that the retake finds its
+    /// rows back, or settled by its COMMIT; one warning line and
+    /// `pushd_stale_transactions_total` tell what it became.
+    func endStaleTransactions(of claim: SentBatchClaim<Key>, on fresh: PGConnection) throws {
+        guard let cause = claim.cutBy else { return }
+        for holder in claim.holders where try TransactionFate.fate(of: holder.transaction, on: fresh) == .inProgress {
+            // A session closed here (a retake's, given up) is still exiting for a moment.
+            var exiting = 0
+            while exiting < 5, try TransactionFate.fate(of: holder.transaction, on: fresh) == .inProgress {
+                exiting += 1
+                usleep(100_000)
+            }
+            if exiting < 5 { continue }
+            let ended = try TransactionFate.endRunning(holder.transaction, backend: holder.backend, on: fresh)
+            let fate = try TransactionFate.fate(of: holder.transaction, on: fresh)
+            // It ended by itself meanwhile: nothing to tell.
+            if !ended && fate != .inProgress { continue }
+            let became: String
+            switch fate {
+            case .committed: became = "its COMMIT had gone through: the outcomes are recorded"
+            case .aborted: became = "it was rolled back, and the \(rows) are taken back and their outcomes recorded again"
+            case .inProgress, .unknown: became = "it could not be ended (\(ended ? "it is still running" : "the server refused, or its backend \(holder.backend) was not found")): its \(rows) are sent again once it ends"
+            }
+            let result = fate == .committed || fate == .aborted ? fate.rawValue : "running"
+            context.metrics.staleTransaction(lane: lane.rawValue, result: result).increment()
+            context.logger.warning("\(lane.rawValue) worker \(worker): the transaction holding a batch of \(claim.claimed) sent \(rows) was still running on the database server after its session ended (\(cause)), as when the network drops a session without the server noticing; \(ended ? "ended it (backend \(holder.backend))" : "tried to end it"): \(became)",
+                                   ("event", "stale_transaction_ended"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
+                                   ("claimed", .int(Int64(claim.claimed))), ("backend", .int(Int64(holder.backend))), ("result", .string(result)))
+        }
+    }
+
     /// Sorts the rows of `claim` by what a retake on `fresh` found. A row not taken back was
     /// settled since the claim, or is held by another claimer: when the session ended while the
     /// outcomes were being written, `fresh` is asked whether that transaction committed
@@ -114,7 +193,10 @@ struct SentBatchRecorder<Key: Hashable> {
         if let fate { claim.fates.append(fate) }
         claim.held = found.taken
         claim.transaction = found.transaction
+        claim.holders = found.transaction.map { [TransactionHolder(transaction: $0, backend: fresh.backendPID)] } ?? []
+        claim.cutBy = nil
         claim.lostWhileRecording = false
+        claim.commitInDoubt = false
         claim.connection = fresh
     }
 
@@ -144,7 +226,13 @@ struct SentBatchRecorder<Key: Hashable> {
                 if let cause = claim.cause { reportRecordedAgain(claim, cause: cause, accepted: accepted) }
                 return connection
             } catch {
-                if writing { claim.lostWhileRecording = true }
+                if writing {
+                    claim.lostWhileRecording = true
+                    // Lost at a statement before the COMMIT, the transaction never committed.
+                    claim.commitInDoubt = (error as? PGError).map {
+                        ($0.code.isConnectionLoss || $0.code == .connectionClosed) && ($0.statement.map { $0.hasPrefix("COMMIT") } ?? true)
+                    } ?? false
+                }
                 claim.lost(error)
                 dropConnection()
                 // The worker sends nothing meanwhile: a lane that keeps failing is named by /readyz.
@@ -187,6 +275,9 @@ struct SentBatchRecorder<Key: Hashable> {
         var unknown: Int
         /// What the new sessions said of the transactions that ended while writing.
         var said: String
+        /// Held by a transaction whose session ended while it wrote them, with no new session
+        /// since to ask whether its COMMIT went through: recorded, or sent again.
+        var inDoubt: Int
 
         init(_ claim: SentBatchClaim<Key>, accepted: Set<Key>) {
             let elsewhere = claim.sentAgain + claim.settledElsewhere
@@ -197,6 +288,7 @@ struct SentBatchRecorder<Key: Hashable> {
             self.elsewhere = elsewhere.count
             unknown = claim.undetermined.count { accepted.contains($0) }
             said = claim.fates.filter { $0 == .inProgress || $0 == .unknown }.map(\.rawValue).joined(separator: ", ")
+            inDoubt = claim.commitInDoubt ? held : 0
         }
 
         /// What is said of the undetermined ones, if any.
@@ -223,18 +315,20 @@ struct SentBatchRecorder<Key: Hashable> {
     private func reportGivenUp(_ claim: SentBatchClaim<Key>, accepted: Set<Key>, last: any Error, seconds: Double) {
         let fates = Fates(claim, accepted: accepted)
         let reason = PipelineContext.databaseErrorReason(claim.cause ?? last)
-        count(fates, reason: reason, recorded: fates.lostReply)
-        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "given_up").increment(by: UInt64(fates.held))
+        count(fates, reason: reason, recorded: fates.lostReply, inDoubt: fates.inDoubt)
+        let givenUp = fates.held - fates.inDoubt
+        context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: "given_up").increment(by: UInt64(givenUp))
         let lostReply = fates.lostReply > 0 ? " (\(fates.lostReply) more were recorded by a COMMIT whose reply was lost)" : ""
-        context.logger.error("\(lane.rawValue) worker \(worker): could not record the outcomes of a batch of \(claim.claimed) sent \(rows) for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(fates.held + fates.again) notifications APNs accepted will be sent again\(lostReply)\(fates.unknownClause)",
+        let inDoubt = fates.inDoubt == 0 ? "" : "; \(fates.inDoubt) more APNs accepted were being recorded when the session ended: they are either recorded by that COMMIT or will be sent again, which no session has been able to ask PostgreSQL since"
+        context.logger.error("\(lane.rawValue) worker \(worker): could not record the outcomes of a batch of \(claim.claimed) sent \(rows) for \(Int(seconds))s\(context.isStopping ? " before stopping" : "") (\(claim.cause.map { "\($0)" } ?? "\(last)"); last: \(last)): \(givenUp + fates.again) notifications APNs accepted will be sent again\(lostReply)\(fates.unknownClause)\(inDoubt)",
                              ("event", "batch_outcomes_given_up"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
-                             ("claimed", .int(Int64(claim.claimed))), ("given_up", .int(Int64(fates.held))), ("sent_again", .int(Int64(fates.again))),
-                             ("unknown", .int(Int64(fates.unknown))), ("reason", .string(reason)))
+                             ("claimed", .int(Int64(claim.claimed))), ("given_up", .int(Int64(givenUp))), ("sent_again", .int(Int64(fates.again))),
+                             ("unknown", .int(Int64(fates.unknown + fates.inDoubt))), ("reason", .string(reason)))
     }
 
     /// `pushd_unrecorded_outcomes_total` of a batch but for those given up.
-    private func count(_ fates: Fates, reason: String, recorded: Int) {
-        for (result, count) in [("recorded_again", recorded), ("sent_again", fates.again), ("unknown", fates.unknown)] {
+    private func count(_ fates: Fates, reason: String, recorded: Int, inDoubt: Int = 0) {
+        for (result, count) in [("recorded_again", recorded), ("sent_again", fates.again), ("unknown", fates.unknown + inDoubt)] {
             context.metrics.unrecordedOutcome(lane: lane.rawValue, reason: reason, result: result).increment(by: UInt64(count))
         }
     }
