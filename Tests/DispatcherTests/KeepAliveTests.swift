@@ -73,6 +73,31 @@ import Testing
         }
     }
 
+    /// A quiet lane with a short idle close: each request finds its connection idle past the
+    /// limit, libcurl closes it, and the request opens another. Each of those connections
+    /// answered once and was closed a couple of seconds later, which is how churn looks too; the
+    /// loop judges a connection closed in order as churned only within `idleCloseSeconds` of its
+    /// last answer, so these are healthy ends: no backoff, nothing announced.
+    @Test func connectionsClosedForIdlingPastAShortIdleCloseAreNotChurn() async throws {
+        try await withMock { server, port, material in
+            let metrics = RecordingMetrics()
+            var configuration = configurationForMock(port: port, material: material, threads: 1)
+            configuration.idleCloseSeconds = 1
+            configuration.reconnectBackoff = ReconnectBackoff()
+            let engine = try HTTP2Dispatcher(configuration: configuration, metrics: metrics)
+            defer { engine.shutdown() }
+            for id in 1...4 {
+                #expect(try await engine.send(unauthenticatedRequest(id)).response?.status == 200)
+                // Idle past the limit (libcurl counts whole seconds and closes above it), within 3 s.
+                try await Task.sleep(for: .milliseconds(2300))
+            }
+            #expect(try await engine.send(unauthenticatedRequest(5)).response?.status == 200)
+            #expect(server.stats.connectionsAccepted == 5)
+            #expect(engine.statistics.reconnectBackoffs == 0, "\(engine.statistics.reconnectBackoffs) backoffs; causes \(metrics.backoffCauses)")
+            #expect(metrics.backoffRunsStarted.load(ordering: .relaxed) == 0)
+        }
+    }
+
     @Test func aConnectionTheServerEndedWhileIdleIsNotReusedAndNothingIsResent() async throws {
         try await withMock { server, port, material in
             let engine = try dispatcher(port: port, material: material)

@@ -34,6 +34,42 @@ import Testing
         #expect(!sink.lines.contains { $0.contains("apns_down") }, "\(sink.lines)")
     }
 
+    /// 2 % of APNs's answers are 500 for minutes: no outage, so the summary is the only line,
+    /// and it is a warning that names the server errors first, once per interval; retries
+    /// that are not APNs failing (429 for one device, a lost stream) leave it at info.
+    @Test func aShareOfServerErrorsTooSmallForAnOutageIsAWarningOncePerSummary() throws {
+        let sink = MemoryLogSink()
+        let clock = Clock()
+        let log = OperatorLog(logger: Logger(level: .info, sink: sink), summaryInterval: 60, clock: { clock.now.withLock { $0 } })
+        for _ in 0..<120 {
+            for _ in 0..<49 { log.record(Self.ok, app: "shop", environment: "production", lane: "campaign") }
+            log.record(Self.error500, app: "shop", environment: "production", lane: "campaign")
+            log.retried(reason: Self.error500.label)
+            clock.advance(1)
+        }
+        log.tick()
+        let summaries = sink.lines.filter { $0.contains(#""event":"summary""#) }
+        #expect(summaries.count == 2, "\(sink.lines)")
+        for line in summaries {
+            #expect(line.contains(#""level":"warning""#) && line.contains("APNs answered a server error (5xx) to 60 sends (InternalServerError=60)")
+                    && line.contains(#""server_errors":60"#), "\(line)")
+        }
+        #expect(!sink.lines.contains { $0.contains("apns_down") })
+
+        let quiet = MemoryLogSink()
+        let other = OperatorLog(logger: Logger(level: .info, sink: quiet), summaryInterval: 60, clock: { clock.now.withLock { $0 } })
+        other.retried(reason: "TooManyRequests")
+        other.retried(reason: "transport")
+        clock.advance(61)
+        other.tick()
+        #expect(quiet.lines.count == 1 && quiet.lines[0].contains(#""level":"info""#) && quiet.lines[0].contains(#""server_errors":0"#), "\(quiet.lines)")
+        other.deadLettered(reason: "PayloadTooLarge")
+        clock.advance(61)
+        other.tick()
+        #expect(quiet.lines.count == 2 && quiet.lines[1].contains(#""level":"warning""#)
+                && quiet.lines[1].contains("1 notifications given up for good (PayloadTooLarge=1)"), "\(quiet.lines)")
+    }
+
     @Test func failuresWithoutAnAnswerForASecondAreAnOutageUntilASecondOfAnswers() {
         let (log, sink, clock) = Self.make()
         for _ in 0..<20 {

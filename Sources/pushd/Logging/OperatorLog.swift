@@ -428,9 +428,25 @@ final class OperatorLog: Sendable {
         }
         let retryTotal = retries.values.reduce(0, +)
         let deadTotal = deadLetters.values.reduce(0, +)
-        logger.write(.info, "in the last \(Int(summaryInterval)) s: \(connectionErrors) sends without an answer, \(retryTotal) retries, \(deadTotal) dead letters",
+        // APNs failing part of the notifications (a 5xx among its answers, too few in a row for
+        // an outage) and notifications dropped for good are failures: the line is a warning
+        // that says so first, once per interval while they last.
+        let serverErrors = retries.filter { (APNsReason(rawValue: $0.key).status ?? 0) >= 500 }
+        let serverErrorTotal = serverErrors.values.reduce(0, +)
+        var failures: [String] = []
+        if serverErrorTotal > 0 {
+            failures.append("APNs answered a server error (5xx) to \(serverErrorTotal) sends (\(text(serverErrors))), each retried after its backoff")
+        }
+        if deadTotal > 0 {
+            failures.append("\(deadTotal) notifications given up for good (\(text(deadLetters)))")
+        }
+        let counts = "\(connectionErrors) sends without an answer, \(retryTotal) retries, \(deadTotal) dead letters"
+        let message = failures.isEmpty ? "in the last \(Int(summaryInterval)) s: \(counts)"
+            : "in the last \(Int(summaryInterval)) s: \(failures.joined(separator: "; ")); in all \(counts)"
+        logger.write(failures.isEmpty ? .info : .warning, message,
                      fields: [("event", "summary"), ("connection_errors", .int(Int64(connectionErrors))),
                               ("retries", .int(Int64(retryTotal))), ("retries_by_reason", .string(text(retries))),
+                              ("server_errors", .int(Int64(serverErrorTotal))),
                               ("dead_letters", .int(Int64(deadTotal))), ("dead_letters_by_reason", .string(text(deadLetters)))])
     }
 
