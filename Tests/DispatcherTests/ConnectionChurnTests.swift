@@ -307,6 +307,55 @@ import Testing
         #expect(policy.backoffDeadline(now: now) == now + 100 * Self.ms)
     }
 
+    /// Connection 1 answers twice and is ended in order; libcurl shuts it down for a while, and
+    /// meanwhile connection 2 answers five: when 1 is judged at its close, the newer one has
+    /// proved well after it ended. No hold on admissions (a loop of one connection would send
+    /// one request at a time for as long as 2 lives) and no streak a later churn would extend.
+    @Test func aConnectionJudgedAfterANewerOneProvedWellHoldsNothing() {
+        let configured = 500
+        var policy = ConnectionPolicy(backoff: backoff)
+        answers(&policy, on: 1, count: 2, at: 0)
+        answers(&policy, on: 2, count: ConnectionChurn.fewAnswers, at: Self.second)
+        let closedAt = 2 * Self.second + 300 * Self.ms
+        let endedAt = policy.churn.endedInOrder(1, closedAt: closedAt)
+        #expect(endedAt == Self.ms)
+        #expect(policy.handle(.connectionLost(connection: 1, socket: nil, now: closedAt, unitRandom: 0, endedAt: endedAt)) == .none)
+        #expect(policy.handle(.drained(connection: 1, closedBefore: true)) == .none)
+        #expect(policy.admissionLimit(configured: configured, now: closedAt) == configured)
+        #expect(policy.churn.lastChurnedAt == nil)
+        // A churn 3 s later is the first of a streak, not a failure.
+        answers(&policy, on: 3, count: 1, at: 5 * Self.second)
+        #expect(lost(&policy, 3, at: 5 * Self.second + Self.ms) == .none)
+    }
+
+    /// The same, with connection 2 answered but not proved yet (two answers) and 1 a second
+    /// churn in a row: 1 is a failed connection and the loop backs off, but once the backoff
+    /// is over it does not hold admissions to one request waiting for a connection newer than
+    /// 2, which has answered and which libcurl keeps sending on.
+    @Test func aChurnedConnectionJudgedAfterANewerOneAnsweredHoldsNoAdmissionsPastItsBackoff() {
+        let configured = 500
+        var policy = churnRunStarted()
+        let start = Self.second
+        answers(&policy, on: 3, count: 2, at: start)
+        answers(&policy, on: 4, count: 2, at: start + 500 * Self.ms)
+        let closedAt = start + 2 * Self.second
+        let endedAt = policy.churn.endedInOrder(3, closedAt: closedAt)
+        #expect(endedAt == start + Self.ms)
+        guard case .backOff = policy.handle(.connectionLost(connection: 3, socket: nil, now: closedAt, unitRandom: 0, endedAt: endedAt)) else {
+            Issue.record("a second churn in a row is a failed connection")
+            return
+        }
+        _ = policy.handle(.drained(connection: 3, closedBefore: true))
+        let after = closedAt + 5 * Self.second
+        #expect(policy.admissionLimit(configured: configured, now: after) == configured)
+        // Judged as it was lost (not closed before), the retired connection holds as it did.
+        var reported = churnRunStarted()
+        answers(&reported, on: 3, count: 2, at: start)
+        _ = reported.handle(.connectionLost(connection: 3, socket: 9, now: start + 10 * Self.ms, unitRandom: 0))
+        _ = reported.handle(.drained(connection: 3))
+        #expect(reported.admissionLimit(configured: configured, now: after) == 1)
+    }
+
     @Test func aConnectionThatNeverAnsweredStillFailsAtOnce() {
         var policy = ConnectionPolicy(backoff: backoff)
         _ = policy.handle(.connectionOpened)

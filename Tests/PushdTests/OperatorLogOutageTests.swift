@@ -44,7 +44,7 @@ import Testing
         for _ in 0..<120 {
             for _ in 0..<49 { log.record(Self.ok, app: "shop", environment: "production", lane: "campaign") }
             log.record(Self.error500, app: "shop", environment: "production", lane: "campaign")
-            log.retried(reason: Self.error500.label)
+            log.retried(Self.error500)
             clock.advance(1)
         }
         log.tick()
@@ -58,8 +58,8 @@ import Testing
 
         let quiet = MemoryLogSink()
         let other = OperatorLog(logger: Logger(level: .info, sink: quiet), summaryInterval: 60, clock: { clock.now.withLock { $0 } })
-        other.retried(reason: "TooManyRequests")
-        other.retried(reason: "transport")
+        other.retried(.response(APNsResponse(status: 429, reason: .tooManyRequests)))
+        other.retried(.transportFailure("Recv failure: Connection reset by peer"))
         clock.advance(61)
         other.tick()
         #expect(quiet.lines.count == 1 && quiet.lines[0].contains(#""level":"info""#) && quiet.lines[0].contains(#""server_errors":0"#), "\(quiet.lines)")
@@ -68,6 +68,12 @@ import Testing
         other.tick()
         #expect(quiet.lines.count == 2 && quiet.lines[1].contains(#""level":"warning""#)
                 && quiet.lines[1].contains("1 notifications given up for good (PayloadTooLarge=1)"), "\(quiet.lines)")
+        // A 5xx without a documented reason (a proxy's 502, an empty body) is a server error too.
+        other.retried(.response(APNsResponse(status: 502)))
+        clock.advance(61)
+        other.tick()
+        #expect(quiet.lines.count == 3 && quiet.lines[2].contains(#""level":"warning""#)
+                && quiet.lines[2].contains("APNs answered a server error (5xx) to 1 sends (none=1)"), "\(quiet.lines)")
     }
 
     @Test func failuresWithoutAnAnswerForASecondAreAnOutageUntilASecondOfAnswers() {

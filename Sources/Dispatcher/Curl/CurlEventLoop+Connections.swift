@@ -146,7 +146,7 @@ extension CurlEventLoop {
                                                        unitRandom: Double.random(in: 0..<1, using: &random), endedAt: endedAt))
             // Retired as failed, it is closed already: nothing of it is left to drain, and the
             // loop must not hold admissions for it (no completion may come to look again).
-            _ = policy.handle(.drained(connection: connection))
+            _ = policy.handle(.drained(connection: connection, closedBefore: true))
             guard case .backOff = action else { continue }
             deferredBackoffs.append((action, lossCause(connection, now: endedAt, unanswered: 0,
                                                        detail: " (it ended in order: a TLS handshake for every few requests)")))

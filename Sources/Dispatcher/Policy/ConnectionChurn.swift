@@ -67,6 +67,10 @@ struct ConnectionChurn: Equatable {
     let streakNanoseconds: UInt64
     /// When the last churned connection was lost; nil once a connection proved well since.
     private(set) var lastChurnedAt: UInt64?
+    /// When a connection last proved well (its fifth answer, or an answer past the short life).
+    /// A connection judged after the fact (closed in order, its end at its last answer) that
+    /// ended before then is no part of a streak: a newer connection proved well since.
+    private(set) var provedWellAt: UInt64 = 0
 
     init(capacity: Int = 64, longestBackoffMilliseconds: Int = 0) {
         self.capacity = capacity
@@ -100,11 +104,13 @@ struct ConnectionChurn: Equatable {
         if records[index].answers > before, before > 0 { records[index].lastAnswerAt = now() }
         if records[index].answers >= Self.fewAnswers {
             lastChurnedAt = nil
-        } else if lastChurnedAt != nil, records[index].answers > 1,
+            if before < Self.fewAnswers { provedWellAt = max(provedWellAt, now()) }
+        } else if records[index].answers > before, records[index].answers > 1,
                   records[index].lastAnswerAt &- min(records[index].lastAnswerAt, records[index].firstAnswerAt) >= Self.shortLifeNanoseconds {
             // Answering again after the short life, it outlived churn: proved well, as a quiet
             // lane's connection does (one notification a minute would take minutes to answer 5).
             lastChurnedAt = nil
+            provedWellAt = max(provedWellAt, records[index].lastAnswerAt)
         }
     }
 
@@ -174,6 +180,8 @@ struct ConnectionChurn: Equatable {
             lastChurnedAt = nil
             return .healthy
         }
+        // Judged after the fact (`endedInOrder`): a newer connection proved well after it ended.
+        if provedWellAt > now { return .healthy }
         defer { lastChurnedAt = now }
         if let last = lastChurnedAt, now &- min(now, last) < streakNanoseconds { return .churned }
         return .firstChurned

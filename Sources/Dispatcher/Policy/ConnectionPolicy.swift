@@ -25,8 +25,9 @@ struct ConnectionPolicy: Equatable {
         /// out a backoff; `unitRandom` in [0, 1) places it. `endedAt`: when it ended, if before
         /// `now` (a connection ended in order is judged at its last answer, its backoff from now).
         case connectionLost(connection: Int64, socket: Int32?, now: UInt64, unitRandom: Double, endedAt: UInt64? = nil)
-        /// No transfer remains on (or may still join) the retired `connection`.
-        case drained(connection: Int64)
+        /// No transfer remains on (or may still join) the retired `connection`; `closedBefore`
+        /// when libcurl had closed it before it was judged (`ConnectionChurn.endedInOrder`).
+        case drained(connection: Int64, closedBefore: Bool = false)
         /// Opening a connection failed at `now`; `unitRandom` in [0, 1) places the backoff.
         case connectFailed(now: UInt64, unitRandom: Double)
         /// The loop is about to wait at `now`: `waiting` when requests wait for a stream (its
@@ -261,8 +262,12 @@ struct ConnectionPolicy: Equatable {
                 case .healthy, .judged:
                     return .none
                 case .firstChurned:
-                    // No failure; its requests go again, one on the next connection until it answers.
-                    opensAbove = max(newestAnswered, connection)
+                    // No failure; its requests go again, one on the next connection until it
+                    // answers. Unless a newer connection has answered already (a connection
+                    // judged after libcurl closed it): that one is the next, and holding until a
+                    // connection newer still answers would hold a healthy loop to one request.
+                    guard newestAnswered <= connection else { return .none }
+                    opensAbove = connection
                     resendsHeldAbove = connection
                     return .none
                 case .churned:
@@ -272,9 +277,13 @@ struct ConnectionPolicy: Equatable {
                 guard retire(connection, socket: socket) else { return retiring.isEmpty ? .none : .holdAdmissions }
             }
             return backOff(failureRun.handle(.failed(now: now, unitRandom: unitRandom)))
-        case .drained(let connection):
+        case .drained(let connection, let closedBefore):
             guard let socket = retiring.removeValue(forKey: connection) else { return .none }
-            opensAbove = newestAnswered
+            // One at a time until a connection newer than every one that answered answers. A
+            // connection judged after libcurl closed it (`closedBefore`): not when one newer has
+            // answered already, since libcurl sends on that one and may never open a newer (its
+            // close, which would have reset the hold, came before).
+            if !closedBefore || newestAnswered <= connection { opensAbove = newestAnswered }
             if let socket { return .closeRetired(socket: socket) }
             return .freshConnect
         case .connectFailed(let now, let unitRandom):

@@ -85,6 +85,8 @@ final class OperatorLog: Sendable {
         var throttlingSettleDue = -Double.infinity
         var connectionErrors = 0
         var retries: [String: Int] = [:]
+        /// The retries of `retries` after an APNs server error (5xx), by reason.
+        var serverErrors: [String: Int] = [:]
         var deadLetters: [String: Int] = [:]
         var summaryDue: Double
         var campaignEvents = Set<String>()
@@ -397,8 +399,18 @@ final class OperatorLog: Sendable {
         }
     }
 
-    func retried(reason: String) {
-        state.withLock { $0.retries[reason, default: 0] += 1 }
+    /// A notification goes again after `outcome`: counted by its reason, and apart when APNs
+    /// answered a server error (5xx, with or without a documented reason).
+    func retried(_ outcome: SendOutcome) {
+        let serverError = if case .response(let response) = outcome { response.status >= 500 } else { false }
+        retried(reason: outcome.label, serverError: serverError)
+    }
+
+    func retried(reason: String, serverError: Bool = false) {
+        state.withLock { state in
+            state.retries[reason, default: 0] += 1
+            if serverError { state.serverErrors[reason, default: 0] += 1 }
+        }
     }
 
     func deadLettered(reason: String) {
@@ -411,18 +423,19 @@ final class OperatorLog: Sendable {
         let now = now ?? clock()
         settleQuietLanes(now: now)
         for line in settleThrottling(now: now) { write(line) }
-        let summary: (Int, [String: Int], [String: Int])? = state.withLock { state in
+        let summary: (Int, [String: Int], [String: Int], [String: Int])? = state.withLock { state in
             guard now >= state.summaryDue else { return nil }
             state.summaryDue = now + summaryInterval
             defer {
                 state.connectionErrors = 0
                 state.retries.removeAll()
+                state.serverErrors.removeAll()
                 state.deadLetters.removeAll()
             }
             if state.connectionErrors == 0 && state.retries.isEmpty && state.deadLetters.isEmpty { return nil }
-            return (state.connectionErrors, state.retries, state.deadLetters)
+            return (state.connectionErrors, state.retries, state.serverErrors, state.deadLetters)
         }
-        guard let (connectionErrors, retries, deadLetters) = summary else { return }
+        guard let (connectionErrors, retries, serverErrors, deadLetters) = summary else { return }
         func text(_ counts: [String: Int]) -> String {
             counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
         }
@@ -431,7 +444,6 @@ final class OperatorLog: Sendable {
         // APNs failing part of the notifications (a 5xx among its answers, too few in a row for
         // an outage) and notifications dropped for good are failures: the line is a warning
         // that says so first, once per interval while they last.
-        let serverErrors = retries.filter { (APNsReason(rawValue: $0.key).status ?? 0) >= 500 }
         let serverErrorTotal = serverErrors.values.reduce(0, +)
         var failures: [String] = []
         if serverErrorTotal > 0 {

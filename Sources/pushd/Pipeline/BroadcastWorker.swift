@@ -274,7 +274,7 @@ final class BroadcastWorker: @unchecked Sendable {
             try channels.recordFailed(connection, id: operation.id, outcome: "unexpected answer \(status)")
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             if refresh { context.providerTokenExpired(sender, carried: authorization) }
-            context.operatorLog.retried(reason: label)
+            context.operatorLog.retried(outcome)
             try channels.recordRetry(connection, id: operation.id, runAt: at, outcome: reason, countsAsAttempt: countsAsAttempt)
         case .dead(_, let reason), .prune(_, let reason, _):
             context.logger.warning("channel \(kind) for app \(operation.app) failed: \(reason)\(requestID)", ("app", .string(operation.app)))
@@ -385,7 +385,7 @@ final class BroadcastWorker: @unchecked Sendable {
             sender.countAnswer(outcome, environment: Self.configured(environment))
             context.metrics.retry(app: job.app, lane: Self.lane, reason: outcome.label).increment()
             context.tally.add(context.tally.retried)
-            context.operatorLog.retried(reason: outcome.label)
+            context.operatorLog.retried(outcome)
             if refresh { context.providerTokenExpired(sender, carried: authorization) }
             try broadcasts.retry(connection, id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                  sentAt: job.firstAttemptAt ?? sentAt)

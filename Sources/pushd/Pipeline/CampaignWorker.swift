@@ -347,7 +347,7 @@ final class CampaignWorker: @unchecked Sendable {
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
             sender.countAnswer(outcome, environment: environment)
             context.metrics.retry(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
-            context.operatorLog.retried(reason: outcome.label)
+            context.operatorLog.retried(outcome)
             context.tally.add(context.tally.retried)
             if refresh { context.providerTokenExpired(sender, carried: authorization) }
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(token(), until: at) }

@@ -416,7 +416,7 @@ final class JobWorker: @unchecked Sendable {
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
             sender.countAnswer(outcome, environment: item.environment)
             context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: outcome.label).increment()
-            context.operatorLog.retried(reason: outcome.label)
+            context.operatorLog.retried(outcome)
             context.tally.add(context.tally.retried)
             if refresh { context.providerTokenExpired(sender, carried: item.authorization) }
         case .dead(let status, let reason):
