@@ -304,6 +304,54 @@ import Testing
         }
     }
 
+    /// The same COMMIT, its reply lost, but now a new session is had: the retake asks what
+    /// became of the transaction before it takes the rows, and fails there (pushd stopping).
+    /// The batch is given up, but a session did ask: its notifications were recorded by that
+    /// COMMIT (`recorded_again`), not in doubt.
+    @Test func aBatchGivenUpAfterANewSessionFoundItsCommitWentThroughIsRecordedNotInDoubt() throws {
+        try IsolatedDatabase.with { database in
+            let admin = try database.connect()
+            defer { admin.close() }
+            try Self.enqueueFourJobs(admin)
+            let queue = JobQueue()
+            let doomed = try database.connect()
+            defer { doomed.close() }
+            let batch = try queue.claim(doomed, limit: 10, apps: ["shop"])
+            let ids = batch.jobs.map(\.id)
+            #expect(ids.count == 4)
+            let harness = try DaemonHarness(database: database)
+            let sink = MemoryLogSink()
+            let pipeline = try harness.pipeline(log: sink)
+            let recorder = SentBatchRecorder<Int64>(context: pipeline.context, lane: .transactional, worker: 0, rows: "jobs", backIn: "the queue")
+            var claim = SentBatchClaim(held: ids, connection: doomed, transaction: batch.transaction)
+            var fresh: PGConnection?
+            defer { fresh?.close() }
+            #expect(throws: PGError.self) {
+                _ = try recorder.record(&claim, accepted: Set(ids), retake: { claim in
+                    try recorder.retake(&claim, connect: {
+                        let connection = try database.connect()
+                        fresh = connection
+                        return connection
+                    }, take: { _ in
+                        throw PGError(code: .connectionFailure, message: "server closed the connection unexpectedly")
+                    }, heldElsewhere: { _ in [] })
+                }, write: { connection, _ in
+                    try queue.finish(connection, batch, JobOutcomes(delivered: ids))
+                    pipeline.context.stopping.store(true, ordering: .relaxed)
+                    throw try Self.cut(connection, from: admin)
+                }, dropConnection: {})
+            }
+            #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0)
+            let outcomes = pipeline.context.metrics.registry.expositionText().split(separator: "\n")
+                .filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && !$0.hasSuffix(" 0") }
+            #expect(outcomes.count == 1 && outcomes.allSatisfy { $0.contains(#"result="recorded_again""#) && $0.hasSuffix(" 4") }, "\(outcomes)")
+            let line = sink.lines.first { $0.contains("batch_outcomes_given_up") } ?? ""
+            #expect(line.contains("0 notifications APNs accepted will be sent again") && line.contains("4 more were recorded by a COMMIT whose reply was lost")
+                    && !line.contains("no session has been able to ask"), "\(line)")
+            #expect(line.contains(#""given_up":0"#) && line.contains(#""unknown":0"#), "\(line)")
+        }
+    }
+
     /// The store's answer for each fate a transaction can have when asked from another session.
     @Test func theFateOfATransactionIsAskedOfTheServer() throws {
         try IsolatedDatabase.with { database in

@@ -21,26 +21,47 @@ public enum TransactionFate: String, Sendable, Hashable {
     /// in a statement of that transaction (it assigns an id if the transaction has none yet).
     public static let currentIDSQL = "pg_current_xact_id()::text::bigint"
 
-    /// Ends transaction `id` if backend `backend` still runs it, and tells whether it did (the
-    /// backend is gone then). Not: no such session (it ended, or this is another server, after
-    /// a failover, where the pid and the id may belong to others), it did not exit within
-    /// `waitMilliseconds`, or the server refused, as it does for another role's session without
-    /// `pg_signal_backend`. A session cut in the network whose server has not noticed (no FIN
+    /// Ends transaction `id` if backend `backend` still runs it, and tells what came of it
+    /// (`Ending.ended`: the backend is gone). Else: no such session (it ended, or this is
+    /// another server, after a failover, where the pid and the id may belong to others), it did
+    /// not exit within `waitMilliseconds`, or the server refused, as it does for another role's
+    /// session without `pg_signal_backend`. A session cut in the network whose server has not noticed (no FIN
     /// reached it: a dropped path, a stuck middlebox) keeps its transaction running and its rows
     /// locked until TCP keepalive or `idle_in_transaction_session_timeout` ends it, and may yet
     /// commit a COMMIT in flight; once it is ended (`pg_terminate_backend`, which waits for the
     /// backend to exit), it is committed or aborted, and `fate(of:on:)` says which. Both the pid
     /// and the transaction must match (`backend_xid` is the id's low 32 bits); the call ends only
     /// the row the condition kept, being in the select list. Outside a transaction.
-    public static func endRunning(_ id: Int64, backend: Int32, on connection: PGConnection, waitMilliseconds: Int = 2000) throws -> Bool {
+    public static func endRunning(_ id: Int64, backend: Int32, on connection: PGConnection, waitMilliseconds: Int = 2000) throws -> Ending {
         do {
             let result = try connection.query("""
                 SELECT pg_terminate_backend(pid, $3::bigint) FROM pg_stat_activity
                 WHERE pid = $1 AND backend_xid = ($2::bigint % 4294967296)::text::xid AND pid <> pg_backend_pid()
                 """, [backend, id, Int64(waitMilliseconds)])
-            return try result.rowCount > 0 && result.get(Bool.self, row: 0, column: 0) == true
+            guard result.rowCount > 0 else { return .notFound }
+            return try result.get(Bool.self, row: 0, column: 0) == true ? .ended : .notExited(waitMilliseconds: waitMilliseconds)
         } catch let error as PGError where !error.code.isConnectionLoss && error.code != .connectionClosed && connection.isOpen {
-            return false
+            return .refused(error)
+        }
+    }
+
+    /// What `endRunning` did.
+    public enum Ending: Sendable {
+        /// The backend ran the transaction and exited when told to.
+        case ended
+        /// No backend with that pid runs that transaction (it ended, or this is another server).
+        case notFound
+        /// Told to end, it had not exited within `waitMilliseconds`.
+        case notExited(waitMilliseconds: Int)
+        /// The server refused the request (another role's session without `pg_signal_backend`).
+        case refused(PGError)
+
+        /// Whether the backend was told to end.
+        public var signalled: Bool {
+            switch self {
+            case .ended, .notExited: true
+            case .notFound, .refused: false
+            }
         }
     }
 

@@ -33,6 +33,9 @@ struct SentBatchClaim<Key: Hashable> {
     /// have gone through, and a batch given up before a new session could ask
     /// (`TransactionFate`) is recorded or sent again, not known which.
     var commitInDoubt = false
+    /// What became of that transaction, once a new session learned it was committed or rolled
+    /// back before the retake (`learned`); until the retake.
+    var writerFate: TransactionFate?
     /// Rows of the batch another claimer holds, to send them again.
     var sentAgain = [Key]()
     /// Rows of the batch settled since the claim by another claimer, which sent them again: the
@@ -56,6 +59,17 @@ struct SentBatchClaim<Key: Hashable> {
         self.transaction = transaction
         holders = transaction.map { [TransactionHolder(transaction: $0, backend: connection.backendPID)] } ?? []
         claimed = held.count
+    }
+
+    /// What became of `transaction` was asked after its session ended (`endStaleTransactions`).
+    /// When it is the one that was writing the outcomes of `held`, the answer is kept
+    /// (`writerFate`) for the retake to sort the rows by, and a batch given up before the retake
+    /// is done is not told in doubt: committed, its rows are recorded; rolled back, they are
+    /// back and sent again.
+    mutating func learned(_ fate: TransactionFate, of transaction: Int64) {
+        guard lostWhileRecording, transaction == self.transaction, fate == .committed || fate == .aborted else { return }
+        writerFate = fate
+        commitInDoubt = false
     }
 
     /// A retake on `connection` took rows in `transaction`.
@@ -124,7 +138,7 @@ struct SentBatchRecorder<Key: Hashable> {
                 take: (PGConnection) throws -> (taken: [Key], transaction: Int64?),
                 heldElsewhere: (PGConnection) throws -> Set<Key>) throws {
         let fresh = try connect()
-        try endStaleTransactions(of: claim, on: fresh)
+        try endStaleTransactions(of: &claim, on: fresh)
         let taken = try take(fresh)
         claim.took(taken.transaction, on: fresh)
         let held = try heldElsewhere(fresh)
@@ -140,29 +154,43 @@ struct SentBatchRecorder<Key: Hashable> {
     /// (`TransactionFate.endRunning`, on the backend that ran it), so that the retake finds its
     /// rows back, or settled by its COMMIT; one warning line and
     /// `pushd_stale_transactions_total` tell what it became.
-    func endStaleTransactions(of claim: SentBatchClaim<Key>, on fresh: PGConnection) throws {
+    func endStaleTransactions(of claim: inout SentBatchClaim<Key>, on fresh: PGConnection) throws {
         guard let cause = claim.cutBy else { return }
-        for holder in claim.holders where try TransactionFate.fate(of: holder.transaction, on: fresh) == .inProgress {
+        for holder in claim.holders {
+            var fate = try TransactionFate.fate(of: holder.transaction, on: fresh)
             // A session closed here (a retake's, given up) is still exiting for a moment.
             var exiting = 0
-            while exiting < 5, try TransactionFate.fate(of: holder.transaction, on: fresh) == .inProgress {
+            while fate == .inProgress && exiting < 5 {
                 exiting += 1
                 usleep(100_000)
+                fate = try TransactionFate.fate(of: holder.transaction, on: fresh)
             }
-            if exiting < 5 { continue }
-            let ended = try TransactionFate.endRunning(holder.transaction, backend: holder.backend, on: fresh)
-            let fate = try TransactionFate.fate(of: holder.transaction, on: fresh)
+            if fate != .inProgress {
+                claim.learned(fate, of: holder.transaction)
+                continue
+            }
+            let ending = try TransactionFate.endRunning(holder.transaction, backend: holder.backend, on: fresh)
+            fate = try TransactionFate.fate(of: holder.transaction, on: fresh)
+            claim.learned(fate, of: holder.transaction)
             // It ended by itself meanwhile: nothing to tell.
-            if !ended && fate != .inProgress { continue }
+            if !ending.signalled && fate != .inProgress { continue }
+            let tried: String
+            switch ending {
+            case .ended: tried = "ended it (backend \(holder.backend))"
+            case .notExited(let wait): tried = "told its backend \(holder.backend) to end, which had not exited \(wait) ms later"
+            case .notFound: tried = "found no backend running it to end"
+            case .refused(let error): tried = "the server refused to end its backend \(holder.backend) (\(error))"
+            }
             let became: String
             switch fate {
             case .committed: became = "its COMMIT had gone through: the outcomes are recorded"
-            case .aborted: became = "it was rolled back, and the \(rows) are taken back and their outcomes recorded again"
-            case .inProgress, .unknown: became = "it could not be ended (\(ended ? "it is still running" : "the server refused, or its backend \(holder.backend) was not found")): its \(rows) are sent again once it ends"
+            case .aborted: became = "it was rolled back: its \(rows) are back, to be taken back and their outcomes recorded again"
+            case .inProgress: became = "it still runs: its \(rows) are sent again once it ends"
+            case .unknown: became = "the server could not say what became of it: its \(rows) may be sent again"
             }
             let result = fate == .committed || fate == .aborted ? fate.rawValue : "running"
             context.metrics.staleTransaction(lane: lane.rawValue, result: result).increment()
-            context.logger.warning("\(lane.rawValue) worker \(worker): the transaction holding a batch of \(claim.claimed) sent \(rows) was still running on the database server after its session ended (\(cause)), as when the network drops a session without the server noticing; \(ended ? "ended it (backend \(holder.backend))" : "tried to end it"): \(became)",
+            context.logger.warning("\(lane.rawValue) worker \(worker): the transaction holding a batch of \(claim.claimed) sent \(rows) was still running on the database server after its session ended (\(cause)), as when the network drops a session without the server noticing; \(tried): \(became)",
                                    ("event", "stale_transaction_ended"), ("lane", .string(lane.rawValue)), ("worker", .int(Int64(worker))),
                                    ("claimed", .int(Int64(claim.claimed))), ("backend", .int(Int64(holder.backend))), ("result", .string(result)))
         }
@@ -179,7 +207,7 @@ struct SentBatchRecorder<Key: Hashable> {
     func retaken(_ claim: inout SentBatchClaim<Key>, _ found: Retaken, on fresh: PGConnection) throws {
         var fate: TransactionFate?
         if claim.lostWhileRecording {
-            fate = try claim.transaction.map { try TransactionFate.fate(of: $0, on: fresh) } ?? .unknown
+            fate = try claim.writerFate ?? claim.transaction.map { try TransactionFate.fate(of: $0, on: fresh) } ?? .unknown
         }
         let taken = Set(found.taken)
         for key in claim.held where !taken.contains(key) {
@@ -197,6 +225,7 @@ struct SentBatchRecorder<Key: Hashable> {
         claim.cutBy = nil
         claim.lostWhileRecording = false
         claim.commitInDoubt = false
+        claim.writerFate = nil
         claim.connection = fresh
     }
 
@@ -283,6 +312,11 @@ struct SentBatchRecorder<Key: Hashable> {
             let elsewhere = claim.sentAgain + claim.settledElsewhere
             lostReply = claim.committed.count { accepted.contains($0) }
             held = claim.held.count { accepted.contains($0) }
+            // The transaction writing them was found committed after its session ended.
+            if claim.writerFate == .committed {
+                lostReply += held
+                held = 0
+            }
             recorded = held + lostReply
             again = elsewhere.count { accepted.contains($0) }
             self.elsewhere = elsewhere.count
