@@ -5,7 +5,7 @@ import QueueStore
 /// What is said while the database refuses writes (read-only, SQLSTATE 25006, as during a
 /// failover) and every pass of a worker fails: per kind of worker of this process, one line
 /// when it begins, one a minute while it lasts with the failed passes since the last line, and
-/// one when a pass goes through again. A warning per failed pass of each worker, repeated for
+/// one when passes have gone through again for a second. A warning per failed pass of each worker, repeated for
 /// as long as the failover lasted, said nothing more.
 ///
 /// Thread rule: the workers report here from their threads; state changes under the lock, and
@@ -16,7 +16,17 @@ final class RefusedWritesLog: Sendable {
         var lastLine: Double
         var failures: Int
         var unlogged: Int
+        /// The first pass that went through since the last refusal, while the spell is not
+        /// told over yet (`clearSecondsBeforeEnd`).
+        var clearSince: Double?
     }
+
+    /// A spell is over once passes have gone through for this long with no refusal among
+    /// them. A server turned read-only does not refuse every session at the same instant (a
+    /// transaction begun before keeps writing; each session reads the new setting before its
+    /// next statement), so one pass going through between two refused ones ended the spell
+    /// and the next refusal began it again: two pairs of lines for one spell.
+    static let clearSecondsBeforeEnd = 1.0
 
     private let spells = Lock<[String: Spell]>([:])
     private let logger: Logger
@@ -45,6 +55,7 @@ final class RefusedWritesLog: Sendable {
                 return (true, 0, 1)
             }
             spell.failures += 1
+            spell.clearSince = nil
             defer { spells[who] = spell }
             guard now - spell.lastLine >= quietSeconds else {
                 spell.unlogged += 1
@@ -68,19 +79,35 @@ final class RefusedWritesLog: Sendable {
     }
 
     /// A pass of `who` that began at `started` (the clock's seconds) went through: the end of a
-    /// spell of refused writes is told, once. A pass begun before the spell's first failure
-    /// says nothing of it: another worker's, ending just after, ended the spell it had just
-    /// begun, and the next failure began it again.
-    func passed(_ who: String, started: Double) {
+    /// spell of refused writes is told, once, by the pass that finds passes have gone through
+    /// for `clearSecondsBeforeEnd` with no refusal since. A pass begun before the spell's first
+    /// failure says nothing of it: another worker's, ending just after, ended the spell it had
+    /// just begun, and the next failure began it again. Returns whether a spell of `who` is
+    /// still open: a worker that passes only while one is (the lease keeper, holding nothing)
+    /// goes on until it is told over.
+    @discardableResult
+    func passed(_ who: String, started: Double) -> Bool {
         let now = clock()
-        guard let spell = spells.withLock({ spells -> Spell? in
-            guard let spell = spells[who], started > spell.since else { return nil }
+        var open = false
+        let ended = spells.withLock { spells -> (Spell, Double)? in
+            guard var spell = spells[who] else { return nil }
+            open = true
+            guard started > spell.since else { return nil }
+            guard let clear = spell.clearSince else {
+                spell.clearSince = now
+                spells[who] = spell
+                return nil
+            }
+            guard now - clear >= Self.clearSecondsBeforeEnd else { return nil }
             spells.removeValue(forKey: who)
-            return spell
-        }) else { return }
-        let seconds = Int(now - spell.since)
+            open = false
+            return (spell, clear)
+        }
+        guard let (spell, clear) = ended else { return open }
+        let seconds = Int(clear - spell.since)
         logger.notice("\(who): the database takes writes again after refusing them for \(seconds) s; \(spell.failures) pass(es) failed meanwhile",
                       ("event", "database_takes_writes"), ("who", .string(who)), ("seconds", .int(Int64(seconds))),
                       ("failed_passes", .int(Int64(spell.failures))))
+        return false
     }
 }

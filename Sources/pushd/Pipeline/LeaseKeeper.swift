@@ -136,8 +136,8 @@ final class LeaseKeeper: @unchecked Sendable {
                     try store.renewLeases(connection!, chunks, leaseSeconds: leaseSeconds)
                 }
                 failures = 0
-                refusing = false
-                context.refusedWrites.passed(Self.refusedWritesName, started: started)
+                // Looking on, holding nothing, until the spell is told over.
+                refusing = context.refusedWrites.passed(Self.refusedWritesName, started: started)
             } catch {
                 failures += 1
                 // A look that found the database still read-only ran no statement that failed.
