@@ -10,4 +10,16 @@ bash scripts/install-deps.sh
 swift build --build-tests
 # Each fuzz target for 30 s (Fuzz/run.sh; longer runs: make fuzz FUZZ_SECONDS=600).
 bash Fuzz/run.sh 30
-bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@"
+# The suite's output goes to the terminal and to a file; when a test fails, its lines are
+# printed again at the end, so the tail of a long log names what failed and why.
+log="$(mktemp /tmp/pushd-test.XXXXXX.log)"
+status=0
+bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@" 2>&1 | tee "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+    echo "--- what failed (the whole output: $log) ---"
+    grep -E '^✘ |Fatal error' "$log" | grep -v '^✘ Test run with' | cut -c1-800 | tail -n 40 || true
+    grep -E '^✘ Test run with' "$log" || true
+else
+    rm -f "$log"
+fi
+exit "$status"
