@@ -1,6 +1,7 @@
 import APNsMock
 import Foundation
 import Glibc
+import Posix
 import PushdTestSupport
 import QueueStore
 import Testing
@@ -30,11 +31,21 @@ import Testing
             Thread.sleep(forTimeInterval: 8)
             try CampaignReadOnlyDatabaseTests.setReadOnly(false, connection: connection, database: database)
             #expect(try DaemonHarness.wait(seconds: 40) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+            // Each kind tells the end once its passes have gone through for a second, after the
+            // pause its last refused pass began (up to 6.4 s after 8 s of refusals): that can be
+            // later than the campaign's end.
+            let kinds = ["transactional worker", "broadcast worker", "campaign worker"]
+            func told(_ who: String) -> Bool {
+                daemon.text.split(separator: "\n").contains { $0.contains(who) && $0.contains("\"event\":\"database_takes_writes\"") }
+            }
+            let done = Timestamp()
+            #expect(DaemonHarness.wait(seconds: 30) { kinds.allSatisfy(told) }, "not told over: \(kinds.filter { !told($0) })")
+            print("every kind told the spell over \(Int(Timestamp().timeIntervalSince(done) * 1000)) ms after the campaign was done")
             Thread.sleep(forTimeInterval: 2)
 
             let lines = daemon.text.split(separator: "\n")
             #expect(daemon.text.contains("25006"), "the database never refused a write: \(daemon.text.suffix(2000))")
-            for who in ["transactional worker", "broadcast worker", "campaign worker"] {
+            for who in kinds {
                 // A chunk kept past a lease's length is given up, one line each: not a line per pass.
                 let refused = lines.filter { $0.contains(who) && $0.contains("25006") && !$0.contains("campaign_chunk_given_up") }
                 #expect(refused.count == 1, "\(refused.count) lines of the \(who)s on refused writes in 8 s: \(refused)")
