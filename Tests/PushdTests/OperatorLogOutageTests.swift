@@ -69,11 +69,37 @@ import Testing
         #expect(quiet.lines.count == 2 && quiet.lines[1].contains(#""level":"warning""#)
                 && quiet.lines[1].contains("1 notifications given up for good (PayloadTooLarge=1)"), "\(quiet.lines)")
         // A 5xx without a documented reason (a proxy's 502, an empty body) is a server error too.
+        other.record(.response(APNsResponse(status: 502)), app: "shop", environment: "production", lane: "campaign")
         other.retried(.response(APNsResponse(status: 502)))
         clock.advance(61)
         other.tick()
         #expect(quiet.lines.count == 3 && quiet.lines[2].contains(#""level":"warning""#)
                 && quiet.lines[2].contains("APNs answered a server error (5xx) to 1 sends (none=1)"), "\(quiet.lines)")
+    }
+
+    /// APNs answers 503 to everything for ten minutes: the outage has its own lines (down,
+    /// still down, back), and what it holds is kept until the lane is back, not retried after a
+    /// backoff; the summaries meanwhile do not warn of the same 5xx answers again, each interval,
+    /// as if they were a share of answers too small for an outage.
+    @Test func theServerErrorsOfADeclaredOutageAreNotToldAgainInTheSummary() throws {
+        let sink = MemoryLogSink()
+        let clock = Clock()
+        let log = OperatorLog(logger: Logger(level: .info, sink: sink), summaryInterval: 60, clock: { clock.now.withLock { $0 } })
+        let unavailable = SendOutcome.response(APNsResponse(status: 503, reason: .serviceUnavailable))
+        for _ in 0..<600 {
+            log.record(unavailable, app: "shop", environment: "production", lane: "transactional")
+            log.retried(unavailable)
+            clock.advance(1)
+        }
+        log.tick()
+        #expect(sink.lines.filter { $0.contains("apns_down") }.count == 1, "\(sink.lines)")
+        let summaries = sink.lines.filter { $0.contains(#""event":"summary""#) }
+        #expect(summaries.count == 10, "\(sink.lines)")
+        // The answers before the outage was declared (failures in a row for a second) went through.
+        #expect(summaries[0].contains("APNs answered a server error (5xx) to 2 sends (ServiceUnavailable=2)"), "\(summaries[0])")
+        for line in summaries.dropFirst() {
+            #expect(!line.contains("server error") && line.contains(#""server_errors":0"#) && line.contains(#""level":"info""#), "\(line)")
+        }
     }
 
     @Test func failuresWithoutAnAnswerForASecondAreAnOutageUntilASecondOfAnswers() {

@@ -85,7 +85,7 @@ final class OperatorLog: Sendable {
         var throttlingSettleDue = -Double.infinity
         var connectionErrors = 0
         var retries: [String: Int] = [:]
-        /// The retries of `retries` after an APNs server error (5xx), by reason.
+        /// APNs server errors (5xx) answered outside a declared outage, by reason.
         var serverErrors: [String: Int] = [:]
         var deadLetters: [String: Int] = [:]
         var summaryDue: Double
@@ -201,8 +201,11 @@ final class OperatorLog: Sendable {
             trouble.error = failure
             trouble.answeringSince = nil
             defer { state.trouble[key] = trouble }
-            guard !trouble.reported, trouble.failures >= Self.failuresBeforeDown,
-                  now - trouble.firstFailure >= Self.failingSecondsBeforeDown else { return nil }
+            let down = trouble.reported || (trouble.failures >= Self.failuresBeforeDown && now - trouble.firstFailure >= Self.failingSecondsBeforeDown)
+            // A 5xx among answers that go through is said in the summary (`tick`); one of an
+            // outage has its own lines, and what it holds is not retried after a backoff.
+            if !down, case .response(let response) = outcome { state.serverErrors[outcome.label, default: 0] += 1 }
+            guard !trouble.reported, down else { return nil }
             trouble.reported = true
             return ("APNs (\(environment)) is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
                     [("app", .string(app)), ("environment", .string(environment)), ("lane", .string(lane)), ("error", .string(failure)),
@@ -399,18 +402,10 @@ final class OperatorLog: Sendable {
         }
     }
 
-    /// A notification goes again after `outcome`: counted by its reason, and apart when APNs
-    /// answered a server error (5xx, with or without a documented reason).
+    /// A notification goes again after `outcome`: counted by its reason.
     func retried(_ outcome: SendOutcome) {
-        let serverError = if case .response(let response) = outcome { response.status >= 500 } else { false }
-        retried(reason: outcome.label, serverError: serverError)
-    }
-
-    func retried(reason: String, serverError: Bool = false) {
-        state.withLock { state in
-            state.retries[reason, default: 0] += 1
-            if serverError { state.serverErrors[reason, default: 0] += 1 }
-        }
+        let reason = outcome.label
+        state.withLock { $0.retries[reason, default: 0] += 1 }
     }
 
     func deadLettered(reason: String) {
@@ -432,7 +427,7 @@ final class OperatorLog: Sendable {
                 state.serverErrors.removeAll()
                 state.deadLetters.removeAll()
             }
-            if state.connectionErrors == 0 && state.retries.isEmpty && state.deadLetters.isEmpty { return nil }
+            if state.connectionErrors == 0 && state.retries.isEmpty && state.serverErrors.isEmpty && state.deadLetters.isEmpty { return nil }
             return (state.connectionErrors, state.retries, state.serverErrors, state.deadLetters)
         }
         guard let (connectionErrors, retries, serverErrors, deadLetters) = summary else { return }
