@@ -31,8 +31,11 @@ public enum TransactionFate: String, Sendable, Hashable {
     /// commit a COMMIT in flight; once it is ended (`pg_terminate_backend`, which waits for the
     /// backend to exit), it is committed or aborted, and `fate(of:on:)` says which. Both the pid
     /// and the transaction must match (`backend_xid` is the id's low 32 bits); the call ends only
-    /// the row the condition kept, being in the select list. Outside a transaction.
-    public static func endRunning(_ id: Int64, backend: Int32, on connection: PGConnection, waitMilliseconds: Int = 2000) throws -> Ending {
+    /// the row the condition kept, being in the select list. Outside a transaction. The wait
+    /// costs only while the backend lives: one told to end exits within milliseconds on a
+    /// quiet server, but on a loaded one it can take seconds, and a wait that runs out leaves the
+    /// batch's rows locked and the retake empty (they are sent again once the backend ends).
+    public static func endRunning(_ id: Int64, backend: Int32, on connection: PGConnection, waitMilliseconds: Int = 5000) throws -> Ending {
         do {
             let result = try connection.query("""
                 SELECT pg_terminate_backend(pid, $3::bigint) FROM pg_stat_activity
