@@ -13,11 +13,18 @@ bash Fuzz/run.sh 30
 # The suite's output goes to the terminal and to a file; when a test fails, its lines are
 # printed again at the end, so the tail of a long log names what failed and why.
 log="$(mktemp /tmp/pushd-test.XXXXXX.log)"
-status=0
-bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@" 2>&1 | tee "$log" || status=$?
+set +e
+bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
 if [ "$status" -ne 0 ]; then
     echo "--- what failed (the whole output: $log) ---"
-    grep -E '^✘ |Fatal error' "$log" | grep -v '^✘ Test run with' | cut -c1-800 | tail -n 40 || true
+    # Each failed expectation with the comment lines (↳) under it, crashes, SwiftPM's errors.
+    awk '/^✘ Test run with/ { next }
+         /^✘ / { keep = /recorded an issue/; print; next }
+         /^↳ / { if (keep) print; next }
+         /^error: |Fatal error/ { print }
+         { keep = 0 }' "$log" | cut -c1-800 | tail -n 60 || true
     grep -E '^✘ Test run with' "$log" || true
 else
     rm -f "$log"

@@ -92,8 +92,6 @@ import Testing
         results.filter { $0.response == nil && $0.transportError == nil }.count
     }
 
-    /// After a storm: the mock answers again, requests are answered within the longest backoff
-    /// (4 s) and the run of failures ends (20 answers).
     /// Five senders for 6 s once the server is well again, and 2 s more at a time, up to 10 s
     /// more, while the run of failed connections has not ended: the fault may have been lifted
     /// during its longest backoff step (4 s), and the first connection after it is given one
@@ -106,6 +104,9 @@ import Testing
         return after
     }
 
+    /// After a storm: the mock answers again, requests are answered (more than 100 of them, the
+    /// last 20 all) and the run of failures ends (20 answers), within 6 s, or up to 10 s more
+    /// (`driveUntilTheRunEnds`).
     private func stormEnds(_ engine: HTTP2Dispatcher, _ server: APNsMockServer, _ metrics: RecordingMetrics) async throws {
         try server.setFaults(.none)
         let after = try await Self.driveUntilTheRunEnds(engine, metrics)

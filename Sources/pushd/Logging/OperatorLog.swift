@@ -204,7 +204,7 @@ final class OperatorLog: Sendable {
             let down = trouble.reported || (trouble.failures >= Self.failuresBeforeDown && now - trouble.firstFailure >= Self.failingSecondsBeforeDown)
             // A 5xx among answers that go through is said in the summary (`tick`); one of an
             // outage has its own lines, and what it holds is not retried after a backoff.
-            if !down, case .response(let response) = outcome { state.serverErrors[outcome.label, default: 0] += 1 }
+            if !down, case .response = outcome { state.serverErrors[outcome.label, default: 0] += 1 }
             guard !trouble.reported, down else { return nil }
             trouble.reported = true
             return ("APNs (\(environment)) is not taking notifications of app \(app) on the \(lane) lane: \(failure); they are kept and retried",
@@ -442,7 +442,7 @@ final class OperatorLog: Sendable {
         let serverErrorTotal = serverErrors.values.reduce(0, +)
         var failures: [String] = []
         if serverErrorTotal > 0 {
-            failures.append("APNs answered a server error (5xx) to \(serverErrorTotal) sends (\(text(serverErrors))), each retried after its backoff")
+            failures.append("APNs answered a server error (5xx) to \(serverErrorTotal) sends (\(text(serverErrors))), retried after a backoff unless given up")
         }
         if deadTotal > 0 {
             failures.append("\(deadTotal) notifications given up for good (\(text(deadLetters)))")
