@@ -39,8 +39,11 @@ let package = Package(
 
         // Shared state behind a pthread mutex, which ThreadSanitizer understands (Sources/Locking).
         .target(name: "Locking", swiftSettings: withoutStringProcessing),
-        // Threads, standard streams and child processes on POSIX, so that no target needs Foundation.
+        // Threads and standard streams on POSIX, so that no target needs Foundation.
         .target(name: "Posix", swiftSettings: withoutStringProcessing),
+        // Child processes through posix_spawn; CSpawn reaches the file actions glibc declares for _GNU_SOURCE only.
+        .target(name: "CSpawn"),
+        .target(name: "Spawn", dependencies: ["CSpawn", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "APNs", dependencies: ["COpenSSL", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "QueueStore", dependencies: ["CLibPQ", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
         .target(name: "Metrics", dependencies: ["CMicroHTTPD", "Locking", "Posix"], swiftSettings: withoutStringProcessing),
@@ -55,26 +58,26 @@ let package = Package(
                 swiftSettings: withoutStringProcessing + uncheckedExclusivityInRelease),
         // Release builds of the mock skip Swift's run-time exclusivity checks, ~8% of its
         // instructions per request (docs/apns-mock.md); debug builds and tests keep them.
-        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix"],
+        .target(name: "APNsMock", dependencies: ["APNs", "Polling", "CNghttp2", "COpenSSL", "Locking", "Posix", "Spawn"],
                 swiftSettings: withoutStringProcessing + uncheckedExclusivityInRelease),
         .executableTarget(name: "apns-mock", dependencies: ["APNsMock", "Posix"]),
-        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "CSignal"], swiftSettings: withoutStringProcessing),
+        .executableTarget(name: "pushd", dependencies: ["APNs", "APNsMock", "Dispatcher", "Polling", "QueueStore", "Metrics", "CYAML", "COpenSSL", "Locking", "Posix", "Spawn", "CSignal"], swiftSettings: withoutStringProcessing),
         .executableTarget(name: "QueueBench", dependencies: ["QueueStore"], path: "Benchmarks/QueueBench"),
         .executableTarget(name: "MockBench", dependencies: ["APNsMock", "APNs"], path: "Benchmarks/MockBench"),
 
         .testTarget(name: "ShimTests", dependencies: ["CCurl", "COpenSSL", "CLibPQ", "CNghttp2", "CMicroHTTPD", "CYAML"]),
-        .target(name: "PushdTestSupport", dependencies: ["QueueStore", "Locking"], path: "Tests/Support"),
+        .target(name: "PushdTestSupport", dependencies: ["QueueStore", "Locking", "Spawn"], path: "Tests/Support"),
         .testTarget(name: "QueueStoreTests", dependencies: ["QueueStore", "PushdTestSupport", "Locking"]),
-        .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport", "APNsMock", "Locking"]),
+        .testTarget(name: "PushdTests", dependencies: ["pushd", "PushdTestSupport", "APNsMock", "Locking", "Spawn"]),
         .testTarget(name: "DaemonTests", dependencies: ["pushd", "APNs", "APNsMock", "QueueStore", "Metrics", "PushdTestSupport"]),
-        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "Polling", "APNs", "APNsMock", "Locking"]),
+        .testTarget(name: "DispatcherTests", dependencies: ["Dispatcher", "Polling", "APNs", "APNsMock", "Locking", "Spawn"]),
         .executableTarget(name: "DispatcherBench", dependencies: ["Dispatcher"], path: "Benchmarks/DispatcherBench",
                           swiftSettings: withoutStringProcessing),
-        .testTarget(name: "APNsTests", dependencies: ["APNs"]),
-        .testTarget(name: "MetricsTests", dependencies: ["Metrics", "Locking"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "PushdTestSupport"]),
+        .testTarget(name: "MetricsTests", dependencies: ["Metrics", "Locking", "PushdTestSupport"]),
         .executableTarget(name: "MetricsBench", dependencies: ["Metrics", "Locking"], path: "Benchmarks/MetricsBench"),
         .executableTarget(name: "APNsBench", dependencies: ["APNs"], path: "Benchmarks/APNsBench"),
-        .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl"]),
+        .testTarget(name: "APNsMockTests", dependencies: ["APNsMock", "APNs", "CCurl", "PushdTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

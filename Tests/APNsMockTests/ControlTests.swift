@@ -1,5 +1,6 @@
 import APNsMock
 import Foundation
+import PushdTestSupport
 import Testing
 
 @Suite("apns-mock control endpoint and executable")
@@ -91,7 +92,7 @@ struct ControlTests {
         let faultsFile = directory + "/faults.json"
         try #"{"badDeviceTokens":[]}"#.write(toFile: faultsFile, atomically: true, encoding: .utf8)
 
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["--cert", directory + "/server.pem", "--key", directory + "/server.key", "--port", "0",
                              "--control-port", "0", "--faults", faultsFile]

@@ -1,6 +1,7 @@
 import APNsMock
 import Posix
 import Foundation
+import PushdTestSupport
 import Testing
 
 @Suite("apns-mock transport")
@@ -141,7 +142,7 @@ struct ProcessResult {
 }
 
 func runProcess(_ executable: String, _ arguments: [String], input: [UInt8]? = nil) throws -> ProcessResult {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
     let output = Pipe()

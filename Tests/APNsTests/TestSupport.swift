@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import PushdTestSupport
 
 /// Keys and tools the tests make at run time, never checked in.
 enum TestSupport {
@@ -17,7 +18,7 @@ enum TestSupport {
     /// Runs a program and returns its standard output; throws with its standard error on failure.
     @discardableResult
     static func run(_ executable: String, _ arguments: [String], stdin: [UInt8]? = nil) throws -> [UInt8] {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let out = Pipe()

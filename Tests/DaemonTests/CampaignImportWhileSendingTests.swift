@@ -38,7 +38,7 @@ import Testing
             let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
             #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted > 0 }, "\(daemon.text.suffix(3000))")
 
-            let importer = Process()
+            let importer = ChildProcess()
             importer.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
             importer.arguments = ["campaign", "import", String(id), "-", "--database-url", database.url]
             importer.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }

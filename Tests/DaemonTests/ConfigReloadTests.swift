@@ -26,7 +26,7 @@ import Testing
     /// The real pushd started with key.p8 while the mock trusts other.p8: the wrong key for the
     /// key id. Its metrics listen on `port`.
     static func startWithTheWrongKey(_ database: IsolatedDatabase, faults: FaultConfiguration = .none) throws
-        -> (harness: DaemonHarness, connection: PGConnection, port: UInt16, config: String, process: Process) {
+        -> (harness: DaemonHarness, connection: PGConnection, port: UInt16, config: String, process: ChildProcess) {
         let harness = try DaemonHarness(database: database, faults: faults, trustsPushdKey: false)
         let connection = try database.connect()
         let port = try MixedFleetTests.freePort()

@@ -155,7 +155,7 @@ final class DaemonHarness: @unchecked Sendable {
     }
 
     static func openssl(_ arguments: [String]) throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments
         process.standardError = FileHandle.nullDevice

@@ -15,8 +15,8 @@ import Testing
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("pushd").path
     }
 
-    static func start(config: String, log: String) throws -> Process {
-        let process = Process()
+    static func start(config: String, log: String) throws -> ChildProcess {
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["run", "--config", config]
         // The suite's own PUSHD_DATABASE_URL would override the file's database.
@@ -29,7 +29,7 @@ import Testing
         return process
     }
 
-    static func waitForExit(_ process: Process, seconds: Double) -> Bool {
+    static func waitForExit(_ process: ChildProcess, seconds: Double) -> Bool {
         DaemonHarness.wait(seconds: seconds) { !process.isRunning }
     }
 

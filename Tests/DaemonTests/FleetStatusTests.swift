@@ -21,7 +21,7 @@ import Testing
     }
 
     static func status(_ database: IsolatedDatabase) throws -> Status {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
         process.arguments = ["status", "--json", "--database-url", database.url]
         process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }
@@ -55,7 +55,7 @@ import Testing
         return newsPath
     }
 
-    static func stop(_ process: Process) {
+    static func stop(_ process: ChildProcess) {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
         if !DaemonProcessTests.waitForExit(process, seconds: 15) { kill(process.processIdentifier, SIGKILL) }

@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import Testing
 @testable import pushd
 
@@ -6,7 +7,7 @@ import Testing
 /// at start on an older libcurl.
 @Suite struct LibcurlBaselineTests {
     @Test func versionPrintsLibcurlWithItsTLSLibraryAndNghttp2() throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
         process.arguments = ["version"]
         let output = Pipe()

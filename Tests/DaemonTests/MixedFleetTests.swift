@@ -51,7 +51,7 @@ import Testing
 
     /// One scrape of a daemon's /metrics through curl.
     static func scrape(port: UInt16) -> String {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         process.arguments = ["-s", "--max-time", "5", "http://127.0.0.1:\(port)/metrics"]
         let pipe = Pipe()

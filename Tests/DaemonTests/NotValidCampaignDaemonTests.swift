@@ -41,7 +41,7 @@ import Testing
 
     /// Runs `pushd <arguments>` against `database`; returns its exit status and output.
     static func command(_ arguments: [String], _ database: IsolatedDatabase) throws -> (status: Int32, output: String) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
         process.arguments = arguments + ["--database-url", database.url]
         process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }

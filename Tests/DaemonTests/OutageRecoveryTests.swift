@@ -12,7 +12,7 @@ import Testing
 @Suite(.serialized) struct OutageRecoveryTests {
     /// The real `pushd run` with the default backoff cap (300 s, what production waits; the
     /// harness caps it at 200 ms), and its log file.
-    static func startPushd(_ harness: DaemonHarness) throws -> (Process, String) {
+    static func startPushd(_ harness: DaemonHarness) throws -> (ChildProcess, String) {
         let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
         let log = harness.directory + "/pushd.log"
         return (try DaemonProcessTests.start(config: config, log: log), log)

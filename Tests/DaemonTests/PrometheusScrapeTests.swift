@@ -32,7 +32,7 @@ import Testing
     }
 
     static func get(_ url: String, form: [String] = []) -> Data? {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         process.arguments = ["-s", "--fail", "--max-time", "5", "-G"] + form.flatMap { ["--data-urlencode", $0] } + [url]
         let output = Pipe()
@@ -73,7 +73,7 @@ import Testing
                                              toPath: prometheusDirectory + "/pushd-alerts.yml")
 
             let port = try ThrowawayPostgres.freePort()
-            let prometheus = Process()
+            let prometheus = ChildProcess()
             prometheus.executableURL = URL(fileURLWithPath: "/usr/bin/prometheus")
             prometheus.arguments = ["--config.file=\(prometheusDirectory)/prometheus.yml",
                                     "--storage.tsdb.path=\(prometheusDirectory)/data",

@@ -84,7 +84,7 @@ import Testing
             for refresh in [60, 3400] {
                 let config = try Self.writeConfig(harness, refresh: refresh, window: nil)
                 for command in ["check-config", "run"] {
-                    let process = Process()
+                    let process = ChildProcess()
                     process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
                     process.arguments = command == "run" ? ["run", "--config", config] : ["check-config", config]
                     process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }

@@ -13,7 +13,7 @@ import Testing
 @Suite(.serialized) struct PruneCountersTests {
     /// Runs the `pushd` binary with a database URL and returns its standard output.
     static func pushd(_ arguments: [String], database: IsolatedDatabase) throws -> String {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(["PUSHD_DATABASE_URL": database.url]) { $1 }

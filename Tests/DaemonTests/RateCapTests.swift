@@ -17,7 +17,7 @@ import Testing
             let harness = try DaemonHarness(database: database)
             let connection = try database.connect()
             let config = try harness.writeConfigFile()
-            var processes = [Process]()
+            var processes = [ChildProcess]()
             defer {
                 for process in processes { kill(process.processIdentifier, SIGTERM) }
                 for process in processes { _ = DaemonProcessTests.waitForExit(process, seconds: 10) }

@@ -19,7 +19,7 @@ import Testing
             let harness = try DaemonHarness(database: database)
             let config = try harness.writeConfigFile()
             let log = harness.directory + "/run.log"
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
             process.arguments = ["run", "--config", config, "--migrate"]
             process.environment = SecretRedactionTests.environment(databaseURL: database.url)

@@ -38,7 +38,7 @@ import Testing
 
     /// Runs `pushd arguments…` to its end; stdout and stderr together.
     static func pushd(_ arguments: [String], environment: [String: String]) throws -> Output {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
         process.arguments = arguments
         process.environment = environment
@@ -59,7 +59,7 @@ import Testing
     }
 
     static func http(_ port: String, _ path: String) throws -> String {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         process.arguments = ["-s", "-S", "-i", "--max-time", "5", "http://127.0.0.1:\(port)\(path)"]
         let pipe = Pipe()
@@ -101,7 +101,7 @@ import Testing
             let harness = try DaemonHarness(database: database)
             let config = try harness.writeConfigFile()
             let log = harness.directory + "/run.log"
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: DaemonProcessTests.binary)
             process.arguments = ["run", "--config", config]
             process.environment = Self.environment(databaseURL: form.url)

@@ -95,7 +95,7 @@ import Testing
 
     /// The running daemon, its log and its metrics address (read from its start-up line).
     final class Daemon {
-        let process: Process
+        let process: ChildProcess
         let log: String
 
         init(config: String, log: String) throws {
@@ -126,7 +126,7 @@ import Testing
         /// The body of `path` on the metrics endpoint, "" when there is none yet.
         func get(_ path: String) -> String {
             guard let address = metricsAddress else { return "" }
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
             process.arguments = ["-s", "--max-time", "5", "http://\(address)\(path)"]
             let output = Pipe()

@@ -15,7 +15,7 @@ final class TwoInstanceFleet: @unchecked Sendable {
     /// The apns-mocks taking the harness's client certificate, in the order asked for.
     let certificateHosts: [APNsMockServer]
     let certificatePorts: [UInt16]
-    private var processes = [Process]()
+    private var processes = [ChildProcess]()
 
     /// - Parameter certificateHosts: how many certificate-taking apns-mocks to start.
     init(database: IsolatedDatabase, certificateHosts count: Int) throws {
@@ -101,7 +101,7 @@ final class TwoInstanceFleet: @unchecked Sendable {
     }
 
     /// Starts `pushd run` with `config`, logging to `log`; `stop` stops it.
-    func start(config: String, log: String) throws -> Process {
+    func start(config: String, log: String) throws -> ChildProcess {
         let process = try DaemonProcessTests.start(config: config, log: log)
         processes.append(process)
         return process
@@ -111,7 +111,7 @@ final class TwoInstanceFleet: @unchecked Sendable {
     /// (SIGSTOP) so that its row stays live while it claims nothing; then starts A and expects
     /// both to be registered. `resume` lets B work.
     func startPausedBThenA(configB: String, logB: String, registeredB: String = "SELECT count(*) FROM pushd.instances",
-                           configA: String, logA: String, on connection: PGConnection) throws -> (a: Process, b: Process) {
+                           configA: String, logA: String, on connection: PGConnection) throws -> (a: ChildProcess, b: ChildProcess) {
         let b = try start(config: configB, log: logB)
         #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, registeredB) == 1 })
         kill(b.processIdentifier, SIGSTOP)
@@ -120,10 +120,10 @@ final class TwoInstanceFleet: @unchecked Sendable {
         return (a, b)
     }
 
-    static func resume(_ process: Process) { kill(process.processIdentifier, SIGCONT) }
+    static func resume(_ process: ChildProcess) { kill(process.processIdentifier, SIGCONT) }
 
     /// Stops a daemon, paused or not: SIGCONT, then SIGTERM, and up to 10 s for it to exit.
-    static func stop(_ process: Process) {
+    static func stop(_ process: ChildProcess) {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGCONT)
         kill(process.processIdentifier, SIGTERM)

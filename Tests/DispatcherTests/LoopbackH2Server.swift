@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Spawn
 
 /// Key material made once per test process with the openssl CLI: a server certificate for
 /// 127.0.0.1 (trusted through `trustedCAFile`) and a client certificate as PEM and PKCS#12.
@@ -41,20 +42,14 @@ struct TestCertificates: Sendable {
     }
 }
 
-/// Starts a program with posix_spawn (Foundation's Process waits on a run loop that test
-/// threads do not run), stdout to `stdoutPath`, stderr discarded.
+/// Starts a program with stdout to `stdoutPath` and stderr discarded (Foundation's Process
+/// waits on a run loop that test threads do not run).
 func spawn(_ executable: String, _ arguments: [String], stdoutPath: String) throws(TestServerError) -> pid_t {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-    let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
-    defer { for pointer in argv { free(pointer) } }
-    var pid = pid_t()
-    let rc = posix_spawn(&pid, executable, &actions, nil, argv, environ)
-    guard rc == 0 else { throw .launchFailed("\(executable): \(String(cString: strerror(rc)))") }
-    return pid
+    do {
+        return try Subprocess.start([executable] + arguments, output: .append(stdoutPath), error: .discard).pid
+    } catch {
+        throw .launchFailed("\(error)")
+    }
 }
 
 enum TestServerError: Error, CustomStringConvertible {

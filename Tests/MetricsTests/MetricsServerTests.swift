@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import Posix
 import Testing
 @testable import Metrics
@@ -166,7 +167,7 @@ enum Promtool {
     static func checkMetrics(_ text: String) throws -> (status: Int32, output: String) {
         let candidates = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map { "\($0)/promtool" } + ["/usr/bin/promtool"]
         guard let path = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { throw Missing() }
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = ["check", "metrics"]
         let input = Pipe()

@@ -473,7 +473,7 @@ import Testing
             // script(1) gives the command a pseudo-terminal, so isatty(1) holds as it does for a person.
             let command = [PushdBinary.path, "campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url]
                 .map { "'" + $0 + "'" }.joined(separator: " ")
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
             process.arguments = ["-qefc", command, "/dev/null"]
             let transcript = files.path("transcript")
@@ -499,7 +499,7 @@ import Testing
             let id = try Self.create(database)
             let command = [PushdBinary.path, "campaign", "status", String(id), "--watch", "--interval", "0.1", "--database-url", database.url]
                 .map { "'" + $0 + "'" }.joined(separator: " ")
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
             process.arguments = ["-qefc", command, "/dev/null"]
             let transcript = files.path("transcript")

@@ -75,7 +75,7 @@ final class FileFixture {
     }
 
     func openssl(_ arguments: [String]) throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
@@ -156,7 +156,7 @@ enum PushdBinary {
     }
 
     static func run(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) throws -> Result {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         var merged = ProcessInfo.processInfo.environment

@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import Testing
 
 /// The shipped operations files must load in the tools that read them.
@@ -6,7 +7,7 @@ import Testing
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     @Test func alertRulesPassPromtool() throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/promtool")
         process.arguments = ["check", "rules", Self.root.appendingPathComponent("deploy/prometheus/pushd-alerts.yml").path]
         let output = Pipe()
@@ -55,7 +56,7 @@ import Testing
     /// The image builds with the toolchain series the suite runs on (no other has built this
     /// code), from the sources only: a host's .build must not go into the build context.
     @Test func containerImageBuildsWithTheTestedToolchainFromTheSourcesOnly() throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["swift", "--version"]
         var environment = ProcessInfo.processInfo.environment

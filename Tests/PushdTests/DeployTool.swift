@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 
 /// The operations tools the deploy files are written for (promtool, systemd-analyze,
 /// Python's YAML loader), run as the test's subprocesses. They come from Debian packages
@@ -17,7 +18,7 @@ enum DeployTool {
 
     /// Runs `executable` with `arguments` in `directory` and collects what it printed.
     static func run(_ executable: String, _ arguments: [String], in directory: String? = nil) throws -> Result {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }

@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import Posix
 import Glibc
 import Testing
@@ -17,7 +18,7 @@ import Testing
 
     static func runBriefly(_ config: String, seconds: Double, until marker: String? = nil) throws -> BriefRun {
         let files = try FileFixture()
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: PushdBinary.path)
         process.arguments = ["run", "--config", config]
         process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }

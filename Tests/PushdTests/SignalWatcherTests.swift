@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import Glibc
 import Testing
 @testable import pushd
@@ -62,8 +63,8 @@ import Testing
 @Suite struct SignalWatcherFailureTests {
     /// Starts `pushd run` with at most `limit` open files (set by the shell, inherited by
     /// pushd) and ends it after 3 s if it is still running.
-    private func run(config: String, limit: Int, folder: FileFixture) throws -> (process: Process, errors: String) {
-        let process = Process()
+    private func run(config: String, limit: Int, folder: FileFixture) throws -> (process: ChildProcess, errors: String) {
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", "ulimit -n \(limit) && exec \"$0\" run --config \"$1\"", PushdBinary.path, config]
         process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }
@@ -103,7 +104,7 @@ import Testing
                   key_id: KEY1234567
                   key_file: \(folder.path("key.p8"))
             """)
-        var reached: (process: Process, errors: String)?
+        var reached: (process: ChildProcess, errors: String)?
         for limit in 4...12 {
             let attempt = try run(config: config, limit: limit, folder: folder)
             if attempt.errors.contains("watch signals") {

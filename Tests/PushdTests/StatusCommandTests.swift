@@ -39,7 +39,7 @@ import Testing
     @Test func watchWithJSONWritesOneDocumentPerLine() throws {
         try IsolatedDatabase.with { database in
             let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("pushd").path
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: binary)
             process.arguments = ["status", "--watch", "--json", "--interval", "1", "--database-url", database.url]
             process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "PUSHD_DATABASE_URL" }

@@ -1,4 +1,5 @@
 import Posix
+import Spawn
 
 /// Files written by `CertificateGenerator.generate(into:)`.
 public struct GeneratedCertificates: Sendable, Equatable {

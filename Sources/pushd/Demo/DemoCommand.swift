@@ -1,6 +1,7 @@
 import APNs
 import APNsMock
 import Posix
+import Spawn
 import Glibc
 import Metrics
 import QueueStore

@@ -1,4 +1,5 @@
 import Posix
+import Spawn
 import Glibc
 
 /// A PostgreSQL server of its own in a temporary folder, on a free port of 127.0.0.1,

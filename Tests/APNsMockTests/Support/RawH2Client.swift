@@ -1,4 +1,5 @@
 import Foundation
+import PushdTestSupport
 import Posix
 import Glibc
 
@@ -6,7 +7,7 @@ import Glibc
 /// ordinary client does on purpose: resetting streams after (or right after) their answers,
 /// the way libcurl 7.88 did and the way a rapid-reset attack does.
 final class RawH2Client {
-    private let process = Process()
+    private let process = ChildProcess()
     private let input = Pipe()
     private let output = Pipe()
     private let received = ReceivedBytes()
