@@ -19,12 +19,20 @@ status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then
     echo "--- what failed (the whole output: $log) ---"
-    # Each failed expectation with the comment lines (↳) under it, crashes, SwiftPM's errors.
-    awk '/^✘ Test run with/ { next }
+    # Each failed expectation with the comment lines (↳) under it; a crash with the suite and
+    # test that were running and the crashed thread's first frames; SwiftPM's errors (which
+    # can arrive in the middle of a line of the backtrace).
+    awk '/^◇ Suite .* started\./ { suite = $0 }
+         /^◇ Test .* started\./ { test = $0 }
+         /^✘ Test run with/ { next }
          /^✘ / { keep = /recorded an issue/; print; next }
          /^↳ / { if (keep) print; next }
+         /Program crashed/ { print "crashed while running:"; print suite; print test; print; next }
+         / crashed:$/ { frames = 16; print; next }
+         frames > 0 { if (/^Thread |^Registers|^\.\.\.$/) frames = 0; else { if ($0 != "") print; frames-- } }
+         /error: / && !/^error: / { sub(/.*error: /, "error: ") }
          /^error: |Fatal error/ { print }
-         { keep = 0 }' "$log" | cut -c1-800 | tail -n 60 || true
+         { keep = 0 }' "$log" | cut -c1-300 | tail -n 80 || true
     grep -E '^✘ Test run with' "$log" || true
 else
     rm -f "$log"
