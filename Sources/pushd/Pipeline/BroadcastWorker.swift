@@ -375,7 +375,6 @@ final class BroadcastWorker: @unchecked Sendable {
                                    random: &random),
             sender: sender, environment: Self.configured(environment), lane: Self.lane),
             sender: sender, environment: Self.configured(environment), carried: authorization)
-        let status = sent.response?.status
         switch verdict {
         case .delivered:
             try broadcasts.delivered(connection, ids: [job.id])

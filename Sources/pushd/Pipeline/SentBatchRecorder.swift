@@ -157,6 +157,8 @@ struct SentBatchRecorder<Key: Hashable> {
     func endStaleTransactions(of claim: inout SentBatchClaim<Key>, on fresh: PGConnection) throws {
         guard let cause = claim.cutBy else { return }
         for holder in claim.holders {
+            // Up to 5.5 s each (`endRunning`'s wait): alive all the while.
+            beat()
             var fate = try TransactionFate.fate(of: holder.transaction, on: fresh)
             // A session closed here (a retake's, given up) is still exiting for a moment.
             var exiting = 0
