@@ -86,4 +86,24 @@ import Testing
             #expect("\(error)" == "cannot start /nonexistent/program: No such file or directory")
         }
     }
+
+    /// The tests start hundreds of children; one through Foundation's `Process` can crash the
+    /// whole test process (see ChildProcess).
+    @Test func noTestStartsAChildThroughFoundationsProcess() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        let use = try Regex(#"(^|[^A-Za-z_])(Foundation\.)?Process\s*\("#)
+        var found: [String] = []
+        var scanned = 0
+        let files = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil)
+        while let file = files?.nextObject() as? URL {
+            guard file.pathExtension == "swift" else { continue }
+            scanned += 1
+            let lines = try String(contentsOf: file, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+            for (index, line) in lines.enumerated() where line.contains(use) {
+                found.append("\(file.lastPathComponent):\(index + 1)")
+            }
+        }
+        #expect(scanned > 100, "found only \(scanned) Swift files under \(root.path)")
+        #expect(found.isEmpty, "start children with ChildProcess (Tests/Support): \(found.joined(separator: ", "))")
+    }
 }
