@@ -129,7 +129,7 @@ enum RunCommand {
             } catch {
                 attempt += 1
                 let delay = min(30.0, 0.5 * pow(2.0, Double(min(attempt, 6))))
-                server.setReady(false, detail: Self.databaseNotReady(error))
+                server.setReady(false, detail: watchdog.stallDetail ?? Self.databaseNotReady(error))
                 logger.warning("database unreachable, retrying in \(delay.fixed(1))s: \(error)")
                 PosixThread.sleep(seconds: delay)
             }
@@ -212,7 +212,10 @@ enum RunCommand {
                     }
                 } catch {
                     if server.readiness.isReady { logger.warning("database check failed: \(error)") }
-                    server.setReady(false, detail: Self.databaseNotReady(error))
+                    // A check that failed because the database stopped answering (its call
+                    // abandoned, a new session timing out as it connects) says the stall, not
+                    // "unreachable": the watchdog's line is the one the log has.
+                    server.setReady(false, detail: watchdog.stallDetail ?? Self.databaseNotReady(error))
                 }
             }
         }
