@@ -93,18 +93,19 @@ final class DatabaseWatchdog: @unchecked Sendable {
     func check(now: ContinuousClock.Instant = .now) {
         let calls = PGCallWatch.inFlight(now: now)
         let event = state.observe(calls: calls, lastAnswer: PGCallWatch.lastAnswer, now: now)
+        // Said before any call is ended: a health check whose call is ended here reads it.
+        if case .stalled(let call)? = event { detail.withLock { $0 = stallText(call) } }
         // Every call over the limit is ended, also those of a stall already reported.
         let abandoned = PGCallWatch.abandon(waitingLongerThan: state.limit, now: now)
         switch event {
         case .stalled(let call)?:
             let others = abandoned.filter { $0.purpose != call.purpose }.map { "\($0.purpose) (\(Self.seconds($0.waited).fixed(1))s)" }
-            let text = "database not answering: a call of \(call.purpose) has waited \(Self.seconds(call.waited).fixed(1))s (database.stall_s is \(limitSeconds))"
+            let text = stallText(call)
             logger.error(text + "; abandoning its connection" + (others.isEmpty ? "" : " and those of \(others.joined(separator: ", "))")
                          + "; sessions reconnect, claimed work returns to the queue",
                          ("event", "database_stalled"), ("session", .string(call.purpose)),
                          ("waited_s", .double(Self.seconds(call.waited))), ("stall_s", .int(Int64(limitSeconds))))
             metrics.databaseStalled.set(1)
-            detail.withLock { $0 = text }
             onStall(text)
         case .recovered(let after)?:
             logger.info("database answering again after \(Self.seconds(after).fixed(1))s",
@@ -114,6 +115,10 @@ final class DatabaseWatchdog: @unchecked Sendable {
         case nil:
             break
         }
+    }
+
+    private func stallText(_ call: PGCall) -> String {
+        "database not answering: a call of \(call.purpose) has waited \(Self.seconds(call.waited).fixed(1))s (database.stall_s is \(limitSeconds))"
     }
 
     /// The calls in flight, for a log line: `pushd-jobs-0 (41.2s), pushd-stats (12.0s)`.
