@@ -29,10 +29,10 @@ if [ "$status" -ne 0 ]; then
          /^↳ / { if (keep) print; next }
          /Program crashed/ { print "crashed while running:"; print suite; print test; print; next }
          / crashed:$/ { frames = 16; print; next }
-         frames > 0 { if (/^Thread |^Registers|^\.\.\.$/) frames = 0; else { if ($0 != "") print; frames-- } }
-         /error: / && !/^error: / { sub(/.*error: /, "error: ") }
+         frames > 0 { if (/^Thread |^Registers|^\.\.\.$/) frames = 0; else if (/^ *[0-9]+ /) { print; frames-- } }
+         /error: Process .* exited with/ { sub(/.*error: Process/, "error: Process") }
          /^error: |Fatal error/ { print }
-         { keep = 0 }' "$log" | cut -c1-300 | tail -n 80 || true
+         { keep = 0 }' "$log" | cut -c1-800 | tail -n 80 || true
     grep -E '^✘ Test run with' "$log" || true
 else
     rm -f "$log"

@@ -42,6 +42,11 @@ public struct Subprocess: Sendable {
         case descriptor(Int32)
         /// A file, created when missing, written at its end.
         case append(String)
+
+        var path: String? {
+            if case .append(let path) = self { return path }
+            return nil
+        }
     }
 
     /// Starts `arguments[0]` (an absolute path) with its output appended to `outputPath`
@@ -70,11 +75,13 @@ public struct Subprocess: Sendable {
             }
             guard result == 0 else { throw Failure(description: "cannot start \(executable): standard stream \(number): \(String(cString: strerror(result)))") }
         }
-        if let directory, pushd_spawn_chdir(&actions, directory) != 0 {
-            throw Failure(description: "cannot start \(executable) in \(directory)")
+        if let directory {
+            let result = pushd_spawn_chdir(&actions, directory)
+            guard result == 0 else { throw Failure(description: "cannot start \(executable) in \(directory): \(String(cString: strerror(result)))") }
         }
-        guard pushd_spawn_close_from(&actions, 3) == 0 else {
-            throw Failure(description: "cannot start \(executable): this C library cannot close descriptors in a child (glibc 2.34 or later is needed)")
+        let closing = pushd_spawn_close_from(&actions, 3)
+        guard closing == 0 else {
+            throw Failure(description: "cannot start \(executable): closing its other descriptors: \(String(cString: strerror(closing)))")
         }
         // Children start with the default actions and no blocked signals, whatever this process set.
         var attributes = posix_spawnattr_t()
@@ -97,7 +104,11 @@ public struct Subprocess: Sendable {
         let result = cEnvironment.map { posix_spawn(&pid, executable, &actions, &attributes, cArguments, $0) }
             ?? posix_spawn(&pid, executable, &actions, &attributes, cArguments, environ)
         guard result == 0 else {
-            throw Failure(description: "cannot start \(executable): \(String(cString: strerror(result)))")
+            // The file actions fail at spawn too: a missing directory or output file is told here.
+            let place = [directory.map { "in \($0)" }, output.path.map { "output to \($0)" }, error.path.map { "errors to \($0)" }]
+                .compactMap { $0 }
+            throw Failure(description: "cannot start \(executable)" + (place.isEmpty ? "" : " (\(place.joined(separator: ", ")))")
+                          + ": \(String(cString: strerror(result)))")
         }
         return Subprocess(pid: pid)
     }

@@ -79,11 +79,19 @@ import Testing
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/nonexistent/program")
         #expect(throws: Subprocess.Failure.self) { try process.run() }
+        process.waitUntilExit()
+        #expect(!process.isRunning)
         #expect((try? Subprocess.start(["/nonexistent/program"])) == nil)
         do {
             _ = try Subprocess.start(["/nonexistent/program"])
         } catch {
             #expect("\(error)" == "cannot start /nonexistent/program: No such file or directory")
+        }
+        do {
+            _ = try Subprocess.start(["/bin/true"], directory: "/nonexistent/directory", output: .discard, error: .append("/nonexistent/errors"))
+            Issue.record("/bin/true started in a directory that does not exist")
+        } catch {
+            #expect("\(error)" == "cannot start /bin/true (in /nonexistent/directory, errors to /nonexistent/errors): No such file or directory")
         }
     }
 

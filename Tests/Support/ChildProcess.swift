@@ -76,10 +76,13 @@ public final class ChildProcess: @unchecked Sendable {
         for handle in handedOver { try? handle.close() }
         state.withLock { pid = child.pid }
         let reaper = Thread { [self] in
-            var reaped = child
-            let ended = reaped.waitForTermination()
+            // Waits for the exit without reaping, then reaps under the lock: `terminate` never
+            // signals a pid that is already free for another process.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(child.pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR {}
             state.withLock {
-                termination = ended
+                var reaped = child
+                termination = reaped.waitForTermination()
                 state.broadcast()
             }
         }
@@ -87,8 +90,9 @@ public final class ChildProcess: @unchecked Sendable {
         reaper.start()
     }
 
+    /// Returns at once for a program that was never started (its `run` threw).
     public func waitUntilExit() {
-        _ = ended()
+        if processIdentifier != 0 { _ = ended() }
     }
 
     /// Sends SIGTERM while the program runs.
