@@ -18,16 +18,28 @@ public struct Subprocess: Sendable {
         public init(description: String) { self.description = description }
     }
 
-    /// How a program ended: its exit code, or the signal that ended it.
-    public enum Termination: Sendable, Equatable {
+    /// How a program ended: its exit code, or the signal that ended it, or that waitpid could
+    /// not tell (`unknown`, with its errno: the child was reaped elsewhere, or SIGCHLD is ignored).
+    public enum Termination: Sendable, Equatable, CustomStringConvertible {
         case exited(Int32)
         case signalled(Int32)
+        case unknown(errno: Int32)
 
-        /// The exit code, or 128 + the signal's number, as a shell reports it.
+        /// The exit code, or 128 + the signal's number, as a shell reports it; -1 when unknown,
+        /// which no exit code is, so that it is never taken for a success.
         public var status: Int32 {
             switch self {
             case .exited(let code): return code
             case .signalled(let signal): return 128 + signal
+            case .unknown: return -1
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .exited(let code): return "exited with \(code)"
+            case .signalled(let signal): return "ended by signal \(signal)"
+            case .unknown(let number): return "ended in a way waitpid could not tell (\(String(cString: strerror(number))))"
             }
         }
     }
@@ -116,11 +128,10 @@ public struct Subprocess: Sendable {
     /// Runs a command to its end; throws with its output when it exits non-zero.
     public static func run(_ arguments: [String], outputPath: String) throws {
         var process = try start(arguments, outputPath: outputPath)
-        let status = process.wait()
-        guard status == 0 else {
-            let output = (try? FileSystem.readText(outputPath)) ?? ""
-            throw Failure(description: "\(arguments.joined(separator: " ")) exited with \(status): \(output)")
-        }
+        let termination = process.waitForTermination()
+        guard termination != .exited(0) else { return }
+        let output = (try? FileSystem.readText(outputPath)) ?? ""
+        throw Failure(description: "\(arguments.joined(separator: " ")) \(termination): \(output)")
     }
 
     /// Blocks until the program exits; its exit code, or 128 + the signal that ended it.
@@ -132,8 +143,10 @@ public struct Subprocess: Sendable {
     public mutating func waitForTermination() -> Termination {
         if let termination { return termination }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        termination = Self.decode(status)
+        var result: pid_t
+        repeat { result = waitpid(pid, &status, 0) } while result < 0 && errno == EINTR
+        // A failed wait leaves `status` as it was: it is no exit code, least of all 0.
+        termination = result == pid ? Self.decode(status) : .unknown(errno: errno)
         return termination!
     }
 
@@ -141,12 +154,17 @@ public struct Subprocess: Sendable {
     public mutating func isRunning() -> Bool {
         if termination != nil { return false }
         var status: Int32 = 0
-        let result = waitpid(pid, &status, WNOHANG)
+        var result: pid_t
+        repeat { result = waitpid(pid, &status, WNOHANG) } while result < 0 && errno == EINTR
         if result == pid {
             termination = Self.decode(status)
             return false
         }
-        return result == 0
+        if result < 0 {
+            termination = .unknown(errno: errno)
+            return false
+        }
+        return true
     }
 
     public mutating func terminate() {

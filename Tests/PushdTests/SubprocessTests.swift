@@ -57,6 +57,25 @@ import Testing
         #expect(!process.isRunning)
     }
 
+    /// A child reaped behind `Subprocess`'s back (by another waiter, or with SIGCHLD ignored)
+    /// has an end waitpid cannot tell: that is said, and never taken for exit 0.
+    @Test func anEndWaitpidCannotTellIsNoSuccess() throws {
+        var waited = try Subprocess.start(["/bin/sh", "-c", "exit 3"], output: .discard, error: .discard)
+        var status: Int32 = 0
+        #expect(waitpid(waited.pid, &status, 0) == waited.pid)
+        let termination = waited.waitForTermination()
+        #expect(termination == .unknown(errno: ECHILD), "\(termination)")
+        let again = waited.wait()
+        #expect(again == -1)
+        #expect("\(termination)".contains("could not tell"))
+
+        var polled = try Subprocess.start(["/bin/sh", "-c", "exit 3"], output: .discard, error: .discard)
+        #expect(waitpid(polled.pid, &status, 0) == polled.pid)
+        let running = polled.isRunning()
+        #expect(!running)
+        #expect(polled.termination == .unknown(errno: ECHILD), "\(String(describing: polled.termination))")
+    }
+
     @Test func environmentDirectoryAndInputReachTheChild() throws {
         let directory = FileManager.default.temporaryDirectory.path
         let input = Pipe(), output = Pipe()

@@ -41,6 +41,7 @@ public final class ChildProcess: @unchecked Sendable {
         switch ended() {
         case .exited(let code): return code
         case .signalled(let signal): return signal
+        case .unknown: return -1
         }
     }
 
