@@ -30,6 +30,20 @@ import Testing
         return (a, b)
     }
 
+    /// Starts A and B, and waits until both registered and each has read the other: the
+    /// disagreement is known.
+    static func startDisagreeing(_ fleet: TwoInstanceFleet) throws -> (a: TLSFailurePausesAppTests.Daemon, b: ChildProcess) {
+        let configs = try writeConfigs(fleet)
+        let logA = fleet.harness.directory + "/a.log", logB = fleet.harness.directory + "/b.log"
+        let a = try TLSFailurePausesAppTests.Daemon(config: configs.a, log: logA)
+        let b = try fleet.start(config: configs.b, log: logB)
+        #expect(DaemonHarness.wait(seconds: 30) {
+            TwoInstanceFleet.text(logA).contains("app_environment_disagreement")
+                && TwoInstanceFleet.text(logB).contains("app_environment_disagreement")
+        }, "a: \(TwoInstanceFleet.text(logA))\nb: \(TwoInstanceFleet.text(logB))")
+        return (a, b)
+    }
+
     @Test func notificationsRoutedOnlyByTheConfiguredEnvironmentWaitWhileInstancesDisagreeAndGoOnceToTheRemainingOne() throws {
         try IsolatedDatabase.with { database in
             let fleet = try TwoInstanceFleet(database: database, certificateHosts: 2)
@@ -37,15 +51,7 @@ import Testing
             let production = fleet.certificateHosts[0], sandbox = fleet.certificateHosts[1]
             let connection = try database.connect()
             defer { connection.close() }
-            let configs = try Self.writeConfigs(fleet)
-            let logA = fleet.harness.directory + "/a.log", logB = fleet.harness.directory + "/b.log"
-            let a = try TLSFailurePausesAppTests.Daemon(config: configs.a, log: logA)
-            let b = try fleet.start(config: configs.b, log: logB)
-            // Both registered and each has read the other: the disagreement is known.
-            #expect(DaemonHarness.wait(seconds: 30) {
-                TwoInstanceFleet.text(logA).contains("app_environment_disagreement")
-                    && TwoInstanceFleet.text(logB).contains("app_environment_disagreement")
-            }, "a: \(TwoInstanceFleet.text(logA))\nb: \(TwoInstanceFleet.text(logB))")
+            let (a, b) = try Self.startDisagreeing(fleet)
 
             // Jobs naming no environment, to tokens that are not registered.
             var routedByDefault = [String]()
@@ -127,6 +133,55 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 10) {
                 a.metrics().contains(#"pushd_sending_held{app="shop",environment="production",reason="AppEnvironmentDisagreement"} 0"#)
             })
+        }
+    }
+
+    /// A broadcast to a channel pushd has no record of, and a channel create request, name no
+    /// environment either: only the configured one routes them. While the instances disagree
+    /// they wait, unsent and unspent, as jobs do (before, each went to the claimer's host, and
+    /// the channel was recorded in the claimer's environment); what names one goes.
+    @Test func broadcastsAndChannelRequestsRoutedOnlyByTheConfiguredEnvironmentWaitWhileInstancesDisagree() throws {
+        try IsolatedDatabase.with { database in
+            let fleet = try TwoInstanceFleet(database: database, certificateHosts: 2)
+            defer { fleet.stop() }
+            let production = fleet.certificateHosts[0], sandbox = fleet.certificateHosts[1]
+            let connection = try database.connect()
+            defer { connection.close() }
+            // Both mocks stand in for the one APNs, which has the channel whoever sends to it.
+            let channel = try #require(production.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            sandbox.adoptChannel(bundleID: DaemonHarness.bundleID, channelID: channel, storagePolicy: .noMessageStored)
+            let (a, b) = try Self.startDisagreeing(fleet)
+
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, BroadcastDaemonTests.update])
+            try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload, environment) VALUES ('shop', $1, $2, 'sandbox')",
+                                 [channel, BroadcastDaemonTests.update])
+            try connection.query("SELECT pushd.create_channel('shop')")
+            func rows() -> String {
+                let broadcasts = (try? connection.query("SELECT environment, attempts, last_error FROM pushd.broadcast_jobs").rows) ?? []
+                let requests = (try? connection.query("SELECT state, environment, outcome FROM pushd.channels").rows) ?? []
+                return "broadcasts \(broadcasts), channel requests \(requests)"
+            }
+            // The broadcast naming its environment goes there.
+            #expect(DaemonHarness.wait(seconds: 20) { sandbox.stats.broadcastsAccepted[channel] == 1 }, "\(rows())")
+            PosixThread.sleep(seconds: 3)
+            #expect(production.stats.broadcastsAccepted[channel, default: 0] == 0, "\(rows())")
+            #expect(sandbox.stats.broadcastsAccepted[channel, default: 0] == 1, "\(rows())")
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.broadcast_jobs WHERE environment IS NULL AND attempts = 0 AND starts_with(last_error, 'sending held: ')
+                """) == 1, "\(rows())")
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.channels WHERE state = 'pending_create' AND environment IS NULL AND starts_with(outcome, 'sending held: ')
+                """) == 1, "\(rows())")
+
+            // B stops: A's heartbeats end the hold, and A sends both to production, once.
+            TwoInstanceFleet.stop(b)
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+                    && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active' AND environment = 'production'") == 1
+            }, "\(rows())\n\(a.text)")
+            #expect(production.stats.broadcastsAccepted[channel, default: 0] == 1)
+            #expect(sandbox.stats.broadcastsAccepted[channel, default: 0] == 1)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
         }
     }
 }

@@ -162,6 +162,14 @@ final class BroadcastWorker: @unchecked Sendable {
                                    ("request", .int(operation.id)), ("expired_s", .int(Int64(since))))
             context.metrics.leaseTakeover(app: operation.app, lane: "channel_create").increment()
         }
+        if operation.environment == nil, let why = sender.heldByEnvironmentDisagreement(job: nil, registered: nil) {
+            // Only this instance's apps[].environment would choose the host, and the fleet
+            // disagrees on it: the channel would be made (and recorded) in whichever environment
+            // the claimer has. It waits, unspent, until the fleet agrees (then it is due at once).
+            try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                     outcome: HeldWork.errorPrefix + why, countsAsAttempt: false)
+            return
+        }
         let environment = operation.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
         let kind = operation.kind == .create ? "create" : "delete"
         func count(_ status: String, _ reason: String) {
@@ -310,6 +318,14 @@ final class BroadcastWorker: @unchecked Sendable {
         }
         if let expired = OutcomePolicy.expiredBeforeSending(job.expiration.map { Int64($0.timeIntervalSince1970.rounded(.down)) }, now: Timestamp()) {
             try dead(job, status: nil, reason: expired, label: OutcomePolicy.expiredLabel, on: connection)
+            return
+        }
+        if job.environment == nil, let why = sender.heldByEnvironmentDisagreement(job: nil, registered: nil) {
+            // Neither the broadcast nor its channel's record names an environment, and the fleet
+            // disagrees on the app's: the host would be the claimer's. It waits, unspent, as a
+            // transactional job does, until the fleet agrees (then it is due at once).
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.heldRetrySeconds),
+                                 error: HeldWork.errorPrefix + why, countsAsAttempt: false)
             return
         }
         let environment = job.environment.flatMap(APNsEnvironment.init(name:)) ?? Self.environment(of: sender)
