@@ -134,7 +134,8 @@ public struct Subprocess: Sendable {
         throw Failure(description: "\(arguments.joined(separator: " ")) \(termination): \(output)")
     }
 
-    /// Blocks until the program exits; its exit code, or 128 + the signal that ended it.
+    /// Blocks until the program exits; its exit code, or 128 + the signal that ended it, or -1
+    /// when waitpid could not tell (`Termination.unknown`).
     public mutating func wait() -> Int32 {
         waitForTermination().status
     }

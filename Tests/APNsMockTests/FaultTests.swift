@@ -139,9 +139,12 @@ struct FaultTests {
             let responses = try H2Client.send((0..<200).map { .push(token: deviceToken($0)) }, port: port, options: options)
             #expect(responses.allSatisfy { $0.status == 200 })
             #expect(server.stats.accepted == 200)
-            // Requests read together come due in the same millisecond; one write each was the old way.
+            // Requests read together come due in the same millisecond; one write each was the old
+            // way. How many requests one read finds depends on how the two sides are scheduled (a
+            // loaded host gave 113 writes where a quiet one gives a few), so the bound is the old
+            // way's count, not a share of it.
             #expect(server.stats.delayedAnswerWrites >= 1)
-            #expect(server.stats.delayedAnswerWrites <= 100, "\(server.stats.delayedAnswerWrites) writes for 200 delayed answers")
+            #expect(server.stats.delayedAnswerWrites < 200, "\(server.stats.delayedAnswerWrites) writes for 200 delayed answers")
         }
     }
 

@@ -30,16 +30,16 @@ import Testing
         return (a, b)
     }
 
-    /// Starts A and B, and waits until both registered and each has read the other: the
-    /// disagreement is known.
+    /// Starts A and B, and waits until both registered, each has read the other and holds
+    /// (`sending_held`, logged once the hold is on; the disagreement's own line comes before it).
     static func startDisagreeing(_ fleet: TwoInstanceFleet) throws -> (a: TLSFailurePausesAppTests.Daemon, b: ChildProcess) {
         let configs = try writeConfigs(fleet)
         let logA = fleet.harness.directory + "/a.log", logB = fleet.harness.directory + "/b.log"
         let a = try TLSFailurePausesAppTests.Daemon(config: configs.a, log: logA)
         let b = try fleet.start(config: configs.b, log: logB)
         #expect(DaemonHarness.wait(seconds: 30) {
-            TwoInstanceFleet.text(logA).contains("app_environment_disagreement")
-                && TwoInstanceFleet.text(logB).contains("app_environment_disagreement")
+            TwoInstanceFleet.text(logA).contains("\"event\":\"sending_held\"")
+                && TwoInstanceFleet.text(logB).contains("\"event\":\"sending_held\"")
         }, "a: \(TwoInstanceFleet.text(logA))\nb: \(TwoInstanceFleet.text(logB))")
         return (a, b)
     }
@@ -173,9 +173,10 @@ import Testing
                 SELECT count(*) FROM pushd.channels WHERE state = 'pending_create' AND environment IS NULL AND starts_with(outcome, 'sending held: ')
                 """) == 1, "\(rows())")
 
-            // B stops: A's heartbeats end the hold, and A sends both to production, once.
+            // B stops: A's heartbeats end the hold and make both due at once (not when their 30 s
+            // wait ends, some 25 s after the stop), and A sends both to production, once.
             TwoInstanceFleet.stop(b)
-            #expect(try DaemonHarness.wait(seconds: 30) {
+            #expect(try DaemonHarness.wait(seconds: 18) {
                 try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
                     && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.channels WHERE state = 'active' AND environment = 'production'") == 1
             }, "\(rows())\n\(a.text)")

@@ -35,10 +35,15 @@ struct TestCertificates: Sendable {
     }
 
     static func run(_ executable: String, _ arguments: [String]) throws(TestServerError) {
-        let pid = try spawn(executable, arguments, stdoutPath: "/dev/null")
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
-        guard status == 0 else { throw .launchFailed("\(executable) \(arguments.joined(separator: " ")) exited with status \(status)") }
+        var child: Subprocess
+        do {
+            child = try Subprocess.start([executable] + arguments, output: .discard, error: .discard)
+        } catch {
+            throw .launchFailed("\(error)")
+        }
+        // A failed wait is no success (`Termination.unknown`), as a zero status read after one was.
+        let termination = child.waitForTermination()
+        guard termination == .exited(0) else { throw .launchFailed("\(executable) \(arguments.joined(separator: " ")) \(termination)") }
     }
 }
 

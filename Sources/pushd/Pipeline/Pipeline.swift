@@ -345,11 +345,12 @@ final class Pipeline: @unchecked Sendable {
             let environment = app.environment.rawValue
             if apps.contains(app.name) {
                 let why = "live instances disagree on the configured environment (apps[].environment) of app \(app.name), "
-                    + "this one has \(environment): a notification that names no environment, to a token registered without one, "
+                    + "this one has \(environment): a notification that names no environment, to a token registered without one "
+                    + "(or a broadcast or channel request that names none, to a channel pushd has no environment of), "
                     + "would go to the host of whichever instance claimed it; it is kept, unsent and with no attempt spent, "
                     + "until every live instance has the same environment for the app (pushd status shows which instance has which)"
                 guard sender.holdForEnvironmentDisagreement(why) else { continue }
-                context.logger.warning("sending of app \(app.name)'s notifications that name no environment, to tokens registered without one, is held: \(why); those naming an environment, or to a token registered with one, are sent",
+                context.logger.warning("sending of app \(app.name)'s notifications that name no environment, to tokens registered without one, and its broadcasts and channel requests that name none, is held: \(why); those naming an environment, or to a token registered with one, are sent",
                                        ("event", "sending_held"), ("app", .string(app.name)), ("environment", .string(environment)),
                                        ("reason", .string(AppSender.environmentDisagreementReason)))
             } else if sender.holdForEnvironmentDisagreement(nil) {
