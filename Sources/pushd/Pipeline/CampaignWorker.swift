@@ -813,6 +813,12 @@ final class CampaignWorker: @unchecked Sendable {
             let target: Int
             if let paced = run.paced {
                 run.paced = nil
+                // Reserved before the campaign's apns-expiration passed, due after it: not sent.
+                if expired {
+                    fail(run, paced.target, OutcomePolicy.expiredLabel)
+                    context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
+                    continue
+                }
                 target = paced.target
             } else {
                 guard let next = run.takeNextTarget(now: now) else { break }
@@ -1377,13 +1383,17 @@ final class CampaignWorker: @unchecked Sendable {
                 again(target, at: held, reason: "TooManyRequests: the device token is throttled")
                 continue
             }
-            if OutcomePolicy.expiredBeforeSending(expiration, now: Timestamp()) != nil {
+            /// Fails `target` when the campaign's apns-expiration has passed: asked before its
+            /// credentials and again after the cap's wait, which can outlast it.
+            func failedExpired() -> Bool {
+                guard OutcomePolicy.expiredBeforeSending(expiration, now: Timestamp()) != nil else { return false }
                 outcomes.failed(target, reason: OutcomePolicy.expiredLabel)
                 context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: OutcomePolicy.expiredLabel).increment()
                 context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
                 context.tally.add(context.tally.failed)
-                continue
+                return true
             }
+            if failedExpired() { continue }
             // Parked with the environment it was first sent to (or left for).
             let environment = sender.environment(job: target.environment, registered: nil)
             if sender.app.credentials(for: environment) == nil {
@@ -1399,7 +1409,10 @@ final class CampaignWorker: @unchecked Sendable {
             if let rate {
                 switch limiter.reserve(campaign: batch.campaignID, rate: rate, now: now, notAfter: sendBy) {
                 case .wait(let wait):
-                    if wait > 0 { takeAnswers(until: now + wait, untilAnswered: false) }
+                    if wait > 0 {
+                        takeAnswers(until: now + wait, untilAnswered: false)
+                        if failedExpired() { continue }
+                    }
                 case .beyond(let wait):
                     // The other workers have taken the cap's sends up to past this batch's time:
                     // the rest stay parked, and this worker claims again when a send is in reach
