@@ -5,7 +5,8 @@ import Testing
 
 /// The real pushd process: a campaign target whose notification the rules refuse (here a payload
 /// imported past `pushd campaign import`'s check, over the push type's limit) fails with the
-/// label `Invalid`, and the log says what to fix, once a minute per campaign with the count.
+/// label `Invalid`, and the log says what to fix, once a minute per campaign with the count;
+/// the summary line counts them with the other dead letters.
 @Suite(.serialized) struct CampaignTargetRefusedTests {
     @Test func aTargetRefusedAtSendIsLoggedWithItsDetail() throws {
         try IsolatedDatabase.with { database in
@@ -21,7 +22,12 @@ import Testing
             #expect(try store.importTargets(connection, campaignID: id, targets: targets).imported == 3)
             #expect(try store.start(connection, id: id) == .running)
 
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            let config = try harness.writeConfigFile()
+            // A summary every 2 s, which counts what was given up on.
+            let yaml = try String(contentsOfFile: config, encoding: .utf8)
+                .replacingOccurrences(of: "  level: info\n", with: "  level: info\n  summary_interval_s: 2\n")
+            try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: harness.directory + "/pushd.log")
             #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done },
                     "\(daemon.text.suffix(3000))")
             let campaign = try #require(try store.campaign(connection, id: id))
@@ -36,6 +42,14 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 10) {
                 daemon.metrics().contains(#"pushd_dead_letters_total{app="shop",lane="campaign",reason="Invalid"} 2"#)
             }, "\(daemon.metrics().split(separator: "\n").filter { $0.contains("dead_letters") })")
+            // The summary line counts them too, as it counts every lane's dead letters.
+            func invalidInSummaries() -> Int {
+                daemon.text.split(separator: "\n").filter { $0.contains(#""event":"summary""#) }.reduce(0) { sum, line in
+                    guard let range = line.range(of: #""dead_letters_by_reason":"Invalid="#) else { return sum }
+                    return sum + (Int(line[range.upperBound...].prefix { $0.isNumber }) ?? 0)
+                }
+            }
+            #expect(DaemonHarness.wait(seconds: 10) { invalidInSummaries() == 2 }, "\(daemon.text.suffix(3000))")
         }
     }
 }

@@ -331,7 +331,6 @@ final class CampaignWorker: @unchecked Sendable {
     /// `authorization` is the value the request carried.
     private func handle(_ verdict: Verdict, of outcome: SendOutcome, app: String, token: @autoclosure () -> String, pushType: String,
                         sender: AppSender, environment: PushdConfig.Environment, authorization: String?) -> Handled {
-        context.operatorLog.record(outcome, app: app, environment: environment.rawValue, lane: "campaign")
         let verdict = context.environmentKeyVerdict(context.forbiddenVerdict(verdict, sender: sender, environment: environment, lane: Lane.campaign.rawValue),
                                                     sender: sender, environment: environment, carried: authorization)
         switch verdict {
@@ -354,9 +353,7 @@ final class CampaignWorker: @unchecked Sendable {
             return .retry(at: at, reason: reason, countsAsAttempt: countsAsAttempt)
         case .dead:
             sender.countAnswer(outcome, environment: environment)
-            context.metrics.deadLetter(app: app, lane: Lane.campaign.rawValue, reason: outcome.label).increment()
-            context.operatorLog.deadLettered(reason: outcome.label)
-            context.tally.add(context.tally.failed)
+            counted(failure: outcome.label, app: app)
             return .failed(outcome.label)
         case .pauseApp(let reason):
             sender.countAnswer(outcome, environment: environment)
@@ -783,7 +780,6 @@ final class CampaignWorker: @unchecked Sendable {
                                               reason: Self.setAsideReason, waitsForAPNs: true))
         case .giveUp:
             fail(run, target, OutcomePolicy.expiredLabel)
-            context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
         }
     }
 
@@ -816,7 +812,6 @@ final class CampaignWorker: @unchecked Sendable {
                 // Reserved before the campaign's apns-expiration passed, due after it: not sent.
                 if expired {
                     fail(run, paced.target, OutcomePolicy.expiredLabel)
-                    context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
                     continue
                 }
                 target = paced.target
@@ -824,7 +819,6 @@ final class CampaignWorker: @unchecked Sendable {
                 guard let next = run.takeNextTarget(now: now) else { break }
                 if expired {
                     fail(run, next, OutcomePolicy.expiredLabel)
-                    context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
                     continue
                 }
                 // Before the cap's reservation: a target left to another instance takes no share of
@@ -1029,7 +1023,13 @@ final class CampaignWorker: @unchecked Sendable {
     /// credentials for its host anywhere in the fleet) fails at once.
     private func fail(_ run: ChunkRun, _ target: Int, _ reason: String) {
         run.resolve(target, .failed(reason))
-        context.metrics.deadLetter(app: run.chunk.app, lane: Lane.campaign.rawValue, reason: reason).increment()
+        counted(failure: reason, app: run.chunk.app)
+    }
+
+    /// A target failed unsent or given up on: counted in the metric, the summary line and the tally.
+    private func counted(failure reason: String, app: String) {
+        context.metrics.deadLetter(app: app, lane: Lane.campaign.rawValue, reason: reason).increment()
+        context.operatorLog.deadLettered(reason: reason)
         context.tally.add(context.tally.failed)
     }
 
@@ -1047,6 +1047,9 @@ final class CampaignWorker: @unchecked Sendable {
         // or a throttle, read in place from the run.
         let environment = run.environments[target]
         let outcome = run.sender.outcome(of: result, environment: environment)
+        // Counted before the verdict, as in the other lanes: the answer that shows APNs down
+        // waits for it like the ones after it, not on its own short backoff.
+        context.operatorLog.record(outcome, app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
         // Asked only of an answer that retries for APNs's sake: most answers take no lock for it.
         var down: Bool?
         let apnsDown = { [context] () -> Bool in
@@ -1324,8 +1327,7 @@ final class CampaignWorker: @unchecked Sendable {
             case .deadLetter:
                 let label = AppSender.NoCredentials(app: batch.app, environment: environment).label
                 outcomes.failed(target, reason: label)
-                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: label).increment()
-                context.tally.add(context.tally.failed)
+                counted(failure: label, app: batch.app)
             }
         }
 
@@ -1388,9 +1390,7 @@ final class CampaignWorker: @unchecked Sendable {
             func failedExpired() -> Bool {
                 guard OutcomePolicy.expiredBeforeSending(expiration, now: Timestamp()) != nil else { return false }
                 outcomes.failed(target, reason: OutcomePolicy.expiredLabel)
-                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: OutcomePolicy.expiredLabel).increment()
-                context.operatorLog.deadLettered(reason: OutcomePolicy.expiredLabel)
-                context.tally.add(context.tally.failed)
+                counted(failure: OutcomePolicy.expiredLabel, app: batch.app)
                 return true
             }
             if failedExpired() { continue }
@@ -1437,8 +1437,7 @@ final class CampaignWorker: @unchecked Sendable {
                     continue
                 }
                 outcomes.failed(target, reason: reason)
-                context.metrics.deadLetter(app: batch.app, lane: Lane.campaign.rawValue, reason: reason).increment()
-                context.tally.add(context.tally.failed)
+                counted(failure: reason, app: batch.app)
                 continue
             }
             let authorization: String?
@@ -1458,6 +1457,7 @@ final class CampaignWorker: @unchecked Sendable {
 
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome, authorization: String?) {
             let environment = sender.environment(job: target.environment, registered: nil)
+            context.operatorLog.record(outcome, app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
             let verdict = context.notForTopicVerdict(
                 policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
                                firstAttemptAt: target.firstAttemptAt, now: Timestamp(),
