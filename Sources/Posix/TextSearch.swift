@@ -26,6 +26,19 @@ extension StringProtocol {
         range(ofText: needle) != nil
     }
 
+    /// The pieces between the occurrences of `separator`, left to right and not overlapping
+    /// (one piece, the whole text, when there is none).
+    public func pieces(separatedBy separator: some StringProtocol) -> [String] {
+        var pieces: [String] = []
+        var rest = self[...]
+        while let found = rest.range(ofText: separator) {
+            pieces.append(String(rest[..<found.lowerBound]))
+            rest = rest[found.upperBound...]
+        }
+        pieces.append(String(rest))
+        return pieces
+    }
+
     /// A copy with every occurrence of `needle`, left to right and not overlapping, replaced
     /// by `replacement`.
     public func replacing(text needle: some StringProtocol, with replacement: some StringProtocol) -> String {

@@ -186,7 +186,17 @@ struct FleetReport: Sendable {
         }
         for record in live {
             for (app, detail) in record.apnsUnavailable.sorted(by: { $0.key < $1.key }) {
-                problems.append("APNs is not taking notifications of app \(app) on \(record.registration.id): \(detail)")
+                // A lane that cannot set up its connections (`PipelineContext.connectionSetupFailures`)
+                // is this host's failure, not APNs's: said apart.
+                let entries = detail.pieces(separatedBy: "; ")
+                let unconnected = entries.filter { $0.contains(text: PipelineContext.cannotConnectMarker) }
+                let outage = entries.filter { !$0.contains(text: PipelineContext.cannotConnectMarker) }
+                if !outage.isEmpty {
+                    problems.append("APNs is not taking notifications of app \(app) on \(record.registration.id): \(outage.joined(separator: "; "))")
+                }
+                if !unconnected.isEmpty {
+                    problems.append("app \(app) cannot connect to APNs on \(record.registration.id), its notifications are kept: \(unconnected.joined(separator: "; "))")
+                }
             }
         }
         for row in campaigns {

@@ -185,6 +185,8 @@ enum RunCommand {
                     // An app APNs takes nothing of makes the process not ready, naming it: its
                     // notifications are kept but nothing is delivered.
                     let outages = pipeline.context.apnsUnavailable()
+                    // A lane that cannot set up its connections (a CA file unreadable now) sends nothing there.
+                    let unconnected = pipeline.context.connectionSetupFailures()
                     if let stall = watchdog.stallDetail {
                         // Another session waits on the database while this one got an answer.
                         server.setReady(false, detail: stall)
@@ -199,9 +201,13 @@ enum RunCommand {
                         server.setReady(false, detail: "sending is paused for "
                                         + untrusted.map { "app \($0.app) (\($0.reason))" }.joined(separator: ", ")
                                         + "; its notifications are kept; fix it and send SIGHUP")
-                    } else if !outages.isEmpty {
-                        server.setReady(false, detail: "APNs is not taking notifications of "
-                                        + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", "))
+                    } else if !unconnected.isEmpty || !outages.isEmpty {
+                        let cannotConnect = unconnected.isEmpty ? nil : "cannot connect to APNs for "
+                            + unconnected.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", ")
+                            + "; its notifications are kept and tried again every 10 s"
+                        let notTaking = outages.isEmpty ? nil : "APNs is not taking notifications of "
+                            + outages.sorted { $0.key < $1.key }.map { "app \($0.key) (\($0.value))" }.joined(separator: ", ")
+                        server.setReady(false, detail: [cannotConnect, notTaking].compactMap { $0 }.joined(separator: "; "))
                     } else {
                         // Ready (the rest sends), but named: this work is dead-lettered.
                         let unserved = pipeline.context.coverage.unserved()

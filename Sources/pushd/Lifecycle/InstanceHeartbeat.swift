@@ -103,7 +103,8 @@ final class InstanceHeartbeat: @unchecked Sendable {
                       }
                       return paused
                   },
-                  apnsUnavailable: { context.apnsUnavailable() },
+                  // Connections that cannot be set up block the app's sending too: named with the outages.
+                  apnsUnavailable: { context.apnsUnavailable().merging(context.connectionSetupFailures()) { "\($0); \($1)" } },
                   coverage: context.coverage,
                   onDisagreements: { pipeline.holdEnvironmentDisagreements($0) },
                   onDatabaseError: { context.databaseError($0) })

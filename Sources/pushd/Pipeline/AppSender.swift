@@ -126,6 +126,18 @@ final class AppSender: @unchecked Sendable {
         }
     }
 
+    /// Connections for an app and environment could not be set up (a file of the
+    /// configuration unreadable now, libcurl refusing a setting): nothing was sent, so the work
+    /// waits, unspent, and the failure is logged. It says nothing of the app's credentials, so
+    /// it pauses nothing: the app's other lanes, whose connections are set up apart, may well
+    /// be sending.
+    struct ConnectionSetupFailed: Error, CustomStringConvertible {
+        /// The `reason` of `pushd_retries_total` for such a wait, in every lane.
+        static let label = "connection_setup"
+        var message: String
+        var description: String { "cannot connect: \(message)" }
+    }
+
     /// - Parameter makeClient: a new client for an environment and lane, nil when the app has no
     ///   credentials there. The app's own environment's are made now, so a setup error stops
     ///   `run` at start.

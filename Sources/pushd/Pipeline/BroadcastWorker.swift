@@ -25,6 +25,9 @@ final class BroadcastWorker: @unchecked Sendable {
     private var dispatchers: [DispatcherKey: HTTP2Dispatcher] = [:]
     /// The certificate each certificate app's dispatcher presents, to hand it a renewed one.
     private var presented: [DispatcherKey: ClientIdentity] = [:]
+    /// Connections that could not be set up, with the failure and when to try again
+    /// (monotonic seconds): the rows claimed meanwhile wait with it, without a line each.
+    private var setupFailures: [DispatcherKey: (retryAt: Double, failure: AppSender.ConnectionSetupFailed)] = [:]
     private let results = BlockingResults()
     private var nextTag: UInt64 = 0
     private var random = SystemRandom()
@@ -226,7 +229,12 @@ final class BroadcastWorker: @unchecked Sendable {
             let dispatchRequest = try DispatchRequest(
                 method: DispatchRequest.Method(rawValue: request.method) ?? .post, path: request.path,
                 headerLines: request.headerFields(authorization: authorization).map(\.line), body: request.body)
-            sent = dispatch(dispatchRequest, sender: sender, environment: environment, management: true)
+            sent = try dispatch(dispatchRequest, sender: sender, environment: environment, management: true)
+        } catch let failed as AppSender.ConnectionSetupFailed {
+            count("none", "connection_setup")
+            try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(Self.setupRetrySeconds),
+                                     outcome: failed.description, countsAsAttempt: false)
+            return
         } catch {
             count("none", "provider_token")
             try channels.recordRetry(connection, id: operation.id, runAt: Timestamp().addingTimeInterval(30),
@@ -373,7 +381,12 @@ final class BroadcastWorker: @unchecked Sendable {
             let request = try DispatchRequest(path: broadcast.path,
                                               headerLines: broadcast.headerFields(authorization: authorization).map(\.line),
                                               body: broadcast.payload)
-            sent = dispatch(request, sender: sender, environment: environment, management: false)
+            sent = try dispatch(request, sender: sender, environment: environment, management: false)
+        } catch let failed as AppSender.ConnectionSetupFailed {
+            context.metrics.retry(app: job.app, lane: Self.lane, reason: AppSender.ConnectionSetupFailed.label).increment()
+            try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(Self.setupRetrySeconds),
+                                 error: failed.description, countsAsAttempt: false)
+            return
         } catch {
             try broadcasts.retry(connection, id: job.id, runAt: Timestamp().addingTimeInterval(30),
                                  error: "could not sign the provider token: \(error)", countsAsAttempt: false)
@@ -476,20 +489,34 @@ final class BroadcastWorker: @unchecked Sendable {
         environment == .production ? .production : .sandbox
     }
 
+    /// Seconds before a broadcast or channel request whose connections could not be set up is
+    /// tried again: as a transactional job or a campaign target waits for the same failure.
+    static let setupRetrySeconds = 10.0
+
     /// Sends one request on the app's dispatcher for that environment and API and waits for
     /// its result (by the answer deadline, which the engine enforces).
     private func dispatch(_ request: DispatchRequest, sender: AppSender, environment: APNsEnvironment,
-                          management: Bool) -> (outcome: SendOutcome, response: Response?) {
+                          management: Bool) throws(AppSender.ConnectionSetupFailed) -> (outcome: SendOutcome, response: Response?) {
         let key = DispatcherKey(app: sender.app.name, environment: environment, management: management)
         let dispatcher: HTTP2Dispatcher
         if let existing = dispatchers[key] {
             dispatcher = existing
         } else {
+            let now = RateLimiter.monotonicSeconds()
+            if let failed = setupFailures[key], now < failed.retryAt { throw failed.failure }
             do {
                 dispatcher = try makeDispatcher(app: sender.app, environment: environment, management: management)
             } catch {
-                return (.tlsRefused("cannot set up connections for \(management ? "channel management" : "broadcasts"): \(error)"), nil)
+                let what = management ? "channel requests" : "broadcasts"
+                context.logger.error("cannot set up sending \(what) for app \(sender.app.name) to \(environment.rawValue): \(error); they wait and are tried again in \(Int(Self.setupRetrySeconds)) s",
+                                     ("app", .string(sender.app.name)), ("environment", .string(environment.rawValue)), ("lane", .string(management ? Self.channelsLane : Self.lane)))
+                let failure = AppSender.ConnectionSetupFailed(message: "\(error)")
+                setupFailures[key] = (now + Self.setupRetrySeconds, failure)
+                context.connectionSetupFailed(app: sender.app.name, lane: management ? Self.channelsLane : Self.lane,
+                                              environment: environment.rawValue, error: failure.message)
+                throw failure
             }
+            setupFailures[key] = nil
             dispatchers[key] = dispatcher
         }
         // A certificate renewed by a reload (`Pipeline.replaceCertificate`) reaches the app's

@@ -431,6 +431,10 @@ final class CampaignWorker: @unchecked Sendable {
 
     /// How long a campaign whose chunk could not be started waits before its next lease.
     static let startFailureDeferral = 5.0
+
+    /// Seconds before a target whose connections could not be set up is tried again, and its
+    /// campaign leased again (`AppSender.ConnectionSetupFailed`).
+    static let setupRetrySeconds = 10.0
     private var startFailureLines = LogGate<Int64>(quietSeconds: 60)
 
     /// Takes a leased chunk on: a run to send, or released at once when its app cannot send here.
@@ -949,6 +953,16 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 continue
             }
+            // Connections there failed moments ago: the target waits with that failure.
+            if let retryAt = run.setupFailedUntil[environment] {
+                let now = RateLimiter.monotonicSeconds()
+                if now < retryAt {
+                    context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                    run.retries.append(ChunkRun.Retry(at: retryAt, target: target, dueAt: Timestamp().addingTimeInterval(retryAt - now),
+                                                      reason: run.setupFailure))
+                    continue
+                }
+            }
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .campaign)
@@ -956,9 +970,25 @@ final class CampaignWorker: @unchecked Sendable {
                 noCredentials(run, target, missing.environment)
                 continue
             } catch {
-                context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)", ("app", .string(chunk.app)))
-                run.retries.append(ChunkRun.Retry(at: 0, target: target))
+                context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)",
+                                     ("app", .string(chunk.app)), ("lane", .string(Lane.campaign.rawValue)), ("environment", .string(environment.rawValue)))
+                context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
+                context.connectionSetupFailed(app: chunk.app, lane: Lane.campaign.rawValue, environment: environment.rawValue, error: failed.message)
+                let retryAt = RateLimiter.monotonicSeconds() + Self.setupRetrySeconds
+                run.retries.append(ChunkRun.Retry(at: retryAt, target: target, dueAt: Timestamp().addingTimeInterval(Self.setupRetrySeconds),
+                                                  reason: failed.description))
+                if !chunk.targets.environments.isEmpty {
+                    // Targets of both environments: the other one's go on; this one's wait.
+                    run.setupFailedUntil[environment] = retryAt
+                    run.setupFailure = failed.description
+                    continue
+                }
+                // Parked with the chunk's retries, due in 10 s as a job's is, and the campaign
+                // leased again no sooner: released and leased at once, the chunk came back at
+                // every turn of the worker, one target and one error line each time.
                 run.stopSubmitting = true
+                run.setupFailed = true
                 break
             }
             let authorization: String?
@@ -1177,6 +1207,9 @@ final class CampaignWorker: @unchecked Sendable {
         let complete = run.watermark == run.count
         let directive: ChunkDirective
         do {
+            // Put off before the release: released first, another worker could lease the chunk
+            // in between and fail on its connections at once too.
+            if run.setupFailed { try store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.setupRetrySeconds) }
             if complete {
                 directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
             } else {
@@ -1368,6 +1401,9 @@ final class CampaignWorker: @unchecked Sendable {
             }
         }
 
+        // Connections that could not be set up for an environment are not tried again within
+        // the batch: its other targets there wait the same way, under one line.
+        var setupFailed = [PushdConfig.Environment: AppSender.ConnectionSetupFailed]()
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
             // The session ended and this target was not taken back, or the retake has not
@@ -1398,6 +1434,12 @@ final class CampaignWorker: @unchecked Sendable {
             let environment = sender.environment(job: target.environment, registered: nil)
             if sender.app.credentials(for: environment) == nil {
                 leaveOrFail(target, environment)
+                continue
+            }
+            // Before the cap's reservation: a target that cannot go takes no share of the pace.
+            if let failed = setupFailed[environment] {
+                context.metrics.retry(app: batch.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                again(target, at: Timestamp().addingTimeInterval(Self.setupRetrySeconds), reason: failed.description)
                 continue
             }
             let now = RateLimiter.monotonicSeconds()
@@ -1440,15 +1482,27 @@ final class CampaignWorker: @unchecked Sendable {
                 counted(failure: reason, app: batch.app)
                 continue
             }
-            let authorization: String?
+            let client: APNsClient
             do {
-                authorization = try sender.client(for: environment, lane: .campaign)
-                    .submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+                client = try sender.client(for: environment, lane: .campaign)
             } catch let missing as AppSender.NoCredentials {
                 leaveOrFail(target, missing.environment)
                 continue
             } catch {
-                context.logger.error("cannot send for app \(batch.app) to \(environment.rawValue): \(error)", ("app", .string(batch.app)))
+                context.logger.error("cannot set up sending for app \(batch.app) to \(environment.rawValue): \(error)",
+                                     ("app", .string(batch.app)), ("lane", .string(Lane.campaign.rawValue)), ("environment", .string(environment.rawValue)))
+                context.metrics.retry(app: batch.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
+                setupFailed[environment] = failed
+                context.connectionSetupFailed(app: batch.app, lane: Lane.campaign.rawValue, environment: environment.rawValue, error: failed.message)
+                again(target, at: Timestamp().addingTimeInterval(Self.setupRetrySeconds), reason: failed.description)
+                continue
+            }
+            let authorization: String?
+            do {
+                authorization = try client.submit(notification, tag: CompletionQueue.tag(worker: index, generation: generation, index: position))
+            } catch {
+                context.logger.error("cannot build a request for app \(batch.app): \(error)", ("app", .string(batch.app)))
                 again(target, at: Timestamp().addingTimeInterval(10))
                 continue
             }

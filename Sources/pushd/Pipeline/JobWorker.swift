@@ -206,6 +206,9 @@ final class JobWorker: @unchecked Sendable {
         var outcomes = JobOutcomes()
         var prunes = [Int64: TokenPrune]()
         var inFlight = [Int: InFlight]()
+        // A lane's connections that could not be set up for an app and environment are not
+        // tried again within the batch: its other jobs there wait the same way, under one line.
+        var setupFailures = [String: AppSender.ConnectionSetupFailed]()
         for (position, job) in batch.jobs.enumerated() {
             // The claim returns only configured apps; should one slip through, it stays
             // queued for an instance that knows it rather than being given up.
@@ -266,6 +269,12 @@ final class JobWorker: @unchecked Sendable {
                 planSweep(sender, AppSender.topicKey(notification.topic, environment))
                 continue
             }
+            // No key is made for a job while every setup went through, the common case.
+            if !setupFailures.isEmpty, let failed = setupFailures[job.app + "\u{0}" + environment.rawValue] {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10), error: failed.description, countsAsAttempt: false))
+                context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                continue
+            }
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .transactional)
@@ -281,9 +290,13 @@ final class JobWorker: @unchecked Sendable {
                 }
                 continue
             } catch {
-                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10),
-                                                 error: "cannot connect: \(error)", countsAsAttempt: false))
-                context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)", ("app", .string(job.app)))
+                let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
+                setupFailures[job.app + "\u{0}" + environment.rawValue] = failed
+                context.connectionSetupFailed(app: job.app, lane: Lane.transactional.rawValue, environment: environment.rawValue, error: failed.message)
+                outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10), error: failed.description, countsAsAttempt: false))
+                context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)",
+                                     ("app", .string(job.app)), ("lane", .string(Lane.transactional.rawValue)), ("environment", .string(environment.rawValue)))
                 continue
             }
             let authorization: String?

@@ -37,6 +37,49 @@ final class PipelineContext: @unchecked Sendable {
     /// lane (`CampaignWorker.stopWhileDown`): the workers' leases pass them over while those
     /// environments stay down, their unsent targets left in their chunks.
     let campaignsWaitingForAPNs = Lock<[Int64: CampaignWorker.WaitForAPNs]>([:])
+    /// The lanes whose connections to APNs could not be set up lately (`AppSender.ConnectionSetupFailed`),
+    /// with the error and when it was last seen (monotonic seconds), by app, lane and environment.
+    private let setupFailures = Lock<[SetupFailureKey: (error: String, at: Double)]>([:])
+
+    private struct SetupFailureKey: Hashable {
+        var app: String
+        var lane: String
+        var environment: String
+    }
+
+    /// What tells a connection setup failure from an outage among an app's entries of
+    /// `pushd.instances.apns_unavailable` ("campaign lane cannot connect to sandbox: …").
+    static let cannotConnectMarker = " lane cannot connect to "
+
+    /// How long a connection setup failure is reported after it was last seen: the work it
+    /// holds tries again every 10 s while it lasts.
+    static let setupFailureReportSeconds = 30.0
+
+    /// A lane of `app` could not set up its connections to `environment`: its work waits and
+    /// tries again, and `/readyz` and `pushd status` name it until it has not failed for
+    /// `setupFailureReportSeconds`.
+    func connectionSetupFailed(app: String, lane: String, environment: String, error: String) {
+        let now = RateLimiter.monotonicSeconds()
+        setupFailures.withLock { $0[SetupFailureKey(app: app, lane: lane, environment: environment)] = (error, now) }
+    }
+
+    /// App → "lane lane cannot connect to environment: error" (joined by "; ") for every
+    /// connection setup failure seen within `setupFailureReportSeconds`.
+    func connectionSetupFailures() -> [String: String] {
+        let now = RateLimiter.monotonicSeconds()
+        let recent = setupFailures.withLock { failures -> [(SetupFailureKey, String)] in
+            guard !failures.isEmpty else { return [] }
+            failures = failures.filter { now - $0.value.at < Self.setupFailureReportSeconds }
+            return failures.map { ($0.key, $0.value.error) }
+        }
+        var byApp = [String: String]()
+        for (key, error) in recent.sorted(by: { ($0.0.app, $0.0.lane, $0.0.environment) < ($1.0.app, $1.0.lane, $1.0.environment) }) {
+            let entry = "\(key.lane)\(Self.cannotConnectMarker)\(key.environment): \(error)"
+            byApp[key.app] = byApp[key.app].map { "\($0); \(entry)" } ?? entry
+        }
+        return byApp
+    }
+
     /// One `campaign_waiting_for_apns` and one `campaign_apns_back` line per app a minute, the
     /// others counted (`CampaignWorker.APNsWaitLine`).
     let campaignAPNsLines = Lock<LogGate<CampaignWorker.APNsWaitLine>>(LogGate())
