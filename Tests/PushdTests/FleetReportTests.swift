@@ -182,6 +182,21 @@ import Testing
         #expect(report.problems == ["app shop is paused on a/10: InvalidProviderToken"])
     }
 
+    /// A lane that cannot set up its connections rides in `apns_unavailable` beside the
+    /// outages: listed as this host's failure, not as APNs's, even when its error text has the
+    /// entries' separator "; " in it (OpenSSL's queued errors are joined so).
+    @Test func aLaneThatCannotConnectIsNotCalledAnAPNsOutage() {
+        var record = Self.instance("a")
+        record.apnsUnavailable = ["shop": "campaign lane in sandbox: HTTP 503 ServiceUnavailable; "
+                                  + "broadcast lane cannot connect to production: cannot load the certificate: error A; error B"]
+        let report = FleetReport(Self.snapshot([record]))
+        #expect(report.problems == [
+            "APNs is not taking notifications of app shop on a/10: campaign lane in sandbox: HTTP 503 ServiceUnavailable",
+            "app shop cannot connect to APNs on a/10, its notifications are kept: broadcast lane cannot connect to production: cannot load the certificate: error A; error B",
+        ], "\(report.problems)")
+        #expect(report.exitCode == 1)
+    }
+
     /// A held scope travels in the heartbeat's `paused` map as "app scope": it degrades the
     /// fleet, and is shown as a scope of its app rather than as an app of that name.
     @Test func aHeldScopeDegradesAndIsShownAsAScopeOfItsApp() throws {

@@ -188,7 +188,7 @@ struct FleetReport: Sendable {
             for (app, detail) in record.apnsUnavailable.sorted(by: { $0.key < $1.key }) {
                 // A lane that cannot set up its connections (`PipelineContext.connectionSetupFailures`)
                 // is this host's failure, not APNs's: said apart.
-                let entries = detail.pieces(separatedBy: "; ")
+                let entries = Self.entries(ofAPNsUnavailable: detail)
                 let unconnected = entries.filter { $0.contains(text: PipelineContext.cannotConnectMarker) }
                 let outage = entries.filter { !$0.contains(text: PipelineContext.cannotConnectMarker) }
                 if !outage.isEmpty {
@@ -267,6 +267,25 @@ struct FleetReport: Sendable {
     /// another campaign of an app the same instances serve has chunks being sent; with none, the
     /// workers are not taking chunks at all (most often they cannot reach the database), and
     /// more workers would not help.
+    /// The lanes an `apns_unavailable` entry may name.
+    static let laneNames = Lane.allCases.map(\.rawValue) + [BroadcastWorker.lane, BroadcastWorker.channelsLane]
+
+    /// An app's `apns_unavailable` text split into its entries ("campaign lane in sandbox: …",
+    /// "broadcast lane cannot connect to sandbox: …"), joined by "; ": a piece that does not
+    /// start with a lane's name belongs to the entry before it (an error text with "; " in it,
+    /// as OpenSSL's queued errors are joined).
+    static func entries(ofAPNsUnavailable detail: String) -> [String] {
+        var entries: [String] = []
+        for piece in detail.pieces(separatedBy: "; ") {
+            if let last = entries.last, !Self.laneNames.contains(where: { piece.hasPrefix($0 + " lane") }) {
+                entries[entries.count - 1] = last + "; " + piece
+            } else {
+                entries.append(piece)
+            }
+        }
+        return entries
+    }
+
     static func waitingForWorkerCause(_ row: CampaignRow, campaigns: [CampaignRow], live: [InstanceRecord]) -> String {
         let progress = row.campaign.progress
         let servers = live.filter { $0.registration.apps.contains(progress.app) }

@@ -841,6 +841,17 @@ final class CampaignWorker: @unchecked Sendable {
                     setAsideWhileDown(run, next)
                     continue
                 }
+                // Its connections failed moments ago (a chunk that goes on with the other
+                // environment): it waits with that failure, taking no share of the pace.
+                if let failed = run.setupFailedUntil[run.environments[next]] {
+                    let now = RateLimiter.monotonicSeconds()
+                    if now < failed.at {
+                        context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+                        run.retries.append(ChunkRun.Retry(at: failed.at, target: next, dueAt: Timestamp().addingTimeInterval(failed.at - now),
+                                                          reason: failed.failure))
+                        continue
+                    }
+                }
                 if let rate = run.rate {
                     // A send due within the pacing slice goes with the batch being built; one due
                     // later waits in `paced` while the batch is sent. So a capped run wakes the
@@ -953,16 +964,6 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 continue
             }
-            // Connections there failed moments ago: the target waits with that failure.
-            if let retryAt = run.setupFailedUntil[environment] {
-                let now = RateLimiter.monotonicSeconds()
-                if now < retryAt {
-                    context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
-                    run.retries.append(ChunkRun.Retry(at: retryAt, target: target, dueAt: Timestamp().addingTimeInterval(retryAt - now),
-                                                      reason: run.setupFailure))
-                    continue
-                }
-            }
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .campaign)
@@ -978,10 +979,12 @@ final class CampaignWorker: @unchecked Sendable {
                 let retryAt = RateLimiter.monotonicSeconds() + Self.setupRetrySeconds
                 run.retries.append(ChunkRun.Retry(at: retryAt, target: target, dueAt: Timestamp().addingTimeInterval(Self.setupRetrySeconds),
                                                   reason: failed.description))
-                if !chunk.targets.environments.isEmpty {
-                    // Targets of both environments: the other one's go on; this one's wait.
-                    run.setupFailedUntil[environment] = retryAt
-                    run.setupFailure = failed.description
+                // Targets of the other environment still to send (a chunk of registered tokens
+                // may mix both): they go on; this one's wait.
+                let otherAhead = run.environments[min(run.next, run.count)...].contains { $0 != environment }
+                    || run.retries.contains { run.environments[$0.target] != environment }
+                if otherAhead {
+                    run.setupFailedUntil[environment] = (retryAt, failed.description)
                     continue
                 }
                 // Parked with the chunk's retries, due in 10 s as a job's is, and the campaign
@@ -1209,7 +1212,15 @@ final class CampaignWorker: @unchecked Sendable {
         do {
             // Put off before the release: released first, another worker could lease the chunk
             // in between and fail on its connections at once too.
-            if run.setupFailed { try store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.setupRetrySeconds) }
+            if run.setupFailed {
+                do {
+                    try store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.setupRetrySeconds)
+                } catch let error as PGError where error.code != .lockNotAvailable && !connection.isInTransaction {
+                    // Only a pause it would have made: the chunk is released all the same.
+                    context.logger.warning("could not put off campaign \(chunk.campaignID)'s leases after a connection setup failure: \(error)",
+                                           ("campaign", .int(chunk.campaignID)), ("app", .string(chunk.app)))
+                }
+            }
             if complete {
                 directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
             } else {

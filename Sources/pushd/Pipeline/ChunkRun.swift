@@ -86,12 +86,10 @@ final class ChunkRun {
     /// It stopped because the lane's connections for a target's environment could not be set
     /// up: the campaign is not leased again until that target's retry is due.
     var setupFailed = false
-    /// A chunk whose targets carry their own environments goes on with the other one: the
-    /// environments whose connections could not be set up, until when (monotonic seconds)
-    /// their targets are set aside without trying again.
-    var setupFailedUntil: [PushdConfig.Environment: Double] = [:]
-    /// The error those targets wait with (`cannot connect: …`).
-    var setupFailure = ""
+    /// A chunk with targets of both environments goes on with the other one: the environments
+    /// whose connections could not be set up, until when (monotonic seconds) their targets are
+    /// set aside without trying again, and the error they wait with (`cannot connect: …`).
+    var setupFailedUntil: [PushdConfig.Environment: (at: Double, failure: String)] = [:]
     /// It stopped before a fresh target APNs takes nothing for (`CampaignWorker.stopWhileDown`):
     /// released at that target, which stays in the chunk unsent with the ones after it. Its
     /// worker leases other chunks meanwhile, as it does once every target was sent.
