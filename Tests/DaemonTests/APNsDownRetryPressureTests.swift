@@ -137,6 +137,155 @@ import Testing
         }
     }
 
+    /// A campaign of the app's registered tokens, `total` of them, every 20th (by token order)
+    /// of the first `sandbox` × 20 a development build's, the others production, mixed as an
+    /// app's registrations are; and the config file for the real binary, with retries that wait
+    /// (1 s up to 10 minutes) and an outage probe a second. Not started.
+    static func registeredTokenCampaign(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection,
+                                        total: Int, sandbox: Int) throws -> (config: String, id: Int64) {
+        let config = try hosts.writeConfigFile()
+        let retry = "retry:\n  base_delay_ms: 10\n  max_delay_ms: 200\n"
+        let yaml = try String(contentsOfFile: config, encoding: .utf8)
+        #expect(yaml.contains(retry))
+        try yaml.replacingOccurrences(of: retry, with: "retry:\n  base_delay_ms: 1000\n  max_delay_ms: 600000\n  outage_probe_ms: 1000\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        try connection.query("""
+            INSERT INTO pushd.device_tokens (app, token, environment)
+            SELECT 'shop', lpad(to_hex(g), 64, '0'), CASE WHEN g % 20 = 0 AND g <= \(sandbox * 20) THEN 'sandbox' ELSE 'production' END
+            FROM generate_series(1, \(total)) g
+            """)
+        #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE environment = 'sandbox'") == sandbox)
+        let store = CampaignStore()
+        let id = try store.create(connection, NewCampaign(app: "shop", name: "registered", payload: #"{"aps":{"alert":"hi"}}"#))
+        #expect(try store.importFromDeviceTokens(connection, campaignID: id).imported == total)
+        return (config, id)
+    }
+
+    /// The campaign finishes with every target sent once, each to its environment's host.
+    static func expectDeliveredOnce(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection,
+                                    campaign id: Int64, total: Int, sandbox sandboxCount: Int) throws {
+        let store = CampaignStore()
+        #expect(try DaemonHarness.wait(seconds: 90) { try store.campaign(connection, id: id)?.status == .done })
+        let campaign = try #require(try store.campaign(connection, id: id))
+        #expect(campaign.sent == total && campaign.failed == 0, "sent \(campaign.sent) failed \(campaign.failed) \(campaign.failedByReason)")
+        let production = hosts.production.acceptedLog, sandbox = hosts.sandbox.acceptedLog
+        #expect(production.count == total - sandboxCount && Set(production.map(\.token)).count == total - sandboxCount)
+        #expect(sandbox.count == sandboxCount && Set(sandbox.map(\.token)).count == sandboxCount)
+    }
+
+    /// A campaign of registered tokens, most of them production and some sandbox, waits in its
+    /// chunks through a production outage as a file import's does: its chunks are grouped by
+    /// environment, so a production chunk stops at its first unsent target rather than setting
+    /// every target aside one parked row each (they carry their own environments, and the
+    /// chunk could not tell that none of the other environment followed). When production
+    /// answers again everything is delivered once, the sandbox targets to their own host.
+    @Test func aCampaignOfRegisteredTokensWaitsInItsChunksThroughAnOutageOfItsEnvironment() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try EnvironmentRoutingTests.Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let connection = try database.connect()
+            // Enough that most of it is unsent when pushd has seen a second of 503s and calls the lane down.
+            let total = 61_500, sandboxCount = 3000
+            let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: total, sandbox: sandboxCount)
+            let store = CampaignStore()
+            #expect(try store.start(connection, id: id) == .running)
+            let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            #expect(try DaemonHarness.wait(seconds: 20) { hosts.production.stats.accepted >= 1000 })
+            try hosts.production.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let unavailable = { hosts.production.stats.rejected["503 ServiceUnavailable"] ?? 0 }
+            #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
+            Thread.sleep(forTimeInterval: 4)
+            let before = unavailable()
+            Thread.sleep(forTimeInterval: 6)
+            let during = unavailable() - before
+            print("registered-token campaign in a production outage: \(during) requests answered 503 in 6 s after the first 4")
+            // Two workers, a probe a second each, and the retries parked before the outage was seen.
+            #expect(during <= 60, "\(during) requests reached APNs in 6 s while it answered 503 to everything")
+            let acceptedBefore = hosts.production.stats.accepted
+            let unsent = try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
+                """)
+            print("registered-token campaign in a production outage: \(unsent) targets set aside unsent, \(acceptedBefore) accepted before it, \(unavailable()) answered 503")
+            // At most the production targets of the one chunk where the environments meet.
+            #expect(acceptedBefore + unavailable() < total - sandboxCount, "the whole campaign was sent into the outage")
+            #expect(unsent < 1000, "\(unsent) of \(total - sandboxCount - acceptedBefore) unsent production targets were parked one row each during the outage")
+            let log = try String(contentsOfFile: hosts.harness.directory + "/pushd.log", encoding: .utf8)
+            #expect(log.contains("campaign \(id) of app shop waits for APNs, which takes none of the app's notifications to production"))
+
+            try hosts.production.setFaults(.none)
+            try Self.expectDeliveredOnce(hosts, connection, campaign: id, total: total, sandbox: sandboxCount)
+        }
+    }
+
+    /// A campaign whose chunks mix both environments, as registered tokens were chunked before
+    /// schema version 34, through an outage of both: each chunk stops at its first unsent target
+    /// and the campaign waits, leased again only for a probe, not at once: a chunk stopped
+    /// before reaching a target of the other environment left that one's probe due, and the
+    /// lease took the campaign back, the chunk stopped at its first target, and so on.
+    @Test func aCampaignOfMixedChunksWaitsThroughAnOutageOfBothEnvironmentsWithoutLeasingInALoop() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try EnvironmentRoutingTests.Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let connection = try database.connect()
+            let total = 60_000, sandboxCount = 3000
+            let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: total, sandbox: sandboxCount)
+            let store = CampaignStore()
+            // Regrouped by token alone, as before version 34: every chunk of 1,000 has 50 sandbox targets.
+            try connection.query("""
+                CREATE TEMP TABLE regrouped AS
+                SELECT n::integer AS chunk, array_agg(token ORDER BY token) AS tokens, array_agg(environment ORDER BY token) AS environments
+                FROM (SELECT e.token, e.environment, (row_number() OVER (ORDER BY e.token) - 1) / 1000 AS n
+                      FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens, t.environments) AS e(token, environment)
+                      WHERE t.campaign_id = \(id)) every
+                GROUP BY n
+                """)
+            try connection.query("DELETE FROM pushd.campaign_targets WHERE campaign_id = \(id)")
+            try connection.query("""
+                INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments) SELECT \(id), chunk, tokens, environments FROM regrouped
+                """)
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.campaign_targets WHERE campaign_id = \(id) AND 'sandbox' = ANY (environments) AND 'production' = ANY (environments)
+                """) == total / 1000)
+            #expect(try store.start(connection, id: id) == .running)
+            let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            #expect(try DaemonHarness.wait(seconds: 20) { hosts.production.stats.accepted >= 1000 })
+            try hosts.production.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            try hosts.sandbox.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let unavailable = {
+                (hosts.production.stats.rejected["503 ServiceUnavailable"] ?? 0) + (hosts.sandbox.stats.rejected["503 ServiceUnavailable"] ?? 0)
+            }
+            #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
+            Thread.sleep(forTimeInterval: 4)
+            // Each lease and release of a chunk writes its row.
+            let chunkWrites = {
+                try DaemonHarness.count(connection, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = 'pushd' AND relname = 'campaign_chunks'")
+            }
+            let before = unavailable(), writesBefore = try chunkWrites()
+            Thread.sleep(forTimeInterval: 6)
+            let during = unavailable() - before, writes = try chunkWrites() - writesBefore
+            let unsent = try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
+                """)
+            print("mixed chunks, both environments down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
+            #expect(during <= 60, "\(during) requests reached APNs in 6 s while it answered 503 to everything")
+            // Two workers, a lease and a release per probe each: about 24.
+            #expect(writes <= 150, "\(writes) chunk row writes in 6 s: the campaign was leased and released in a loop")
+            #expect(unsent < 2000, "\(unsent) targets were parked one row each during the outage")
+
+            try hosts.production.setFaults(.none)
+            try hosts.sandbox.setFaults(.none)
+            try Self.expectDeliveredOnce(hosts, connection, campaign: id, total: total, sandbox: sandboxCount)
+        }
+    }
+
     /// A campaign waiting for its down environment holds no campaign worker: an older
     /// production campaign during a production outage, its unsent targets left in its chunks,
     /// while a newer sandbox campaign of the same app is sent in full; each is delivered once.

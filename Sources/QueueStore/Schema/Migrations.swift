@@ -38,6 +38,7 @@ extension Migrator {
         Migration(version: 31, name: "times pushd cannot read (infinity, years after 9999) are refused at insert", sql: readableTimesV31),
         Migration(version: 32, name: "an import into a running campaign does not lock its row while it reads the audience", sql: campaignImportsV32),
         Migration(version: 33, name: "the chunk lease passes over the capped campaigns a process is already pacing", sql: cappedFairnessV33),
+        Migration(version: 34, name: "registered tokens are grouped into chunks by environment", sql: environmentChunksV34),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is

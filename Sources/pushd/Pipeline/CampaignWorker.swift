@@ -635,14 +635,29 @@ final class CampaignWorker: @unchecked Sendable {
     /// the campaign over while that environment stays down (`campaignsPassedOverWhileDown`),
     /// but for a probe. Setting each fresh target aside instead wrote the whole campaign into
     /// the parked table during an outage, and after it the parked claim sent it back far slower
-    /// than the chunks. Only a chunk whose targets all go to the campaign's environment stops
-    /// (none has one of its own): a chunk of registered tokens may mix both, and its targets
-    /// to the other environment, which may answer, are held back neither by this one nor, at
-    /// the lease, by the campaign's; its target is set aside instead (`setAsideWhileDown`).
-    /// Returns whether the run stopped.
+    /// than the chunks. A chunk of registered tokens may mix both environments (few do: they
+    /// are imported grouped by environment): while a target of the other one, which APNs may
+    /// take, is still to send, the chunk goes on with it and this target is set aside instead
+    /// (`setAsideWhileDown`); with none ahead, or that one down too, the chunk stops and the
+    /// campaign waits until either environment ahead answers. Returns whether the run stopped.
     private func stopWhileDown(_ run: ChunkRun, _ target: Int) -> Bool {
-        guard run.chunk.targets.environments.isEmpty else { return false }
-        let ahead = [run.environments[target]]
+        let environment = run.environments[target]
+        var ahead: Set<PushdConfig.Environment> = [environment]
+        if !run.chunk.targets.environments.isEmpty, let other = run.otherEnvironmentAhead(of: target) {
+            let otherEnvironment = run.environments[other]
+            if !context.operatorLog.isDown(app: run.app, environment: otherEnvironment.rawValue, lane: Lane.campaign.rawValue) {
+                return false
+            }
+            ahead.insert(otherEnvironment)
+            // Its probe is taken as sent now: the chunk stopped before reaching a target of it,
+            // and a probe that stays due had the lease take the campaign back at once, the chunk
+            // stop at its first target again, and so on for the whole outage.
+            let key = run.app + "\u{0}" + otherEnvironment.rawValue
+            let now = RateLimiter.monotonicSeconds()
+            if now >= downLaneProbes[key, default: 0] {
+                downLaneProbes[key] = now + Double(context.config.retry.outageProbeMilliseconds) / 1000
+            }
+        }
         if target == run.next - 1, run.firstSentAt[target] == 0 {
             run.next -= 1
         } else {
@@ -658,7 +673,7 @@ final class CampaignWorker: @unchecked Sendable {
                 waiting[campaign] = wait
                 return false
             }
-            waiting[campaign] = WaitForAPNs(app: run.app, environments: Set(ahead))
+            waiting[campaign] = WaitForAPNs(app: run.app, environments: ahead)
             // Here, not only at worker 0's sweep, which an outage's parked batches can hold off.
             context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
             return true

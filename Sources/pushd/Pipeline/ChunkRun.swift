@@ -129,6 +129,20 @@ final class ChunkRun {
         }
     }
 
+    /// A target after `target` whose environment is not `target`'s (the first one, unless a
+    /// later one found before still lies ahead), nil for none: the last one found is kept, so a
+    /// chunk that sets aside target after target looks ahead once, not once per target.
+    func otherEnvironmentAhead(of target: Int) -> Int? {
+        let environment = environments[target]
+        if let found = otherAhead, found > target, environments[found] != environment { return found }
+        let from = target + 1
+        guard from < count else { return nil }
+        otherAhead = environments[from...].firstIndex { $0 != environment }
+        return otherAhead
+    }
+
+    private var otherAhead: Int?
+
     /// Every target was sent once and none waits for a retry here.
     var submittedAll: Bool { next >= count && retries.isEmpty && paced == nil }
 
