@@ -986,11 +986,7 @@ final class CampaignWorker: @unchecked Sendable {
                 noCredentials(run, target, missing.environment)
                 continue
             } catch {
-                context.logger.error("cannot set up sending for app \(chunk.app) to \(environment.rawValue): \(error)",
-                                     ("app", .string(chunk.app)), ("lane", .string(Lane.campaign.rawValue)), ("environment", .string(environment.rawValue)))
-                context.metrics.retry(app: chunk.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
-                let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
-                context.connectionSetupFailed(app: chunk.app, lane: Lane.campaign.rawValue, environment: environment.rawValue, error: failed.message)
+                let failed = context.connectionSetupFailed(app: chunk.app, lane: .campaign, environment: environment, error: error)
                 let retryAt = RateLimiter.monotonicSeconds() + Self.setupRetrySeconds
                 run.retries.append(ChunkRun.Retry(at: retryAt, target: target, dueAt: Timestamp().addingTimeInterval(Self.setupRetrySeconds),
                                                   reason: failed.description))
@@ -1515,12 +1511,8 @@ final class CampaignWorker: @unchecked Sendable {
                 leaveOrFail(target, missing.environment)
                 continue
             } catch {
-                context.logger.error("cannot set up sending for app \(batch.app) to \(environment.rawValue): \(error)",
-                                     ("app", .string(batch.app)), ("lane", .string(Lane.campaign.rawValue)), ("environment", .string(environment.rawValue)))
-                context.metrics.retry(app: batch.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
-                let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
+                let failed = context.connectionSetupFailed(app: batch.app, lane: .campaign, environment: environment, error: error)
                 setupFailed[environment] = failed
-                context.connectionSetupFailed(app: batch.app, lane: Lane.campaign.rawValue, environment: environment.rawValue, error: failed.message)
                 again(target, at: Timestamp().addingTimeInterval(Self.setupRetrySeconds), reason: failed.description)
                 continue
             }

@@ -290,13 +290,9 @@ final class JobWorker: @unchecked Sendable {
                 }
                 continue
             } catch {
-                let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
+                let failed = context.connectionSetupFailed(app: job.app, lane: .transactional, environment: environment, error: error)
                 setupFailures[job.app + "\u{0}" + environment.rawValue] = failed
-                context.connectionSetupFailed(app: job.app, lane: Lane.transactional.rawValue, environment: environment.rawValue, error: failed.message)
                 outcomes.retries.append(JobRetry(id: job.id, runAt: now.addingTimeInterval(10), error: failed.description, countsAsAttempt: false))
-                context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
-                context.logger.error("cannot set up sending for app \(job.app) to \(environment.rawValue): \(error)",
-                                     ("app", .string(job.app)), ("lane", .string(Lane.transactional.rawValue)), ("environment", .string(environment.rawValue)))
                 continue
             }
             let authorization: String?

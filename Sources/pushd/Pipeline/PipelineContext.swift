@@ -63,6 +63,19 @@ final class PipelineContext: @unchecked Sendable {
         setupFailures.withLock { $0[SetupFailureKey(app: app, lane: lane, environment: environment)] = (error, now) }
     }
 
+    /// The transactional or campaign lane of `app` could not set up its connections to
+    /// `environment` for a notification: the error line, `pushd_retries_total{reason="connection_setup"}`
+    /// and the record for `/readyz` and `pushd status` (`connectionSetupFailed(app:lane:environment:error:)`).
+    /// Returns the failure the notification waits with (`cannot connect: …`).
+    func connectionSetupFailed(app: String, lane: Lane, environment: PushdConfig.Environment, error: any Error) -> AppSender.ConnectionSetupFailed {
+        logger.error("cannot set up sending for app \(app) to \(environment.rawValue): \(error)",
+                     ("app", .string(app)), ("lane", .string(lane.rawValue)), ("environment", .string(environment.rawValue)))
+        metrics.retry(app: app, lane: lane.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
+        let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
+        connectionSetupFailed(app: app, lane: lane.rawValue, environment: environment.rawValue, error: failed.message)
+        return failed
+    }
+
     /// App → "lane lane cannot connect to environment: error" (joined by "; ") for every
     /// connection setup failure seen within `setupFailureReportSeconds`.
     func connectionSetupFailures() -> [String: String] {
