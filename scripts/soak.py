@@ -69,6 +69,7 @@ class Soak:
         # Seconds from the fault's end until no job inserted before it was left in the queue.
         self.fault_backlog_seconds = None
         self.prune_tokens = set()
+        self.unsent_parked = None
         self.results = []
 
     # ---------- small utilities ----------
@@ -207,6 +208,16 @@ apps:
     # ---------- load ----------
     def load_campaign(self):
         n = self.args.targets
+        if self.args.from_tokens:
+            # The app's registered tokens, the campaign imported from them (`--from-tokens`).
+            self.psql("INSERT INTO pushd.device_tokens (app, token, environment) "
+                      "SELECT '%s', 'ca' || lpad(to_hex(g), 62, '0'), 'production' FROM generate_series(0, %d) g" % (APP, n - 1))
+            cid = self.pushd("campaign", "create", "--app", APP, "--name", "soak", "--payload", PAYLOAD,
+                             "--rate", str(self.args.rate)).stdout.strip()
+            t = time.time()
+            out = self.pushd("campaign", "import", cid, "--from-tokens")
+            log("campaign %s from registered tokens: %s (%.1f s)" % (cid, out.stdout.strip().splitlines()[0] if out.stdout.strip() else "", time.time() - t))
+            return cid
         path = self.run_dir + "/targets.txt"
         with open(path, "w") as f:
             for i in range(n):
@@ -280,6 +291,11 @@ apps:
             field = {"503": "serviceUnavailableRate", "shutdown": "shutdownRate", "429": "tooManyRequestsRate"}[scenario]
             self.set_faults({field: 1.0})
             time.sleep(secs)
+            # Targets set aside unsent while APNs answered nothing but errors: a campaign waits in
+            # its chunks (a probe per worker and second), it does not park its targets one row each.
+            if scenario != "429":
+                self.unsent_parked = int(self.psql("SELECT count(*) FROM pushd.campaign_retries WHERE last_error LIKE 'not sent:%'"))
+                log("%d campaign targets set aside unsent at the end of the fault" % self.unsent_parked)
             self.set_faults({})
         elif scenario == "goaway":
             self.set_faults({"goawayAfterStreams": a.goaway_streams})
@@ -375,6 +391,9 @@ apps:
             self.check("campaign prunes", camp["pruned"] == campaign_410 and campaign_410 <= unregistered,
                        "%d tokens pruned by the campaign, %d of its targets answered only 410 Unregistered "
                        "(the mock answered %d in all)" % (camp["pruned"], campaign_410, unregistered))
+        if self.unsent_parked is not None:
+            self.check("campaign waited in its chunks", self.unsent_parked < 5000,
+                       "%d targets set aside unsent (one parked row each) at the end of the fault" % self.unsent_parked)
         dup_targets = sum(1 for i in range(a.targets) if counts.get(campaign_token(i), 0) > 1)
         extra_targets = sum(max(0, counts.get(campaign_token(i), 0) - 1) for i in range(a.targets))
 
@@ -575,6 +594,8 @@ def main():
     p.add_argument("--bin", required=True, help="folder with the release pushd and apns-mock")
     p.add_argument("--scenario", choices=SCENARIOS, default="outage")
     p.add_argument("--targets", type=int, default=300000)
+    p.add_argument("--from-tokens", action="store_true",
+                   help="register the targets as the app's production device tokens and import the campaign from them")
     p.add_argument("--rate", type=int, default=2500, help="campaign rate cap per second (so the fault lands mid-drain)")
     p.add_argument("--job-rate", type=float, default=50, help="transactional INSERTs per second")
     p.add_argument("--fault-seconds", type=int, default=60)
