@@ -512,8 +512,8 @@ final class BroadcastWorker: @unchecked Sendable {
                                      ("app", .string(sender.app.name)), ("environment", .string(environment.rawValue)), ("lane", .string(management ? Self.channelsLane : Self.lane)))
                 let failure = AppSender.ConnectionSetupFailed(message: "\(error)")
                 setupFailures[key] = (now + Self.setupRetrySeconds, failure)
-                context.connectionSetupFailed(app: sender.app.name, lane: management ? Self.channelsLane : Self.lane,
-                                              environment: environment.rawValue, error: failure.message)
+                context.recordConnectionSetupFailure(app: sender.app.name, lane: management ? Self.channelsLane : Self.lane,
+                                                     environment: environment.rawValue, error: failure.message)
                 throw failure
             }
             setupFailures[key] = nil

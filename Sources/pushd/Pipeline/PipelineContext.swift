@@ -58,21 +58,21 @@ final class PipelineContext: @unchecked Sendable {
     /// A lane of `app` could not set up its connections to `environment`: its work waits and
     /// tries again, and `/readyz` and `pushd status` name it until it has not failed for
     /// `setupFailureReportSeconds`.
-    func connectionSetupFailed(app: String, lane: String, environment: String, error: String) {
+    func recordConnectionSetupFailure(app: String, lane: String, environment: String, error: String) {
         let now = RateLimiter.monotonicSeconds()
         setupFailures.withLock { $0[SetupFailureKey(app: app, lane: lane, environment: environment)] = (error, now) }
     }
 
     /// The transactional or campaign lane of `app` could not set up its connections to
     /// `environment` for a notification: the error line, `pushd_retries_total{reason="connection_setup"}`
-    /// and the record for `/readyz` and `pushd status` (`connectionSetupFailed(app:lane:environment:error:)`).
+    /// and the record for `/readyz` and `pushd status` (`recordConnectionSetupFailure`).
     /// Returns the failure the notification waits with (`cannot connect: …`).
     func connectionSetupFailed(app: String, lane: Lane, environment: PushdConfig.Environment, error: any Error) -> AppSender.ConnectionSetupFailed {
         logger.error("cannot set up sending for app \(app) to \(environment.rawValue): \(error)",
                      ("app", .string(app)), ("lane", .string(lane.rawValue)), ("environment", .string(environment.rawValue)))
         metrics.retry(app: app, lane: lane.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
         let failed = AppSender.ConnectionSetupFailed(message: "\(error)")
-        connectionSetupFailed(app: app, lane: lane.rawValue, environment: environment.rawValue, error: failed.message)
+        recordConnectionSetupFailure(app: app, lane: lane.rawValue, environment: environment.rawValue, error: failed.message)
         return failed
     }
 
