@@ -292,7 +292,7 @@ apps:
             self.set_faults({field: 1.0})
             time.sleep(secs)
             # Targets set aside unsent while APNs answered nothing but errors: a campaign waits in
-            # its chunks (a probe per worker and second), it does not park its targets one row each.
+            # its chunks (a probe per worker and retry.outage_probe_ms), it does not park its targets one row each.
             if scenario != "429":
                 self.unsent_parked = int(self.psql("SELECT count(*) FROM pushd.campaign_retries WHERE last_error LIKE 'not sent:%'"))
                 log("%d campaign targets set aside unsent at the end of the fault" % self.unsent_parked)

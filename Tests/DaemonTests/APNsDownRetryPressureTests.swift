@@ -137,12 +137,12 @@ import Testing
         }
     }
 
-    /// A campaign of the app's registered tokens, `total` of them, every 20th (by token order)
-    /// of the first `sandbox` × 20 a development build's, the others production, mixed as an
+    /// A campaign of the app's registered tokens, `total` of them, every `every`th (by token
+    /// order) of the first `sandbox` × `every` a development build's, the others production, mixed as an
     /// app's registrations are; and the config file for the real binary, with retries that wait
     /// (1 s up to 10 minutes) and an outage probe a second. Not started.
     static func registeredTokenCampaign(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection,
-                                        total: Int, sandbox: Int) throws -> (config: String, id: Int64) {
+                                        total: Int, sandbox: Int, every: Int = 20) throws -> (config: String, id: Int64) {
         let config = try hosts.writeConfigFile()
         let retry = "retry:\n  base_delay_ms: 10\n  max_delay_ms: 200\n"
         let yaml = try String(contentsOfFile: config, encoding: .utf8)
@@ -151,7 +151,7 @@ import Testing
             .write(toFile: config, atomically: true, encoding: .utf8)
         try connection.query("""
             INSERT INTO pushd.device_tokens (app, token, environment)
-            SELECT 'shop', lpad(to_hex(g), 64, '0'), CASE WHEN g % 20 = 0 AND g <= \(sandbox * 20) THEN 'sandbox' ELSE 'production' END
+            SELECT 'shop', lpad(to_hex(g), 64, '0'), CASE WHEN g % \(every) = 0 AND g <= \(sandbox * every) THEN 'sandbox' ELSE 'production' END
             FROM generate_series(1, \(total)) g
             """)
         #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE environment = 'sandbox'") == sandbox)
@@ -221,34 +221,38 @@ import Testing
         }
     }
 
-    /// A campaign whose chunks mix both environments, as registered tokens were chunked before
-    /// schema version 34, through an outage of both: each chunk stops at its first unsent target
-    /// and the campaign waits, leased again only for a probe, not at once: a chunk stopped
-    /// before reaching a target of the other environment left that one's probe due, and the
-    /// lease took the campaign back, the chunk stopped at its first target, and so on.
-    @Test func aCampaignOfMixedChunksWaitsThroughAnOutageOfBothEnvironmentsWithoutLeasingInALoop() throws {
+    /// A campaign whose chunks go to one environment each, alternating between them (as a
+    /// campaign imported in several `--from-tokens` runs has them), through an outage of both:
+    /// its chunks of both environments stop at their first unsent target and the campaign
+    /// waits for both, leased again only for the probes (a lease and a release per worker and
+    /// probe interval, not in a loop), its targets not parked one row each; when APNs answers
+    /// everything is delivered once.
+    @Test func aCampaignWithChunksOfBothEnvironmentsWaitsThroughAnOutageOfBoth() throws {
         try IsolatedDatabase.with { database in
             let hosts = try EnvironmentRoutingTests.Hosts(database: database)
             defer { hosts.sandbox.stop() }
             let connection = try database.connect()
-            let total = 60_000, sandboxCount = 3000
-            let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: total, sandbox: sandboxCount)
+            let total = 60_000, sandboxCount = 30_000
+            let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: total, sandbox: sandboxCount, every: 2)
             let store = CampaignStore()
-            // Regrouped by token alone, as before version 34: every chunk of 1,000 has 50 sandbox targets.
+            // Chunk 0 production, 1 sandbox, 2 production, …, 1,000 targets each.
             try connection.query("""
                 CREATE TEMP TABLE regrouped AS
-                SELECT n::integer AS chunk, array_agg(token ORDER BY token) AS tokens, array_agg(environment ORDER BY token) AS environments
-                FROM (SELECT e.token, e.environment, (row_number() OVER (ORDER BY e.token) - 1) / 1000 AS n
+                SELECT (2 * (rank / 1000) + CASE WHEN environment = 'sandbox' THEN 1 ELSE 0 END)::integer AS chunk,
+                       array_agg(token ORDER BY token) AS tokens, array_agg(environment ORDER BY token) AS environments
+                FROM (SELECT e.token, e.environment, row_number() OVER (PARTITION BY e.environment ORDER BY e.token) - 1 AS rank
                       FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens, t.environments) AS e(token, environment)
                       WHERE t.campaign_id = \(id)) every
-                GROUP BY n
+                GROUP BY 1
                 """)
             try connection.query("DELETE FROM pushd.campaign_targets WHERE campaign_id = \(id)")
             try connection.query("""
                 INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments) SELECT \(id), chunk, tokens, environments FROM regrouped
                 """)
             #expect(try DaemonHarness.count(connection, """
-                SELECT count(*) FROM pushd.campaign_targets WHERE campaign_id = \(id) AND 'sandbox' = ANY (environments) AND 'production' = ANY (environments)
+                SELECT count(*) FROM pushd.campaign_targets WHERE campaign_id = \(id) AND cardinality(tokens) = 1000
+                  AND environments[1] = CASE WHEN chunk % 2 = 1 THEN 'sandbox' ELSE 'production' END
+                  AND environments[1] = ALL (environments)
                 """) == total / 1000)
             #expect(try store.start(connection, id: id) == .running)
             let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
@@ -274,7 +278,7 @@ import Testing
             let unsent = try DaemonHarness.count(connection, """
                 SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
                 """)
-            print("mixed chunks, both environments down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
+            print("chunks of both environments, both down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
             #expect(during <= 60, "\(during) requests reached APNs in 6 s while it answered 503 to everything")
             // Two workers, a lease and a release per probe each: about 24.
             #expect(writes <= 150, "\(writes) chunk row writes in 6 s: the campaign was leased and released in a loop")

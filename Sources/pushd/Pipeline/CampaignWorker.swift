@@ -635,29 +635,14 @@ final class CampaignWorker: @unchecked Sendable {
     /// the campaign over while that environment stays down (`campaignsPassedOverWhileDown`),
     /// but for a probe. Setting each fresh target aside instead wrote the whole campaign into
     /// the parked table during an outage, and after it the parked claim sent it back far slower
-    /// than the chunks. A chunk of registered tokens may mix both environments (few do: they
-    /// are imported grouped by environment): while a target of the other one, which APNs may
-    /// take, is still to send, the chunk goes on with it and this target is set aside instead
-    /// (`setAsideWhileDown`); with none ahead, or that one down too, the chunk stops and the
-    /// campaign waits until either environment ahead answers. Returns whether the run stopped.
+    /// than the chunks. A chunk whose targets go to both environments (registered tokens
+    /// imported before schema version 34, or the one chunk per import where the environments
+    /// meet) does not stop: its targets to the other environment, which may answer, would be
+    /// held back by this one and, at the lease, by the campaign's; its target is set aside
+    /// instead (`setAsideWhileDown`). Returns whether the run stopped.
     private func stopWhileDown(_ run: ChunkRun, _ target: Int) -> Bool {
+        guard run.singleEnvironment else { return false }
         let environment = run.environments[target]
-        var ahead: Set<PushdConfig.Environment> = [environment]
-        if !run.chunk.targets.environments.isEmpty, let other = run.otherEnvironmentAhead(of: target) {
-            let otherEnvironment = run.environments[other]
-            if !context.operatorLog.isDown(app: run.app, environment: otherEnvironment.rawValue, lane: Lane.campaign.rawValue) {
-                return false
-            }
-            ahead.insert(otherEnvironment)
-            // Its probe is taken as sent now: the chunk stopped before reaching a target of it,
-            // and a probe that stays due had the lease take the campaign back at once, the chunk
-            // stop at its first target again, and so on for the whole outage.
-            let key = run.app + "\u{0}" + otherEnvironment.rawValue
-            let now = RateLimiter.monotonicSeconds()
-            if now >= downLaneProbes[key, default: 0] {
-                downLaneProbes[key] = now + Double(context.config.retry.outageProbeMilliseconds) / 1000
-            }
-        }
         if target == run.next - 1, run.firstSentAt[target] == 0 {
             run.next -= 1
         } else {
@@ -667,19 +652,28 @@ final class CampaignWorker: @unchecked Sendable {
         run.stopSubmitting = true
         run.waitsForAPNs = true
         let campaign = run.chunk.campaignID
-        let added = context.campaignsWaitingForAPNs.withLock { waiting -> Bool in
+        let (added, waitsFor) = context.campaignsWaitingForAPNs.withLock { waiting -> (Bool, Set<PushdConfig.Environment>) in
             if var wait = waiting[campaign] {
-                wait.environments.formUnion(ahead)
+                wait.environments.insert(environment)
                 waiting[campaign] = wait
-                return false
+                return (false, wait.environments)
             }
-            waiting[campaign] = WaitForAPNs(app: run.app, environments: ahead)
+            waiting[campaign] = WaitForAPNs(app: run.app, environments: [environment])
             // Here, not only at worker 0's sweep, which an outage's parked batches can hold off.
             context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
-            return true
+            return (true, [environment])
+        }
+        // The campaign is leased again when a probe of this worker comes due for an environment
+        // it waits for, and the lease hands out its first free chunk, which may go to another
+        // of them (chunks of both environments stopped, both down): a probe left due, never
+        // reached by that chunk, had the lease take the campaign back at once, the chunk stop
+        // at its first target again, and so on. So this worker passes the campaign over for a
+        // probe interval after each stop; the app's probes stay due for its other campaigns.
+        if waitsFor.count > 1 {
+            stoppedWhileDown[campaign] = RateLimiter.monotonicSeconds() + Double(context.config.retry.outageProbeMilliseconds) / 1000
         }
         if added, let unlogged = admitAPNsWaitLine(app: run.app, back: false) {
-            let names = ahead.map(\.rawValue).sorted().joined(separator: ", ")
+            let names = environment.rawValue
             context.logger.notice("campaign \(campaign) of app \(run.app) waits for APNs, which takes none of the app's notifications to \(names) on the campaign lane: its unsent targets stay in its chunks, which are leased again when APNs answers (meanwhile a target goes as a probe every retry.outage_probe_ms)\(Self.apnsWaitSince(unlogged, app: run.app, back: false))",
                                   ("event", "campaign_waiting_for_apns"), ("campaign", .int(campaign)), ("app", .string(run.app)),
                                   ("environment", .string(names)), ("from", .int(Int64(run.chunk.startIndex + target))),
@@ -688,13 +682,20 @@ final class CampaignWorker: @unchecked Sendable {
         return true
     }
 
+    /// Campaigns waiting for both environments that this worker passes over until then
+    /// (monotonic seconds), since it last stopped a chunk of theirs (`stopWhileDown`).
+    private var stoppedWhileDown: [Int64: Double] = [:]
+
     /// The campaigns waiting for APNs (`stopWhileDown`) that the lease passes over now: the
     /// environments they wait for are all still down and no probe of this worker is due for
-    /// any of them. One whose environment answers again is forgotten, so it is leased at once
-    /// and sent at the chunks' speed.
+    /// any of them, or it stopped a chunk of theirs less than a probe interval ago. One whose
+    /// environment answers again is forgotten, so it is leased at once and sent at the chunks'
+    /// speed.
     private func campaignsPassedOverWhileDown(now: Double) -> [Int64] {
         let waiting = context.campaignsWaitingForAPNs.withLock { $0 }
+        if waiting.isEmpty { stoppedWhileDown.removeAll() }
         guard !waiting.isEmpty else { return [] }
+        stoppedWhileDown = stoppedWhileDown.filter { waiting[$0.key] != nil && now < $0.value }
         var passedOver = [Int64]()
         var back = [Int64]()
         for (campaign, wait) in waiting {
@@ -703,7 +704,9 @@ final class CampaignWorker: @unchecked Sendable {
             }
             if down.count < wait.environments.count {
                 back.append(campaign)
-            } else if !down.contains(where: { now >= downLaneProbes[wait.app + "\u{0}" + $0.rawValue, default: 0] }) {
+                stoppedWhileDown[campaign] = nil
+            } else if stoppedWhileDown[campaign] != nil
+                        || !down.contains(where: { now >= downLaneProbes[wait.app + "\u{0}" + $0.rawValue, default: 0] }) {
                 passedOver.append(campaign)
             }
         }

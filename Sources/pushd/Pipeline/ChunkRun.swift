@@ -53,6 +53,9 @@ final class ChunkRun {
     var attempts: [Int]
     /// The environment each target is sent to (its host, its answer's meaning, its parking).
     var environments: [PushdConfig.Environment]
+    /// Every target goes to one environment: the chunk can stop and wait for it while APNs is
+    /// down there (`CampaignWorker.stopWhileDown`).
+    let singleEnvironment: Bool
     /// The `authorization` value each target's last request carried: an answer about the
     /// provider token judges that one, which may have been replaced since.
     var authorizations: [String?]
@@ -124,24 +127,12 @@ final class ChunkRun {
         // A target imported from registered tokens keeps its token's environment; a file
         // import has the campaign's; else the app's. A target parked before its first send
         // (a pause or a hold seen first, a throttled token) is parked with it too.
-        environments = (0..<chunk.targets.count).map {
+        let environments = (0..<chunk.targets.count).map {
             sender.environment(job: chunk.targets.environment(at: $0) ?? chunk.environment, registered: nil)
         }
+        self.environments = environments
+        singleEnvironment = environments.dropFirst().allSatisfy { $0 == environments.first }
     }
-
-    /// A target after `target` whose environment is not `target`'s (the first one, unless a
-    /// later one found before still lies ahead), nil for none: the last one found is kept, so a
-    /// chunk that sets aside target after target looks ahead once, not once per target.
-    func otherEnvironmentAhead(of target: Int) -> Int? {
-        let environment = environments[target]
-        if let found = otherAhead, found > target, environments[found] != environment { return found }
-        let from = target + 1
-        guard from < count else { return nil }
-        otherAhead = environments[from...].firstIndex { $0 != environment }
-        return otherAhead
-    }
-
-    private var otherAhead: Int?
 
     /// Every target was sent once and none waits for a retry here.
     var submittedAll: Bool { next >= count && retries.isEmpty && paced == nil }
