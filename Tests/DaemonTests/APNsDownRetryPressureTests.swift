@@ -173,6 +173,48 @@ import Testing
         #expect(sandbox.count == sandboxCount && Set(sandbox.map(\.token)).count == sandboxCount)
     }
 
+    /// Starts `pushd run` on the campaign, turns both hosts to 503 once 1,000 are accepted, and
+    /// checks the outage: few requests (the probes), no lease loop (each lease and release of a
+    /// chunk writes its row), its targets not parked one row each; then APNs answers again and
+    /// every target is delivered once.
+    static func expectWaitThroughAnOutageOfBoth(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection, config: String,
+                                                campaign id: Int64, total: Int, sandbox sandboxCount: Int, layout: String) throws {
+        let store = CampaignStore()
+        #expect(try store.start(connection, id: id) == .running)
+        let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
+        defer {
+            kill(process.processIdentifier, SIGTERM)
+            _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+        }
+        #expect(try DaemonHarness.wait(seconds: 20) { hosts.production.stats.accepted >= 1000 })
+        try hosts.production.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+        try hosts.sandbox.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+        let unavailable = {
+            (hosts.production.stats.rejected["503 ServiceUnavailable"] ?? 0) + (hosts.sandbox.stats.rejected["503 ServiceUnavailable"] ?? 0)
+        }
+        #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
+        Thread.sleep(forTimeInterval: 4)
+        // Each lease and release of a chunk writes its row.
+        let chunkWrites = {
+            try DaemonHarness.count(connection, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = 'pushd' AND relname = 'campaign_chunks'")
+        }
+        let before = unavailable(), writesBefore = try chunkWrites()
+        Thread.sleep(forTimeInterval: 6)
+        let during = unavailable() - before, writes = try chunkWrites() - writesBefore
+        let unsent = try DaemonHarness.count(connection, """
+            SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
+            """)
+        print("\(layout), both environments down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
+        #expect(during <= 60, "\(during) requests reached APNs in 6 s while it answered 503 to everything")
+        // Two workers, a lease and a release per probe each: about 24.
+        #expect(writes <= 150, "\(writes) chunk row writes in 6 s: the campaign was leased and released in a loop")
+        #expect(unsent < 2000, "\(unsent) targets were parked one row each during the outage")
+
+        try hosts.production.setFaults(.none)
+        try hosts.sandbox.setFaults(.none)
+        try Self.expectDeliveredOnce(hosts, connection, campaign: id, total: total, sandbox: sandboxCount)
+    }
+
     /// A campaign of registered tokens, most of them production and some sandbox, waits in its
     /// chunks through a production outage as a file import's does: its chunks are grouped by
     /// environment, so a production chunk stops at its first unsent target rather than setting
@@ -234,7 +276,6 @@ import Testing
             let connection = try database.connect()
             let total = 60_000, sandboxCount = 30_000
             let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: total, sandbox: sandboxCount, every: 2)
-            let store = CampaignStore()
             // Chunk 0 production, 1 sandbox, 2 production, …, 1,000 targets each.
             try connection.query("""
                 CREATE TEMP TABLE regrouped AS
@@ -254,39 +295,41 @@ import Testing
                   AND environments[1] = CASE WHEN chunk % 2 = 1 THEN 'sandbox' ELSE 'production' END
                   AND environments[1] = ALL (environments)
                 """) == total / 1000)
-            #expect(try store.start(connection, id: id) == .running)
-            let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
-            defer {
-                kill(process.processIdentifier, SIGTERM)
-                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
-            }
-            #expect(try DaemonHarness.wait(seconds: 20) { hosts.production.stats.accepted >= 1000 })
-            try hosts.production.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
-            try hosts.sandbox.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
-            let unavailable = {
-                (hosts.production.stats.rejected["503 ServiceUnavailable"] ?? 0) + (hosts.sandbox.stats.rejected["503 ServiceUnavailable"] ?? 0)
-            }
-            #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
-            Thread.sleep(forTimeInterval: 4)
-            // Each lease and release of a chunk writes its row.
-            let chunkWrites = {
-                try DaemonHarness.count(connection, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = 'pushd' AND relname = 'campaign_chunks'")
-            }
-            let before = unavailable(), writesBefore = try chunkWrites()
-            Thread.sleep(forTimeInterval: 6)
-            let during = unavailable() - before, writes = try chunkWrites() - writesBefore
-            let unsent = try DaemonHarness.count(connection, """
-                SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
-                """)
-            print("chunks of both environments, both down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
-            #expect(during <= 60, "\(during) requests reached APNs in 6 s while it answered 503 to everything")
-            // Two workers, a lease and a release per probe each: about 24.
-            #expect(writes <= 150, "\(writes) chunk row writes in 6 s: the campaign was leased and released in a loop")
-            #expect(unsent < 2000, "\(unsent) targets were parked one row each during the outage")
+            try Self.expectWaitThroughAnOutageOfBoth(hosts, connection, config: config, campaign: id, total: total, sandbox: sandboxCount,
+                                                     layout: "chunks of one environment each")
+        }
+    }
 
-            try hosts.production.setFaults(.none)
-            try hosts.sandbox.setFaults(.none)
-            try Self.expectDeliveredOnce(hosts, connection, campaign: id, total: total, sandbox: sandboxCount)
+    /// A campaign whose chunks mix both environments, as registered tokens were chunked before
+    /// schema version 34, through an outage of both: a mixed chunk stops at its first unsent
+    /// target once both are down (with one down it sets that one's targets aside, so that the
+    /// other's go), the campaign waits for both, and its targets are not parked one row each;
+    /// when APNs answers everything is delivered once.
+    @Test func aCampaignOfMixedChunksWaitsThroughAnOutageOfBoth() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try EnvironmentRoutingTests.Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let connection = try database.connect()
+            let total = 60_000, sandboxCount = 3000
+            let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: total, sandbox: sandboxCount)
+            // Regrouped by token alone, as before version 34: every chunk of 1,000 has 50 sandbox targets.
+            try connection.query("""
+                CREATE TEMP TABLE regrouped AS
+                SELECT n::integer AS chunk, array_agg(token ORDER BY token) AS tokens, array_agg(environment ORDER BY token) AS environments
+                FROM (SELECT e.token, e.environment, (row_number() OVER (ORDER BY e.token) - 1) / 1000 AS n
+                      FROM pushd.campaign_targets t CROSS JOIN LATERAL unnest(t.tokens, t.environments) AS e(token, environment)
+                      WHERE t.campaign_id = \(id)) every
+                GROUP BY n
+                """)
+            try connection.query("DELETE FROM pushd.campaign_targets WHERE campaign_id = \(id)")
+            try connection.query("""
+                INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments) SELECT \(id), chunk, tokens, environments FROM regrouped
+                """)
+            #expect(try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.campaign_targets WHERE campaign_id = \(id) AND 'sandbox' = ANY (environments) AND 'production' = ANY (environments)
+                """) == total / 1000)
+            try Self.expectWaitThroughAnOutageOfBoth(hosts, connection, config: config, campaign: id, total: total, sandbox: sandboxCount,
+                                                     layout: "mixed chunks")
         }
     }
 

@@ -9,8 +9,8 @@ import Testing
 
 /// Two `pushd run` processes on one database serve the certificate app `shop`: A has only the
 /// production certificate, B the sandbox one too (a rolling deploy adding
-/// `sandbox_certificate`). A campaign of registered tokens mixes both environments in every
-/// chunk, so A leases chunks holding targets it cannot send: it sends the production ones and
+/// `sandbox_certificate`). A campaign of registered tokens has targets of both environments
+/// (its sandbox ones in chunks of their own), so A leases chunks holding targets it cannot send: it sends the production ones and
 /// leaves the sandbox ones, parked, to B, which alone takes them.
 @Suite(.serialized) struct CampaignEnvironmentTests {
     /// The configuration file of an instance with the production certificate and, when asked,

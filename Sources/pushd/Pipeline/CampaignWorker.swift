@@ -637,12 +637,18 @@ final class CampaignWorker: @unchecked Sendable {
     /// the parked table during an outage, and after it the parked claim sent it back far slower
     /// than the chunks. A chunk whose targets go to both environments (registered tokens
     /// imported before schema version 34, or the one chunk per import where the environments
-    /// meet) does not stop: its targets to the other environment, which may answer, would be
-    /// held back by this one and, at the lease, by the campaign's; its target is set aside
-    /// instead (`setAsideWhileDown`). Returns whether the run stopped.
+    /// meet) stops only while APNs is down for both: else its targets to the other
+    /// environment, which may answer, would be held back by this one and, at the lease, by the
+    /// campaign's; its target is set aside instead (`setAsideWhileDown`). Returns whether the
+    /// run stopped.
     private func stopWhileDown(_ run: ChunkRun, _ target: Int) -> Bool {
-        guard run.singleEnvironment else { return false }
         let environment = run.environments[target]
+        var stoppedFor: Set<PushdConfig.Environment> = [environment]
+        if !run.singleEnvironment {
+            let other: PushdConfig.Environment = environment == .production ? .sandbox : .production
+            guard context.operatorLog.isDown(app: run.app, environment: other.rawValue, lane: Lane.campaign.rawValue) else { return false }
+            stoppedFor.insert(other)
+        }
         if target == run.next - 1, run.firstSentAt[target] == 0 {
             run.next -= 1
         } else {
@@ -654,14 +660,14 @@ final class CampaignWorker: @unchecked Sendable {
         let campaign = run.chunk.campaignID
         let (added, waitsFor) = context.campaignsWaitingForAPNs.withLock { waiting -> (Bool, Set<PushdConfig.Environment>) in
             if var wait = waiting[campaign] {
-                wait.environments.insert(environment)
+                wait.environments.formUnion(stoppedFor)
                 waiting[campaign] = wait
                 return (false, wait.environments)
             }
-            waiting[campaign] = WaitForAPNs(app: run.app, environments: [environment])
+            waiting[campaign] = WaitForAPNs(app: run.app, environments: stoppedFor)
             // Here, not only at worker 0's sweep, which an outage's parked batches can hold off.
             context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
-            return (true, [environment])
+            return (true, stoppedFor)
         }
         // The campaign is leased again when a probe of this worker comes due for an environment
         // it waits for, and the lease hands out its first free chunk, which may go to another
@@ -673,7 +679,7 @@ final class CampaignWorker: @unchecked Sendable {
             stoppedWhileDown[campaign] = RateLimiter.monotonicSeconds() + Double(context.config.retry.outageProbeMilliseconds) / 1000
         }
         if added, let unlogged = admitAPNsWaitLine(app: run.app, back: false) {
-            let names = environment.rawValue
+            let names = stoppedFor.map(\.rawValue).sorted().joined(separator: ", ")
             context.logger.notice("campaign \(campaign) of app \(run.app) waits for APNs, which takes none of the app's notifications to \(names) on the campaign lane: its unsent targets stay in its chunks, which are leased again when APNs answers (meanwhile a target goes as a probe every retry.outage_probe_ms)\(Self.apnsWaitSince(unlogged, app: run.app, back: false))",
                                   ("event", "campaign_waiting_for_apns"), ("campaign", .int(campaign)), ("app", .string(run.app)),
                                   ("environment", .string(names)), ("from", .int(Int64(run.chunk.startIndex + target))),
@@ -695,7 +701,9 @@ final class CampaignWorker: @unchecked Sendable {
         let waiting = context.campaignsWaitingForAPNs.withLock { $0 }
         if waiting.isEmpty { stoppedWhileDown.removeAll() }
         guard !waiting.isEmpty else { return [] }
-        stoppedWhileDown = stoppedWhileDown.filter { waiting[$0.key] != nil && now < $0.value }
+        if !stoppedWhileDown.isEmpty {
+            stoppedWhileDown = stoppedWhileDown.filter { waiting[$0.key] != nil && now < $0.value }
+        }
         var passedOver = [Int64]()
         var back = [Int64]()
         for (campaign, wait) in waiting {

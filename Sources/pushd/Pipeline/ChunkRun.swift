@@ -53,8 +53,8 @@ final class ChunkRun {
     var attempts: [Int]
     /// The environment each target is sent to (its host, its answer's meaning, its parking).
     var environments: [PushdConfig.Environment]
-    /// Every target goes to one environment: the chunk can stop and wait for it while APNs is
-    /// down there (`CampaignWorker.stopWhileDown`).
+    /// Every target of the run (from the lease's checkpoint on) goes to one environment: the
+    /// chunk can stop and wait for it while APNs is down there (`CampaignWorker.stopWhileDown`).
     let singleEnvironment: Bool
     /// The `authorization` value each target's last request carried: an answer about the
     /// provider token judges that one, which may have been replaced since.
