@@ -161,6 +161,23 @@ import Testing
         return (config, id)
     }
 
+    /// How many chunk rows were updated so far: each lease and release of a chunk writes its
+    /// row, so a lease loop shows here (`retagChunks` on the statistics' delay).
+    static func chunkRowWrites(_ connection: PGConnection) throws -> Int {
+        try DaemonHarness.count(connection, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = 'pushd' AND relname = 'campaign_chunks'")
+    }
+
+    /// Sets the environment the chunks of campaign `id` record, from a session of its own: a
+    /// session's table statistics reach `pg_stat_user_tables` a second or more after its
+    /// writes (up to 10 s while it is idle), or when it ends, so these writes made on the
+    /// test's session were counted among the daemon's chunk writes
+    /// `expectWaitThroughAnOutageOfBoth` measures.
+    static func retagChunks(_ database: IsolatedDatabase, campaign id: Int64, environment: String) throws {
+        let session = try database.connect()
+        defer { session.close() }
+        try session.query("UPDATE pushd.campaign_chunks SET environment = \(environment) WHERE campaign_id = \(id)")
+    }
+
     /// The campaign finishes with every target sent once, each to its environment's host.
     static func expectDeliveredOnce(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection,
                                     campaign id: Int64, total: Int, sandbox sandboxCount: Int) throws {
@@ -178,7 +195,8 @@ import Testing
     /// chunk writes its row), its targets not parked one row each; then APNs answers again and
     /// every target is delivered once.
     static func expectWaitThroughAnOutageOfBoth(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection, config: String,
-                                                campaign id: Int64, total: Int, sandbox sandboxCount: Int, layout: String) throws {
+                                                campaign id: Int64, total: Int, sandbox sandboxCount: Int, layout: String,
+                                                probesEachEnvironment: Bool = false) throws {
         let store = CampaignStore()
         #expect(try store.start(connection, id: id) == .running)
         let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
@@ -194,19 +212,32 @@ import Testing
         }
         #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
         Thread.sleep(forTimeInterval: 4)
-        // Each lease and release of a chunk writes its row.
-        let chunkWrites = {
-            try DaemonHarness.count(connection, "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = 'pushd' AND relname = 'campaign_chunks'")
+        let chunkWrites = { try Self.chunkRowWrites(connection) }
+        let leasesByEnvironment = {
+            let rows = try connection.query("""
+                SELECT coalesce(environment, 'none'), sum(leases)::bigint FROM pushd.campaign_chunks WHERE campaign_id = \(id) GROUP BY 1
+                """)
+            return try Dictionary(uniqueKeysWithValues: (0..<rows.rowCount).map {
+                (try rows.require(String.self, row: $0, column: 0), try rows.require(Int.self, row: $0, column: 1))
+            })
         }
-        let before = unavailable(), writesBefore = try chunkWrites()
+        let before = unavailable(), writesBefore = try chunkWrites(), leasesBefore = try leasesByEnvironment()
         Thread.sleep(forTimeInterval: 6)
-        let during = unavailable() - before, writes = try chunkWrites() - writesBefore
+        let during = unavailable() - before, writes = try chunkWrites() - writesBefore, leasesAfter = try leasesByEnvironment()
+        if probesEachEnvironment {
+            // The lease hands out a chunk of each environment whose probe is due, not the first free one.
+            for environment in ["production", "sandbox"] {
+                #expect(leasesAfter[environment, default: 0] > leasesBefore[environment, default: 0],
+                        "no chunk to \(environment) was leased in 6 s of the outage: \(leasesBefore) then \(leasesAfter)")
+            }
+        }
         let unsent = try DaemonHarness.count(connection, """
             SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
             """)
         print("\(layout), both environments down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
         #expect(during <= 60, "\(during) requests reached APNs in 6 s while it answered 503 to everything")
-        // Two workers, a lease and a release per probe each: about 24.
+        // Two workers, a lease and a release per probe each: about 24, or 48 when each
+        // environment's chunks are probed apart.
         #expect(writes <= 150, "\(writes) chunk row writes in 6 s: the campaign was leased and released in a loop")
         #expect(unsent < 2000, "\(unsent) targets were parked one row each during the outage")
 
@@ -263,13 +294,76 @@ import Testing
         }
     }
 
+    /// Registered tokens imported into a campaign that waits for a sandbox outage go out
+    /// meanwhile when they are production tokens: the lease passes over the campaign's sandbox
+    /// chunks, not the whole campaign (it did before schema version 35, and the later import's
+    /// production chunks, behind the stopped sandbox ones, waited for as long as the sandbox
+    /// outage lasted). When sandbox answers again everything is delivered once.
+    @Test func productionTokensImportedIntoACampaignWaitingForSandboxGoOutMeanwhile() throws {
+        try IsolatedDatabase.with { database in
+            let hosts = try EnvironmentRoutingTests.Hosts(database: database)
+            defer { hosts.sandbox.stop() }
+            let connection = try database.connect()
+            // 1,000 production tokens, then 30 chunks of sandbox ones.
+            let first = 31_000, sandboxCount = 30_000, later = 20_000
+            let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: first, sandbox: sandboxCount, every: 1)
+            try hosts.sandbox.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let store = CampaignStore()
+            #expect(try store.start(connection, id: id) == .running)
+            let process = try DaemonProcessTests.start(config: config, log: hosts.harness.directory + "/pushd.log")
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            let waiting = "campaign \(id) of app shop waits for APNs, which takes none of the app's notifications to sandbox"
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try String(contentsOfFile: hosts.harness.directory + "/pushd.log", encoding: .utf8).contains(waiting)
+            })
+            #expect(try DaemonHarness.wait(seconds: 10) { hosts.production.stats.accepted >= first - sandboxCount })
+            // The sandbox targets sent before the outage was seen are answered meanwhile.
+            Thread.sleep(forTimeInterval: 4)
+            // Registered since, and imported while the campaign waits.
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), 'production' FROM generate_series(\(first + 1), \(first + later)) g
+                """)
+            let sandboxRequests = { hosts.sandbox.stats.rejected["503 ServiceUnavailable"] ?? 0 }
+            let chunkWrites = { try Self.chunkRowWrites(connection) }
+            let requestsBefore = sandboxRequests(), writesBefore = try chunkWrites(), started = Date()
+            #expect(try store.importFromDeviceTokens(connection, campaignID: id).imported == later)
+            let production = first - sandboxCount + later
+            let delivered = try DaemonHarness.wait(seconds: 20) { hosts.production.stats.accepted >= production }
+            let seconds = Date().timeIntervalSince(started)
+            let accepted = hosts.production.stats.accepted, requests = sandboxRequests() - requestsBefore, writes = try chunkWrites() - writesBefore
+            print("production tokens imported into a campaign waiting for sandbox: \(accepted) of \(production) production targets accepted in \(Int(seconds)) s, \(requests) sandbox requests answered 503 and \(writes) chunk row writes meanwhile")
+            #expect(delivered, "\(accepted) of \(production) production targets accepted in 20 s while the campaign waited for sandbox")
+            // Two workers, a probe a second each, and the parked targets' probes; the 20 production
+            // chunks a lease, checkpoints and a finish each, the sandbox probes a lease and a release.
+            #expect(requests <= 10 * Int(seconds.rounded(.up)) + 20, "\(requests) requests reached the sandbox in \(seconds) s while it answered 503 to everything")
+            #expect(writes <= 400, "\(writes) chunk row writes in \(seconds) s: chunks were leased and released in a loop")
+            #expect(try store.campaign(connection, id: id)?.status == .running)
+            let unsent = try DaemonHarness.count(connection, """
+                SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
+                """)
+            #expect(unsent < 1000, "\(unsent) unsent sandbox targets were parked one row each during the outage")
+
+            try hosts.sandbox.setFaults(.none)
+            try Self.expectDeliveredOnce(hosts, connection, campaign: id, total: first + later, sandbox: sandboxCount)
+        }
+    }
+
     /// A campaign whose chunks go to one environment each, alternating between them (as a
     /// campaign imported in several `--from-tokens` runs has them), through an outage of both:
     /// its chunks of both environments stop at their first unsent target and the campaign
     /// waits for both, leased again only for the probes (a lease and a release per worker and
     /// probe interval, not in a loop), its targets not parked one row each; when APNs answers
     /// everything is delivered once.
-    @Test func aCampaignWithChunksOfBothEnvironmentsWaitsThroughAnOutageOfBoth() throws {
+    /// Run with chunks that record their environment, as imports since schema version 35 write
+    /// them (the lease passes over each environment's chunks but for its probes), and with
+    /// chunks that record none, as before (the whole campaign is passed over, and a worker
+    /// leaves it alone for a probe interval after each chunk of it that it stops).
+    @Test(arguments: [true, false])
+    func aCampaignWithChunksOfBothEnvironmentsWaitsThroughAnOutageOfBoth(recordingTheirEnvironment: Bool) throws {
         try IsolatedDatabase.with { database in
             let hosts = try EnvironmentRoutingTests.Hosts(database: database)
             defer { hosts.sandbox.stop() }
@@ -295,8 +389,11 @@ import Testing
                   AND environments[1] = CASE WHEN chunk % 2 = 1 THEN 'sandbox' ELSE 'production' END
                   AND environments[1] = ALL (environments)
                 """) == total / 1000)
+            try Self.retagChunks(database, campaign: id, environment: recordingTheirEnvironment
+                                 ? "CASE WHEN chunk % 2 = 1 THEN 'sandbox' ELSE 'production' END" : "NULL")
             try Self.expectWaitThroughAnOutageOfBoth(hosts, connection, config: config, campaign: id, total: total, sandbox: sandboxCount,
-                                                     layout: "chunks of one environment each")
+                                                     layout: "chunks of one environment each\(recordingTheirEnvironment ? ", recorded" : ", not recorded")",
+                                                     probesEachEnvironment: recordingTheirEnvironment)
         }
     }
 
@@ -328,6 +425,8 @@ import Testing
             #expect(try DaemonHarness.count(connection, """
                 SELECT count(*) FROM pushd.campaign_targets WHERE campaign_id = \(id) AND 'sandbox' = ANY (environments) AND 'production' = ANY (environments)
                 """) == total / 1000)
+            // Chunks imported before schema version 35 record no environment.
+            try Self.retagChunks(database, campaign: id, environment: "NULL")
             try Self.expectWaitThroughAnOutageOfBoth(hosts, connection, config: config, campaign: id, total: total, sandbox: sandboxCount,
                                                      layout: "mixed chunks")
         }

@@ -477,6 +477,57 @@ import Testing
         }
     }
 
+    /// Registered tokens are chunked by environment apart, each chunk records the environment
+    /// its targets go to, and the lease passes over a campaign's chunks of one environment
+    /// while handing out its others: a later import's production chunks are not held behind an
+    /// earlier import's sandbox chunk.
+    @Test func theLeasePassesOverTheChunksOfOneEnvironmentAndHandsOutTheOthers() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), CASE WHEN g <= 10 THEN 'production' ELSE 'sandbox' END
+                FROM generate_series(1, 18) g
+                """)
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "registered", payload: Fixtures.payload))
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, chunkSize: 4).imported == 18)
+            // A later import: production tokens registered since.
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), 'production' FROM generate_series(101, 106) g
+                """)
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, chunkSize: 4).imported == 6)
+            let tags = try connection.query("SELECT coalesce(environment, 'none') || ' ' || size FROM pushd.campaign_chunks WHERE campaign_id = \(id) ORDER BY chunk")
+            #expect(try (0..<tags.rowCount).map { try tags.require(String.self, row: $0, column: 0) }
+                    == ["production 4", "production 4", "production 2", "sandbox 4", "sandbox 4", "production 4", "production 2"])
+            try campaigns.start(connection, id: id)
+            var leased = [Int: String?]()
+            while let chunk = try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30,
+                                                        skippingChunksTo: ["sandbox": [id]]) {
+                leased[chunk.chunk] = chunk.targetsEnvironment
+                #expect(chunk.targets.environments.allSatisfy { chunk.targetsEnvironment == nil || $0 == chunk.targetsEnvironment })
+                try campaigns.finish(connection, chunk, ChunkProgress(position: chunk.size, sent: chunk.size))
+            }
+            #expect(leased == [0: "production", 1: "production", 2: "production", 5: "production", 6: "production"])
+            // Passed over whole, nothing; then the sandbox chunks, to the previous version's lease too.
+            #expect(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30, skipping: [id]) == nil)
+            #expect(try connection.query("SELECT leased_chunk FROM pushd.lease_campaign_chunk('old', 30, '{shop}', '{}')")
+                        .require(Int.self, row: 0, column: 0) == 3)
+            let sandbox = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30,
+                                                                 skippingChunksTo: ["production": [id]]))
+            #expect(sandbox.chunk == 4 && sandbox.targetsEnvironment == "sandbox")
+            // A file import's chunk records none: never passed over by environment.
+            try campaigns.importTargets(connection, campaignID: id, targets: [(String(repeating: "ef", count: 32), nil)])
+            let file = try #require(try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30,
+                                                              skippingChunksTo: ["production": [id], "sandbox": [id]]))
+            #expect(file.chunk == 7 && file.targetsEnvironment == nil)
+            #expect(throws: QueueError.self) {
+                try campaigns.leaseChunk(connection, owner: "w", apps: ["shop"], leaseSeconds: 30, skippingChunksTo: ["staging": [id]])
+            }
+        }
+    }
+
     @Test func queueStatsReportDepthOldestAgeAndCampaignProgressInOneRead() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -42,6 +42,34 @@ import Testing
         }
     }
 
+    /// Open chunks of registered tokens imported before version 35 are tagged with their
+    /// environment when all their targets carry one; a mixed chunk, a file import's and a
+    /// finished one are left untagged.
+    @Test func version35TagsTheOpenChunksImportedBeforeThatGoToOneEnvironment() throws {
+        try IsolatedDatabase.with(migrated: false) { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            try Migrator(migrations: Migrator.migrations.filter { $0.version < 35 }).migrate(connection)
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment)
+                SELECT 'shop', lpad(to_hex(g), 64, '0'), CASE WHEN g <= 6 THEN 'production' ELSE 'sandbox' END
+                FROM generate_series(1, 12) g
+                """)
+            let campaigns = CampaignStore()
+            let id = try campaigns.create(connection, NewCampaign(app: "shop", name: "registered", payload: #"{"aps":{"alert":"hi"}}"#))
+            // Version 34: chunks of 4 by environment, then token: production, both, sandbox.
+            #expect(try campaigns.importFromDeviceTokens(connection, campaignID: id, chunkSize: 4).imported == 12)
+            try campaigns.importTargets(connection, campaignID: id, targets: [(String(repeating: "ef", count: 32), nil)])
+            try connection.query("INSERT INTO pushd.campaign_targets (campaign_id, chunk, tokens, environments) VALUES ($1, 4, ARRAY[$2], ARRAY['sandbox'])",
+                                 [id, String(repeating: "cd", count: 32)])
+            try connection.query("INSERT INTO pushd.campaign_chunks (campaign_id, chunk, size, finished_at) VALUES ($1, 4, 1, now())", [id])
+            #expect(try Migrator(migrations: Migrator.migrations.filter { $0.version <= 35 }).migrate(connection) == [35])
+            let tags = try connection.query("SELECT coalesce(environment, 'none') FROM pushd.campaign_chunks WHERE campaign_id = $1 ORDER BY chunk", [id])
+            #expect(try (0..<tags.rowCount).map { try tags.require(String.self, row: $0, column: 0) }
+                    == ["production", "none", "sandbox", "none", "none"])
+        }
+    }
+
     @Test func twoInstancesMigratingAtOnceApplyEachVersionOnce() throws {
         try IsolatedDatabase.with(migrated: false) { database in
             let applied = Lock<[[Int]]>([])

@@ -174,6 +174,14 @@ public struct CampaignChunk: Sendable, Hashable {
     /// hung or lost the database), and when; nil for a fresh or released chunk.
     public var expiredOwner: String? = nil
     public var expiredAt: Timestamp? = nil
+    /// The environment every target of the chunk goes to, as its import (registered tokens,
+    /// schema version 35) or the migration to version 35 recorded it; nil when they go to the
+    /// campaign's or the app's environment (a file import's) or to both. The lease can pass
+    /// over the chunks of one environment by it.
+    public var targetsEnvironment: String? = nil
+
+    /// The environments a chunk can record (`campaign_chunks.environment`).
+    public static let taggedEnvironments = ["production", "sandbox"]
 }
 
 /// Outcomes since the previous checkpoint of a chunk (deltas, not totals).

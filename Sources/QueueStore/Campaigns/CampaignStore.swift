@@ -456,11 +456,11 @@ public struct CampaignStore: Sendable {
 
     static func leaseSQL(synchronous: Bool) -> String {
         """
-        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3, $4::bigint[]))
+        WITH l AS MATERIALIZED (SELECT * FROM pushd.lease_campaign_chunk($1, $2, $3, $4::bigint[], $5::bigint[], $6::bigint[]))
         SELECT l.leased_campaign, l.leased_chunk, l.leased_size, l.leased_checkpoint, l.leased_until,
                k.app, k.push_type, k.priority, k.environment, k.collapse_id, k.expiration, k.payload, k.rate_limit,
                t.tokens[l.leased_checkpoint + 1 :], t.payloads[l.leased_checkpoint + 1 :], t.environments[l.leased_checkpoint + 1 :],
-               l.expired_owner, l.expired_at
+               l.expired_owner, l.expired_at, l.leased_environment
         FROM l
         JOIN pushd.campaigns k ON k.id = l.leased_campaign
         JOIN pushd.campaign_targets t ON t.campaign_id = l.leased_campaign AND t.chunk = l.leased_chunk
@@ -473,13 +473,20 @@ public struct CampaignStore: Sendable {
     /// configured for them. `owner` must be unique per worker. A chunk whose lease expired
     /// (its worker vanished) is handed out again from its last checkpoint. The campaigns in
     /// `skipping` are passed over: capped campaigns whose chunk this process is still pacing
-    /// (migration 33), so that one capped campaign never takes more than a chunk at a time of it.
+    /// (migration 33), so that one capped campaign never takes more than a chunk at a time of it,
+    /// and campaigns waiting for APNs. Of the campaigns in `skippingChunksTo`, by environment,
+    /// the chunks whose targets all go to that environment (`CampaignChunk.targetsEnvironment`)
+    /// are passed over and their other chunks leased (migration 35).
     public func leaseChunk(_ connection: PGConnection, owner: String, apps: [String], leaseSeconds: Double,
-                           skipping: [Int64] = []) throws -> CampaignChunk? {
+                           skipping: [Int64] = [], skippingChunksTo: [String: [Int64]] = [:]) throws -> CampaignChunk? {
         guard leaseSeconds > 0 else { throw QueueError("lease duration must be positive, got \(leaseSeconds)") }
         guard !apps.isEmpty else { return nil }
+        if let unknown = skippingChunksTo.keys.first(where: { !CampaignChunk.taggedEnvironments.contains($0) }) {
+            throw QueueError("cannot pass over the chunks of environment \"\(unknown)\": chunks record only \(CampaignChunk.taggedEnvironments.joined(separator: " and "))")
+        }
         let result = try connection.query(connection.prepared(Self.leaseSQL(synchronous: synchronousBookkeeping)),
-                                          [owner, leaseSeconds, apps, skipping])
+                                          [owner, leaseSeconds, apps, skipping,
+                                           skippingChunksTo["production"] ?? [], skippingChunksTo["sandbox"] ?? []])
         guard result.rowCount == 1 else { return nil }
         let row = result[0]
         let start: Int = try row.require(3)
@@ -513,7 +520,7 @@ public struct CampaignStore: Sendable {
                              app: try row.require(5), pushType: try row.require(6), priority: try row.require(7),
                              environment: try row.get(8), collapseID: try row.get(9), expiration: try row.get(10),
                              payload: try row.get(11), rateLimit: try row.get(12), targets: targets,
-                             expiredOwner: try row.get(16), expiredAt: try row.get(17))
+                             expiredOwner: try row.get(16), expiredAt: try row.get(17), targetsEnvironment: try row.get(18))
     }
 
     static func recordSQL(synchronous: Bool) -> String {

@@ -141,8 +141,9 @@ final class CampaignWorker: @unchecked Sendable {
                     nextCancelledSweep = now + Self.cancelledSweepInterval
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
+                    let waits = campaignsPassedOverWhileDown(now: now)
                     let leased = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
-                                                      skipping: limiter.pacedCampaigns + campaignsPassedOverWhileDown(now: now))
+                                                      skipping: limiter.pacedCampaigns + waits.campaigns, skippingChunksTo: waits.chunksTo)
                     passWrote = true
                     if let chunk = leased {
                         failures = 0
@@ -627,20 +628,33 @@ final class CampaignWorker: @unchecked Sendable {
     struct WaitForAPNs: Sendable {
         var app: String
         var environments: Set<PushdConfig.Environment>
+        /// A chunk stopped for it records no environment (`CampaignChunk.targetsEnvironment`:
+        /// a file import's, or one that mixes both environments): the lease cannot tell
+        /// its chunks apart, so the campaign is passed over whole. Otherwise only its chunks of
+        /// `environments` are, and its chunks of the other environment are sent meanwhile.
+        var whole: Bool
+    }
+
+    /// What the lease passes over while campaigns wait for APNs: whole campaigns, and of
+    /// others the chunks that go to an environment, by its name.
+    struct PassedOver: Equatable {
+        var campaigns: [Int64] = []
+        var chunksTo: [String: [Int64]] = [:]
     }
 
     /// Stops `run` before `target`, which is not sent while its lane is down. A fresh target is
     /// given back unsent, so the chunk is released at it, once its answers are in, with every
     /// target after it: they stay in the chunk, not parked one row each, and the lease passes
-    /// the campaign over while that environment stays down (`campaignsPassedOverWhileDown`),
-    /// but for a probe. Setting each fresh target aside instead wrote the whole campaign into
-    /// the parked table during an outage, and after it the parked claim sent it back far slower
-    /// than the chunks. A chunk whose targets go to both environments (registered tokens
-    /// imported before schema version 34, or the one chunk per import where the environments
-    /// meet) stops only while APNs is down for both: else its targets to the other
-    /// environment, which may answer, would be held back by this one and, at the lease, by the
-    /// campaign's; its target is set aside instead (`setAsideWhileDown`). Returns whether the
-    /// run stopped.
+    /// the campaign's chunks of that environment over while it stays down, or the campaign
+    /// when the chunk records no environment (`campaignsPassedOverWhileDown`), but for a
+    /// probe. Setting each fresh target aside instead wrote the whole campaign into the parked
+    /// table during an outage, and after it the parked claim sent it back far slower than the
+    /// chunks. A chunk whose targets go to both environments (registered tokens imported
+    /// before schema version 35: by token alone before 34, and with 34 the one chunk per import
+    /// where the environments met) stops only while APNs is down for both: else its targets to
+    /// the other environment, which may answer, would be held back by this one and, at the
+    /// lease, by the campaign's; its target is set aside instead (`setAsideWhileDown`).
+    /// Returns whether the run stopped.
     private func stopWhileDown(_ run: ChunkRun, _ target: Int) -> Bool {
         let environment = run.environments[target]
         var stoppedFor: Set<PushdConfig.Environment> = [environment]
@@ -658,24 +672,31 @@ final class CampaignWorker: @unchecked Sendable {
         run.stopSubmitting = true
         run.waitsForAPNs = true
         let campaign = run.chunk.campaignID
-        let (added, waitsFor) = context.campaignsWaitingForAPNs.withLock { waiting -> (Bool, Set<PushdConfig.Environment>) in
+        // The lease passes over the chunks of the stopped one's environment when the import
+        // recorded it, and the campaign whole when not (a chunk that mixes both has none).
+        let untagged = run.chunk.targetsEnvironment.flatMap(PushdConfig.Environment.init(rawValue:)) != environment
+        let (added, wait) = context.campaignsWaitingForAPNs.withLock { waiting -> (Bool, WaitForAPNs) in
             if var wait = waiting[campaign] {
                 wait.environments.formUnion(stoppedFor)
+                wait.whole = wait.whole || untagged
                 waiting[campaign] = wait
-                return (false, wait.environments)
+                return (false, wait)
             }
-            waiting[campaign] = WaitForAPNs(app: run.app, environments: stoppedFor)
+            let wait = WaitForAPNs(app: run.app, environments: stoppedFor, whole: untagged)
+            waiting[campaign] = wait
             // Here, not only at worker 0's sweep, which an outage's parked batches can hold off.
             context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
-            return (true, stoppedFor)
+            return (true, wait)
         }
-        // The campaign is leased again when a probe of this worker comes due for an environment
-        // it waits for, and the lease hands out its first free chunk, which may go to another
-        // of them (chunks of both environments stopped, both down): a probe left due, never
-        // reached by that chunk, had the lease take the campaign back at once, the chunk stop
-        // at its first target again, and so on. So this worker passes the campaign over for a
-        // probe interval after each stop; the app's probes stay due for its other campaigns.
-        if waitsFor.count > 1 {
+        // A campaign passed over whole is leased again when a probe of this worker comes due
+        // for an environment it waits for, and the lease hands out its first free chunk, which
+        // may go to another of them (chunks of both environments stopped, both down): a probe
+        // left due, never reached by that chunk, had the lease take the campaign back at once,
+        // the chunk stop at its first target again, and so on. So this worker passes such a
+        // campaign over for a probe interval after each stop; the app's probes stay due for its
+        // other campaigns. One whose chunks record their environment needs none of this: the
+        // lease hands out only the chunks of an environment whose probe is due.
+        if wait.whole, wait.environments.count > 1 {
             stoppedWhileDown[campaign] = RateLimiter.monotonicSeconds() + Double(context.config.retry.outageProbeMilliseconds) / 1000
         }
         if added, let unlogged = admitAPNsWaitLine(app: run.app, back: false) {
@@ -692,30 +713,37 @@ final class CampaignWorker: @unchecked Sendable {
     /// (monotonic seconds), since it last stopped a chunk of theirs (`stopWhileDown`).
     private var stoppedWhileDown: [Int64: Double] = [:]
 
-    /// The campaigns waiting for APNs (`stopWhileDown`) that the lease passes over now: the
-    /// environments they wait for are all still down and no probe of this worker is due for
-    /// any of them, or it stopped a chunk of theirs less than a probe interval ago. One whose
-    /// environment answers again is forgotten, so it is leased at once and sent at the chunks'
-    /// speed.
-    private func campaignsPassedOverWhileDown(now: Double) -> [Int64] {
+    /// What of the campaigns waiting for APNs (`stopWhileDown`) the lease passes over now,
+    /// while the environments they wait for are all still down. A campaign whose chunks record
+    /// their environment: its chunks of each environment no probe of this worker is due for.
+    /// Another: the whole campaign, when no probe of this worker is due for any of them or it
+    /// stopped a chunk of theirs less than a probe interval ago. One whose environment answers
+    /// again is forgotten, so it is leased at once and sent at the chunks' speed.
+    private func campaignsPassedOverWhileDown(now: Double) -> PassedOver {
         let waiting = context.campaignsWaitingForAPNs.withLock { $0 }
         if waiting.isEmpty { stoppedWhileDown.removeAll() }
-        guard !waiting.isEmpty else { return [] }
+        guard !waiting.isEmpty else { return PassedOver() }
         if !stoppedWhileDown.isEmpty {
             stoppedWhileDown = stoppedWhileDown.filter { waiting[$0.key] != nil && now < $0.value }
         }
-        var passedOver = [Int64]()
+        var passedOver = PassedOver()
         var back = [Int64]()
         for (campaign, wait) in waiting {
             let down = wait.environments.filter {
                 context.operatorLog.isDown(app: wait.app, environment: $0.rawValue, lane: Lane.campaign.rawValue)
             }
+            let probeDue = { (environment: PushdConfig.Environment) in
+                now >= self.downLaneProbes[wait.app + "\u{0}" + environment.rawValue, default: 0]
+            }
             if down.count < wait.environments.count {
                 back.append(campaign)
                 stoppedWhileDown[campaign] = nil
-            } else if stoppedWhileDown[campaign] != nil
-                        || !down.contains(where: { now >= downLaneProbes[wait.app + "\u{0}" + $0.rawValue, default: 0] }) {
-                passedOver.append(campaign)
+            } else if !wait.whole {
+                for environment in down where !probeDue(environment) {
+                    passedOver.chunksTo[environment.rawValue, default: []].append(campaign)
+                }
+            } else if stoppedWhileDown[campaign] != nil || !down.contains(where: probeDue) {
+                passedOver.campaigns.append(campaign)
             }
         }
         // One line per app for the campaigns back at once, not one per campaign.
