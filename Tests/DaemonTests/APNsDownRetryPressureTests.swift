@@ -299,14 +299,22 @@ import Testing
     /// chunks, not the whole campaign (it did before schema version 35, and the later import's
     /// production chunks, behind the stopped sandbox ones, waited for as long as the sandbox
     /// outage lasted). When sandbox answers again everything is delivered once.
-    @Test func productionTokensImportedIntoACampaignWaitingForSandboxGoOutMeanwhile() throws {
+    /// Run uncapped and with a `rate_limit` of the campaign's own: a capped campaign's lease
+    /// reserves the time its chunk's targets take at the cap, and a probe's lease of a sandbox
+    /// chunk reserved a whole chunk's (2 s at 500/s, against a probe a second): when that time
+    /// was up the probe was due again and took the next sandbox chunk, and the production
+    /// chunks got none, until a probe's chunk gave back, as it stopped, the time its unsent
+    /// targets would have taken.
+    @Test(arguments: [nil, 500] as [Int?])
+    func productionTokensImportedIntoACampaignWaitingForSandboxGoOutMeanwhile(cappedAt rateLimit: Int?) throws {
         try IsolatedDatabase.with { database in
             let hosts = try EnvironmentRoutingTests.Hosts(database: database)
             defer { hosts.sandbox.stop() }
             let connection = try database.connect()
             // 1,000 production tokens, then 30 chunks of sandbox ones.
-            let first = 31_000, sandboxCount = 30_000, later = 20_000
+            let first = 31_000, sandboxCount = 30_000, later = rateLimit == nil ? 20_000 : 3000
             let (config, id) = try Self.registeredTokenCampaign(hosts, connection, total: first, sandbox: sandboxCount, every: 1)
+            if let rateLimit { try connection.query("UPDATE pushd.campaigns SET rate_limit = \(rateLimit) WHERE id = \(id)") }
             try hosts.sandbox.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
             let store = CampaignStore()
             #expect(try store.start(connection, id: id) == .running)
@@ -335,7 +343,7 @@ import Testing
             let delivered = try DaemonHarness.wait(seconds: 20) { hosts.production.stats.accepted >= production }
             let seconds = Date().timeIntervalSince(started)
             let accepted = hosts.production.stats.accepted, requests = sandboxRequests() - requestsBefore, writes = try chunkWrites() - writesBefore
-            print("production tokens imported into a campaign waiting for sandbox: \(accepted) of \(production) production targets accepted in \(Int(seconds)) s, \(requests) sandbox requests answered 503 and \(writes) chunk row writes meanwhile")
+            print("production tokens imported into a campaign\(rateLimit.map { " capped at \($0)/s" } ?? "") waiting for sandbox: \(accepted) of \(production) production targets accepted in \(Int(seconds)) s, \(requests) sandbox requests answered 503 and \(writes) chunk row writes meanwhile")
             #expect(delivered, "\(accepted) of \(production) production targets accepted in 20 s while the campaign waited for sandbox")
             // Two workers, a probe a second each, and the parked targets' probes; the 20 production
             // chunks a lease, checkpoints and a finish each, the sandbox probes a lease and a release.
@@ -347,6 +355,8 @@ import Testing
                 """)
             #expect(unsent < 1000, "\(unsent) unsent sandbox targets were parked one row each during the outage")
 
+            // The cap lifted: the 30,000 sandbox targets would take a minute at it.
+            if rateLimit != nil { try connection.query("UPDATE pushd.campaigns SET rate_limit = NULL, next_lease_at = NULL WHERE id = \(id)") }
             try hosts.sandbox.setFaults(.none)
             try Self.expectDeliveredOnce(hosts, connection, campaign: id, total: first + later, sandbox: sandboxCount)
         }

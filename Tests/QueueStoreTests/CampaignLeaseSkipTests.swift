@@ -44,4 +44,28 @@ import Testing
             #expect(try campaigns.campaignsWaitingForWorker(connection, apps: ["shop"]).isEmpty)
         }
     }
+
+    /// A campaign waiting for APNs is told as the lease is told it: passed over whole it waits
+    /// on purpose; passed over for one environment's chunks, it still waits for a worker while
+    /// it has a free chunk of the other environment, or one that records none.
+    @Test func aCampaignWaitingForOneEnvironmentStillWaitsForAWorkerForItsOtherChunks() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, name: "both", first: 1, targets: 20, chunkSize: 10)
+            try connection.query("UPDATE pushd.campaign_chunks SET environment = CASE WHEN chunk = 0 THEN 'sandbox' ELSE 'production' END WHERE campaign_id = $1", [id])
+            let waiting = { (whole: [Int64], chunksTo: [String: [Int64]]) in
+                try self.campaigns.campaignsWaitingForWorker(connection, apps: ["shop"], passingOver: whole, passingOverChunksTo: chunksTo).map(\.id)
+            }
+            #expect(try waiting([], [:]) == [id])
+            #expect(try waiting([id], [:]).isEmpty)
+            #expect(try waiting([], ["sandbox": [id]]) == [id], "its production chunk is free and no worker took it")
+            #expect(try waiting([], ["production": [id]]) == [id], "its sandbox chunk is free and no worker took it")
+            #expect(try waiting([], ["sandbox": [id], "production": [id]]).isEmpty)
+            #expect(try waiting([], ["sandbox": [id + 1]]) == [id])
+            // A chunk that records no environment is never passed over by environment.
+            try connection.query("UPDATE pushd.campaign_chunks SET environment = NULL WHERE campaign_id = $1 AND chunk = 1", [id])
+            #expect(try waiting([], ["sandbox": [id], "production": [id]]) == [id])
+            #expect(throws: QueueError.self) { try waiting([], ["staging": [id]]) }
+        }
+    }
 }

@@ -281,6 +281,62 @@ import Testing
         }
     }
 
+    /// A chunk stopped with targets unsent (for an APNs outage) gives back the time its lease
+    /// reserved for them at the cap, so the campaign's next chunk is leased at once; not to
+    /// before now, not when a deferral has moved the next lease past the reservation since,
+    /// not while another session holds the campaign's row, and not for an uncapped campaign.
+    @Test func aStoppedChunkGivesBackTheTimeItsUnsentTargetsReservedAtTheCap() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 300, chunkSize: 100, rateLimit: 10)
+            try campaigns.start(connection, id: id)
+            let wait = {
+                try connection.query("SELECT extract(epoch FROM next_lease_at - now())::float8 FROM pushd.campaigns WHERE id = $1", [id])
+                    .get(Double.self, row: 0, column: 0)
+            }
+            // The latest the lease's reservation can end: its database time plus its targets' time at 10/s.
+            let reserved = { (chunk: CampaignChunk) in
+                Timestamp(timeIntervalSince1970: chunk.leaseUntil.timeIntervalSince1970 - 30 + Double(chunk.size - chunk.startIndex) / 10)
+            }
+            let first = try #require(try campaigns.leaseChunk(connection, owner: "w1", apps: ["shop"], leaseSeconds: 30))
+            #expect(try wait().map { $0 > 9 && $0 <= 10 } == true)
+            #expect(try campaigns.leaseChunk(connection, owner: "w2", apps: ["shop"], leaseSeconds: 30) == nil)
+            // One target sent, 99 not: 9.9 of the 10 s come back, the sent target's tenth stays.
+            #expect(try campaigns.givePaceBack(connection, campaignID: id, unsent: 99, rate: 10, reservedUntil: reserved(first)))
+            #expect(try wait().map { $0 <= 0.1 } == true)
+            try campaigns.release(connection, first, ChunkProgress(position: 1, sent: 1))
+            Thread.sleep(forTimeInterval: 0.15)
+            let second = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: ["shop"], leaseSeconds: 30))
+            #expect(second.campaignID == id && second.chunk == first.chunk && second.startIndex == 1)
+            #expect(try wait().map { $0 > 9 } == true)
+            // The campaign's row locked by another session: nothing given back, nothing waited for.
+            let other = try database.connect()
+            defer { other.close() }
+            _ = try other.execute(script: "BEGIN; SELECT 1 FROM pushd.campaigns WHERE id = \(id) FOR UPDATE")
+            #expect(try !campaigns.givePaceBack(connection, campaignID: id, unsent: 99, rate: 10, reservedUntil: reserved(second)))
+            _ = try other.execute(script: "COMMIT")
+            #expect(try wait().map { $0 > 9 } == true)
+            // More than was reserved: the next lease is not set before now.
+            let before = Timestamp().timeIntervalSince1970
+            #expect(try campaigns.givePaceBack(connection, campaignID: id, unsent: 10_000, rate: 10, reservedUntil: reserved(second)))
+            let nextLease = try #require(try connection.query("SELECT extract(epoch FROM next_lease_at)::float8 FROM pushd.campaigns WHERE id = $1", [id])
+                .get(Double.self, row: 0, column: 0))
+            #expect(nextLease >= before - 0.01 && nextLease <= before + 1)
+            #expect(try !campaigns.givePaceBack(connection, campaignID: id, unsent: 5, rate: 10, reservedUntil: reserved(second)), "nothing reserved is left to give back")
+            #expect(try !campaigns.givePaceBack(connection, campaignID: id, unsent: 0, rate: 10, reservedUntil: reserved(second)))
+            // A deferral since (a hold) moved the next lease past this lease's reservation: left alone.
+            let third = try #require(try campaigns.leaseChunk(connection, owner: "w3", apps: ["shop"], leaseSeconds: 30))
+            #expect(third.chunk != second.chunk)
+            try campaigns.deferLeases(connection, campaignID: id, seconds: 60)
+            #expect(try !campaigns.givePaceBack(connection, campaignID: id, unsent: 100, rate: 10, reservedUntil: reserved(third)))
+            #expect(try wait().map { $0 > 59 } == true)
+            let uncapped = try makeCampaign(connection, targets: 100, chunkSize: 100)
+            try campaigns.start(connection, id: uncapped)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w4", apps: ["shop"], leaseSeconds: 30, skipping: [id]))
+            #expect(try !campaigns.givePaceBack(connection, campaignID: uncapped, unsent: 100, rate: 10, reservedUntil: reserved(chunk)))
+        }
+    }
+
     @Test func aParkedTargetsAnswersAreCountedLikeAChunksIncludingTokensKeptByTheTimestampRule() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

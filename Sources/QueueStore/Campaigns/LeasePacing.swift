@@ -19,6 +19,36 @@ extension CampaignStore {
 }
 
 extension CampaignStore {
+    /// Gives back the share of a rate-capped campaign's pace that a chunk's lease reserved
+    /// for `unsent` targets the chunk will not send: a lease puts `next_lease_at` off by the
+    /// time its chunk's targets take at the campaign's `rate_limit`, whether they are sent or
+    /// not. A chunk stopped at its first target while APNs is down for its environment (a
+    /// probe) reserved a whole chunk's time: by the time it came due the probe was due again,
+    /// the lease handed out the next chunk of that environment, and the campaign's chunks of
+    /// the other environment were not leased for as long as the outage lasted.
+    ///
+    /// Only this lease's own reservation is given back: `reservedUntil` is the latest it can
+    /// end (the lease's database time plus its targets' time at the cap it was leased at,
+    /// `rate`); a `next_lease_at` later than that was moved on since, by another lease or a
+    /// deferral (`deferLeases`: a hold, a setup or start failure) that ends after it, and is
+    /// left alone. A deferral that ended within the reservation changed nothing then, and
+    /// is not kept now. Not earlier than now: the pace keeps what the sent targets took. The
+    /// campaign's row locked by another session (a checkpoint, a lease, an operator): nothing
+    /// is given back rather than waited for. Returns whether the campaign's row was changed.
+    @discardableResult
+    public func givePaceBack(_ connection: PGConnection, campaignID: Int64, unsent: Int, rate: Int, reservedUntil: Timestamp) throws -> Bool {
+        guard unsent > 0, rate > 0 else { return false }
+        return try connection.query(connection.prepared("""
+            UPDATE pushd.campaigns c
+            SET next_lease_at = greatest(now(), c.next_lease_at - make_interval(secs => $2::float8 / $3::float8))
+            WHERE c.id = (SELECT id FROM pushd.campaigns WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED)
+              AND c.status = 'running' AND c.rate_limit IS NOT NULL AND c.next_lease_at > now()
+              AND c.next_lease_at <= to_timestamp($4::float8) + interval '10 microseconds'
+            """), [campaignID, Int64(unsent), Int64(rate), reservedUntil.timeIntervalSince1970]).affectedRows > 0
+    }
+}
+
+extension CampaignStore {
     /// Keeps a running campaign from being leased by any instance for `seconds`: a scope it
     /// sends to is held (its topic refused to the app's credentials), so its chunks stay at
     /// their checkpoints and the campaigns after it are leased meanwhile instead of waiting

@@ -729,16 +729,15 @@ final class CampaignWorker: @unchecked Sendable {
         var passedOver = PassedOver()
         var back = [Int64]()
         for (campaign, wait) in waiting {
-            let down = wait.environments.filter {
-                context.operatorLog.isDown(app: wait.app, environment: $0.rawValue, lane: Lane.campaign.rawValue)
-            }
             let probeDue = { (environment: PushdConfig.Environment) in
                 now >= self.downLaneProbes[wait.app + "\u{0}" + environment.rawValue, default: 0]
             }
-            if down.count < wait.environments.count {
+            guard let down = stillDown(wait) else {
                 back.append(campaign)
                 stoppedWhileDown[campaign] = nil
-            } else if !wait.whole {
+                continue
+            }
+            if !wait.whole {
                 for environment in down where !probeDue(environment) {
                     passedOver.chunksTo[environment.rawValue, default: []].append(campaign)
                 }
@@ -764,6 +763,15 @@ final class CampaignWorker: @unchecked Sendable {
                                   ("unlogged", .int(Int64(unlogged))))
         }
         return passedOver
+    }
+
+    /// The environments `wait` is for, all of which APNs is still down for; nil once one of them
+    /// answers again, when the campaign is leased as any other (`campaignsPassedOverWhileDown`).
+    private func stillDown(_ wait: WaitForAPNs) -> Set<PushdConfig.Environment>? {
+        let down = wait.environments.filter {
+            context.operatorLog.isDown(app: wait.app, environment: $0.rawValue, lane: Lane.campaign.rawValue)
+        }
+        return down.count < wait.environments.count ? nil : down
     }
 
     /// A campaign waiting for APNs that was cancelled, paused, finished or deleted meanwhile
@@ -891,7 +899,12 @@ final class CampaignWorker: @unchecked Sendable {
                 // unsent and parked with the chunk's retries (the probe and `apns_back` bring it
                 // back). Now and then one goes as a probe.
                 if !mayPassDownLane(run, environment: run.environments[next], now: now, looked: &lookedDown) {
-                    if stopWhileDown(run, next) { break }
+                    if stopWhileDown(run, next) {
+                        // The probe built before goes first, not after a database round trip.
+                        submitBatched()
+                        givePaceBack(run, on: connection)
+                        break
+                    }
                     setAsideWhileDown(run, next)
                     continue
                 }
@@ -1296,6 +1309,31 @@ final class CampaignWorker: @unchecked Sendable {
         return true
     }
 
+    /// A rate-capped campaign's chunk stopped for an APNs outage (`stopWhileDown`) will not
+    /// send its targets from `run.next` on, and the time its lease reserved for them at the cap
+    /// is given back at once, not at the release, which waits for the answers in flight (a
+    /// probe's timeout, when APNs does not answer): else each probe's lease held the campaign's
+    /// next lease off by a whole chunk's time, by then the probe was due again and took the
+    /// next chunk of the down environment, and the campaign's chunks of the other environment,
+    /// which APNs answers, were not leased for as long as the outage lasted. Only this lease's
+    /// reservation: a deferral or a lease since is left alone (`CampaignStore.givePaceBack`).
+    /// A failure only leaves the next lease at its time: logged and counted.
+    private func givePaceBack(_ run: ChunkRun, on connection: PGConnection) {
+        let chunk = run.chunk
+        guard let rate = chunk.rateLimit, rate > 0 else { return }
+        let unsent = run.count - run.next
+        let leasedAt = chunk.leaseUntil.timeIntervalSince1970 - leaseSeconds
+        let reservedUntil = Timestamp(timeIntervalSince1970: leasedAt + Double(chunk.size - chunk.startIndex) / Double(rate))
+        do {
+            try store.givePaceBack(connection, campaignID: chunk.campaignID, unsent: unsent, rate: rate, reservedUntil: reservedUntil)
+        } catch {
+            context.databaseError(error)
+            guard paceLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) != nil else { return }
+            context.logger.warning("could not give back the time campaign \(chunk.campaignID)'s lease of chunk \(chunk.chunk) reserved at its cap of \(rate)/s for the \(unsent) targets it does not send while APNs is down: the campaign's next lease may wait up to \(Int((Double(unsent) / Double(rate)).rounded(.up))) s: \(error)",
+                                   ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))), ("app", .string(chunk.app)))
+        }
+    }
+
     /// A checkpoint or finish of `chunk` matched no row: the chunk is no longer this worker's,
     /// and `uncounted` was not written. Either its lease ran out and another worker took it
     /// over (and sends again from its last checkpoint), or its campaign was cancelled and the
@@ -1315,6 +1353,9 @@ final class CampaignWorker: @unchecked Sendable {
 
     /// Lines about campaign rows that stayed locked, one per campaign per minute at most.
     private var lockedRowLines = LogGate<Int64>(quietSeconds: 60)
+
+    /// Lines about a give-back of a capped campaign's time that failed, one per campaign a minute.
+    private var paceLines = LogGate<Int64>(quietSeconds: 60)
 
     /// A write of `chunk`'s progress waited `lock_timeout` for its campaign's row, which another
     /// session holds (an operator's open transaction, a long statement). Nothing is lost: the
@@ -1724,15 +1765,30 @@ final class CampaignWorker: @unchecked Sendable {
     /// worker is busy with other campaigns' chunks (leased oldest campaign first). Silent
     /// before, such a campaign got nothing for as long as the others lasted.
     private func watchWaitingCampaigns(on connection: PGConnection) throws {
-        // A campaign waiting for APNs (`stopWhileDown`) is left unleased on purpose, not for want of a worker.
-        // Set under the lock, as everywhere it changes: a count read before another worker's change
-        // would overwrite it.
+        // A campaign waiting for APNs (`stopWhileDown`) is left unleased on purpose, not for want
+        // of a worker: whole, or its chunks of the environments it waits for. Its chunks of the
+        // other environment are leased meanwhile, so when no worker takes them it waits for one
+        // as any campaign does. Set under the lock, as everywhere it changes: a count read
+        // before another worker's change would overwrite it.
         let forAPNs = context.campaignsWaitingForAPNs.withLock { waiting in
             context.metrics.campaignsWaitingForAPNs.set(Double(waiting.count))
             return waiting
         }
         flushAPNsWaitLines()
-        let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps()).filter { forAPNs[$0.id] == nil }
+        // What the lease passes over but for the probes: nothing of a campaign one of whose
+        // environments answers again, which a lease takes back (none may try while every
+        // worker is busy, when this matters).
+        var whole = [Int64](), chunksTo = [String: [Int64]]()
+        for (campaign, wait) in forAPNs {
+            guard let down = stillDown(wait) else { continue }
+            if wait.whole {
+                whole.append(campaign)
+            } else {
+                for environment in down { chunksTo[environment.rawValue, default: []].append(campaign) }
+            }
+        }
+        let waiting = try store.campaignsWaitingForWorker(connection, apps: context.claimableApps(),
+                                                          passingOver: whole, passingOverChunksTo: chunksTo)
         for event in waitWatch.observe(waiting, now: RateLimiter.monotonicSeconds()) {
             switch event {
             case .waiting(let campaign, let seconds, let unlogged):
