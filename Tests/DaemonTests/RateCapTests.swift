@@ -53,6 +53,37 @@ import Testing
         }
     }
 
+    /// A capped campaign's chunk released early, as its instance stops, gives back the time its
+    /// lease reserved at the cap for the targets it did not send: the instance started next goes
+    /// on at once, not after the rest of the chunk's time (100 s: 1,000 targets at 10/s).
+    @Test func aCappedCampaignGoesOnAtOnceAfterItsInstanceRestarts() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try harness.writeConfigFile()
+            let id = try CampaignLaneTests.campaign(connection, count: 2000, rate: 10)
+            let first = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd-0.log")
+            #expect(try DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= 20 })
+            kill(first.processIdentifier, SIGTERM)
+            #expect(DaemonProcessTests.waitForExit(first, seconds: 20))
+            let waiting = try connection.query("""
+                SELECT extract(epoch FROM next_lease_at - now())::float8 FROM pushd.campaigns WHERE id = $1
+                """, [id]).get(Double.self, row: 0, column: 0)
+            #expect((waiting ?? 0) < 2, "the campaign's next lease waits \(waiting ?? 0) s after its instance stopped")
+            let before = harness.mock.stats.accepted
+            let second = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd-1.log")
+            defer {
+                kill(second.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(second, seconds: 10)
+            }
+            let restarted = Timestamp()
+            let goesOn = try DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted >= before + 20 }
+            print("capped at 10/s: \(before) accepted before the restart, then \(harness.mock.stats.accepted - before) in \(Int(Timestamp().timeIntervalSince(restarted))) s after it")
+            #expect(goesOn, "the restarted instance sent \(harness.mock.stats.accepted - before) in 20 s")
+            #expect(Set(harness.mock.acceptedLog.map(\.token)).count == harness.mock.acceptedLog.count, "a target was accepted twice")
+        }
+    }
+
     /// A cap a debug build drains well above on a busy two-core machine.
     @Test(arguments: [1, 2, 3])
     func theDeliveredRateOfACappedCampaignIsItsCapWithinFivePercent(instances: Int) throws {

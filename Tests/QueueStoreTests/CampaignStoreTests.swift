@@ -337,6 +337,27 @@ import Testing
         }
     }
 
+    /// A capped campaign paused in the middle of a chunk: the chunk the pause stopped gives
+    /// back the time its lease reserved for its unsent targets, so the campaign is leased at
+    /// once when it is resumed, not after the rest of that time.
+    @Test func aResumedCappedCampaignIsLeasedAtOnce() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 200, chunkSize: 100, rateLimit: 10)
+            try campaigns.start(connection, id: id)
+            let chunk = try #require(try campaigns.leaseChunk(connection, owner: "w1", apps: ["shop"], leaseSeconds: 30))
+            #expect(try campaigns.pause(connection, id: id) == .paused)
+            #expect(try campaigns.release(connection, chunk, ChunkProgress(position: 5, sent: 5)) == .stop(.paused))
+            let reservedUntil = Timestamp(timeIntervalSince1970: chunk.leaseUntil.timeIntervalSince1970 - 30 + 10)
+            #expect(try campaigns.givePaceBack(connection, campaignID: id, unsent: 95, rate: 10, reservedUntil: reservedUntil))
+            Thread.sleep(forTimeInterval: 0.6)
+            #expect(try campaigns.resume(connection, id: id) == .running)
+            let next = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: ["shop"], leaseSeconds: 30),
+                                    "the 10 s its first lease reserved are not waited out after the pause")
+            #expect(next.campaignID == id)
+        }
+    }
+
     @Test func aParkedTargetsAnswersAreCountedLikeAChunksIncludingTokensKeptByTheTimestampRule() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

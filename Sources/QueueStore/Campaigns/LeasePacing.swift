@@ -32,7 +32,8 @@ extension CampaignStore {
     /// `rate`); a `next_lease_at` later than that was moved on since, by another lease or a
     /// deferral (`deferLeases`: a hold, a setup or start failure) that ends after it, and is
     /// left alone. A deferral that ended within the reservation changed nothing then, and
-    /// is not kept now. Not earlier than now: the pace keeps what the sent targets took. The
+    /// is not kept now. A paused campaign's too: a chunk the pause stopped gives its time back,
+    /// so that the campaign is leased at once when it is resumed. Not earlier than now: the pace keeps what the sent targets took. The
     /// campaign's row locked by another session (a checkpoint, a lease, an operator): nothing
     /// is given back rather than waited for. Returns whether the campaign's row was changed.
     @discardableResult
@@ -42,7 +43,7 @@ extension CampaignStore {
             UPDATE pushd.campaigns c
             SET next_lease_at = greatest(now(), c.next_lease_at - make_interval(secs => $2::float8 / $3::float8))
             WHERE c.id = (SELECT id FROM pushd.campaigns WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED)
-              AND c.status = 'running' AND c.rate_limit IS NOT NULL AND c.next_lease_at > now()
+              AND c.status IN ('running', 'paused') AND c.rate_limit IS NOT NULL AND c.next_lease_at > now()
               AND c.next_lease_at <= to_timestamp($4::float8) + interval '10 microseconds'
             """), [campaignID, Int64(unsent), Int64(rate), reservedUntil.timeIntervalSince1970]).affectedRows > 0
     }

@@ -1005,6 +1005,7 @@ final class CampaignWorker: @unchecked Sendable {
                     context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
                     run.retries.append(ChunkRun.Retry(at: 0, target: target))
                     run.stopSubmitting = true
+                    run.buildFailed = true
                     break
                 }
                 run.sent(target, to: environment, authorization: template.authorization)
@@ -1064,6 +1065,7 @@ final class CampaignWorker: @unchecked Sendable {
                 context.logger.error("cannot build a request for app \(chunk.app): \(error)", ("app", .string(chunk.app)))
                 run.retries.append(ChunkRun.Retry(at: 0, target: target))
                 run.stopSubmitting = true
+                run.buildFailed = true
                 break
             }
             if ownPayload == nil, run.templates[environment] == nil {
@@ -1295,6 +1297,15 @@ final class CampaignWorker: @unchecked Sendable {
             return false
         }
         keeper.drop(chunk)
+        // Released early: its unsent targets' time at the cap goes back, the campaign running or
+        // paused (resumed, it is leased at once; resumed before its chunk saw the pause, the
+        // chunk went on and keeps its time). Not: one stopped for APNs gave it back as it
+        // stopped; a setup failure's deferral, written before the release, must stand; after a
+        // request that could not be built, the reservation is what keeps the campaign from
+        // being leased and released again at once, a line and a parked target each time.
+        if !complete, directive == .proceed || directive == .stop(.paused), !run.waitsForAPNs, !run.setupFailed, !run.buildFailed {
+            givePaceBack(run, on: connection)
+        }
         context.logger.debug("\(complete ? "finished" : "released") chunk \(chunk.chunk) of campaign \(chunk.campaignID)",
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
@@ -1309,14 +1320,20 @@ final class CampaignWorker: @unchecked Sendable {
         return true
     }
 
-    /// A rate-capped campaign's chunk stopped for an APNs outage (`stopWhileDown`) will not
-    /// send its targets from `run.next` on, and the time its lease reserved for them at the cap
-    /// is given back at once, not at the release, which waits for the answers in flight (a
-    /// probe's timeout, when APNs does not answer): else each probe's lease held the campaign's
-    /// next lease off by a whole chunk's time, by then the probe was due again and took the
-    /// next chunk of the down environment, and the campaign's chunks of the other environment,
-    /// which APNs answers, were not leased for as long as the outage lasted. Only this lease's
-    /// reservation: a deferral or a lease since is left alone (`CampaignStore.givePaceBack`).
+    /// A rate-capped campaign's chunk that stops early will not send its targets from
+    /// `run.next` on, and the time its lease reserved for them at the cap is given back: the
+    /// campaign's next lease is not held off by time no target uses.
+    /// - Stopped for an APNs outage (`stopWhileDown`): at once, not at the release, which
+    ///   waits for the answers in flight (a probe's timeout, when APNs does not answer). Else
+    ///   each probe's lease held the next lease off by a whole chunk's time, by then the probe
+    ///   was due again and took the next chunk of the down environment, and the campaign's
+    ///   chunks of the other environment, which APNs answers, were not leased for as long as
+    ///   the outage lasted.
+    /// - Released early otherwise (`finish`: the instance stops, its app or the campaign is
+    ///   paused, a scope it sends to is held while it sends): at the release. Else the instance that came next after a restart waited out
+    ///   the rest of the chunk's time (100 s for 1,000 targets at 10/s) before it sent anything.
+    /// Only this lease's reservation: a deferral ending after it, or a lease since, is left
+    /// alone (`CampaignStore.givePaceBack`); a hold's deferral is written after the release.
     /// A failure only leaves the next lease at its time: logged and counted.
     private func givePaceBack(_ run: ChunkRun, on connection: PGConnection) {
         let chunk = run.chunk
@@ -1329,7 +1346,7 @@ final class CampaignWorker: @unchecked Sendable {
         } catch {
             context.databaseError(error)
             guard paceLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) != nil else { return }
-            context.logger.warning("could not give back the time campaign \(chunk.campaignID)'s lease of chunk \(chunk.chunk) reserved at its cap of \(rate)/s for the \(unsent) targets it does not send while APNs is down: the campaign's next lease may wait up to \(Int((Double(unsent) / Double(rate)).rounded(.up))) s: \(error)",
+            context.logger.warning("could not give back the time campaign \(chunk.campaignID)'s lease of chunk \(chunk.chunk) reserved at its cap of \(rate)/s for the \(unsent) targets it stopped before: the campaign's next lease may wait up to \(Int((Double(unsent) / Double(rate)).rounded(.up))) s: \(error)",
                                    ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))), ("app", .string(chunk.app)))
         }
     }

@@ -89,6 +89,9 @@ final class ChunkRun {
     /// It stopped because the lane's connections for a target's environment could not be set
     /// up: the campaign is not leased again until that target's retry is due.
     var setupFailed = false
+    /// It stopped because a request could not be built (the provider token could not be
+    /// signed): its campaign keeps the time its lease reserved at the cap.
+    var buildFailed = false
     /// A chunk with targets of both environments goes on with the other one: the environments
     /// whose connections could not be set up, until when (monotonic seconds) their targets are
     /// set aside without trying again, and the error they wait with (`cannot connect: …`).
