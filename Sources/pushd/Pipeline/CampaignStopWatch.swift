@@ -10,30 +10,50 @@ import QueueStore
 /// returned: 60,000 notifications at 30,000/s. The watch listens on
 /// `CampaignStore.stopChannel`, which `pushd campaign pause` and `cancel` notify when they
 /// commit, and looks at the statuses of the campaigns being sent every `lookInterval` (for a
-/// status changed by other SQL). A worker reads `isStopped` before each round of sends and
-/// stops submitting that campaign's chunks; its checkpoint then records what was answered.
-/// Once connected, it listens while no chunk is held too: a campaign notified then is looked
-/// at as soon as a chunk of it is held (one leased just before the command committed).
+/// status changed by other SQL) and at once after a notification or when the campaigns held
+/// here change. A worker reads `verdict` before each round of sends: `.stopped`, it stops
+/// submitting that campaign's chunks and its checkpoint records what was answered;
+/// `.notifiedUnlooked`, it sends none of them this round.
 ///
-/// A failure to watch is logged (once a minute) and leaves the checkpoints to find the stop.
+/// It listens from its start, whether chunks are held or not: a lease whose statement began
+/// before the command committed still hands out a chunk, held here a moment after the
+/// notification came. A campaign notified is waited for `notifiedWatchSeconds` (leases are
+/// assumed to return within them; after that the periodic look finds the stop), looked at as
+/// soon as a chunk of it is held, and not sent until then. Before, the watch slept while no
+/// chunk was held, and such a chunk sent until its next look: 518 notifications of a
+/// campaign paced at 2,000/s after `pushd campaign cancel` returned.
 ///
-/// Thread rule: `isStopped` from the workers' threads; the rest on the watch's own.
+/// A failure to watch while chunks are held is logged (once a minute) and counted, and leaves
+/// the checkpoints to find the stop; the watch connects again a second later.
+///
+/// Thread rule: `verdict` from the workers' threads; the rest on the watch's own.
 final class CampaignStopWatch: @unchecked Sendable {
     /// Seconds between two looks at the statuses of the campaigns being sent.
     static let lookInterval = 0.25
-
-    /// Seconds a notified campaign not being sent here is waited for: a chunk of it leased
-    /// before the pause or cancel committed is held here within them.
+    /// Seconds a notified campaign is waited for: a chunk of it leased just before the pause or
+    /// cancel committed is held here within them.
     static let notifiedWatchSeconds = 1.0
-    /// Seconds between two looks while a notified campaign is waited for.
+    /// Seconds between two looks at the campaigns held while a notified one is waited for.
     static let notifiedLookInterval = 0.005
+
+    /// What a worker does with a campaign's chunk this round.
+    enum Verdict: Equatable {
+        /// Nothing says it stopped: sent.
+        case sending
+        /// Paused or cancelled (or gone): nothing more of it is sent.
+        case stopped
+        /// A pause or cancel of it was notified and no look has read its status since: none of it
+        /// is sent until one has (within milliseconds), and it is not taken for stopped, since
+        /// it may have been resumed meanwhile.
+        case notifiedUnlooked
+    }
 
     private let databaseURL: String
     private let logger: Logger
     private let databaseError: @Sendable (any Error) -> Void
     /// The campaigns this instance is sending chunks of.
     private let sending: @Sendable () -> Set<Int64>
-    private let stopped = Lock(Set<Int64>())
+    private let state = Lock((stopped: Set<Int64>(), unlooked: Set<Int64>()))
     private let stopRequested = Semaphore()
     private let finished = Semaphore()
     private let store = CampaignStore()
@@ -64,34 +84,27 @@ final class CampaignStopWatch: @unchecked Sendable {
         finished.wait(timeout: 5)
     }
 
-    /// Whether `campaign` was found paused or cancelled (or gone) while being sent.
-    func isStopped(_ campaign: Int64) -> Bool {
-        stopped.withLock { $0.contains(campaign) }
+    func verdict(_ campaign: Int64) -> Verdict {
+        state.withLock {
+            $0.stopped.contains(campaign) ? .stopped : $0.unlooked.contains(campaign) ? .notifiedUnlooked : .sending
+        }
     }
 
     private func run() {
         var connection: PGConnection?
         var stopping = false
-        // Campaigns notified while no chunk of them was held here, with when to stop waiting
-        // for one: a lease whose statement began before the pause or cancel committed still
-        // hands out a chunk of it, held here a moment after the notification came. Waiting on
-        // a semaphore until the next look instead let such a chunk send for up to
-        // `lookInterval` (518 notifications at 2,000/s).
+        // Campaigns notified, with when to stop waiting for a chunk of them.
         var notified: [Int64: Double] = [:]
+        // Of those, the ones no look has read since their notification.
+        var unlooked = Set<Int64>()
         // The campaigns last looked at and when; a notification since calls for a new look.
         var looked: (campaigns: Set<Int64>, at: Double, heardSince: Bool) = ([], -.infinity, false)
         while !stopping {
             let campaigns = sending()
             let now = RateLimiter.monotonicSeconds()
-            notified = notified.filter { $0.value > now && !campaigns.contains($0.key) }
-            if campaigns.isEmpty {
-                stopped.withLock { $0.removeAll() }
-                looked.campaigns = []
-            }
-            guard connection != nil || !campaigns.isEmpty else {
-                stopping = stopRequested.wait(timeout: Self.lookInterval)
-                continue
-            }
+            notified = notified.filter { $0.value > now }
+            unlooked.formIntersection(notified.keys)
+            if campaigns.isEmpty { looked.campaigns = [] }
             do {
                 if connection == nil || connection?.isOpen == false {
                     let fresh = try QueueSession.connect(url: databaseURL, applicationName: "pushd-stops",
@@ -99,34 +112,44 @@ final class CampaignStopWatch: @unchecked Sendable {
                     try fresh.listen(CampaignStore.stopChannel)
                     connection = fresh
                 }
-                if !campaigns.isEmpty,
-                   looked.heardSince || looked.campaigns != campaigns || now - looked.at >= Self.lookInterval {
-                    let found = try store.stoppedCampaigns(connection!, among: campaigns.sorted())
-                    stopped.withLock { $0 = Set(found) }
+                if campaigns.isEmpty {
+                    state.withLock { $0 = ([], unlooked) }
+                } else if looked.heardSince || looked.campaigns != campaigns || now - looked.at >= Self.lookInterval {
+                    let found = Set(try store.stoppedCampaigns(connection!, among: campaigns.sorted()))
+                    unlooked.subtract(campaigns)
                     looked = (campaigns, now, false)
+                    state.withLock { $0 = (found, unlooked) }
                 }
-                // A notification ends the wait at once; the look above then finds its campaign.
+                // A notification ends the wait at once; the look above then reads its campaign.
                 let wait = notified.isEmpty ? Self.lookInterval : Self.notifiedLookInterval
-                for notification in try connection!.waitForNotifications(timeoutMilliseconds: Int32(wait * 1000)) {
+                let heard = try connection!.waitForNotifications(timeoutMilliseconds: Int32(wait * 1000))
+                if !heard.isEmpty {
                     looked.heardSince = true
-                    if let campaign = Int64(notification.payload) {
-                        notified[campaign] = RateLimiter.monotonicSeconds() + Self.notifiedWatchSeconds
+                    let until = RateLimiter.monotonicSeconds() + Self.notifiedWatchSeconds
+                    for notification in heard {
+                        guard let campaign = Int64(notification.payload) else { continue }
+                        notified[campaign] = until
+                        unlooked.insert(campaign)
                     }
+                    state.withLock { $0.unlooked = unlooked }
                 }
                 stopping = stopRequested.wait(timeout: 0)
             } catch {
                 // Unwatched, a campaign resumed meanwhile would stay stopped here: the
                 // checkpoints decide alone until the watch looks again.
-                stopped.withLock { $0.removeAll() }
+                state.withLock { $0.stopped.removeAll() }
                 looked = ([], -.infinity, false)
-                databaseError(error)
-                if let unlogged = failures.admit("watch", now: RateLimiter.monotonicSeconds()) {
-                    let since = unlogged > 0 ? " (\(unlogged) more since the last line)" : ""
-                    logger.warning("cannot watch the campaigns being sent for a pause or a cancel: \(error); their workers learn of one at their next checkpoint, within 2 s\(since)",
-                                   ("event", "campaign_stop_watch_failed"))
-                }
                 connection?.close()
                 connection = nil
+                // While nothing is sent here, the database's trouble is told by what uses it.
+                if !campaigns.isEmpty {
+                    databaseError(error)
+                    if let unlogged = failures.admit("watch", now: RateLimiter.monotonicSeconds()) {
+                        let since = unlogged > 0 ? " (\(unlogged) more since the last line)" : ""
+                        logger.warning("cannot watch the campaigns being sent for a pause or a cancel: \(error); their workers learn of one at their next checkpoint, within 2 s\(since)",
+                                       ("event", "campaign_stop_watch_failed"))
+                    }
+                }
                 stopping = stopRequested.wait(timeout: 1)
             }
         }

@@ -502,13 +502,25 @@ final class CampaignWorker: @unchecked Sendable {
     /// and record them, checkpoint what is due.
     private func pump(on connection: PGConnection) throws {
         heldByEngine = false
+        var waitingForALook = false
         for run in runs {
             if context.isStopping || run.sender.pausedReason != nil { run.stopSubmitting = true }
-            if !run.stopSubmitting, keeper.stops.isStopped(run.chunk.campaignID) {
-                // Paused or cancelled: nothing more is sent, and the checkpoint at the end of
-                // this round records what was answered and logs the campaign's new status.
-                run.stopSubmitting = true
-                run.lastCheckpoint = -.infinity
+            var waitsForALook = false
+            if !run.stopSubmitting {
+                switch keeper.stops.verdict(run.chunk.campaignID) {
+                case .stopped:
+                    // Paused or cancelled: nothing more is sent, and the checkpoint at the end of
+                    // this round records what was answered and logs the campaign's new status.
+                    run.stopSubmitting = true
+                    run.lastCheckpoint = -.infinity
+                case .notifiedUnlooked:
+                    // A pause or cancel was notified: nothing goes out until the watch has read
+                    // the campaign's status (milliseconds).
+                    waitsForALook = true
+                    waitingForALook = true
+                case .sending:
+                    break
+                }
             }
             if !run.stopSubmitting, run.sender.hasHolds,
                heldReason(run.sender, pushType: run.chunk.pushType,
@@ -519,7 +531,7 @@ final class CampaignWorker: @unchecked Sendable {
             if !run.retries.isEmpty {
                 run.releaseRetriesWaitingForAPNs { context.operatorLog.isDown(app: run.app, environment: $0.rawValue, lane: Lane.campaign.rawValue) }
             }
-            if inFlight < budget { try fill(run, on: connection) }
+            if inFlight < budget, !waitsForALook { try fill(run, on: connection) }
             if run.pacing, run.stopSubmitting || (run.next >= run.count && run.paced == nil) { stopPacing(run) }
             if run.shouldPark { run.parkRetries() }
         }
@@ -544,6 +556,7 @@ final class CampaignWorker: @unchecked Sendable {
         if inFlight < budget, let paced = runs.compactMap(\.paced?.at).min() { wait = max(0.0005, min(wait, paced - now)) }
         // Held back by requests of the other workers: room comes with their answers, not ours.
         if heldByEngine, inFlight == 0 { wait = min(wait, Self.heldByEngineWait) }
+        if waitingForALook { wait = min(wait, CampaignStopWatch.notifiedLookInterval) }
         // While another chunk is wanted, the answers already here are taken without waiting:
         // the next lease goes out now, not a round trip later.
         let leaseNext = wantsAnotherChunk && now >= nextLeaseTry && !context.isStopping
