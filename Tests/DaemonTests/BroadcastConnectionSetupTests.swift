@@ -15,13 +15,20 @@ import Testing
 /// transactional lane, whose connections to the other environment fail the same way, logs the
 /// failure once per batch, not once per job.
 @Suite(.serialized) struct BroadcastConnectionSetupTests {
+    /// The harness's configuration with `apns.ca_file` a copy of its CA file, which a test
+    /// removes and puts back; and the copy's path.
+    static func configWithCACopy(_ harness: DaemonHarness) throws -> (PushdConfig, String) {
+        let caCopy = harness.directory + "/ca-copy.pem"
+        try FileManager.default.copyItem(atPath: harness.certificates.caCertificate, toPath: caCopy)
+        var config = harness.config()
+        config.apns.caFile = caCopy
+        return (config, caCopy)
+    }
+
     @Test func aFailedConnectionSetupForBroadcastsRetriesThemAndPausesNothing() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
-            let caCopy = harness.directory + "/ca-copy.pem"
-            try FileManager.default.copyItem(atPath: harness.certificates.caCertificate, toPath: caCopy)
-            var config = harness.config()
-            config.apns.caFile = caCopy
+            let (config, caCopy) = try Self.configWithCACopy(harness)
             let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
             let log = MemoryLogSink()
             let pipeline = try harness.pipeline(config, log: log)
@@ -165,6 +172,49 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.broadcastsAccepted[channel] == 1 }, "\(daemon.text.suffix(3000))")
             // Reported for 30 s after the last failure, then ready again.
             #expect(DaemonHarness.wait(seconds: 60) { daemon.readyz().hasPrefix("ready") }, "\(daemon.readyz())")
+        }
+    }
+}
+
+extension BroadcastConnectionSetupTests {
+    /// A capped campaign's chunk stopped by a connection that could not be set up gives back
+    /// the time its lease reserved at the cap before its 10 s deferral is written: the campaign
+    /// is leased again 10 s later, not after its chunk's time (100 s: 1,000 targets at 10/s).
+    @Test func aCappedCampaignStoppedByAFailedConnectionSetupIsLeasedAgainAfterTenSeconds() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let (config, caCopy) = try Self.configWithCACopy(harness)
+            let pipeline = try harness.pipeline(config, log: MemoryLogSink())
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+
+            // Registered tokens of production, which no lane has connected to yet.
+            try FileManager.default.removeItem(atPath: caCopy)
+            try connection.query("""
+                INSERT INTO pushd.device_tokens (app, token, environment)
+                SELECT 'shop', lpad(to_hex(500000 + g), 64, '0'), 'production' FROM generate_series(1, 1000) g
+                """)
+            let store = CampaignStore()
+            let id = try store.create(connection, NewCampaign(app: "shop", name: "sale", payload: #"{"aps":{"alert":"sale"}}"#, rateLimit: 10))
+            #expect(try store.importFromDeviceTokens(connection, campaignID: id).imported == 1000)
+            #expect(try store.start(connection, id: id) == .running)
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries WHERE last_error LIKE 'cannot connect: %ca-copy.pem%'") > 0
+            })
+            #expect(try DaemonHarness.wait(seconds: 5) {
+                try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_chunks WHERE lease_until > now()") == 0
+            }, "the chunk was not released")
+            let waiting = try connection.query("""
+                SELECT extract(epoch FROM next_lease_at - now())::float8 FROM pushd.campaigns WHERE id = $1
+                """, [id]).get(Double.self, row: 0, column: 0)
+            #expect((waiting ?? 0) <= CampaignWorker.setupRetrySeconds + 0.5,
+                    "the campaign's next lease waits \(waiting ?? 0) s after a setup failure put it off for \(CampaignWorker.setupRetrySeconds) s")
+
+            try FileManager.default.copyItem(atPath: harness.certificates.caCertificate, toPath: caCopy)
+            #expect(DaemonHarness.wait(seconds: 25) { harness.mock.stats.accepted >= 5 },
+                    "\(harness.mock.stats.accepted) accepted in 25 s after the CA file came back")
         }
     }
 }

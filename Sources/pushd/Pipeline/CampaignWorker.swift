@@ -406,6 +406,8 @@ final class CampaignWorker: @unchecked Sendable {
             // Put off first, then released: released first, another worker could lease the chunk
             // between the two statements and fail on it at once too.
             if connection.isOpen, !connection.isInTransaction {
+                // Leased again after the deferral, not after the time the lease reserved at a cap.
+                givePaceBack(chunk, unsent: chunk.size - chunk.startIndex, on: connection)
                 deferred = (try? store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.startFailureDeferral)) != nil
                 released = (try? store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))) != nil
             }
@@ -449,6 +451,9 @@ final class CampaignWorker: @unchecked Sendable {
         }
         if sender.pausedReason != nil {
             try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
+            // Resumed (a SIGHUP), the app's capped campaign is leased at once, not after the
+            // time this lease reserved for the chunk.
+            givePaceBack(chunk, unsent: chunk.size - chunk.startIndex, on: connection)
             if runs.isEmpty { context.doorbell.wait(after: context.doorbell.current, timeout: 5) }
             return
         }
@@ -456,6 +461,9 @@ final class CampaignWorker: @unchecked Sendable {
             // Its topic is refused to the app's credentials: the chunk goes back untouched and
             // the campaign waits, so its targets are neither sent nor failed.
             try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
+            // The hold's deferral decides when the campaign is leased again, not the time this
+            // lease reserved for the chunk at a cap (longer: 100 s for 1,000 targets at 10/s).
+            givePaceBack(chunk, unsent: chunk.size - chunk.startIndex, on: connection)
             try deferHeldCampaign(chunk.campaignID, on: connection)
             context.logger.debug("campaign \(chunk.campaignID) waits: \(why)", ("campaign", .int(chunk.campaignID)),
                                  ("app", .string(chunk.app)))
@@ -1291,6 +1299,7 @@ final class CampaignWorker: @unchecked Sendable {
             // Put off before the release: released first, another worker could lease the chunk
             // in between and fail on its connections at once too.
             if run.setupFailed {
+                givePaceBack(run, on: connection)
                 do {
                     try store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.setupRetrySeconds)
                 } catch let error as PGError where error.code != .lockNotAvailable && !connection.isInTransaction {
@@ -1313,9 +1322,10 @@ final class CampaignWorker: @unchecked Sendable {
         // Released early: its unsent targets' time at the cap goes back, the campaign running or
         // paused (resumed, it is leased at once; resumed before its chunk saw the pause, the
         // chunk went on and keeps its time). Not: one stopped for APNs gave it back as it
-        // stopped; a setup failure's deferral, written before the release, must stand; after a
-        // request that could not be built, the reservation is what keeps the campaign from
-        // being leased and released again at once, a line and a parked target each time.
+        // stopped; one stopped by a setup failure gave it back before its deferral, which must
+        // stand; after a request that could not be built, the reservation is what keeps the
+        // campaign from being leased and released again at once, a line and a parked target
+        // each time.
         if !complete, directive == .proceed || directive == .stop(.paused), !run.waitsForAPNs, !run.setupFailed, !run.buildFailed {
             givePaceBack(run, on: connection)
         }
@@ -1343,15 +1353,22 @@ final class CampaignWorker: @unchecked Sendable {
     ///   chunks of the other environment, which APNs answers, were not leased for as long as
     ///   the outage lasted.
     /// - Released early otherwise (`finish`: the instance stops, its app or the campaign is
-    ///   paused, a scope it sends to is held while it sends): at the release. Else the instance that came next after a restart waited out
-    ///   the rest of the chunk's time (100 s for 1,000 targets at 10/s) before it sent anything.
+    ///   paused, a scope it sends to is held while it sends): at the release. Else the
+    ///   instance that came next after a restart waited out the rest of the chunk's time
+    ///   (100 s for 1,000 targets at 10/s) before it sent anything.
+    /// - Stopped by a connection that could not be set up: before its deferral of
+    ///   `setupRetrySeconds` is written, which must stand. Else the campaign waited out the
+    ///   chunk's time, not the 10 s, after a CA file was missing for a moment.
     /// Only this lease's reservation: a deferral ending after it, or a lease since, is left
     /// alone (`CampaignStore.givePaceBack`); a hold's deferral is written after the release.
     /// A failure only leaves the next lease at its time: logged and counted.
     private func givePaceBack(_ run: ChunkRun, on connection: PGConnection) {
-        let chunk = run.chunk
+        givePaceBack(run.chunk, unsent: run.count - run.next, on: connection)
+    }
+
+    /// The same for `chunk` released untouched (`start`): none of its targets was sent.
+    private func givePaceBack(_ chunk: CampaignChunk, unsent: Int, on connection: PGConnection) {
         guard let rate = chunk.rateLimit, rate > 0 else { return }
-        let unsent = run.count - run.next
         let leasedAt = chunk.leaseUntil.timeIntervalSince1970 - leaseSeconds
         let reservedUntil = Timestamp(timeIntervalSince1970: leasedAt + Double(chunk.size - chunk.startIndex) / Double(rate))
         do {
