@@ -45,13 +45,13 @@ import Testing
             let errors = Lock([String]())
             let watch = Self.watch(database, sending: sending, errors: errors)
             watch.start()
+            defer { watch.stop() }
             var delays = [Double]()
             for round in 1...6 {
                 let id = try Self.runningCampaign(connection, "round \(round)")
                 // A chunk of it is sent, then none is held for a while (between two chunks).
                 sending.withLock { $0 = [id] }
                 usleep(300_000)
-                #expect(watch.verdict(id) == .sending)
                 sending.withLock { $0 = [] }
                 usleep(300_000)
 
@@ -84,6 +84,7 @@ import Testing
             let errors = Lock([String]())
             let watch = Self.watch(database, sending: Lock([id]), errors: errors)
             watch.start()
+            defer { watch.stop() }
             usleep(300_000)
             #expect(try store.pause(connection, id: id) == .paused)
             let seen = Self.secondsUntil(watch, id, is: .stopped)
@@ -94,6 +95,35 @@ import Testing
             #expect(goesOn < CampaignStopWatch.lookInterval + 0.2, "a resume seen after \(goesOn) s")
             watch.stop()
             #expect(errors.withLock { $0 }.isEmpty)
+        }
+    }
+
+    /// A watch that lost its connection and cannot get another forgets the campaigns notified
+    /// and not yet looked at: a worker holding a chunk of one, resumed meanwhile, sends again
+    /// instead of holding off for as long as the database is out of reach.
+    @Test func aWatchThatCannotReachTheDatabaseHoldsNothingOff() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let store = CampaignStore()
+            let id = try Self.runningCampaign(connection, "sale")
+            let errors = Lock([String]())
+            let watch = Self.watch(database, sending: Lock([]), errors: errors)
+            watch.start()
+            defer { watch.stop() }
+            usleep(300_000)
+            #expect(try store.pause(connection, id: id) == .paused)
+            #expect(Self.secondsUntil(watch, id, is: .notifiedUnlooked) < 0.1)
+
+            let admin = try PGConnection(url: try TestDatabase.url(), applicationName: "pushd-tests-admin")
+            defer { admin.close() }
+            try admin.execute(script: "ALTER DATABASE \(database.name) ALLOW_CONNECTIONS false")
+            _ = try admin.query("""
+                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE application_name = 'pushd-stops' AND datname = $1
+                """, [database.name])
+            let seconds = Self.secondsUntil(watch, id, is: .sending)
+            #expect(seconds < 1.5, "held off for \(seconds) s while the watch could not reach the database")
+            #expect(errors.withLock { $0 }.isEmpty, "a watch error counted while no chunk was held")
         }
     }
 }

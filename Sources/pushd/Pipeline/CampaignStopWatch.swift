@@ -15,9 +15,9 @@ import QueueStore
 /// submitting that campaign's chunks and its checkpoint records what was answered;
 /// `.notifiedUnlooked`, it sends none of them this round.
 ///
-/// It listens from its start, whether chunks are held or not: a lease whose statement began
-/// before the command committed still hands out a chunk, held here a moment after the
-/// notification came. A campaign notified is waited for `notifiedWatchSeconds` (leases are
+/// It listens from its start (an instance with campaign workers), whether chunks are held or
+/// not: a lease whose statement began before the command committed still hands out a chunk,
+/// held here a moment after the notification came. A campaign notified is waited for `notifiedWatchSeconds` (leases are
 /// assumed to return within them; after that the periodic look finds the stop), looked at as
 /// soon as a chunk of it is held, and not sent until then. Before, the watch slept while no
 /// chunk was held, and such a chunk sent until its next look: 518 notifications of a
@@ -55,6 +55,7 @@ final class CampaignStopWatch: @unchecked Sendable {
     private let sending: @Sendable () -> Set<Int64>
     private let state = Lock((stopped: Set<Int64>(), unlooked: Set<Int64>()))
     private let stopRequested = Semaphore()
+    private let stopOnce = Lock(false)
     private let finished = Semaphore()
     private let store = CampaignStore()
     private var failures = LogGate<String>(quietSeconds: 60)
@@ -79,7 +80,13 @@ final class CampaignStopWatch: @unchecked Sendable {
         }
     }
 
+    /// Ends the watch; a second call returns at once.
     func stop() {
+        guard stopOnce.withLock({ stopped in
+            let first = !stopped
+            stopped = true
+            return first
+        }) else { return }
         stopRequested.signal()
         finished.wait(timeout: 5)
     }
@@ -103,7 +110,11 @@ final class CampaignStopWatch: @unchecked Sendable {
             let campaigns = sending()
             let now = RateLimiter.monotonicSeconds()
             notified = notified.filter { $0.value > now }
-            unlooked.formIntersection(notified.keys)
+            if !unlooked.isSubset(of: notified.keys) {
+                // Waited for long enough: a worker holding one sends it (the looks go on).
+                unlooked.formIntersection(notified.keys)
+                state.withLock { $0.unlooked = unlooked }
+            }
             if campaigns.isEmpty { looked.campaigns = [] }
             do {
                 if connection == nil || connection?.isOpen == false {
@@ -135,9 +146,11 @@ final class CampaignStopWatch: @unchecked Sendable {
                 }
                 stopping = stopRequested.wait(timeout: 0)
             } catch {
-                // Unwatched, a campaign resumed meanwhile would stay stopped here: the
-                // checkpoints decide alone until the watch looks again.
-                state.withLock { $0.stopped.removeAll() }
+                // Unwatched, a campaign resumed meanwhile would stay stopped, or held off, here:
+                // the checkpoints decide alone until the watch looks again.
+                notified.removeAll()
+                unlooked.removeAll()
+                state.withLock { $0 = ([], []) }
                 looked = ([], -.infinity, false)
                 connection?.close()
                 connection = nil

@@ -406,8 +406,9 @@ final class CampaignWorker: @unchecked Sendable {
             // Put off first, then released: released first, another worker could lease the chunk
             // between the two statements and fail on it at once too.
             if connection.isOpen, !connection.isInTransaction {
-                // Leased again after the deferral, not after the time the lease reserved at a cap.
-                givePaceBack(chunk, unsent: chunk.size - chunk.startIndex, on: connection)
+                // Leased again after the deferral, not after the time the lease reserved at a cap;
+                // a failure of it is this one's, told below.
+                givePaceBack(chunk, unsent: chunk.size - chunk.startIndex, on: connection, quietly: true)
                 deferred = (try? store.deferLeases(connection, campaignID: chunk.campaignID, seconds: Self.startFailureDeferral)) != nil
                 released = (try? store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))) != nil
             }
@@ -447,6 +448,7 @@ final class CampaignWorker: @unchecked Sendable {
         // back for an instance that knows the app rather than being failed.
         guard let sender = context.senders[chunk.app] else {
             try store.release(connection, chunk, ChunkProgress(position: chunk.startIndex))
+            givePaceBack(chunk, unsent: chunk.size - chunk.startIndex, on: connection)
             return
         }
         if sender.pausedReason != nil {
@@ -1367,13 +1369,15 @@ final class CampaignWorker: @unchecked Sendable {
     }
 
     /// The same for `chunk` released untouched (`start`): none of its targets was sent.
-    private func givePaceBack(_ chunk: CampaignChunk, unsent: Int, on connection: PGConnection) {
+    /// `quietly`: a failure is neither logged nor counted (the caller tells its own).
+    private func givePaceBack(_ chunk: CampaignChunk, unsent: Int, on connection: PGConnection, quietly: Bool = false) {
         guard let rate = chunk.rateLimit, rate > 0 else { return }
         let leasedAt = chunk.leaseUntil.timeIntervalSince1970 - leaseSeconds
         let reservedUntil = Timestamp(timeIntervalSince1970: leasedAt + Double(chunk.size - chunk.startIndex) / Double(rate))
         do {
             try store.givePaceBack(connection, campaignID: chunk.campaignID, unsent: unsent, rate: rate, reservedUntil: reservedUntil)
         } catch {
+            guard !quietly else { return }
             context.databaseError(error)
             guard paceLines.admit(chunk.campaignID, now: RateLimiter.monotonicSeconds()) != nil else { return }
             context.logger.warning("could not give back the time campaign \(chunk.campaignID)'s lease of chunk \(chunk.chunk) reserved at its cap of \(rate)/s for the \(unsent) targets it stopped before: the campaign's next lease may wait up to \(Int((Double(unsent) / Double(rate)).rounded(.up))) s: \(error)",
