@@ -99,8 +99,10 @@ import Testing
     }
 
     /// A watch that lost its connection and cannot get another forgets the campaigns notified
-    /// and not yet looked at: a worker holding a chunk of one, resumed meanwhile, sends again
-    /// instead of holding off for as long as the database is out of reach.
+    /// and not yet looked at, so that a worker holding a chunk of one (resumed meanwhile) does
+    /// not hold it off for as long as the database is out of reach: here a campaign paused
+    /// while none of it is held is no longer said to be notified once the watch's connection is
+    /// cut and no other can be made. Before, it stayed so.
     @Test func aWatchThatCannotReachTheDatabaseHoldsNothingOff() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

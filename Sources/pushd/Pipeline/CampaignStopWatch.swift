@@ -17,14 +17,16 @@ import QueueStore
 ///
 /// It listens from its start (an instance with campaign workers), whether chunks are held or
 /// not: a lease whose statement began before the command committed still hands out a chunk,
-/// held here a moment after the notification came. A campaign notified is waited for `notifiedWatchSeconds` (leases are
-/// assumed to return within them; after that the periodic look finds the stop), looked at as
-/// soon as a chunk of it is held, and not sent until then. Before, the watch slept while no
-/// chunk was held, and such a chunk sent until its next look: 518 notifications of a
-/// campaign paced at 2,000/s after `pushd campaign cancel` returned.
+/// held here a moment after the notification came. A campaign notified is waited for
+/// `notifiedWatchSeconds` (leases are assumed to return within them; after that the periodic
+/// look finds the stop), looked at as soon as a chunk of it is held, and not sent until then.
+/// Before, the watch slept while no chunk was held, and such a chunk sent until its next look:
+/// 518 notifications of a campaign paced at 2,000/s after `pushd campaign cancel` returned.
 ///
 /// A failure to watch while chunks are held is logged (once a minute) and counted, and leaves
-/// the checkpoints to find the stop; the watch connects again a second later.
+/// the checkpoints to find the stop; the watch connects again a second later. It forgets the
+/// campaigns notified and not yet looked at: held off, a resumed campaign's chunk would wait
+/// for the watch to reach the database again, which may take long.
 ///
 /// Thread rule: `verdict` from the workers' threads; the rest on the watch's own.
 final class CampaignStopWatch: @unchecked Sendable {
