@@ -95,12 +95,20 @@ public enum FileSystem {
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
-            }
+            let name = entryName(entry)
             if name != "." && name != ".." { names.append(name) }
         }
         return names
+    }
+
+    /// The name of a directory entry `readdir` returned, read where it lies. The record is
+    /// only as long as its name (`d_reclen`), not `MemoryLayout<dirent>.size`: a copy of the
+    /// whole struct (`entry.pointee`) reads up to 256 bytes past a short name, and for the
+    /// last record of the stream's buffer that can be an unmapped page. A scrape's count of
+    /// `/proc/self/fd` crashed a process so (SIGSEGV in memcpy, at a page boundary).
+    public static func entryName(_ entry: UnsafePointer<dirent>) -> String {
+        let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        return String(cString: (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self))
     }
 
     /// `rm -rf`: removes a file or a directory tree; a path that does not exist is no error.

@@ -113,6 +113,32 @@ import Testing
         try FileSystem.remove(directory)
     }
 
+    /// `readdir` returns records as long as their names, and the last one of its buffer can
+    /// end where the mapping ends: here a record of a 2-byte name placed at the end of a page
+    /// whose next page may not be read. A copy of the whole `dirent` (280 bytes) read into that
+    /// page and crashed the process (SIGSEGV), as a scrape's count of /proc/self/fd once did.
+    @Test func aDirectoryEntryIsReadOnlyAsFarAsItsName() throws {
+        let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let mapping = try #require(mmap(nil, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))
+        #expect(mapping != MAP_FAILED)
+        defer { munmap(mapping, 2 * page) }
+        #expect(mprotect(mapping + page, page, PROT_NONE) == 0)
+        let nameOffset = try #require(MemoryLayout<dirent>.offset(of: \dirent.d_name))
+        let recordLength = (nameOffset + 3 + 7) & ~7
+        let record = mapping + page - recordLength
+        record.storeBytes(of: UInt16(recordLength), toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_reclen)!, as: UInt16.self)
+        for (index, byte) in "ab\0".utf8.enumerated() { record.storeBytes(of: byte, toByteOffset: nameOffset + index, as: UInt8.self) }
+        #expect(FileSystem.entryName(record.assumingMemoryBound(to: dirent.self)) == "ab")
+
+        // And a real directory's entries come out whole.
+        let directory = NSTemporaryDirectory() + "pushd-dirent-\(getpid())"
+        try FileSystem.createDirectory(directory)
+        defer { try? FileSystem.remove(directory) }
+        let names = ["a", String(repeating: "n", count: 200), "fd-17"]
+        for name in names { try FileSystem.write("x", to: directory + "/" + name) }
+        #expect(Set(try FileSystem.contentsOfDirectory(directory)) == Set(names))
+    }
+
     @Test func environmentListsTheProcessVariables() {
         #expect(Environment.variables == ProcessInfo.processInfo.environment)
     }

@@ -1,3 +1,4 @@
+import Posix
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -54,14 +55,11 @@ struct ProcSelf {
     }
 
     static func openFileDescriptors() throws -> Double {
-        guard let directory = opendir("/proc/self/fd") else {
-            throw ReadError(path: "/proc/self/fd", detail: String(cString: strerror(errno)))
-        }
-        defer { closedir(directory) }
-        var count = 0
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { count += 1 }
+        let count: Int
+        do {
+            count = try FileSystem.contentsOfDirectory("/proc/self/fd").count
+        } catch {
+            throw ReadError(path: "/proc/self/fd", detail: "\(error)")
         }
         // The directory stream itself holds one descriptor while we count.
         return Double(max(count - 1, 0))
