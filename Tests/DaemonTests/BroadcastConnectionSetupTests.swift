@@ -218,4 +218,47 @@ extension BroadcastConnectionSetupTests {
                     "\(harness.mock.stats.accepted) accepted in 25 s after the CA file came back")
         }
     }
+
+    /// A CA file that went bad while pushd runs (rewritten as something that holds no
+    /// certificate) is read when a lane sets up its connections: the lane's work waits 10 s,
+    /// unspent, naming the file, and goes once it is fixed. libcurl alone reads it only when a
+    /// connection opens, and that TLS failure (libcurl error 77) paused every lane of the app
+    /// for 5 minutes as a refused server certificate.
+    @Test func aCAFileThatWentBadIsASetupFailureNotAPause() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let (config, caCopy) = try Self.configWithCACopy(harness)
+            let pipeline = try harness.pipeline(config, log: MemoryLogSink())
+            pipeline.start()
+            defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
+            let connection = try database.connect()
+            defer { connection.close() }
+            try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                 [String(repeating: "0", count: 63) + "1"])
+            #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted == 1 })
+
+            try "not a certificate\n".write(toFile: caCopy, atomically: true, encoding: .utf8)
+            // Production: no lane has connected there yet.
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, environment)
+                SELECT 'shop', lpad(to_hex(700000 + g), 64, '0'), '{"aps":{"alert":"hi"}}', 'production' FROM generate_series(1, 20) g
+                """)
+            var errors = [String]()
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                errors = try connection.query("SELECT DISTINCT coalesce(last_error, '') FROM pushd.jobs").rows.map { try $0.require(0) as String }
+                return errors.count == 1 && errors[0].hasPrefix("cannot connect: ")
+            }, "\(errors)")
+            #expect(errors.first?.contains("ca-copy.pem holds no PEM certificate") == true, "\(errors)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE attempts = 0") == 20)
+            let scrape = pipeline.context.metrics.registry.expositionText()
+            #expect(scrape.contains("pushd_app_paused{app=\"shop\"} 0"), "the app was paused")
+            #expect(pipeline.context.serverCertificateRefusals().isEmpty)
+            let named = pipeline.context.connectionSetupFailures()["shop"] ?? ""
+            #expect(named.contains("transactional lane cannot connect to production") && named.contains("ca-copy.pem"), "\(named)")
+
+            try FileManager.default.removeItem(atPath: caCopy)
+            try FileManager.default.copyItem(atPath: harness.certificates.caCertificate, toPath: caCopy)
+            #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted == 21 }, "\(harness.mock.stats.accepted) accepted")
+        }
+    }
 }

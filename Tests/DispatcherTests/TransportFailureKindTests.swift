@@ -7,7 +7,7 @@ import Testing
     @Test(arguments: [
         (60, "SSL certificate problem: unable to get local issuer certificate", TransportFailureKind.serverCertificateUntrusted),
         (60, "SSL: no alternative certificate subject name matches target host name '127.0.0.2'", .serverCertificateUntrusted),
-        (77, "error setting certificate file: /etc/pushd/ca.pem", .serverCertificateUntrusted),
+        (77, "error setting certificate file: /etc/pushd/ca.pem", .trustStoreUnusable),
         (35, "OpenSSL/3.0.15: error:0A000086:SSL routines::certificate verify failed", .serverCertificateUntrusted),
         (58, "could not load PEM client certificate from /etc/pushd/shop.pem", .clientCertificateRefused),
         (35, "OpenSSL/3.0.15: error:0A000418:SSL routines::tlsv1 alert unknown ca", .clientCertificateRefused),
@@ -31,6 +31,7 @@ import Testing
     @Test func onlyUnreachableIsWaitedOut() {
         #expect(!TransportFailureKind.unreachable.isConfigurationError)
         #expect(TransportFailureKind.serverCertificateUntrusted.isConfigurationError)
+        #expect(TransportFailureKind.trustStoreUnusable.isConfigurationError)
         #expect(TransportFailureKind.clientCertificateRefused.isConfigurationError)
     }
 }

@@ -233,21 +233,32 @@ public enum ClientCertificate {
         return found
     }
 
-    private static func read(_ path: String) throws(ClientCertificateError) -> [UInt8] {
+    /// The certificates of the CA file at `path` (`apns.ca_file`), read as libcurl reads it when
+    /// it opens a connection: throws when the file is missing, not a regular file, unreadable
+    /// or holds no PEM certificate. Expiry is not judged here (`pushd check-config` does).
+    public static func loadAuthorities(path: String) throws(ClientCertificateError) -> [ClientCertificateInfo] {
+        try inspectAuthorities(try read(path, what: "CA file", limit: maximumAuthoritiesFileSize), source: path)
+    }
+
+    /// A CA bundle holds many certificates (the system's, some 150, is about 200 KB).
+    static let maximumAuthoritiesFileSize = 16 * 1024 * 1024
+
+    private static func read(_ path: String, what: String = "certificate file",
+                             limit: Int = maximumFileSize) throws(ClientCertificateError) -> [UInt8] {
         guard let status = FileSystem.status(path) else {
-            throw ClientCertificateError("certificate file \(path) does not exist")
+            throw ClientCertificateError("\(what) \(path) does not exist")
         }
-        if status.isDirectory { throw ClientCertificateError("certificate file \(path) cannot be read: it is a directory") }
+        if status.isDirectory { throw ClientCertificateError("\(what) \(path) cannot be read: it is a directory") }
         if !status.isRegularFile {
-            throw ClientCertificateError("certificate file \(path) cannot be read: it is not a regular file")
+            throw ClientCertificateError("\(what) \(path) cannot be read: it is not a regular file")
         }
-        if status.size > maximumFileSize {
-            throw ClientCertificateError("certificate file \(path) cannot be read: \(status.size) bytes is far too large for a certificate")
+        if status.size > limit {
+            throw ClientCertificateError("\(what) \(path) cannot be read: \(status.size) bytes is far too large")
         }
         do {
             return try FileSystem.read(path)
         } catch {
-            throw ClientCertificateError("certificate file \(path) cannot be read: \(error.reason)")
+            throw ClientCertificateError("\(what) \(path) cannot be read: \(error.reason)")
         }
     }
 

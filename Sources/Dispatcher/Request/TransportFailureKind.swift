@@ -10,8 +10,12 @@ public enum TransportFailureKind: String, Sendable, Equatable, CaseIterable {
     /// request timed out. APNs or the path to it is down; sending resumes when it is back.
     case unreachable
     /// The server's certificate failed verification: an untrusted CA, a host-name mismatch,
-    /// an expired certificate, or a CA file libcurl cannot use.
+    /// an expired certificate.
     case serverCertificateUntrusted
+    /// The CA certificates to verify the server with could not be loaded: the CA file is gone,
+    /// unreadable or holds no certificate (libcurl reads it when it opens a connection, not
+    /// when the client is set up). Nothing is known of the server's certificate.
+    case trustStoreUnusable
     /// The client certificate could not be used: the server refused it (a TLS alert such as
     /// unknown_ca, bad_certificate or certificate_required), or libcurl could not load it.
     case clientCertificateRefused
@@ -50,6 +54,8 @@ public enum TransportFailureKind: String, Sendable, Equatable, CaseIterable {
             return "APNs could not be reached"
         case .serverCertificateUntrusted:
             return "the APNs server's TLS certificate failed verification (untrusted CA, host-name mismatch or expired certificate): check apns.host, apns.ca_file and the system's CA certificates"
+        case .trustStoreUnusable:
+            return "the CA certificates to verify the APNs server with could not be loaded: check that apns.ca_file (else the system's CA bundle) exists, is readable and holds PEM certificates"
         case .clientCertificateRefused:
             return "the app's TLS client certificate was refused or could not be used: check its certificate, key and environment"
         }
@@ -57,9 +63,11 @@ public enum TransportFailureKind: String, Sendable, Equatable, CaseIterable {
 
     static func classify(code: Int, message: String) -> TransportFailureKind {
         switch code {
-        case Code.peerFailedVerification, Code.sslCACertificateBadFile, Code.sslCRLBadFile, Code.sslIssuerError,
+        case Code.peerFailedVerification, Code.sslCRLBadFile, Code.sslIssuerError,
              Code.sslPinnedPublicKeyMismatch, Code.sslInvalidCertificateStatus:
             return .serverCertificateUntrusted
+        case Code.sslCACertificateBadFile:
+            return .trustStoreUnusable
         case Code.sslCertificateProblem, Code.sslClientCertificate, Code.sslEngineNotFound, Code.sslEngineSetFailed,
              Code.sslEngineInitFailed:
             return .clientCertificateRefused

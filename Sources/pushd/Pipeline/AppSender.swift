@@ -302,10 +302,13 @@ final class AppSender: @unchecked Sendable {
     }
 
     /// Why the app is paused when it is because the APNs server's TLS certificate failed
-    /// verification, nil otherwise. No app that dials that host can send, and no retry fixes
-    /// it: unlike a pause for the app's own credentials, it makes the process not ready.
+    /// verification or could not be verified (the CA file unusable), nil otherwise. No app
+    /// that dials that host can send, and no retry fixes it: unlike a pause for the app's own
+    /// credentials, it makes the process not ready.
     var serverCertificateRefusal: String? {
-        guard let reason = pausedReason, reason.hasPrefix(TransportFailureKind.serverCertificateUntrusted.explanation) else { return nil }
+        guard let reason = pausedReason,
+              [TransportFailureKind.serverCertificateUntrusted, .trustStoreUnusable].contains(where: { reason.hasPrefix($0.explanation) })
+        else { return nil }
         return reason
     }
 

@@ -178,6 +178,17 @@ final class Pipeline: @unchecked Sendable {
     static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
                                         config: PushdConfig, certificate: ClientIdentity? = nil) throws -> DispatcherConfiguration? {
         guard let credentials = app.credentials(for: environment) else { return nil }
+        if let caFile = config.apns.caFile {
+            // libcurl reads the file when it opens a connection, after this setup: a file that
+            // went bad since `run` checked it (emptied, half written, a directory) failed that
+            // connection as a TLS error and paused every lane of the app. Read now, it is a
+            // setup failure the lane retries in 10 s, naming the file.
+            do {
+                _ = try ClientCertificate.loadAuthorities(path: caFile)
+            } catch {
+                throw SetupError(description: "apns.ca_file: \(error.description)")
+            }
+        }
         let port = config.apns.alternatePort ? APNsEnvironment.alternativePort : APNsEnvironment.defaultPort
         let credential: ClientCredential
         if let identity = try certificate ?? AppCertificates.load(credentials, environment: environment) {
