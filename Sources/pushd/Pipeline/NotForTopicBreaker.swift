@@ -11,7 +11,11 @@ import QueueStore
 /// `threshold`-th answer of a run trips the breaker: the caller holds the topic and the
 /// run's prunes are taken back — the ones already written are returned to be restored, the
 /// ones not yet written are withdrawn (`toWrite` leaves them out until a transaction that left
-/// them out is committed, `written` returns those it finds written after all).
+/// them out is committed, `written` returns those it finds written after all). A tripped run
+/// stays tripped until a notification to the topic is accepted: every answer after it holds
+/// again at once, so the work kept for the hold is not failed (and its tokens pruned) a run at
+/// a time each time the hold ends (after 5 minutes, or on a SIGHUP, which cannot change
+/// `bundle_id`).
 ///
 /// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
 struct NotForTopicBreaker: Sendable {
@@ -37,6 +41,8 @@ struct NotForTopicBreaker: Sendable {
         var decided = Set<String>()
         /// Those of them written to the registry, as the prune outcome named them.
         var written = [TokenPrune]()
+        /// The run reached the threshold: its answers blame the topic, none its token.
+        var tripped = false
     }
 
     private var runs = [Key: Run]()
@@ -67,8 +73,12 @@ struct NotForTopicBreaker: Sendable {
     mutating func notForTopic(_ key: Key, token: String, prunes: Bool) -> Decision {
         var run = runs[key] ?? Run()
         run.count += 1
+        if run.tripped {
+            runs[key] = run
+            return .tripped(count: run.count, restore: [])
+        }
         if run.count >= threshold {
-            runs[key] = nil
+            runs[key] = Run(count: run.count, tripped: true)
             let written = Set(run.written.map { $0.token.lowercased() })
             if withdrawn.count + run.decided.count > Self.withdrawnLimit { withdrawn.removeAll() }
             withdrawn.formUnion(run.decided.subtracting(written))
