@@ -6,7 +6,8 @@ import Testing
 @testable import pushd
 
 /// `pushd run` against a database that takes no writes: it can register, claim and record
-/// nothing there, so it says so (log and `/readyz`) and waits, and starts once writes are taken.
+/// nothing there, so it says so (log and `/readyz`) and waits, and starts once writes are taken;
+/// a SIGHUP meanwhile reloads the configuration once it has started.
 @Suite(.serialized) struct ReadOnlyDatabaseStartTests {
     @Test func runWaitsForAReadOnlyDatabaseToTakeWritesAndSaysSo() throws {
         try IsolatedDatabase.with { database in
@@ -40,9 +41,15 @@ import Testing
             let readyz = try SecretRedactionTests.http(String(port), "/readyz")
             #expect(readyz.contains("503") && readyz.contains("not ready: the database is read-only"), "\(readyz)")
 
+            // A SIGHUP while it waits (its line says it reloads) reloads once it has started.
+            kill(process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { logText().contains("SIGHUP: reopened the log") }, "\(logText())")
+
             try admin.query("ALTER DATABASE \(database.name) RESET default_transaction_read_only")
             restored = true
             #expect(DaemonHarness.wait(seconds: 20) { logText().contains("pushd is running") }, "\(logText())")
+            #expect(DaemonHarness.wait(seconds: 10) { logText().contains(#""event":"config_reloaded""#) },
+                    "the SIGHUP sent while pushd waited for the database was not acted on: \(logText().suffix(2000))")
             kill(process.processIdentifier, SIGTERM)
             #expect(DaemonProcessTests.waitForExit(process, seconds: 15))
         }

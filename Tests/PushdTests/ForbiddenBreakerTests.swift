@@ -24,7 +24,7 @@ import Testing
         #expect(breaker.forbidden(.sandbox) == .counted(1))
     }
 
-    /// A reload may bring other credentials: the first Forbidden answer after it counts from
+    /// A reload that replaced the credentials: the first Forbidden answer after it counts from
     /// one, in every environment, instead of holding again at once.
     @Test func aResetStartsEveryRunAfresh() {
         var breaker = ForbiddenBreaker(threshold: 2)

@@ -154,15 +154,17 @@ enum RunCommand {
         server.setReady(true, detail: "database reachable, \(config.apps.count) app(s) loaded")
         logger.info("pushd is running", ("apps", .string(config.apps.map(\.name).joined(separator: ","))))
 
-        var hangupsSeen = state.hangups.load(ordering: .relaxed)
+        // From zero: a SIGHUP that came while pushd waited for the database (its line says it
+        // reloads) reloads now, not never; the pipeline runs with the file read at the start.
+        var hangupsSeen = 0
         var lastHealthCheck = Timestamp.distantPast
         while state.stops.load(ordering: .relaxed) == 0 {
             PosixThread.sleep(seconds: 0.1)
             let hangups = state.hangups.load(ordering: .relaxed)
             if hangups != hangupsSeen {
                 hangupsSeen = hangups
-                reloader.reload()
-                pipeline.resumePausedApps()
+                let reloaded = reloader.reload()
+                pipeline.resumePausedApps(newCredentials: reloaded.appsWithNewCredentials)
             }
             // A lane found stuck makes the process not ready at once, not at the next check.
             if server.readiness.isReady, let stuck = pipeline.context.laneHealth.stuckDetail() {

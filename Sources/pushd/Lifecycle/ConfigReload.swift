@@ -147,6 +147,8 @@ final class ConfigReloader {
         var restartNeeded: [String] = []
         /// What could not be loaded, one entry per app or setting.
         var failures: [String] = []
+        /// Apps whose key or certificate this reload replaced.
+        var appsWithNewCredentials: Set<String> = []
         var succeeded: Bool { failures.isEmpty }
     }
 
@@ -296,6 +298,7 @@ final class ConfigReloader {
         guard identity != current else { return }
         replaceCertificate(app.name, environment, identity)
         outcome.certificatesReloaded.append(name)
+        outcome.appsWithNewCredentials.insert(app.name)
         logger.notice("app \(app.name) presents the \(identity) in \(environment.rawValue) from now on, instead of the \(current); "
                       + "the connections opened with the old one take no new stream and close once their streams are answered",
                       ("event", "certificate_reloaded"), ("app", .string(app.name)), ("environment", .string(environment.rawValue)),
@@ -330,6 +333,7 @@ final class ConfigReloader {
             return false
         }
         if !outcome.keysReloaded.contains(app) { outcome.keysReloaded.append(app) }
+        outcome.appsWithNewCredentials.insert(app)
         logger.notice("app \(app) signs its provider tokens with the key in \(newFile) from now on; "
                       + "the next token is minted with it",
                       ("event", "signing_key_reloaded"), ("app", .string(app)), ("key_file", .string(newFile)),

@@ -10,8 +10,9 @@
 /// keeps the notification; the other environment's run is its own). A tripped run stays
 /// tripped until a notification is accepted: every Forbidden answer after it holds again, as
 /// an answer refusing the credentials does, so the work kept for the hold is not failed one
-/// notification at a time when the hold runs out. A reload (SIGHUP), which ends the hold and
-/// may bring other credentials, starts every run afresh (`reset`).
+/// notification at a time when the hold runs out, or is ended by a SIGHUP that changed
+/// nothing. A reload that replaced the app's key or certificate starts every run afresh
+/// (`reset`).
 ///
 /// A plain value: the caller keeps it under a lock.
 struct ForbiddenBreaker: Sendable {
@@ -40,7 +41,7 @@ struct ForbiddenBreaker: Sendable {
         runs[environment] = nil
     }
 
-    /// The credentials may have changed (a reload): every run is forgotten, so the first
+    /// The credentials changed (a reload replaced them): every run is forgotten, so the first
     /// Forbidden answer after it counts from one instead of holding again at once.
     mutating func reset() {
         runs.removeAll()

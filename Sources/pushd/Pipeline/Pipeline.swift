@@ -288,8 +288,9 @@ final class Pipeline: @unchecked Sendable {
 
     /// Resumes every paused app and every held scope (after the operator fixed the
     /// configuration and sent SIGHUP); campaigns left unleased for a held topic may be leased
-    /// at once, and runs of Forbidden answers are counted from zero.
-    func resumePausedApps() {
+    /// at once, and runs of Forbidden answers of the apps in `newCredentials` (whose key or
+    /// certificate the reload replaced) are counted from zero.
+    func resumePausedApps(newCredentials: Set<String> = []) {
         var appsResumed: [String] = []
         for sender in context.senders.values where sender.pausedReason != nil {
             sender.resumeSending()
@@ -300,9 +301,12 @@ final class Pipeline: @unchecked Sendable {
         for app in appsResumed.sorted() { releasePaused(app, when: "at once") }
         var appsReleased: [String] = []
         for sender in context.senders.values {
-            // Runs of Forbidden answers are counted afresh: a run tripped before the reload
-            // would otherwise hold its environment again on the first answer after it.
-            sender.resetForbiddenRuns()
+            // With other credentials, runs of Forbidden answers are counted afresh: a run
+            // tripped before would hold its environment again on the first answer after it.
+            // With the same ones (a SIGHUP for the log file, a fix in the developer account) a
+            // tripped run stays so: the first Forbidden holds again, where a new run failed
+            // `apns.forbidden_limit` - 1 of the kept notifications at every SIGHUP.
+            if newCredentials.contains(sender.app.name) { sender.resetForbiddenRuns() }
             let released = sender.releaseHolds()
             if !released.isEmpty { appsReleased.append(sender.app.name) }
             for key in released {
