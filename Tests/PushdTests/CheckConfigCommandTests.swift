@@ -141,6 +141,36 @@ import Testing
         #expect(run.output.output.contains("error: apps[0].token.key_file: \(files.path("absent.p8")) does not exist"))
     }
 
+    /// pushd signs every token of a key id with one key: two apps naming different keys under
+    /// one id would both sign with whichever was read last, and a reload of one swap the other's.
+    /// Both settings are errors, so `run` refuses to start and a reload keeps both keys as they are.
+    /// The same key in two files is fine.
+    @Test func twoDifferentKeysUnderOneKeyIDAreAnErrorAtBothSettings() throws {
+        let files = try FileFixture()
+        try files.signingKey("shop.p8")
+        try files.signingKey("blog.p8")
+        _ = try files.write("copy.p8", try String(contentsOfFile: files.path("shop.p8"), encoding: .utf8))
+        func app(_ name: String, _ file: String) -> String {
+            """
+              - name: \(name)
+                bundle_id: com.example.\(name)
+                token:
+                  team_id: ABCDE12345
+                  key_id: KEY1234567
+                  key_file: \(files.path(file))
+            """
+        }
+        let clash = try Self.check(try Self.writeConfig(files, apps: app("shop", "shop.p8") + "\n" + app("blog", "blog.p8")))
+        #expect(clash.exitCode == 1)
+        let why = "\(files.path("blog.p8")) (app blog) and \(files.path("shop.p8")) (app shop) hold different keys under one key id, "
+            + "KEY1234567 of team ABCDE12345"
+        for setting in ["apps[0].token.key_file", "apps[1].token.key_file"] {
+            #expect(clash.output.output.contains { $0.hasPrefix("error: \(setting): \(why)") }, "\(clash.output.output)")
+        }
+        let same = try Self.check(try Self.writeConfig(files, apps: app("shop", "shop.p8") + "\n" + app("blog", "copy.p8")))
+        #expect(same.exitCode == 0, "\(same.output.output)")
+    }
+
     @Test func aKeyFileOverriddenFromTheEnvironmentIsChecked() throws {
         let files = try FileFixture()
         let config = try Self.writeConfig(files)

@@ -41,6 +41,8 @@ struct ConfigCheck {
     private(set) var findings: [Finding] = []
     /// The settings could not be read, so the files and the database were not checked.
     private(set) var settingsInvalid = false
+    /// The first signing key read for each key id of a team ("TEAM/KEYID"), with where it was named.
+    private var signingKeys: [String: (app: String, file: String, setting: String, publicKey: [UInt8])] = [:]
 
     init(file: String, environment: [String: String], checkDatabase: Bool = true, now: Timestamp = Timestamp()) {
         self.file = file
@@ -106,6 +108,7 @@ struct ConfigCheck {
                 let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
                 let serves = tokenBlock == "token" ? "" : " for \(tokenBlock.dropLast("_token".count))"
                 add(.ok, path, "app \(app.name): signing key \(key.keyID) of team \(key.teamID)\(serves) is a P-256 key (\(keyFile))")
+                checkOneKeyPerID(key, app: app.name, file: keyFile, setting: setting)
             } catch {
                 add(.error, setting, error.description)
             }
@@ -164,6 +167,25 @@ struct ConfigCheck {
         } else {
             add(.ok, setting, "app \(app.name): certificate \(summary.subject) is valid until \(until)")
         }
+    }
+
+    /// Apps (or an app's environments) may share a key: APNs knows it by its id, and pushd signs
+    /// every token of an id with one key (`ProviderTokenService`). Two files that hold different
+    /// keys under one id would have every app of the id sign with whichever was read last, and
+    /// a reload that changed one of them swap the key of the others: both settings are errors.
+    private mutating func checkOneKeyPerID(_ key: SigningKey, app: String, file: String, setting: String) {
+        // A key read from its file exports its public half; one that did not cannot be compared.
+        guard let publicKey = try? key.publicKeyDER else { return }
+        let id = "\(key.teamID)/\(key.keyID)"
+        guard let first = signingKeys[id] else {
+            signingKeys[id] = (app, file, setting, publicKey)
+            return
+        }
+        guard first.publicKey != publicKey else { return }
+        let why = "\(file) (app \(app)) and \(first.file) (app \(first.app)) hold different keys under one key id, \(key.keyID) of team "
+            + "\(key.teamID): APNs knows one key by an id, and pushd signs every token of the id with one key; name the same key file in both"
+        add(.error, first.setting, why)
+        add(.error, setting, why)
     }
 
     // MARK: Other files
