@@ -47,7 +47,7 @@ struct TokenAuthTests {
         }
     }
 
-    @Test func answersBadEnvironmentKeyIdInTokenToAKeyBoundToTheOtherEnvironment() throws {
+    @Test func answersBadEnvironmentKeyInTokenToAKeyBoundToTheOtherEnvironment() throws {
         let sandboxKey = try TestProviderKey(keyID: "SANDBOXKEY")
         let productionKey = try TestProviderKey(keyID: "PRODKEY123")
         let anyKey = try TestProviderKey(keyID: "BOTHKEY123")
@@ -64,7 +64,7 @@ struct TokenAuthTests {
                 let right = development ? sandboxKey : productionKey
                 let refused = try H2Client.send(.push(token: deviceToken(1), headers: [try wrong.header()]), port: port)
                 #expect(refused.status == 403)
-                #expect(refused.reason == "BadEnvironmentKeyIdInToken", "development: \(development)")
+                #expect(refused.reason == "BadEnvironmentKeyInToken", "development: \(development)")
                 // The token is validated first: a forged one of the bound key is only invalid.
                 let forged = try TestProviderKey(keyID: wrong.keyID, teamID: wrong.teamID)
                 let invalid = try H2Client.send(.push(token: deviceToken(2), headers: [try forged.header()]), port: port)
@@ -73,7 +73,7 @@ struct TokenAuthTests {
                     let accepted = try H2Client.send(.push(token: deviceToken(3), headers: [try key.header()]), port: port)
                     #expect(accepted.status == 200, "\(key.keyID), development: \(development)")
                 }
-                #expect(server.stats.rejected("BadEnvironmentKeyIdInToken") == 1)
+                #expect(server.stats.rejected("BadEnvironmentKeyInToken") == 1)
             }
         }
     }

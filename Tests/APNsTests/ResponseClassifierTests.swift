@@ -18,7 +18,7 @@ import Testing
         (403, .expiredProviderToken, .refreshToken),
         (403, .invalidProviderToken, .configuration), (403, .missingProviderToken, .configuration),
         (403, .badCertificate, .configuration), (403, .badCertificateEnvironment, .configuration),
-        (403, .badEnvironmentKeyInToken, .configuration), (403, .badEnvironmentKeyIdInToken, .hold(.environment)),
+        (403, .badEnvironmentKeyInToken, .hold(.environment)), (403, .badEnvironmentKeyIdInToken, .hold(.environment)),
         (403, .unrelatedKeyIdInToken, .configuration), (403, .forbidden, .deadLetter),
         (404, .badPath, .deadLetter), (405, .methodNotAllowed, .deadLetter),
         (410, .unregistered, .prune), (410, .expiredToken, .prune),
@@ -142,11 +142,19 @@ import Testing
             Issue.record("BadEnvironmentKeyIdInToken must hold the environment, not pause the app"); return
         }
         #expect(environment.contains("a key for this environment") && environment.contains("both environments"))
+        // The spelling APNs's servers answer: the same, with the reason it came with. Taken for a
+        // refused key, it paused the whole app at every development-build token.
+        guard case .holdScope(.environment, .badEnvironmentKeyInToken, let spelled)
+                = ResponseClassifier.classify(status: 403, reason: .badEnvironmentKeyInToken, timestamp: nil) else {
+            Issue.record("BadEnvironmentKeyInToken must hold the environment, not pause the app"); return
+        }
+        #expect(spelled.contains("(BadEnvironmentKeyInToken)"), "\(spelled)")
         #expect(Set(ConfigurationScope.allCases.map(\.reason))
                 == [.topicDisallowed, .featureNotEnabled, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken])
         #expect(Set(ConfigurationScope.allCases.flatMap(\.reasons))
                 == [.topicDisallowed, .featureNotEnabled, .topicMismatch, .cannotCreateChannelConfig, .badEnvironmentKeyIdInToken,
-                    // With a key per environment, pushd holds the environment of the key they refuse.
+                    // The other spelling; and with a key per environment, pushd holds the
+                    // environment of the key they refuse.
                     .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken,
                     // A run of them with none accepted: pushd holds the environment they came from.
                     .forbidden])

@@ -10,7 +10,7 @@ import Testing
 
 /// Apple recommends a provider key per environment: a team-scoped key may be restricted to
 /// Sandbox or Production, and APNs answers a token of such a key in the other environment
-/// 403 BadEnvironmentKeyIdInToken. That answer holds the one environment of the app, never the
+/// 403 BadEnvironmentKeyInToken. That answer holds the one environment of the app, never the
 /// app: the other environment keeps sending.
 @Suite(.serialized) struct EnvironmentKeyTests {
     /// Two hosts of their own, production and sandbox (the harness's mock stays idle), each
@@ -98,9 +98,9 @@ import Testing
             try Self.insert(connection, environment: "sandbox", tokens: 1...3)
             try Self.insert(connection, environment: "production", tokens: 11...13)
             let daemon = try TLSFailurePausesAppTests.Daemon(config: try hosts.writeConfigFile(), log: hosts.harness.directory + "/pushd.log")
-            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="BadEnvironmentKeyIdInToken"} 1"#
+            let held = #"pushd_sending_held{app="shop",environment="sandbox",reason="BadEnvironmentKeyInToken"} 1"#
             #expect(DaemonHarness.wait(seconds: 30) { daemon.metrics().contains(held) }, "\(daemon.text)")
-            #expect(daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="production",reason="BadEnvironmentKeyIdInToken"} 0"#))
+            #expect(daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="production",reason="BadEnvironmentKeyInToken"} 0"#))
             #expect(daemon.metrics().contains(#"pushd_app_paused{app="shop"} 0"#))
 
             // Production is not held: what was queued and what comes after the answer goes out.
@@ -114,7 +114,7 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE environment = 'sandbox' AND attempts = 0") == 3)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(hosts.sandbox.stats.accepted == 0)
-            #expect(hosts.sandbox.stats.rejected("BadEnvironmentKeyIdInToken") >= 1)
+            #expect(hosts.sandbox.stats.rejected("BadEnvironmentKeyInToken") >= 1)
 
             // One error line naming the key, the environment and the fix.
             let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"sending_held\"") }
@@ -123,14 +123,14 @@ import Testing
             for expected in ["\"level\":\"error\"", "sending of every notification for app shop in sandbox is held",
                              "the key \(DaemonHarness.keyID) is not valid for sandbox",
                              "give the app a key for sandbox as sandbox_token, or a key for both environments",
-                             "\"environment\":\"sandbox\"", "\"scope\":\"environment\"", "\"reason\":\"BadEnvironmentKeyIdInToken\"",
+                             "\"environment\":\"sandbox\"", "\"scope\":\"environment\"", "\"reason\":\"BadEnvironmentKeyInToken\"",
                              "\"key_id\":\"\(DaemonHarness.keyID)\""] {
                 #expect(line.contains(expected), "no \(expected) in \(line)")
             }
             #expect(!daemon.text.contains("is paused"), "\(daemon.text)")
             // /readyz stays ready (production sends) and names the held environment.
             #expect(DaemonHarness.wait(seconds: 10) {
-                daemon.readyz().contains("held: app shop every notification (sandbox): BadEnvironmentKeyIdInToken")
+                daemon.readyz().contains("held: app shop every notification (sandbox): BadEnvironmentKeyInToken")
             }, "\(daemon.readyz())")
             #expect(daemon.readyz().hasPrefix("ready:"))
             var status = try FleetStatusTests.status(database)
@@ -148,7 +148,7 @@ import Testing
             #expect((1...3).allSatisfy { hosts.sandbox.stats.perToken[DaemonHarness.token($0)]?.accepted == 1 })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(DaemonHarness.wait(seconds: 10) {
-                daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="BadEnvironmentKeyIdInToken"} 0"#)
+                daemon.metrics().contains(#"pushd_sending_held{app="shop",environment="sandbox",reason="BadEnvironmentKeyInToken"} 0"#)
             })
         }
     }
@@ -274,8 +274,8 @@ import Testing
                     "\(daemon.text)")
             #expect(hosts.production.stats.accepted == 3)
             #expect(hosts.sandbox.stats.accepted == 3)
-            #expect(hosts.production.stats.rejected("BadEnvironmentKeyIdInToken") == 0)
-            #expect(hosts.sandbox.stats.rejected("BadEnvironmentKeyIdInToken") == 0)
+            #expect(hosts.production.stats.rejected("BadEnvironmentKeyInToken") == 0)
+            #expect(hosts.sandbox.stats.rejected("BadEnvironmentKeyInToken") == 0)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(!daemon.text.contains("\"event\":\"sending_held\""), "\(daemon.text)")
         }

@@ -49,16 +49,18 @@ public enum ResponseClassifier {
         case .expiredProviderToken:
             return .refreshProviderTokenThenRetry
         // The key is restricted to the other environment: it still works there, so only this
-        // environment of the app is held, not the app.
-        case .badEnvironmentKeyIdInToken:
+        // environment of the app is held, not the app. Both spellings: APNs's servers answer
+        // BadEnvironmentKeyInToken, Apple's table has had both; taken for a refused key, one key
+        // restricted to production paused the whole app at each development-build token.
+        case .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
             return .holdScope(.environment, reason: reason,
-                              why: "APNs says the key that signs the provider token is not valid for this environment (BadEnvironmentKeyIdInToken): the key is restricted to the other environment; give the app a key for this environment, or a key for both environments")
+                              why: "APNs says the key that signs the provider token is not valid for this environment (\(reason.rawValue)): the key is restricted to the other environment; give the app a key for this environment, or a key for both environments")
         // With a key per environment, the caller narrows the token answers to the environment
         // whose own key signed the token (pushd's `PipelineContext.environmentKeyVerdict`).
         // UnrelatedKeyIdInToken reaches the caller only after the engine sent the request again on
         // a new connection and got it there too (`TransferDisposition`): the token is refused.
         case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
-             .badEnvironmentKeyInToken, .unrelatedKeyIdInToken:
+             .unrelatedKeyIdInToken:
             return .configurationError(reason: reason)
         // "The specified action is not allowed": APNs refuses this request, and Apple advises
         // against sending it again unchanged. It names no credential; a sender that sees it to

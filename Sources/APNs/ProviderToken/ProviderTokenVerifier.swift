@@ -49,7 +49,7 @@ public struct ProviderTokenVerifier: Sendable {
         guard token.issuedAt <= now + allowedFutureSkewSeconds else { return .invalidProviderToken }
         guard trusted.publicKey.verify(signature: token.signature, message: token.signingInput) else { return .invalidProviderToken }
         // Only a token that is the key's own is judged on the key's environment, as APNs does.
-        if let bound = trusted.environment, let served = environment, bound != served { return .badEnvironmentKeyIdInToken }
+        if let bound = trusted.environment, let served = environment, bound != served { return .badEnvironmentKeyInToken }
         if now - token.issuedAt > maximumAgeSeconds { return .expiredProviderToken }
         return nil
     }

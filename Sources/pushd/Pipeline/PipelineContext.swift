@@ -245,8 +245,8 @@ final class PipelineContext: @unchecked Sendable {
         let reason = reason ?? key.scope.reason
         // APNs's answer cannot say which key and environment: the hold names both, and the fix.
         let token = sender.tokenKey(for: key.environment)
-        let why = key.scope == .environment && reason == .badEnvironmentKeyIdInToken
-            ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment) } ?? why : why
+        let why = key.scope == .environment && (reason == .badEnvironmentKeyIdInToken || reason == .badEnvironmentKeyInToken)
+            ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment, reason: reason) } ?? why : why
         guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration), reason: reason) else { return }
         // The fleet must not take the refused token over from the shared table.
         if key.scope == .environment, reason == .invalidProviderToken, let token { sender.tokens.reportInvalid(token) }
@@ -262,8 +262,9 @@ final class PipelineContext: @unchecked Sendable {
 
     /// Why an environment of a token app is held after BadEnvironmentKeyIdInToken: its key is
     /// restricted to the other environment.
-    static func wrongEnvironmentKeyWhy(keyID: String, _ environment: PushdConfig.Environment) -> String {
-        "the key \(keyID) is not valid for \(environment.rawValue) (BadEnvironmentKeyIdInToken: APNs says it is restricted to the other environment): give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
+    static func wrongEnvironmentKeyWhy(keyID: String, _ environment: PushdConfig.Environment,
+                                       reason: APNsReason = .badEnvironmentKeyIdInToken) -> String {
+        "the key \(keyID) is not valid for \(environment.rawValue) (\(reason.rawValue): APNs says it is restricted to the other environment): give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
     }
 
     /// The token answers that judge the key that signed the request's token, and with it only the
@@ -278,7 +279,8 @@ final class PipelineContext: @unchecked Sendable {
     /// (`ConfigurationScope.environment`) on InvalidProviderToken, BadEnvironmentKeyInToken and
     /// MissingProviderToken to a token of that key: the other environment's key is not judged
     /// by them, and its notifications keep going. With one key for both environments the app
-    /// is paused, as for every other credential answer. An InvalidProviderToken to a key a
+    /// is paused, as for every other credential answer. (BadEnvironmentKeyInToken, in either
+    /// spelling, holds the environment whatever the key: `ResponseClassifier`.) An InvalidProviderToken to a key a
     /// reload has replaced since is left to `pause`, which sends the notification again.
     func environmentKeyVerdict(_ verdict: Verdict, sender: AppSender, environment: PushdConfig.Environment,
                                carried authorization: String?) -> Verdict {
