@@ -157,7 +157,9 @@ import Testing
                     // environment of the key they refuse.
                     .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken,
                     // A run of them with none accepted: pushd holds the environment they came from.
-                    .forbidden])
+                    .forbidden,
+                    // To a certificate app with a certificate per environment: the refused one's.
+                    .badCertificate, .badCertificateEnvironment])
         #expect(ConfigurationScope.topic.describe(topic: "com.example.shop.voip") == "topic com.example.shop.voip")
     }
 }

@@ -1,4 +1,5 @@
 import APNs
+import Dispatcher
 import Testing
 @testable import pushd
 
@@ -41,7 +42,8 @@ import Testing
 
     @Test func theEnvironmentScopeNamesEveryReasonItHoldsFor() {
         #expect(ConfigurationScope.environment.reasons == [.badEnvironmentKeyIdInToken, .invalidProviderToken,
-                                                           .badEnvironmentKeyInToken, .missingProviderToken, .forbidden])
+                                                           .badEnvironmentKeyInToken, .missingProviderToken, .forbidden,
+                                                           .badCertificate, .badCertificateEnvironment])
         #expect(AppSender.holdReasons.contains(.invalidProviderToken))
         #expect(AppSender.holdReasons.contains(.forbidden))
     }
@@ -68,5 +70,35 @@ import Testing
         let shared = try CheckConfigCommandTests.writeConfig(files, apps: EnvironmentKeyConfigTests.tokenApp(files, extra: ""))
         let sharedApp = try #require(try ConfigLoader.load(file: shared, environment: [:]).0.apps.first)
         #expect(SendCommand.environmentKeyHint(sharedApp, environment: .sandbox, reason: "InvalidProviderToken") == nil)
+    }
+
+    /// A certificate app presents a certificate per environment (APNs issues one per
+    /// environment): an answer refusing the one of an environment holds that environment, and
+    /// the other keeps sending. It paused the app, both environments, at every refusal.
+    @Test func aRefusedCertificateOfAnAppWithOnePerEnvironmentHoldsOnlyItsEnvironment() {
+        let certificate = PushdConfig.Credentials.certificate(certificateFile: "/etc/pushd/shop.crt", keyFile: "/etc/pushd/shop.key",
+                                                              pkcs12File: nil, password: nil)
+        let sandbox = PushdConfig.Credentials.certificate(certificateFile: "/etc/pushd/shop-dev.crt", keyFile: "/etc/pushd/shop-dev.key",
+                                                          pkcs12File: nil, password: nil)
+        var app = PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .production, credentials: certificate)
+        let refusal = TransportFailureKind.clientCertificateRefused.explanation + " (libcurl error 56: tlsv13 alert certificate required)"
+        // One certificate: the app is paused, as before.
+        #expect(PipelineContext.certificateEnvironmentHold(reason: "BadCertificate", app: app, .production) == nil)
+        app.otherCertificates[.sandbox] = sandbox
+        for (reason, held) in [("BadCertificate", "BadCertificate"), ("BadCertificateEnvironment", "BadCertificateEnvironment"), (refusal, "BadCertificate")] {
+            for environment in PushdConfig.Environment.allCases {
+                guard case .hold(.environment, let heldReason, let why)? = PipelineContext.certificateEnvironmentHold(reason: reason, app: app, environment) else {
+                    Issue.record("\(reason) in \(environment) does not hold the environment"); continue
+                }
+                #expect(heldReason == held)
+                #expect(why.contains("in \(environment.rawValue) (\(reason))"), "\(why)")
+                #expect(why.contains(environment == .production ? "check certificate (" : "check sandbox_certificate ("), "\(why)")
+            }
+        }
+        // Not a certificate answer; a token app.
+        #expect(PipelineContext.certificateEnvironmentHold(reason: "InvalidProviderToken", app: app, .sandbox) == nil)
+        let tokenApp = PushdConfig.App(name: "blog", bundleID: "com.example.blog", environment: .production,
+                                       credentials: .token(teamID: "TEAM123456", keyID: "KEY1234567", keyFile: "/k.p8"))
+        #expect(PipelineContext.certificateEnvironmentHold(reason: "BadCertificate", app: tokenApp, .production) == nil)
     }
 }

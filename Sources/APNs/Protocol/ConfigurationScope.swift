@@ -39,7 +39,8 @@ public enum ConfigurationScope: String, Sendable, Hashable, CaseIterable {
     public var reasons: [APNsReason] {
         switch self {
         case .broadcast: return [.featureNotEnabled, .topicMismatch]
-        case .environment: return [.badEnvironmentKeyIdInToken, .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken, .forbidden]
+        case .environment: return [.badEnvironmentKeyIdInToken, .invalidProviderToken, .badEnvironmentKeyInToken, .missingProviderToken, .forbidden,
+                                   .badCertificate, .badCertificateEnvironment]
         case .topic, .channelCreation: return [reason]
         }
     }

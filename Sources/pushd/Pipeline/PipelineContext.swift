@@ -1,4 +1,5 @@
 import APNs
+import Dispatcher
 import Glibc
 import Posix
 import Metrics
@@ -282,13 +283,40 @@ final class PipelineContext: @unchecked Sendable {
     /// is paused, as for every other credential answer. (BadEnvironmentKeyInToken, in either
     /// spelling, holds the environment whatever the key: `ResponseClassifier`.) An InvalidProviderToken to a key a
     /// reload has replaced since is left to `pause`, which sends the notification again.
+    ///
+    /// A certificate app with a certificate for each environment has the environment held on
+    /// an answer refusing its certificate there (`certificateEnvironmentHold`).
     func environmentKeyVerdict(_ verdict: Verdict, sender: AppSender, environment: PushdConfig.Environment,
                                carried authorization: String?) -> Verdict {
-        guard case .pauseApp(let reason) = verdict, Self.environmentKeyReasons.contains(reason),
-              let key = sender.environmentOwnKey(environment) else { return verdict }
+        guard case .pauseApp(let reason) = verdict else { return verdict }
+        if let held = Self.certificateEnvironmentHold(reason: reason, app: sender.app, environment) { return held }
+        guard Self.environmentKeyReasons.contains(reason), let key = sender.environmentOwnKey(environment) else { return verdict }
         let carried = authorization.map { (key: sender.tokenKey(carried: $0), current: sender.tokens.signedByCurrentKey(key, authorization: $0)) }
         guard Self.holdsEnvironment(reason: reason, environmentKey: key, carried: carried) else { return verdict }
         return .hold(.environment, reason: reason, why: Self.environmentKeyWhy(reason: reason, key: key, environment))
+    }
+
+    /// The hold of `environment` alone for an answer refusing the certificate a certificate app
+    /// presents there (BadCertificate, BadCertificateEnvironment, or the TLS handshake refusing
+    /// it) when the app presents a certificate in another environment too: APNs issues a
+    /// certificate per environment, and the refusal judges only this one. Pausing the app
+    /// stopped the other environment's sending with it, again after every pause. nil otherwise
+    /// (an app with one certificate is paused, as before).
+    static func certificateEnvironmentHold(reason: String, app: PushdConfig.App, _ environment: PushdConfig.Environment) -> Verdict? {
+        guard !app.otherCertificates.isEmpty, case .certificate? = app.credentials(for: environment) else { return nil }
+        let answer: APNsReason
+        if reason == APNsReason.badCertificate.rawValue || reason == APNsReason.badCertificateEnvironment.rawValue {
+            answer = APNsReason(reason)
+        } else if reason.hasPrefix(TransportFailureKind.clientCertificateRefused.explanation) {
+            answer = .badCertificate
+        } else {
+            return nil
+        }
+        let block = environment == app.environment ? "certificate" : "\(environment.rawValue)_certificate"
+        return .hold(.environment, reason: answer.rawValue,
+                     why: "APNs refused the certificate the app presents in \(environment.rawValue) (\(reason)); the other environment presents "
+                        + "its own certificate and keeps sending: check \(block) (the environment it was issued for, its expiry, "
+                        + "whether it was revoked)")
     }
 
     /// Whether a credential answer (`reason`) to a request going to an environment signed by a key
