@@ -12,8 +12,8 @@ import QueueStore
 /// run's prunes are taken back — the ones already written are returned to be restored, the
 /// ones not yet written are withdrawn (`toWrite` leaves them out until a transaction that left
 /// them out is committed, `written` returns those it finds written after all). A tripped run
-/// stays tripped until a notification to the topic is accepted: every answer after it holds
-/// again at once, so the work kept for the hold is not failed (and its tokens pruned) a run at
+/// of a topic whose answers prune (the app's main topic) stays tripped until a notification to
+/// the topic is accepted: every answer after it holds again at once, so the work kept for the hold is not failed (and its tokens pruned) a run at
 /// a time each time the hold ends (after 5 minutes, or on a SIGHUP, which cannot change
 /// `bundle_id`).
 ///
@@ -78,7 +78,13 @@ struct NotForTopicBreaker: Sendable {
             return .tripped(count: run.count, restore: [])
         }
         if run.count >= threshold {
-            runs[key] = Run(count: run.count, tripped: true)
+            // Kept tripped on a topic whose answers prune (the app's main topic: a wrong
+            // bundle_id would fail the work and prune the tokens a run at a time). On another
+            // topic each answer fails only its notification, keeps its token, and may be a
+            // push type sent to tokens of another (a VoIP push to an alert token): there a
+            // new run starts, so that such work at the head of the queue drains, 24 failed per
+            // hold, rather than holding the topic for good.
+            runs[key] = prunes ? Run(count: run.count, tripped: true) : nil
             let written = Set(run.written.map { $0.token.lowercased() })
             if withdrawn.count + run.decided.count > Self.withdrawnLimit { withdrawn.removeAll() }
             withdrawn.formUnion(run.decided.subtracting(written))
