@@ -9,7 +9,7 @@
 ///   channel requests are held per (app, environment).
 /// - `channelCreation`: CannotCreateChannelConfig. The app has as many channels as APNs
 ///   allows: creations are held per (app, environment); deletions go on and make room.
-/// - `environment`: BadEnvironmentKeyIdInToken. The app's token key is restricted to the other
+/// - `environment`: BadEnvironmentKeyInToken (either spelling). The app's token key is restricted to the other
 ///   environment (Apple recommends a key per environment): nothing of the app can go to this
 ///   one with it, while the other environment keeps sending. Held per (app, environment), and
 ///   a hold of it covers every other scope of that environment. Also InvalidProviderToken,

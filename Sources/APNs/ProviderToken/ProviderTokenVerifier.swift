@@ -24,7 +24,7 @@ public struct ProviderTokenVerifier: Sendable {
     /// How far in the future `iat` may be before the token is refused (clock skew allowance).
     public var allowedFutureSkewSeconds: Int64
     /// The environment this server stands for: a valid token of a key bound to the other one
-    /// is answered BadEnvironmentKeyIdInToken. nil checks no key's environment.
+    /// is answered BadEnvironmentKeyInToken. nil checks no key's environment.
     public var environment: APNsEnvironment?
 
     public init(keys: [String: TrustedKey], maximumAgeSeconds: Int64 = 3600, allowedFutureSkewSeconds: Int64 = 60,

@@ -45,7 +45,7 @@ public enum MockCommandLine {
                                       trust this ES256 public key (PEM) for token auth; repeat.
                                       ENV (production or sandbox) restricts the key to one
                                       environment: a mock of the other one (--development is
-                                      sandbox) answers its tokens 403 BadEnvironmentKeyIdInToken
+                                      sandbox) answers its tokens 403 BadEnvironmentKeyInToken
       --no-start-at-one-stream        with token auth, announce --max-streams from the start
       --token-update-window S         answer 429 TooManyProviderTokenUpdates to a token change
                                       within S seconds of the previous one (default 1200, APNs's rule)

@@ -4,7 +4,7 @@ import APNs
 /// that must be its `iss`, the P-256 public key (PEM) its signature must verify with, and the
 /// one environment the key may be used in, if it is restricted to one (Apple's environment-
 /// specific keys): a mock of the other environment (`MockConfiguration.development`) answers
-/// its valid tokens 403 BadEnvironmentKeyIdInToken.
+/// its valid tokens 403 BadEnvironmentKeyInToken.
 public struct ProviderKey: Sendable, Equatable, Codable {
     public var keyID: String
     public var teamID: String

@@ -331,7 +331,7 @@ final class AppSender: @unchecked Sendable {
     }
 
     /// The key of a broadcast scope (FeatureNotEnabled, CannotCreateChannelConfig) of the app,
-    /// or of the whole environment (BadEnvironmentKeyIdInToken).
+    /// or of the whole environment (BadEnvironmentKeyInToken).
     func broadcastKey(_ scope: ConfigurationScope, _ environment: PushdConfig.Environment) -> HoldKey {
         HoldKey(scope: scope, environment: environment, topic: app.bundleID)
     }

@@ -212,14 +212,26 @@ final class PipelineContext: @unchecked Sendable {
             sender.tokens.refusedReplacedKey(key)
             return false
         }
-        if sender.pauseSending(reason: reason, until: Timestamp().addingTimeInterval(pauseDuration)) {
-            logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP, else sending is tried again in \(Int(pauseDuration / 60)) minutes",
+        let seconds = Self.pauseSeconds(reason: reason, otherwise: pauseDuration)
+        if sender.pauseSending(reason: reason, until: Timestamp().addingTimeInterval(seconds)) {
+            let again = seconds < 60 ? "\(Int(seconds)) s" : "\(Int(seconds / 60)) minutes"
+            logger.error("sending for app \(sender.app.name) is paused, its jobs are kept: \(Self.describePause(reason)); fix its configuration and send SIGHUP, else sending is tried again in \(again)",
                          ("app", .string(sender.app.name)), ("reason", .string(reason)))
             // The fleet must not take the refused token over from the shared table.
             if invalidToken, let key = sender.tokenKey(carried: authorization) { sender.tokens.reportInvalid(key, carried: authorization) }
         }
         return true
     }
+
+    /// How long a pause for `reason` lasts: `otherwise`, but for CA certificates libcurl could
+    /// not load as it opened a connection (`TransportFailureKind.trustStoreUnusable`), a file
+    /// caught being rewritten more likely than one that stays bad: tried again after
+    /// `trustStorePauseSeconds`, as a lane's connection setup failure is, not after 5 minutes.
+    static func pauseSeconds(reason: String, otherwise: Double) -> Double {
+        reason.hasPrefix(TransportFailureKind.trustStoreUnusable.explanation) ? trustStorePauseSeconds : otherwise
+    }
+
+    static let trustStorePauseSeconds = 30.0
 
     /// APNs answered ExpiredProviderToken to a request of `sender` that carried `authorization`:
     /// the token is replaced (or kept for the update window), unless it was replaced already.
@@ -247,7 +259,8 @@ final class PipelineContext: @unchecked Sendable {
         // APNs's answer cannot say which key and environment: the hold names both, and the fix.
         let token = sender.tokenKey(for: key.environment)
         let why = key.scope == .environment && (reason == .badEnvironmentKeyIdInToken || reason == .badEnvironmentKeyInToken)
-            ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment, reason: reason) } ?? why : why
+            ? token.map { Self.wrongEnvironmentKeyWhy(keyID: $0.keyID, key.environment, reason: reason,
+                                                       ownKey: sender.environmentOwnKey(key.environment) != nil) } ?? why : why
         guard sender.hold(key, why: why, until: Timestamp().addingTimeInterval(pauseDuration), reason: reason) else { return }
         // The fleet must not take the refused token over from the shared table.
         if key.scope == .environment, reason == .invalidProviderToken, let token { sender.tokens.reportInvalid(token) }
@@ -261,11 +274,16 @@ final class PipelineContext: @unchecked Sendable {
                      fields: fields)
     }
 
-    /// Why an environment of a token app is held after BadEnvironmentKeyIdInToken: its key is
+    /// Why an environment of a token app is held after BadEnvironmentKeyInToken: its key is
     /// restricted to the other environment.
+    /// `ownKey`: the key is the app's for this environment only (`<env>_token`), which is then
+    /// the setting to fix.
     static func wrongEnvironmentKeyWhy(keyID: String, _ environment: PushdConfig.Environment,
-                                       reason: APNsReason = .badEnvironmentKeyIdInToken) -> String {
-        "the key \(keyID) is not valid for \(environment.rawValue) (\(reason.rawValue): APNs says it is restricted to the other environment): give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
+                                       reason: APNsReason = .badEnvironmentKeyIdInToken, ownKey: Bool = false) -> String {
+        let fix = ownKey
+            ? "check \(environment.rawValue)_token: it names a key restricted to the other environment; give it a key for \(environment.rawValue) or for both"
+            : "give the app a key for \(environment.rawValue) as \(environment.rawValue)_token, or a key for both environments"
+        return "the key \(keyID) is not valid for \(environment.rawValue) (\(reason.rawValue): APNs says it is restricted to the other environment): \(fix)"
     }
 
     /// The token answers that judge the key that signed the request's token, and with it only the
