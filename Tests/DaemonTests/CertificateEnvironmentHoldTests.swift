@@ -53,7 +53,7 @@ import Testing
             })
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             let lines = log.lines.filter { $0.contains(#""event":"sending_held""#) }
-            #expect(lines.count == 1 && lines[0].contains("APNs refused the certificate the app presents in sandbox (BadCertificate)")
+            #expect(lines.count == 1 && lines[0].contains("the certificate the app presents in sandbox was refused or could not be used (BadCertificate)")
                         && lines[0].contains("check sandbox_certificate"), "\(lines)")
         }
     }

@@ -91,7 +91,7 @@ import Testing
                     Issue.record("\(reason) in \(environment) does not hold the environment"); continue
                 }
                 #expect(heldReason == held)
-                #expect(why.contains("in \(environment.rawValue) (\(reason))"), "\(why)")
+                #expect(why.contains("presents in \(environment.rawValue) was refused or could not be used (\(reason))"), "\(why)")
                 #expect(why.contains(environment == .production ? "check certificate (" : "check sandbox_certificate ("), "\(why)")
             }
         }

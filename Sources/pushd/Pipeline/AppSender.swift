@@ -281,16 +281,20 @@ final class AppSender: @unchecked Sendable {
     // MARK: Pausing
 
     /// Stops sending for the app until `until` (or a reload): its credentials were rejected.
-    /// Returns true when this call paused it (so the caller logs once).
+    /// Returns true when this call paused it, or gave the pause another reason (so the caller
+    /// logs once per reason). A pause that lasts longer stands, with its reason: a 30 s one
+    /// (`PipelineContext.pauseSeconds`) must not shorten a 5-minute one and take its place.
     @discardableResult
     func pauseSending(reason: String, until: Timestamp) -> Bool {
         // The gauge changes under the lock: set outside it, a reader that saw no pause yet
         // could reset it to 0 while the app stays paused.
         pause.withLock { current in
             let wasRunning = current == nil || current!.until <= Timestamp()
+            if !wasRunning, let standing = current, standing.until > until { return false }
+            let changed = wasRunning || current?.reason != reason
             current = (until, reason)
             pausedGauge.set(1)
-            return wasRunning
+            return changed
         }
     }
 

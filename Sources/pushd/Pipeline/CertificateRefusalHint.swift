@@ -6,7 +6,8 @@ import Dispatcher
 /// handshake after pushd sent the certificate.
 ///
 /// APNs refusing a certificate (revoked, expired, issued for the other environment) sends a
-/// TLS alert, which libcurl reports and pushd pauses the app for
+/// TLS alert, which libcurl reports and pushd pauses the app (or holds that environment of an
+/// app with a certificate per environment) for
 /// (`TransportFailureKind.clientCertificateRefused`). With TLS 1.3 the server checks the
 /// client's certificate after the client considers the handshake done, with TLS 1.2 inside
 /// the handshake, once the client has sent its certificate; a server that closes or resets

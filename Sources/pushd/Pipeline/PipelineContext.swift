@@ -226,7 +226,7 @@ final class PipelineContext: @unchecked Sendable {
     /// How long a pause for `reason` lasts: `otherwise`, but for CA certificates libcurl could
     /// not load as it opened a connection (`TransportFailureKind.trustStoreUnusable`), a file
     /// caught being rewritten more likely than one that stays bad: tried again after
-    /// `trustStorePauseSeconds`, as a lane's connection setup failure is, not after 5 minutes.
+    /// `trustStorePauseSeconds` (the wait of the work a pause puts back), not after 5 minutes.
     static func pauseSeconds(reason: String, otherwise: Double) -> Double {
         reason.hasPrefix(TransportFailureKind.trustStoreUnusable.explanation) ? trustStorePauseSeconds : otherwise
     }
@@ -332,7 +332,7 @@ final class PipelineContext: @unchecked Sendable {
         }
         let block = environment == app.environment ? "certificate" : "\(environment.rawValue)_certificate"
         return .hold(.environment, reason: answer.rawValue,
-                     why: "APNs refused the certificate the app presents in \(environment.rawValue) (\(reason)); the other environment presents "
+                     why: "the certificate the app presents in \(environment.rawValue) was refused or could not be used (\(reason)); the other environment presents "
                         + "its own certificate and keeps sending: check \(block) (the environment it was issued for, its expiry, "
                         + "whether it was revoked)")
     }
