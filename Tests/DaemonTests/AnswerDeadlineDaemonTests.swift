@@ -103,6 +103,10 @@ import Testing
             #expect(someAccepted)
             let acceptedBeforeExit = harness.mock.stats.accepted
             #expect(acceptedBeforeExit < jobs, "the batch should still be waiting for answers at SIGTERM")
+            // What the first instance recorded as delivered is gone from the queue; what APNs
+            // accepted beyond that, it never learnt of.
+            let recorded = jobs - (try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs"))
+            let unrecorded = acceptedBeforeExit - recorded
 
             try harness.mock.setFaults(.none)
             let second = try DaemonProcessTests.start(config: path, log: harness.directory + "/second.log")
@@ -119,9 +123,12 @@ import Testing
             #expect(perToken.count == jobs, "\(perToken.count) of \(jobs) jobs accepted")
             // An answer the mock wrote as the stopped engine closed its connection never reached
             // pushd: that job is unanswered, so it is sent again (at least once, as APNs may have
-            // it). Only those few may be accepted twice, not the batch APNs answered (23 of 23
-            // accepted before the first instance exited were sent again before the fix).
-            #expect(twice.count <= 2, "\(twice.count) jobs accepted twice (\(acceptedBeforeExit) accepted before the first instance exited)")
+            // it). Only those may be accepted twice; and the batch APNs answered is recorded, so
+            // they are a few, those of the moment the connection closed (up to 3 seen on a loaded
+            // 2-core machine), not the batch (23 of 23 accepted before the first instance exited
+            // were unrecorded and sent again before the fix).
+            #expect(twice.count <= unrecorded, "\(twice.count) jobs accepted twice, \(unrecorded) accepted and not recorded")
+            #expect(unrecorded <= 5, "\(unrecorded) of \(acceptedBeforeExit) jobs accepted before the first instance exited were not recorded")
         }
     }
 }
