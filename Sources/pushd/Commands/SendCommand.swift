@@ -138,9 +138,6 @@ enum SendCommand {
                                         config: PushdConfig) throws -> DispatcherConfiguration? {
         do {
             return try Pipeline.dispatcherConfiguration(for: app, environment: environment, config: config)
-        } catch let setup as Pipeline.SetupError {
-            // Not the app's certificate: a setting of every app (apns.ca_file).
-            throw CommandContext.Failure("cannot send to \(environment.rawValue): \(setup.description)")
         } catch {
             throw CommandContext.Failure("app \(app.name): the certificate for \(environment.rawValue) cannot be used: \(error)")
         }

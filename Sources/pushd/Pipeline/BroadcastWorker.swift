@@ -538,7 +538,7 @@ final class BroadcastWorker: @unchecked Sendable {
         // environment, on the broadcast host and the channel management host alike.
         guard var configuration = try Pipeline.dispatcherConfiguration(
             for: app, environment: Self.configured(environment), config: config,
-            certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment))) else {
+            certificate: context.certificates.identity(app: app.name, environment: Self.configured(environment)), checkingCAFile: true) else {
             throw AppSender.NoCredentials(app: app.name, environment: Self.configured(environment))
         }
         // Broadcasts go to the environment's push host as notifications do (`apns.host`, and

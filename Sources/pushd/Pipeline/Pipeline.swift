@@ -94,7 +94,7 @@ final class Pipeline: @unchecked Sendable {
                 // The certificate held now: one a reload replaced, for a client made after it.
                 guard var configuration = try Self.dispatcherConfiguration(
                     for: app, environment: environment, config: config,
-                    certificate: certificates.identity(app: app.name, environment: environment)) else { return nil }
+                    certificate: certificates.identity(app: app.name, environment: environment), checkingCAFile: true) else { return nil }
                 if lane == .campaign {
                     configuration.threadNiceness = Int32(config.campaignNiceness)
                     // Bulk only: a transactional push reads its answer the moment it arrives.
@@ -175,10 +175,12 @@ final class Pipeline: @unchecked Sendable {
     /// `certificate` is the one a certificate app presents there; nil loads it from the files
     /// the configuration names (`AppCertificates.load`, for `send`), which throws when it
     /// cannot be used.
+    /// `checkingCAFile`: a lane about to set up its connections reads `apns.ca_file` first.
     static func dispatcherConfiguration(for app: PushdConfig.App, environment: PushdConfig.Environment,
-                                        config: PushdConfig, certificate: ClientIdentity? = nil) throws -> DispatcherConfiguration? {
+                                        config: PushdConfig, certificate: ClientIdentity? = nil,
+                                        checkingCAFile: Bool = false) throws -> DispatcherConfiguration? {
         guard let credentials = app.credentials(for: environment) else { return nil }
-        if let caFile = config.apns.caFile {
+        if checkingCAFile, let caFile = config.apns.caFile {
             // libcurl reads the file when it opens a connection, after this setup: a file that
             // went bad since `run` checked it (emptied, half written, a directory) failed that
             // connection as a TLS error and paused every lane of the app. Read now, it is a
