@@ -159,6 +159,21 @@ import Testing
                 return status.problems.contains { $0.contains("app shop: sending of topic com.example.shopp (sandbox) is held on") }
             }, "\(status.text)")
 
+            // A VoIP job meanwhile: the wrong bundle_id is wrong for its topic too. It is held
+            // with the main topic at its first answer, kept, not failed (a run of its own failed
+            // limit - 1 such jobs each time the hold ended).
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload, push_type)
+                VALUES ('shop', $1, '{"aps":{}}', 'voip')
+                """, [jobTokens[0]])
+            #expect(DaemonHarness.wait(seconds: 30) {
+                daemon.text.split(separator: "\n").contains { $0.contains("\"event\":\"sending_held\"") && $0.contains("\"topic\":\"com.example.shopp.voip\"") }
+            }, "\(daemon.text.suffix(3000))")
+            let voipLine = daemon.text.split(separator: "\n").first { $0.contains("\"topic\":\"com.example.shopp.voip\"") }.map(String.init) ?? ""
+            #expect(voipLine.contains("while the app's main topic com.example.shopp is held"), "\(voipLine)")
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs WHERE push_type = 'voip'") == 0)
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs WHERE push_type = 'voip'") == 1)
+
             // The fix: the right bundle_id, and a restart. The held targets go out, once each.
             FleetStatusTests.stop(daemon.process)
             daemon = try TLSFailurePausesAppTests.Daemon(config: good, log: harness.directory + "/pushd-fixed.log")

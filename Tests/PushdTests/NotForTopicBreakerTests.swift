@@ -128,6 +128,26 @@ import Testing
         #expect(breaker.notForTopic(Self.voip, token: Self.token(3), prunes: false) == .counted(1))
     }
 
+    /// A wrong bundle_id answers every topic of the app DeviceTokenNotForTopic. While the main
+    /// topic's run is tripped, an answer on another topic of the same environment holds that
+    /// topic at once; a new run there failed `threshold - 1` notifications each time its hold
+    /// ended. The other environment, and the topic once the main topic is accepted, count again.
+    @Test func whileTheMainTopicIsTrippedAnotherTopicOfItsEnvironmentIsHeldAtOnce() {
+        var breaker = NotForTopicBreaker(threshold: 3)
+        for n in 1...3 { _ = breaker.notForTopic(Self.shop, token: Self.token(n), prunes: true) }
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(4), prunes: false) == .heldWithMainTopic(count: 3))
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(5), prunes: false) == .heldWithMainTopic(count: 3))
+        #expect(breaker.count(Self.voip) == 0)
+        // Not the other environment's topics.
+        let sandboxVoip = NotForTopicBreaker.Key(environment: .sandbox, topic: "com.example.shop.voip")
+        #expect(breaker.notForTopic(sandboxVoip, token: Self.token(6), prunes: false) == .counted(1))
+        // A main-topic answer after the trip holds as before, with the run's count.
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(7), prunes: true) == .tripped(count: 4, restore: []))
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(8), prunes: false) == .heldWithMainTopic(count: 4))
+        breaker.accepted(Self.shop)
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(9), prunes: false) == .counted(1))
+    }
+
     @Test func tokensAreComparedWithoutCase() {
         var breaker = NotForTopicBreaker(threshold: 2)
         let token = "abcdef" + String(repeating: "0", count: 58)

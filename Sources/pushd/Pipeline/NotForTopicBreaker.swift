@@ -15,7 +15,9 @@ import QueueStore
 /// of a topic whose answers prune (the app's main topic) stays tripped until a notification to
 /// the topic is accepted: every answer after it holds again at once, so the work kept for the hold is not failed (and its tokens pruned) a run at
 /// a time each time the hold ends (after 5 minutes, or on a SIGHUP, which cannot change
-/// `bundle_id`).
+/// `bundle_id`). While it is, an answer on another topic of the app in that environment
+/// (`.voip`, `.complication` …) holds that topic at once: a wrong `bundle_id` is wrong for
+/// them too, and their work would otherwise be failed a run at a time.
 ///
 /// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
 struct NotForTopicBreaker: Sendable {
@@ -30,6 +32,11 @@ struct NotForTopicBreaker: Sendable {
         /// The `count`-th answer in a row reached the threshold: hold the topic, and restore
         /// `restore`, the prunes of the run that were already written.
         case tripped(count: Int, restore: [TokenPrune])
+        /// An answer on a topic that prunes nothing while the app's main topic in the same
+        /// environment is tripped after `count` answers in a row: a wrong `bundle_id` answers
+        /// every topic of the app so, and this topic is held with it rather than failing its
+        /// notification.
+        case heldWithMainTopic(count: Int)
     }
 
     /// Answers in a row that trip the breaker.
@@ -71,6 +78,10 @@ struct NotForTopicBreaker: Sendable {
     /// APNs answered DeviceTokenNotForTopic for `token` on `key`. `prunes` says whether the
     /// caller will prune the token for it (it does only on the app's main topic).
     mutating func notForTopic(_ key: Key, token: String, prunes: Bool) -> Decision {
+        // Only a topic whose answers prune (the app's main topic) stays tripped.
+        if !prunes, let main = runs.first(where: { $0.key.environment == key.environment && $0.value.tripped }) {
+            return .heldWithMainTopic(count: main.value.count)
+        }
         var run = runs[key] ?? Run()
         run.count += 1
         if run.tripped {
@@ -83,7 +94,7 @@ struct NotForTopicBreaker: Sendable {
             // topic each answer fails only its notification, keeps its token, and may be a
             // push type sent to tokens of another (a VoIP push to an alert token): there a
             // new run starts, so that such work at the head of the queue drains, 24 failed per
-            // hold, rather than holding the topic for good.
+            // hold, rather than holding the topic for good (unless the main topic is tripped).
             runs[key] = prunes ? Run(count: run.count, tripped: true) : nil
             let written = Set(run.written.map { $0.token.lowercased() })
             if withdrawn.count + run.decided.count > Self.withdrawnLimit { withdrawn.removeAll() }

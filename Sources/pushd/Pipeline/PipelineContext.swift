@@ -467,6 +467,10 @@ final class PipelineContext: @unchecked Sendable {
                 hold(sender, key, why: why, reason: .deviceTokenNotForTopic,
                      extra: [("count", .int(Int64(count))), ("tokens_to_restore", .int(Int64(restore.count)))])
                 return .hold(.topic, reason: reason, why: why)
+            case .heldWithMainTopic(let count):
+                let why = Self.notForTopicWithMainTopicWhy(count: count, topic: topic, bundleID: sender.app.bundleID)
+                hold(sender, key, why: why, reason: .deviceTokenNotForTopic, extra: [("main_topic_count", .int(Int64(count)))])
+                return .hold(.topic, reason: reason, why: why)
             }
         default:
             return verdict
@@ -543,6 +547,11 @@ final class PipelineContext: @unchecked Sendable {
         "APNs answered DeviceTokenNotForTopic to \(count) notifications in a row to topic \(topic) and accepted none: the topic is wrong for the app's tokens, not the tokens; check the app's bundle_id (\(bundleID)) against the bundle id the devices registered with"
             + (topic == bundleID ? "" : ", and that the jobs' push_type matches the tokens (the apns-topic is the bundle id and the push type's suffix)")
             + (pruned ? "; pruning stopped and the tokens these answers pruned are restored" : "; no token was pruned for them")
+    }
+
+    /// What the hold of another topic says while the main topic's is tripped.
+    static func notForTopicWithMainTopicWhy(count: Int, topic: String, bundleID: String) -> String {
+        "APNs answered DeviceTokenNotForTopic on topic \(topic) while the app's main topic \(bundleID) is held after \(count) such answers in a row with none accepted: check the app's bundle_id (\(bundleID)) against the bundle id the devices registered with; no token was pruned for them"
     }
 
     /// Restores the tokens runs that tripped had pruned (`AppSender.takeRestores`), one
