@@ -38,13 +38,13 @@ import Testing
 
     /// A renewal: a new key and a certificate for it from the same CA, named `name`, written
     /// over the app's files the way an operator copies them in (certificate first).
-    static func renew(_ harness: DaemonHarness, _ files: Files, name: String) throws {
+    static func renew(_ harness: DaemonHarness, _ files: Files, name: String, subject: String? = nil) throws {
         let staging = harness.directory + "/renewal"
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
         try "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n"
             .write(toFile: staging + "/client.ext", atomically: true, encoding: .utf8)
         try DaemonHarness.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", staging + "/client.key"])
-        try DaemonHarness.openssl(["req", "-new", "-key", staging + "/client.key", "-subj", "/CN=\(name)", "-out", staging + "/client.csr"])
+        try DaemonHarness.openssl(["req", "-new", "-key", staging + "/client.key", "-subj", subject ?? "/CN=\(name)", "-out", staging + "/client.csr"])
         try DaemonHarness.openssl(["x509", "-req", "-in", staging + "/client.csr", "-CA", harness.certificates.caCertificate,
                                    "-CAkey", harness.certificates.caKey, "-set_serial", String(UInt32.random(in: 1...UInt32.max)),
                                    "-days", "90", "-sha256", "-extfile", staging + "/client.ext", "-out", staging + "/client.pem"])
@@ -151,6 +151,36 @@ import Testing
             #expect(line?.contains("app shop presents the certificate /CN=renewed client") == true, "\(text)")
             #expect(!text.contains("credentials_reload_failed"))
             #expect(daemon.metrics().contains("pushd_config_reloads_total{result=\"success\"} 1"))
+            sending.world.mock.stop()
+        }
+    }
+
+    /// A renewal that is a certificate of another app (its subject's UID names another bundle
+    /// id) copied in by mistake: APNs would refuse every notification of this app with it
+    /// (TopicDisallowed). The reload refuses it loudly and keeps presenting the certificate it
+    /// had, so sending goes on; it used to present the new one and report a successful reload.
+    @Test func aRenewalIssuedForAnotherBundleIDIsRefusedAndTheOldCertificateKept() throws {
+        try IsolatedDatabase.with { database in
+            let sending = try Sending(database: database)
+            defer { withExtendedLifetime(sending) {} }
+            let files = sending.files, connection = sending.connection, daemon = sending.daemon
+
+            try Self.renew(sending.world.harness, files, name: "other app", subject: "/UID=com.example.other/CN=other app")
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"config_reloaded\"") }, "\(daemon.text)")
+            try Self.restartMock(&sending.world)
+            try Self.enqueue(connection, from: 100, count: 2)
+            #expect(DaemonHarness.wait(seconds: 30) { sending.world.mock.stats.accepted == 2 }, "\(sending.world.mock.stats) \(daemon.text.suffix(3000))")
+            #expect(sending.world.mock.stats.clientCertificateSubjects.values.allSatisfy { $0 == "/CN=apns-mock client" },
+                    "\(sending.world.mock.stats)")
+            let failures = daemon.text.split(separator: "\n").filter { $0.contains("credentials_reload_failed") }
+            #expect(failures.count == 1, "\(daemon.text)")
+            for expected in ["app shop keeps presenting the certificate /CN=apns-mock client", "is for com.example.other",
+                             "bundle_id \(DaemonHarness.bundleID)", "TopicDisallowed"] {
+                #expect(failures.first?.contains(expected) == true, "no \(expected) in \(failures)")
+            }
+            #expect(!daemon.text.contains("\"event\":\"certificate_reloaded\""))
+            #expect(daemon.metrics().contains("pushd_config_reloads_total{result=\"failure\"} 1"))
             sending.world.mock.stop()
         }
     }

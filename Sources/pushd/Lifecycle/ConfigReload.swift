@@ -285,6 +285,12 @@ final class ConfigReloader {
         do {
             guard blockErrors.isEmpty else { throw AppCertificates.Unusable(description: blockErrors.map(\.description).joined(separator: "; ")) }
             guard let made = try AppCertificates.load(after, environment: environment) else { return }
+            // A certificate of another app copied in by mistake would have APNs refuse every
+            // notification of this one (TopicDisallowed): the one presented now is kept. At
+            // the start the same finding is only a warning of check-config's.
+            if let issuedFor = Self.otherBundle(made.info, bundleID: app.bundleID), Self.otherBundle(current.info, bundleID: app.bundleID) == nil {
+                throw AppCertificates.Unusable(description: "the new certificate is for \(issuedFor), not for the app's bundle_id \(app.bundleID); APNs would refuse its notifications (TopicDisallowed)")
+            }
             identity = made
         } catch {
             logger.error("configuration reload: app \(app.name) keeps presenting the \(current) in \(environment.rawValue), held in "
@@ -304,6 +310,13 @@ final class ConfigReloader {
                       ("event", "certificate_reloaded"), ("app", .string(app.name)), ("environment", .string(environment.rawValue)),
                       ("fingerprint", .string(identity.fingerprint)), ("previous_fingerprint", .string(current.fingerprint)),
                       ("not_after", .string("\(identity.info.notAfter)")))
+    }
+
+    /// The bundle id a certificate was issued for (its subject's UID) when it is not
+    /// `bundleID` and its topics do not cover `bundleID`; nil for a certificate naming none.
+    static func otherBundle(_ info: ClientCertificateInfo, bundleID: String) -> String? {
+        guard let issuedFor = info.userID, issuedFor != bundleID, !info.topics.contains(bundleID) else { return nil }
+        return issuedFor
     }
 
     /// Loads the signing key `new` names and, when it is another key file of the same key id
