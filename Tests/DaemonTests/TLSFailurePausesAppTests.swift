@@ -289,6 +289,28 @@ import Testing
         }
     }
 
+    /// The fix docs/operations.md gives: the CA file pushd trusts was wrong and is replaced
+    /// under the same name, then SIGHUP. libcurl may keep a trust store it built from a file
+    /// (24 hours by default) for the connections a loop opens; the corrected file must be the
+    /// one used after the SIGHUP, with no restart.
+    @Test func aCAFileCorrectedUnderTheSameNameIsReadAfterSIGHUP() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            try world.startMock(certificate: world.harness.certificates.serverCertificate, key: world.harness.certificates.serverKey)
+            // The configured file holds the wrong CA at first.
+            let caFile = world.harness.directory + "/trusted-ca.pem"
+            try String(contentsOfFile: world.other.caCertificate, encoding: .utf8).write(toFile: caFile, atomically: true, encoding: .utf8)
+            let config = try world.writeConfig(caFile: caFile, app: world.tokenApp)
+            try Self.expectPauseThenResume(&world, config: config,
+                                           expectedText: ["failed verification", "libcurl error 60", "apns.ca_file"]) { world in
+                // The fix: the right CA written to the same path (a new file renamed over it).
+                try String(contentsOfFile: world.harness.certificates.caCertificate, encoding: .utf8)
+                    .write(toFile: caFile, atomically: true, encoding: .utf8)
+            }
+            world.mock.stop()
+        }
+    }
+
     @Test func aHostNameMismatchPausesTheAppUntilSIGHUP() throws {
         try IsolatedDatabase.with { database in
             var world = try World(database: database)
