@@ -1,7 +1,10 @@
+import APNs
 import APNsMock
 @testable import Dispatcher
 import Foundation
 import Posix
+import PushdTestSupport
+import QueueStore
 import Testing
 @testable import pushd
 
@@ -102,6 +105,58 @@ import Testing
     }
 
     // MARK: Delivery
+
+    /// APNs answers TooManyProviderTokenUpdates to a team whose tokens are made more often than
+    /// every 20 minutes, across connections. `send` uses the token the instances share in
+    /// `pushd.provider_tokens`: the first run mints and shares one, the next adopts it, and a
+    /// token an instance shared is adopted, never replaced. It minted a token of its own on every
+    /// run, shared with nobody. Without the database it still sends, and says what it did.
+    @Test func sendUsesTheProviderTokenTheInstancesShare() throws {
+        try IsolatedDatabase.with { database in
+            var setup = try Setup()
+            try Self.withMock(&setup) { server, setup in
+                let config = try String(contentsOfFile: setup.config, encoding: .utf8)
+                try config.replacingOccurrences(of: "postgresql://pushd@127.0.0.1:1/unused", with: database.url)
+                    .write(toFile: setup.config, atomically: true, encoding: .utf8)
+                let connection = try database.connect()
+                defer { connection.close() }
+                let stored = "SELECT token || ' ' || issued_at::text || ' ' || minted_by FROM pushd.provider_tokens WHERE key_id = $1 AND team_id = $2"
+                func row() throws -> String? {
+                    try connection.query(stored, [setup.keyID, setup.teamID]).rows.first.map { try $0.require(0, as: String.self) }
+                }
+
+                let first = try Self.send(setup, ["--token", Self.token, "--alert", "one"])
+                #expect(first.exitCode == 0, "\(first.output.text)\n\(first.output.errorText)")
+                #expect(first.output.errorText.isEmpty, "\(first.output.errorText)")
+                let shared = try #require(try row(), "send shared no token")
+                #expect(shared.hasSuffix(" (command)"), "\(shared)")
+                let second = try Self.send(setup, ["--token", Self.token, "--alert", "two"])
+                #expect(second.exitCode == 0, "\(second.output.text)\n\(second.output.errorText)")
+                #expect(try row() == shared)
+
+                // A token an instance shared is adopted as it is.
+                let key = try SigningKey(contentsOfFile: setup.files.path("shop.p8"), keyID: setup.keyID, teamID: setup.teamID)
+                let issuedAt = Int64(Timestamp().timeIntervalSince1970) - 120
+                let fleets = try ProviderTokenSigner(key: key).makeToken(issuedAt: issuedAt).jwt
+                try connection.query("UPDATE pushd.provider_tokens SET token = $1, issued_at = to_timestamp($2), minted_by = 'host/1-000001'",
+                                     [fleets, String(issuedAt)])
+                let adopted = try #require(try row())
+                let third = try Self.send(setup, ["--token", Self.token, "--alert", "three"])
+                #expect(third.exitCode == 0, "\(third.output.text)\n\(third.output.errorText)")
+                #expect(try row() == adopted)
+                #expect(server.acceptedLog.count == 3)
+            }
+        }
+        // No database: a token of its own, and a warning that says so.
+        var setup = try Setup()
+        try Self.withMock(&setup) { server, setup in
+            let run = try Self.send(setup, ["--token", Self.token, "--alert", "alone"])
+            #expect(run.exitCode == 0, "\(run.output.text)\n\(run.output.errorText)")
+            #expect(run.output.errorText.contains("could not be read"), "\(run.output.errorText)")
+            #expect(run.output.errorText.contains("TooManyProviderTokenUpdates"), "\(run.output.errorText)")
+            #expect(server.acceptedLog.count == 1)
+        }
+    }
 
     @Test func anAlertBuiltFromFlagsIsAcceptedAndItsIDPrinted() throws {
         var setup = try Setup()

@@ -73,7 +73,7 @@ enum BroadcastSendCommand {
             return 0
         }
         // nil for a certificate app: the connection's certificate authenticates the broadcast.
-        let authorization = try SendCommand.authorization(app, environment: environment)
+        let authorization = try SendCommand.authorization(app, environment: environment, config: config, warn: context.errorOutput)
         let request = try DispatchRequest(path: broadcast.path, headerLines: broadcast.headerFields(authorization: authorization).map(\.line),
                                           body: payload)
         let (lines, code) = SendCommand.describe(try send(request, configuration: configuration))

@@ -65,7 +65,7 @@ enum ChannelAuditCommand {
         let target = "GET https://\(configuration.host):\(configuration.port)\(request.path)"
         context.output("\(target) (app \(app.name), \(environment.rawValue), apns-request-id \(requestID.lowercasedString))")
         // nil for a certificate app: the connection's certificate authenticates the request.
-        let authorization = try SendCommand.authorization(app, environment: environment)
+        let authorization = try SendCommand.authorization(app, environment: environment, config: config, warn: context.errorOutput)
         let dispatchRequest = try DispatchRequest(method: .get, path: request.path,
                                                   headerLines: request.headerFields(authorization: authorization).map(\.line), body: [])
         let result = try BroadcastSendCommand.send(dispatchRequest, configuration: configuration)

@@ -1,5 +1,6 @@
 import APNs
 import Dispatcher
+import Glibc
 import Posix
 import Locking
 
@@ -49,7 +50,9 @@ enum SendCommand {
             context.output("dry run: nothing was sent")
             return 0
         }
-        let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration)
+        let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration,
+                              authorization: authorization(prepared.app, environment: prepared.environment, config: config,
+                                                           warn: context.errorOutput))
         let (lines, code) = describe(result, certificateApp: Pipeline.authenticatesByCertificate(prepared.app))
         for line in lines { context.output(line) }
         if let reason = result.response?.reason, let hint = environmentKeyHint(prepared.app, environment: prepared.environment, reason: reason) {
@@ -196,16 +199,40 @@ enum SendCommand {
 
     // MARK: Authentication
 
-    /// A fresh provider token for token auth, of the key for `environment` (the app's own when
-    /// nil); nil with certificate auth (the TLS handshake proves who we are).
-    static func authorization(_ app: PushdConfig.App, environment: PushdConfig.Environment? = nil) throws -> String? {
+    /// The `authorization` header value for token auth, of the key for `environment` (the app's
+    /// own when nil); nil with certificate auth (the TLS handshake proves who we are).
+    ///
+    /// The token is the fleet's, by the policy `pushd run` follows (`ProviderTokenService`): one
+    /// an instance shares in `pushd.provider_tokens` is used while it may be, else one is minted
+    /// and shared there. APNs answers TooManyProviderTokenUpdates to a team whose tokens are made
+    /// more often than every 20 minutes, across connections: a command run every minute must not
+    /// mint one each time. Without the database, a token of its own, and `warn` says so.
+    static func authorization(_ app: PushdConfig.App, environment: PushdConfig.Environment? = nil, config: PushdConfig,
+                              warn: (String) -> Void) throws -> String? {
         guard case .token(let teamID, let keyID, let keyFile) = app.credentials(for: environment ?? app.environment) else { return nil }
+        let key = ProviderTokenService.Key(keyID: keyID, teamID: teamID)
+        let signer: ProviderTokenSigner
+        let policy: ProviderTokenPolicy
         do {
-            let key = try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID)
-            return try ProviderTokenSigner(key: key).makeToken(issuedAt: Int64(Timestamp().timeIntervalSince1970)).authorizationValue
+            signer = ProviderTokenSigner(key: try SigningKey(contentsOfFile: keyFile, keyID: keyID, teamID: teamID))
+            policy = try ProviderTokenPolicy(refreshSeconds: Int64(config.apns.providerTokenRefreshSeconds),
+                                             updateWindowSeconds: Int64(config.apns.providerTokenUpdateWindowSeconds))
         } catch {
             throw CommandContext.Failure("app \(app.name): \(error)")
         }
+        let databaseError = Lock<String?>(nil)
+        let instance = RunCommand.instanceName(host: RunCommand.hostName(), pid: getpid(), random: UInt32.random(in: 0 ... 0xFF_FFFF))
+        let tokens = try ProviderTokenService(
+            databaseURL: config.databaseURL, instance: instance + " (command)", signers: [key: signer], keyFiles: [key: keyFile],
+            policy: policy, logger: Logger(level: .error, sink: MemoryLogSink()), onRefresh: { _ in },
+            onDatabaseError: { error in databaseError.withLock { $0 = $0 ?? "\(error)" } })
+        defer { tokens.close() }
+        let header = try tokens.authorization(key)
+        if let error = databaseError.withLock({ $0 }) {
+            warn("warning: the provider token the instances share (pushd.provider_tokens) could not be read: \(error); "
+                 + "signed one for this command alone. APNs answers TooManyProviderTokenUpdates when a team's tokens are made more often than every 20 minutes")
+        }
+        return header
     }
 
     /// What a dry run shows instead of a signed token, which is a credential for an hour.
@@ -216,14 +243,14 @@ enum SendCommand {
 
     // MARK: Sending
 
-    /// Sends through the same client `pushd run` uses, with a provider token of its own (one
-    /// request needs no shared token) or the environment's certificate.
+    /// Sends through the same client `pushd run` uses, with the provider token `authorization`
+    /// (`authorization(_:environment:config:warn:)`), or the environment's certificate when nil.
     static func send(_ notification: APNsNotification, app: PushdConfig.App, environment: PushdConfig.Environment,
-                     configuration: DispatcherConfiguration) throws -> DispatchResult {
+                     configuration: DispatcherConfiguration, authorization: String?) throws -> DispatchResult {
         let answer = Lock<DispatchResult?>(nil)
         let done = Semaphore()
         let authentication: APNsAuthentication
-        if let token = try authorization(app, environment: environment) {
+        if let token = authorization {
             authentication = .tokenSource { token }
         } else {
             authentication = .certificate(configuration.credential)
