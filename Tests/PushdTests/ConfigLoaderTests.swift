@@ -214,6 +214,33 @@ import Testing
         }
     }
 
+    /// `apns.host` replaces both environments' hosts (for apns-mock). Naming one of Apple's
+    /// hosts there sends the other environment's notifications to it: APNs answers
+    /// BadDeviceToken to each, and pushd pruned every token of that environment. Refused at
+    /// load, naming the setting, its line and the fix; Apple's production host with a
+    /// sandbox_host of its own, and anything not Apple's, stay accepted.
+    @Test(arguments: [
+        ("  host: api.push.apple.com", "apns.host (line 3): 'api.push.apple.com' is Apple's production host, and apns.host replaces the sandbox host too"),
+        ("  host: API.Push.Apple.com.:2197", "apns.host (line 3): 'API.Push.Apple.com.:2197' is Apple's production host"),
+        ("  host: api.sandbox.push.apple.com\n  sandbox_host: api.sandbox.push.apple.com", "apns.host (line 3): 'api.sandbox.push.apple.com' is Apple's sandbox host, and apns.host replaces the production host too"),
+        ("  host: api.development.push.apple.com", "is Apple's sandbox host"),
+        ("  sandbox_host: api.push.apple.com:443", "apns.sandbox_host (line 3): 'api.push.apple.com:443' is Apple's production host: sandbox notifications would go to it"),
+    ])
+    func anAppleHostThatWouldCarryTheOtherEnvironmentIsRefused(lines: String, expected: String) {
+        let text = "database: {url: 'postgresql://h/d'}\napns:\n\(lines)\napps: []"
+        let found = Self.problems(text)
+        #expect(found.contains { $0.contains(expected) && $0.contains("BadDeviceToken") && $0.contains("Apple's hosts are the default") },
+                "got \(found)")
+    }
+
+    @Test(arguments: ["  host: api.push.apple.com\n  sandbox_host: api.sandbox.push.apple.com", "  sandbox_host: api.sandbox.push.apple.com",
+                      "  host: push.apple.com.example:2197", "  host: 127.0.0.1:2197"])
+    func appleHostsServingTheirOwnEnvironmentAreAccepted(lines: String) {
+        let text = "database: {url: 'postgresql://h/d'}\napns:\n\(lines)\napps: []"
+        let found = Self.problems(text)
+        #expect(!found.contains { $0.contains("apns.host") || $0.contains("apns.sandbox_host") }, "got \(found)")
+    }
+
     /// A host override that reached the dispatcher without the loader (a configuration built
     /// in code) is refused there with the same words, rather than sent to a host named
     /// "push.example:abc".

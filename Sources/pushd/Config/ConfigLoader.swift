@@ -9,6 +9,37 @@ import QueueStore
 /// (name upper-cased, other characters as `_`): `PUSHD_APP_<NAME>_KEY_FILE`,
 /// `PUSHD_APP_<NAME>_P12_PASSWORD`.
 enum ConfigLoader {
+    /// Apple's hosts named in `apns.host` or `apns.sandbox_host`, where they would carry the
+    /// other environment's notifications: `apns.host` replaces both environments' hosts (for
+    /// apns-mock). APNs answers BadDeviceToken to a token of the other environment, and pushd
+    /// prunes the token for it, so such a setting would prune a whole environment's tokens.
+    /// Returns the setting's key and what is wrong, for each.
+    static func appleHostMisuse(host: String?, sandboxHost: String?) -> [(key: String, message: String)] {
+        func apple(_ text: String?) -> APNsEnvironment? {
+            guard let text, let parsed = try? HostOverride(parsing: text, setting: "") else { return nil }
+            var name = parsed.host.lowercased()
+            if name.hasSuffix(".") { name.removeLast() }
+            if name == APNsEnvironment.production.host { return .production }
+            if name == APNsEnvironment.sandbox.host || name == "api.development.push.apple.com" { return .sandbox }
+            return nil
+        }
+        let why = "APNs answers BadDeviceToken to tokens of the other environment, and pushd prunes them"
+        let fix = "leave it out: Apple's hosts are the default (apns.alternate_port: true for port 2197)"
+        var found = [(key: String, message: String)]()
+        switch apple(host) {
+        case .sandbox?:
+            found.append(("host", "'\(host ?? "")' is Apple's sandbox host, and apns.host replaces the production host too: production notifications would go to it (\(why)); \(fix)"))
+        case .production? where sandboxHost == nil:
+            found.append(("host", "'\(host ?? "")' is Apple's production host, and apns.host replaces the sandbox host too: sandbox notifications would go to it (\(why)); \(fix)"))
+        default:
+            break
+        }
+        if apple(sandboxHost) == .production {
+            found.append(("sandbox_host", "'\(sandboxHost ?? "")' is Apple's production host: sandbox notifications would go to it (\(why)); \(fix)"))
+        }
+        return found
+    }
+
     static func load(file: String, environment: [String: String] = Environment.variables) throws -> (PushdConfig, [ConfigProblem]) {
         let text: String
         do {
@@ -97,6 +128,9 @@ enum ConfigLoader {
             } catch {
                 reader.error("apns.\(key)", line: apns.node(key)?.line ?? apns.line, error.explanation)
             }
+        }
+        for (key, message) in Self.appleHostMisuse(host: config.apns.hostOverride, sandboxHost: config.apns.sandboxHostOverride) {
+            reader.error("apns.\(key)", line: apns.node(key)?.line ?? apns.line, message)
         }
         config.apns.caFile = apns.string("ca_file")
         config.apns.proxy = apns.string("proxy")
