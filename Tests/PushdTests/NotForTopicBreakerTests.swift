@@ -148,6 +148,22 @@ import Testing
         #expect(breaker.notForTopic(Self.voip, token: Self.token(9), prunes: false) == .counted(1))
     }
 
+    /// A notification to another topic of the environment accepted since the main topic
+    /// tripped shows the bundle id is right: an answer on that topic blames its notification
+    /// again (a VoIP push sent to an alert token), rather than holding the topic for as long
+    /// as the main topic stays tripped. The main topic itself stays tripped.
+    @Test func anotherTopicAcceptedSinceTheTripIsNoLongerHeldWithTheMainTopic() {
+        var breaker = NotForTopicBreaker(threshold: 3)
+        for n in 1...3 { _ = breaker.notForTopic(Self.shop, token: Self.token(n), prunes: true) }
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(4), prunes: false) == .heldWithMainTopic(count: 3))
+        // Accepted in the other environment: no change here.
+        breaker.accepted(NotForTopicBreaker.Key(environment: .sandbox, topic: "com.example.shop.voip"))
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(5), prunes: false) == .heldWithMainTopic(count: 3))
+        breaker.accepted(Self.voip)
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(6), prunes: false) == .counted(1))
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(7), prunes: true) == .tripped(count: 4, restore: []))
+    }
+
     @Test func tokensAreComparedWithoutCase() {
         var breaker = NotForTopicBreaker(threshold: 2)
         let token = "abcdef" + String(repeating: "0", count: 58)

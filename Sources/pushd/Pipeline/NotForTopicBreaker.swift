@@ -17,7 +17,10 @@ import QueueStore
 /// a time each time the hold ends (after 5 minutes, or on a SIGHUP, which cannot change
 /// `bundle_id`). While it is, an answer on another topic of the app in that environment
 /// (`.voip`, `.complication` …) holds that topic at once: a wrong `bundle_id` is wrong for
-/// them too, and their work would otherwise be failed a run at a time.
+/// them too, and their work would otherwise be failed a run at a time. Not once a
+/// notification to another topic of that environment was accepted since the trip: the
+/// bundle id is right, and such an answer blames its notification again (a VoIP push sent to
+/// an alert token), so that it does not hold the topic for good.
 ///
 /// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
 struct NotForTopicBreaker: Sendable {
@@ -50,6 +53,10 @@ struct NotForTopicBreaker: Sendable {
         var written = [TokenPrune]()
         /// The run reached the threshold: its answers blame the topic, none its token.
         var tripped = false
+        /// Since this tripped run, a notification to another topic of the app in its
+        /// environment was accepted: the bundle id is right there, and that topic's answers
+        /// are not held with this one.
+        var otherTopicAccepted = false
     }
 
     private var runs = [Key: Run]()
@@ -73,13 +80,16 @@ struct NotForTopicBreaker: Sendable {
     /// A notification to `key` was accepted: the topic is right, and the run's prunes stand.
     mutating func accepted(_ key: Key) {
         runs[key] = nil
+        for (other, run) in runs where run.tripped && !run.otherTopicAccepted && other.environment == key.environment {
+            runs[other]?.otherTopicAccepted = true
+        }
     }
 
     /// APNs answered DeviceTokenNotForTopic for `token` on `key`. `prunes` says whether the
     /// caller will prune the token for it (it does only on the app's main topic).
     mutating func notForTopic(_ key: Key, token: String, prunes: Bool) -> Decision {
         // Only a topic whose answers prune (the app's main topic) stays tripped.
-        if !prunes, let main = runs.first(where: { $0.key.environment == key.environment && $0.value.tripped }) {
+        if !prunes, let main = runs.first(where: { $0.key.environment == key.environment && $0.value.tripped && !$0.value.otherTopicAccepted }) {
             return .heldWithMainTopic(count: main.value.count)
         }
         var run = runs[key] ?? Run()
