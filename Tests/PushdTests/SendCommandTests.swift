@@ -144,7 +144,21 @@ import Testing
                 let third = try Self.send(setup, ["--token", Self.token, "--alert", "three"])
                 #expect(third.exitCode == 0, "\(third.output.text)\n\(third.output.errorText)")
                 #expect(try row() == adopted)
-                #expect(server.acceptedLog.count == 3)
+                #expect(third.output.errorText.isEmpty, "\(third.output.errorText)")
+
+                // A token another key file signed (a wrong .p8 under the same key id, on one side
+                // or the other) is left to the instances: the command signs its own, says so,
+                // and does not replace theirs.
+                try setup.files.signingKey("other.p8")
+                let otherKey = try SigningKey(contentsOfFile: setup.files.path("other.p8"), keyID: setup.keyID, teamID: setup.teamID)
+                let foreign = try ProviderTokenSigner(key: otherKey).makeToken(issuedAt: issuedAt).jwt
+                try connection.query("UPDATE pushd.provider_tokens SET token = $1", [foreign])
+                let theirs = try #require(try row())
+                let fourth = try Self.send(setup, ["--token", Self.token, "--alert", "four"])
+                #expect(fourth.exitCode == 0, "\(fourth.output.text)\n\(fourth.output.errorText)")
+                #expect(try row() == theirs)
+                #expect(fourth.output.errorText.contains("is not signed by \(setup.files.path("shop.p8"))"), "\(fourth.output.errorText)")
+                #expect(server.acceptedLog.count == 4)
             }
         }
         // No database: a token of its own, and a warning that says so.

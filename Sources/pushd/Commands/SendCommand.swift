@@ -2,6 +2,8 @@ import APNs
 import Dispatcher
 import Glibc
 import Posix
+import QueueStore
+import Synchronization
 import Locking
 
 /// `pushd send`: one notification, built from flags or given as JSON, validated like every
@@ -220,14 +222,24 @@ enum SendCommand {
         } catch {
             throw CommandContext.Failure("app \(app.name): \(error)")
         }
+        // A one-shot command waits for an unreachable database a few seconds, not the
+        // daemon's dead-peer time, before it signs a token of its own.
+        QueueSession.deadPeerSeconds.store(min(QueueSession.deadPeerSeconds.load(ordering: .relaxed), 5), ordering: .relaxed)
         let databaseError = Lock<String?>(nil)
+        let foreign = Lock(false)
         let instance = RunCommand.instanceName(host: RunCommand.hostName(), pid: getpid(), random: UInt32.random(in: 0 ... 0xFF_FFFF))
         let tokens = try ProviderTokenService(
             databaseURL: config.databaseURL, instance: instance + " (command)", signers: [key: signer], keyFiles: [key: keyFile],
             policy: policy, logger: Logger(level: .error, sink: MemoryLogSink()), onRefresh: { _ in },
-            onDatabaseError: { error in databaseError.withLock { $0 = $0 ?? "\(error)" } })
+            onForeign: { _ in foreign.withLock { $0 = true } },
+            onDatabaseError: { error in databaseError.withLock { $0 = $0 ?? "\(error)" } }, replacesForeignTokens: false)
         defer { tokens.close() }
         let header = try tokens.authorization(key)
+        if foreign.withLock({ $0 }) {
+            warn("warning: the provider token the instances share for key \(keyID) of team \(teamID) (pushd.provider_tokens) is not "
+                 + "signed by \(keyFile): signed one for this command alone and left theirs in place; the key files differ, and the "
+                 + "right one is the one APNs accepts")
+        }
         if let error = databaseError.withLock({ $0 }) {
             warn("warning: the provider token the instances share (pushd.provider_tokens) could not be read: \(error); "
                  + "signed one for this command alone. APNs answers TooManyProviderTokenUpdates when a team's tokens are made more often than every 20 minutes")

@@ -65,12 +65,16 @@ final class ProviderTokenService: @unchecked Sendable {
     private let onRefresh: @Sendable (Key) -> Void
     private let onDatabaseError: @Sendable (any Error) -> Void
     private let clock: @Sendable () -> Int64
+    /// Whether a stored token another key file signed is replaced by this key's (an instance:
+    /// the right key file is the one APNs accepts), or left to the fleet while this process
+    /// signs one for itself alone (a command, which must not displace the fleet's token).
+    private let replacesForeignTokens: Bool
 
     init(databaseURL: String, instance: String, signers: [Key: ProviderTokenSigner], keyFiles: [Key: String] = [:],
          policy: ProviderTokenPolicy, logger: Logger, onRefresh: @escaping @Sendable (Key) -> Void,
          onForeign: @escaping @Sendable (Key) -> Void = { _ in },
          onDatabaseError: @escaping @Sendable (any Error) -> Void,
-         clock: @escaping @Sendable () -> Int64 = ProviderTokenService.now) throws {
+         clock: @escaping @Sendable () -> Int64 = ProviderTokenService.now, replacesForeignTokens: Bool = true) throws {
         self.databaseURL = databaseURL
         self.instance = instance
         var signings = [Key: Signing]()
@@ -84,6 +88,7 @@ final class ProviderTokenService: @unchecked Sendable {
         self.onRefresh = onRefresh
         self.onDatabaseError = onDatabaseError
         self.clock = clock
+        self.replacesForeignTokens = replacesForeignTokens
     }
 
     @Sendable static func now() -> Int64 { Int64(Timestamp().timeIntervalSince1970) }
@@ -313,7 +318,13 @@ final class ProviderTokenService: @unchecked Sendable {
                     issuedAt = Self.issuedAt(of: shared)
                 }
                 var stored = true
-                if !shared.minted, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
+                if !shared.minted, !replacesForeignTokens, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
+                    // Signed with another key file, and this process does not replace it.
+                    let local = try mint()
+                    shared = SharedProviderToken(token: local.token, issuedAt: local.issuedAt, minted: true)
+                    issuedAt = Self.issuedAt(of: shared)
+                    stored = false
+                } else if !shared.minted, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
                     // Signed with another key file: never sent from here. Replaced under the
                     // row lock by this instance's own, unless an instance with this key file
                     // stored one meanwhile.
