@@ -48,7 +48,7 @@ import Testing
     @Test func theErrorNamesTheSettingTheTextAndAnExample() {
         let error = HostOverride.Invalid(setting: "apns.sandbox_host", text: "mock:abc", reason: "the port 'abc' is not a number from 1 to 65535")
         #expect(error.description == "apns.sandbox_host: 'mock:abc' is not host or host:port (the port 'abc' is not a number from 1 to 65535); "
-                + "for example api.push.apple.com, 127.0.0.1:2197 or [::1]:2197")
+                + "for example apns-mock.internal, 127.0.0.1:2197 or [::1]:2197")
     }
 
     @Test func applyingAnOverrideKeepsThePortWhenItNamesNone() throws {

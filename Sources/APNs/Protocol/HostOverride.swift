@@ -10,7 +10,7 @@ public typealias HostOverride = HostPort
 extension HostPort {
     /// What an override is, and examples, in its errors.
     static let overrideForm = "host or host:port"
-    static let overrideExamples = "api.push.apple.com, 127.0.0.1:2197 or [::1]:2197"
+    static let overrideExamples = "apns-mock.internal, 127.0.0.1:2197 or [::1]:2197"
 
     /// Parses `text`, the value of `setting`, an override: the port is optional.
     public init(parsing text: String, setting: String) throws(Invalid) {
