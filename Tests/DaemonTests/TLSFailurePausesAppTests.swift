@@ -290,9 +290,7 @@ import Testing
     }
 
     /// The fix docs/operations.md gives: the CA file pushd trusts was wrong and is replaced
-    /// under the same name, then SIGHUP. libcurl may keep a trust store it built from a file
-    /// (24 hours by default) for the connections a loop opens; the corrected file must be the
-    /// one used after the SIGHUP, with no restart.
+    /// under the same name, then SIGHUP: the corrected file is the one used, with no restart.
     @Test func aCAFileCorrectedUnderTheSameNameIsReadAfterSIGHUP() throws {
         try IsolatedDatabase.with { database in
             var world = try World(database: database)
@@ -307,6 +305,40 @@ import Testing
                 try String(contentsOfFile: world.harness.certificates.caCertificate, encoding: .utf8)
                     .write(toFile: caFile, atomically: true, encoding: .utf8)
             }
+            world.mock.stop()
+        }
+    }
+
+    /// A CA rotation while sending: the server moves to a certificate of another CA and the
+    /// CA file pushd trusts is replaced under the same name. The next connection of a loop
+    /// that had connected before verifies with the file as it is now (libcurl is given its
+    /// name; with libcurl 8.14.1 not even CURLOPT_CA_CACHE_TIMEOUT -1 kept the old store
+    /// here). CA certificates read once and kept would pause the app instead.
+    @Test func aCAFileRotatedWhileSendingIsReadByTheNextConnection() throws {
+        try IsolatedDatabase.with { database in
+            var world = try World(database: database)
+            try world.startMock(certificate: world.harness.certificates.serverCertificate, key: world.harness.certificates.serverKey)
+            let caFile = world.harness.directory + "/trusted-ca.pem"
+            try String(contentsOfFile: world.harness.certificates.caCertificate, encoding: .utf8).write(toFile: caFile, atomically: true, encoding: .utf8)
+            let config = try world.writeConfig(caFile: caFile, app: world.tokenApp)
+            let connection = try database.connect()
+            defer { connection.close() }
+            let daemon = try Daemon(config: config, log: world.harness.directory + "/pushd-rotation.log")
+            try Self.enqueue(connection, count: 3)
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 }, "\(daemon.text)")
+
+            // The rotation: the new CA's file in place, the server on the new CA's certificate
+            // (its restart ends pushd's connection).
+            try String(contentsOfFile: world.other.caCertificate, encoding: .utf8).write(toFile: caFile, atomically: true, encoding: .utf8)
+            try world.startMock(certificate: world.other.serverCertificate, key: world.other.serverKey)
+            for seed in 0..<3 {
+                try connection.query("INSERT INTO pushd.jobs (app, device_token, payload) VALUES ('shop', $1, '{\"aps\":{\"alert\":\"hi\"}}')",
+                                     [DaemonHarness.token(9_100 + seed)])
+            }
+            #expect(try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 },
+                    "\(daemon.text.suffix(3000))")
+            #expect(world.mock.stats.accepted == 3)
+            #expect(!daemon.text.contains("sending for app shop is paused"), "\(daemon.text.suffix(3000))")
             world.mock.stop()
         }
     }
