@@ -158,7 +158,14 @@ import Testing
                 #expect(fourth.exitCode == 0, "\(fourth.output.text)\n\(fourth.output.errorText)")
                 #expect(try row() == theirs)
                 #expect(fourth.output.errorText.contains("is not signed by \(setup.files.path("shop.p8"))"), "\(fourth.output.errorText)")
-                #expect(server.acceptedLog.count == 4)
+                // Nor when its own issue time is too old to adopt while its row looks fresh.
+                let staleForeign = try ProviderTokenSigner(key: otherKey).makeToken(issuedAt: issuedAt - 3_300).jwt
+                try connection.query("UPDATE pushd.provider_tokens SET token = $1, issued_at = now()", [staleForeign])
+                let stale = try #require(try row())
+                let fifth = try Self.send(setup, ["--token", Self.token, "--alert", "five"])
+                #expect(fifth.exitCode == 0, "\(fifth.output.text)\n\(fifth.output.errorText)")
+                #expect(try row() == stale)
+                #expect(server.acceptedLog.count == 5)
             }
         }
         // No database: a token of its own, and a warning that says so.

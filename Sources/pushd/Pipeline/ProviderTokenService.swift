@@ -311,20 +311,22 @@ final class ProviderTokenService: @unchecked Sendable {
                 // The token's own `iat` is what APNs judges, so ages are measured from it; a
                 // stored token whose row looks fresh but whose `iat` is old is replaced.
                 var issuedAt = Self.issuedAt(of: shared)
-                if !policy.mayAdopt(issuedAt: issuedAt, now: now) {
+                var stored = true
+                if !shared.minted, !replacesForeignTokens, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
+                    // Signed with another key file, and this process does not replace it (nor
+                    // re-mint over it below).
+                    let local = try mint()
+                    shared = SharedProviderToken(token: local.token, issuedAt: local.issuedAt, minted: true)
+                    issuedAt = Self.issuedAt(of: shared)
+                    stored = false
+                }
+                if stored, !policy.mayAdopt(issuedAt: issuedAt, now: now) {
                     shared = try store.providerToken(connection!, keyID: key.keyID, teamID: key.teamID,
                                                      maxAge: maxAge, instance: instance,
                                                      rejected: shared.token, mint: mint)
                     issuedAt = Self.issuedAt(of: shared)
                 }
-                var stored = true
-                if !shared.minted, !replacesForeignTokens, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
-                    // Signed with another key file, and this process does not replace it.
-                    let local = try mint()
-                    shared = SharedProviderToken(token: local.token, issuedAt: local.issuedAt, minted: true)
-                    issuedAt = Self.issuedAt(of: shared)
-                    stored = false
-                } else if !shared.minted, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
+                if stored, !shared.minted, !isOwn(shared.token, key: key, mintedBy: shared.mintedBy) {
                     // Signed with another key file: never sent from here. Replaced under the
                     // row lock by this instance's own, unless an instance with this key file
                     // stored one meanwhile.
