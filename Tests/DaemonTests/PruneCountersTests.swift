@@ -39,8 +39,10 @@ import Testing
         for seed in 501...1000 { unregistered[DaemonHarness.token(seed)] = now - 3_600_000 }
         // 1001…1100: never registered (imported from a file): recorded as pruned.
         for seed in 1001...1100 { unregistered[DaemonHarness.token(seed)] = now + 60_000 }
-        // 1101…1300: 400 BadDeviceToken prunes whatever the timestamps.
-        let bad = Set((1101...1300).map(DaemonHarness.token))
+        // 200 of 1101…3000, every ninth: 400 BadDeviceToken prunes whatever the timestamps.
+        // Spread out: a run of 25 in a row with none accepted is taken as tokens of the other
+        // environment, which are not pruned (BadDeviceTokenRunTests).
+        let bad = Set((0..<200).map { DaemonHarness.token(1101 + $0 * 9) })
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, faults: FaultConfiguration(unregisteredTokens: unregistered, badDeviceTokens: bad))
             let connection = try database.connect()

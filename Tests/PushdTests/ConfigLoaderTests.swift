@@ -25,6 +25,7 @@ import Testing
       dedupe_retention_hours: 48
     tokens:
       not_for_topic_limit: 40
+      bad_device_token_limit: 30
     apps:
       - name: shop
         bundle_id: com.example.shop
@@ -57,6 +58,7 @@ import Testing
         #expect(config.retry.outageProbeMilliseconds == 2500)
         #expect(config.dedupeRetentionHours == 48)
         #expect(config.notForTopicLimit == 40)
+        #expect(config.badDeviceTokenLimit == 30)
         #expect(config.forbiddenLimit == 4)
         #expect(config.apps.count == 2)
         #expect(config.apps[0] == PushdConfig.App(name: "shop", bundleID: "com.example.shop", environment: .sandbox,
@@ -174,6 +176,8 @@ import Testing
          "queue.dedupe_retention_hours (line 2): 0 is out of range: expected 1…8760"),
         ("database: {url: 'postgresql://h/d'}\ntokens: {not_for_topic_limit: 0}\napps: []",
          "tokens.not_for_topic_limit (line 2): 0 is out of range: expected 1…100000"),
+        ("database: {url: 'postgresql://h/d'}\ntokens: {bad_device_token_limit: 0}\napps: []",
+         "tokens.bad_device_token_limit (line 2): 0 is out of range: expected 1…100000"),
         ("database: {url: 'postgresql://h/d'}\napns: {forbidden_limit: 0}\napps: []",
          "apns.forbidden_limit (line 2): 0 is out of range: expected 1…100000"),
         ("database: {url: 'postgresql://h/d'}\napps:\n  - name: s\n    bundle_id: a.b\n    certificate: {cert_file: c.pem, p12_file: c.p12}",

@@ -164,6 +164,35 @@ import Testing
         #expect(breaker.notForTopic(Self.shop, token: Self.token(7), prunes: true) == .tripped(count: 4, restore: []))
     }
 
+    /// BadDeviceToken answers count per environment, whatever the topic: the run's written
+    /// prunes come back at the trip, its unwritten ones are withdrawn, and it stays tripped
+    /// (every answer after it `.tripped`, its token not pruned) until a notification of the
+    /// environment is accepted, on any topic. The other environment counts on its own, and a
+    /// DeviceTokenNotForTopic run is not one of it.
+    @Test func aRunOfBadDeviceTokenAnswersInAnEnvironmentTripsAndStaysTrippedUntilOneIsAccepted() {
+        var breaker = NotForTopicBreaker(threshold: 25, badDeviceTokenThreshold: 3)
+        let bad = { (n: Int) in Self.prune(n, reason: .badDeviceToken) }
+        #expect(breaker.badDeviceToken(.production, token: Self.token(1)) == .counted(1))
+        #expect(breaker.badDeviceToken(.sandbox, token: Self.token(9)) == .counted(1))
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(8), prunes: true) == .counted(1))
+        #expect(breaker.badDeviceToken(.production, token: Self.token(2)) == .counted(2))
+        #expect(breaker.written([bad(1)]).isEmpty)
+        #expect(breaker.badDeviceToken(.production, token: Self.token(3)) == .tripped(count: 3, restore: [bad(1)]))
+        // Token 2's prune was not written yet: it is left out, and restored if written after all.
+        #expect(breaker.toWrite([bad(2), Self.prune(8), Self.prune(7, reason: .unregistered)]).withheld == [bad(2)])
+        #expect(breaker.badDeviceToken(.production, token: Self.token(4)) == .tripped(count: 4, restore: []))
+        #expect(breaker.written([bad(2)]) == [bad(2)])
+        // The sandbox run and the topic's run are still counting where they were.
+        #expect(breaker.badDeviceToken(.sandbox, token: Self.token(6)) == .counted(2))
+        #expect(breaker.notForTopic(Self.shop, token: Self.token(5), prunes: true) == .counted(2))
+        // A tripped BadDeviceToken run holds no other topic with it.
+        #expect(breaker.notForTopic(Self.voip, token: Self.token(5), prunes: false) == .counted(1))
+        // Accepted in production on another topic: the run ends, the next answer counts from one.
+        breaker.accepted(Self.voip)
+        #expect(breaker.badDeviceToken(.production, token: Self.token(5)) == .counted(1))
+        #expect(breaker.badDeviceToken(.sandbox, token: Self.token(7)) == .tripped(count: 3, restore: []))
+    }
+
     @Test func tokensAreComparedWithoutCase() {
         var breaker = NotForTopicBreaker(threshold: 2)
         let token = "abcdef" + String(repeating: "0", count: 58)

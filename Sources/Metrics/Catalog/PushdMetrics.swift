@@ -31,6 +31,7 @@ public struct PushdMetrics: Sendable {
     public let tokensPruned: CounterFamily
     public let tokensKept: CounterFamily
     public let tokensRestored: CounterFamily
+    public let badDeviceTokenRuns: CounterFamily
 
     // Provider tokens
     public let jwtRefreshes: CounterFamily
@@ -178,8 +179,12 @@ public struct PushdMetrics: Sendable {
             labels: target + ["reason"])
         tokensRestored = try registry.counter(
             "pushd_tokens_restored_total",
-            help: "Device tokens pruned for DeviceTokenNotForTopic and made live again because the answers came in a run that blamed the topic, not the tokens (the topic is held). Not subtracted from pushd_tokens_pruned_total.",
+            help: "Device tokens pruned and made live again because the answers came in a run that blamed something else than the tokens: DeviceTokenNotForTopic, the topic (which is held); BadDeviceToken, the environment (tokens of the other one). Not subtracted from pushd_tokens_pruned_total.",
             labels: target + ["reason"])
+        badDeviceTokenRuns = try registry.counter(
+            "pushd_bad_device_token_runs_total",
+            help: "Runs of tokens.bad_device_token_limit BadDeviceToken answers in a row in an environment of the app with none accepted there, taken as tokens of the other environment: pruning stopped, the run's prunes restored, and such answers fail their notification with the token kept until one in the environment is accepted.",
+            labels: target)
 
         jwtRefreshes = try registry.counter(
             "pushd_jwt_refreshes_total",
@@ -432,6 +437,10 @@ public struct PushdMetrics: Sendable {
 
     public func tokenRestored(app: String, environment: String, reason: String) -> Counter {
         tokensRestored.bound([app, environment, reason])
+    }
+
+    public func badDeviceTokenRun(app: String, environment: String) -> Counter {
+        badDeviceTokenRuns.bound([app, environment])
     }
 
     public func jwtRefresh(app: String) -> Counter {

@@ -210,6 +210,7 @@ enum ConfigLoader {
         queue.rejectUnknownKeys()
         let tokens = top.section("tokens")
         config.notForTopicLimit = tokens.int("not_for_topic_limit", default: config.notForTopicLimit, range: 1...100_000)
+        config.badDeviceTokenLimit = tokens.int("bad_device_token_limit", default: config.badDeviceTokenLimit, range: 1...100_000)
         tokens.rejectUnknownKeys()
 
         let shutdown = top.section("shutdown")

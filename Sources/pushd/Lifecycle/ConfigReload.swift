@@ -17,6 +17,7 @@ enum ConfigChanges {
         compare("database.stall_s") { $0.databaseStallSeconds }
         compare("queue.dedupe_retention_hours") { $0.dedupeRetentionHours }
         compare("tokens.not_for_topic_limit") { $0.notForTopicLimit }
+        compare("tokens.bad_device_token_limit") { $0.badDeviceTokenLimit }
         compare("metrics.listen") { $0.metricsListen }
         compare("metrics.connection_limit") { $0.metricsEndpoint.connectionLimit }
         compare("metrics.per_address_limit") { $0.metricsEndpoint.perAddressLimit }

@@ -142,10 +142,10 @@ final class AppSender: @unchecked Sendable {
     ///   credentials there. The app's own environment's are made now, so a setup error stops
     ///   `run` at start.
     init(app: PushdConfig.App, tokens: ProviderTokenService, metrics: PushdMetrics, notForTopicLimit: Int = 25,
-         forbiddenLimit: Int = 10,
+         badDeviceTokenLimit: Int = 25, forbiddenLimit: Int = 10,
          makeClient: @escaping @Sendable (PushdConfig.Environment, Lane) throws -> APNsClient?) throws {
         self.app = app
-        breaker = Lock(NotForTopicBreaker(threshold: notForTopicLimit))
+        breaker = Lock(NotForTopicBreaker(threshold: notForTopicLimit, badDeviceTokenThreshold: badDeviceTokenLimit))
         forbiddenRuns = Lock(ForbiddenBreaker(threshold: forbiddenLimit))
         self.factory = NotificationFactory(app: app)
         self.tokens = tokens
@@ -188,6 +188,10 @@ final class AppSender: @unchecked Sendable {
             }
         }
         heldGauges = held
+        // At 0 from the start, so that an alert on its increase sees the first run.
+        for environment in PushdConfig.Environment.allCases {
+            _ = metrics.badDeviceTokenRun(app: app.name, environment: environment.rawValue)
+        }
         disagreementGauge = metrics.sendingHeld(app: app.name, environment: app.environment.rawValue,
                                                 reason: Self.environmentDisagreementReason)
         disagreementGauge.set(0)
@@ -457,11 +461,22 @@ final class AppSender: @unchecked Sendable {
     // MARK: DeviceTokenNotForTopic answers in a row
 
     /// A notification to `topic` in `environment` was accepted: a run of DeviceTokenNotForTopic
-    /// answers on it ends, its prunes stand. One atomic load when none is counted.
+    /// answers on it ends, and a run of BadDeviceToken answers in the environment; their prunes stand. One atomic load when none is counted.
     func acceptedOnTopic(_ topic: String, _ environment: PushdConfig.Environment) {
         guard breakerBusy.load(ordering: .relaxed) else { return }
         withBreaker { $0.accepted(NotForTopicBreaker.Key(environment: environment, topic: topic)) }
     }
+
+    /// APNs answered BadDeviceToken for `token` in `environment` (`NotForTopicBreaker.badDeviceToken`).
+    /// A trip's written prunes wait in `takeRestores`.
+    func badDeviceToken(_ environment: PushdConfig.Environment, token: String) -> NotForTopicBreaker.Decision {
+        let decision = withBreaker { $0.badDeviceToken(environment, token: token) }
+        if case .tripped(_, let restore) = decision { queueRestores(restore) }
+        return decision
+    }
+
+    /// BadDeviceToken answers in a row in an environment that stop pruning.
+    var badDeviceTokenLimit: Int { breaker.withLock { $0.badDeviceTokenThreshold } }
 
     /// APNs answered DeviceTokenNotForTopic for `token` on `topic`; `prunes` says whether the
     /// caller prunes the token for it. A trip's written prunes wait in `takeRestores`.
@@ -487,7 +502,7 @@ final class AppSender: @unchecked Sendable {
     /// in `takeRestores`.
     func prunesWritten(_ invalidated: [TokenPrune]) {
         guard breakerBusy.load(ordering: .relaxed),
-              invalidated.contains(where: { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }) else { return }
+              invalidated.contains(where: { NotForTopicBreaker.runReasons.contains($0.reason) }) else { return }
         queueRestores(withBreaker { $0.written(invalidated) })
     }
 

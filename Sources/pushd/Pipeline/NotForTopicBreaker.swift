@@ -22,6 +22,18 @@ import QueueStore
 /// bundle id is right, and such an answer blames its notification again (a VoIP push sent to
 /// an alert token), so that it does not hold the topic for good.
 ///
+/// BadDeviceToken answers are counted the same way per environment of the app (any topic,
+/// any lane; `badDeviceToken`): APNs gives that answer to a token of the other environment (a
+/// development build's token sent to production, an App Store or TestFlight build's to
+/// sandbox), and a campaign imported with the wrong environment, or tokens registered with the
+/// wrong one, would otherwise prune every token it reaches. An accepted notification in the
+/// environment ends the run (its prunes stand); the `badDeviceTokenThreshold`-th answer trips
+/// it: the run's prunes are taken back as above, and every BadDeviceToken answer in the
+/// environment after it fails its notification without pruning its token until a
+/// notification there is accepted. Nothing is held: the answer blames each notification's
+/// token and environment, not the app's configuration, and holding the environment would
+/// stop the app's good notifications behind a block of a campaign's development tokens.
+///
 /// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
 struct NotForTopicBreaker: Sendable {
     struct Key: Hashable, Sendable {
@@ -44,6 +56,12 @@ struct NotForTopicBreaker: Sendable {
 
     /// Answers in a row that trip the breaker.
     let threshold: Int
+    /// BadDeviceToken answers in a row in an environment that trip its run.
+    let badDeviceTokenThreshold: Int
+    /// The reasons whose prunes a tripped run takes back.
+    static let runReasons: Set<String> = [APNsReason.deviceTokenNotForTopic.rawValue, APNsReason.badDeviceToken.rawValue]
+    /// The topic of an environment's BadDeviceToken run: it counts every topic (no topic is empty).
+    static let everyTopic = ""
 
     private struct Run {
         var count = 0
@@ -61,13 +79,16 @@ struct NotForTopicBreaker: Sendable {
 
     private var runs = [Key: Run]()
     /// Tokens whose run tripped before their prune was written: it is not written.
+    /// Each as its reason and lowercase hex (`mark`): a token withdrawn for one reason is not
+    /// for the other.
     private var withdrawn = Set<String>()
     /// A withdrawn token leaves the set when its prune comes to be written; a prune never
     /// written (its batch lost with the database) would stay: this bounds them.
     static let withdrawnLimit = 100_000
 
-    init(threshold: Int) {
+    init(threshold: Int, badDeviceTokenThreshold: Int = 25) {
         self.threshold = max(1, threshold)
+        self.badDeviceTokenThreshold = max(1, badDeviceTokenThreshold)
     }
 
     /// Whether any run is being counted: an accepted notification has nothing to end otherwise.
@@ -78,8 +99,10 @@ struct NotForTopicBreaker: Sendable {
     func count(_ key: Key) -> Int { runs[key]?.count ?? 0 }
 
     /// A notification to `key` was accepted: the topic is right, and the run's prunes stand.
+    /// A BadDeviceToken run of its environment ends too: the environment takes its tokens.
     mutating func accepted(_ key: Key) {
         runs[key] = nil
+        runs[Key(environment: key.environment, topic: Self.everyTopic)] = nil
         for (other, run) in runs where run.tripped && !run.otherTopicAccepted && other.environment == key.environment {
             runs[other]?.otherTopicAccepted = true
         }
@@ -89,9 +112,21 @@ struct NotForTopicBreaker: Sendable {
     /// caller will prune the token for it (it does only on the app's main topic).
     mutating func notForTopic(_ key: Key, token: String, prunes: Bool) -> Decision {
         // Only a topic whose answers prune (the app's main topic) stays tripped.
-        if !prunes, let main = runs.first(where: { $0.key.environment == key.environment && $0.value.tripped && !$0.value.otherTopicAccepted }) {
+        if !prunes, let main = runs.first(where: { $0.key.environment == key.environment && $0.key.topic != Self.everyTopic
+                                                      && $0.value.tripped && !$0.value.otherTopicAccepted }) {
             return .heldWithMainTopic(count: main.value.count)
         }
+        return answered(key, token: token, prunes: prunes, threshold: threshold)
+    }
+
+    /// APNs answered BadDeviceToken for `token` in `environment`. The token is pruned for it
+    /// while the decision is `.counted`; once `.tripped`, the notification fails with its token
+    /// kept, until a notification of the environment is accepted.
+    mutating func badDeviceToken(_ environment: PushdConfig.Environment, token: String) -> Decision {
+        answered(Key(environment: environment, topic: Self.everyTopic), token: token, prunes: true, threshold: badDeviceTokenThreshold)
+    }
+
+    private mutating func answered(_ key: Key, token: String, prunes: Bool, threshold: Int) -> Decision {
         var run = runs[key] ?? Run()
         run.count += 1
         if run.tripped {
@@ -100,7 +135,8 @@ struct NotForTopicBreaker: Sendable {
         }
         if run.count >= threshold {
             // Kept tripped on a topic whose answers prune (the app's main topic: a wrong
-            // bundle_id would fail the work and prune the tokens a run at a time). On another
+            // bundle_id would fail the work and prune the tokens a run at a time; and an
+            // environment's BadDeviceToken run, which would prune a run at a time). On another
             // topic each answer fails only its notification, keeps its token, and may be a
             // push type sent to tokens of another (a VoIP push to an alert token): there a
             // new run starts, so that such work at the head of the queue drains, 24 failed per
@@ -108,7 +144,8 @@ struct NotForTopicBreaker: Sendable {
             runs[key] = prunes ? Run(count: run.count, tripped: true) : nil
             let written = Set(run.written.map { $0.token.lowercased() })
             if withdrawn.count + run.decided.count > Self.withdrawnLimit { withdrawn.removeAll() }
-            withdrawn.formUnion(run.decided.subtracting(written))
+            let reason = Self.reason(of: key)
+            withdrawn.formUnion(run.decided.subtracting(written).map { Self.mark(reason, $0) })
             return .tripped(count: run.count, restore: run.written)
         }
         if prunes { run.decided.insert(token.lowercased()) }
@@ -116,16 +153,16 @@ struct NotForTopicBreaker: Sendable {
         return .counted(run.count)
     }
 
-    /// The prunes of `prunes` to write, and those withheld: a DeviceTokenNotForTopic prune whose
-    /// run tripped is left out. Nothing changes here: the transaction that writes them may be
-    /// rolled back (its session ended) and the batch written again on a new one, which must leave
-    /// them out too. `withheldCommitted` forgets them once that transaction went through.
+    /// The prunes of `prunes` to write, and those withheld: a DeviceTokenNotForTopic or
+    /// BadDeviceToken prune whose run tripped is left out. Nothing changes here: the transaction
+    /// that writes them may be rolled back (its session ended) and the batch written again on a
+    /// new one, which must leave them out too. `withheldCommitted` forgets them once that transaction went through.
     func toWrite(_ prunes: [TokenPrune]) -> (write: [TokenPrune], withheld: [TokenPrune]) {
         guard !withdrawn.isEmpty else { return (prunes, []) }
         var write = [TokenPrune]()
         var withheld = [TokenPrune]()
         for prune in prunes {
-            if prune.reason == APNsReason.deviceTokenNotForTopic.rawValue && withdrawn.contains(prune.token.lowercased()) {
+            if Self.runReasons.contains(prune.reason) && withdrawn.contains(Self.mark(prune.reason, prune.token.lowercased())) {
                 withheld.append(prune)
             } else {
                 write.append(prune)
@@ -137,22 +174,33 @@ struct NotForTopicBreaker: Sendable {
     /// The transaction that left `withheld` out (`toWrite`) was committed: their tokens are no
     /// longer withdrawn, and a later prune of one of them is written.
     mutating func withheldCommitted(_ withheld: [TokenPrune]) {
-        for prune in withheld { withdrawn.remove(prune.token.lowercased()) }
+        for prune in withheld { withdrawn.remove(Self.mark(prune.reason, prune.token.lowercased())) }
     }
 
-    /// Learns which DeviceTokenNotForTopic prunes were written (`invalidated`: the prune
-    /// outcome's). Those of a run still counting join it; those whose run tripped meanwhile
-    /// are returned, to be restored now. Those of a run an accepted notification ended stand.
+    /// Learns which DeviceTokenNotForTopic and BadDeviceToken prunes were written
+    /// (`invalidated`: the prune outcome's). Those of a run of their reason still counting join
+    /// it; those whose run tripped meanwhile are returned, to be restored now. Those of a run
+    /// an accepted notification ended stand.
     mutating func written(_ invalidated: [TokenPrune]) -> [TokenPrune] {
         var restore = [TokenPrune]()
-        for prune in invalidated where prune.reason == APNsReason.deviceTokenNotForTopic.rawValue {
+        for prune in invalidated where Self.runReasons.contains(prune.reason) {
             let token = prune.token.lowercased()
-            if let key = runs.first(where: { $0.value.decided.contains(token) })?.key {
+            if let key = runs.first(where: { Self.reason(of: $0.key) == prune.reason && $0.value.decided.contains(token) })?.key {
                 runs[key]!.written.append(prune)
-            } else if withdrawn.remove(token) != nil {
+            } else if withdrawn.remove(Self.mark(prune.reason, token)) != nil {
                 restore.append(prune)
             }
         }
         return restore
+    }
+
+    /// The reason whose answers the run of `key` counts.
+    private static func reason(of key: Key) -> String {
+        key.topic == everyTopic ? APNsReason.badDeviceToken.rawValue : APNsReason.deviceTokenNotForTopic.rawValue
+    }
+
+    /// How a withdrawn prune is known: its reason and its token's lowercase hex.
+    private static func mark(_ reason: String, _ token: String) -> String {
+        reason + " " + token
     }
 }

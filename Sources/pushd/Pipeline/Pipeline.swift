@@ -90,7 +90,7 @@ final class Pipeline: @unchecked Sendable {
             // push never waits behind the streams and the window a campaign keeps full, and an
             // app serving one environment opens no connection to the other's host.
             senders[app.name] = try AppSender(app: app, tokens: tokens, metrics: metrics, notForTopicLimit: config.notForTopicLimit,
-                                              forbiddenLimit: config.forbiddenLimit) { environment, lane in
+                                              badDeviceTokenLimit: config.badDeviceTokenLimit, forbiddenLimit: config.forbiddenLimit) { environment, lane in
                 // The certificate held now: one a reload replaced, for a client made after it.
                 guard var configuration = try Self.dispatcherConfiguration(
                     for: app, environment: environment, config: config,

@@ -388,8 +388,8 @@ final class PipelineContext: @unchecked Sendable {
     /// tokens actually invalidated, `pushd_tokens_kept_total` for 410s whose token was
     /// registered again after APNs' timestamp. A token nobody registered is neither.
     ///
-    /// DeviceTokenNotForTopic prunes of a run that tripped its app's breaker are left out, and
-    /// the breaker learns which were written (`NotForTopicBreaker`).
+    /// DeviceTokenNotForTopic and BadDeviceToken prunes of a run that tripped its app's breaker
+    /// are left out, and the breaker learns which were written (`NotForTopicBreaker`).
     func prune(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
         let outcome = try writePrunes(prunes, on: connection)
         prunesCommitted(outcome)
@@ -401,8 +401,8 @@ final class PipelineContext: @unchecked Sendable {
     /// the batch taken back. `prunesCommitted` counts them once the COMMIT went through.
     func writePrunes(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
-        let notForTopic = prunes.contains { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }
-        guard notForTopic else { return try TokenStore().prune(connection, prunes) }
+        let runs = prunes.contains { NotForTopicBreaker.runReasons.contains($0.reason) }
+        guard runs else { return try TokenStore().prune(connection, prunes) }
         var writing = [TokenPrune]()
         var withheld = [TokenPrune]()
         for (app, prunes) in Dictionary(grouping: prunes, by: \.app).sorted(by: { $0.key < $1.key }) {
@@ -420,7 +420,7 @@ final class PipelineContext: @unchecked Sendable {
         if !outcome.withheld.isEmpty {
             for (app, withheld) in Dictionary(grouping: outcome.withheld, by: \.app) { senders[app]?.prunesWithheldCommitted(withheld) }
         }
-        if outcome.invalidated.contains(where: { $0.reason == APNsReason.deviceTokenNotForTopic.rawValue }) {
+        if outcome.invalidated.contains(where: { NotForTopicBreaker.runReasons.contains($0.reason) }) {
             for (app, invalidated) in Dictionary(grouping: outcome.invalidated, by: \.app) { senders[app]?.prunesWritten(invalidated) }
         }
         for prune in outcome.invalidated {
@@ -446,12 +446,26 @@ final class PipelineContext: @unchecked Sendable {
     ///   token is good for the app: the notification is failed with the reason, the token kept.
     ///   The registry records no push type, so it cannot tell such a token from a dead one.
     /// - The answer to a notification sent before its topic was held is held with it.
+    ///
+    /// A BadDeviceToken answer prunes its token unless it comes in a run of
+    /// `tokens.bad_device_token_limit` with none accepted in the environment: tokens of the other
+    /// environment, which the run's prunes are restored for; from then on such an answer fails
+    /// its notification with its token kept, until one in the environment is accepted.
     func notForTopicVerdict(_ verdict: Verdict, sender: AppSender, topic: String, environment: PushdConfig.Environment,
                             token: @autoclosure () -> String) -> Verdict {
         switch verdict {
         case .delivered:
             sender.acceptedOnTopic(topic, environment)
             return verdict
+        case .prune(let status, let reason, _) where reason == APNsReason.badDeviceToken.rawValue:
+            switch sender.badDeviceToken(environment, token: token()) {
+            case .counted, .heldWithMainTopic:
+                return verdict
+            case .tripped(let count, let restore):
+                let limit = sender.badDeviceTokenLimit
+                if count == limit { reportBadDeviceTokenRun(sender, environment, limit: limit, restoring: restore.count) }
+                return .dead(status: status, reason: "\(reason): \(Self.badDeviceTokenRunWhy(limit: limit, environment: environment))")
+            }
         case .prune(let status, let reason, _) where reason == APNsReason.deviceTokenNotForTopic.rawValue:
             let key = AppSender.topicKey(topic, environment)
             if sender.hasHolds, let hold = sender.activeHold(key) {
@@ -537,6 +551,27 @@ final class PipelineContext: @unchecked Sendable {
             + (limit > 1 ? "; the first \(limit - 1) of the run were failed with reason Forbidden (pushd.dead_jobs, or the campaign's failed_by_reason)" : "")
     }
 
+    /// The one error line of a run of BadDeviceToken answers that stopped pruning in `environment`.
+    private func reportBadDeviceTokenRun(_ sender: AppSender, _ environment: PushdConfig.Environment, limit: Int, restoring: Int) {
+        let app = sender.app.name
+        metrics.badDeviceTokenRun(app: app, environment: environment.rawValue).increment()
+        let other = PushdConfig.Environment.allCases.first { $0 != environment } ?? environment
+        logger.write(.error, "APNs answered BadDeviceToken to \(limit) notifications of app \(app) in a row in \(environment.rawValue) and accepted none there: "
+                     + "taken as tokens of the other environment (\(other.rawValue)), not dead ones, so pushd stops pruning them: the tokens the run pruned are restored, "
+                     + "and each such answer in \(environment.rawValue) fails its notification with its token kept until a notification of the app is accepted there; "
+                     + "check the environment the jobs or the campaign name, the environment the tokens were registered with (pushd.device_tokens.environment: "
+                     + "a development build's tokens are sandbox ones, an App Store or TestFlight build's production ones) and apps[].environment "
+                     + "(\(sender.app.environment.rawValue)); the failed notifications are in pushd.dead_jobs or the campaign's failed_by_reason, to send again after the fix",
+                     fields: [("event", "bad_device_token_run"), ("app", .string(app)), ("environment", .string(environment.rawValue)),
+                              ("reason", .string(APNsReason.badDeviceToken.rawValue)), ("count", .int(Int64(limit))),
+                              ("tokens_to_restore", .int(Int64(restoring)))])
+    }
+
+    /// The reason of a notification failed for a BadDeviceToken answer of a tripped run.
+    static func badDeviceTokenRunWhy(limit: Int, environment: PushdConfig.Environment) -> String {
+        "the token is kept, not pruned: APNs answered BadDeviceToken to \(limit) or more notifications of the app in a row in \(environment.rawValue) with none accepted, which tokens of the other environment draw (check the environment of the jobs, the campaign or the registered tokens)"
+    }
+
     /// Why a DeviceTokenNotForTopic answer to a topic other than the bundle id prunes nothing.
     static func notAMainTopicWhy(topic: String, bundleID: String) -> String {
         "APNs says the token is not a token of topic \(topic); it is kept, not pruned: a token of the app's main topic \(bundleID) gets this answer to a push of another type (voip pushes need the device's PushKit token, liveactivity ones a Live Activity's push token), and the registry records no push type"
@@ -555,26 +590,33 @@ final class PipelineContext: @unchecked Sendable {
     }
 
     /// Restores the tokens runs that tripped had pruned (`AppSender.takeRestores`), one
-    /// statement per app, with one notice line and `pushd_tokens_restored_total`. Run outside
-    /// the caller's transaction; a failure hands them back for the next call.
+    /// statement per app and reason, with one notice line and `pushd_tokens_restored_total`.
+    /// Run outside the caller's transaction; a failure hands them back for the next call.
     func restoreTokens(on connection: PGConnection) {
         for sender in senders.values {
             let restores = sender.takeRestores()
             guard !restores.isEmpty else { continue }
             let app = sender.app.name
-            do {
-                let restored = try TokenStore().restore(connection, app: app, tokens: restores.map(\.token),
-                                                        reason: APNsReason.deviceTokenNotForTopic.rawValue)
-                metrics.tokenRestored(app: app, environment: sender.environmentLabel, reason: APNsReason.deviceTokenNotForTopic.rawValue)
-                    .increment(by: UInt64(restored))
-                logger.notice("restored \(restored) tokens of app \(app) that DeviceTokenNotForTopic answers pruned before the run of them held the topic (\(restores.count) pruned by the run; a token registered again since was left as it is)",
-                              ("event", "tokens_restored"), ("app", .string(app)), ("reason", .string(APNsReason.deviceTokenNotForTopic.rawValue)),
-                              ("tokens", .int(Int64(restored))))
-            } catch {
-                sender.queueRestores(restores)
-                databaseError(error)
-                logger.warning("could not restore \(restores.count) tokens of app \(app) that DeviceTokenNotForTopic answers pruned before the run of them held the topic (tried again with the next batch): \(error)",
-                               ("app", .string(app)))
+            var left = Dictionary(grouping: restores, by: \.reason)
+            for reason in left.keys.sorted() {
+                let prunes = left[reason] ?? []
+                let run = reason == APNsReason.badDeviceToken.rawValue
+                    ? "BadDeviceToken answers pruned before the run of them showed tokens of the other environment"
+                    : "\(reason) answers pruned before the run of them held the topic"
+                do {
+                    let restored = try TokenStore().restore(connection, app: app, tokens: prunes.map(\.token), reason: reason)
+                    left[reason] = nil
+                    metrics.tokenRestored(app: app, environment: sender.environmentLabel, reason: reason).increment(by: UInt64(restored))
+                    logger.notice("restored \(restored) tokens of app \(app) that \(run) (\(prunes.count) pruned by the run; a token registered again since was left as it is)",
+                                  ("event", "tokens_restored"), ("app", .string(app)), ("reason", .string(reason)),
+                                  ("tokens", .int(Int64(restored))))
+                } catch {
+                    sender.queueRestores(left.values.flatMap { $0 })
+                    databaseError(error)
+                    logger.warning("could not restore \(prunes.count) tokens of app \(app) that \(run) (tried again with the next batch): \(error)",
+                                   ("app", .string(app)))
+                    break
+                }
             }
         }
     }
