@@ -16,8 +16,10 @@ import Testing
     /// each. Before: every one of the 150 registered tokens was pruned, silently but for the
     /// dead letters. Now at most `limit` are pruned at a time and restored after the run, one
     /// error line and `pushd_bad_device_token_runs_total` say what to check, and the
-    /// campaign's targets fail with the reason. An accepted notification ends the run: a
-    /// single bad token after it is pruned as before.
+    /// campaign's targets fail with the reason — while the app's transactional notifications
+    /// in the same environment are accepted between the campaign's answers, which end only
+    /// the transactional lane's runs. An accepted notification ends a run: a single bad token
+    /// after it is pruned as before.
     @Test func aCampaignOfTheOtherEnvironmentsTokensPrunesNoneOfThem() throws {
         let campaignTokens = (1...200).map { DaemonHarness.token(80_000 + $0) }
         let registered = Array(campaignTokens.prefix(150))
@@ -35,6 +37,11 @@ import Testing
                                                                     payload: #"{"aps":{"alert":"sale"}}"#))
             _ = try store.importTargets(connection, campaignID: campaign, targets: campaignTokens.map { (token: $0, payload: String?.none) })
             _ = try store.start(connection, id: campaign)
+            // Good transactional work in the same environment, sent while the campaign is.
+            let busy = (1...300).map { DaemonHarness.token(81_000 + $0) }
+            try connection.query("""
+                INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', t, '{"aps":{"alert":"hi"}}' FROM unnest($1::text[]) t
+                """, [busy])
             let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
 
             let pruned = "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL"
@@ -51,14 +58,15 @@ import Testing
             #expect(stillPruned == 0, "\(stillPruned) still pruned")
             #expect(maxInvalidated < limit, "\(maxInvalidated) tokens were pruned at once")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens") == registered.count + 2)
+            #expect(busy.allSatisfy { harness.mock.stats.perToken[$0]?.accepted == 1 })
 
             // One error line naming the app, the environment, the count and what to check.
             let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"bad_device_token_run\"") }
             #expect(lines.count == 1, "\(daemon.text.suffix(3000))")
             let line = String(lines.first ?? "")
-            for expected in ["\"level\":\"error\"", "BadDeviceToken to \(limit) notifications of app shop in a row in sandbox",
+            for expected in ["\"level\":\"error\"", "BadDeviceToken to \(limit) notifications of app shop from campaign \(campaign) in a row in sandbox",
                              "tokens of the other environment (production)", "pushd.device_tokens.environment",
-                             "\"environment\":\"sandbox\"", "\"count\":\(limit)"] {
+                             "\"environment\":\"sandbox\"", "\"source\":\"campaign \(campaign)\"", "\"count\":\(limit)"] {
                 #expect(line.contains(expected), "no \(expected) in \(line)")
             }
             var metrics = ""

@@ -9,6 +9,8 @@ import Testing
     static let shop = NotForTopicBreaker.Key(environment: .production, topic: "com.example.shop")
     static let voip = NotForTopicBreaker.Key(environment: .production, topic: "com.example.shop.voip")
     static let sandbox = NotForTopicBreaker.Key(environment: .sandbox, topic: "com.example.shop")
+    static let sale = NotForTopicBreaker.Source.campaign(7)
+    static let job = NotForTopicBreaker.Source.transactional
 
     static func token(_ n: Int) -> String { String(repeating: String(n % 10), count: 64) }
     static func prune(_ n: Int, reason: APNsReason = .deviceTokenNotForTopic) -> TokenPrune {
@@ -38,7 +40,7 @@ import Testing
         #expect(breaker.counting)
         // The other topics and environments count on their own.
         #expect(breaker.notForTopic(Self.sandbox, token: Self.token(5), prunes: true) == .counted(1))
-        breaker.accepted(Self.shop)
+        breaker.accepted(Self.shop, source: Self.job, now: 0)
         #expect(breaker.notForTopic(Self.shop, token: Self.token(6), prunes: true) == .counted(1))
     }
 
@@ -48,15 +50,15 @@ import Testing
         _ = breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true)
         _ = breaker.notForTopic(Self.voip, token: Self.token(1), prunes: false)
         _ = breaker.notForTopic(Self.sandbox, token: Self.token(5), prunes: true)
-        breaker.accepted(Self.shop)
+        breaker.accepted(Self.shop, source: Self.job, now: 0)
         #expect(breaker.count(Self.shop) == 0)
         #expect(breaker.count(Self.voip) == 1)
         #expect(breaker.count(Self.sandbox) == 1)
         #expect(breaker.notForTopic(Self.shop, token: Self.token(3), prunes: true) == .counted(1))
         #expect(breaker.counting)
-        breaker.accepted(Self.shop)
-        breaker.accepted(Self.voip)
-        breaker.accepted(Self.sandbox)
+        breaker.accepted(Self.shop, source: Self.job, now: 0)
+        breaker.accepted(Self.voip, source: Self.job, now: 0)
+        breaker.accepted(Self.sandbox, source: Self.job, now: 0)
         #expect(!breaker.counting)
     }
 
@@ -109,7 +111,7 @@ import Testing
         _ = breaker.notForTopic(Self.shop, token: Self.token(1), prunes: true)
         _ = breaker.notForTopic(Self.shop, token: Self.token(2), prunes: true)
         #expect(breaker.written([Self.prune(1)]).isEmpty)
-        breaker.accepted(Self.shop)
+        breaker.accepted(Self.shop, source: Self.job, now: 0)
         #expect(breaker.written([Self.prune(2)]).isEmpty)
         #expect(breaker.toWrite([Self.prune(2)]).write == [Self.prune(2)])
         for n in 3...4 { _ = breaker.notForTopic(Self.shop, token: Self.token(n), prunes: true) }
@@ -144,7 +146,7 @@ import Testing
         // A main-topic answer after the trip holds as before, with the run's count.
         #expect(breaker.notForTopic(Self.shop, token: Self.token(7), prunes: true) == .tripped(count: 4, restore: []))
         #expect(breaker.notForTopic(Self.voip, token: Self.token(8), prunes: false) == .heldWithMainTopic(count: 4))
-        breaker.accepted(Self.shop)
+        breaker.accepted(Self.shop, source: Self.job, now: 0)
         #expect(breaker.notForTopic(Self.voip, token: Self.token(9), prunes: false) == .counted(1))
     }
 
@@ -157,40 +159,92 @@ import Testing
         for n in 1...3 { _ = breaker.notForTopic(Self.shop, token: Self.token(n), prunes: true) }
         #expect(breaker.notForTopic(Self.voip, token: Self.token(4), prunes: false) == .heldWithMainTopic(count: 3))
         // Accepted in the other environment: no change here.
-        breaker.accepted(NotForTopicBreaker.Key(environment: .sandbox, topic: "com.example.shop.voip"))
+        breaker.accepted(NotForTopicBreaker.Key(environment: .sandbox, topic: "com.example.shop.voip"), source: Self.job, now: 0)
         #expect(breaker.notForTopic(Self.voip, token: Self.token(5), prunes: false) == .heldWithMainTopic(count: 3))
-        breaker.accepted(Self.voip)
+        breaker.accepted(Self.voip, source: Self.job, now: 0)
         #expect(breaker.notForTopic(Self.voip, token: Self.token(6), prunes: false) == .counted(1))
         #expect(breaker.notForTopic(Self.shop, token: Self.token(7), prunes: true) == .tripped(count: 4, restore: []))
     }
 
-    /// BadDeviceToken answers count per environment, whatever the topic: the run's written
-    /// prunes come back at the trip, its unwritten ones are withdrawn, and it stays tripped
-    /// (every answer after it `.tripped`, its token not pruned) until a notification of the
-    /// environment is accepted, on any topic. The other environment counts on its own, and a
-    /// DeviceTokenNotForTopic run is not one of it.
+    /// BadDeviceToken answers count per environment and source, whatever the topic: the run's
+    /// written prunes come back at the trip, its unwritten ones are withdrawn, and it stays
+    /// tripped (every answer after it `.tripped`, its token not pruned) until a notification of
+    /// the source in the environment is accepted, on any topic. The other environment counts on
+    /// its own, and a DeviceTokenNotForTopic run is not one of it.
     @Test func aRunOfBadDeviceTokenAnswersInAnEnvironmentTripsAndStaysTrippedUntilOneIsAccepted() {
         var breaker = NotForTopicBreaker(threshold: 25, badDeviceTokenThreshold: 3)
         let bad = { (n: Int) in Self.prune(n, reason: .badDeviceToken) }
-        #expect(breaker.badDeviceToken(.production, token: Self.token(1)) == .counted(1))
-        #expect(breaker.badDeviceToken(.sandbox, token: Self.token(9)) == .counted(1))
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(1), now: 0) == .counted(1))
+        #expect(breaker.badDeviceToken(.sandbox, source: Self.sale, token: Self.token(9), now: 0) == .counted(1))
         #expect(breaker.notForTopic(Self.shop, token: Self.token(8), prunes: true) == .counted(1))
-        #expect(breaker.badDeviceToken(.production, token: Self.token(2)) == .counted(2))
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(2), now: 0) == .counted(2))
         #expect(breaker.written([bad(1)]).isEmpty)
-        #expect(breaker.badDeviceToken(.production, token: Self.token(3)) == .tripped(count: 3, restore: [bad(1)]))
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(3), now: 0) == .tripped(count: 3, restore: [bad(1)]))
         // Token 2's prune was not written yet: it is left out, and restored if written after all.
         #expect(breaker.toWrite([bad(2), Self.prune(8), Self.prune(7, reason: .unregistered)]).withheld == [bad(2)])
-        #expect(breaker.badDeviceToken(.production, token: Self.token(4)) == .tripped(count: 4, restore: []))
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(4), now: 0) == .tripped(count: 4, restore: []))
         #expect(breaker.written([bad(2)]) == [bad(2)])
         // The sandbox run and the topic's run are still counting where they were.
-        #expect(breaker.badDeviceToken(.sandbox, token: Self.token(6)) == .counted(2))
+        #expect(breaker.badDeviceToken(.sandbox, source: Self.sale, token: Self.token(6), now: 0) == .counted(2))
         #expect(breaker.notForTopic(Self.shop, token: Self.token(5), prunes: true) == .counted(2))
         // A tripped BadDeviceToken run holds no other topic with it.
         #expect(breaker.notForTopic(Self.voip, token: Self.token(5), prunes: false) == .counted(1))
-        // Accepted in production on another topic: the run ends, the next answer counts from one.
-        breaker.accepted(Self.voip)
-        #expect(breaker.badDeviceToken(.production, token: Self.token(5)) == .counted(1))
-        #expect(breaker.badDeviceToken(.sandbox, token: Self.token(7)) == .tripped(count: 3, restore: []))
+        // Accepted in production for another source: the campaign's run goes on.
+        breaker.accepted(Self.voip, source: Self.job, now: 0)
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(5), now: 0) == .tripped(count: 5, restore: []))
+        // Accepted for the campaign, on another topic: its run ends, the next answer counts from one.
+        breaker.accepted(Self.voip, source: Self.sale, now: 0)
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(5), now: 0) == .counted(1))
+        #expect(breaker.badDeviceToken(.sandbox, source: Self.sale, token: Self.token(7), now: 0) == .tripped(count: 3, restore: []))
+    }
+
+    /// Each source counts on its own: a campaign of the other environment's tokens trips while
+    /// the transactional lane's notifications are accepted between its answers.
+    @Test func anotherSourcesAcceptedNotificationsDoNotEndARun() {
+        var breaker = NotForTopicBreaker(threshold: 25, badDeviceTokenThreshold: 3)
+        for n in 1...2 {
+            #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(n), now: 0) == .counted(n))
+            breaker.accepted(Self.shop, source: Self.job, now: 0)
+            #expect(breaker.badDeviceToken(.production, source: Self.job, token: Self.token(n + 4), now: 0) == .counted(1))
+            breaker.accepted(Self.shop, source: Self.job, now: 0)
+        }
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(3), now: 0) == .tripped(count: 3, restore: []))
+    }
+
+    /// A 410 answer says the environment knows the token: the source's run ends.
+    @Test func aTokenTheEnvironmentKnowsEndsTheRun() {
+        var breaker = NotForTopicBreaker(threshold: 25, badDeviceTokenThreshold: 3)
+        for n in 1...2 { _ = breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(n), now: 0) }
+        breaker.tokenKnown(.sandbox, source: Self.sale, now: 0)
+        breaker.tokenKnown(.production, source: Self.job, now: 0)
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(3), now: 0) == .tripped(count: 3, restore: []))
+        breaker.tokenKnown(.production, source: Self.sale, now: 0)
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(4), now: 0) == .counted(1))
+    }
+
+    /// A tripped run of a campaign that finished is forgotten after a while without answers,
+    /// so that it neither keeps the breaker counting nor blames the source's tokens for good.
+    @Test func aRunWithoutAnswersForTenMinutesIsForgotten() {
+        var breaker = NotForTopicBreaker(threshold: 25, badDeviceTokenThreshold: 2)
+        for n in 1...2 { _ = breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(n), now: 100) }
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(3), now: 600) == .tripped(count: 3, restore: []))
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(4), now: 1_201) == .counted(1))
+        _ = breaker.badDeviceToken(.sandbox, source: Self.sale, token: Self.token(5), now: 1_201)
+        breaker.accepted(Self.shop, source: Self.job, now: 1_500)
+        #expect(breaker.counting)
+        breaker.accepted(Self.shop, source: Self.job, now: 1_802)
+        #expect(!breaker.counting)
+    }
+
+    /// A BadDeviceToken prune written joins the run of its own environment only.
+    @Test func aWrittenPruneJoinsTheRunOfItsEnvironment() {
+        var breaker = NotForTopicBreaker(threshold: 25, badDeviceTokenThreshold: 2)
+        _ = breaker.badDeviceToken(.sandbox, source: Self.sale, token: Self.token(1), now: 0)
+        _ = breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(1), now: 0)
+        // The production host's prune (Self.prune is production's) is written.
+        #expect(breaker.written([Self.prune(1, reason: .badDeviceToken)]).isEmpty)
+        #expect(breaker.badDeviceToken(.production, source: Self.sale, token: Self.token(2), now: 0)
+                == .tripped(count: 2, restore: [Self.prune(1, reason: .badDeviceToken)]))
     }
 
     @Test func tokensAreComparedWithoutCase() {

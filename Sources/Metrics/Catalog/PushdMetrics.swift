@@ -183,7 +183,7 @@ public struct PushdMetrics: Sendable {
             labels: target + ["reason"])
         badDeviceTokenRuns = try registry.counter(
             "pushd_bad_device_token_runs_total",
-            help: "Runs of tokens.bad_device_token_limit BadDeviceToken answers in a row in an environment of the app with none accepted there, taken as tokens of the other environment: pruning stopped, the run's prunes restored, and such answers fail their notification with the token kept until one in the environment is accepted.",
+            help: "Runs of tokens.bad_device_token_limit BadDeviceToken answers in a row from one source (a campaign, the transactional lane) in an environment of the app with none of its notifications accepted there, taken as tokens of the other environment: pruning stopped, the run's prunes restored, and the source's such answers fail their notification with the token kept until one of its notifications there is accepted.",
             labels: target)
 
         jwtRefreshes = try registry.counter(

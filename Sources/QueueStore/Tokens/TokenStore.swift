@@ -52,8 +52,8 @@ public struct PruneOutcome: Sendable, Hashable {
     /// `check` is nil in each; `message` is the error.
     public var failed: [RefusedPrune] = []
 
-    /// Prunes the caller left out before writing (DeviceTokenNotForTopic answers of a run that
-    /// held their topic): not written. The caller forgets them once the transaction is committed.
+    /// Prunes the caller left out before writing (DeviceTokenNotForTopic or BadDeviceToken
+    /// answers of a run that blamed their topic or environment): not written. The caller forgets them once the transaction is committed.
     public var withheld: [TokenPrune] = []
 
     public init(invalidated: [TokenPrune] = [], keptByTimestamp: [TokenPrune] = [], refused: [RefusedPrune] = [],
@@ -193,8 +193,8 @@ public struct TokenStore: Sendable {
         return outcome
     }
 
-    // Takes back prunes for `reason` (DeviceTokenNotForTopic answers that blamed the topic, not
-    // the tokens): a row the prune recorded for a token the app never registered is deleted
+    // Takes back prunes for `reason` (DeviceTokenNotForTopic answers that blamed the topic, or
+    // BadDeviceToken answers that came from the other environment's tokens, not dead tokens): a row the prune recorded for a token the app never registered is deleted
     // (it was inserted with created_at = invalidated_at, one statement's now(); a registered
     // row is always created by an earlier statement than the one pruning it), any other row
     // is live again. A row registered again, or pruned since for another reason, is left as

@@ -212,9 +212,10 @@ struct PushdConfig: Sendable, Equatable {
     /// that stop pruning and hold the topic (`NotForTopicBreaker`): a wrong bundle_id, not
     /// that many dead tokens.
     var notForTopicLimit: Int = 25
-    /// BadDeviceToken answers in a row in an environment of an app with none accepted there
-    /// after which pruning stops and the run's prunes are restored (`NotForTopicBreaker`):
-    /// tokens of the other environment, not that many dead tokens.
+    /// BadDeviceToken answers in a row from one source (a campaign, the transactional lane) in
+    /// an environment of an app, none of its notifications accepted there, after which pruning
+    /// stops and the run's prunes are restored (`NotForTopicBreaker`): tokens of the other
+    /// environment, not that many dead tokens.
     var badDeviceTokenLimit: Int = 25
     /// 403 Forbidden answers in a row in one environment of an app, none accepted in between,
     /// taken as APNs refusing the app's credentials for that environment (`ForbiddenBreaker`):

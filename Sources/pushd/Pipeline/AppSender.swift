@@ -41,7 +41,8 @@ final class AppSender: @unchecked Sendable {
     /// Whether `disagreementHold` is set, read without the lock on the hot path.
     private let disagreementHeld = Atomic<Bool>(false)
     private let disagreementGauge: Gauge
-    /// DeviceTokenNotForTopic answers in a row per topic, and the prunes they made.
+    /// DeviceTokenNotForTopic answers in a row per topic, BadDeviceToken ones per environment and
+    /// source, and the prunes they made.
     private let breaker: Lock<NotForTopicBreaker>
     /// Set under the breaker's lock: whether a run is counted or a tripped run left prunes to
     /// leave out. Read without it on the hot path, where it is false almost always.
@@ -458,24 +459,32 @@ final class AppSender: @unchecked Sendable {
         for (key, gauge) in heldGauges { gauge.set(Double(counts[key] ?? 0)) }
     }
 
-    // MARK: DeviceTokenNotForTopic answers in a row
+    // MARK: DeviceTokenNotForTopic and BadDeviceToken answers in a row
 
-    /// A notification to `topic` in `environment` was accepted: a run of DeviceTokenNotForTopic
-    /// answers on it ends, and a run of BadDeviceToken answers in the environment; their prunes stand. One atomic load when none is counted.
-    func acceptedOnTopic(_ topic: String, _ environment: PushdConfig.Environment) {
+    /// A notification of `source` to `topic` in `environment` was accepted: a run of
+    /// DeviceTokenNotForTopic answers on the topic ends, and the source's run of BadDeviceToken
+    /// answers in the environment; their prunes stand. One atomic load when none is counted.
+    func acceptedOnTopic(_ topic: String, _ environment: PushdConfig.Environment, source: NotForTopicBreaker.Source) {
         guard breakerBusy.load(ordering: .relaxed) else { return }
-        withBreaker { $0.accepted(NotForTopicBreaker.Key(environment: environment, topic: topic)) }
+        withBreaker { $0.accepted(NotForTopicBreaker.Key(environment: environment, topic: topic), source: source, now: RateLimiter.monotonicSeconds()) }
     }
 
-    /// APNs answered BadDeviceToken for `token` in `environment` (`NotForTopicBreaker.badDeviceToken`).
+    /// APNs answered 410 to a notification of `source` in `environment`: it knows the token, and
+    /// the source's BadDeviceToken run there ends. One atomic load when none is counted.
+    func tokenKnown(_ environment: PushdConfig.Environment, source: NotForTopicBreaker.Source) {
+        guard breakerBusy.load(ordering: .relaxed) else { return }
+        withBreaker { $0.tokenKnown(environment, source: source, now: RateLimiter.monotonicSeconds()) }
+    }
+
+    /// APNs answered BadDeviceToken for `token` of `source` in `environment` (`NotForTopicBreaker.badDeviceToken`).
     /// A trip's written prunes wait in `takeRestores`.
-    func badDeviceToken(_ environment: PushdConfig.Environment, token: String) -> NotForTopicBreaker.Decision {
-        let decision = withBreaker { $0.badDeviceToken(environment, token: token) }
+    func badDeviceToken(_ environment: PushdConfig.Environment, source: NotForTopicBreaker.Source, token: String) -> NotForTopicBreaker.Decision {
+        let decision = withBreaker { $0.badDeviceToken(environment, source: source, token: token, now: RateLimiter.monotonicSeconds()) }
         if case .tripped(_, let restore) = decision { queueRestores(restore) }
         return decision
     }
 
-    /// BadDeviceToken answers in a row in an environment that stop pruning.
+    /// BadDeviceToken answers in a row from one source in an environment that stop pruning.
     var badDeviceTokenLimit: Int { breaker.withLock { $0.badDeviceTokenThreshold } }
 
     /// APNs answered DeviceTokenNotForTopic for `token` on `topic`; `prunes` says whether the

@@ -555,7 +555,7 @@ final class CampaignWorker: @unchecked Sendable {
             runs.removeAll { finished.contains(ObjectIdentifier($0)) }
             context.metrics.chunksSending.add(Double(runs.count - before))
         }
-        // Tokens a run of DeviceTokenNotForTopic answers pruned before it held their topic.
+        // Tokens a run of DeviceTokenNotForTopic or BadDeviceToken answers pruned before it tripped.
         context.restoreTokens(on: connection)
         if runs.isEmpty { return }
 
@@ -1182,7 +1182,8 @@ final class CampaignWorker: @unchecked Sendable {
             policy.verdict(for: outcome, attempt: run.attempts[target], expiration: run.expiration,
                            firstAttemptAt: run.firstAttempt(of: target), now: Timestamp(), apnsDown: apnsDown(),
                            random: &random),
-            sender: run.sender, topic: run.topic, environment: environment, token: run.chunk.targets.tokens.hex(at: target))
+            sender: run.sender, topic: run.topic, environment: environment, source: .campaign(run.chunk.campaignID),
+            token: run.chunk.targets.tokens.hex(at: target))
         switch handle(verdict, of: outcome, app: run.app, token: run.chunk.targets.tokens.hex(at: target), pushType: run.pushType,
                       sender: run.sender, environment: environment, authorization: run.authorizations[target]) {
         case .sent:
@@ -1666,7 +1667,7 @@ final class CampaignWorker: @unchecked Sendable {
                                firstAttemptAt: target.firstAttemptAt, now: Timestamp(),
                                apnsDown: context.operatorLog.isDown(app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
                                random: &random),
-                sender: sender, topic: topic, environment: environment, token: target.token)
+                sender: sender, topic: topic, environment: environment, source: .campaign(target.campaignID), token: target.token)
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
                           environment: environment, authorization: authorization) {
             case .sent:

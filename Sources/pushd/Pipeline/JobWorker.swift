@@ -403,7 +403,7 @@ final class JobWorker: @unchecked Sendable {
                                    apnsDown: context.operatorLog.isDown(app: job.app, environment: item.environment.rawValue, lane: "transactional"),
                                    random: &random),
             sender: sender, environment: item.environment, carried: item.authorization),
-            sender: sender, topic: item.topic, environment: item.environment, token: job.deviceToken),
+            sender: sender, topic: item.topic, environment: item.environment, source: .transactional, token: job.deviceToken),
             sender: sender, environment: item.environment, lane: Lane.transactional.rawValue)
         switch verdict {
         case .delivered:

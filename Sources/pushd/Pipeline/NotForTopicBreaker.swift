@@ -22,30 +22,52 @@ import QueueStore
 /// bundle id is right, and such an answer blames its notification again (a VoIP push sent to
 /// an alert token), so that it does not hold the topic for good.
 ///
-/// BadDeviceToken answers are counted the same way per environment of the app (any topic,
-/// any lane; `badDeviceToken`): APNs gives that answer to a token of the other environment (a
-/// development build's token sent to production, an App Store or TestFlight build's to
-/// sandbox), and a campaign imported with the wrong environment, or tokens registered with the
-/// wrong one, would otherwise prune every token it reaches. An accepted notification in the
-/// environment ends the run (its prunes stand); the `badDeviceTokenThreshold`-th answer trips
-/// it: the run's prunes are taken back as above, and every BadDeviceToken answer in the
-/// environment after it fails its notification without pruning its token until a
-/// notification there is accepted. Nothing is held: the answer blames each notification's
-/// token and environment, not the app's configuration, and holding the environment would
-/// stop the app's good notifications behind a block of a campaign's development tokens.
+/// BadDeviceToken answers are counted the same way per environment of the app and source of
+/// the work (a campaign, or the transactional lane; any topic; `badDeviceToken`): APNs gives
+/// that answer to a token of the other environment (a development build's token sent to
+/// production, an App Store or TestFlight build's to sandbox), and a campaign imported for the
+/// wrong environment would otherwise prune every token it reaches. Per source, so that the
+/// app's good notifications in the environment (another campaign, the transactional lane) do
+/// not end a campaign's run at every answer. An accepted notification of the source in the
+/// environment ends its run (its prunes stand), and so does a 410 answer (the environment
+/// knows that token); the `badDeviceTokenThreshold`-th answer trips it: the run's prunes are
+/// taken back as above, and every BadDeviceToken answer of the source in the environment
+/// after it fails its notification without pruning its token until the run ends, or until
+/// `badDeviceTokenRunSeconds` passed without such an answer (a campaign that finished). Nothing
+/// is held: the answer blames each notification's token and environment, not the app's
+/// configuration, and holding the environment would stop the app's good notifications behind
+/// a block of a campaign's development tokens.
 ///
 /// A token is known by its lowercase hex. A plain value: the caller keeps it under a lock.
 struct NotForTopicBreaker: Sendable {
     struct Key: Hashable, Sendable {
         var environment: PushdConfig.Environment
         var topic: String
+        /// Where a BadDeviceToken run's work comes from; nil for a DeviceTokenNotForTopic run.
+        var source: Source?
+    }
+
+    /// Where work comes from: its BadDeviceToken answers are counted apart from other work's.
+    /// A plain value, made per answer without allocating.
+    enum Source: Hashable, Sendable, CustomStringConvertible {
+        case transactional
+        case campaign(Int64)
+
+        /// "campaign 42", "the transactional lane".
+        var description: String {
+            switch self {
+            case .transactional: return "the transactional lane"
+            case .campaign(let id): return "campaign \(id)"
+            }
+        }
     }
 
     enum Decision: Equatable, Sendable {
         /// The `count`-th answer in a row: it blames its token.
         case counted(Int)
-        /// The `count`-th answer in a row reached the threshold: hold the topic, and restore
-        /// `restore`, the prunes of the run that were already written.
+        /// The `count`-th answer in a row reached the threshold: hold the topic (DeviceTokenNotForTopic)
+        /// or keep the tokens (BadDeviceToken), and restore `restore`, the prunes of the run
+        /// that were already written.
         case tripped(count: Int, restore: [TokenPrune])
         /// An answer on a topic that prunes nothing while the app's main topic in the same
         /// environment is tripped after `count` answers in a row: a wrong `bundle_id` answers
@@ -62,6 +84,9 @@ struct NotForTopicBreaker: Sendable {
     static let runReasons: Set<String> = [APNsReason.deviceTokenNotForTopic.rawValue, APNsReason.badDeviceToken.rawValue]
     /// The topic of an environment's BadDeviceToken run: it counts every topic (no topic is empty).
     static let everyTopic = ""
+    /// A BadDeviceToken run that counted no answer for this long is forgotten (a campaign that
+    /// finished): a counting one's prunes stand, a tripped one's source is judged afresh.
+    static let badDeviceTokenRunSeconds = 600.0
 
     private struct Run {
         var count = 0
@@ -69,8 +94,11 @@ struct NotForTopicBreaker: Sendable {
         var decided = Set<String>()
         /// Those of them written to the registry, as the prune outcome named them.
         var written = [TokenPrune]()
-        /// The run reached the threshold: its answers blame the topic, none its token.
+        /// The run reached the threshold: its answers blame the topic (or the environment), none its token.
         var tripped = false
+        /// When the run last counted an answer (monotonic seconds): a BadDeviceToken run is
+        /// forgotten `badDeviceTokenRunSeconds` after it.
+        var lastAnswer = 0.0
         /// Since this tripped run, a notification to another topic of the app in its
         /// environment was accepted: the bundle id is right there, and that topic's answers
         /// are not held with this one.
@@ -99,10 +127,12 @@ struct NotForTopicBreaker: Sendable {
     func count(_ key: Key) -> Int { runs[key]?.count ?? 0 }
 
     /// A notification to `key` was accepted: the topic is right, and the run's prunes stand.
-    /// A BadDeviceToken run of its environment ends too: the environment takes its tokens.
-    mutating func accepted(_ key: Key) {
+    /// The BadDeviceToken run of `source` in its environment ends too: the environment takes its
+    /// tokens. BadDeviceToken runs that counted nothing for `badDeviceTokenRunSeconds` before
+    /// `now` are forgotten.
+    mutating func accepted(_ key: Key, source: Source, now: Double) {
         runs[key] = nil
-        runs[Key(environment: key.environment, topic: Self.everyTopic)] = nil
+        tokenKnown(key.environment, source: source, now: now)
         for (other, run) in runs where run.tripped && !run.otherTopicAccepted && other.environment == key.environment {
             runs[other]?.otherTopicAccepted = true
         }
@@ -119,16 +149,29 @@ struct NotForTopicBreaker: Sendable {
         return answered(key, token: token, prunes: prunes, threshold: threshold)
     }
 
-    /// APNs answered BadDeviceToken for `token` in `environment`. The token is pruned for it
-    /// while the decision is `.counted`; once `.tripped`, the notification fails with its token
-    /// kept, until a notification of the environment is accepted.
-    mutating func badDeviceToken(_ environment: PushdConfig.Environment, token: String) -> Decision {
-        answered(Key(environment: environment, topic: Self.everyTopic), token: token, prunes: true, threshold: badDeviceTokenThreshold)
+    /// APNs answered 410 (Unregistered, ExpiredToken) to a notification of `source` in
+    /// `environment`, or accepted one: the environment knows its token, and the source's
+    /// BadDeviceToken run there ends. Stale BadDeviceToken runs are forgotten.
+    mutating func tokenKnown(_ environment: PushdConfig.Environment, source: Source, now: Double) {
+        runs[Key(environment: environment, topic: Self.everyTopic, source: source)] = nil
+        for (key, run) in runs where key.topic == Self.everyTopic && now - run.lastAnswer > Self.badDeviceTokenRunSeconds {
+            runs[key] = nil
+        }
     }
 
-    private mutating func answered(_ key: Key, token: String, prunes: Bool, threshold: Int) -> Decision {
+    /// APNs answered BadDeviceToken for `token` of `source` in `environment` at `now`. The token
+    /// is pruned for it while the decision is `.counted`; once `.tripped`, the notification
+    /// fails with its token kept, until the run ends.
+    mutating func badDeviceToken(_ environment: PushdConfig.Environment, source: Source, token: String, now: Double) -> Decision {
+        let key = Key(environment: environment, topic: Self.everyTopic, source: source)
+        if let run = runs[key], now - run.lastAnswer > Self.badDeviceTokenRunSeconds { runs[key] = nil }
+        return answered(key, token: token, prunes: true, threshold: badDeviceTokenThreshold, now: now)
+    }
+
+    private mutating func answered(_ key: Key, token: String, prunes: Bool, threshold: Int, now: Double = 0) -> Decision {
         var run = runs[key] ?? Run()
         run.count += 1
+        run.lastAnswer = now
         if run.tripped {
             runs[key] = run
             return .tripped(count: run.count, restore: [])
@@ -141,7 +184,7 @@ struct NotForTopicBreaker: Sendable {
             // push type sent to tokens of another (a VoIP push to an alert token): there a
             // new run starts, so that such work at the head of the queue drains, 24 failed per
             // hold, rather than holding the topic for good (unless the main topic is tripped).
-            runs[key] = prunes ? Run(count: run.count, tripped: true) : nil
+            runs[key] = prunes ? Run(count: run.count, tripped: true, lastAnswer: now) : nil
             let written = Set(run.written.map { $0.token.lowercased() })
             if withdrawn.count + run.decided.count > Self.withdrawnLimit { withdrawn.removeAll() }
             let reason = Self.reason(of: key)
@@ -185,7 +228,8 @@ struct NotForTopicBreaker: Sendable {
         var restore = [TokenPrune]()
         for prune in invalidated where Self.runReasons.contains(prune.reason) {
             let token = prune.token.lowercased()
-            if let key = runs.first(where: { Self.reason(of: $0.key) == prune.reason && $0.value.decided.contains(token) })?.key {
+            if let key = runs.first(where: { Self.reason(of: $0.key) == prune.reason && $0.value.decided.contains(token)
+                                                 && (prune.reason != APNsReason.badDeviceToken.rawValue || prune.environment == $0.key.environment.rawValue) })?.key {
                 runs[key]!.written.append(prune)
             } else if withdrawn.remove(Self.mark(prune.reason, token)) != nil {
                 restore.append(prune)

@@ -114,6 +114,8 @@ final class PipelineContext: @unchecked Sendable {
     let failedPrunes = Lock<(count: Int, loggedAt: Double)>((0, -.infinity))
     /// When the `apns_forbidden` line of each app and environment was last written (`forbiddenVerdict`).
     let forbiddenLines = Lock<LogGate<String>>(LogGate())
+    /// `bad_device_token_run` lines, one per app and environment a minute.
+    let badDeviceTokenLines = Lock<LogGate<String>>(LogGate())
     /// Campaigns whose row a CHECK refuses (`CampaignRefusal`), by id: when their
     /// `campaign_refused` line was last written.
     let refusedCampaigns = Lock<[Int64: Double]>([:])
@@ -433,7 +435,7 @@ final class PipelineContext: @unchecked Sendable {
         reportRefusedPrunes(outcome)
     }
 
-    // MARK: DeviceTokenNotForTopic
+    // MARK: DeviceTokenNotForTopic and BadDeviceToken
 
     /// What a DeviceTokenNotForTopic answer to a notification to `topic` does, as `verdict`
     /// (the outcome policy's) said: the token is pruned only for the app's main topic (its
@@ -448,22 +450,26 @@ final class PipelineContext: @unchecked Sendable {
     /// - The answer to a notification sent before its topic was held is held with it.
     ///
     /// A BadDeviceToken answer prunes its token unless it comes in a run of
-    /// `tokens.bad_device_token_limit` with none accepted in the environment: tokens of the other
-    /// environment, which the run's prunes are restored for; from then on such an answer fails
-    /// its notification with its token kept, until one in the environment is accepted.
+    /// `tokens.bad_device_token_limit` of `source` (a campaign, the transactional lane) with none
+    /// accepted or answered 410 in the environment: tokens of the other environment, which the
+    /// run's prunes are restored for; from then on such an answer fails its notification with
+    /// its token kept, until the run ends.
     func notForTopicVerdict(_ verdict: Verdict, sender: AppSender, topic: String, environment: PushdConfig.Environment,
-                            token: @autoclosure () -> String) -> Verdict {
+                            source: NotForTopicBreaker.Source, token: @autoclosure () -> String) -> Verdict {
         switch verdict {
         case .delivered:
-            sender.acceptedOnTopic(topic, environment)
+            sender.acceptedOnTopic(topic, environment, source: source)
+            return verdict
+        case .prune(_, let reason, _) where reason == APNsReason.unregistered.rawValue || reason == APNsReason.expiredToken.rawValue:
+            sender.tokenKnown(environment, source: source)
             return verdict
         case .prune(let status, let reason, _) where reason == APNsReason.badDeviceToken.rawValue:
-            switch sender.badDeviceToken(environment, token: token()) {
+            switch sender.badDeviceToken(environment, source: source, token: token()) {
             case .counted, .heldWithMainTopic:
                 return verdict
             case .tripped(let count, let restore):
                 let limit = sender.badDeviceTokenLimit
-                if count == limit { reportBadDeviceTokenRun(sender, environment, limit: limit, restoring: restore.count) }
+                if count == limit { reportBadDeviceTokenRun(sender, environment, source: source, limit: limit, restoring: restore.count) }
                 return .dead(status: status, reason: "\(reason): \(Self.badDeviceTokenRunWhy(limit: limit, environment: environment))")
             }
         case .prune(let status, let reason, _) where reason == APNsReason.deviceTokenNotForTopic.rawValue:
@@ -551,20 +557,24 @@ final class PipelineContext: @unchecked Sendable {
             + (limit > 1 ? "; the first \(limit - 1) of the run were failed with reason Forbidden (pushd.dead_jobs, or the campaign's failed_by_reason)" : "")
     }
 
-    /// The one error line of a run of BadDeviceToken answers that stopped pruning in `environment`.
-    private func reportBadDeviceTokenRun(_ sender: AppSender, _ environment: PushdConfig.Environment, limit: Int, restoring: Int) {
+    /// The error line of a run of BadDeviceToken answers of `source` that stopped pruning in
+    /// `environment`: one per app and environment a minute, counting the runs it leaves out.
+    private func reportBadDeviceTokenRun(_ sender: AppSender, _ environment: PushdConfig.Environment, source: NotForTopicBreaker.Source, limit: Int, restoring: Int) {
         let app = sender.app.name
         metrics.badDeviceTokenRun(app: app, environment: environment.rawValue).increment()
+        let now = RateLimiter.monotonicSeconds()
+        guard let before = badDeviceTokenLines.withLock({ $0.admit("\(app) \(environment.rawValue)", now: now) }) else { return }
         let other = PushdConfig.Environment.allCases.first { $0 != environment } ?? environment
-        logger.write(.error, "APNs answered BadDeviceToken to \(limit) notifications of app \(app) in a row in \(environment.rawValue) and accepted none there: "
+        logger.write(.error, "APNs answered BadDeviceToken to \(limit) notifications of app \(app) from \(source) in a row in \(environment.rawValue) and accepted none of them: "
                      + "taken as tokens of the other environment (\(other.rawValue)), not dead ones, so pushd stops pruning them: the tokens the run pruned are restored, "
-                     + "and each such answer in \(environment.rawValue) fails its notification with its token kept until a notification of the app is accepted there; "
+                     + "and each such answer to \(source) in \(environment.rawValue) fails its notification with its token kept until one of its notifications there is accepted; "
                      + "check the environment the jobs or the campaign name, the environment the tokens were registered with (pushd.device_tokens.environment: "
                      + "a development build's tokens are sandbox ones, an App Store or TestFlight build's production ones) and apps[].environment "
-                     + "(\(sender.app.environment.rawValue)); the failed notifications are in pushd.dead_jobs or the campaign's failed_by_reason, to send again after the fix",
+                     + "(\(sender.app.environment.rawValue)); the failed notifications are in pushd.dead_jobs or the campaign's failed_by_reason, to send again after the fix"
+                     + (before > 0 ? "; \(before) more such run(s) of app \(app) in \(environment.rawValue) since the last such line" : ""),
                      fields: [("event", "bad_device_token_run"), ("app", .string(app)), ("environment", .string(environment.rawValue)),
-                              ("reason", .string(APNsReason.badDeviceToken.rawValue)), ("count", .int(Int64(limit))),
-                              ("tokens_to_restore", .int(Int64(restoring)))])
+                              ("source", .string(source.description)), ("reason", .string(APNsReason.badDeviceToken.rawValue)), ("count", .int(Int64(limit))),
+                              ("tokens_to_restore", .int(Int64(restoring))), ("unlogged", .int(Int64(before)))])
     }
 
     /// The reason of a notification failed for a BadDeviceToken answer of a tripped run.
