@@ -237,7 +237,7 @@ import Testing
     }
 
     @Test(arguments: [
-        ("bad", "400 BadDeviceToken:", "the device token is not valid for this app; not recorded by this command (pushd run prunes such tokens in pushd.device_tokens)"),
+        ("bad", "400 BadDeviceToken:", "the device token is not valid for the sandbox host: a token of the other environment (a development build's tokens work only with sandbox, an App Store or TestFlight build's only with production), or not a device token of the app at all; an App Store or TestFlight build's token needs --environment production; not recorded by this command"),
         ("gone", "410 Unregistered:", "the device token is not valid for this app since 2026-"),
         ("topic", "400 DeviceTokenNotForTopic:", "the device token is not valid for this app"),
     ])

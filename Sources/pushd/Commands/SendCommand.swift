@@ -55,7 +55,7 @@ enum SendCommand {
         let result = try send(notification, app: prepared.app, environment: prepared.environment, configuration: configuration,
                               authorization: authorization(prepared.app, environment: prepared.environment, config: config,
                                                            warn: context.errorOutput))
-        let (lines, code) = describe(result, certificateApp: Pipeline.authenticatesByCertificate(prepared.app))
+        let (lines, code) = describe(result, certificateApp: Pipeline.authenticatesByCertificate(prepared.app), environment: prepared.environment)
         for line in lines { context.output(line) }
         if let reason = result.response?.reason, let hint = environmentKeyHint(prepared.app, environment: prepared.environment, reason: reason) {
             context.output("  " + hint)
@@ -288,7 +288,9 @@ enum SendCommand {
     /// APNs's answer in words, and the exit code: 0 only for an accepted notification. A
     /// failure of a `certificateApp`'s connection that may be APNs refusing its certificate
     /// says so on a line of its own (`CertificateRefusalHint`), as `pushd run` does in its log.
-    static func describe(_ result: DispatchResult, certificateApp: Bool = false) -> (lines: [String], exitCode: Int32) {
+    /// `environment`: the one the notification went to, which a BadDeviceToken answer may blame.
+    static func describe(_ result: DispatchResult, certificateApp: Bool = false,
+                         environment: PushdConfig.Environment? = nil) -> (lines: [String], exitCode: Int32) {
         let elapsed = (Double(result.latencyNanoseconds) / 1_000_000).fixed(0) + " ms"
         guard let response = result.response else {
             let attempts = "after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), \(elapsed)"
@@ -317,9 +319,19 @@ enum SendCommand {
         }
         let reason = response.reason
         let action = ResponseClassifier.classify(status: response.status, reason: reason.map { APNsReason($0) }, timestamp: response.timestampMilliseconds)
-        var lines = ["\(response.status) \(reason ?? "(no reason)"):\(id) (\(elapsed))", "  " + explain(action)]
+        let explanation = reason == APNsReason.badDeviceToken.rawValue ? badDeviceTokenExplanation(environment) : explain(action)
+        var lines = ["\(response.status) \(reason ?? "(no reason)"):\(id) (\(elapsed))", "  " + explanation]
         if reason == nil, !response.body.isEmpty { lines.append("  body: " + String(decoding: response.body, as: UTF8.self)) }
         return (lines, 1)
+    }
+
+    /// BadDeviceToken is also APNs's answer to a token of the other environment: the likeliest
+    /// cause when a token that works in the app is tried here, so it is named with the fix.
+    static func badDeviceTokenExplanation(_ environment: PushdConfig.Environment?) -> String {
+        let host = environment.map { "the \($0.rawValue) host" } ?? "this host"
+        let fix = environment.map { $0 == .production ? "; a development build's token needs --environment sandbox"
+                                                      : "; an App Store or TestFlight build's token needs --environment production" } ?? ""
+        return "the device token is not valid for \(host): a token of the other environment (a development build's tokens work only with sandbox, an App Store or TestFlight build's only with production), or not a device token of the app at all\(fix); not recorded by this command (pushd run prunes such tokens in pushd.device_tokens, but not a run of them from one campaign or lane, which it takes as the other environment's)"
     }
 
     static func explain(_ action: ResponseAction) -> String {
