@@ -1,17 +1,25 @@
 import Foundation
 import Glibc
+import Locking
 import Synchronization
 
 /// A TCP relay on 127.0.0.1 to another local port that can be frozen: it then stops reading
 /// and forwarding in both directions but keeps every socket open, as a network that drops
 /// packets looks to a client whose kernel still gets acknowledgements (a stuck proxy or
 /// server). New connections are taken and then left unanswered too. Thawing forwards again.
+///
+/// It can also lose the reply to one COMMIT (`loseCommitReply`): the COMMIT reaches the server,
+/// which commits, and the client's connection is cut before the reply reaches it.
 final class FreezableProxy: Sendable {
     let port: Int
     private let listener: Int32
     private let targetPort: Int
     private let frozen = Atomic<Bool>(false)
     private let stopped = Atomic<Bool>(false)
+    /// The marker `loseCommitReply` waits for, while armed.
+    private let commitMarker = Lock<[UInt8]?>(nil)
+    /// How many COMMIT replies were lost.
+    private let lostReplies = Atomic<Int>(0)
 
     init(targetPort: Int) throws {
         self.targetPort = targetPort
@@ -38,6 +46,14 @@ final class FreezableProxy: Sendable {
 
     func freeze() { frozen.store(true, ordering: .relaxed) }
     func thaw() { frozen.store(false, ordering: .relaxed) }
+
+    /// Arms a lost COMMIT reply, once: on the first connection whose client sends `marker` (in
+    /// a statement or a parameter of PostgreSQL's protocol, which is not encrypted here), the
+    /// next COMMIT it sends is forwarded; the server's reply to it is dropped once it has come,
+    /// and both sides are cut. `commitRepliesLost` counts it.
+    func loseCommitReply(after marker: String) { commitMarker.withLock { $0 = Array(marker.utf8) } }
+
+    var commitRepliesLost: Int { lostReplies.load(ordering: .relaxed) }
 
     func stop() {
         stopped.store(true, ordering: .relaxed)
@@ -66,13 +82,46 @@ final class FreezableProxy: Sendable {
                 close(server)
             }
         }
-        Thread.detachNewThread { self.pump(from: client, to: server); finish() }
-        pump(from: server, to: client)
+        // 0: nothing seen; 1: this connection took the armed marker; 2: its COMMIT went out.
+        let commit = Atomic<Int>(0)
+        Thread.detachNewThread {
+            self.pump(from: client, to: server) { bytes in
+                if commit.load(ordering: .relaxed) == 0 {
+                    let taken = self.commitMarker.withLock { marker -> Bool in
+                        guard let wanted = marker, Self.contains(bytes, wanted) else { return false }
+                        marker = nil
+                        return true
+                    }
+                    if taken { commit.store(1, ordering: .relaxed) }
+                }
+                if commit.load(ordering: .relaxed) == 1, Self.contains(bytes, Array("COMMIT".utf8)) { commit.store(2, ordering: .relaxed) }
+                return true
+            }
+            finish()
+        }
+        pump(from: server, to: client) { bytes in
+            // The reply to the COMMIT (CommandComplete "COMMIT"): dropped, and the client cut.
+            guard commit.load(ordering: .relaxed) == 2, Self.contains(bytes, Array("COMMIT".utf8)) else { return true }
+            self.lostReplies.add(1, ordering: .relaxed)
+            shutdown(client, Int32(SHUT_RDWR))
+            shutdown(server, Int32(SHUT_RDWR))
+            return false
+        }
         finish()
     }
 
-    /// Copies bytes until either side closes; while frozen, reads nothing.
-    private func pump(from source: Int32, to destination: Int32) {
+    static func contains(_ bytes: ArraySlice<UInt8>, _ wanted: [UInt8]) -> Bool {
+        guard bytes.count >= wanted.count, let first = wanted.first else { return false }
+        var index = bytes.startIndex
+        while index <= bytes.endIndex - wanted.count {
+            if bytes[index] == first && bytes[index..<index + wanted.count].elementsEqual(wanted) { return true }
+            index += 1
+        }
+        return false
+    }
+
+    /// Copies bytes until either side closes, or `forward` refuses a chunk; while frozen, reads nothing.
+    private func pump(from source: Int32, to destination: Int32, forward: (ArraySlice<UInt8>) -> Bool = { _ in true }) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while !stopped.load(ordering: .relaxed) {
             if frozen.load(ordering: .relaxed) {
@@ -85,6 +134,7 @@ final class FreezableProxy: Sendable {
             if frozen.load(ordering: .relaxed) { continue }
             let count = read(source, &buffer, buffer.count)
             if count <= 0 { break }
+            guard forward(buffer[0..<count]) else { break }
             var sent = 0
             while sent < count {
                 let written = buffer.withUnsafeBytes { send(destination, $0.baseAddress! + sent, count - sent, Int32(MSG_NOSIGNAL)) }

@@ -1,3 +1,4 @@
+import APNsMock
 import Foundation
 import Glibc
 import PushdTestSupport
@@ -32,11 +33,13 @@ import Testing
         throw QueueError("backend \(pid) was still there 10 s after its session ended")
     }
 
-    /// What a batch's recording said: its `batch_recorded_again` line and
-    /// `pushd_unrecorded_outcomes_total` of its lane by result.
+    /// What a batch's recording said: its `batch_recorded_again` line,
+    /// `pushd_unrecorded_outcomes_total` of its lane by result, and how many times the recorder
+    /// said a write committed (what it wrote besides, prunes, is counted then).
     struct Said {
         var line: String
         var counts: [String: Int]
+        var committed: Int
     }
 
     /// Records with a `SentBatchRecorder` of `lane` a batch of `keys` (all accepted by APNs),
@@ -58,6 +61,7 @@ import Testing
         var claim = SentBatchClaim(held: keys, connection: doomed, transaction: transaction)
         var sessions = [PGConnection]()
         defer { sessions.forEach { $0.close() } }
+        var committed = 0
         _ = try recorder.record(&claim, accepted: Set(keys), retake: { claim in
             var held = Set<Key>()
             try recorder.retake(&claim, connect: {
@@ -79,7 +83,7 @@ import Testing
             try elsewhere()
             try write(connection, nil)
             Issue.record("the write went through on a session that ended")
-        }, dropConnection: {})
+        }, committed: { committed += 1 }, dropConnection: {})
         let line = sink.lines.first { $0.contains("batch_recorded_again") } ?? ""
         var counts = [String: Int]()
         for series in pipeline.context.metrics.registry.expositionText().split(separator: "\n")
@@ -88,7 +92,7 @@ import Testing
                   let value = series.split(separator: " ").last.flatMap({ Double($0) }) else { continue }
             counts[String(result), default: 0] += Int(value)
         }
-        return Said(line: line, counts: counts)
+        return Said(line: line, counts: counts, committed: committed)
     }
 
     /// Four jobs of app shop.
@@ -173,6 +177,7 @@ import Testing
     @Test func aLostCommitThatWentThroughCountsItsJobsRecordedNotSentAgain() throws {
         let said = try Self.transactional(commits: true)
         #expect(said.counts["recorded_again"] == 4 && said.counts["sent_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.committed == 1)
         #expect(said.counts["unknown", default: 0] == 0, "\(said.counts)")
         #expect(said.line.contains("4 notifications APNs accepted were recorded again on a new session (4 of them by the COMMIT whose reply was lost), 0 will be sent again"), "\(said.line)")
         #expect(said.line.contains(#""claimed":4"#) && said.line.contains(#""recorded_again":4"#) && said.line.contains(#""sent_again":0"#), "\(said.line)")
@@ -181,6 +186,7 @@ import Testing
     @Test func aCommitThatDidNotGoThroughCountsTheJobsAnotherClaimerSettledAsSentAgain() throws {
         let said = try Self.transactional(commits: false)
         #expect(said.counts["sent_again"] == 4 && said.counts["recorded_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.committed == 0)
         #expect(said.counts["unknown", default: 0] == 0, "\(said.counts)")
         #expect(said.line.contains("0 notifications APNs accepted were recorded again on a new session, 4 will be sent again"), "\(said.line)")
         #expect(said.line.contains(#""claimed":4"#) && said.line.contains(#""recorded_again":0"#) && said.line.contains(#""sent_again":4"#), "\(said.line)")
@@ -189,12 +195,14 @@ import Testing
     @Test func aLostCommitThatWentThroughCountsItsParkedTargetsRecordedNotSentAgain() throws {
         let said = try Self.parked(commits: true)
         #expect(said.counts["recorded_again"] == 4 && said.counts["sent_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.committed == 1)
         #expect(said.line.contains(#""lane":"campaign""#) && said.line.contains(#""claimed":4"#) && said.line.contains(#""recorded_again":4"#), "\(said.line)")
     }
 
     @Test func aCommitThatDidNotGoThroughCountsTheParkedTargetsAnotherClaimerSettledAsSentAgain() throws {
         let said = try Self.parked(commits: false)
         #expect(said.counts["sent_again"] == 4 && said.counts["recorded_again", default: 0] == 0, "\(said.counts)")
+        #expect(said.committed == 0)
         #expect(said.line.contains(#""lane":"campaign""#) && said.line.contains(#""claimed":4"#) && said.line.contains(#""sent_again":4"#), "\(said.line)")
     }
 
@@ -290,6 +298,7 @@ import Testing
             var claim = SentBatchClaim(held: ids, connection: doomed, transaction: batch.transaction)
             var fresh: PGConnection?
             defer { fresh?.close() }
+            var committed = 0
             #expect(throws: PGError.self) {
                 _ = try recorder.record(&claim, accepted: Set(ids), retake: { claim in
                     guard asked else { throw PGError(code: .connectionFailure, message: "could not connect: the database is away") }
@@ -304,8 +313,10 @@ import Testing
                     try queue.finish(connection, batch, JobOutcomes(delivered: ids))
                     pipeline.context.stopping.store(true, ordering: .relaxed)
                     throw try Self.cut(connection, from: admin)
-                }, dropConnection: {})
+                }, committed: { committed += 1 }, dropConnection: {})
             }
+            // Known to have committed only when a new session asked.
+            #expect(committed == (asked ? 1 : 0))
             // The COMMIT went through: nothing is sent again.
             #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0)
             let outcomes = pipeline.context.metrics.registry.expositionText().split(separator: "\n")
@@ -320,6 +331,71 @@ import Testing
             } else {
                 #expect(line.contains("either recorded by that COMMIT or will be sent again") && line.contains(#""unknown":4"#), "\(line)")
             }
+        }
+    }
+
+    /// A batch of jobs answered BadDeviceToken whose COMMIT went through with its reply lost
+    /// (the database's session cut right after it). Its prunes are written: they were neither
+    /// counted in `pushd_tokens_pruned_total` nor told to the BadDeviceToken breaker, so when
+    /// the run of such answers tripped (tokens of the other environment), the prunes of that
+    /// batch stayed while the run's others were restored. Now both count them.
+    @Test func prunesOfABatchWhoseCommitReplyWasLostAreCountedAndRestoredWithTheirRun() throws {
+        let tokens = (1...12).map { DaemonHarness.token(90_000 + $0) }
+        let limit = 8
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(badDeviceTokens: Set(tokens)))
+            let admin = try database.connect()
+            defer { admin.close() }
+            try NotForTopicTests.register(admin, tokens)
+            let port = try #require(database.url.firstMatch(of: /127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }, "\(database.url)")
+            let proxy = try FreezableProxy(targetPort: port)
+            defer { proxy.stop() }
+            let proxied = database.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(proxy.port)")
+            let path = try harness.writeConfigFile(appending: "tokens:\n  bad_device_token_limit: \(limit)")
+            let yaml = try String(contentsOfFile: path, encoding: .utf8)
+                .replacingOccurrences(of: "  url: \(database.url)\n", with: "  url: \(proxied)\n")
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            // The first transaction to write a BadDeviceToken outcome is the batch's.
+            proxy.loseCommitReply(after: "BadDeviceToken")
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
+            func enqueue(_ tokens: ArraySlice<String>) throws {
+                try admin.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload) SELECT 'shop', t, '{"aps":{"alert":"hi"}}' FROM unnest($1::text[]) t
+                    """, [Array(tokens)])
+            }
+            let pruned = "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL"
+
+            // Four dead tokens, as far as anyone can tell yet: pruned, by a COMMIT whose reply was lost.
+            try enqueue(tokens.prefix(4))
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0 && DaemonHarness.count(admin, pruned) == 4
+            }, "\(daemon.text.suffix(3000))")
+            #expect(proxy.commitRepliesLost == 1)
+            // None of them was accepted: none is recorded again or sent again.
+            #expect(DaemonHarness.wait(seconds: 10) {
+                daemon.text.split(separator: "\n").contains { $0.contains("\"event\":\"batch_recorded_again\"") && $0.contains("in statement: COMMIT")
+                    && $0.contains(#""claimed":4,"recorded_again":0,"sent_again":0"#) }
+            }, "\(daemon.text.suffix(3000))")
+            var metrics = ""
+            #expect(DaemonHarness.wait(seconds: 10) {
+                metrics = daemon.metrics()
+                return PruneCountersTests.total(metrics, "pushd_tokens_pruned_total") == 4
+            }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_tokens_pruned_total") })")
+
+            // More of them: a run of the other environment's tokens. Every prune is restored,
+            // those four too.
+            try enqueue(tokens.dropFirst(4))
+            #expect(try DaemonHarness.wait(seconds: 30) {
+                try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.jobs") == 0
+            }, "\(daemon.text.suffix(3000))")
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"bad_device_token_run\"") }, "\(daemon.text.suffix(3000))")
+            var maxInvalidated = 0
+            let stillPruned = try NotForTopicTests.waitUntilNonePruned(admin, maxInvalidated: &maxInvalidated)
+            #expect(stillPruned == 0, "\(stillPruned) still pruned: \(daemon.text.suffix(3000))")
+            #expect(DaemonHarness.wait(seconds: 10) {
+                metrics = daemon.metrics()
+                return PruneCountersTests.total(metrics, "pushd_tokens_restored_total") >= 4
+            }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_tokens_restored_total") })")
         }
     }
 

@@ -1693,32 +1693,46 @@ final class CampaignWorker: @unchecked Sendable {
         }
         // Recorded through the end of the batch's session (`SentBatchRecorder`): the prunes are
         // written with it and counted once committed.
-        // Only what the attempt that went through wrote is counted: a failed one rolled back, and
-        // a retake that took nothing back left the batch to other claimers.
-        var recorded = ParkedOutcomes()
-        var pruned = PruneOutcome()
-        let session = try parkedRecorder.record(&claim, accepted: outcomes.sentPlaces, retake: { claim in
-            try retakeParked(&taken, &claim)
-        }, write: { connection, takenBack in
-            var writing = takenBack.map { outcomes.restricted(to: $0) } ?? outcomes
-            let places = takenBack ?? Set(batch.targets.map(\.place))
-            let written = try context.writePrunes(prunes.filter { places.contains($0.key) }
-                .sorted { ($0.key.chunk, $0.key.position) < ($1.key.chunk, $1.key.position) }.map(\.value), on: connection)
-            // The timestamp rule is counted as for a chunk's own targets: kept tokens apart.
-            writing.pruned = written.invalidated.count
-            writing.keptTokens = written.keptByTimestamp.count
-            try settleParked(taken, writing, on: connection)
-            recorded = writing
-            pruned = written
-        }, dropConnection: {
-            self.connection?.close()
-            self.connection = nil
-        })
-        context.prunesCommitted(pruned)
+        // Only what the attempt that committed wrote is counted (also when only its COMMIT's reply
+        // was lost, and when the batch is given up after that): a failed one rolled back, and a
+        // retake that took nothing back left the batch to other claimers.
+        var writing = (outcomes: ParkedOutcomes(), prunes: PruneOutcome())
+        var recorded = (outcomes: ParkedOutcomes(), prunes: PruneOutcome())
+        // Counted before the restores a tripped run's prunes ask for are written, and also when
+        // the batch is given up.
+        func count() {
+            context.prunesCommitted(recorded.prunes)
+            countProcessed(ChunkProgress(position: 0, sent: recorded.outcomes.sent, failedByReason: recorded.outcomes.failedByReason,
+                                         pruned: recorded.outcomes.pruned, keptTokens: recorded.outcomes.keptTokens),
+                           app: batch.app)
+        }
+        let session: PGConnection
+        do {
+            session = try parkedRecorder.record(&claim, accepted: outcomes.sentPlaces, retake: { claim in
+                try retakeParked(&taken, &claim)
+            }, write: { connection, takenBack in
+                writing = (ParkedOutcomes(), PruneOutcome())
+                var settling = takenBack.map { outcomes.restricted(to: $0) } ?? outcomes
+                let places = takenBack ?? Set(batch.targets.map(\.place))
+                let written = try context.writePrunes(prunes.filter { places.contains($0.key) }
+                    .sorted { ($0.key.chunk, $0.key.position) < ($1.key.chunk, $1.key.position) }.map(\.value), on: connection)
+                // The timestamp rule is counted as for a chunk's own targets: kept tokens apart.
+                settling.pruned = written.invalidated.count
+                settling.keptTokens = written.keptByTimestamp.count
+                writing = (settling, written)
+                try settleParked(taken, settling, on: connection)
+            }, committed: {
+                recorded = writing
+            }, dropConnection: {
+                self.connection?.close()
+                self.connection = nil
+            })
+        } catch {
+            count()
+            throw error
+        }
+        count()
         context.restoreTokens(on: session)
-        countProcessed(ChunkProgress(position: 0, sent: recorded.sent, failedByReason: recorded.failedByReason, pruned: recorded.pruned,
-                                     keptTokens: recorded.keptTokens),
-                       app: batch.app)
         return pause
     }
 

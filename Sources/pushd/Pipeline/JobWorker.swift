@@ -500,27 +500,33 @@ final class JobWorker: @unchecked Sendable {
     /// Records the outcomes of a sent batch (prunes, then `JobQueue.finish`) and returns the
     /// retries refused and the session that holds the worker's connection now; through the end of
     /// the batch's session, as `SentBatchRecorder.record` says. The prunes are counted once
-    /// committed: written in a transaction that ended, they are written again with the jobs
-    /// taken back.
+    /// committed (also by a COMMIT whose reply was lost, and when the batch is given up after
+    /// that): written in a transaction that was rolled back, they are written again with the
+    /// jobs taken back.
     private func record(_ claim: inout Claim, _ outcomes: JobOutcomes,
                         _ prunes: [Int64: TokenPrune]) throws -> ([RefusedRetry], PGConnection) {
         var refused = [RefusedRetry]()
+        // What the attempt under way wrote, and what the one that committed did.
+        var writing = PruneOutcome()
         var pruned = PruneOutcome()
         var batch = claim.batch
+        defer {
+            claim.batch = batch
+            context.prunesCommitted(pruned)
+        }
         let session = try recorder.record(&claim.rows, accepted: Set(outcomes.delivered), retake: { rows in
             try retake(&batch, &rows)
         }, write: { connection, takenBack in
             let ids = takenBack ?? Set(batch.jobs.map(\.id))
-            // Counted only from the attempt that went through: an attempt that failed rolled its prunes back.
-            let written = try context.writePrunes(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
+            writing = PruneOutcome()
+            writing = try context.writePrunes(prunes.filter { ids.contains($0.key) }.sorted { $0.key < $1.key }.map(\.value), on: connection)
             refused = try queue.finish(connection, batch, takenBack.map { outcomes.restricted(to: $0) } ?? outcomes)
-            pruned = written
+        }, committed: {
+            pruned = writing
         }, dropConnection: {
             connection?.close()
             connection = nil
         })
-        claim.batch = batch
-        context.prunesCommitted(pruned)
         return (refused, session)
     }
 

@@ -36,6 +36,9 @@ struct SentBatchClaim<Key: Hashable> {
     /// What became of that transaction, once a new session learned it was committed or rolled
     /// back before the retake (`learned`); until the retake.
     var writerFate: TransactionFate?
+    /// Whether a retake found that the transaction writing the outcomes committed with only its
+    /// reply lost: what that write did is done, and `SentBatchRecorder.record` says so once.
+    var writerCommitted = false
     /// Rows of the batch another claimer holds, to send them again.
     var sentAgain = [Key]()
     /// Rows of the batch settled since the claim by another claimer, which sent them again: the
@@ -221,6 +224,7 @@ struct SentBatchRecorder<Key: Hashable> {
             }
         }
         if let fate { claim.fates.append(fate) }
+        if fate == .committed { claim.writerCommitted = true }
         claim.held = found.taken
         claim.transaction = found.transaction
         claim.holders = found.transaction.map { [TransactionHolder(transaction: $0, backend: fresh.backendPID)] } ?? []
@@ -238,9 +242,16 @@ struct SentBatchRecorder<Key: Hashable> {
     /// (once more only for an error that is not transient); then (at once for an error that is
     /// not the database's) they are given up, loudly, and the error is thrown for the worker's
     /// loop, which counts it in `pushd_database_errors_total`. `accepted`: the rows APNs accepted.
+    ///
+    /// `committed` is called once for the attempt of `write` whose transaction committed: when
+    /// `write` returns, or when a new session learns that the attempt whose session ended during
+    /// its COMMIT committed with only the reply lost (at the retake, or when the batch is given
+    /// up after asking). What that attempt wrote besides the rows' outcomes (prunes) is then done
+    /// and is counted; an attempt that was rolled back is never named.
     func record(_ claim: inout SentBatchClaim<Key>, accepted: Set<Key>,
                 retake: (inout SentBatchClaim<Key>) throws -> Void,
                 write: (PGConnection, Set<Key>?) throws -> Void,
+                committed: () -> Void = {},
                 dropConnection: () -> Void) throws -> PGConnection {
         let started = RateLimiter.monotonicSeconds()
         var attempts = 0
@@ -248,11 +259,18 @@ struct SentBatchRecorder<Key: Hashable> {
             beat()
             var writing = false
             do {
-                if claim.connection == nil { try retake(&claim) }
+                if claim.connection == nil {
+                    try retake(&claim)
+                    if claim.writerCommitted {
+                        claim.writerCommitted = false
+                        committed()
+                    }
+                }
                 guard let connection = claim.connection else { throw QueueError("no session holds the batch") }
                 if !claim.held.isEmpty {
                     writing = true
                     try write(connection, claim.cause == nil ? nil : Set(claim.held))
+                    committed()
                 }
                 if let cause = claim.cause { reportRecordedAgain(claim, cause: cause, accepted: accepted) }
                 return connection
@@ -278,6 +296,8 @@ struct SentBatchRecorder<Key: Hashable> {
                 let transient = (error as? PGError)?.code.isTransient == true
                 if !(error is PGError) || (context.isStopping && attempts >= 2) || (!transient && attempts >= 2)
                     || RateLimiter.monotonicSeconds() - started >= SentBatchTiming.recordAgainSeconds {
+                    // A new session learned the lost COMMIT went through, though the retake failed.
+                    if claim.writerFate == .committed { committed() }
                     reportGivenUp(claim, accepted: accepted, last: error, seconds: RateLimiter.monotonicSeconds() - started)
                     // Counted in pushd_database_errors_total by the worker's loop, which it reaches.
                     throw error
