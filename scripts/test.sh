@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs the whole suite
 # against a throwaway PostgreSQL, after every fuzz target for 30 s (so the suite's
-# summary is the last thing printed).
+# summaries are the last thing printed: one for the tests that run two at a time, one for
+# those that run alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/opt/swift/usr/bin"
@@ -14,7 +15,18 @@ bash Fuzz/run.sh 30
 # printed again at the end, so the tail of a long log names what failed and why.
 log="$(mktemp /tmp/pushd-test.XXXXXX.log)"
 set +e
-bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@" 2>&1 | tee "$log"
+if [ "$#" -eq 0 ]; then
+    # Two tests at a time, but the suites of scripts/suites-run-alone.txt, which then run one
+    # test at a time with nothing beside them; on one throwaway PostgreSQL. Given arguments
+    # (--filter …), the tests they name run one at a time, as before.
+    alone="\.($(awk '!/^#/ && NF { print $1 }' scripts/suites-run-alone.txt | paste -sd '|'))\b"
+    bash scripts/with-postgres.sh bash -c '
+        SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=2 swift test --skip-build --skip "$1"; first=$?
+        swift test --skip-build --no-parallel --filter "$1"; second=$?
+        [ "$first" -eq 0 ] && [ "$second" -eq 0 ]' suites "$alone" 2>&1 | tee "$log"
+else
+    bash scripts/with-postgres.sh swift test --skip-build --no-parallel "$@" 2>&1 | tee "$log"
+fi
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then

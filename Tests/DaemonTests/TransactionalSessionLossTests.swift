@@ -31,7 +31,7 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.requestsReceived >= count })
             let cut = try connection.query("""
                 SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                WHERE application_name LIKE 'pushd-jobs%') t
+                WHERE datname = current_database() AND application_name LIKE 'pushd-jobs%') t
                 """).require(Int.self, row: 0, column: 0)
             #expect(cut >= 1)
             #expect(harness.mock.stats.accepted < count, "the batches were answered before their sessions were cut")

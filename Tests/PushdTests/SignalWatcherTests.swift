@@ -16,9 +16,12 @@ import Testing
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
-        defer { sender.cancel() }
         var iterator = watcher.signals.makeAsyncIterator()
         let received = await iterator.next()
+        // The sender is done before the watcher puts SIGUSR2's default action back (which
+        // ends the process): one already awake could otherwise still send it.
+        sender.cancel()
+        _ = await sender.result
         #expect(received == SIGUSR2)
         #expect(SignalWatcher.name(SIGUSR2) == "SIGUSR2")
     }

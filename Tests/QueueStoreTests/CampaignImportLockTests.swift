@@ -53,7 +53,7 @@ import Testing
         // The import has read the lines and waits in its COPY for the rest of the pipe.
         let deadline = Timestamp().addingTimeInterval(10)
         while Timestamp() < deadline, try connection.query("""
-            SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pushd-tests-import' AND query LIKE 'COPY%'
+            SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pushd-tests-import' AND query LIKE 'COPY%'
             """).require(Int.self, row: 0, column: 0) == 0 {
             usleep(20_000)
         }
