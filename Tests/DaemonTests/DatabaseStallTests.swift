@@ -19,13 +19,9 @@ import Testing
     /// pushd on the relay with `database.stall_s` 3, ready, having sent one notification.
     static func start(_ database: IsolatedDatabase, log: String) throws -> Setup {
         let harness = try DaemonHarness(database: database)
-        let port = try #require(database.url.firstMatch(of: /127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }, "\(database.url)")
-        let proxy = try FreezableProxy(targetPort: port)
-        let proxied = database.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(proxy.port)")
+        let (proxy, proxied) = try FreezableProxy.relaying(database)
         let path = try harness.writeConfigFile()
-        let yaml = try String(contentsOfFile: path, encoding: .utf8)
-            .replacingOccurrences(of: "  url: \(database.url)\n", with: "  url: \(proxied)\n  dead_peer_s: 3\n  stall_s: 3\n")
-        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        try FreezableProxy.route(config: path, of: database, to: proxied, settings: "  dead_peer_s: 3\n  stall_s: 3\n")
         let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/" + log)
         #expect(DaemonHarness.wait(seconds: 30) { daemon.readyz().contains("database reachable") }, "\(daemon.readyz())\n\(daemon.text)")
         let connection = try database.connect()

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Locking
+import PushdTestSupport
 import Synchronization
 
 /// A TCP relay on 127.0.0.1 to another local port that can be frozen: it then stops reading
@@ -9,7 +10,8 @@ import Synchronization
 /// server). New connections are taken and then left unanswered too. Thawing forwards again.
 ///
 /// It can also lose the reply to one COMMIT (`loseCommitReply`): the COMMIT reaches the server,
-/// which commits, and the client's connection is cut before the reply reaches it.
+/// which commits, and the client's connection is cut before the reply reaches it. The COMMIT is
+/// an explicit one, or a statement's own outside a transaction block.
 final class FreezableProxy: Sendable {
     let port: Int
     private let listener: Int32
@@ -49,8 +51,10 @@ final class FreezableProxy: Sendable {
 
     /// Arms a lost COMMIT reply, once: on the first connection whose client sends `marker` (in
     /// a statement or a parameter of PostgreSQL's protocol, which is not encrypted here), the
-    /// next COMMIT it sends is forwarded; the server's reply to it is dropped once it has come,
-    /// and both sides are cut. `commitRepliesLost` counts it.
+    /// server's first reply after it that ends a transaction (ReadyForQuery saying the session
+    /// is idle: the reply to the transaction's COMMIT, or to the marked statement itself when it
+    /// ran outside a transaction block) is dropped once it has come, and both sides are cut.
+    /// `commitRepliesLost` counts it.
     func loseCommitReply(after marker: String) { commitMarker.withLock { $0 = Array(marker.utf8) } }
 
     var commitRepliesLost: Int { lostReplies.load(ordering: .relaxed) }
@@ -82,26 +86,27 @@ final class FreezableProxy: Sendable {
                 close(server)
             }
         }
-        // 0: nothing seen; 1: this connection took the armed marker; 2: its COMMIT went out.
-        let commit = Atomic<Int>(0)
+        // This connection took the armed marker. Set before the marked message is forwarded,
+        // and the client sends nothing before the reply to the one before (libpq waits for it),
+        // so every reply read after it answers the marked message or a later one.
+        let marked = Atomic<Bool>(false)
         Thread.detachNewThread {
             self.pump(from: client, to: server) { bytes in
-                if commit.load(ordering: .relaxed) == 0 {
+                if !marked.load(ordering: .relaxed) {
                     let taken = self.commitMarker.withLock { marker -> Bool in
                         guard let wanted = marker, Self.contains(bytes, wanted) else { return false }
                         marker = nil
                         return true
                     }
-                    if taken { commit.store(1, ordering: .relaxed) }
+                    if taken { marked.store(true, ordering: .relaxed) }
                 }
-                if commit.load(ordering: .relaxed) == 1, Self.contains(bytes, Array("COMMIT".utf8)) { commit.store(2, ordering: .relaxed) }
                 return true
             }
             finish()
         }
         pump(from: server, to: client) { bytes in
-            // The reply to the COMMIT (CommandComplete "COMMIT"): dropped, and the client cut.
-            guard commit.load(ordering: .relaxed) == 2, Self.contains(bytes, Array("COMMIT".utf8)) else { return true }
+            // The reply that ends the marked transaction: dropped, and the client cut.
+            guard marked.load(ordering: .relaxed), Self.contains(bytes, Self.readyWhileIdle) else { return true }
             self.lostReplies.add(1, ordering: .relaxed)
             shutdown(client, Int32(SHUT_RDWR))
             shutdown(server, Int32(SHUT_RDWR))
@@ -109,6 +114,10 @@ final class FreezableProxy: Sendable {
         }
         finish()
     }
+
+    /// PostgreSQL's ReadyForQuery message with the session idle ('Z', length 5, 'I'): the
+    /// server sends it after a transaction has ended, committed or not.
+    static let readyWhileIdle: [UInt8] = [0x5A, 0, 0, 0, 5, 0x49]
 
     static func contains(_ bytes: ArraySlice<UInt8>, _ wanted: [UInt8]) -> Bool {
         guard bytes.count >= wanted.count, let first = wanted.first else { return false }
@@ -144,5 +153,24 @@ final class FreezableProxy: Sendable {
             if sent < count { break }
         }
         shutdown(destination, Int32(SHUT_WR))
+    }
+}
+
+extension FreezableProxy {
+    /// A relay in front of `database`'s server, and the database's URL through it.
+    static func relaying(_ database: IsolatedDatabase) throws -> (proxy: FreezableProxy, url: String) {
+        guard let port = database.url.firstMatch(of: /127\.0\.0\.1:(\d+)/).flatMap({ Int($0.1) }) else {
+            throw ProxyError(message: "no 127.0.0.1 port in \(database.url)")
+        }
+        let proxy = try FreezableProxy(targetPort: port)
+        return (proxy, database.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(proxy.port)"))
+    }
+
+    /// Points the configuration file at `path` from `database` to `url` (the relay's), with
+    /// `settings` (lines of its `database` section) added.
+    static func route(config path: String, of database: IsolatedDatabase, to url: String, settings: String = "") throws {
+        let yaml = try String(contentsOfFile: path, encoding: .utf8)
+            .replacingOccurrences(of: "  url: \(database.url)\n", with: "  url: \(url)\n" + settings)
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
     }
 }

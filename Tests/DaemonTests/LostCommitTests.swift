@@ -218,10 +218,8 @@ import Testing
             let admin = try database.connect()
             defer { admin.close() }
             try Self.enqueueFourJobs(admin)
-            let port = try #require(database.url.firstMatch(of: /127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }, "\(database.url)")
-            let proxy = try FreezableProxy(targetPort: port)
+            let (proxy, relayed) = try FreezableProxy.relaying(database)
             defer { proxy.stop() }
-            let relayed = database.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(proxy.port)")
             let doomed = try QueueSession.connect(url: relayed, applicationName: "pushd-tests-cut")
             let queue = JobQueue()
             var batch = try queue.claim(doomed, limit: 10, apps: ["shop"])
@@ -347,14 +345,10 @@ import Testing
             let admin = try database.connect()
             defer { admin.close() }
             try NotForTopicTests.register(admin, tokens)
-            let port = try #require(database.url.firstMatch(of: /127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }, "\(database.url)")
-            let proxy = try FreezableProxy(targetPort: port)
+            let (proxy, proxied) = try FreezableProxy.relaying(database)
             defer { proxy.stop() }
-            let proxied = database.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(proxy.port)")
             let path = try harness.writeConfigFile(appending: "tokens:\n  bad_device_token_limit: \(limit)")
-            let yaml = try String(contentsOfFile: path, encoding: .utf8)
-                .replacingOccurrences(of: "  url: \(database.url)\n", with: "  url: \(proxied)\n")
-            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            try FreezableProxy.route(config: path, of: database, to: proxied)
             // The first transaction to write a BadDeviceToken outcome is the batch's.
             proxy.loseCommitReply(after: "BadDeviceToken")
             let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
@@ -396,6 +390,49 @@ import Testing
                 metrics = daemon.metrics()
                 return PruneCountersTests.total(metrics, "pushd_tokens_restored_total") >= 4
             }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_tokens_restored_total") })")
+        }
+    }
+
+    /// A campaign chunk's prunes are written by a transaction of their own at its checkpoint or
+    /// its release. When the session ended during that COMMIT and the COMMIT went through, the
+    /// tokens were pruned and nothing counted them (not the campaign's `pruned`, not
+    /// `pushd_tokens_pruned_total`, not the breaker of a BadDeviceToken run): written again on
+    /// the next session, the prune found them already pruned. Now the transaction's fate is asked
+    /// first, and the prunes it wrote are counted.
+    @Test func prunesOfACampaignChunkWhoseCommitReplyWasLostAreCounted() throws {
+        let tokens = (1...4).map { DaemonHarness.token(91_000 + $0) }
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(badDeviceTokens: Set(tokens)))
+            let admin = try database.connect()
+            defer { admin.close() }
+            try NotForTopicTests.register(admin, tokens)
+            let (proxy, proxied) = try FreezableProxy.relaying(database)
+            defer { proxy.stop() }
+            let path = try harness.writeConfigFile()
+            try FreezableProxy.route(config: path, of: database, to: proxied)
+            let store = CampaignStore()
+            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "dead tokens", pushType: "alert",
+                                                               payload: #"{"aps":{"alert":"sale"}}"#))
+            _ = try store.importTargets(admin, campaignID: campaign, targets: tokens.map { (token: $0, payload: String?.none) })
+            _ = try store.start(admin, id: campaign)
+            // The first statement to carry a BadDeviceToken prune is the chunk's.
+            proxy.loseCommitReply(after: "BadDeviceToken")
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
+            #expect(proxy.commitRepliesLost == 1)
+            #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == 4)
+            let done = try #require(try store.campaign(admin, id: campaign))
+            #expect(done.pruned == 4 && done.failedByReason == ["BadDeviceToken": 4], "pruned \(done.pruned), \(done.failedByReason)")
+            var metrics = ""
+            #expect(DaemonHarness.wait(seconds: 10) {
+                metrics = daemon.metrics()
+                return PruneCountersTests.total(metrics, "pushd_tokens_pruned_total") == 4
+            }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_tokens_pruned_total") })")
+            // Said once, when the new session learned it (the 4 prunes may be written by a
+            // checkpoint and the release, when the connections take long to set up).
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_prunes_in_doubt\"") }
+            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains("lost its session during its COMMIT") },
+                    "\(daemon.text.suffix(3000))")
         }
     }
 

@@ -21,6 +21,11 @@ public enum TransactionFate: String, Sendable, Hashable {
     /// in a statement of that transaction (it assigns an id if the transaction has none yet).
     public static let currentIDSQL = "pg_current_xact_id()::text::bigint"
 
+    /// Begins a transaction block on `connection` and returns its id, in one round trip.
+    public static func begin(on connection: PGConnection) throws -> Int64 {
+        try connection.execute(script: "BEGIN; SELECT \(currentIDSQL)").require(row: 0, column: 0)
+    }
+
     /// Ends transaction `id` if backend `backend` still runs it, and tells what came of it
     /// (`Ending.ended`: the backend is gone). Else: no such session (it ended, or this is
     /// another server, after a failover, where the pid and the id may belong to others), it did

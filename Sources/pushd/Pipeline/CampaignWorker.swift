@@ -1215,9 +1215,10 @@ final class CampaignWorker: @unchecked Sendable {
     private func checkpoint(_ run: ChunkRun, on connection: PGConnection) throws {
         let chunk = run.chunk
         run.advance()
-        if !run.prunes.isEmpty {
-            try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress)
-            run.prunes.removeAll(keepingCapacity: true)
+        guard try writePrunes(of: run, on: connection) else {
+            // The progress waits with the prunes it counts, for the next checkpoint.
+            run.lastCheckpoint = RateLimiter.monotonicSeconds()
+            return
         }
         let counted = run.progress
         let directive: ChunkDirective
@@ -1292,9 +1293,9 @@ final class CampaignWorker: @unchecked Sendable {
         // released past every target it sent, and none of those is sent again.
         run.parkRetries()
         run.advance()
-        if !run.prunes.isEmpty {
-            try countPrunes(context.prune(run.prunes, on: connection), into: &run.progress)
-            run.prunes.removeAll()
+        guard try writePrunes(of: run, on: connection) else {
+            run.finishNotBefore = RateLimiter.monotonicSeconds() + checkpointInterval
+            return false
         }
         let complete = run.watermark == run.count
         let directive: ChunkDirective
@@ -1444,7 +1445,9 @@ final class CampaignWorker: @unchecked Sendable {
             if run.pacing { stopPacing(run) }
             let chunk = run.chunk
             let unrecorded = run.answeredSinceCheckpoint
-            context.logger.error("campaign worker \(index) gives up chunk \(chunk.chunk) of campaign \(chunk.campaignID) after a database error that may concern its state: \(unrecorded) of its targets answered since its last checkpoint (target \(run.checkpointedPosition)) are not recorded and are sent again when another worker takes the chunk over, once its lease ends within \(Int(leaseSeconds)) s; \(run.inFlight) more were awaiting their answers: \(error)",
+            // Their tokens pruned, they are not counted when answered again.
+            let inDoubt = run.prunesInDoubt.map { "; the transaction writing \($0.count) of their prunes lost its session and was not asked whether it committed: any tokens it pruned are not counted" } ?? ""
+            context.logger.error("campaign worker \(index) gives up chunk \(chunk.chunk) of campaign \(chunk.campaignID) after a database error that may concern its state: \(unrecorded) of its targets answered since its last checkpoint (target \(run.checkpointedPosition)) are not recorded and are sent again when another worker takes the chunk over, once its lease ends within \(Int(leaseSeconds)) s; \(run.inFlight) more were awaiting their answers\(inDoubt): \(error)",
                                  ("event", "campaign_chunk_given_up"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                                  ("app", .string(chunk.app)), ("worker", .int(Int64(index))), ("unrecorded", .int(Int64(unrecorded))),
                                  ("in_flight", .int(Int64(run.inFlight))), ("from", .int(Int64(run.checkpointedPosition))),
@@ -1455,10 +1458,96 @@ final class CampaignWorker: @unchecked Sendable {
         inFlight = 0
     }
 
-    /// The campaign counts what the prune did to the registered tokens, not the answers.
-    private func countPrunes(_ outcome: PruneOutcome, into progress: inout ChunkProgress) {
-        progress.pruned += outcome.invalidated.count
-        progress.keptTokens += outcome.keptByTimestamp.count
+    /// Writes the prunes the run's answers asked for, in a transaction of their own, and counts
+    /// them once it committed: the campaign's `pruned` and `kept_tokens` (what the prune did to
+    /// the registered tokens, not the answers), `pushd_tokens_pruned_total`, and the breaker of
+    /// a DeviceTokenNotForTopic or BadDeviceToken run, which restores the prunes of a run that
+    /// trips. When the session ends during the COMMIT, only the server knows whether they were
+    /// written: the transaction is kept (`ChunkRun.prunesInDoubt`) and asked after on the next
+    /// session before anything is written again. Written again without asking, the prune found
+    /// its tokens already pruned and counted none of them, and a run that tripped later left
+    /// them pruned. Returns false while that cannot be told yet (the transaction still runs on
+    /// the server): the prunes, and the progress that counts them, wait.
+    private func writePrunes(of run: ChunkRun, on connection: PGConnection) throws -> Bool {
+        if let doubt = run.prunesInDoubt, try !settle(doubt, of: run, on: connection) { return false }
+        guard !run.prunes.isEmpty else { return true }
+        let count = run.prunes.count
+        do {
+            let transaction = try TransactionFate.begin(on: connection)
+            run.prunesInDoubt = ChunkRun.PrunesInDoubt(transaction: transaction, backend: connection.backendPID, count: count)
+            let outcome = try context.writePrunes(run.prunes, on: connection)
+            run.prunesInDoubt?.outcome = outcome
+            try connection.execute(script: "COMMIT")
+            run.prunesInDoubt = nil
+            prunesCommitted(outcome, count: count, of: run)
+        } catch {
+            // The session still there, the transaction is undone, and the prunes are written
+            // again with the next ones. Else it is kept for the next session to ask.
+            if connection.isOpen, (try? connection.execute(script: "ROLLBACK")) != nil { run.prunesInDoubt = nil }
+            throw error
+        }
+        return true
+    }
+
+    /// What became of the transaction that was writing the run's prunes when its session ended.
+    /// Committed, what it wrote is counted; rolled back, or unknown, the prunes are written again
+    /// (unknown, any it wrote stay uncounted: said in a warning). Still running on the server (a
+    /// session cut in the network that the server has not noticed), it is ended first, once;
+    /// returns false while it still runs after that, for at most a lease's length, after which
+    /// it is taken as unknown (the prunes written again wait for its row locks, and it for
+    /// `idle_in_transaction_session_timeout`). One line when its fate is learnt, and one when it
+    /// is first found still running.
+    private func settle(_ doubt: ChunkRun.PrunesInDoubt, of run: ChunkRun, on connection: PGConnection) throws -> Bool {
+        var fate = try TransactionFate.fate(of: doubt.transaction, on: connection)
+        var ended = ""
+        if fate == .inProgress, doubt.runningSince == nil {
+            let ending = try TransactionFate.endRunning(doubt.transaction, backend: doubt.backend, on: connection)
+            fate = try TransactionFate.fate(of: doubt.transaction, on: connection)
+            if ending.signalled {
+                let result = fate == .committed || fate == .aborted ? fate.rawValue : "running"
+                context.metrics.staleTransaction(lane: Lane.campaign.rawValue, result: result).increment()
+                ended = " (it was still running on the database server, whose backend \(doubt.backend) was told to end)"
+            }
+        }
+        let now = RateLimiter.monotonicSeconds()
+        let chunk = run.chunk
+        let said: String
+        var waits = false
+        switch fate {
+        case .inProgress:
+            if let since = doubt.runningSince {
+                // Told once; taken as unknown after a lease's length.
+                guard now - since >= leaseSeconds else { return false }
+                said = "it has still been running on the database server \(Int(now - since)) s later: the prunes are written again once it lets go of their rows, and any tokens it pruned are not counted (the campaign's pruned, pushd_tokens_pruned_total) nor restored with a run of DeviceTokenNotForTopic or BadDeviceToken answers that trips"
+            } else {
+                run.prunesInDoubt?.runningSince = now
+                waits = true
+                said = "it still runs on the database server: the chunk's prunes and progress wait for it to end, for up to \(Int(leaseSeconds)) s"
+            }
+        case .committed:
+            let outcome = doubt.outcome ?? PruneOutcome()
+            prunesCommitted(outcome, count: doubt.count, of: run)
+            said = "its COMMIT had gone through: \(outcome.invalidated.count) tokens pruned and \(outcome.keptByTimestamp.count) kept by APNs' timestamp are counted now"
+        case .aborted:
+            said = "it was rolled back: the prunes are written again"
+        case .unknown:
+            said = "the database server could not say whether it committed: the prunes are written again, and any tokens it pruned are not counted (the campaign's pruned, pushd_tokens_pruned_total) nor restored with a run of DeviceTokenNotForTopic or BadDeviceToken answers that trips"
+        }
+        if !waits { run.prunesInDoubt = nil }
+        let during = doubt.outcome == nil ? "while writing them" : "during its COMMIT"
+        let message = "campaign worker \(index): the transaction writing \(doubt.count) prunes of chunk \(chunk.chunk) of campaign \(chunk.campaignID) lost its session \(during)\(ended); \(said)"
+        let fields: [(String, LogValue)] = [("event", "campaign_prunes_in_doubt"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                            ("worker", .int(Int64(index))), ("prunes", .int(Int64(doubt.count))), ("result", .string(fate.rawValue))]
+        context.logger.write(fate == .committed || fate == .aborted ? .notice : .warning, message, fields: fields)
+        return !waits
+    }
+
+    /// Counts the first `count` of the run's prunes, which `outcome` says were committed.
+    private func prunesCommitted(_ outcome: PruneOutcome, count: Int, of run: ChunkRun) {
+        context.prunesCommitted(outcome)
+        run.progress.pruned += outcome.invalidated.count
+        run.progress.keptTokens += outcome.keptByTimestamp.count
+        run.prunes.removeFirst(count)
     }
 
     /// Sends a claimed batch of parked targets of one campaign, records what became of each

@@ -73,6 +73,19 @@ final class ChunkRun {
     var left: [Retry] = []
     var parked: [ParkedTarget] = []
     var prunes: [TokenPrune] = []
+    /// The transaction that was writing the first `count` of `prunes` when its session ended
+    /// (`CampaignWorker.writePrunes`): whether it committed is asked on the next session.
+    /// `outcome` is what the prune statement answered; nil, the COMMIT was never sent.
+    struct PrunesInDoubt {
+        let transaction: Int64
+        let backend: Int32
+        let count: Int
+        var outcome: PruneOutcome?
+        /// When (monotonic seconds) it was first found still running on the server after its
+        /// session ended, having been told to end then (`CampaignWorker.settle`); nil before.
+        var runningSince: Double?
+    }
+    var prunesInDoubt: PrunesInDoubt?
     /// Every target before it is resolved.
     var watermark = 0
     /// The next target never sent.

@@ -386,21 +386,13 @@ final class PipelineContext: @unchecked Sendable {
         return reason.contains(" ") ? reason : "APNs rejected the app's credentials (\(reason))"
     }
 
-    /// Prunes a batch of tokens and counts what it did: `pushd_tokens_pruned_total` for
-    /// tokens actually invalidated, `pushd_tokens_kept_total` for 410s whose token was
-    /// registered again after APNs' timestamp. A token nobody registered is neither.
+    /// Prunes a batch of tokens in a transaction still to be committed: a transaction that ends
+    /// without its COMMIT takes them back, and they are written again. `prunesCommitted` counts
+    /// them once the COMMIT went through, never before: a COMMIT whose reply was lost is asked
+    /// after on a new session (`TransactionFate`).
     ///
     /// DeviceTokenNotForTopic and BadDeviceToken prunes of a run that tripped its app's breaker
-    /// are left out, and the breaker learns which were written (`NotForTopicBreaker`).
-    func prune(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
-        let outcome = try writePrunes(prunes, on: connection)
-        prunesCommitted(outcome)
-        return outcome
-    }
-
-    /// The writes of `prune` without its counts, in a transaction still to be committed: a
-    /// transaction that ends without its COMMIT takes them back, and they are written again with
-    /// the batch taken back. `prunesCommitted` counts them once the COMMIT went through.
+    /// are left out (`PruneOutcome.withheld`).
     func writePrunes(_ prunes: [TokenPrune], on connection: PGConnection) throws -> PruneOutcome {
         guard !prunes.isEmpty else { return PruneOutcome() }
         let runs = prunes.contains { NotForTopicBreaker.runReasons.contains($0.reason) }
@@ -417,7 +409,11 @@ final class PipelineContext: @unchecked Sendable {
         return outcome
     }
 
-    /// Counts prunes `writePrunes` wrote, once they are committed.
+    /// Counts prunes `writePrunes` wrote, once they are committed: `pushd_tokens_pruned_total`
+    /// for tokens actually invalidated, `pushd_tokens_kept_total` for 410s whose token was
+    /// registered again after APNs' timestamp (a token nobody registered is neither), and the
+    /// breaker learns which DeviceTokenNotForTopic and BadDeviceToken prunes were written
+    /// (`NotForTopicBreaker`), to restore them when their run trips.
     func prunesCommitted(_ outcome: PruneOutcome) {
         if !outcome.withheld.isEmpty {
             for (app, withheld) in Dictionary(grouping: outcome.withheld, by: \.app) { senders[app]?.prunesWithheldCommitted(withheld) }
