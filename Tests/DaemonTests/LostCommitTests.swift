@@ -430,8 +430,45 @@ import Testing
             }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_tokens_pruned_total") })")
             // Said once, when the new session learned it (the 4 prunes may be written by a
             // checkpoint and the release, when the connections take long to set up).
-            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_prunes_in_doubt\"") }
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
             #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains("lost its session during its COMMIT") },
+                    "\(daemon.text.suffix(3000))")
+        }
+    }
+
+    /// A chunk's checkpoint adds what was answered since the last one to its campaign's
+    /// counters. When the session ended while it committed and the COMMIT went through, the run
+    /// kept those answers and wrote them again with its next write: counted twice (a campaign of
+    /// 20 targets reported more than 20 sent). Now the checkpoint's transaction is asked after,
+    /// and what it wrote is taken off the run's progress.
+    @Test func aCheckpointWhoseCommitReplyWasLostIsNotCountedTwice() throws {
+        let tokens = (1...20).map { DaemonHarness.token(92_000 + $0) }
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let admin = try database.connect()
+            defer { admin.close() }
+            let (proxy, proxied) = try FreezableProxy.relaying(database)
+            defer { proxy.stop() }
+            let path = try harness.writeConfigFile()
+            try FreezableProxy.route(config: path, of: database, to: proxied)
+            let store = CampaignStore()
+            // 5 a second: the chunk checkpoints (every second with the harness's 3 s lease) while it sends.
+            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "paced", pushType: "alert",
+                                                               payload: #"{"aps":{"alert":"sale"}}"#, rateLimit: 5))
+            _ = try store.importTargets(admin, campaignID: campaign, targets: tokens.map { (token: $0, payload: String?.none) })
+            _ = try store.start(admin, id: campaign)
+            // The mode parameter of a checkpoint's write, as the protocol carries a text parameter
+            // (its length first): the first checkpoint's COMMIT.
+            proxy.loseCommitReply(after: "\u{0}\u{0}\u{0}\u{0A}checkpoint")
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
+            #expect(try DaemonHarness.wait(seconds: 40) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
+            #expect(proxy.commitRepliesLost == 1)
+            #expect(tokens.allSatisfy { harness.mock.stats.perToken[$0]?.accepted == 1 },
+                    "\(tokens.filter { harness.mock.stats.perToken[$0]?.accepted != 1 }.map { ($0.suffix(6), harness.mock.stats.perToken[$0]?.accepted ?? 0) })")
+            let done = try #require(try store.campaign(admin, id: campaign))
+            #expect(done.sent == tokens.count && done.failed == 0, "sent \(done.sent), failed \(done.failed) of \(tokens.count)")
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
+            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains("its checkpoint") },
                     "\(daemon.text.suffix(3000))")
         }
     }

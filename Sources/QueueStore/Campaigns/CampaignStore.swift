@@ -604,10 +604,17 @@ public struct CampaignStore: Sendable {
                 progress.keptTokens,
             ])
         }
+        // In the caller's transaction (a chunk's prunes with its checkpoint, parked targets with
+        // its release), a refused write is undone alone and the transaction goes on.
+        let guarded = connection.isInTransaction
         let result: PGResult
         do {
-            result = try write()
-        } catch let error as PGError where error.code == .checkViolation && !connection.isInTransaction {
+            if guarded { try connection.execute(script: "SAVEPOINT pushd_record") }
+            let written = try write()
+            if guarded { try connection.execute(script: "RELEASE SAVEPOINT pushd_record") }
+            result = written
+        } catch let error as PGError where error.code == .checkViolation && (guarded ? connection.isOpen : !connection.isInTransaction) {
+            if guarded { try connection.execute(script: "ROLLBACK TO SAVEPOINT pushd_record; RELEASE SAVEPOINT pushd_record") }
             // The campaign's row is refused (a NOT VALID check it breaks): held, the chunk's
             // progress is written without it, its counts kept with the hold.
             try hold(connection, campaignID: chunk.campaignID, refusedBy: error)

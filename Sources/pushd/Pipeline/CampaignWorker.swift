@@ -1215,21 +1215,36 @@ final class CampaignWorker: @unchecked Sendable {
     private func checkpoint(_ run: ChunkRun, on connection: PGConnection) throws {
         let chunk = run.chunk
         run.advance()
-        guard try writePrunes(of: run, on: connection) else {
-            // The progress waits with the prunes it counts, for the next checkpoint.
-            run.lastCheckpoint = RateLimiter.monotonicSeconds()
-            return
-        }
-        let counted = run.progress
-        let directive: ChunkDirective
+        let written: (counted: ChunkProgress, directive: ChunkDirective)?
         do {
-            directive = try store.checkpoint(connection, chunk, counted, leaseSeconds: leaseSeconds)
+            switch try settle(run, on: connection) {
+            case .clear:
+                written = try write(run, checkpoint: true, on: connection)
+            case .waits:
+                written = nil
+            case .checkpointed:
+                // Told there, its lease extended; what was answered since goes with the next one.
+                return
+            }
         } catch let error as PGError where error.code == .lockNotAvailable && !connection.isInTransaction {
             // The progress stays with the run and is written by the next checkpoint.
             rowLocked(error, chunk, writing: "checkpoint")
             run.lastCheckpoint = RateLimiter.monotonicSeconds()
             return
         }
+        guard let written else {
+            // The progress waits for the transaction in doubt, for the next checkpoint.
+            run.lastCheckpoint = RateLimiter.monotonicSeconds()
+            return
+        }
+        checkpointed(run, counted: written.counted, directive: written.directive, on: connection)
+    }
+
+    /// What follows a checkpoint that committed, `counted` written (the run's progress
+    /// already has it taken off): told at once, or on the next session after its COMMIT's reply
+    /// was lost.
+    private func checkpointed(_ run: ChunkRun, counted: ChunkProgress, directive: ChunkDirective, on connection: PGConnection) {
+        let chunk = run.chunk
         switch directive {
         case .proceed: break
         case .stop:
@@ -1246,8 +1261,7 @@ final class CampaignWorker: @unchecked Sendable {
         // What a lost chunk's checkpoint did not write is not counted here either: the metric
         // follows the campaign's counters.
         if directive != .leaseLost { countProcessed(counted, app: chunk.app) }
-        run.progress = ChunkProgress(position: run.progress.position)
-        run.checkpointedPosition = run.progress.position
+        run.checkpointedPosition = counted.position
         run.lastCheckpoint = RateLimiter.monotonicSeconds()
         // Told once the checkpoint's effects are in place: a query failing here (the
         // connection lost) leaves no count to write twice and no lost chunk to send on.
@@ -1293,10 +1307,18 @@ final class CampaignWorker: @unchecked Sendable {
         // released past every target it sent, and none of those is sent again.
         run.parkRetries()
         run.advance()
-        guard try writePrunes(of: run, on: connection) else {
+        guard try settle(run, on: connection) != .waits else {
             run.finishNotBefore = RateLimiter.monotonicSeconds() + checkpointInterval
             return false
         }
+        // A checkpoint learnt of there may have found the lease lost.
+        if run.leaseLost {
+            keeper.drop(chunk)
+            return true
+        }
+        // The prunes first: the release or finish of a chunk with parked targets has a
+        // transaction of its own.
+        _ = try write(run, checkpoint: false, on: connection)
         let complete = run.watermark == run.count
         let directive: ChunkDirective
         do {
@@ -1446,7 +1468,7 @@ final class CampaignWorker: @unchecked Sendable {
             let chunk = run.chunk
             let unrecorded = run.answeredSinceCheckpoint
             // Their tokens pruned, they are not counted when answered again.
-            let inDoubt = run.prunesInDoubt.map { "; the transaction writing \($0.count) of their prunes lost its session and was not asked whether it committed: any tokens it pruned are not counted" } ?? ""
+            let inDoubt = run.writeInDoubt.map { "; the transaction writing \(Self.what($0)) lost its session and was not asked whether it committed: any tokens it pruned are not counted" } ?? ""
             context.logger.error("campaign worker \(index) gives up chunk \(chunk.chunk) of campaign \(chunk.campaignID) after a database error that may concern its state: \(unrecorded) of its targets answered since its last checkpoint (target \(run.checkpointedPosition)) are not recorded and are sent again when another worker takes the chunk over, once its lease ends within \(Int(leaseSeconds)) s; \(run.inFlight) more were awaiting their answers\(inDoubt): \(error)",
                                  ("event", "campaign_chunk_given_up"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                                  ("app", .string(chunk.app)), ("worker", .int(Int64(index))), ("unrecorded", .int(Int64(unrecorded))),
@@ -1458,46 +1480,72 @@ final class CampaignWorker: @unchecked Sendable {
         inFlight = 0
     }
 
-    /// Writes the prunes the run's answers asked for, in a transaction of their own, and counts
-    /// them once it committed: the campaign's `pruned` and `kept_tokens` (what the prune did to
-    /// the registered tokens, not the answers), `pushd_tokens_pruned_total`, and the breaker of
-    /// a DeviceTokenNotForTopic or BadDeviceToken run, which restores the prunes of a run that
-    /// trips. When the session ends during the COMMIT, only the server knows whether they were
-    /// written: the transaction is kept (`ChunkRun.prunesInDoubt`) and asked after on the next
-    /// session before anything is written again. Written again without asking, the prune found
-    /// its tokens already pruned and counted none of them, and a run that tripped later left
-    /// them pruned. Returns false while that cannot be told yet (the transaction still runs on
-    /// the server): the prunes, and the progress that counts them, wait.
-    private func writePrunes(of run: ChunkRun, on connection: PGConnection) throws -> Bool {
-        if let doubt = run.prunesInDoubt, try !settle(doubt, of: run, on: connection) { return false }
-        guard !run.prunes.isEmpty else { return true }
+    /// Writes the prunes the run's answers asked for and, with `checkpoint`, its progress (which
+    /// extends its lease), in one transaction, and counts them once it committed: the prunes in
+    /// `pushd_tokens_pruned_total` and the breaker of a DeviceTokenNotForTopic or BadDeviceToken
+    /// run (which restores the prunes of a run that trips), in the campaign's `pruned` and
+    /// `kept_tokens` (what the prune did to the registered tokens, not the answers), with the
+    /// checkpoint or with the run's next write; the checkpoint's counts are taken off the run's
+    /// progress. When the session ends during the COMMIT, only the server knows whether they
+    /// were written: the transaction is kept (`ChunkRun.writeInDoubt`) and asked after on the
+    /// next session (`settle`) before anything is written again. Written again without asking, a
+    /// prune found its tokens already pruned and counted none of them (and a run that tripped
+    /// later left them pruned), and a checkpoint added its counts to the campaign twice.
+    /// Returns what the checkpoint wrote and answered; nil with no checkpoint.
+    private func write(_ run: ChunkRun, checkpoint: Bool, on connection: PGConnection) throws -> (counted: ChunkProgress, directive: ChunkDirective)? {
         let count = run.prunes.count
+        guard count > 0 || checkpoint else { return nil }
+        let base = run.progress
         do {
             let transaction = try TransactionFate.begin(on: connection)
-            run.prunesInDoubt = ChunkRun.PrunesInDoubt(transaction: transaction, backend: connection.backendPID, count: count)
-            let outcome = try context.writePrunes(run.prunes, on: connection)
-            run.prunesInDoubt?.outcome = outcome
-            try connection.execute(script: "COMMIT")
-            run.prunesInDoubt = nil
-            prunesCommitted(outcome, count: count, of: run)
+            run.writeInDoubt = ChunkRun.WriteInDoubt(transaction: transaction, backend: connection.backendPID, prunes: count, checkpointing: checkpoint)
+            let outcome = count > 0 ? try context.writePrunes(run.prunes, on: connection) : PruneOutcome()
+            run.writeInDoubt?.outcome = outcome
+            var written: (counted: ChunkProgress, directive: ChunkDirective)?
+            if checkpoint {
+                var counted = base
+                counted.pruned += outcome.invalidated.count
+                counted.keptTokens += outcome.keptByTimestamp.count
+                let directive = try store.checkpoint(connection, run.chunk, counted, leaseSeconds: leaseSeconds)
+                written = (counted, directive)
+                run.writeInDoubt?.checkpoint = (base, counted, directive)
+            }
+            // The checkpoint's statement makes its transaction's commit asynchronous, as
+            // bookkeeping: prunes are not, and commit as the session would.
+            try connection.execute(script: count > 0 && checkpoint ? "SET LOCAL synchronous_commit TO DEFAULT; COMMIT" : "COMMIT")
+            run.writeInDoubt = nil
+            committed(outcome, prunes: count, base: written == nil ? nil : base, of: run)
+            return written
         } catch {
-            // The session still there, the transaction is undone, and the prunes are written
-            // again with the next ones. Else it is kept for the next session to ask.
-            if connection.isOpen, (try? connection.execute(script: "ROLLBACK")) != nil { run.prunesInDoubt = nil }
+            // The session still there, the transaction is undone, and all of it is written again
+            // with the next write. Else it is kept for the next session to ask.
+            if connection.isOpen, (try? connection.execute(script: "ROLLBACK")) != nil { run.writeInDoubt = nil }
             throw error
         }
-        return true
     }
 
-    /// What became of the transaction that was writing the run's prunes when its session ended.
-    /// Committed, what it wrote is counted; rolled back, or unknown, the prunes are written again
-    /// (unknown, any it wrote stay uncounted: said in a warning). Still running on the server (a
-    /// session cut in the network that the server has not noticed), it is ended first, once;
-    /// returns false while it still runs after that, for at most a lease's length, after which
-    /// it is taken as unknown (the prunes written again wait for its row locks, and it for
+    /// What `settle` found.
+    enum Settled: Equatable {
+        /// Nothing in doubt, or it is to be written again.
+        case clear
+        /// The transaction still runs on the server: the run's writes wait.
+        case waits
+        /// It committed a checkpoint, now told (`checkpointed`).
+        case checkpointed
+    }
+
+    /// What became of the transaction that was writing the run's prunes or checkpoint when its
+    /// session ended (`write`); `.clear` at once when there is none. Committed, what it wrote is
+    /// counted and its checkpoint told; rolled back, or unknown, all of it is written again
+    /// (unknown, any tokens it pruned stay uncounted and its checkpoint's counts may be written
+    /// twice: said in a warning). Still running on the server (a session cut in the network that
+    /// the server has not noticed), it is ended first, once; returns false while it still runs
+    /// after that (`.waits`), for at most a lease's length, after which it is taken as unknown
+    /// (what is written again waits for its row locks, and it for
     /// `idle_in_transaction_session_timeout`). One line when its fate is learnt, and one when it
     /// is first found still running.
-    private func settle(_ doubt: ChunkRun.PrunesInDoubt, of run: ChunkRun, on connection: PGConnection) throws -> Bool {
+    private func settle(_ run: ChunkRun, on connection: PGConnection) throws -> Settled {
+        guard let doubt = run.writeInDoubt else { return .clear }
         var fate = try TransactionFate.fate(of: doubt.transaction, on: connection)
         var ended = ""
         if fate == .inProgress, doubt.runningSince == nil {
@@ -1511,43 +1559,63 @@ final class CampaignWorker: @unchecked Sendable {
         }
         let now = RateLimiter.monotonicSeconds()
         let chunk = run.chunk
+        let uncounted = "any tokens it pruned are not counted (the campaign's pruned, pushd_tokens_pruned_total) nor restored with a run of DeviceTokenNotForTopic or BadDeviceToken answers that trips"
+            + (doubt.checkpoint == nil ? "" : ", and its checkpoint's counts may be counted twice in the campaign's")
         let said: String
         var waits = false
         switch fate {
         case .inProgress:
             if let since = doubt.runningSince {
                 // Told once; taken as unknown after a lease's length.
-                guard now - since >= leaseSeconds else { return false }
-                said = "it has still been running on the database server \(Int(now - since)) s later: the prunes are written again once it lets go of their rows, and any tokens it pruned are not counted (the campaign's pruned, pushd_tokens_pruned_total) nor restored with a run of DeviceTokenNotForTopic or BadDeviceToken answers that trips"
+                guard now - since >= leaseSeconds else { return .waits }
+                said = "it has still been running on the database server \(Int(now - since)) s later: what it wrote is written again once it lets go of its rows, and \(uncounted)"
             } else {
-                run.prunesInDoubt?.runningSince = now
+                run.writeInDoubt?.runningSince = now
                 waits = true
                 said = "it still runs on the database server: the chunk's prunes and progress wait for it to end, for up to \(Int(leaseSeconds)) s"
             }
         case .committed:
             let outcome = doubt.outcome ?? PruneOutcome()
-            prunesCommitted(outcome, count: doubt.count, of: run)
+            committed(outcome, prunes: doubt.prunes, base: doubt.checkpoint?.base, of: run)
             said = "its COMMIT had gone through: \(outcome.invalidated.count) tokens pruned and \(outcome.keptByTimestamp.count) kept by APNs' timestamp are counted now"
+                + (doubt.checkpoint == nil ? "" : ", and what its checkpoint wrote is not written again")
         case .aborted:
-            said = "it was rolled back: the prunes are written again"
+            said = "it was rolled back: all of it is written again"
         case .unknown:
-            said = "the database server could not say whether it committed: the prunes are written again, and any tokens it pruned are not counted (the campaign's pruned, pushd_tokens_pruned_total) nor restored with a run of DeviceTokenNotForTopic or BadDeviceToken answers that trips"
+            said = "the database server could not say whether it committed: all of it is written again, and \(uncounted)"
         }
-        if !waits { run.prunesInDoubt = nil }
-        let during = doubt.outcome == nil ? "while writing them" : "during its COMMIT"
-        let message = "campaign worker \(index): the transaction writing \(doubt.count) prunes of chunk \(chunk.chunk) of campaign \(chunk.campaignID) lost its session \(during)\(ended); \(said)"
-        let fields: [(String, LogValue)] = [("event", "campaign_prunes_in_doubt"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
-                                            ("worker", .int(Int64(index))), ("prunes", .int(Int64(doubt.count))), ("result", .string(fate.rawValue))]
+        if !waits { run.writeInDoubt = nil }
+        let during = doubt.outcome == nil || (doubt.checkpointing && doubt.checkpoint == nil) ? "while writing them" : "during its COMMIT"
+        let message = "campaign worker \(index): the transaction writing \(Self.what(doubt)) of chunk \(chunk.chunk) of campaign \(chunk.campaignID) lost its session \(during)\(ended); \(said)"
+        let fields: [(String, LogValue)] = [("event", "campaign_write_in_doubt"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
+                                            ("worker", .int(Int64(index))), ("prunes", .int(Int64(doubt.prunes))),
+                                            ("checkpoint", .bool(doubt.checkpoint != nil)), ("result", .string(fate.rawValue))]
         context.logger.write(fate == .committed || fate == .aborted ? .notice : .warning, message, fields: fields)
-        return !waits
+        if fate == .committed, let checkpoint = doubt.checkpoint {
+            checkpointed(run, counted: checkpoint.counted, directive: checkpoint.directive, on: connection)
+            return .checkpointed
+        }
+        return waits ? .waits : .clear
     }
 
-    /// Counts the first `count` of the run's prunes, which `outcome` says were committed.
-    private func prunesCommitted(_ outcome: PruneOutcome, count: Int, of run: ChunkRun) {
+    /// What a transaction in doubt was writing, for its lines.
+    static func what(_ doubt: ChunkRun.WriteInDoubt) -> String {
+        let prunes = "\(doubt.prunes) prunes"
+        return !doubt.checkpointing ? prunes : doubt.prunes == 0 ? "its checkpoint" : "\(prunes) and its checkpoint"
+    }
+
+    /// Counts the first `prunes` of the run's prunes, which `outcome` says were committed, and
+    /// takes `base` off the run's progress when a checkpoint wrote it with them (their counts in
+    /// it); without one, their counts wait in the progress for the run's next write.
+    private func committed(_ outcome: PruneOutcome, prunes: Int, base: ChunkProgress?, of run: ChunkRun) {
         context.prunesCommitted(outcome)
-        run.progress.pruned += outcome.invalidated.count
-        run.progress.keptTokens += outcome.keptByTimestamp.count
-        run.prunes.removeFirst(count)
+        run.prunes.removeFirst(prunes)
+        if let base {
+            run.checkpointed(base)
+        } else {
+            run.progress.pruned += outcome.invalidated.count
+            run.progress.keptTokens += outcome.keptByTimestamp.count
+        }
     }
 
     /// Sends a claimed batch of parked targets of one campaign, records what became of each

@@ -73,19 +73,25 @@ final class ChunkRun {
     var left: [Retry] = []
     var parked: [ParkedTarget] = []
     var prunes: [TokenPrune] = []
-    /// The transaction that was writing the first `count` of `prunes` when its session ended
-    /// (`CampaignWorker.writePrunes`): whether it committed is asked on the next session.
-    /// `outcome` is what the prune statement answered; nil, the COMMIT was never sent.
-    struct PrunesInDoubt {
+    /// The transaction that was writing the first `prunes` of `prunes`, and with `checkpoint`
+    /// the run's checkpoint, when its session ended (`CampaignWorker.write`): whether it
+    /// committed is asked on the next session (`CampaignWorker.settle`).
+    struct WriteInDoubt {
         let transaction: Int64
         let backend: Int32
-        let count: Int
+        let prunes: Int
+        /// It writes the run's checkpoint too.
+        let checkpointing: Bool
+        /// What the prune statement answered; nil, it had not.
         var outcome: PruneOutcome?
+        /// The checkpoint it wrote: the run's progress then (`base`, the prunes' counts apart),
+        /// the counts written and what the write answered. nil: none, or it had not answered.
+        var checkpoint: (base: ChunkProgress, counted: ChunkProgress, directive: ChunkDirective)?
         /// When (monotonic seconds) it was first found still running on the server after its
-        /// session ended, having been told to end then (`CampaignWorker.settle`); nil before.
+        /// session ended, having been told to end then; nil before.
         var runningSince: Double?
     }
-    var prunesInDoubt: PrunesInDoubt?
+    var writeInDoubt: WriteInDoubt?
     /// Every target before it is resolved.
     var watermark = 0
     /// The next target never sent.
@@ -242,6 +248,17 @@ final class ChunkRun {
         }
         retries.removeAll()
         left.removeAll()
+    }
+
+    /// Takes off the progress what a checkpoint wrote (`base`), keeping what was answered since.
+    func checkpointed(_ base: ChunkProgress) {
+        progress.sent -= base.sent
+        for (reason, count) in base.failedByReason {
+            let left = progress.failedByReason[reason, default: 0] - count
+            progress.failedByReason[reason] = left > 0 ? left : nil
+        }
+        progress.pruned -= base.pruned
+        progress.keptTokens -= base.keptTokens
     }
 
     /// Moves the watermark over every resolved target and adds them to `progress`.
