@@ -468,7 +468,46 @@ import Testing
             let done = try #require(try store.campaign(admin, id: campaign))
             #expect(done.sent == tokens.count && done.failed == 0, "sent \(done.sent), failed \(done.failed) of \(tokens.count)")
             let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
-            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains("its checkpoint") },
+            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains(#""record":"checkpoint""#) },
+                    "\(daemon.text.suffix(3000))")
+        }
+    }
+
+    /// A chunk's finish that committed with its reply lost was written again on the next
+    /// session, found the chunk finished, and took that for a lease another worker had taken
+    /// over: a "lost the lease" warning (nothing was sent again), the chunk's targets missing
+    /// from `pushd_campaign_targets_processed_total`, and the campaign's "finished" line never
+    /// written. Now its fate is asked and the finish told as if it had been answered.
+    @Test func aFinishWhoseCommitReplyWasLostIsToldAsFinished() throws {
+        let tokens = (1...4).map { DaemonHarness.token(93_000 + $0) }
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let admin = try database.connect()
+            defer { admin.close() }
+            let (proxy, proxied) = try FreezableProxy.relaying(database)
+            defer { proxy.stop() }
+            let path = try harness.writeConfigFile()
+            try FreezableProxy.route(config: path, of: database, to: proxied)
+            let store = CampaignStore()
+            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "short", pushType: "alert", payload: #"{"aps":{"alert":"sale"}}"#))
+            _ = try store.importTargets(admin, campaignID: campaign, targets: tokens.map { (token: $0, payload: String?.none) })
+            _ = try store.start(admin, id: campaign)
+            // The mode parameter of a finish's write (length-prefixed, as the protocol carries it).
+            proxy.loseCommitReply(after: "\u{0}\u{0}\u{0}\u{06}finish")
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
+            #expect(proxy.commitRepliesLost == 1)
+            let done = try #require(try store.campaign(admin, id: campaign))
+            #expect(done.sent == tokens.count && done.failed == 0, "sent \(done.sent), failed \(done.failed) of \(tokens.count)")
+            var metrics = ""
+            #expect(DaemonHarness.wait(seconds: 10) {
+                metrics = daemon.metrics()
+                return metrics.contains(#"pushd_campaign_targets_processed_total{app="shop",status="sent"} 4"#)
+            }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_campaign_targets_processed_total") })")
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"campaign_finished\"") }, "\(daemon.text.suffix(3000))")
+            #expect(!daemon.text.contains("lost the lease of chunk"), "\(daemon.text.suffix(3000))")
+            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
+            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains(#""record":"finish""#) },
                     "\(daemon.text.suffix(3000))")
         }
     }

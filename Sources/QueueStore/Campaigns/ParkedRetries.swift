@@ -292,19 +292,27 @@ extension CampaignStore {
         }
     }
 
+    /// In the caller's transaction (a chunk's prunes with it, whose fate the caller asks after
+    /// a lost COMMIT), under a savepoint: the caller commits or rolls back.
     private func parkingOnce(_ parked: [ParkedTarget], on connection: PGConnection,
                              _ record: () throws -> ChunkDirective) throws -> ChunkDirective {
         if parked.isEmpty { return try record() }
-        try connection.execute(script: "BEGIN")
+        let own = !connection.isInTransaction
+        try connection.execute(script: own ? "BEGIN" : "SAVEPOINT pushd_parking")
         do {
             try park(connection, parked)
             let directive = try record()
             // A lost lease means another worker sends this chunk again, its waiting targets
             // included: park nothing.
-            try connection.execute(script: directive == .leaseLost ? "ROLLBACK" : "COMMIT")
+            if own {
+                try connection.execute(script: directive == .leaseLost ? "ROLLBACK" : "COMMIT")
+            } else {
+                try connection.execute(script: directive == .leaseLost
+                    ? "ROLLBACK TO SAVEPOINT pushd_parking; RELEASE SAVEPOINT pushd_parking" : "RELEASE SAVEPOINT pushd_parking")
+            }
             return directive
         } catch {
-            if connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
+            if own, connection.isOpen { _ = try? connection.execute(script: "ROLLBACK") }
             throw error
         }
     }

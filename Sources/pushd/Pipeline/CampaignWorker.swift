@@ -313,8 +313,11 @@ final class CampaignWorker: @unchecked Sendable {
     /// current one has sent its targets, and when its pace makes it due.
     private var wantsAnotherChunk: Bool {
         (runs.isEmpty || !heldByEngine) && runs.count < Self.maxRuns(budget: budget, chunkSize: context.config.campaignChunkSize) && inFlight < budget
-            && runs.allSatisfy { ($0.submittedAll || $0.rate != nil || $0.waitsForAPNs) && (!$0.stopSubmitting || $0.waitsForAPNs) }
+            && runs.allSatisfy { ($0.submittedAll || $0.rate != nil || $0.waitsForAPNs) && (!$0.stopSubmitting || $0.waitsForAPNs) && $0.writeInDoubt == nil }
     }
+    // Not while a run's write is in doubt: a release that went through leaves its chunk
+    // leasable, and leased again under this worker's name before the release is settled, the
+    // run that released it would drop the new lease's keeping, or release it again.
 
     /// What one answer did, once metrics and tallies are counted.
     private enum Handled {
@@ -1214,15 +1217,16 @@ final class CampaignWorker: @unchecked Sendable {
     /// was paused or cancelled meanwhile.
     private func checkpoint(_ run: ChunkRun, on connection: PGConnection) throws {
         let chunk = run.chunk
+        guard !run.finished else { return }
         run.advance()
         let written: (counted: ChunkProgress, directive: ChunkDirective)?
         do {
             switch try settle(run, on: connection) {
             case .clear:
-                written = try write(run, checkpoint: true, on: connection)
+                written = try write(run, .checkpoint, on: connection)
             case .waits:
                 written = nil
-            case .checkpointed:
+            case .recorded:
                 // Told there, its lease extended; what was answered since goes with the next one.
                 return
             }
@@ -1298,6 +1302,7 @@ final class CampaignWorker: @unchecked Sendable {
     /// the finish is tried again a checkpoint interval later.
     private func finish(_ run: ChunkRun, on connection: PGConnection) throws -> Bool {
         let chunk = run.chunk
+        if run.finished { return true }
         // Another worker holds the chunk now; it resumes from the last checkpoint.
         if run.leaseLost {
             keeper.drop(chunk)
@@ -1307,20 +1312,23 @@ final class CampaignWorker: @unchecked Sendable {
         // released past every target it sent, and none of those is sent again.
         run.parkRetries()
         run.advance()
-        guard try settle(run, on: connection) != .waits else {
+        switch try settle(run, on: connection) {
+        case .clear: break
+        case .waits:
             run.finishNotBefore = RateLimiter.monotonicSeconds() + checkpointInterval
             return false
+        case .recorded:
+            // A finish or release learnt of there is done with; a checkpoint may have found
+            // the lease lost, or be followed by the finish.
+            if run.finished { return true }
         }
         // A checkpoint learnt of there may have found the lease lost.
         if run.leaseLost {
             keeper.drop(chunk)
             return true
         }
-        // The prunes first: the release or finish of a chunk with parked targets has a
-        // transaction of its own.
-        _ = try write(run, checkpoint: false, on: connection)
         let complete = run.watermark == run.count
-        let directive: ChunkDirective
+        let written: (counted: ChunkProgress, directive: ChunkDirective)
         do {
             // Put off before the release: released first, another worker could lease the chunk
             // in between and fail on its connections at once too.
@@ -1334,16 +1342,21 @@ final class CampaignWorker: @unchecked Sendable {
                                            ("campaign", .int(chunk.campaignID)), ("app", .string(chunk.app)))
                 }
             }
-            if complete {
-                directive = try store.finish(connection, chunk, run.progress, parking: run.parked)
-            } else {
-                directive = try store.release(connection, chunk, run.progress, parking: run.parked)
-            }
+            written = try write(run, complete ? .finish : .release, on: connection)
         } catch let error as PGError where error.code == .lockNotAvailable && !connection.isInTransaction {
             rowLocked(error, chunk, writing: complete ? "finish" : "release")
             run.finishNotBefore = RateLimiter.monotonicSeconds() + checkpointInterval
             return false
         }
+        finished(run, complete: complete, counted: written.counted, directive: written.directive, on: connection)
+        return true
+    }
+
+    /// What follows a finish or release that committed, `counted` written: told at once, or on
+    /// the next session after its COMMIT's reply was lost. The run is done with from here.
+    private func finished(_ run: ChunkRun, complete: Bool, counted: ChunkProgress, directive: ChunkDirective, on connection: PGConnection) {
+        let chunk = run.chunk
+        run.finished = true
         keeper.drop(chunk)
         // Released early: its unsent targets' time at the cap goes back, the campaign running or
         // paused (resumed, it is leased at once; resumed before its chunk saw the pause, the
@@ -1359,14 +1372,13 @@ final class CampaignWorker: @unchecked Sendable {
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
         if case .refused(let held) = directive { context.reportRefusedCampaign(held) }
-        if directive != .leaseLost { countProcessed(run.progress, app: chunk.app) }
-        // The run is done with from here: a query failing now must not leave it to be finished again.
+        if directive != .leaseLost { countProcessed(counted, app: chunk.app) }
+        // A query failing now must not leave the run to be finished again.
         tellAfterWrite(chunk, complete ? "finish" : "release") {
             if !complete, run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
             if directive == .stop(.done) { try logCampaign(chunk.campaignID, "finished", on: connection) }
-            if directive == .leaseLost { try lostChunk(chunk, uncounted: run.progress, on: connection) }
+            if directive == .leaseLost { try lostChunk(chunk, uncounted: counted, on: connection) }
         }
-        return true
     }
 
     /// A rate-capped campaign's chunk that stops early will not send its targets from
@@ -1492,30 +1504,29 @@ final class CampaignWorker: @unchecked Sendable {
     /// prune found its tokens already pruned and counted none of them (and a run that tripped
     /// later left them pruned), and a checkpoint added its counts to the campaign twice.
     /// Returns what the checkpoint wrote and answered; nil with no checkpoint.
-    private func write(_ run: ChunkRun, checkpoint: Bool, on connection: PGConnection) throws -> (counted: ChunkProgress, directive: ChunkDirective)? {
+    private func write(_ run: ChunkRun, _ record: ChunkRun.Record, on connection: PGConnection) throws -> (counted: ChunkProgress, directive: ChunkDirective) {
         let count = run.prunes.count
-        guard count > 0 || checkpoint else { return nil }
         let base = run.progress
         do {
             let transaction = try TransactionFate.begin(on: connection)
-            run.writeInDoubt = ChunkRun.WriteInDoubt(transaction: transaction, backend: connection.backendPID, prunes: count, checkpointing: checkpoint)
+            run.writeInDoubt = ChunkRun.WriteInDoubt(transaction: transaction, backend: connection.backendPID, prunes: count, record: record)
             let outcome = count > 0 ? try context.writePrunes(run.prunes, on: connection) : PruneOutcome()
             run.writeInDoubt?.outcome = outcome
-            var written: (counted: ChunkProgress, directive: ChunkDirective)?
-            if checkpoint {
-                var counted = base
-                counted.pruned += outcome.invalidated.count
-                counted.keptTokens += outcome.keptByTimestamp.count
-                let directive = try store.checkpoint(connection, run.chunk, counted, leaseSeconds: leaseSeconds)
-                written = (counted, directive)
-                run.writeInDoubt?.checkpoint = (base, counted, directive)
+            var counted = base
+            counted.pruned += outcome.invalidated.count
+            counted.keptTokens += outcome.keptByTimestamp.count
+            let directive = switch record {
+            case .checkpoint: try store.checkpoint(connection, run.chunk, counted, leaseSeconds: leaseSeconds)
+            case .finish: try store.finish(connection, run.chunk, counted, parking: run.parked)
+            case .release: try store.release(connection, run.chunk, counted, parking: run.parked)
             }
-            // The checkpoint's statement makes its transaction's commit asynchronous, as
+            run.writeInDoubt?.recorded = (base, counted, directive)
+            // The progress's statement makes its transaction's commit asynchronous, as
             // bookkeeping: prunes are not, and commit as the session would.
-            try connection.execute(script: count > 0 && checkpoint ? "SET LOCAL synchronous_commit TO DEFAULT; COMMIT" : "COMMIT")
+            try connection.execute(script: count > 0 ? "SET LOCAL synchronous_commit TO DEFAULT; COMMIT" : "COMMIT")
             run.writeInDoubt = nil
-            committed(outcome, prunes: count, base: written == nil ? nil : base, of: run)
-            return written
+            committed(outcome, prunes: count, base: base, of: run)
+            return (counted, directive)
         } catch {
             // The session still there, the transaction is undone, and all of it is written again
             // with the next write. Else it is kept for the next session to ask.
@@ -1530,17 +1541,17 @@ final class CampaignWorker: @unchecked Sendable {
         case clear
         /// The transaction still runs on the server: the run's writes wait.
         case waits
-        /// It committed a checkpoint, now told (`checkpointed`).
-        case checkpointed
+        /// It committed the run's progress, now told (`checkpointed`, `finished`).
+        case recorded
     }
 
-    /// What became of the transaction that was writing the run's prunes or checkpoint when its
+    /// What became of the transaction that was writing the run's prunes and progress when its
     /// session ended (`write`); `.clear` at once when there is none. Committed, what it wrote is
-    /// counted and its checkpoint told; rolled back, or unknown, all of it is written again
-    /// (unknown, any tokens it pruned stay uncounted and its checkpoint's counts may be written
-    /// twice: said in a warning). Still running on the server (a session cut in the network that
-    /// the server has not noticed), it is ended first, once; returns false while it still runs
-    /// after that (`.waits`), for at most a lease's length, after which it is taken as unknown
+    /// counted and its checkpoint, finish or release told (`.recorded`); rolled back, or unknown,
+    /// all of it is written again (unknown, any tokens it pruned stay uncounted and a
+    /// checkpoint's counts may be written twice: said in a warning). Still running on the server
+    /// (a session cut in the network that the server has not noticed), it is ended first, once;
+    /// `.waits` while it still runs after that, for at most a lease's length, after which it is taken as unknown
     /// (what is written again waits for its row locks, and it for
     /// `idle_in_transaction_session_timeout`). One line when its fate is learnt, and one when it
     /// is first found still running.
@@ -1560,7 +1571,8 @@ final class CampaignWorker: @unchecked Sendable {
         let now = RateLimiter.monotonicSeconds()
         let chunk = run.chunk
         let uncounted = "any tokens it pruned are not counted (the campaign's pruned, pushd_tokens_pruned_total) nor restored with a run of DeviceTokenNotForTopic or BadDeviceToken answers that trips"
-            + (doubt.checkpoint == nil ? "" : ", and its checkpoint's counts may be counted twice in the campaign's")
+            + (doubt.record != .checkpoint ? "" : ", and its checkpoint's counts may be counted twice in the campaign's")
+            + (doubt.record == .checkpoint ? "" : ", and its \(doubt.record.rawValue) written again may take its chunk for one another worker took over")
         let said: String
         var waits = false
         switch fate {
@@ -1575,47 +1587,45 @@ final class CampaignWorker: @unchecked Sendable {
                 said = "it still runs on the database server: the chunk's prunes and progress wait for it to end, for up to \(Int(leaseSeconds)) s"
             }
         case .committed:
+            // Its COMMIT was sent: every statement before it had answered.
             let outcome = doubt.outcome ?? PruneOutcome()
-            committed(outcome, prunes: doubt.prunes, base: doubt.checkpoint?.base, of: run)
+            if let recorded = doubt.recorded { committed(outcome, prunes: doubt.prunes, base: recorded.base, of: run) }
             said = "its COMMIT had gone through: \(outcome.invalidated.count) tokens pruned and \(outcome.keptByTimestamp.count) kept by APNs' timestamp are counted now"
-                + (doubt.checkpoint == nil ? "" : ", and what its checkpoint wrote is not written again")
+                + ", and what its \(doubt.record.rawValue) wrote is not written again"
         case .aborted:
             said = "it was rolled back: all of it is written again"
         case .unknown:
             said = "the database server could not say whether it committed: all of it is written again, and \(uncounted)"
         }
         if !waits { run.writeInDoubt = nil }
-        let during = doubt.outcome == nil || (doubt.checkpointing && doubt.checkpoint == nil) ? "while writing them" : "during its COMMIT"
+        let during = doubt.recorded == nil ? "while writing it" : "during its COMMIT"
         let message = "campaign worker \(index): the transaction writing \(Self.what(doubt)) of chunk \(chunk.chunk) of campaign \(chunk.campaignID) lost its session \(during)\(ended); \(said)"
         let fields: [(String, LogValue)] = [("event", "campaign_write_in_doubt"), ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                                             ("worker", .int(Int64(index))), ("prunes", .int(Int64(doubt.prunes))),
-                                            ("checkpoint", .bool(doubt.checkpoint != nil)), ("result", .string(fate.rawValue))]
+                                            ("record", .string(doubt.record.rawValue)), ("result", .string(fate.rawValue))]
         context.logger.write(fate == .committed || fate == .aborted ? .notice : .warning, message, fields: fields)
-        if fate == .committed, let checkpoint = doubt.checkpoint {
-            checkpointed(run, counted: checkpoint.counted, directive: checkpoint.directive, on: connection)
-            return .checkpointed
+        if fate == .committed, let recorded = doubt.recorded {
+            if doubt.record == .checkpoint {
+                checkpointed(run, counted: recorded.counted, directive: recorded.directive, on: connection)
+            } else {
+                finished(run, complete: doubt.record == .finish, counted: recorded.counted, directive: recorded.directive, on: connection)
+            }
+            return .recorded
         }
         return waits ? .waits : .clear
     }
 
     /// What a transaction in doubt was writing, for its lines.
     static func what(_ doubt: ChunkRun.WriteInDoubt) -> String {
-        let prunes = "\(doubt.prunes) prunes"
-        return !doubt.checkpointing ? prunes : doubt.prunes == 0 ? "its checkpoint" : "\(prunes) and its checkpoint"
+        doubt.prunes == 0 ? "its \(doubt.record.rawValue)" : "\(doubt.prunes) prunes and its \(doubt.record.rawValue)"
     }
 
     /// Counts the first `prunes` of the run's prunes, which `outcome` says were committed, and
-    /// takes `base` off the run's progress when a checkpoint wrote it with them (their counts in
-    /// it); without one, their counts wait in the progress for the run's next write.
-    private func committed(_ outcome: PruneOutcome, prunes: Int, base: ChunkProgress?, of run: ChunkRun) {
+    /// takes `base` off the run's progress, written with them (their counts added).
+    private func committed(_ outcome: PruneOutcome, prunes: Int, base: ChunkProgress, of run: ChunkRun) {
         context.prunesCommitted(outcome)
         run.prunes.removeFirst(prunes)
-        if let base {
-            run.checkpointed(base)
-        } else {
-            run.progress.pruned += outcome.invalidated.count
-            run.progress.keptTokens += outcome.keptByTimestamp.count
-        }
+        run.checkpointed(base)
     }
 
     /// Sends a claimed batch of parked targets of one campaign, records what became of each

@@ -73,20 +73,30 @@ final class ChunkRun {
     var left: [Retry] = []
     var parked: [ParkedTarget] = []
     var prunes: [TokenPrune] = []
-    /// The transaction that was writing the first `prunes` of `prunes`, and with `checkpoint`
-    /// the run's checkpoint, when its session ended (`CampaignWorker.write`): whether it
-    /// committed is asked on the next session (`CampaignWorker.settle`).
+    /// What a chunk's write records besides its prunes (`CampaignWorker.write`).
+    enum Record: String {
+        /// Its progress, which extends its lease.
+        case checkpoint
+        /// Its last progress, the chunk done (its waiting targets parked).
+        case finish
+        /// Its progress, the chunk given up at its watermark (its waiting targets parked).
+        case release
+    }
+
+    /// The transaction that was writing the first `prunes` of `prunes` and the run's progress
+    /// (`record`), when its session ended (`CampaignWorker.write`): whether it committed is
+    /// asked on the next session (`CampaignWorker.settle`).
     struct WriteInDoubt {
         let transaction: Int64
         let backend: Int32
         let prunes: Int
-        /// It writes the run's checkpoint too.
-        let checkpointing: Bool
+        let record: Record
         /// What the prune statement answered; nil, it had not.
         var outcome: PruneOutcome?
-        /// The checkpoint it wrote: the run's progress then (`base`, the prunes' counts apart),
-        /// the counts written and what the write answered. nil: none, or it had not answered.
-        var checkpoint: (base: ChunkProgress, counted: ChunkProgress, directive: ChunkDirective)?
+        /// The progress it wrote: the run's progress then (`base`, the prunes' counts apart),
+        /// the counts written and what the write answered. nil: it had not answered (then the
+        /// COMMIT was never sent).
+        var recorded: (base: ChunkProgress, counted: ChunkProgress, directive: ChunkDirective)?
         /// When (monotonic seconds) it was first found still running on the server after its
         /// session ended, having been told to end then; nil before.
         var runningSince: Double?
@@ -120,6 +130,8 @@ final class ChunkRun {
     /// worker leases other chunks meanwhile, as it does once every target was sent.
     var waitsForAPNs = false
     var leaseLost = false
+    /// Its finish or release committed (`CampaignWorker.finished`): the run is done with.
+    var finished = false
     var lastCheckpoint = RateLimiter.monotonicSeconds()
     /// The chunk's position as its last checkpoint wrote it: a worker that takes the chunk
     /// over resumes there.
