@@ -401,38 +401,20 @@ import Testing
     /// first, and the prunes it wrote are counted.
     @Test func prunesOfACampaignChunkWhoseCommitReplyWasLostAreCounted() throws {
         let tokens = (1...4).map { DaemonHarness.token(91_000 + $0) }
-        try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database, faults: FaultConfiguration(badDeviceTokens: Set(tokens)))
-            let admin = try database.connect()
-            defer { admin.close() }
-            try NotForTopicTests.register(admin, tokens)
-            let (proxy, proxied) = try FreezableProxy.relaying(database)
-            defer { proxy.stop() }
-            let path = try harness.writeConfigFile()
-            try FreezableProxy.route(config: path, of: database, to: proxied)
-            let store = CampaignStore()
-            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "dead tokens", pushType: "alert",
-                                                               payload: #"{"aps":{"alert":"sale"}}"#))
-            _ = try store.importTargets(admin, campaignID: campaign, targets: tokens.map { (token: $0, payload: String?.none) })
-            _ = try store.start(admin, id: campaign)
-            // The first statement to carry a BadDeviceToken prune is the chunk's.
-            proxy.loseCommitReply(after: "BadDeviceToken")
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
-            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
-            #expect(proxy.commitRepliesLost == 1)
-            #expect(try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == 4)
-            let done = try #require(try store.campaign(admin, id: campaign))
-            #expect(done.pruned == 4 && done.failedByReason == ["BadDeviceToken": 4], "pruned \(done.pruned), \(done.failedByReason)")
+        // The first statement to carry a BadDeviceToken prune is the chunk's.
+        try Self.campaignLosingACommitReply(tokens: tokens, faults: FaultConfiguration(badDeviceTokens: Set(tokens)), registered: true,
+                                            after: "BadDeviceToken") { (sent: CampaignSent) throws in
+            #expect(try DaemonHarness.count(sent.admin, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NOT NULL") == 4)
+            #expect(sent.done.pruned == 4 && sent.done.failedByReason == ["BadDeviceToken": 4], "pruned \(sent.done.pruned), \(sent.done.failedByReason)")
             var metrics = ""
             #expect(DaemonHarness.wait(seconds: 10) {
-                metrics = daemon.metrics()
+                metrics = sent.daemon.metrics()
                 return PruneCountersTests.total(metrics, "pushd_tokens_pruned_total") == 4
             }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_tokens_pruned_total") })")
             // Said once, when the new session learned it (the 4 prunes may be written by a
             // checkpoint and the release, when the connections take long to set up).
-            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
-            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains("lost its session during its COMMIT") },
-                    "\(daemon.text.suffix(3000))")
+            #expect(sent.inDoubt.count == 1 && sent.inDoubt.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains("lost its session during its COMMIT") },
+                    "\(sent.daemon.text.suffix(3000))")
         }
     }
 
@@ -443,33 +425,15 @@ import Testing
     /// and what it wrote is taken off the run's progress.
     @Test func aCheckpointWhoseCommitReplyWasLostIsNotCountedTwice() throws {
         let tokens = (1...20).map { DaemonHarness.token(92_000 + $0) }
-        try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database)
-            let admin = try database.connect()
-            defer { admin.close() }
-            let (proxy, proxied) = try FreezableProxy.relaying(database)
-            defer { proxy.stop() }
-            let path = try harness.writeConfigFile()
-            try FreezableProxy.route(config: path, of: database, to: proxied)
-            let store = CampaignStore()
-            // 5 a second: the chunk checkpoints (every second with the harness's 3 s lease) while it sends.
-            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "paced", pushType: "alert",
-                                                               payload: #"{"aps":{"alert":"sale"}}"#, rateLimit: 5))
-            _ = try store.importTargets(admin, campaignID: campaign, targets: tokens.map { (token: $0, payload: String?.none) })
-            _ = try store.start(admin, id: campaign)
-            // The mode parameter of a checkpoint's write, as the protocol carries a text parameter
-            // (its length first): the first checkpoint's COMMIT.
-            proxy.loseCommitReply(after: "\u{0}\u{0}\u{0}\u{0A}checkpoint")
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
-            #expect(try DaemonHarness.wait(seconds: 40) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
-            #expect(proxy.commitRepliesLost == 1)
-            #expect(tokens.allSatisfy { harness.mock.stats.perToken[$0]?.accepted == 1 },
-                    "\(tokens.filter { harness.mock.stats.perToken[$0]?.accepted != 1 }.map { ($0.suffix(6), harness.mock.stats.perToken[$0]?.accepted ?? 0) })")
-            let done = try #require(try store.campaign(admin, id: campaign))
-            #expect(done.sent == tokens.count && done.failed == 0, "sent \(done.sent), failed \(done.failed) of \(tokens.count)")
-            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
-            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains(#""record":"checkpoint""#) },
-                    "\(daemon.text.suffix(3000))")
+        // 5 a second: the chunk checkpoints (every second with the harness's 3 s lease) while it
+        // sends. The marker is the mode parameter of a checkpoint's write, as the protocol
+        // carries a text parameter (its length first): the first checkpoint's COMMIT.
+        try Self.campaignLosingACommitReply(tokens: tokens, rateLimit: 5, after: "\u{0}\u{0}\u{0}\u{0A}checkpoint", seconds: 40) { (sent: CampaignSent) throws in
+            #expect(tokens.allSatisfy { sent.harness.mock.stats.perToken[$0]?.accepted == 1 },
+                    "\(tokens.filter { sent.harness.mock.stats.perToken[$0]?.accepted != 1 }.map { ($0.suffix(6), sent.harness.mock.stats.perToken[$0]?.accepted ?? 0) })")
+            #expect(sent.done.sent == tokens.count && sent.done.failed == 0, "sent \(sent.done.sent), failed \(sent.done.failed) of \(tokens.count)")
+            #expect(sent.inDoubt.count == 1 && sent.inDoubt.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains(#""record":"checkpoint""#) },
+                    "\(sent.daemon.text.suffix(3000))")
         }
     }
 
@@ -480,35 +444,58 @@ import Testing
     /// written. Now its fate is asked and the finish told as if it had been answered.
     @Test func aFinishWhoseCommitReplyWasLostIsToldAsFinished() throws {
         let tokens = (1...4).map { DaemonHarness.token(93_000 + $0) }
+        // The mode parameter of a finish's write (length-prefixed, as the protocol carries it).
+        try Self.campaignLosingACommitReply(tokens: tokens, after: "\u{0}\u{0}\u{0}\u{06}finish") { (sent: CampaignSent) throws in
+            #expect(sent.done.sent == tokens.count && sent.done.failed == 0, "sent \(sent.done.sent), failed \(sent.done.failed) of \(tokens.count)")
+            var metrics = ""
+            #expect(DaemonHarness.wait(seconds: 10) {
+                metrics = sent.daemon.metrics()
+                return metrics.contains(#"pushd_campaign_targets_processed_total{app="shop",status="sent"} 4"#)
+            }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_campaign_targets_processed_total") })")
+            #expect(DaemonHarness.wait(seconds: 10) { sent.daemon.text.contains("\"event\":\"campaign_finished\"") }, "\(sent.daemon.text.suffix(3000))")
+            #expect(!sent.daemon.text.contains("lost the lease of chunk"), "\(sent.daemon.text.suffix(3000))")
+            #expect(sent.inDoubt.count == 1 && sent.inDoubt.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains(#""record":"finish""#) },
+                    "\(sent.daemon.text.suffix(3000))")
+        }
+    }
+
+    /// A campaign sent by the real `pushd` whose database is behind a relay.
+    struct CampaignSent {
+        let harness: DaemonHarness
+        let admin: PGConnection
+        let daemon: TLSFailurePausesAppTests.Daemon
+        /// The campaign once done.
+        let done: Campaign
+        /// The daemon's `campaign_write_in_doubt` lines.
+        var inDoubt: [Substring] { daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") } }
+    }
+
+    /// Sends a campaign of `tokens` (registered in sandbox first with `registered`) through
+    /// `pushd` on a relay to PostgreSQL that loses the reply to the COMMIT of the first
+    /// transaction carrying `marker` (`FreezableProxy.loseCommitReply`), and hands `check` the
+    /// campaign once it is done, that reply having been lost.
+    static func campaignLosingACommitReply(tokens: [String], faults: FaultConfiguration = FaultConfiguration(), registered: Bool = false,
+                                           rateLimit: Int? = nil, after marker: String, seconds: Double = 30,
+                                           _ check: (CampaignSent) throws -> Void) throws {
         try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database)
+            let harness = try DaemonHarness(database: database, faults: faults)
             let admin = try database.connect()
             defer { admin.close() }
+            if registered { try NotForTopicTests.register(admin, tokens) }
             let (proxy, proxied) = try FreezableProxy.relaying(database)
             defer { proxy.stop() }
             let path = try harness.writeConfigFile()
             try FreezableProxy.route(config: path, of: database, to: proxied)
             let store = CampaignStore()
-            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "short", pushType: "alert", payload: #"{"aps":{"alert":"sale"}}"#))
+            let campaign = try store.create(admin, NewCampaign(app: "shop", name: "lost reply", pushType: "alert",
+                                                               payload: #"{"aps":{"alert":"sale"}}"#, rateLimit: rateLimit))
             _ = try store.importTargets(admin, campaignID: campaign, targets: tokens.map { (token: $0, payload: String?.none) })
             _ = try store.start(admin, id: campaign)
-            // The mode parameter of a finish's write (length-prefixed, as the protocol carries it).
-            proxy.loseCommitReply(after: "\u{0}\u{0}\u{0}\u{06}finish")
+            proxy.loseCommitReply(after: marker)
             let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
-            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
+            #expect(try DaemonHarness.wait(seconds: seconds) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
             #expect(proxy.commitRepliesLost == 1)
-            let done = try #require(try store.campaign(admin, id: campaign))
-            #expect(done.sent == tokens.count && done.failed == 0, "sent \(done.sent), failed \(done.failed) of \(tokens.count)")
-            var metrics = ""
-            #expect(DaemonHarness.wait(seconds: 10) {
-                metrics = daemon.metrics()
-                return metrics.contains(#"pushd_campaign_targets_processed_total{app="shop",status="sent"} 4"#)
-            }, "\(metrics.split(separator: "\n").filter { $0.hasPrefix("pushd_campaign_targets_processed_total") })")
-            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("\"event\":\"campaign_finished\"") }, "\(daemon.text.suffix(3000))")
-            #expect(!daemon.text.contains("lost the lease of chunk"), "\(daemon.text.suffix(3000))")
-            let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"campaign_write_in_doubt\"") }
-            #expect(lines.count == 1 && lines.allSatisfy { $0.contains(#""result":"committed""#) && $0.contains(#""record":"finish""#) },
-                    "\(daemon.text.suffix(3000))")
+            try check(CampaignSent(harness: harness, admin: admin, daemon: daemon, done: try #require(try store.campaign(admin, id: campaign))))
         }
     }
 
