@@ -38,7 +38,10 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 30) { daemon.readyz().contains("429 TooManyRequests") }, "\(daemon.readyz())")
             let readyz = daemon.readyz()
             #expect(!readyz.hasPrefix("ready:") && readyz.contains("app shop") && readyz.contains("transactional lane"), "\(readyz)")
-            #expect(Self.gauge(daemon.metrics()).contains { $0.hasSuffix(" 1") }, "\(Self.gauge(daemon.metrics()))")
+            // The gauge and the line are written by the worker after the state /readyz reads.
+            #expect(DaemonHarness.wait(seconds: 5) {
+                Self.gauge(daemon.metrics()).contains { $0.hasSuffix(" 1") } && daemon.text.contains("\"event\":\"apns_throttling\"")
+            }, "\(Self.gauge(daemon.metrics()))")
             let warnings = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"apns_throttling\"") }
             #expect(warnings.count == 1 && warnings.first?.contains("\"level\":\"warning\"") == true, "\(warnings)")
             #expect(harness.mock.stats.accepted == 0)
@@ -49,8 +52,10 @@ import Testing
             })
             #expect(harness.mock.stats.accepted == jobs)
             #expect(DaemonHarness.wait(seconds: 15) { daemon.readyz().hasPrefix("ready:") }, "\(daemon.readyz())")
-            #expect(Self.gauge(daemon.metrics()).allSatisfy { $0.hasSuffix(" 0") } && !Self.gauge(daemon.metrics()).isEmpty,
-                    "\(Self.gauge(daemon.metrics()))")
+            #expect(DaemonHarness.wait(seconds: 5) {
+                Self.gauge(daemon.metrics()).allSatisfy { $0.hasSuffix(" 0") } && !Self.gauge(daemon.metrics()).isEmpty
+                    && daemon.text.contains("\"event\":\"apns_throttling_over\"")
+            }, "\(Self.gauge(daemon.metrics()))")
             let over = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"apns_throttling_over\"") }
             #expect(over.count == 1, "\(over)")
             #expect(daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"apns_throttling\"") }.count == 1)

@@ -60,6 +60,15 @@ import Testing
             let campaign = try #require(try store.campaign(connection, id: id))
             #expect(campaign.sent == count, "sent \(campaign.sent) of \(count)")
 
+            // Each batch's count and line follow the COMMIT that recorded it on a new session.
+            func recordedAgain() -> Int {
+                Int(pipeline.context.metrics.registry.expositionText().split(separator: "\n")
+                    .filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && $0.contains(#"lane="campaign""#)
+                        && $0.contains(#"result="recorded_again""#) }
+                    .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +))
+            }
+            #expect(DaemonHarness.wait(seconds: 10) { recordedAgain() >= count && log.lines.contains { $0.contains("batch_recorded_again") } })
+            Thread.sleep(forTimeInterval: 0.2)
             let recorded = log.lines.filter { $0.contains("batch_recorded_again") }
             #expect(!recorded.isEmpty, "no batch_recorded_again line")
             #expect(recorded.allSatisfy { $0.contains(#""lane":"campaign""#) && $0.contains("0 will be sent again") }, "\(recorded)")

@@ -205,7 +205,8 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(hosts.sandbox.stats.accepted == 0)
 
-            // One error line naming the app, the environment, the key and the fix.
+            // One error line naming the app, the environment, the key and the fix (written after the gauge).
+            #expect(DaemonHarness.wait(seconds: 5) { daemon.text.contains("\"event\":\"sending_held\"") })
             let lines = daemon.text.split(separator: "\n").filter { $0.contains("\"event\":\"sending_held\"") }
             #expect(lines.count == 1, "\(daemon.text)")
             let line = String(lines.first ?? "")

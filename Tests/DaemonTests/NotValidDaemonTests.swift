@@ -43,6 +43,8 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 10) {
                 daemon.metrics().contains(#"pushd_dead_letters_total{app="shop",lane="transactional",reason="requeue_refused"} 1"#)
             })
+            // The line follows the count.
+            #expect(DaemonHarness.wait(seconds: 5) { daemon.text.contains(#""event":"rewrite_refused""#) })
             let lines = daemon.text.split(separator: "\n").filter { $0.contains(#""event":"rewrite_refused""#) }
             #expect(lines.count == 1, "\(daemon.text.suffix(3000))")
             #expect(lines.first?.contains("jobs_payload_small") == true && lines.first?.contains("pushd.jobs") == true
@@ -78,6 +80,8 @@ import Testing
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.device_tokens WHERE invalidated_at IS NULL") == 1,
                     "the token the check refuses to write stays as it was")
             #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains(#"reason="prune_refused"} 1"#) })
+            // The line follows the count.
+            #expect(DaemonHarness.wait(seconds: 5) { daemon.text.contains(#""event":"token_prune_refused""#) })
             let lines = daemon.text.split(separator: "\n").filter { $0.contains(#""event":"token_prune_refused""#) }
             #expect(lines.count == 1 && lines.first?.contains("device_tokens_user_id_short") == true, "\(daemon.text.suffix(3000))")
         }

@@ -74,7 +74,8 @@ import Testing
             var scrape = ""
             #expect(DaemonHarness.wait(seconds: 10) {
                 scrape = MixedFleetTests.scrape(port: port)
-                return Self.total(scrape, "pushd_tokens_pruned_total") == 800
+                // Both counted after the chunk's COMMIT, pruned first.
+                return Self.total(scrape, "pushd_tokens_pruned_total") == 800 && Self.total(scrape, "pushd_tokens_kept_total") >= 500
             }, "\(scrape)")
             #expect(Self.total(scrape, "pushd_tokens_kept_total") == 500)
 

@@ -155,6 +155,8 @@ import Testing
         let daemon = try Daemon(config: config, log: world.harness.directory + "/pushd-\(UUID().uuidString).log")
         let paused = DaemonHarness.wait(seconds: 45) { daemon.metrics().contains("pushd_app_paused{app=\"shop\"} 1") }
         #expect(paused, "\(daemon.text)")
+        // The line follows the gauge.
+        #expect(DaemonHarness.wait(seconds: 5) { daemon.text.contains("sending for app shop is paused") })
         let line = daemon.text.split(separator: "\n").first { $0.contains("sending for app shop is paused") }.map(String.init)
         #expect(line != nil, "\(daemon.text)")
         for expected in expectedText {

@@ -86,7 +86,8 @@ import Testing
             #expect(harness.mock.stats.accepted == 1 + jobs)
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0)
             #expect(DaemonHarness.wait(seconds: 10) { daemon.metrics().contains("pushd_lane_stuck{lane=\"transactional\"} 0") })
-            #expect(daemon.text.contains("\"event\":\"lane_recovered\""), "\(daemon.text)")
+            // The line follows the gauge.
+            #expect(DaemonHarness.wait(seconds: 5) { daemon.text.contains("\"event\":\"lane_recovered\"") }, "\(daemon.text)")
             for line in daemon.text.split(separator: "\n") where ["lane_stuck", "lane_recovered", "queue_stats_stale"].contains(where: { line.contains("\"event\":\"\($0)\"") }) {
                 print("log: \(line.prefix(700))")
             }

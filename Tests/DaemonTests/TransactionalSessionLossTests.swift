@@ -45,6 +45,14 @@ import Testing
             let twice = perToken.filter { $0.value.accepted != 1 }
             #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once, e.g. \(twice.first.map { "\($0.key): \($0.value.accepted)" } ?? "")")
 
+            // Each batch's count and line follow the COMMIT that recorded it on a new session.
+            func recordedAgain() -> Int {
+                Int(daemon.metrics().split(separator: "\n")
+                    .filter { $0.hasPrefix("pushd_unrecorded_outcomes_total{") && $0.contains("result=\"recorded_again\"") }
+                    .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +))
+            }
+            #expect(DaemonHarness.wait(seconds: 10) { recordedAgain() >= count && daemon.text.contains("batch_recorded_again") })
+            Thread.sleep(forTimeInterval: 0.2)
             let lines = daemon.text
             let recorded = lines.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
             #expect(!recorded.isEmpty, "no batch_recorded_again line in \(lines)")
@@ -92,6 +100,8 @@ import Testing
             #expect(perToken.count == count)
             let twice = perToken.filter { $0.value.accepted != 1 }
             #expect(twice.isEmpty, "\(twice.count) tokens accepted other than once")
+            // The line follows the COMMIT that recorded the batch again.
+            #expect(DaemonHarness.wait(seconds: 10) { daemon.text.contains("batch_recorded_again") })
             let recorded = daemon.text.split(separator: "\n").filter { $0.contains("batch_recorded_again") }
             #expect(recorded.count == 1 && recorded.allSatisfy { $0.contains("this COMMIT is refused once") && $0.contains("\(count) notifications APNs accepted were recorded again") },
                     "\(recorded)")
