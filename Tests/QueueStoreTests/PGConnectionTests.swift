@@ -207,7 +207,7 @@ import Testing
         }
     }
 
-    @Test func notifyFromAnotherConnectionArrivesWithin100Milliseconds() throws {
+    @Test func notifyFromAnotherConnectionEndsTheWaitLongBeforeItsTimeOut() throws {
         let listener = try TestDatabase.connect()
         let sender = try TestDatabase.connect()
         let channel = TestDatabase.uniqueName("chan")
@@ -217,10 +217,12 @@ import Testing
 
         let start = ContinuousClock.now
         try sender.notify(channel, payload: "wake")
-        let received = try listener.waitForNotifications(timeoutMilliseconds: 100)
+        // The wait returns on the notification, not at its time-out: bounded well under the
+        // time-out, loose enough for a loaded machine's scheduler.
+        let received = try listener.waitForNotifications(timeoutMilliseconds: 5_000)
         let elapsed = ContinuousClock.now - start
         #expect(received == [PGNotification(channel: channel, payload: "wake", senderPID: sender.backendPID)])
-        #expect(elapsed < .milliseconds(100))
+        #expect(elapsed < .milliseconds(1_000))
 
         try listener.unlisten(channel)
         try sender.notify(channel, payload: "ignored")
