@@ -476,7 +476,7 @@ import Testing
     /// campaign once it is done, that reply having been lost.
     static func campaignLosingACommitReply(tokens: [String], faults: FaultConfiguration = FaultConfiguration(), registered: Bool = false,
                                            rateLimit: Int? = nil, after marker: String, seconds: Double = 30,
-                                           _ check: (CampaignSent) throws -> Void) throws {
+                                           appending extra: String = "", _ check: (CampaignSent) throws -> Void) throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, faults: faults)
             let admin = try database.connect()
@@ -484,7 +484,7 @@ import Testing
             if registered { try NotForTopicTests.register(admin, tokens) }
             let (proxy, proxied) = try FreezableProxy.relaying(database)
             defer { proxy.stop() }
-            let path = try harness.writeConfigFile()
+            let path = try harness.writeConfigFile(appending: extra)
             try FreezableProxy.route(config: path, of: database, to: proxied)
             let store = CampaignStore()
             let campaign = try store.create(admin, NewCampaign(app: "shop", name: "lost reply", pushType: "alert",
@@ -496,6 +496,25 @@ import Testing
             #expect(try DaemonHarness.wait(seconds: seconds) { try store.campaign(admin, id: campaign)?.status == .done }, "\(daemon.text.suffix(3000))")
             #expect(proxy.commitRepliesLost == 1)
             try check(CampaignSent(harness: harness, admin: admin, daemon: daemon, done: try #require(try store.campaign(admin, id: campaign))))
+        }
+    }
+
+    /// A chunk's lease whose reply is lost as it commits (the session cut): the chunk is leased
+    /// to the worker, which never learnt it. It sat leased to nobody for `lease_s` and was then
+    /// taken over from that live worker, with a warning that it had died (`chunk_taken_over`)
+    /// and a count in `pushd_lease_takeovers_total`. The marker is the worker's name (the
+    /// instance's, then `/campaign-` and the worker's number), a parameter of the lease alone
+    /// before it holds a chunk.
+    @Test func aLeaseWhoseReplyWasLostIsGivenBackNotTakenOver() throws {
+        let tokens = (1...4).map { DaemonHarness.token(700 + $0) }
+        try Self.campaignLosingACommitReply(tokens: tokens, after: "/campaign-", appending: "workers:\n  campaign: 1\n") { sent in
+            #expect(sent.done.sent == 4 && sent.done.failed == 0)
+            #expect(sent.harness.mock.stats.accepted == 4)
+            let text = sent.daemon.text
+            #expect(!text.contains("chunk_taken_over"), "\(text.suffix(3000))")
+            #expect(DaemonHarness.wait(seconds: 5) { sent.daemon.text.contains(#""event":"campaign_lease_given_back""#) },
+                    "\(text.suffix(3000))")
+            #expect(!sent.daemon.metrics().contains("pushd_lease_takeovers_total{"), "\(sent.daemon.metrics())")
         }
     }
 

@@ -266,6 +266,41 @@ import Testing
         }
     }
 
+    /// Chunks leased by a lease whose answer its worker did not read, given back: the lease
+    /// each replaced is put back, so that a chunk whose earlier worker died mid-chunk is still
+    /// taken over from that one (the next leaser warns that its targets since the checkpoint
+    /// go again); a chunk that was free is free again; chunks the worker holds stay its own.
+    @Test func aGivenBackLeasePutsBackTheLeaseItReplaced() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            let id = try makeCampaign(connection, targets: 300, chunkSize: 100)
+            try campaigns.start(connection, id: id)
+            let apps = ["shop", "news"]
+            let dead = try #require(try campaigns.leaseChunk(connection, owner: "dead", apps: apps, leaseSeconds: 30))
+            try connection.query("UPDATE pushd.campaign_chunks SET lease_until = now() - interval '1 second' WHERE campaign_id = $1 AND chunk = $2",
+                                 [id, dead.chunk])
+            let taken = try #require(try campaigns.leaseChunk(connection, owner: "w1", apps: apps, leaseSeconds: 30))
+            #expect(taken.chunk == dead.chunk && taken.expiredOwner == "dead")
+            let free = try #require(try campaigns.leaseChunk(connection, owner: "w1", apps: apps, leaseSeconds: 30))
+            let held = try #require(try campaigns.leaseChunk(connection, owner: "w1", apps: apps, leaseSeconds: 30))
+            #expect(free.expiredOwner == nil && held.expiredOwner == nil)
+
+            let heldKey = CampaignStore.ChunkKey(campaignID: id, chunk: held.chunk)
+            let given = try campaigns.releaseUnheldLeases(connection, owner: "w1", holding: [heldKey])
+            #expect(Set(given.map(\.chunk.chunk)) == [taken.chunk, free.chunk])
+            #expect(given.first { $0.chunk.chunk == taken.chunk }?.replacedOwner == "dead")
+            #expect(given.first { $0.chunk.chunk == free.chunk }?.replacedOwner == nil)
+            #expect(try campaigns.stillLeased(connection, owner: "w1", among: [heldKey, CampaignStore.ChunkKey(campaignID: id, chunk: taken.chunk)])
+                    == [heldKey])
+
+            let next = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: apps, leaseSeconds: 30))
+            #expect(next.chunk == taken.chunk && next.expiredOwner == "dead")
+            let after = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: apps, leaseSeconds: 30))
+            #expect(after.chunk == free.chunk && after.expiredOwner == nil)
+            #expect(try campaigns.leaseChunk(connection, owner: "w2", apps: apps, leaseSeconds: 30) == nil)
+        }
+    }
+
     @Test func aRateCappedCampaignHandsOutTheNextChunkOnlyWhenTheCapAllows() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -523,6 +523,61 @@ public struct CampaignStore: Sendable {
                              expiredOwner: try row.get(16), expiredAt: try row.get(17), targetsEnvironment: try row.get(18))
     }
 
+    /// A campaign's chunk, by campaign and number.
+    public struct ChunkKey: Sendable, Hashable {
+        public var campaignID: Int64
+        public var chunk: Int
+
+        public init(campaignID: Int64, chunk: Int) {
+            self.campaignID = campaignID
+            self.chunk = chunk
+        }
+    }
+
+    /// A chunk `releaseUnheldLeases` gave back.
+    public struct GivenBack: Sendable {
+        public var chunk: ChunkKey
+        /// The lease the given-back one had replaced, put back: it ran out unsettled (its worker
+        /// died or lost the database mid-chunk), so the next lease takes the chunk over from it.
+        /// nil when the chunk was free.
+        public var replacedOwner: String?
+        public var replacedUntil: Timestamp?
+    }
+
+    /// Gives back the chunks leased under `owner` other than `holding`: leases its worker never
+    /// read the answer of (the session ended as the lease committed), which went through or
+    /// not. Left alone, such a chunk sat leased to nobody for the lease's length and was then
+    /// taken over from the live worker that had taken it. Nothing of them was sent by `owner`,
+    /// so they resume at their checkpoints; the lease each replaced is put back (migration 36),
+    /// so that a chunk whose earlier worker died mid-chunk is still taken over from that one.
+    public func releaseUnheldLeases(_ connection: PGConnection, owner: String, holding: [ChunkKey]) throws -> [GivenBack] {
+        let result = try connection.query("""
+            UPDATE pushd.campaign_chunks
+            SET lease_owner = replaced_owner, lease_until = CASE WHEN replaced_owner IS NULL THEN NULL ELSE replaced_until END,
+                replaced_owner = NULL, replaced_until = NULL
+            WHERE lease_owner = $1 AND finished_at IS NULL
+              AND (campaign_id, chunk) NOT IN (SELECT c, n FROM unnest($2::bigint[], $3::int[]) AS h(c, n))
+            RETURNING campaign_id, chunk, lease_owner, lease_until
+            """, [owner, holding.map(\.campaignID), holding.map { Int64($0.chunk) }])
+        return try (0..<result.rowCount).map {
+            GivenBack(chunk: ChunkKey(campaignID: try result.require(row: $0, column: 0), chunk: try result.require(row: $0, column: 1)),
+                      replacedOwner: try result.get(row: $0, column: 2), replacedUntil: try result.get(row: $0, column: 3))
+        }
+    }
+
+    /// Of `chunks`, those still leased under `owner` (their leases not taken by another since).
+    public func stillLeased(_ connection: PGConnection, owner: String, among chunks: [ChunkKey]) throws -> Set<ChunkKey> {
+        guard !chunks.isEmpty else { return [] }
+        let result = try connection.query("""
+            SELECT campaign_id, chunk FROM pushd.campaign_chunks
+            WHERE lease_owner = $1 AND finished_at IS NULL
+              AND (campaign_id, chunk) IN (SELECT c, n FROM unnest($2::bigint[], $3::int[]) AS h(c, n))
+            """, [owner, chunks.map(\.campaignID), chunks.map { Int64($0.chunk) }])
+        return Set(try (0..<result.rowCount).map {
+            ChunkKey(campaignID: try result.require(row: $0, column: 0), chunk: try result.require(row: $0, column: 1))
+        })
+    }
+
     static func recordSQL(synchronous: Bool) -> String {
         """
         WITH campaign AS (

@@ -111,6 +111,7 @@ final class CampaignWorker: @unchecked Sendable {
                 }) {
                     nextParkedCheck = 0
                 }
+                if leaseInDoubt, RateLimiter.monotonicSeconds() >= nextGiveBackTry { giveBackLeaseInDoubt(on: connection!) }
                 let seen = context.doorbell.current
                 let now = RateLimiter.monotonicSeconds()
                 if !owedParkedCounts.isEmpty, now >= nextOwedCountsTry { try writeOwedParkedCounts(on: connection!) }
@@ -142,8 +143,19 @@ final class CampaignWorker: @unchecked Sendable {
                 }
                 if !context.isStopping, wantsAnotherChunk, now >= nextLeaseTry {
                     let waits = campaignsPassedOverWhileDown(now: now)
-                    let leased = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
+                    let leased: CampaignChunk?
+                    do {
+                        leased = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
                                                       skipping: limiter.pacedCampaigns + waits.campaigns, skippingChunksTo: waits.chunksTo)
+                    } catch let error as PGError where error.code.isConnectionLoss || error.code == .connectionClosed
+                                || connection?.isOpen != true {
+                        // The session ended with the lease unanswered: it may have gone through
+                        // under this worker's name (an error the server answered on a sound
+                        // session undid it: it is one statement). The next pass gives back what
+                        // that name holds that the worker does not.
+                        leaseInDoubt = true
+                        throw error
+                    }
                     passWrote = true
                     if let chunk = leased {
                         failures = 0
@@ -479,6 +491,7 @@ final class CampaignWorker: @unchecked Sendable {
         if chunk.chunk == 0 && chunk.startIndex == 0 {
             try logCampaign(chunk.campaignID, "started", on: connection)
         }
+        abandonedChunks.remove(CampaignStore.ChunkKey(campaignID: chunk.campaignID, chunk: chunk.chunk))
         if let previous = chunk.expiredOwner {
             // The previous worker died, hung or lost the database mid-chunk: the targets it sent
             // after its last checkpoint are sent again.
@@ -1478,6 +1491,7 @@ final class CampaignWorker: @unchecked Sendable {
             keeper.drop(run.chunk)
             if run.pacing { stopPacing(run) }
             let chunk = run.chunk
+            abandonedChunks.insert(CampaignStore.ChunkKey(campaignID: chunk.campaignID, chunk: chunk.chunk))
             let unrecorded = run.answeredSinceCheckpoint
             // Their tokens pruned, they are not counted when answered again.
             let inDoubt = run.writeInDoubt.map { "; the transaction writing \(Self.what($0)) lost its session and was not asked whether it committed: any tokens it pruned are not counted" } ?? ""
@@ -1930,6 +1944,49 @@ final class CampaignWorker: @unchecked Sendable {
             return try store.parkedHeldElsewhere(fresh, claimed, taken: taken)
         })
         if let taken { batch = taken }
+    }
+
+    /// A lease's session ended before its answer came: it may have gone through, leasing a
+    /// chunk to this worker that it knows nothing of.
+    private var leaseInDoubt = false
+    private var nextGiveBackTry = 0.0
+    /// Chunks this worker gave up (`abandonRuns`) and has not leased since: their leases are
+    /// left to run out, so that whoever takes them says their targets since the checkpoint go
+    /// again (`chunk_taken_over`); `giveBackLeaseInDoubt` leaves them alone.
+    private var abandonedChunks: Set<CampaignStore.ChunkKey> = []
+
+    /// Gives back the chunks leased under this worker's name that it does not hold, after a
+    /// lease whose answer it did not read (`leaseInDoubt`), with the lease each replaced
+    /// (`CampaignStore.releaseUnheldLeases`). Such a chunk sat leased to nobody for `lease_s`,
+    /// and was then taken over from this live worker with a warning saying it had died. One
+    /// notice per chunk given back: nothing of it was sent by this worker. Failing, it is tried
+    /// again a few seconds later, and the pass goes on.
+    private func giveBackLeaseInDoubt(on connection: PGConnection) {
+        do {
+            // The chunks given up after a database error stay leased until their leases run
+            // out; those taken since by another worker are forgotten.
+            abandonedChunks = try store.stillLeased(connection, owner: owner, among: Array(abandonedChunks))
+            let held = runs.map { CampaignStore.ChunkKey(campaignID: $0.chunk.campaignID, chunk: $0.chunk.chunk) } + abandonedChunks
+            let given = try store.releaseUnheldLeases(connection, owner: owner, holding: held)
+            leaseInDoubt = false
+            for back in given {
+                let replaced = back.replacedOwner.map { previous in
+                    let since = back.replacedUntil.map { Int(max(0, Timestamp().timeIntervalSince($0))) } ?? 0
+                    return "; its lease before, of worker \(previous), which ran out \(since) s ago unsettled, is put back, so the next lease takes the chunk over from that one"
+                } ?? ""
+                context.logger.notice("campaign worker \(index): gave back chunk \(back.chunk.chunk) of campaign \(back.chunk.campaignID), leased to it by a lease whose answer its database session ended before; it sent nothing of it\(replaced)",
+                                      ("event", "campaign_lease_given_back"), ("campaign", .int(back.chunk.campaignID)),
+                                      ("chunk", .int(Int64(back.chunk.chunk))), ("worker", .int(Int64(index))),
+                                      ("replaced_owner", .string(back.replacedOwner ?? "")))
+            }
+        } catch {
+            context.databaseError(error)
+            nextGiveBackTry = RateLimiter.monotonicSeconds() + Self.owedCountsRetryInterval
+            // Read-only (a failover): told once for the lane's passes, which fail alike.
+            if RefusedWritesLog.refusesWrites(error) { return }
+            context.logger.warning("campaign worker \(index): could not give back the chunks a lease whose answer was lost may have leased to it (tried again in \(Int(Self.owedCountsRetryInterval)) s; until then such a chunk waits for its lease to run out): \(error)",
+                                   ("event", "campaign_lease_give_back_failed"), ("worker", .int(Int64(index))))
+        }
     }
 
     /// Counts of settled parked batches that their campaign's row did not take, per campaign
