@@ -298,6 +298,16 @@ import Testing
             let after = try #require(try campaigns.leaseChunk(connection, owner: "w2", apps: apps, leaseSeconds: 30))
             #expect(after.chunk == free.chunk && after.expiredOwner == nil)
             #expect(try campaigns.leaseChunk(connection, owner: "w2", apps: apps, leaseSeconds: 30) == nil)
+
+            // Released in the ordinary way, the chunk taken from "dead" is free: a lease of it
+            // given back later leaves it free, not "dead"'s again.
+            try campaigns.release(connection, next, ChunkProgress(position: next.startIndex))
+            let again = try #require(try campaigns.leaseChunk(connection, owner: "w3", apps: apps, leaseSeconds: 30))
+            #expect(again.chunk == next.chunk && again.expiredOwner == nil)
+            let none = try campaigns.releaseUnheldLeases(connection, owner: "w3", holding: [])
+            #expect(none.count == 1 && none.first?.replacedOwner == nil && none.first?.replacedUntil == nil)
+            let last = try #require(try campaigns.leaseChunk(connection, owner: "w4", apps: apps, leaseSeconds: 30))
+            #expect(last.chunk == next.chunk && last.expiredOwner == nil)
         }
     }
 

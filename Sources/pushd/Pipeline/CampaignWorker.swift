@@ -1319,6 +1319,7 @@ final class CampaignWorker: @unchecked Sendable {
         // Another worker holds the chunk now; it resumes from the last checkpoint.
         if run.leaseLost {
             keeper.drop(chunk)
+            abandon(chunk)
             return true
         }
         // Stopped early, the targets waiting for a retry are parked too: the chunk is then
@@ -1338,6 +1339,7 @@ final class CampaignWorker: @unchecked Sendable {
         // A checkpoint learnt of there may have found the lease lost.
         if run.leaseLost {
             keeper.drop(chunk)
+            abandon(chunk)
             return true
         }
         let complete = run.watermark == run.count
@@ -1385,7 +1387,7 @@ final class CampaignWorker: @unchecked Sendable {
                              ("campaign", .int(chunk.campaignID)), ("chunk", .int(Int64(chunk.chunk))),
                              ("parked", .int(Int64(run.parked.count))), ("ms", .int(Int64(Timestamp().timeIntervalSince(run.leasedAt) * 1000))))
         if case .refused(let held) = directive { context.reportRefusedCampaign(held) }
-        if directive != .leaseLost { countProcessed(counted, app: chunk.app) }
+        if directive != .leaseLost { countProcessed(counted, app: chunk.app) } else { abandon(chunk) }
         // A query failing now must not leave the run to be finished again.
         tellAfterWrite(chunk, complete ? "finish" : "release") {
             if !complete, run.held { try deferHeldCampaign(chunk.campaignID, on: connection) }
@@ -1491,7 +1493,7 @@ final class CampaignWorker: @unchecked Sendable {
             keeper.drop(run.chunk)
             if run.pacing { stopPacing(run) }
             let chunk = run.chunk
-            abandonedChunks.insert(CampaignStore.ChunkKey(campaignID: chunk.campaignID, chunk: chunk.chunk))
+            abandon(chunk)
             let unrecorded = run.answeredSinceCheckpoint
             // Their tokens pruned, they are not counted when answered again.
             let inDoubt = run.writeInDoubt.map { "; the transaction writing \(Self.what($0)) lost its session and was not asked whether it committed: any tokens it pruned are not counted" } ?? ""
@@ -1950,10 +1952,17 @@ final class CampaignWorker: @unchecked Sendable {
     /// chunk to this worker that it knows nothing of.
     private var leaseInDoubt = false
     private var nextGiveBackTry = 0.0
-    /// Chunks this worker gave up (`abandonRuns`) and has not leased since: their leases are
-    /// left to run out, so that whoever takes them says their targets since the checkpoint go
-    /// again (`chunk_taken_over`); `giveBackLeaseInDoubt` leaves them alone.
+    /// Chunks this worker sent from and dropped without a finish or release — given up after a
+    /// database error (`abandonRuns`), or found no longer its own by a write (a lease that ran
+    /// out may still be under its name) — and has not leased since: their leases are left to run
+    /// out, so that whoever takes them says their targets since the checkpoint go again
+    /// (`chunk_taken_over`); `giveBackLeaseInDoubt` leaves them alone.
     private var abandonedChunks: Set<CampaignStore.ChunkKey> = []
+    private static let giveBackRetryInterval = 5.0
+
+    private func abandon(_ chunk: CampaignChunk) {
+        abandonedChunks.insert(CampaignStore.ChunkKey(campaignID: chunk.campaignID, chunk: chunk.chunk))
+    }
 
     /// Gives back the chunks leased under this worker's name that it does not hold, after a
     /// lease whose answer it did not read (`leaseInDoubt`), with the lease each replaced
@@ -1981,10 +1990,10 @@ final class CampaignWorker: @unchecked Sendable {
             }
         } catch {
             context.databaseError(error)
-            nextGiveBackTry = RateLimiter.monotonicSeconds() + Self.owedCountsRetryInterval
+            nextGiveBackTry = RateLimiter.monotonicSeconds() + Self.giveBackRetryInterval
             // Read-only (a failover): told once for the lane's passes, which fail alike.
             if RefusedWritesLog.refusesWrites(error) { return }
-            context.logger.warning("campaign worker \(index): could not give back the chunks a lease whose answer was lost may have leased to it (tried again in \(Int(Self.owedCountsRetryInterval)) s; until then such a chunk waits for its lease to run out): \(error)",
+            context.logger.warning("campaign worker \(index): could not give back the chunks a lease whose answer was lost may have leased to it (tried again in \(Int(Self.giveBackRetryInterval)) s; until then such a chunk waits for its lease to run out): \(error)",
                                    ("event", "campaign_lease_give_back_failed"), ("worker", .int(Int64(index))))
         }
     }
