@@ -291,6 +291,10 @@ final class CurlEventLoop: EpollLoopDriver, @unchecked Sendable {
     func loopFinished() {
         apply(policy.handle(.stopped(now: monotonicNanoseconds())))
         shutDownTransfers()
+        // The requests just reported `.engineStopped` go out again by their callers: a
+        // connection left open lets the server go on answering them, unread, until this loop
+        // is released (for `pushd run`, at exit), each answer a notification sent twice.
+        multi.cleanUp()
     }
 
     // MARK: - Requests into libcurl
