@@ -195,14 +195,16 @@ struct FaultTests {
     }
 
     @Test func clientsThatGiveUpDuringADelayDoNotDisturbTheServer() throws {
-        try withMockServer({ $0.faults.delayMilliseconds = 300 }) { server, port in
+        // Answers 3 s after the client's 100 ms: a client thread held up for a while still gives
+        // up (and closes its connections) long before any answer is due.
+        try withMockServer({ $0.faults.delayMilliseconds = 3000 }) { server, port in
             var impatient = H2Client.Options()
             impatient.timeoutMilliseconds = 100
             impatient.maxConnections = 4
             let abandoned = try H2Client.send((0..<100).map { .push(token: deviceToken($0)) }, port: port, options: impatient)
             #expect(abandoned.allSatisfy { $0.status == 0 && $0.curlCode != 0 })
             #expect(eventually { server.stats.connectionsClosed == server.stats.connectionsAccepted })
-            Thread.sleep(forTimeInterval: 0.4)
+            Thread.sleep(forTimeInterval: 3.1)
             try server.setFaults(.none)
             #expect(try H2Client.send(.push(token: deviceToken(1)), port: port).status == 200)
             #expect(server.stats.accepted == 1, "answers for vanished streams are not counted")

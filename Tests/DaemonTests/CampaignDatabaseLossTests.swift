@@ -20,6 +20,9 @@ import Testing
             // Paced at 1,000/s by the app's campaign_rate: 4,000 targets take about 4 s, so
             // chunks are half sent when the sessions end.
             let config = try CampaignLaneTests.configCapped(harness, rate: 1000)
+            // Leases of 10 s: the lease keeper's session ends too, and reconnecting on a loaded
+            // machine must not let a lease run out (a forgotten chunk is still taken over then).
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
             let count = 4000
             let id = try CampaignLaneTests.campaign(connection, count: count)
 

@@ -35,7 +35,9 @@ import Testing
             let store = CampaignStore()
             let id = try Self.runningCampaign(connection, count: Self.first)
 
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            let config = try harness.writeConfigFile()
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: harness.directory + "/pushd.log")
             #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted > 0 }, "\(daemon.text.suffix(3000))")
 
             let importer = ChildProcess()
@@ -89,7 +91,9 @@ import Testing
             let count = 3000
             let id = try Self.runningCampaign(connection, count: count)
 
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            let config = try harness.writeConfigFile()
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: harness.directory + "/pushd.log")
             #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted > 0 }, "\(daemon.text.suffix(3000))")
             Thread.sleep(forTimeInterval: 1)
             let holder = try database.connect("pushd-tests-holder")

@@ -110,6 +110,19 @@ final class DaemonHarness: @unchecked Sendable {
         return config
     }
 
+    /// Gives the campaign leases of the configuration file at `path` (written by
+    /// `writeConfigFile`, 3 s) `seconds`: for tests that assert no chunk is leased twice but do
+    /// not time a takeover, so a lease keeper held up for 2 s on a loaded machine does not let
+    /// the lease run out under its worker.
+    static func setLeaseSeconds(_ seconds: Int, inConfigFile path: String) throws {
+        let yaml = try String(contentsOfFile: path, encoding: .utf8)
+        guard yaml.contains("  lease_s: 3\n") else { throw LeaseSettingMissing(path: path) }
+        try yaml.replacingOccurrences(of: "  lease_s: 3\n", with: "  lease_s: \(seconds)\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    struct LeaseSettingMissing: Error { let path: String }
+
     /// The same configuration as a YAML file, for the real binary; `extra` is appended as it
     /// is (a `workers:` section, say).
     func writeConfigFile(rate: Int? = nil, appending extra: String = "") throws -> String {

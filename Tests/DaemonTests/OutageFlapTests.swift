@@ -26,12 +26,18 @@ import Testing
             var flips = 0
             var jobs = 0
             var wasFailing = false
+            // Answering phases this thread, held up on a loaded machine, let last long enough to
+            // end the outage (a second of answers): each may rightly add a back and a down line.
+            var answeringSince: Timestamp?
+            var longAnswering = 0
             while Timestamp().timeIntervalSince(started) < 15 {
                 // Failing long enough to be an outage (a second without an answer), answering
                 // too briefly to end it (a second of answers).
                 let failingNow = Timestamp().timeIntervalSince(started).truncatingRemainder(dividingBy: 2) < 1.5
                 if failingNow != wasFailing || flips == 0 {
                     try harness.mock.setFaults(failingNow ? failing : .none)
+                    if failingNow, let since = answeringSince, Timestamp().timeIntervalSince(since) >= 0.9 { longAnswering += 1 }
+                    answeringSince = failingNow ? nil : Timestamp()
                     flips += 1
                     wasFailing = failingNow
                 }
@@ -49,9 +55,10 @@ import Testing
             #expect(DaemonHarness.wait(seconds: 10) { !Self.lines(log, event: "apns_back").isEmpty })
             let down = Self.lines(log, event: "apns_down")
             let back = Self.lines(log, event: "apns_back")
-            print("\(flips) flips in 15 s: \(down.count) outage lines, \(back.count) back lines")
+            print("\(flips) flips in 15 s (\(longAnswering) answering for 0.9 s or more): \(down.count) outage lines, \(back.count) back lines")
             #expect(down.count >= 1)
-            #expect(down.count + back.count <= 6, "\(down.count) outage and \(back.count) back lines for \(flips) flips")
+            #expect(down.count + back.count <= 6 + 2 * longAnswering,
+                    "\(down.count) outage and \(back.count) back lines for \(flips) flips, \(longAnswering) answering phases of 0.9 s or more")
             #expect(harness.mock.stats.rejected("InternalServerError") > 0)
         }
     }

@@ -64,8 +64,8 @@ import Testing
     /// Eight workers claim parked batches of one campaign whose cap they share (`RateLimiter`):
     /// each batch gets an eighth of the cap. A batch that sent what the cap sends in its
     /// budget took eight budgets, outlived the session's idle limit, lost its outcomes and was
-    /// sent again, over and over. The budget here is 2 s and the idle limit 6 s, in the ratio
-    /// of 20 s to the real limit's 120 s at the least.
+    /// sent again, over and over. The budget here is 2 s and the idle limit 10 s (five budgets,
+    /// room for a loaded machine; such a batch takes eight).
     @Test func parkedBatchesOfACapSharedByManyWorkersEndInsideTheIdleLimitAndSendNoTargetTwice() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
@@ -78,7 +78,7 @@ import Testing
             var config = harness.config()
             config.campaignWorkers = 8
             config.parkedBatchSeconds = 2
-            let idleLimit = IdleTransactionLimit(database, limit: 6)
+            let idleLimit = IdleTransactionLimit(database, limit: 10)
             let pipeline = try harness.pipeline(config)
             let started = Timestamp()
             pipeline.start()
@@ -91,7 +91,7 @@ import Testing
             let accepted = harness.mock.acceptedLog.map(\.token)
             #expect(accepted.count == Set(accepted).count, "\(accepted.count - Set(accepted).count) targets were accepted twice")
             // The cap is kept, and used: the batches take turns at its pace.
-            #expect(Set(accepted).count >= rate * 8, "\(Set(accepted).count) targets accepted in \(Int(seconds)) s at \(rate)/s")
+            #expect(Double(Set(accepted).count) >= Double(rate) * (seconds - 4) / 2, "\(Set(accepted).count) targets accepted in \(Int(seconds)) s at \(rate)/s")
             #expect(Double(accepted.count) <= Double(rate) * seconds + 10, "\(accepted.count) sends in \(Int(seconds)) s at \(rate)/s")
             let store = CampaignStore()
             let campaign = try #require(try store.campaign(connection, id: id))

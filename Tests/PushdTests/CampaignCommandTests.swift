@@ -403,7 +403,8 @@ import Testing
 
     /// Finishes the campaign's chunks one by one on another thread, starting once a watcher
     /// (a `pushd-campaign` session) has connected and taken its first sample, with pauses long
-    /// enough for the watcher to see each step.
+    /// enough for the watcher to see each step (it samples every 0.1 s; 1.5 s leave room for a
+    /// watcher held up on a loaded machine).
     static func finishChunksOnceWatched(_ database: IsolatedDatabase, failures: [String: Int], pruned: Int) {
         let worker = Thread {
             guard let connection = try? database.connect() else { return }
@@ -414,8 +415,8 @@ import Testing
                 if watching == 1 { break }
                 usleep(25_000)
             }
-            usleep(500_000)
-            while (try? Self.finishChunk(connection, failures: failures, pruned: pruned)) == true { usleep(500_000) }
+            usleep(1_500_000)
+            while (try? Self.finishChunk(connection, failures: failures, pruned: pruned)) == true { usleep(1_500_000) }
         }
         worker.start()
     }
@@ -516,7 +517,11 @@ import Testing
                 if watching == 1 { break }
                 usleep(25_000)
             }
-            usleep(300_000)
+            // Its first line drawn (so it has read the campaign and watches for SIGINT), up to 10 s.
+            for _ in 0..<200 {
+                if ((try? String(contentsOfFile: transcript, encoding: .utf8)) ?? "").contains("draft") { break }
+                usleep(50_000)
+            }
             // Ctrl-C typed on the terminal: the line discipline turns it into SIGINT.
             keyboard.fileHandleForWriting.write(Data([3]))
             for _ in 0..<200 where process.isRunning { usleep(50_000) }
