@@ -518,6 +518,38 @@ import Testing
         }
     }
 
+    /// A broadcast job's claim whose reply is lost as it commits (the session cut): the job is
+    /// claimed under the broadcast worker's name without the worker knowing. It sat for the
+    /// claim's lease (the answer wait and 30 s) and was then taken over from that live worker
+    /// with a warning that it may have reached APNs (`broadcast_taken_over`) and a count in
+    /// `pushd_lease_takeovers_total`. The marker is the name the broadcast claim gives its rows
+    /// (the instance's, then `/broadcasts`), a parameter of that claim alone.
+    @Test func aBroadcastClaimWhoseReplyWasLostIsGivenBackNotTakenOver() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let admin = try database.connect()
+            defer { admin.close() }
+            let channel = try #require(harness.mock.createChannel(bundleID: DaemonHarness.bundleID, storagePolicy: .noMessageStored))
+            let (proxy, proxied) = try FreezableProxy.relaying(database)
+            defer { proxy.stop() }
+            let path = try harness.writeConfigFile()
+            try FreezableProxy.route(config: path, of: database, to: proxied)
+            try admin.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [channel, BroadcastDaemonTests.update])
+            proxy.loseCommitReply(after: "/broadcasts")
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: path, log: harness.directory + "/pushd.log")
+            // Well inside the claim's lease: the job is given back on the worker's next session.
+            #expect(try DaemonHarness.wait(seconds: 25) {
+                try DaemonHarness.count(admin, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+            }, "\(daemon.text.suffix(3000))")
+            #expect(proxy.commitRepliesLost == 1)
+            #expect(harness.mock.stats.broadcastsAccepted[channel] == 1)
+            let text = daemon.text
+            #expect(!text.contains("broadcast_taken_over"), "\(text.suffix(3000))")
+            #expect(DaemonHarness.wait(seconds: 5) { daemon.text.contains(#""event":"broadcast_claim_given_back""#) }, "\(text.suffix(3000))")
+            #expect(!daemon.metrics().contains("pushd_lease_takeovers_total{"), "\(daemon.metrics())")
+        }
+    }
+
     /// The store's answer for each fate a transaction can have when asked from another session.
     @Test func theFateOfATransactionIsAskedOfTheServer() throws {
         try IsolatedDatabase.with { database in

@@ -112,6 +112,61 @@ import Testing
         }
     }
 
+    /// A claim whose answer was lost is given back by its claimer's name: the rows it took
+    /// are due at once, a row it took over from a lease that ran out unsettled gets that lease
+    /// back (so the next claim still says it may have reached APNs), and rows with an outcome
+    /// recorded since, another claimer's, one it sent and could not record, or a channel whose
+    /// request was carried out, are left.
+    @Test func aClaimWhoseAnswerWasLostIsGivenBackByItsClaimersName() throws {
+        try IsolatedDatabase.with { database in
+            let connection = try database.connect()
+            defer { connection.close() }
+            let broadcasts = BroadcastQueue(), channels = ChannelStore()
+            func insertBroadcast() throws {
+                try connection.query("INSERT INTO pushd.jobs (app, channel_id, payload) VALUES ('shop', $1, $2)", [Self.channel, Self.update])
+            }
+            // A free job claimed by "a": given back, due, with no takeover to report.
+            try insertBroadcast()
+            let free = try #require(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60, owner: "a").first)
+            #expect(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60, owner: "a").isEmpty)
+            // One the claimer sent and could not record is left to its lease.
+            #expect(try broadcasts.giveBackClaims(connection, owner: "a", excluding: [free.id]).isEmpty)
+            let back = try broadcasts.giveBackClaims(connection, owner: "a")
+            #expect(back.map(\.id) == [free.id] && back.first?.replacedUntil == nil, "\(back)")
+            #expect(try broadcasts.giveBackClaims(connection, owner: "a").isEmpty)
+            let again = try #require(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 0.3, owner: "b").first)
+            #expect(again.id == free.id && again.unsettledLeaseEndedAt == nil)
+            // "b"'s lease runs out unsettled; "a" takes it over and gives it back: the lease is
+            // put back, and the next claim reports the takeover of it.
+            Thread.sleep(forTimeInterval: 0.5)
+            let taken = try #require(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60, owner: "a").first)
+            let ended = try #require(taken.unsettledLeaseEndedAt)
+            #expect(try broadcasts.giveBackClaims(connection, owner: "b").isEmpty, "not b's any more")
+            let putBack = try broadcasts.giveBackClaims(connection, owner: "a")
+            #expect(putBack.count == 1 && putBack.first?.replacedUntil != nil, "\(putBack)")
+            let next = try #require(try broadcasts.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60, owner: "c").first)
+            #expect(next.id == free.id)
+            #expect(next.unsettledLeaseEndedAt.map { abs($0.timeIntervalSince(ended)) < 0.001 } == true, "\(String(describing: next.unsettledLeaseEndedAt)) vs \(ended)")
+            // Put back with an outcome since its claim: not given back.
+            try broadcasts.retry(connection, id: next.id, runAt: Timestamp().addingTimeInterval(60), error: "HTTP 503", countsAsAttempt: false)
+            #expect(try broadcasts.giveBackClaims(connection, owner: "c").isEmpty)
+
+            // Channel requests alike; a create carried out since its claim is left alone.
+            let request = try connection.query("SELECT pushd.create_channel('shop', 'none')").require(Int64.self, row: 0, column: 0)
+            let claimed = try #require(try channels.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60, owner: "a").first)
+            #expect(claimed.id == request)
+            let requestBack = try channels.giveBackClaims(connection, owner: "a")
+            #expect(requestBack.map(\.id) == [request] && requestBack.first?.replacedUntil == nil, "\(requestBack)")
+            let carried = try #require(try channels.claim(connection, limit: 1, apps: ["shop"], leaseSeconds: 60, owner: "a").first)
+            #expect(carried.id == request && carried.unsettledLeaseEndedAt == nil)
+            try channels.recordCreated(connection, id: request, channelID: Self.channel, environment: "sandbox", outcome: "created")
+            #expect(try channels.giveBackClaims(connection, owner: "a").isEmpty)
+            // Its deletion asked for at once: not what a claim of "a" took either.
+            try connection.query("SELECT pushd.delete_channel('shop', $1)", [Self.channel])
+            #expect(try channels.giveBackClaims(connection, owner: "a").isEmpty)
+        }
+    }
+
     @Test func badBroadcastRowsAreRefusedSayingWhatIsWrong() throws {
         try IsolatedDatabase.with { database in
             let connection = try database.connect()

@@ -46,8 +46,11 @@ public struct BroadcastQueue: Sendable {
     /// instance has): a broadcast going there (`destination`) is not claimed, so an instance
     /// that could only put it back neither delays nor rewrites it. A broadcast needs no token
     /// key, so `leaving`'s token-only apps do not matter here.
+    ///
+    /// `owner` names the claimer in the rows (`claimed_by`), so that a claim whose answer was
+    /// lost can be given back (`giveBackClaims`).
     public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: JobQueue.Leaving = JobQueue.Leaving(),
-                      leaseSeconds: Double, onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> [BroadcastJob] {
+                      leaseSeconds: Double, owner: String? = nil, onRefused: ([RefusedRewrite]) -> Void = { _ in }) throws -> [BroadcastJob] {
         guard limit > 0, !apps.isEmpty else { return [] }
         let leaves = !leaving.environments.isEmpty
         let due = leaves ? Self.dueLeavingSQL : Self.dueSQL
@@ -55,7 +58,7 @@ public struct BroadcastQueue: Sendable {
         let result: [PGRow]
         do {
             result = try connection.query(connection.prepared(Self.claimSQL(rows: "b.id = ANY (ARRAY(\(due)))", lease: dueParameters.count + 1)),
-                                          dueParameters + [leaseSeconds]).rows
+                                          dueParameters + [leaseSeconds, owner]).rows
         } catch let error as PGError where error.code == .checkViolation {
             let ids = try connection.query(connection.prepared(due), dueParameters)
             let one = try connection.prepared(Self.claimSQL(rows: """
@@ -66,7 +69,7 @@ public struct BroadcastQueue: Sendable {
             for index in 0..<ids.rowCount {
                 let id = try ids.require(Int64.self, row: index, column: 0)
                 do {
-                    rows += try connection.query(one, [id, leaseSeconds]).rows
+                    rows += try connection.query(one, [id, leaseSeconds, owner]).rows
                 } catch let error as PGError where error.code == .checkViolation {
                     if let item = try deadLetterRefused(connection, id: id, doing: "claimed", error: error) { refused.append(item) }
                 }
@@ -103,13 +106,14 @@ public struct BroadcastQueue: Sendable {
         [apps.map { leaving.environments[$0] }, apps.map { leaving.home[$0] ?? "" }]
     }
 
-    /// The claim of the rows `rows` selects, leased for `$lease` seconds. `leased_until` is
-    /// cleared whenever an outcome is recorded, so one still set when the row is claimed
-    /// again is a lease that ran out unsettled: the join returns it (`previous`, the row as
-    /// it was before this claim).
+    /// The claim of the rows `rows` selects, leased for `$lease` seconds by `$(lease + 1)`.
+    /// `leased_until` is cleared whenever an outcome is recorded, so one still set when the row
+    /// is claimed again is a lease that ran out unsettled: the join returns it (`previous`, the
+    /// row as it was before this claim), and the row keeps it (`replaced_until`) for a give-back.
     static func claimSQL(rows: String, lease: Int) -> String {
         """
-        UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease))
+        UPDATE pushd.broadcast_jobs b SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease)),
+                                          claimed_by = $\(lease + 1)::text, replaced_until = previous.leased_until
         FROM pushd.broadcast_jobs previous
         WHERE previous.id = b.id AND \(rows)
         RETURNING b.id, b.app, b.channel_id, b.payload, b.priority, b.expiration, b.apns_id,
@@ -119,6 +123,27 @@ public struct BroadcastQueue: Sendable {
                   (SELECT c.storage_policy FROM pushd.channels c WHERE c.app = b.app AND c.channel_id = b.channel_id),
                   previous.leased_until
         """
+    }
+
+    /// Gives back the broadcast jobs claimed by `owner` whose claim is still as it was made (its
+    /// lease running, `run_at` at its end: nothing recorded since): for a claimer whose claim's
+    /// answer was lost, so it never learnt which rows it took. Each is due at once, with the
+    /// lease its claim replaced (`replaced_until`: one that ran out unsettled, so the next claim
+    /// still says the job may have reached APNs already). Rows another session holds are left
+    /// to their leases, and so are `excluding`: rows the claimer sent and could not record,
+    /// whose takeover must still say they may have reached APNs.
+    public func giveBackClaims(_ connection: PGConnection, owner: String, excluding: [Int64] = []) throws -> [GivenBackClaim] {
+        let result = try connection.query(connection.prepared("""
+            UPDATE pushd.broadcast_jobs b SET run_at = now(), leased_until = b.replaced_until, claimed_by = NULL, replaced_until = NULL
+            WHERE b.id IN (SELECT id FROM pushd.broadcast_jobs
+                           WHERE claimed_by = $1 AND leased_until > now() AND run_at = leased_until
+                             AND NOT (id = ANY ($2::bigint[])) FOR UPDATE SKIP LOCKED)
+            RETURNING b.id, b.app, b.leased_until
+            """), [owner, excluding])
+        return try (0..<result.rowCount).map {
+            GivenBackClaim(id: try result.require(row: $0, column: 0), app: try result.require(row: $0, column: 1),
+                           replacedUntil: try result.get(row: $0, column: 2))
+        }
     }
 
     /// Moves broadcast job `id`, which `error` (a CHECK) refused to write while pushd was
@@ -264,4 +289,14 @@ public struct BroadcastQueue: Sendable {
                            WHERE q.run_at <= now() AND q.state IN ('pending_create', 'pending_delete') AND \(ChannelStore.notLeft))
             """), [apps] + Self.leavingParameters(leaving, apps: apps)).require(Bool.self, row: 0, column: 0)
     }
+}
+
+/// A broadcast job or channel request given back after a claim whose answer was lost
+/// (`BroadcastQueue.giveBackClaims`, `ChannelStore.giveBackClaims`).
+public struct GivenBackClaim: Sendable, Hashable {
+    public var id: Int64
+    public var app: String
+    /// The lease the lost claim had replaced, put back: one that ran out unsettled (the next
+    /// claim says the row may have reached APNs already); nil when the row was free.
+    public var replacedUntil: Timestamp?
 }

@@ -40,20 +40,24 @@ public struct ChannelStore: Sendable {
     /// has): a request going there (its channel's environment, else the app's) is not claimed,
     /// so an instance that could only put it back neither delays nor rewrites it. A channel
     /// request needs no token key, so `leaving`'s token-only apps do not matter here.
+    ///
+    /// `owner` names the claimer in the rows (`claimed_by`), so that a claim whose answer was
+    /// lost can be given back (`giveBackClaims`); the row keeps the lease its claim replaced.
     public func claim(_ connection: PGConnection, limit: Int, apps: [String], leaving: JobQueue.Leaving = JobQueue.Leaving(),
-                      leaseSeconds: Double) throws -> [ChannelOperation] {
+                      leaseSeconds: Double, owner: String? = nil) throws -> [ChannelOperation] {
         guard limit > 0, !apps.isEmpty else { return [] }
         let leaves = !leaving.environments.isEmpty
         let due = leaves ? Self.dueLeavingSQL : Self.dueSQL
         let dueParameters: [any PGParameter] = leaves ? [limit, apps] + BroadcastQueue.leavingParameters(leaving, apps: apps) : [limit, apps]
         let lease = dueParameters.count + 1
         let result = try connection.query(connection.prepared("""
-            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease))
+            UPDATE pushd.channels c SET run_at = now() + make_interval(secs => $\(lease)), leased_until = now() + make_interval(secs => $\(lease)),
+                                        claimed_by = $\(lease + 1)::text, replaced_until = previous.leased_until
             FROM pushd.channels previous
             WHERE previous.id = c.id AND c.id = ANY (ARRAY(\(due)))
             RETURNING c.id, c.app, c.state, c.channel_id, c.environment, c.storage_policy, c.attempts, c.requested_at,
                       previous.leased_until
-            """), dueParameters + [leaseSeconds])
+            """), dueParameters + [leaseSeconds, owner])
         return try result.rows.map { row in
             let state: String = try row.require(2)
             guard let kind = ChannelOperation.Kind(rawValue: state) else {
@@ -62,6 +66,24 @@ public struct ChannelStore: Sendable {
             return ChannelOperation(id: try row.require(0), app: try row.require(1), kind: kind, channelID: try row.get(3),
                                     environment: try row.get(4), storagePolicy: try row.require(5), attempts: try row.require(6),
                                     requestedAt: try row.require(7), unsettledLeaseEndedAt: try row.get(8))
+        }
+    }
+
+    /// Gives back the pending channel requests claimed by `owner` whose claim is still as it
+    /// was made (its lease running, `run_at` at its end: nothing recorded since), as
+    /// `BroadcastQueue.giveBackClaims` does broadcast jobs.
+    public func giveBackClaims(_ connection: PGConnection, owner: String, excluding: [Int64] = []) throws -> [GivenBackClaim] {
+        let result = try connection.query(connection.prepared("""
+            UPDATE pushd.channels c SET run_at = now(), leased_until = c.replaced_until, claimed_by = NULL, replaced_until = NULL
+            WHERE c.id IN (SELECT id FROM pushd.channels
+                           WHERE claimed_by = $1 AND state IN ('pending_create', 'pending_delete')
+                             AND leased_until > now() AND run_at = leased_until
+                             AND NOT (id = ANY ($2::bigint[])) FOR UPDATE SKIP LOCKED)
+            RETURNING c.id, c.app, c.leased_until
+            """), [owner, excluding])
+        return try (0..<result.rowCount).map {
+            GivenBackClaim(id: try result.require(row: $0, column: 0), app: try result.require(row: $0, column: 1),
+                           replacedUntil: try result.get(row: $0, column: 2))
         }
     }
 

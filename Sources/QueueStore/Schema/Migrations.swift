@@ -41,6 +41,7 @@ extension Migrator {
         Migration(version: 34, name: "registered tokens are grouped into chunks by environment", sql: environmentChunksV34),
         Migration(version: 35, name: "the lease passes over a waiting campaign's chunks of the environment APNs is down for, not its others", sql: chunkEnvironmentsV35),
         Migration(version: 36, name: "a chunk given back after a lease whose answer was lost keeps the lease it replaced", sql: leaseReplacedV36),
+        Migration(version: 37, name: "a broadcast or channel request claim names its claimer and keeps the lease it replaced", sql: claimOwnersV37),
     ]
 
     /// Validation is done by functions that raise with the column's name and what is

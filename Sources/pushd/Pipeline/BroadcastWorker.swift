@@ -34,6 +34,21 @@ final class BroadcastWorker: @unchecked Sendable {
     private let channels = ChannelStore()
     private let broadcasts = BroadcastQueue()
     let finished = Semaphore()
+    /// The names its claims give the rows they take (`claimed_by`), one per table, so that a
+    /// lost answer of one is told apart from the other's.
+    private var broadcastOwner: String { "\(context.instance)/broadcasts" }
+    private var channelRequestOwner: String { "\(context.instance)/channel-requests" }
+    /// A claim's session ended before its answer came: it may have gone through, leasing a row
+    /// to this worker that it knows nothing of (`giveBackClaimsInDoubt`).
+    private var claimsInDoubt = false
+    private var nextGiveBackTry = 0.0
+    private static let giveBackRetryInterval = 5.0
+    /// Rows this worker claimed and dropped without an outcome (a database error after the
+    /// claim, the request perhaps at APNs), with when their lease ends (monotonic seconds):
+    /// left to run out, so that whoever takes one says it may have reached APNs already;
+    /// `giveBackClaimsInDoubt` leaves them alone.
+    private var abandonedRequests: [Int64: Double] = [:]
+    private var abandonedBroadcasts: [Int64: Double] = [:]
 
     /// A claimed row is not offered to another worker for this long; the engine answers by its
     /// answer deadline (`answerWaitSeconds` less 5 s), so the lease outlives the wait.
@@ -106,12 +121,21 @@ final class BroadcastWorker: @unchecked Sendable {
                 // One row at a time, each leased as it is taken: rows are sent one after the
                 // other, each waiting for its answer, so the lease of a row claimed with others
                 // could end before its turn came, and another instance would send it too.
-                let operations = try channels.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds)
-                for operation in operations { try carryOut(operation, on: connection) }
-                let jobs = try broadcasts.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds) { refused in
-                    context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
+                // This worker holds no row between passes: what a claim whose answer was lost
+                // took is all that is under its names, and goes back before it claims again.
+                if claimsInDoubt, RateLimiter.monotonicSeconds() >= nextGiveBackTry { giveBackClaimsInDoubt(on: connection) }
+                let operations = try claimInDoubtIfLost(connection) {
+                    try channels.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds, owner: channelRequestOwner)
                 }
-                for job in jobs { try send(job, on: connection) }
+                for operation in operations {
+                    try abandonIfFailed(operation.id, in: &abandonedRequests) { try carryOut(operation, on: connection) }
+                }
+                let jobs = try claimInDoubtIfLost(connection) {
+                    try broadcasts.claim(connection, limit: 1, apps: apps, leaving: leaving, leaseSeconds: leaseSeconds, owner: broadcastOwner) { refused in
+                        context.reportRefusedRewrites(refused, lane: Self.lane, doing: "claimed")
+                    }
+                }
+                for job in jobs { try abandonIfFailed(job.id, in: &abandonedBroadcasts) { try send(job, on: connection) } }
                 context.broadcastDeadLetters.flush()
                 context.operatorLog.tick()
                 failures = 0
@@ -146,6 +170,65 @@ final class BroadcastWorker: @unchecked Sendable {
         try fresh.listen(BroadcastQueue.channel)
         connection = fresh
         return fresh
+    }
+
+    /// Runs a claim; one whose session ended before its answer came leaves the worker in
+    /// doubt (an error the server answered on a sound session undid it: it is one statement).
+    private func claimInDoubtIfLost<T>(_ connection: PGConnection, _ claim: () throws -> T) throws -> T {
+        do {
+            return try claim()
+        } catch let error as PGError where error.leftStatementInDoubt(on: connection) {
+            claimsInDoubt = true
+            throw error
+        }
+    }
+
+    /// Carries out a claimed row; one dropped by an error keeps its lease to run out.
+    private func abandonIfFailed(_ id: Int64, in abandoned: inout [Int64: Double], _ work: () throws -> Void) throws {
+        do {
+            try work()
+        } catch {
+            abandoned[id] = RateLimiter.monotonicSeconds() + leaseSeconds
+            throw error
+        }
+    }
+
+    /// Gives back the channel requests and broadcast jobs under this worker's names after a
+    /// claim whose answer it did not read (`claimsInDoubt`), each with the lease its claim
+    /// replaced. Such a row sat leased to nobody for the answer wait and 30 s, and was then
+    /// taken over from this live worker with a warning that it may have reached APNs (for a
+    /// channel create, asking for a channel audit). One notice per row given back: nothing of
+    /// it was sent. Failing, it is tried again a few seconds later, and the pass goes on.
+    private func giveBackClaimsInDoubt(on connection: PGConnection) {
+        do {
+            let now = RateLimiter.monotonicSeconds()
+            abandonedRequests = abandonedRequests.filter { $0.value > now }
+            abandonedBroadcasts = abandonedBroadcasts.filter { $0.value > now }
+            let requests = try channels.giveBackClaims(connection, owner: channelRequestOwner, excluding: Array(abandonedRequests.keys))
+            let jobs = try broadcasts.giveBackClaims(connection, owner: broadcastOwner, excluding: Array(abandonedBroadcasts.keys))
+            claimsInDoubt = false
+            func replaced(_ back: GivenBackClaim) -> String {
+                back.replacedUntil.map { until in
+                    "; the lease it replaced, which ran out \(Int(max(0, Timestamp().timeIntervalSince(until)))) s ago unsettled, is put back, "
+                        + "so the next claim still says it may have reached APNs"
+                } ?? ""
+            }
+            for back in requests {
+                context.logger.notice("broadcast worker: gave back channel request \(back.id) of app \(back.app), claimed by a claim whose answer its database session ended before; it sent nothing of it\(replaced(back))",
+                                      ("event", "channel_request_given_back"), ("app", .string(back.app)), ("request", .int(back.id)))
+            }
+            for back in jobs {
+                context.logger.notice("broadcast worker: gave back broadcast job \(back.id) of app \(back.app), claimed by a claim whose answer its database session ended before; it sent nothing of it\(replaced(back))",
+                                      ("event", "broadcast_claim_given_back"), ("app", .string(back.app)), ("job", .int(back.id)))
+            }
+        } catch {
+            context.databaseError(error)
+            nextGiveBackTry = RateLimiter.monotonicSeconds() + Self.giveBackRetryInterval
+            // Read-only (a failover): told once for the worker's passes, which fail alike.
+            if RefusedWritesLog.refusesWrites(error) { return }
+            context.logger.warning("broadcast worker: could not give back the rows a claim whose answer was lost may have taken (tried again in \(Int(Self.giveBackRetryInterval)) s; until then such a row waits for its lease to run out): \(error)",
+                                   ("event", "broadcast_claim_give_back_failed"))
+        }
     }
 
     // MARK: Channel operations

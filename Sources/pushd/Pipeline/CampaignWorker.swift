@@ -147,8 +147,7 @@ final class CampaignWorker: @unchecked Sendable {
                     do {
                         leased = try store.leaseChunk(connection!, owner: owner, apps: context.claimableApps(), leaseSeconds: leaseSeconds,
                                                       skipping: limiter.pacedCampaigns + waits.campaigns, skippingChunksTo: waits.chunksTo)
-                    } catch let error as PGError where error.code.isConnectionLoss || error.code == .connectionClosed
-                                || connection?.isOpen != true {
+                    } catch let error as PGError where error.leftStatementInDoubt(on: connection) {
                         // The session ended with the lease unanswered: it may have gone through
                         // under this worker's name (an error the server answered on a sound
                         // session undid it: it is one statement). The next pass gives back what
