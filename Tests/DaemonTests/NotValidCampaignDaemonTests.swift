@@ -61,11 +61,15 @@ import Testing
             defer { connection.close() }
             let id = try Self.refusedCampaign(connection)
 
-            let daemon = try TLSFailurePausesAppTests.Daemon(config: try harness.writeConfigFile(), log: harness.directory + "/pushd.log")
+            // Leases of 10 s, renewed every 2 s: a lease keeper held up for 2 s on a loaded machine
+            // does not let one run out under its worker (which would rightly lease it again).
+            let config = try harness.writeConfigFile()
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
+            let daemon = try TLSFailurePausesAppTests.Daemon(config: config, log: harness.directory + "/pushd.log")
             #expect(DaemonHarness.wait(seconds: 30) { harness.mock.stats.accepted > 0 }, "\(daemon.text.suffix(3000))")
-            // Three leases' worth of time after the first checkpoint: a chunk whose progress was
-            // lost would be leased and sent again.
-            Thread.sleep(forTimeInterval: 12)
+            // Over two leases' worth of time after the first checkpoint: a chunk whose progress
+            // was lost would be leased and sent again.
+            Thread.sleep(forTimeInterval: 25)
             let accepted = harness.mock.acceptedLog.map(\.token)
             #expect(accepted.count == Set(accepted).count, "\(accepted.count - Set(accepted).count) notifications were sent again")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_chunks WHERE leases > 1") == 0,
