@@ -182,7 +182,6 @@ import Testing
             let metricsPort = String(try #require(port))
 
             try harness.mock.setFaults(FaultConfiguration(internalServerErrorRate: 1))
-            let faultStarted = Timestamp()
             try connection.query("""
                 INSERT INTO pushd.jobs (app, device_token, payload)
                 VALUES ('shop', lpad(to_hex(820000), 64, '0'), '{"aps":{"alert":"login code 314159"}}')
@@ -230,11 +229,19 @@ import Testing
             #expect(probeSeries.contains { $0.hasPrefix("pushd_apns_outage_probes_total{environment=\"sandbox\",lane=\"transactional\"}") && !$0.hasSuffix(" 0") },
                     "\(probeSeries)")
             #expect(probeSeries.contains("pushd_apns_outage_probes_total{environment=\"sandbox\",lane=\"campaign\"} 0"), "no waiting target, no probe: \(probeSeries)")
-            let down = Timestamp().timeIntervalSince(faultStarted)
             for lane in ["transactional", "channels"] {
-                let probes = lines("outage_probe", lane).count
-                // At most one line per interval (5 s less 25 %) and lane.
-                #expect(probes >= 1 && Double(probes) <= down / 3.75 + 1, "\(probes) probe lines for the \(lane) lane in \(down) s")
+                let probes = lines("outage_probe", lane)
+                // At most one probe per interval and lane: consecutive lines at least the interval
+                // less its spread apart (500 ms less 25 %; a lane answering again probes every
+                // second), whatever the machine's load made of the number of intervals.
+                let times = probes.compactMap { line -> Timestamp? in
+                    guard let start = line.range(of: "\"time\":\"")?.upperBound,
+                          let end = line[start...].firstIndex(of: "\"") else { return nil }
+                    return Timestamp(iso8601: String(line[start..<end]))
+                }
+                let gaps = zip(times.dropFirst(), times).map { $0.timeIntervalSince($1) }
+                #expect(!probes.isEmpty && times.count == probes.count, "\(probes.count) probe lines for the \(lane) lane, \(times.count) with a time")
+                #expect(gaps.allSatisfy { $0 >= 0.375 - 0.002 }, "probe lines for the \(lane) lane closer than an interval: \(gaps) s apart")
             }
         }
     }
