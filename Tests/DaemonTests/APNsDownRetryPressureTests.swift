@@ -21,6 +21,9 @@ import Testing
             // pushd's own retry defaults (1 s, growing with the outage), a probe every second.
             let config = try APNsStormTests.configFile(harness, baseMilliseconds: 1000, maxMilliseconds: 600_000,
                                                        extra: "  outage_probe_ms: 1000\n")
+            // No chunk may be sent twice and no takeover is timed: leases a stalled renewal
+            // cannot lose on a loaded machine.
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
             try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
             defer {
@@ -74,6 +77,9 @@ import Testing
             let targets = 60_000
             let config = try APNsStormTests.configFile(harness, baseMilliseconds: 1000, maxMilliseconds: 600_000,
                                                        extra: "  outage_probe_ms: 1000\n")
+            // No chunk may be sent twice and no takeover is timed: leases a stalled renewal
+            // cannot lose on a loaded machine.
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
             let id = try CampaignLaneTests.campaign(connection, count: targets)
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
             defer {

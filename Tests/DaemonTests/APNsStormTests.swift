@@ -33,6 +33,9 @@ import Testing
             // With retries starting at 100 ms and capped at 2 s, the default 8 attempts are spent
             // within about 8 s of answers that count, and a campaign's old 5 within 2 s.
             let config = try Self.configFile(harness, baseMilliseconds: 100, maxMilliseconds: 2000)
+            // No chunk may be sent twice and no takeover is timed: leases a stalled renewal
+            // cannot lose on a loaded machine.
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
             try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
             defer {

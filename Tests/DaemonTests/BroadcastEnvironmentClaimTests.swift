@@ -53,14 +53,23 @@ import Testing
                 """) == 1, "\(Self.rows(connection))")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 1, "\(Self.rows(connection))")
 
-            // B, the one with the sandbox certificate, sends it as soon as it works again, well
-            // inside the 5 s a put-back would cost.
+            // B, the one with the sandbox certificate, sends it as soon as it works again: never
+            // put back meanwhile (a put-back sets an error and, unleased, a run_at 5 s away), whatever the
+            // machine's load makes of the time it takes.
             let resumed = Timestamp()
             TwoInstanceFleet.resume(b)
-            #expect(try DaemonHarness.wait(seconds: 20) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0 },
-                    "\(Self.rows(connection))")
+            var putBack: [String] = []
+            #expect(try DaemonHarness.wait(seconds: 20) {
+                let seen = try DaemonHarness.count(connection, """
+                    SELECT count(*) FROM pushd.broadcast_jobs WHERE last_error IS NOT NULL OR (leased_until IS NULL AND run_at > now() + interval '1 second')
+                    """)
+                if seen > 0 { putBack.append(Self.rows(connection)) }
+                return try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.broadcast_jobs") == 0
+            }, "\(Self.rows(connection))")
             let took = Timestamp().timeIntervalSince(resumed)
-            #expect(took < EnvironmentCoverage.leaveRetrySeconds - 2, "sent \(took) s after B resumed")
+            print("the sandbox broadcast was sent \(String(format: "%.2f", took)) s after B resumed")
+            #expect(putBack.isEmpty, "the sandbox broadcast was put back before B sent it: \(putBack)")
+            #expect(took < 15, "sent \(took) s after B resumed")
             #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
             #expect(production.stats.broadcastsAccepted[channel, default: 0] + sandbox.stats.broadcastsAccepted[channel, default: 0] == 2)
         }

@@ -19,6 +19,9 @@ import Testing
             let connection = try database.connect()
             let targets = 10_000
             let config = try APNsStormTests.configFile(harness, baseMilliseconds: 100, maxMilliseconds: 10_000)
+            // No target may be sent twice and no takeover is timed: leases a stalled renewal
+            // cannot lose on a loaded machine.
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
             let id = try CampaignLaneTests.campaign(connection, count: targets)
             let started = Timestamp()
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")

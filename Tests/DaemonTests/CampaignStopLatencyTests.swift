@@ -11,8 +11,10 @@ import Testing
 /// mistake).
 @Suite(.serialized) struct CampaignStopLatencyTests {
     /// A campaign paced at 2,000/s by its app's `campaign_rate` (each worker paces its chunks,
-    /// and checkpoints every 2 s): after the command returns, no more than what was in flight
-    /// and 50 ms of sends reach APNs.
+    /// and with 10 s leases checkpoints every 2 s): after the command returns, no more than what
+    /// was in flight and 125 ms of sends reach APNs (the notification and the watch's look take
+    /// milliseconds; the rest is room for a loaded machine). Seen at the next checkpoint
+    /// instead, up to 4,000 would, and 250 or fewer in 6 % of runs.
     func stopSends(_ stop: (CampaignStore, PGConnection, Int64) throws -> CampaignStatus, expected: CampaignStatus) throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database)
@@ -20,6 +22,7 @@ import Testing
             let store = CampaignStore()
             let rate = 2000
             let config = try CampaignLaneTests.configCapped(harness, rate: rate)
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
             let id = try CampaignLaneTests.campaign(connection, count: 30_000)
 
             let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
@@ -30,7 +33,7 @@ import Testing
             let atStop = harness.mock.stats.accepted
             usleep(1_500_000)
             let after = harness.mock.stats.accepted - atStop
-            #expect(after <= rate / 20, "\(after) notifications accepted after the campaign was \(expected.rawValue) (\(atStop) before)")
+            #expect(after <= rate / 8, "\(after) notifications accepted after the campaign was \(expected.rawValue) (\(atStop) before)")
 
             // What was answered is counted once the workers stopped.
             let counted = { (try? store.campaign(connection, id: id)).flatMap { $0.map { $0.sent + $0.failed } } ?? -1 }

@@ -32,6 +32,9 @@ import Testing
         }
         let path = harness.directory + "/" + name
         try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        // Nothing may be sent twice and no takeover is timed: leases a stalled renewal cannot
+        // lose on a loaded machine.
+        try DaemonHarness.setLeaseSeconds(10, inConfigFile: path)
         return path
     }
 

@@ -68,8 +68,10 @@ import Testing
                 inserted += 1
                 Thread.sleep(forTimeInterval: 0.25)
             }
-            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            let due = text.split(separator: "\n").filter { $0.contains("\"event\":\"outage_retries_due\"") }
+            // The line follows the statement that made them due: another worker may send them first.
+            let dueLines = { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains("\"event\":\"outage_retries_due\"") } }
+            _ = DaemonHarness.wait(seconds: 5) { !dueLines().isEmpty }
+            let due = dueLines()
             print("\(waiting) jobs waited more than 3 s when the outage ended; queue empty after \(emptied.map { String(format: "%.2f s", $0) } ?? "more than 20 s"); \(due)")
             #expect(emptied != nil && emptied! < 5, "the jobs that waited out the outage took \(emptied ?? -1) s to go once APNs answered")
             #expect(due.count == 1 && due.first?.contains("\"app\":\"shop\"") == true, "\(due)")
@@ -99,8 +101,10 @@ import Testing
             let store = CampaignStore()
             let done = try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: id)?.status == .done }
             let seconds = Timestamp().timeIntervalSince(recovered)
-            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            let due = text.split(separator: "\n").filter { $0.contains("\"event\":\"outage_retries_due\"") }
+            // The line follows the statement that made them due: another worker may send them first.
+            let dueLines = { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains("\"event\":\"outage_retries_due\"") } }
+            _ = DaemonHarness.wait(seconds: 5) { !dueLines().isEmpty }
+            let due = dueLines()
             print("\(waiting) parked targets waited more than 3 s when the outage ended; campaign done after \(String(format: "%.2f", seconds)) s; \(due)")
             #expect(done && seconds < 6, "the targets that waited out the outage took \(seconds) s to go once APNs answered")
             #expect(due.count == 1 && due.first?.contains("\"lane\":\"campaign\"") == true, "\(due)")

@@ -23,11 +23,28 @@ import Testing
         return id
     }
 
+    /// Returns once `watch` listens: notifies a campaign that does not exist until the watch
+    /// says it was notified (a notification sent before it listened is lost), so that the
+    /// figures below do not depend on how long its connection took on a loaded machine.
+    static func waitUntilListening(_ watch: CampaignStopWatch, _ connection: PGConnection) throws {
+        let start = RateLimiter.monotonicSeconds()
+        while watch.verdict(-1) != .notifiedUnlooked {
+            try #require(RateLimiter.monotonicSeconds() - start < 20, "the watch did not listen within 20 s")
+            _ = try connection.query("SELECT pg_notify('\(CampaignStore.stopChannel)', '-1')")
+            _ = secondsUntil(watch, -1, is: .notifiedUnlooked, within: 0.2)
+        }
+    }
+
+    /// Seconds until `watch`'s verdict on `campaign` is `verdict`, at most `within`.
+    static func secondsUntil(_ watch: CampaignStopWatch, _ campaign: Int64, is verdict: CampaignStopWatch.Verdict, within: Double) -> Double {
+        let start = RateLimiter.monotonicSeconds()
+        while watch.verdict(campaign) != verdict && RateLimiter.monotonicSeconds() - start < within { usleep(1000) }
+        return RateLimiter.monotonicSeconds() - start
+    }
+
     /// Seconds until `watch`'s verdict on `campaign` is `verdict`, at most 2.
     static func secondsUntil(_ watch: CampaignStopWatch, _ campaign: Int64, is verdict: CampaignStopWatch.Verdict) -> Double {
-        let start = RateLimiter.monotonicSeconds()
-        while watch.verdict(campaign) != verdict && RateLimiter.monotonicSeconds() - start < 2 { usleep(1000) }
-        return RateLimiter.monotonicSeconds() - start
+        secondsUntil(watch, campaign, is: verdict, within: 2)
     }
 
     /// A lease whose statement began before a cancel committed still hands out a chunk, held a
@@ -46,8 +63,9 @@ import Testing
             let watch = Self.watch(database, sending: sending, errors: errors)
             watch.start()
             defer { watch.stop() }
+            try Self.waitUntilListening(watch, connection)
             var delays = [Double]()
-            for round in 1...6 {
+            for round in 1...12 {
                 let id = try Self.runningCampaign(connection, "round \(round)")
                 // A chunk of it is sent, then none is held for a while (between two chunks).
                 sending.withLock { $0 = [id] }
@@ -59,7 +77,8 @@ import Testing
                 if round.isMultiple(of: 2) {
                     // The notification is read before the chunk is held: until a look reads
                     // the campaign, none of it is sent.
-                    #expect(Self.secondsUntil(watch, id, is: .notifiedUnlooked) < 0.1)
+                    // Only a notification leads to this verdict: reaching it at all is the check.
+                    #expect(Self.secondsUntil(watch, id, is: .notifiedUnlooked) < CampaignStopWatch.notifiedWatchSeconds)
                     usleep(30_000)
                     #expect(watch.verdict(id) == .notifiedUnlooked)
                 }
@@ -68,7 +87,10 @@ import Testing
                 sending.withLock { $0 = [] }
             }
             watch.stop()
-            #expect(delays.allSatisfy { $0 < 0.1 },
+            // Seen at the next look instead (the defect), a delay is spread over 0–0.25 s and
+            // nine of twelve fall under 0.1 s in 1.5 % of runs; a descheduled test thread may
+            // make a few of the right ones late.
+            #expect(delays.filter { $0 < 0.1 }.count >= 9 && delays.allSatisfy { $0 < 2 },
                     "seconds from holding a chunk of a campaign cancelled meanwhile to its workers being told: \(delays.map { String(format: "%.3f", $0) })")
             #expect(errors.withLock { $0 }.isEmpty)
         }
@@ -85,14 +107,19 @@ import Testing
             let watch = Self.watch(database, sending: Lock([id]), errors: errors)
             watch.start()
             defer { watch.stop() }
-            usleep(300_000)
-            #expect(try store.pause(connection, id: id) == .paused)
-            let seen = Self.secondsUntil(watch, id, is: .stopped)
-            #expect(seen < 0.1, "a pause seen after \(seen) s")
-
-            _ = try store.resume(connection, id: id)
-            let goesOn = Self.secondsUntil(watch, id, is: .sending)
-            #expect(goesOn < CampaignStopWatch.lookInterval + 0.2, "a resume seen after \(goesOn) s")
+            try Self.waitUntilListening(watch, connection)
+            // Eight pauses: seen at the next look instead (the defect), six of eight fall under
+            // 0.1 s in 5 % of runs; a descheduled test thread may make one or two late.
+            var pauses = [Double]()
+            for _ in 1...8 {
+                #expect(try store.pause(connection, id: id) == .paused)
+                pauses.append(Self.secondsUntil(watch, id, is: .stopped))
+                _ = try store.resume(connection, id: id)
+                let goesOn = Self.secondsUntil(watch, id, is: .sending)
+                #expect(goesOn < 2, "a resume seen after \(goesOn) s")
+            }
+            #expect(pauses.filter { $0 < 0.1 }.count >= 6 && pauses.allSatisfy { $0 < 2 },
+                    "pauses seen after \(pauses.map { String(format: "%.3f", $0) }) s")
             watch.stop()
             #expect(errors.withLock { $0 }.isEmpty)
         }
@@ -112,9 +139,9 @@ import Testing
             let watch = Self.watch(database, sending: Lock([]), errors: errors)
             watch.start()
             defer { watch.stop() }
-            usleep(300_000)
+            try Self.waitUntilListening(watch, connection)
             #expect(try store.pause(connection, id: id) == .paused)
-            #expect(Self.secondsUntil(watch, id, is: .notifiedUnlooked) < 0.1)
+            #expect(Self.secondsUntil(watch, id, is: .notifiedUnlooked) < CampaignStopWatch.notifiedWatchSeconds)
 
             let admin = try PGConnection(url: try TestDatabase.url(), applicationName: "pushd-tests-admin")
             defer { admin.close() }

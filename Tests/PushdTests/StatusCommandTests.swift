@@ -47,12 +47,12 @@ import Testing
             process.standardOutput = output
             try process.run()
             // Ends the command if it has not written two lines by then, so the read below
-            // cannot hang. Two samples take about two seconds; unflushed, a pipe's 4 KB
-            // buffer would hold them back for over ten.
+            // cannot hang. Two samples take about two seconds, longer on a loaded machine;
+            // unflushed, they would come only with a full pipe buffer (checked below).
             // SIGKILL: the test process may hand its children a mask that blocks SIGTERM.
             let pid = process.processIdentifier
             let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + 8, execute: watchdog)
+            DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: watchdog)
             defer { watchdog.cancel() }
             var received = Data()
             while received.filter({ $0 == UInt8(ascii: "\n") }).count < 2 {
@@ -64,6 +64,8 @@ import Testing
             process.waitUntilExit()
             let lines = String(decoding: received, as: UTF8.self).split(separator: "\n")
             #expect(lines.count >= 2)
+            // Each sample is written as it is taken: two lines, not a 4 KB buffer's worth.
+            #expect(received.count < 4096, "\(received.count) bytes came with the first two lines")
             for line in lines.prefix(2) {
                 let document = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
                 #expect(document?["healthy"] as? Bool == false)
