@@ -1321,8 +1321,10 @@ final class CampaignWorker: @unchecked Sendable {
             abandon(chunk)
             return true
         }
-        // Stopped early, the targets waiting for a retry are parked too: the chunk is then
-        // released past every target it sent, and none of those is sent again.
+        // Stopped for an APNs outage, the newest targets that never reached APNs stay in the
+        // chunk. Stopped early, the targets waiting for a retry are parked too: the chunk is
+        // then released past every target it sent, and none of those is sent again.
+        if run.waitsForAPNs { run.giveBackUnsentTail() }
         run.parkRetries()
         run.advance()
         switch try settle(run, on: connection) {

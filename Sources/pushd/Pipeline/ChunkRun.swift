@@ -242,6 +242,32 @@ final class ChunkRun {
         left.append(Retry(at: 0, target: target, dueAt: Timestamp(), reason: reason))
     }
 
+    /// Gives the newest targets back to the chunk when APNs never saw them: the run's last
+    /// submitted targets, from the end back to the first that is not a retry that was handed
+    /// back unsent (`not sent: `, no attempt spent). At an outage's start the engine hands back
+    /// every request still waiting for a connection, the newest of the chunk: they stay in it
+    /// with the targets after them (released at the first of them), not parked one row each.
+    /// Returns how many were given back.
+    @discardableResult
+    func giveBackUnsentTail() -> Int {
+        guard paced == nil, !retries.isEmpty else { return 0 }
+        var unsent = Set<Int>()
+        for retry in retries where retry.reason.hasPrefix(Self.unsentReasonPrefix) && attempts[retry.target] == 0 {
+            unsent.insert(retry.target)
+        }
+        var start = next
+        while start > watermark, resolutions[start - 1] == nil, unsent.contains(start - 1) { start -= 1 }
+        guard start < next else { return 0 }
+        retries.removeAll { $0.target >= start }
+        let given = next - start
+        next = start
+        return given
+    }
+
+    /// What the reason of a target handed back without reaching APNs begins with (the
+    /// engine's `NotSent`, and a target set aside while APNs is down).
+    static let unsentReasonPrefix = "not sent: "
+
     /// Moves the retries waiting here and the targets left to other instances to `parked`,
     /// for the transaction that finishes or releases the chunk.
     func parkRetries() {
