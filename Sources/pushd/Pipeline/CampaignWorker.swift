@@ -1182,6 +1182,7 @@ final class CampaignWorker: @unchecked Sendable {
         // Nothing of the chunk is copied for an answer: its token's hex is made only for a prune
         // or a throttle, read in place from the run.
         let environment = run.environments[target]
+        if result.notSent == nil { run.reachedAPNs[target] = true }
         let outcome = run.sender.outcome(of: result, environment: environment)
         // Counted before the verdict, as in the other lanes: the answer that shows APNs down
         // waits for it like the ones after it, not on its own short backoff.

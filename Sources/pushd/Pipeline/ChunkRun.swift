@@ -65,6 +65,9 @@ final class ChunkRun {
     /// behind others in the engine, so a window counted from the lease ran out before a late
     /// target's first answer, and its first 503 dead-lettered it without a retry.
     var firstSentAt: [Double]
+    /// Whether a request of each target may have reached APNs: an answer, or a send that
+    /// ended without one, came for it (anything but the engine handing it back unsent).
+    var reachedAPNs: [Bool]
     var retries: [Retry] = []
     /// Targets of an environment this instance has no credentials for and another live
     /// instance has: parked with the retries when the run ends, due at once, for that
@@ -158,6 +161,7 @@ final class ChunkRun {
         attempts = [Int](repeating: 0, count: chunk.targets.count)
         authorizations = [String?](repeating: nil, count: chunk.targets.count)
         firstSentAt = [Double](repeating: 0, count: chunk.targets.count)
+        reachedAPNs = [Bool](repeating: false, count: chunk.targets.count)
         // A target imported from registered tokens keeps its token's environment; a file
         // import has the campaign's; else the app's. A target parked before its first send
         // (a pause or a hold seen first, a throttled token) is parked with it too.
@@ -243,8 +247,10 @@ final class ChunkRun {
     }
 
     /// Gives the newest targets back to the chunk when APNs never saw them: the run's last
-    /// submitted targets, from the end back to the first that is not a retry that was handed
-    /// back unsent (`not sent: `, no attempt spent). At an outage's start the engine hands back
+    /// submitted targets, from the end back to the first that is not a retry handed back
+    /// unsent (`not sent: `) or that may have reached APNs before (`reachedAPNs`: answered, say
+    /// 503 before the outage was seen and set aside since, or sent without an answer), which
+    /// keeps its retry window as a parked row. At an outage's start the engine hands back
     /// every request still waiting for a connection, the newest of the chunk: they stay in it
     /// with the targets after them (released at the first of them), not parked one row each.
     /// Returns how many were given back.
@@ -252,7 +258,7 @@ final class ChunkRun {
     func giveBackUnsentTail() -> Int {
         guard paced == nil, !retries.isEmpty else { return 0 }
         var unsent = Set<Int>()
-        for retry in retries where retry.reason.hasPrefix(Self.unsentReasonPrefix) && attempts[retry.target] == 0 {
+        for retry in retries where retry.reason.hasPrefix(Self.unsentReasonPrefix) && !reachedAPNs[retry.target] {
             unsent.insert(retry.target)
         }
         var start = next
