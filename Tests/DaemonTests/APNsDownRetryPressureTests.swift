@@ -12,56 +12,99 @@ import Testing
 /// probe, not every waiting notification on its own backoff, and when APNs answers again what
 /// waited goes out at once, each notification once.
 @Suite(.serialized) struct APNsDownRetryPressureTests {
+    /// Starts `pushd run` against APNs answering 503 to everything, with a campaign of `targets`
+    /// and `jobs` transactional jobs, retries from `baseMilliseconds` up to 10 minutes and a probe
+    /// a second; runs `during` (given the count of 503 answers so far), then APNs answers again
+    /// and everything must go out once.
+    static func throughAnOutage(_ database: IsolatedDatabase, targets: Int, jobs: Int, baseMilliseconds: Int,
+                                during: (_ harness: DaemonHarness, _ unavailable: () -> Int) throws -> Void) throws {
+        let harness = try DaemonHarness(database: database)
+        let connection = try database.connect()
+        let config = try APNsStormTests.configFile(harness, baseMilliseconds: baseMilliseconds, maxMilliseconds: 600_000,
+                                                   extra: "  outage_probe_ms: 1000\n")
+        // No chunk may be sent twice and no takeover is timed: leases a stalled renewal
+        // cannot lose on a loaded machine.
+        try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
+        try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+        let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
+        defer {
+            kill(process.processIdentifier, SIGTERM)
+            _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+        }
+        let id = try CampaignLaneTests.campaign(connection, count: targets)
+        try connection.query("""
+            INSERT INTO pushd.jobs (app, device_token, payload)
+            SELECT 'shop', lpad(to_hex(900000 + g), 16, '0') || repeat(lpad(to_hex(900000 + g), 16, '0'), 3),
+                   '{"aps":{"alert":"down"}}'
+            FROM generate_series(1, \(jobs)) g
+            """)
+        try during(harness) { harness.mock.stats.rejected["503 ServiceUnavailable"] ?? 0 }
+
+        try harness.mock.setFaults(.none)
+        let total = targets + jobs
+        let back = Timestamp()
+        #expect(try DaemonHarness.wait(seconds: 30) {
+            try harness.mock.stats.accepted >= total && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
+        })
+        print("everything accepted \(String(format: "%.1f", Timestamp().timeIntervalSince(back))) s after APNs answered again")
+        #expect(try DaemonHarness.wait(seconds: 10) { try CampaignStore().campaign(connection, id: id)?.status == .done })
+        #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+        let log = harness.mock.acceptedLog
+        #expect(log.count == total)
+        #expect(Set(log.map(\.token)).count == total)
+    }
+
     @Test func aDownLaneSendsOnlyItsProbesAndEverythingGoesOutOnceWhenAPNsIsBack() throws {
         try IsolatedDatabase.with { database in
-            let harness = try DaemonHarness(database: database)
-            let connection = try database.connect()
-            let targets = 3000
-            let jobs = 1000
-            // pushd's own retry defaults (1 s, growing with the outage), a probe every second.
-            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 1000, maxMilliseconds: 600_000,
-                                                       extra: "  outage_probe_ms: 1000\n")
-            // No chunk may be sent twice and no takeover is timed: leases a stalled renewal
-            // cannot lose on a loaded machine.
-            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
-            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
-            let process = try DaemonProcessTests.start(config: config, log: harness.directory + "/pushd.log")
-            defer {
-                kill(process.processIdentifier, SIGTERM)
-                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            let targets = 3000, jobs = 1000
+            // pushd's own retry defaults (1 s, growing with the outage).
+            try Self.throughAnOutage(database, targets: targets, jobs: jobs, baseMilliseconds: 1000) { _, unavailable in
+                // Every notification has been answered 503 at least once, and the lanes are down.
+                #expect(try DaemonHarness.wait(seconds: 20) { unavailable() >= targets + jobs })
+                Thread.sleep(forTimeInterval: 4)
+                let before = unavailable(), from = Timestamp()
+                let window = 10.0
+                Thread.sleep(forTimeInterval: window)
+                let during = unavailable() - before, elapsed = max(window, Timestamp().timeIntervalSince(from))
+                // Two lanes, one app and environment each, a probe a second (±25 %): about 20 in
+                // 10 s (the bound grows with a window a loaded machine made longer).
+                #expect(during <= Int(4 * elapsed), "\(during) requests reached APNs in \(elapsed) s while it answered 503 to everything")
+                print("down lanes: \(during) requests in \(Int(window)) s, \(unavailable()) answered 503 in all")
             }
-            let id = try CampaignLaneTests.campaign(connection, count: targets)
-            try connection.query("""
-                INSERT INTO pushd.jobs (app, device_token, payload)
-                SELECT 'shop', lpad(to_hex(900000 + g), 16, '0') || repeat(lpad(to_hex(900000 + g), 16, '0'), 3),
-                       '{"aps":{"alert":"down"}}'
-                FROM generate_series(1, \(jobs)) g
-                """)
-            let unavailable = { harness.mock.stats.rejected["503 ServiceUnavailable"] ?? 0 }
-            // Every notification has been answered 503 at least once, and the lanes are down.
-            #expect(try DaemonHarness.wait(seconds: 20) { unavailable() >= targets + jobs })
-            Thread.sleep(forTimeInterval: 4)
-            let before = unavailable(), from = Timestamp()
-            let window = 10.0
-            Thread.sleep(forTimeInterval: window)
-            let during = unavailable() - before, elapsed = max(window, Timestamp().timeIntervalSince(from))
-            // Two lanes, one app and environment each, a probe a second (±25 %): about 20 in
-            // 10 s (the bound grows with a window a loaded machine made longer).
-            #expect(during <= Int(4 * elapsed), "\(during) requests reached APNs in \(elapsed) s while it answered 503 to everything")
-            print("down lanes: \(during) requests in \(Int(window)) s, \(unavailable()) answered 503 in all")
+        }
+    }
 
-            try harness.mock.setFaults(.none)
-            let total = targets + jobs
-            let back = Timestamp()
-            #expect(try DaemonHarness.wait(seconds: 30) {
-                try harness.mock.stats.accepted >= total && DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0
-            })
-            print("everything accepted \(String(format: "%.1f", Timestamp().timeIntervalSince(back))) s after APNs answered again")
-            #expect(try DaemonHarness.wait(seconds: 10) { try CampaignStore().campaign(connection, id: id)?.status == .done })
-            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
-            let log = harness.mock.acceptedLog
-            #expect(log.count == total)
-            #expect(Set(log.map(\.token)).count == total)
+    /// What APNs answered 503 in the first second of an outage, before pushd called the lanes
+    /// down, was set aside on a backoff of its own (here up to 10 s, as `base_delay_ms` allows):
+    /// coming due within the outage it waits for APNs with the rest instead of going into it,
+    /// thousands in a few seconds, beside the probes. When APNs answers again everything goes
+    /// out once.
+    @Test func retriesSetAsideBeforeTheOutageWasCalledWaitWithTheRest() throws {
+        try IsolatedDatabase.with { database in
+            let targets = 3000, jobs = 2000
+            try Self.throughAnOutage(database, targets: targets, jobs: jobs, baseMilliseconds: 10_000) { harness, unavailable in
+                let log = harness.directory + "/pushd.log"
+                let down = {
+                    ["transactional", "campaign"].allSatisfy { lane in
+                        EnvironmentOutageTests.outageLines(log, "apns_down").contains { $0.contains("\"lane\":\"\(lane)\"") }
+                    }
+                }
+                #expect(DaemonHarness.wait(seconds: 30) { down() }, "pushd did not call both lanes down within 30 s")
+                let firstWave = unavailable()
+                // What was on the wire when the lanes were called down is answered meanwhile.
+                Thread.sleep(forTimeInterval: 1)
+                let before = unavailable(), from = Timestamp()
+                let window = 8.0
+                Thread.sleep(forTimeInterval: window)
+                let during = unavailable() - before, elapsed = max(window, Timestamp().timeIntervalSince(from))
+                print("first wave: \(firstWave) answered 503 before both lanes were called down, \(during) in the \(Int(window)) s after")
+                // The wave this test is about (all 5,000 but on a loaded machine).
+                #expect(firstWave >= 1000, "only \(firstWave) requests reached APNs before the lanes were called down")
+                // Two lanes, a probe a second (±25 %) each, and a retry let through as the probe at
+                // most every 0.75 s: about 20 in 8 s. Their own backoffs, spread over 10 s, made
+                // most of the first wave due in the window: thousands.
+                #expect(during <= Int(4 * elapsed), "\(during) requests reached APNs in \(elapsed) s while it answered 503 to everything")
+            }
         }
     }
 
@@ -185,6 +228,18 @@ import Testing
         try session.query("UPDATE pushd.campaign_chunks SET environment = \(environment) WHERE campaign_id = \(id)")
     }
 
+    /// Waits until the log says APNs takes none of the campaign lane's notifications to each of
+    /// `environments`, then 2 s more for what was on the wire then to be answered.
+    static func waitUntilDown(_ environments: [String], log: String) {
+        let down = {
+            environments.allSatisfy { environment in
+                EnvironmentOutageTests.outageLines(log, "apns_down", environment: environment).contains { $0.contains(#""lane":"campaign""#) }
+            }
+        }
+        #expect(DaemonHarness.wait(seconds: 30) { down() }, "pushd did not call the campaign lane down in \(environments) within 30 s of the 503s")
+        Thread.sleep(forTimeInterval: 2)
+    }
+
     /// The campaign finishes with every target sent once, each to its environment's host.
     static func expectDeliveredOnce(_ hosts: EnvironmentRoutingTests.Hosts, _ connection: PGConnection,
                                     campaign id: Int64, total: Int, sandbox sandboxCount: Int) throws {
@@ -218,7 +273,11 @@ import Testing
             (hosts.production.stats.rejected["503 ServiceUnavailable"] ?? 0) + (hosts.sandbox.stats.rejected["503 ServiceUnavailable"] ?? 0)
         }
         #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
-        Thread.sleep(forTimeInterval: 4)
+        // The window starts once pushd has called both environments down on the campaign lane:
+        // until then a chunk that records no environment may go whole to one not yet seen to
+        // fail (that is how its outage is found, by three failures over a second), and a loaded
+        // machine can take longer than a few seconds to lease one.
+        Self.waitUntilDown(["production", "sandbox"], log: hosts.harness.directory + "/pushd.log")
         let chunkWrites = { try Self.chunkRowWrites(connection) }
         let leasesByEnvironment = {
             let rows = try connection.query("""
@@ -279,11 +338,11 @@ import Testing
             try hosts.production.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
             let unavailable = { hosts.production.stats.rejected["503 ServiceUnavailable"] ?? 0 }
             #expect(try DaemonHarness.wait(seconds: 10) { unavailable() > 0 })
-            Thread.sleep(forTimeInterval: 4)
+            Self.waitUntilDown(["production"], log: hosts.harness.directory + "/pushd.log")
             let before = unavailable(), from = Timestamp()
             Thread.sleep(forTimeInterval: 6)
             let during = unavailable() - before, elapsed = max(6, Timestamp().timeIntervalSince(from))
-            print("registered-token campaign in a production outage: \(during) requests answered 503 in 6 s after the first 4")
+            print("registered-token campaign in a production outage: \(during) requests answered 503 in 6 s once it was called down")
             // Two workers, a probe a second each, and the retries parked before the outage was seen.
             #expect(during <= Int(10 * elapsed), "\(during) requests reached APNs in \(elapsed) s while it answered 503 to everything")
             let acceptedBefore = hosts.production.stats.accepted

@@ -1776,6 +1776,11 @@ final class CampaignWorker: @unchecked Sendable {
                 continue
             }
             // Before the cap's reservation: a target that cannot go takes no share of the pace.
+            if context.holdsBackWhileDown(lastError: target.lastError, app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
+               let due = policy.dueWhileDown(now: Timestamp(), expiration: expiration, firstAttemptAt: target.firstAttemptAt, random: &random) {
+                again(target, at: due)
+                continue
+            }
             if let failed = setupFailed[environment] {
                 context.metrics.retry(app: batch.app, lane: Lane.campaign.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
                 again(target, at: Timestamp().addingTimeInterval(Self.setupRetrySeconds), reason: failed.description)

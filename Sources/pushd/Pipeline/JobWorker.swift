@@ -275,6 +275,12 @@ final class JobWorker: @unchecked Sendable {
                 context.metrics.retry(app: job.app, lane: Lane.transactional.rawValue, reason: AppSender.ConnectionSetupFailed.label).increment()
                 continue
             }
+            if context.holdsBackWhileDown(lastError: job.lastError, app: job.app, environment: environment.rawValue, lane: Lane.transactional.rawValue),
+               let due = context.policy.dueWhileDown(now: now, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
+                                                     firstAttemptAt: job.firstAttemptAt, random: &random) {
+                outcomes.retries.append(JobRetry(id: job.id, runAt: due, error: job.lastError ?? "", countsAsAttempt: false))
+                continue
+            }
             let client: APNsClient
             do {
                 client = try sender.client(for: environment, lane: .transactional)

@@ -65,6 +65,19 @@ struct OutcomePolicy: Sendable {
     /// rest of a wait that grew with the outage.
     static let unavailableReasonPrefixes = ["transport: ", "not sent: ", "HTTP 5"]
 
+    /// When a notification held back while APNs is down (`PipelineContext.holdsBackWhileDown`)
+    /// is due again: as if APNs had just left it unanswered in the outage
+    /// (`RetryPolicy.decideWhileDown`). Nil when its time budget is spent: it goes, and its
+    /// answer decides it as any other.
+    func dueWhileDown<Random: RandomNumberGenerator>(now: Timestamp, expiration: Int64?, firstAttemptAt: Timestamp?,
+                                                     random: inout Random) -> Timestamp? {
+        switch retry.decideWhileDown(now: now, expiration: expiration, firstAttemptAt: firstAttemptAt,
+                                     trouble: "APNs takes none of the lane's notifications", random: &random) {
+        case .retry(_, let at): return at
+        case .giveUp: return nil
+        }
+    }
+
     /// The dead-letter reason (and metric label) of a notification whose `apns-expiration`
     /// passed before it could be sent.
     static let expiredLabel = "Expired"

@@ -704,6 +704,33 @@ final class PipelineContext: @unchecked Sendable {
         return any
     }
 
+    /// When each app, environment and lane APNs takes none of the notifications of may next get
+    /// a retry that waited on its own backoff, in monotonic seconds (`holdsBackWhileDown`).
+    private let downLaneRetries = Lock<[String: Double]>([:])
+
+    /// Whether a notification claimed again after its backoff must wait for APNs instead of
+    /// going: it waits because APNs was unavailable (its last error begins with one of
+    /// `OutcomePolicy.unavailableReasonPrefixes`), APNs still takes none of `lane`'s
+    /// notifications of `app` in `environment` with none answered since (`OperatorLog.isDown`),
+    /// and one such notification went there from this instance less than ¾ of
+    /// `retry.outage_probe_ms` ago. Those set aside in the first second of an outage, before it
+    /// was called, wait on a backoff of their own that ends within it; they were all sent into
+    /// it as they came due, thousands within seconds, where the probe (`probeOutage`) was to go
+    /// alone. Whichever goes first in an interval is its probe; one held back waits as a send
+    /// answered during the outage would (`OutcomePolicy.dueWhileDown`), made due when APNs
+    /// answers again.
+    func holdsBackWhileDown(lastError: String?, app: String, environment: String, lane: String) -> Bool {
+        guard let lastError, OutcomePolicy.unavailableReasonPrefixes.contains(where: { lastError.hasPrefix($0) }),
+              operatorLog.isDown(app: app, environment: environment, lane: lane) else { return false }
+        let now = RateLimiter.monotonicSeconds(), key = app + "\u{0}" + environment + "\u{0}" + lane
+        let interval = 0.75 * Double(config.retry.outageProbeMilliseconds) / 1000
+        return downLaneRetries.withLock { next in
+            if now < next[key, default: 0] { return true }
+            next[key] = now + interval
+            return false
+        }
+    }
+
     /// The back-off of a worker after its `failures`-th database error in a row: 0.1–0.2 s
     /// doubling up to 15–30 s. It ends early when the pipeline stops, so that shutdown does not
     /// wait out a worker that holds nothing.
