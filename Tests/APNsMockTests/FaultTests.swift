@@ -11,7 +11,7 @@ struct FaultTests {
             let response = try H2Client.send(.push(token: token), port: port)
             #expect(response.status == 410)
             #expect(response.body == #"{"reason":"Unregistered","timestamp":1700000000123}"#)
-            #expect(server.stats.perToken[token] == TokenCounts(accepted: 0, rejected: 1))
+            #expect(server.stats.perToken[token] == TokenCounts(accepted: 0, rejected: 1, received: 1))
             #expect(try H2Client.send(.push(token: deviceToken(1)), port: port).status == 200)
         }
     }

@@ -149,6 +149,54 @@ import Testing
         }
     }
 
+    /// Requests the server received on a connection that then ended unanswered, waiting for a
+    /// new one while connections keep failing, are not handed back as never sent: the server
+    /// may have them. Called "not sent", pushd took them for never delivered and sent them
+    /// again as new, with a fresh retry window. Here the mock holds its answers, stops with
+    /// 20 requests it read unanswered, and refuses every connection after.
+    @Test func requestsTheServerReceivedAreNotHandedBackAsNotSent() async throws {
+        try await withMock({ configuration, _ in
+            configuration.countsPerToken = true
+        }) { server, port, material in
+            var configuration = configurationForMock(port: port, material: material, threads: 1, streams: 100)
+            configuration.reconnectBackoff = ReconnectBackoff()
+            // Attempts left after the lost one: the requests wait for the next connection.
+            configuration.maxAttempts = 20
+            let engine = try HTTP2Dispatcher(configuration: configuration, metrics: RecordingMetrics())
+            defer { engine.shutdown() }
+            // A connection that has answered takes many streams at once.
+            #expect(await engine.send(try unauthenticatedRequest(1)).response?.status == 200)
+            try server.setFaults(FaultConfiguration(delayMilliseconds: 5000))
+            let seeds = Array(100..<120)
+            let sending = Task {
+                await withTaskGroup(of: (seed: Int, result: DispatchResult?).self) { group in
+                    for seed in seeds {
+                        group.addTask { (seed, try? await engine.send(unauthenticatedRequest(seed))) }
+                    }
+                    var all = [(seed: Int, result: DispatchResult?)]()
+                    for await result in group { all.append(result) }
+                    return all
+                }
+            }
+            let deadline = Timestamp().addingTimeInterval(10)
+            while server.stats.requestsReceived < 1 + seeds.count, Timestamp() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            server.stop()
+            let results = await sending.value
+            let received = server.stats.perToken
+            let receivedSeeds = Set(seeds.filter { (received[deviceToken($0).hex]?.received ?? 0) > 0 })
+            let notSent = results.filter { $0.result?.notSent != nil }
+            print("""
+                \(receivedSeeds.count) of \(seeds.count) requests received before the server stopped; results: \
+                \(notSent.count) handed back not sent, \(results.filter { $0.result?.transportError != nil }.count) transport failures: \
+                \(results.compactMap { $0.result?.transportError?.message }.first ?? "none")
+                """)
+            #expect(receivedSeeds.count == seeds.count, "the server received \(receivedSeeds.count) of \(seeds.count) before it stopped")
+            let receivedYetNotSent = notSent.filter { receivedSeeds.contains($0.seed) }
+            #expect(receivedYetNotSent.isEmpty, "\(receivedYetNotSent.count) requests the server received were handed back as not sent")
+            #expect(results.allSatisfy { !receivedSeeds.contains($0.seed) || $0.result?.transportError != nil })
+        }
+    }
+
     /// apns-mock keeps each connection up but resets every stream it is sent (RST_STREAM
     /// INTERNAL_ERROR, or REFUSED_STREAM, which libcurl answers by sending the request again on
     /// a new connection by itself). A connection that never answers is a failed one: it is

@@ -71,7 +71,16 @@ final class Accounting: Sendable {
         state.withLock { $0.stats.goaways.append(GoawayRecord(connectionID: connectionID, lastStreamID: lastStreamID)) }
     }
 
-    func recordRequestReceived() { received.add(1, ordering: .relaxed) }
+    /// A complete request for `path`: counted for its device token too when the server counts per token.
+    func recordRequestReceived(path: String) {
+        received.add(1, ordering: .relaxed)
+        guard countsPerToken, path.hasPrefix(Self.devicePath) else { return }
+        let token = path.dropFirst(Self.devicePath.count).lowercased()
+        state.withLock { $0.stats.perToken[token, default: TokenCounts()].received += 1 }
+    }
+
+    private static let devicePath = "/3/device/"
+
     func recordDelayedAnswerWrite() { delayedAnswerWrites.add(1, ordering: .relaxed) }
 
     var stats: MockStats {

@@ -21,14 +21,18 @@ public struct GoawayRecord: Sendable, Hashable, Codable {
     }
 }
 
-/// Answers given to one device token.
+/// Requests received for one device token, and the answers given to them.
 public struct TokenCounts: Sendable, Hashable, Codable {
     public var accepted: Int = 0
     public var rejected: Int = 0
+    /// Complete requests received for the token, answered or not (one that made the mock reset
+    /// its connection included): whether a request reached the server.
+    public var received: Int = 0
 
-    public init(accepted: Int = 0, rejected: Int = 0) {
+    public init(accepted: Int = 0, rejected: Int = 0, received: Int = 0) {
         self.accepted = accepted
         self.rejected = rejected
+        self.received = received
     }
 }
 

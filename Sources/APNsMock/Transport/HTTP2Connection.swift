@@ -416,7 +416,7 @@ final class HTTP2Connection: EventLoopHandler {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_REFUSED_STREAM.rawValue)
             return
         }
-        core.accounting.recordRequestReceived()
+        core.accounting.recordRequestReceived(path: stream.request.path)
         faults.refresh()
         let checksBefore = logic.tokens.signatureChecks
         let verdict = logic.handle(stream.request, faults: faults.faults, now: ServerCore.wallClockSeconds())

@@ -192,8 +192,7 @@ extension CurlEventLoop {
     /// Transfers inside libcurl that it has not begun to send (they wait for a connection) are
     /// taken back too; anything already sent stays to finish.
     func handBackWaiting(_ notSent: NotSent) {
-        let failure = DispatchResult.Outcome.notSent(notSent)
-        while let waiting = backlog.popFront() { deliver(waiting, outcome: failure) }
+        while let waiting = backlog.popFront() { deliver(waiting, outcome: Self.handedBack(waiting, notSent)) }
         var withdrawn = 0
         for other in transfers where other.sends == 0 {
             guard let waiting = other.pending else { continue }
@@ -202,12 +201,26 @@ extension CurlEventLoop {
             other.responseBody.removeAll(keepingCapacity: true)
             freeTransfers.append(other.index)
             withdrawn += 1
-            deliver(waiting, outcome: failure)
+            deliver(waiting, outcome: Self.handedBack(waiting, notSent))
         }
         if withdrawn > 0 {
             inCurl -= withdrawn
             sink.metrics.inFlightChanged(by: -withdrawn)
         }
+    }
+
+    /// What a request handed back from the queue is answered: `notSent` when no attempt of it
+    /// went on the wire; else a transport failure, as `answerPastDeadline` says, since an
+    /// earlier attempt, on a connection that ended unanswered, may have reached the server.
+    /// Called not sent, it was taken for never delivered: given back to its campaign's chunk
+    /// and sent again with a fresh retry window.
+    static func handedBack(_ pending: PendingRequest, _ notSent: NotSent) -> DispatchResult.Outcome {
+        guard pending.wentOnWire else { return .notSent(notSent) }
+        var error = TransportError(code: CurlResultCode.receiveError.rawValue,
+                                   message: "a connection ended without answering it, which may have reached the server, and then \(notSent.description.dropFirst("not sent: ".count))")
+        error.endedAfterHandshake = notSent.lastFailureEndedAfterHandshake
+        error.endedDuringHandshakeAfterClientCertificate = notSent.lastFailureEndedDuringHandshakeAfterClientCertificate
+        return .transportFailure(error)
     }
 
     func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome, timings: TransferTimings? = nil) {
