@@ -1743,6 +1743,8 @@ final class CampaignWorker: @unchecked Sendable {
         // Connections that could not be set up for an environment are not tried again within
         // the batch: its other targets there wait the same way, under one line.
         var setupFailed = [PushdConfig.Environment: AppSender.ConnectionSetupFailed]()
+        // Targets held back for an outage (`PipelineContext.holdsBackWhileDown`), by their place in `outcomes.retries`.
+        var heldWhileDown = [(retry: Int, environment: PushdConfig.Environment)]()
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
             // The session ended and this target was not taken back, or the retake has not
@@ -1778,6 +1780,7 @@ final class CampaignWorker: @unchecked Sendable {
             // Before the cap's reservation: a target that cannot go takes no share of the pace.
             if context.holdsBackWhileDown(lastError: target.lastError, app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
                let due = policy.dueWhileDown(now: Timestamp(), expiration: expiration, firstAttemptAt: target.firstAttemptAt, random: &random) {
+                heldWhileDown.append((outcomes.retries.count, environment))
                 again(target, at: due)
                 continue
             }
@@ -1880,6 +1883,12 @@ final class CampaignWorker: @unchecked Sendable {
         takeAnswers(until: min(RateLimiter.monotonicSeconds() + timeout, answersBy), untilAnswered: true)
         for (target, authorization) in inFlight.values {
             settle(target, .transportFailure("no answer within \(Int(timeout))s"), authorization: authorization)
+        }
+        // APNs answered again meanwhile (this batch's probe, or another's): the targets held
+        // back are due now, since `apns_back` makes due only rows no batch holds.
+        for held in heldWhileDown
+        where !context.operatorLog.isDown(app: batch.app, environment: held.environment.rawValue, lane: Lane.campaign.rawValue) {
+            outcomes.retries[held.retry].dueAt = Timestamp()
         }
         // Recorded through the end of the batch's session (`SentBatchRecorder`): the prunes are
         // written with it and counted once committed.

@@ -209,6 +209,8 @@ final class JobWorker: @unchecked Sendable {
         // A lane's connections that could not be set up for an app and environment are not
         // tried again within the batch: its other jobs there wait the same way, under one line.
         var setupFailures = [String: AppSender.ConnectionSetupFailed]()
+        // Jobs held back for an outage (`PipelineContext.holdsBackWhileDown`), by their place in `outcomes.retries`.
+        var heldWhileDown = [(retry: Int, app: String, environment: PushdConfig.Environment)]()
         for (position, job) in batch.jobs.enumerated() {
             // The claim returns only configured apps; should one slip through, it stays
             // queued for an instance that knows it rather than being given up.
@@ -278,6 +280,7 @@ final class JobWorker: @unchecked Sendable {
             if context.holdsBackWhileDown(lastError: job.lastError, app: job.app, environment: environment.rawValue, lane: Lane.transactional.rawValue),
                let due = context.policy.dueWhileDown(now: now, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                                      firstAttemptAt: job.firstAttemptAt, random: &random) {
+                heldWhileDown.append((outcomes.retries.count, job.app, environment))
                 outcomes.retries.append(JobRetry(id: job.id, runAt: due, error: job.lastError ?? "", countsAsAttempt: false))
                 continue
             }
@@ -355,6 +358,12 @@ final class JobWorker: @unchecked Sendable {
             settle(item, outcome: .transportFailure("no answer within \(Int(timeout))s"), into: &outcomes, prunes: &prunes)
         }
 
+        // APNs answered again meanwhile (this batch's probe, or another's): the jobs held back
+        // are due now, since `apns_back` makes due only rows no batch holds.
+        for held in heldWhileDown
+        where !context.operatorLog.isDown(app: held.app, environment: held.environment.rawValue, lane: Lane.transactional.rawValue) {
+            outcomes.retries[held.retry].runAt = Timestamp()
+        }
         let (refused, session) = try record(&claim, outcomes, prunes)
         reportRefusedRetries(refused)
         context.restoreTokens(on: session)
