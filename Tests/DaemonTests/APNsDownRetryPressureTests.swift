@@ -287,6 +287,10 @@ import Testing
                 (try rows.require(String.self, row: $0, column: 0), try rows.require(Int.self, row: $0, column: 1))
             })
         }
+        let unsentCount = {
+            try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'")
+        }
+        let unsentBefore = try unsentCount()
         let before = unavailable(), writesBefore = try chunkWrites(), leasesBefore = try leasesByEnvironment(), from = Timestamp()
         Thread.sleep(forTimeInterval: 6)
         let during = unavailable() - before, writes = try chunkWrites() - writesBefore, leasesAfter = try leasesByEnvironment()
@@ -298,15 +302,18 @@ import Testing
                         "no chunk to \(environment) was leased in 6 s of the outage: \(leasesBefore) then \(leasesAfter)")
             }
         }
-        let unsent = try DaemonHarness.count(connection, """
-            SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'
-            """)
-        print("\(layout), both environments down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent")
+        let unsent = try unsentCount()
+        print("\(layout), both environments down: \(during) requests answered 503 and \(writes) chunk row writes in 6 s; \(unsent) targets set aside unsent, \(unsent - unsentBefore) of them in the 6 s")
         #expect(during <= Int(10 * elapsed), "\(during) requests reached APNs in \(elapsed) s while it answered 503 to everything")
         // Two workers, a lease and a release per probe each: about 24, or 48 when each
         // environment's chunks are probed apart.
         #expect(writes <= Int(25 * elapsed), "\(writes) chunk row writes in \(elapsed) s: the campaign was leased and released in a loop")
-        #expect(unsent < 2000, "\(unsent) targets were parked one row each during the outage")
+        // Once both are down a chunk stops at its first unsent target: nothing is set aside one
+        // row each. Until then, while one environment is down and the other not yet (failing,
+        // but not for a second yet), a chunk that mixes both sets aside each target of the one
+        // down so that the other's can go: as many as that gap lasts, which a loaded machine
+        // makes longer (4,472 seen), so they are not counted here.
+        #expect(unsent - unsentBefore < 100, "\(unsent - unsentBefore) targets were parked one row each in 6 s of an outage of both")
 
         try hosts.production.setFaults(.none)
         try hosts.sandbox.setFaults(.none)
