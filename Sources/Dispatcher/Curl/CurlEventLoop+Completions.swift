@@ -56,7 +56,10 @@ extension CurlEventLoop {
 
     func finish(_ transfer: CurlTransfer, code: CURLcode, status: Int, now: UInt64) {
         guard var taken = transfer.pending.take() else { return }
-        if transfer.sends > 0 { taken.wentOnWire = true }
+        if transfer.sends > 0 {
+            taken.wentOnWire = true
+            if status == 0 { taken.unansweredOnWire = true }
+        }
         let curlCode = Int(code.rawValue)
         // The one place an answer's body is read: for the decision here and for the caller.
         let errorBody = status >= 400 ? APNsErrorBody.parse(transfer.responseBody) : nil
@@ -210,13 +213,17 @@ extension CurlEventLoop {
     }
 
     /// What a request handed back from the queue is answered: `notSent` when no attempt of it
-    /// went on the wire; else a transport failure, as `answerPastDeadline` says, since an
-    /// earlier attempt, on a connection that ended unanswered, may have reached the server.
-    /// Called not sent, it was taken for never delivered: given back to its campaign's chunk
-    /// and sent again with a fresh retry window.
+    /// went on the wire unanswered (none went, or APNs answered each one that did); else a
+    /// transport failure, as `answerPastDeadline` says, since an earlier attempt, on a
+    /// connection that ended unanswered, may have reached the server. Called not sent, it was
+    /// taken for never delivered: a campaign's chunk took it back to send with a fresh retry window.
+    /// The failure's code is CURLE_GOT_NOTHING, which `TransportFailureKind` takes for an
+    /// unreachable server whatever the message: the message quotes the last failed connection,
+    /// and a TLS alert quoted there (code 56 is judged by its message) paused the app, where
+    /// the same hand-back called not sent waits for APNs like the rest.
     static func handedBack(_ pending: PendingRequest, _ notSent: NotSent) -> DispatchResult.Outcome {
-        guard pending.wentOnWire else { return .notSent(notSent) }
-        var error = TransportError(code: CurlResultCode.receiveError.rawValue,
+        guard pending.unansweredOnWire else { return .notSent(notSent) }
+        var error = TransportError(code: CurlResultCode.gotNothing.rawValue,
                                    message: "a connection ended without answering it, which may have reached the server, and then \(notSent.description.dropFirst("not sent: ".count))")
         error.endedAfterHandshake = notSent.lastFailureEndedAfterHandshake
         error.endedDuringHandshakeAfterClientCertificate = notSent.lastFailureEndedDuringHandshakeAfterClientCertificate

@@ -10,6 +10,10 @@ struct PendingRequest: Sendable {
     /// An attempt of this request went on the wire (libcurl began to send it): a failure after
     /// the answer deadline is then reported as that failure, never as `notSent`.
     var wentOnWire = false
+    /// An attempt of this request went on the wire and its connection ended without answering
+    /// it: that attempt may have reached the server. One answered (a refusal the engine sends
+    /// again, such as UnrelatedKeyIdInToken) was refused for certain, and does not set it.
+    var unansweredOnWire = false
     /// After an UnrelatedKeyIdInToken answer, the newest connection of the loop then: the
     /// request went again on a new connection, and only a connection with a higher id (libcurl
     /// numbers a multi handle's connections upwards) was opened after it. `Int64.min` before.
