@@ -454,7 +454,8 @@ apps:
             for line in open(os.path.join(self.run_dir, fn), errors="replace"):
                 if "chunk_taken_over" in line or "took over chunk" in line:
                     takeovers += 1
-                    m = re.search(r'"previous_owner":"[^"/]*/(\d+)/', line)
+                    # An owner is "<instance>/campaign-N", an instance "<host>/<pid>-<6 hex digits>".
+                    m = re.search(r'"previous_owner":"[^"/]*/(\d+)(?:-[0-9a-f]+)?/', line)
                     pid = int(m.group(1)) if m else None
                     if pid not in self.killed_pids:
                         bad.append("%s: from pid %s" % (fn, pid))
