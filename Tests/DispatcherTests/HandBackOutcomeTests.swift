@@ -2,8 +2,9 @@
 import Testing
 
 /// What the engine answers a request it hands back at the third failed connection in a row
-/// (`CurlEventLoop.handedBack`): not sent, or, when an earlier attempt went on a connection that
-/// ended without answering it, a transport failure that pushd waits out like an unreachable APNs.
+/// (`CurlEventLoop.handedBack`), or gives up at its answer deadline (`CurlEventLoop.pastDeadline`):
+/// not sent, or, when an earlier attempt went on a connection that ended without answering it,
+/// a transport failure (pushd waits a hand-back out like an unreachable APNs).
 @Suite struct HandBackOutcomeTests {
     static func pending(wentOnWire: Bool, unansweredOnWire: Bool) throws -> PendingRequest {
         let request = try DispatchRequest(path: "/3/device/00", headerLines: ["apns-topic: com.example.shop"], body: Array("{}".utf8))
@@ -50,5 +51,34 @@ import Testing
             return
         }
         #expect(handedBack == notSent)
+    }
+
+    /// The same rule at the answer deadline (`CurlEventLoop.pastDeadline`): a request whose
+    /// attempt APNs answered UnrelatedKeyIdInToken, waiting for another connection past its last
+    /// moment to start, was answered "no answer by the answer deadline; an earlier attempt may
+    /// have reached the server", which APNs had refused.
+    @Test func aRequestPastItsDeadlineIsATimeOutOnlyWhenAnAttemptWentUnanswered() throws {
+        let answered = CurlEventLoop.pastDeadline(try Self.pending(wentOnWire: true, unansweredOnWire: false), milliseconds: 70_000)
+        guard case .notSent(let notSent) = answered else {
+            Issue.record("a request APNs answered each time was given up as \(answered)")
+            return
+        }
+        #expect(notSent.answerDeadlineMilliseconds == 70_000)
+        #expect(notSent.description.contains("APNs answered each one that went on the wire"), "\(notSent)")
+        let never = CurlEventLoop.pastDeadline(try Self.pending(wentOnWire: false, unansweredOnWire: false), milliseconds: 70_000)
+        #expect(never.notSentDescription?.hasSuffix("none went on the wire") == true, "\(never)")
+        let lost = CurlEventLoop.pastDeadline(try Self.pending(wentOnWire: true, unansweredOnWire: true), milliseconds: 70_000)
+        guard case .transportFailure(let error) = lost else {
+            Issue.record("a request that went on the wire unanswered was given up as \(lost)")
+            return
+        }
+        #expect(error.code == CurlResultCode.operationTimedOut.rawValue && error.message.contains("may have reached the server"))
+    }
+}
+
+private extension DispatchResult.Outcome {
+    var notSentDescription: String? {
+        if case .notSent(let notSent) = self { return notSent.description }
+        return nil
     }
 }

@@ -19,15 +19,22 @@ extension CurlEventLoop {
         return now <= last
     }
 
-    /// Answers a request that may start no more attempts: `notSent` when none went on the
-    /// wire, else a time-out (an earlier attempt may have reached the server).
+    /// Answers a request that may start no more attempts (`pastDeadline`).
     func answerPastDeadline(_ pending: PendingRequest) {
         sink.counters.pastDeadline.add(1, ordering: .relaxed)
-        let outcome: DispatchResult.Outcome = pending.wentOnWire
-            ? .transportFailure(TransportError(code: CurlResultCode.operationTimedOut.rawValue,
-                                               message: "no answer by the answer deadline (\(configuration.answerDeadlineMilliseconds) ms); an earlier attempt may have reached the server"))
-            : .notSent(.pastAnswerDeadline(milliseconds: configuration.answerDeadlineMilliseconds))
-        deliver(pending, outcome: outcome)
+        deliver(pending, outcome: Self.pastDeadline(pending, milliseconds: configuration.answerDeadlineMilliseconds))
+    }
+
+    /// What a request that may start no more attempts is answered: `notSent` when no attempt of
+    /// it went on the wire unanswered (none went, or APNs answered each one that did, without
+    /// taking it: UnrelatedKeyIdInToken); else a time-out, since an earlier attempt, on a
+    /// connection that ended unanswered, may have reached the server.
+    static func pastDeadline(_ pending: PendingRequest, milliseconds: Int) -> DispatchResult.Outcome {
+        guard pending.unansweredOnWire else {
+            return .notSent(.pastAnswerDeadline(milliseconds: milliseconds, earlierAttemptsAnswered: pending.wentOnWire))
+        }
+        return .transportFailure(TransportError(code: CurlResultCode.operationTimedOut.rawValue,
+                                                message: "no answer by the answer deadline (\(milliseconds) ms); an earlier attempt may have reached the server"))
     }
 
     /// Answers the waiting requests, oldest first, whose last moment to start has passed:

@@ -55,6 +55,9 @@ public struct NotSent: Sendable, Equatable, CustomStringConvertible {
     /// Set when the request's answer deadline (`DispatcherConfiguration.answerDeadlineMilliseconds`)
     /// came before a whole request timeout fitted in front of it.
     public var answerDeadlineMilliseconds: Int?
+    /// With `answerDeadlineMilliseconds`: attempts of it went on the wire, and APNs answered
+    /// each without taking it (UnrelatedKeyIdInToken, sent again on another connection).
+    public var earlierAttemptsAnswered = false
 
     public init(consecutiveFailures: Int, lastFailure: String) {
         self.consecutiveFailures = consecutiveFailures
@@ -62,16 +65,19 @@ public struct NotSent: Sendable, Equatable, CustomStringConvertible {
         answerDeadlineMilliseconds = nil
     }
 
-    /// The answer deadline left no room for another attempt, and none had gone on the wire.
-    public static func pastAnswerDeadline(milliseconds: Int) -> NotSent {
+    /// The answer deadline left no room for another attempt, and none had gone on the wire or
+    /// APNs had answered each that did without taking it (`earlierAttemptsAnswered`).
+    public static func pastAnswerDeadline(milliseconds: Int, earlierAttemptsAnswered: Bool = false) -> NotSent {
         var notSent = NotSent(consecutiveFailures: 0, lastFailure: "")
         notSent.answerDeadlineMilliseconds = milliseconds
+        notSent.earlierAttemptsAnswered = earlierAttemptsAnswered
         return notSent
     }
 
     public var description: String {
         if let milliseconds = answerDeadlineMilliseconds {
-            return "not sent: the answer deadline (\(milliseconds) ms) left no room for another attempt, and none went on the wire"
+            return "not sent: the answer deadline (\(milliseconds) ms) left no room for another attempt, and "
+                + (earlierAttemptsAnswered ? "APNs answered each one that went on the wire without taking it" : "none went on the wire")
         }
         return "not sent: \(consecutiveFailures) connections to APNs failed in a row (last: \(lastFailure))"
     }
