@@ -193,6 +193,15 @@ struct LogicTests {
         #expect(Set(delays).count > 10)
     }
 
+    @Test func aDelayedTokenIsAnsweredLaterWhateverItIsAnswered() {
+        var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 3)
+        let faults = FaultConfiguration(serviceUnavailableRate: 1, delayMilliseconds: 20, delayedTokens: [deviceToken(2): 5000])
+        let slow = answer(logic.handle(request(token: deviceToken(2)), faults: faults, now: Self.now))
+        let quick = answer(logic.handle(request(token: deviceToken(1)), faults: faults, now: Self.now))
+        #expect(slow?.status == 503 && slow?.delayMilliseconds == 5020)
+        #expect(quick?.status == 503 && quick?.delayMilliseconds == 20)
+    }
+
     @Test func perTokenFaultsComeAfterValidationAndBeforeRates() {
         var logic = ConnectionLogic(connectionID: 1, settings: settings(), seed: 1)
         let faults = FaultConfiguration(unregisteredTokens: [deviceToken(3): 99], serviceUnavailableRate: 1)
@@ -326,6 +335,8 @@ struct ConfigurationTests {
         #expect(faults.goawayAfterStreams == 10)
         #expect(faults.refuseAfterStreams == 3)
         #expect(faults.delayMilliseconds == 0)
+        let delayed = try JSONDecoder().decode(FaultConfiguration.self, from: Data(#"{"delayedTokens":{"ABCD":250}}"#.utf8)).validated()
+        #expect(delayed.delayedTokens == ["abcd": 250])
     }
 
     @Test(arguments: [
@@ -338,6 +349,7 @@ struct ConfigurationTests {
         (FaultConfiguration(streamResetRate: 2), "streamResetRate"),
         (FaultConfiguration(streamResetErrorCode: 0), "streamResetErrorCode"),
         (FaultConfiguration(delayMilliseconds: -5), "delayMilliseconds"),
+        (FaultConfiguration(delayedTokens: ["ab": -1]), "delayedTokens"),
     ])
     func invalidFaultsNameTheField(faults: FaultConfiguration, mention: String) {
         #expect {

@@ -567,4 +567,116 @@ import Testing
             #expect(Set(hosts.sandbox.acceptedLog.map(\.token)).count == 3000)
         }
     }
+
+    /// Jobs APNs answered 503 while their lane was down, in a batch that then waits on one slow
+    /// answer while APNs comes back: `apns_back` cannot make due rows the batch holds, so the
+    /// batch makes them due itself when it is written. Before, they waited the outage delay
+    /// (here 7.5–10 minutes) after APNs was back.
+    @Test func jobsAnsweredWhileDownInABatchThatOutlivesTheOutageAreDueWhenItIsWritten() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 200, maxMilliseconds: 600_000,
+                                                       extra: "  outage_probe_ms: 1000\n")
+            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            let token = DaemonHarness.token
+            func insert(_ seeds: ClosedRange<Int>) throws {
+                try connection.query("""
+                    INSERT INTO pushd.jobs (app, device_token, payload)
+                    SELECT 'shop', lpad(to_hex(g), 16, '0') || repeat(lpad(to_hex(g), 16, '0'), 3), '{"aps":{"alert":"slow"}}'
+                    FROM generate_series(\(seeds.lowerBound), \(seeds.upperBound)) g
+                    """)
+            }
+            // Jobs that call the transactional lane down, then wait for APNs (and are its probes).
+            try insert(1...20)
+            #expect(DaemonHarness.wait(seconds: 30) {
+                EnvironmentOutageTests.outageLines(log, "apns_down").contains { $0.contains("\"lane\":\"transactional\"") }
+            }, "pushd did not call the transactional lane down within 30 s")
+            // One batch while the lane is down: 30 jobs answered 503 at once, one answered 8 s late.
+            let slow = token(100)
+            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1, delayedTokens: [slow: 8000]))
+            let quick = (101...130).map(token)
+            try insert(100...130)
+            #expect(DaemonHarness.wait(seconds: 10) { quick.allSatisfy { (harness.mock.stats.perToken[$0]?.rejected ?? 0) > 0 } },
+                    "the 30 quick jobs were not answered 503 within 10 s")
+            // APNs answers again: the probes see it back while the batch waits on its slow answer.
+            try harness.mock.setFaults(.none)
+            let back = Timestamp()
+            let settled = try DaemonHarness.wait(seconds: 30) { try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs") == 0 }
+            let waiting = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.jobs")
+            #expect(settled, "\(waiting) jobs still waiting 30 s after APNs answered again")
+            if settled { print("every job accepted \(String(format: "%.1f", Timestamp().timeIntervalSince(back))) s after APNs answered again") }
+            let backLines = EnvironmentOutageTests.outageLines(log, "apns_back").filter { $0.contains("\"lane\":\"transactional\"") }
+            #expect(!backLines.isEmpty, "pushd did not say the transactional lane was back")
+            let accepted = harness.mock.acceptedLog.map(\.token)
+            #expect(accepted.count == 51 && Set(accepted) == Set((1...20).map(token) + [slow] + quick))
+            #expect(try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.dead_jobs") == 0)
+        }
+    }
+
+    /// The campaign lane's sibling: parked targets of a batch sent into the outage (their last
+    /// error no outage's, so not held back) and answered 503 while the lane was down, the batch
+    /// then waiting on one slow answer while APNs comes back, are due when it is written.
+    @Test func parkedTargetsAnsweredWhileDownInABatchThatOutlivesTheOutageAreDueWhenItIsWritten() throws {
+        try IsolatedDatabase.with { database in
+            let harness = try DaemonHarness(database: database)
+            let connection = try database.connect()
+            let config = try APNsStormTests.configFile(harness, baseMilliseconds: 200, maxMilliseconds: 600_000,
+                                                       extra: "  outage_probe_ms: 1000\n")
+            try DaemonHarness.setLeaseSeconds(10, inConfigFile: config)
+            // Its 20 targets call the campaign lane down, then wait for APNs (and are its probes).
+            let down = try CampaignLaneTests.campaign(connection, count: 20)
+            // All of its chunks sent; 31 targets parked after a 500 (no outage's error), due in an hour.
+            let store = CampaignStore()
+            let parked = try store.create(connection, NewCampaign(app: "shop", name: "parked", pushType: "alert",
+                                                                  payload: #"{"aps":{"alert":"parked"}}"#))
+            let tokens = (1001...1031).map(DaemonHarness.token)
+            #expect(try store.importTargets(connection, campaignID: parked, targets: tokens.map { ($0, String?.none) }).imported == 31)
+            #expect(try store.start(connection, id: parked) == .running)
+            try connection.query("""
+                UPDATE pushd.campaign_chunks SET checkpoint = size, finished_at = now(), lease_owner = NULL, lease_until = NULL
+                WHERE campaign_id = $1
+                """, [parked])
+            try connection.query("UPDATE pushd.campaigns SET chunks_done = chunks_total WHERE id = $1", [parked])
+            try connection.query("""
+                INSERT INTO pushd.campaign_retries (campaign_id, chunk, position, token, due_at, attempts, first_attempt_at, last_error)
+                SELECT $1, 0, g - 1, t, now() + interval '1 hour', 1, now(), 'InternalServerError'
+                FROM unnest($2::text[]) WITH ORDINALITY AS u(t, g)
+                """, [parked, tokens])
+            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1))
+            let log = harness.directory + "/pushd.log"
+            let process = try DaemonProcessTests.start(config: config, log: log)
+            defer {
+                kill(process.processIdentifier, SIGTERM)
+                _ = DaemonProcessTests.waitForExit(process, seconds: 10)
+            }
+            #expect(DaemonHarness.wait(seconds: 30) {
+                EnvironmentOutageTests.outageLines(log, "apns_down").contains { $0.contains("\"lane\":\"campaign\"") }
+            }, "pushd did not call the campaign lane down within 30 s")
+            // One parked batch while the lane is down: 30 answered 503 at once, one 8 s late.
+            let slow = tokens[0], quick = Array(tokens.dropFirst())
+            try harness.mock.setFaults(FaultConfiguration(serviceUnavailableRate: 1, delayedTokens: [slow: 8000]))
+            try connection.query("UPDATE pushd.campaign_retries SET due_at = now() WHERE campaign_id = $1", [parked])
+            #expect(DaemonHarness.wait(seconds: 10) { quick.allSatisfy { (harness.mock.stats.perToken[$0]?.rejected ?? 0) > 0 } },
+                    "the 30 quick targets were not answered 503 within 10 s")
+            // APNs answers again: the probes see it back while the batch waits on its slow answer.
+            try harness.mock.setFaults(.none)
+            let back = Timestamp()
+            let finished = try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: parked)?.status == .done }
+            let waiting = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(parked)")
+            #expect(finished, "\(waiting) parked targets still waiting 30 s after APNs answered again")
+            if finished { print("parked campaign done \(String(format: "%.1f", Timestamp().timeIntervalSince(back))) s after APNs answered again") }
+            #expect(try DaemonHarness.wait(seconds: 30) { try store.campaign(connection, id: down)?.status == .done })
+            let accepted = harness.mock.acceptedLog.map(\.token).filter { Set(tokens).contains($0) }
+            #expect(accepted.count == 31 && Set(accepted) == Set(tokens))
+            let campaign = try #require(try store.campaign(connection, id: parked))
+            #expect(campaign.failed == 0, "\(campaign.failedByReason)")
+        }
+    }
 }

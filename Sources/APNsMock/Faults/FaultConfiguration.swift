@@ -44,6 +44,9 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
     public var delayMilliseconds: Int
     /// Extra random delay, uniform in 0…this, in milliseconds.
     public var randomDelayMilliseconds: Int
+    /// Token → milliseconds its answers wait beyond the others' (whatever they answer): one
+    /// slow answer among quick ones, as a request that waits on a busy APNs node is.
+    public var delayedTokens: [String: Int]
     /// Like APNs, drop the connection's MAX_CONCURRENT_STREAMS to 1 after an error answer and
     /// raise it again after the next accepted notification.
     public var lowerConcurrencyAfterError: Bool
@@ -86,6 +89,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         streamResetErrorCode: Int = 2,
         delayMilliseconds: Int = 0,
         randomDelayMilliseconds: Int = 0,
+        delayedTokens: [String: Int] = [:],
         lowerConcurrencyAfterError: Bool = false,
         ignorePings: Bool = false,
         shutdownRate: Double = 0,
@@ -110,6 +114,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         self.streamResetErrorCode = streamResetErrorCode
         self.delayMilliseconds = delayMilliseconds
         self.randomDelayMilliseconds = randomDelayMilliseconds
+        self.delayedTokens = delayedTokens
         self.lowerConcurrencyAfterError = lowerConcurrencyAfterError
         self.ignorePings = ignorePings
         self.shutdownRate = shutdownRate
@@ -132,6 +137,10 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         normalized.tokensNotForTopic = Set(tokensNotForTopic.map { $0.lowercased() })
         normalized.forbiddenTokens = Set(forbiddenTokens.map { $0.lowercased() })
         normalized.tokenTopics = Dictionary(tokenTopics.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        normalized.delayedTokens = Dictionary(delayedTokens.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        if let negative = normalized.delayedTokens.first(where: { $0.value < 0 }) {
+            throw .configuration("fault delayedTokens gives token \(negative.key) a negative delay (\(negative.value) ms)")
+        }
         if let empty = normalized.tokenTopics.first(where: { $0.value.isEmpty }) {
             throw .configuration("fault tokenTopics gives token \(empty.key) an empty topic")
         }
@@ -174,7 +183,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
         case unregisteredTokens, badDeviceTokens, tokensNotForTopic, tokenTopics, tooManyRequestsRate, internalServerErrorRate
         case serviceUnavailableRate, goawayAfterStreams, goawayAfterSeconds, resetAfterStreams, refuseAfterStreams, resetRate
         case streamResetRate, streamResetErrorCode
-        case delayMilliseconds, randomDelayMilliseconds, lowerConcurrencyAfterError, ignorePings, shutdownRate
+        case delayMilliseconds, randomDelayMilliseconds, delayedTokens, lowerConcurrencyAfterError, ignorePings, shutdownRate
         case forbiddenReason, forbiddenTokens, forbiddenChannels, forbiddenConnections
     }
 
@@ -197,6 +206,7 @@ public struct FaultConfiguration: Sendable, Equatable, Codable {
             streamResetErrorCode: try c.decodeIfPresent(Int.self, forKey: .streamResetErrorCode) ?? 2,
             delayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .delayMilliseconds) ?? 0,
             randomDelayMilliseconds: try c.decodeIfPresent(Int.self, forKey: .randomDelayMilliseconds) ?? 0,
+            delayedTokens: try c.decodeIfPresent([String: Int].self, forKey: .delayedTokens) ?? [:],
             lowerConcurrencyAfterError: try c.decodeIfPresent(Bool.self, forKey: .lowerConcurrencyAfterError) ?? false,
             ignorePings: try c.decodeIfPresent(Bool.self, forKey: .ignorePings) ?? false,
             shutdownRate: try c.decodeIfPresent(Double.self, forKey: .shutdownRate) ?? 0,

@@ -53,6 +53,9 @@ struct ConnectionLogic {
         if faults.randomDelayMilliseconds > 0 {
             answer.delayMilliseconds += random.next() % UInt64(faults.randomDelayMilliseconds + 1)
         }
+        if !faults.delayedTokens.isEmpty, let token = answer.token, let extra = faults.delayedTokens[token] {
+            answer.delayMilliseconds += UInt64(max(0, extra))
+        }
         concurrencyLowered = faults.lowerConcurrencyAfterError && !(200..<300).contains(answer.status)
         let waitingForToken = settings.tokenVerifier != nil && settings.startAtOneStream && !hasValidToken
         let wanted = waitingForToken || concurrencyLowered ? 1 : settings.maxConcurrentStreams

@@ -1743,7 +1743,8 @@ final class CampaignWorker: @unchecked Sendable {
         // Connections that could not be set up for an environment are not tried again within
         // the batch: its other targets there wait the same way, under one line.
         var setupFailed = [PushdConfig.Environment: AppSender.ConnectionSetupFailed]()
-        // Targets held back for an outage (`PipelineContext.holdsBackWhileDown`), by their place in `outcomes.retries`.
+        // Targets waiting for APNs to answer again, by their place in `outcomes.retries`: held
+        // back for an outage (`PipelineContext.holdsBackWhileDown`), or answered while it lasted.
         var heldWhileDown = [(retry: Int, environment: PushdConfig.Environment)]()
         for (position, target) in batch.targets.enumerated() {
             keeper.beat(worker: index)
@@ -1855,11 +1856,15 @@ final class CampaignWorker: @unchecked Sendable {
         func settle(_ target: ParkedTarget, _ outcome: SendOutcome, authorization: String?) {
             let environment = sender.environment(job: target.environment, registered: nil)
             context.operatorLog.record(outcome, app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
+            // Asked only of a send APNs did not answer or answered with a 5xx.
+            var decidedWhileDown = false
+            func apnsDown() -> Bool {
+                decidedWhileDown = context.operatorLog.isDown(app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue)
+                return decidedWhileDown
+            }
             let verdict = context.notForTopicVerdict(
                 policy.verdict(for: outcome, attempt: target.attempts + 1, expiration: expiration,
-                               firstAttemptAt: target.firstAttemptAt, now: Timestamp(),
-                               apnsDown: context.operatorLog.isDown(app: batch.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
-                               random: &random),
+                               firstAttemptAt: target.firstAttemptAt, now: Timestamp(), apnsDown: apnsDown(), random: &random),
                 sender: sender, topic: topic, environment: environment, source: .campaign(target.campaignID), token: target.token)
             switch handle(verdict, of: outcome, app: batch.app, token: target.token, pushType: batch.pushType, sender: sender,
                           environment: environment, authorization: authorization) {
@@ -1871,6 +1876,8 @@ final class CampaignWorker: @unchecked Sendable {
             case .failed(let reason):
                 outcomes.failed(target, reason: reason)
             case .retry(let at, let reason, let countsAsAttempt):
+                // Waits for `apns_back`, which cannot reach it while this batch holds its row.
+                if decidedWhileDown { heldWhileDown.append((outcomes.retries.count, environment)) }
                 again(target, at: at, reason: reason, countsAsAttempt: countsAsAttempt)
             case .pause(let reason), .hold(let reason):
                 again(target, at: Timestamp().addingTimeInterval(30), reason: reason)
@@ -1885,7 +1892,8 @@ final class CampaignWorker: @unchecked Sendable {
             settle(target, .transportFailure("no answer within \(Int(timeout))s"), authorization: authorization)
         }
         // APNs answered again meanwhile (this batch's probe, or another's): the targets held
-        // back are due now, since `apns_back` makes due only rows no batch holds.
+        // back, and those answered while it was down, are due now, since `apns_back` makes due
+        // only rows no batch holds.
         for held in heldWhileDown
         where !context.operatorLog.isDown(app: batch.app, environment: held.environment.rawValue, lane: Lane.campaign.rawValue) {
             outcomes.retries[held.retry].dueAt = Timestamp()

@@ -209,8 +209,9 @@ final class JobWorker: @unchecked Sendable {
         // A lane's connections that could not be set up for an app and environment are not
         // tried again within the batch: its other jobs there wait the same way, under one line.
         var setupFailures = [String: AppSender.ConnectionSetupFailed]()
-        // Jobs held back for an outage (`PipelineContext.holdsBackWhileDown`), by their place in `outcomes.retries`.
-        var heldWhileDown = [(retry: Int, app: String, environment: PushdConfig.Environment)]()
+        // Jobs waiting for APNs to answer again, by their place in `outcomes.retries`: held back
+        // for an outage (`PipelineContext.holdsBackWhileDown`), or answered while it lasted.
+        var heldWhileDown = [HeldWhileDown]()
         for (position, job) in batch.jobs.enumerated() {
             // The claim returns only configured apps; should one slip through, it stays
             // queued for an instance that knows it rather than being given up.
@@ -280,7 +281,7 @@ final class JobWorker: @unchecked Sendable {
             if context.holdsBackWhileDown(lastError: job.lastError, app: job.app, environment: environment.rawValue, lane: Lane.transactional.rawValue),
                let due = context.policy.dueWhileDown(now: now, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                                      firstAttemptAt: job.firstAttemptAt, random: &random) {
-                heldWhileDown.append((outcomes.retries.count, job.app, environment))
+                heldWhileDown.append(HeldWhileDown(retry: outcomes.retries.count, app: job.app, environment: environment))
                 outcomes.retries.append(JobRetry(id: job.id, runAt: due, error: job.lastError ?? "", countsAsAttempt: false))
                 continue
             }
@@ -344,7 +345,7 @@ final class JobWorker: @unchecked Sendable {
             for result in results where CompletionQueue.generation(of: result.tag) == generation & 0xFF_FFFF {
                 guard let item = inFlight.removeValue(forKey: CompletionQueue.index(of: result.tag)) else { continue }
                 let before = outcomes.delivered.count
-                settle(item, result, into: &outcomes, prunes: &prunes)
+                settle(item, result, into: &outcomes, prunes: &prunes, waiting: &heldWhileDown)
                 if tracing, outcomes.delivered.count > before {
                     delivered.append(Delivered(job: item.job, sentAt: item.sentAt, answeredAt: answeredAt,
                                                engineSeconds: Double(result.latencyNanoseconds) / 1e9, timings: result.timings))
@@ -355,11 +356,13 @@ final class JobWorker: @unchecked Sendable {
             // No answer in time: the request may or may not have reached APNs; retrying
             // keeps the at-least-once promise, and like any send without an answer it does
             // not use up the job's attempts.
-            settle(item, outcome: .transportFailure("no answer within \(Int(timeout))s"), into: &outcomes, prunes: &prunes)
+            settle(item, outcome: .transportFailure("no answer within \(Int(timeout))s"), into: &outcomes, prunes: &prunes,
+                   waiting: &heldWhileDown)
         }
 
-        // APNs answered again meanwhile (this batch's probe, or another's): the jobs held back
-        // are due now, since `apns_back` makes due only rows no batch holds.
+        // APNs answered again meanwhile (this batch's probe, or another's): the jobs held back,
+        // and those answered while it was down, are due now, since `apns_back` makes due only
+        // rows no batch holds.
         for held in heldWhileDown
         where !context.operatorLog.isDown(app: held.app, environment: held.environment.rawValue, lane: Lane.transactional.rawValue) {
             outcomes.retries[held.retry].runAt = Timestamp()
@@ -401,22 +404,40 @@ final class JobWorker: @unchecked Sendable {
         }
     }
 
-    private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [Int64: TokenPrune]) {
-        settle(item, outcome: item.sender.outcome(of: result, environment: item.environment), into: &outcomes, prunes: &prunes)
+    /// A retry of a batch that waits for APNs to answer again (`OutcomePolicy.dueWhileDown`,
+    /// `RetryPolicy.decideWhileDown`), by its place in the batch's `JobOutcomes.retries`.
+    struct HeldWhileDown {
+        var retry: Int
+        var app: String
+        var environment: PushdConfig.Environment
     }
 
-    private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [Int64: TokenPrune]) {
+    private func settle(_ item: InFlight, _ result: DispatchResult, into outcomes: inout JobOutcomes, prunes: inout [Int64: TokenPrune],
+                        waiting: inout [HeldWhileDown]) {
+        settle(item, outcome: item.sender.outcome(of: result, environment: item.environment), into: &outcomes, prunes: &prunes,
+               waiting: &waiting)
+    }
+
+    /// - Parameter waiting: gets the job's retry when it was decided because the lane was down:
+    ///   it waits for `apns_back`, which cannot reach it while this batch holds its row.
+    private func settle(_ item: InFlight, outcome: SendOutcome, into outcomes: inout JobOutcomes, prunes: inout [Int64: TokenPrune],
+                        waiting: inout [HeldWhileDown]) {
         let job = item.job
         let sender = item.sender
         // Windows count from the first send, not from the insert: a job scheduled for later
         // (run_at) has not been waiting before it was due.
         let firstAttemptAt = job.firstAttemptAt ?? item.sentAt
         context.operatorLog.record(outcome, app: job.app, environment: item.environment.rawValue, lane: "transactional")
+        // Asked only of a send APNs did not answer or answered with a 5xx.
+        var decidedWhileDown = false
+        func apnsDown() -> Bool {
+            decidedWhileDown = context.operatorLog.isDown(app: job.app, environment: item.environment.rawValue, lane: Lane.transactional.rawValue)
+            return decidedWhileDown
+        }
         let verdict = context.forbiddenVerdict(context.notForTopicVerdict(context.environmentKeyVerdict(
             context.policy.verdict(for: outcome, attempt: job.attempts + 1, expiration: job.expiration.map { Int64($0.timeIntervalSince1970) },
                                    firstAttemptAt: firstAttemptAt, now: Timestamp(),
-                                   apnsDown: context.operatorLog.isDown(app: job.app, environment: item.environment.rawValue, lane: "transactional"),
-                                   random: &random),
+                                   apnsDown: apnsDown(), random: &random),
             sender: sender, environment: item.environment, carried: item.authorization),
             sender: sender, topic: item.topic, environment: item.environment, source: .transactional, token: job.deviceToken),
             sender: sender, environment: item.environment, lane: Lane.transactional.rawValue)
@@ -435,6 +456,7 @@ final class JobWorker: @unchecked Sendable {
                                         environment: item.environment.rawValue)
             sender.countResponse(status: status, reason: reason, environment: item.environment)
         case .retry(let at, let reason, let refresh, let countsAsAttempt):
+            if decidedWhileDown { waiting.append(HeldWhileDown(retry: outcomes.retries.count, app: job.app, environment: item.environment)) }
             outcomes.retries.append(JobRetry(id: job.id, runAt: at, error: reason, countsAsAttempt: countsAsAttempt,
                                              sentAt: firstAttemptAt))
             if reason == APNsReason.tooManyRequests.rawValue { context.throttle.throttle(job.deviceToken, until: at) }
