@@ -76,6 +76,31 @@ import Testing
     }
 }
 
+/// Whether a request may have reached the server, as a campaign's chunk judges the targets it
+/// gives back unsent (`DispatchResult.mayHaveReachedServer`): a connection refused or a failed
+/// handshake carried nothing of it, and a target handed back after one was parked one row each.
+@Suite struct ReachedServerTests {
+    @Test(arguments: [(5, false), (6, false), (7, false), (35, false), (60, false), (28, true), (52, true), (56, true), (92, true)])
+    func aTransportFailureReachedTheServerUnlessItsConnectionWasNeverSetUp(code: Int, reached: Bool) {
+        let result = DispatchResult(tag: 1, outcome: .transportFailure(TransportError(code: code, message: "libcurl error \(code)")),
+                                    latencyNanoseconds: 0, attempts: 1)
+        #expect(result.mayHaveReachedServer == reached, "libcurl error \(code)")
+    }
+
+    @Test func anAnswerReachedItAndAHandBackDidNot() {
+        let notSent = DispatchResult(tag: 1, outcome: .notSent(NotSent(consecutiveFailures: 3, lastFailure: "refused")),
+                                     latencyNanoseconds: 0, attempts: 0)
+        #expect(!notSent.mayHaveReachedServer)
+        let answered = DispatchResult(tag: 1, outcome: .response(Response(status: 503, apnsID: nil, body: [])), latencyNanoseconds: 0, attempts: 1)
+        #expect(answered.mayHaveReachedServer)
+        // A connection refused at the last attempt, after one that ended unanswered.
+        var refusedAfterLost = DispatchResult(tag: 1, outcome: .transportFailure(TransportError(code: 7, message: "refused")),
+                                              latencyNanoseconds: 0, attempts: 2)
+        refusedAfterLost.earlierAttemptUnanswered = true
+        #expect(refusedAfterLost.mayHaveReachedServer)
+    }
+}
+
 private extension DispatchResult.Outcome {
     var notSentDescription: String? {
         if case .notSent(let notSent) = self { return notSent.description }

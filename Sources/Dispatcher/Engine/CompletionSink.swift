@@ -44,8 +44,9 @@ struct CompletionSink: Sendable {
     /// Reports one request exactly once; the caller returns its window slot.
     func deliver(_ pending: PendingRequest, outcome: DispatchResult.Outcome, timings: TransferTimings? = nil) {
         let latency = monotonicNanoseconds() &- pending.submittedAt
-        let result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts,
+        var result = DispatchResult(tag: pending.tag, outcome: outcome, latencyNanoseconds: latency, attempts: pending.attempts,
                                     timings: timings)
+        result.earlierAttemptUnanswered = pending.unansweredOnWire
         let status: Int
         if case .response(let response) = outcome { status = response.status } else { status = 0 }
         metrics.requestCompleted(status: status, latencyNanoseconds: latency)

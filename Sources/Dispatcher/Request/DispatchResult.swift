@@ -12,6 +12,9 @@ public struct DispatchResult: Sendable {
     public var attempts: Int
     /// Where the time went, when the engine records it (`DispatcherConfiguration.recordsTransferTimings`).
     public var timings: TransferTimings?
+    /// An attempt of the request went on a connection that ended without answering it: the
+    /// server may have it, whatever ended the last attempt (`mayHaveReachedServer`).
+    public var earlierAttemptUnanswered = false
 
     public enum Outcome: Sendable, Equatable {
         case response(Response)
@@ -35,6 +38,17 @@ public struct DispatchResult: Sendable {
     public var notSent: NotSent? {
         if case .notSent(let notSent) = outcome { return notSent }
         return nil
+    }
+
+    /// Whether the request may have reached the server: it was answered, or an attempt of it
+    /// went on a connection that ended without an answer. Not when it was handed back unsent,
+    /// nor when every attempt's connection failed to be set up.
+    public var mayHaveReachedServer: Bool {
+        switch outcome {
+        case .response: true
+        case .transportFailure(let error): earlierAttemptUnanswered || !error.failedBeforeConnecting
+        case .notSent: false
+        }
     }
 }
 
@@ -172,6 +186,18 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
     public var endedDuringHandshakeAfterClientCertificate = false
 
     public var description: String { "transport error \(code): \(message)" }
+
+    /// The connection the request was to go on was never set up (the name or proxy could not
+    /// be resolved, TCP or the TLS handshake failed): nothing of the request reached the server.
+    public var failedBeforeConnecting: Bool {
+        switch CurlResultCode(code) {
+        case .couldntResolveProxy, .couldntResolveHost, .couldntConnect, .sslConnectError, .proxyHandshake,
+             .tlsCredentialOrVerification:
+            true
+        default:
+            false
+        }
+    }
 
     /// The engine was stopped before the request completed.
     public static let engineStopped = TransportError(code: -1, message: "dispatcher stopped before the request completed")

@@ -139,6 +139,16 @@ final class OperatorLog: Sendable {
         }
     }
 
+    /// Whether `app`'s last send to `environment` on `lane` failed (no answer, a 5xx, handed back
+    /// unsent) with no answer since: an outage called (`isDown`), or one that may be starting,
+    /// its failures not yet `failuresBeforeDown` over `failingSecondsBeforeDown`.
+    func isFailing(app: String, environment: String, lane: String) -> Bool {
+        state.withLock { state in
+            guard !state.trouble.isEmpty, let trouble = state.trouble[Lane(app: app, environment: environment, lane: lane)] else { return false }
+            return trouble.answeringSince == nil
+        }
+    }
+
     /// Whether some outage reported on `lane` has had an answer since its last failure: its
     /// probe is then sent again soon (`OutageProbe`), so that the second answer that ends it
     /// comes in about `answeringSecondsBeforeBack`, not a whole probe interval later.

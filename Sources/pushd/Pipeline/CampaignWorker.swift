@@ -558,7 +558,7 @@ final class CampaignWorker: @unchecked Sendable {
             }
             if inFlight < budget, !waitsForALook { try fill(run, on: connection) }
             if run.pacing, run.stopSubmitting || (run.next >= run.count && run.paced == nil) { stopPacing(run) }
-            if run.shouldPark { run.parkRetries() }
+            if run.shouldPark { parkRetries(run) }
         }
         var finished = [ObjectIdentifier]()
         for run in runs where run.isDone && RateLimiter.monotonicSeconds() >= run.finishNotBefore {
@@ -593,6 +593,29 @@ final class CampaignWorker: @unchecked Sendable {
         // A done run whose finish found the campaign's row locked is only finished again.
         for run in runs where !run.leaseLost && !run.isDone && RateLimiter.monotonicSeconds() - run.lastCheckpoint >= checkpointInterval {
             try checkpoint(run, on: connection)
+        }
+    }
+
+    /// Parks the retries of a run that sent every target and waits only for them, unless its
+    /// last targets were handed back unsent while its lane fails: an outage starting, not yet
+    /// called (three failures over a second), as when the engine hands back a whole chunk
+    /// submitted at once. Parked then, that tail was one row each, the chunk released past it,
+    /// and claimed back one by one after the outage. Kept, the run waits; once the outage is
+    /// called it stops as at a retry come due into it, and gives the tail back to the chunk
+    /// (`stopWhileDown`, `giveBackUnsentTail`). An answer ends the failure, and the retries are
+    /// parked as usual.
+    private func parkRetries(_ run: ChunkRun) {
+        guard let environment = run.unsentTailEnvironment,
+              context.operatorLog.isFailing(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue) else {
+            run.parkRetries()
+            return
+        }
+        guard context.operatorLog.isDown(app: run.app, environment: environment.rawValue, lane: Lane.campaign.rawValue),
+              let retry = run.takeSoonestRetry(to: environment) else { return }
+        if !stopWhileDown(run, retry.target) {
+            // Its targets to the other environment, which answers, are not held back for this one.
+            run.retries.append(retry)
+            run.parkRetries()
         }
     }
 
@@ -701,9 +724,7 @@ final class CampaignWorker: @unchecked Sendable {
             guard context.operatorLog.isDown(app: run.app, environment: other.rawValue, lane: Lane.campaign.rawValue) else { return false }
             stoppedFor.insert(other)
         }
-        if target == run.next - 1, run.firstSentAt[target] == 0 {
-            run.next -= 1
-        } else {
+        if !run.giveBackUnsent(target) {
             // A retry come due: it waits for APNs as it would have, parked with the chunk.
             setAsideWhileDown(run, target)
         }
@@ -1006,10 +1027,9 @@ final class CampaignWorker: @unchecked Sendable {
                 // Live instances disagree on the app's environment, the only thing that routes
                 // this target: the chunk stops before it, as for a held topic. A fresh target is
                 // given back unsent, so the chunk is released at it and nothing pins it to this
-                // instance's environment (a parked target keeps the environment it is parked with).
-                if target == run.next - 1 {
-                    run.next -= 1
-                } else {
+                // instance's environment (a parked target keeps the environment it is parked with);
+                // a retry come due waits with the chunk's retries.
+                if !run.giveBackUnsent(target) {
                     run.retries.append(ChunkRun.Retry(at: 0, target: target))
                 }
                 run.stopSubmitting = true
@@ -1182,7 +1202,7 @@ final class CampaignWorker: @unchecked Sendable {
         // Nothing of the chunk is copied for an answer: its token's hex is made only for a prune
         // or a throttle, read in place from the run.
         let environment = run.environments[target]
-        if result.notSent == nil { run.reachedAPNs[target] = true }
+        if result.mayHaveReachedServer { run.reachedAPNs[target] = true }
         let outcome = run.sender.outcome(of: result, environment: environment)
         // Counted before the verdict, as in the other lanes: the answer that shows APNs down
         // waits for it like the ones after it, not on its own short backoff.

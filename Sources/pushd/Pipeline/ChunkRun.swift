@@ -66,7 +66,8 @@ final class ChunkRun {
     /// target's first answer, and its first 503 dead-lettered it without a retry.
     var firstSentAt: [Double]
     /// Whether a request of each target may have reached APNs: an answer, or a send that
-    /// ended without one, came for it (anything but the engine handing it back unsent).
+    /// ended without one, came for it (`DispatchResult.mayHaveReachedServer`: not the engine
+    /// handing it back unsent, nor a connection that could not be set up).
     var reachedAPNs: [Bool]
     var retries: [Retry] = []
     /// Targets of an environment this instance has no credentials for and another live
@@ -216,6 +217,24 @@ final class ChunkRun {
         return next
     }
 
+    /// The run stops before `target`, taken for sending and not sent: a fresh target, the last
+    /// one taken and never sent, is given back to the chunk (released at it, the next claimer
+    /// sends it as new), and true is returned. A retry come due (sent before, though it may be
+    /// the last one taken) stays the run's, false: given back, its attempts and its first send
+    /// were forgotten, and the chunk sent it again as new with a fresh retry window.
+    func giveBackUnsent(_ target: Int) -> Bool {
+        guard target == next - 1, firstSentAt[target] == 0 else { return false }
+        next -= 1
+        return true
+    }
+
+    /// Takes the retry to `environment` that comes due first, due or not.
+    func takeSoonestRetry(to environment: PushdConfig.Environment) -> Retry? {
+        guard let soonest = retries.indices.filter({ environments[retries[$0].target] == environment })
+            .min(by: { retries[$0].at < retries[$1].at }) else { return nil }
+        return retries.remove(at: soonest)
+    }
+
     /// Counts a send of `target` to `environment` with `authorization`.
     func sent(_ target: Int, to environment: PushdConfig.Environment, authorization: String?) {
         environments[target] = environment
@@ -244,6 +263,15 @@ final class ChunkRun {
     /// can: unsent, no attempt spent, parked with the chunk's retries.
     func leave(_ target: Int, reason: String) {
         left.append(Retry(at: 0, target: target, dueAt: Timestamp(), reason: reason))
+    }
+
+    /// The environment of the run's last submitted target when it waits here as a retry the
+    /// engine handed back unsent and it never reached APNs: the tail `giveBackUnsentTail`
+    /// gives back to the chunk. nil without one.
+    var unsentTailEnvironment: PushdConfig.Environment? {
+        guard next > watermark, resolutions[next - 1] == nil, !reachedAPNs[next - 1],
+              retries.contains(where: { $0.target == next - 1 && $0.reason.hasPrefix(Self.unsentReasonPrefix) }) else { return nil }
+        return environments[next - 1]
     }
 
     /// Gives the newest targets back to the chunk when APNs never saw them: the run's last
