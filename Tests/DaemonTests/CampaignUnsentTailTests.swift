@@ -13,6 +13,17 @@ import Testing
 /// back one by one after the outage). Measured at 20,000/s on two instances: 5,683 targets
 /// parked unsent at the end of a two-minute outage; here, before, 1,997 of 2,000 parked.
 @Suite(.serialized) struct CampaignUnsentTailTests {
+    /// Whether `campaign` comes, within 30 s, to wait for APNs with none of its chunks leased.
+    static func waitsForAPNs(_ pipeline: Pipeline, _ connection: PGConnection, campaign: Int64) throws -> Bool {
+        try DaemonHarness.wait(seconds: 30) {
+            try !pipeline.context.campaignsWaitingForAPNs.withLock { $0.isEmpty }
+                && DaemonHarness.count(connection, """
+                    SELECT count(*) FROM pushd.campaign_chunks
+                    WHERE campaign_id = \(campaign) AND finished_at IS NULL AND lease_owner IS NOT NULL AND lease_until >= now()
+                    """) == 0
+        }
+    }
+
     @Test func targetsHandedBackUnsentAtAnOutageStayInTheirChunk() throws {
         try IsolatedDatabase.with { database in
             let harness = try DaemonHarness(database: database, faults: FaultConfiguration(shutdownRate: 1))
@@ -31,13 +42,7 @@ import Testing
             defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
 
             // The campaign waits for APNs with no chunk of it leased.
-            let waits = try DaemonHarness.wait(seconds: 30) {
-                try !pipeline.context.campaignsWaitingForAPNs.withLock { $0.isEmpty }
-                    && DaemonHarness.count(connection, """
-                        SELECT count(*) FROM pushd.campaign_chunks
-                        WHERE campaign_id = \(id) AND finished_at IS NULL AND lease_owner IS NOT NULL AND lease_until >= now()
-                        """) == 0
-            }
+            let waits = try Self.waitsForAPNs(pipeline, connection, campaign: id)
             #expect(waits, "the campaign did not come to wait for APNs with its chunks released")
             let unsent = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id) AND last_error LIKE 'not sent:%'")
             let parked = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id)")
@@ -105,13 +110,7 @@ import Testing
             let pipeline = try harness.pipeline(config)
             pipeline.start()
             defer { pipeline.stop(deadline: Timestamp().addingTimeInterval(5)) }
-            let waits = try DaemonHarness.wait(seconds: 30) {
-                try !pipeline.context.campaignsWaitingForAPNs.withLock { $0.isEmpty }
-                    && DaemonHarness.count(connection, """
-                        SELECT count(*) FROM pushd.campaign_chunks
-                        WHERE campaign_id = \(id) AND finished_at IS NULL AND lease_owner IS NOT NULL AND lease_until >= now()
-                        """) == 0
-            }
+            let waits = try Self.waitsForAPNs(pipeline, connection, campaign: id)
             let chunkRow = try connection.query("SELECT checkpoint, lease_owner IS NOT NULL, lease_until >= now(), finished_at IS NOT NULL FROM pushd.campaign_chunks WHERE campaign_id = \(id)")
             #expect(waits, "the campaign did not come to wait for APNs with its chunk released: outages \(pipeline.context.operatorLog.outages()), chunk \((try? chunkRow.require(Int.self, row: 0, column: 0)) ?? -1) leased \((try? chunkRow.require(Bool.self, row: 0, column: 1)) ?? false) \((try? chunkRow.require(Bool.self, row: 0, column: 2)) ?? false)")
             let parked = try DaemonHarness.count(connection, "SELECT count(*) FROM pushd.campaign_retries WHERE campaign_id = \(id)")
